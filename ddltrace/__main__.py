@@ -1,0 +1,5 @@
+import sys
+
+from ddltrace.cli import main
+
+sys.exit(main())

@@ -1,0 +1,70 @@
+"""The ``ddltrace`` command: ``ddltrace <verb> [args]``.
+
+Each verb is a module in :mod:`ddltrace.commands` with a ``register(subparsers)`` function that adds its
+parser and sets ``func`` (called with the parsed arguments, returns the exit code). Verbs are found by
+listing that package, so a new verb is a new module and nothing else.
+
+Exit codes: 0 success, 1 the analysis found problems (when asked to fail on them), 2 bad input: one line
+naming the file or thing and what is wrong, no traceback (``--debug`` shows it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+import traceback
+
+from ddltrace import __version__, commands
+from ddltrace.errors import DdltraceError
+
+EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with usage errors exiting 2 on one line like every other bad input."""
+
+    def error(self, message: str):  # noqa: D401 - argparse's signature
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="ddltrace",
+        description="Profile distributed deep-learning training and say why it does not scale.",
+        epilog="Run 'ddltrace VERB --help' for a verb's options.",
+    )
+    parser.add_argument("--version", action="version", version=f"ddltrace {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show the full traceback on errors")
+    subparsers = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{commands.__name__}.{info.name}")
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        return int(args.func(args) or 0)
+    except DdltraceError as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(f"ddltrace: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("ddltrace: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

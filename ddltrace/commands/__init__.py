@@ -1,0 +1,1 @@
+"""One module per ``ddltrace`` verb, each with ``register(subparsers)``; see :mod:`ddltrace.cli`."""

@@ -1,0 +1,40 @@
+"""Formatting numbers with their units, for everything ddltrace prints."""
+
+from __future__ import annotations
+
+import math
+
+
+def format_ns(ns: float) -> str:
+    """A duration in nanoseconds as '812 ns', '3.40 us', '12.5 ms', '4.20 s', '1 h 02 min'."""
+    if ns is None or (isinstance(ns, float) and math.isnan(ns)):
+        return "n/a"
+    sign = "-" if ns < 0 else ""
+    ns = abs(float(ns))
+    if ns < 1e3:
+        return f"{sign}{ns:.0f} ns"
+    if ns < 1e6:
+        return f"{sign}{ns / 1e3:.3g} us"
+    if ns < 1e9:
+        return f"{sign}{ns / 1e6:.3g} ms"
+    seconds = ns / 1e9
+    if seconds < 3600:
+        return f"{sign}{seconds:.3g} s" if seconds < 100 else f"{sign}{seconds:.0f} s"
+    return f"{sign}{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
+
+
+def format_bytes(n: float) -> str:
+    """A byte count as '512 B', '1.50 KiB', '3.2 MiB', ..."""
+    if n is None or (isinstance(n, float) and math.isnan(n)):
+        return "n/a"
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def format_percent(fraction: float) -> str:
+    """A fraction (0..1) as '12.3 %'."""
+    return "n/a" if fraction is None or math.isnan(fraction) else f"{100 * fraction:.1f} %"
