@@ -16,6 +16,7 @@ swaps the folders, so an interrupted rewrite leaves the old store as it was.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -23,7 +24,7 @@ import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pandas as pd
 import pyarrow as pa
@@ -47,20 +48,28 @@ _MACHINE = -1
 
 
 def _now_iso() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike) -> Iterator[BinaryIO]:
+    """Open a temporary file beside ``path`` for writing; rename it to ``path`` only if the block succeeds."""
+    path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    with atomic_output(path) as fh:
+        fh.write(data)
 
 
 def _atomic_write_parquet(path: Path, frame: pd.DataFrame) -> None:

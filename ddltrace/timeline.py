@@ -101,12 +101,12 @@ def _bad_rows(mask: np.ndarray | pd.Series, index: pd.Index) -> list:
     return list(index[mask])
 
 
-def _describe(problems: list[str], rows: list, column: str, what: str) -> None:
+def _describe(problems: list[str], rows: list, column: str, what: str, note: str = "") -> None:
     if not rows:
         return
     shown = ", ".join(str(r) for r in rows[:_MAX_LISTED])
     more = f" (and {len(rows) - _MAX_LISTED} more)" if len(rows) > _MAX_LISTED else ""
-    problems.append(f"column '{column}': {what} at row {shown}{more}")
+    problems.append(f"column '{column}': {what} at row {shown}{more}{note}")
 
 
 def _check_integer_column(df: pd.DataFrame, column: str, problems: list[str], *, nullable: bool,
@@ -160,7 +160,7 @@ def validate_timeline(df: pd.DataFrame) -> None:
             if unknown_cat.any():
                 values = sorted({str(v) for v in series[unknown_cat]})[:5]
                 _describe(problems, _bad_rows(unknown_cat, df.index), column,
-                          f"unknown category {', '.join(values)} (allowed: {', '.join(CATEGORIES)})")
+                          f"unknown category {', '.join(values)}", f" (allowed: {', '.join(CATEGORIES)})")
             elif not isinstance(df[column].dtype, pd.CategoricalDtype) or \
                     list(df[column].cat.categories) != list(CATEGORIES):
                 problems.append(f"column 'category': dtype is {df[column].dtype}, must be the category set "
@@ -245,7 +245,8 @@ def make_timeline(records: Iterable[Mapping[str, Any]] | Mapping[str, Any] | pd.
                   **columns: Any) -> pd.DataFrame:
     """Build a validated timeline from records (dicts), a mapping of column arrays, or a DataFrame.
 
-    Missing optional columns are filled: ``lane`` with "main", ``source`` with "", integer columns with <NA>.
+    Missing optional columns (and missing values in ``lane`` and ``source``) are filled: ``lane`` with "main",
+    ``source`` with "", integer columns with <NA>.
     Columns may also be passed as keyword arrays: ``make_timeline(rank=[0], name=["x"], ...)``.
     Raises :class:`SchemaError` listing every violation.
     """
@@ -266,6 +267,8 @@ def make_timeline(records: Iterable[Mapping[str, Any]] | Mapping[str, Any] | pd.
         raise SchemaError("timeline", [f"missing column(s): {', '.join(missing_required)}"])
     for column, dtype in TIMELINE_DTYPES.items():
         if column in frame.columns:
+            if column in ("lane", "source") and frame[column].isna().any():
+                frame[column] = frame[column].astype("object").where(frame[column].notna(), _STRING_COLUMNS[column])
             continue
         if column in _STRING_COLUMNS:
             frame[column] = pd.Series([_STRING_COLUMNS[column]] * n, dtype="str")

@@ -1,0 +1,95 @@
+"""Export a trace store to Chrome trace JSON, which Perfetto UI and chrome://tracing open.
+
+Mapping: each rank is a process (``pid`` = rank, named "rank N (host)"), each lane a thread (``tid`` numbered
+per rank in order of first appearance, named after the lane), each interval a complete event (``ph: "X"``,
+``ts``/``dur`` in microseconds with nanosecond decimals) whose ``cat`` is the timeline category and whose
+``args`` hold bytes, peer, step, tag, comm, request and source where known. Counters become ``C`` events
+on the rank's process (machine-wide counters on a process named "machine"). Metadata events (``ph: "M"``)
+name every process and thread and order the ranks; the run's metadata goes in the top-level ``otherData``.
+
+The file is written rank by rank, so memory stays at one rank's events.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pandas as pd
+
+from ddltrace.errors import DdltraceError
+from ddltrace.store import TraceStore, atomic_output
+
+_ARG_COLUMNS = ("bytes", "peer", "step", "tag", "comm", "request")
+MACHINE_PID = 2**31 - 1  # pid of the "machine" process that holds machine-wide counters
+
+
+def _meta(kind: str, pid: int, tid: int = 0, **args) -> dict:
+    return {"ph": "M", "name": kind, "pid": pid, "tid": tid, "args": args}
+
+
+def _rank_events(rank: int, frame: pd.DataFrame, counters: pd.DataFrame, host: str | None) -> Iterator[dict]:
+    label = f"rank {rank}" + (f" ({host})" if host else "")
+    yield _meta("process_name", rank, name=label)
+    yield _meta("process_sort_index", rank, sort_index=rank)
+    lanes = list(dict.fromkeys(frame["lane"].tolist()))
+    tids = {lane: i for i, lane in enumerate(lanes)}
+    for lane, tid in tids.items():
+        yield _meta("thread_name", rank, tid, name=lane)
+        yield _meta("thread_sort_index", rank, tid, sort_index=tid)
+    if len(frame):
+        args_frame = frame[list(_ARG_COLUMNS)]
+        present = {c: args_frame[c].notna().to_numpy() for c in _ARG_COLUMNS}
+        values = {c: args_frame[c].to_numpy(dtype=object) for c in _ARG_COLUMNS}
+        sources = frame["source"].to_numpy(dtype=object)
+        for i, (lane, name, cat, start, dur) in enumerate(zip(frame["lane"], frame["name"], frame["category"],
+                                                              frame["start_ns"], frame["dur_ns"], strict=True)):
+            args = {c: int(values[c][i]) for c in _ARG_COLUMNS if present[c][i]}
+            if sources[i]:
+                args["source"] = sources[i]
+            yield {"ph": "X", "name": name, "cat": cat, "pid": rank, "tid": tids[lane],
+                   "ts": start / 1000, "dur": dur / 1000, "args": args}
+    yield from _counter_events(rank, counters)
+
+
+def _counter_events(pid: int, counters: pd.DataFrame) -> Iterator[dict]:
+    for name, t_ns, value in zip(counters["name"], counters["t_ns"], counters["value"], strict=True):
+        if value != value:  # NaN: the sampler could not read it; Chrome's C events need numbers
+            continue
+        yield {"ph": "C", "name": name, "pid": pid, "tid": 0, "ts": t_ns / 1000, "args": {name: float(value)}}
+
+
+def export_chrome(store: TraceStore, out: str | os.PathLike, ranks: list[int] | None = None) -> int:
+    """Write ``store`` (or the given ranks) to ``out`` as Chrome trace JSON; return the number of events.
+
+    The output is written to a temporary file and renamed, so a failed export never leaves a partial file.
+    """
+    out = Path(out)
+    if not out.parent.exists():
+        raise DdltraceError(f"{out.parent}: no such directory for the Chrome trace")
+    count = 0
+    with atomic_output(out) as fh:
+        other = {"run": store.run, "ddltrace_version": store.manifest.get("ddltrace_version"),
+                 "store": str(store.path)}
+        fh.write(b'{"displayTimeUnit":"ns","otherData":' + orjson.dumps(other, default=str)
+                 + b',"traceEvents":[\n')
+
+        def emit(event: dict) -> None:
+            nonlocal count
+            if count:
+                fh.write(b",\n")
+            fh.write(orjson.dumps(event))
+            count += 1
+
+        for rank, frame in store.iter_timeline(ranks):
+            info = store.rank_info(rank)
+            for event in _rank_events(rank, frame, store.counters([rank]), info.get("host")):
+                emit(event)
+        if ranks is None and -1 in store.counter_ranks:
+            emit(_meta("process_name", MACHINE_PID, name="machine"))
+            for event in _counter_events(MACHINE_PID, store.counters([-1])):
+                emit(event)
+        fh.write(b"\n]}\n")
+    return count

@@ -1,0 +1,42 @@
+"""``ddltrace export STORE --chrome OUT``: write a store as Chrome trace JSON (Perfetto UI, chrome://tracing)."""
+
+from __future__ import annotations
+
+from ddltrace.chrome import export_chrome
+from ddltrace.errors import DdltraceError
+from ddltrace.store import TraceStore
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "export", help="export a trace store to another tool's format",
+        description="Export a trace store. --chrome writes Chrome trace JSON that Perfetto UI "
+                    "(ui.perfetto.dev) and chrome://tracing open: ranks as processes, lanes as threads.")
+    p.add_argument("store", help="trace store folder")
+    p.add_argument("--chrome", metavar="OUT", required=True, help="output file (.json)")
+    p.add_argument("--ranks", metavar="LIST", help="only these ranks, e.g. 0,2-5")
+    p.set_defaults(func=run)
+
+
+def parse_ranks(text: str | None) -> list[int] | None:
+    """'0,2-5' -> [0, 2, 3, 4, 5]; None stays None."""
+    if text is None:
+        return None
+    ranks: list[int] = []
+    for part in text.split(","):
+        try:
+            if "-" in part:
+                lo, hi = part.split("-", 1)
+                ranks.extend(range(int(lo), int(hi) + 1))
+            else:
+                ranks.append(int(part))
+        except ValueError:
+            raise DdltraceError(f"--ranks: '{part}' is not a rank or a range like 2-5") from None
+    return ranks
+
+
+def run(args) -> int:
+    store = TraceStore.open(args.store)
+    count = export_chrome(store, args.chrome, parse_ranks(args.ranks))
+    print(f"wrote {args.chrome}: {count} events from {store.path}")
+    return 0

@@ -1,0 +1,67 @@
+"""``ddltrace info STORE``: what a trace store holds, per rank, as a table (or JSON)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from ddltrace.store import TraceStore
+from ddltrace.summary import StoreSummary, summarize
+from ddltrace.timeline import CATEGORIES
+from ddltrace.units import format_ns, format_percent
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "info", help="show what a trace store holds",
+        description="Show a trace store's run, world size, time span, and per rank the number of events and "
+                    "the time spent per category (compute, comm, wait, barrier, io, memcpy, idle, other).")
+    p.add_argument("store", help="trace store folder")
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON (times in ns)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    summary = summarize(TraceStore.open(args.store))
+    if args.json:
+        json.dump(summary.to_dict(), sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(render(summary))
+    return 0
+
+
+def render(summary: StoreSummary) -> str:
+    """The human table of ``ddltrace info``."""
+    run = summary.run
+    lines = [f"store       {summary.path}"]
+    if run.get("command"):
+        command = run["command"] if isinstance(run["command"], str) else " ".join(map(str, run["command"]))
+        lines.append(f"command     {command}")
+    for key in ("framework", "workload"):
+        if run.get(key):
+            lines.append(f"{key:<12}{run[key]}")
+    lines.append(f"world size  {summary.world_size} ranks ({len(summary.ranks)} recorded)")
+    lines.append(f"time span   {format_ns(summary.span_ns)}")
+    lines.append(f"events      {summary.events}")
+    lines.append(f"counters    {summary.counter_samples} samples"
+                 + (f" of {len(summary.counter_names)} series" if summary.counter_names else ""))
+    abrupt = [r.rank for r in summary.ranks if r.ended == "abrupt"]
+    if abrupt:
+        lines.append(f"ended abruptly: rank {', '.join(map(str, abrupt))} (records up to the end are kept)")
+    used = [c for c in CATEGORIES if any(r.time_ns.get(c) for r in summary.ranks)]
+    lines.append("")
+    lines.append("time per category per rank (share of the rank's span in parentheses)")
+    header = ["rank", "events", "span"] + used
+    rows = []
+    for r in summary.ranks:
+        row = [str(r.rank), str(r.events), format_ns(r.span_ns)]
+        for c in used:
+            share = r.time_ns[c] / r.span_ns if r.span_ns else float("nan")
+            row.append(f"{format_ns(r.time_ns[c])} ({format_percent(share)})")
+        rows.append(row)
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(header)]
+    lines.append("  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True)))
+    for row in rows:
+        lines.append("  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)))
+    return "\n".join(lines) + "\n"

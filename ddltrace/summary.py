@@ -1,0 +1,88 @@
+"""What a store holds, in numbers: world size, time span, events and time per category per rank.
+
+Used by ``ddltrace info`` and by the one-line summaries of the commands that write stores. Reads the store
+rank by rank (one rank's events in memory at a time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from ddltrace.store import TraceStore
+from ddltrace.timeline import CATEGORIES
+
+
+@dataclass
+class RankSummary:
+    """One rank: ``events`` intervals from ``start_ns`` to ``end_ns`` (ns, common clock);
+    ``time_ns`` sums the durations of its intervals per category (ns)."""
+
+    rank: int
+    events: int
+    start_ns: int | None
+    end_ns: int | None
+    time_ns: dict[str, int] = field(default_factory=dict)
+    host: str | None = None
+    role: str | None = None
+    ended: str | None = None
+
+    @property
+    def span_ns(self) -> int:
+        """Wall time from the rank's first event to the end of its last, in ns (0 when empty)."""
+        return 0 if self.start_ns is None else self.end_ns - self.start_ns
+
+
+@dataclass
+class StoreSummary:
+    """The whole store: its path, world size, time span (ns), counters and one :class:`RankSummary` per rank."""
+
+    path: str
+    world_size: int
+    start_ns: int | None
+    end_ns: int | None
+    counter_samples: int
+    counter_names: list[str]
+    ranks: list[RankSummary]
+    run: dict
+
+    @property
+    def span_ns(self) -> int:
+        return 0 if self.start_ns is None else self.end_ns - self.start_ns
+
+    @property
+    def events(self) -> int:
+        return sum(r.events for r in self.ranks)
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["span_ns"] = self.span_ns
+        out["events"] = self.events
+        for rank, summary in zip(out["ranks"], self.ranks, strict=True):
+            rank["span_ns"] = summary.span_ns
+        return out
+
+
+def summarize(store: TraceStore) -> StoreSummary:
+    """Summarise ``store`` rank by rank."""
+    ranks: list[RankSummary] = []
+    for rank, frame in store.iter_timeline():
+        info = store.rank_info(rank)
+        by_category = frame.groupby("category", observed=False)["dur_ns"].sum()
+        time_ns = {c: int(by_category.get(c, 0)) for c in CATEGORIES}
+        start = int(frame["start_ns"].min()) if len(frame) else None
+        end = int((frame["start_ns"] + frame["dur_ns"]).max()) if len(frame) else None
+        ranks.append(RankSummary(rank, len(frame), start, end, time_ns,
+                                 info.get("host"), info.get("role"), info.get("ended")))
+    starts = [r.start_ns for r in ranks if r.start_ns is not None]
+    ends = [r.end_ns for r in ranks if r.end_ns is not None]
+    counters = store.counters()
+    return StoreSummary(
+        path=str(store.path),
+        world_size=store.world_size,
+        start_ns=min(starts) if starts else None,
+        end_ns=max(ends) if ends else None,
+        counter_samples=len(counters),
+        counter_names=sorted(set(counters["name"])),
+        ranks=ranks,
+        run=store.run,
+    )

@@ -1,0 +1,88 @@
+"""The ddltrace command: info, export, --version, and exit codes / messages on bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ddltrace import __version__
+from ddltrace.cli import main
+
+DDLTRACE = [sys.executable, "-m", "ddltrace"]
+
+
+def run_cli(*args):
+    return subprocess.run(DDLTRACE + list(args), capture_output=True, text=True, timeout=120)
+
+
+def test_version():
+    result = run_cli("--version")
+    assert result.returncode == 0 and result.stdout.strip() == f"ddltrace {__version__}"
+
+
+def test_info_table(tiny_store, capsys):
+    assert main(["info", str(tiny_store.path)]) == 0
+    out = capsys.readouterr().out
+    assert "world size  4 ranks (4 recorded)" in out
+    summary_rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert [row[0] for row in summary_rows] == ["0", "1", "2", "3"]
+    timeline = tiny_store.timeline()
+    assert [int(row[1]) for row in summary_rows] == timeline.groupby("rank").size().tolist()
+    assert "barrier" in out and " ms" in out and "%" in out
+
+
+def test_info_json_matches_the_store(tiny_store, capsys):
+    assert main(["info", str(tiny_store.path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    timeline = tiny_store.timeline()
+    assert doc["world_size"] == 4
+    assert doc["events"] == len(timeline)
+    barrier_rank2 = int(timeline[(timeline["rank"] == 2) & (timeline["category"] == "barrier")]["dur_ns"].sum())
+    assert doc["ranks"][2]["time_ns"]["barrier"] == barrier_rank2
+    assert doc["span_ns"] == int((timeline["start_ns"] + timeline["dur_ns"]).max() - timeline["start_ns"].min())
+
+
+def test_export_command(tiny_store, tmp_path):
+    out = tmp_path / "t.json"
+    result = run_cli("export", str(tiny_store.path), "--chrome", str(out))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(out.read_text())["traceEvents"]
+    assert str(out) in result.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["info", "/no/such/store"], "/no/such/store: no such trace store"),
+    (["info", "{file}"], "not a trace store"),
+    (["export", "{store}", "--chrome", "/no/such/dir/t.json"], "/no/such/dir: no such directory"),
+    (["export", "{store}", "--chrome", "{tmp}/t.json", "--ranks", "x"], "--ranks: 'x' is not a rank"),
+    (["export", "{store}", "--chrome", "{tmp}/t.json", "--ranks", "7"], "no rank 7"),
+    (["info"], "the following arguments are required"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_bad_input_gives_one_line_and_exit_2(args, message, tiny_store, tmp_path):
+    a_file = tmp_path / "plain.txt"
+    a_file.write_text("hello")
+    args = [a.format(file=a_file, store=tiny_store.path, tmp=tmp_path) for a in args]
+    result = run_cli(*args)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert message in lines[-1]
+    assert len([line for line in lines if "error" in line]) == 1
+
+
+def test_debug_shows_the_traceback():
+    result = run_cli("--debug", "info", "/no/such/store")
+    assert result.returncode == 2
+    assert "Traceback" in result.stderr and "no such trace store" in result.stderr
+
+
+def test_truncated_store_file_is_reported_by_name(tiny_store):
+    path = tiny_store.path / "timeline" / "rank-00003.parquet"
+    path.write_bytes(path.read_bytes()[:100])
+    result = run_cli("info", str(tiny_store.path))
+    assert result.returncode == 2
+    assert "rank-00003.parquet: corrupt Parquet file" in result.stderr
