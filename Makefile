@@ -25,8 +25,7 @@ test: install lint
 sample-store: install
 	$(PY) sample_traces/make_sample_store.py sample_traces/tiny-store
 
-demo: install
-	test -d sample_traces/tiny-store || $(MAKE) sample-store
+demo: sample-store
 	$(VENV)/bin/ddltrace info sample_traces/tiny-store
 
 benchmarks: install
