@@ -1,0 +1,321 @@
+"""Run a job under the job collectors and gather every rank into one trace store.
+
+MPI jobs (``np`` or ``launcher`` given) run through mpiexec (or the user's own launcher command, e.g.
+``srun -n 64`` or ``mpiexec -f hosts -n 64``) with the PMPI wrapper preloaded: every rank writes
+``rank-NNNNN.pmpi`` into a record folder beside the store (on a cluster this must be a shared file system,
+as the store is). Other jobs run as a process tree with the samplers only. While the job runs a progress
+line on stderr shows the elapsed time, the ranks alive and the MPI calls recorded so far. Ctrl-C (or
+SIGTERM) stops the job (SIGINT, then SIGTERM after 5 s, SIGKILL after 10 s) and the store is still written.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import psutil
+from ddltrace.collectors.clock import clock_manifest
+from ddltrace.collectors.gpu_sampler import GpuSampler
+from ddltrace.collectors.mpi_env import local_env, mpi_flavour, mpiexec_command
+from ddltrace.collectors.pmpi.build import build_wrapper
+from ddltrace.collectors.pmpi.records import RankRecords, read_records, to_timeline
+from ddltrace.collectors.pyspy_stacks import PySpyRecorder
+from ddltrace.collectors.system_sampler import MACHINE, SystemSampler
+
+from ddltrace.errors import DdltraceError
+from ddltrace.store import TraceStore
+from ddltrace.timeline import make_counters, make_timeline
+from ddltrace.units import format_ns
+
+_GRACE_S = (5.0, 10.0)  # SIGTERM, then SIGKILL, this long after the first interrupt
+
+
+@dataclass
+class RunConfig:
+    """What to run and how: ``argv`` the job; ``np`` ranks through local mpiexec, or ``launcher`` a command
+    prefix; ``out`` the store folder; ``sample_hz`` system/GPU sampling rate (per s); ``pyspy`` sample stacks."""
+
+    argv: list[str]
+    out: Path
+    np: int | None = None
+    launcher: str | None = None
+    sample_hz: float = 10.0
+    pyspy: bool = False
+    pyspy_rate_hz: int = 100
+    progress: bool = True
+    stream: object = field(default_factory=lambda: sys.stderr)
+
+
+@dataclass
+class RunResult:
+    """What happened: the store, the job's exit code, ranks and how they ended, MPI calls recorded."""
+
+    store: TraceStore
+    exit_code: int
+    interrupted: bool
+    elapsed_ns: int
+    ranks: dict[int, str] = field(default_factory=dict)
+    calls: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def _header_progress(folder: Path) -> tuple[int, int]:
+    """(ranks alive, MPI calls so far) from the record files' headers."""
+    alive = calls = 0
+    for path in folder.glob("rank-*.pmpi"):
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(48)
+        except OSError:
+            continue
+        if len(head) < 48:
+            continue
+        pid, n_slots, state = struct.unpack_from("<iQI", head, 28)
+        calls += n_slots
+        if state in (1, 2) and psutil.pid_exists(pid):
+            alive += 1
+    return alive, calls
+
+
+class _Interrupts:
+    """Turn SIGINT/SIGTERM into a flag, and escalate the signals sent to the job's process group."""
+
+    def __init__(self):
+        self.first: float | None = None
+        self.sent = 0
+        self._old = {}
+
+    def __enter__(self):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+    def _handler(self, signum, frame):
+        if self.first is None:
+            self.first = time.monotonic()
+
+    def escalate(self, proc: subprocess.Popen) -> None:
+        if self.first is None:
+            return
+        waited = time.monotonic() - self.first
+        step = 0 if waited < _GRACE_S[0] else 1 if waited < _GRACE_S[1] else 2
+        if step < self.sent and self.sent:
+            return
+        sig = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)[step]
+        if self.sent <= step:
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                pass
+            self.sent = step + 1
+
+
+def _python_children(root: int) -> list[int]:
+    try:
+        procs = psutil.Process(root).children(recursive=True)
+        procs.insert(0, psutil.Process(root))
+    except psutil.Error:
+        return []
+    out = []
+    for p in procs:
+        try:
+            if "python" in p.name().lower():
+                out.append(p.pid)
+        except psutil.Error:
+            continue
+    return out
+
+
+def _command(cfg: RunConfig, lib: Path | None, records: Path | None) -> tuple[list[str], dict[str, str], str]:
+    """Command line, environment and MPI flavour ('' for a non-MPI job)."""
+    if cfg.np is None and not cfg.launcher:
+        return list(cfg.argv), dict(os.environ), ""
+    extra = {"LD_PRELOAD": ":".join(filter(None, [str(lib), os.environ.get("LD_PRELOAD", "")])),
+             "DDLTRACE_PMPI_DIR": str(records)}
+    if cfg.launcher:
+        prefix = shlex.split(cfg.launcher)
+        if not prefix:
+            raise DdltraceError("--launcher: empty command")
+        flavour = mpi_flavour(shutil.which(prefix[0]) or prefix[0]) if "mpi" in Path(prefix[0]).name else "other"
+        cmd, env = prefix + list(cfg.argv), local_env(flavour)
+    else:
+        cmd, env = mpiexec_command(cfg.np, list(cfg.argv))
+        flavour = mpi_flavour(cmd[0])
+    if flavour == "openmpi":  # Open MPI passes only what -x names to its ranks
+        cmd[1:1] = ["-x", "LD_PRELOAD", "-x", "DDLTRACE_PMPI_DIR"]
+    env.update(extra)
+    return cmd, env, flavour
+
+
+def run_job(cfg: RunConfig) -> RunResult:
+    """Run ``cfg.argv`` under the collectors and write the store at ``cfg.out``."""
+    out = Path(cfg.out)
+    if out.exists():
+        raise DdltraceError(f"{out}: already exists (choose another --out, or remove it)")
+    if not cfg.argv:
+        raise DdltraceError("command: nothing to run (give it after --)")
+    if cfg.np is not None and cfg.np < 1:
+        raise DdltraceError(f"--np: must be at least 1, got {cfg.np}")
+    if cfg.sample_hz <= 0:
+        raise DdltraceError(f"--sample-hz: must be > 0, got {cfg.sample_hz}")
+    if not out.parent.exists():
+        raise DdltraceError(f"{out.parent}: no such folder for the store")
+    mpi = cfg.np is not None or bool(cfg.launcher)
+    lib = build_wrapper() if mpi else None
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    records = work / "records"
+    records.mkdir()
+    try:
+        return _run(cfg, out, mpi, lib, work, records)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(cfg: RunConfig, out: Path, mpi: bool, lib: Path | None, work: Path, records: Path) -> RunResult:
+    cmd, env, flavour = _command(cfg, lib, records if mpi else None)
+    stream = cfg.stream
+    show = cfg.progress and stream.isatty()
+    print(f"ddltrace: running {shlex.join(cfg.argv)}" + (f" on {cfg.np} ranks" if cfg.np else "")
+          + f"; store: {out}", file=stream, flush=True)
+    gpu = GpuSampler(cfg.sample_hz)
+    pyspy = PySpyRecorder(work / "pyspy", cfg.pyspy_rate_hz) if cfg.pyspy else None
+    start_ns = time.time_ns()
+    t_start = time.monotonic()
+    with _Interrupts() as interrupts:
+        try:
+            proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+        except OSError as exc:
+            raise DdltraceError(f"{cmd[0]}: cannot start ({exc.strerror})") from exc
+        system = SystemSampler(cfg.sample_hz, proc.pid).start()
+        gpu.start()
+        last_shown = 0.0
+        while proc.poll() is None:
+            interrupts.escalate(proc)
+            if pyspy is not None:
+                for pid in _python_children(proc.pid):
+                    pyspy.attach(pid)
+            elapsed = time.monotonic() - t_start
+            if show and elapsed - last_shown >= 0.5:
+                alive, calls = _header_progress(records) if mpi else (1, 0)
+                print(f"\rddltrace: {elapsed:7.1f} s elapsed, {alive} ranks alive, {calls:,} MPI calls  ",
+                      end="", file=stream, flush=True)
+                last_shown = elapsed
+            try:
+                proc.wait(0.1)
+            except subprocess.TimeoutExpired:
+                pass
+        end_ns = time.time_ns()
+        interrupted = interrupts.first is not None
+    if show:
+        print(file=stream)
+    exit_code = proc.returncode
+    system_rows = system.stop()
+    gpu_rows = gpu.stop()
+    stacks = pyspy.stop() if pyspy is not None else {}
+    notes = ([] if gpu.available else [gpu.reason]) + (pyspy.notes if pyspy is not None else [])
+    if interrupted:
+        notes.append("interrupted (Ctrl-C / SIGTERM): the job was stopped; ranks still running were marked abrupt")
+    result = _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, interrupted,
+                     system_rows + gpu_rows, stacks, notes, proc.pid, gpu)
+    print(_summary(result), file=stream, flush=True)
+    return result
+
+
+def _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, interrupted, sample_rows,
+            stacks, notes, root_pid, gpu) -> RunResult:
+    rank_records: list[RankRecords] = []
+    for path in sorted(records.glob("rank-*.pmpi")):
+        try:
+            rank_records.append(read_records(path))
+        except DdltraceError as exc:
+            notes.append(f"unreadable record file: {exc}")
+    pid_rank = {rr.pid: rr.rank for rr in rank_records}
+    if not mpi:
+        pid_rank[root_pid] = 0
+    hosts = sorted({rr.host for rr in rank_records} or {socket.gethostname()})
+    world = max([rr.world_size for rr in rank_records] + [cfg.np or 0, 0 if mpi else 1])
+    run = {
+        "command": shlex.join(cfg.argv), "launch": shlex.join(cmd), "framework": "mpi" if mpi else "process",
+        "world_size": world, "hosts": hosts, "exit_code": exit_code, "interrupted": interrupted,
+        "start_ns": start_ns, "end_ns": end_ns, "mpi_flavour": flavour or None,
+        "mpi_library": rank_records[0].library if rank_records else None,
+        "collectors": ["pmpi"] * mpi + ["system"] + ["gpu"] * gpu.available + ["py-spy"] * bool(cfg.pyspy),
+        "sample_hz": cfg.sample_hz, "gpus": gpu.devices,
+    }
+    store = TraceStore.create(out, run=run, clock=clock_manifest(rank_records) if mpi else None)
+    counters = _counters(sample_rows, pid_rank)
+    ranks: dict[int, str] = {}
+    calls = 0
+    for rr in rank_records:
+        # a call open at death lasts at most until the job ended (on the rank's own clock)
+        timeline = to_timeline(rr, end_ns=end_ns + rr.test_offset_ns if rr.ended != "normal" else None)
+        calls += int((timeline["source"] == "pmpi").sum() - (timeline["name"] == "outside MPI").sum())
+        timeline = _with_stacks(timeline, stacks.get(rr.pid), rr.rank)
+        store.add_rank(rr.rank, timeline, counters.get(rr.rank), save=False, host=rr.host, pid=rr.pid,
+                       ended=rr.ended, state=rr.state, open_calls=rr.open_calls, role="rank")
+        ranks[rr.rank] = rr.ended
+    if not mpi:
+        ended = "normal" if exit_code >= 0 and not interrupted else "abrupt"
+        row = {"rank": [0], "lane": ["main"], "name": [Path(cfg.argv[0]).name], "category": ["other"],
+               "start_ns": [start_ns], "dur_ns": [end_ns - start_ns], "source": ["launcher"]}
+        timeline = _with_stacks(make_timeline(row), stacks.get(root_pid), 0)
+        store.add_rank(0, timeline, counters.get(0), save=False, host=hosts[0], pid=root_pid, ended=ended,
+                       role="process", exit_code=exit_code)
+        ranks[0] = ended
+    missing = sorted(set(range(world)) - set(ranks)) if mpi else []
+    if missing:
+        notes.append(f"ranks {missing} wrote no record file (died before MPI_Init, or never started)")
+    if mpi and not rank_records:
+        notes.append("no rank wrote a PMPI record file: the job never called MPI_Init under the wrapper "
+                     "(not an MPI program, or a launcher that drops LD_PRELOAD)")
+    if MACHINE in counters:
+        store.add_counters(counters[MACHINE], save=False)
+    store.manifest["notes"].extend(notes)
+    store.save_manifest()
+    return RunResult(store=store, exit_code=exit_code, interrupted=interrupted, elapsed_ns=end_ns - start_ns,
+                     ranks=ranks, calls=calls, notes=notes)
+
+
+def _counters(rows: list[tuple[int, str, int, float]], pid_rank: dict[int, int]) -> dict[int, pd.DataFrame]:
+    """Sampler rows keyed by pid (or -1) as counters tables keyed by rank (or -1); other pids are dropped
+    (mpiexec and its helpers count in the job_* totals)."""
+    by_rank: dict[int, list] = {}
+    for key, name, t_ns, value in rows:
+        rank = MACHINE if key == MACHINE else pid_rank.get(key)
+        if rank is None:
+            continue
+        by_rank.setdefault(rank, []).append((rank, name, t_ns, value))
+    return {rank: make_counters(pd.DataFrame(rs, columns=["rank", "name", "t_ns", "value"]))
+            for rank, rs in by_rank.items()}
+
+
+def _with_stacks(timeline: pd.DataFrame, stack_rows: pd.DataFrame | None, rank: int) -> pd.DataFrame:
+    if stack_rows is None or not len(stack_rows):
+        return timeline
+    extra = stack_rows.assign(rank=rank, category="other", source="py-spy")
+    return make_timeline(pd.concat([timeline, make_timeline(extra)], ignore_index=True))
+
+
+def _summary(result: RunResult) -> str:
+    abrupt = sorted(r for r, how in result.ranks.items() if how != "normal")
+    ended = f"{len(result.ranks) - len(abrupt)} ended normally"
+    if abrupt:
+        ended += f", {len(abrupt)} abruptly ({', '.join(map(str, abrupt[:8]))}{'...' if len(abrupt) > 8 else ''})"
+    return (f"ddltrace: wrote {result.store.path}: {len(result.ranks)} ranks ({ended}), {result.calls:,} MPI calls, "
+            f"{format_ns(result.elapsed_ns)}, exit code {result.exit_code}")
+

@@ -1,0 +1,188 @@
+"""Read a rank's PMPI record file (written by runtime.c) and turn it into a timeline.
+
+The file is readable whatever way the rank ended: records are complete up to the last call, a call still
+in progress when the rank died has exit time 0 (:attr:`RankRecords.open_calls`), and the header says
+whether MPI_Finalize returned (``ended`` "normal") or not ("abrupt").
+
+Times are converted to the common clock (rank 0's) with the offsets the runtime measured at MPI_Init and
+MPI_Finalize, interpolated linearly in between (drift); without a finalize measurement the init offset holds.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from ddltrace.collectors.pmpi.table import categories, names, table_hash
+
+from ddltrace.errors import DdltraceError
+from ddltrace.timeline import make_timeline
+
+HEADER_SIZE = 4096
+_HEADER = struct.Struct("<8sIIIiiiQIIii8qq256s256s")
+RECORD_DTYPE = np.dtype([("fn", "<u2"), ("flags", "<u2"), ("tid", "<i4"), ("peer", "<i4"), ("tag", "<i4"),
+                         ("t0", "<i8"), ("t1", "<i8"), ("bytes", "<i8"), ("comm", "<i8"), ("request", "<i8"),
+                         ("aux", "<i8")])
+NA32, NA64 = -(2**31), -(2**63)
+FLAG_ERROR, FLAG_COMPLETED = 1, 2
+STATES = {0: "not initialized", 1: "running", 2: "in MPI_Finalize", 3: "finalized"}
+OUTSIDE_MPI = "outside MPI"
+
+
+@dataclass
+class ClockSync:
+    """One offset measurement: rank 0's clock minus this rank's, in ns, at local time ``local_t_ns``."""
+
+    offset_ns: int
+    uncertainty_ns: int
+    local_t_ns: int
+    rtt_ns: int
+
+
+@dataclass
+class RankRecords:
+    """The content of one record file."""
+
+    path: Path
+    rank: int
+    world_size: int
+    pid: int
+    state: int
+    main_tid: int
+    host: str
+    library: str
+    test_offset_ns: int
+    syncs: list[ClockSync]
+    records: np.ndarray = field(repr=False)
+
+    @property
+    def ended(self) -> str:
+        """"normal" when MPI_Finalize returned, else "abrupt"."""
+        return "normal" if self.state == 3 else "abrupt"
+
+    @property
+    def open_calls(self) -> list[str]:
+        """Names of the calls the rank was inside when it stopped (none after a normal end)."""
+        fn_names = names()
+        return [fn_names[f - 1] for f in self.records["fn"][self.records["t1"] == 0]]
+
+    def offset_at(self, t_ns: np.ndarray) -> np.ndarray:
+        """Offset (ns) to add to local times ``t_ns`` to put them on rank 0's clock."""
+        t_ns = np.asarray(t_ns, dtype=np.int64)
+        if not self.syncs:
+            return np.zeros_like(t_ns)
+        first = self.syncs[0]
+        if len(self.syncs) < 2 or self.syncs[1].local_t_ns <= first.local_t_ns:
+            return np.full_like(t_ns, first.offset_ns)
+        last = self.syncs[1]
+        slope = (last.offset_ns - first.offset_ns) / (last.local_t_ns - first.local_t_ns)
+        return (first.offset_ns + np.round(slope * (t_ns - first.local_t_ns))).astype(np.int64)
+
+    @property
+    def drift_ppm(self) -> float | None:
+        """Clock drift to rank 0 between init and finalize, parts per million (None with one measurement)."""
+        if len(self.syncs) < 2 or self.syncs[1].local_t_ns <= self.syncs[0].local_t_ns:
+            return None
+        a, b = self.syncs
+        return (b.offset_ns - a.offset_ns) / (b.local_t_ns - a.local_t_ns) * 1e6
+
+    @property
+    def last_ns(self) -> int:
+        """Latest local time seen in the records (ns), 0 if none."""
+        if not len(self.records):
+            return 0
+        return int(max(self.records["t0"].max(), self.records["t1"].max()))
+
+
+def read_records(path: str | Path) -> RankRecords:
+    """Parse one ``rank-NNNNN.pmpi`` file; :class:`DdltraceError` names the file and what is wrong."""
+    path = Path(path)
+    try:
+        data = np.fromfile(path, dtype=np.uint8)
+    except OSError as exc:
+        raise DdltraceError(f"{path}: cannot read PMPI record file ({exc.strerror})") from exc
+    if len(data) < _HEADER.size or bytes(data[:8]) != b"DDLTPMPI":
+        raise DdltraceError(f"{path}: not a ddltrace PMPI record file (bad magic or too short)")
+    (_, version, header_size, record_size, rank, world, pid, n_slots, state, thash, main_tid, n_sync,
+     *rest) = _HEADER.unpack_from(data.tobytes()[:_HEADER.size])
+    sync_values, test_offset, host, library = rest[:8], rest[8], rest[9], rest[10]
+    if version != 1 or header_size != HEADER_SIZE or record_size != RECORD_DTYPE.itemsize:
+        raise DdltraceError(f"{path}: unsupported record file version {version} (record size {record_size})")
+    if thash != table_hash():
+        raise DdltraceError(f"{path}: written by a wrapper built from another call table (hash {thash:#x}); "
+                            "read it with the ddltrace version that recorded it")
+    available = (len(data) - HEADER_SIZE) // RECORD_DTYPE.itemsize
+    count = min(int(n_slots), available)
+    records = data[HEADER_SIZE:HEADER_SIZE + count * RECORD_DTYPE.itemsize].view(RECORD_DTYPE).copy()
+    records = records[records["fn"] > 0]
+    if len(records) and int(records["fn"].max()) > len(names()):
+        raise DdltraceError(f"{path}: record with unknown function id {int(records['fn'].max())}")
+    syncs = [ClockSync(*sync_values[4 * i:4 * i + 4]) for i in range(min(max(n_sync, 0), 2))]
+    return RankRecords(path=path, rank=rank, world_size=world, pid=pid, state=state, main_tid=main_tid,
+                       host=host.split(b"\0")[0].decode(errors="replace"),
+                       library=library.split(b"\0")[0].decode(errors="replace"),
+                       test_offset_ns=test_offset, syncs=syncs, records=records)
+
+
+def to_timeline(rr: RankRecords, *, end_ns: int | None = None, align: bool = True) -> pd.DataFrame:
+    """The rank's timeline: one row per MPI call (source "pmpi") plus the gaps between calls on the thread
+    that initialised MPI, as category "compute" named "outside MPI" (IPM's view: wall time minus MPI time).
+
+    A call still open when the rank died lasts until ``end_ns`` (local ns; default: its own start).
+    ``align`` puts times on rank 0's clock.
+    """
+    rec = rr.records
+    t0 = rec["t0"].astype(np.int64)
+    t1 = rec["t1"].astype(np.int64)
+    open_ = t1 == 0
+    t1 = np.where(open_, np.maximum(t0, end_ns if end_ns is not None else t0), t1)
+    t1 = np.maximum(t1, t0)
+    fn = rec["fn"].astype(np.int64) - 1
+    fn_names = np.array(names(), dtype=object)
+    fn_cats = np.array(categories(), dtype=object)
+    main = rec["tid"] == rr.main_tid
+    lanes = np.where(main, "main", np.char.add("thread:", rec["tid"].astype(str)).astype(object))
+
+    frame = pd.DataFrame({
+        "rank": np.full(len(rec), rr.rank, dtype=np.int32),
+        "lane": lanes,
+        "name": fn_names[fn],
+        "category": fn_cats[fn],
+        "start_ns": t0,
+        "dur_ns": t1 - t0,
+        "bytes": _nullable(rec["bytes"], rec["bytes"] < 0, "Int64"),
+        "peer": _nullable(rec["peer"], (rec["peer"] == NA32) | (rec["peer"] < 0), "Int32"),
+        "tag": _nullable(rec["tag"], (rec["tag"] == NA32) | (rec["tag"] < 0), "Int32"),
+        "comm": _nullable(rec["comm"], rec["comm"] == NA64, "Int64"),
+        "request": _nullable(rec["request"], rec["request"] == NA64, "Int64"),
+        "source": "pmpi",
+    })
+    gaps = _outside_mpi(t0[main], t1[main], rr.rank)
+    frame = pd.concat([frame, gaps], ignore_index=True) if len(gaps) else frame
+    if align and len(frame):
+        frame["start_ns"] = frame["start_ns"].to_numpy() + rr.offset_at(frame["start_ns"].to_numpy())
+    frame = frame.sort_values("start_ns", kind="stable").reset_index(drop=True)
+    return make_timeline(frame)
+
+
+def _nullable(values: np.ndarray, missing: np.ndarray, dtype: str) -> pd.arrays.IntegerArray:
+    return pd.arrays.IntegerArray(np.where(missing, 0, values).astype(dtype.lower()), np.asarray(missing, bool))
+
+
+def _outside_mpi(t0: np.ndarray, t1: np.ndarray, rank: int) -> pd.DataFrame:
+    """Intervals between consecutive calls (ns), from the end of MPI_Init to the start of the last call."""
+    if len(t0) < 2:
+        return pd.DataFrame()
+    order = np.argsort(t0, kind="stable")
+    t0, t1 = t0[order], t1[order]
+    busy_until = np.maximum.accumulate(t1)[:-1]
+    start, stop = busy_until, t0[1:]
+    keep = stop > start
+    n = int(keep.sum())
+    return pd.DataFrame({
+        "rank": np.full(n, rank, dtype=np.int32), "lane": "main", "name": OUTSIDE_MPI, "category": "compute",
+        "start_ns": start[keep], "dur_ns": (stop - start)[keep], "source": "pmpi",
+    })

@@ -1,0 +1,48 @@
+/* ddltrace PMPI runtime: crash-safe per-rank record file (see runtime.c and records.py for the layout). */
+#ifndef DDLT_RUNTIME_H
+#define DDLT_RUNTIME_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+#define DDLT_NA32 INT32_MIN
+#define DDLT_NA64 INT64_MIN
+
+/* Record flags */
+#define DDLT_F_ERROR 1u     /* the call returned an error code */
+#define DDLT_F_COMPLETED 2u /* a Test* / Iprobe / Improbe found something */
+
+/* One intercepted call: 64 bytes, written into the memory-mapped record file. */
+typedef struct ddlt_rec {
+    volatile uint16_t fn;    /* 1-based index in the wrapper table; 0 = empty slot */
+    uint16_t flags;
+    int32_t tid;             /* Linux thread id of the caller */
+    int32_t peer;            /* peer rank in comm (or root of a collective); DDLT_NA32 if none */
+    int32_t tag;             /* tag of a point-to-point call; DDLT_NA32 if none */
+    int64_t t0;              /* enter, ns (CLOCK_REALTIME of this rank) */
+    volatile int64_t t1;     /* exit, ns; 0 while the call is in progress */
+    int64_t bytes;           /* payload bytes; -1 if unknown */
+    int64_t comm;            /* communicator handle; DDLT_NA64 if none */
+    int64_t request;         /* request handle (made by I-calls, completed by Wait/Test); DDLT_NA64 if none */
+    int64_t aux;             /* number of requests of Waitall/Waitsome/Testall/...; DDLT_NA64 if none */
+} ddlt_rec;
+
+extern int ddlt_on;
+
+int64_t ddlt_now(void);
+ddlt_rec *ddlt_begin(uint16_t fn);
+void ddlt_end(ddlt_rec *r, int ret, int64_t t1);
+int64_t ddlt_type_bytes(int64_t count, MPI_Datatype type);
+int64_t ddlt_sum_bytes_i(const int counts[], MPI_Datatype type, MPI_Comm comm);
+int64_t ddlt_sum_bytes_c(const MPI_Count counts[], MPI_Datatype type, MPI_Comm comm);
+int64_t ddlt_status_bytes(const MPI_Status *status, MPI_Datatype type);
+int64_t ddlt_first_request(int n, const MPI_Request reqs[]);
+int ddlt_comm_size(MPI_Comm comm);
+int ddlt_comm_rank(MPI_Comm comm);
+void ddlt_after_init(int64_t t0, int64_t t1, uint16_t fn, int ret);
+void ddlt_before_finalize(void);
+void ddlt_after_finalize(ddlt_rec *r, int ret);
+
+#define DDLT_H(x) ((int64_t)(intptr_t)(x))
+
+#endif

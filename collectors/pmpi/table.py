@@ -1,0 +1,224 @@
+"""The table of intercepted MPI calls, from which the C wrappers are generated (as mpiP and IPM do).
+
+Each :class:`Wrapper` gives a function's parameters (MPI-4 C binding), its timeline category, and C
+expressions, evaluated after the call, for the record's columns. In ``params``:
+
+- ``COUNT`` is ``int`` (``MPI_Count`` in the large-count ``_c`` twin),
+- ``COUNTS`` an array of counts (``const int x[]`` / ``const MPI_Count x[]``),
+- ``DISPLS`` an array of displacements (``const int x[]`` / ``const MPI_Aint x[]``),
+- in expressions ``SUM(counts, type, comm)`` is the bytes of the summed counts, for either binding.
+
+The record's function id is the 1-based position in :data:`WRAPPERS` followed by :data:`PSEUDO`, the
+same for every MPI library, so a record file is read without the build that made it (see
+:func:`table_hash`). Categories (see ``ddltrace.timeline.CATEGORIES``): ``barrier`` for MPI_Barrier and
+MPI_Ibarrier; ``wait`` for Wait*/Test*, blocking receives and probes (time blocked on a peer's data);
+``comm`` for calls that move payload (sends, matched receives, collectives); ``other`` for Init/Finalize.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Wrapper:
+    """One intercepted MPI function.
+
+    ``bytes``, ``peer``, ``tag``, ``comm``, ``request``, ``aux``: C expressions (after the call) for the record.
+    ``pre``: C statements run before the call. ``status``: name of an ``MPI_Status *`` parameter to capture
+    (a local status replaces MPI_STATUS_IGNORE so that source, tag and size are known). ``flag``: name of the
+    ``int *`` set by Test*/Iprobe; a true flag marks the record completed. ``large``: has a ``_c`` twin.
+    """
+
+    name: str
+    params: str
+    category: str
+    large: bool = False
+    bytes: str | None = None
+    peer: str | None = None
+    tag: str | None = None
+    comm: str | None = "comm"
+    request: str | None = None
+    aux: str | None = None
+    pre: str = ""
+    status: str | None = None
+    flag: str | None = None
+    kind: str = field(default="plain")  # plain | init | finalize
+
+
+_P2P_SEND = "const void *buf, COUNT count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm"
+_P2P_ISEND = _P2P_SEND + ", MPI_Request *request"
+_REQ_POST = "DDLT_H(*request)"
+_COPY_REQS = ("MPI_Request ddlt_cp[64]; int ddlt_n = {n} < 64 ? {n} : 64; "
+              "for (int i = 0; i < ddlt_n; i++) ddlt_cp[i] = array_of_requests[i];")
+
+
+def _sends(name: str, blocking: bool) -> Wrapper:
+    return Wrapper(name, _P2P_SEND if blocking else _P2P_ISEND, "comm", large=True,
+                   bytes="ddlt_type_bytes(count, datatype)", peer="dest", tag="tag",
+                   request=None if blocking else _REQ_POST)
+
+
+WRAPPERS: tuple[Wrapper, ...] = (
+    Wrapper("MPI_Init", "int *argc, char ***argv", "other", comm=None, kind="init"),
+    Wrapper("MPI_Init_thread", "int *argc, char ***argv, int required, int *provided", "other", comm=None,
+            kind="init"),
+    Wrapper("MPI_Finalize", "void", "other", comm=None, kind="finalize"),
+    # point to point
+    _sends("MPI_Send", True), _sends("MPI_Ssend", True), _sends("MPI_Bsend", True), _sends("MPI_Rsend", True),
+    _sends("MPI_Isend", False), _sends("MPI_Issend", False), _sends("MPI_Ibsend", False),
+    _sends("MPI_Irsend", False),
+    Wrapper("MPI_Recv", "void *buf, COUNT count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, "
+            "MPI_Status *status", "wait", large=True, status="status",
+            bytes="ret == MPI_SUCCESS ? ddlt_status_bytes(status, datatype) : -1",
+            peer="ret == MPI_SUCCESS ? status->MPI_SOURCE : source",
+            tag="ret == MPI_SUCCESS ? status->MPI_TAG : tag"),
+    Wrapper("MPI_Irecv", "void *buf, COUNT count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, "
+            "MPI_Request *request", "comm", large=True, bytes="ddlt_type_bytes(count, datatype)",
+            peer="source", tag="tag", request=_REQ_POST),
+    Wrapper("MPI_Sendrecv", "const void *sendbuf, COUNT sendcount, MPI_Datatype sendtype, int dest, int sendtag, "
+            "void *recvbuf, COUNT recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm, "
+            "MPI_Status *status", "comm", large=True, status="status",
+            bytes="ddlt_type_bytes(sendcount, sendtype) + (ret == MPI_SUCCESS ? "
+                  "ddlt_status_bytes(status, recvtype) : 0)",
+            peer="dest", tag="sendtag"),
+    Wrapper("MPI_Sendrecv_replace", "void *buf, COUNT count, MPI_Datatype datatype, int dest, int sendtag, "
+            "int source, int recvtag, MPI_Comm comm, MPI_Status *status", "comm", large=True,
+            bytes="2 * ddlt_type_bytes(count, datatype)", peer="dest", tag="sendtag"),
+    # probes and matched receives
+    Wrapper("MPI_Probe", "int source, int tag, MPI_Comm comm, MPI_Status *status", "wait", status="status",
+            bytes="ret == MPI_SUCCESS ? ddlt_status_bytes(status, MPI_BYTE) : -1",
+            peer="ret == MPI_SUCCESS ? status->MPI_SOURCE : source", tag="ret == MPI_SUCCESS ? status->MPI_TAG : tag"),
+    Wrapper("MPI_Iprobe", "int source, int tag, MPI_Comm comm, int *flag, MPI_Status *status", "wait",
+            status="status", flag="flag",
+            bytes="ret == MPI_SUCCESS && *flag ? ddlt_status_bytes(status, MPI_BYTE) : -1",
+            peer="ret == MPI_SUCCESS && *flag ? status->MPI_SOURCE : source",
+            tag="ret == MPI_SUCCESS && *flag ? status->MPI_TAG : tag"),
+    Wrapper("MPI_Mprobe", "int source, int tag, MPI_Comm comm, MPI_Message *message, MPI_Status *status", "wait",
+            status="status", bytes="ret == MPI_SUCCESS ? ddlt_status_bytes(status, MPI_BYTE) : -1",
+            peer="ret == MPI_SUCCESS ? status->MPI_SOURCE : source",
+            tag="ret == MPI_SUCCESS ? status->MPI_TAG : tag", request="DDLT_H(*message)"),
+    Wrapper("MPI_Improbe", "int source, int tag, MPI_Comm comm, int *flag, MPI_Message *message, "
+            "MPI_Status *status", "wait", status="status", flag="flag",
+            bytes="ret == MPI_SUCCESS && *flag ? ddlt_status_bytes(status, MPI_BYTE) : -1",
+            peer="ret == MPI_SUCCESS && *flag ? status->MPI_SOURCE : source",
+            tag="ret == MPI_SUCCESS && *flag ? status->MPI_TAG : tag",
+            request="ret == MPI_SUCCESS && *flag ? DDLT_H(*message) : DDLT_NA64"),
+    Wrapper("MPI_Mrecv", "void *buf, COUNT count, MPI_Datatype datatype, MPI_Message *message, MPI_Status *status",
+            "comm", large=True, status="status", comm=None, pre="int64_t ddlt_msg = DDLT_H(*message);",
+            bytes="ret == MPI_SUCCESS ? ddlt_status_bytes(status, datatype) : -1",
+            peer="ret == MPI_SUCCESS ? status->MPI_SOURCE : DDLT_NA32",
+            tag="ret == MPI_SUCCESS ? status->MPI_TAG : DDLT_NA32", request="ddlt_msg"),
+    Wrapper("MPI_Imrecv", "void *buf, COUNT count, MPI_Datatype datatype, MPI_Message *message, "
+            "MPI_Request *request", "comm", large=True, comm=None, bytes="ddlt_type_bytes(count, datatype)",
+            request=_REQ_POST),
+    # completion
+    Wrapper("MPI_Wait", "MPI_Request *request, MPI_Status *status", "wait", comm=None,
+            pre="int64_t ddlt_rq = DDLT_H(*request);", request="ddlt_rq"),
+    Wrapper("MPI_Waitall", "int count, MPI_Request array_of_requests[], MPI_Status array_of_statuses[]", "wait",
+            comm=None, pre="int64_t ddlt_rq = ddlt_first_request(count, array_of_requests);", request="ddlt_rq",
+            aux="count"),
+    Wrapper("MPI_Waitany", "int count, MPI_Request array_of_requests[], int *indx, MPI_Status *status", "wait",
+            comm=None, pre=_COPY_REQS.format(n="count"),
+            request="ret == MPI_SUCCESS && *indx >= 0 && *indx < ddlt_n ? DDLT_H(ddlt_cp[*indx]) : DDLT_NA64",
+            aux="count"),
+    Wrapper("MPI_Waitsome", "int incount, MPI_Request array_of_requests[], int *outcount, int array_of_indices[], "
+            "MPI_Status array_of_statuses[]", "wait", comm=None, pre=_COPY_REQS.format(n="incount"),
+            request="ret == MPI_SUCCESS && *outcount > 0 && array_of_indices[0] < ddlt_n ? "
+                    "DDLT_H(ddlt_cp[array_of_indices[0]]) : DDLT_NA64", aux="incount"),
+    Wrapper("MPI_Test", "MPI_Request *request, int *flag, MPI_Status *status", "wait", comm=None, flag="flag",
+            pre="int64_t ddlt_rq = DDLT_H(*request);", request="ddlt_rq"),
+    Wrapper("MPI_Testall", "int count, MPI_Request array_of_requests[], int *flag, MPI_Status array_of_statuses[]",
+            "wait", comm=None, flag="flag", pre="int64_t ddlt_rq = ddlt_first_request(count, array_of_requests);",
+            request="ddlt_rq", aux="count"),
+    Wrapper("MPI_Testany", "int count, MPI_Request array_of_requests[], int *indx, int *flag, MPI_Status *status",
+            "wait", comm=None, flag="flag", pre=_COPY_REQS.format(n="count"),
+            request="ret == MPI_SUCCESS && *flag && *indx >= 0 && *indx < ddlt_n ? DDLT_H(ddlt_cp[*indx]) "
+                    ": DDLT_NA64", aux="count"),
+    Wrapper("MPI_Testsome", "int incount, MPI_Request array_of_requests[], int *outcount, int array_of_indices[], "
+            "MPI_Status array_of_statuses[]", "wait", comm=None, pre=_COPY_REQS.format(n="incount"),
+            request="ret == MPI_SUCCESS && *outcount > 0 && array_of_indices[0] < ddlt_n ? "
+                    "DDLT_H(ddlt_cp[array_of_indices[0]]) : DDLT_NA64", aux="incount"),
+    # collectives
+    Wrapper("MPI_Barrier", "MPI_Comm comm", "barrier"),
+    Wrapper("MPI_Ibarrier", "MPI_Comm comm, MPI_Request *request", "barrier", request=_REQ_POST),
+)
+
+_BCAST = "void *buffer, COUNT count, MPI_Datatype datatype, int root, MPI_Comm comm"
+_REDUCE = "const void *sendbuf, void *recvbuf, COUNT count, MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm"
+_ALLREDUCE = "const void *sendbuf, void *recvbuf, COUNT count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm"
+_GATHER = ("const void *sendbuf, COUNT sendcount, MPI_Datatype sendtype, void *recvbuf, COUNT recvcount, "
+           "MPI_Datatype recvtype, int root, MPI_Comm comm")
+_ALLGATHER = ("const void *sendbuf, COUNT sendcount, MPI_Datatype sendtype, void *recvbuf, COUNT recvcount, "
+              "MPI_Datatype recvtype, MPI_Comm comm")
+_ALLGATHERV = ("const void *sendbuf, COUNT sendcount, MPI_Datatype sendtype, void *recvbuf, COUNTS recvcounts, "
+               "DISPLS displs, MPI_Datatype recvtype, MPI_Comm comm")
+_GATHERV = ("const void *sendbuf, COUNT sendcount, MPI_Datatype sendtype, void *recvbuf, COUNTS recvcounts, "
+            "DISPLS displs, MPI_Datatype recvtype, int root, MPI_Comm comm")
+_SCATTERV = ("const void *sendbuf, COUNTS sendcounts, DISPLS displs, MPI_Datatype sendtype, void *recvbuf, "
+             "COUNT recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm")
+_ALLTOALLV = ("const void *sendbuf, COUNTS sendcounts, DISPLS sdispls, MPI_Datatype sendtype, void *recvbuf, "
+              "COUNTS recvcounts, DISPLS rdispls, MPI_Datatype recvtype, MPI_Comm comm")
+_REDUCE_SCATTER = ("const void *sendbuf, void *recvbuf, COUNTS recvcounts, MPI_Datatype datatype, MPI_Op op, "
+                   "MPI_Comm comm")
+_REDUCE_SCATTER_BLOCK = ("const void *sendbuf, void *recvbuf, COUNT recvcount, MPI_Datatype datatype, MPI_Op op, "
+                         "MPI_Comm comm")
+
+_SEND_PIECE = "sendbuf == MPI_IN_PLACE ? ddlt_type_bytes(recvcount, recvtype) : ddlt_type_bytes(sendcount, sendtype)"
+_COLLECTIVES = (
+    # name, params, bytes (this rank's contribution), peer (root)
+    ("Bcast", _BCAST, "ddlt_type_bytes(count, datatype)", "root"),
+    ("Reduce", _REDUCE, "ddlt_type_bytes(count, datatype)", "root"),
+    ("Allreduce", _ALLREDUCE, "ddlt_type_bytes(count, datatype)", None),
+    ("Scan", _ALLREDUCE, "ddlt_type_bytes(count, datatype)", None),
+    ("Exscan", _ALLREDUCE, "ddlt_type_bytes(count, datatype)", None),
+    ("Gather", _GATHER, _SEND_PIECE, "root"),
+    ("Gatherv", _GATHERV, "sendbuf == MPI_IN_PLACE ? -1 : ddlt_type_bytes(sendcount, sendtype)", "root"),
+    ("Scatter", _GATHER, "recvbuf == MPI_IN_PLACE ? -1 : ddlt_type_bytes(recvcount, recvtype)", "root"),
+    ("Scatterv", _SCATTERV, "recvbuf == MPI_IN_PLACE ? -1 : ddlt_type_bytes(recvcount, recvtype)", "root"),
+    ("Allgather", _ALLGATHER, _SEND_PIECE, None),
+    ("Allgatherv", _ALLGATHERV, "sendbuf == MPI_IN_PLACE ? -1 : ddlt_type_bytes(sendcount, sendtype)", None),
+    ("Alltoall", _ALLGATHER, "sendbuf == MPI_IN_PLACE ? -1 : "
+     "ddlt_type_bytes((int64_t)sendcount * ddlt_comm_size(comm), sendtype)", None),
+    ("Alltoallv", _ALLTOALLV, "sendbuf == MPI_IN_PLACE ? -1 : SUM(sendcounts, sendtype, comm)", None),
+    ("Reduce_scatter", _REDUCE_SCATTER, "SUM(recvcounts, datatype, comm)", None),
+    ("Reduce_scatter_block", _REDUCE_SCATTER_BLOCK,
+     "ddlt_type_bytes((int64_t)recvcount * ddlt_comm_size(comm), datatype)", None),
+)
+
+WRAPPERS += tuple(
+    Wrapper(f"MPI_{short}", params, "comm", large=True, bytes=nbytes, peer=peer)
+    for short, params, nbytes, peer in _COLLECTIVES
+) + tuple(
+    Wrapper(f"MPI_I{short.lower()}", params + ", MPI_Request *request", "comm", large=True, bytes=nbytes, peer=peer,
+            request=_REQ_POST)
+    for short, params, nbytes, peer in _COLLECTIVES
+)
+
+#: Record kinds that the runtime writes itself (not MPI calls): name and category.
+PSEUDO: tuple[tuple[str, str], ...] = (("ddltrace_clock_sync", "other"),)
+
+
+def names() -> list[str]:
+    """Function names by record id - 1: every wrapper and its ``_c`` twin, then the pseudo records."""
+    out: list[str] = []
+    for w in WRAPPERS:
+        out.append(w.name)
+        out.append(w.name + "_c" if w.large else "")
+    out.extend(name for name, _ in PSEUDO)
+    return out
+
+
+def categories() -> list[str]:
+    """Category by record id - 1 (same order as :func:`names`)."""
+    out: list[str] = []
+    for w in WRAPPERS:
+        out += [w.category, w.category]
+    out.extend(cat for _, cat in PSEUDO)
+    return out
+
+
+def table_hash() -> int:
+    """CRC32 of the names in id order: the record file carries it, the reader checks it."""
+    return zlib.crc32("\n".join(names()).encode())

@@ -1,0 +1,56 @@
+"""``ddltrace run [--np N | --launcher "mpiexec ..."] [--out STORE] [--sample-hz HZ] [--pyspy] -- CMD ...``"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+from pathlib import Path
+
+from ddltrace.errors import DdltraceError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "run", help="run a job under the collectors and write a trace store",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run a job under ddltrace's job collectors and write one trace store.\n\n"
+                    "MPI jobs (--np or --launcher): every rank runs with the PMPI wrapper preloaded (built with\n"
+                    "mpicc on first use), which records each MPI call crash-safely; clocks are aligned to rank 0.\n"
+                    "Any job: the machine and the job's processes are sampled (CPU, memory, disk, network,\n"
+                    "context switches; GPUs through NVML where a driver is present), and with --pyspy each\n"
+                    "Python process's stacks. Ctrl-C stops the job and still writes the store.",
+        epilog="examples:\n"
+               "  ddltrace run --np 4 -- python train.py\n"
+               "  ddltrace run --launcher 'mpiexec -f hosts -n 64' --out run64 -- python train.py\n"
+               "  ddltrace run --launcher 'srun -n 64' -- python train.py\n"
+               "  ddltrace run --pyspy -- python train_single.py")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--np", type=int, metavar="N", help="start N ranks with this Python's mpiexec")
+    how.add_argument("--launcher", metavar="CMD",
+                     help="your launcher command that CMD is appended to (mpiexec, mpirun, srun ...), quoted")
+    p.add_argument("--out", metavar="STORE", help="trace store folder to create (default: ddltrace-run-<time>)")
+    p.add_argument("--sample-hz", type=float, default=10.0, metavar="HZ",
+                   help="system and GPU samples per second (default 10)")
+    p.add_argument("--pyspy", action="store_true", help="sample each Python process's stacks with py-spy")
+    p.add_argument("--pyspy-rate", type=int, default=100, metavar="HZ", help="py-spy samples per second (100)")
+    p.add_argument("--no-progress", action="store_true", help="no live progress line on stderr")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the job, after --")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ddltrace.collectors.launcher import RunConfig, run_job
+
+    argv = list(args.command)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise DdltraceError("command: nothing to run (give it after --, e.g. ddltrace run --np 4 -- python job.py)")
+    out = Path(args.out) if args.out else Path(f"ddltrace-run-{_dt.datetime.now():%Y%m%d-%H%M%S}")
+    result = run_job(RunConfig(argv=argv, out=out, np=args.np, launcher=args.launcher, sample_hz=args.sample_hz,
+                               pyspy=args.pyspy, pyspy_rate_hz=args.pyspy_rate, progress=not args.no_progress))
+    for note in result.notes:
+        print(f"ddltrace: note: {note}")
+    if result.interrupted:
+        return 130
+    return 0 if result.exit_code == 0 else 1
