@@ -1,0 +1,128 @@
+"""Where each rank's time goes: time per category and phase, as IPM shows it (paper 002, figure 5).
+
+Every nanosecond of a rank, from its first event to its last, gets exactly one category:
+
+* within one lane (thread or stream) the innermost call wins: an MPI call inside an annotated compute span counts
+  as communication, so the categories are ranked barrier > wait > comm > memcpy > io > other > compute;
+* across lanes, compute wins: communication that runs while another lane computes is hidden, and only the rest
+  is *exposed* (this is what Rudra's communication overlap needs);
+* time no row covers is **compute** on a rank whose rows are all MPI calls (a PMPI trace: computation is what
+  happens between calls, as IPM counts it) and **idle** on a rank that records its computation explicitly.
+
+Tables are pandas DataFrames, one row per rank; times in ns, shares as fractions of the phase.
+The average rank stands beside the slowest (RALP, paper 003 figure 2): the slowest is the rank with the most
+busy time (compute + io + memcpy) in the phase, the one the others wait for.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from ddltrace.analyses.phases import PHASES, RankPhases
+
+from ddltrace.timeline import CATEGORIES
+
+#: Within a lane, a higher category wins (innermost call first).
+LANE_PRIORITY = ("idle", "compute", "other", "io", "memcpy", "comm", "wait", "barrier")  # lowest to highest
+CODE = {c: i for i, c in enumerate(CATEGORIES)}
+BUSY = ("compute", "io", "memcpy")
+EXPOSED_COMM = ("comm", "wait")
+
+
+def classify(timeline: pd.DataFrame, cuts) -> tuple[np.ndarray, np.ndarray]:
+    """Split the span of ``cuts`` (sorted ns boundaries; the first and last bound the rank) into segments.
+
+    Returns ``edges`` (ns, increasing) and ``codes`` (index into CATEGORIES of each segment between two edges).
+    """
+    cuts = np.asarray(cuts, dtype=np.int64)
+    lo, hi = int(cuts[0]), int(cuts[-1])
+    starts = np.clip(timeline["start_ns"].to_numpy(np.int64), lo, hi)
+    ends = np.clip(starts + timeline["dur_ns"].to_numpy(np.int64), lo, hi)
+    edges = np.unique(np.concatenate([cuts, starts, ends]))
+    nseg = max(len(edges) - 1, 0)
+    si, ei = np.searchsorted(edges, starts), np.searchsorted(edges, ends)
+    categories = timeline["category"].astype("object").to_numpy()
+    lanes = timeline["lane"].astype("object").to_numpy()
+    combined = np.full(nseg, -1, dtype=np.int16)
+    any_compute = np.zeros(nseg, dtype=bool)
+    for lane in pd.unique(lanes):
+        in_lane = lanes == lane
+        lane_code = np.full(nseg, -1, dtype=np.int16)
+        for category in LANE_PRIORITY:
+            rows = in_lane & (categories == category)
+            if not rows.any():
+                continue
+            diff = np.zeros(nseg + 1, dtype=np.int64)
+            np.add.at(diff, si[rows], 1)
+            np.add.at(diff, ei[rows], -1)
+            lane_code[np.cumsum(diff)[:-1] > 0] = CODE[category]
+        any_compute |= lane_code == CODE["compute"]
+        higher = _rank_of(lane_code) > _rank_of(combined)
+        combined[higher] = lane_code[higher]
+    combined[any_compute] = CODE["compute"]
+    gap = "idle" if (categories == "compute").any() else "compute"
+    combined[combined < 0] = CODE[gap]
+    return edges, combined
+
+
+_ORDER = np.full(len(CATEGORIES) + 1, -1, dtype=np.int16)
+for _i, _c in enumerate(LANE_PRIORITY):
+    _ORDER[CODE[_c]] = _i
+
+
+def _rank_of(codes: np.ndarray) -> np.ndarray:
+    return np.where(codes < 0, -1, _ORDER[np.maximum(codes, 0)])
+
+
+def rank_breakdown(timeline: pd.DataFrame, phases: RankPhases) -> pd.DataFrame:
+    """Time per phase and category of one rank: columns rank, phase, category, time_ns (long form)."""
+    bounds = [phases.start_ns, phases.init_end_ns, phases.steady_end_ns, phases.end_ns]
+    edges, codes = classify(timeline, bounds)
+    lengths = np.diff(edges)
+    phase_idx = np.clip(np.searchsorted(bounds[1:3], edges[:-1], side="right"), 0, 2)
+    rows = []
+    for p, phase in enumerate(PHASES):
+        sums = np.bincount(codes[phase_idx == p], weights=lengths[phase_idx == p], minlength=len(CATEGORIES))
+        rows.extend({"rank": phases.rank, "phase": phase, "category": c, "time_ns": int(sums[i])}
+                    for i, c in enumerate(CATEGORIES))
+    return pd.DataFrame(rows)
+
+
+def breakdown_table(breakdown: pd.DataFrame, phase: str = "all") -> pd.DataFrame:
+    """One row per rank: time per category (ns), ``total_ns`` and ``share_<category>`` of the phase.
+
+    ``phase`` is init, steady, final or all.
+    """
+    part = breakdown if phase == "all" else breakdown[breakdown["phase"] == phase]
+    wide = part.pivot_table(index="rank", columns="category", values="time_ns", aggfunc="sum", observed=False)
+    wide = wide.reindex(columns=list(CATEGORIES), fill_value=0).fillna(0).astype("int64")
+    wide.columns.name = None
+    wide["total_ns"] = wide[list(CATEGORIES)].sum(axis=1)
+    total = wide["total_ns"].replace(0, np.nan)
+    for c in CATEGORIES:
+        wide[f"share_{c}"] = (wide[c] / total).fillna(0.0)
+    wide["overlap"] = communication_overlap(wide)
+    return wide
+
+
+def communication_overlap(table: pd.DataFrame) -> pd.Series:
+    """Rudra's communication overlap (paper 004, table 1): compute / (compute + exposed communication).
+
+    Exposed communication is comm + wait time not hidden behind compute on another lane. 1.0 means every
+    transfer hides behind computation; NaN for a rank with neither.
+    """
+    exposed = table[list(EXPOSED_COMM)].sum(axis=1)
+    denominator = (table["compute"] + exposed).replace(0, np.nan)
+    return table["compute"] / denominator
+
+
+def average_and_slowest(table: pd.DataFrame, ranks=None) -> pd.DataFrame:
+    """Two rows, 'average' and 'slowest (rank N)', from a :func:`breakdown_table` (RALP's figure 2)."""
+    part = table if ranks is None else table.loc[[r for r in ranks if r in table.index]]
+    if not len(part):
+        return part.iloc[0:0]
+    busy = part[list(BUSY)].sum(axis=1)
+    slowest = busy.idxmax()
+    average = part.mean(numeric_only=True).to_frame("average").T
+    slow = part.loc[[slowest]].rename(index={slowest: f"slowest (rank {slowest})"})
+    return pd.concat([average, slow])

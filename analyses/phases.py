@@ -1,0 +1,224 @@
+"""Phases and steps of one rank: initialisation, steady state, finalisation.
+
+Paper 002 (section 5.2) splits a CNTK run into an *initialisation* (reading this rank's share of the data,
+setting up, up to processing the first batch) and a *computation phase* of repeated compute-communicate
+cycles, and ends with a short finalisation. ddltrace finds the same three phases on each rank by itself:
+
+1. **Step markers.** When the source marks steps (the ``step`` column, e.g. PyTorch's ``ProfilerStep#N``), the
+   steady state runs from the start of the first marked step to the end of the last; each step value is one step.
+2. **The repeating pattern.** Otherwise the rank's communication calls (rows in the categories comm, wait and
+   barrier, MPI_Init/Finalize excluded) are read as a sequence of names. The period ``p`` is the smallest shift
+   under which the sequence matches itself for nearly as many positions as the best shift; the steady state is
+   the stretch where at least 75 % of the calls match the call ``p`` places later (windows of three cycles),
+   trimmed to calls that match. It starts where the call before that stretch ends, so the computation of the
+   first batch counts as steady state, and ends where its last call ends. Each cycle of ``p`` calls, cut just
+   before the call that follows the longest gap (the compute), is one step: a step is compute then communicate.
+3. **Collectives around point-to-point traffic.** With no regular pattern (a server answering workers in the order
+   they come), initialisation ends where the last collective (MPI_Barrier, ...) that starts before the first 10 %
+   of the rank's point-to-point calls ends, and finalisation starts at the first collective after the last 10 %.
+4. **MPI_Init / MPI_Finalize only.** Otherwise initialisation ends where MPI_Init returns (or at the rank's first
+   event) and finalisation starts where MPI_Finalize is entered (or at its last event).
+
+Times are nanoseconds on the run's common clock. ``init_work_end_ns`` is where the rank's own initialisation
+work ended: the start of the trailing run of barrier/wait calls (no more than 100 us apart) that close its
+initialisation (in a sequential initialisation this is a staircase over ranks, paper 002 figure 7).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from ddltrace.analyses.wait_states import COLLECTIVES, P2P, base_name
+
+INIT_NAMES = frozenset({"MPI_Init", "MPI_Init_thread"})
+FINALIZE_NAMES = frozenset({"MPI_Finalize"})
+PATTERN_CATEGORIES = ("comm", "wait", "barrier")
+SYNC_CATEGORIES = ("wait", "barrier")
+PHASES = ("init", "steady", "final")
+
+MAX_PERIOD = 32
+MIN_CYCLES = 3
+MATCH_FRACTION = 0.75
+PERIOD_TOLERANCE = 0.95
+#: A gap longer than this between two barrier/wait calls is work (reading, computing), not synchronisation.
+SYNC_GAP_NS = 100_000
+
+
+@dataclass
+class RankPhases:
+    """Phase boundaries of one rank (ns, common clock) and its steps.
+
+    ``method`` says how they were found: "markers", "pattern", "collectives" or "mpi" (MPI_Init/Finalize or the
+    first/last event).
+    ``steps`` has columns step, start_ns, end_ns, dur_ns (one row per step; empty when none was found).
+    """
+
+    rank: int
+    start_ns: int
+    init_end_ns: int
+    steady_end_ns: int
+    end_ns: int
+    init_work_end_ns: int
+    method: str
+    period: int = 0
+    steps: pd.DataFrame = field(default_factory=lambda: _steps_frame([], [], []))
+
+    @property
+    def init_ns(self) -> int:
+        """Duration of initialisation (ns)."""
+        return self.init_end_ns - self.start_ns
+
+    @property
+    def steady_ns(self) -> int:
+        """Duration of the steady state (ns)."""
+        return self.steady_end_ns - self.init_end_ns
+
+    @property
+    def final_ns(self) -> int:
+        """Duration of finalisation (ns)."""
+        return self.end_ns - self.steady_end_ns
+
+    def bounds(self) -> list[tuple[str, int, int]]:
+        """[(phase, start_ns, end_ns)] for init, steady, final."""
+        return [("init", self.start_ns, self.init_end_ns), ("steady", self.init_end_ns, self.steady_end_ns),
+                ("final", self.steady_end_ns, self.end_ns)]
+
+    def phase_of(self, t_ns) -> np.ndarray:
+        """The phase name of each time in ``t_ns`` (array-like of ns)."""
+        idx = np.searchsorted([self.init_end_ns, self.steady_end_ns], np.asarray(t_ns, dtype=np.int64),
+                              side="right")
+        return np.asarray(PHASES, dtype=object)[idx]
+
+    def to_record(self) -> dict:
+        return {"rank": self.rank, "start_ns": self.start_ns, "init_end_ns": self.init_end_ns,
+                "steady_end_ns": self.steady_end_ns, "end_ns": self.end_ns,
+                "init_work_end_ns": self.init_work_end_ns, "init_ns": self.init_ns, "steady_ns": self.steady_ns,
+                "final_ns": self.final_ns, "steps": int(len(self.steps)),
+                "step_median_ns": float(self.steps["dur_ns"].median()) if len(self.steps) else float("nan"),
+                "method": self.method, "period": self.period}
+
+
+def _steps_frame(step, start, end) -> pd.DataFrame:
+    start = np.asarray(start, dtype=np.int64)
+    end = np.asarray(end, dtype=np.int64)
+    return pd.DataFrame({"step": np.asarray(step, dtype=np.int64), "start_ns": start, "end_ns": end,
+                         "dur_ns": end - start})
+
+
+def segment_rank(timeline: pd.DataFrame) -> RankPhases | None:
+    """Phases and steps of one rank's timeline (rows of one rank); None when the rank has no events."""
+    if not len(timeline):
+        return None
+    rank = int(timeline["rank"].iloc[0])
+    frame = timeline.sort_values("start_ns", kind="stable")
+    starts = frame["start_ns"].to_numpy(np.int64)
+    ends = starts + frame["dur_ns"].to_numpy(np.int64)
+    names = frame["name"].to_numpy(dtype=object)
+    categories = frame["category"].astype("object").to_numpy()
+    start, end = int(starts.min()), int(ends.max())
+
+    is_init = np.isin(names, list(INIT_NAMES))
+    is_final = np.isin(names, list(FINALIZE_NAMES))
+    after_init = int(ends[is_init].max()) if is_init.any() else start
+    before_final = int(starts[is_final].min()) if is_final.any() else end
+
+    steps = frame["step"]
+    if steps.notna().any():
+        marked = frame[steps.notna()]
+        m_end = marked["start_ns"] + marked["dur_ns"]
+        grouped = pd.DataFrame({"step": marked["step"].astype("int64"), "start": marked["start_ns"],
+                                "end": m_end}).groupby("step", sort=True).agg(start=("start", "min"),
+                                                                               end=("end", "max"))
+        init_end = max(int(grouped["start"].min()), start)
+        steady_end = min(int(grouped["end"].max()), end)
+        step_frame = _steps_frame(grouped.index, grouped["start"], grouped["end"])
+        return _finish(rank, start, init_end, steady_end, end, starts, ends, categories, "markers", 0, step_frame)
+
+    pattern = np.isin(categories, PATTERN_CATEGORIES) & ~is_init & ~is_final
+    found = _periodic_region(names[pattern], starts[pattern], ends[pattern])
+    if found is not None:
+        a, b, p, offset = found
+        t_end = ends[pattern]
+        init_end = int(t_end[a - 1]) if a > 0 else after_init
+        init_end = max(init_end, after_init)
+        steady_end = int(t_end[b])
+        first = a + offset
+        cut = np.arange(first + p - 1, b + 1, p)  # index of each cycle's last call
+        if len(cut) >= MIN_CYCLES:
+            step_ends = t_end[cut]
+            step_starts = np.concatenate([[t_end[first - 1] if first > 0 else init_end], step_ends[:-1]])
+            step_starts = np.maximum(step_starts, init_end)
+            step_frame = _steps_frame(np.arange(len(cut)), step_starts, step_ends)
+            return _finish(rank, start, init_end, steady_end, end, starts, ends, categories, "pattern", p,
+                           step_frame)
+    base = np.fromiter((base_name(n) for n in names), dtype=object, count=len(names))
+    p2p = np.isin(base, list(P2P)) & ~is_init & ~is_final
+    collective = (np.isin(base, list(COLLECTIVES)) | (categories == "barrier")) & ~is_init & ~is_final
+    if p2p.sum() >= MIN_CYCLES and collective.any():
+        first, last = np.quantile(starts[p2p], [0.1, 0.9])
+        opening, closing = collective & (starts <= first), collective & (starts >= last)
+        if opening.any() or closing.any():
+            init_end = int(ends[opening].max()) if opening.any() else after_init
+            steady_end = int(starts[closing].min()) if closing.any() else before_final
+            return _finish(rank, start, max(init_end, after_init), steady_end, end, starts, ends, categories,
+                           "collectives", 0, _steps_frame([], [], []))
+    steady_end = max(before_final, after_init)
+    return _finish(rank, start, after_init, steady_end, end, starts, ends, categories, "mpi", 0,
+                   _steps_frame([], [], []))
+
+
+def _finish(rank, start, init_end, steady_end, end, starts, ends, categories, method, period, steps) -> RankPhases:
+    init_end = min(max(init_end, start), end)
+    steady_end = min(max(steady_end, init_end), end)
+    return RankPhases(rank, start, init_end, steady_end, end,
+                      _init_work_end(start, init_end, starts, ends, categories), method, period, steps)
+
+
+def _init_work_end(start: int, init_end: int, starts, ends, categories) -> int:
+    """Start of the trailing run of barrier/wait rows that closes initialisation (ns)."""
+    inside = np.flatnonzero((ends <= init_end) & (starts >= start))
+    work_end = init_end
+    for i in inside[::-1]:
+        if categories[i] not in SYNC_CATEGORIES or work_end - ends[i] > SYNC_GAP_NS:
+            break
+        work_end = min(work_end, int(starts[i]))
+    return work_end
+
+
+def _periodic_region(names: np.ndarray, starts: np.ndarray, ends: np.ndarray):
+    """(first index, last index, period, offset of the step cut) of the repeating stretch, or None."""
+    n = len(names)
+    if n < 2 * MIN_CYCLES:
+        return None
+    codes = pd.factorize(names)[0]
+    scores = {}
+    for p in range(1, min(MAX_PERIOD, n // MIN_CYCLES) + 1):
+        scores[p] = int(np.count_nonzero(codes[:-p] == codes[p:]))
+    best = max(scores.values())
+    if best < MIN_CYCLES:
+        return None
+    p = min(q for q, s in scores.items() if s >= PERIOD_TOLERANCE * best)
+    match = codes[:-p] == codes[p:]
+    window = min(MIN_CYCLES * p, len(match))
+    fraction = np.convolve(match.astype(float), np.ones(window) / window, mode="valid")
+    good = np.flatnonzero(fraction >= MATCH_FRACTION)
+    if not len(good):
+        return None
+    a = int(good[0])
+    while a < len(match) and not match[a]:
+        a += 1
+    last = min(int(good[-1]) + window - 1, len(match) - 1)
+    while last > a and not match[last]:
+        last -= 1
+    b = last + p
+    if (b - a + 1) < MIN_CYCLES * p:
+        return None
+    # cut each cycle before the call that follows the longest gap (the compute of a compute-communicate cycle)
+    gaps = starts[a + 1:b + 1] - ends[a:b]
+    offset = 0
+    if p > 1 and len(gaps) >= p:
+        per_slot = [np.median(gaps[(k - 1) % p::p]) for k in range(p)]  # gap before the k-th call of a cycle
+        offset = int(np.argmax(per_slot))
+    return a, b, p, offset

@@ -1,0 +1,200 @@
+"""One pass over a trace store, rank by rank: phases, steps, breakdowns and wait states, for the detectors.
+
+:func:`analyze_store` reads the store with :meth:`~ddltrace.store.TraceStore.iter_timeline`, so memory holds one
+rank's events plus the MPI calls that wait-state matching needs across ranks. The result, a :class:`RunAnalysis`,
+is what every detector takes (a list of them for a series of runs).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from ddltrace.analyses.breakdown import average_and_slowest, breakdown_table, rank_breakdown
+from ddltrace.analyses.phases import RankPhases, segment_rank
+from ddltrace.analyses.wait_states import P2P, mpi_calls, summarize, wait_states
+
+from ddltrace.store import TraceStore
+
+#: Keys of the run metadata that may hold the batch size, the number of workers and the protocol.
+BATCH_KEYS = ("batch_size", "batch", "minibatch_size")
+
+
+@dataclass
+class RunAnalysis:
+    """Everything the detectors need about one store. Times in ns on the run's common clock."""
+
+    store: TraceStore
+    phases: dict[int, RankPhases]
+    breakdown: pd.DataFrame
+    calls: pd.DataFrame
+    roles: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return str(self.store.path)
+
+    @property
+    def run(self) -> dict:
+        """The run metadata with the workload's own configuration over it (see :func:`job_config`)."""
+        return self.config
+
+    @cached_property
+    def config(self) -> dict:
+        return job_config(self.store)
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(self.phases)
+
+    @property
+    def server_ranks(self) -> list[int]:
+        return [r for r in self.ranks if self.roles.get(r) == "server"]
+
+    @property
+    def worker_ranks(self) -> list[int]:
+        """Ranks that are not parameter servers (all ranks in an all-reduce job)."""
+        servers = set(self.server_ranks)
+        return [r for r in self.ranks if r not in servers]
+
+    @property
+    def workers(self) -> int:
+        """w: the number of workers (run metadata 'workers', else the ranks that are not servers)."""
+        given = self.run.get("workers")
+        return int(given) if given else len(self.worker_ranks)
+
+    @property
+    def batch_size(self) -> int | None:
+        for key in BATCH_KEYS:
+            if self.run.get(key):
+                return int(self.run[key])
+        return None
+
+    @cached_property
+    def phase_table(self) -> pd.DataFrame:
+        """One row per rank: start_ns, init_end_ns, steady_end_ns, end_ns, init_work_end_ns, durations, steps."""
+        frame = pd.DataFrame([p.to_record() for p in self.phases.values()])
+        if not len(frame):
+            return frame
+        frame = frame.set_index("rank").sort_index()
+        frame["role"] = [self.roles.get(r, "") for r in frame.index]
+        sync = self.breakdown[(self.breakdown["phase"] == "init")
+                              & self.breakdown["category"].isin(["barrier", "wait"])]
+        frame["init_sync_ns"] = sync.groupby("rank")["time_ns"].sum().reindex(frame.index, fill_value=0)
+        frame["init_trailing_sync_ns"] = frame["init_end_ns"] - frame["init_work_end_ns"]
+        return frame
+
+    @cached_property
+    def steps(self) -> pd.DataFrame:
+        """Every step of every rank: rank, step, start_ns, end_ns, dur_ns."""
+        parts = [p.steps.assign(rank=r) for r, p in self.phases.items() if len(p.steps)]
+        if not parts:
+            return pd.DataFrame(columns=["rank", "step", "start_ns", "end_ns", "dur_ns"])
+        return pd.concat(parts, ignore_index=True)
+
+    def table(self, phase: str = "all") -> pd.DataFrame:
+        """Breakdown per rank in a phase (see :func:`~ddltrace.analyses.breakdown.breakdown_table`)."""
+        return breakdown_table(self.breakdown, phase)
+
+    def average_and_slowest(self, phase: str = "steady") -> pd.DataFrame:
+        return average_and_slowest(self.table(phase), self.worker_ranks)
+
+    @cached_property
+    def wait_states(self) -> pd.DataFrame:
+        """Every wait-state instance, with the phase of the waiting rank it falls in."""
+        states = wait_states(self.calls)
+        phase = np.empty(len(states), dtype=object)
+        for rank, idx in states.groupby("rank").groups.items():
+            if int(rank) in self.phases:
+                phase[states.index.get_indexer(idx)] = self.phases[int(rank)].phase_of(states.loc[idx, "enter_ns"])
+        return states.assign(phase=phase)
+
+    def wait_state_table(self, phase: str | None = None) -> pd.DataFrame:
+        """Wait-state time (ns) per rank and pattern, optionally in one phase."""
+        states = self.wait_states if phase is None else self.wait_states[self.wait_states["phase"] == phase]
+        return summarize(states, self.ranks)
+
+    @property
+    def run_span_ns(self) -> int:
+        """From the first event of any rank to the last (ns)."""
+        if not self.phases:
+            return 0
+        return max(p.end_ns for p in self.phases.values()) - min(p.start_ns for p in self.phases.values())
+
+
+def analyze_store(store: TraceStore | str | os.PathLike) -> RunAnalysis:
+    """Phases, breakdown and MPI calls of every rank, reading one rank at a time."""
+    if not isinstance(store, TraceStore):
+        store = TraceStore.open(store)
+    phases: dict[int, RankPhases] = {}
+    breakdowns, calls = [], []
+    for rank, timeline in store.iter_timeline():
+        found = segment_rank(timeline)
+        if found is None:
+            continue
+        phases[rank] = found
+        breakdowns.append(rank_breakdown(timeline, found))
+        calls.append(mpi_calls(timeline))
+    breakdown = pd.concat(breakdowns, ignore_index=True) if breakdowns else \
+        pd.DataFrame(columns=["rank", "phase", "category", "time_ns"])
+    all_calls = pd.concat(calls, ignore_index=True) if calls else mpi_calls(store.timeline([]))
+    roles = _roles(store, phases, all_calls)
+    return RunAnalysis(store, phases, breakdown, all_calls, roles)
+
+
+def _roles(store: TraceStore, phases: dict[int, RankPhases], calls: pd.DataFrame) -> dict[int, str]:
+    """'server' / 'worker' per rank: from the manifest when the collector or job said so, else inferred.
+
+    Said: a rank's role "server" / "ps" / "worker", or the workload's ``server_rank``. Inferred: in the steady
+    state, a star of point-to-point messages (every rank but one talks only to that one, and there are at least
+    two others) has the parameter server at its centre.
+    """
+    roles = {}
+    for rank in store.ranks:
+        role = str(store.rank_info(rank).get("role", "") or "").lower()
+        if role in ("server", "ps", "parameter server") or role == "worker":
+            roles[rank] = "worker" if role == "worker" else "server"
+    if roles:
+        return roles
+    config = job_config(store)
+    if config.get("server_rank") is not None and len(store.ranks) > 1:
+        server = int(config["server_rank"])
+        return {r: ("server" if r == server else "worker") for r in store.ranks}
+    p2p = calls[calls["name"].isin(P2P) & (calls["peer"] >= 0)]
+    keep = np.zeros(len(p2p), dtype=bool)
+    for rank, p in phases.items():
+        keep |= ((p2p["rank"] == rank) & (p2p["start_ns"] >= p.init_end_ns) & (p2p["end_ns"] <= p.steady_end_ns)) \
+            .to_numpy()
+    peers = p2p[keep].groupby("rank")["peer"].agg(lambda s: set(s.tolist()))
+    if len(peers) < 3:
+        return {}
+    centres = {next(iter(s)) for s in peers if len(s) == 1}
+    if len(centres) == 1:
+        centre = centres.pop()
+        others = [r for r in peers.index if r != centre]
+        if centre in peers.index and all(peers[r] == {centre} for r in others) and set(others) <= peers[centre]:
+            return {r: ("server" if r == centre else "worker") for r in store.ranks}
+    return {}
+
+
+def job_config(store: TraceStore) -> dict:
+    """What the job said about itself: the run metadata, overlaid with the workload's configuration if any
+    (``ddltrace workload`` records it in the manifest: workers, batch, sync, softsync_n, server_rank, ...)."""
+    config = dict(store.run)
+    workload = store.manifest.get("workload") or {}
+    config.update(workload.get("config") or {})
+    return config
+
+
+def ground_truth_path(store: TraceStore) -> Path | None:
+    """The job's own ground_truth.json, when the workload recorded where it is."""
+    workload = store.manifest.get("workload") or {}
+    relative = workload.get("ground_truth")
+    if not relative:
+        return None
+    path = (store.path / relative).resolve()
+    return path if path.exists() else None

@@ -1,0 +1,148 @@
+"""The thresholds the detectors use: documented defaults, overridable from the command line or a config file.
+
+Every threshold has a name, a default, a unit and a reason. ``ddltrace analyze --threshold KEY=VALUE`` and
+``--config FILE`` (JSON, or TOML with the keys at the top level or under ``[thresholds]``) change them; an unknown
+key or a value that is not a number is bad input (:class:`~ddltrace.errors.DdltraceError`).
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ddltrace.errors import DdltraceError
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """One threshold: its default ``value``, its ``unit`` and ``why`` it has that default."""
+
+    value: float
+    unit: str
+    why: str
+
+
+#: Every threshold, by name. docs/ANALYSES.md repeats this table.
+DEFAULTS: dict[str, Threshold] = {
+    # sequential initialisation
+    "seq_init.min_ranks": Threshold(4, "ranks", "a line through fewer points is significant by chance too often"),
+    "seq_init.r2_min": Threshold(
+        0.8, "1", "a staircase explains most of the rank-to-rank variation; noise in a parallel start does not"),
+    "seq_init.p_max": Threshold(0.01, "1", "the slope must be significant at 1 % (two-sided t test on the slope)"),
+    "seq_init.spread_min": Threshold(
+        0.25, "fraction of the initialisation phase",
+        "the staircase (slope x rank range) must be a sizeable part of initialisation to matter"),
+    "seq_init.spread_min_ns": Threshold(1e6, "ns", "below 1 ms the stagger is launch jitter, not serialised work"),
+    "seq_init.error_share": Threshold(
+        0.5, "fraction of the run", "initialisation above half of the run is an error (paper 002: > 90 % at 64 nodes)"),
+    "seq_init.growth_min": Threshold(
+        1.5, "ratio", "across runs: initialisation at the largest w over that at the smallest w, with a linear fit"),
+    "seq_init.series_r2_min": Threshold(0.8, "1", "across runs: initialisation time linear in w"),
+    # parameter-server saturation
+    "ps.busy_min": Threshold(
+        0.9, "fraction of the server's steady state", "a server busy 90 % of the time has no room for one more worker"),
+    "ps.client_wait_min": Threshold(
+        0.2, "fraction of a worker's steady state",
+        "the server is only a bottleneck if its clients wait on it (Late Sender with the server as sender)"),
+    "ps.knee_gain_min": Threshold(
+        0.1, "fraction", "across runs: a step to more workers that cuts the steady state by < 10 % is past the knee"),
+    "ps.wait_growth_min": Threshold(
+        1.5, "ratio", "across runs: wait per update at the largest w over the smallest w"),
+    # stragglers
+    "straggler.z_min": Threshold(
+        3.5, "1", "robust z (0.6745 (x - median) / MAD) above 3.5 is an outlier (Iglewicz and Hoaglin)"),
+    "straggler.excess_min": Threshold(
+        0.25, "fraction above the median", "a rank less than 25 % slower than the median is noise on a shared machine"),
+    "straggler.mad_floor": Threshold(
+        0.02, "fraction of the median", "floor on the MAD, so identical ranks do not make any difference infinite"),
+    "straggler.min_ranks": Threshold(3, "ranks", "a median and a MAD need three ranks"),
+    # staleness
+    "staleness.violation_max": Threshold(
+        0.05, "fraction of gradients", "Rudra: sigma <= 2n holds for nearly all updates; over 5 % above it warns"),
+    # I/O and input pipeline
+    "io.share_max": Threshold(
+        0.25, "fraction of the steady state", "a quarter of every step in I/O means the input pipeline sets the pace"),
+    # communication overlap
+    "overlap.min": Threshold(
+        0.5, "1", "Rudra's overlap = compute / (compute + exposed comm); below 50 % communication dominates"),
+    # cache cliff
+    "cache.jump_min": Threshold(
+        2.0, "ratio", "time per sample doubling between adjacent batch sizes is a cliff (paper 002 saw ~100x)"),
+    # wait states
+    "wait_states.share_max": Threshold(
+        0.3, "fraction of the steady state", "a Scalasca wait state costing 30 % of the average rank's steady state"),
+}
+
+
+class Thresholds(Mapping[str, float]):
+    """The thresholds in force: the defaults with any overrides. ``th["ps.busy_min"]`` gives a float."""
+
+    def __init__(self, overrides: Mapping[str, float] | None = None):
+        self._values = {key: float(t.value) for key, t in DEFAULTS.items()}
+        self.overridden: dict[str, float] = {}
+        for key, value in (overrides or {}).items():
+            self._set(key, value, "threshold")
+
+    def _set(self, key: str, value, where: str) -> None:
+        if key not in DEFAULTS:
+            raise DdltraceError(f"{where} {key!r}: unknown threshold (known: {', '.join(sorted(DEFAULTS))})")
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise DdltraceError(f"{where} {key}={value!r}: not a number") from None
+        if number != number:  # NaN
+            raise DdltraceError(f"{where} {key}: NaN is not a threshold")
+        self._values[key] = number
+        self.overridden[key] = number
+
+    def __getitem__(self, key: str) -> float:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def with_assignments(self, assignments: Iterable[str]) -> Thresholds:
+        """A copy with ``KEY=VALUE`` strings applied (as given on the command line)."""
+        out = Thresholds(self.overridden)
+        for text in assignments:
+            key, sep, value = text.partition("=")
+            if not sep:
+                raise DdltraceError(f"--threshold {text!r}: expected KEY=VALUE")
+            out._set(key.strip(), value.strip(), "--threshold")
+        return out
+
+    def with_config(self, path: str | Path) -> Thresholds:
+        """A copy with the thresholds of a JSON or TOML file applied."""
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise DdltraceError(f"{path}: cannot read config ({exc.strerror})") from None
+        try:
+            data = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
+        except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise DdltraceError(f"{path}: not valid {'JSON' if path.suffix.lower() == '.json' else 'TOML'} "
+                                f"({exc})") from None
+        if not isinstance(data, dict):
+            raise DdltraceError(f"{path}: expected a table of thresholds")
+        data = data.get("thresholds", data)
+        out = Thresholds(self.overridden)
+        for key, value in _flatten(data):
+            out._set(key, value, f"{path}:")
+        return out
+
+
+def _flatten(data: Mapping, prefix: str = "") -> Iterator[tuple[str, object]]:
+    """{"ps": {"busy_min": 0.8}} and {"ps.busy_min": 0.8} both give ("ps.busy_min", 0.8)."""
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            yield from _flatten(value, f"{name}.")
+        else:
+            yield name, value

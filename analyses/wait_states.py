@@ -1,0 +1,212 @@
+"""Wait states in MPI traces, as Scalasca defines them.
+
+Each pattern is time a rank spends blocked inside an MPI call because another rank is late. ``enter`` and
+``leave`` are a call's start and end on the common clock (ns); a pattern's time is only counted when > 0.
+
+================== =========================================================================================
+pattern            time (charged to the waiting rank)
+================== =========================================================================================
+late_sender        blocking receive (MPI_Recv/Mrecv, or the MPI_Wait* completing an Irecv) entered before the
+                   matching send: ``min(enter(send), leave(recv)) - enter(recv)``; for a Wait* completing
+                   several receives only the latest sender counts
+late_receiver      blocking send (MPI_Send/Ssend/Bsend/Rsend, or the Wait* completing an Isend) entered before the
+                   matching receive was posted: ``min(enter(recv), leave(send)) - enter(send)``
+wait_at_barrier    MPI_Barrier: ``min(max over ranks of enter, leave) - enter`` (waiting for the last rank)
+barrier_completion MPI_Barrier: ``leave - min over ranks of leave`` (time after the first rank has left)
+wait_at_nxn        all-to-all collectives (Allreduce, Allgather(v), Alltoall(v/w), Reduce_scatter(_block)):
+                   ``min(max over ranks of enter, leave) - enter``
+early_reduce       N-to-1 (Reduce, Gather(v)), on the root: ``min(min over others of enter, leave) - enter``
+late_broadcast     1-to-N (Bcast, Scatter(v)), on each non-root: ``min(enter(root), leave) - enter``
+================== =========================================================================================
+
+Matching. A send is matched to a receive by (communicator, source, destination, tag) in FIFO order of posting
+(MPI's non-overtaking rule); ``peer`` must be the partner's rank as the collector recorded it (world ranks) and a
+wildcard receive (peer < 0) is left unmatched. A non-blocking call is matched to the first MPI_Wait* / Test-free
+completion on its rank, after it, that carries its ``request`` handle (a Waitall recorded as several rows with the
+same enter and leave, one per request, is one call). Collectives are matched by their order on each communicator:
+the k-th collective call of every rank on communicator c is one instance; ``peer`` is the root of rooted ones.
+Names ending in ``_c`` (MPI-4 large count) count as their base name.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+SEND_BLOCKING = frozenset({"MPI_Send", "MPI_Ssend", "MPI_Bsend", "MPI_Rsend"})
+SEND_NONBLOCKING = frozenset({"MPI_Isend", "MPI_Issend", "MPI_Ibsend", "MPI_Irsend"})
+RECV_BLOCKING = frozenset({"MPI_Recv", "MPI_Mrecv"})
+RECV_NONBLOCKING = frozenset({"MPI_Irecv", "MPI_Imrecv"})
+WAITS = frozenset({"MPI_Wait", "MPI_Waitall", "MPI_Waitany", "MPI_Waitsome"})
+BARRIER = frozenset({"MPI_Barrier"})
+N_TO_N = frozenset({"MPI_Allreduce", "MPI_Allgather", "MPI_Allgatherv", "MPI_Alltoall", "MPI_Alltoallv",
+                    "MPI_Alltoallw", "MPI_Reduce_scatter", "MPI_Reduce_scatter_block"})
+N_TO_1 = frozenset({"MPI_Reduce", "MPI_Gather", "MPI_Gatherv"})
+ONE_TO_N = frozenset({"MPI_Bcast", "MPI_Scatter", "MPI_Scatterv"})
+COLLECTIVES = BARRIER | N_TO_N | N_TO_1 | ONE_TO_N
+P2P = SEND_BLOCKING | SEND_NONBLOCKING | RECV_BLOCKING | RECV_NONBLOCKING
+RELEVANT = P2P | WAITS | COLLECTIVES
+
+PATTERNS: dict[str, str] = {
+    "late_sender": "Late Sender",
+    "late_receiver": "Late Receiver",
+    "wait_at_barrier": "Wait at Barrier",
+    "barrier_completion": "Barrier Completion",
+    "wait_at_nxn": "Wait at N x N",
+    "early_reduce": "Early Reduce",
+    "late_broadcast": "Late Broadcast",
+}
+COLUMNS = ["pattern", "rank", "peer", "name", "enter_ns", "time_ns", "comm"]
+_CALL_COLUMNS = ["rank", "name", "start_ns", "end_ns", "peer", "tag", "comm", "request"]
+
+
+def base_name(name: str) -> str:
+    """'MPI_Send_c' -> 'MPI_Send' (MPI-4 large-count twins count as their base call)."""
+    return name[:-2] if name.endswith("_c") else name
+
+
+def mpi_calls(timeline: pd.DataFrame) -> pd.DataFrame:
+    """The rows wait-state analysis needs (point-to-point, waits, collectives), in compact form.
+
+    Columns rank, name (base name), start_ns, end_ns, peer, tag, comm, request (int64; -1 where missing).
+    Call it rank by rank while streaming a store and concatenate: memory stays at the MPI calls.
+    """
+    names = timeline["name"].astype("object").map(base_name)
+    keep = names.isin(RELEVANT).to_numpy()
+    part = timeline[keep]
+    out = pd.DataFrame({
+        "rank": part["rank"].to_numpy(np.int64),
+        "name": names[keep].to_numpy(dtype=object),
+        "start_ns": part["start_ns"].to_numpy(np.int64),
+        "end_ns": (part["start_ns"] + part["dur_ns"]).to_numpy(np.int64),
+    })
+    for column in ("peer", "tag", "comm", "request"):
+        out[column] = part[column].astype("Int64").fillna(-1).to_numpy(np.int64)
+    return out
+
+
+def wait_states(calls: pd.DataFrame) -> pd.DataFrame:
+    """Every wait-state instance in ``calls`` (from :func:`mpi_calls`): columns pattern, rank, peer, name,
+    enter_ns, time_ns, comm. Only instances with time > 0 are listed."""
+    if not len(calls):
+        return pd.DataFrame({c: pd.Series(dtype="object" if c in ("pattern", "name") else "int64") for c in COLUMNS})
+    calls = calls.reset_index(drop=True)
+    parts = [_point_to_point(calls), _collectives(calls)]
+    out = pd.concat([p for p in parts if len(p)], ignore_index=True) if any(len(p) for p in parts) else None
+    if out is None:
+        return wait_states(calls.iloc[0:0])
+    out = out[out["time_ns"] > 0]
+    return out[COLUMNS].sort_values(["enter_ns", "rank"], kind="stable").reset_index(drop=True)
+
+
+def summarize(states: pd.DataFrame, ranks=None) -> pd.DataFrame:
+    """Time per rank and pattern (ns): one row per rank, one column per pattern."""
+    table = states.pivot_table(index="rank", columns="pattern", values="time_ns", aggfunc="sum", fill_value=0)
+    table = table.reindex(columns=list(PATTERNS), fill_value=0)
+    if ranks is not None:
+        table = table.reindex(sorted(ranks), fill_value=0)
+    table.columns.name = None
+    return table.astype("int64")
+
+
+def _completions(calls: pd.DataFrame) -> pd.DataFrame:
+    """For each non-blocking post (index into calls): the enter, leave and id of the Wait* that completed it."""
+    posts = calls[calls["name"].isin(SEND_NONBLOCKING | RECV_NONBLOCKING) & (calls["request"] >= 0)]
+    waits = calls[calls["name"].isin(WAITS) & (calls["request"] >= 0)]
+    if not len(posts) or not len(waits):
+        return pd.DataFrame(columns=["post", "w_enter", "w_leave", "w_call", "w_name"])
+    call_id = waits.groupby(["rank", "name", "start_ns", "end_ns"], sort=False).ngroup()
+    waits = pd.DataFrame({"rank": waits["rank"], "request": waits["request"], "w_enter": waits["start_ns"],
+                          "w_leave": waits["end_ns"], "w_call": call_id.to_numpy(), "w_name": waits["name"]})
+    left = pd.DataFrame({"rank": posts["rank"], "request": posts["request"], "post_ns": posts["start_ns"],
+                         "post": posts.index})
+    merged = pd.merge_asof(left.sort_values("post_ns"), waits.sort_values("w_enter"), left_on="post_ns",
+                           right_on="w_enter", by=["rank", "request"], direction="forward")
+    return merged.dropna(subset=["w_call"])
+
+
+def _fifo(frame: pd.DataFrame, key: list[str]) -> pd.DataFrame:
+    frame = frame.sort_values("start_ns", kind="stable")
+    return frame.assign(seq=frame.groupby(key, sort=False).cumcount())
+
+
+def _point_to_point(calls: pd.DataFrame) -> pd.DataFrame:
+    sends = calls[calls["name"].isin(SEND_BLOCKING | SEND_NONBLOCKING) & (calls["peer"] >= 0)]
+    recvs = calls[calls["name"].isin(RECV_BLOCKING | RECV_NONBLOCKING) & (calls["peer"] >= 0)]
+    if not len(sends) or not len(recvs):
+        return pd.DataFrame(columns=COLUMNS)
+    sends = _fifo(sends.assign(src=sends["rank"], dst=sends["peer"], idx=sends.index), ["comm", "src", "dst", "tag"])
+    recvs = _fifo(recvs.assign(src=recvs["peer"], dst=recvs["rank"], idx=recvs.index), ["comm", "src", "dst", "tag"])
+    pairs = sends.merge(recvs, on=["comm", "src", "dst", "tag", "seq"], suffixes=("_s", "_r"))
+    done = _completions(calls).set_index("post")
+    out = []
+    # the call that blocks each side: itself if blocking, else the Wait* that completed it
+    for side, other, pattern in (("r", "s", "late_sender"), ("s", "r", "late_receiver")):
+        blocking = pairs[f"name_{side}"].isin(RECV_BLOCKING | SEND_BLOCKING).to_numpy()
+        frame = pd.DataFrame({
+            "rank": pairs[f"rank_{side}"].to_numpy(), "peer": pairs[f"rank_{other}"].to_numpy(),
+            "comm": pairs["comm"].to_numpy(), "other_enter": pairs[f"start_ns_{other}"].to_numpy(),
+            "name": pairs[f"name_{side}"].to_numpy(dtype=object),
+            "enter": pairs[f"start_ns_{side}"].to_numpy(), "leave": pairs[f"end_ns_{side}"].to_numpy(),
+            "call": pairs[f"idx_{side}"].to_numpy(),
+        })
+        nb = ~blocking
+        if nb.any():
+            posted = pairs.loc[nb, f"idx_{side}"].to_numpy()
+            known = np.isin(posted, done.index)
+            rows = np.flatnonzero(nb)
+            frame = frame.drop(index=rows[~known])
+            hit = done.loc[posted[known]]
+            frame.loc[rows[known], "enter"] = hit["w_enter"].to_numpy()
+            frame.loc[rows[known], "leave"] = hit["w_leave"].to_numpy()
+            frame.loc[rows[known], "name"] = hit["w_name"].to_numpy()
+            frame.loc[rows[known], "call"] = -1 - hit["w_call"].to_numpy(np.int64)  # Wait* calls: negative ids
+        if not len(frame):
+            continue
+        # a Wait* completing several operations: only the latest partner counts
+        latest = frame.sort_values("other_enter", kind="stable").groupby(["rank", "call"], sort=False).tail(1)
+        time = np.minimum(latest["other_enter"], latest["leave"]) - latest["enter"]
+        out.append(pd.DataFrame({"pattern": pattern, "rank": latest["rank"], "peer": latest["peer"],
+                                 "name": latest["name"], "enter_ns": latest["enter"], "time_ns": time,
+                                 "comm": latest["comm"]}))
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=COLUMNS)
+
+
+def _collectives(calls: pd.DataFrame) -> pd.DataFrame:
+    coll = calls[calls["name"].isin(COLLECTIVES)]
+    if not len(coll):
+        return pd.DataFrame(columns=COLUMNS)
+    coll = coll.sort_values("start_ns", kind="stable")
+    coll = coll.assign(instance=coll.groupby(["comm", "rank"], sort=False).cumcount())
+    group = coll.groupby(["comm", "instance"], sort=False)
+    coll = coll.assign(n=group["rank"].transform("size"), kinds=group["name"].transform("nunique"),
+                       max_enter=group["start_ns"].transform("max"), min_leave=group["end_ns"].transform("min"))
+    coll = coll[(coll["n"] > 1) & (coll["kinds"] == 1)]
+    out = []
+
+    def emit(pattern, rows, time, peer):
+        out.append(pd.DataFrame({"pattern": pattern, "rank": rows["rank"], "peer": peer, "name": rows["name"],
+                                 "enter_ns": rows["start_ns"], "time_ns": time, "comm": rows["comm"]}))
+
+    barrier = coll[coll["name"].isin(BARRIER)]
+    emit("wait_at_barrier", barrier, np.minimum(barrier["max_enter"], barrier["end_ns"]) - barrier["start_ns"], -1)
+    emit("barrier_completion", barrier, barrier["end_ns"] - barrier["min_leave"], -1)
+    nxn = coll[coll["name"].isin(N_TO_N)]
+    emit("wait_at_nxn", nxn, np.minimum(nxn["max_enter"], nxn["end_ns"]) - nxn["start_ns"], -1)
+
+    rooted = coll[coll["name"].isin(N_TO_1 | ONE_TO_N) & (coll["peer"] >= 0)]
+    if len(rooted):
+        is_root = rooted["rank"] == rooted["peer"]
+        root_enter = rooted["start_ns"].where(is_root).groupby([rooted["comm"], rooted["instance"]]).transform("max")
+        others_enter = rooted["start_ns"].where(~is_root).groupby([rooted["comm"], rooted["instance"]]) \
+            .transform("min")
+        reduce_root = rooted[is_root & rooted["name"].isin(N_TO_1)]
+        first_other = others_enter[reduce_root.index]
+        emit("early_reduce", reduce_root,
+             (np.minimum(first_other, reduce_root["end_ns"]) - reduce_root["start_ns"]).fillna(0).astype("int64"),
+             -1)
+        bcast = rooted[~is_root & rooted["name"].isin(ONE_TO_N)]
+        root_at = root_enter[bcast.index]
+        emit("late_broadcast", bcast,
+             (np.minimum(root_at, bcast["end_ns"]) - bcast["start_ns"]).fillna(0).astype("int64"), bcast["peer"])
+    return pd.concat(out, ignore_index=True)

@@ -1,0 +1,156 @@
+"""Scalasca's wait states on hand-built MPI traces whose answers are known to the nanosecond."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from ddltrace.analyses.wait_states import PATTERNS, mpi_calls, summarize, wait_states
+
+from ddltrace.timeline import make_timeline
+
+CATEGORY = {"MPI_Barrier": "barrier", "MPI_Wait": "wait", "MPI_Waitall": "wait"}
+
+
+def call(rank, name, enter, leave, peer=None, tag=0, comm=1, request=None):
+    return {"rank": rank, "name": name, "category": CATEGORY.get(name.removesuffix("_c"), "comm"),
+            "start_ns": enter, "dur_ns": leave - enter, "peer": peer, "tag": tag, "comm": comm,
+            "request": request}
+
+
+def states(rows):
+    return wait_states(mpi_calls(make_timeline(rows)))
+
+
+def only(frame, pattern):
+    return frame[frame["pattern"] == pattern]
+
+
+def test_late_sender_blocking_receive():
+    out = states([call(1, "MPI_Recv", 100, 500, peer=0), call(0, "MPI_Send", 300, 310, peer=1)])
+    assert out[["pattern", "rank", "peer", "time_ns"]].values.tolist() == [["late_sender", 1, 0, 200]]
+
+
+def test_late_sender_capped_at_leave():
+    # clock skew: the send looks like it began after the receive returned; the wait is the whole call
+    out = states([call(1, "MPI_Recv", 100, 150, peer=0), call(0, "MPI_Send", 300, 310, peer=1)])
+    assert only(out, "late_sender")["time_ns"].tolist() == [50]
+
+
+def test_late_receiver_blocking_send():
+    out = states([call(0, "MPI_Send", 100, 400, peer=1), call(1, "MPI_Recv", 250, 410, peer=0)])
+    assert out[["pattern", "rank", "peer", "time_ns"]].values.tolist() == [["late_receiver", 0, 1, 150]]
+
+
+def test_fifo_order_and_tags():
+    out = states([
+        call(0, "MPI_Send", 100, 101, peer=1, tag=5), call(0, "MPI_Send", 200, 201, peer=1, tag=5),
+        call(1, "MPI_Recv", 50, 120, peer=0, tag=5), call(1, "MPI_Recv", 150, 260, peer=0, tag=5),
+    ])
+    assert only(out, "late_sender")["time_ns"].tolist() == [50, 50]
+    # tags keep messages apart: the tag-5 receive posted first matches the tag-5 send, sent second
+    out = states([
+        call(0, "MPI_Send", 100, 101, peer=1, tag=7), call(0, "MPI_Send", 200, 201, peer=1, tag=5),
+        call(1, "MPI_Recv", 50, 300, peer=0, tag=5), call(1, "MPI_Recv", 300, 310, peer=0, tag=7),
+    ])
+    assert only(out, "late_sender")[["enter_ns", "time_ns"]].values.tolist() == [[50, 150]]
+
+
+def test_communicators_keep_messages_apart():
+    out = states([
+        call(0, "MPI_Send", 100, 101, peer=1, comm=2), call(0, "MPI_Send", 400, 401, peer=1, comm=3),
+        call(1, "MPI_Recv", 50, 500, peer=0, comm=3),
+    ])
+    assert only(out, "late_sender")["time_ns"].tolist() == [350]
+
+
+def test_wait_on_irecv_and_large_count_names():
+    out = states([
+        call(1, "MPI_Irecv_c", 0, 5, peer=0, request=11), call(1, "MPI_Wait", 100, 400, request=11),
+        call(0, "MPI_Isend_c", 250, 260, peer=1, request=21), call(0, "MPI_Wait", 260, 270, request=21),
+    ])
+    assert out[["pattern", "rank", "name", "time_ns"]].values.tolist() == [["late_sender", 1, "MPI_Wait", 150]]
+
+
+def test_waitall_counts_only_the_latest_sender():
+    out = states([
+        call(2, "MPI_Irecv", 0, 1, peer=0, request=1), call(2, "MPI_Irecv", 1, 2, peer=1, request=2),
+        call(2, "MPI_Waitall", 100, 600, request=1), call(2, "MPI_Waitall", 100, 600, request=2),
+        call(0, "MPI_Send", 200, 210, peer=2), call(1, "MPI_Send", 450, 460, peer=2),
+    ])
+    late = only(out, "late_sender")
+    assert late[["rank", "peer", "time_ns"]].values.tolist() == [[2, 1, 350]]
+
+
+def test_request_handles_are_reused_after_completion():
+    out = states([
+        call(1, "MPI_Irecv", 0, 1, peer=0, request=7), call(1, "MPI_Wait", 10, 50, request=7),
+        call(1, "MPI_Irecv", 60, 61, peer=0, request=7), call(1, "MPI_Wait", 70, 200, request=7),
+        call(0, "MPI_Send", 30, 31, peer=1), call(0, "MPI_Send", 150, 151, peer=1),
+    ])
+    assert only(out, "late_sender")["time_ns"].tolist() == [20, 80]
+
+
+def test_late_receiver_on_wait_for_isend():
+    out = states([
+        call(0, "MPI_Isend", 0, 2, peer=1, request=3), call(0, "MPI_Wait", 10, 300, request=3),
+        call(1, "MPI_Recv", 120, 310, peer=0),
+    ])
+    assert only(out, "late_receiver")[["rank", "name", "time_ns"]].values.tolist() == [[0, "MPI_Wait", 110]]
+
+
+def test_wildcard_receive_is_left_unmatched():
+    out = states([call(1, "MPI_Recv", 100, 500, peer=-2), call(0, "MPI_Send", 300, 310, peer=1)])
+    assert out.empty
+
+
+def test_barrier_wait_and_completion():
+    out = states([call(0, "MPI_Barrier", 100, 410), call(1, "MPI_Barrier", 200, 420),
+                  call(2, "MPI_Barrier", 400, 430)])
+    assert only(out, "wait_at_barrier")[["rank", "time_ns"]].values.tolist() == [[0, 300], [1, 200]]
+    assert only(out, "barrier_completion").sort_values("rank")[["rank", "time_ns"]].values.tolist() == \
+        [[1, 10], [2, 20]]
+
+
+def test_barriers_matched_by_order_per_communicator():
+    rows = []
+    for e0, e1 in [(0, 50), (100, 130), (200, 280)]:
+        rows += [call(0, "MPI_Barrier", e0, max(e0, e1) + 5), call(1, "MPI_Barrier", e1, max(e0, e1) + 5)]
+    rows += [call(0, "MPI_Barrier", 150, 160, comm=9), call(1, "MPI_Barrier", 140, 160, comm=9)]
+    out = only(states(rows), "wait_at_barrier")
+    assert out.groupby("rank")["time_ns"].sum().to_dict() == {0: 50 + 30 + 80, 1: 10}
+
+
+def test_wait_at_nxn_for_allreduce():
+    out = states([call(0, "MPI_Allreduce", 0, 100), call(1, "MPI_Allreduce", 50, 100),
+                  call(2, "MPI_Allreduce", 80, 100)])
+    assert only(out, "wait_at_nxn")[["rank", "time_ns"]].values.tolist() == [[0, 80], [1, 30]]
+
+
+def test_early_reduce_on_the_root():
+    out = states([call(0, "MPI_Reduce", 10, 100, peer=0), call(1, "MPI_Reduce", 60, 70, peer=0),
+                  call(2, "MPI_Reduce", 90, 95, peer=0)])
+    assert out[["pattern", "rank", "time_ns"]].values.tolist() == [["early_reduce", 0, 50]]
+
+
+def test_late_broadcast_on_non_roots():
+    out = states([call(1, "MPI_Bcast", 300, 310, peer=1), call(0, "MPI_Bcast", 100, 320, peer=1),
+                  call(2, "MPI_Bcast", 200, 330, peer=1)])
+    late = only(out, "late_broadcast")
+    assert late[["rank", "peer", "time_ns"]].values.tolist() == [[0, 1, 200], [2, 1, 100]]
+    assert set(out["pattern"]) == {"late_broadcast"}
+
+
+def test_summary_has_every_pattern_and_rank():
+    out = states([call(1, "MPI_Recv", 100, 500, peer=0), call(0, "MPI_Send", 300, 310, peer=1),
+                  call(0, "MPI_Barrier", 600, 700), call(1, "MPI_Barrier", 650, 700)])
+    table = summarize(out, ranks=[0, 1, 2])
+    assert list(table.columns) == list(PATTERNS)
+    assert table.loc[1, "late_sender"] == 200 and table.loc[0, "wait_at_barrier"] == 50
+    assert table.loc[2].sum() == 0
+
+
+@pytest.mark.parametrize("rows", [[], [call(0, "MPI_Send", 0, 1, peer=1)]])
+def test_nothing_to_match_gives_an_empty_table(rows):
+    out = states(rows) if rows else wait_states(mpi_calls(make_timeline(None)))
+    assert out.empty and list(out.columns) == ["pattern", "rank", "peer", "name", "enter_ns", "time_ns", "comm"]
+    assert isinstance(out, pd.DataFrame)
