@@ -45,6 +45,8 @@ from ddltrace.timeline import (
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 _MACHINE = -1
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
 
 
 def _now_iso() -> str:
@@ -56,6 +58,7 @@ def atomic_output(path: str | os.PathLike) -> Iterator[BinaryIO]:
     """Open a temporary file beside ``path`` for writing; rename it to ``path`` only if the block succeeds."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; the result is a normal file others may read
     try:
         with os.fdopen(fd, "wb") as fh:
             yield fh
@@ -74,6 +77,7 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def _atomic_write_parquet(path: Path, frame: pd.DataFrame) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, 0o666 & ~_UMASK)
     os.close(fd)
     try:
         table = pa.Table.from_pandas(frame, preserve_index=False)

@@ -1,0 +1,32 @@
+"""``ddltrace report STORE... [--profile P] [--out DIR]``: the bottleneck report (HTML, Markdown, JSON)."""
+
+from __future__ import annotations
+
+import sys
+
+from ddltrace.report import build_report
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "report", help="write the bottleneck report of one run or a scaling series",
+        description="Analyse one or more trace stores (several stores of one job at different worker counts "
+                    "make a scaling series) and write report.html (self-contained, figures embedded), "
+                    "report.md with the figures as PNG files beside it, and findings.json.")
+    p.add_argument("stores", nargs="+", metavar="STORE", help="trace store folder(s)")
+    p.add_argument("--out", default="ddltrace-report", metavar="DIR", help="output folder (default: %(default)s)")
+    p.add_argument("--profile", metavar="PROFILE", help="hardware profile from 'ddltrace calibrate' (JSON)")
+    p.add_argument("--quiet", action="store_true", help="no progress messages")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    def progress(message: str) -> None:
+        if not args.quiet:
+            print(f"ddltrace report: {message}", file=sys.stderr, flush=True)
+
+    files = build_report(args.stores, args.out, profile=args.profile, progress=progress)
+    print(f"report: {files.html}")
+    print(f"        {files.markdown} ({len(files.figures)} figures beside it)")
+    print(f"        {files.findings}")
+    return 0

@@ -1,0 +1,353 @@
+"""The bottleneck report: what holds a job back, the pictures that prove it, and what to try.
+
+:func:`build_report` analyses one store (a run) or several (a scaling series), draws the figures and writes
+``report.html`` (one self-contained file, figures embedded), ``report.md`` with the figures beside it as PNG
+files, and ``findings.json`` (the schema of ``ddltrace analyze --json``). Everything that comes from a trace
+(event names, host names, paths) is escaped when rendered: a trace is untrusted input.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ddltrace import __version__
+from ddltrace.errors import DdltraceError
+from ddltrace.report import figures
+from ddltrace.store import TraceStore, atomic_output
+from ddltrace.units import format_ns, format_percent
+
+
+@dataclass
+class Figure:
+    """A rendered figure: a file ``key``.png, its caption, and the PNG bytes."""
+
+    key: str
+    title: str
+    caption: str
+    png: bytes
+
+
+@dataclass
+class Report:
+    """Everything the renderers need, in the order the report shows it."""
+
+    title: str
+    verdict: list[str]
+    findings: list  # ddltrace.analyses.findings.Finding, most severe first
+    finding_figures: dict[str, str]  # finding id -> figure key that shows it
+    figures: list[Figure]
+    tables: list[tuple[str, pd.DataFrame]]
+    stores: list[str]
+    notes: list[str] = field(default_factory=list)
+    created: str = field(default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
+
+
+@dataclass
+class ReportFiles:
+    html: Path
+    markdown: Path
+    findings: Path
+    figures: list[Path]
+
+
+def _analyses():
+    """The analyses package, imported late so the core does not depend on it at import time."""
+    from ddltrace.analyses import findings as findings_module
+    from ddltrace.analyses import run_analysis, thresholds
+
+    return findings_module, run_analysis, thresholds
+
+
+def build_report(stores: list[str | os.PathLike], out: str | os.PathLike, *, profile: str | None = None,
+                 thresholds=None, progress: Callable[[str], None] | None = None) -> ReportFiles:
+    """Analyse ``stores`` and write the report into the folder ``out`` (created if needed)."""
+    say = progress or (lambda message: None)
+    if not stores:
+        raise DdltraceError("report: give at least one trace store")
+    findings_module, run_analysis, thresholds_module = _analyses()
+    opened = [TraceStore.open(s) for s in stores]
+    out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DdltraceError(f"{out}: cannot create the report folder ({exc.strerror})") from exc
+    if thresholds is None:
+        thresholds = thresholds_module.Thresholds()
+    runs = []
+    for i, store in enumerate(opened, 1):
+        say(f"analysing {store.path} ({i}/{len(opened)})")
+        runs.append(run_analysis.analyze_store(store))
+    runs.sort(key=lambda r: (r.workers, r.name))
+    say("running the detectors")
+    found = findings_module.run_detectors(runs, thresholds)
+    # most severe first; within a severity, the costliest first: the verdict names the first
+    found.sort(key=lambda f: (-findings_module.severity_rank(f.severity), -_cost(f)))
+    say("drawing the figures")
+    report = assemble(runs, found, profile)
+    return write(report, out)
+
+
+# -- assembling ---------------------------------------------------------------------------------------------
+
+
+def _largest_ns_evidence(finding) -> float:
+    values = [q.value for q in finding.evidence.values() if q.unit == "ns" and q.value == q.value]
+    return max(values) if values else float("nan")
+
+
+def _cost(finding) -> float:
+    """The finding's cost in ns (its largest time evidence; 0 when it has none)."""
+    cost = _largest_ns_evidence(finding)
+    return cost if cost == cost else 0.0
+
+
+def verdict(findings: list, runs: list) -> list[str]:
+    """Two sentences: the dominant bottleneck and its cost in time (or that none was found)."""
+    serious = [f for f in findings if f.severity in ("warning", "error")]
+    main = runs[-1]
+    table = main.table("all")
+    shares = {c: float(table[c].sum() / table["total_ns"].sum()) if table["total_ns"].sum() else 0.0
+              for c in ("compute", "wait", "barrier", "io", "comm")}
+    top = max(shares, key=shares.get)
+    if serious:
+        first = serious[0]
+        cost = _largest_ns_evidence(first)
+        cost_text = f", costing about {format_ns(cost)}" if cost == cost else ""
+        others = len(serious) - 1
+        return [f"The dominant bottleneck: {first.title}{cost_text}.",
+                f"{others} more finding{'s' if others != 1 else ''} at warning level or above; across the ranks "
+                f"of the {main.workers}-worker run the largest share of time is {top} "
+                f"({format_percent(shares[top])})."]
+    return ["No bottleneck was found at warning level or above.",
+            f"Across the ranks of the {main.workers}-worker run the largest share of time is {top} "
+            f"({format_percent(shares[top])}), compute {format_percent(shares['compute'])}."]
+
+
+def _timeline_segments(run, ranks: list[int]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    from ddltrace.analyses.breakdown import classify
+
+    out = {}
+    for rank, frame in run.store.iter_timeline(ranks):
+        phases = run.phases.get(rank)
+        if phases is None:
+            continue
+        out[rank] = classify(frame, [phases.start_ns, phases.end_ns])
+    return out
+
+
+def _run_figures(run, label: str) -> list[Figure]:
+    out: list[Figure] = []
+    table = run.table("all")
+    if len(table):
+        out.append(Figure(f"shares{label}", "Where each rank's time goes",
+                          "Share of each rank's time per category over the whole run, as IPM shows it "
+                          "(Hashemi et al., figure 5).",
+                          figures.png_bytes(figures.shares_figure(table, f"Time per category, {run.workers} workers"))))
+    segments = _timeline_segments(run, run.ranks)
+    if segments:
+        lo = min(p.start_ns for p in run.phases.values())
+        hi = max(p.end_ns for p in run.phases.values())
+        init_end = max(p.init_end_ns for p in run.phases.values())
+        out.append(Figure(f"timeline{label}", "Per-rank timeline, whole run",
+                          "Every instant of every rank in one category (TAU / Vampir's view, Hashemi et al. "
+                          "figures 6-8); the dashed line ends initialisation.",
+                          figures.png_bytes(figures.timeline_figure(segments, (lo, hi), "Whole run",
+                                                                    {"end of init": init_end}))))
+        if init_end > lo:
+            pad = max((init_end - lo) // 20, 1)
+            out.append(Figure(f"timeline_init{label}", "Initialisation, zoomed",
+                              "The initialisation phase of every rank.",
+                              figures.png_bytes(figures.timeline_figure(segments, (lo, init_end + pad),
+                                                                        "Initialisation"))))
+        window = _steady_window(run)
+        if window:
+            out.append(Figure(f"timeline_steps{label}", "A few steady-state steps, zoomed",
+                              "Three steps in the middle of the steady state.",
+                              figures.png_bytes(figures.timeline_figure(segments, window, "Steady-state steps"))))
+    pair = run.average_and_slowest("steady")
+    if len(pair) == 2:
+        out.append(Figure(f"avg_slowest{label}", "Average rank beside the slowest",
+                          "Time per category in the steady state: the average worker and the slowest one "
+                          "(Park et al., figure 2).",
+                          figures.png_bytes(figures.average_slowest_figure(pair, "Steady state"))))
+    staleness = _staleness(run)
+    if staleness is not None and len(staleness):
+        out.append(Figure(f"staleness{label}", "Staleness of the gradients",
+                          "Staleness of each applied gradient in updates (Gupta et al., figure 4).",
+                          figures.png_bytes(figures.histogram_figure(staleness, "staleness (updates)",
+                                                                     "Gradient staleness"))))
+    return out
+
+
+def _staleness(run) -> np.ndarray | None:
+    """Staleness values (updates) of the run, from the counters named 'staleness' when the store has them."""
+    counters = run.store.counters()
+    values = counters.loc[counters["name"] == "staleness", "value"].to_numpy()
+    return values if len(values) else None
+
+
+def _steady_window(run) -> tuple[int, int] | None:
+    steps = run.steps
+    if not len(steps):
+        return None
+    workers = [r for r in run.worker_ranks if r in set(steps["rank"])] or sorted(set(steps["rank"]))
+    mine = steps[steps["rank"] == workers[0]].sort_values("start_ns")
+    if len(mine) < 3:
+        return int(mine["start_ns"].min()), int(mine["end_ns"].max())
+    middle = len(mine) // 2 - 1
+    chosen = mine.iloc[middle:middle + 3]
+    return int(chosen["start_ns"].min()), int(chosen["end_ns"].max())
+
+
+def scaling_table(runs: list) -> pd.DataFrame:
+    """One row per run: workers, init_s, steady_s, total_s (seconds; the longest rank of each phase)."""
+    rows = []
+    for run in runs:
+        phases = run.phase_table
+        rows.append({"workers": run.workers, "init_s": phases["init_ns"].max() / 1e9,
+                     "steady_s": phases["steady_ns"].max() / 1e9, "total_s": run.run_span_ns / 1e9})
+    return pd.DataFrame(rows).sort_values("workers").reset_index(drop=True)
+
+
+def top_events(store: TraceStore, limit: int = 15) -> pd.DataFrame:
+    """The event names with the most recorded time over all ranks: calls, total, mean per call (read rank by rank)."""
+    totals: dict[tuple[str, str], list[int]] = {}
+    for _, frame in store.iter_timeline():
+        grouped = frame.groupby(["name", "category"], observed=True)["dur_ns"].agg(["count", "sum"])
+        for (name, category), (count, total) in grouped.iterrows():
+            entry = totals.setdefault((name, str(category)), [0, 0])
+            entry[0] += int(count)
+            entry[1] += int(total)
+    rows = sorted(((n, c, k, t) for (n, c), (k, t) in totals.items()), key=lambda r: -r[3])[:limit]
+    table = pd.DataFrame(rows, columns=["name", "category", "calls", "total_ns"])
+    table["total"] = table["total_ns"].map(format_ns)
+    table["mean per call"] = (table["total_ns"] / table["calls"].clip(lower=1)).map(format_ns)
+    return table.drop(columns="total_ns").set_index("name")
+
+
+def overhead_ratio(run) -> float:
+    """R_O of Chang's Lemma 3.1 from the trace: exposed wait, barrier and comm over the workers' steady time."""
+    table = run.table("steady")
+    workers = [r for r in run.worker_ranks if r in table.index]
+    part = table.loc[workers] if workers else table
+    total = part["total_ns"].sum()
+    return float(part[["wait", "barrier", "comm"]].sum().sum() / total) if total else float("nan")
+
+
+def _series_figures(runs: list, findings: list) -> tuple[list[Figure], pd.DataFrame | None]:
+    if len({r.workers for r in runs}) < 2:
+        return [], None
+    series = scaling_table(runs)
+    knee = None
+    for f in findings:
+        for key, q in f.evidence.items():
+            if "knee" in key and q.unit == "workers" and q.value == q.value:
+                knee = float(q.value)
+    out = [Figure("scaling", "Phase times against workers",
+                  "Initialisation, steady state and the whole run against workers (Hashemi et al., figure 9)"
+                  + (", with the knee w* where the server saturates" if knee else "") + ".",
+                  figures.png_bytes(figures.scaling_figure(series, knee)))]
+    r_o = overhead_ratio(runs[0])
+    if r_o == r_o:
+        out.append(Figure("efficiency", "Parallel efficiency",
+                          f"Measured efficiency beside Chang et al.'s Lemma 3.1 with the overhead ratio "
+                          f"R_O = {format_percent(r_o)} measured on the smallest run.",
+                          figures.png_bytes(figures.efficiency_figure(series, r_o))))
+    return out, series
+
+
+def _profile_figure(profile_path: str) -> Figure | None:
+    """C_muladd (and friends) against segment size from a hardware profile's curves, when it has them."""
+    try:
+        profile = json.loads(Path(profile_path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DdltraceError(f"{profile_path}: cannot read the hardware profile ({exc})") from exc
+    curves = {}
+    for name, curve in (profile.get("curves") or {}).items():
+        if isinstance(curve, dict) and "x" in curve and "y" in curve and "muladd" in name.lower():
+            curves[name] = (np.asarray(curve["x"], dtype=float), np.asarray(curve["y"], dtype=float))
+    if not curves:
+        return None
+    caches = {k: float(v) for k, v in (profile.get("machine", {}).get("caches_bytes") or {}).items()}
+    fig = figures.curve_figure(curves, "segment size (bytes)", "time per multiply-add (s)",
+                               "C_muladd against segment size", caches)
+    return Figure("profile_muladd", "The hardware profile: C_muladd across the caches",
+                  f"Measured by `ddltrace calibrate` ({Path(profile_path).name}).", figures.png_bytes(fig))
+
+
+_FIGURE_FOR = (  # finding id fragment -> figure key prefix that shows it
+    ("sequential", "timeline_init"),
+    ("init", "timeline_init"),
+    ("saturat", "scaling"),
+    ("straggler", "avg_slowest"),
+    ("imbalance", "avg_slowest"),
+    ("stale", "staleness"),
+    ("overlap", "shares"),
+    ("late", "timeline_steps"),
+    ("wait", "shares"),
+    ("io", "shares"),
+)
+
+
+def assemble(runs: list, findings: list, profile: str | None = None) -> Report:
+    """Build the :class:`Report` of ``runs`` (sorted by workers) and their findings."""
+    main = runs[-1]
+    figs: list[Figure] = []
+    series_figs, series = _series_figures(runs, findings)
+    figs.extend(series_figs)
+    figs.extend(_run_figures(main, ""))
+    if profile:
+        fig = _profile_figure(profile)
+        if fig:
+            figs.append(fig)
+    keys = [f.key for f in figs]
+    finding_figures = {}
+    for finding in findings:
+        for fragment, prefix in _FIGURE_FOR:
+            if fragment in finding.id.lower():
+                match = next((k for k in keys if k.startswith(prefix)), None)
+                if match:
+                    finding_figures[finding.id] = match
+                    break
+    tables = [("Time per category and rank, whole run (ns)", main.table("all")),
+              ("Where the time goes by event name, largest first", top_events(main.store))]
+    if series is not None:
+        tables.insert(0, ("Scaling series (s)", series))
+    title = "ddltrace report: " + (Path(main.name).name if len(runs) == 1
+                                   else f"{len(runs)} runs, w = {', '.join(str(r.workers) for r in runs)}")
+    return Report(title=title, verdict=verdict(findings, runs), findings=findings, finding_figures=finding_figures,
+                  figures=figs, tables=tables, stores=[r.name for r in runs])
+
+
+def findings_document(report: Report) -> dict:
+    """The machine-readable findings (the schema of ``ddltrace analyze --json``)."""
+    return {"ddltrace_version": __version__, "stores": report.stores,
+            "findings": [f.to_dict() for f in report.findings]}
+
+
+def write(report: Report, out: Path) -> ReportFiles:
+    """Write report.html, report.md, findings.json and the figure PNGs into ``out``."""
+    from ddltrace.report import render
+
+    figure_paths = []
+    for fig in report.figures:
+        path = out / f"{fig.key}.png"
+        with atomic_output(path) as fh:
+            fh.write(fig.png)
+        figure_paths.append(path)
+    html_path, md_path, json_path = out / "report.html", out / "report.md", out / "findings.json"
+    with atomic_output(html_path) as fh:
+        fh.write(render.html(report).encode())
+    with atomic_output(md_path) as fh:
+        fh.write(render.markdown(report).encode())
+    with atomic_output(json_path) as fh:
+        fh.write(json.dumps(findings_document(report), indent=2, default=str).encode())
+    return ReportFiles(html_path, md_path, json_path, figure_paths)

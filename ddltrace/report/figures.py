@@ -1,0 +1,247 @@
+"""The report's figures, drawn with matplotlib (Agg, no display needed).
+
+Every figure uses :data:`CATEGORY_COLORS`, so a category has the same colour everywhere, and labels its axes
+with units. Functions return a :class:`matplotlib.figure.Figure`; :func:`png_bytes` turns one into PNG bytes.
+"""
+
+from __future__ import annotations
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+
+from ddltrace.timeline import CATEGORIES  # noqa: E402
+
+#: One colour per category, the same in every figure (colour-blind friendly where it matters:
+#: compute, wait and barrier are told apart by hue and lightness).
+CATEGORY_COLORS: dict[str, str] = {
+    "compute": "#4C72B0",
+    "comm": "#55A868",
+    "wait": "#DD8452",
+    "barrier": "#C44E52",
+    "io": "#8172B3",
+    "memcpy": "#937860",
+    "idle": "#E5E5E5",
+    "other": "#8C8C8C",
+}
+#: Categories in the order they are stacked (IPM's view first).
+STACK_ORDER = ("compute", "barrier", "wait", "io", "comm", "memcpy", "other", "idle")
+#: More segments than this on one rank's row and the timeline aggregates to one category per pixel column.
+MAX_SEGMENTS_PER_RANK = 4000
+PIXEL_COLUMNS = 1600
+
+plt.rcParams.update({"font.size": 9, "axes.titlesize": 10, "figure.dpi": 100})
+
+
+def png_bytes(fig: Figure) -> bytes:
+    """The figure as PNG bytes (and the figure closed)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def _legend(ax, categories) -> None:
+    handles = [Patch(color=CATEGORY_COLORS[c], label=c) for c in categories]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+
+
+def shares_figure(table: pd.DataFrame, title: str) -> Figure:
+    """Per-rank stacked shares of time per category (IPM's view, paper 002 figure 5).
+
+    ``table`` is a breakdown table (one row per rank, ``share_<category>`` columns as fractions).
+    """
+    ranks = [int(r) for r in table.index]
+    used = [c for c in STACK_ORDER if f"share_{c}" in table and table[f"share_{c}"].sum() > 0]
+    fig, ax = plt.subplots(figsize=(8, 0.9 + 0.02 * len(ranks) + 2.6))
+    x = np.arange(len(ranks))
+    bottom = np.zeros(len(ranks))
+    for c in used:
+        values = table[f"share_{c}"].to_numpy(dtype=float) * 100
+        ax.bar(x, values, bottom=bottom, color=CATEGORY_COLORS[c], width=0.85 if len(ranks) < 64 else 1.0)
+        bottom += values
+    ax.set_xlabel("rank")
+    ax.set_ylabel("share of the rank's time (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title(title)
+    step = max(1, len(ranks) // 16)
+    ax.set_xticks(x[::step], [str(r) for r in ranks[::step]])
+    _legend(ax, used)
+    return fig
+
+
+def _segments(edges: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Merge neighbouring segments of the same category: (starts, widths, codes)."""
+    if not len(codes):
+        return edges[:0], edges[:0], codes
+    change = np.flatnonzero(np.diff(codes)) + 1
+    first = np.concatenate([[0], change])
+    last = np.concatenate([change, [len(codes)]])
+    return edges[first], edges[last] - edges[first], codes[first]
+
+
+def _pixel_columns(edges: np.ndarray, codes: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """One category per pixel column: the category of the segment under the column's midpoint."""
+    grid = np.linspace(lo, hi, PIXEL_COLUMNS + 1)
+    mids = (grid[:-1] + grid[1:]) / 2
+    idx = np.clip(np.searchsorted(edges, mids, side="right") - 1, 0, max(len(codes) - 1, 0))
+    return grid, codes[idx] if len(codes) else np.full(len(mids), -1)
+
+
+def timeline_figure(rank_segments: dict[int, tuple[np.ndarray, np.ndarray]], window: tuple[int, int],
+                    title: str, marks: dict[str, float] | None = None) -> Figure:
+    """Per-rank timeline (TAU / Vampir's view, paper 002 figures 6-8) over ``window`` (ns).
+
+    ``rank_segments`` maps a rank to (edges, codes) from :func:`ddltrace.analyses.breakdown.classify`: every
+    instant of the rank gets one category. Rows with more than :data:`MAX_SEGMENTS_PER_RANK` segments in the
+    window are drawn one category per pixel column, so 64+ ranks of dense traces stay readable.
+    ``marks`` draws labelled vertical lines (ns).
+    """
+    lo, hi = window
+    ranks = sorted(rank_segments)
+    height = min(9.0, 1.4 + 0.22 * len(ranks))
+    fig, ax = plt.subplots(figsize=(9, height))
+    seen: set[int] = set()
+    aggregated = False
+    for row, rank in enumerate(ranks):
+        edges, codes = rank_segments[rank]
+        if not len(codes):
+            continue
+        starts, widths, seg_codes = _segments(edges, codes)
+        keep = (starts + widths > lo) & (starts < hi)
+        starts, widths, seg_codes = starts[keep], widths[keep], seg_codes[keep]
+        if len(seg_codes) > MAX_SEGMENTS_PER_RANK:
+            aggregated = True
+            grid, col_codes = _pixel_columns(edges, codes, lo, hi)
+            starts, widths, seg_codes = _segments(grid, col_codes)
+            ok = seg_codes >= 0
+            starts, widths, seg_codes = starts[ok], widths[ok], seg_codes[ok]
+        for code in np.unique(seg_codes):
+            sel = seg_codes == code
+            bars = list(zip((starts[sel] - lo) / 1e6, widths[sel] / 1e6, strict=True))
+            ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=CATEGORY_COLORS[CATEGORIES[int(code)]],
+                           linewidth=0)
+            seen.add(int(code))
+    for label, t in (marks or {}).items():
+        ax.axvline((t - lo) / 1e6, color="black", linestyle="--", linewidth=0.8)
+        ax.text((t - lo) / 1e6, len(ranks) - 0.4, f" {label}", fontsize=8, va="bottom")
+    ax.set_xlim(0, (hi - lo) / 1e6)
+    ax.set_ylim(-0.6, len(ranks) - 0.4)
+    step = max(1, len(ranks) // 24)
+    ax.set_yticks(range(0, len(ranks), step), [str(r) for r in ranks[::step]])
+    ax.invert_yaxis()
+    ax.set_xlabel(f"time since {lo / 1e9:.3f} s on the run's clock (ms)")
+    ax.set_ylabel("rank")
+    ax.set_title(title + (" (aggregated: one category per pixel column)" if aggregated else ""))
+    _legend(ax, [c for c in STACK_ORDER if CATEGORIES.index(c) in seen])
+    return fig
+
+
+def scaling_figure(series: pd.DataFrame, knee: float | None = None, model: pd.DataFrame | None = None) -> Figure:
+    """Phase times against workers (paper 002 figure 9), measured beside the model when given.
+
+    ``series`` has columns workers, init_s, steady_s, total_s (seconds, one row per run); ``model`` the same
+    columns predicted; ``knee`` the predicted w* (workers).
+    """
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    styles = {"init_s": ("initialisation", "#C44E52"), "steady_s": ("steady state", "#4C72B0"),
+              "total_s": ("whole run", "#333333")}
+    for column, (label, colour) in styles.items():
+        ax.plot(series["workers"], series[column], "o-", color=colour, label=f"{label} (measured)")
+        if model is not None and column in model:
+            ax.plot(model["workers"], model[column], "--", color=colour, label=f"{label} (model)")
+    if knee:
+        ax.axvline(knee, color="black", linestyle=":", linewidth=1)
+        ax.text(knee, ax.get_ylim()[1], f" knee w* = {knee:.3g}", va="top", fontsize=8)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(series["workers"], [str(int(w)) for w in series["workers"]])
+    ax.set_xlabel("workers w")
+    ax.set_ylabel("time (s)")
+    ax.set_title("Phase times against workers")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    return fig
+
+
+def efficiency_figure(series: pd.DataFrame, r_o: float) -> Figure:
+    """Measured parallel efficiency against workers beside Chang's Lemma 3.1 prediction
+    E(N) = 1 / (1 + (N - 1) R_O) from the overhead ratio ``r_o`` (a fraction) measured in the trace."""
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    base = series.iloc[0]
+    measured = base["steady_s"] * base["workers"] / (series["steady_s"] * series["workers"])
+    n = np.geomspace(series["workers"].min(), series["workers"].max(), 50) / base["workers"]
+    ax.plot(series["workers"], measured * 100, "o-", color="#4C72B0", label="measured (steady state)")
+    ax.plot(n * base["workers"], 100 / (1 + (n - 1) * r_o), "--", color="#555555",
+            label=f"Lemma 3.1, R_O = {100 * r_o:.1f} %")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(series["workers"], [str(int(w)) for w in series["workers"]])
+    ax.set_xlabel("workers w")
+    ax.set_ylabel("parallel efficiency (%)")
+    ax.set_ylim(0, 110)
+    ax.set_title(f"Efficiency relative to w = {int(base['workers'])}")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    return fig
+
+
+def average_slowest_figure(table: pd.DataFrame, title: str) -> Figure:
+    """The average rank beside the slowest, time per category (RALP, paper 003 figure 2).
+
+    ``table`` has two rows (average, slowest) and one column per category in ns.
+    """
+    used = [c for c in STACK_ORDER if c in table and table[c].sum() > 0]
+    fig, ax = plt.subplots(figsize=(7, 2.4))
+    y = np.arange(len(table))
+    left = np.zeros(len(table))
+    for c in used:
+        values = table[c].to_numpy(dtype=float) / 1e6
+        ax.barh(y, values, left=left, color=CATEGORY_COLORS[c], height=0.6)
+        left += values
+    ax.set_yticks(y, list(table.index))
+    ax.invert_yaxis()
+    ax.set_xlabel("time in the phase (ms)")
+    ax.set_title(title)
+    _legend(ax, used)
+    return fig
+
+
+def histogram_figure(values: np.ndarray, xlabel: str, title: str, bound: float | None = None,
+                     bound_label: str = "") -> Figure:
+    """A histogram of integer values (e.g. staleness in updates, Rudra figure 4), with an optional bound."""
+    fig, ax = plt.subplots(figsize=(7, 3.0))
+    values = np.asarray(values)
+    if len(values):
+        bins = np.arange(values.min(), values.max() + 2) - 0.5
+        ax.hist(values, bins=bins, color="#4C72B0")
+    if bound is not None:
+        ax.axvline(bound, color="#C44E52", linestyle="--")
+        ax.text(bound, ax.get_ylim()[1], f" {bound_label}", va="top", fontsize=8, color="#C44E52")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("count")
+    ax.set_title(title)
+    return fig
+
+
+def curve_figure(curves: dict[str, tuple[np.ndarray, np.ndarray]], xlabel: str, ylabel: str, title: str,
+                 vlines: dict[str, float] | None = None) -> Figure:
+    """Curves on log-log axes (e.g. C_muladd against segment size, with the cache sizes marked)."""
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    for label, (x, y) in curves.items():
+        ax.plot(x, y, "o-", markersize=3, label=label)
+    for label, x in (vlines or {}).items():
+        ax.axvline(x, color="#999999", linestyle=":", linewidth=1)
+        ax.text(x, ax.get_ylim()[1] if ax.lines else 1, f" {label}", va="top", fontsize=8, color="#555555")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if curves:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    return fig

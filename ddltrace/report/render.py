@@ -1,0 +1,150 @@
+"""Rendering a :class:`~ddltrace.report.Report` as one self-contained HTML page and as Markdown.
+
+The HTML embeds every figure as a base64 PNG and its style sheet inline: it opens from disk or as an e-mail
+attachment with no network access. Every string that may come from a trace goes through :func:`html.escape`
+(HTML) or :func:`_md_escape` (Markdown).
+"""
+
+from __future__ import annotations
+
+import base64
+import html as _html
+
+import pandas as pd
+
+from ddltrace import __version__
+
+_CSS = """
+body { font-family: -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; margin: 0 auto;
+       max-width: 1000px; padding: 1.5em; color: #222; line-height: 1.45; }
+h1 { font-size: 1.5em; margin-bottom: 0.2em; } h2 { border-bottom: 1px solid #ddd; padding-bottom: 0.2em; }
+.meta { color: #666; font-size: 0.85em; }
+.verdict { background: #f4f6fa; border-left: 4px solid #4C72B0; padding: 0.6em 1em; font-size: 1.05em; }
+.finding { border: 1px solid #ddd; border-radius: 6px; padding: 0.6em 1em; margin: 0.8em 0; }
+.sev { display: inline-block; padding: 0 0.5em; border-radius: 3px; color: white; font-size: 0.8em;
+       text-transform: uppercase; margin-right: 0.5em; }
+.sev-error { background: #C44E52; } .sev-warning { background: #DD8452; } .sev-info { background: #4C72B0; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; }
+td, th { border: 1px solid #ddd; padding: 2px 8px; text-align: right; } th { background: #f4f4f4; }
+td.key, th.key { text-align: left; }
+figure { margin: 1em 0; page-break-inside: avoid; } figure img { max-width: 100%; height: auto; }
+figcaption { color: #555; font-size: 0.9em; }
+.scroll { overflow-x: auto; }
+@media print { body { max-width: none; padding: 0; } .finding, figure, table { page-break-inside: avoid; } }
+"""
+
+
+def _e(value) -> str:
+    return _html.escape(str(value), quote=True)
+
+
+def _md_escape(value) -> str:
+    text = str(value).replace("\\", "\\\\")
+    for ch in "`*_{}[]<>()#+-!|":
+        text = text.replace(ch, "\\" + ch)
+    return text
+
+
+def _table_cells(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    frame = frame.copy()
+    header = [str(frame.index.name or "")] + [str(c) for c in frame.columns]
+    rows = []
+    for index, row in frame.iterrows():
+        cells = [str(index)]
+        for value in row:
+            if isinstance(value, float):
+                cells.append("" if value != value else f"{value:.4g}")
+            else:
+                cells.append(str(value))
+        rows.append(cells)
+    return header, rows
+
+
+def html(report) -> str:
+    """The report as one HTML page (str)."""
+    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+             '<meta name="viewport" content="width=device-width, initial-scale=1">',
+             f"<title>{_e(report.title)}</title><style>{_CSS}</style></head><body>",
+             f"<h1>{_e(report.title)}</h1>",
+             f'<p class="meta">ddltrace {_e(__version__)} &middot; {_e(report.created)} &middot; stores: '
+             + ", ".join(f"<code>{_e(s)}</code>" for s in report.stores) + "</p>",
+             '<p class="verdict">' + " ".join(_e(s) for s in report.verdict) + "</p>",
+             "<h2>Findings</h2>"]
+    if not report.findings:
+        parts.append("<p>No findings.</p>")
+    for finding in report.findings:
+        parts.append('<div class="finding">')
+        parts.append(f'<h3><span class="sev sev-{_e(finding.severity)}">{_e(finding.severity)}</span>'
+                     f"{_e(finding.title)}</h3>")
+        scope = f"phase: {finding.phase}"
+        if finding.ranks:
+            scope += ", ranks: " + ", ".join(str(r) for r in finding.ranks[:32])
+            if len(finding.ranks) > 32:
+                scope += f" (and {len(finding.ranks) - 32} more)"
+        parts.append(f'<p class="meta">{_e(finding.id)} &middot; {_e(scope)}</p>')
+        if finding.evidence:
+            parts.append("<table>" + "".join(f'<tr><td class="key">{_e(k)}</td><td>{_e(q)}</td></tr>'
+                                             for k, q in finding.evidence.items()) + "</table>")
+        if finding.advice:
+            parts.append(f"<p><b>What to try:</b> {_e(finding.advice)}</p>")
+        key = report.finding_figures.get(finding.id)
+        if key:
+            parts.append(f'<p>Figure: <a href="#fig-{_e(key)}">{_e(_figure_title(report, key))}</a></p>')
+        parts.append("</div>")
+    parts.append("<h2>Figures</h2>")
+    for fig in report.figures:
+        data = base64.b64encode(fig.png).decode()
+        parts.append(f'<figure id="fig-{_e(fig.key)}"><h3>{_e(fig.title)}</h3>'
+                     f'<img alt="{_e(fig.title)}" src="data:image/png;base64,{data}">'
+                     f"<figcaption>{_e(fig.caption)}</figcaption></figure>")
+    parts.append("<h2>Tables</h2>")
+    for title, frame in report.tables:
+        header, rows = _table_cells(frame)
+        parts.append(f"<h3>{_e(title)}</h3><div class=\"scroll\"><table><tr>"
+                     + "".join(f"<th>{_e(h)}</th>" for h in header) + "</tr>"
+                     + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
+                     + "</table></div>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def _figure_title(report, key: str) -> str:
+    return next((f.title for f in report.figures if f.key == key), key)
+
+
+def markdown(report) -> str:
+    """The report as Markdown, figures referenced as ``<key>.png`` files beside it (str)."""
+    lines = [f"# {_md_escape(report.title)}", "",
+             f"ddltrace {__version__}, {report.created}; stores: "
+             + ", ".join(f"`{s.replace('`', '')}`" for s in report.stores), "",
+             "> " + " ".join(_md_escape(s) for s in report.verdict), "", "## Findings", ""]
+    if not report.findings:
+        lines += ["No findings.", ""]
+    for finding in report.findings:
+        lines.append(f"### [{finding.severity.upper()}] {_md_escape(finding.title)}")
+        lines.append("")
+        scope = f"`{finding.id}`, phase {_md_escape(finding.phase)}"
+        if finding.ranks:
+            scope += ", ranks " + ", ".join(str(r) for r in finding.ranks[:32])
+        lines += [scope, ""]
+        if finding.evidence:
+            lines += ["| evidence | value |", "|---|---|"]
+            lines += [f"| {_md_escape(k)} | {_md_escape(q)} |" for k, q in finding.evidence.items()]
+            lines.append("")
+        if finding.advice:
+            lines += [f"**What to try:** {_md_escape(finding.advice)}", ""]
+        key = report.finding_figures.get(finding.id)
+        if key:
+            lines += [f"Figure: [{_md_escape(_figure_title(report, key))}]({key}.png)", ""]
+    lines += ["## Figures", ""]
+    for fig in report.figures:
+        lines += [f"### {_md_escape(fig.title)}", "", f"![{_md_escape(fig.title)}]({fig.key}.png)", "",
+                  _md_escape(fig.caption), ""]
+    lines += ["## Tables", ""]
+    for title, frame in report.tables:
+        header, rows = _table_cells(frame)
+        lines += [f"### {_md_escape(title)}", "", "| " + " | ".join(_md_escape(h) for h in header) + " |",
+                  "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in rows]
+        lines.append("")
+    return "\n".join(lines)
