@@ -1,0 +1,191 @@
+"""The hardware profile: one JSON file of constants (each with its uncertainty and unit), curves, and the
+machine's description. Written by ``ddltrace calibrate``, read by the models, compared across machines.
+
+Layout::
+
+    {"format": "ddltrace-hardware-profile", "format_version": 1, "ddltrace_version": ..., "created_utc": ...,
+     "quick": bool, "sections": [...], "machine": {...},
+     "constants": {name: {"value", "uncertainty", "unit", "description", "method", "busy_runs", "other_cpu_s"}},
+     "curves": {name: {"x": ..., "x_unit": ..., "y_unit": ..., "points": [{"x", "y", "spread"}]}},
+     "notes": [...]}
+
+``uncertainty`` is, for a repeated measurement, the robust spread of the repeats (1.4826 x MAD, floored at
+0.1 % of the value), and for a fitted constant the half-width of its 95 % confidence interval.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+from ddltrace.errors import DdltraceError
+
+FORMAT = "ddltrace-hardware-profile"
+FORMAT_VERSION = 1
+
+
+def new_profile(machine: dict, quick: bool, sections: list[str]) -> dict:
+    import datetime
+
+    from ddltrace import __version__
+
+    return {"format": FORMAT, "format_version": FORMAT_VERSION, "ddltrace_version": __version__,
+            "created_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "quick": quick, "sections": sections, "machine": machine, "constants": {}, "curves": {}, "notes": []}
+
+
+def add_constant(profile: dict, name: str, value: float, uncertainty: float, unit: str, description: str,
+                 method: str = "", busy_runs: int = 0, other_cpu_s: float | None = None) -> None:
+    """Record constant ``name`` (``value`` ± ``uncertainty`` in ``unit``)."""
+    entry = {"value": float(value), "uncertainty": float(uncertainty), "unit": unit, "description": description}
+    if method:
+        entry["method"] = method
+    entry["busy_runs"] = int(busy_runs)
+    if other_cpu_s is not None and math.isfinite(other_cpu_s):
+        entry["other_cpu_s"] = round(float(other_cpu_s), 3)
+    profile["constants"][name] = entry
+
+
+def add_curve(profile: dict, name: str, x_name: str, x_unit: str, y_unit: str, points: list[dict],
+              description: str = "") -> None:
+    """Record curve ``name``: points are dicts with x, y and spread (y's unit)."""
+    profile["curves"][name] = {"x": x_name, "x_unit": x_unit, "y_unit": y_unit, "description": description,
+                               "points": points}
+
+
+def problems(profile: dict) -> list[str]:
+    """Every way ``profile`` breaks the format: constants must be positive and finite, uncertainties finite
+    and not negative."""
+    out = []
+    if profile.get("format") != FORMAT:
+        out.append(f"format is {profile.get('format')!r}, not {FORMAT!r}")
+    constants = profile.get("constants")
+    if not isinstance(constants, dict):
+        return out + ["no constants table"]
+    for name, c in constants.items():
+        try:
+            value, unc = float(c["value"]), float(c["uncertainty"])
+        except (KeyError, TypeError, ValueError):
+            out.append(f"constant {name}: value or uncertainty missing")
+            continue
+        if not (math.isfinite(value) and value > 0):
+            out.append(f"constant {name}: value {value} is not positive and finite")
+        if not (math.isfinite(unc) and unc >= 0):
+            out.append(f"constant {name}: uncertainty {unc} is not finite and >= 0")
+        if not c.get("unit"):
+            out.append(f"constant {name}: no unit")
+    return out
+
+
+def save(profile: dict, path: str | os.PathLike) -> Path:
+    """Write ``profile`` as JSON (atomically); DdltraceError naming the path if it cannot be written."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(profile, indent=1, sort_keys=False, allow_nan=False) + "\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise DdltraceError(f"{path}: cannot write the profile ({exc.strerror or exc})") from exc
+    return path
+
+
+def load(path: str | os.PathLike) -> dict:
+    """Read a profile; DdltraceError naming the file if it is missing, not JSON or not a valid profile."""
+    path = Path(path)
+    try:
+        profile = json.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise DdltraceError(f"{path}: no such profile") from exc
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DdltraceError(f"{path}: not a readable JSON profile ({exc})") from exc
+    if not isinstance(profile, dict):
+        raise DdltraceError(f"{path}: not a ddltrace hardware profile")
+    bad = problems(profile)
+    if bad:
+        raise DdltraceError(f"{path}: invalid hardware profile: " + "; ".join(bad[:5]))
+    return profile
+
+
+# ------------------------------------------------------------------------------------------------ formatting
+
+_PREFIXES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""), (1e-3, "m"), (1e-6, "u"), (1e-9, "n"),
+             (1e-12, "p"), (1e-15, "f"))
+
+
+def si(value: float, unit: str, digits: int = 3) -> str:
+    """``value`` with an SI prefix: si(7.6e-10, 's') -> '760 ps'."""
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    if value == 0:
+        return f"0 {unit}"
+    for scale, prefix in _PREFIXES:
+        if abs(value) >= scale * 0.9995:
+            return f"{value / scale:.{digits}g} {prefix}{unit}"
+    return f"{value:.{digits}g} {unit}"
+
+
+def format_value(value: float, unit: str) -> str:
+    """A constant in its unit, readable: seconds with SI prefixes, per-byte times also as bandwidth."""
+    if unit.startswith("s/") or unit == "s":
+        per = unit[2:] if unit.startswith("s/") else ""
+        text = si(value, "s") + (f"/{per}" if per else "")
+        if per == "B" and value > 0:
+            text += f" ({si(1 / value, 'B/s')})"
+        return text
+    if unit == "B/s":
+        return si(value, "B/s")
+    if unit == "bit/s":
+        return si(value, "bit/s")
+    if unit == "Hz":
+        return si(value, "Hz")
+    if unit == "ratio":
+        return f"{value:.3g} x"
+    if unit == "muladd/s":
+        return si(value, "muladd/s")
+    if unit == "1/s":
+        return f"{value:.4g} /s"
+    return f"{value:.4g} {unit}"
+
+
+def summary_rows(profile: dict) -> list[tuple[str, str, str, str]]:
+    """(constant, value, ± uncertainty, note) for each constant."""
+    rows = []
+    for name, c in profile["constants"].items():
+        unc = c["uncertainty"]
+        rel = unc / c["value"] if c["value"] else float("nan")
+        note = f"busy in {c['busy_runs']} run(s)" if c.get("busy_runs") else ""
+        rows.append((name, format_value(c["value"], c["unit"]), f"± {100 * rel:.2g} %", note))
+    return rows
+
+
+def table(rows: list[tuple], header: tuple) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(str(h).ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def compare(a: dict, b: dict) -> list[tuple[str, str, str, str, str]]:
+    """Rows (constant, a, b, b / a, verdict) for the constants of two profiles; the verdict says whether the
+    difference exceeds twice the combined uncertainty."""
+    rows = []
+    names = list(a["constants"]) + [n for n in b["constants"] if n not in a["constants"]]
+    for name in names:
+        ca, cb = a["constants"].get(name), b["constants"].get(name)
+        if ca is None or cb is None:
+            only = "only in A" if cb is None else "only in B"
+            c = ca or cb
+            fa = format_value(ca["value"], ca["unit"]) if ca else "-"
+            fb = format_value(cb["value"], cb["unit"]) if cb else "-"
+            rows.append((name, fa, fb, "", only if c else ""))
+            continue
+        ratio = cb["value"] / ca["value"]
+        combined = math.hypot(ca["uncertainty"], cb["uncertainty"])
+        verdict = "differs" if abs(cb["value"] - ca["value"]) > 2 * combined else "same within 2 sigma"
+        rows.append((name, format_value(ca["value"], ca["unit"]), format_value(cb["value"], cb["unit"]),
+                     f"{ratio:.3g} x", verdict))
+    return rows

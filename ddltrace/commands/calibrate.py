@@ -1,0 +1,92 @@
+"""``ddltrace calibrate``: run the microbenchmarks and write the hardware profile the models read."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+DESCRIPTION = """\
+Measure this machine's constants for the analytical models: C_muladd, C_act, C_err (curves over segment sizes
+crossing the caches, float32 and float64), C_interf(H), memory r_m and w_m (STREAM's kernels), disk r_d, w_d and
+IOPS (page cache bypassed), network lat_net and r_net (against 'ddltrace probe serve' on --peer, else a loopback
+server), an MPI ping-pong, and the GPU when NVML sees one. Writes one JSON profile: each constant with its
+uncertainty and unit, the curves, and the machine's description. Every benchmark records the CPU time other
+processes took while it ran: on a busy machine the figures are noisy, and the summary says where.
+"""
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("calibrate", help="measure the machine's constants into a hardware profile",
+                              description=DESCRIPTION)
+    p.add_argument("--quick", action="store_true", help="fewer sizes and repeats: under 30 s")
+    p.add_argument("--only", metavar="SECTIONS", help="comma-separated sections among cpu,mem,disk,net,gpu")
+    p.add_argument("--peer", metavar="HOST:PORT", help="probe server for the network section (default: a "
+                   "loopback server started here)")
+    p.add_argument("--out", default="hardware-profile.json", help="profile file (default: hardware-profile.json)")
+    p.add_argument("--disk-path", metavar="DIR", help="directory for the disk benchmark's file (default: the temp dir)")
+    p.add_argument("--disk-size", metavar="MIB", type=int, help="disk file size in MiB (default: 32 quick, 1024)")
+    p.add_argument("--net-timeout", type=float, default=5.0, metavar="S",
+                   help="seconds to wait for the peer at any step (default: 5)")
+    p.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"),
+                   help="compare two profiles instead of measuring")
+    p.set_defaults(func=run)
+
+
+class _Progress:
+    """One status line on stderr: rewritten in place on a terminal, one line per section otherwise."""
+
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.t0 = time.perf_counter()
+        self.width = 0
+
+    def __call__(self, step: str) -> None:
+        elapsed = time.perf_counter() - self.t0
+        text = f"calibrate [{elapsed:5.1f} s] {step}"
+        if self.tty:
+            self.stream.write("\r" + text.ljust(self.width))
+            self.width = len(text)
+        elif step in ("cpu", "mem", "disk", "net", "gpu"):
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def done(self) -> None:
+        if self.tty and self.width:
+            self.stream.write("\r" + " " * self.width + "\r")
+            self.stream.flush()
+
+
+def run(args) -> int:
+    from ddltrace.collectors.microbench import profile as prof
+    from ddltrace.collectors.microbench import suite
+    from ddltrace.errors import DdltraceError
+
+    if args.compare:
+        a, b = (prof.load(path) for path in args.compare)
+        print(f"A: {args.compare[0]} ({a['machine'].get('hostname')}, {a['machine'].get('cpu_model')}, "
+              f"{a['created_utc']})")
+        print(f"B: {args.compare[1]} ({b['machine'].get('hostname')}, {b['machine'].get('cpu_model')}, "
+              f"{b['created_utc']})")
+        print(prof.table(prof.compare(a, b), ("constant", "A", "B", "B / A", "verdict")))
+        return 0
+    if args.disk_size is not None and args.disk_size < 1:
+        raise DdltraceError(f"--disk-size {args.disk_size}: expected a positive number of MiB")
+    progress = _Progress()
+    opts = suite.Options(quick=args.quick, sections=suite.parse_sections(args.only), peer=args.peer,
+                         disk_path=args.disk_path, disk_bytes=args.disk_size * 2**20 if args.disk_size else None,
+                         net_timeout=args.net_timeout, progress=progress)
+    try:
+        profile = suite.calibrate(opts)
+    finally:
+        progress.done()
+    path = prof.save(profile, args.out)
+    m = profile["machine"]
+    print(f"{m['cpu_model']}, {m['usable_cores']} cores, {prof.si(m['memory_bytes'], 'B')} memory, {m['kernel']}")
+    print(prof.table(prof.summary_rows(profile), ("constant", "value", "uncertainty", "note")))
+    for note in profile["notes"]:
+        print(f"note: {note}")
+    seconds = sum(profile["section_seconds"].values())
+    print(f"profile written to {path} ({len(profile['constants'])} constants, {len(profile['curves'])} curves, "
+          f"{seconds:.1f} s)")
+    return 0
