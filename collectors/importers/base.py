@@ -1,0 +1,178 @@
+"""The importer registry and what importers hand back.
+
+An :class:`Importer` declares a format: a ``sniff(head, path)`` that recognises it from the first bytes
+of content (the path only breaks ties), and a ``read(path, ctx)`` that yields :class:`RankPart` objects, one
+per rank found in the file. Registration order is sniffing order: specific formats first, generic last.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ddltrace.collectors.importers.categories import Categorizer
+from ddltrace.collectors.importers.source import ByteSource
+from ddltrace.errors import DdltraceError
+from ddltrace.timeline import CATEGORIES, CATEGORY_DTYPE, make_timeline
+
+RANK_FROM = ("auto", "name", "dir", "order")
+
+
+@dataclass
+class RankPart:
+    """One rank's events from one file. ``rank`` is an int, or an identity tuple such as ("ps", 0) that the
+    importing command numbers after the workers. ``clock`` says what the times are: "epoch" (ns since the
+    Unix epoch, from the host's wall clock), "relative" (ns since a per-file start), or "shared" (one clock
+    for every rank of the file)."""
+
+    rank: int | tuple
+    timeline: pd.DataFrame
+    counters: pd.DataFrame | None = None
+    info: dict = field(default_factory=dict)
+    clock: str = "epoch"
+
+
+@dataclass
+class FileReport:
+    """What was read from one file, what was skipped and why."""
+
+    path: str
+    format: str = ""
+    events: int = 0
+    intervals: int = 0
+    skipped: Counter = field(default_factory=Counter)
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ImportContext:
+    """What an importer needs besides the file: rules, how to number ranks, where to report."""
+
+    categorizer: Categorizer
+    rank_from: str = "auto"
+    file_index: int = 0
+    report: FileReport | None = None
+
+
+@dataclass(frozen=True)
+class Importer:
+    name: str
+    description: str
+    sniff: Callable[[bytes, Path], bool]
+    read: Callable[[Path, ImportContext], Iterator[RankPart]]
+    binary: bool = False  # sniffed from raw bytes, not decompressed text
+
+
+REGISTRY: list[Importer] = []
+
+
+def register(importer: Importer) -> Importer:
+    """Add a format; later registrations are sniffed after earlier ones."""
+    if any(i.name == importer.name for i in REGISTRY):
+        raise ValueError(f"importer {importer.name!r} registered twice")
+    REGISTRY.append(importer)
+    return importer
+
+
+def get_importer(name: str) -> Importer:
+    for importer in REGISTRY:
+        if importer.name == name:
+            return importer
+    raise DdltraceError(f"--format {name}: unknown format (known: {', '.join(i.name for i in REGISTRY)})")
+
+
+def detect(path: Path) -> Importer:
+    """The first registered format whose sniffer recognises the file's content."""
+    source = ByteSource(path)
+    head = source.head()
+    with open(path, "rb") as fh:
+        raw = fh.read(4096)
+    for importer in REGISTRY:
+        if importer.sniff(raw if importer.binary else head, path):
+            return importer
+    shown = head[:40].decode("utf-8", "replace").strip().replace("\n", " ")
+    raise DdltraceError(f"{path}: not a trace format ddltrace knows (starts with {shown!r}); "
+                        f"name it with --format ({', '.join(i.name for i in REGISTRY)})")
+
+
+_RANK_IN_NAME = re.compile(r"(?i)(?:rank|worker|task|node|proc)[-_.]?(\d+)")
+_NUMBER = re.compile(r"(\d+)")
+
+
+def rank_from_path(path: Path, mode: str, ctx: ImportContext, default: int | None = None) -> int:
+    """A rank number from the file: ``name`` (rank12 / worker3 / last number in the file name), ``dir``
+    (the same in the parent folder's name), ``order`` (position on the command line), ``auto`` (the
+    format's own ``default`` when given, else name, then dir, then order)."""
+    if mode == "order":
+        return ctx.file_index
+    if mode == "auto" and default is not None:
+        return default
+    candidates = {"name": [path.name], "dir": [path.parent.name], "auto": [path.name, path.parent.name]}[mode]
+    for text in candidates:
+        stem = re.sub(r"(\.(json|gz|pb|txt|csv|xml|trace|pt))+$", "", text)
+        m = _RANK_IN_NAME.search(stem)
+        if m:
+            return int(m.group(1))
+        if mode != "auto":
+            numbers = _NUMBER.findall(stem)
+            if numbers:
+                return int(numbers[-1])
+    if mode == "auto":
+        return ctx.file_index
+    raise DdltraceError(f"{path}: no rank number in the {'file' if mode == 'name' else 'folder'} name "
+                        f"(try --rank-from order)")
+
+
+def to_ns(values: np.ndarray) -> np.ndarray:
+    """Microseconds (int or float) to int64 nanoseconds."""
+    if values.dtype.kind in "iu":
+        return values.astype(np.int64) * 1000
+    return np.rint(values.astype(np.float64) * 1000.0).astype(np.int64)
+
+
+def strings(codes: np.ndarray, table: list[str]) -> pd.Series:
+    """A str column from integer codes into ``table``."""
+    lookup = np.asarray(table, dtype=object) if table else np.empty(0, dtype=object)
+    return pd.Series(lookup[codes] if len(codes) else np.empty(0, dtype=object), dtype="str")
+
+
+def build_timeline(*, rank: int, lane_codes: np.ndarray, lane_table: list[str], key_codes: np.ndarray,
+                   key_table: list[tuple[str, str]], start_ns: np.ndarray, dur_ns: np.ndarray, fmt: str,
+                   ctx: ImportContext, name_table: list[str] | None = None,
+                   extra: dict[str, Any] | None = None) -> pd.DataFrame:
+    """A validated timeline from coded columns: each (cat, name) key is categorised once by the rules."""
+    counts = np.bincount(key_codes, minlength=len(key_table)) if len(key_codes) else np.zeros(len(key_table))
+    category_index = {c: i for i, c in enumerate(CATEGORIES)}
+    key_category = np.array([category_index[ctx.categorizer.category(fmt, cat, name, int(n))]
+                             for (cat, name), n in zip(key_table, counts, strict=True)], dtype=np.int8)
+    names = name_table if name_table is not None else [name for _, name in key_table]
+    cats = key_category[key_codes] if len(key_codes) else np.empty(0, dtype=np.int8)
+    columns = {
+        "rank": np.full(len(start_ns), rank, dtype=np.int32),
+        "lane": strings(lane_codes, lane_table),
+        "name": strings(key_codes, names),
+        "category": pd.Categorical.from_codes(cats, dtype=CATEGORY_DTYPE),
+        "start_ns": np.asarray(start_ns, dtype=np.int64),
+        "dur_ns": np.asarray(dur_ns, dtype=np.int64),
+        "source": pd.Series(np.full(len(start_ns), fmt, dtype=object), dtype="str"),
+    }
+    columns.update(extra or {})
+    return make_timeline(columns)
+
+
+def counters_frame(rows: list[tuple[int, str, int, float]]):
+    """Counters from (rank, name, t_ns, value) rows, None when there are none."""
+    if not rows:
+        return None
+    from ddltrace.timeline import make_counters
+
+    rank, name, t_ns, value = zip(*rows, strict=True)
+    return make_counters({"rank": np.array(rank, dtype=np.int32), "name": pd.Series(name, dtype="str"),
+                          "t_ns": np.array(t_ns, dtype=np.int64), "value": np.array(value, dtype=np.float64)})

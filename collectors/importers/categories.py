@@ -1,0 +1,143 @@
+"""Which category each imported event falls in, by ordered regex rules kept in a data file.
+
+The rules ship as ``categories.toml`` beside this module; a user file (``--rules``) is tried first, or alone
+when it says ``replace = true``. Results are cached per (format, cat, name), so a trace with a million events
+and a thousand distinct names costs a thousand regex searches. :meth:`Categorizer.explain` tells which rule
+decided each name.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from ddltrace.errors import DdltraceError
+from ddltrace.timeline import CATEGORIES
+
+SHIPPED_RULES = "categories.toml"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule: events of ``formats`` whose cat and name match go to ``category``."""
+
+    id: str
+    formats: tuple[str, ...]
+    cat: re.Pattern | None
+    name: re.Pattern | None
+    category: str
+    origin: str  # file the rule came from
+
+    def matches(self, fmt: str, cat: str, name: str) -> bool:
+        if "*" not in self.formats and fmt not in self.formats:
+            return False
+        if self.cat is not None and not self.cat.search(cat):
+            return False
+        return self.name is None or bool(self.name.search(name))
+
+
+def _compile(pattern, where: str) -> re.Pattern | None:
+    if pattern is None:
+        return None
+    if not isinstance(pattern, str):
+        raise DdltraceError(f"{where}: pattern must be a string, not {type(pattern).__name__}")
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise DdltraceError(f"{where}: bad regular expression {pattern!r} ({exc})") from exc
+
+
+def load_rules(text: str, origin: str) -> tuple[list[Rule], bool]:
+    """Parse a rules file's text; returns (rules, replace). Raises DdltraceError naming the bad rule."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise DdltraceError(f"{origin}: not valid TOML ({exc})") from exc
+    entries = data.get("rule", [])
+    if not isinstance(entries, list):
+        raise DdltraceError(f"{origin}: 'rule' must be an array of tables ([[rule]])")
+    rules = []
+    for i, entry in enumerate(entries, start=1):
+        where = f"{origin}: rule {i} ({entry.get('id', 'no id')})"
+        unknown = set(entry) - {"id", "formats", "cat", "name", "category"}
+        if unknown:
+            raise DdltraceError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+        category = entry.get("category")
+        if category not in CATEGORIES:
+            raise DdltraceError(f"{where}: category {category!r} is not one of {', '.join(CATEGORIES)}")
+        formats = entry.get("formats", ["*"])
+        if isinstance(formats, str):
+            formats = [formats]
+        rules.append(Rule(id=str(entry.get("id", f"rule-{i}")), formats=tuple(formats),
+                          cat=_compile(entry.get("cat"), where), name=_compile(entry.get("name"), where),
+                          category=category, origin=origin))
+    return rules, bool(data.get("replace", False))
+
+
+def shipped_rules() -> list[Rule]:
+    text = resources.files(__package__).joinpath(SHIPPED_RULES).read_text()
+    return load_rules(text, f"ddltrace/collectors/importers/{SHIPPED_RULES}")[0]
+
+
+class Categorizer:
+    """Categorise (format, cat, name) by the first matching rule; remembers every decision for ``explain``."""
+
+    def __init__(self, user_rules: str | Path | None = None):
+        rules = shipped_rules()
+        if user_rules is not None:
+            path = Path(user_rules)
+            try:
+                text = path.read_text()
+            except OSError as exc:
+                raise DdltraceError(f"{path}: cannot read rules file ({exc.strerror})") from exc
+            mine, replace = load_rules(text, str(path))
+            rules = mine if replace else mine + rules
+        self.rules = rules
+        self._by_format: dict[str, list[Rule]] = {}
+        self.decisions: dict[tuple[str, str, str], Rule | None] = {}
+        self.counts: dict[tuple[str, str, str], int] = {}
+
+    def _rules_for(self, fmt: str) -> list[Rule]:
+        rules = self._by_format.get(fmt)
+        if rules is None:
+            rules = [r for r in self.rules if "*" in r.formats or fmt in r.formats]
+            self._by_format[fmt] = rules
+        return rules
+
+    def rule_for(self, fmt: str, cat: str, name: str) -> Rule | None:
+        key = (fmt, cat, name)
+        if key in self.decisions:
+            return self.decisions[key]
+        rule = next((r for r in self._rules_for(fmt) if r.matches(fmt, cat, name)), None)
+        self.decisions[key] = rule
+        return rule
+
+    def category(self, fmt: str, cat: str, name: str, count: int = 1) -> str:
+        """The category of one event kind; ``count`` events of it are tallied for ``explain``."""
+        rule = self.rule_for(fmt, cat, name)
+        key = (fmt, cat, name)
+        self.counts[key] = self.counts.get(key, 0) + count
+        return rule.category if rule is not None else "other"
+
+    def explain(self) -> list[dict]:
+        """Every (format, cat, name) seen: its category, the rule that decided it, and how many events."""
+        rows = []
+        for (fmt, cat, name), rule in self.decisions.items():
+            rows.append({"format": fmt, "cat": cat, "name": name,
+                         "category": rule.category if rule else "other",
+                         "rule": rule.id if rule else "(no rule matched)",
+                         "rule_file": rule.origin if rule else "",
+                         "events": self.counts.get((fmt, cat, name), 0)})
+        rows.sort(key=lambda r: (r["format"], r["category"], -r["events"], r["name"]))
+        return rows
+
+
+def explain(names: list[str], fmt: str, cat: str = "", user_rules: str | Path | None = None) -> list[dict]:
+    """Which category and rule each of ``names`` (events of format ``fmt``, category field ``cat``) gets."""
+    categorizer = Categorizer(user_rules)
+    for name in names:
+        categorizer.category(fmt, cat, name)
+    return categorizer.explain()

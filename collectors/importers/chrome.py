@@ -1,0 +1,532 @@
+"""Streaming reader of Chrome Trace Event Format JSON (the dialect every framework here writes).
+
+The file is decompressed and decoded piece by piece: the ``traceEvents`` array (or the bare array) is cut
+at event boundaries, each piece decoded by msgspec into small structs (``args`` kept undecoded), and the
+events folded into compact columns. Memory stays at one piece plus ~30 bytes per retained interval.
+
+Damage is salvaged, counted and reported, never fatal while something valid remains: truncated JSON (the
+complete events before the cut are kept), arrays never closed (old Horovod), wrong types (the event is
+skipped with its reason), unknown phases, negative or missing durations, ends without a begin.
+When nothing valid can be read the error names the byte offset where decoding failed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from ddltrace.collectors.importers.source import ByteSource
+from ddltrace.errors import DdltraceError
+
+#: Decoded bytes gathered before a piece is cut and decoded (bytes).
+PIECE_SIZE = 4 << 20
+_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+_TRACE_EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[')
+_MALFORMED_AT = re.compile(r"\(byte (\d+)\)")
+_KNOWN_PHASES = set("XBEbeniIsftCMNODPRcpv(),{}")  # every phase the format defines
+_INTERVAL_PHASES = {"X", "B", "E", "b", "e"}
+
+
+class Event(msgspec.Struct, gc=False):
+    """One trace event, the fields ddltrace uses; ``ts``/``dur`` in microseconds."""
+
+    ph: str = ""
+    name: str = ""
+    cat: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: int | float | None = None
+    dur: int | float | None = None
+    id: int | str | None = None
+    args: msgspec.Raw = msgspec.Raw(b"")
+
+
+_DECODE_EVENTS = msgspec.json.Decoder(list[Event])
+_DECODE_ANY = msgspec.json.Decoder()
+
+
+def decode_args(event: Event) -> dict:
+    """The event's ``args`` as a dict (empty when absent or not an object)."""
+    raw = bytes(event.args)
+    if not raw:
+        return {}
+    try:
+        value = _DECODE_ANY.decode(raw)
+    except msgspec.DecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+@dataclass
+class ChromeTrace:
+    """What one Chrome trace file holds, as columns.
+
+    Intervals (``X`` and paired ``B``/``E``, ``b``/``e``): ``lane_key`` (index into ``lanes``, the
+    (pid, tid) pairs), ``key`` (index into ``keys``, the (cat, name) pairs), ``ts_us`` and ``dur_us``
+    (microseconds as written, float64 or int64), ``args`` for the keys asked for with ``want_args``.
+    """
+
+    path: str
+    header: dict = field(default_factory=dict)
+    lanes: list[tuple[Any, Any]] = field(default_factory=list)
+    keys: list[tuple[str, str]] = field(default_factory=list)
+    lane_key: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
+    key: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
+    ts_us: np.ndarray = field(default_factory=lambda: np.empty(0, np.float64))
+    dur_us: np.ndarray = field(default_factory=lambda: np.empty(0, np.float64))
+    end_args: dict[int, dict] = field(default_factory=dict)
+    process_names: dict[Any, str] = field(default_factory=dict)
+    process_labels: dict[Any, str] = field(default_factory=dict)
+    process_args: dict[Any, dict] = field(default_factory=dict)
+    thread_names: dict[tuple[Any, Any], str] = field(default_factory=dict)
+    counters: list[tuple[Any, str, float, float]] = field(default_factory=list)
+    instants: list[tuple[Any, Any, str, str, float, dict]] = field(default_factory=list)
+    kept_args: list[tuple[int, dict]] = field(default_factory=list)
+    read: int = 0
+    skipped: Counter = field(default_factory=Counter)
+    problems: list[str] = field(default_factory=list)
+
+
+class _Builder:
+    """Folds decoded events into columns; B/E and b/e are paired at the end."""
+
+    def __init__(self, path: str, want_args, keep_instants: bool):
+        self.trace = ChromeTrace(path=path)
+        self.lane_index: dict[tuple, int] = {}
+        self.key_index: dict[tuple, int] = {}
+        self.want_args = want_args  # (cat, name) -> bool: decode args of these intervals
+        self.keep_instants = keep_instants
+        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self.begin_end: list[tuple] = []  # (lane, ts, seq, is_begin, key or None, args or None)
+        self.async_be: list[tuple] = []
+        self.seq = 0
+        self.args_rows: list[tuple[int, dict]] = []
+        self.n_rows = 0
+
+    def add(self, events: list[Event]) -> None:
+        t = self.trace
+        t.read += len(events)
+        xs = [e for e in events if e.ph == "X"]
+        if len(xs) != len(events):
+            self._others([e for e in events if e.ph != "X"])
+        if not xs:
+            return
+        durs = [e.dur for e in xs]
+        tss = [e.ts for e in xs]
+        if None in durs or None in tss:
+            keep = [i for i, (a, b) in enumerate(zip(tss, durs, strict=True)) if a is not None and b is not None]
+            t.skipped["X event without ts or dur"] += len(xs) - len(keep)
+            xs = [xs[i] for i in keep]
+            durs = [durs[i] for i in keep]
+            tss = [tss[i] for i in keep]
+        ts = np.array(tss)
+        dur = np.array(durs)
+        if ts.dtype == object or dur.dtype == object:  # ints beyond int64: not a time
+            ts, dur = ts.astype(np.float64), dur.astype(np.float64)
+        negative = dur < 0
+        if negative.any():
+            t.skipped["negative duration"] += int(negative.sum())
+            ok = ~negative
+            xs = [e for e, k in zip(xs, ok, strict=True) if k]
+            ts, dur = ts[ok], dur[ok]
+        lanes, keys = self.lane_index, self.key_index
+        lane = np.array([lanes.setdefault((e.pid, e.tid), len(lanes)) for e in xs], dtype=np.int32)
+        key = np.array([keys.setdefault((e.cat, e.name), len(keys)) for e in xs], dtype=np.int32)
+        if self.want_args is not None:
+            base = self.n_rows
+            for i, e in enumerate(xs):
+                if self.want_args(e.cat, e.name):
+                    self.args_rows.append((base + i, decode_args(e)))
+        self.parts.append((lane, key, ts, dur))
+        self.n_rows += len(xs)
+
+    def _others(self, events: list[Event]) -> None:
+        t = self.trace
+        for e in events:
+            ph = e.ph
+            if ph == "B" or ph == "E":
+                if e.ts is None:
+                    t.skipped[f"{ph} event without ts"] += 1
+                    continue
+                lane = self.lane_index.setdefault((e.pid, e.tid), len(self.lane_index))
+                self.seq += 1
+                if ph == "B":
+                    key = self.key_index.setdefault((e.cat, e.name), len(self.key_index))
+                    self.begin_end.append((lane, e.ts, self.seq, True, key, e.name, None))
+                else:
+                    args = decode_args(e) if len(e.args) > 2 else None
+                    self.begin_end.append((lane, e.ts, self.seq, False, None, e.name, args))
+            elif ph == "b" or ph == "e":
+                if e.ts is None:
+                    t.skipped[f"{ph} event without ts"] += 1
+                    continue
+                self.seq += 1
+                self.async_be.append((e.pid, e.tid, e.cat, e.id, e.name, e.ts, self.seq, ph == "b"))
+            elif ph == "M":
+                args = decode_args(e)
+                if e.name == "process_name":
+                    t.process_names[e.pid] = str(args.get("name", ""))
+                    extra = {k: v for k, v in args.items() if k != "name"}
+                    if extra:
+                        t.process_args.setdefault(e.pid, {}).update(extra)
+                elif e.name == "process_labels":
+                    t.process_labels[e.pid] = str(args.get("labels", ""))
+                elif e.name == "thread_name":
+                    t.thread_names[(e.pid, e.tid)] = str(args.get("name", ""))
+                t.skipped["metadata (M) events, used for names"] += 1
+            elif ph == "C":
+                if e.ts is None:
+                    t.skipped["C event without ts"] += 1
+                    continue
+                for series, value in decode_args(e).items():
+                    if isinstance(value, int | float) and not isinstance(value, bool):
+                        t.counters.append((e.pid, f"{e.name}.{series}" if series != e.name else e.name,
+                                           float(e.ts), float(value)))
+                t.skipped["counter (C) events, kept as counters"] += 1
+            elif ph in ("i", "I", "n"):
+                if self.keep_instants and e.ts is not None:
+                    t.instants.append((e.pid, e.tid, e.cat, e.name, float(e.ts), decode_args(e)))
+                t.skipped["instant events (no duration)"] += 1
+            elif ph in ("s", "t", "f"):
+                t.skipped["flow arrows (s/t/f)"] += 1
+            elif ph in _KNOWN_PHASES:
+                t.skipped[f"phase '{ph}' events (not intervals)"] += 1
+            else:
+                t.skipped[f"unknown phase {ph!r}"] += 1
+
+    def finish(self) -> ChromeTrace:
+        t = self.trace
+        parts = self.parts
+        paired = self._pair_begin_end() + self._pair_async()
+        if paired:
+            lane = np.array([p[0] for p in paired], dtype=np.int32)
+            key = np.array([p[1] for p in paired], dtype=np.int32)
+            ts = np.array([p[2] for p in paired])
+            dur = np.array([p[3] for p in paired])
+            base = self.n_rows
+            for i, p in enumerate(paired):
+                if p[4]:
+                    t.end_args[base + i] = p[4]
+            parts.append((lane, key, ts, dur))
+        if parts:
+            t.lane_key = np.concatenate([p[0] for p in parts])
+            t.key = np.concatenate([p[1] for p in parts])
+            t.ts_us = np.concatenate([p[2] for p in parts])
+            t.dur_us = np.concatenate([p[3] for p in parts])
+        t.lanes = list(self.lane_index)
+        t.keys = list(self.key_index)
+        t.kept_args = self.args_rows
+        return t
+
+    def _pair_begin_end(self) -> list[tuple]:
+        """Pair B with E on each (pid, tid): in time order, an E closes the latest open B of its name
+        (or the latest open B when the E has no name), so pairs written in completion order (CNTK) or out
+        of order still pair; an E with no open B and a B never closed are counted, not invented."""
+        out: list[tuple] = []
+        t = self.trace
+        events = sorted(self.begin_end, key=lambda r: (r[0], r[1], r[2]))
+        stacks: dict[int, list] = {}
+        for lane, ts, _seq, is_begin, key, name, args in events:
+            stack = stacks.setdefault(lane, [])
+            if is_begin:
+                stack.append((key, name, ts))
+                continue
+            if not stack:
+                t.skipped["E without a matching B"] += 1
+                continue
+            pos = len(stack) - 1
+            if name:
+                while pos >= 0 and stack[pos][1] != name:
+                    pos -= 1
+                if pos < 0:
+                    t.skipped["E without a matching B"] += 1
+                    continue
+            bkey, _, bts = stack.pop(pos)
+            out.append((lane, bkey, bts, ts - bts, args))
+        never_closed = sum(len(s) for s in stacks.values())
+        if never_closed:
+            t.skipped["B never closed by an E"] += never_closed
+        return out
+
+    def _pair_async(self) -> list[tuple]:
+        out: list[tuple] = []
+        t = self.trace
+        open_: dict[tuple, list] = {}
+        for pid, tid, cat, id_, name, ts, _seq, is_begin in sorted(self.async_be, key=lambda r: (r[5], r[6])):
+            ident = (pid, cat, id_, name)
+            if is_begin:
+                open_.setdefault(ident, []).append((tid, ts))
+                continue
+            stack = open_.get(ident)
+            if not stack:
+                t.skipped["async e without a matching b"] += 1
+                continue
+            btid, bts = stack.pop()
+            lane = self.lane_index.setdefault((pid, btid), len(self.lane_index))
+            key = self.key_index.setdefault((cat, name), len(self.key_index))
+            out.append((lane, key, bts, ts - bts, None))
+        never = sum(len(s) for s in open_.values())
+        if never:
+            t.skipped["async b never closed by an e"] += never
+        return out
+
+
+def _lenient_event(obj: Any) -> Event | str:
+    """An event decoded without a schema, checked field by field; a string says why it is rejected."""
+    if not isinstance(obj, dict):
+        return "not a JSON object"
+    if obj == {}:
+        return "empty object"
+    ph = obj.get("ph")
+    if not isinstance(ph, str):
+        return "missing or non-string ph"
+    values: dict[str, Any] = {"ph": ph}
+    for name in ("name", "cat"):
+        v = obj.get(name, "")
+        if not isinstance(v, str):
+            if isinstance(v, dict | list):
+                return f"{name} is a {type(v).__name__}"
+            v = str(v)
+        values[name] = v
+    for name in ("pid", "tid"):
+        v = obj.get(name, 0)
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, int | str):
+            return f"{name} is not an integer or string"
+        values[name] = v
+    for name in ("ts", "dur"):
+        v = obj.get(name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
+            return f"{name} is not a number"
+        values[name] = v
+    if "id" in obj:
+        v = obj["id"]
+        values["id"] = v if isinstance(v, int | str) and not isinstance(v, bool) else str(v)
+    if "args" in obj:
+        values["args"] = msgspec.Raw(msgspec.json.encode(obj["args"]))
+    return Event(**values)
+
+
+def _malformed_offset(exc: Exception) -> int | None:
+    m = _MALFORMED_AT.search(str(exc))
+    return int(m.group(1)) if m else None
+
+
+class _Reader:
+    def __init__(self, source: ByteSource, builder: _Builder):
+        self.source = source
+        self.builder = builder
+        self.offset = 0  # decoded-byte offset of buf[0] in the file
+        self.trace = builder.trace
+
+    def _decode_piece(self, piece: bytes) -> bool:
+        """Decode ``[piece]``; False when it is not well-formed JSON (the cut was wrong or data damaged)."""
+        return self._try_piece(piece) is None
+
+    def _try_piece(self, piece: bytes) -> msgspec.DecodeError | None:
+        """Decode ``[piece]`` into the builder; the decode error when it is not well-formed JSON."""
+        doc = b"[" + piece + b"]"
+        try:
+            self.builder.add(_DECODE_EVENTS.decode(doc))
+            return None
+        except msgspec.ValidationError:
+            pass
+        except msgspec.DecodeError as exc:
+            return exc
+        try:
+            objs = _DECODE_ANY.decode(doc)
+        except msgspec.DecodeError as exc:
+            return exc
+        good = []
+        for obj in objs:
+            ev = _lenient_event(obj)
+            if isinstance(ev, str):
+                self.trace.skipped[f"invalid event: {ev}"] += 1
+            else:
+                good.append(ev)
+        self.builder.add(good)
+        return None
+
+    def _cut(self, buf: bytes, window: int) -> int | None:
+        """Decode the longest prefix of ``buf`` ending at an event boundary (searching its last
+        ``window`` bytes); return the offset where the next event starts, None if no cut decodes."""
+        start = max(0, len(buf) - window)
+        candidates = [m for m in _BOUNDARY.finditer(buf, start)]
+        for m in reversed(candidates[-8:]):
+            if self._decode_piece(buf[:m.start() + 1]):
+                return m.end() - 1
+        return None
+
+    def _salvage(self, buf: bytes, final: bool) -> int:
+        """Event by event: keep each piece between boundaries that decodes, count the rest.
+        Returns how many bytes of ``buf`` were consumed."""
+        starts = [0] + [m.end() - 1 for m in _BOUNDARY.finditer(buf)]
+        ends = [m.start() + 1 for m in _BOUNDARY.finditer(buf)]
+        if final:
+            ends.append(len(buf))
+        else:
+            starts = starts[:len(ends)]
+        for s, e in zip(starts, ends, strict=False):
+            piece = buf[s:e].strip().rstrip(b",").rstrip()
+            if piece.endswith(b"]") and final:
+                piece = piece[:-1].rstrip()
+            error = self._try_piece(piece) if piece else None
+            if error is not None:
+                self.trace.skipped["undecodable JSON (event skipped)"] += 1
+                pos = _malformed_offset(error)
+                where = self.offset + s + (max(pos - 2, 0) if pos else len(piece))
+                what = "malformed" if pos else "truncated"
+                self.trace.problems.append(f"{self.trace.path}: {what} JSON at byte {where} ({error}); "
+                                           f"{e - s} bytes skipped")
+        return ends[-1] if ends else 0
+
+    def run(self) -> ChromeTrace:
+        buf = b""
+        state = "prologue"
+        container = None
+        pending: list[bytes] = []
+        pending_size = 0
+        for chunk in self.source.chunks():
+            pending.append(chunk)
+            pending_size += len(chunk)
+            if state == "events" and pending_size < PIECE_SIZE:
+                continue
+            buf += b"".join(pending)
+            pending, pending_size = [], 0
+            if state == "prologue":
+                stripped = buf.lstrip()
+                if not stripped:
+                    continue
+                lead = len(buf) - len(stripped)
+                if stripped[:1] == b"[":
+                    container, state = "array", "events"
+                    self.offset += lead + 1
+                    buf = stripped[1:]
+                elif stripped[:1] == b"{":
+                    m = _TRACE_EVENTS.search(buf)
+                    if not m:
+                        if len(buf) > 256 << 20:
+                            raise DdltraceError(f"{self.trace.path}: no \"traceEvents\" array in the first "
+                                                f"{len(buf)} bytes")
+                        continue
+                    container, state = "object", "events"
+                    self._header(buf[lead + 1:m.start()])
+                    self.offset += m.end()
+                    buf = buf[m.end():]
+                else:
+                    raise DdltraceError(f"{self.trace.path}: not JSON (byte {lead} is {stripped[:1]!r}, "
+                                        "expected '[' or '{')")
+            if state == "events" and len(buf) >= PIECE_SIZE:
+                cut = self._cut(buf, 1 << 20)
+                if cut is None and len(buf) >= 4 * PIECE_SIZE:
+                    cut = self._salvage(buf, final=False)
+                if cut is not None:
+                    self.offset += cut
+                    buf = buf[cut:]
+        buf += b"".join(pending)
+        self.trace.problems.extend(self.source.problems)
+        if state == "prologue" and self.source.problems and not buf.strip():
+            raise DdltraceError(f"nothing valid could be read: {self.source.problems[0]}")
+        if state == "prologue":
+            self._whole_document(buf)
+        else:
+            self._finish(buf, container)
+        return self.builder.finish()
+
+    def _header(self, text: bytes) -> None:
+        text = text.strip().rstrip(b",")
+        if not text:
+            return
+        try:
+            value = _DECODE_ANY.decode(b"{" + text + b"}")
+        except msgspec.DecodeError as exc:
+            self.trace.problems.append(f"{self.trace.path}: top-level keys before traceEvents unreadable ({exc})")
+            return
+        self.trace.header.update(value)
+
+    def _whole_document(self, buf: bytes) -> None:
+        if not buf.strip():
+            raise DdltraceError(f"{self.trace.path}: empty file")
+        try:
+            value = _DECODE_ANY.decode(buf)
+        except msgspec.DecodeError as exc:
+            raise DdltraceError(f"{self.trace.path}: not a Chrome trace: {exc}") from exc
+        if isinstance(value, dict):
+            raise DdltraceError(f"{self.trace.path}: JSON object without a \"traceEvents\" array")
+        raise DdltraceError(f"{self.trace.path}: JSON {type(value).__name__}, not a Chrome trace")
+
+    @staticmethod
+    def _trailing(exc: msgspec.DecodeError) -> int | None:
+        """Where the array closed, from msgspec's 'trailing characters (byte N)' (N is one past the
+        offending byte, and the decoded text had '[' in front)."""
+        pos = _malformed_offset(exc)
+        return pos - 2 if pos is not None and "trailing" in str(exc) else None
+
+    def _finish(self, buf: bytes, container: str) -> None:
+        """The last piece: the array's end and (object container) the keys after it."""
+        body = buf.rstrip()
+        doc = b"[" + body
+        end = None
+        try:
+            events = _DECODE_EVENTS.decode(doc)
+            self.builder.add(events)  # a bare array, closed: done
+            return
+        except msgspec.ValidationError:
+            try:  # wrong types somewhere: find the array's end without the schema
+                _DECODE_ANY.decode(doc)
+                end = len(body)
+            except msgspec.DecodeError as exc:
+                end = self._trailing(exc)
+        except msgspec.DecodeError as exc:
+            end = self._trailing(exc)
+        if end is not None:
+            closed = body[:end].rstrip()
+            trailer = body[end:].strip()
+            if closed.endswith(b"]"):
+                inner = closed[:-1].rstrip()
+                if inner and not self._decode_piece(inner):
+                    self._salvage(inner, final=True)
+            if container == "object":
+                if trailer.startswith(b","):
+                    self._header(trailer[1:].rstrip().removesuffix(b"}"))
+                elif trailer not in (b"}", b""):
+                    self.trace.problems.append(f"{self.trace.path}: unexpected text after the events array")
+            if not closed.endswith(b"]"):
+                self.trace.problems.append(f"{self.trace.path}: events array not closed")
+            return
+        # the array never closes: old Horovod ('},' after every event), or the file is truncated
+        open_body = body.rstrip(b",").rstrip()
+        if not open_body or self._decode_piece(open_body):
+            self.trace.skipped["events array never closed (tolerated)"] += 1
+            return
+        consumed = self._cut(body, len(body))
+        if consumed is None:
+            self._salvage(body, final=True)
+            return
+        rest = body[consumed:].strip().rstrip(b",")
+        if rest and not self._decode_piece(rest):
+            self.trace.skipped["truncated event at the end of the file"] += 1
+            self.trace.problems.append(
+                f"{self.trace.path}: JSON truncated at byte {self.offset + len(body)}: the last "
+                f"{len(rest)} bytes (an incomplete event) were skipped")
+
+
+def read_chrome(path, *, want_args=None, keep_instants: bool = False, source: ByteSource | None = None
+                ) -> ChromeTrace:
+    """Read one Chrome trace file (plain or gzip) into a :class:`ChromeTrace`.
+
+    ``want_args(cat, name) -> bool`` selects the intervals whose ``args`` are decoded (into
+    ``kept_args``); ``keep_instants`` keeps ``i``/``I`` events. Raises :class:`DdltraceError` with the
+    byte offset when nothing valid can be read.
+    """
+    source = source or ByteSource(path)
+    trace = _Reader(source, _Builder(str(path), want_args, keep_instants)).run()
+    if trace.read == 0 and trace.problems:
+        raise DdltraceError(f"nothing valid could be read: {trace.problems[0]}")
+    return trace

@@ -1,0 +1,60 @@
+"""From a :class:`~ddltrace.collectors.importers.chrome.ChromeTrace` to a rank's timeline and counters."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ddltrace.collectors.importers.base import ImportContext, RankPart, build_timeline, counters_frame, to_ns
+from ddltrace.collectors.importers.chrome import ChromeTrace
+
+
+def record(ctx: ImportContext, trace: ChromeTrace) -> None:
+    """Add what the reader counted to the file's report."""
+    if ctx.report is None:
+        return
+    ctx.report.events += trace.read
+    ctx.report.skipped.update(trace.skipped)
+    ctx.report.problems.extend(trace.problems)
+
+
+def chrome_part(trace: ChromeTrace, *, fmt: str, rank: int | tuple, ctx: ImportContext,
+                lane_name: Callable[[Any, Any], str | None], offset_ns: int = 0, clock: str = "epoch",
+                info: dict | None = None, step_of: Callable[[str, str], int | None] | None = None,
+                rows: np.ndarray | None = None, drop_reason: str = "events on a duplicate or derived lane",
+                counter_rank: int = 0) -> RankPart:
+    """One rank's part: ``lane_name(pid, tid)`` names each lane (None drops the lane's events, counted
+    under ``drop_reason``); ``offset_ns`` is added to every time; ``rows`` selects a subset of intervals
+    (several ranks in one file); ``step_of(cat, name)`` gives a step number for step-marker events."""
+    lane_names = [lane_name(pid, tid) for pid, tid in trace.lanes]
+    keep_lane = np.array([n is not None for n in lane_names], dtype=bool)
+    lane_codes, key_codes = trace.lane_key, trace.key
+    ts, dur = trace.ts_us, trace.dur_us
+    if rows is not None:
+        lane_codes, key_codes, ts, dur = lane_codes[rows], key_codes[rows], ts[rows], dur[rows]
+    if len(lane_codes) and not keep_lane.all():
+        keep = keep_lane[lane_codes]
+        dropped = int((~keep).sum())
+        if dropped and ctx.report is not None:
+            ctx.report.skipped[drop_reason] += dropped
+        lane_codes, key_codes, ts, dur = lane_codes[keep], key_codes[keep], ts[keep], dur[keep]
+    table = [n if n is not None else "" for n in lane_names]
+    extra = {}
+    if step_of is not None and trace.keys:
+        steps = np.array([step_of(cat, name) if step_of(cat, name) is not None else -1
+                          for cat, name in trace.keys], dtype=np.int64)[key_codes] if len(key_codes) else None
+        if steps is not None:
+            extra["step"] = pd.array(np.where(steps >= 0, steps, 0), dtype="Int64")
+            extra["step"][steps < 0] = pd.NA
+    timeline = build_timeline(rank=0 if isinstance(rank, tuple) else rank, lane_codes=lane_codes,
+                              lane_table=table, key_codes=key_codes, key_table=trace.keys,
+                              start_ns=to_ns(ts) + offset_ns, dur_ns=to_ns(dur), fmt=fmt, ctx=ctx, extra=extra)
+    if ctx.report is not None:
+        ctx.report.intervals += len(timeline)
+    counter_rows = [(counter_rank, name, int(round(t * 1000)) + offset_ns, value)
+                    for _pid, name, t, value in trace.counters]
+    return RankPart(rank=rank, timeline=timeline, counters=counters_frame(counter_rows),
+                    info={"format": fmt, "file": trace.path, **(info or {})}, clock=clock)

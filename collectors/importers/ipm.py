@@ -1,0 +1,100 @@
+"""IPM XML profiles (``<ipm_job_profile>``): per rank, wall time and the total time in each MPI call.
+
+IPM keeps no time line, only totals. Each rank becomes one aggregate lane: the time outside MPI
+(``wtime - mtime``, named "compute") followed by every MPI call's total, laid end to end from the rank's
+start stamp, so per-category sums give the compute / barrier / wait ratios of Hashemi et al.'s Figure 5.
+The rank's manifest entry says ``aggregate: true``.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ddltrace.collectors.importers.base import ImportContext, Importer, RankPart, build_timeline, register
+from ddltrace.collectors.importers.source import ByteSource
+from ddltrace.errors import DdltraceError
+
+
+def sniff(head: bytes, path: Path) -> bool:
+    return b"<ipm_job_profile" in head[:4096]
+
+
+def _float(element, name: str, where: str) -> float:
+    try:
+        return float(element.get(name))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: attribute {name}={element.get(name)!r} is not a number") from exc
+
+
+def _task_part(task, ctx: ImportContext, path: Path) -> RankPart:
+    where = f"{path}: task mpi_rank={task.get('mpi_rank')}"
+    rank = int(task.get("mpi_rank"))
+    start_ns = int(round(_float(task, "stamp_init", where) * 1e9))
+    perf = task.find("perf")
+    if perf is None:
+        raise ValueError(f"{where}: no <perf>")
+    wtime, mtime = _float(perf, "wtime", where), _float(perf, "mtime", where)
+    funcs: dict[str, list[float]] = {}
+    for func in task.iter("func"):
+        name = func.get("name") or "?"
+        total = float((func.text or "0").strip())
+        entry = funcs.setdefault(name, [0.0, 0.0, 0])
+        entry[0] += total
+        entry[1] += float(func.get("bytes") or 0)
+        entry[2] += int(float(func.get("count") or 0))
+    names = ["compute", *funcs]
+    durs = [max(wtime - mtime, 0.0)] + [v[0] for v in funcs.values()]
+    dur_ns = np.rint(np.array(durs) * 1e9).astype(np.int64)
+    starts = start_ns + np.concatenate([[0], np.cumsum(dur_ns)[:-1]]).astype(np.int64)
+    nbytes = pd.array([pd.NA] + [int(v[1]) for v in funcs.values()], dtype="Int64")
+    timeline = build_timeline(rank=rank, lane_codes=np.zeros(len(names), dtype=np.int64),
+                              lane_table=["ipm totals"], key_codes=np.arange(len(names)),
+                              key_table=[("", n) for n in names], start_ns=starts, dur_ns=dur_ns, fmt="ipm",
+                              ctx=ctx, extra={"bytes": nbytes})
+    host = task.findtext("host", default="").strip()
+    info = {"format": "ipm", "file": str(path), "host": host, "aggregate": True, "wtime_s": wtime,
+            "mpi_time_s": mtime, "calls": {n: v[2] for n, v in funcs.items()}}
+    return RankPart(rank=rank, timeline=timeline, info=info, clock="epoch")
+
+
+def read(path: Path, ctx: ImportContext):
+    source = ByteSource(path)
+    parser = ET.XMLPullParser(events=("end",))
+    tasks = 0
+    try:
+        for chunk in source.chunks():
+            parser.feed(chunk)
+            for _event, element in parser.read_events():
+                if element.tag != "task":
+                    continue
+                tasks += 1
+                try:
+                    part = _task_part(element, ctx, path)
+                except (ValueError, TypeError) as exc:
+                    if ctx.report is not None:
+                        ctx.report.skipped["IPM task with unreadable numbers"] += 1
+                        ctx.report.problems.append(str(exc))
+                    continue
+                finally:
+                    element.clear()
+                if ctx.report is not None:
+                    ctx.report.events += 1
+                    ctx.report.intervals += len(part.timeline)
+                yield part
+        parser.close()
+    except ET.ParseError as exc:
+        line, column = exc.position
+        message = f"{path}: XML broken at line {line}, column {column} ({exc})"
+        if tasks == 0:
+            raise DdltraceError(message) from exc
+        if ctx.report is not None:
+            ctx.report.problems.append(message + f"; kept the {tasks} complete task(s) before it")
+    if ctx.report is not None:
+        ctx.report.problems.extend(source.problems)
+
+
+register(Importer("ipm", "IPM XML profile (per-rank MPI totals)", sniff, read))

@@ -1,0 +1,38 @@
+"""MXNet profiler JSON (``mx.profiler.dump()``): operators as B/E pairs per device and engine thread.
+
+Process names (``cpu/0``, ``gpu/0``, ``MXNET_C_API``, ...) come from ``M`` events; pids of domains are
+64-bit hashes and thread ids are hashes too (read as exact Python ints). ``ts`` is µs since the Unix epoch.
+The file holds no rank: it comes from the file name (``profile_dist_sync_rank1.json``) or ``--rank-from``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ddltrace.collectors.importers.base import ImportContext, Importer, rank_from_path, register
+from ddltrace.collectors.importers.chrome import read_chrome
+from ddltrace.collectors.importers.convert import chrome_part, record
+
+_SNIFF = re.compile(rb'"MXNET_C_API"|"Device Storage"|"cat"\s*:\s*"operator"|"MXNet C API')
+
+
+def sniff(head: bytes, path: Path) -> bool:
+    return bool(_SNIFF.search(head))
+
+
+def read(path: Path, ctx: ImportContext):
+    trace = read_chrome(path)
+    record(ctx, trace)
+    thread_number: dict[tuple, int] = {}
+
+    def lane(pid, tid):
+        proc = trace.process_names.get(pid) or f"pid {pid}"
+        number = thread_number.setdefault((pid, tid), sum(1 for p, _ in thread_number if p == pid))
+        return f"{proc}/thread {number}"
+
+    yield chrome_part(trace, fmt="mxnet", rank=rank_from_path(path, ctx.rank_from, ctx), ctx=ctx, lane_name=lane,
+                      clock="epoch", info={"role": "worker"})
+
+
+register(Importer("mxnet", "MXNet profiler JSON (mx.profiler.dump)", sniff, read))

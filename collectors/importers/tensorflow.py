@@ -1,0 +1,108 @@
+"""TensorFlow traces: the 1.x timeline JSON (``timeline.Timeline(step_stats).generate_chrome_trace_format``)
+and the 2.x profiler's trace-viewer JSON (TensorBoard's, or the old ``<host>.trace.json.gz``).
+
+TF1: pids are "<device> Compute" / "<device> Tensors" processes (the same device can appear twice: merged by
+name), tids are packing lanes, ``ts`` µs since the epoch. ``/stream:all`` duplicates every GPU kernel and is
+dropped. The producing worker is the ``/job:worker/task:k`` device with most ops; work on other tasks' devices
+(parameter servers) becomes those tasks' ranks, numbered after the workers.
+
+TF2: pids are devices named by ``process_name`` (``/host:CPU``, ``/device:GPU:0``), ``ts`` is µs since the
+profile started (no absolute time in the JSON). On device planes the derived lines (TensorFlow Ops/Name Scope,
+XLA Ops/Modules) repeat the stream kernels and are dropped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from ddltrace.collectors.importers.base import ImportContext, Importer, rank_from_path, register
+from ddltrace.collectors.importers.chrome import read_chrome
+from ddltrace.collectors.importers.convert import chrome_part, record
+
+_SNIFF_TF1 = re.compile(rb'"(/job:[^"]*|/device:[^"]*|/(gpu|cpu):\d+[^"]*) (Compute|Tensors)"|"Allocators"')
+_SNIFF_TF2 = re.compile(rb'"/host:CPU"|"/device:(GPU|TPU|CPU):\d+"|"highres-ticks"')
+_DEVICE = re.compile(r"^(?:/job:(?P<job>[^/]+)/replica:\d+/task:(?P<task>\d+))?"
+                     r"(?:/device:|/)(?P<kind>[A-Za-z]+):(?P<index>\d+)(?P<rest>/.*)?$")
+_DERIVED_LINES = {"TensorFlow Ops", "TensorFlow Name Scope", "XLA Ops", "XLA Modules", "Framework Ops",
+                  "Framework Name Scope", "Source code"}
+_STEP = re.compile(r"^\S+ (\d+)$")
+
+
+def sniff_tf1(head: bytes, path: Path) -> bool:
+    return bool(_SNIFF_TF1.search(head))
+
+
+def sniff_tf2(head: bytes, path: Path) -> bool:
+    return bool(_SNIFF_TF2.search(head))
+
+
+def read_tf1(path: Path, ctx: ImportContext):
+    trace = read_chrome(path)
+    record(ctx, trace)
+    devices: dict = {}
+    for pid, pname in trace.process_names.items():
+        if pname.endswith(" Compute"):
+            m = _DEVICE.match(pname[:-len(" Compute")])
+            if m:
+                devices[pid] = m
+    # rows per (job, task): the worker with the most ops is the file's producer
+    lane_pid = np.array([pid for pid, _ in trace.lanes], dtype=object)
+    row_pid = lane_pid[trace.lane_key] if len(trace.lane_key) else np.empty(0, dtype=object)
+    ident_of_pid = {pid: (m.group("job") or "localhost", int(m.group("task") or 0)) for pid, m in devices.items()}
+    row_ident = np.array([ident_of_pid.get(p) for p in row_pid], dtype=object)
+    ops = Counter(i for i in row_ident if i is not None)
+    if ctx.report is not None:
+        no_device = int(sum(1 for i in row_ident if i is None))
+        if no_device:
+            ctx.report.skipped["events outside a '<device> Compute' process"] += no_device
+    producer = max((i for i in ops if i[0] in ("worker", "localhost")), key=lambda i: ops[i], default=None)
+
+    def lane(pid, tid):
+        m = devices.get(pid)
+        if m is None:
+            return None
+        rest = m.group("rest") or ""
+        if rest == "/stream:all":
+            return None
+        return f"{m.group('kind').lower()}:{m.group('index')}{rest}/lane {tid}"
+
+    for ident in sorted(ops):
+        job, task = ident
+        rows = np.flatnonzero(np.array([i == ident for i in row_ident], dtype=bool))
+        if job in ("worker", "localhost"):
+            rank = rank_from_path(path, ctx.rank_from, ctx, default=task) if ident == producer else task
+        else:
+            rank = (job, task)
+        yield chrome_part(trace, fmt="tf1", rank=rank, ctx=ctx, lane_name=lane, rows=rows, clock="epoch",
+                          info={"role": job, "task": task, "device_job": f"/job:{job}/task:{task}"},
+                          drop_reason="duplicate GPU events (/stream:all)")
+
+
+def read_tf2(path: Path, ctx: ImportContext):
+    trace = read_chrome(path)
+    record(ctx, trace)
+
+    def lane(pid, tid):
+        proc = trace.process_names.get(pid) or f"pid {pid}"
+        thread = trace.thread_names.get((pid, tid), "") or f"line {tid}"
+        on_device = not proc.startswith("/host:")
+        if on_device and thread in _DERIVED_LINES:
+            return None
+        short = proc.replace("/device:", "").replace("/host:", "host:").lower()
+        return f"{short}/{thread}"
+
+    def step_of(cat, name):
+        m = _STEP.match(name)
+        return int(m.group(1)) if m and not name.startswith(("stream", "line")) else None
+
+    yield chrome_part(trace, fmt="tf2", rank=rank_from_path(path, ctx.rank_from, ctx), ctx=ctx, lane_name=lane,
+                      clock="relative", step_of=step_of, info={"time_base": "µs since the profile started"},
+                      drop_reason="derived device lines (TensorFlow Ops, Name Scope, XLA)")
+
+
+register(Importer("tf1", "TensorFlow 1.x timeline JSON (client.timeline)", sniff_tf1, read_tf1))
+register(Importer("tf2", "TensorFlow 2 profiler trace-viewer JSON (.json, .json.gz)", sniff_tf2, read_tf2))

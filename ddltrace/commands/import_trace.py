@@ -1,0 +1,267 @@
+"""``ddltrace import``: read other tools' traces (PyTorch/Kineto, TensorFlow, MXNet, CNTK, Horovod, OTF2, IPM,
+any Chrome trace) into a trace store, one rank at a time."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from ddltrace.errors import DdltraceError
+from ddltrace.units import format_bytes
+
+FORMAT_HELP = """formats (recognised by content; --format forces one):
+{formats}
+
+Rank numbers: each format's own (Kineto distributedInfo.rank, TF1 /job:worker/task:k, OTF2/IPM ranks, CNTK
+file suffix, MXNet file name, Horovod = rank 0); --rank-from name|dir|order overrides it with the number in the
+file name, the folder name, or the position on the command line.
+
+Categories come from rules in ddltrace/collectors/importers/categories.toml; --rules FILE adds yours in front
+(or replaces them: 'replace = true'); --explain prints which rule put each event name in which category."""
+
+
+def register(subparsers) -> None:
+    from ddltrace.collectors.importers import REGISTRY
+
+    formats = "\n".join(f"  {i.name:13s} {i.description}" for i in REGISTRY)
+    p = subparsers.add_parser(
+        "import", help="import traces of PyTorch, TensorFlow, MXNet, CNTK, Horovod, OTF2, IPM into a store",
+        description="Read framework and MPI traces into one ddltrace trace store (files or folders; several "
+                    "files of one job become one store).",
+        epilog=FORMAT_HELP.format(formats=formats), formatter_class=_raw_formatter())
+    p.add_argument("paths", nargs="+", metavar="PATH", help="trace files or folders (searched recursively)")
+    p.add_argument("--out", required=True, metavar="STORE", help="trace store to create (a folder)")
+    p.add_argument("--format", metavar="F", choices=[i.name for i in REGISTRY],
+                   help="read every file as this format instead of sniffing")
+    p.add_argument("--rank-from", default="auto", choices=["auto", "name", "dir", "order"],
+                   help="where rank numbers come from (default: the format's own)")
+    p.add_argument("--rules", metavar="FILE", help="your categorisation rules (TOML), tried before the shipped")
+    p.add_argument("--explain", action="store_true", help="print which rule gave each event name its category")
+    p.add_argument("--force", action="store_true", help="replace STORE if it exists")
+    p.add_argument("--progress", choices=["auto", "always", "never"], default="auto",
+                   help="progress line on stderr (auto: inputs over 32 MiB)")
+    p.set_defaults(func=run)
+
+
+def _raw_formatter():
+    import argparse
+
+    return argparse.RawDescriptionHelpFormatter
+
+
+def _expand(paths: list[str]) -> tuple[list[Path], set[Path]]:
+    """Files to import, and which of them came from searching a folder (not named on the command line).
+    An OTF2 archive's member files (``X.def``, ``X/``) are left to its anchor ``X.otf2``."""
+    files: list[Path] = []
+    found_in_folders: set[Path] = set()
+    for text in paths:
+        path = Path(text)
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+            anchors = [p.with_suffix("") for p in found if p.suffix == ".otf2"]
+            found = [p for p in found if not any(p == a.with_suffix(".def") or a in p.parents for a in anchors)]
+            files.extend(found)
+            found_in_folders.update(found)
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise DdltraceError(f"{path}: no such file or folder")
+    if not files:
+        raise DdltraceError(f"{', '.join(paths)}: no files to import")
+    return files, found_in_folders
+
+
+class _Progress:
+    """One line on stderr, rewritten at most twice a second: bytes read of the total."""
+
+    def __init__(self, files: list[Path], mode: str):
+        self.sizes = {str(p): p.stat().st_size for p in files}
+        self.total = sum(self.sizes.values())
+        self.done_files: set[str] = set()
+        self.enabled = mode == "always" or (mode == "auto" and self.total > 32 << 20)
+        self.last = 0.0
+        self.shown = False
+
+    def hook(self, source) -> None:
+        now = time.monotonic()
+        if not self.enabled or now - self.last < 0.5:
+            return
+        self.last = now
+        done = sum(self.sizes[f] for f in self.done_files) + source.consumed
+        percent = 100.0 * done / self.total if self.total else 100.0
+        print(f"\rimporting {source.path.name}: {percent:5.1f} % of {format_bytes(self.total)} "
+              f"({len(self.done_files)} of {len(self.sizes)} files done)", end="", file=sys.stderr, flush=True)
+        self.shown = True
+
+    def file_done(self, path: Path) -> None:
+        self.done_files.add(str(path))
+
+    def close(self) -> None:
+        if self.shown:
+            print("\r" + " " * 100 + "\r", end="", file=sys.stderr, flush=True)
+
+
+_CLOCK_METHODS = {
+    "epoch": "wall clock: each host's time since the Unix epoch as the trace recorded it; "
+             "skew between hosts not corrected",
+    "relative": "none: each rank's times are relative to its own start (the format records no absolute time)",
+    "shared": "single clock: all ranks from one archive on the tracer's global clock",
+}
+
+
+def run(args) -> int:
+    from ddltrace.collectors.importers import Categorizer, ImportContext, detect, get_importer
+    from ddltrace.collectors.importers import source as source_module
+    from ddltrace.collectors.importers.base import FileReport
+    from ddltrace.store import TraceStore
+
+    out = Path(args.out)
+    if out.exists() and not args.force:
+        raise DdltraceError(f"{out}: already exists (choose another --out, or add --force)")
+    files, found_in_folders = _expand(args.paths)
+    categorizer = Categorizer(args.rules)
+    progress = _Progress(files, args.progress)
+    reports: list[FileReport] = []
+    plan = []
+    for index, path in enumerate(files):
+        report = FileReport(str(path))
+        reports.append(report)
+        try:
+            importer = get_importer(args.format) if args.format else detect(path)
+        except DdltraceError as exc:
+            report.skipped["not a known trace format"] += 1
+            if path not in found_in_folders:
+                report.problems.append(str(exc))
+            continue
+        report.format = importer.name
+        plan.append((importer.name.endswith("summary") or importer.name == "ipm", index, path, importer, report))
+    plan.sort(key=lambda item: (item[0], item[1]))  # aggregates after detailed traces of the same ranks
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    staging.rmdir()
+    store = TraceStore.create(staging, run={"command": "ddltrace import " + " ".join(args.paths)})
+    source_module.progress_hook = progress.hook
+    started = time.perf_counter()
+    try:
+        clocks, formats, deferred, detailed = {}, Counter(), [], set()
+        world_sizes = []
+        for is_aggregate, index, path, importer, report in plan:
+            ctx = ImportContext(categorizer=categorizer, rank_from=args.rank_from, file_index=index, report=report)
+            try:
+                for part in importer.read(path, ctx):
+                    if isinstance(part.rank, tuple):
+                        deferred.append(part)
+                        continue
+                    if is_aggregate and part.rank in detailed:
+                        report.skipped["aggregate profile of a rank whose detailed trace was imported"] += 1
+                        continue
+                    if not is_aggregate:
+                        detailed.add(part.rank)
+                    _add(store, part, clocks)
+                    formats[importer.name] += 1
+                    if part.info.get("world_size"):
+                        world_sizes.append(int(part.info["world_size"]))
+            except DdltraceError as exc:
+                report.skipped["unreadable file"] += 1
+                report.problems.append(str(exc))
+            progress.file_done(path)
+        next_rank = max(store.ranks, default=-1) + 1
+        numbered: dict[tuple, int] = {}
+        for part in sorted(deferred, key=lambda p: p.rank):
+            if part.rank not in numbered:
+                numbered[part.rank] = next_rank
+                next_rank += 1
+            rank = numbered[part.rank]
+            part.info["identity"] = "/".join(map(str, part.rank))
+            part.timeline = part.timeline.assign(rank=rank).astype({"rank": "int32"})
+            part.rank = rank
+            _add(store, part, clocks)
+        if not store.ranks:
+            details = "; ".join(p for r in reports for p in r.problems[:1]) or "no events"
+            raise DdltraceError(f"nothing imported from {len(files)} file(s): {details}")
+        _finish_manifest(store, reports, clocks, formats, world_sizes)
+        store.save_manifest()
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    finally:
+        source_module.progress_hook = None
+        progress.close()
+    elapsed = time.perf_counter() - started
+    _print_summary(out, reports, elapsed, TraceStore.open(out))
+    if args.explain:
+        _print_explain(categorizer)
+    return 0
+
+
+def _add(store, part, clocks: dict) -> None:
+    """Write a part's rank, merging with what earlier files gave the same rank."""
+    import pandas as pd
+
+    rank = int(part.rank)
+    info = {k: v for k, v in part.info.items() if v is not None}
+    timeline = part.timeline
+    if rank in store.ranks:
+        timeline = pd.concat([store.timeline([rank]), timeline], ignore_index=True)
+        old = store.rank_info(rank)
+        files = old.get("files", [old.get("file")])
+        info["files"] = [*files, info.pop("file", None)]
+        if old.get("format") and old.get("format") != info.get("format"):
+            info["format"] = f"{old['format']}+{info.get('format')}"
+    store.add_rank(rank, timeline, part.counters, save=False, **info)
+    clocks.setdefault(part.clock, set()).add(rank)
+
+
+def _finish_manifest(store, reports, clocks: dict, formats: Counter, world_sizes: list[int]) -> None:
+    kinds = sorted(clocks)
+    method = _CLOCK_METHODS[kinds[0]] if len(kinds) == 1 else "mixed: " + "; ".join(
+        f"ranks {sorted(clocks[k])}: {_CLOCK_METHODS[k]}" for k in kinds)
+    store.manifest["clock"] = {"method": method, "offsets_ns": {}, "uncertainty_ns": {},
+                               "per_rank": {str(r): k for k, ranks in clocks.items() for r in ranks}}
+    store.manifest["run"].update({"framework": "+".join(sorted(formats)), "imported_files": len(reports),
+                                  "world_size": max([len(store.ranks), *world_sizes])})
+    notes = store.manifest.setdefault("notes", [])
+    for report in reports:
+        skipped = ", ".join(f"{n} {why}" for why, n in report.skipped.most_common())
+        notes.append(f"import {report.path} ({report.format or 'unknown format'}): {report.events} events read, "
+                     f"{report.intervals} intervals kept" + (f"; skipped: {skipped}" if skipped else ""))
+        notes.extend(f"import problem: {p}" for p in report.problems)
+
+
+def _print_summary(out: Path, reports, elapsed: float, store) -> None:
+    total_events = sum(r.events for r in reports)
+    total_intervals = sum(r.intervals for r in reports)
+    print(f"imported {len(reports)} file(s) into {out}: {total_events} events read, {total_intervals} intervals "
+          f"kept, ranks {', '.join(map(str, store.ranks))}, in {elapsed:.2f} s")
+    ignored = [r for r in reports if not r.format and not r.problems]
+    if ignored:
+        print(f"  {len(ignored)} file(s) in the folders are not traces and were skipped: "
+              + ", ".join(Path(r.path).name for r in ignored[:5]) + (", ..." if len(ignored) > 5 else ""))
+    for r in reports:
+        if r in ignored:
+            continue
+        print(f"  {r.path} [{r.format or '?'}]: {r.events} events, {r.intervals} intervals")
+        for why, n in r.skipped.most_common():
+            print(f"      skipped {n} event(s): {why}")
+        for problem in r.problems:
+            print(f"      problem: {problem}")
+    print(f"  clock: {store.manifest['clock']['method']}")
+
+
+def _print_explain(categorizer) -> None:
+    rows = categorizer.explain()
+    print("\nwhich rule gave each event name its category (format, category, rule, events, cat | name):")
+    for row in rows:
+        cat = f"{row['cat']} | " if row["cat"] else ""
+        print(f"  {row['format']:8s} {row['category']:8s} {row['rule']:24s} {row['events']:9d}  {cat}{row['name']}")
+    origins = sorted({r["rule_file"] for r in rows if r["rule_file"]})
+    print(f"rules from: {', '.join(origins)}")
