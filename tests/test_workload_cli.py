@@ -1,0 +1,70 @@
+"""``ddltrace workload ps-sgd``: bad input is one line and exit 2; a real run prints its figures; --trace."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ddltrace.collectors.mpi_env import find_tool
+
+from ddltrace.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+DDLTRACE = Path(sys.executable).parent / "ddltrace"
+FAST = ["--hidden", "100", "--samples", "1024", "--epochs", "1", "--compute", "emulated", "--sample-time", "20e-6"]
+needs_mpi = pytest.mark.skipif(find_tool("mpiexec") is None, reason="no mpiexec")
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--np", "3", "--sync", "softsync", "5"], "--sync softsync 5: N must be at most the 2 worker(s)"),
+    (["--np", "3", "--sync", "sometimes"], "--sync sometimes: expected async, hardsync or softsync N"),
+    (["--workers", "2", "--straggler", "0"], "--straggler 0: not a worker rank"),
+    (["--workers", "0"], "--workers 0: must be at least 1"),
+    (["--np", "9", "--samples", "100"], "--samples 100: fewer than one batch"),
+    (["--np", "2", "--read-delay", "-1"], "--read-delay -1.0: must not be negative"),
+])
+def test_bad_options_are_one_line_and_exit_2(tmp_path, capsys, options, message):
+    assert main(["workload", "ps-sgd", "--out", str(tmp_path), *options]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "ground_truth.json").exists()
+
+
+def test_workload_without_a_job_shows_help(capsys):
+    assert main(["workload"]) == 2
+    assert "ps-sgd" in capsys.readouterr().err
+
+
+@needs_mpi
+def test_cli_runs_the_job_and_prints_its_figures(tmp_path):
+    done = subprocess.run([str(DDLTRACE), "workload", "ps-sgd", "--workers", "2", "--out", str(tmp_path), *FAST,
+                           "--sync", "hardsync"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "3 rank(s), 2 worker(s), hardsync" in done.stdout
+    assert "staleness   mean 0.00 updates, max 0 updates" in done.stdout
+    assert " us per sample" in done.stdout
+    doc = json.loads((tmp_path / "ground_truth.json").read_text())
+    assert doc["config"]["ranks"] == 3 and doc["config"]["compute"] == "emulated"
+
+
+@needs_mpi
+@pytest.mark.skipif(not (REPO / "ddltrace" / "commands" / "run.py").exists(), reason="no 'ddltrace run' here")
+def test_trace_writes_a_store_whose_manifest_names_the_mode(tmp_path, capsys):
+    from ddltrace.store import TraceStore
+
+    assert main(["workload", "ps-sgd", "--np", "3", "--out", str(tmp_path), "--trace", "--json", *FAST]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["workers"] == 2 and summary["compute"] == "emulated"
+    store = TraceStore.open(tmp_path / "store")
+    assert store.world_size == 3
+    assert store.manifest["workload"]["compute"] == "emulated"
+    assert store.manifest["workload"]["ground_truth"] == "../ground_truth.json"
+    timeline = store.timeline()
+    # the workers' pushes are real MPI messages of 4 + n_w doubles to the server (rank 0)
+    pushes = timeline[(timeline["rank"] > 0) & timeline["name"].str.startswith("MPI_Send") & (timeline["peer"] == 0)
+                      & (timeline["bytes"] == 8 * (4 + 400))]
+    doc = json.loads((tmp_path / "ground_truth.json").read_text())
+    assert len(pushes) == doc["server"]["gradients"]
