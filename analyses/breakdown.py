@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from ddltrace.analyses.phases import PHASES, RankPhases
 
+from ddltrace.analyses.phases import PHASES, RankPhases
 from ddltrace.timeline import CATEGORIES
 
 #: Within a lane, a higher category wins (innermost call first).

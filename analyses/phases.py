@@ -8,11 +8,12 @@ cycles, and ends with a short finalisation. ddltrace finds the same three phases
    steady state runs from the start of the first marked step to the end of the last; each step value is one step.
 2. **The repeating pattern.** Otherwise the rank's communication calls (rows in the categories comm, wait and
    barrier, MPI_Init/Finalize excluded) are read as a sequence of names. The period ``p`` is the smallest shift
-   under which the sequence matches itself for nearly as many positions as the best shift; the steady state is
-   the stretch where at least 75 % of the calls match the call ``p`` places later (windows of three cycles),
-   trimmed to calls that match. It starts where the call before that stretch ends, so the computation of the
-   first batch counts as steady state, and ends where its last call ends. Each cycle of ``p`` calls, cut just
-   before the call that follows the longest gap (the compute), is one step: a step is compute then communicate.
+   under which the sequence matches itself for nearly (95 %) as many positions as the best shift; the cycle is
+   the most frequent run of ``p`` names. The steady state runs from the first place where three cycles (any
+   rotation of it) follow each other to the last such place: it starts where the call before it ends, so the
+   computation of the first batch counts as steady state, and ends where its last call ends. Each cycle of ``p``
+   calls, cut just before the call that follows the longest gap (the compute), is one step: a step is compute
+   then communicate.
 3. **Collectives around point-to-point traffic.** With no regular pattern (a server answering workers in the order
    they come), initialisation ends where the last collective (MPI_Barrier, ...) that starts before the first 10 %
    of the rank's point-to-point calls ends, and finalisation starts at the first collective after the last 10 %.
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+
 from ddltrace.analyses.wait_states import COLLECTIVES, P2P, base_name
 
 INIT_NAMES = frozenset({"MPI_Init", "MPI_Init_thread"})
@@ -40,7 +42,6 @@ PHASES = ("init", "steady", "final")
 
 MAX_PERIOD = 32
 MIN_CYCLES = 3
-MATCH_FRACTION = 0.75
 PERIOD_TOLERANCE = 0.95
 #: A gap longer than this between two barrier/wait calls is work (reading, computing), not synchronisation.
 SYNC_GAP_NS = 100_000
@@ -200,21 +201,22 @@ def _periodic_region(names: np.ndarray, starts: np.ndarray, ends: np.ndarray):
     if best < MIN_CYCLES:
         return None
     p = min(q for q, s in scores.items() if s >= PERIOD_TOLERANCE * best)
-    match = codes[:-p] == codes[p:]
-    window = min(MIN_CYCLES * p, len(match))
-    fraction = np.convolve(match.astype(float), np.ones(window) / window, mode="valid")
-    good = np.flatnonzero(fraction >= MATCH_FRACTION)
-    if not len(good):
+    windows = np.lib.stride_tricks.sliding_window_view(codes, p)
+    grams, counts = np.unique(windows, axis=0, return_counts=True)
+    cycle = grams[int(np.argmax(counts))]
+    good = np.zeros(len(windows), dtype=bool)
+    for k in range(p):  # a window is a cycle when it is a rotation of the most frequent one
+        good |= np.all(windows == np.roll(cycle, k), axis=1)
+    span = (MIN_CYCLES - 1) * p
+    if len(good) <= span:
         return None
-    a = int(good[0])
-    while a < len(match) and not match[a]:
-        a += 1
-    last = min(int(good[-1]) + window - 1, len(match) - 1)
-    while last > a and not match[last]:
-        last -= 1
-    b = last + p
-    if (b - a + 1) < MIN_CYCLES * p:
+    chain = good[:len(good) - span].copy()
+    for k in range(1, MIN_CYCLES):
+        chain &= good[k * p:len(good) - span + k * p]
+    runs = np.flatnonzero(chain)
+    if not len(runs):
         return None
+    a, b = int(runs[0]), int(runs[-1]) + MIN_CYCLES * p - 1
     # cut each cycle before the call that follows the longest gap (the compute of a compute-communicate cycle)
     gaps = starts[a + 1:b + 1] - ends[a:b]
     offset = 0

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
 from ddltrace.analyses.breakdown import average_and_slowest, breakdown_table, rank_breakdown
 from ddltrace.analyses.phases import RankPhases, segment_rank
 from ddltrace.analyses.wait_states import P2P, mpi_calls, summarize, wait_states
-
 from ddltrace.store import TraceStore
 
 #: Keys of the run metadata that may hold the batch size, the number of workers and the protocol.

@@ -1,0 +1,43 @@
+"""I/O- or input-bound steady state: the input pipeline, not the model, sets the pace.
+
+It measures, per rank, the share of its steady state spent in the io category (disk reads, data loading; an
+importer puts a framework's input-pipeline calls there: ``IteratorGetNext``, ``__Get Minibatch``, ...). A finding
+when the median over workers reaches ``io.share_max`` (25 %): a quarter of every step waiting for input means a
+faster model or more workers will not help. Initialisation I/O is the sequential-initialisation detector's business.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ddltrace.analyses.findings import Finding, Quantity, detector
+
+ADVICE = ("Overlap input with compute (prefetch, more reader threads or processes), cache the decoded data set in "
+          "memory or on local disk, or use a faster input format; check the storage with the disk probe.")
+
+
+@detector("io_bound")
+def detect(runs, th) -> list[Finding]:
+    """Steady-state I/O share at or above io.share_max (see the module docstring)."""
+    findings = []
+    for run in runs:
+        table = run.table("steady")
+        workers = [w for w in run.worker_ranks if w in table.index and table.loc[w, "total_ns"] > 0]
+        if not workers:
+            continue
+        shares = table.loc[workers, "share_io"]
+        median = float(np.median(shares))
+        if median < th["io.share_max"]:
+            continue
+        worst = int(shares.idxmax())
+        findings.append(Finding(
+            id="io_bound",
+            title=f"Input-bound: workers spend {Quantity(median, 'fraction')} of the steady state in I/O (median)",
+            severity="warning",
+            evidence={"io_share_median": Quantity(median, "fraction"),
+                      "io_share_max": Quantity(float(shares.max()), "fraction"),
+                      "io_share_max_rank": Quantity(worst, "rank"),
+                      "io_time_total": Quantity(float(table.loc[workers, "io"].sum()), "ns")},
+            ranks=[int(w) for w in shares.index[shares >= th["io.share_max"]]],
+            phase="steady", advice=ADVICE, store=run.name))
+    return findings

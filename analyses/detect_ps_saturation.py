@@ -1,0 +1,164 @@
+"""Parameter-server saturation: one server cannot keep up with its workers (paper 002, sections 5.2.3 and 5.4).
+
+**Within a run** (a server is known: the manifest or the workload names it, or the steady-state messages form a
+star around it) it measures the server's *busy fraction*: the share of its steady state it spends outside
+blocking receives, waits and collectives, i.e. aggregating updates and sending weights; and the time its clients
+lose to it: Late Sender and Late Receiver time (Scalasca) on each worker with the server as the partner, as a
+share of the worker's steady state (median over workers). A finding when the server is busy at least
+``ps.busy_min`` (90 %) of the time *and* its clients wait at least ``ps.client_wait_min`` (20 %): a busy server
+whose clients do not wait is well sized. It also estimates the saturation point w* = (worker compute per step) /
+(server busy time per worker step): the number of workers at which the server's work per round equals the
+workers' compute (MODELS.md section 1).
+
+**Across runs** (three or more stores of one batch size with different w) it looks for the knee of paper 002's
+figure 9: the steady-state (computation phase) time, median over workers, should fall as w grows; the knee w* is
+the last w after which one more step in w cuts it by less than ``ps.knee_gain_min`` (10 %). A finding when the
+knee comes before the largest w and the wait per update (exposed communication + wait + barrier time of a worker
+per step, median over workers) at the largest w is at least ``ps.wait_growth_min`` (1.5) times that at the
+smallest: the workers wait more, the server is the limit. Error when past the knee the time rises again.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ddltrace.analyses.findings import Finding, Quantity, detector
+from ddltrace.analyses.wait_states import COLLECTIVES, RECV_BLOCKING, RECV_NONBLOCKING, WAITS
+
+BLOCKING = RECV_BLOCKING | WAITS | COLLECTIVES
+ADVICE = ("The single parameter server is the bottleneck: add servers and shard the parameters across them "
+          "(Chang's Lemma 3.2: N_ps >= 2 S_p N_w / (B T_C)), make each update cheaper on the server, or use larger "
+          "batches so that there are fewer updates per sample. Past w* more workers make each epoch slower.")
+
+
+def _clipped(calls, lo: int, hi: int) -> int:
+    start = calls["start_ns"].clip(lo, hi)
+    end = calls["end_ns"].clip(lo, hi)
+    return int((end - start).sum())
+
+
+def server_load(run, server: int) -> dict | None:
+    """Busy fraction, requests served, client wait of one server rank in its steady state (ns, fractions)."""
+    phases = run.phases.get(server)
+    if phases is None or phases.steady_ns <= 0:
+        return None
+    lo, hi = phases.init_end_ns, phases.steady_end_ns
+    mine = run.calls[run.calls["rank"] == server]
+    blocked = _clipped(mine[mine["name"].isin(BLOCKING)], lo, hi)
+    busy_ns = phases.steady_ns - blocked
+    received = mine[mine["name"].isin(RECV_BLOCKING | RECV_NONBLOCKING) & (mine["start_ns"] >= lo)
+                    & (mine["start_ns"] < hi)]
+    states = run.wait_states
+    workers = [w for w in run.worker_ranks if w in run.phases and run.phases[w].steady_ns > 0]
+    suffered = states[(states["peer"] == server) & states["rank"].isin(workers) & (states["phase"] == "steady")
+                      & states["pattern"].isin(["late_sender", "late_receiver"])]
+    per_worker = suffered.groupby("rank")["time_ns"].sum().reindex(workers, fill_value=0)
+    share = [per_worker[w] / run.phases[w].steady_ns for w in workers]
+    steps = run.steps[run.steps["rank"].isin(workers)] if len(run.steps) else run.steps
+    table = run.table("steady")
+    total_steps = int(len(steps))
+    compute_per_step = float(np.median([table.loc[w, "compute"] / max(1, (steps["rank"] == w).sum())
+                                        for w in workers])) if workers and total_steps else float("nan")
+    busy_per_step = busy_ns / total_steps if total_steps else float("nan")
+    return {
+        "busy_fraction": busy_ns / phases.steady_ns,
+        "busy_ns": float(busy_ns),
+        "requests": int(len(received)),
+        "busy_per_request_ns": busy_ns / len(received) if len(received) else float("nan"),
+        "client_wait_fraction": float(np.median(share)) if share else 0.0,
+        "client_wait_ns": float(per_worker.sum()),
+        "worker_steps": total_steps,
+        "compute_per_step_ns": compute_per_step,
+        "w_star": compute_per_step / busy_per_step if total_steps and busy_per_step > 0 else float("nan"),
+    }
+
+
+def within_run(run, th) -> list[Finding]:
+    findings = []
+    for server in run.server_ranks:
+        load = server_load(run, server)
+        if load is None or load["busy_fraction"] < th["ps.busy_min"] \
+                or load["client_wait_fraction"] < th["ps.client_wait_min"]:
+            continue
+        findings.append(Finding(
+            id="ps_saturation",
+            title=f"Parameter server (rank {server}) saturated: busy {Quantity(load['busy_fraction'], 'fraction')} "
+                  f"of the steady state while its workers wait {Quantity(load['client_wait_fraction'], 'fraction')} "
+                  f"of theirs on it",
+            severity="warning",
+            evidence={
+                "server_busy": Quantity(load["busy_fraction"], "fraction"),
+                "client_wait_median": Quantity(load["client_wait_fraction"], "fraction"),
+                "client_wait_total": Quantity(load["client_wait_ns"], "ns"),
+                "server_busy_per_request": Quantity(load["busy_per_request_ns"], "ns"),
+                "requests_served": Quantity(load["requests"], "messages"),
+                "worker_compute_per_step": Quantity(load["compute_per_step_ns"], "ns"),
+                "w_star": Quantity(load["w_star"], "workers"),
+                "workers": Quantity(run.workers, "workers"),
+            },
+            ranks=[server],
+            phase="steady",
+            advice=ADVICE,
+            store=run.name,
+        ))
+    return findings
+
+
+def _steady_per_run(run) -> tuple[float, float]:
+    """(steady-state time, wait per update) of a run: medians over workers (ns)."""
+    workers = [w for w in run.worker_ranks if w in run.phases]
+    table = run.table("steady")
+    steady = [run.phases[w].steady_ns for w in workers]
+    waits = []
+    for w in workers:
+        steps = max(1, len(run.phases[w].steps))
+        waits.append(float(table.loc[w, ["comm", "wait", "barrier"]].sum()) / steps)
+    return float(np.median(steady)), float(np.median(waits))
+
+
+def across_runs(runs, th) -> list[Finding]:
+    findings = []
+    groups: dict = {}
+    for run in runs:
+        if run.worker_ranks:
+            groups.setdefault(run.batch_size, {}).setdefault(run.workers, run)
+    for batch, series in groups.items():
+        if len(series) < 3:
+            continue
+        w = sorted(series)
+        values = [_steady_per_run(series[k]) for k in w]
+        steady = np.array([v[0] for v in values])
+        wait = np.array([v[1] for v in values])
+        knee = next((i for i in range(len(w) - 1) if steady[i + 1] > steady[i] * (1 - th["ps.knee_gain_min"])), None)
+        if knee is None:
+            continue
+        growth = wait[-1] / wait[0] if wait[0] > 0 else float("inf")
+        if growth < th["ps.wait_growth_min"]:
+            continue
+        rises = steady[-1] > steady[knee] * 1.1
+        findings.append(Finding(
+            id="ps_saturation_scaling",
+            title=f"The steady state stops scaling at w* = {w[knee]} workers while the wait per update grows "
+                  f"{growth:.1f}x (w = {w[0]} to {w[-1]}): the server saturates",
+            severity="error" if rises else "warning",
+            evidence={
+                "knee_w": Quantity(w[knee], "workers"),
+                "steady_at_min_w": Quantity(float(steady[0]), "ns"),
+                "steady_at_knee": Quantity(float(steady[knee]), "ns"),
+                "steady_at_max_w": Quantity(float(steady[-1]), "ns"),
+                "wait_per_update_at_min_w": Quantity(float(wait[0]), "ns"),
+                "wait_per_update_at_max_w": Quantity(float(wait[-1]), "ns"),
+                "wait_growth": Quantity(float(growth), "ratio"),
+                "batch_size": Quantity(batch if batch is not None else float("nan"), "samples"),
+            },
+            phase="steady",
+            advice=ADVICE,
+            store=", ".join(series[k].name for k in w),
+        ))
+    return findings
+
+
+@detector("ps_saturation")
+def detect(runs, th) -> list[Finding]:
+    """Parameter-server saturation within each run and across a scaling series (see the module docstring)."""
+    return [f for run in runs for f in within_run(run, th)] + across_runs(runs, th)

@@ -1,0 +1,128 @@
+"""Sequential initialisation: ranks initialise one after another instead of at once (paper 002, section 5.2.2).
+
+**Within a run** it measures, per rank, where the rank's own initialisation work ended (``init_work_end``, from
+the start of the run) and the barrier/wait time that closes its initialisation (``init_trailing_sync``), and fits
+each against the rank number (least squares, ``scipy.stats.linregress``). A staircase (CNTK's reader: rank 1 reads,
+then rank 2, ... while the others wait in MPI_Barrier) is a line with R^2 >= ``seq_init.r2_min`` (0.8), a slope
+significant at ``seq_init.p_max`` (1 %), and a spread (|slope| x rank range) of at least ``seq_init.spread_min``
+(25 %) of the initialisation phase and ``seq_init.spread_min_ns`` (1 ms). Needs ``seq_init.min_ranks`` (4) ranks.
+Ranks that start together and read in parallel finish in random order: no line, or a line too small to matter.
+
+**Across runs** (three or more stores with different w) it fits the initialisation time (median over ranks)
+against w: a finding when R^2 >= ``seq_init.series_r2_min`` (0.8), the slope is positive and significant, and the
+time at the largest w is at least ``seq_init.growth_min`` (1.5) times that at the smallest (paper 002 figure 9).
+
+Severity: warning; error when initialisation is at least ``seq_init.error_share`` (50 %) of the run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+
+from ddltrace.analyses.findings import Finding, Quantity, detector
+
+ADVICE = ("Initialisation is serialised across ranks: each rank starts its own setup only when the previous one "
+          "is done, while the others wait. Read the input in parallel (each rank its own byte range or shard), "
+          "from local disks, or pre-partition the data set; paper 002 found CNTK's reader reading the whole file on "
+          "every worker, one after another.")
+
+
+def _fit(x, y):
+    if len(set(np.asarray(x).tolist())) < 2 or np.ptp(y) == 0:
+        return None
+    return stats.linregress(np.asarray(x, dtype=float), np.asarray(y, dtype=float))
+
+
+def within_run(run, th) -> list[Finding]:
+    table = run.phase_table
+    if len(table) < th["seq_init.min_ranks"]:
+        return []
+    ranks = table.index.to_numpy()
+    t0 = table["start_ns"].min()
+    init_ns = float(np.median(table["init_ns"]))
+    run_ns = max(run.run_span_ns, 1)
+    measures = {
+        "init_work_end": ("end of each rank's own initialisation work", table["init_work_end_ns"] - t0),
+        "init_trailing_sync": ("barrier/wait that closes each rank's initialisation", table["init_trailing_sync_ns"]),
+    }
+    best = None
+    for key, (what, y) in measures.items():
+        fit = _fit(ranks, y.to_numpy(float))
+        if fit is None:
+            continue
+        spread = abs(fit.slope) * float(np.ptp(ranks))
+        ok = (fit.rvalue ** 2 >= th["seq_init.r2_min"] and fit.pvalue <= th["seq_init.p_max"]
+              and spread >= th["seq_init.spread_min"] * init_ns and spread >= th["seq_init.spread_min_ns"])
+        if ok and (best is None or fit.rvalue ** 2 > best[2].rvalue ** 2):
+            best = (key, what, fit, spread)
+    if best is None:
+        return []
+    key, what, fit, spread = best
+    share = init_ns / run_ns
+    order = "ascending" if (fit.slope > 0) == (key == "init_work_end") else "descending"
+    return [Finding(
+        id="sequential_init",
+        title=f"Sequential initialisation: ranks initialise one after another ({order} rank order), "
+              f"{Quantity(abs(fit.slope), 'ns/rank')} apart; initialisation is {Quantity(share, 'fraction')} "
+              f"of the run (fitted: {what} against rank)",
+        severity="error" if share >= th["seq_init.error_share"] else "warning",
+        evidence={
+            "slope": Quantity(float(fit.slope), "ns/rank"),
+            "r2": Quantity(float(fit.rvalue ** 2), "1"),
+            "p_value": Quantity(float(fit.pvalue), "1"),
+            "spread": Quantity(spread, "ns"),
+            "init_median": Quantity(init_ns, "ns"),
+            "init_share_of_run": Quantity(share, "fraction"),
+            "ranks_fitted": Quantity(len(ranks), "ranks"),
+        },
+        ranks=[int(r) for r in ranks],
+        phase="init",
+        advice=ADVICE,
+        store=run.name,
+    )]
+
+
+def across_runs(runs, th) -> list[Finding]:
+    points = {}
+    for run in runs:
+        if len(run.phase_table):
+            points.setdefault(run.workers, []).append(float(np.median(run.phase_table["init_ns"])))
+    if len(points) < 3:
+        return []
+    w = np.array(sorted(points), dtype=float)
+    init = np.array([np.median(points[k]) for k in sorted(points)])
+    fit = _fit(w, init)
+    if fit is None or fit.slope <= 0:
+        return []
+    growth = init[-1] / max(init[0], 1.0)
+    if fit.rvalue ** 2 < th["seq_init.series_r2_min"] or fit.pvalue > 0.05 or growth < th["seq_init.growth_min"]:
+        return []
+    last = max(runs, key=lambda r: r.workers)
+    share = init[-1] / max(last.run_span_ns, 1)
+    return [Finding(
+        id="sequential_init_scaling",
+        title=f"Initialisation grows linearly with the number of workers: +{Quantity(fit.slope, 'ns/worker')}, "
+              f"{growth:.1f}x from w = {int(w[0])} to w = {int(w[-1])}",
+        severity="error" if share >= th["seq_init.error_share"] else "warning",
+        evidence={
+            "slope": Quantity(float(fit.slope), "ns/worker"),
+            "r2": Quantity(float(fit.rvalue ** 2), "1"),
+            "p_value": Quantity(float(fit.pvalue), "1"),
+            "init_at_min_w": Quantity(float(init[0]), "ns"),
+            "init_at_max_w": Quantity(float(init[-1]), "ns"),
+            "min_w": Quantity(int(w[0]), "workers"),
+            "max_w": Quantity(int(w[-1]), "workers"),
+            "init_share_at_max_w": Quantity(float(share), "fraction"),
+        },
+        phase="init",
+        advice=ADVICE,
+        store=", ".join(r.name for r in sorted(runs, key=lambda r: r.workers)),
+    )]
+
+
+@detector("sequential_init")
+def detect(runs, th) -> list[Finding]:
+    """Sequential initialisation within each run and across a series of runs (see the module docstring)."""
+    findings = [f for run in runs for f in within_run(run, th)]
+    return findings + across_runs(runs, th)

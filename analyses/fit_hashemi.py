@@ -1,0 +1,474 @@
+"""Fitting Hashemi et al.'s ASGD model to measured runs: constants with intervals, held-out errors, the knee.
+
+Input: one record per run of the same job, with ``w`` (workers), ``b`` (batch size), ``phase_s`` (seconds of
+the computation phase: all epochs of the steady state) and optionally ``init_s`` (seconds of initialisation),
+``d`` (samples), ``epochs``, ``label`` (where the run came from). Records come from a DataFrame, a list of
+dicts, or trace stores through :func:`measurements_from_stores`.
+
+:class:`HashemiFit` follows scikit-learn's conventions: settings in the constructor, ``fit(measurements)``
+returns self, what was learnt ends in ``_``:
+
+- ``constants_`` (:class:`~ddltrace.models.hashemi.Constants`), ``params_`` / ``stderr_`` / ``ci_``: each
+  fitted constant with its standard error and confidence interval (seconds, or seconds per byte for r_d);
+- ``loo_``: leave-one-out prediction of every run (absolute percentage error of the held-out point);
+- ``knee_`` / ``knee_cause_``: the predicted saturation point w* and what causes it (server or floor);
+- ``divergence_``: every run against the model, by term, with the term that bounds it and a flag when the
+  measurement is off by more than ``divergence_threshold``;
+- ``notes_``: what the data could not pin down (a constant no run constrains, too few runs for intervals).
+
+The fit is bounded least squares (scipy.optimize.least_squares, constants >= 0) on relative residuals, so
+runs of 1 s and 100 s weigh alike; it restarts from several server costs because ``max()`` hides c_u from
+runs that are not server-bound. Intervals come from the Jacobian at the optimum (Student t). Constants a
+hardware profile measured (r_m, w_m, r_net, lat_net, r_d) are held fixed; others can be fixed with ``fixed``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+from scipy.optimize import least_squares
+
+from ddltrace.errors import DdltraceError
+from ddltrace.models import hashemi
+from ddltrace.models.hashemi import Constants, Workload
+
+FITTABLE = ("c_p", "c_b", "c_u", "t_phase_min", "kappa")
+PROFILE_CONSTANTS = ("r_d", "r_m", "w_m", "r_net", "lat_net")
+SERVER_ROLES = ("server", "ps", "parameter_server", "parameter-server")
+
+
+def _records(measurements: Any) -> pd.DataFrame:
+    frame = measurements.copy() if isinstance(measurements, pd.DataFrame) else pd.DataFrame(list(measurements))
+    missing = [c for c in ("w", "b", "phase_s") if c not in frame.columns]
+    if missing:
+        raise DdltraceError(f"measurements: missing column(s) {', '.join(missing)} (need w, b, phase_s per run)")
+    for col in ("w", "b", "phase_s", "init_s", "d", "epochs"):
+        if col in frame.columns:
+            frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
+    bad = frame.index[~((frame["w"] >= 1) & (frame["b"] > 0) & (frame["phase_s"] > 0))].tolist()
+    if bad:
+        raise DdltraceError(f"measurements: run(s) {bad} need w >= 1, b > 0 and phase_s > 0 s")
+    if "label" not in frame.columns:
+        frame["label"] = [f"w={int(w)} b={b:g}" for w, b in zip(frame["w"], frame["b"], strict=True)]
+    return frame.reset_index(drop=True)
+
+
+class HashemiFit:
+    """Fit c_p, c_b, c_u (and optionally the phase floor and the contention kappa) to measured runs.
+
+    Parameters: ``d`` samples, ``n_f`` features per sample, ``n_w`` weights, ``s`` bytes per value, ``epochs``
+    (defaults for runs whose records lack them); ``storage`` ('shared', 'local', 'partitioned') for the
+    initialisation term; ``profile``: measured constants (r_m, w_m, r_net, lat_net, r_d) held fixed;
+    ``free``: which of c_p, c_b, c_u, t_phase_min, kappa to fit (c_b is dropped when all runs share one
+    batch size, as c_p and c_b cannot then be told apart); ``fixed``: values to hold fixed instead;
+    ``confidence`` of the intervals; ``divergence_threshold``: relative error that flags a run.
+    """
+
+    def __init__(self, *, d: float | None = None, n_f: float = 0.0, n_w: float = 0.0, s: float = 8.0,
+                 epochs: float = 1.0, storage: str = "shared", profile: Mapping[str, float] | None = None,
+                 free: Sequence[str] = ("c_p", "c_b", "c_u"), fixed: Mapping[str, float] | None = None,
+                 confidence: float = 0.95, divergence_threshold: float = 0.10):
+        self.d = d
+        self.n_f = n_f
+        self.n_w = n_w
+        self.s = s
+        self.epochs = epochs
+        self.storage = storage
+        self.profile = profile
+        self.free = tuple(free)
+        self.fixed = fixed
+        self.confidence = confidence
+        self.divergence_threshold = divergence_threshold
+
+    # -- the model of one run ----------------------------------------------------------------------------
+
+    def _workload(self, row: Mapping[str, Any]) -> Workload:
+        d = row.get("d")
+        d = self.d if d is None or (isinstance(d, float) and math.isnan(d)) else d
+        if d is None:
+            raise DdltraceError("measurements: the number of samples d is unknown (give d= or a 'd' column)")
+        epochs = row.get("epochs")
+        epochs = self.epochs if epochs is None or (isinstance(epochs, float) and math.isnan(epochs)) else epochs
+        return Workload(d=float(d), b=float(row["b"]), n_f=self.n_f, n_w=self.n_w, epochs=float(epochs), s=self.s)
+
+    def _groups(self, frame: pd.DataFrame) -> list[tuple[np.ndarray, np.ndarray, Workload]]:
+        """Rows grouped by workload (same b, d, epochs): (row positions, workers, workload)."""
+        keys = [self._workload(row) for row in frame.to_dict("records")]
+        groups = []
+        for wl in dict.fromkeys(keys):
+            pos = np.array([i for i, key in enumerate(keys) if key == wl])
+            groups.append((pos, frame["w"].to_numpy()[pos], wl))
+        return groups
+
+    def _predict_rows(self, frame: pd.DataFrame, k: Constants, groups: list | None = None) -> np.ndarray:
+        out = np.empty(len(frame))
+        for pos, w, wl in groups or self._groups(frame):
+            out[pos] = wl.epochs * np.asarray(hashemi.t_phase(w, wl, k))
+        return out
+
+    def _base_constants(self) -> Constants:
+        values = {name: 0.0 for name in hashemi.NAMES}
+        for name, value in (self.profile or {}).items():
+            if name in values:
+                values[name] = float(value)
+        for name, value in (self.fixed or {}).items():
+            if name not in values:
+                raise DdltraceError(f"fixed constant {name!r}: not a constant of the model "
+                                    f"({', '.join(hashemi.NAMES)})")
+            values[name] = float(value)
+        return Constants(**values)
+
+    # -- fitting -------------------------------------------------------------------------------------------
+
+    def _solve(self, frame: pd.DataFrame, names: list[str], base: Constants) -> tuple[np.ndarray, Any]:
+        measured = frame["phase_s"].to_numpy()
+        groups = self._groups(frame)
+
+        def residuals(theta):
+            k = replace(base, **dict(zip(names, theta, strict=True)))
+            return self._predict_rows(frame, k, groups) / measured - 1.0
+
+        samples = float(np.median([self._workload(r).d * self._workload(r).epochs for r in frame.to_dict("records")]))
+        per_sample = float(np.median(frame["phase_s"] * frame["w"])) / samples
+        batch = float(np.median(frame["b"]))
+        guess = {"c_p": per_sample * 0.7, "c_b": per_sample * batch * 0.1, "t_phase_min": float(measured.min()) * 0.5,
+                 "kappa": 0.01}
+        server_guesses = [per_sample * batch / w for w in (1.0, 4.0, 16.0, 64.0, 256.0)] if "c_u" in names else [0]
+        best = None
+        for c_u in server_guesses:
+            start = np.array([c_u if n == "c_u" else guess[n] for n in names])
+            result = least_squares(residuals, start, bounds=(0.0, np.inf), x_scale=np.maximum(start, 1e-30),
+                                   method="trf", xtol=1e-10, ftol=1e-10, gtol=1e-10, max_nfev=500)
+            if best is None or result.cost < best.cost:
+                best = result
+        return best.x, best
+
+    def _only_bounded(self, frame: pd.DataFrame, names: list[str], theta: np.ndarray, j: int, base: Constants,
+                      sse: float) -> float | None:
+        """When setting constant j to 0 fits the runs as well as the optimum, it is only bounded from above:
+        return that upper bound (bisection on the cost), else None."""
+        measured = frame["phase_s"].to_numpy()
+        groups = self._groups(frame)
+
+        def cost(value):
+            trial = theta.copy()
+            trial[j] = value
+            k = replace(base, **dict(zip(names, trial, strict=True)))
+            return float(np.sum((self._predict_rows(frame, k, groups) / measured - 1.0) ** 2))
+
+        tolerance = sse * 1.01 + 1e-12 * len(frame)
+        if cost(0.0) > tolerance:
+            return None
+        lo, hi = max(theta[j], 1e-300), max(theta[j], 1e-300) * 2
+        while cost(hi) <= tolerance and hi < 1e300:
+            lo, hi = hi, hi * 2
+        for _ in range(40):
+            mid = math.sqrt(lo * hi)
+            lo, hi = (mid, hi) if cost(mid) <= tolerance else (lo, mid)
+        return lo
+
+    def fit(self, measurements: Any) -> HashemiFit:
+        """Fit the constants to the runs (DataFrame or records: w, b, phase_s [, init_s, d, epochs, label])."""
+        frame = _records(measurements)
+        if len(frame) < 2:
+            raise DdltraceError(f"measurements: {len(frame)} run(s); fitting needs runs at 2 or more configurations")
+        if frame[["w", "b"]].drop_duplicates().shape[0] < 2:
+            raise DdltraceError("measurements: every run has the same workers and batch size; fitting needs runs "
+                                "at different w (or b)")
+        unknown = [n for n in self.free if n not in FITTABLE]
+        if unknown:
+            raise DdltraceError(f"cannot fit {', '.join(unknown)}: fittable constants are {', '.join(FITTABLE)}")
+        base = self._base_constants()
+        notes: list[str] = []
+        names = [n for n in self.free if n not in (self.fixed or {})]
+        if "c_b" in names and frame["b"].nunique() < 2:
+            names.remove("c_b")
+            notes.append(f"c_b held at {base.c_b:g} s: every run has batch size {frame['b'].iloc[0]:g}, so the "
+                         "per-batch cost cannot be told from the per-sample cost (c_p absorbs it)")
+        if not names:
+            raise DdltraceError("nothing to fit: every constant is fixed")
+        theta, result = self._solve(frame, names, base)
+        self.constants_ = replace(base, **dict(zip(names, theta, strict=True)))
+        self.fitted_names_ = names
+        self.n_runs_ = len(frame)
+        self.measurements_ = frame
+        dof = len(frame) - len(names)
+        jac = np.asarray(result.jac)
+        self.params_, self.stderr_, self.ci_ = {}, {}, {}
+        sse = float(np.sum(result.fun**2))
+        tval = stats.t.ppf(0.5 + self.confidence / 2, dof) if dof > 0 else math.nan
+        cov = None
+        if dof > 0:
+            jtj = jac.T @ jac
+            cov = np.linalg.pinv(jtj) * (sse / dof)
+        else:
+            notes.append(f"{len(frame)} runs for {len(names)} constants: no degrees of freedom left, no intervals")
+        self.unconstrained_ = {}
+        for j, name in enumerate(names):
+            value = float(theta[j])
+            self.params_[name] = value
+            upper = self._only_bounded(frame, names, theta, j, base, sse)
+            if upper is not None:
+                self.unconstrained_[name] = upper
+                self.stderr_[name] = math.nan
+                self.ci_[name] = (math.nan, math.nan)
+                notes.append(f"{name} is not constrained by these runs (no run is bound by its term): any value "
+                             f"up to about {upper:.3g} fits them as well")
+                continue
+            if cov is None:
+                self.stderr_[name] = math.nan
+                self.ci_[name] = (math.nan, math.nan)
+                continue
+            se = float(math.sqrt(max(cov[j, j], 0.0)))
+            self.stderr_[name] = se
+            self.ci_[name] = (max(0.0, value - tval * se), value + tval * se)
+        self.rms_relative_error_ = float(math.sqrt(np.mean(result.fun**2)))
+        self._fit_init(frame, notes)
+        wl = self._workload(frame.iloc[int(np.argmax(frame["b"].map(frame["b"].value_counts())))].to_dict())
+        self.workload_ = wl
+        self.knee_, self.knee_cause_ = hashemi.knee(wl, self.constants_)
+        self.knee_batch_ = wl.b
+        if "c_u" in self.unconstrained_ and self.knee_cause_ == "server":
+            notes.append(f"the knee is at least w* = {self.knee_:.3g} workers (c_u is only bounded)")
+        self.divergence_ = self.divergence(frame)
+        self.loo_ = self._leave_one_out(frame, names, base, notes)
+        self.notes_ = notes
+        return self
+
+    def _fit_init(self, frame: pd.DataFrame, notes: list[str]) -> None:
+        """r_d from the initialisation times, when the runs have them and the profile did not measure r_d."""
+        self.r_d_ = (self.profile or {}).get("r_d")
+        self.r_d_ci_ = (math.nan, math.nan)
+        if "init_s" not in frame.columns or frame["init_s"].isna().all():
+            return
+        if self.r_d_ is not None or self.n_f <= 0:
+            return
+        rows = frame.dropna(subset=["init_s"])
+        unit = Constants(r_d=1.0)
+        x = np.array([hashemi.t_init(r["w"], self._workload(r), unit, self.storage) for r in rows.to_dict("records")])
+        y = rows["init_s"].to_numpy()
+        if len(rows) < 2 or not (x > 0).all():
+            return
+        r_d = float((x @ y) / (x @ x))
+        resid = y - r_d * x
+        se = math.sqrt(float(resid @ resid) / (len(y) - 1) / float(x @ x))
+        t = stats.t.ppf(0.5 + self.confidence / 2, len(y) - 1)
+        self.r_d_ = r_d
+        self.r_d_ci_ = (max(0.0, r_d - t * se), r_d + t * se)
+        self.constants_ = replace(self.constants_, r_d=r_d)
+        notes.append(f"r_d fitted from {len(y)} initialisation times with storage={self.storage!r}")
+
+    def _leave_one_out(self, frame: pd.DataFrame, names: list[str], base: Constants, notes: list[str]) -> pd.DataFrame:
+        rows = []
+        if len(frame) <= len(names):
+            notes.append("too few runs for leave-one-out errors (need more runs than fitted constants)")
+            return pd.DataFrame(columns=["label", "w", "b", "measured_s", "predicted_s", "abs_pct_error"])
+        for i in range(len(frame)):
+            rest = frame.drop(index=i).reset_index(drop=True)
+            theta, _ = self._solve(rest, names, base)
+            k = replace(base, **dict(zip(names, theta, strict=True)))
+            pred = float(self._predict_rows(frame.iloc[[i]], k)[0])
+            meas = float(frame["phase_s"].iloc[i])
+            rows.append({"label": frame["label"].iloc[i], "w": frame["w"].iloc[i], "b": frame["b"].iloc[i],
+                         "measured_s": meas, "predicted_s": pred, "abs_pct_error": 100 * abs(pred - meas) / meas})
+        return pd.DataFrame(rows)
+
+    # -- using the fit ---------------------------------------------------------------------------------------
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "constants_"):
+            raise DdltraceError("this HashemiFit is not fitted yet: call fit(measurements) first")
+
+    def predict(self, w: Iterable[float] | float, b: float | None = None, *,
+                constants: Constants | None = None) -> np.ndarray:
+        """Predicted computation-phase seconds (all epochs) at w workers (batch ``b``, default the knee's)."""
+        self._check_fitted()
+        k = constants or self.constants_
+        ws = np.atleast_1d(np.asarray(w, dtype=float))
+        wl = replace(self.workload_, b=float(b or self.workload_.b))
+        return np.array([wl.epochs * hashemi.t_phase(x, wl, k) for x in ws])
+
+    def divergence(self, measurements: Any, constants: Constants | None = None) -> pd.DataFrame:
+        """Every run against the model, by term (seconds for all epochs): net, worker compute, memory, floor,
+        the predicted time, the bounding term, the relative divergence and whether it passes the threshold."""
+        self._check_fitted()
+        frame = _records(measurements)
+        k = constants or self.constants_
+        rows = []
+        for row in frame.to_dict("records"):
+            wl = self._workload(row)
+            terms = hashemi.phase_terms(row["w"], wl, k)
+            pred = wl.epochs * hashemi.t_phase(row["w"], wl, k)
+            div = (row["phase_s"] - pred) / pred if pred > 0 else math.inf
+            w_star, _ = hashemi.knee(wl, k)
+            rows.append({"label": row["label"], "w": row["w"], "b": row["b"], "measured_s": row["phase_s"],
+                         "predicted_s": pred, "net_s": wl.epochs * terms["net"], "comp_s": wl.epochs * terms["comp"],
+                         "mem_s": wl.epochs * terms["mem"], "floor_s": wl.epochs * terms["floor"],
+                         "bound_by": hashemi.bound_by(terms), "past_knee": bool(row["w"] > w_star),
+                         "divergence": div, "flagged": bool(abs(div) > self.divergence_threshold)})
+        return pd.DataFrame(rows)
+
+    def to_dict(self) -> dict:
+        """The fitted model as plain JSON-able data (what ``ddltrace model fit --out`` writes)."""
+        self._check_fitted()
+        units = {"c_p": "s/sample", "c_b": "s/batch", "c_u": "s/update", "t_phase_min": "s", "kappa": "1/worker",
+                 "r_d": "s/B", "r_m": "s/B", "w_m": "s/B", "r_net": "s/B", "lat_net": "s"}
+        constants = {}
+        for name, value in asdict(self.constants_).items():
+            entry = {"value": value, "unit": units.get(name, "")}
+            if name in self.params_:
+                entry.update(stderr=_nan_none(self.stderr_[name]), ci=[_nan_none(x) for x in self.ci_[name]],
+                             source="fitted")
+            elif name == "r_d" and "r_d fitted" in " ".join(self.notes_):
+                entry.update(ci=[_nan_none(x) for x in self.r_d_ci_], source="fitted")
+            elif name in (self.fixed or {}):
+                entry["source"] = "fixed"
+            elif name in (self.profile or {}):
+                entry["source"] = "profile"
+            else:
+                entry["source"] = "default (0)"
+            constants[name] = entry
+        return {
+            "model": "hashemi-asgd",
+            "confidence": self.confidence,
+            "workload": {"d": self.d, "n_f": self.n_f, "n_w": self.n_w, "s": self.s, "epochs": self.epochs,
+                         "storage": self.storage},
+            "constants": constants,
+            "knee": {"w": _nan_none(self.knee_), "cause": self.knee_cause_, "batch": self.knee_batch_},
+            "rms_relative_error": self.rms_relative_error_,
+            "measurements": _json_records(self.measurements_),
+            "leave_one_out": _json_records(self.loo_),
+            "divergence": _json_records(self.divergence_),
+            "divergence_threshold": self.divergence_threshold,
+            "notes": list(self.notes_),
+        }
+
+
+def _nan_none(x: float | None) -> float | None:
+    return None if x is None or (isinstance(x, float) and (math.isnan(x) or math.isinf(x))) else float(x)
+
+
+def _json_records(frame: pd.DataFrame) -> list[dict]:
+    out = []
+    for row in frame.to_dict("records"):
+        out.append({k: (_nan_none(v) if isinstance(v, float) else (v.item() if hasattr(v, "item") else v))
+                    for k, v in row.items()})
+    return out
+
+
+def constants_from_model(model: Mapping[str, Any], source: str = "model") -> tuple[Constants, dict]:
+    """Read back (Constants, workload dict) from a saved model (``HashemiFit.to_dict``)."""
+    if not isinstance(model, Mapping) or model.get("model") != "hashemi-asgd":
+        raise DdltraceError(f"{source}: not a fitted ASGD model (expected \"model\": \"hashemi-asgd\"; "
+                            "make one with 'ddltrace model fit')")
+    try:
+        values = {name: float(entry["value"]) for name, entry in model["constants"].items()
+                  if name in hashemi.NAMES}
+        workload = dict(model["workload"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DdltraceError(f"{source}: malformed model file ({exc})") from None
+    return Constants(**values), workload
+
+
+# -- measurements from trace stores ------------------------------------------------------------------------
+
+_LAUNCHERS = {"mpiexec", "mpirun", "srun", "torchrun", "python", "python3", "ddltrace", "run", "env", "horovodrun"}
+
+
+def job_identity(run: Mapping[str, Any]) -> str:
+    """What job a store ran, for checking that a scaling series is one job: the run's ``job`` or ``model``
+    key, else the program in its command (the first ``*.py`` or non-launcher word)."""
+    for key in ("job", "model"):
+        if run.get(key):
+            return str(run[key])
+    command = run.get("command") or ""
+    words = command.split() if isinstance(command, str) else [str(w) for w in command]
+    for word in words:
+        if word.endswith(".py"):
+            return Path(word).name
+    skip_next = False
+    for word in words:
+        if skip_next:
+            skip_next = False
+            continue
+        if word in ("-n", "-np", "--np", "-N", "--nproc_per_node", "-H", "--hosts"):
+            skip_next = True
+            continue
+        if word.startswith("-") or word.replace(".", "").isdigit() or Path(word).name in _LAUNCHERS:
+            continue
+        return Path(word).name
+    return ""
+
+
+def _first(run: Mapping[str, Any], keys: Sequence[str]) -> Any:
+    for key in keys:
+        if run.get(key) is not None:
+            return run[key]
+    return None
+
+
+def measurements_from_store(path: str | Path, *, batch: float | None = None, samples: float | None = None,
+                            epochs: float | None = None) -> dict:
+    """One run's measurements from a trace store.
+
+    - ``w``: the ranks whose role is not a server ('server', 'ps', ...) in the manifest, else all ranks;
+    - ``b``, ``d``, ``epochs``: from the run metadata (``batch_size``/``batch``, ``samples``/``dataset_size``/
+      ``d``, ``epochs``) unless given here;
+    - the computation phase of a worker runs from the start of its first event that carries a step to the end of
+      its last one; ``phase_s`` is the longest over the workers, ``init_s`` the longest time from a worker's
+      first event to its first step. (A deliberately simple rule until phase segmentation lands: it needs the
+      collector or importer to mark steps.)
+    """
+    from ddltrace.store import TraceStore
+
+    store = TraceStore.open(path)
+    run = store.run
+    roles = {r: str(store.rank_info(r).get("role", "")).lower() for r in store.ranks}
+    workers = [r for r in store.ranks if roles[r] not in SERVER_ROLES]
+    if not workers:
+        raise DdltraceError(f"{path}: no worker ranks (every rank is a server, or the store is empty)")
+    b = batch if batch is not None else _first(run, ("batch_size", "batch", "b"))
+    if b is None:
+        raise DdltraceError(f"{path}: the run metadata has no batch_size; give it (--batch) or record it in the run")
+    d = samples if samples is not None else _first(run, ("samples", "dataset_size", "d"))
+    e = epochs if epochs is not None else _first(run, ("epochs",))
+    phase, init = 0.0, 0.0
+    for rank, frame in store.iter_timeline(workers):
+        if frame.empty:
+            continue
+        stepped = frame[frame["step"].notna()]
+        if stepped.empty:
+            raise DdltraceError(f"{path}: rank {rank} has no event with a step; the computation phase cannot be "
+                                "found (the collector must mark training steps)")
+        first = int(stepped["start_ns"].min())
+        last = int((stepped["start_ns"] + stepped["dur_ns"]).max())
+        phase = max(phase, (last - first) / 1e9)
+        init = max(init, (first - int(frame["start_ns"].min())) / 1e9)
+    if phase <= 0:
+        raise DdltraceError(f"{path}: the workers' stepped events span no time")
+    return {"label": str(path), "job": job_identity(run), "w": float(len(workers)), "b": float(b),
+            "d": None if d is None else float(d), "epochs": None if e is None else float(e),
+            "phase_s": phase, "init_s": init}
+
+
+def measurements_from_stores(paths: Sequence[str | Path], **overrides: Any) -> pd.DataFrame:
+    """Measurements of a scaling series: one row per store, checked to be one job at 2+ configurations."""
+    if len(paths) < 2:
+        raise DdltraceError(f"{len(paths)} store given: fitting needs a series of runs of one job at 2 or more "
+                            "worker counts")
+    rows = [measurements_from_store(p, **overrides) for p in paths]
+    jobs = {r["job"] for r in rows}
+    if len(jobs) > 1:
+        listing = ", ".join(f"{r['label']} ({r['job'] or 'unknown'})" for r in rows)
+        raise DdltraceError(f"the stores are of different jobs: {listing}")
+    frame = pd.DataFrame(rows)
+    if frame[["w", "b"]].drop_duplicates().shape[0] < 2:
+        raise DdltraceError("every store has the same workers and batch size: fitting needs runs at different w")
+    return frame

@@ -1,0 +1,84 @@
+"""Scaling study over several stores of one job, and Chang's Lemma 3.1 (paper 001; MODELS.md section 3).
+
+:func:`scaling_table` puts the runs side by side by number of workers w (one table per batch size): phase times
+(medians over ranks, ns), speedup and efficiency of the steady state (the training phase) and of the whole run, and
+the overhead ratio R_O measured from the trace: the share of a worker's steady state that is not compute (exposed
+communication, waits, barriers, I/O, idle), median over workers, with the range over workers as its uncertainty.
+
+Speedup is against the run with the fewest workers w0, assuming that run scaled perfectly:
+S(w) = w0 T(w0) / T(w); efficiency E(w) = S(w) / w. Lemma 3.1 predicts E(N) = 1 / (1 + (N - 1) R_O) from the
+R_O of the base run (``efficiency_lemma_base``) and from each run's own R_O (``efficiency_lemma_own``); a measured
+efficiency well below the prediction means the overhead grows with w (a saturating server), one above it means the
+base run's overhead hid behind compute at larger w.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def lemma_speedup(overhead_ratio: float, n: float) -> float:
+    """Chang's Lemma 3.1: S(N) = 1 / (R_O + (1 - R_O) / N)."""
+    return 1.0 / (overhead_ratio + (1.0 - overhead_ratio) / n)
+
+
+def lemma_efficiency(overhead_ratio: float, n: float) -> float:
+    """E(N) = S(N) / N = 1 / (1 + (N - 1) R_O)."""
+    return 1.0 / (1.0 + (n - 1.0) * overhead_ratio)
+
+
+def max_overhead_ratio(efficiency: float, n: float) -> float:
+    """The largest R_O that still gives efficiency E on N workers: (1/E - 1) / (N - 1)."""
+    return (1.0 / efficiency - 1.0) / (n - 1.0)
+
+
+def workers_for_speedup(speedup: float, overhead_ratio: float) -> float:
+    """N for a target speedup S: S (1 - R_O) / (1 - S R_O); inf when S R_O >= 1 (unreachable)."""
+    if speedup * overhead_ratio >= 1:
+        return float("inf")
+    return speedup * (1.0 - overhead_ratio) / (1.0 - speedup * overhead_ratio)
+
+
+def overhead_ratio(run) -> tuple[float, float, float]:
+    """(median, min, max) over workers of R_O = 1 - compute share of the steady state."""
+    table = run.table("steady")
+    workers = [w for w in run.worker_ranks if w in table.index and table.loc[w, "total_ns"] > 0]
+    if not workers:
+        return float("nan"), float("nan"), float("nan")
+    values = 1.0 - table.loc[workers, "share_compute"].to_numpy(float)
+    return float(np.median(values)), float(values.min()), float(values.max())
+
+
+def scaling_table(runs) -> pd.DataFrame:
+    """One row per run, sorted by batch size then w; see the module docstring for the columns' meaning."""
+    rows = []
+    for run in runs:
+        phases = run.phase_table
+        if not len(phases):
+            continue
+        workers = [w for w in run.worker_ranks if w in phases.index] or list(phases.index)
+        r_o, r_lo, r_hi = overhead_ratio(run)
+        rows.append({"store": run.name, "workers": run.workers, "batch_size": run.batch_size,
+                     "init_ns": float(np.median(phases.loc[workers, "init_ns"])),
+                     "steady_ns": float(np.median(phases.loc[workers, "steady_ns"])),
+                     "final_ns": float(np.median(phases.loc[workers, "final_ns"])),
+                     "total_ns": float(run.run_span_ns), "overhead_ratio": r_o, "overhead_ratio_min": r_lo,
+                     "overhead_ratio_max": r_hi})
+    table = pd.DataFrame(rows)
+    if not len(table):
+        return table
+    parts = []
+    for _, part in table.groupby(table["batch_size"].fillna(-1), sort=True):
+        part = part.sort_values("workers").copy()
+        base = part.iloc[0]
+        w0 = max(int(base["workers"]), 1)
+        for what in ("steady", "total"):
+            part[f"speedup_{what}"] = w0 * base[f"{what}_ns"] / part[f"{what}_ns"]
+            part[f"efficiency_{what}"] = part[f"speedup_{what}"] / part["workers"].clip(lower=1)
+        part["efficiency_lemma_base"] = [lemma_efficiency(base["overhead_ratio"], n) / lemma_efficiency(
+            base["overhead_ratio"], w0) for n in part["workers"]]
+        part["efficiency_lemma_own"] = [lemma_efficiency(r, n) for r, n in zip(part["overhead_ratio"],
+                                                                              part["workers"], strict=True)]
+        parts.append(part)
+    return pd.concat(parts, ignore_index=True)
