@@ -211,16 +211,19 @@ class HashemiFit:
         else:
             notes.append(f"{len(frame)} runs for {len(names)} constants: no degrees of freedom left, no intervals")
         self.unconstrained_ = {}
+        theta = np.array(theta, dtype=float)
         for j, name in enumerate(names):
             value = float(theta[j])
             self.params_[name] = value
             upper = self._only_bounded(frame, names, theta, j, base, sse)
             if upper is not None:
                 self.unconstrained_[name] = upper
+                self.params_[name] = 0.0
+                theta[j] = 0.0
                 self.stderr_[name] = math.nan
                 self.ci_[name] = (math.nan, math.nan)
                 notes.append(f"{name} is not constrained by these runs (no run is bound by its term): any value "
-                             f"up to about {upper:.3g} fits them as well")
+                             f"from 0 up to about {upper:.3g} fits them as well; predictions use 0")
                 continue
             if cov is None:
                 self.stderr_[name] = math.nan
@@ -229,14 +232,17 @@ class HashemiFit:
             se = float(math.sqrt(max(cov[j, j], 0.0)))
             self.stderr_[name] = se
             self.ci_[name] = (max(0.0, value - tval * se), value + tval * se)
+        self.constants_ = replace(base, **dict(zip(names, theta, strict=True)))
         self.rms_relative_error_ = float(math.sqrt(np.mean(result.fun**2)))
         self._fit_init(frame, notes)
         wl = self._workload(frame.iloc[int(np.argmax(frame["b"].map(frame["b"].value_counts())))].to_dict())
         self.workload_ = wl
         self.knee_, self.knee_cause_ = hashemi.knee(wl, self.constants_)
         self.knee_batch_ = wl.b
-        if "c_u" in self.unconstrained_ and self.knee_cause_ == "server":
-            notes.append(f"the knee is at least w* = {self.knee_:.3g} workers (c_u is only bounded)")
+        if "c_u" in self.unconstrained_:
+            at_least, _ = hashemi.knee(wl, replace(self.constants_, c_u=self.unconstrained_["c_u"]))
+            self.knee_min_ = at_least
+            notes.append(f"the knee is at w* >= {at_least:.3g} workers: no run reached the server's limit")
         self.divergence_ = self.divergence(frame)
         self.loo_ = self._leave_one_out(frame, names, base, notes)
         self.notes_ = notes

@@ -1,0 +1,148 @@
+"""Reading quantities with units ("10Gbit/s", "12GiB", "500ms", "0.1x") and hardware profiles.
+
+All parsers return SI base units: bytes, seconds, bytes per second. A bare number is taken in the base unit.
+Bad text raises :class:`~ddltrace.errors.DdltraceError` naming what was being read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ddltrace.errors import DdltraceError
+
+_NUMBER = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
+
+_BYTES = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_BITS = {"bit": 1 / 8, "kbit": 1e3 / 8, "mbit": 1e6 / 8, "gbit": 1e9 / 8, "tbit": 1e12 / 8}
+_SECONDS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, "min": 60.0, "h": 3600.0}
+
+
+def _split(text: str, what: str) -> tuple[float, str]:
+    match = re.fullmatch(_NUMBER + r"\s*([A-Za-z/]*)", str(text).strip())
+    if not match:
+        raise DdltraceError(f"{what}: cannot read {text!r} as a number with a unit")
+    value = float(match.group(1))
+    if not math.isfinite(value):
+        raise DdltraceError(f"{what}: {text!r} is not a finite number")
+    return value, match.group(2).lower()
+
+
+def parse_bytes(text: str | float, what: str = "size") -> float:
+    """'250MB', '12GiB', '4096' (bytes) -> bytes."""
+    if isinstance(text, int | float):
+        return float(text)
+    value, unit = _split(text, what)
+    if unit in _BYTES:
+        return value * _BYTES[unit]
+    if unit in _BITS:
+        return value * _BITS[unit]
+    raise DdltraceError(f"{what}: unknown size unit {unit!r} in {text!r} (use B, KB, MB, GB, KiB, MiB, GiB)")
+
+
+def parse_seconds(text: str | float, what: str = "duration") -> float:
+    """'0.5s', '500ms', '20us', '2' (seconds) -> seconds."""
+    if isinstance(text, int | float):
+        return float(text)
+    value, unit = _split(text, what)
+    if unit not in _SECONDS:
+        raise DdltraceError(f"{what}: unknown time unit {unit!r} in {text!r} (use s, ms, us, ns, min, h)")
+    return value * _SECONDS[unit]
+
+
+def parse_bandwidth(text: str | float, what: str = "bandwidth") -> float:
+    """'10Gbit/s', '1.25GB/s', '10Gbps', '1e9' (bytes/s) -> bytes per second."""
+    if isinstance(text, int | float):
+        return float(text)
+    value, unit = _split(text, what)
+    unit = unit.replace("ps", "it/s") if unit.endswith("bps") else unit
+    unit = unit.removesuffix("/s")
+    if unit in _BYTES:
+        return value * _BYTES[unit]
+    if unit in _BITS:
+        return value * _BITS[unit]
+    raise DdltraceError(f"{what}: unknown bandwidth unit in {text!r} (use Gbit/s, Gbps, GB/s, MB/s)")
+
+
+def parse_int_list(text: str, what: str) -> list[int]:
+    """'1,2,4,8' -> [1, 2, 4, 8]; every item a positive integer."""
+    items = [t.strip() for t in str(text).split(",") if t.strip()]
+    if not items:
+        raise DdltraceError(f"{what}: empty list")
+    out = []
+    for item in items:
+        try:
+            value = int(item)
+        except ValueError:
+            raise DdltraceError(f"{what}: {item!r} is not an integer (expected e.g. 1,2,4,8)") from None
+        if value < 1:
+            raise DdltraceError(f"{what}: {value} must be a positive integer")
+        out.append(value)
+    return out
+
+
+def parse_what_if(items: list[str] | None) -> dict[str, tuple[str, float]]:
+    """['r_net=0.1x', 'c_u=2e-5'] -> {'r_net': ('scale', 0.1), 'c_u': ('set', 2e-5)}."""
+    out: dict[str, tuple[str, float]] = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or not name or not value.strip():
+            raise DdltraceError(f"--what-if {item!r}: expected NAME=VALUE or NAME=FACTORx (e.g. r_net=0.1x)")
+        value = value.strip()
+        try:
+            if value.lower().endswith("x"):
+                out[name] = ("scale", float(value[:-1]))
+            else:
+                out[name] = ("set", float(value))
+        except ValueError:
+            raise DdltraceError(f"--what-if {item!r}: {value!r} is not a number") from None
+        if not math.isfinite(out[name][1]) or out[name][1] < 0:
+            raise DdltraceError(f"--what-if {item!r}: the value must be a finite number >= 0")
+    return out
+
+
+def load_json(path: str | Path, what: str) -> Any:
+    """Read a JSON file; a missing or malformed file is a DdltraceError naming it."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DdltraceError(f"{path}: no such {what} file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DdltraceError(f"{path}: cannot read {what} ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise DdltraceError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+def profile_constants(profile: Mapping[str, Any], source: str = "profile") -> dict[str, Any]:
+    """The constants of a hardware profile, as plain numbers (or curves), keyed by the papers' names.
+
+    A profile (from ``ddltrace calibrate``, or written by hand) is a JSON object whose constants sit at the top
+    level or under ``"constants"``; each is a number, ``{"value": x, ...}`` (an uncertainty and unit may ride
+    along), or for curves (``C_muladd`` against working-set bytes, ``C_interf`` against threads) a list of
+    ``[x, y]`` pairs or an object ``{"x": y}``. Units are seconds, bytes, bytes per second.
+    """
+    if not isinstance(profile, Mapping):
+        raise DdltraceError(f"{source}: a hardware profile must be a JSON object")
+    table = profile.get("constants", profile)
+    if not isinstance(table, Mapping):
+        raise DdltraceError(f"{source}: 'constants' must be an object")
+    out: dict[str, Any] = {}
+    for name, raw in table.items():
+        value = raw.get("value", raw.get("curve")) if isinstance(raw, Mapping) and (
+            "value" in raw or "curve" in raw) else raw
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int | float):
+            if not math.isfinite(value) or value < 0:
+                raise DdltraceError(f"{source}: constant {name} = {value} must be a finite number >= 0")
+            out[name] = float(value)
+        elif isinstance(value, list | Mapping):
+            out[name] = value
+    return out

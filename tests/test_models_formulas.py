@@ -1,0 +1,238 @@
+"""The papers' formulas against worked examples and hand calculations."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from ddltrace.errors import DdltraceError
+from ddltrace.models import chang, hashemi, ralp, rudra
+from ddltrace.models.dnn import load_dnn
+from ddltrace.models.quantities import parse_bandwidth, parse_bytes, parse_seconds, parse_what_if
+
+# -- Chang et al. ------------------------------------------------------------------------------------------
+
+
+def test_lemma_3_1_paper_example():
+    # "given four GPUs and target efficiency 0.8, the overhead ratio must not exceed 8.3 %"
+    r_o = chang.max_overhead_ratio(4, 0.8)
+    assert r_o == pytest.approx(1 / 12)
+    assert round(100 * r_o, 1) == 8.3
+    assert chang.efficiency(4, r_o) == pytest.approx(0.8)
+    assert chang.speedup(4, r_o) == pytest.approx(3.2)
+
+
+def test_lemma_3_1_inverse_and_bounds():
+    n = chang.gpus_for_speedup(3.2, 1 / 12)
+    assert n == pytest.approx(4.0)
+    assert chang.speedup(n, 1 / 12) == pytest.approx(3.2)
+    assert chang.speedup(1, 0.3) == pytest.approx(1.0)
+    with pytest.raises(DdltraceError, match="out of reach"):
+        chang.gpus_for_speedup(20, 0.1)  # S R_O >= 1: bounded by 10x
+    with pytest.raises(DdltraceError, match="between 0 and 1"):
+        chang.speedup(4, 1.5)
+
+
+def test_lemma_3_2_parameter_servers():
+    # 250 MB of parameters, 8 workers, 1.25 GB/s per server, 0.5 s of compute per round:
+    # 2 * 250e6 * 8 / (1.25e9 * 0.5) = 6.4 servers
+    assert chang.parameter_servers(250e6, 8, 1.25e9, 0.5) == pytest.approx(6.4)
+    with pytest.raises(DdltraceError):
+        chang.parameter_servers(250e6, 8, 0, 0.5)
+
+
+def test_memory_of_a_batch():
+    dnn = load_dnn("mlp-2-10k-2")
+    # b * (2 + 10000 + 2) * 4 + 3 * 40000 * 4
+    assert chang.memory_bytes(dnn, 16) == 16 * 10004 * 4 + 3 * 40000 * 4
+
+
+def _conv_table_dnn(tmp_path):
+    from ddltrace.models.dnn import parse_dnn
+
+    def costs(t, m):
+        return {str(b): {"time_s": t * b, "workspace_bytes": m * b} for b in (32, 64, 128)}
+
+    return parse_dnn({"name": "two-convs", "input": {"neurons": 1000}, "layers": [
+        {"name": "c1", "type": "conv", "neurons": 1000, "fan_in": 9, "weights": 90,
+         "algorithms": {"gemm": costs(1e-3, 1e3), "fft": costs(4e-4, 1e5)}},
+        {"name": "c2", "type": "conv", "neurons": 1000, "fan_in": 9, "weights": 90,
+         "algorithms": {"gemm": costs(2e-3, 1e3), "fft": costs(5e-4, 2e5)}}]})
+
+
+def test_minibatch_program_picks_fast_algorithms_within_memory(tmp_path):
+    dnn = _conv_table_dnn(tmp_path)
+    base = chang.memory_bytes(dnn, 64)
+    # room for both FFTs
+    roomy = chang.choose_algorithms(dnn, 64, base + 64 * 3e5 + 1)
+    assert roomy.algorithms == {"c1": "fft", "c2": "fft"}
+    assert roomy.time_s == pytest.approx(64 * 9e-4)
+    # room for one FFT only: the one that saves more time (c2: 1.5e-3 vs c1: 6e-4 per sample)
+    tight = chang.choose_algorithms(dnn, 64, base + 64 * 2.1e5)
+    assert tight.algorithms == {"c1": "gemm", "c2": "fft"}
+    # no room for any workspace beyond gemm's
+    none = chang.choose_algorithms(dnn, 64, base + 64 * 1e3)
+    assert not none.feasible
+    best, choices = chang.choose_batch(dnn, [32, 64, 128], base + 64 * 3e5 + 1)
+    assert len(choices) == 3 and best.feasible
+    assert best.samples_per_s == max(c.samples_per_s for c in choices)
+
+
+# -- RALP ------------------------------------------------------------------------------------------------
+
+
+def test_skewness_of_a_known_layer_list():
+    p = [1.0, 2.0, 3.0, 10.0]
+    # by hand: mean 4, deviations -3 -2 -1 6; m2 = 50/4 = 12.5; m3 = (-27 - 8 - 1 + 216)/4 = 45
+    assert ralp.skewness(p) == pytest.approx(45 / 12.5**1.5)
+    assert ralp.skewness(p) == pytest.approx(stats.skew(p, bias=True))
+    assert ralp.skewness([5, 5, 5]) == 0.0
+
+
+def test_position_skewness_reproduces_ralp_table_1():
+    alexnet = [layer.parameters for layer in load_dnn("alexnet").layers]
+    vgg11 = [layer.parameters for layer in load_dnn("vgg11").layers]
+    # the paper's Table 1: AlexNet -2.27, VGG11 -3.62
+    assert round(ralp.position_skewness(alexnet), 2) == -2.27
+    assert round(ralp.position_skewness(vgg11), 2) == -3.62
+    # the moment formula on the sizes themselves is positive (a few huge layers): it cannot be the paper's S
+    assert ralp.skewness(alexnet) > 0 and ralp.skewness(vgg11) > 0
+    assert ralp.should_offload(alexnet) and not ralp.should_offload(alexnet, method="moments")
+    # parameters in the first layers: right-skewed positions, no offload
+    assert not ralp.should_offload(list(reversed(alexnet)))
+    assert not ralp.should_offload(alexnet, k=-3.0)
+
+
+def test_split_point_and_traffic():
+    params = [10, 20, 400, 300]
+    outputs = [500, 100, 50, 10]
+    types = ["conv", "conv", "fc", "fc"]
+    # costs: i=0 510 (but between two convs: skipped), i=1 130, i=2 480, i=3 740
+    split = ralp.split_point(params, outputs, types)
+    assert split.index == 1 and split.cost_bytes == 130
+    assert ralp.ralp_traffic(split) == 260
+    assert ralp.ps_traffic(730) == 1460
+    assert ralp.ring_allreduce_traffic(730, 4) == pytest.approx(2 * 3 / 4 * 730)
+
+
+def test_ralp_table_2_horovod_traffic():
+    # Table 2: VGG11, model 0.50 GB, 32 GPUs: Horovod moves 2 * S * (W - 1) = 31 GB per step in all, i.e.
+    # the per-worker ring volume times W; our per-worker figure times W gives it back.
+    per_worker = ralp.ring_allreduce_traffic(0.50e9, 32)
+    assert per_worker * 32 == pytest.approx(2 * 0.50e9 * 31)
+
+
+def test_plan_placement_of_vgg11():
+    dnn = load_dnn("vgg11")
+    placement = ralp.plan_placement(dnn, batch=32, participants=8)
+    assert placement.offload
+    costs = {}
+    total = 0.0
+    for i, layer in enumerate(dnn.layers):
+        total += layer.parameters * 4
+        between_convs = i + 1 < len(dnn.layers) and layer.type == "conv" and dnn.layers[i + 1].type == "conv"
+        if not between_convs:
+            costs[layer.name] = layer.neurons * 4 * 32 + total
+    assert placement.split.name == min(costs, key=costs.get)
+    assert placement.ralp_bytes == pytest.approx(2 * min(costs.values()))
+    assert placement.ralp_bytes < placement.ring_bytes < placement.ps_bytes
+
+
+# -- Rudra -----------------------------------------------------------------------------------------------
+
+
+def test_staleness_by_vector_clock():
+    assert list(rudra.staleness([3, 4, 5], [5, 5, 6])) == [2, 1, 1]
+    # the gradients that advanced ts_9 -> ts_10 were computed on 7, 8, 8: <sigma> = 9 - 23/3
+    assert rudra.average_staleness(10, [7, 8, 8]) == pytest.approx(9 - 23 / 3)
+    with pytest.raises(DdltraceError):
+        rudra.staleness([5], [4])
+
+
+def test_softsync_rules():
+    assert rudra.gradients_per_update(30, 4) == 7
+    assert rudra.expected_staleness("softsync", 30, 4) == (4.0, 8.0)
+    assert rudra.expected_staleness("async", 30) == (30.0, 60.0)
+    assert rudra.learning_rate(0.1, "softsync", mean_staleness=4) == pytest.approx(0.025)
+    assert rudra.learning_rate(0.1, "hardsync", mu=4, learners=30, batch_ref=120) == pytest.approx(0.1)
+    assert rudra.minibatch_for_learners(128, 4) == 32
+    assert rudra.communication_overlap(9, 1) == pytest.approx(0.9)
+
+
+# -- Hashemi et al. --------------------------------------------------------------------------------------
+
+
+def test_hashemi_terms_by_hand():
+    wl = hashemi.Workload(d=16384, b=256, n_f=2, n_w=40000, epochs=1, s=8)
+    k = hashemi.Constants(c_p=1e-5, c_b=2e-4, c_u=3e-4, r_d=1e-8, r_m=1e-10, w_m=2e-10, r_net=1e-9, lat_net=1e-5)
+    n = 16384 / 4
+    assert hashemi.t_comp(n, wl, k) == pytest.approx(1e-5 * n + 2e-4 * n / 256)
+    assert hashemi.t_mem(n, wl, k) == pytest.approx(8 * n * (1e-10 * 2 + 3e-10 * 40000 / 256))
+    assert hashemi.t_send(n, wl, k) == pytest.approx((1e-9 * 8 * 40000 + 1e-5) * n / 256)
+    assert hashemi.t_net(n, 4, wl, k) == pytest.approx(2 * hashemi.t_send(n, wl, k) + 4 * 3e-4 * n / 256)
+    # the server's floor: T_net(d/w, w) -> (d/b) c_u as w grows
+    assert hashemi.t_net(16384 / 1e6, 1e6, wl, k) == pytest.approx(16384 / 256 * 3e-4, rel=1e-2)
+    # initialisation: shared storage read in turn grows with w
+    assert hashemi.t_init(8, wl, k, "shared") == pytest.approx(8 * 1e-8 * 8 * 2 * 16384)
+    assert hashemi.t_init(8, wl, k, "local") == pytest.approx(1e-8 * 8 * 2 * 16384)
+    assert hashemi.t_init(8, wl, k, "partitioned") == pytest.approx(1e-8 * 8 * 2 * 16384 / 8)
+
+
+def test_knee_is_where_the_server_term_takes_over():
+    wl = hashemi.Workload(d=16384, b=64, n_f=2, n_w=40000)
+    k = hashemi.Constants(c_p=2e-4, c_b=5e-3, c_u=4e-4, r_net=1e-9)
+    w_star, cause = hashemi.knee(wl, k)
+    assert cause == "server"
+    terms = hashemi.phase_terms(w_star, wl, k)
+    assert terms["net"] == pytest.approx(terms["worker"])
+    assert hashemi.bound_by(hashemi.phase_terms(w_star * 2, wl, k)) == "server/network"
+    assert hashemi.bound_by(hashemi.phase_terms(w_star / 2, wl, k)) == "worker"
+    # the floor is a max: it caps how fast the phase gets
+    floored = hashemi.Constants(c_p=2e-4, t_phase_min=0.5)
+    assert hashemi.t_phase(1000, wl, floored) == 0.5
+    assert hashemi.knee(wl, floored) == (pytest.approx(16384 * 2e-4 / 0.5), "floor")
+    assert hashemi.knee(wl, hashemi.Constants(c_p=1e-4)) == (math.inf, "none")
+
+
+def test_contention_extension_only_past_the_knee():
+    wl = hashemi.Workload(d=16384, b=64)
+    k = hashemi.Constants(c_p=2e-4, c_u=4e-4, kappa=0.1)
+    w_star, _ = hashemi.knee(wl, k)
+    plain = hashemi.Constants(c_p=2e-4, c_u=4e-4)
+    assert hashemi.t_phase(w_star / 2, wl, k) == pytest.approx(hashemi.t_phase(w_star / 2, wl, plain))
+    assert hashemi.t_phase(w_star + 10, wl, k) == pytest.approx(hashemi.t_phase(w_star + 10, wl, plain) * 2)
+    np.testing.assert_allclose(hashemi.t_phase(np.array([1.0, 2.0]), wl, plain),
+                               [hashemi.t_phase(1.0, wl, plain), hashemi.t_phase(2.0, wl, plain)])
+
+
+def test_cache_cliff_working_set():
+    # section 4.4: (2 + 1) * 8 * 64 = 1536 B of samples plus 40K doubles of weights
+    assert hashemi.working_set_bytes(64, 2, 40000) == 3 * 8 * 64 + 320000
+    assert hashemi.fits_cache(64, 2, 40000, 20480 * 1024)
+    assert not hashemi.fits_cache(64, 2, 40000, 256 * 1024)
+
+
+def test_what_if_scaling():
+    k = hashemi.Constants(r_net=1e-9, c_u=1e-4)
+    changed = k.scaled(parse_what_if(["r_net=0.1x", "c_u=2e-5"]))
+    assert changed.r_net == pytest.approx(1e-10) and changed.c_u == 2e-5
+
+
+# -- quantities ------------------------------------------------------------------------------------------
+
+
+def test_quantities():
+    assert parse_bytes("12GiB") == 12 * 2**30
+    assert parse_bytes("250MB") == 250e6
+    assert parse_bandwidth("10Gbit/s") == 1.25e9
+    assert parse_bandwidth("10Gbps") == 1.25e9
+    assert parse_bandwidth("1.25GB/s") == 1.25e9
+    assert parse_seconds("500ms") == 0.5
+    for bad, parse in (("12 parsecs", parse_bytes), ("fast", parse_bandwidth), ("1 week", parse_seconds)):
+        with pytest.raises(DdltraceError):
+            parse(bad)
+    with pytest.raises(DdltraceError, match="NAME=VALUE"):
+        parse_what_if(["r_net"])
