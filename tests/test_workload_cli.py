@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from ddltrace.collectors.mpi_env import find_tool
 
 from ddltrace.cli import main
+from ddltrace.collectors.mpi_env import find_tool
 
 REPO = Path(__file__).resolve().parent.parent
 DDLTRACE = Path(sys.executable).parent / "ddltrace"
@@ -39,15 +39,23 @@ def test_workload_without_a_job_shows_help(capsys):
 
 
 @needs_mpi
-def test_cli_runs_the_job_and_prints_its_figures(tmp_path):
-    done = subprocess.run([str(DDLTRACE), "workload", "ps-sgd", "--workers", "2", "--out", str(tmp_path), *FAST,
-                           "--sync", "hardsync"], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert "3 rank(s), 2 worker(s), hardsync" in done.stdout
-    assert "staleness   mean 0.00 updates, max 0 updates" in done.stdout
-    assert " us per sample" in done.stdout
+def test_cli_runs_the_job_and_prints_its_figures(tmp_path, capsys):
+    assert main(["workload", "ps-sgd", "--workers", "2", "--out", str(tmp_path), *FAST, "--sync", "hardsync"]) == 0
+    out = capsys.readouterr().out
+    assert "3 rank(s), 2 worker(s), hardsync" in out
+    assert "staleness   mean 0.00 updates, max 0 updates" in out
+    assert " us per sample" in out
     doc = json.loads((tmp_path / "ground_truth.json").read_text())
     assert doc["config"]["ranks"] == 3 and doc["config"]["compute"] == "emulated"
+
+
+@needs_mpi
+def test_installed_command_runs_one_rank(tmp_path):
+    done = subprocess.run([str(DDLTRACE), "workload", "ps-sgd", "--np", "1", "--out", str(tmp_path), *FAST,
+                           "--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["ranks"] == 1 and summary["staleness_max"] == 0
 
 
 @needs_mpi
@@ -55,7 +63,9 @@ def test_cli_runs_the_job_and_prints_its_figures(tmp_path):
 def test_trace_writes_a_store_whose_manifest_names_the_mode(tmp_path, capsys):
     from ddltrace.store import TraceStore
 
-    assert main(["workload", "ps-sgd", "--np", "3", "--out", str(tmp_path), "--trace", "--json", *FAST]) == 0
+    options = ["--hidden", "100", "--samples", "2048", "--epochs", "1", "--compute", "emulated",
+               "--sample-time", "200e-6"]
+    assert main(["workload", "ps-sgd", "--np", "3", "--out", str(tmp_path), "--trace", "--json", *options]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["workers"] == 2 and summary["compute"] == "emulated"
     store = TraceStore.open(tmp_path / "store")
@@ -68,3 +78,16 @@ def test_trace_writes_a_store_whose_manifest_names_the_mode(tmp_path, capsys):
                       & (timeline["bytes"] == 8 * (4 + 400))]
     doc = json.loads((tmp_path / "ground_truth.json").read_text())
     assert len(pushes) == doc["server"]["gradients"]
+    # the emulated c_p comes back from the store: the time outside MPI between a worker's receiving the
+    # weights and its sending the gradient, per sample
+    for rank in (1, 2):
+        events = timeline[timeline["rank"] == rank].sort_values("start_ns").reset_index(drop=True)
+        before, after = events.shift(1), events.shift(-1)
+        compute = ((events["category"] == "compute") & before["name"].str.startswith("MPI_Recv").fillna(False)
+                   & (before["peer"] == 0) & after["name"].str.startswith("MPI_Send").fillna(False)
+                   & (after["peer"] == 0))
+        samples = doc["workers"][str(rank)]["samples"]
+        per_sample_s = events.loc[compute, "dur_ns"].sum() / 1e9 / samples
+        assert compute.sum() == doc["workers"][str(rank)]["batches"]
+        assert per_sample_s == pytest.approx(doc["workers"][str(rank)]["compute_per_sample_s"], rel=0.05)
+        assert per_sample_s == pytest.approx(200e-6, rel=0.10)

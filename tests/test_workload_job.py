@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from ddltrace.collectors.mpi_env import find_tool, mpiexec_command
 
 pytestmark = pytest.mark.skipif(find_tool("mpiexec") is None, reason="no mpiexec")

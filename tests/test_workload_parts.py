@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+
 from ddltrace.collectors.workloads import dataset, mlp
 from ddltrace.collectors.workloads.parameter_server import ParameterServer, Protocol
 

@@ -35,6 +35,7 @@ from pathlib import Path
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # one BLAS thread per rank: ranks share the cores
 
 import numpy as np  # noqa: E402
+
 from ddltrace.collectors.workloads import dataset, mlp  # noqa: E402
 from ddltrace.collectors.workloads.parameter_server import ParameterServer, Protocol  # noqa: E402
 
@@ -115,7 +116,7 @@ class Worker:
         self.grad = np.zeros(HEADER + n_w)
         self.slowdown = args.slowdown if args.straggler == rank else 1.0
         self.steps: list[tuple] = []  # (rank, step, epoch, start_ns, compute_ns, samples)
-        self.overshoot_ns = 0.0
+        self.overrun_ns = 0.0
 
     def read(self, path: Path, comm) -> dataset.ReadStats:
         """Initialisation's reading: sequential workers take turns (a token from the previous worker)."""
@@ -141,22 +142,28 @@ class Worker:
                 yield epoch, step, order[begin:begin + self.args.batch]
                 step += 1
 
-    def compute(self, weights: np.ndarray, epoch: int, step: int, rows: np.ndarray) -> np.ndarray:
-        """Fill and return the push message (header + gradient) for one batch, timing the compute."""
-        t0 = time.time_ns()
+    def compute(self, weights: np.ndarray, ts: float, epoch: int, step: int, rows: np.ndarray,
+                t0: int) -> np.ndarray:
+        """Fill and return the push message (header + gradient) for one batch.
+
+        ``t0`` is when the weights arrived (wall clock ns): the batch's compute time runs from there to the
+        return, the interval a trace sees between receiving the weights and sending the gradient.
+        """
         if self.args.compute == "emulated":
-            # Sleep the batch's compute time less what earlier sleeps overshot (the OS wakes a sleeper late on
+            # Sleep the batch's compute time less what earlier batches overran (the OS wakes a sleeper late on
             # a busy machine), so that the mean time per sample is c_p, as on a core of its own.
             target_ns = self.args.sample_time * len(rows) * self.slowdown * 1e9
-            time.sleep(max(0.0, target_ns - self.overshoot_ns) / 1e9)
-            self.overshoot_ns += time.time_ns() - t0 - target_ns
+            time.sleep(max(0.0, target_ns - self.overrun_ns) / 1e9)
             loss = float("nan")
         else:
             loss = mlp.loss_and_gradient(weights, self.x[rows], self.y[rows], self.args.hidden, self.grad[HEADER:])
             if self.slowdown > 1:
                 time.sleep((time.time_ns() - t0) * (self.slowdown - 1) / 1e9)
-        self.steps.append((self.rank, step, epoch, t0, time.time_ns() - t0, len(rows)))
-        self.grad[1], self.grad[2], self.grad[3] = epoch, loss, len(rows)
+        self.grad[0], self.grad[1], self.grad[2], self.grad[3] = ts, epoch, loss, len(rows)
+        elapsed = time.time_ns() - t0
+        if self.args.compute == "emulated":
+            self.overrun_ns += elapsed - target_ns
+        self.steps.append((self.rank, step, epoch, t0, elapsed, len(rows)))
         return self.grad
 
 
@@ -223,8 +230,7 @@ def run_worker(comm, args, rank: int, workers: int, n_w: int, path: Path, start_
     for epoch, step, rows in worker.batches():
         comm.Send(request, dest=SERVER, tag=TAG_PULL)
         comm.Recv(wbuf, source=SERVER, tag=TAG_WEIGHTS)
-        message = worker.compute(wbuf[1:], epoch, step, rows)
-        message[0] = wbuf[0]
+        message = worker.compute(wbuf[1:], wbuf[0], epoch, step, rows, time.time_ns())
         comm.Send(message, dest=SERVER, tag=TAG_PUSH)
     comm.Send(request, dest=SERVER, tag=TAG_DONE)
     return {"init": _init_record(rank, "worker", start_ns, stats, init_end), "steps": worker.steps,
@@ -240,7 +246,7 @@ def run_local(args, n_w: int, path: Path, start_ns: int) -> dict:
                          extra_cost_s=args.server_cost)
     loss_sum: dict[int, list[float]] = {}
     for epoch, step, rows in worker.batches():
-        message = worker.compute(ps.weights, epoch, step, rows)
+        message = worker.compute(ps.weights, ps.ts, epoch, step, rows, time.time_ns())
         acc = loss_sum.setdefault(epoch, [0.0, 0])
         acc[0], acc[1] = acc[0] + message[2], acc[1] + int(message[3])
         ps.push(0, message[HEADER:], ps.ts)
