@@ -194,6 +194,8 @@ class _Builder:
                 t.skipped["instant events (no duration)"] += 1
             elif ph in ("s", "t", "f"):
                 t.skipped["flow arrows (s/t/f)"] += 1
+            elif not ph:
+                t.skipped["events without a phase (ph), such as TF2's trailing {}"] += 1
             elif ph in _KNOWN_PHASES:
                 t.skipped[f"phase '{ph}' events (not intervals)"] += 1
             else:
@@ -280,9 +282,7 @@ def _lenient_event(obj: Any) -> Event | str:
     """An event decoded without a schema, checked field by field; a string says why it is rejected."""
     if not isinstance(obj, dict):
         return "not a JSON object"
-    if obj == {}:
-        return "empty object"
-    ph = obj.get("ph")
+    ph = obj.get("ph", "")
     if not isinstance(ph, str):
         return "missing or non-string ph"
     values: dict[str, Any] = {"ph": ph}

@@ -53,10 +53,13 @@ def read_tf1(path: Path, ctx: ImportContext):
     lane_pid = np.array([pid for pid, _ in trace.lanes], dtype=object)
     row_pid = lane_pid[trace.lane_key] if len(trace.lane_key) else np.empty(0, dtype=object)
     ident_of_pid = {pid: (m.group("job") or "localhost", int(m.group("task") or 0)) for pid, m in devices.items()}
-    row_ident = np.array([ident_of_pid.get(p) for p in row_pid], dtype=object)
-    ops = Counter(i for i in row_ident if i is not None)
+    ident_list = sorted(set(ident_of_pid.values()))
+    ident_code = {ident: i for i, ident in enumerate(ident_list)}
+    pid_code = {pid: ident_code[ident] for pid, ident in ident_of_pid.items()}
+    row_code = np.array([pid_code.get(p, -1) for p in row_pid], dtype=np.int64)
+    ops = Counter({ident: int((row_code == ident_code[ident]).sum()) for ident in ident_list})
     if ctx.report is not None:
-        no_device = int(sum(1 for i in row_ident if i is None))
+        no_device = int((row_code < 0).sum())
         if no_device:
             ctx.report.skipped["events outside a '<device> Compute' process"] += no_device
     producer = max((i for i in ops if i[0] in ("worker", "localhost")), key=lambda i: ops[i], default=None)
@@ -70,9 +73,11 @@ def read_tf1(path: Path, ctx: ImportContext):
             return None
         return f"{m.group('kind').lower()}:{m.group('index')}{rest}/lane {tid}"
 
-    for ident in sorted(ops):
+    for ident in ident_list:
         job, task = ident
-        rows = np.flatnonzero(np.array([i == ident for i in row_ident], dtype=bool))
+        rows = np.flatnonzero(row_code == ident_code[ident])
+        if not len(rows):
+            continue
         if job in ("worker", "localhost"):
             rank = rank_from_path(path, ctx.rank_from, ctx, default=task) if ident == producer else task
         else:
