@@ -75,32 +75,31 @@ def _rank_of(codes: np.ndarray) -> np.ndarray:
 
 
 def rank_breakdown(timeline: pd.DataFrame, phases: RankPhases) -> pd.DataFrame:
-    """Time per phase and category of one rank: columns rank, phase, category, time_ns (long form)."""
+    """Time per phase and category of one rank (ns): one row per phase (columns rank, phase, then CATEGORIES)."""
     bounds = [phases.start_ns, phases.init_end_ns, phases.steady_end_ns, phases.end_ns]
     edges, codes = classify(timeline, bounds)
     lengths = np.diff(edges)
     phase_idx = np.clip(np.searchsorted(bounds[1:3], edges[:-1], side="right"), 0, 2)
-    rows = []
-    for p, phase in enumerate(PHASES):
-        sums = np.bincount(codes[phase_idx == p], weights=lengths[phase_idx == p], minlength=len(CATEGORIES))
-        rows.extend({"rank": phases.rank, "phase": phase, "category": c, "time_ns": int(sums[i])}
-                    for i, c in enumerate(CATEGORIES))
-    return pd.DataFrame(rows)
+    sums = np.zeros((len(PHASES), len(CATEGORIES)), dtype=np.int64)
+    np.add.at(sums, (phase_idx, codes.astype(np.int64)), lengths)
+    frame = pd.DataFrame(sums, columns=list(CATEGORIES))
+    frame.insert(0, "phase", list(PHASES))
+    frame.insert(0, "rank", phases.rank)
+    return frame
 
 
 def breakdown_table(breakdown: pd.DataFrame, phase: str = "all") -> pd.DataFrame:
-    """One row per rank: time per category (ns), ``total_ns`` and ``share_<category>`` of the phase.
+    """One row per rank: time per category (ns), ``total_ns``, ``share_<category>`` of the phase and ``overlap``.
 
-    ``phase`` is init, steady, final or all.
+    ``breakdown`` holds :func:`rank_breakdown` rows of any number of ranks; ``phase`` is init, steady, final or all.
     """
     part = breakdown if phase == "all" else breakdown[breakdown["phase"] == phase]
-    wide = part.pivot_table(index="rank", columns="category", values="time_ns", aggfunc="sum", observed=False)
-    wide = wide.reindex(columns=list(CATEGORIES), fill_value=0).fillna(0).astype("int64")
-    wide.columns.name = None
+    wide = part.groupby("rank", sort=True)[list(CATEGORIES)].sum().astype("int64")
     wide["total_ns"] = wide[list(CATEGORIES)].sum(axis=1)
-    total = wide["total_ns"].replace(0, np.nan)
-    for c in CATEGORIES:
-        wide[f"share_{c}"] = (wide[c] / total).fillna(0.0)
+    total = wide["total_ns"].to_numpy(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for c in CATEGORIES:
+            wide[f"share_{c}"] = np.where(total > 0, wide[c].to_numpy(float) / total, 0.0)
     wide["overlap"] = communication_overlap(wide)
     return wide
 

@@ -2,7 +2,7 @@
 
 **Within a run** it measures, per rank, where the rank's own initialisation work ended (``init_work_end``, from
 the start of the run) and the barrier/wait time that closes its initialisation (``init_trailing_sync``), and fits
-each against the rank number (least squares, ``scipy.stats.linregress``). A staircase (CNTK's reader: rank 1 reads,
+each against the rank number (least squares, with the t test of the slope). A staircase (CNTK's reader: rank 1 reads,
 then rank 2, ... while the others wait in MPI_Barrier) is a line with R^2 >= ``seq_init.r2_min`` (0.8), a slope
 significant at ``seq_init.p_max`` (1 %), and a spread (|slope| x rank range) of at least ``seq_init.spread_min``
 (25 %) of the initialisation phase and ``seq_init.spread_min_ns`` (1 ms). Needs ``seq_init.min_ranks`` (4) ranks.
@@ -17,8 +17,9 @@ Severity: warning; error when initialisation is at least ``seq_init.error_share`
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
-from scipy import stats
 
 from ddltrace.analyses.findings import Finding, Quantity, detector
 
@@ -28,10 +29,36 @@ ADVICE = ("Initialisation is serialised across ranks: each rank starts its own s
           "every worker, one after another.")
 
 
-def _fit(x, y):
-    if len(set(np.asarray(x).tolist())) < 2 or np.ptp(y) == 0:
+@dataclass(frozen=True)
+class LineFit:
+    """Least-squares line y = intercept + slope x; rvalue**2 is R^2, pvalue the two-sided t test of slope = 0."""
+
+    slope: float
+    intercept: float
+    rvalue: float
+    pvalue: float
+    stderr: float
+
+
+def _fit(x, y) -> LineFit | None:
+    """Least squares with the slope's standard error and p-value (n - 2 degrees of freedom); None if degenerate."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    n = len(x)
+    if n < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return None
-    return stats.linregress(np.asarray(x, dtype=float), np.asarray(y, dtype=float))
+    from scipy.special import stdtr  # imported here: scipy takes seconds to import and most runs need no fit
+
+    dx, dy = x - x.mean(), y - y.mean()
+    sxx, syy, sxy = float(dx @ dx), float(dy @ dy), float(dx @ dy)
+    slope = sxy / sxx
+    r = max(-1.0, min(1.0, sxy / np.sqrt(sxx * syy)))
+    residual = max(syy - slope * sxy, 0.0)
+    stderr = float(np.sqrt(residual / (n - 2) / sxx))
+    if stderr == 0:
+        p = 0.0
+    else:
+        p = float(2 * stdtr(n - 2, -abs(slope) / stderr))
+    return LineFit(slope, float(y.mean() - slope * x.mean()), r, p, stderr)
 
 
 def within_run(run, th) -> list[Finding]:
@@ -71,6 +98,7 @@ def within_run(run, th) -> list[Finding]:
             "slope": Quantity(float(fit.slope), "ns/rank"),
             "r2": Quantity(float(fit.rvalue ** 2), "1"),
             "p_value": Quantity(float(fit.pvalue), "1"),
+            "slope_stderr": Quantity(fit.stderr, "ns/rank"),
             "spread": Quantity(spread, "ns"),
             "init_median": Quantity(init_ns, "ns"),
             "init_share_of_run": Quantity(share, "fraction"),

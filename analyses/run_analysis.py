@@ -19,6 +19,7 @@ from ddltrace.analyses.breakdown import average_and_slowest, breakdown_table, ra
 from ddltrace.analyses.phases import RankPhases, segment_rank
 from ddltrace.analyses.wait_states import P2P, mpi_calls, summarize, wait_states
 from ddltrace.store import TraceStore
+from ddltrace.timeline import CATEGORIES
 
 #: Keys of the run metadata that may hold the batch size, the number of workers and the protocol.
 BATCH_KEYS = ("batch_size", "batch", "minibatch_size")
@@ -33,6 +34,7 @@ class RunAnalysis:
     breakdown: pd.DataFrame
     calls: pd.DataFrame
     roles: dict[int, str] = field(default_factory=dict)
+    _tables: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
 
     @property
     def name(self) -> str:
@@ -82,9 +84,8 @@ class RunAnalysis:
             return frame
         frame = frame.set_index("rank").sort_index()
         frame["role"] = [self.roles.get(r, "") for r in frame.index]
-        sync = self.breakdown[(self.breakdown["phase"] == "init")
-                              & self.breakdown["category"].isin(["barrier", "wait"])]
-        frame["init_sync_ns"] = sync.groupby("rank")["time_ns"].sum().reindex(frame.index, fill_value=0)
+        init = self.table("init")
+        frame["init_sync_ns"] = (init["barrier"] + init["wait"]).reindex(frame.index, fill_value=0)
         frame["init_trailing_sync_ns"] = frame["init_end_ns"] - frame["init_work_end_ns"]
         return frame
 
@@ -97,8 +98,10 @@ class RunAnalysis:
         return pd.concat(parts, ignore_index=True)
 
     def table(self, phase: str = "all") -> pd.DataFrame:
-        """Breakdown per rank in a phase (see :func:`~ddltrace.analyses.breakdown.breakdown_table`)."""
-        return breakdown_table(self.breakdown, phase)
+        """Breakdown per rank in a phase (see :func:`~ddltrace.analyses.breakdown.breakdown_table`); computed once."""
+        if phase not in self._tables:
+            self._tables[phase] = breakdown_table(self.breakdown, phase)
+        return self._tables[phase]
 
     def average_and_slowest(self, phase: str = "steady") -> pd.DataFrame:
         return average_and_slowest(self.table(phase), self.worker_ranks)
@@ -140,7 +143,7 @@ def analyze_store(store: TraceStore | str | os.PathLike) -> RunAnalysis:
         breakdowns.append(rank_breakdown(timeline, found))
         calls.append(mpi_calls(timeline))
     breakdown = pd.concat(breakdowns, ignore_index=True) if breakdowns else \
-        pd.DataFrame(columns=["rank", "phase", "category", "time_ns"])
+        pd.DataFrame(columns=["rank", "phase", *CATEGORIES])
     all_calls = pd.concat(calls, ignore_index=True) if calls else mpi_calls(store.timeline([]))
     roles = _roles(store, phases, all_calls)
     return RunAnalysis(store, phases, breakdown, all_calls, roles)

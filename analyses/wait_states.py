@@ -71,7 +71,7 @@ def mpi_calls(timeline: pd.DataFrame) -> pd.DataFrame:
     Columns rank, name (base name), start_ns, end_ns, peer, tag, comm, request (int64; -1 where missing).
     Call it rank by rank while streaming a store and concatenate: memory stays at the MPI calls.
     """
-    names = timeline["name"].astype("object").map(base_name)
+    names = timeline["name"].astype("object").str.removesuffix("_c")
     keep = names.isin(RELEVANT).to_numpy()
     part = timeline[keep]
     out = pd.DataFrame({

@@ -1,0 +1,71 @@
+"""Breakdowns: every nanosecond of a rank in exactly one category, per phase, with exact sums."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from ddltrace.analyses.breakdown import average_and_slowest, breakdown_table, rank_breakdown
+from ddltrace.analyses.phases import segment_rank
+from ddltrace.timeline import CATEGORIES, make_timeline
+
+
+def row(name, category, start, dur, lane="main", rank=0):
+    return {"rank": rank, "lane": lane, "name": name, "category": category, "start_ns": start, "dur_ns": dur}
+
+
+def table_of(rows, phase="all"):
+    timeline = make_timeline(rows)
+    parts = [rank_breakdown(part, segment_rank(part)) for _, part in timeline.groupby("rank")]
+    return breakdown_table(pd.concat(parts, ignore_index=True), phase)
+
+
+def test_pmpi_trace_gaps_are_compute_and_phases_split_exactly():
+    rows = [row("MPI_Init", "other", 0, 100), row("MPI_Barrier", "barrier", 300, 50),
+            row("MPI_Wait", "wait", 600, 150), row("MPI_Send", "comm", 800, 25),
+            row("MPI_Finalize", "other", 1000, 40)]
+    t = table_of(rows)
+    assert t.loc[0, "total_ns"] == 1040
+    assert (t.loc[0, "other"], t.loc[0, "barrier"], t.loc[0, "wait"], t.loc[0, "comm"]) == (140, 50, 150, 25)
+    assert t.loc[0, "compute"] == 1040 - 140 - 50 - 150 - 25
+    assert t.loc[0, "idle"] == 0
+    steady = table_of(rows, "steady")  # no pattern: steady runs from MPI_Init's end to MPI_Finalize's start
+    assert steady.loc[0, "total_ns"] == 900 and steady.loc[0, "compute"] == 900 - 50 - 150 - 25
+    assert steady.loc[0, "overlap"] == pytest.approx(675 / (675 + 150 + 25))
+    assert sum(table_of(rows, p).loc[0, "total_ns"] for p in ("init", "steady", "final")) == 1040
+
+
+def test_explicit_compute_makes_gaps_idle():
+    rows = [row("forward", "compute", 0, 400), row("MPI_Allreduce", "comm", 500, 100),
+            row("forward", "compute", 700, 300)]
+    t = table_of(rows)
+    assert (t.loc[0, "compute"], t.loc[0, "comm"], t.loc[0, "idle"]) == (700, 100, 200)
+
+
+def test_innermost_call_wins_within_a_lane():
+    rows = [row("train_step", "compute", 0, 1000), row("MPI_Wait", "wait", 200, 300),
+            row("read_batch", "io", 600, 100)]
+    t = table_of(rows)
+    assert (t.loc[0, "compute"], t.loc[0, "wait"], t.loc[0, "io"]) == (600, 300, 100)
+
+
+def test_compute_on_another_lane_hides_communication():
+    rows = [row("backward", "compute", 0, 600, lane="main"), row("allreduce", "comm", 400, 400, lane="comm"),
+            row("MPI_Wait", "wait", 600, 200, lane="main")]
+    t = table_of(rows)
+    # 400..600 the transfer hides behind the backward pass; 600..800 it is exposed (wait wins over comm)
+    assert (t.loc[0, "compute"], t.loc[0, "comm"], t.loc[0, "wait"]) == (600, 0, 200)
+    assert t.loc[0, "overlap"] == pytest.approx(600 / 800)
+    assert t.loc[0, [f"share_{c}" for c in CATEGORIES]].sum() == pytest.approx(1.0)
+
+
+def test_average_beside_the_slowest():
+    rows = []
+    for rank, compute in ((0, 300), (1, 500), (2, 400)):
+        rows += [row("MPI_Init", "other", 0, 10, rank=rank), row("MPI_Barrier", "barrier", 10 + compute,
+                                                                  600 - compute, rank=rank)]
+    t = table_of(rows)
+    summary = average_and_slowest(t)
+    assert list(summary.index) == ["average", "slowest (rank 1)"]
+    assert summary.loc["average", "compute"] == pytest.approx(400)
+    assert summary.loc["slowest (rank 1)", "barrier"] == 100

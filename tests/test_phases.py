@@ -1,0 +1,117 @@
+"""Phase and step segmentation on timelines whose phases are known exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ddltrace.analyses.phases import segment_rank
+from ddltrace.analyses.synthetic import EPS_NS, ps_job
+from ddltrace.timeline import make_timeline
+
+MS = 1_000_000
+
+
+def rank_rows(timeline, rank):
+    return timeline[timeline["rank"] == rank]
+
+
+def barrier_leaves(timeline, rank):
+    rows = rank_rows(timeline, rank)
+    rows = rows[rows["name"] == "MPI_Barrier"]
+    return (rows["start_ns"] + rows["dur_ns"]).to_numpy()
+
+
+@pytest.fixture(scope="module")
+def parallel():
+    return ps_job(workers=3, steps=12, init="parallel", jitter=0.0, compute_ns=5 * MS, read_ns=8 * MS)
+
+
+@pytest.fixture(scope="module")
+def sequential():
+    return ps_job(workers=4, steps=12, init="sequential", jitter=0.0, compute_ns=5 * MS, read_ns=8 * MS)
+
+
+def test_pattern_finds_the_three_phases_and_every_step(parallel):
+    for rank in (1, 2, 3):
+        rows = rank_rows(parallel, rank)
+        p = segment_rank(rows)
+        assert p.method == "pattern" and p.period == 2
+        leaves = barrier_leaves(parallel, rank)
+        assert p.init_end_ns == leaves[0]  # initialisation ends where the init barrier returns
+        last_recv = rows[rows["name"] == "MPI_Recv"].iloc[-1]
+        assert p.steady_end_ns == last_recv["start_ns"] + last_recv["dur_ns"]
+        assert p.end_ns == (rows["start_ns"] + rows["dur_ns"]).max()
+        assert len(p.steps) == 12
+        # a step is compute then communicate: the first starts where initialisation ends, each ends with a Recv
+        assert p.steps["start_ns"].iloc[0] == p.init_end_ns
+        assert (p.steps["end_ns"].to_numpy()[:-1] == p.steps["start_ns"].to_numpy()[1:]).all()
+        assert (p.steps["dur_ns"] >= 5 * MS).all()
+        assert p.init_ns + p.steady_ns + p.final_ns == p.end_ns - p.start_ns
+
+
+def test_sequential_reader_makes_a_staircase_of_init_work_ends(sequential):
+    ends = [segment_rank(rank_rows(sequential, r)).init_work_end_ns for r in range(5)]
+    steps = np.diff(ends[1:])
+    assert (steps == 8 * MS + EPS_NS).all()  # each worker reads right after the one before it
+    # every rank leaves the last init barrier together: the phase boundary is the same for all
+    assert len({segment_rank(rank_rows(sequential, r)).init_end_ns for r in range(5)}) == 1
+    p = segment_rank(rank_rows(sequential, 4))
+    assert p.init_end_ns - p.init_work_end_ns == EPS_NS  # the last reader barely waits
+    assert len(p.steps) == 12  # the run of init barriers is not taken for the steady state
+
+
+def test_step_markers_win():
+    rows = [{"rank": 0, "name": "MPI_Init", "category": "other", "start_ns": 0, "dur_ns": 10}]
+    for step in range(4):
+        t = 100 + step * 1000
+        rows += [{"rank": 0, "name": "forward", "category": "compute", "start_ns": t, "dur_ns": 600, "step": step},
+                 {"rank": 0, "name": "allreduce", "category": "comm", "start_ns": t + 600, "dur_ns": 300,
+                  "step": step}]
+    rows.append({"rank": 0, "name": "MPI_Finalize", "category": "other", "start_ns": 5000, "dur_ns": 50})
+    p = segment_rank(make_timeline(rows))
+    assert p.method == "markers"
+    assert (p.init_end_ns, p.steady_end_ns, p.end_ns) == (100, 3100 + 900, 5050)
+    assert p.steps["dur_ns"].tolist() == [900] * 4 and p.steps["step"].tolist() == [0, 1, 2, 3]
+
+
+def test_without_a_pattern_mpi_init_and_finalize_bound_the_steady_state():
+    rows = [{"rank": 2, "name": "MPI_Init", "category": "other", "start_ns": 50, "dur_ns": 100},
+            {"rank": 2, "name": "work", "category": "compute", "start_ns": 200, "dur_ns": 700},
+            {"rank": 2, "name": "MPI_Finalize", "category": "other", "start_ns": 1000, "dur_ns": 20}]
+    p = segment_rank(make_timeline(rows))
+    assert (p.method, p.rank, p.start_ns, p.init_end_ns, p.steady_end_ns, p.end_ns) == \
+        ("mpi", 2, 50, 150, 1000, 1020)
+    assert p.steps.empty
+
+
+def test_irregular_server_is_bounded_by_its_collectives():
+    rng = np.random.default_rng(3)
+    rows = [{"rank": 0, "name": "MPI_Barrier", "category": "barrier", "start_ns": 0, "dur_ns": 500}]
+    t = 1000
+    for _ in range(40):  # requests in no fixed order: Recv, sometimes answered by one or two Sends
+        rows.append({"rank": 0, "name": "MPI_Recv", "category": "comm", "start_ns": t, "dur_ns": 10, "peer": 1})
+        for _ in range(int(rng.integers(0, 3))):
+            t += 20
+            rows.append({"rank": 0, "name": "MPI_Send", "category": "comm", "start_ns": t, "dur_ns": 10, "peer": 1})
+        if rng.random() < 0.3:
+            t += 20
+            rows.append({"rank": 0, "name": "MPI_Iprobe", "category": "comm", "start_ns": t, "dur_ns": 5})
+        t += 100
+    rows.append({"rank": 0, "name": "MPI_Barrier", "category": "barrier", "start_ns": t + 50, "dur_ns": 30})
+    p = segment_rank(make_timeline(rows))
+    if p.method == "pattern":
+        pytest.skip("the random sequence happened to be periodic")
+    assert p.method == "collectives"
+    assert (p.init_end_ns, p.steady_end_ns) == (500, t + 50)
+
+
+def test_empty_rank_has_no_phases():
+    assert segment_rank(make_timeline(None)) is None
+
+
+def test_phase_of_times():
+    rows = [{"rank": 0, "name": "MPI_Init", "category": "other", "start_ns": 0, "dur_ns": 10},
+            {"rank": 0, "name": "MPI_Finalize", "category": "other", "start_ns": 90, "dur_ns": 10}]
+    p = segment_rank(make_timeline(rows))
+    assert p.phase_of([5, 10, 50, 95]).tolist() == ["init", "steady", "steady", "final"]
