@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 import psutil
+
 from ddltrace.collectors.clock import clock_manifest
 from ddltrace.collectors.gpu_sampler import GpuSampler
 from ddltrace.collectors.mpi_env import local_env, mpi_flavour, mpiexec_command
@@ -32,7 +33,6 @@ from ddltrace.collectors.pmpi.build import build_wrapper
 from ddltrace.collectors.pmpi.records import RankRecords, read_records, to_timeline
 from ddltrace.collectors.pyspy_stacks import PySpyRecorder
 from ddltrace.collectors.system_sampler import MACHINE, SystemSampler
-
 from ddltrace.errors import DdltraceError
 from ddltrace.store import TraceStore
 from ddltrace.timeline import make_counters, make_timeline

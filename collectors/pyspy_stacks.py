@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+
 from ddltrace.collectors.mpi_env import find_tool
 
 LANE = "python"

@@ -18,7 +18,6 @@ from pathlib import Path
 
 from ddltrace.collectors.mpi_env import find_tool
 from ddltrace.collectors.pmpi.generate import generate
-
 from ddltrace.errors import DdltraceError
 
 _HERE = Path(__file__).parent

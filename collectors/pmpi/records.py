@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from ddltrace.collectors.pmpi.table import categories, names, table_hash
 
+from ddltrace.collectors.pmpi.table import categories, names, table_hash
 from ddltrace.errors import DdltraceError
 from ddltrace.timeline import make_timeline
 
@@ -162,8 +162,12 @@ def to_timeline(rr: RankRecords, *, end_ns: int | None = None, align: bool = Tru
     })
     gaps = _outside_mpi(t0[main], t1[main], rr.rank)
     frame = pd.concat([frame, gaps], ignore_index=True) if len(gaps) else frame
-    if align and len(frame):
-        frame["start_ns"] = frame["start_ns"].to_numpy() + rr.offset_at(frame["start_ns"].to_numpy())
+    if align and len(frame):  # both ends, so that rows that touch still touch after a drift correction
+        start = frame["start_ns"].to_numpy()
+        end = start + frame["dur_ns"].to_numpy()
+        start = start + rr.offset_at(start)
+        frame["start_ns"] = start
+        frame["dur_ns"] = np.maximum(end + rr.offset_at(end) - start, 0)
     frame = frame.sort_values("start_ns", kind="stable").reset_index(drop=True)
     return make_timeline(frame)
 

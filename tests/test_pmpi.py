@@ -1,0 +1,144 @@
+"""The PMPI wrapper with MPICH: generation from the table, build and cache, and a real mpi4py job's calls."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ddltrace.collectors.mpi_env import find_tool, mpiexec_command
+from ddltrace.collectors.pmpi import build_wrapper, read_records, to_timeline
+from ddltrace.collectors.pmpi.build import exported_pmpi, mpi_library
+from ddltrace.collectors.pmpi.generate import generate
+from ddltrace.collectors.pmpi.table import WRAPPERS, names
+from ddltrace.errors import DdltraceError
+
+needs_mpi = pytest.mark.skipif(find_tool("mpicc") is None or find_tool("mpiexec") is None,
+                               reason="no mpicc/mpiexec beside this Python (pip install 'ddltrace[mpi]')")
+
+JOB = textwrap.dedent("""
+    import numpy as np
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    a = np.arange(1000, dtype="f8")
+    b = np.empty_like(a)
+    comm.Barrier()
+    comm.Allreduce(a, b)
+    if rank == 0:
+        comm.Send(a[:10], dest=1, tag=11)
+        comm.send({"hello": 1}, dest=1, tag=12)
+        req = comm.Isend(a, dest=1, tag=13)
+        req.Wait()
+    else:
+        comm.Recv(b[:10], source=0, tag=11)
+        assert comm.recv(source=0, tag=12) == {"hello": 1}
+        req = comm.Irecv(b, source=0, tag=13)
+        MPI.Request.Waitall([req])
+    r = comm.Iallreduce(a, b)
+    r.Wait()
+    comm.Bcast(a, root=1)
+    comm.Barrier()
+""")
+
+
+def test_generator_covers_the_table_and_only_what_the_library_has():
+    full = generate(None)
+    for w in WRAPPERS:
+        assert f"int {w.name}(" in full
+        assert (f"int {w.name}_c(" in full) == w.large
+    some = generate({"PMPI_Send", "PMPI_Barrier", "PMPI_Init", "PMPI_Finalize"})
+    assert "int MPI_Send(" in some and "int MPI_Barrier(" in some
+    assert "MPI_Send_c(" not in some and "int MPI_Recv(" not in some
+    assert len(set(filter(None, names()))) == len(list(filter(None, names())))
+
+
+@needs_mpi
+def test_mpich_exports_the_large_count_twins():
+    exported = exported_pmpi(mpi_library(find_tool("mpicc")))
+    assert {"PMPI_Send_c", "PMPI_Allreduce_c", "PMPI_Mprobe", "PMPI_Barrier"} <= exported
+
+
+def test_no_mpicc_is_said_clearly(tmp_path):
+    with pytest.raises(DdltraceError, match="mpicc"):
+        build_wrapper(str(tmp_path / "no-such-mpicc"))
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    if find_tool("mpicc") is None or find_tool("mpiexec") is None:
+        pytest.skip("no mpicc/mpiexec")
+    tmp = tmp_path_factory.mktemp("pmpi")
+    lib = build_wrapper()
+    assert build_wrapper() == lib  # cached
+    (tmp / "job.py").write_text(JOB)
+    (tmp / "rec").mkdir()
+    cmd, env = mpiexec_command(2, [sys.executable, str(tmp / "job.py")])
+    env.update(LD_PRELOAD=str(lib), DDLTRACE_PMPI_DIR=str(tmp / "rec"))
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return {r: read_records(tmp / "rec" / f"rank-{r:05d}.pmpi") for r in (0, 1)}
+
+
+def test_mpi4py_calls_are_recorded_with_their_columns(recorded):
+    r0, r1 = recorded[0], recorded[1]
+    assert (r0.rank, r1.rank, r0.world_size, r0.ended, r1.ended) == (0, 1, 2, "normal", "normal")
+    assert r0.pid != r1.pid and r0.host and "MPICH" in r0.library
+    t0, t1 = to_timeline(r0), to_timeline(r1)
+    n0 = list(t0.loc[t0["name"] != "outside MPI", "name"])
+    # mpi4py 4 on MPICH takes the large-count entry points; the pickle API goes through Mprobe/Mrecv
+    assert n0[:2] == ["MPI_Init_thread", "ddltrace_clock_sync"]
+    assert {"MPI_Barrier", "MPI_Allreduce_c", "MPI_Send_c", "MPI_Isend_c", "MPI_Wait", "MPI_Iallreduce_c",
+            "MPI_Bcast_c", "MPI_Finalize"} <= set(n0)
+    assert {"MPI_Recv_c", "MPI_Mprobe", "MPI_Mrecv_c", "MPI_Irecv_c", "MPI_Waitall"} <= set(t1["name"])
+    cat = dict(zip(t1["name"], t1["category"].astype(str), strict=True))
+    assert (cat["MPI_Barrier"], cat["MPI_Waitall"], cat["MPI_Recv_c"], cat["MPI_Mprobe"], cat["MPI_Allreduce_c"],
+            cat["outside MPI"]) == ("barrier", "wait", "wait", "wait", "comm", "compute")
+    send = t0[(t0["name"] == "MPI_Send_c")].iloc[0]
+    assert (send["bytes"], send["peer"], send["tag"]) == (80, 1, 11)
+    recv = t1[(t1["name"] == "MPI_Recv_c")].iloc[0]
+    assert (recv["bytes"], recv["peer"], recv["tag"]) == (80, 0, 11)
+    probe = t1[t1["name"] == "MPI_Mprobe"].iloc[0]
+    mrecv = t1[t1["name"] == "MPI_Mrecv_c"].iloc[0]
+    assert probe["peer"] == 0 and probe["tag"] == 12 and probe["bytes"] > 0
+    assert mrecv["request"] == probe["request"] and mrecv["bytes"] == probe["bytes"]
+    assert t0.loc[t0["name"] == "MPI_Allreduce_c", "bytes"].iloc[0] == 8000
+    assert t0.loc[t0["name"] == "MPI_Bcast_c", "peer"].iloc[0] == 1
+    # a Wait names the request its Isend made
+    isend = t0[t0["name"] == "MPI_Isend_c"].iloc[0]
+    waits = t0[t0["name"] == "MPI_Wait"]
+    assert isend["request"] in set(waits["request"])
+    irecv = t1[t1["name"] == "MPI_Irecv_c"].iloc[0]
+    assert t1.loc[t1["name"] == "MPI_Waitall", "request"].iloc[0] == irecv["request"]
+
+
+def test_timeline_rows_do_not_overlap_on_the_main_lane(recorded):
+    t = to_timeline(recorded[0])
+    main = t[t["lane"] == "main"].sort_values("start_ns")
+    ends = (main["start_ns"] + main["dur_ns"]).to_numpy()
+    assert (main["start_ns"].to_numpy()[1:] >= ends[:-1]).all()
+    assert (t["dur_ns"] >= 0).all()
+
+
+def test_bad_record_file_is_one_clear_error(tmp_path):
+    bad = tmp_path / "rank-00000.pmpi"
+    bad.write_bytes(b"not a record file" * 10)
+    with pytest.raises(DdltraceError, match="rank-00000.pmpi: not a ddltrace PMPI record file"):
+        read_records(bad)
+
+
+def test_wrapper_is_inert_without_a_record_folder(tmp_path):
+    if find_tool("mpicc") is None:
+        pytest.skip("no mpicc")
+    lib = build_wrapper()
+    env = dict(os.environ, LD_PRELOAD=str(lib))
+    env.pop("DDLTRACE_PMPI_DIR", None)
+    code = "from mpi4py import MPI; MPI.COMM_WORLD.Barrier(); print(MPI.COMM_WORLD.Get_size())"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip() == "1", proc.stderr
+    assert not list(Path(tmp_path).glob("*.pmpi"))
