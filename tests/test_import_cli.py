@@ -1,0 +1,96 @@
+"""`ddltrace import`: several files of one job into one store, the summary, --explain, --rules, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddltrace.cli import main
+from ddltrace.store import TraceStore
+
+CNTK = Path("/work/shared/cntk_traces")
+VENV_DDLTRACE = Path(sys.executable).parent / "ddltrace"
+
+
+def _mxnet_file(path: Path, rank: int) -> Path:
+    t0 = 1700000000000000 + rank * 3
+    events = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": "cpu/0"}}]
+    for i, (name, dur) in enumerate([("FullyConnected", 80), ("KVStoreDistDefaultStoragePushPull", 500),
+                                     ("sgd_update", 20)]):
+        events += [{"name": name, "cat": "operator", "ph": "B", "ts": t0 + 1000 * i, "pid": 0, "tid": 5},
+                   {"name": name, "cat": "operator", "ph": "E", "ts": t0 + 1000 * i + dur, "pid": 0, "tid": 5}]
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def test_two_files_one_store_summary_and_manifest(tmp_path, capsys):
+    for rank in (0, 1):
+        _mxnet_file(tmp_path / f"profile_dist_sync_rank{rank}.json", rank)
+    (tmp_path / "notes.txt").write_text("not a trace")
+    out = tmp_path / "store"
+    assert main(["import", str(tmp_path), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "2 file(s)" not in printed and "3 file(s)" in printed
+    assert "1 file(s) in the folders are not traces" in printed
+    store = TraceStore.open(out)
+    assert store.ranks == [0, 1]
+    tl = store.timeline()
+    assert len(tl) == 6 and set(tl["source"]) == {"mxnet"}
+    assert store.manifest["clock"]["method"].startswith("wall clock")
+    assert any("profile_dist_sync_rank1.json (mxnet): 7 events read, 3 intervals kept" in n
+               for n in store.manifest["notes"])
+    assert store.run["framework"] == "mxnet"
+
+
+def test_explain_and_user_rules_override(tmp_path, capsys):
+    _mxnet_file(tmp_path / "profile_rank0.json", 0)
+    rules = tmp_path / "mine.toml"
+    rules.write_text('[[rule]]\nid = "sgd-is-comm-here"\nformats = ["mxnet"]\nname = "^sgd_update$"\n'
+                     'category = "comm"\n')
+    assert main(["import", str(tmp_path / "profile_rank0.json"), "--out", str(tmp_path / "s"), "--explain",
+                 "--rules", str(rules)]) == 0
+    printed = capsys.readouterr().out
+    line = next(x for x in printed.splitlines() if x.strip().endswith("operator | sgd_update"))
+    assert "comm" in line and "sgd-is-comm-here" in line
+    line = next(x for x in printed.splitlines() if "KVStoreDistDefaultStoragePushPull" in x)
+    assert "comm" in line and "mxnet-kvstore" in line
+    tl = TraceStore.open(tmp_path / "s").timeline()
+    assert tl.set_index("name").loc["sgd_update", "category"] == "comm"
+
+
+def test_bad_rules_file_is_one_line(tmp_path, capsys):
+    _mxnet_file(tmp_path / "profile_rank0.json", 0)
+    rules = tmp_path / "bad.toml"
+    rules.write_text('[[rule]]\nname = "("\ncategory = "comm"\n')
+    assert main(["import", str(tmp_path / "profile_rank0.json"), "--out", str(tmp_path / "s"),
+                 "--rules", str(rules)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "bad.toml: rule 1" in err and "bad regular expression" in err and "\n" not in err
+
+
+def test_unreadable_input_exits_2_with_one_line(tmp_path):
+    bad = tmp_path / "trace.json"
+    bad.write_text('{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 2, oops')
+    result = subprocess.run([str(VENV_DDLTRACE), "import", str(bad), "--out", str(tmp_path / "s")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert "trace.json" in result.stderr and "byte" in result.stderr
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.skipif(not CNTK.exists(), reason="shared CNTK traces absent")
+def test_cntk_job_via_subprocess_detail_preferred_over_summary(tmp_path):
+    out = tmp_path / "cntk"
+    result = subprocess.run([str(VENV_DDLTRACE), "import", str(CNTK), "--out", str(out)], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "aggregate profile of a rank whose detailed trace was imported" in result.stdout
+    store = TraceStore.open(out)
+    assert store.ranks == [0, 1]
+    assert store.rank_info(0)["format"] == "cntk"
+    assert "relative to its own start" in store.manifest["clock"]["method"]
