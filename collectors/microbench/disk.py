@@ -49,11 +49,21 @@ def check_path(directory: str | os.PathLike, file_bytes: int) -> Path:
         raise DdltraceError(f"{path}: disk benchmark directory does not exist")
     if not path.is_dir():
         raise DdltraceError(f"{path}: disk benchmark path is not a directory")
+    if not os.access(path, os.W_OK | os.X_OK):
+        reason = "read-only file system" if _read_only(path) else "permission denied"
+        raise DdltraceError(f"{path}: cannot create the disk benchmark's file there ({reason})")
     free = shutil.disk_usage(path).free
     if free < file_bytes + HEADROOM:
         raise DdltraceError(f"{path}: not enough room for the disk benchmark ({free / 2**20:.0f} MiB free, "
                             f"{(file_bytes + HEADROOM) / 2**20:.0f} MiB needed; choose --disk-path or --quick)")
     return path
+
+
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def _open(path: Path, flags: int) -> tuple[int, bool]:

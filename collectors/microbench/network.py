@@ -264,6 +264,10 @@ class ProbeClient:
         except TimeoutError as exc:
             self.close()
             raise DdltraceError(f"peer {self.peer}: stopped answering during a ping-pong of {size} B") from exc
+        except OSError as exc:
+            self.close()
+            raise DdltraceError(f"peer {self.peer}: connection lost during a ping-pong of {size} B "
+                                f"({exc.strerror or exc}; over the server's limits?)") from exc
 
     def stream(self, size: int, payload: memoryview | None = None) -> float:
         """Seconds to stream ``size`` bytes and get the server's count back."""
@@ -283,6 +287,10 @@ class ProbeClient:
         except TimeoutError as exc:
             self.close()
             raise DdltraceError(f"peer {self.peer}: stopped answering during a stream of {size} B") from exc
+        except OSError as exc:
+            self.close()
+            raise DdltraceError(f"peer {self.peer}: connection lost during a stream of {size} B "
+                                f"({exc.strerror or exc})") from exc
         (received,) = COUNT.unpack(reply)
         if received != size:
             raise DdltraceError(f"peer {self.peer}: received {received} B of {size} B")

@@ -1,0 +1,114 @@
+"""``ddltrace calibrate``: the quick run end to end, sections, bad input, no compiler, no GPU, --compare."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddltrace.cli import main
+from ddltrace.collectors.microbench import gpu
+from ddltrace.collectors.microbench import profile as prof
+
+DDLTRACE = str(Path(sys.executable).parent / "ddltrace")
+
+
+def _check_constants(profile: dict) -> None:
+    assert profile["constants"]
+    for name, c in profile["constants"].items():
+        assert math.isfinite(c["value"]) and c["value"] > 0, name
+        assert math.isfinite(c["uncertainty"]) and c["uncertainty"] >= 0, name
+        assert c["unit"] and c["description"], name
+
+
+def test_quick_calibration_end_to_end(tmp_path):
+    out = tmp_path / "profile.json"
+    proc = subprocess.run([DDLTRACE, "calibrate", "--quick", "--out", str(out), "--disk-path", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    profile = json.loads(out.read_text())
+    assert prof.problems(profile) == []
+    _check_constants(profile)
+    from ddltrace import __version__
+
+    assert profile["ddltrace_version"] == __version__ and profile["quick"] is True
+    for key in ("cpu_model", "usable_cores", "cache_bytes", "memory_bytes", "kernel"):
+        assert profile["machine"][key]
+    names = set(profile["constants"])
+    for needed in ("C_muladd", "C_act", "C_err", "C_muladd_gemv_f32", "C_muladd_gemm_f64", "C_act_tanh_numpy_f64",
+                   "C_err_sigmoid_numpy_f32", "C_interf_H2_cache", "C_interf_H2_mem", "r_m", "w_m", "mem_bw_triad",
+                   "r_d", "w_d", "disk_iops_4k", "lat_net", "r_net", "C_nbw", "C_ncost"):
+        if needed.startswith("C_interf") and profile["machine"]["usable_cores"] < 2:
+            continue
+        assert needed in names, needed
+    curve = profile["curves"]["C_muladd_gemv_f64"]
+    assert curve["x_unit"] == "B" and len(curve["points"]) >= 4
+    # the summary table prints each constant with its unit
+    assert "profile written to" in proc.stdout
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("r_m "))
+    assert "s/B" in line and "B/s" in line and "%" in line
+    assert "calibrate [" in proc.stderr  # the progress line
+
+
+def test_no_compiler_still_calibrates_the_cpu_with_numpy(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("DDLTRACE_CC", str(tmp_path / "no" / "cc"))
+    monkeypatch.setenv("DDLTRACE_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "p.json"
+    assert main(["calibrate", "--quick", "--only", "cpu", "--out", str(out)]) == 0
+    profile = prof.load(out)
+    _check_constants(profile)
+    names = set(profile["constants"])
+    assert {"C_muladd_gemv_f64", "C_muladd_gemm_f32", "C_act_sigmoid_numpy_f32", "C_err_tanh_numpy_f64"} <= names
+    assert not any("_loop_" in n for n in names) and "core_clock_hz" not in names
+    assert any("no C compiler" in n for n in profile["notes"])
+    assert "note: no C compiler" in capsys.readouterr().out
+
+
+def test_no_gpu_is_a_line_in_the_output(tmp_path, capsys):
+    if gpu.describe()[0]:
+        pytest.skip("this machine has a GPU")
+    out = tmp_path / "p.json"
+    assert main(["calibrate", "--only", "gpu", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert [ln for ln in text.splitlines() if ln.startswith("note: no GPU: ")]
+    assert json.loads(out.read_text())["machine"]["gpus"] == []
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--only", "cpu,tpu"], "--only 'cpu,tpu': unknown section(s) tpu"),
+    (["--only", "disk", "--disk-path", "/nonexistent/dir"], "/nonexistent/dir: disk benchmark directory does not"),
+    (["--only", "disk", "--disk-size", "0"], "--disk-size 0"),
+    (["--compare", "/nonexistent/a.json", "/nonexistent/b.json"], "/nonexistent/a.json: no such profile"),
+])
+def test_bad_input_is_one_line(argv, message, tmp_path, capsys):
+    out = tmp_path / "p.json"
+    assert main(["calibrate", *argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and err.count("\n") == 0
+    assert not out.exists()
+
+
+def test_disk_without_room_fails_before_measuring(tmp_path, capsys):
+    free_mib = shutil.disk_usage(tmp_path).free // 2**20
+    out = tmp_path / "p.json"
+    assert main(["calibrate", "--only", "cpu,disk", "--disk-path", str(tmp_path), "--disk-size",
+                 str(free_mib + 1), "--out", str(out)]) == 2
+    assert "not enough room" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_compare_two_profiles(tmp_path, capsys):
+    a = prof.new_profile({"hostname": "a", "cpu_model": "A"}, True, ["mem"])
+    b = prof.new_profile({"hostname": "b", "cpu_model": "B"}, True, ["mem"])
+    prof.add_constant(a, "r_m", 1e-10, 1e-12, "s/B", "memory read time per byte")
+    prof.add_constant(b, "r_m", 1.001e-10, 1e-12, "s/B", "memory read time per byte")
+    prof.add_constant(b, "w_m", 2e-10, 1e-12, "s/B", "memory write time per byte")
+    pa, pb = prof.save(a, tmp_path / "a.json"), prof.save(b, tmp_path / "b.json")
+    assert main(["calibrate", "--compare", str(pa), str(pb)]) == 0
+    text = capsys.readouterr().out
+    assert "same within 2 sigma" in text and "only in B" in text and "100 ps/B (10 GB/s)" in text

@@ -1,0 +1,280 @@
+"""The microbenchmarks, each run for real on small sizes: compiler handling, feed-forward forms, STREAM
+kernels, C_interf workers, disk checks, busy-machine accounting, fits, the profile format, GPU absence."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from ddltrace.collectors.microbench import ccompile, disk, feedforward, gpu, interference, machine, measure, memory
+from ddltrace.collectors.microbench import profile as prof
+from ddltrace.errors import DdltraceError
+
+
+@pytest.fixture
+def no_compiler(monkeypatch, tmp_path):
+    monkeypatch.setenv("DDLTRACE_CC", str(tmp_path / "missing" / "cc"))
+    monkeypatch.setenv("DDLTRACE_CACHE", str(tmp_path / "cache"))
+
+
+def test_kernels_compile_once_and_are_cached(monkeypatch, tmp_path):
+    if ccompile.shutil.which(ccompile.compiler()) is None:
+        pytest.skip(f"no C compiler {ccompile.compiler()!r} on this machine")
+    monkeypatch.setenv("DDLTRACE_CACHE", str(tmp_path))
+    path, note = ccompile.build()
+    assert note == "" and path is not None and path.parent == tmp_path / "microbench"
+    mtime = path.stat().st_mtime_ns
+    again, _ = ccompile.build()
+    assert again == path and again.stat().st_mtime_ns == mtime
+    lib = ccompile.load_kernels()
+    w, a, y = np.full((3, 4), 2.0), np.arange(4.0), np.ones(3)
+    lib.muladd_loop_f64(w.ctypes.data, a.ctypes.data, y.ctypes.data, 3, 4)
+    assert y.tolist() == [13.0, 13.0, 13.0]  # 1 + 2 * (0 + 1 + 2 + 3)
+
+
+def test_no_compiler_leaves_the_numpy_forms(no_compiler):
+    assert ccompile.load_kernels() is None
+    assert "no C compiler" in ccompile.last_note() and "DDLTRACE_CC" in ccompile.last_note()
+    curves = feedforward.muladd_curves([16384, 262144], min_time=0.001, repeats=1)
+    assert sorted(curves) == ["C_muladd_gemm_f32", "C_muladd_gemm_f64", "C_muladd_gemv_f32", "C_muladd_gemv_f64"]
+    neurons = feedforward.neuron_curves([16384], min_time=0.001, repeats=1)
+    assert neurons and all("_numpy_" in name for name in neurons)
+    for points in [*curves.values(), *neurons.values()]:
+        assert all(math.isfinite(p.value) and p.value > 0 for p in points)
+    clock, note = machine.core_clock()
+    assert clock is None and "no C compiler" in note
+
+
+def test_compiler_that_fails_is_a_note(monkeypatch, tmp_path):
+    fake = tmp_path / "cc"
+    fake.write_text("#!/bin/sh\necho 'cc: fatal error: broken' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("DDLTRACE_CC", str(fake))
+    monkeypatch.setenv("DDLTRACE_CACHE", str(tmp_path / "cache"))
+    assert ccompile.load_kernels() is None
+    assert "did not compile" in ccompile.last_note() and "broken" in ccompile.last_note()
+
+
+def test_literal_loop_and_activations_compute_the_right_values():
+    lib = ccompile.load_kernels()
+    if lib is None:
+        pytest.skip(ccompile.last_note())
+    y = np.linspace(-3, 3, 101)
+    out = np.empty_like(y)
+    lib.act_sigmoid_f64(y.ctypes.data, out.ctypes.data, y.size)
+    np.testing.assert_allclose(out, 1 / (1 + np.exp(-y)), rtol=1e-12)
+    s, d = np.full_like(y, 0.5), np.empty_like(y)
+    lib.err_tanh_f64(out.ctypes.data, s.ctypes.data, d.ctypes.data, y.size)
+    np.testing.assert_allclose(d, 0.5 * (1 - out**2), rtol=1e-12)
+
+
+def test_segment_sizes_cross_the_caches():
+    caches, llc = machine.cache_sizes(), machine.llc_bytes()
+    quick = feedforward.segment_sizes(quick=True)
+    assert min(quick) < caches.get("L1", 32768) and max(quick) > llc
+    full = feedforward.segment_sizes(quick=False)
+    assert full[0] == 4096 and full[-1] <= 4 * llc and full[-1] * 4 > 4 * llc
+
+
+def test_machine_description_and_clock():
+    desc = machine.describe()
+    for key in ("cpu_model", "usable_cores", "cache_bytes", "memory_bytes", "kernel"):
+        assert desc[key], key
+    clock, note = machine.core_clock(runs=8)
+    if clock is None:
+        pytest.skip(note)
+    assert 1e8 < clock.value < 1e10  # between 0.1 and 10 GHz: a clock, whatever the load
+    assert machine.peak_muladd_per_s(clock.value, 4) == 2 * machine.peak_muladd_per_s(clock.value, 8)
+
+
+def test_stream_kernels_compute_streams_results():
+    n = 1 << 16
+    arrays = memory.StreamArrays(n)
+    for arr in (arrays.a, arrays.b, arrays.c):
+        assert arr.ctypes.data % 64 == 0 and arr.size == n
+    lib = ccompile.load_kernels()
+    forms = ["numpy"] + (["c"] if lib is not None else [])
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        for form in forms:
+            arrays.a.fill(1.0)
+            arrays.b.fill(2.0)
+            arrays.c.fill(0.0)
+            for kernel in ("copy", "scale", "add", "triad"):
+                meas = arrays.bandwidth(kernel, form, 2, repeats=1, pool=pool, lib=lib)
+                assert meas.value > 0 and meas.unit == "B/s"
+            # STREAM's check after one pass of each kernel (here run twice: warm-up + 1 repeat, idempotent
+            # per pass after the first): c = a, b = 3c, c = a + b, a = b + 3c
+            a0 = 1.0
+            c = a0
+            b = memory.SCALAR * c
+            c = a0 + b
+            a = b + memory.SCALAR * c
+            np.testing.assert_allclose(arrays.a, a)
+            np.testing.assert_allclose(arrays.b, b)
+            np.testing.assert_allclose(arrays.c, c)
+
+
+def test_stream_report_has_every_form_kernel_and_thread_count():
+    res = memory.stream([1, 2], repeats=1, n=1 << 16, kernels=("read", "write", "triad"))
+    for form in res["forms"]:
+        for kernel in ("read", "write", "triad"):
+            assert set(res["bandwidth"][form][kernel]) == {1, 2}
+
+
+def test_interference_workers_are_pinned_and_report_ratios():
+    curve = interference.interference_curve(64 * 1024, 2, min_time=0.002, repeats=2)
+    points = curve["points"]
+    assert [p["H"] for p in points] == [1, 2] and points[0]["ratio"] == 1.0
+    assert all(p["ratio"] > 0 and p["seconds_per_call"] > 0 for p in points)
+    if hasattr(os, "sched_setaffinity"):
+        assert all(p["pinned"] for p in points)
+
+
+def test_disk_probe_on_a_real_file(tmp_path):
+    res = disk.measure(tmp_path, 2 * disk.BLOCK, repeats=1, random_seconds=0.05)
+    assert res.r_d.value > 0 and res.w_d.value > 0 and res.iops.value > 0
+    assert res.method in ("O_DIRECT", "fdatasync+POSIX_FADV_DONTNEED")
+    assert list(tmp_path.iterdir()) == []  # the benchmark's file is removed
+
+
+def test_disk_path_missing_or_not_a_directory(tmp_path):
+    with pytest.raises(DdltraceError, match="does not exist"):
+        disk.check_path(tmp_path / "nope", 1)
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(DdltraceError, match="not a directory"):
+        disk.check_path(tmp_path / "f", 1)
+
+
+def test_disk_path_without_room(tmp_path):
+    free = disk.shutil.disk_usage(tmp_path).free
+    with pytest.raises(DdltraceError, match="not enough room"):
+        disk.check_path(tmp_path, free + 1)
+
+
+def _mount_tmpfs(target, options: str) -> bool:
+    target.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(target)], capture_output=True)
+    return proc.returncode == 0
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    target = tmp_path / "small"
+    if os.geteuid() != 0 or not _mount_tmpfs(target, "size=8m"):
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    yield target
+    subprocess.run(["umount", str(target)], check=False)
+
+
+def test_disk_on_a_small_file_system_says_so(small_tmpfs):
+    with pytest.raises(DdltraceError, match=f"{small_tmpfs}: not enough room"):
+        disk.measure(small_tmpfs, 32 * 2**20)
+
+
+def test_disk_path_without_permission(tmp_path):
+    target = tmp_path / "locked"
+    if os.geteuid() == 0:  # root writes anywhere with mode bits: use a read-only file system
+        if not _mount_tmpfs(target, "ro,size=1m"):
+            pytest.skip("cannot mount a read-only tmpfs here")
+        expected = "read-only file system"
+    else:
+        target.mkdir()
+        target.chmod(0o500)
+        expected = "permission denied"
+    try:
+        with pytest.raises(DdltraceError, match=f"{target}: cannot create the disk benchmark's file there "
+                                                f"\\({expected}\\)"):
+            disk.measure(target, disk.BLOCK)
+    finally:
+        if os.geteuid() == 0:
+            subprocess.run(["umount", str(target)], check=False)
+        else:
+            target.chmod(0o700)
+
+
+def test_other_processes_cpu_time_is_counted():
+    spinner = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<3: pass"])
+    try:
+        import time
+
+        time.sleep(0.2)
+        meas = measure.repeat(lambda: time.sleep(0.3) or 0.3, repeats=2, extra=1)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert sum(meas.other_cpu_s) > 0.1  # the spinner's CPU time while we slept
+    assert meas.busy_runs >= 1 and len(meas.values) == 3  # one extra run for a busy machine
+
+
+def test_repeat_median_and_spread():
+    values = iter([1.0, 2.0, 3.0, 100.0, 2.0])
+    meas = measure.repeat(lambda: next(values), repeats=5, extra=0, busy_cores=1e9)
+    assert meas.value == 2.0 and meas.spread == pytest.approx(1.4826)
+
+
+def test_linear_fit_recovers_a_line_with_its_interval():
+    rng = np.random.default_rng(0)
+    x = np.array([1, 8, 64, 512, 4096, 32768, 262144], dtype=float)
+    y = (20e-6 + 1e-9 * x) * (1 + 0.01 * rng.standard_normal(x.size))
+    fit = measure.linear_fit(x, y, relative=True)
+    assert abs(fit.intercept - 20e-6) < 3 * fit.intercept_ci + 1e-7
+    assert abs(fit.slope - 1e-9) < 3 * fit.slope_ci + 1e-12
+    assert 0 < fit.slope_ci < 1e-9
+
+
+def test_blas_threads_restores_the_count():
+    _, getter = measure._blas_library()
+    if getter is None:
+        pytest.skip("numpy's BLAS does not expose its thread count")
+    before = getter()
+    with measure.blas_threads(1) as ok:
+        assert ok and getter() == 1
+    assert getter() == before
+
+
+def _profile_with(value, unc=0.1):
+    p = prof.new_profile({"hostname": "h", "cpu_model": "c"}, True, ["cpu"])
+    prof.add_constant(p, "r_m", value, unc, "s/B", "memory read time per byte")
+    return p
+
+
+@pytest.mark.parametrize("value,unc", [(-1.0, 0.1), (0.0, 0.1), (float("nan"), 0.1), (float("inf"), 0.1),
+                                       (1.0, -0.1), (1.0, float("nan"))])
+def test_profile_rejects_constants_that_are_not_positive_and_finite(value, unc):
+    assert prof.problems(_profile_with(value, unc))
+
+
+def test_profile_round_trip_and_compare(tmp_path):
+    a, b = _profile_with(1e-10, 1e-12), _profile_with(2e-10, 1e-12)
+    prof.add_constant(b, "lat_net", 2e-5, 1e-6, "s", "latency")
+    pa, pb = prof.save(a, tmp_path / "a.json"), prof.save(b, tmp_path / "b.json")
+    assert prof.load(pa) == a
+    rows = {r[0]: r for r in prof.compare(prof.load(pa), prof.load(pb))}
+    assert rows["r_m"][3] == "2 x" and rows["r_m"][4] == "differs"
+    assert rows["lat_net"][4] == "only in B"
+    assert prof.format_value(1e-10, "s/B") == "100 ps/B (10 GB/s)"
+
+
+def test_profile_load_errors_name_the_file(tmp_path):
+    with pytest.raises(DdltraceError, match="no such profile"):
+        prof.load(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(DdltraceError, match="bad.json: not a readable JSON profile"):
+        prof.load(tmp_path / "bad.json")
+    (tmp_path / "neg.json").write_text(__import__("json").dumps(_profile_with(-1.0)))
+    with pytest.raises(DdltraceError, match="neg.json: invalid hardware profile"):
+        prof.load(tmp_path / "neg.json")
+
+
+def test_no_gpu_is_one_line():
+    gpus, note = gpu.describe()
+    if gpus:
+        pytest.skip(f"this machine has a GPU: {gpus[0]['name']}")
+    assert note.startswith("no GPU: ") and "\n" not in note
