@@ -131,19 +131,30 @@ def verdict(findings: list, runs: list) -> list[str]:
             f"({format_percent(shares[top])}), compute {format_percent(shares['compute'])}."]
 
 
-def _timeline_segments(run, ranks: list[int]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+def scan(run, limit: int = 15) -> tuple[dict[int, tuple[np.ndarray, np.ndarray]], pd.DataFrame]:
+    """One pass over the store, rank by rank: each rank's category segments (for the timelines) and the event
+    names with the most recorded time (calls, total, mean per call), largest first."""
     from ddltrace.analyses.breakdown import classify
 
-    out = {}
-    for rank, frame in run.store.iter_timeline(ranks):
+    segments = {}
+    totals: dict[tuple[str, str], list[int]] = {}
+    for rank, frame in run.store.iter_timeline():
         phases = run.phases.get(rank)
-        if phases is None:
-            continue
-        out[rank] = classify(frame, [phases.start_ns, phases.end_ns])
-    return out
+        if phases is not None:
+            segments[rank] = classify(frame, [phases.start_ns, phases.end_ns])
+        grouped = frame.groupby(["name", "category"], observed=True)["dur_ns"].agg(["count", "sum"])
+        for (name, category), count, total in zip(grouped.index, grouped["count"], grouped["sum"], strict=True):
+            entry = totals.setdefault((name, str(category)), [0, 0])
+            entry[0] += int(count)
+            entry[1] += int(total)
+    rows = sorted(((n, c, k, t) for (n, c), (k, t) in totals.items()), key=lambda r: -r[3])[:limit]
+    table = pd.DataFrame(rows, columns=["name", "category", "calls", "total_ns"])
+    table["total"] = table["total_ns"].map(format_ns)
+    table["mean per call"] = (table["total_ns"] / table["calls"].clip(lower=1)).map(format_ns)
+    return segments, table.drop(columns="total_ns").set_index("name")
 
 
-def _run_figures(run, label: str) -> list[Figure]:
+def _run_figures(run, segments: dict, label: str) -> list[Figure]:
     out: list[Figure] = []
     table = run.table("all")
     if len(table):
@@ -151,7 +162,6 @@ def _run_figures(run, label: str) -> list[Figure]:
                           "Share of each rank's time per category over the whole run, as IPM shows it "
                           "(Hashemi et al., figure 5).",
                           figures.png_bytes(figures.shares_figure(table, f"Time per category, {run.workers} workers"))))
-    segments = _timeline_segments(run, run.ranks)
     if segments:
         lo = min(p.start_ns for p in run.phases.values())
         hi = max(p.end_ns for p in run.phases.values())
@@ -198,7 +208,8 @@ def _steady_window(run) -> tuple[int, int] | None:
     steps = run.steps
     if not len(steps):
         return None
-    workers = [r for r in run.worker_ranks if r in set(steps["rank"])] or sorted(set(steps["rank"]))
+    with_steps = set(steps["rank"].tolist())
+    workers = [r for r in run.worker_ranks if r in with_steps] or sorted(with_steps)
     mine = steps[steps["rank"] == workers[0]].sort_values("start_ns")
     if len(mine) < 3:
         return int(mine["start_ns"].min()), int(mine["end_ns"].max())
@@ -215,22 +226,6 @@ def scaling_table(runs: list) -> pd.DataFrame:
         rows.append({"workers": run.workers, "init_s": phases["init_ns"].max() / 1e9,
                      "steady_s": phases["steady_ns"].max() / 1e9, "total_s": run.run_span_ns / 1e9})
     return pd.DataFrame(rows).sort_values("workers").reset_index(drop=True)
-
-
-def top_events(store: TraceStore, limit: int = 15) -> pd.DataFrame:
-    """The event names with the most recorded time over all ranks: calls, total, mean per call (read rank by rank)."""
-    totals: dict[tuple[str, str], list[int]] = {}
-    for _, frame in store.iter_timeline():
-        grouped = frame.groupby(["name", "category"], observed=True)["dur_ns"].agg(["count", "sum"])
-        for (name, category), (count, total) in grouped.iterrows():
-            entry = totals.setdefault((name, str(category)), [0, 0])
-            entry[0] += int(count)
-            entry[1] += int(total)
-    rows = sorted(((n, c, k, t) for (n, c), (k, t) in totals.items()), key=lambda r: -r[3])[:limit]
-    table = pd.DataFrame(rows, columns=["name", "category", "calls", "total_ns"])
-    table["total"] = table["total_ns"].map(format_ns)
-    table["mean per call"] = (table["total_ns"] / table["calls"].clip(lower=1)).map(format_ns)
-    return table.drop(columns="total_ns").set_index("name")
 
 
 def overhead_ratio(run) -> float:
@@ -303,7 +298,8 @@ def assemble(runs: list, findings: list, profile: str | None = None) -> Report:
     figs: list[Figure] = []
     series_figs, series = _series_figures(runs, findings)
     figs.extend(series_figs)
-    figs.extend(_run_figures(main, ""))
+    segments, top = scan(main)
+    figs.extend(_run_figures(main, segments, ""))
     if profile:
         fig = _profile_figure(profile)
         if fig:
@@ -318,7 +314,7 @@ def assemble(runs: list, findings: list, profile: str | None = None) -> Report:
                     finding_figures[finding.id] = match
                     break
     tables = [("Time per category and rank, whole run (ns)", main.table("all")),
-              ("Where the time goes by event name, largest first", top_events(main.store))]
+              ("Where the time goes by event name, largest first", top)]
     if series is not None:
         tables.insert(0, ("Scaling series (s)", series))
     title = "ddltrace report: " + (Path(main.name).name if len(runs) == 1

@@ -12,6 +12,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import matplotlib.colors  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
@@ -34,8 +35,7 @@ CATEGORY_COLORS: dict[str, str] = {
 }
 #: Categories in the order they are stacked (IPM's view first).
 STACK_ORDER = ("compute", "barrier", "wait", "io", "comm", "memcpy", "other", "idle")
-#: More segments than this on one rank's row and the timeline aggregates to one category per pixel column.
-MAX_SEGMENTS_PER_RANK = 4000
+#: Columns of a timeline row: each shows the category that filled most of its time.
 PIXEL_COLUMNS = 1600
 
 plt.rcParams.update({"font.size": 9, "axes.titlesize": 10, "figure.dpi": 100})
@@ -78,22 +78,22 @@ def shares_figure(table: pd.DataFrame, title: str) -> Figure:
     return fig
 
 
-def _segments(edges: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Merge neighbouring segments of the same category: (starts, widths, codes)."""
+def category_columns(edges: np.ndarray, codes: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """The category (index into CATEGORIES) holding the most time in each column between ``grid`` points (ns).
+
+    ``edges``/``codes`` give one category per segment (from ``classify``); a column with no recorded time gets -1.
+    Exact in time, whatever the density: a column shows what filled most of it.
+    """
     if not len(codes):
-        return edges[:0], edges[:0], codes
-    change = np.flatnonzero(np.diff(codes)) + 1
-    first = np.concatenate([[0], change])
-    last = np.concatenate([change, [len(codes)]])
-    return edges[first], edges[last] - edges[first], codes[first]
-
-
-def _pixel_columns(edges: np.ndarray, codes: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-    """One category per pixel column: the category of the segment under the column's midpoint."""
-    grid = np.linspace(lo, hi, PIXEL_COLUMNS + 1)
-    mids = (grid[:-1] + grid[1:]) / 2
-    idx = np.clip(np.searchsorted(edges, mids, side="right") - 1, 0, max(len(codes) - 1, 0))
-    return grid, codes[idx] if len(codes) else np.full(len(mids), -1)
+        return np.full(len(grid) - 1, -1)
+    widths = np.diff(edges).astype(float)
+    share = np.zeros((len(CATEGORIES), len(grid) - 1))
+    for code in np.unique(codes):
+        covered = np.concatenate([[0.0], np.cumsum(np.where(codes == code, widths, 0.0))])
+        at_grid = np.interp(grid, edges.astype(float), covered)
+        share[int(code)] = np.diff(at_grid)
+    best = share.argmax(axis=0)
+    return np.where(share.max(axis=0) > 0, best, -1)
 
 
 def timeline_figure(rank_segments: dict[int, tuple[np.ndarray, np.ndarray]], window: tuple[int, int],
@@ -101,46 +101,35 @@ def timeline_figure(rank_segments: dict[int, tuple[np.ndarray, np.ndarray]], win
     """Per-rank timeline (TAU / Vampir's view, paper 002 figures 6-8) over ``window`` (ns).
 
     ``rank_segments`` maps a rank to (edges, codes) from :func:`ddltrace.analyses.breakdown.classify`: every
-    instant of the rank gets one category. Rows with more than :data:`MAX_SEGMENTS_PER_RANK` segments in the
-    window are drawn one category per pixel column, so 64+ ranks of dense traces stay readable.
+    instant of the rank gets one category. Each rank is drawn as a row of :data:`PIXEL_COLUMNS` columns, each in
+    the category that filled most of its time, so 64+ ranks of dense traces stay readable and cheap to draw.
     ``marks`` draws labelled vertical lines (ns).
     """
     lo, hi = window
     ranks = sorted(rank_segments)
+    grid = np.linspace(lo, hi, PIXEL_COLUMNS + 1)
+    palette = np.array([matplotlib.colors.to_rgba(CATEGORY_COLORS[c]) for c in CATEGORIES] + [(1, 1, 1, 0)])
+    image = np.empty((len(ranks), PIXEL_COLUMNS), dtype=int)
+    for row, rank in enumerate(ranks):
+        image[row] = category_columns(*rank_segments[rank], grid)
     height = min(9.0, 1.4 + 0.22 * len(ranks))
     fig, ax = plt.subplots(figsize=(9, height))
-    seen: set[int] = set()
-    aggregated = False
-    for row, rank in enumerate(ranks):
-        edges, codes = rank_segments[rank]
-        if not len(codes):
-            continue
-        starts, widths, seg_codes = _segments(edges, codes)
-        keep = (starts + widths > lo) & (starts < hi)
-        starts, widths, seg_codes = starts[keep], widths[keep], seg_codes[keep]
-        if len(seg_codes) > MAX_SEGMENTS_PER_RANK:
-            aggregated = True
-            grid, col_codes = _pixel_columns(edges, codes, lo, hi)
-            starts, widths, seg_codes = _segments(grid, col_codes)
-            ok = seg_codes >= 0
-            starts, widths, seg_codes = starts[ok], widths[ok], seg_codes[ok]
-        for code in np.unique(seg_codes):
-            sel = seg_codes == code
-            bars = list(zip((starts[sel] - lo) / 1e6, widths[sel] / 1e6, strict=True))
-            ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=CATEGORY_COLORS[CATEGORIES[int(code)]],
-                           linewidth=0)
-            seen.add(int(code))
+    span_ms = (hi - lo) / 1e6
+    if len(ranks):
+        ax.imshow(palette[image], aspect="auto", interpolation="nearest", extent=(0, span_ms, len(ranks) - 0.5, -0.5))
+    if 1 < len(ranks) <= 32:  # thin gaps between the rows while they are tall enough to show them
+        ax.hlines(np.arange(len(ranks) - 1) + 0.5, 0, span_ms, colors="white", linewidth=1.5)
     for label, t in (marks or {}).items():
         ax.axvline((t - lo) / 1e6, color="black", linestyle="--", linewidth=0.8)
-        ax.text((t - lo) / 1e6, len(ranks) - 0.4, f" {label}", fontsize=8, va="bottom")
-    ax.set_xlim(0, (hi - lo) / 1e6)
-    ax.set_ylim(-0.6, len(ranks) - 0.4)
+        ax.text((t - lo) / 1e6, -0.5, f" {label}", fontsize=8, va="bottom")
+    ax.set_xlim(0, span_ms)
+    ax.set_ylim(len(ranks) - 0.5, -0.5)
     step = max(1, len(ranks) // 24)
     ax.set_yticks(range(0, len(ranks), step), [str(r) for r in ranks[::step]])
-    ax.invert_yaxis()
     ax.set_xlabel(f"time since {lo / 1e9:.3f} s on the run's clock (ms)")
     ax.set_ylabel("rank")
-    ax.set_title(title + (" (aggregated: one category per pixel column)" if aggregated else ""))
+    ax.set_title(title)
+    seen = set(np.unique(image[image >= 0]).tolist()) if len(ranks) else set()
     _legend(ax, [c for c in STACK_ORDER if CATEGORIES.index(c) in seen])
     return fig
 

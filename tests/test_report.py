@@ -1,0 +1,141 @@
+"""The bottleneck report: files, contents, self-containment, escaping, and a real render in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from ddltrace.analyses.synthetic import ps_job, write_ps_store
+from ddltrace.cli import main
+from ddltrace.report import build_report
+from ddltrace.store import write_store
+from ddltrace.timeline import make_timeline
+
+XSS = "<script>alert(1)</script>"
+
+
+@pytest.fixture(scope="module")
+def sequential_series(tmp_path_factory):
+    root = tmp_path_factory.mktemp("seq")
+    return [str(write_ps_store(root / f"w{w}", workers=w, init="sequential").path) for w in (1, 2, 4, 8)]
+
+
+@pytest.fixture(scope="module")
+def hostile_store(tmp_path_factory):
+    """A run whose event and host names are HTML: the report must show them as text."""
+    timeline = ps_job(workers=2, steps=8)
+    timeline["name"] = timeline["name"].where(timeline["name"] != "MPI_Send", XSS)
+    path = tmp_path_factory.mktemp("xss") / "run"
+    write_store(path, make_timeline(timeline), run={"command": XSS, "world_size": 3},
+                rank_info={r: {"host": f"<img src=x onerror=alert(2)>{r}"} for r in range(3)})
+    return str(path)
+
+
+def test_report_files_and_order(sequential_series, tmp_path):
+    files = build_report(sequential_series, tmp_path / "rep")
+    html_text = files.html.read_text()
+    md_text = files.markdown.read_text()
+    doc = json.loads(files.findings.read_text())
+    assert doc["stores"] == sequential_series
+    assert doc["findings"], "a sequential-initialisation series has findings"
+    # verdict, findings, figures, tables: in that order
+    positions = [html_text.index(marker) for marker in
+                 ('class="verdict"', "<h2>Findings</h2>", "<h2>Figures</h2>", "<h2>Tables</h2>")]
+    assert positions == sorted(positions)
+    # the findings are most severe first, in the HTML as in the JSON
+    order = {"error": 2, "warning": 1, "info": 0}
+    severities = [order[f["severity"]] for f in doc["findings"]]
+    assert severities == sorted(severities, reverse=True)
+    first = doc["findings"][0]["title"]
+    assert html_text.index(first.split(":")[0][:30].replace("<", "&lt;")) < html_text.index("<h2>Figures</h2>")
+    # every figure referenced by the Markdown exists beside it, and the HTML embeds them all
+    referenced = re.findall(r"\]\(([\w]+\.png)\)", md_text)
+    assert referenced and all((files.markdown.parent / name).exists() for name in referenced)
+    assert {p.name for p in files.figures} >= {"scaling.png", "efficiency.png", "shares.png", "timeline.png"}
+    assert html_text.count('src="data:image/png;base64,') == len(files.figures)
+    # self-contained: no external resource of any kind
+    assert not re.search(r'(src|href)="(?!data:|#)', html_text)
+
+
+def test_sequential_series_verdict_names_sequential_initialisation(sequential_series, tmp_path):
+    files = build_report(sequential_series, tmp_path / "rep")
+    doc = json.loads(files.findings.read_text())
+    verdict = re.search(r'<p class="verdict">(.*?)</p>', files.html.read_text(), re.S).group(1)
+    top = doc["findings"][0]
+    assert "sequential" in top["id"] or "init" in top["id"], top["id"]
+    assert "initiali" in verdict.lower()
+
+
+def test_saturated_server_verdict_names_saturation(tmp_path):
+    stores = [str(write_ps_store(tmp_path / f"w{w}", workers=w, server_ns=4e6, compute_ns=10e6).path)
+              for w in (1, 2, 4, 8)]
+    files = build_report(stores, tmp_path / "rep")
+    doc = json.loads(files.findings.read_text())
+    assert "saturat" in doc["findings"][0]["id"]
+    html_text = files.html.read_text()
+    assert 'href="#fig-scaling"' in html_text  # the finding points at the scaling figure
+
+
+def test_trace_strings_are_escaped(hostile_store, tmp_path):
+    files = build_report([hostile_store], tmp_path / "rep")
+    html_text = files.html.read_text()
+    assert XSS not in html_text and "<img src=x" not in html_text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html_text
+    assert "<script" not in html_text.lower()
+    assert XSS not in files.markdown.read_text()
+
+
+def test_report_command_and_bad_input(sequential_series, tmp_path, capsys):
+    assert main(["report", *sequential_series[:2], "--out", str(tmp_path / "r"), "--quiet"]) == 0
+    assert "report.html" in capsys.readouterr().out
+    assert main(["report", str(tmp_path / "missing"), "--out", str(tmp_path / "r2")]) == 2
+    assert "no such trace store" in capsys.readouterr().err
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+HARNESS = """<!DOCTYPE html><html><body><iframe id="r" src="report.html" width="1200" height="900"></iframe>
+<script>
+document.getElementById('r').addEventListener('load', () => {
+  const doc = document.getElementById('r').contentDocument;
+  const imgs = Array.from(doc.images);
+  const result = {
+    images: imgs.length,
+    loaded: imgs.filter(i => i.complete && i.naturalWidth > 0).length,
+    scripts: doc.querySelectorAll('script').length,
+    text: doc.body.innerText,
+  };
+  const pre = document.createElement('pre'); pre.id = 'result';
+  pre.textContent = JSON.stringify(result); document.body.appendChild(pre);
+});
+</script></body></html>"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (make system-deps installs it)")
+def test_renders_in_headless_chromium(hostile_store, tmp_path):
+    files = build_report([hostile_store], tmp_path / "rep")
+    flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0"]
+    shot = tmp_path / "shot.png"
+    result = subprocess.run(flags + [f"--screenshot={shot}", "--window-size=1200,2400", files.html.as_uri()],
+                            capture_output=True, text=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 10_000, result.stderr[-2000:]
+    console = [line for line in result.stderr.splitlines() if "CONSOLE" in line or "Failed to load" in line]
+    assert console == []
+    harness = files.html.parent / "harness.html"
+    harness.write_text(HARNESS)
+    result = subprocess.run(flags + ["--allow-file-access-from-files", "--virtual-time-budget=10000",
+                                     "--dump-dom", harness.as_uri()], capture_output=True, text=True, timeout=120)
+    match = re.search(r'<pre id="result">(.*?)</pre>', result.stdout, re.S)
+    assert match, result.stderr[-2000:]
+    import html as _html
+
+    state = json.loads(_html.unescape(match.group(1)))
+    assert state["images"] == len(files.figures) and state["loaded"] == state["images"]
+    assert state["scripts"] == 0
+    assert XSS in state["text"]  # shown as text, not run
