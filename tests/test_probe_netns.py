@@ -1,0 +1,135 @@
+"""The probe across two network namespaces joined by a veth pair with a ``tc tbf`` rate limit: r_net must
+give back the configured rate times TCP's goodput factor (1448 / 1514 = 0.957) within 5 %.
+
+Needs root, ``ip netns`` and ``tc`` (Debian's iproute2) and a kernel with tbf; skips with the reason where
+any of them is missing or refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from ddltrace.collectors.microbench.suite import TCP_GOODPUT
+
+TAG = f"{os.getpid() % 100000}"
+NS_SERVER, NS_CLIENT = f"ddlt{TAG}s", f"ddlt{TAG}c"
+DEV_SERVER, DEV_CLIENT = f"dlv{TAG}s", f"dlv{TAG}c"
+ADDR_SERVER, ADDR_CLIENT = "10.213.77.2", "10.213.77.1"
+
+CLIENT = """
+import json, sys
+from ddltrace.collectors.microbench import network
+host, port, sizes = sys.argv[1], int(sys.argv[2]), [int(s) for s in sys.argv[3:]]
+with network.ProbeClient(host, port, timeout=10) as c:
+    points = network.stream_sweep(c, sizes, repeats=3)
+fit = network.linear_fit([s for s, _ in points], [m.value for _, m in points])
+print(json.dumps({"r_net": fit.slope, "ci": fit.slope_ci}))
+"""
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=check)
+
+
+def _tools_or_skip() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    if shutil.which("ip") is None or shutil.which("tc") is None:
+        # iproute2 is a Debian package: try to install it once, else skip
+        try:
+            subprocess.run(["apt-get", "install", "-y", "-qq", "iproute2"], capture_output=True, timeout=180,
+                           env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        if shutil.which("ip") is None or shutil.which("tc") is None:
+            pytest.skip("ip and tc (iproute2) are not installed and could not be installed")
+
+
+def _shape(rate_bit: float) -> None:
+    """tbf on both ends of the veth at ``rate_bit`` bit/s, burst = 10 ms at that rate (at least 64 KiB)."""
+    burst = max(64 * 1024, int(rate_bit / 8 / 100))
+    for ns, dev in ((NS_CLIENT, DEV_CLIENT), (NS_SERVER, DEV_SERVER)):
+        proc = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf",
+                               "rate", f"{int(rate_bit)}bit", "burst", str(burst), "limit", str(4 * burst)],
+                              capture_output=True, text=True, timeout=30)
+        if proc.returncode != 0:
+            pytest.skip(f"the kernel refuses tc tbf: {proc.stderr.strip()}")
+
+
+def _unshape() -> None:
+    for ns, dev in ((NS_CLIENT, DEV_CLIENT), (NS_SERVER, DEV_SERVER)):
+        subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", dev, "root"], capture_output=True,
+                       timeout=30)
+
+
+@pytest.fixture(scope="module")
+def netns_pair():
+    """Two namespaces joined by a veth pair, a probe server in one; yields (host, port). Cleans up."""
+    _tools_or_skip()
+    made = []
+    try:
+        for ns in (NS_SERVER, NS_CLIENT):
+            proc = _ip("netns", "add", ns, check=False)
+            if proc.returncode != 0:
+                pytest.skip(f"ip netns add refused: {proc.stderr.strip()}")
+            made.append(ns)
+        proc = _ip("link", "add", DEV_CLIENT, "type", "veth", "peer", "name", DEV_SERVER, check=False)
+        if proc.returncode != 0:
+            pytest.skip(f"veth pair refused: {proc.stderr.strip()}")
+        _ip("link", "set", DEV_CLIENT, "netns", NS_CLIENT)
+        _ip("link", "set", DEV_SERVER, "netns", NS_SERVER)
+        for ns, dev, addr in ((NS_CLIENT, DEV_CLIENT, ADDR_CLIENT), (NS_SERVER, DEV_SERVER, ADDR_SERVER)):
+            _ip("-n", ns, "addr", "add", f"{addr}/30", "dev", dev)
+            _ip("-n", ns, "link", "set", dev, "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+        server = subprocess.Popen(["ip", "netns", "exec", NS_SERVER, sys.executable, "-m",
+                                   "ddltrace.collectors.microbench.network", ADDR_SERVER, "0"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            line = server.stdout.readline().strip()
+            assert line.startswith("listening on "), server.stderr.read()
+            yield ADDR_SERVER, int(line.rsplit(":", 1)[1])
+        finally:
+            server.terminate()
+            server.wait(timeout=20)
+    finally:
+        for ns in made:
+            _ip("netns", "del", ns, check=False)  # deleting a namespace deletes its end of the veth pair
+
+
+def _client_r_net(host: str, port: int, sizes: list[int]) -> dict:
+    proc = subprocess.run(["ip", "netns", "exec", NS_CLIENT, sys.executable, "-c", CLIENT, host, str(port),
+                           *map(str, sizes)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize("gbit", [1, 10])
+def test_rate_limit_is_recovered_after_the_goodput_factor(netns_pair, gbit):
+    host, port = netns_pair
+    rate_bit = gbit * 1e9
+    expected = rate_bit / 8 * TCP_GOODPUT  # payload bytes per second
+    mib = 1 << 20
+    sizes = [s * mib for s in ((1, 2, 4, 8, 16, 32) if gbit == 1 else (8, 16, 32, 64, 128, 256))]
+    if gbit > 1:
+        _unshape()
+        unshaped = 1 / _client_r_net(host, port, sizes[:4])["r_net"]
+        if unshaped < 1.1 * expected:
+            pytest.skip(f"this machine's veth pair carries only {unshaped * 8 / 1e9:.2f} Gbit/s of TCP payload "
+                        f"unshaped (CPU-bound), too little to check a {gbit} Gbit/s limit")
+    _shape(rate_bit)
+    try:
+        res = _client_r_net(host, port, sizes)
+    finally:
+        _unshape()
+    measured = 1 / res["r_net"]
+    print(f"{gbit} Gbit/s tbf: {measured * 8 / 1e9:.4f} Gbit/s payload, expected {expected * 8 / 1e9:.4f}")
+    assert abs(measured / expected - 1) < 0.05, (
+        f"{gbit} Gbit/s tbf: measured {measured * 8 / 1e9:.4f} Gbit/s of payload, expected "
+        f"{expected * 8 / 1e9:.4f} (r_net CI ± {res['ci'] / res['r_net']:.1%})")
