@@ -4,7 +4,12 @@ PYTHON ?= python3
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 
-.PHONY: install test lint demo sample-store benchmarks clean
+.PHONY: install system-deps test lint demo sample-store benchmarks clean
+
+# Debian packages some tests drive for real: chromium (the report rendered headless), iproute2 (network
+# namespaces and tc for the network probe), iperf3 and fio (reference tools of the benchmarks). Installed
+# when running as root with apt-get; otherwise those tests skip and say why.
+SYSTEM_TOOLS = chromium:chromium ip:iproute2 tc:iproute2 iperf3:iperf3 fio:fio
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -14,11 +19,19 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+system-deps:
+	@missing=""; for pair in $(SYSTEM_TOOLS); do command -v $${pair%%:*} >/dev/null || missing="$$missing $${pair#*:}"; done; \
+	if [ -z "$$missing" ]; then echo "system tools present"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing:$$missing"; { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; } \
+	    || echo "apt-get failed: tests needing$$missing will skip"; \
+	else echo "not root or no apt-get: tests needing$$missing will skip"; fi
+
 lint: install
 	$(VENV)/bin/ruff check .
 
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
-test: install lint
+test: install system-deps lint
 	$(PY) -m pytest -q -p no:cacheprovider; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: no test ran" >&2; exit 1; fi; exit $$rc
 
