@@ -80,12 +80,11 @@ def build_wrapper(mpicc: str | None = None, *, quiet: bool = True) -> Path:
                             "wrapper cannot be built (install the MPI extra: pip install 'ddltrace[mpi]', "
                             "or put your MPI's mpicc on PATH)")
     library = mpi_library(mpicc)
-    sources = {name: (_HERE / name).read_text() for name in ("runtime.c", "runtime.h")}
-    source = generate(exported_pmpi(library))
+    sources = {name: (_HERE / name).read_text() for name in ("runtime.c", "runtime.h", "table.py", "generate.py")}
     stat = library.stat()
     key = hashlib.sha256("\0".join([
         os.path.realpath(mpicc), " ".join(_show(mpicc)), str(library), str(stat.st_size), str(int(stat.st_mtime)),
-        source, *sources.values()]).encode()).hexdigest()[:16]
+        *sources.values()]).encode()).hexdigest()[:16]
     folder = cache_root() / key
     out = folder / LIB_NAME
     if out.exists():
@@ -95,9 +94,9 @@ def build_wrapper(mpicc: str | None = None, *, quiet: bool = True) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if out.exists():
             return out
-        for name, text in sources.items():
-            (folder / name).write_text(text)
-        (folder / "wrappers.c").write_text(source)
+        for name in ("runtime.c", "runtime.h"):
+            (folder / name).write_text(sources[name])
+        (folder / "wrappers.c").write_text(generate(exported_pmpi(library)))
         tmp = folder / f".{LIB_NAME}.{os.getpid()}"
         cmd = [mpicc, "-shared", "-fPIC", "-O2", "-o", str(tmp), str(folder / "wrappers.c"), "-lpthread"]
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=folder)

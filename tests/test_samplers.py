@@ -1,0 +1,107 @@
+"""System sampler (psutil), GPU sampler without a driver, py-spy stacks (real, and refused)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from ddltrace.collectors.gpu_sampler import GpuSampler
+from ddltrace.collectors.launcher import RunConfig, run_job
+from ddltrace.collectors.pyspy_stacks import PySpyRecorder, stacks_to_rows
+from ddltrace.collectors.system_sampler import MACHINE, SystemSampler
+from ddltrace.store import TraceStore
+
+
+def test_system_sampler_sees_the_machine_and_the_process_tree():
+    child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 1: pass"])
+    try:
+        sampler = SystemSampler(hz=20, root_pid=os.getpid()).start()
+        time.sleep(0.6)
+        rows = sampler.stop()
+    finally:
+        child.kill()
+        child.wait()
+    names = {(key == MACHINE, name) for key, name, _, _ in rows}
+    for name in ("cpu_percent", "cpu0_percent", "mem_used_bytes", "mem_available_bytes", "disk_read_bytes_per_s",
+                 "net_sent_bytes_per_s", "ctx_switches_per_s", "job_cpu_percent", "job_rss_bytes"):
+        assert (True, name) in names, name
+    ncpu = psutil.cpu_count()
+    cpu = [v for k, n, _, v in rows if k == MACHINE and n == "cpu_percent"]
+    assert len(cpu) >= 5 and all(0 <= v <= 100 for v in cpu)
+    child_cpu = [v for k, n, _, v in rows if k == child.pid and n == "cpu_percent"]
+    assert child_cpu and max(child_cpu) > 20 and max(child_cpu) <= 100 * ncpu  # the busy child shows
+    assert any(k == os.getpid() and n == "rss_bytes" and v > 10e6 for k, n, _, v in rows)
+    times = [t for k, n, t, _ in rows if k == MACHINE and n == "cpu_percent"]
+    assert times == sorted(times)
+    with pytest.raises(ValueError):
+        SystemSampler(hz=0)
+
+
+def test_gpu_sampler_without_driver_records_why_and_does_nothing():
+    gpu = GpuSampler(hz=10)
+    if gpu.available:
+        pytest.skip(f"this machine has an NVIDIA driver and {len(gpu.devices)} GPU(s)")
+    assert "NVML" in gpu.reason or "GPU" in gpu.reason
+    gpu.start()
+    time.sleep(0.2)
+    assert gpu.stop() == []
+
+
+def test_pyspy_chrometrace_becomes_stack_rows(tmp_path):
+    events = [
+        {"ph": "B", "name": "<module>", "ts": 0, "tid": 1, "args": {"filename": "/x/train.py", "line": 3}},
+        {"ph": "B", "name": "load", "ts": 10, "tid": 1, "args": {"filename": "/x/data.py", "line": 7}},
+        {"ph": "E", "name": "load", "ts": 40, "tid": 1, "args": {"filename": "/x/data.py", "line": 7}},
+        {"ph": "E", "name": "<module>", "ts": 50, "tid": 1, "args": {"filename": "/x/train.py", "line": 3}},
+    ]
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(events))
+    rows = stacks_to_rows(path, start_ns=1_000_000)
+    assert list(rows["name"]) == ["<module> (train.py:3)", "<module> (train.py:3);load (data.py:7)",
+                                  "<module> (train.py:3)"]
+    assert list(rows["start_ns"]) == [1_000_000, 1_010_000, 1_040_000]
+    assert list(rows["dur_ns"]) == [10_000, 30_000, 10_000]
+    assert set(rows["lane"]) == {"python"}
+
+
+JOB = "import time\ndef load_batch():\n    t = time.time()\n    while time.time() - t < 0.05: pass\n" \
+      "for _ in range(12): load_batch()\n"
+
+
+def test_pyspy_samples_a_python_job(tmp_path):
+    (tmp_path / "job.py").write_text(JOB)
+    result = run_job(RunConfig(argv=[sys.executable, str(tmp_path / "job.py")], out=tmp_path / "store",
+                               pyspy=True, pyspy_rate_hz=50, stream=io.StringIO()))
+    store = TraceStore.open(tmp_path / "store")
+    if any("ptrace not permitted" in n for n in result.notes):
+        pytest.skip("ptrace is not permitted on this machine")
+    tl = store.timeline()
+    stacks = tl[tl["lane"] == "python"]
+    assert len(stacks) and set(stacks["source"]) == {"py-spy"}
+    assert stacks["name"].str.contains("load_batch (job.py:4)", regex=False).any()
+
+
+def test_pyspy_refused_is_said_and_the_run_goes_on(tmp_path, monkeypatch):
+    fake = tmp_path / "py-spy"
+    fake.write_text("#!/bin/sh\necho 'Error: Permission Denied: Try running again with elevated permissions' >&2\n"
+                    "exit 1\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("DDLTRACE_PYSPY", str(fake))
+    rec = PySpyRecorder(tmp_path / "out")
+    assert rec.pyspy == str(fake)
+    (tmp_path / "job.py").write_text("import time\ntime.sleep(0.5)\n")
+    result = run_job(RunConfig(argv=[sys.executable, str(tmp_path / "job.py")], out=tmp_path / "store",
+                               pyspy=True, stream=io.StringIO()))
+    assert result.exit_code == 0
+    store = TraceStore.open(tmp_path / "store")
+    notes = store.manifest["notes"]
+    assert any("ptrace not permitted" in n and "Permission Denied" in n for n in notes), notes
+    assert store.rank_info(0)["ended"] == "normal" and len(store.timeline()) == 1
