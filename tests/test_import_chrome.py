@@ -150,3 +150,14 @@ def test_metadata_and_counters(tmp_path):
     trace = read_chrome(_write(tmp_path / "t.json", events))
     assert trace.process_names == {5: "cpu/0"} and trace.thread_names == {(5, 6): "worker"}
     assert sorted(trace.counters) == [(5, "Memory.free", 3.0, 2.5), (5, "Memory.used", 3.0, 10.0)]
+
+
+def test_invalid_utf8_is_bad_input_not_a_crash(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_bytes(b'{"tr\x80ce": 1}')
+    with pytest.raises(DdltraceError, match="t.json"):
+        read_chrome(path)
+    path.write_bytes(b'[{"ph": "X", "name": "ok", "ts": 1, "dur": 1},\n{"ph": "X", "name": "\xff\xfe", "ts": 2, '
+                     b'"dur": 1}]')
+    trace = read_chrome(path)
+    assert trace.read == 1 and trace.skipped["undecodable JSON (event skipped)"] == 1

@@ -46,6 +46,8 @@ class Event(msgspec.Struct, gc=False):
     args: msgspec.Raw = msgspec.Raw(b"")
 
 
+#: What a decoder raises on text that is not (UTF-8) JSON.
+_MALFORMED = (msgspec.DecodeError, UnicodeDecodeError)
 _DECODE_EVENTS = msgspec.json.Decoder(list[Event])
 _DECODE_ANY = msgspec.json.Decoder()
 
@@ -57,7 +59,7 @@ def decode_args(event: Event) -> dict:
         return {}
     try:
         value = _DECODE_ANY.decode(raw)
-    except msgspec.DecodeError:
+    except _MALFORMED:
         return {}
     return value if isinstance(value, dict) else {}
 
@@ -314,6 +316,9 @@ def _lenient_event(obj: Any) -> Event | str:
 
 
 def _malformed_offset(exc: Exception) -> int | None:
+    """msgspec's 'byte N' (one past the offending byte) from a decode error."""
+    if isinstance(exc, UnicodeDecodeError):
+        return exc.start + 1
     m = _MALFORMED_AT.search(str(exc))
     return int(m.group(1)) if m else None
 
@@ -329,7 +334,7 @@ class _Reader:
         """Decode ``[piece]``; False when it is not well-formed JSON (the cut was wrong or data damaged)."""
         return self._try_piece(piece) is None
 
-    def _try_piece(self, piece: bytes) -> msgspec.DecodeError | None:
+    def _try_piece(self, piece: bytes) -> Exception | None:
         """Decode ``[piece]`` into the builder; the decode error when it is not well-formed JSON."""
         doc = b"[" + piece + b"]"
         try:
@@ -337,11 +342,11 @@ class _Reader:
             return None
         except msgspec.ValidationError:
             pass
-        except msgspec.DecodeError as exc:
+        except _MALFORMED as exc:
             return exc
         try:
             objs = _DECODE_ANY.decode(doc)
-        except msgspec.DecodeError as exc:
+        except _MALFORMED as exc:
             return exc
         good = []
         for obj in objs:
@@ -445,7 +450,7 @@ class _Reader:
             return
         try:
             value = _DECODE_ANY.decode(b"{" + text + b"}")
-        except msgspec.DecodeError as exc:
+        except _MALFORMED as exc:
             self.trace.problems.append(f"{self.trace.path}: top-level keys before traceEvents unreadable ({exc})")
             return
         self.trace.header.update(value)
@@ -455,14 +460,14 @@ class _Reader:
             raise DdltraceError(f"{self.trace.path}: empty file")
         try:
             value = _DECODE_ANY.decode(buf)
-        except msgspec.DecodeError as exc:
+        except _MALFORMED as exc:
             raise DdltraceError(f"{self.trace.path}: not a Chrome trace: {exc}") from exc
         if isinstance(value, dict):
             raise DdltraceError(f"{self.trace.path}: JSON object without a \"traceEvents\" array")
         raise DdltraceError(f"{self.trace.path}: JSON {type(value).__name__}, not a Chrome trace")
 
     @staticmethod
-    def _trailing(exc: msgspec.DecodeError) -> int | None:
+    def _trailing(exc: Exception) -> int | None:
         """Where the array closed, from msgspec's 'trailing characters (byte N)' (N is one past the
         offending byte, and the decoded text had '[' in front)."""
         pos = _malformed_offset(exc)
@@ -481,9 +486,9 @@ class _Reader:
             try:  # wrong types somewhere: find the array's end without the schema
                 _DECODE_ANY.decode(doc)
                 end = len(body)
-            except msgspec.DecodeError as exc:
+            except _MALFORMED as exc:
                 end = self._trailing(exc)
-        except msgspec.DecodeError as exc:
+        except _MALFORMED as exc:
             end = self._trailing(exc)
         if end is not None:
             closed = body[:end].rstrip()
@@ -510,11 +515,20 @@ class _Reader:
             self._salvage(body, final=True)
             return
         rest = body[consumed:].strip().rstrip(b",")
-        if rest and not self._decode_piece(rest):
+        error = self._try_piece(rest) if rest else None
+        if error is None:
+            return
+        pos = _malformed_offset(error)
+        if pos is None or pos >= len(rest):  # failed at the very end: at the ']' we put after it
             self.trace.skipped["truncated event at the end of the file"] += 1
             self.trace.problems.append(
                 f"{self.trace.path}: JSON truncated at byte {self.offset + len(body)}: the last "
                 f"{len(rest)} bytes (an incomplete event) were skipped")
+        else:
+            self.trace.skipped["undecodable JSON (event skipped)"] += 1
+            where = self.offset + len(body) - len(body[consumed:].lstrip()) + max(pos - 2, 0)
+            self.trace.problems.append(f"{self.trace.path}: malformed JSON at byte {where} ({error}); "
+                                       f"the last {len(rest)} bytes were skipped")
 
 
 def read_chrome(path, *, want_args=None, keep_instants: bool = False, source: ByteSource | None = None
