@@ -278,7 +278,11 @@ class HashemiFit:
             return pd.DataFrame(columns=["label", "w", "b", "measured_s", "predicted_s", "abs_pct_error"])
         for i in range(len(frame)):
             rest = frame.drop(index=i).reset_index(drop=True)
-            theta, _ = self._solve(rest, names, base)
+            theta, result = self._solve(rest, names, base)
+            theta = np.array(theta, dtype=float)
+            for j in range(len(names)):  # as in fit: a constant the runs do not constrain predicts with 0
+                if self._only_bounded(rest, names, theta, j, base, float(np.sum(result.fun**2))) is not None:
+                    theta[j] = 0.0
             k = replace(base, **dict(zip(names, theta, strict=True)))
             pred = float(self._predict_rows(frame.iloc[[i]], k)[0])
             meas = float(frame["phase_s"].iloc[i])
@@ -420,48 +424,76 @@ def _first(run: Mapping[str, Any], keys: Sequence[str]) -> Any:
     return None
 
 
+def _from_command(run: Mapping[str, Any], flags: Sequence[str]) -> float | None:
+    """The value of the first of ``flags`` in the run's command ('--batch 64' or '--batch=64'), if numeric."""
+    command = run.get("command") or ""
+    words = command.split() if isinstance(command, str) else [str(w) for w in command]
+    for i, word in enumerate(words):
+        name, eq, value = word.partition("=")
+        if name in flags:
+            value = value if eq else (words[i + 1] if i + 1 < len(words) else "")
+            try:
+                return float(value)
+            except ValueError:
+                return None
+    return None
+
+
 def measurements_from_store(path: str | Path, *, batch: float | None = None, samples: float | None = None,
-                            epochs: float | None = None) -> dict:
+                            epochs: float | None = None, servers: int | None = None) -> dict:
     """One run's measurements from a trace store.
 
-    - ``w``: the ranks whose role is not a server ('server', 'ps', ...) in the manifest, else all ranks;
-    - ``b``, ``d``, ``epochs``: from the run metadata (``batch_size``/``batch``, ``samples``/``dataset_size``/
-      ``d``, ``epochs``) unless given here;
-    - the computation phase of a worker runs from the start of its first event that carries a step to the end of
-      its last one; ``phase_s`` is the longest over the workers, ``init_s`` the longest time from a worker's
-      first event to its first step. (A deliberately simple rule until phase segmentation lands: it needs the
-      collector or importer to mark steps.)
+    - ``w``: the ranks that are not servers: ranks 0..servers-1 are servers when ``servers`` is given, else the
+      ranks whose manifest role is 'server' or 'ps';
+    - ``b``, ``d``, ``epochs``: given here, else from the run metadata (``batch_size``/``batch``, ``samples``/
+      ``dataset_size``/``d``, ``epochs``), else from the run's command line (``--batch``/``--batch-size``,
+      ``--samples``, ``--epochs``);
+    - the phases of each worker come from :func:`ddltrace.analyses.phases.segment_rank` (step markers, else
+      the repeating communication pattern, else the collectives around point-to-point traffic); ``phase_s`` is
+      the longest steady state over the workers (the slowest worker ends the epoch), ``init_s`` the longest
+      initialisation. A worker whose phases could only be bounded by MPI_Init/Finalize is refused: its steady
+      state would include initialisation.
     """
+    from ddltrace.analyses.phases import segment_rank
     from ddltrace.store import TraceStore
 
     store = TraceStore.open(path)
     run = store.run
     roles = {r: str(store.rank_info(r).get("role", "")).lower() for r in store.ranks}
-    workers = [r for r in store.ranks if roles[r] not in SERVER_ROLES]
+    if servers is not None:
+        workers = [r for r in store.ranks if r >= servers]
+    else:
+        workers = [r for r in store.ranks if roles[r] not in SERVER_ROLES]
     if not workers:
         raise DdltraceError(f"{path}: no worker ranks (every rank is a server, or the store is empty)")
-    b = batch if batch is not None else _first(run, ("batch_size", "batch", "b"))
+
+    def setting(given, keys, flags):
+        if given is not None:
+            return given
+        found = _first(run, keys)
+        return found if found is not None else _from_command(run, flags)
+
+    b = setting(batch, ("batch_size", "batch", "b"), ("--batch", "--batch-size", "--batch_size"))
     if b is None:
         raise DdltraceError(f"{path}: the run metadata has no batch_size; give it (--batch) or record it in the run")
-    d = samples if samples is not None else _first(run, ("samples", "dataset_size", "d"))
-    e = epochs if epochs is not None else _first(run, ("epochs",))
-    phase, init = 0.0, 0.0
+    d = setting(samples, ("samples", "dataset_size", "d"), ("--samples", "--dataset-size"))
+    e = setting(epochs, ("epochs",), ("--epochs",))
+    phase, init, methods = 0.0, 0.0, set()
     for rank, frame in store.iter_timeline(workers):
-        if frame.empty:
+        phases = segment_rank(frame)
+        if phases is None:
             continue
-        stepped = frame[frame["step"].notna()]
-        if stepped.empty:
-            raise DdltraceError(f"{path}: rank {rank} has no event with a step; the computation phase cannot be "
-                                "found (the collector must mark training steps)")
-        first = int(stepped["start_ns"].min())
-        last = int((stepped["start_ns"] + stepped["dur_ns"]).max())
-        phase = max(phase, (last - first) / 1e9)
-        init = max(init, (first - int(frame["start_ns"].min())) / 1e9)
+        if phases.method == "mpi":
+            raise DdltraceError(f"{path}: rank {rank} shows no steps and no repeating pattern; the computation "
+                                "phase cannot be told from initialisation (the collector must mark steps)")
+        methods.add(phases.method)
+        phase = max(phase, phases.steady_ns / 1e9)
+        init = max(init, phases.init_ns / 1e9)
     if phase <= 0:
-        raise DdltraceError(f"{path}: the workers' stepped events span no time")
+        raise DdltraceError(f"{path}: the workers' computation phase spans no time")
     return {"label": str(path), "job": job_identity(run), "w": float(len(workers)), "b": float(b),
             "d": None if d is None else float(d), "epochs": None if e is None else float(e),
-            "phase_s": phase, "init_s": init}
+            "phase_s": phase, "init_s": init, "phases_by": ",".join(sorted(methods))}
 
 
 def measurements_from_stores(paths: Sequence[str | Path], **overrides: Any) -> pd.DataFrame:

@@ -155,5 +155,5 @@ def test_inconsistent_stores_are_refused(tmp_path):
     unstepped = TraceStore.create(tmp_path / "nostep", run={"command": "python train_mlp.py", "batch_size": 64})
     unstepped.add_rank(0, pd.DataFrame({"rank": [0, 0], "lane": ["main"] * 2, "name": ["x"] * 2,
                                         "category": ["compute"] * 2, "start_ns": [0, 10], "dur_ns": [5, 5]}))
-    with pytest.raises(DdltraceError, match="no event with a step"):
+    with pytest.raises(DdltraceError, match="no steps and no repeating pattern"):
         measurements_from_stores([a, tmp_path / "nostep"])

@@ -121,28 +121,49 @@ def load_json(path: str | Path, what: str) -> Any:
 
 
 def profile_constants(profile: Mapping[str, Any], source: str = "profile") -> dict[str, Any]:
-    """The constants of a hardware profile, as plain numbers (or curves), keyed by the papers' names.
+    """The constants of a hardware profile as plain numbers (or curves), keyed by the papers' names, in seconds,
+    bytes and bytes per second.
 
-    A profile (from ``ddltrace calibrate``, or written by hand) is a JSON object whose constants sit at the top
-    level or under ``"constants"``; each is a number, ``{"value": x, ...}`` (an uncertainty and unit may ride
-    along), or for curves (``C_muladd`` against working-set bytes, ``C_interf`` against threads) a list of
-    ``[x, y]`` pairs or an object ``{"x": y}``. Units are seconds, bytes, bytes per second.
+    Reads what ``ddltrace calibrate`` writes (``{"format": "ddltrace-hardware-profile", "constants": {name:
+    {"value", "uncertainty", "unit", ...}}, "curves": {name: {"points": [{"x", "y"}]}}, "machine": {...}}``):
+    a constant in ``bit/s`` is turned into bytes per second; ``C_muladd`` becomes its curve against segment
+    bytes (the curve of the constant it is an alias of) and ``C_interf`` the curve against H (``C_interf_cache``,
+    else ``C_interf_mem``); ``cores`` comes from the machine's physical cores. A hand-written profile may give
+    plain numbers at the top level or under ``"constants"``, and curves as lists of ``[x, y]`` pairs.
     """
     if not isinstance(profile, Mapping):
         raise DdltraceError(f"{source}: a hardware profile must be a JSON object")
     table = profile.get("constants", profile)
     if not isinstance(table, Mapping):
         raise DdltraceError(f"{source}: 'constants' must be an object")
+    curves = profile.get("curves") if isinstance(profile.get("curves"), Mapping) else {}
     out: dict[str, Any] = {}
     for name, raw in table.items():
-        value = raw.get("value", raw.get("curve")) if isinstance(raw, Mapping) and (
-            "value" in raw or "curve" in raw) else raw
+        value, unit = raw, ""
+        if isinstance(raw, Mapping):
+            value, unit = raw.get("value", raw.get("curve")), str(raw.get("unit", ""))
         if isinstance(value, bool):
             continue
         if isinstance(value, int | float):
             if not math.isfinite(value) or value < 0:
                 raise DdltraceError(f"{source}: constant {name} = {value} must be a finite number >= 0")
-            out[name] = float(value)
+            out[name] = float(value) / 8 if unit in ("bit/s", "b/s", "bps") else float(value)
         elif isinstance(value, list | Mapping):
             out[name] = value
+    alias = table.get("C_muladd", {}).get("alias_of") if isinstance(table.get("C_muladd"), Mapping) else None
+    for curve_name, key in ((alias, "C_muladd"), ("C_interf_cache", "C_interf"), ("C_interf_mem", "C_interf")):
+        curve = curves.get(curve_name) if curve_name else None
+        if curve is None or isinstance(out.get(key), list):  # no such curve, or a curve is already there
+            continue
+        try:
+            points = [[float(pt["x"]), float(pt["y"])] for pt in curve["points"]]
+        except (KeyError, TypeError, ValueError):
+            raise DdltraceError(f"{source}: curve {curve_name} has malformed points") from None
+        if key == "C_interf" and points and points[0][0] > 1:
+            points.insert(0, [1.0, 1.0])
+        if points:
+            out[key] = points
+    machine = profile.get("machine") if isinstance(profile.get("machine"), Mapping) else {}
+    if "cores" not in out and (machine.get("physical_cores") or machine.get("logical_cpus")):
+        out["cores"] = float(machine.get("physical_cores") or machine.get("logical_cpus"))
     return out

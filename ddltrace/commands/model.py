@@ -1,0 +1,302 @@
+"""``ddltrace model fit|predict``: fit Hashemi et al.'s ASGD model to a scaling series, then ask it questions.
+
+``model fit STORE...`` reads one run of the same job per store (different worker counts or batch sizes), fits
+c_p, c_b, c_u by bounded least squares with the hardware profile's r_m, w_m, r_net held fixed, and prints
+each constant with its confidence interval, the knee w*, every run's leave-one-out prediction error and the
+runs that diverge from the model (named by the term that bounds them). ``--out`` keeps the model as JSON.
+
+``model predict MODEL --workers 1,2,4,...`` prints (and plots) the predicted computation-phase time against the
+measured runs, with ``--what-if r_net=0.1x`` (a factor) or ``c_u=2e-5`` (a value) beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from ddltrace.errors import DdltraceError
+from ddltrace.models import hashemi
+from ddltrace.models.dnn import load_dnn
+from ddltrace.models.quantities import load_json, parse_int_list, parse_what_if, profile_constants
+from ddltrace.units import format_ns, format_percent
+
+UNITS = {"c_p": "s/sample", "c_b": "s/batch", "c_u": "s/update", "t_phase_min": "s", "kappa": "1/worker",
+         "r_d": "s/B", "r_m": "s/B", "w_m": "s/B", "r_net": "s/B", "lat_net": "s"}
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "model", help="fit the ASGD model to a scaling series and predict other configurations",
+        description="Hashemi et al.'s per-worker ASGD model (MODELS.md section 1): 'fit' learns its constants "
+                    "from runs of one job at several worker counts, 'predict' answers how long the computation "
+                    "phase takes on w workers and what if the network or the server were faster.")
+    sub = p.add_subparsers(dest="model_verb", metavar="fit|predict")
+    sub.required = True
+
+    f = sub.add_parser("fit", help="fit c_p, c_b, c_u (with intervals) to runs of one job",
+                       description="Fit the model to a scaling series: one store per run of the same job. Prints "
+                                   "the constants with confidence intervals, the knee w*, leave-one-out errors and "
+                                   "the runs that diverge from the model.")
+    f.add_argument("stores", nargs="*", metavar="STORE", help="trace stores of one job at different w")
+    f.add_argument("--csv", metavar="FILE", help="measurements instead of stores: columns w, b, phase_s "
+                                                 "[, init_s, d, epochs, label]")
+    f.add_argument("--profile", metavar="FILE", help="hardware profile from 'ddltrace calibrate' (r_m, w_m, r_net, "
+                                                     "lat_net, r_d are held fixed)")
+    f.add_argument("--dnn", metavar="DNN", help="DNN description (file or bundled name) for n_w, n_f and s")
+    f.add_argument("--n-w", type=float, help="weights n_w (default: the DNN's parameters, or the run's n_w)")
+    f.add_argument("--n-f", type=float, help="features per sample n_f")
+    f.add_argument("--bytes-per-value", type=float, help="s, bytes per value (default 8, or the DNN's)")
+    f.add_argument("--batch", type=float, help="batch size, when the stores do not record it")
+    f.add_argument("--samples", type=float, help="data set size d, when the stores do not record it")
+    f.add_argument("--epochs", type=float, help="epochs E, when the stores do not record it")
+    f.add_argument("--servers", type=int, help="ranks 0..N-1 are parameter servers (default: manifest roles)")
+    f.add_argument("--storage", choices=hashemi.STORAGE_KINDS, default="shared",
+                   help="how initialisation reads the data (default shared: one worker after another)")
+    f.add_argument("--free", default="c_p,c_b,c_u",
+                   help="constants to fit (default c_p,c_b,c_u; add t_phase_min, kappa for the floor and the "
+                        "contention extension)")
+    f.add_argument("--fix", action="append", default=[], metavar="NAME=VALUE", help="hold a constant fixed")
+    f.add_argument("--threshold", type=float, default=0.10,
+                   help="relative divergence that flags a run (default 0.10)")
+    f.add_argument("--out", metavar="FILE", help="write the fitted model as JSON")
+    f.add_argument("--json", action="store_true", help="print the fitted model as JSON")
+    f.set_defaults(func=run_fit)
+
+    q = sub.add_parser("predict", help="predicted phase time at other worker counts, and what-ifs",
+                       description="Predict the computation-phase time of a fitted model at the given worker "
+                                   "counts, beside the measured runs, and with constants changed (--what-if).")
+    q.add_argument("model", metavar="MODEL", help="model JSON written by 'ddltrace model fit --out'")
+    q.add_argument("--workers", required=True, help="worker counts, e.g. 1,2,4,8,16,32,64")
+    q.add_argument("--batch", type=float, help="batch size (default: the model's)")
+    q.add_argument("--what-if", action="append", default=[], metavar="NAME=VALUE",
+                   help="change a constant: r_net=0.1x (ten times faster network), c_u=2e-5 (seconds); repeatable")
+    q.add_argument("--plot", metavar="PNG", help="write a plot of predicted vs measured")
+    q.add_argument("--json", action="store_true", help="print the table as JSON")
+    q.set_defaults(func=run_predict)
+
+
+def _fixed(items: list[str]) -> dict[str, float]:
+    out = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        try:
+            out[name.strip()] = float(value)
+        except ValueError:
+            raise DdltraceError(f"--fix {item!r}: expected NAME=VALUE with a number") from None
+    return out
+
+
+def _measurements(args) -> tuple[pd.DataFrame, str]:
+    from ddltrace.analyses.fit_hashemi import measurements_from_stores
+
+    if args.csv and args.stores:
+        raise DdltraceError("give either stores or --csv, not both")
+    if args.csv:
+        try:
+            frame = pd.read_csv(args.csv)
+        except FileNotFoundError:
+            raise DdltraceError(f"{args.csv}: no such measurements file") from None
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+            raise DdltraceError(f"{args.csv}: not a CSV table ({exc})") from None
+        return frame, ""
+    if not args.stores:
+        raise DdltraceError("model fit: give the stores of a scaling series (or --csv FILE)")
+    frame = measurements_from_stores(args.stores, batch=args.batch, samples=args.samples, epochs=args.epochs,
+                                     servers=args.servers)
+    return frame, str(frame["job"].iloc[0])
+
+
+def run_fit(args) -> int:
+    from ddltrace.analyses.fit_hashemi import PROFILE_CONSTANTS, HashemiFit
+
+    frame, job = _measurements(args)
+    profile = {}
+    if args.profile:
+        constants = profile_constants(load_json(args.profile, "hardware profile"), args.profile)
+        profile = {k: v for k, v in constants.items() if k in PROFILE_CONSTANTS and isinstance(v, float)}
+    n_w, n_f, s = args.n_w, args.n_f, args.bytes_per_value
+    if args.dnn:
+        dnn = load_dnn(args.dnn)
+        n_w = n_w if n_w is not None else float(dnn.parameters)
+        n_f = n_f if n_f is not None else float(dnn.input_neurons)
+        s = s if s is not None else float(dnn.bytes_per_value)
+    free = [name.strip() for name in args.free.split(",") if name.strip()]
+    fit = HashemiFit(d=args.samples, n_f=n_f or 0.0, n_w=n_w or 0.0, s=s or 8.0, epochs=args.epochs or 1.0,
+                     storage=args.storage, profile=profile, free=free, fixed=_fixed(args.fix),
+                     divergence_threshold=args.threshold).fit(frame)
+    model = fit.to_dict()
+    model["job"] = job
+    model["profile"] = args.profile
+    if profile and not (n_w or 0) > 0:
+        model["notes"].append("n_w is unknown (give --dnn or --n-w): the memory and network terms are zero")
+        fit.notes_.append(model["notes"][-1])
+    if args.out:
+        try:
+            Path(args.out).write_text(json.dumps(model, indent=2, allow_nan=False) + "\n")
+        except OSError as exc:
+            raise DdltraceError(f"{args.out}: cannot write the model ({exc.strerror})") from None
+    if args.json:
+        json.dump(model, sys.stdout, indent=2, allow_nan=False)
+        print()
+        return 0
+    print(describe_fit(fit, job))
+    if args.out:
+        print(f"\nmodel written to {args.out}")
+    return 0
+
+
+def _seconds(x: float) -> str:
+    return "n/a" if x is None or math.isnan(x) else format_ns(x * 1e9)
+
+
+def describe_fit(fit, job: str = "") -> str:
+    """The text report of a fitted HashemiFit."""
+    pct = int(round(100 * fit.confidence))
+    lines = [f"Hashemi et al. ASGD model fitted to {fit.n_runs_} runs{f' of {job}' if job else ''} "
+             f"({pct} % confidence intervals)", ""]
+    values = fit.to_dict()["constants"]
+    for name in hashemi.NAMES:
+        entry = values[name]
+        if entry["source"] == "default (0)":
+            continue
+        text = f"  {name:<12} {entry['value']:.4e} {UNITS[name]:<9}"
+        ci = entry.get("ci")
+        if ci and ci[0] is not None:
+            text += f"  [{ci[0]:.4e}, {ci[1]:.4e}]"
+        elif name in getattr(fit, "unconstrained_", {}):
+            text += f"  not constrained (0 to {fit.unconstrained_[name]:.3g} fit as well)"
+        lines.append(text + f"  {entry['source']}")
+    if math.isinf(fit.knee_):
+        lines.append("\nknee: none (neither the server nor the floor ever binds)")
+    else:
+        lines.append(f"\nknee: w* = {fit.knee_:.3g} workers ({fit.knee_cause_} term takes over) at batch "
+                     f"{fit.knee_batch_:g}")
+    lines.append(f"fit: rms relative error {format_percent(fit.rms_relative_error_)} over {fit.n_runs_} runs")
+    if len(fit.loo_):
+        lines.append("\nleave-one-out (each run predicted from the others):")
+        for row in fit.loo_.to_dict("records"):
+            lines.append(f"  {row['label']:<32} w={row['w']:<5g} b={row['b']:<6g} measured "
+                         f"{_seconds(row['measured_s']):>9}  predicted {_seconds(row['predicted_s']):>9}  "
+                         f"error {row['abs_pct_error']:.1f} %")
+        lines.append(f"  mean absolute error {fit.loo_['abs_pct_error'].mean():.1f} %, worst "
+                     f"{fit.loo_['abs_pct_error'].max():.1f} %")
+    flagged = fit.divergence_[fit.divergence_["flagged"]]
+    threshold = format_percent(fit.divergence_threshold)
+    if len(flagged):
+        lines.append(f"\ndivergent runs (measurement off the fitted model by more than {threshold}):")
+        term_constant = {"server/network": "c_u, r_net", "worker": "c_p, c_b, r_m, w_m", "floor": "t_phase_min"}
+        for row in flagged.to_dict("records"):
+            where = ", past the knee (server contention the model does not have)" if row["past_knee"] else ""
+            lines.append(f"  {row['label']}: measured {_seconds(row['measured_s'])}, model "
+                         f"{_seconds(row['predicted_s'])} ({100 * row['divergence']:+.0f} %), bound by the "
+                         f"{row['bound_by']} term ({term_constant[row['bound_by']]}){where}")
+    else:
+        lines.append(f"\nno run diverges from the model by more than {threshold}")
+    if fit.notes_:
+        lines.append("\nnotes:")
+        lines.extend(f"  - {note}" for note in fit.notes_)
+    return "\n".join(lines)
+
+
+# -- predict ---------------------------------------------------------------------------------------------------
+
+def _predict_table(model: dict, source: str, workers: list[int], batch: float | None,
+                   what_if: dict) -> pd.DataFrame:
+    from ddltrace.analyses.fit_hashemi import constants_from_model
+
+    constants, workload = constants_from_model(model, source)
+    measured = pd.DataFrame(model.get("measurements") or [])
+    b = batch or (model.get("knee") or {}).get("batch") or (float(measured["b"].mode()[0]) if len(measured) else None)
+    d = workload.get("d") or (float(measured["d"].dropna().median()) if "d" in measured and
+                              measured["d"].notna().any() else None)
+    epochs = workload.get("epochs") or 1.0
+    if "epochs" in measured and measured["epochs"].notna().any():
+        epochs = float(measured["epochs"].dropna().median())
+    if not b or not d:
+        raise DdltraceError(f"{source}: the model lacks the batch size or the data set size; give --batch")
+    wl = hashemi.Workload(d=float(d), b=float(b), n_f=workload.get("n_f") or 0.0, n_w=workload.get("n_w") or 0.0,
+                          epochs=float(epochs), s=workload.get("s") or 8.0)
+    try:
+        changed = constants.scaled(what_if) if what_if else None
+    except KeyError as exc:
+        raise DdltraceError(f"--what-if: {exc.args[0]!r} is not a constant of the model "
+                            f"({', '.join(hashemi.NAMES)})") from None
+    rows = []
+    for w in workers:
+        terms = hashemi.phase_terms(w, wl, constants)
+        row = {"w": w, "b": wl.b, "predicted_s": wl.epochs * hashemi.t_phase(w, wl, constants),
+               "bound_by": hashemi.bound_by(terms)}
+        if changed is not None:
+            row["what_if_s"] = wl.epochs * hashemi.t_phase(w, wl, changed)
+            row["what_if_bound_by"] = hashemi.bound_by(hashemi.phase_terms(w, wl, changed))
+        if len(measured):
+            match = measured[(measured["w"] == w) & (measured["b"] == wl.b)]
+            row["measured_s"] = float(match["phase_s"].mean()) if len(match) else math.nan
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def run_predict(args) -> int:
+    model = load_json(args.model, "model")
+    workers = parse_int_list(args.workers, "--workers")
+    what_if = parse_what_if(args.what_if)
+    table = _predict_table(model, args.model, workers, args.batch, what_if)
+    if args.plot:
+        _plot(table, args.plot, args.what_if)
+    if args.json:
+        records = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+                   for r in table.to_dict("records")]
+        json.dump({"model": args.model, "what_if": args.what_if, "rows": records}, sys.stdout, indent=2)
+        print()
+        return 0
+    label = " ".join(args.what_if)
+    header = f"{'workers':>7}  {'predicted':>10}  {'bound by':<15}"
+    if "measured_s" in table:
+        header += f"  {'measured':>10}  {'error':>7}"
+    if what_if:
+        header += f"  {'what-if':>10}  {'bound by':<15}"
+    print(f"computation phase (all epochs) at batch {table['b'].iloc[0]:g}" + (f"; what-if: {label}" if label else ""))
+    print(header)
+    for row in table.to_dict("records"):
+        line = f"{row['w']:>7}  {_seconds(row['predicted_s']):>10}  {row['bound_by']:<15}"
+        if "measured_s" in row:
+            meas = row["measured_s"]
+            err = "" if math.isnan(meas) else f"{100 * (row['predicted_s'] - meas) / meas:+.1f} %"
+            line += f"  {_seconds(meas) if not math.isnan(meas) else '-':>10}  {err:>7}"
+        if what_if:
+            line += f"  {_seconds(row['what_if_s']):>10}  {row['what_if_bound_by']:<15}"
+        print(line)
+    if args.plot:
+        print(f"\nplot written to {args.plot}")
+    return 0
+
+
+def _plot(table: pd.DataFrame, path: str, what_if: list[str]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(table["w"], table["predicted_s"], "o-", label="model")
+    if "what_if_s" in table:
+        ax.plot(table["w"], table["what_if_s"], "s--", label="what-if: " + " ".join(what_if))
+    if "measured_s" in table and table["measured_s"].notna().any():
+        ax.plot(table["w"], table["measured_s"], "k^", label="measured")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("workers w")
+    ax.set_ylabel("computation phase (s)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=120)
+    except OSError as exc:
+        raise DdltraceError(f"{path}: cannot write the plot ({exc.strerror})") from None
+    finally:
+        plt.close(fig)

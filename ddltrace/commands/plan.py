@@ -1,0 +1,178 @@
+"""``ddltrace plan gpus|ps|batch|placement``: Chang et al.'s lemmas, the mini-batch program, RALP's placement.
+
+- ``plan gpus --overhead-ratio R [--gpus 2,4,8] [--efficiency E] [--speedup S]``: Lemma 3.1, speedup and
+  efficiency on N GPUs, the largest overhead ratio for a target efficiency, the GPUs for a target speedup.
+- ``plan ps --param-bytes 250MB --workers 8 --bandwidth 10Gbit/s --compute-time 0.5s``: Lemma 3.2, the parameter
+  servers that hide pull and push behind compute.
+- ``plan batch --dnn D --gpu-memory 12GiB --batches 32,64,128``: the mini-batch integer program (one convolution
+  algorithm per layer within the GPU memory), the batch with the most samples per second.
+- ``plan placement --dnn D --batch 32 --workers 8``: RALP's skewness, split point and traffic per step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+from ddltrace.errors import DdltraceError
+from ddltrace.models import chang, ralp
+from ddltrace.models.dnn import load_dnn
+from ddltrace.models.quantities import parse_bandwidth, parse_bytes, parse_int_list, parse_seconds
+from ddltrace.units import format_bytes, format_ns, format_percent
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "plan", help="plan GPUs, parameter servers, mini-batch and layer placement (Chang et al., RALP)",
+        description="Back-of-the-envelope planning from the papers' closed forms: Lemma 3.1 (GPUs), Lemma 3.2 "
+                    "(parameter servers), the mini-batch integer program, RALP's layer placement.")
+    sub = p.add_subparsers(dest="plan_verb", metavar="gpus|ps|batch|placement")
+    sub.required = True
+
+    g = sub.add_parser("gpus", help="Lemma 3.1: speedup and efficiency from the overhead ratio",
+                       description="Amdahl with the overhead ratio R_O = T_O / T that computation cannot hide: "
+                                   "S(N) = 1 / (R_O + (1 - R_O) / N), E(N) = S(N) / N.")
+    g.add_argument("--overhead-ratio", type=float, help="R_O, the fraction of a step not hidden (0..1)")
+    g.add_argument("--gpus", default="1,2,4,8,16", help="GPU counts N (default 1,2,4,8,16)")
+    g.add_argument("--efficiency", type=float, help="target efficiency E: print the largest R_O for each N")
+    g.add_argument("--speedup", type=float, help="target speedup S: print the GPUs it takes")
+    g.add_argument("--json", action="store_true", help="print JSON")
+    g.set_defaults(func=run_gpus)
+
+    s = sub.add_parser("ps", help="Lemma 3.2: parameter servers to hide communication",
+                       description="N_ps >= 2 S_p N_w / (B T_C): pull and push of S_p bytes by N_w workers per round, "
+                                   "B bytes/s per server, T_C seconds of compute per round.")
+    s.add_argument("--param-bytes", help="parameter size S_p, e.g. 250MB (or give --dnn)")
+    s.add_argument("--dnn", help="DNN description whose parameters give S_p")
+    s.add_argument("--workers", type=int, required=True, help="workers N_w")
+    s.add_argument("--bandwidth", required=True, help="per-server bandwidth B, e.g. 10Gbit/s or 1.25GB/s")
+    s.add_argument("--compute-time", required=True, help="compute time of one round T_C, e.g. 0.5s or 300ms")
+    s.add_argument("--json", action="store_true", help="print JSON")
+    s.set_defaults(func=run_ps)
+
+    b = sub.add_parser("batch", help="mini-batch integer program under a GPU memory budget",
+                       description="For each batch size, choose one convolution algorithm per layer (from the DNN's "
+                                   "algorithm tables) minimising time within the GPU memory (scipy.optimize.milp); "
+                                   "recommend the batch with the most samples per second.")
+    b.add_argument("--dnn", required=True, help="DNN description with per-layer algorithm tables")
+    b.add_argument("--gpu-memory", required=True, help="GPU memory, e.g. 12GiB")
+    b.add_argument("--batches", required=True, help="candidate batch sizes, e.g. 32,64,128,256")
+    b.add_argument("--json", action="store_true", help="print JSON")
+    b.set_defaults(func=run_batch)
+
+    r = sub.add_parser("placement", help="RALP: skewness, split point and traffic per step",
+                       description="RALP's profiler: parameter skewness (offload when S < K), the split after "
+                                   "layer i* = argmin O_i + sum P_x, and bytes per step and worker for a parameter "
+                                   "server, ring all-reduce and RALP's placement.")
+    r.add_argument("--dnn", required=True, help="DNN description (e.g. alexnet, vgg11)")
+    r.add_argument("--batch", type=int, required=True, help="batch size per worker")
+    r.add_argument("--workers", type=int, required=True, help="ring all-reduce participants W")
+    r.add_argument("--k", type=float, default=ralp.DEFAULT_K, help=f"threshold K (default {ralp.DEFAULT_K})")
+    r.add_argument("--json", action="store_true", help="print JSON")
+    r.set_defaults(func=run_placement)
+
+
+def _dump(obj) -> int:
+    json.dump(obj, sys.stdout, indent=2)
+    print()
+    return 0
+
+
+def run_gpus(args) -> int:
+    gpus = parse_int_list(args.gpus, "--gpus")
+    out: dict = {"gpus": gpus}
+    if args.overhead_ratio is None and args.efficiency is None:
+        raise DdltraceError("plan gpus: give --overhead-ratio (and/or --efficiency, --speedup)")
+    if args.overhead_ratio is not None:
+        r_o = args.overhead_ratio
+        out["overhead_ratio"] = r_o
+        out["table"] = [{"gpus": n, "speedup": chang.speedup(n, r_o), "efficiency": chang.efficiency(n, r_o)}
+                        for n in gpus]
+        if args.speedup is not None:
+            out["gpus_for_speedup"] = {"speedup": args.speedup, "gpus": chang.gpus_for_speedup(args.speedup, r_o)}
+    if args.efficiency is not None:
+        out["max_overhead_ratio"] = [{"gpus": n, "efficiency": args.efficiency,
+                                      "max_overhead_ratio": chang.max_overhead_ratio(n, args.efficiency)}
+                                     for n in gpus]
+    if args.json:
+        return _dump(out)
+    if "table" in out:
+        print(f"Lemma 3.1 with overhead ratio R_O = {format_percent(out['overhead_ratio'])} "
+              f"(speedup bounded by {1 / out['overhead_ratio'] if out['overhead_ratio'] else math.inf:.3g}x)")
+        print(f"{'GPUs':>5}  {'speedup':>8}  {'efficiency':>10}")
+        for row in out["table"]:
+            print(f"{row['gpus']:>5}  {row['speedup']:>7.2f}x  {format_percent(row['efficiency']):>10}")
+    if "gpus_for_speedup" in out:
+        need = out["gpus_for_speedup"]["gpus"]
+        print(f"speedup {args.speedup:g}x needs N = {need:.2f} -> {math.ceil(need - 1e-9)} GPUs")
+    for row in out.get("max_overhead_ratio", []):
+        print(f"efficiency {format_percent(row['efficiency'])} on {row['gpus']} GPUs needs R_O <= "
+              f"{format_percent(row['max_overhead_ratio'])}")
+    return 0
+
+
+def run_ps(args) -> int:
+    if (args.param_bytes is None) == (args.dnn is None):
+        raise DdltraceError("plan ps: give exactly one of --param-bytes or --dnn")
+    size = parse_bytes(args.param_bytes, "--param-bytes") if args.param_bytes else load_dnn(args.dnn).model_bytes
+    bandwidth = parse_bandwidth(args.bandwidth, "--bandwidth")
+    compute = parse_seconds(args.compute_time, "--compute-time")
+    need = chang.parameter_servers(size, args.workers, bandwidth, compute)
+    servers = max(1, math.ceil(need - 1e-9))
+    if args.json:
+        return _dump({"param_bytes": size, "workers": args.workers, "bandwidth_bytes_per_s": bandwidth,
+                      "compute_time_s": compute, "min_servers": need, "servers": servers})
+    print(f"Lemma 3.2: {args.workers} workers pull and push {format_bytes(size)} each round "
+          f"({format_bytes(2 * size * args.workers)} in all) over {format_bytes(bandwidth)}/s per server, "
+          f"hidden behind {format_ns(compute * 1e9)} of compute")
+    print(f"N_ps >= {need:.2f}: use {servers} parameter server{'s' if servers > 1 else ''}")
+    return 0
+
+
+def run_batch(args) -> int:
+    dnn = load_dnn(args.dnn)
+    memory = parse_bytes(args.gpu_memory, "--gpu-memory")
+    batches = parse_int_list(args.batches, "--batches")
+    best, choices = chang.choose_batch(dnn, batches, memory)
+    if args.json:
+        return _dump({"dnn": dnn.name, "gpu_memory_bytes": memory, "best_batch": best.batch if best else None,
+                      "choices": [{"batch": c.batch, "feasible": c.feasible,
+                                   "time_s": c.time_s if c.feasible else None, "samples_per_s": c.samples_per_s,
+                                   "memory_bytes": c.memory_bytes, "workspace_bytes": c.workspace_bytes,
+                                   "algorithms": c.algorithms, "reason": c.reason} for c in choices]})
+    print(f"mini-batch program for {dnn.name} within {format_bytes(memory)} of GPU memory")
+    print(f"{'batch':>6}  {'memory':>10}  {'workspace':>10}  {'time':>9}  {'samples/s':>10}  algorithms")
+    for c in choices:
+        if c.feasible:
+            algos = " ".join(f"{k}={v}" for k, v in c.algorithms.items())
+            print(f"{c.batch:>6}  {format_bytes(c.memory_bytes):>10}  {format_bytes(c.workspace_bytes):>10}  "
+                  f"{format_ns(c.time_s * 1e9):>9}  {c.samples_per_s:>10.1f}  {algos}")
+        else:
+            print(f"{c.batch:>6}  {format_bytes(c.memory_bytes):>10}  {'-':>10}  {'-':>9}  {'-':>10}  "
+                  f"does not fit: {c.reason}")
+    if best is None:
+        print("no batch size fits the GPU memory")
+        return 0
+    print(f"best: batch {best.batch} at {best.samples_per_s:.1f} samples/s")
+    return 0
+
+
+def run_placement(args) -> int:
+    dnn = load_dnn(args.dnn)
+    if args.batch < 1 or args.workers < 1:
+        raise DdltraceError("plan placement: --batch and --workers must be >= 1")
+    pl = ralp.plan_placement(dnn, args.batch, args.workers, args.k)
+    if args.json:
+        return _dump({"dnn": dnn.name, "skewness_moments": pl.skewness, "skewness_position": pl.position_skewness,
+                      "k": args.k, "offload": pl.offload, "split_after": pl.split.name,
+                      "split_cost_bytes": pl.split.cost_bytes, "ps_bytes": pl.ps_bytes, "ring_bytes": pl.ring_bytes,
+                      "ralp_bytes": pl.ralp_bytes})
+    print(f"RALP placement for {dnn.name}, batch {args.batch}, {args.workers} workers")
+    print(f"  skewness of parameter positions S = {pl.position_skewness:.2f} (moment formula on sizes: "
+          f"{pl.skewness:.2f}); K = {args.k:g}: {'offload the latter layers' if pl.offload else 'do not offload'}")
+    print(f"  split after {pl.split.name} (layer {pl.split.index + 1}): O_i + sum P_x = "
+          f"{format_bytes(pl.split.cost_bytes)}")
+    print(f"  bytes per step and worker: parameter server {format_bytes(pl.ps_bytes)}, ring all-reduce "
+          f"{format_bytes(pl.ring_bytes)}, RALP {format_bytes(pl.ralp_bytes)}")
+    return 0

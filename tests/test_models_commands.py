@@ -1,0 +1,133 @@
+"""The model, optimize and plan verbs: real files, the CLI entry point and one real subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_fit_hashemi import EPOCHS, N_F, N_W, D, write_run
+
+from ddltrace.cli import main
+from ddltrace.models import hashemi
+
+TRUE = hashemi.Constants(c_p=2e-4, c_b=5e-3, c_u=2e-3, r_m=1e-10, w_m=1e-10, r_net=1e-9)
+VENV_DDLTRACE = Path(sys.executable).with_name("ddltrace")
+
+
+@pytest.fixture(scope="module")
+def series(tmp_path_factory):
+    root = tmp_path_factory.mktemp("series")
+    for b, workers in ((64, (1, 2, 4, 16)), (256, (1, 2))):
+        wl = hashemi.Workload(d=D, b=b, n_f=N_F, n_w=N_W, epochs=EPOCHS)
+        for w in workers:
+            write_run(root / f"run-b{b}-w{w}", w, b, EPOCHS * hashemi.t_phase(w, wl, TRUE), init_s=0.01 * w)
+    profile = {"format": "ddltrace-hardware-profile", "machine": {"physical_cores": 4},
+               "constants": {"r_m": {"value": 1e-10, "unit": "s/B"}, "w_m": {"value": 1e-10, "unit": "s/B"},
+                             "r_net": {"value": 1e-9, "unit": "s/B"}, "C_nbw": {"value": 8e9, "unit": "bit/s"},
+                             "lat_net": {"value": 5e-5, "unit": "s"},
+                             "C_muladd": {"value": 1e-10, "unit": "s/muladd", "alias_of": "C_muladd_gemm_f32"},
+                             "C_act": {"value": 1e-9, "unit": "s/neuron"}, "C_err": {"value": 1e-9, "unit": "s"}},
+               "curves": {"C_muladd_gemm_f32": {"points": [{"x": 1e4, "y": 1e-10}, {"x": 1e8, "y": 5e-10}]},
+                          "C_interf_cache": {"points": [{"x": 2, "y": 1.1}, {"x": 4, "y": 1.3}]}}}
+    (root / "profile.json").write_text(json.dumps(profile))
+    return root
+
+
+def test_model_fit_and_predict(series, tmp_path, capsys):
+    stores = sorted(str(p) for p in series.glob("run-*"))
+    out = tmp_path / "model.json"
+    rc = main(["model", "fit", *stores, "--profile", str(series / "profile.json"), "--dnn", "mlp-2-10k-2",
+               "--out", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0
+    assert "c_u" in text and "knee: w* = 8." in text and "leave-one-out" in text and "s/update" in text
+    model = json.loads(out.read_text())
+    # the profile's latency (absent from the synthetic runs) is absorbed by c_u: within 1 %
+    assert model["constants"]["c_u"]["value"] == pytest.approx(2e-3, rel=0.01)
+    assert model["knee"]["w"] == pytest.approx(8.6, rel=0.01) and model["knee"]["cause"] == "server"
+    assert model["constants"]["r_net"]["source"] == "profile"
+    assert model["job"] == "train_mlp.py"
+    rc = main(["model", "predict", str(out), "--workers", "1,4,16,64", "--what-if", "c_u=0.5x",
+               "--plot", str(tmp_path / "p.png"), "--json"])
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert rc == 0 and (tmp_path / "p.png").stat().st_size > 1000
+    assert [r["w"] for r in rows] == [1, 4, 16, 64]
+    assert rows[2]["measured_s"] == pytest.approx(rows[2]["predicted_s"], rel=0.02)
+    assert rows[3]["bound_by"] == "server/network" and rows[3]["what_if_s"] == pytest.approx(
+        rows[3]["predicted_s"] / 2, rel=0.05)
+    assert rows[1]["measured_s"] is not None and rows[3]["measured_s"] is None
+
+
+def test_model_bad_inputs(series, tmp_path, capsys):
+    one = str(series / "run-b64-w1")
+    assert main(["model", "fit", one]) == 2
+    assert "1 store given" in capsys.readouterr().err
+    other = write_run(tmp_path / "other", 2, 64, 5.0, 0.1, job="other.py")
+    assert main(["model", "fit", one, str(other)]) == 2
+    assert "different jobs" in capsys.readouterr().err
+    assert main(["model", "fit", one, str(tmp_path / "missing")]) == 2
+    assert "no such trace store" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text("{}")
+    assert main(["model", "predict", str(tmp_path / "bad.json"), "--workers", "1,2"]) == 2
+    assert "not a fitted ASGD model" in capsys.readouterr().err
+    assert main(["model", "fit", one, str(series / "run-b64-w2"), "--fix", "c_u=fast"]) == 2
+    assert "--fix" in capsys.readouterr().err
+
+
+def test_optimize_command(series, capsys):
+    rc = main(["optimize", "--dnn", "mnist-adam", "--profile", str(series / "profile.json"), "--machines", "6",
+               "--samples", "60000", "--max-workers", "2", "--threads", "1,4", "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    times = [r["t_epoch_s"] for r in result["ranked"]]
+    assert times == sorted(times) and len(times) > 4
+    assert all(r["N_ps"] + r["N_mr"] * r["N_wr"] <= 6 for r in result["ranked"])
+    assert len(result["ranked"][0]["layers"]) == 5
+    assert main(["optimize", "--dnn", "mnist-adam", "--profile", str(series / "profile.json"), "--machines", "6",
+                 "--config", "4/4/4"]) == 2
+    assert "does not fit 6 machines" in capsys.readouterr().err
+    assert main(["optimize", "--dnn", "nonet", "--profile", str(series / "profile.json"), "--machines", "6"]) == 2
+    assert "no bundled DNN" in capsys.readouterr().err
+
+
+def test_plan_commands(capsys):
+    assert main(["plan", "gpus", "--overhead-ratio", "0.0833333", "--gpus", "4", "--speedup", "3"]) == 0
+    text = capsys.readouterr().out
+    assert "80.0 %" in text and "3.20x" in text
+    assert main(["plan", "gpus", "--efficiency", "0.8", "--gpus", "4"]) == 0
+    assert "R_O <= 8.3 %" in capsys.readouterr().out
+    assert main(["plan", "ps", "--param-bytes", "250MB", "--workers", "8", "--bandwidth", "10Gbit/s",
+                 "--compute-time", "500ms", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["servers"] == 7
+    assert main(["plan", "ps", "--param-bytes", "250 parsecs", "--workers", "8", "--bandwidth", "10Gbit/s",
+                 "--compute-time", "1s"]) == 2
+    assert "unknown size unit" in capsys.readouterr().err
+    assert main(["plan", "gpus", "--overhead-ratio", "0.2", "--speedup", "9"]) == 2
+    assert "out of reach" in capsys.readouterr().err
+    assert main(["plan", "placement", "--dnn", "vgg11", "--batch", "32", "--workers", "8"]) == 0
+    assert "S = -3.62" in capsys.readouterr().out
+    assert main(["plan", "batch", "--dnn", "vgg11", "--gpu-memory", "12GiB", "--batches", "32"]) == 2
+    assert "no layer has an algorithm table" in capsys.readouterr().err
+
+
+def test_plan_batch_subprocess(tmp_path):
+    def costs(t, m):
+        return {str(b): {"time_s": t * b, "workspace_bytes": m * b} for b in (32, 64)}
+
+    dnn = {"format": "ddltrace-dnn/1", "name": "convs", "input": {"neurons": 3000}, "layers": [
+        {"name": "c1", "type": "conv", "neurons": 8000, "fan_in": 27, "weights": 864,
+         "algorithms": {"gemm": costs(1e-3, 1e3), "fft": costs(3e-4, 2e6)}}]}
+    (tmp_path / "convs.json").write_text(json.dumps(dnn))
+    done = subprocess.run([str(VENV_DDLTRACE), "plan", "batch", "--dnn", str(tmp_path / "convs.json"),
+                           "--gpu-memory", "100MiB", "--batches", "32,64", "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    # 64 x 2 MB of FFT workspace does not fit beside the activations: gemm at 64, fft at 32
+    by_batch = {c["batch"]: c for c in result["choices"]}
+    assert by_batch[32]["algorithms"] == {"c1": "fft"} and by_batch[64]["algorithms"] == {"c1": "gemm"}
+    assert result["best_batch"] == 32
+    assert main(["plan", "batch", "--dnn", str(tmp_path / "nope.json"), "--gpu-memory", "1GiB", "--batches", "32"]) == 2
