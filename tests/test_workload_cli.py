@@ -33,6 +33,12 @@ def test_bad_options_are_one_line_and_exit_2(tmp_path, capsys, options, message)
     assert not (tmp_path / "ground_truth.json").exists()
 
 
+def test_trace_refuses_to_overwrite_a_store(tmp_path, capsys):
+    (tmp_path / "store").mkdir()
+    assert main(["workload", "ps-sgd", "--np", "2", "--out", str(tmp_path), "--trace", *FAST]) == 2
+    assert "store: already exists" in capsys.readouterr().err
+
+
 def test_workload_without_a_job_shows_help(capsys):
     assert main(["workload"]) == 2
     assert "ps-sgd" in capsys.readouterr().err

@@ -74,6 +74,8 @@ def run(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     job = [sys.executable, "-m", JOB_MODULE, *job_argv(args)]
     if args.trace:
+        if (out / "store").exists():
+            raise DdltraceError(f"{out / 'store'}: already exists (remove it, or choose another --out)")
         cmd, env = _traced_command(ranks, job, out / "store"), dict(os.environ)
     else:
         cmd, env = mpiexec_command(ranks, job)
