@@ -16,14 +16,15 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-import orjson
+import msgspec
 import pandas as pd
 
 from ddltrace.errors import DdltraceError
 from ddltrace.store import TraceStore, atomic_output
 
 _ARG_COLUMNS = ("bytes", "peer", "step", "tag", "comm", "request")
-MACHINE_PID = 2**31 - 1  # pid of the "machine" process that holds machine-wide counters
+MACHINE_PID = 2**31 - 1
+_encode = msgspec.json.Encoder().encode  # pid of the "machine" process that holds machine-wide counters
 
 
 def _meta(kind: str, pid: int, tid: int = 0, **args) -> dict:
@@ -73,14 +74,14 @@ def export_chrome(store: TraceStore, out: str | os.PathLike, ranks: list[int] | 
     with atomic_output(out) as fh:
         other = {"run": store.run, "ddltrace_version": store.manifest.get("ddltrace_version"),
                  "store": str(store.path)}
-        fh.write(b'{"displayTimeUnit":"ns","otherData":' + orjson.dumps(other, default=str)
+        fh.write(b'{"displayTimeUnit":"ns","otherData":' + msgspec.json.encode(other, enc_hook=str)
                  + b',"traceEvents":[\n')
 
         def emit(event: dict) -> None:
             nonlocal count
             if count:
                 fh.write(b",\n")
-            fh.write(orjson.dumps(event))
+            fh.write(_encode(event))
             count += 1
 
         for rank, frame in store.iter_timeline(ranks):
