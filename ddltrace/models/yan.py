@@ -352,13 +352,28 @@ def layer_states(N_wr: int) -> list[State]:
     return [(P, R) for P in range(1, N_wr + 1) for R in range(1, N_wr // P + 1)]
 
 
-def optimise_layers(dnn: DNN, res: Resources, hw: Hardware) -> Breakdown:
+def _link(dnn: DNN, i: int, sp: State, s: State, hw: Hardware, H: int, n_workers: int,
+          cache: dict | None) -> tuple[float, float]:
+    """(M_f, M_b) per sample of the boundary below layer i, previous layer canonical, this one greedy."""
+    key = ("link", i, sp, s, H, n_workers)
+    if cache is not None and key in cache:
+        return cache[key]
+    prev = Layout.canonical(sp)
+    cur = greedy_layout(prev, s, dnn.layers[i].local, dnn.halo_fraction(i), n_workers)
+    value = boundary_comm(dnn, i, prev, cur, hw, H)
+    if cache is not None:
+        cache[key] = value
+    return value
+
+
+def optimise_layers(dnn: DNN, res: Resources, hw: Hardware, cache: dict | None = None) -> Breakdown:
     """The dynamic program over layers (section 5.3) for one resource triple and thread count.
 
     ``T([1,l], s_l) = min_{s_{l-1}} T([1,l-1], s_{l-1}) + U(l, s_l) + M(l, l-1, s_l, s_{l-1})`` over layer states
     s = (P, R), with the previous layer in canonical layout and this layer mapped by :func:`greedy_layout`;
     the cost of a boundary depends only on the two states (workers are interchangeable), so the DP is exact
-    for the greedy mapping and costs O(L * S^2) boundary evaluations for S states.
+    for the greedy mapping and costs O(L * S^2) boundary evaluations for S states. ``cache`` (a dict) keeps the
+    per-sample boundary costs between calls for the same DNN and hardware (they do not depend on N_ps, N_mr).
     """
     states = layer_states(res.N_wr)
     scale = res.N_sample
@@ -370,16 +385,12 @@ def optimise_layers(dnn: DNN, res: Resources, hw: Hardware) -> Breakdown:
     table = {s: (sum(unit(0, s)), *unit(0, s), 0.0, (s,)) for s in states}
     table = {s: (total, comp, 0.0, reads, path) for s, (total, comp, reads, _, path) in table.items()}
     for i in range(1, len(dnn.layers)):
-        layer = dnn.layers[i]
-        halo = dnn.halo_fraction(i)
         new = {}
         for s in states:
             comp_here, reads_here = unit(i, s)
             best = None
             for sp, (total, comp, comm, reads, path) in table.items():
-                prev = Layout.canonical(sp)
-                cur = greedy_layout(prev, s, layer.local, halo, res.N_wr)
-                mf, mb = boundary_comm(dnn, i, prev, cur, hw, res.H)
+                mf, mb = _link(dnn, i, sp, s, hw, res.H, res.N_wr, cache)
                 link = mf * scale / _q(res, s) + mb * scale / _q(res, sp)
                 cand = (total + comp_here + reads_here + link, comp + comp_here, comm + link, reads + reads_here,
                         path + (s,))
@@ -453,11 +464,12 @@ def optimise(dnn: DNN, hw: Hardware, machines: int, *, N_sample: float, N_read: 
         configurations = [(wr, mr, ps) for wr in range(1, wr_cap + 1) for mr in range(1, machines)
                           for ps in range(1, machines) if ps + mr * wr <= machines]
     ranked = []
+    cache: dict = {}
     for wr, mr, ps in configurations:
         if ps + mr * wr > machines or min(wr, mr, ps) < 1:
             raise DdltraceError(f"configuration {wr}/{mr}/{ps} (#W/#R/#PS) does not fit {machines} machines (C1)")
         for H in thread_counts:
             res = Resources(ps, mr, wr, H, N_sample, N_read, read_bound)
-            ranked.append(RankedConfiguration(ps, mr, wr, H, optimise_layers(dnn, res, hw)))
+            ranked.append(RankedConfiguration(ps, mr, wr, H, optimise_layers(dnn, res, hw, cache)))
     ranked.sort(key=lambda c: c.t_epoch)
     return ranked
