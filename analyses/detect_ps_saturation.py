@@ -5,7 +5,7 @@ star around it) it measures the server's *busy fraction*: the share of its stead
 blocking receives, waits and collectives, i.e. aggregating updates and sending weights; and the time its clients
 lose to it: Late Sender and Late Receiver time (Scalasca) on each worker with the server as the partner, as a
 share of the worker's steady state (median over workers). A finding when the server is busy at least
-``ps.busy_min`` (90 %) of the time *and* its clients wait at least ``ps.client_wait_min`` (20 %): a busy server
+``ps.busy_min`` (80 %) of the time *and* its clients wait at least ``ps.client_wait_min`` (20 %): a busy server
 whose clients do not wait is well sized. It also estimates the saturation point w* = (worker compute per step) /
 (server busy time per worker step): the number of workers at which the server's work per round equals the
 workers' compute (MODELS.md section 1).

@@ -9,11 +9,11 @@ cycles, and ends with a short finalisation. ddltrace finds the same three phases
 2. **The repeating pattern.** Otherwise the rank's communication calls (rows in the categories comm, wait and
    barrier, MPI_Init/Finalize excluded) are read as a sequence of names. The period ``p`` is the smallest shift
    under which the sequence matches itself for nearly (95 %) as many positions as the best shift; the cycle is
-   the most frequent run of ``p`` names. The steady state runs from the first place where three cycles (any
-   rotation of it) follow each other to the last such place: it starts where the call before it ends, so the
-   computation of the first batch counts as steady state, and ends where its last call ends. Each cycle of ``p``
-   calls, cut just before the call that follows the longest gap (the compute), is one step: a step is compute
-   then communicate.
+   the most frequent run of ``p`` names that is not a shorter run repeated. The steady state runs from the first
+   place where three cycles (any rotation of it) follow each other to the last such place: it starts where the
+   call before it ends, so the computation of the first batch counts as steady state, and ends where its last
+   call ends. Each cycle of ``p`` calls, cut just before the call that follows the longest gap (the compute), is
+   one step: a step is compute then communicate.
 3. **Collectives around point-to-point traffic.** With no regular pattern (a server answering workers in the order
    they come), initialisation ends where the last collective (MPI_Barrier, ...) that starts before the first 10 %
    of the rank's point-to-point calls ends, and finalisation starts at the first collective after the last 10 %.
@@ -203,7 +203,12 @@ def _periodic_region(names: np.ndarray, starts: np.ndarray, ends: np.ndarray):
     p = min(q for q, s in scores.items() if s >= PERIOD_TOLERANCE * best)
     windows = np.lib.stride_tricks.sliding_window_view(codes, p)
     grams, counts = np.unique(windows, axis=0, return_counts=True)
-    cycle = grams[int(np.argmax(counts))]
+    # the most frequent run of p names that does not repeat a shorter one (B B is a period-1 run, not a cycle of 2)
+    primitive = [i for i in np.argsort(-counts, kind="stable")
+                 if not any(np.array_equal(np.roll(grams[i], d), grams[i]) for d in range(1, p))]
+    if not primitive:
+        return None
+    cycle = grams[primitive[0]]
     good = np.zeros(len(windows), dtype=bool)
     for k in range(p):  # a window is a cycle when it is a rotation of the most frequent one
         good |= np.all(windows == np.roll(cycle, k), axis=1)

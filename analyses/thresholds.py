@@ -43,7 +43,8 @@ DEFAULTS: dict[str, Threshold] = {
     "seq_init.series_r2_min": Threshold(0.8, "1", "across runs: initialisation time linear in w"),
     # parameter-server saturation
     "ps.busy_min": Threshold(
-        0.9, "fraction of the server's steady state", "a server busy 90 % of the time has no room for one more worker"),
+        0.8, "fraction of the server's steady state",
+        "at 80 % utilisation a queueing server already makes requests wait ~4 service times (M/M/1: rho / (1 - rho))"),
     "ps.client_wait_min": Threshold(
         0.2, "fraction of a worker's steady state",
         "the server is only a bottleneck if its clients wait on it (Late Sender with the server as sender)"),

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from ddltrace.analyses.wait_states import PATTERNS, mpi_calls, summarize, wait_states
 
+from ddltrace.analyses.wait_states import PATTERNS, mpi_calls, summarize, wait_states
 from ddltrace.timeline import make_timeline
 
 CATEGORY = {"MPI_Barrier": "barrier", "MPI_Wait": "wait", "MPI_Waitall": "wait"}
