@@ -33,7 +33,7 @@ def read_csv(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-@pytest.mark.parametrize("ranks", [1, 2, 4, 8])
+@pytest.mark.parametrize("ranks", [1, 4, 8])  # 2, 3, 5 and 7 ranks run in the tests below
 def test_runs_on_1_to_8_ranks(tmp_path, ranks):
     doc = run_job(tmp_path, ranks, *SMALL, "--batch", "32")
     workers = max(1, ranks - 1)
@@ -119,8 +119,8 @@ INIT = ["--hidden", "50", "--samples", "2048", "--epochs", "1", "--compute", "em
 def init_runs(tmp_path_factory):
     data = tmp_path_factory.mktemp("data") / "d.tsv"
     runs = {}
-    for init, workers in (("sequential", 1), ("sequential", 2), ("sequential", 4), ("parallel", 1),
-                          ("parallel", 4)):
+    # with one worker both readers read the whole file once: ("sequential", 1) is the reference for both
+    for init, workers in (("sequential", 1), ("sequential", 2), ("sequential", 4), ("parallel", 4)):
         out = tmp_path_factory.mktemp(f"{init}{workers}")
         runs[init, workers] = run_job(out, workers + 1, *INIT, "--init", init, "--data", str(data))
     return runs, data.stat().st_size
@@ -153,7 +153,7 @@ def test_sequential_initialisation_grows_linearly_with_workers(init_runs):
 
 def test_parallel_initialisation_does_not_grow(init_runs):
     runs, size = init_runs
-    t1, t4 = runs["parallel", 1]["init_s"], runs["parallel", 4]["init_s"]
+    t1, t4 = runs["sequential", 1]["init_s"], runs["parallel", 4]["init_s"]
     assert t4 < 0.8 * t1, (t1, t4)
     workers = [r for r in runs["parallel", 4]["init"] if r["role"] == "worker"]
     assert sum(r["bytes"] for r in workers) == size  # each reads only its own byte range
