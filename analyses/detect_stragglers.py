@@ -5,7 +5,7 @@ steady-state compute divided by its number of steps; the whole steady-state comp
 its median step time. For each measure it computes the robust z-score of every worker,
 ``z = 0.6745 (x - median) / MAD`` (Iglewicz and Hoaglin), with the MAD floored at ``straggler.mad_floor`` (2 %) of
 the median so that identical ranks do not make any difference infinite. A worker is a straggler when
-``z >= straggler.z_min`` (3.5, the usual outlier cut) and it is at least ``straggler.excess_min`` (25 %) above
+z >= ``straggler.z_min`` (3.5, the usual outlier cut) and it is at least ``straggler.excess_min`` (25 %) above
 the median: a shared machine's noise is smaller than that, a slow node is not. Needs ``straggler.min_ranks`` (3)
 workers. Compute per step catches the slow rank even in a synchronous job, where every rank's step time is the
 same because the fast ones wait for it. The evidence puts the slowest worker beside the average (RALP).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -195,7 +196,9 @@ def test_every_detector_is_documented():
             "cache_cliff", "wait_states"} <= set(detectors)
     for fn in detectors.values():
         module = sys.modules[fn.__module__]
-        assert "finding" in module.__doc__.lower() and "(" in module.__doc__  # what it measures, its default
+        assert "measures" in module.__doc__, module.__name__
+        used = set(re.findall(r'th\["([a-z_.0-9]+)"\]', Path(module.__file__).read_text()))
+        assert used and all(f"``{key}``" in module.__doc__ for key in used), (module.__name__, used)
     docs = (Path(__file__).parent.parent / "docs" / "ANALYSES.md").read_text()
     for key in DEFAULTS:
         assert f"`{key}`" in docs, key

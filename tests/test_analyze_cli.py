@@ -1,0 +1,107 @@
+"""`ddltrace analyze`: findings with evidence, the breakdown table, JSON, --fail-on, thresholds, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddltrace.analyses.synthetic import write_ps_store
+from ddltrace.cli import main
+
+MS = 1_000_000
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    root = tmp_path_factory.mktemp("analyze")
+    write_ps_store(root / "healthy", workers=4, steps=12, seed=5)
+    write_ps_store(root / "sequential", workers=4, steps=12, init="sequential", read_ns=20 * MS)
+    write_ps_store(root / "healthy_w2", workers=2, steps=24, seed=6)
+    return root
+
+
+def analyze(capsys, *argv):
+    rc = main(["analyze", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_healthy_run_prints_no_findings_and_the_breakdown(stores, capsys):
+    rc, out, err = analyze(capsys, stores / "healthy", "--fail-on", "warning")
+    assert rc == 0 and err == ""
+    assert "No findings" in out
+    assert "Breakdown of" in out and "average" in out and "slowest (rank" in out
+    lines = [line for line in out.splitlines() if line.strip().startswith(("0 ", "1 ", "2 ", "3 ", "4 "))]
+    assert len(lines) == 5 and "server" in lines[0] and all("%" in line and "ms" in line for line in lines)
+
+
+def test_findings_with_evidence_and_fail_on(stores, capsys):
+    rc, out, _ = analyze(capsys, stores / "sequential")
+    assert rc == 0
+    assert "[WARNING] Sequential initialisation" in out
+    assert "slope" in out and "ms/rank" in out and "what to try:" in out
+    assert analyze(capsys, stores / "sequential", "--fail-on", "warning")[0] == 1
+    assert analyze(capsys, stores / "sequential", "--fail-on", "error")[0] == 0
+
+
+def test_thresholds_from_the_command_line_and_a_config_file(stores, capsys, tmp_path):
+    rc, out, _ = analyze(capsys, stores / "sequential", "--threshold", "seq_init.spread_min=2", "--fail-on", "warning")
+    assert rc == 0 and "Sequential initialisation" not in out
+    config = tmp_path / "strict.toml"
+    config.write_text("[thresholds.seq_init]\nerror_share = 0.05\n")
+    rc, out, _ = analyze(capsys, stores / "sequential", "--config", config, "--fail-on", "error")
+    assert rc == 1 and "[ERROR] Sequential initialisation" in out
+
+
+def test_json_output(stores, capsys):
+    rc, out, _ = analyze(capsys, stores / "sequential", stores / "healthy", "--json", "--fail-on", "warning")
+    assert rc == 1
+    doc = json.loads(out)
+    assert [f["id"] for f in doc["findings"] if f["severity"] != "info"] == ["sequential_init"]
+    finding = doc["findings"][0]
+    assert finding["evidence"]["slope"]["unit"] == "ns/rank"
+    assert finding["evidence"]["slope"]["value"] == pytest.approx(20 * MS, rel=0.05)
+    assert finding["store"].endswith("sequential") and finding["ranks"] == [0, 1, 2, 3, 4]
+    store = doc["stores"][0]
+    assert len(store["phases"]) == 5 and store["roles"]["0"] == "server"
+    for rank, phases in zip(store["breakdown_ns"], store["phases"], strict=True):
+        assert rank["total_ns"] == phases["end_ns"] - phases["start_ns"]
+    assert doc["thresholds"]["ps.busy_min"] == 0.8
+
+
+def test_a_series_gives_the_scaling_study(stores, capsys):
+    rc, out, _ = analyze(capsys, stores / "healthy_w2", stores / "healthy")
+    assert rc == 0 and "Scaling study" in out and "E lemma" in out
+    doc = json.loads(analyze(capsys, stores / "healthy_w2", stores / "healthy", "--json")[1])
+    assert [row["workers"] for row in doc["scaling"]] == [2, 4]
+    assert doc["scaling"][1]["speedup_steady"] == pytest.approx(4, rel=0.1)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["no-such-store"], "no-such-store: no such trace store"),
+    (["{healthy}", "--threshold", "nope=1"], "unknown threshold"),
+    (["{healthy}", "--threshold", "ps.busy_min=much"], "not a number"),
+    (["{healthy}", "--config", "missing.toml"], "missing.toml: cannot read config"),
+])
+def test_bad_input_is_one_line_and_exit_2(stores, capsys, argv, message):
+    rc, out, err = analyze(capsys, *[a.format(healthy=stores / "healthy") for a in argv])
+    assert rc == 2 and message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_the_installed_command(stores):
+    exe = Path(sys.executable).parent / "ddltrace"
+    done = subprocess.run([str(exe), "analyze", str(stores / "sequential"), "--json", "--fail-on", "warning"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert json.loads(done.stdout)["findings"][0]["id"] == "sequential_init"
+
+
+def test_help_teaches_the_thresholds(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["analyze", "--help"])
+    out = capsys.readouterr().out
+    assert exit_.value.code == 0 and "--fail-on" in out and "ps.busy_min=0.8" in out
