@@ -34,8 +34,8 @@ def read_csv(path: Path) -> list[dict]:
 
 
 @pytest.mark.parametrize("ranks", [1, 4, 8])  # 2, 3, 5 and 7 ranks run in the tests below
-def test_runs_on_1_to_8_ranks(tmp_path, ranks):
-    doc = run_job(tmp_path, ranks, *SMALL, "--batch", "32")
+def test_runs_on_1_to_8_ranks_here_with_a_slow_server(tmp_path, ranks):
+    doc = run_job(tmp_path, ranks, *SMALL, "--batch", "32", "--server-cost", "0.003")
     workers = max(1, ranks - 1)
     assert doc["config"]["workers"] == workers and doc["config"]["n_w"] == 400
     assert sorted(r["rank"] for r in doc["init"]) == list(range(ranks))
@@ -49,6 +49,10 @@ def test_runs_on_1_to_8_ranks(tmp_path, ranks):
     steps = read_csv(tmp_path / "steps.csv")
     assert {int(s["rank"]) for s in steps} == ({0} if ranks == 1 else set(range(1, ranks)))
     assert doc["train_s"] > 0 and doc["init_s"] > 0
+    # the extra server cost is spent on every gradient; a batch takes 32 * 50 us = 1.6 ms to compute, a
+    # gradient 3 ms to aggregate: the server is busy most of the time (and the bottleneck past one worker)
+    assert min(int(g["busy_ns"]) for g in gradients) >= 3_000_000
+    assert doc["server"]["busy_fraction"] > 0.5
 
 
 def test_loss_falls_with_real_compute(tmp_path):
@@ -101,14 +105,6 @@ def test_hardsync_has_no_staleness_and_a_straggler_computes_slower(tmp_path):
     steps = read_csv(tmp_path / "steps.csv")
     assert sum(int(s["compute_ns"]) for s in steps if s["rank"] == "1") == pytest.approx(
         doc["workers"]["1"]["compute_ns"])
-
-
-def test_extra_server_cost_is_spent_on_every_gradient(tmp_path):
-    doc = run_job(tmp_path, 3, *SMALL, "--server-cost", "0.003", "--sample-time", "20e-6")
-    busy = [int(g["busy_ns"]) for g in read_csv(tmp_path / "gradients.csv")]
-    assert min(busy) >= 3_000_000
-    # two workers need 1.3 ms per batch each; the server needs 3 ms per gradient: it is the bottleneck
-    assert doc["server"]["busy_fraction"] > 0.6
 
 
 INIT = ["--hidden", "50", "--samples", "2048", "--epochs", "1", "--compute", "emulated",
