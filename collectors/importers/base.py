@@ -16,11 +16,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from ddltrace.collectors.importers.categories import Categorizer
 from ddltrace.collectors.importers.source import ByteSource
 from ddltrace.errors import DdltraceError
-from ddltrace.timeline import CATEGORIES, CATEGORY_DTYPE, make_timeline
+from ddltrace.timeline import CATEGORIES, CATEGORY_DTYPE, TIMELINE_DTYPES, make_timeline
 
 RANK_FROM = ("auto", "name", "dir", "order")
 
@@ -131,16 +132,22 @@ def rank_from_path(path: Path, mode: str, ctx: ImportContext, default: int | Non
 
 
 def to_ns(values: np.ndarray) -> np.ndarray:
-    """Microseconds (int or float) to int64 nanoseconds."""
+    """Microseconds (int or float) to int64 nanoseconds, exact for integer µs of any epoch time."""
     if values.dtype.kind in "iu":
         return values.astype(np.int64) * 1000
-    return np.rint(values.astype(np.float64) * 1000.0).astype(np.int64)
+    whole = np.floor(values)
+    return whole.astype(np.int64) * 1000 + np.rint((values - whole) * 1000.0).astype(np.int64)
 
 
 def strings(codes: np.ndarray, table: list[str]) -> pd.Series:
-    """A str column from integer codes into ``table``."""
-    lookup = np.asarray(table, dtype=object) if table else np.empty(0, dtype=object)
-    return pd.Series(lookup[codes] if len(codes) else np.empty(0, dtype=object), dtype="str")
+    """A str column from integer codes into ``table`` (taken in Arrow, not per row in Python)."""
+    return pd.Series(pa.array(table, pa.large_string()).take(pa.array(np.asarray(codes, dtype=np.int64))),
+                     dtype="str")
+
+
+def missing(n: int, dtype: str) -> pd.api.extensions.ExtensionArray:
+    """A nullable integer column of ``n`` missing values."""
+    return pd.arrays.IntegerArray(np.zeros(n, dtype=dtype.lower()), np.ones(n, dtype=bool))
 
 
 def build_timeline(*, rank: int, lane_codes: np.ndarray, lane_table: list[str], key_codes: np.ndarray,
@@ -161,8 +168,10 @@ def build_timeline(*, rank: int, lane_codes: np.ndarray, lane_table: list[str], 
         "category": pd.Categorical.from_codes(cats, dtype=CATEGORY_DTYPE),
         "start_ns": np.asarray(start_ns, dtype=np.int64),
         "dur_ns": np.asarray(dur_ns, dtype=np.int64),
-        "source": pd.Series(np.full(len(start_ns), fmt, dtype=object), dtype="str"),
+        "source": strings(np.zeros(len(start_ns), dtype=np.int64), [fmt]),
     }
+    for column in ("bytes", "peer", "step", "tag", "comm", "request"):
+        columns[column] = missing(len(start_ns), TIMELINE_DTYPES[column])
     columns.update(extra or {})
     return make_timeline(columns)
 

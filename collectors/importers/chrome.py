@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 import numpy as np
+import pandas as pd
 
 from ddltrace.collectors.importers.source import ByteSource
 from ddltrace.errors import DdltraceError
@@ -28,6 +29,7 @@ PIECE_SIZE = 4 << 20
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _TRACE_EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[')
 _MALFORMED_AT = re.compile(r"\(byte (\d+)\)")
+_MAX_LISTED = 10  # damaged pieces described one by one; the rest are counted
 _KNOWN_PHASES = set("XBEbeniIsftCMNODPRcpv(),{}")  # every phase the format defines
 _INTERVAL_PHASES = {"X", "B", "E", "b", "e"}
 
@@ -89,6 +91,7 @@ class ChromeTrace:
     counters: list[tuple[Any, str, float, float]] = field(default_factory=list)
     instants: list[tuple[Any, Any, str, str, float, dict]] = field(default_factory=list)
     kept_args: list[tuple[int, dict]] = field(default_factory=list)
+    flows: list[tuple[str, Any, int, float]] = field(default_factory=list)
     read: int = 0
     skipped: Counter = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
@@ -97,8 +100,9 @@ class ChromeTrace:
 class _Builder:
     """Folds decoded events into columns; B/E and b/e are paired at the end."""
 
-    def __init__(self, path: str, want_args, keep_instants: bool):
+    def __init__(self, path: str, want_args, keep_instants: bool, keep_flows: str | None = None):
         self.trace = ChromeTrace(path=path)
+        self.keep_flows = keep_flows  # the cat of flow arrows to keep (e.g. Kineto's "ac2g"), None for none
         self.lane_index: dict[tuple, int] = {}
         self.key_index: dict[tuple, int] = {}
         self.want_args = want_args  # (cat, name) -> bool: decode args of these intervals
@@ -126,19 +130,17 @@ class _Builder:
             xs = [xs[i] for i in keep]
             durs = [durs[i] for i in keep]
             tss = [tss[i] for i in keep]
-        ts = np.array(tss)
-        dur = np.array(durs)
-        if ts.dtype == object or dur.dtype == object:  # ints beyond int64: not a time
-            ts, dur = ts.astype(np.float64), dur.astype(np.float64)
+        # float64 holds integer microseconds exactly up to 2**53 µs (year 2255)
+        ts = np.array(tss, dtype=np.float64)
+        dur = np.array(durs, dtype=np.float64)
         negative = dur < 0
         if negative.any():
             t.skipped["negative duration"] += int(negative.sum())
             ok = ~negative
             xs = [e for e, k in zip(xs, ok, strict=True) if k]
             ts, dur = ts[ok], dur[ok]
-        lanes, keys = self.lane_index, self.key_index
-        lane = np.array([lanes.setdefault((e.pid, e.tid), len(lanes)) for e in xs], dtype=np.int32)
-        key = np.array([keys.setdefault((e.cat, e.name), len(keys)) for e in xs], dtype=np.int32)
+        lane = self._codes([e.pid for e in xs], [e.tid for e in xs], self.lane_index)
+        key = self._codes([e.cat for e in xs], [e.name for e in xs], self.key_index)
         if self.want_args is not None:
             base = self.n_rows
             for i, e in enumerate(xs):
@@ -147,9 +149,38 @@ class _Builder:
         self.parts.append((lane, key, ts, dur))
         self.n_rows += len(xs)
 
+    @staticmethod
+    def _codes(first: list, second: list, index: dict) -> np.ndarray:
+        """Codes of the (first, second) pairs in ``index`` (new pairs appended), hashed in C, not per event."""
+        if len(first) < 512:
+            return np.array([index.setdefault(pair, len(index)) for pair in zip(first, second, strict=True)],
+                            dtype=np.int32)
+        a_codes, a_uniques = pd.factorize(np.array(first, dtype=object))
+        b_codes, b_uniques = pd.factorize(np.array(second, dtype=object))
+        combined = a_codes.astype(np.int64) * len(b_uniques) + b_codes
+        pairs, inverse = np.unique(combined, return_inverse=True)
+        width = len(b_uniques)
+        table = np.array([index.setdefault((a_uniques[p // width], b_uniques[p % width]), len(index)) for p in pairs],
+                         dtype=np.int32)
+        return table[inverse.reshape(-1)]
+
     def _others(self, events: list[Event]) -> None:
         t = self.trace
-        for e in events:
+        phases = Counter([e.ph for e in events])
+        if self.keep_flows is not None and (phases["s"] or phases["f"]):
+            lanes, wanted = self.lane_index, self.keep_flows
+            t.flows.extend((e.ph, e.id, lanes.setdefault((e.pid, e.tid), len(lanes)), e.ts) for e in events
+                           if (e.ph == "s" or e.ph == "f") and e.cat == wanted and e.ts is not None)
+        for ph in ("s", "t", "f"):
+            if phases[ph]:
+                t.skipped["flow arrows (s/t/f)"] += phases.pop(ph)
+        if not self.keep_instants:
+            for ph in ("i", "I", "n"):
+                if phases[ph]:
+                    t.skipped["instant events (no duration)"] += phases.pop(ph)
+        if not phases:
+            return
+        for e in [e for e in events if e.ph in phases]:
             ph = e.ph
             if ph == "B" or ph == "E":
                 if e.ts is None:
@@ -336,18 +367,24 @@ class _Reader:
 
     def _try_piece(self, piece: bytes) -> Exception | None:
         """Decode ``[piece]`` into the builder; the decode error when it is not well-formed JSON."""
+        events, error = self._events_of(piece)
+        if events is not None:
+            self.builder.add(events)
+        return error
+
+    def _events_of(self, piece: bytes) -> tuple[list[Event] | None, Exception | None]:
+        """The events of ``[piece]`` (invalid ones counted and left out), or the decode error."""
         doc = b"[" + piece + b"]"
         try:
-            self.builder.add(_DECODE_EVENTS.decode(doc))
-            return None
+            return _DECODE_EVENTS.decode(doc), None
         except msgspec.ValidationError:
             pass
         except _MALFORMED as exc:
-            return exc
+            return None, exc
         try:
             objs = _DECODE_ANY.decode(doc)
         except _MALFORMED as exc:
-            return exc
+            return None, exc
         good = []
         for obj in objs:
             ev = _lenient_event(obj)
@@ -355,16 +392,23 @@ class _Reader:
                 self.trace.skipped[f"invalid event: {ev}"] += 1
             else:
                 good.append(ev)
-        self.builder.add(good)
-        return None
+        return good, None
 
     def _cut(self, buf: bytes, window: int) -> int | None:
         """Decode the longest prefix of ``buf`` ending at an event boundary (searching its last
         ``window`` bytes); return the offset where the next event starts, None if no cut decodes."""
-        start = max(0, len(buf) - window)
-        candidates = [m for m in _BOUNDARY.finditer(buf, start)]
-        for m in reversed(candidates[-8:]):
-            if self._decode_piece(buf[:m.start() + 1]):
+        stop = max(0, len(buf) - window)
+        pos, tries = len(buf), 0
+        while tries < 8:
+            brace = buf.rfind(b"}", stop, pos)
+            if brace < 0:
+                return None
+            pos = brace
+            m = _BOUNDARY.match(buf, brace)
+            if m is None:
+                continue
+            tries += 1
+            if self._decode_piece(buf[:brace + 1]):
                 return m.end() - 1
         return None
 
@@ -377,18 +421,28 @@ class _Reader:
             ends.append(len(buf))
         else:
             starts = starts[:len(ends)]
+        good: list[Event] = []
+        bad = 0
         for s, e in zip(starts, ends, strict=False):
             piece = buf[s:e].strip().rstrip(b",").rstrip()
             if piece.endswith(b"]") and final:
                 piece = piece[:-1].rstrip()
-            error = self._try_piece(piece) if piece else None
-            if error is not None:
-                self.trace.skipped["undecodable JSON (event skipped)"] += 1
-                pos = _malformed_offset(error)
-                where = self.offset + s + (max(pos - 2, 0) if pos else len(piece))
-                what = "malformed" if pos else "truncated"
-                self.trace.problems.append(f"{self.trace.path}: {what} JSON at byte {where} ({error}); "
-                                           f"{e - s} bytes skipped")
+            events, error = self._events_of(piece) if piece else ([], None)
+            if error is None:
+                good.extend(events)
+                continue
+            self.trace.skipped["undecodable JSON (event skipped)"] += 1
+            bad += 1
+            if bad > _MAX_LISTED:
+                continue
+            pos = _malformed_offset(error)
+            where = self.offset + s + (max(pos - 2, 0) if pos else len(piece))
+            what = "malformed" if pos else "truncated"
+            self.trace.problems.append(f"{self.trace.path}: {what} JSON at byte {where} ({error}); "
+                                       f"{e - s} bytes skipped")
+        if bad > _MAX_LISTED:
+            self.trace.problems.append(f"{self.trace.path}: {bad - _MAX_LISTED} more undecodable pieces skipped")
+        self.builder.add(good)
         return ends[-1] if ends else 0
 
     def run(self) -> ChromeTrace:
@@ -531,16 +585,17 @@ class _Reader:
                                        f"the last {len(rest)} bytes were skipped")
 
 
-def read_chrome(path, *, want_args=None, keep_instants: bool = False, source: ByteSource | None = None
-                ) -> ChromeTrace:
+def read_chrome(path, *, want_args=None, keep_instants: bool = False, keep_flows: str | None = None,
+                source: ByteSource | None = None) -> ChromeTrace:
     """Read one Chrome trace file (plain or gzip) into a :class:`ChromeTrace`.
 
     ``want_args(cat, name) -> bool`` selects the intervals whose ``args`` are decoded (into
-    ``kept_args``); ``keep_instants`` keeps ``i``/``I`` events. Raises :class:`DdltraceError` with the
+    ``kept_args``); ``keep_instants`` keeps ``i``/``I`` events; ``keep_flows`` keeps the ``s``/``f`` flow
+    arrows of that cat (as (ph, id, lane, ts) in ``flows``). Raises :class:`DdltraceError` with the
     byte offset when nothing valid can be read.
     """
     source = source or ByteSource(path)
-    trace = _Reader(source, _Builder(str(path), want_args, keep_instants)).run()
+    trace = _Reader(source, _Builder(str(path), want_args, keep_instants, keep_flows)).run()
     if trace.read == 0 and trace.problems:
         raise DdltraceError(f"nothing valid could be read: {trace.problems[0]}")
     return trace

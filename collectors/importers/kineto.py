@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
+
 from ddltrace.collectors.importers.base import ImportContext, Importer, rank_from_path, register
 from ddltrace.collectors.importers.chrome import read_chrome
 from ddltrace.collectors.importers.convert import chrome_part, record
@@ -37,13 +39,39 @@ def _lane_namer(trace):
     return lane
 
 
-def _step_of(cat: str, name: str) -> int | None:
-    m = _STEP.match(name)
-    return int(m.group(1)) if m else None
+def row_steps(trace, gpu_lane: np.ndarray) -> np.ndarray | None:
+    """The training step of every interval (-1: none): host events by the ``ProfilerStep#N`` span their
+    start falls in, GPU events by the time the host launched them (Kineto's ``ac2g`` flow arrows link each
+    kernel to its launch); None when the trace marks no steps."""
+    numbers = {k: int(m.group(1)) for k, (_cat, name) in enumerate(trace.keys) if (m := _STEP.match(name))}
+    if not numbers:
+        return None
+    is_step = np.isin(trace.key, list(numbers))
+    starts = trace.ts_us[is_step]
+    order = np.argsort(starts, kind="stable")
+    starts = starts[order]
+    ends = (trace.ts_us[is_step] + trace.dur_us[is_step])[order]
+    nums = np.array([numbers[k] for k in trace.key[is_step]], dtype=np.int64)[order]
+
+    def step_at(t: np.ndarray) -> np.ndarray:
+        idx = np.searchsorted(starts, t, side="right") - 1
+        safe = np.clip(idx, 0, None)
+        inside = (idx >= 0) & (t < ends[safe]) & ~np.isnan(t)
+        return np.where(inside, nums[safe], -1)
+
+    on_gpu = gpu_lane[trace.lane_key] if len(trace.lane_key) else np.zeros(0, dtype=bool)
+    when = trace.ts_us.copy()
+    if on_gpu.any():
+        launch_of = {flow_id: ts for ph, flow_id, _lane, ts in trace.flows if ph == "s"}
+        flow_at = {(lane, ts): flow_id for ph, flow_id, lane, ts in trace.flows if ph == "f"}
+        rows = np.flatnonzero(on_gpu)
+        when[rows] = [launch_of.get(flow_at.get((lane, ts)), np.nan)
+                      for lane, ts in zip(trace.lane_key[rows].tolist(), trace.ts_us[rows].tolist(), strict=True)]
+    return step_at(when)
 
 
 def read(path: Path, ctx: ImportContext):
-    trace = read_chrome(path)
+    trace = read_chrome(path, keep_flows="ac2g")
     record(ctx, trace)
     info = trace.header.get("distributedInfo") or {}
     default = info.get("rank") if isinstance(info.get("rank"), int) else None
@@ -58,8 +86,10 @@ def read(path: Path, ctx: ImportContext):
     extra = {"host": trace.header.get("host_name", ""), "role": "worker"}
     if info:
         extra.update({"backend": info.get("backend"), "world_size": info.get("world_size")})
-    yield chrome_part(trace, fmt="kineto", rank=rank, ctx=ctx, lane_name=_lane_namer(trace), offset_ns=offset,
-                      clock=clock, info=extra, step_of=_step_of, drop_reason="profiler bookkeeping spans")
+    lane_name = _lane_namer(trace)
+    gpu_lane = np.array([(lane_name(pid, tid) or "").startswith("gpu:") for pid, tid in trace.lanes], dtype=bool)
+    yield chrome_part(trace, fmt="kineto", rank=rank, ctx=ctx, lane_name=lane_name, offset_ns=offset, clock=clock,
+                      info=extra, row_steps=row_steps(trace, gpu_lane), drop_reason="profiler bookkeeping spans")
 
 
 register(Importer("kineto", "PyTorch profiler / Kineto trace JSON (.json, .json.gz)", sniff, read))

@@ -1,0 +1,212 @@
+"""Import speed and memory: ddltrace against Holistic Trace Analysis (HTA) on the same PyTorch trace, side by side.
+
+    .venv/bin/python benchmarks/import_speed.py [--trace FILE] [--hta-python PY] [--repeat N] [--synthetic]
+
+Each tool runs in its own fresh process, one after the other (HTA in its own venv: ``.venvs/hta``, made with
+``pip install HolisticTraceAnalysis 'pandas<3'``). Printed per tool: seconds to load the trace into a table
+(HTA: ``TraceAnalysis(trace_dir=...)``; ddltrace: the Kineto importer to a validated timeline), and the
+process's peak resident memory (whole process, and above the process's size once its libraries are imported);
+for ddltrace also the full ``ddltrace import`` into a store on disk. Then the ratios, and the temporal breakdown
+(idle / compute / non-compute share of GPU time, HTA's definition) of both tools with the difference in
+percentage points. ``--synthetic`` adds throughput on an 8-rank, 2M-event Chrome trace folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_TRACE = Path("/work/shared/hta_traces/df_index_resolver/df_index_resolver.json.gz")
+DEFAULT_HTA_PYTHON = ROOT / ".venvs" / "hta" / "bin" / "python"
+
+_HTA_CHILD = r"""
+import json, resource, sys, time, logging
+logging.disable(logging.CRITICAL)
+t0 = time.perf_counter()
+from hta.trace_analysis import TraceAnalysis
+t1 = time.perf_counter()
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+analyzer = TraceAnalysis(trace_dir=sys.argv[1])
+t2 = time.perf_counter()
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+b = analyzer.get_temporal_breakdown(visualize=False)
+rows = {int(r["rank"]): {"idle": float(r["idle_time_pctg"]), "compute": float(r["compute_time_pctg"]),
+                         "non_compute": float(r["non_compute_time_pctg"])} for _, r in b.iterrows()}
+print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "base_kib": base, "peak_kib": peak,
+                  "events": int(sum(len(df) for df in analyzer.t.traces.values())), "breakdown": rows}))
+"""
+
+_DDLTRACE_CHILD = r"""
+import json, resource, sys, time
+from pathlib import Path
+t0 = time.perf_counter()
+import numpy as np
+from ddltrace.collectors.importers import Categorizer, ImportContext, get_importer
+from ddltrace.collectors.importers.base import FileReport
+t1 = time.perf_counter()
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+path = Path(sys.argv[1])
+ctx = ImportContext(Categorizer(), report=FileReport(str(path)))
+parts = list(get_importer("kineto").read(path, ctx))
+t2 = time.perf_counter()
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+def union_ns(start, end):
+    order = np.argsort(start, kind="stable")
+    start, end = start[order], end[order]
+    reach = np.maximum.accumulate(end)
+    new = np.ones(len(start), bool)
+    new[1:] = start[1:] > reach[:-1]
+    group = np.cumsum(new) - 1
+    first = start[new]
+    last = np.maximum.reduceat(end, np.flatnonzero(new))
+    return int((last - first).sum())
+
+rows = {}
+for part in parts:
+    tl = part.timeline
+    gpu = tl[tl["lane"].str.startswith("gpu:")]
+    if gpu["step"].notna().any():  # HTA's window: GPU work launched before the last ProfilerStep began
+        gpu = gpu[gpu["step"].fillna(-1).lt(int(tl["step"].max())) & gpu["step"].notna()]
+    start = gpu["start_ns"].to_numpy(); end = start + gpu["dur_ns"].to_numpy()
+    span = int(end.max() - start.min())
+    busy = union_ns(start, end)
+    comp = gpu["category"].astype(str).to_numpy() == "compute"
+    compute = union_ns(start[comp], end[comp])
+    rows[int(part.rank)] = {"idle": 100.0 * (span - busy) / span, "compute": 100.0 * compute / span,
+                            "non_compute": 100.0 * (busy - compute) / span}
+print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "base_kib": base, "peak_kib": peak,
+                  "events": int(sum(len(p.timeline) for p in parts)), "read": ctx.report.events, "breakdown": rows}))
+"""
+
+_STORE_CHILD = r"""
+import json, resource, sys, time
+t0 = time.perf_counter()
+from ddltrace.cli import build_parser
+args = build_parser().parse_args(["import", *sys.argv[2:], "--out", sys.argv[1], "--progress", "never"])
+t1 = time.perf_counter()
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+import contextlib, io
+with contextlib.redirect_stdout(io.StringIO()):
+    code = args.func(args)
+t2 = time.perf_counter()
+print(json.dumps({"code": code, "import_s": t1 - t0, "load_s": t2 - t1, "base_kib": base,
+                  "peak_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+"""
+
+
+def _child(python: str, code: str, *args: str) -> dict:
+    result = subprocess.run([python, "-c", code, *args], capture_output=True, text=True, cwd=tempfile.gettempdir())
+    if result.returncode != 0:
+        raise SystemExit(f"child {python} failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _best(runs: list[dict]) -> dict:
+    return min(runs, key=lambda r: r["load_s"])
+
+
+def _mib(kib: float) -> str:
+    return f"{kib / 1024:.0f} MiB"
+
+
+def compare(trace: Path, hta_python: Path, repeat: int) -> None:
+    print(f"trace: {trace} ({trace.stat().st_size / 2**20:.1f} MiB on disk)")
+    ours = _best([_child(sys.executable, _DDLTRACE_CHILD, str(trace)) for _ in range(repeat)])
+    with tempfile.TemporaryDirectory() as tmp:
+        store_runs = []
+        for i in range(repeat):
+            store_runs.append(_child(sys.executable, _STORE_CHILD, str(Path(tmp) / f"s{i}"), str(trace)))
+        store = _best(store_runs)
+    hta = None
+    if hta_python.exists():
+        with tempfile.TemporaryDirectory() as tmp:  # HTA parses every file of a folder: give it only this one
+            shutil.copy(trace, tmp)
+            hta = _best([_child(str(hta_python), _HTA_CHILD, tmp) for _ in range(repeat)])
+    else:
+        print(f"HTA not found at {hta_python}: make it with python3 -m venv .venvs/hta && "
+              ".venvs/hta/bin/pip install HolisticTraceAnalysis 'pandas<3'")
+    print(f"\n{'':34s}{'ddltrace':>14s}{'HTA':>14s}{'ratio':>10s}")
+
+    def row(label, a, b, fmt, ratio_of):
+        ratio = f"{ratio_of(a, b):8.1f} x" if b is not None else ""
+        print(f"{label:34s}{fmt(a):>14s}{(fmt(b) if b is not None else 'n/a'):>14s}{ratio:>10s}")
+
+    sec = lambda v: f"{v:.2f} s"  # noqa: E731
+    row("load into a table", ours["load_s"], hta and hta["load_s"], sec, lambda a, b: b / a)
+    row("full import into a store", store["load_s"], hta and hta["load_s"], sec, lambda a, b: b / a)
+    row("peak memory, whole process", ours["peak_kib"], hta and hta["peak_kib"], _mib, lambda a, b: b / a)
+    row("peak memory above libraries", ours["peak_kib"] - ours["base_kib"],
+        hta and hta["peak_kib"] - hta["base_kib"], _mib, lambda a, b: b / a)
+    row("  (full import into a store)", store["peak_kib"] - store["base_kib"],
+        hta and hta["peak_kib"] - hta["base_kib"], _mib, lambda a, b: b / a)
+    print(f"{'events kept':34s}{ours['events']:>14d}{(hta['events'] if hta else 0):>14d}")
+    print(f"{'events/s (all read / load time)':34s}{ours['read'] / ours['load_s']:>14,.0f}"
+          f"{(ours['read'] / hta['load_s'] if hta else 0):>14,.0f}")
+    print("(ratio = HTA / ddltrace: how many times faster, or smaller, ddltrace is)")
+    if hta:
+        print("\ntemporal breakdown of GPU time (HTA's definition), percent of the GPU's active span:")
+        worst = 0.0
+        for rank, theirs in hta["breakdown"].items():
+            mine = ours["breakdown"].get(rank)
+            if mine is None:
+                print(f"  rank {rank}: missing in ddltrace")
+                continue
+            for key in ("idle", "compute", "non_compute"):
+                diff = mine[key] - theirs[key]
+                worst = max(worst, abs(diff))
+                print(f"  rank {rank} {key:12s} ddltrace {mine[key]:6.2f} %   HTA {theirs[key]:6.2f} %   "
+                      f"difference {diff:+.2f} percentage points")
+        print(f"  largest difference: {worst:.2f} percentage points (target: within 1)")
+
+
+def synthetic(ranks: int = 8, events: int = 2_000_000) -> None:
+    import orjson
+
+    per_rank = events // ranks
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "trace"
+        folder.mkdir()
+        names = ["aten::mm", "aten::add_", "ncclKernel_AllReduce_RING_LL_Sum_float", "Memcpy HtoD", "sgemm_128x64",
+                 "c10d::allreduce_", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"]
+        for rank in range(ranks):
+            ev = [{"ph": "X", "cat": "kernel" if i % 3 else "cpu_op", "name": names[i % len(names)],
+                   "pid": 0 if i % 3 else 4242, "tid": 7 if i % 3 else 4243, "ts": 1700000000000000 + 2 * i,
+                   "dur": 1 + i % 4, "args": {"External id": i, "correlation": i}} for i in range(per_rank)]
+            (folder / f"rank{rank}.json").write_bytes(
+                orjson.dumps({"distributedInfo": {"rank": rank, "world_size": ranks}, "traceEvents": ev}))
+            del ev
+        size = sum(p.stat().st_size for p in folder.iterdir())
+        run = _child(sys.executable, _STORE_CHILD, str(Path(tmp) / "store"), str(folder))
+        rate = events / run["load_s"]
+        above = (run["peak_kib"] - run["base_kib"]) * 1024
+        print(f"\nsynthetic: {ranks} ranks x {per_rank:,} events ({size / 2**20:.0f} MiB of JSON) imported into a "
+              f"store in {run['load_s']:.2f} s = {rate:,.0f} events/s; peak memory {_mib(run['peak_kib'])} "
+              f"({above / 2**20:.0f} MiB above libraries = {above / per_rank:.0f} bytes per event of the largest "
+              f"rank held at once, {above / events:.0f} bytes per event of the whole folder)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
+    parser.add_argument("--hta-python", type=Path, default=DEFAULT_HTA_PYTHON)
+    parser.add_argument("--repeat", type=int, default=1, help="runs per tool; the fastest is shown")
+    parser.add_argument("--synthetic", action="store_true", help="also the 8-rank, 2M-event folder")
+    args = parser.parse_args()
+    if not args.trace.exists():
+        raise SystemExit(f"{args.trace}: not found")
+    os.environ.setdefault("PYTHONWARNINGS", "ignore")
+    compare(args.trace, args.hta_python, args.repeat)
+    if args.synthetic:
+        synthetic()
+
+
+if __name__ == "__main__":
+    main()
