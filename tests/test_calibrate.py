@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ddltrace.cli import main
-from ddltrace.collectors.microbench import gpu
+from ddltrace.collectors.microbench import feedforward, gpu, machine
 from ddltrace.collectors.microbench import profile as prof
 
 DDLTRACE = str(Path(sys.executable).parent / "ddltrace")
@@ -58,6 +58,9 @@ def test_quick_calibration_end_to_end(tmp_path):
 def test_no_compiler_still_calibrates_the_cpu_with_numpy(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("DDLTRACE_CC", str(tmp_path / "no" / "cc"))
     monkeypatch.setenv("DDLTRACE_CACHE", str(tmp_path / "cache"))
+    # smaller segments than the machine's caches call for, to keep the test short; the pipeline is the real one
+    monkeypatch.setattr(feedforward, "segment_sizes", lambda quick, neurons=False: [16384, 262144])
+    monkeypatch.setattr(machine, "llc_bytes", lambda: 1 << 20)
     out = tmp_path / "p.json"
     assert main(["calibrate", "--quick", "--only", "cpu", "--out", str(out)]) == 0
     profile = prof.load(out)

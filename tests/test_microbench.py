@@ -129,12 +129,17 @@ def test_stream_report_has_every_form_kernel_and_thread_count():
 
 
 def test_interference_workers_are_pinned_and_report_ratios():
-    curve = interference.interference_curve(64 * 1024, 2, min_time=0.002, repeats=2)
-    points = curve["points"]
-    assert [p["H"] for p in points] == [1, 2] and points[0]["ratio"] == 1.0
-    assert all(p["ratio"] > 0 and p["seconds_per_call"] > 0 for p in points)
-    if hasattr(os, "sched_setaffinity"):
-        assert all(p["pinned"] for p in points)
+    small, large = 16 * 1024, 4 * 2**20
+    curves = interference.interference_curves([small, large], 2, min_time=0.002, repeats=2)
+    assert [c["segment_bytes"] for c in curves] == [small, large]
+    for curve in curves:
+        points = curve["points"]
+        assert [p["H"] for p in points] == [1, 2] and points[0]["ratio"] == 1.0
+        assert all(p["ratio"] > 0 and p["seconds_per_call"] > 0 for p in points)
+        if hasattr(os, "sched_setaffinity"):
+            assert all(p["pinned"] for p in points)
+    # a 4 MiB segment holds 256 x more multiply-adds than 16 KiB: each call takes longer
+    assert curves[1]["points"][0]["seconds_per_call"] > curves[0]["points"][0]["seconds_per_call"]
 
 
 def test_disk_probe_on_a_real_file(tmp_path):

@@ -119,11 +119,11 @@ def run_cpu(p: dict, opts: Options) -> None:
             prof.add_constant(p, f"gemm_peak_fraction_{dtype}", frac, frac * rel, "ratio",
                               f"BLAS GEMM ({dtype}, one thread) multiply-adds per second over the core's peak")
     llc = machine.llc_bytes()
-    cores = usable_cores()
-    for label, seg in (("cache", feedforward.cache_sizes().get("L2", 512 * 1024) // 2),
-                       ("mem", (2 if quick else 4) * llc)):
-        curve = interference.interference_curve(seg, cores, min_time=0.02 if quick else 0.1,
-                                                repeats=3 if quick else 5, progress=opts.progress)
+    segments = {"cache": feedforward.cache_sizes().get("L2", 512 * 1024) // 2, "mem": (2 if quick else 4) * llc}
+    curves = interference.interference_curves(list(segments.values()), usable_cores(),
+                                              min_time=0.02 if quick else 0.1, repeats=3 if quick else 5,
+                                              progress=opts.progress)
+    for (label, seg), curve in zip(segments.items(), curves, strict=True):
         pts = curve["points"]
         prof.add_curve(p, f"C_interf_{label}", "H", "processes", "ratio",
                        [{"x": pt["H"], "y": pt["ratio"], "spread": pt["spread"], "form": pt["form"],
@@ -132,7 +132,8 @@ def run_cpu(p: dict, opts: Options) -> None:
         for pt in pts[1:]:
             prof.add_constant(p, f"C_interf_H{pt['H']}_{label}", pt["ratio"], max(pt["spread"], 1e-3 * pt["ratio"]),
                               "ratio", f"C_interf({pt['H']}): {pt['H']} pinned processes vs 1, segment "
-                              f"{prof.si(seg, 'B')}", f"{pt['form']} form, pinned={pt['pinned']}")
+                              f"{prof.si(seg, 'B')}", f"{pt['form']} form, pinned={pt['pinned']}",
+                              other_cpu_s=pt["other_cpu_s"])
 
 
 def run_mem(p: dict, opts: Options) -> None:
@@ -140,7 +141,9 @@ def run_mem(p: dict, opts: Options) -> None:
     threads = sorted({1, cores}) if opts.quick else list(range(1, cores + 1))
     kernels = ("read", "write", "triad") if opts.quick else memory.KERNELS
     forms = (("c",) if ccompile.load_kernels() is not None else ("numpy",)) if opts.quick else None
-    res = memory.stream(threads, repeats=3 if opts.quick else 10, forms=forms, kernels=kernels,
+    # STREAM's rule is arrays of 4 x LLC; --quick uses 2 x LLC (three arrays: 6 x LLC in all, still memory)
+    n = memory.array_elements(2 * machine.llc_bytes()) if opts.quick else None
+    res = memory.stream(threads, repeats=3 if opts.quick else 10, n=n, forms=forms, kernels=kernels,
                         progress=opts.progress)
     form = "c" if "c" in res["forms"] else "numpy"
     bw = res["bandwidth"]
@@ -191,7 +194,8 @@ def run_net(p: dict, opts: Options) -> None:
         server, host, port = _loopback_server(opts.net_timeout)
         placement = "loopback, client and server processes unpinned"
     try:
-        res = network.measure(host, port, quick=opts.quick, timeout=opts.net_timeout, progress=opts.progress)
+        res = network.measure(host, port, quick=opts.quick, timeout=opts.net_timeout, progress=opts.progress,
+                              stream_sizes=network.STREAM_SIZES[:-1] if opts.quick else None)
     finally:
         if server is not None:
             server.terminate()
