@@ -72,6 +72,13 @@ def test_no_compiler_still_calibrates_the_cpu_with_numpy(tmp_path, monkeypatch, 
     assert "note: no C compiler" in capsys.readouterr().out
 
 
+def test_json_output_is_the_profile(tmp_path, capsys):
+    out = tmp_path / "p.json"
+    assert main(["calibrate", "--only", "gpu", "--json", "--out", str(out)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads(out.read_text()) and printed["format"] == prof.FORMAT
+
+
 def test_no_gpu_is_a_line_in_the_output(tmp_path, capsys):
     if gpu.describe()[0]:
         pytest.skip("this machine has a GPU")

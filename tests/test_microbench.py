@@ -278,6 +278,15 @@ def test_profile_load_errors_name_the_file(tmp_path):
         prof.load(tmp_path / "neg.json")
 
 
+def test_mpi_pingpong_between_two_ranks():
+    pytest.importorskip("mpi4py")
+    from ddltrace.collectors.microbench import mpi_pingpong
+
+    res, note = mpi_pingpong.measure(sizes=(1, 65536), repeats=2, min_time=0.002, timeout=120)
+    assert res, note
+    assert set(res) == {1, 65536} and all(len(v) == 2 and min(v) > 0 for v in res.values())
+
+
 def test_no_gpu_is_one_line():
     gpus, note = gpu.describe()
     if gpus:

@@ -177,11 +177,9 @@ def compare(a: dict, b: dict) -> list[tuple[str, str, str, str, str]]:
     for name in names:
         ca, cb = a["constants"].get(name), b["constants"].get(name)
         if ca is None or cb is None:
-            only = "only in A" if cb is None else "only in B"
-            c = ca or cb
             fa = format_value(ca["value"], ca["unit"]) if ca else "-"
             fb = format_value(cb["value"], cb["unit"]) if cb else "-"
-            rows.append((name, fa, fb, "", only if c else ""))
+            rows.append((name, fa, fb, "", "only in A" if cb is None else "only in B"))
             continue
         ratio = cb["value"] / ca["value"]
         combined = math.hypot(ca["uncertainty"], cb["uncertainty"])

@@ -27,6 +27,7 @@ def register(subparsers) -> None:
     p.add_argument("--disk-size", metavar="MIB", type=int, help="disk file size in MiB (default: 32 quick, 1024)")
     p.add_argument("--net-timeout", type=float, default=5.0, metavar="S",
                    help="seconds to wait for the peer at any step (default: 5)")
+    p.add_argument("--json", action="store_true", help="print the profile as JSON instead of the summary table")
     p.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"),
                    help="compare two profiles instead of measuring")
     p.set_defaults(func=run)
@@ -81,6 +82,11 @@ def run(args) -> int:
     finally:
         progress.done()
     path = prof.save(profile, args.out)
+    if args.json:
+        import json
+
+        print(json.dumps(profile, indent=1))
+        return 0
     m = profile["machine"]
     print(f"{m['cpu_model']}, {m['usable_cores']} cores, {prof.si(m['memory_bytes'], 'B')} memory, {m['kernel']}")
     print(prof.table(prof.summary_rows(profile), ("constant", "value", "uncertainty", "note")))
