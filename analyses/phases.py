@@ -124,6 +124,8 @@ def segment_rank(timeline: pd.DataFrame) -> RankPhases | None:
     is_final = np.isin(names, list(FINALIZE_NAMES))
     after_init = int(ends[is_init].max()) if is_init.any() else start
     before_final = int(starts[is_final].min()) if is_final.any() else end
+    if before_final <= after_init:  # an aggregated profile laid out as a timeline: Init and Finalize say nothing
+        after_init, before_final = start, end
 
     steps = frame["step"]
     if steps.notna().any():
@@ -160,11 +162,11 @@ def segment_rank(timeline: pd.DataFrame) -> RankPhases | None:
     if p2p.sum() >= MIN_CYCLES and collective.any():
         first, last = np.quantile(starts[p2p], [0.1, 0.9])
         opening, closing = collective & (starts <= first), collective & (starts >= last)
-        if opening.any() or closing.any():
-            init_end = int(ends[opening].max()) if opening.any() else after_init
-            steady_end = int(starts[closing].min()) if closing.any() else before_final
-            return _finish(rank, start, max(init_end, after_init), steady_end, end, starts, ends, categories,
-                           "collectives", 0, _steps_frame([], [], []))
+        init_end = max(int(ends[opening].max()) if opening.any() else after_init, after_init)
+        steady_end = int(starts[closing].min()) if closing.any() else before_final
+        if (opening.any() or closing.any()) and steady_end > init_end:
+            return _finish(rank, start, init_end, steady_end, end, starts, ends, categories, "collectives", 0,
+                           _steps_frame([], [], []))
     steady_end = max(before_final, after_init)
     return _finish(rank, start, after_init, steady_end, end, starts, ends, categories, "mpi", 0,
                    _steps_frame([], [], []))
