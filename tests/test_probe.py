@@ -103,7 +103,7 @@ def test_other_kind_of_server_is_named():
 def test_server_refuses_clients_over_its_limit(server):
     a, b = network.ProbeClient(*server.address), network.ProbeClient(*server.address)
     try:
-        with pytest.raises(DdltraceError, match="closed the connection|connection lost"):
+        with pytest.raises(DdltraceError, match="busy"):
             network.ProbeClient(*server.address, timeout=2)
     finally:
         a.close()

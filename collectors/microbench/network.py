@@ -2,7 +2,8 @@
 in ``ddltrace calibrate --peer HOST:PORT`` (loopback by default).
 
 Protocol (TCP, big-endian): a request is ``"DDLP", op (1 byte), size (8 bytes), count (8 bytes)``.
-- HELLO: the server answers ``"DDLP", version (1 byte), largest ping-pong message (8 bytes)``.
+- HELLO: the server answers ``"DDLP", version (1 byte), largest ping-pong message (8 bytes)``; a server
+  already serving its maximum number of clients answers ``"DDLB"`` in its place and closes.
 - PINGPONG: ``count`` times the client sends ``size`` bytes and the server sends them back.
 - SINK: the client streams ``size`` bytes; the server answers the byte count it received (8 bytes).
 - BYE: the server closes the connection.
@@ -33,6 +34,8 @@ from ddltrace.collectors.microbench.measure import LinearFit, Measurement, linea
 from ddltrace.errors import DdltraceError
 
 MAGIC = b"DDLP"
+BUSY = b"DDLB"
+"""Sent instead of the hello's answer by a server already serving its maximum number of clients."""
 VERSION = 1
 OP_HELLO, OP_PINGPONG, OP_SINK, OP_BYE = 0, 1, 2, 3
 REQUEST = struct.Struct("!4sBQQ")
@@ -140,11 +143,25 @@ class ProbeServer:
                 break
             if not self._slots.acquire(blocking=False):
                 self._log(f"refused {peer[0]}:{peer[1]}: already {self.max_clients} clients")
-                conn.close()
+                threading.Thread(target=self._refuse, args=(conn,), daemon=True).start()
                 continue
             with self._lock:
                 self._conns.add(conn)
             threading.Thread(target=self._serve, args=(conn, peer), daemon=True).start()
+
+    @staticmethod
+    def _refuse(conn: socket.socket) -> None:
+        """Tell a client over the limit that the server is busy, let it read that, close."""
+        try:
+            conn.settimeout(2.0)
+            conn.sendall(HELLO_REPLY.pack(BUSY, VERSION, 0))
+            conn.shutdown(socket.SHUT_WR)
+            while conn.recv(4096):  # drain its hello so that closing sends no reset
+                pass
+        except OSError:
+            pass
+        finally:
+            conn.close()
 
     def _serve(self, conn: socket.socket, peer) -> None:
         conn.settimeout(self.idle_timeout)
@@ -226,6 +243,9 @@ class ProbeClient:
         self.sock.settimeout(timeout)
         reply = self._exchange(REQUEST.pack(MAGIC, OP_HELLO, 0, 0), HELLO_REPLY.size, "the hello")
         magic, version, self.max_message = HELLO_REPLY.unpack(reply)
+        if magic == BUSY:
+            self.close()
+            raise DdltraceError(f"peer {self.peer}: busy (already serving its maximum number of clients)")
         if magic != MAGIC:
             self.close()
             raise DdltraceError(f"peer {self.peer}: not a ddltrace probe server (wrong answer to the hello)")
