@@ -40,6 +40,8 @@ from ddltrace.models import hashemi
 from ddltrace.models.hashemi import Constants, Workload
 
 FITTABLE = ("c_p", "c_b", "c_u", "t_phase_min", "kappa")
+#: Terms that only act past a knee: kept only when leave-one-out errors say the runs support them.
+KNEE_TERMS = ("c_u", "t_phase_min", "kappa")
 PROFILE_CONSTANTS = ("r_d", "r_m", "w_m", "r_net", "lat_net")
 SERVER_ROLES = ("server", "ps", "parameter_server", "parameter-server")
 
@@ -127,7 +129,9 @@ class HashemiFit:
 
     # -- fitting -------------------------------------------------------------------------------------------
 
-    def _solve(self, frame: pd.DataFrame, names: list[str], base: Constants) -> tuple[np.ndarray, Any]:
+    def _solve(self, frame: pd.DataFrame, names: list[str], base: Constants,
+               start: np.ndarray | None = None) -> tuple[np.ndarray, Any]:
+        """Bounded least squares from ``start``, or from several server costs when none is given."""
         measured = frame["phase_s"].to_numpy()
         groups = self._groups(frame)
 
@@ -141,10 +145,11 @@ class HashemiFit:
         guess = {"c_p": per_sample * 0.7, "c_b": per_sample * batch * 0.1, "t_phase_min": float(measured.min()) * 0.5,
                  "kappa": 0.01}
         server_guesses = [per_sample * batch / w for w in (1.0, 4.0, 16.0, 64.0, 256.0)] if "c_u" in names else [0]
+        starts = [np.maximum(np.asarray(start, dtype=float), 1e-30)] if start is not None else [
+            np.array([c_u if n == "c_u" else guess[n] for n in names]) for c_u in server_guesses]
         best = None
-        for c_u in server_guesses:
-            start = np.array([c_u if n == "c_u" else guess[n] for n in names])
-            result = least_squares(residuals, start, bounds=(0.0, np.inf), x_scale=np.maximum(start, 1e-30),
+        for x0 in starts:
+            result = least_squares(residuals, x0, bounds=(0.0, np.inf), x_scale=np.maximum(x0, 1e-30),
                                    method="trf", xtol=1e-10, ftol=1e-10, gtol=1e-10, max_nfev=500)
             if best is None or result.cost < best.cost:
                 best = result
@@ -195,6 +200,24 @@ class HashemiFit:
         if not names:
             raise DdltraceError("nothing to fit: every constant is fixed")
         theta, result = self._solve(frame, names, base)
+        self.unsupported_ = {}
+        for term in KNEE_TERMS:
+            if term not in names or len(names) < 2:
+                continue
+            reduced = [n for n in names if n != term]
+            with_term = self._loo_frame(frame, names, base)
+            without = self._loo_frame(frame, reduced, replace(base, **{term: 0.0}))
+            if with_term is None or without is None:
+                continue
+            err_with, err_without = with_term["abs_pct_error"].mean(), without["abs_pct_error"].mean()
+            if err_without <= err_with:
+                self.unsupported_[term] = float(theta[names.index(term)])
+                notes.append(f"{term} is not supported by these runs: leave-one-out errors are lower without it "
+                             f"({err_without:.1f} % vs {err_with:.1f} %), so it is held at 0 (fitted, it would be "
+                             f"{self.unsupported_[term]:.3g})")
+                names = reduced
+                base = replace(base, **{term: 0.0})
+                theta, result = self._solve(frame, names, base)
         self.constants_ = replace(base, **dict(zip(names, theta, strict=True)))
         self.fitted_names_ = names
         self.n_runs_ = len(frame)
@@ -239,10 +262,11 @@ class HashemiFit:
         self.workload_ = wl
         self.knee_, self.knee_cause_ = hashemi.knee(wl, self.constants_)
         self.knee_batch_ = wl.b
-        if "c_u" in self.unconstrained_:
-            at_least, _ = hashemi.knee(wl, replace(self.constants_, c_u=self.unconstrained_["c_u"]))
+        bound = self.unconstrained_.get("c_u", self.unsupported_.get("c_u"))
+        if bound:
+            at_least, _ = hashemi.knee(wl, replace(self.constants_, c_u=bound))
             self.knee_min_ = at_least
-            notes.append(f"the knee is at w* >= {at_least:.3g} workers: no run reached the server's limit")
+            notes.append(f"the knee is at w* >= {at_least:.3g} workers: no run shows the server's limit")
         self.divergence_ = self.divergence(frame)
         self.loo_ = self._leave_one_out(frame, names, base, notes)
         self.notes_ = notes
@@ -252,6 +276,7 @@ class HashemiFit:
         """r_d from the initialisation times, when the runs have them and the profile did not measure r_d."""
         self.r_d_ = (self.profile or {}).get("r_d")
         self.r_d_ci_ = (math.nan, math.nan)
+        self.r_d_fitted_ = False
         if "init_s" not in frame.columns or frame["init_s"].isna().all():
             return
         if self.r_d_ is not None or self.n_f <= 0:
@@ -269,16 +294,25 @@ class HashemiFit:
         self.r_d_ = r_d
         self.r_d_ci_ = (max(0.0, r_d - t * se), r_d + t * se)
         self.constants_ = replace(self.constants_, r_d=r_d)
+        self.r_d_fitted_ = True
         notes.append(f"r_d fitted from {len(y)} initialisation times with storage={self.storage!r}")
 
     def _leave_one_out(self, frame: pd.DataFrame, names: list[str], base: Constants, notes: list[str]) -> pd.DataFrame:
-        rows = []
-        if len(frame) <= len(names):
+        loo = self._loo_frame(frame, names, base)
+        if loo is None:
             notes.append("too few runs for leave-one-out errors (need more runs than fitted constants)")
             return pd.DataFrame(columns=["label", "w", "b", "measured_s", "predicted_s", "abs_pct_error"])
+        return loo
+
+    def _loo_frame(self, frame: pd.DataFrame, names: list[str], base: Constants) -> pd.DataFrame | None:
+        """Each run predicted by the model fitted to the others (None when there are too few runs)."""
+        rows = []
+        if len(frame) <= len(names):
+            return None
+        full, _ = self._solve(frame, names, base)
         for i in range(len(frame)):
             rest = frame.drop(index=i).reset_index(drop=True)
-            theta, result = self._solve(rest, names, base)
+            theta, result = self._solve(rest, names, base, start=full)
             theta = np.array(theta, dtype=float)
             for j in range(len(names)):  # as in fit: a constant the runs do not constrain predicts with 0
                 if self._only_bounded(rest, names, theta, j, base, float(np.sum(result.fun**2))) is not None:
@@ -336,7 +370,7 @@ class HashemiFit:
             if name in self.params_:
                 entry.update(stderr=_nan_none(self.stderr_[name]), ci=[_nan_none(x) for x in self.ci_[name]],
                              source="fitted")
-            elif name == "r_d" and "r_d fitted" in " ".join(self.notes_):
+            elif name == "r_d" and self.r_d_fitted_:
                 entry.update(ci=[_nan_none(x) for x in self.r_d_ci_], source="fitted")
             elif name in (self.fixed or {}):
                 entry["source"] = "fixed"

@@ -236,3 +236,23 @@ def test_quantities():
             parse(bad)
     with pytest.raises(DdltraceError, match="NAME=VALUE"):
         parse_what_if(["r_net"])
+
+
+def test_hardware_profile_from_calibrate():
+    from ddltrace.models.quantities import profile_constants
+    from ddltrace.models.yan import Hardware
+
+    profile = {"format": "ddltrace-hardware-profile", "machine": {"physical_cores": 8, "logical_cpus": 16},
+               "constants": {"C_nbw": {"value": 8e9, "uncertainty": 1e8, "unit": "bit/s"},
+                             "r_net": {"value": 1e-9, "uncertainty": 1e-11, "unit": "s/B"},
+                             "C_muladd": {"value": 2e-10, "unit": "s/muladd", "alias_of": "C_muladd_gemm_f32"}},
+               "curves": {"C_muladd_gemm_f32": {"points": [{"x": 1e3, "y": 2e-10}, {"x": 1e9, "y": 9e-10}]},
+                          "C_interf_cache": {"points": [{"x": 2, "y": 1.2}, {"x": 8, "y": 1.9}]}}}
+    constants = profile_constants(profile, "hw.json")
+    assert constants["C_nbw"] == 1e9 and constants["cores"] == 8.0
+    assert constants["C_muladd"] == [[1e3, 2e-10], [1e9, 9e-10]]
+    assert constants["C_interf"][0] == [1.0, 1.0]
+    hw = Hardware.from_profile(constants, "hw.json")
+    assert hw.cores == 8 and hw.interf(2) == pytest.approx(1.2) and hw.muladd(1e9) == pytest.approx(9e-10)
+    with pytest.raises(DdltraceError, match="hw.json: constant r_net"):
+        profile_constants({"constants": {"r_net": {"value": -1.0}}}, "hw.json")
