@@ -33,7 +33,7 @@ def read_csv(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-@pytest.mark.parametrize("ranks", [1, 4, 8])  # 2, 3, 5 and 7 ranks run in the tests below
+@pytest.mark.parametrize("ranks", [1, 4, 8])  # 2, 3 and 5 ranks run in the tests below
 def test_runs_on_1_to_8_ranks_here_with_a_slow_server(tmp_path, ranks):
     doc = run_job(tmp_path, ranks, *SMALL, "--batch", "32", "--server-cost", "0.003")
     workers = max(1, ranks - 1)
@@ -66,19 +66,19 @@ def test_loss_falls_with_real_compute(tmp_path):
 
 @pytest.fixture(scope="module")
 def softsync_runs(tmp_path_factory):
-    """6 workers, emulated compute long enough for the server to keep up (Rudra's homogeneous learners)."""
+    """4 workers, emulated compute long enough for the server to keep up (Rudra's homogeneous learners)."""
     runs = {}
-    for n in (1, 3):
+    for n in (1, 2):
         out = tmp_path_factory.mktemp(f"softsync{n}")
-        runs[n] = (out, run_job(out, 7, "--hidden", "100", "--samples", "3072", "--epochs", "1", "--batch", "32",
+        runs[n] = (out, run_job(out, 5, "--hidden", "100", "--samples", "3072", "--epochs", "1", "--batch", "32",
                                 "--compute", "emulated", "--sample-time", "200e-6", "--sync", "softsync", str(n)))
     return runs
 
 
-@pytest.mark.parametrize("n", [1, 3])
+@pytest.mark.parametrize("n", [1, 2])
 def test_softsync_staleness_is_about_n_and_at_most_2n(softsync_runs, n):
     out, doc = softsync_runs[n]
-    assert doc["config"]["gradients_per_update"] == 6 // n
+    assert doc["config"]["gradients_per_update"] == 4 // n
     staleness = np.array([int(g["staleness"]) for g in read_csv(out / "gradients.csv")])
     assert 0.5 * n <= staleness.mean() <= 1.5 * n, staleness.mean()
     assert np.mean(staleness <= 2 * n) >= 0.95

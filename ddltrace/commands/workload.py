@@ -77,6 +77,8 @@ def run(args) -> int:
         if (out / "store").exists():
             raise DdltraceError(f"{out / 'store'}: already exists (remove it, or choose another --out)")
         cmd, env = _traced_command(ranks, job, out / "store"), dict(os.environ)
+    elif ranks == 1:  # one rank needs no launcher: MPI starts as a singleton
+        cmd, env = job, dict(os.environ)
     else:
         cmd, env = mpiexec_command(ranks, job)
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
