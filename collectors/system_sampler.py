@@ -1,45 +1,99 @@
-"""System sampler on psutil (dstat's view): the machine and the job's process tree, at a fixed rate.
+"""System sampler (dstat's view): the machine and the job's process tree, at a fixed rate.
 
 Counters (names carry their unit; rates are per second over the last interval):
 
-- machine (rank -1): ``cpu_percent`` (all cores, 0-100), ``cpuN_percent`` per core, ``mem_used_bytes``,
-  ``mem_available_bytes``, ``disk_read_bytes_per_s``, ``disk_write_bytes_per_s``, ``net_sent_bytes_per_s``,
-  ``net_recv_bytes_per_s``, ``ctx_switches_per_s``; the job's tree as a whole: ``job_cpu_percent``
-  (100 = one core), ``job_rss_bytes``, ``job_processes``;
+- machine (rank -1): ``cpu_percent`` (all cores, 0-100), ``cpuN_percent`` per core, ``mem_used_bytes``
+  (total minus available), ``mem_available_bytes``, ``disk_read_bytes_per_s``, ``disk_write_bytes_per_s``,
+  ``net_sent_bytes_per_s``, ``net_recv_bytes_per_s`` (all interfaces, loopback included),
+  ``ctx_switches_per_s``; the job's tree as a whole: ``job_cpu_percent`` (100 = one core),
+  ``job_rss_bytes``, ``job_processes``;
 - each process of the tree (keyed by pid, mapped to its rank by the launcher): ``cpu_percent`` (100 = one
-  core), ``rss_bytes``, ``ctx_switches_per_s``.
+  core), ``rss_bytes``, and at each tree rescan (1 Hz) ``ctx_switches_per_s``.
 
-Sampling runs on a thread of the launcher; its cost at 10 Hz is measured by benchmarks/sampler_cost.py.
+On Linux the values are read straight from /proc, one file per value group (psutil's general path costs
+about 4x more here); elsewhere psutil gives them. The tree is rescanned (a walk of /proc, the costly part)
+every ``tree_refresh_s``. Cost at 10 Hz: benchmarks/sampler_cost.py.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 import psutil
 
 MACHINE = -1
+_LINUX = os.path.exists("/proc/stat") and os.path.exists("/proc/self/stat")
+_TICK = os.sysconf("SC_CLK_TCK") if _LINUX else 100
+_PAGE = os.sysconf("SC_PAGE_SIZE") if _LINUX else 4096
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb", buffering=0) as fh:
+        return fh.read()
+
+
+def _machine_linux(whole_disks: set[str]) -> tuple[list[float], dict[str, float], float, float]:
+    """(per-core busy and total jiffies pairs flattened, cumulative totals, mem total, mem available)."""
+    cores, totals = [], {}
+    for line in _read("/proc/stat").split(b"\n"):
+        if line.startswith(b"cpu") and line[3:4] != b" ":
+            v = [int(x) for x in line.split()[1:]]
+            idle = v[3] + (v[4] if len(v) > 4 else 0)
+            cores.append((sum(v[:8]) - idle, sum(v[:8])))
+        elif line.startswith(b"ctxt "):
+            totals["ctx_switches"] = float(line.split()[1])
+    mem = {}
+    for line in _read("/proc/meminfo").split(b"\n")[:8]:
+        parts = line.split()
+        if len(parts) >= 2:
+            mem[parts[0]] = int(parts[1]) * 1024
+    read = write = 0
+    for line in _read("/proc/diskstats").split(b"\n"):
+        parts = line.split()
+        if len(parts) > 9 and parts[2].decode() in whole_disks:
+            read += int(parts[5]) * 512  # sectors of 512 bytes, whatever the device's sector size
+            write += int(parts[9]) * 512
+    sent = recv = 0
+    for line in _read("/proc/net/dev").split(b"\n")[2:]:
+        if b":" in line:
+            fields = line.split(b":", 1)[1].split()
+            recv += int(fields[0])
+            sent += int(fields[8])
+    totals.update(disk_read_bytes=read, disk_write_bytes=write, net_sent_bytes=sent, net_recv_bytes=recv)
+    total = mem.get(b"MemTotal:", 0)
+    return cores, totals, total, mem.get(b"MemAvailable:", 0)
+
+
+def _proc_linux(pid: int) -> tuple[float, float]:
+    """(CPU seconds so far, resident bytes) of one process, from /proc/PID/stat."""
+    data = _read(f"/proc/{pid}/stat")
+    fields = data[data.rindex(b")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK, int(fields[21]) * _PAGE
 
 
 class SystemSampler:
     """Sample at ``hz`` (samples per second) until :meth:`stop`; ``root_pid`` is the job's top process."""
 
-    def __init__(self, hz: float = 10.0, root_pid: int | None = None):
+    def __init__(self, hz: float = 10.0, root_pid: int | None = None, tree_refresh_s: float = 1.0):
         if hz <= 0:
             raise ValueError(f"sample rate must be > 0 Hz, got {hz}")
         self.hz = hz
         self.root_pid = root_pid
+        self.tree_refresh_s = tree_refresh_s  # how often new processes are looked for (a /proc walk), in s
         self.rows: list[tuple[int, str, int, float]] = []  # (pid or -1, name, t_ns, value)
-        self.pids_seen: set[int] = set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._procs: dict[int, psutil.Process] = {}
+        self._whole_disks = set(os.listdir("/sys/block")) if os.path.isdir("/sys/block") else set()
         self._last: dict = {}
-        self._ctx: dict[int, int] = {}
+        self._cpu: dict[int, tuple[float, float]] = {}  # pid -> (monotonic s, CPU s) at its last sample
+        self._ctx: dict[int, tuple[float, int]] = {}
+        self._members: list[int] = []
+        self._tree_at = -1e9
 
     def start(self) -> SystemSampler:
-        self._prime()
+        self._machine(time.time_ns(), time.monotonic(), emit=False)
         self._thread = threading.Thread(target=self._loop, name="ddltrace-system-sampler", daemon=True)
         self._thread.start()
         return self
@@ -61,78 +115,81 @@ class SystemSampler:
                 next_t = time.monotonic() + period
         self.sample()
 
-    def _prime(self) -> None:
-        psutil.cpu_percent(percpu=True)
-        self._last = {"t": time.monotonic(), **self._totals()}
-
-    @staticmethod
-    def _totals() -> dict:
-        disk = psutil.disk_io_counters()
-        net = psutil.net_io_counters()
-        return {
-            "disk_read_bytes": disk.read_bytes if disk else 0, "disk_write_bytes": disk.write_bytes if disk else 0,
-            "net_sent_bytes": net.bytes_sent if net else 0, "net_recv_bytes": net.bytes_recv if net else 0,
-            "ctx_switches": psutil.cpu_stats().ctx_switches,
-        }
-
-    def _tree(self) -> list[psutil.Process]:
-        if self.root_pid is None:
-            return []
-        try:
-            root = self._procs.get(self.root_pid) or psutil.Process(self.root_pid)
-            procs = [root] + root.children(recursive=True)
-        except psutil.Error:
-            return []
-        out = []
-        for proc in procs:
-            known = self._procs.get(proc.pid)
-            if known is None:
-                self._procs[proc.pid] = proc
-                try:
-                    proc.cpu_percent(None)  # the first call only primes the counter
-                except psutil.Error:
-                    pass
-                continue
-            out.append(known)
-        return out
-
     def sample(self) -> None:
         """Take one sample now."""
-        t_ns = time.time_ns()
-        now = time.monotonic()
+        t_ns, now = time.time_ns(), time.monotonic()
+        self._machine(t_ns, now, emit=True)
+        self._processes(t_ns, now)
+
+    def _machine(self, t_ns: int, now: float, emit: bool) -> None:
+        if _LINUX:
+            cores, totals, mem_total, mem_avail = _machine_linux(self._whole_disks)
+        else:
+            cores = [(p, 100.0) for p in psutil.cpu_percent(percpu=True)]
+            disk, net, vm = psutil.disk_io_counters(), psutil.net_io_counters(), psutil.virtual_memory()
+            totals = {"ctx_switches": psutil.cpu_stats().ctx_switches,
+                      "disk_read_bytes": disk.read_bytes if disk else 0,
+                      "disk_write_bytes": disk.write_bytes if disk else 0,
+                      "net_sent_bytes": net.bytes_sent if net else 0, "net_recv_bytes": net.bytes_recv if net else 0}
+            mem_total, mem_avail = vm.total, vm.available
+        last, self._last = self._last, {"t": now, "cores": cores, **totals}
+        if not emit or not last:
+            return
         rows = self.rows
-        cores = psutil.cpu_percent(percpu=True)
-        rows.append((MACHINE, "cpu_percent", t_ns, sum(cores) / max(len(cores), 1)))
-        rows.extend((MACHINE, f"cpu{i}_percent", t_ns, float(v)) for i, v in enumerate(cores))
-        mem = psutil.virtual_memory()
-        rows.append((MACHINE, "mem_used_bytes", t_ns, float(mem.used)))
-        rows.append((MACHINE, "mem_available_bytes", t_ns, float(mem.available)))
-        totals = self._totals()
-        dt = max(now - self._last["t"], 1e-9)
+        if _LINUX:
+            percent = [100.0 * (b - lb) / (t - lt) if t > lt else 0.0
+                       for (b, t), (lb, lt) in zip(cores, last["cores"], strict=False)]
+        else:
+            percent = [b for b, _ in cores]
+        rows.append((MACHINE, "cpu_percent", t_ns, sum(percent) / max(len(percent), 1)))
+        rows.extend((MACHINE, f"cpu{i}_percent", t_ns, float(v)) for i, v in enumerate(percent))
+        rows.append((MACHINE, "mem_used_bytes", t_ns, float(mem_total - mem_avail)))
+        rows.append((MACHINE, "mem_available_bytes", t_ns, float(mem_avail)))
+        dt = max(now - last["t"], 1e-9)
         for key, value in totals.items():
-            rows.append((MACHINE, f"{key}_per_s", t_ns, (value - self._last[key]) / dt))
-        self._last = {"t": now, **totals}
-        job_cpu = job_rss = 0.0
-        tree = self._tree()
-        for proc in tree:
+            rows.append((MACHINE, f"{key}_per_s", t_ns, (value - last[key]) / dt))
+
+    def _processes(self, t_ns: int, now: float) -> None:
+        if self.root_pid is None:
+            return
+        rescan = now - self._tree_at >= self.tree_refresh_s
+        if rescan:
+            self._tree_at = now
             try:
-                with proc.oneshot():
-                    cpu = proc.cpu_percent(None)
-                    rss = float(proc.memory_info().rss)
-                    ctx = proc.num_ctx_switches()
+                root = psutil.Process(self.root_pid)
+                self._members = [root.pid] + [p.pid for p in root.children(recursive=True)]
             except psutil.Error:
+                self._members = []
+        job_cpu = job_rss = 0.0
+        alive = []
+        for pid in self._members:
+            try:
+                if _LINUX:
+                    cpu_s, rss = _proc_linux(pid)
+                else:
+                    proc = psutil.Process(pid)
+                    times = proc.cpu_times()
+                    cpu_s, rss = times.user + times.system, proc.memory_info().rss
+                if rescan:
+                    ctx = psutil.Process(pid).num_ctx_switches()
+                    switches = ctx.voluntary + ctx.involuntary
+            except (OSError, ValueError, IndexError, psutil.Error):
                 continue
-            switches = ctx.voluntary + ctx.involuntary
-            last = self._ctx.get(proc.pid)
-            self._ctx[proc.pid] = switches
-            self.pids_seen.add(proc.pid)
-            rows.append((proc.pid, "cpu_percent", t_ns, cpu))
-            rows.append((proc.pid, "rss_bytes", t_ns, rss))
-            if last is not None:
-                rows.append((proc.pid, "ctx_switches_per_s", t_ns, (switches - last) / dt))
-            job_cpu += cpu
+            alive.append(pid)
+            prev = self._cpu.get(pid)
+            self._cpu[pid] = (now, cpu_s)
+            if prev is not None and now > prev[0]:
+                cpu = 100.0 * (cpu_s - prev[1]) / (now - prev[0])
+                self.rows.append((pid, "cpu_percent", t_ns, cpu))
+                job_cpu += cpu
+            self.rows.append((pid, "rss_bytes", t_ns, float(rss)))
             job_rss += rss
-        if self.root_pid is not None:
-            rows.append((MACHINE, "job_cpu_percent", t_ns, job_cpu))
-            rows.append((MACHINE, "job_rss_bytes", t_ns, job_rss))
-            rows.append((MACHINE, "job_processes", t_ns, float(len(tree))))
+            if rescan:
+                prev_ctx = self._ctx.get(pid)
+                self._ctx[pid] = (now, switches)
+                if prev_ctx is not None and now > prev_ctx[0]:
+                    self.rows.append((pid, "ctx_switches_per_s", t_ns, (switches - prev_ctx[1]) / (now - prev_ctx[0])))
+        self._members = alive
+        self.rows.append((MACHINE, "job_cpu_percent", t_ns, job_cpu))
+        self.rows.append((MACHINE, "job_rss_bytes", t_ns, job_rss))
+        self.rows.append((MACHINE, "job_processes", t_ns, float(len(alive))))

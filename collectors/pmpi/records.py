@@ -22,7 +22,7 @@ from ddltrace.errors import DdltraceError
 from ddltrace.timeline import make_timeline
 
 HEADER_SIZE = 4096
-_HEADER = struct.Struct("<8sIIIiiiQIIii8qq256s256s")
+_HEADER = struct.Struct("<8sIIIiiiQIIii8qq256s256sIIii128q")
 RECORD_DTYPE = np.dtype([("fn", "<u2"), ("flags", "<u2"), ("tid", "<i4"), ("peer", "<i4"), ("tag", "<i4"),
                          ("t0", "<i8"), ("t1", "<i8"), ("bytes", "<i8"), ("comm", "<i8"), ("request", "<i8"),
                          ("aux", "<i8")])
@@ -109,6 +109,8 @@ def read_records(path: str | Path) -> RankRecords:
     (_, version, header_size, record_size, rank, world, pid, n_slots, state, thash, main_tid, n_sync,
      *rest) = _HEADER.unpack_from(data.tobytes()[:_HEADER.size])
     sync_values, test_offset, host, library = rest[:8], rest[8], rest[9], rest[10]
+    clock_kind, n_cal, cal_latest = rest[11], rest[12], rest[13]
+    cal = np.array(rest[15:], dtype=np.int64).reshape(64, 2)
     if version != 1 or header_size != HEADER_SIZE or record_size != RECORD_DTYPE.itemsize:
         raise DdltraceError(f"{path}: unsupported record file version {version} (record size {record_size})")
     if thash != table_hash():
@@ -118,6 +120,17 @@ def read_records(path: str | Path) -> RankRecords:
     count = min(int(n_slots), available)
     records = data[HEADER_SIZE:HEADER_SIZE + count * RECORD_DTYPE.itemsize].view(RECORD_DTYPE).copy()
     records = records[records["fn"] > 0]
+    if clock_kind == 1:
+        pairs = cal[:min(n_cal, 62)]
+        if n_cal > 62 and cal_latest in (62, 63):
+            pairs = np.vstack([pairs, cal[cal_latest]])
+        if len(pairs) < 2:
+            raise DdltraceError(f"{path}: fewer than 2 clock calibration pairs; times cannot be converted")
+        for column in ("t0", "t1"):
+            ticks = records[column]
+            records[column] = np.where(ticks == 0, 0, ticks_to_ns(ticks, pairs))
+    elif clock_kind != 0:
+        raise DdltraceError(f"{path}: unknown clock kind {clock_kind}")
     if len(records) and int(records["fn"].max()) > len(names()):
         raise DdltraceError(f"{path}: record with unknown function id {int(records['fn'].max())}")
     syncs = [ClockSync(*sync_values[4 * i:4 * i + 4]) for i in range(min(max(n_sync, 0), 2))]
@@ -125,6 +138,21 @@ def read_records(path: str | Path) -> RankRecords:
                        host=host.split(b"\0")[0].decode(errors="replace"),
                        library=library.split(b"\0")[0].decode(errors="replace"),
                        test_offset_ns=test_offset, syncs=syncs, records=records)
+
+
+def ticks_to_ns(ticks: np.ndarray, pairs: np.ndarray) -> np.ndarray:
+    """TSC ticks to ns: piecewise linear between the (tick, ns) calibration pairs, and beyond them the
+    rate of the widest span (first to last pair)."""
+    pairs = pairs[np.argsort(pairs[:, 0], kind="stable")]
+    tick0, ns0 = int(pairs[0, 0]), int(pairs[0, 1])
+    x = (pairs[:, 0] - tick0).astype(np.float64)
+    y = (pairs[:, 1] - ns0).astype(np.float64)
+    rate = y[-1] / x[-1] if x[-1] > 0 else 1.0
+    t = (np.asarray(ticks, dtype=np.int64) - tick0).astype(np.float64)
+    out = np.interp(t, x, y)
+    out = np.where(t < 0, t * rate, out)
+    out = np.where(t > x[-1], y[-1] + (t - x[-1]) * rate, out)
+    return ns0 + np.round(out).astype(np.int64)
 
 
 def to_timeline(rr: RankRecords, *, end_ns: int | None = None, align: bool = True) -> pd.DataFrame:

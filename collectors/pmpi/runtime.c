@@ -10,8 +10,9 @@
  *   [0, 4096)        header (struct ddlt_header below)
  *   [4096, ...)      64-byte records (struct ddlt_rec), mapped in segments of 65536 records
  *
- * Timestamps: CLOCK_REALTIME in ns (vDSO, ~20 ns a read here). Clock offset to rank 0 is measured by
- * ping-pong on a private communicator at MPI_Init and again at MPI_Finalize (drift), and kept in the header.
+ * Timestamps: on x86 the invariant TSC (rdtsc, ~10 ns), with (tick, CLOCK_REALTIME ns) calibration pairs
+ * in the header; elsewhere CLOCK_REALTIME ns. Clock offset to rank 0 is measured by ping-pong on a private
+ * communicator at MPI_Init and again at MPI_Finalize (drift), and kept in the header.
  */
 #define _GNU_SOURCE
 #include "runtime.h"
@@ -67,12 +68,19 @@ typedef struct ddlt_header {
     int64_t test_offset_ns;    /* offset injected by DDLTRACE_TEST_CLOCK_OFFSET_NS (tests only) */
     char hostname[256];
     char library[256];
+    uint32_t clock_kind;         /* 0: record times are ns; 1: TSC ticks, converted with cal[] */
+    volatile uint32_t n_cal;     /* calibration pairs written (slots 0..61, then 62/63 alternate) */
+    volatile int32_t cal_latest; /* slot of the latest of 62/63 once n_cal > 62 */
+    int32_t pad;
+    int64_t cal[64][2];          /* (tick, ns) pairs */
 } ddlt_header;
 
 _Static_assert(sizeof(ddlt_rec) == 64, "record must be 64 bytes");
 _Static_assert(offsetof(ddlt_header, sync) == 56, "header layout");
 _Static_assert(offsetof(ddlt_header, hostname) == 128, "header layout");
-_Static_assert(sizeof(ddlt_header) == 640, "header layout");
+_Static_assert(offsetof(ddlt_header, clock_kind) == 640, "header layout");
+_Static_assert(offsetof(ddlt_header, cal) == 656, "header layout");
+_Static_assert(sizeof(ddlt_header) == 1680, "header layout");
 
 int ddlt_on = 0;
 static ddlt_header *hdr;
@@ -84,10 +92,42 @@ static __thread ddlt_rec sink; /* where records go when the file cannot grow */
 static int64_t test_offset;
 static MPI_Comm sync_comm = MPI_COMM_NULL;
 
-int64_t ddlt_now(void) {
+/* Wall clock in ns (CLOCK_REALTIME; plus the injected test offset). */
+int64_t ddlt_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec + test_offset;
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#define CLOCK_KIND 1
+/* Record timestamps: the invariant TSC (about 10 ns to read, against about 30 ns for clock_gettime),
+ * converted to ns by the reader with the (tick, ns) pairs of calibrate(). */
+int64_t ddlt_now(void) { return (int64_t)__rdtsc(); }
+#else
+#define CLOCK_KIND 0
+int64_t ddlt_now(void) { return ddlt_now_ns(); }
+#endif
+
+static volatile int cal_busy;
+
+/* Write one (tick, ns) pair into the header; taken at init, after each clock sync, at finalize, and every
+ * 16384 records, so that a rank that dies still leaves the pairs that convert its records. */
+static void calibrate(void) {
+    if (!hdr || CLOCK_KIND == 0 || __atomic_exchange_n(&cal_busy, 1, __ATOMIC_ACQUIRE)) return;
+    int64_t a = ddlt_now(), ns = ddlt_now_ns(), b = ddlt_now();
+    uint32_t n = hdr->n_cal;
+    int slot = n < 62 ? (int)n : (hdr->cal_latest == 62 ? 63 : 62);
+    hdr->cal[slot][0] = a + (b - a) / 2;
+    hdr->cal[slot][1] = ns;
+    if (n < 62) {
+        __atomic_store_n(&hdr->n_cal, n + 1, __ATOMIC_RELEASE);
+    } else {
+        __atomic_store_n(&hdr->cal_latest, slot, __ATOMIC_RELEASE);
+        __atomic_store_n(&hdr->n_cal, 63, __ATOMIC_RELEASE);
+    }
+    __atomic_store_n(&cal_busy, 0, __ATOMIC_RELEASE);
 }
 
 static ddlt_rec *map_segment(uint32_t s) {
@@ -101,7 +141,7 @@ static ddlt_rec *map_segment(uint32_t s) {
             pthread_mutex_unlock(&seg_lock);
             return NULL;
         }
-        void *m = mmap(NULL, SEG_RECORDS * sizeof(ddlt_rec), PROT_READ | PROT_WRITE, MAP_SHARED, fd, off);
+        void *m = mmap(NULL, SEG_RECORDS * sizeof(ddlt_rec), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, off);
         if (m == MAP_FAILED) {
             pthread_mutex_unlock(&seg_lock);
             return NULL;
@@ -124,6 +164,7 @@ static inline ddlt_rec *slot(uint64_t i) {
 ddlt_rec *ddlt_begin(uint16_t fn) {
     if (__builtin_expect(my_tid == 0, 0)) my_tid = (int32_t)syscall(SYS_gettid);
     uint64_t i = __atomic_fetch_add(&hdr->n_slots, 1, __ATOMIC_RELAXED);
+    if (__builtin_expect((i & 0x3FFF) == 0x3FFF, 0)) calibrate();
     ddlt_rec *r = slot(i);
     if (!r) r = &sink;
     r->flags = 0;
@@ -196,23 +237,23 @@ static void clock_sync(int which) {
     if (sync_comm == MPI_COMM_NULL || which > 1) return;
     ddlt_rec *r = ddlt_begin(DDLT_FN_CLOCK_SYNC);
     int rank = hdr->rank, size = hdr->world_size;
-    ddlt_sync best = {0, 0, ddlt_now(), 0};
+    ddlt_sync best = {0, 0, ddlt_now_ns(), 0};
     if (rank == 0) {
         for (int peer = 1; peer < size; peer++) {
             for (int k = 0; k < SYNC_ROUNDS; k++) {
                 int64_t t2;
                 PMPI_Recv(NULL, 0, MPI_BYTE, peer, SYNC_TAG, sync_comm, MPI_STATUS_IGNORE);
-                t2 = ddlt_now();
+                t2 = ddlt_now_ns();
                 PMPI_Send(&t2, 1, MPI_INT64_T, peer, SYNC_TAG, sync_comm);
             }
         }
     } else {
         best.rtt_ns = INT64_MAX;
         for (int k = 0; k < SYNC_ROUNDS; k++) {
-            int64_t t1 = ddlt_now(), t2 = 0;
+            int64_t t1 = ddlt_now_ns(), t2 = 0;
             PMPI_Send(NULL, 0, MPI_BYTE, 0, SYNC_TAG, sync_comm);
             PMPI_Recv(&t2, 1, MPI_INT64_T, 0, SYNC_TAG, sync_comm, MPI_STATUS_IGNORE);
-            int64_t t3 = ddlt_now();
+            int64_t t3 = ddlt_now_ns();
             if (t3 - t1 < best.rtt_ns) {
                 best.rtt_ns = t3 - t1;
                 best.local_t_ns = t1 + (t3 - t1) / 2;
@@ -225,6 +266,7 @@ static void clock_sync(int which) {
     __atomic_store_n(&hdr->n_sync, which + 1, __ATOMIC_RELEASE);
     r->aux = which;
     ddlt_end(r, MPI_SUCCESS, ddlt_now());
+    calibrate();
 }
 
 static int64_t parse_test_offset(int rank) {
@@ -281,12 +323,20 @@ void ddlt_after_init(int64_t t0, int64_t t1, uint16_t fn, int ret) {
         lib[strcspn(lib, "\n")] = 0;
         snprintf(hdr->library, sizeof hdr->library, "%.255s", lib);
     }
+    hdr->clock_kind = CLOCK_KIND;
+    calibrate();
+    if (CLOCK_KIND) { /* a second pair 1 ms later: a rate even if the rank dies before the next one */
+        int64_t until = ddlt_now_ns() + 1000000;
+        while (ddlt_now_ns() < until) {
+        }
+        calibrate();
+    }
     memcpy(hdr->magic, "DDLTPMPI", 8);
     hdr->state = 1;
     ddlt_on = 1;
     ddlt_rec *r = ddlt_begin(fn);
-    r->t0 = t0 + test_offset;
-    ddlt_end(r, ret, t1 + test_offset);
+    r->t0 = CLOCK_KIND ? t0 : t0 + test_offset;
+    ddlt_end(r, ret, CLOCK_KIND ? t1 : t1 + test_offset);
     if (PMPI_Comm_dup(MPI_COMM_WORLD, &sync_comm) != MPI_SUCCESS) sync_comm = MPI_COMM_NULL;
     clock_sync(0);
 }
@@ -299,6 +349,7 @@ void ddlt_before_finalize(void) {
 
 void ddlt_after_finalize(ddlt_rec *r, int ret) {
     ddlt_end(r, ret, ddlt_now());
+    calibrate();
     hdr->state = 3;
     ddlt_on = 0;
 }

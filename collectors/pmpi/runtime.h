@@ -19,8 +19,8 @@ typedef struct ddlt_rec {
     int32_t tid;             /* Linux thread id of the caller */
     int32_t peer;            /* peer rank in comm (or root of a collective); DDLT_NA32 if none */
     int32_t tag;             /* tag of a point-to-point call; DDLT_NA32 if none */
-    int64_t t0;              /* enter, ns (CLOCK_REALTIME of this rank) */
-    volatile int64_t t1;     /* exit, ns; 0 while the call is in progress */
+    int64_t t0;              /* enter: ddlt_now() (TSC ticks on x86, else CLOCK_REALTIME ns) */
+    volatile int64_t t1;     /* exit, same clock; 0 while the call is in progress */
     int64_t bytes;           /* payload bytes; -1 if unknown */
     int64_t comm;            /* communicator handle; DDLT_NA64 if none */
     int64_t request;         /* request handle (made by I-calls, completed by Wait/Test); DDLT_NA64 if none */
@@ -29,7 +29,8 @@ typedef struct ddlt_rec {
 
 extern int ddlt_on;
 
-int64_t ddlt_now(void);
+int64_t ddlt_now(void);    /* record timestamp: TSC ticks on x86, else ns */
+int64_t ddlt_now_ns(void); /* CLOCK_REALTIME ns */
 ddlt_rec *ddlt_begin(uint16_t fn);
 void ddlt_end(ddlt_rec *r, int ret, int64_t t1);
 int64_t ddlt_type_bytes(int64_t count, MPI_Datatype type);

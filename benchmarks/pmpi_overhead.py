@@ -1,0 +1,111 @@
+"""Cost of the PMPI wrapper: ns added per intercepted call, and the slowdown of many small Allreduce.
+
+Two C programs built with this Python's mpicc run with and without the wrapper preloaded (recording on):
+
+1. one rank calls MPI_Test on MPI_REQUEST_NULL (almost free in the library) N times: the difference in
+   CPU time per call (thread CPU clock, so other load on the machine does not count) is what the wrapper
+   adds (two clock reads, a slot, the record, the page faults of a growing record file), in ns;
+2. 4 ranks call MPI_Allreduce K times on 8 B and on 64 KiB: time per Allreduce with vs without.
+
+Each case runs REPEAT times alternating with/without; the minimum is kept (least disturbed by other load).
+Reference figures are the issue's targets (IPM's overhead: <= 100 ns per call, <= 1 % slowdown at 64 KiB).
+
+    .venv/bin/python benchmarks/pmpi_overhead.py [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ddltrace.collectors.mpi_env import find_tool, mpiexec_command
+from ddltrace.collectors.pmpi import build_wrapper
+
+PROGRAM = r"""
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int rank; MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    long n = atol(argv[2]);
+    double t;
+    if (!strcmp(argv[1], "test")) {
+        MPI_Request r = MPI_REQUEST_NULL; int flag;
+        struct timespec a, b;
+        for (long i = 0; i < 1000; i++) MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+        for (long i = 0; i < n; i++) MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+        t = (b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) * 1e-9;
+    } else {
+        long count = atol(argv[3]) / 8;
+        double *a = calloc(count, 8), *b = calloc(count, 8);
+        for (long i = 0; i < 20; i++) MPI_Allreduce(a, b, count, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Barrier(MPI_COMM_WORLD);
+        t = MPI_Wtime();
+        for (long i = 0; i < n; i++) MPI_Allreduce(a, b, count, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        t = MPI_Wtime() - t;
+    }
+    if (rank == 0) printf("%.9f\n", t / n);
+    MPI_Finalize();
+    return 0;
+}
+"""
+
+
+def _run(cmd, env) -> float:
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=True).stdout
+    return float(out.split()[0])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--calls", type=int, default=2_000_000, help="MPI_Test calls per run")
+    ap.add_argument("--np", type=int, default=4)
+    args = ap.parse_args(argv)
+    lib = build_wrapper()
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = Path(tmp) / "bench"
+        (Path(tmp) / "bench.c").write_text(PROGRAM)
+        subprocess.run([find_tool("mpicc"), "-O2", "-o", str(exe), str(Path(tmp) / "bench.c")], check=True)
+        shm = Path("/dev/shm")
+        records = Path(tempfile.mkdtemp(dir=shm if shm.is_dir() else tmp, prefix="ddltrace-bench-"))
+        cmd1, env = mpiexec_command(1, [str(exe), "test", str(args.calls)])
+        on = dict(env, LD_PRELOAD=str(lib), DDLTRACE_PMPI_DIR=str(records))
+        base, wrapped = [], []
+        for _ in range(args.repeat):
+            base.append(_run(cmd1, env))
+            wrapped.append(_run(cmd1, on))
+        added_ns = (min(wrapped) - min(base)) * 1e9
+        print(f"MPI_Test(MPI_REQUEST_NULL): {min(base) * 1e9:.1f} ns without, {min(wrapped) * 1e9:.1f} ns with "
+              f"the wrapper -> added {added_ns:.1f} ns per call; reference (target, IPM-class) 100 ns; "
+              f"ratio {added_ns / 100:.2f}")
+        for size, k in ((8, 2000), (65536, 300)):
+            cmd, env = mpiexec_command(args.np, [str(exe), "allreduce", str(k), str(size)])
+            on = dict(env, LD_PRELOAD=str(lib), DDLTRACE_PMPI_DIR=str(records))
+            base, wrapped = [], []
+            for _ in range(args.repeat):
+                base.append(_run(cmd, env))
+                wrapped.append(_run(cmd, on))
+            slow = (min(wrapped) / min(base) - 1) * 100
+            for old in records.glob("*.pmpi"):
+                old.unlink()
+            print(f"MPI_Allreduce {size} B on {args.np} ranks ({os.cpu_count()} cores): {min(base) * 1e6:.2f} us "
+                  f"without, {min(wrapped) * 1e6:.2f} us with -> slowdown {slow:+.2f} %; reference (target) "
+                  f"{'1 %' if size >= 65536 else 'none set'}" + (f"; ratio {slow / 1:.2f}" if size >= 65536 else ""))
+        for old in records.glob("*.pmpi"):
+            old.unlink()
+        records.rmdir()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
