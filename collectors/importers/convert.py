@@ -25,7 +25,7 @@ def chrome_part(trace: ChromeTrace, *, fmt: str, rank: int | tuple, ctx: ImportC
                 lane_name: Callable[[Any, Any], str | None], offset_ns: int = 0, clock: str = "epoch",
                 info: dict | None = None, step_of: Callable[[str, str], int | None] | None = None,
                 rows: np.ndarray | None = None, drop_reason: str = "events on a duplicate or derived lane",
-                counter_rank: int = 0, row_steps: np.ndarray | None = None) -> RankPart:
+                row_steps: np.ndarray | None = None) -> RankPart:
     """One rank's part: ``lane_name(pid, tid)`` names each lane (None drops the lane's events, counted
     under ``drop_reason``); ``offset_ns`` is added to every time; ``rows`` selects a subset of intervals
     (several ranks in one file); ``step_of(cat, name)`` gives a step number for step-marker events, or
@@ -56,6 +56,7 @@ def chrome_part(trace: ChromeTrace, *, fmt: str, rank: int | tuple, ctx: ImportC
                               start_ns=to_ns(ts) + offset_ns, dur_ns=to_ns(dur), fmt=fmt, ctx=ctx, extra=extra)
     if ctx.report is not None:
         ctx.report.intervals += len(timeline)
+    counter_rank = rank if isinstance(rank, int) else 0  # renumbered with the rank when it is an identity
     counter_rows = [(counter_rank, name, int(round(t * 1000)) + offset_ns, value)
                     for _pid, name, t, value in trace.counters]
     return RankPart(rank=rank, timeline=timeline, counters=counters_frame(counter_rows),

@@ -3,6 +3,8 @@
 Process names (``cpu/0``, ``gpu/0``, ``MXNET_C_API``, ...) come from ``M`` events; pids of domains are
 64-bit hashes and thread ids are hashes too (read as exact Python ints). ``ts`` is µs since the Unix epoch.
 The file holds no rank: it comes from the file name (``profile_dist_sync_rank1.json``) or ``--rank-from``.
+MXNet 1.9 also writes every operator a second time, as async events of the ``operator`` domain; those copies are
+dropped when device processes are present.
 """
 
 from __future__ import annotations
@@ -25,14 +27,18 @@ def read(path: Path, ctx: ImportContext):
     trace = read_chrome(path)
     record(ctx, trace)
     thread_number: dict[tuple, int] = {}
+    has_devices = any(re.match(r"^(cpu|gpu)", name) for name in trace.process_names.values())
 
     def lane(pid, tid):
         proc = trace.process_names.get(pid) or f"pid {pid}"
+        if proc == "operator" and has_devices:
+            return None  # the 'operator' domain repeats, as async events, what ran on the devices
         number = thread_number.setdefault((pid, tid), sum(1 for p, _ in thread_number if p == pid))
         return f"{proc}/thread {number}"
 
     yield chrome_part(trace, fmt="mxnet", rank=rank_from_path(path, ctx.rank_from, ctx), ctx=ctx, lane_name=lane,
-                      clock="epoch", info={"role": "worker"})
+                      clock="epoch", info={"role": "worker"},
+                      drop_reason="operator-domain copies of device operator events")
 
 
 register(Importer("mxnet", "MXNet profiler JSON (mx.profiler.dump)", sniff, read))

@@ -180,6 +180,8 @@ def run(args) -> int:
             rank = numbered[part.rank]
             part.info["identity"] = "/".join(map(str, part.rank))
             part.timeline = part.timeline.assign(rank=rank).astype({"rank": "int32"})
+            if part.counters is not None:
+                part.counters = part.counters.assign(rank=rank).astype({"rank": "int32"})
             part.rank = rank
             _add(store, part, clocks)
         if not store.ranks:

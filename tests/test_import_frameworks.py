@@ -1,4 +1,5 @@
-"""A real 2-rank torch gloo job's profiler traces (tests/data/torch_gloo, made by scripts/make_framework_traces.py)."""
+"""Real framework traces made here by scripts/make_framework_traces.py: a 2-rank torch gloo job
+(tests/data/torch_gloo) and a 2-worker MXNet dist_sync parameter-server job (tests/data/mxnet_dist_sync)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from ddltrace.cli import main
 from ddltrace.store import TraceStore
 
 DATA = Path(__file__).parent / "data" / "torch_gloo"
+MXNET = Path(__file__).parent / "data" / "mxnet_dist_sync"
 
 
 def test_gloo_job_imports_as_two_ranks_on_one_clock(tmp_path, capsys):
@@ -30,3 +32,23 @@ def test_gloo_job_imports_as_two_ranks_on_one_clock(tmp_path, capsys):
     assert len(barrier_ends[0]) == len(barrier_ends[1]) == 3
     assert abs(barrier_ends[0] - barrier_ends[1]).max() < 1_000_000
     assert 1_700_000_000 < barrier_ends[0][0] / 1e9 < 2_100_000_000  # baseTimeNanoseconds + relative ts: epoch
+
+
+def test_mxnet_dist_sync_workers(tmp_path, capsys):
+    out = tmp_path / "store"
+    assert main(["import", str(MXNET), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "operator-domain copies of device operator events" in printed
+    store = TraceStore.open(out)
+    assert store.ranks == [0, 1]
+    for _rank, tl in store.iter_timeline():
+        cats = tl.groupby("name")["category"].first().astype(str)
+        assert cats["KVStoreDistDefaultStoragePushPull"] == "comm" and cats["MXKVStorePushPull"] == "comm"
+        assert cats["FullyConnected"] == "compute" and cats["MXNDArrayWaitAll"] == "wait"
+        assert cats["CopyCPU2CPU"] == "memcpy"
+        # each of 3 profiled steps pushes and pulls the 4 parameters (2 Dense layers: weight and bias)
+        assert (tl["name"] == "KVStoreDistDefaultStoragePushPull").sum() == 12
+        assert not tl["lane"].str.startswith("operator/").any()
+        assert tl["start_ns"].min() > 1_700_000_000 * 10**9
+    counters = store.counters()
+    assert set(counters["rank"]) == {0, 1} and "Memory: cpu/0" in set(counters["name"])
