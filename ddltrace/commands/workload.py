@@ -8,7 +8,6 @@ with ``--trace`` it runs under ``ddltrace run`` and the trace store goes to ``OU
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -74,17 +73,16 @@ def run(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     job = [sys.executable, "-m", JOB_MODULE, *job_argv(args)]
     if args.trace:
-        if (out / "store").exists():
-            raise DdltraceError(f"{out / 'store'}: already exists (remove it, or choose another --out)")
-        cmd, env = _traced_command(ranks, job, out / "store"), dict(os.environ)
-    elif ranks == 1:  # one rank needs no launcher: MPI starts as a singleton
-        cmd, env = job, dict(os.environ)
+        exit_code = _run_traced(ranks, job, out / "store")
     else:
-        cmd, env = mpiexec_command(ranks, job)
-    env.setdefault("OPENBLAS_NUM_THREADS", "1")
-    done = subprocess.run(cmd, env=env)
-    if done.returncode != 0:
-        raise DdltraceError(f"ps-sgd: the job exited with status {done.returncode} ({' '.join(cmd)})")
+        if ranks == 1:  # one rank needs no launcher: MPI starts as a singleton
+            cmd, env = job, dict(os.environ)
+        else:
+            cmd, env = mpiexec_command(ranks, job)
+        env.setdefault("OPENBLAS_NUM_THREADS", "1")
+        exit_code = subprocess.run(cmd, env=env).returncode
+    if exit_code != 0:
+        raise DdltraceError(f"ps-sgd: the job exited with status {exit_code} ({' '.join(job)})")
     truth = out / "ground_truth.json"
     if not truth.exists():
         raise DdltraceError(f"{truth}: the job ended without writing its ground truth")
@@ -99,10 +97,20 @@ def run(args) -> int:
     return 0
 
 
-def _traced_command(ranks: int, job: list[str], store: Path) -> list[str]:
-    if importlib.util.find_spec("ddltrace.commands.run") is None:
-        raise DdltraceError("--trace: needs 'ddltrace run' (the job collectors), which this installation lacks")
-    return [sys.executable, "-m", "ddltrace", "run", "--np", str(ranks), "--out", str(store), "--", *job]
+def _run_traced(ranks: int, job: list[str], store: Path) -> int:
+    """Run ``job`` under the job collectors (what ``ddltrace run --np RANKS --out STORE`` does); its exit code."""
+    if store.exists():
+        raise DdltraceError(f"{store}: already exists (remove it, or choose another --out)")
+    try:
+        from ddltrace.collectors.launcher import RunConfig, run_job
+    except ImportError:
+        raise DdltraceError("--trace: needs the job collectors (ddltrace run), which this installation lacks") from None
+    result = run_job(RunConfig(argv=job, out=store, np=ranks))
+    for note in result.notes:
+        print(f"ddltrace: note: {note}", file=sys.stderr)
+    if result.interrupted:
+        raise KeyboardInterrupt
+    return result.exit_code
 
 
 def _annotate_store(path: Path, doc: dict, truth: Path) -> None:
