@@ -29,14 +29,15 @@ BATCH = 64
 
 
 def segment_sizes(quick: bool, neurons: bool = False) -> list[int]:
-    """Segment sizes in bytes. Quick: one inside each level (L1/2, L2/2, LLC/2) and 2 x LLC, and for the
-    activations (compute-bound, ~10 ns per neuron) L1/2 and L2/2 only. Else powers of 4 from 4 KiB to 4 x LLC."""
+    """Segment sizes in bytes. Quick: one inside each level (L1/2, L2/2, LLC/2) and 2 x LLC; for the activations
+    (compute-bound, ~10 ns per neuron) L1/2 and L2/2 only. Full: powers of 4 from 4 KiB to 4 x LLC (activations:
+    up to the LLC)."""
     caches, llc = cache_sizes(), llc_bytes()
     if quick:
         l1, l2 = caches.get("L1", 32 * 1024) // 2, caches.get("L2", 512 * 1024) // 2
         return sorted({l1, l2} if neurons else {l1, l2, llc // 2, 2 * llc})
     sizes, s = [], 4096
-    while s <= 4 * llc:
+    while s <= (llc if neurons else 4 * llc):
         sizes.append(s)
         s *= 4
     return sizes
