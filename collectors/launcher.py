@@ -142,6 +142,18 @@ def _python_children(root: int) -> list[int]:
     return out
 
 
+def _mpicc_of(launcher: str | None) -> str | None:
+    """The mpicc beside the launcher's program (the wrapper must be built against the launcher's MPI);
+    None: the default (this Python's, else PATH's)."""
+    if not launcher or not shlex.split(launcher):
+        return None
+    program = shutil.which(shlex.split(launcher)[0])
+    if program is None:
+        return None
+    beside = Path(program).parent / "mpicc"
+    return str(beside) if beside.exists() else None
+
+
 def _command(cfg: RunConfig, lib: Path | None, records: Path | None) -> tuple[list[str], dict[str, str], str]:
     """Command line, environment and MPI flavour ('' for a non-MPI job)."""
     if cfg.np is None and not cfg.launcher:
@@ -177,7 +189,7 @@ def run_job(cfg: RunConfig) -> RunResult:
     if not out.parent.exists():
         raise DdltraceError(f"{out.parent}: no such folder for the store")
     mpi = cfg.np is not None or bool(cfg.launcher)
-    lib = build_wrapper() if mpi else None
+    lib = build_wrapper(_mpicc_of(cfg.launcher)) if mpi else None
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     # ranks on this machine only (--np): records in shared memory (no disk writes, cheaper page faults);
     # a launcher may start ranks on other nodes: records beside the store, on its (shared) file system

@@ -79,6 +79,8 @@ def build_wrapper(mpicc: str | None = None, *, quiet: bool = True) -> Path:
         raise DdltraceError("mpicc: no MPI compiler wrapper found beside this Python or on PATH; the PMPI "
                             "wrapper cannot be built (install the MPI extra: pip install 'ddltrace[mpi]', "
                             "or put your MPI's mpicc on PATH)")
+    if os.sep in mpicc:
+        mpicc = os.path.abspath(mpicc)
     library = mpi_library(mpicc)
     sources = {name: (_HERE / name).read_text() for name in ("runtime.c", "runtime.h", "table.py", "generate.py")}
     stat = library.stat()
@@ -99,7 +101,10 @@ def build_wrapper(mpicc: str | None = None, *, quiet: bool = True) -> Path:
         (folder / "wrappers.c").write_text(generate(exported_pmpi(library)))
         tmp = folder / f".{LIB_NAME}.{os.getpid()}"
         cmd = [mpicc, "-shared", "-fPIC", "-O2", "-o", str(tmp), str(folder / "wrappers.c"), "-lpthread"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=folder)
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, cwd=folder)
+        except OSError as exc:
+            raise DdltraceError(f"{mpicc}: cannot run ({exc.strerror})") from exc
         if proc.returncode != 0:
             tmp.unlink(missing_ok=True)
             first = (proc.stderr.strip().splitlines() or ["no output"])[0]
