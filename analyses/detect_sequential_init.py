@@ -5,7 +5,9 @@ the start of the run) and the barrier/wait time that closes its initialisation (
 each against the rank number (least squares, with the t test of the slope). A staircase (CNTK's reader: rank 1 reads,
 then rank 2, ... while the others wait in MPI_Barrier) is a line with R^2 >= ``seq_init.r2_min`` (0.8), a slope
 significant at ``seq_init.p_max`` (1 %), and a spread (|slope| x rank range) of at least ``seq_init.spread_min``
-(25 %) of the initialisation phase and ``seq_init.spread_min_ns`` (1 ms). Needs ``seq_init.min_ranks`` (4) ranks.
+(25 %) of the initialisation phase and ``seq_init.spread_min_ns`` (1 ms). The fit is over the workers when there
+are at least ``seq_init.min_ranks`` (4) of them (a parameter server sets up weights, not data), else over all
+ranks, and needs that many.
 Ranks that start together and read in parallel finish in random order: no line, or a line too small to matter.
 
 **Across runs** (three or more stores with different w) it fits the initialisation time (median over ranks)
@@ -63,6 +65,9 @@ def _fit(x, y) -> LineFit | None:
 
 def within_run(run, th) -> list[Finding]:
     table = run.phase_table
+    workers = [r for r in run.worker_ranks if r in table.index]
+    if len(workers) >= th["seq_init.min_ranks"]:
+        table = table.loc[workers]  # a parameter server initialises differently (weights, not data)
     if len(table) < th["seq_init.min_ranks"]:
         return []
     ranks = table.index.to_numpy()

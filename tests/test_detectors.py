@@ -273,3 +273,32 @@ def test_real_healthy_run_is_quiet(real_runs):
     findings = run_detectors([run], TH)
     assert ids(findings, "warning") == []
     assert "staleness" in ids(findings)  # the statistics are still reported, as a note
+
+
+# -- the committed sample traces (real runs made by the workload's script; analysis only, no job to run) --------
+
+SAMPLES = Path(__file__).parent.parent / "sample_traces" / "ps-sgd"
+
+
+@pytest.fixture(scope="module")
+def samples():
+    names = [f"{kind}-w{w}" for kind in ("seq", "par") for w in (1, 2, 4, 8)] + ["server-saturated-w4",
+                                                                                 "straggler-w4"]
+    if not all((SAMPLES / n / "store").is_dir() for n in names):
+        pytest.skip("sample_traces/ps-sgd is not complete in this tree")
+    return {n: analyze_store(SAMPLES / n / "store") for n in names}
+
+
+def test_samples_show_what_their_readme_says(samples):
+    def warnings(*names):
+        return sorted(set(ids(run_detectors([samples[n] for n in names], TH), "warning")))
+
+    assert "sequential_init_scaling" in warnings("seq-w1", "seq-w2", "seq-w4", "seq-w8")
+    assert "sequential_init" in warnings("seq-w4") and "sequential_init" in warnings("seq-w8")
+    par = warnings("par-w1", "par-w2", "par-w4", "par-w8")
+    assert "ps_saturation_scaling" in par and not [i for i in par if i.startswith("sequential_init")]
+    for healthy in ("par-w1", "par-w2", "par-w4", "seq-w1", "seq-w2"):
+        assert warnings(healthy) == [], healthy
+    assert "ps_saturation" in warnings("server-saturated-w4")
+    straggler = [f for f in run_detectors([samples["straggler-w4"]], TH) if f.id == "straggler"]
+    assert [f.ranks for f in straggler] == [[2]]
