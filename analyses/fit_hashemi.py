@@ -367,7 +367,12 @@ class HashemiFit:
         constants = {}
         for name, value in asdict(self.constants_).items():
             entry = {"value": value, "unit": units.get(name, "")}
-            if name in self.params_:
+            if name in self.unsupported_:
+                entry.update(source="not supported by the runs (held at 0)", fitted_value=self.unsupported_[name])
+            elif name in self.unconstrained_:
+                entry.update(source="not constrained by the runs (predicts with 0)",
+                             upper_bound=self.unconstrained_[name])
+            elif name in self.params_:
                 entry.update(stderr=_nan_none(self.stderr_[name]), ci=[_nan_none(x) for x in self.ci_[name]],
                              source="fitted")
             elif name == "r_d" and self.r_d_fitted_:
@@ -473,12 +478,32 @@ def _from_command(run: Mapping[str, Any], flags: Sequence[str]) -> float | None:
     return None
 
 
+def star_center(store, share: float = 0.9) -> int | None:
+    """The parameter server of a star-shaped job: the rank that exchanges messages with every other rank while
+    at least ``share`` of every other rank's messages go to it (a few between workers, such as a token passed
+    during initialisation, are allowed). None when the traffic is not a star, or there is one rank only."""
+    if len(store.ranks) < 2:
+        return None
+    counts: dict[int, pd.Series] = {}
+    for rank, frame in store.iter_timeline():
+        known = frame["peer"].dropna().astype(int)
+        counts[rank] = known[(known != rank) & (known >= 0)].value_counts()
+    for rank, mine in counts.items():
+        others = set(counts) - {rank}
+        if not others <= set(mine.index):
+            continue
+        if all(counts[o].sum() > 0 and counts[o].get(rank, 0) >= share * counts[o].sum() for o in others):
+            return rank
+    return None
+
+
 def measurements_from_store(path: str | Path, *, batch: float | None = None, samples: float | None = None,
                             epochs: float | None = None, servers: int | None = None) -> dict:
     """One run's measurements from a trace store.
 
     - ``w``: the ranks that are not servers: ranks 0..servers-1 are servers when ``servers`` is given, else the
-      ranks whose manifest role is 'server' or 'ps';
+      ranks whose manifest role is 'server' or 'ps', else the center of a star (:func:`star_center`: the rank
+      every other rank, and only it, exchanges messages with), else none;
     - ``b``, ``d``, ``epochs``: given here, else from the run metadata (``batch_size``/``batch``, ``samples``/
       ``dataset_size``/``d``, ``epochs``), else from the run's command line (``--batch``/``--batch-size``,
       ``--samples``, ``--epochs``);
@@ -496,8 +521,11 @@ def measurements_from_store(path: str | Path, *, batch: float | None = None, sam
     roles = {r: str(store.rank_info(r).get("role", "")).lower() for r in store.ranks}
     if servers is not None:
         workers = [r for r in store.ranks if r >= servers]
-    else:
+    elif any(role in SERVER_ROLES for role in roles.values()):
         workers = [r for r in store.ranks if roles[r] not in SERVER_ROLES]
+    else:
+        hub = star_center(store)
+        workers = [r for r in store.ranks if r != hub]
     if not workers:
         raise DdltraceError(f"{path}: no worker ranks (every rank is a server, or the store is empty)")
 

@@ -157,3 +157,24 @@ def test_inconsistent_stores_are_refused(tmp_path):
                                         "category": ["compute"] * 2, "start_ns": [0, 10], "dur_ns": [5, 5]}))
     with pytest.raises(DdltraceError, match="no steps and no repeating pattern"):
         measurements_from_stores([a, tmp_path / "nostep"])
+
+
+def test_server_found_from_the_traffic(tmp_path):
+    """Without roles in the manifest, the parameter server is the center of the star of messages."""
+    from ddltrace.analyses.fit_hashemi import star_center
+
+    def comm(rank, peer, t):
+        return {"rank": rank, "lane": "main", "name": "MPI_Send", "category": "comm", "start_ns": t, "dur_ns": 5,
+                "peer": peer}
+
+    for w in (2, 3):
+        store = TraceStore.create(tmp_path / f"w{w}", run={"command": "python ps.py --batch 64", "samples": D})
+        server = [comm(0, r, 100 * i + r) for i in range(10) for r in range(1, w + 1)]
+        store.add_rank(0, pd.DataFrame(server), role="rank")
+        for r in range(1, w + 1):
+            rows = [comm(r, 0, 100 * i + r) | {"step": i} for i in range(10)]
+            rows.append(comm(r, 1 + r % w, 5000))  # one message between workers (an initialisation token)
+            store.add_rank(r, pd.DataFrame(rows), role="rank")
+        assert star_center(store) == 0
+    runs = measurements_from_stores([tmp_path / "w2", tmp_path / "w3"])
+    assert list(runs["w"]) == [2.0, 3.0] and list(runs["b"]) == [64.0, 64.0]

@@ -166,11 +166,17 @@ def describe_fit(fit, job: str = "") -> str:
         text = f"  {name:<12} {entry['value']:.4e} {UNITS[name]:<9}"
         ci = entry.get("ci")
         if ci and ci[0] is not None:
-            text += f"  [{ci[0]:.4e}, {ci[1]:.4e}]"
-        elif name in getattr(fit, "unconstrained_", {}):
-            text += f"  not constrained (0 to {fit.unconstrained_[name]:.3g} fit as well)"
-        lines.append(text + f"  {entry['source']}")
-    if math.isinf(fit.knee_):
+            text += f"  [{ci[0]:.4e}, {ci[1]:.4e}]  {entry['source']}"
+        elif name in fit.unconstrained_:
+            text += f"  not constrained: 0 to {fit.unconstrained_[name]:.3g} fit as well"
+        elif name in fit.unsupported_:
+            text += f"  not supported by the runs (fitted it would be {fit.unsupported_[name]:.3g}); held at 0"
+        else:
+            text += f"  {entry['source']}"
+        lines.append(text)
+    if math.isinf(fit.knee_) and getattr(fit, "knee_min_", None):
+        lines.append(f"\nknee: beyond the runs, w* >= {fit.knee_min_:.3g} workers (no run shows the server's limit)")
+    elif math.isinf(fit.knee_):
         lines.append("\nknee: none (neither the server nor the floor ever binds)")
     else:
         lines.append(f"\nknee: w* = {fit.knee_:.3g} workers ({fit.knee_cause_} term takes over) at batch "
