@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -28,8 +29,9 @@ def _check_constants(profile: dict) -> None:
 
 def test_quick_calibration_end_to_end(tmp_path):
     out = tmp_path / "profile.json"
+    env = dict(os.environ, DDLTRACE_CACHE=str(tmp_path / "cache"))  # as on a fresh install: kernels not yet built
     proc = subprocess.run([DDLTRACE, "calibrate", "--quick", "--out", str(out), "--disk-path", str(tmp_path)],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
     profile = json.loads(out.read_text())
     assert prof.problems(profile) == []
@@ -46,6 +48,9 @@ def test_quick_calibration_end_to_end(tmp_path):
         if needed.startswith("C_interf") and profile["machine"]["usable_cores"] < 2:
             continue
         assert needed in names, needed
+    if shutil.which(os.environ.get("DDLTRACE_CC") or os.environ.get("CC") or "cc"):
+        assert {"C_muladd_loop_f64", "core_clock_hz", "gemm_peak_fraction_f64"} <= names
+        assert list((tmp_path / "cache" / "microbench").glob("kernels-*.so"))  # built on first use
     curve = profile["curves"]["C_muladd_gemv_f64"]
     assert curve["x_unit"] == "B" and len(curve["points"]) >= 4
     # the summary table prints each constant with its unit
