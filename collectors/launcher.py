@@ -111,16 +111,14 @@ class _Interrupts:
             self.first = time.monotonic()
 
     def escalate(self, proc: subprocess.Popen) -> None:
+        """After an interrupt: SIGINT to the job's process group, SIGTERM after 5 s, SIGKILL after 10 s."""
         if self.first is None:
             return
         waited = time.monotonic() - self.first
         step = 0 if waited < _GRACE_S[0] else 1 if waited < _GRACE_S[1] else 2
-        if step < self.sent and self.sent:
-            return
-        sig = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)[step]
-        if self.sent <= step:
+        if step >= self.sent:
             try:
-                os.killpg(proc.pid, sig)
+                os.killpg(proc.pid, (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)[step])
             except ProcessLookupError:
                 pass
             self.sent = step + 1

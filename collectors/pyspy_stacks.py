@@ -48,7 +48,7 @@ class PySpyRecorder:
         out = self.out_dir / f"pyspy-{pid}.json"
         err = open(self.out_dir / f"pyspy-{pid}.stderr", "w")  # noqa: SIM115 - kept open by the child
         cmd = [self.pyspy, "record", "--pid", str(pid), "--format", "chrometrace", "--rate", str(self.rate_hz),
-               "--output", str(out), "--nonblocking", "--threads"]
+               "--output", str(out), "--nonblocking"]
         start_ns = time.time_ns()
         try:
             proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
