@@ -31,8 +31,9 @@ def register(subparsers) -> None:
     p.add_argument("--machines", type=int, required=True, help="machines N in all (servers + workers)")
     p.add_argument("--samples", type=float, default=1e6, help="samples per epoch N_sample (default 1e6)")
     p.add_argument("--read-every", type=float, default=70, help="samples between weight reads N_read (default 70)")
-    p.add_argument("--read-bound", choices=yan.READ_BOUNDS, default="mean",
-                   help="PS read time: min (eq. 11), max (eq. 10) or their mean (default)")
+    p.add_argument("--read-bound", choices=yan.READ_BOUNDS, default="min",
+                   help="PS read time: min (eq. 11, the default: it ranks Yan et al.'s Table 1 best, see "
+                        "benchmarks/model_ranking.py), max (eq. 10) or their mean")
     p.add_argument("--threads", help="thread counts H to try, e.g. 1,8,16 (default: the profile's cores)")
     p.add_argument("--max-workers", type=int, default=4,
                    help="largest N_wr, workers per replica (default 4; the search grows with its square)")

@@ -258,7 +258,7 @@ class Resources:
     H: int = 1
     N_sample: float = 1.0
     N_read: float = 1.0
-    read_bound: str = "mean"
+    read_bound: str = "min"
 
 
 def _working_set(dnn: DNN, index: int, state: State, H: int) -> float:
@@ -444,7 +444,7 @@ class RankedConfiguration:
 
 
 def optimise(dnn: DNN, hw: Hardware, machines: int, *, N_sample: float, N_read: float, threads: Iterable[int] | None
-             = None, read_bound: str = "mean", configurations: Iterable[tuple[int, int, int]] | None = None,
+             = None, read_bound: str = "min", configurations: Iterable[tuple[int, int, int]] | None = None,
              max_workers: int | None = None) -> list[RankedConfiguration]:
     """Minimise T_epoch over N_ps, N_mr, N_wr (N_ps + N_mr * N_wr <= machines), threads H <= cores and the
     per-layer partitions and replicas; returns every configuration ranked, fastest first.
