@@ -153,18 +153,27 @@ class Worker:
             # Sleep the batch's compute time less what earlier batches overran (the OS wakes a sleeper late on
             # a busy machine), so that the mean time per sample is c_p, as on a core of its own.
             target_ns = self.args.sample_time * len(rows) * self.slowdown * 1e9
-            time.sleep(max(0.0, target_ns - self.overrun_ns) / 1e9)
+            _sleep_ns(target_ns - self.overrun_ns)
             loss = float("nan")
         else:
             loss = mlp.loss_and_gradient(weights, self.x[rows], self.y[rows], self.args.hidden, self.grad[HEADER:])
-            if self.slowdown > 1:
-                time.sleep((time.time_ns() - t0) * (self.slowdown - 1) / 1e9)
+            if self.slowdown > 1:  # the straggler: sleep (F - 1) times its compute, overruns paid back
+                extra_ns = (time.time_ns() - t0) * (self.slowdown - 1)
+                t1 = time.time_ns()
+                _sleep_ns(extra_ns - self.overrun_ns)
+                self.overrun_ns += time.time_ns() - t1 - extra_ns
         self.grad[0], self.grad[1], self.grad[2], self.grad[3] = ts, epoch, loss, len(rows)
         elapsed = time.time_ns() - t0
         if self.args.compute == "emulated":
             self.overrun_ns += elapsed - target_ns
         self.steps.append((self.rank, step, epoch, t0, elapsed, len(rows)))
         return self.grad
+
+
+def _sleep_ns(ns: float) -> None:
+    """Sleep ``ns`` nanoseconds; not at all when ns <= 0 (even sleep(0) gives the core away on a busy machine)."""
+    if ns > 0:
+        time.sleep(ns / 1e9)
 
 
 def _init_record(rank: int, role: str, start_ns: int, stats: dataset.ReadStats | None, end_ns: int) -> dict:
