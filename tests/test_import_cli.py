@@ -84,12 +84,10 @@ def test_unreadable_input_exits_2_with_one_line(tmp_path):
 
 
 @pytest.mark.skipif(not CNTK.exists(), reason="shared CNTK traces absent")
-def test_cntk_job_via_subprocess_detail_preferred_over_summary(tmp_path):
+def test_cntk_job_detail_preferred_over_summary(tmp_path, capsys):
     out = tmp_path / "cntk"
-    result = subprocess.run([str(VENV_DDLTRACE), "import", str(CNTK), "--out", str(out)], capture_output=True,
-                            text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert "aggregate profile of a rank whose detailed trace was imported" in result.stdout
+    assert main(["import", str(CNTK), "--out", str(out)]) == 0
+    assert "aggregate profile of a rank whose detailed trace was imported" in capsys.readouterr().out
     store = TraceStore.open(out)
     assert store.ranks == [0, 1]
     assert store.rank_info(0)["format"] == "cntk"
