@@ -131,3 +131,23 @@ def test_plan_batch_subprocess(tmp_path):
     assert by_batch[32]["algorithms"] == {"c1": "fft"} and by_batch[64]["algorithms"] == {"c1": "gemm"}
     assert result["best_batch"] == 32
     assert main(["plan", "batch", "--dnn", str(tmp_path / "nope.json"), "--gpu-memory", "1GiB", "--batches", "32"]) == 2
+
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces" / "ps-sgd"
+
+
+@pytest.mark.skipif(not (SAMPLES / "par-w1" / "store").exists(), reason="the committed sample traces are absent")
+def test_model_fit_on_the_committed_scaling_series(tmp_path, capsys):
+    """Real traced runs of the shipped job at w = 1, 2, 4, 8; the server (rank 0) is found from the traffic."""
+    stores = [str(SAMPLES / f"par-w{w}" / "store") for w in (1, 2, 4, 8)]
+    out = tmp_path / "model.json"
+    assert main(["model", "fit", *stores, "--dnn", "mlp-2-10k-2", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "fitted to 4 runs" in text and "leave-one-out" in text and "knee: w* =" in text
+    model = json.loads(out.read_text())
+    truth = json.loads((SAMPLES / "par-w1" / "ground_truth.json").read_text())["compute_per_sample_s"]["measured"]
+    c_p = model["constants"]["c_p"]
+    # c_p carries the per-batch overhead of the one batch size: at least the job's own compute, not much more
+    assert truth <= c_p["value"] <= 1.5 * truth and c_p["ci"][0] < c_p["value"] < c_p["ci"][1]
+    assert [m["w"] for m in model["measurements"]] == [1.0, 2.0, 4.0, 8.0]
+    assert 2 < model["knee"]["w"] < 16 and len(model["leave_one_out"]) == 4
