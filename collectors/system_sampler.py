@@ -73,6 +73,28 @@ def _proc_linux(pid: int) -> tuple[float, float]:
     return (int(fields[11]) + int(fields[12])) / _TICK, int(fields[21]) * _PAGE
 
 
+def _tree_linux(root: int) -> list[int]:
+    """``root`` and its descendants, from /proc/PID/task/TID/children (touches only the job's processes,
+    where psutil reads every process's stat file)."""
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        out.append(pid)
+        for tid in tids:
+            try:
+                todo.extend(int(c) for c in _read(f"/proc/{pid}/task/{tid}/children").split())
+            except OSError:
+                continue
+    return out
+
+
+_HAS_CHILDREN = _LINUX and os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
+
+
 class SystemSampler:
     """Sample at ``hz`` (samples per second) until :meth:`stop`; ``root_pid`` is the job's top process."""
 
@@ -155,11 +177,14 @@ class SystemSampler:
         rescan = now - self._tree_at >= self.tree_refresh_s
         if rescan:
             self._tree_at = now
-            try:
-                root = psutil.Process(self.root_pid)
-                self._members = [root.pid] + [p.pid for p in root.children(recursive=True)]
-            except psutil.Error:
-                self._members = []
+            if _HAS_CHILDREN:
+                self._members = _tree_linux(self.root_pid)
+            else:
+                try:
+                    root = psutil.Process(self.root_pid)
+                    self._members = [root.pid] + [p.pid for p in root.children(recursive=True)]
+                except psutil.Error:
+                    self._members = []
         job_cpu = job_rss = 0.0
         alive = []
         for pid in self._members:
