@@ -1,6 +1,7 @@
 """How well does the fitted ASGD model predict a held-out worker count on real runs of the reference job?
 
 Run: ``.venv/bin/python benchmarks/model_fit_accuracy.py [--out DIR] [--workers 1,2,4,8] [--reuse]``
+or, on the committed traces: ``.venv/bin/python benchmarks/model_fit_accuracy.py --series sample_traces/ps-sgd/par``
 
 It runs the parameter-server job that ships with ddltrace (``ddltrace workload ps-sgd --compute emulated
 --trace``: Hashemi et al.'s 2-10K-2 network, one server, w workers, compute emulated by sleeping c_p per
@@ -52,7 +53,7 @@ def run_series(out: Path, workers: list[int], reuse: bool) -> list[Path]:
 
 
 def held_out(runs: pd.DataFrame, train: list[int], test: int) -> tuple[float, float, HashemiFit]:
-    fit = HashemiFit(d=SAMPLES, n_f=2, n_w=N_W, epochs=EPOCHS).fit(runs[runs["w"].isin(train)])
+    fit = HashemiFit(n_f=2, n_w=N_W).fit(runs[runs["w"].isin(train)])
     measured = float(runs.loc[runs["w"] == test, "phase_s"].iloc[0])
     predicted = float(fit.predict(test, BATCH)[0])
     return measured, predicted, fit
@@ -63,13 +64,21 @@ def main() -> None:
     parser.add_argument("--out", default="/tmp/ddltrace-model-fit-accuracy", help="folder for the runs")
     parser.add_argument("--workers", default="1,2,4,8")
     parser.add_argument("--reuse", action="store_true", help="refit the stores already under --out")
+    parser.add_argument("--series", metavar="PREFIX",
+                        help="fit existing runs PREFIX-w1, PREFIX-w2, ... (each with store/ and ground_truth.json), "
+                             "e.g. sample_traces/ps-sgd/par (the committed series), instead of running the job")
     args = parser.parse_args()
     workers = [int(w) for w in args.workers.split(",")]
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stores = run_series(out, workers, args.reuse)
+    if args.series:
+        folders = {w: Path(f"{args.series}-w{w}") for w in workers}
+        stores = [folders[w] / "store" for w in workers]
+    else:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        stores = run_series(out, workers, args.reuse)
+        folders = {w: out / f"w{w}" for w in workers}
     runs = measurements_from_stores(stores, servers=1)
-    truth = {int(w): json.loads((out / f"w{w}" / "ground_truth.json").read_text()) for w in workers}
+    truth = {int(w): json.loads((folders[w] / "ground_truth.json").read_text()) for w in workers}
     print("runs (computation phase read from each trace store):")
     for row in runs.to_dict("records"):
         job = truth[int(row["w"])]
@@ -86,7 +95,7 @@ def main() -> None:
             print(f"  {name} = {value:.4e} [{lo:.4e}, {hi:.4e}]")
         for note in fit.notes_:
             print(f"  note: {note}")
-    full = HashemiFit(d=SAMPLES, n_f=2, n_w=N_W, epochs=EPOCHS).fit(runs)
+    full = HashemiFit(n_f=2, n_w=N_W).fit(runs)
     c_p_truth = sum(t["compute_per_sample_s"]["measured"] for t in truth.values()) / len(truth)
     c_u_truth = sum(t["server"]["busy_ns"] / t["server"]["updates"] for t in truth.values()) / len(truth) / 1e9
     ratio = full.params_["c_p"] / c_p_truth
