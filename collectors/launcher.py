@@ -260,6 +260,10 @@ def _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, i
             rank_records.append(read_records(path))
         except DdltraceError as exc:
             notes.append(f"unreadable record file: {exc}")
+    extra = sorted(records.glob("extra-*.pmpi"))
+    if extra:
+        notes.append(f"{len(extra)} MPI process(es) outside the job's MPI world (e.g. singletons it started) "
+                     "were recorded apart and are not in the store")
     pid_rank = {rr.pid: rr.rank for rr in rank_records}
     if not mpi:
         pid_rank[root_pid] = 0

@@ -8,12 +8,14 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ddltrace.collectors.mpi_env import find_tool, mpiexec_command
 from ddltrace.collectors.pmpi import build_wrapper, read_records, to_timeline
 from ddltrace.collectors.pmpi.build import exported_pmpi, mpi_library
 from ddltrace.collectors.pmpi.generate import generate
+from ddltrace.collectors.pmpi.records import ticks_to_ns
 from ddltrace.collectors.pmpi.table import WRAPPERS, names
 from ddltrace.errors import DdltraceError
 
@@ -142,3 +144,23 @@ def test_wrapper_is_inert_without_a_record_folder(tmp_path):
                           cwd=tmp_path)
     assert proc.returncode == 0 and proc.stdout.strip() == "1", proc.stderr
     assert not list(Path(tmp_path).glob("*.pmpi"))
+
+
+def test_ticks_convert_through_calibration_pairs_and_beyond():
+    pairs = np.array([[1000, 5_000], [3000, 6_000], [5000, 8_000]])  # 0.5 then 1 ns per tick
+    got = ticks_to_ns(np.array([1000, 2000, 3000, 4000, 5000, 7000, 0]), pairs)
+    rate = 3000 / 4000  # first to last pair
+    assert list(got) == [5_000, 5_500, 6_000, 7_000, 8_000, 8_000 + round(2000 * rate), 5_000 - round(1000 * rate)]
+
+
+@needs_mpi
+def test_a_second_mpi_world_does_not_overwrite_a_rank_file(tmp_path):
+    lib = build_wrapper()
+    env = dict(os.environ, LD_PRELOAD=str(lib), DDLTRACE_PMPI_DIR=str(tmp_path))
+    code = "from mpi4py import MPI; MPI.COMM_WORLD.Barrier()"
+    for _ in range(2):  # two singletons: both are rank 0 of their own world
+        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+    first = read_records(tmp_path / "rank-00000.pmpi")
+    extra = list(tmp_path.glob("extra-00000-*.pmpi"))
+    assert len(extra) == 1 and read_records(extra[0]).pid != first.pid

@@ -294,7 +294,11 @@ void ddlt_after_init(int64_t t0, int64_t t1, uint16_t fn, int ret) {
     PMPI_Comm_size(MPI_COMM_WORLD, &size);
     char path[4096];
     snprintf(path, sizeof path, "%s/rank-%05d.pmpi", dir, rank);
-    fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == EEXIST) { /* another MPI world (a singleton the job started): keep it apart */
+        snprintf(path, sizeof path, "%s/extra-%05d-%d.pmpi", dir, rank, (int)getpid());
+        fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    }
     if (fd < 0 || ftruncate(fd, HEADER_SIZE) != 0) {
         fprintf(stderr, "ddltrace pmpi: rank %d: cannot create %s (%s); not recording\n", rank, path,
                 strerror(errno));
