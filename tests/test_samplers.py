@@ -105,3 +105,69 @@ def test_pyspy_refused_is_said_and_the_run_goes_on(tmp_path, monkeypatch):
     notes = store.manifest["notes"]
     assert any("ptrace not permitted" in n and "Permission Denied" in n for n in notes), notes
     assert store.rank_info(0)["ended"] == "normal" and len(store.timeline()) == 1
+
+
+class _FakeNvml:
+    """An NVML stand-in with fixed readings, to check names and unit conversions (the real library needs
+    an NVIDIA driver; on such a machine the launcher uses it unchanged)."""
+
+    NVML_CLOCK_SM, NVML_PCIE_UTIL_TX_BYTES, NVML_PCIE_UTIL_RX_BYTES = 1, 0, 1
+
+    class _Util:
+        gpu, memory = 87, 40
+
+    class _Mem:
+        used = 3 * 2**30
+
+    class _Proc:
+        pid, usedGpuMemory = 4242, 2**30
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlDeviceGetCount(self):
+        return 1
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return f"handle{i}"
+
+    def nvmlDeviceGetName(self, h):
+        return b"Fake GPU"
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        return self._Util()
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return self._Mem()
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        return 250_000  # mW
+
+    def nvmlDeviceGetClockInfo(self, h, which):
+        raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
+
+    def nvmlDeviceGetPcieThroughput(self, h, which):
+        return 1000 if which == self.NVML_PCIE_UTIL_RX_BYTES else 10  # KB/s
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        return [self._Proc()]
+
+
+def test_gpu_sampler_names_and_units(monkeypatch):
+    from ddltrace.collectors import gpu_sampler
+
+    fake = _FakeNvml()
+    monkeypatch.setattr(gpu_sampler, "_nvml", lambda: fake)
+    gpu = GpuSampler(hz=10)
+    assert gpu.available and gpu.devices == ["Fake GPU"]
+    gpu.sample()
+    got = {(k, n): v for k, n, _, v in gpu.rows}
+    assert got[(MACHINE, "gpu0_util_percent")] == 87 and got[(MACHINE, "gpu0_mem_util_percent")] == 40
+    assert got[(MACHINE, "gpu0_power_watts")] == 250.0
+    assert got[(MACHINE, "gpu0_pcie_rx_bytes_per_s")] == 1000 * 1024.0
+    assert got[(MACHINE, "gpu0_pcie_tx_bytes_per_s")] == 10 * 1024.0
+    assert got[(MACHINE, "gpu0_mem_used_bytes")] == 3 * 2**30 and got[(4242, "gpu0_mem_used_bytes")] == 2**30
+    assert (MACHINE, "gpu0_sm_clock_mhz") not in got  # not supported: left out, no crash
