@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 
-.PHONY: install system-deps test lint demo sample-store benchmarks clean
+.PHONY: install system-deps test lint demo demo-live sample-store benchmarks clean
 
 # Debian packages some tests drive for real: chromium (the report rendered headless), iproute2 (network
 # namespaces and tc for the network probe), iperf3 and fio (reference tools of the benchmarks). Installed
@@ -38,8 +38,23 @@ test: install system-deps lint
 sample-store: install
 	$(PY) sample_traces/make_sample_store.py sample_traces/tiny-store
 
-demo: sample-store
-	$(VENV)/bin/ddltrace info sample_traces/tiny-store
+# The default demo: the bundled scaling series with sequential initialisation (sample_traces/README.md).
+DEMO_SERIES = $(foreach w,1 2 4 8,sample_traces/ps-sgd/seq-w$(w)/store)
+demo: install
+	$(VENV)/bin/ddltrace info sample_traces/ps-sgd/seq-w8/store
+	$(VENV)/bin/ddltrace analyze $(DEMO_SERIES) || true
+	$(VENV)/bin/ddltrace report $(DEMO_SERIES) --out demo-report
+	@echo "open demo-report/report.html (or read demo-report/report.md)"
+
+# The live demo: the reference job on this machine under the collectors, a quick calibration, and the report.
+demo-live: install
+	rm -rf demo-live
+	for w in 1 2 4; do $(VENV)/bin/ddltrace workload ps-sgd --workers $$w --init sequential --compute emulated \
+	  --read-delay 0.005 --epochs 1 --trace --out demo-live/w$$w || exit 1; done
+	$(VENV)/bin/ddltrace calibrate --quick --out demo-live/profile.json
+	$(VENV)/bin/ddltrace report demo-live/w1/store demo-live/w2/store demo-live/w4/store \
+	  --profile demo-live/profile.json --out demo-live/report
+	@echo "open demo-live/report/report.html"
 
 benchmarks: install
 	for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -198,7 +198,13 @@ def _run_figures(run, segments: dict, label: str) -> list[Figure]:
 
 
 def _staleness(run) -> np.ndarray | None:
-    """Staleness values (updates) of the run, from the counters named 'staleness' when the store has them."""
+    """Staleness of each applied gradient (updates): the job's staleness log (as the staleness detector reads
+    it), else the store's counters named 'staleness'."""
+    from ddltrace.analyses.detect_staleness import staleness_log
+
+    values = staleness_log(run)
+    if values is not None and len(values):
+        return np.asarray(values)
     counters = run.store.counters()
     values = counters.loc[counters["name"] == "staleness", "value"].to_numpy()
     return values if len(values) else None
