@@ -3,6 +3,7 @@
     .venvs/torch/bin/python scripts/make_framework_traces.py torch --out tests/data/torch_gloo
 
     .venvs/mxnet/bin/python scripts/make_framework_traces.py mxnet --out tests/data/mxnet_dist_sync
+    .venvs/tf/bin/python scripts/make_framework_traces.py tf1 --out tests/data/tf1_ps
 
 torch: a 2-process gloo DistributedDataParallel job on 127.0.0.1 (CPU), profiled with torch.profiler for 3 active
 steps; each rank writes ``rank<r>.pt.trace.json.gz`` (Kineto JSON, gzip). The venv is made with
@@ -11,6 +12,10 @@ steps; each rank writes ``rank<r>.pt.trace.json.gz`` (Kineto JSON, gzip). The ve
 mxnet: a dist_sync parameter-server job on 127.0.0.1 (scheduler, 1 server, 2 workers), each worker profiling 3
 training steps of a small Gluon model with ``mx.profiler``; the profiler's JSON is gzip-compressed afterwards
 (``profile_dist_sync_rank<r>.json.gz``). Venv: ``.venvs/mxnet/bin/pip install "numpy<1.24" mxnet==1.9.1``.
+
+tf1: a TensorFlow 1.x-style parameter-server job (``tf.compat.v1``; 1 ps + 2 workers on 127.0.0.1); each worker runs
+3 FULL_TRACE steps and writes the last step's ``timeline.Timeline(...).generate_chrome_trace_format()`` as
+``timeline_worker<k>.json.gz`` (gzip-compressed after). Venv: ``.venvs/tf/bin/pip install tensorflow-cpu``.
 """
 
 from __future__ import annotations
@@ -120,13 +125,91 @@ def make_mxnet(out: Path) -> None:
         print(f"{packed}: {packed.stat().st_size} bytes")
 
 
+def _tf1_task(job: str, index: int, out: Path, ports: list[int]) -> None:
+    import gzip
+
+    import tensorflow as tf
+    from tensorflow.python.client import timeline
+
+    tf.compat.v1.disable_eager_execution()
+    cluster = tf.train.ClusterSpec({"ps": [f"127.0.0.1:{ports[0]}"],
+                                    "worker": [f"127.0.0.1:{ports[1]}", f"127.0.0.1:{ports[2]}"]})
+    config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=1, inter_op_parallelism_threads=1)
+    server = tf.distribute.Server(cluster, job_name=job, task_index=index, config=config)
+    if job == "ps":
+        server.join()
+        return
+    with tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(worker_device=f"/job:worker/task:{index}",
+                                                                      cluster=cluster)):
+        x = tf.compat.v1.placeholder(tf.float32, [32, 64])
+        y = tf.compat.v1.placeholder(tf.int32, [32])
+        w1 = tf.compat.v1.get_variable("w1", [64, 128])
+        b1 = tf.compat.v1.get_variable("b1", [128], initializer=tf.compat.v1.zeros_initializer())
+        w2 = tf.compat.v1.get_variable("w2", [128, 10])
+        b2 = tf.compat.v1.get_variable("b2", [10], initializer=tf.compat.v1.zeros_initializer())
+        logits = tf.matmul(tf.nn.relu(tf.matmul(x, w1) + b1), w2) + b2
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+        train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+        init = tf.compat.v1.global_variables_initializer()
+        uninitialized = tf.compat.v1.report_uninitialized_variables()
+    import time
+
+    import numpy as np
+
+    with tf.compat.v1.Session(server.target, config=config) as sess:
+        if index == 0:
+            sess.run(init)
+        else:
+            while len(sess.run(uninitialized)):
+                time.sleep(0.2)
+        feed = {x: np.random.rand(32, 64).astype("float32"), y: np.arange(32) % 10}
+        options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+        for _ in range(3):
+            metadata = tf.compat.v1.RunMetadata()
+            sess.run(train, feed_dict=feed, options=options, run_metadata=metadata)
+        trace = timeline.Timeline(metadata.step_stats).generate_chrome_trace_format(show_dataflow=True)
+        (out / f"timeline_worker{index}.json.gz").write_bytes(gzip.compress(trace.encode(), mtime=0))
+
+
+def make_tf1(out: Path) -> None:
+    import subprocess
+
+    out.mkdir(parents=True, exist_ok=True)
+    ports = [str(_free_port()) for _ in range(3)]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+
+    def task(job, index):
+        return subprocess.Popen([sys.executable, __file__, "tf1-task", "--out", str(out), "--task", f"{job},{index}",
+                                 "--ports", ",".join(ports)], env=env)
+
+    ps = task("ps", 0)
+    workers = [task("worker", 0), task("worker", 1)]
+    try:
+        codes = [w.wait(timeout=550) for w in workers]
+    finally:
+        for p in [ps, *workers]:
+            if p.poll() is None:
+                p.kill()
+    if any(codes):
+        sys.exit(f"tf1 workers failed: exit codes {codes}")
+    for path in sorted(out.glob("timeline_worker*.json.gz")):
+        print(f"{path}: {path.stat().st_size} bytes")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("framework", choices=["torch", "mxnet", "mxnet-worker"])
+    parser.add_argument("framework", choices=["torch", "mxnet", "tf1", "mxnet-worker", "tf1-task"])
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--task", help=argparse.SUPPRESS)
+    parser.add_argument("--ports", help=argparse.SUPPRESS)
     args = parser.parse_args()
     try:
-        {"torch": make_torch, "mxnet": make_mxnet, "mxnet-worker": _mxnet_worker}[args.framework](args.out)
+        if args.framework == "tf1-task":
+            job, index = args.task.split(",")
+            _tf1_task(job, int(index), args.out, [int(p) for p in args.ports.split(",")])
+            return
+        {"torch": make_torch, "mxnet": make_mxnet, "tf1": make_tf1, "mxnet-worker": _mxnet_worker}[args.framework](
+            args.out)
     except ImportError as exc:
         sys.exit(f"{args.framework} is not installed in {sys.executable} ({exc}); see this script's docstring")
 

@@ -1,5 +1,6 @@
 """Real framework traces made here by scripts/make_framework_traces.py: a 2-rank torch gloo job
-(tests/data/torch_gloo) and a 2-worker MXNet dist_sync parameter-server job (tests/data/mxnet_dist_sync)."""
+(tests/data/torch_gloo), a 2-worker MXNet dist_sync parameter-server job (tests/data/mxnet_dist_sync) and a
+TensorFlow 1.x-style 1 ps + 2 worker job (tests/data/tf1_ps)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from ddltrace.store import TraceStore
 
 DATA = Path(__file__).parent / "data" / "torch_gloo"
 MXNET = Path(__file__).parent / "data" / "mxnet_dist_sync"
+TF1 = Path(__file__).parent / "data" / "tf1_ps"
 
 
 def test_gloo_job_imports_as_two_ranks_on_one_clock(tmp_path, capsys):
@@ -52,3 +54,20 @@ def test_mxnet_dist_sync_workers(tmp_path, capsys):
         assert tl["start_ns"].min() > 1_700_000_000 * 10**9
     counters = store.counters()
     assert set(counters["rank"]) == {0, 1} and "Memory: cpu/0" in set(counters["name"])
+
+
+def test_tf1_parameter_server_job_workers_then_ps(tmp_path):
+    out = tmp_path / "store"
+    assert main(["import", str(TF1), "--out", str(out)]) == 0
+    store = TraceStore.open(out)
+    assert store.ranks == [0, 1, 2]
+    assert [store.rank_info(r)["role"] for r in (0, 1, 2)] == ["worker", "worker", "ps"]
+    assert store.rank_info(2)["identity"] == "ps/0"
+    ps = store.timeline([2])
+    assert (ps["name"] == "ResourceApplyGradientDescent").sum() == 8  # 4 variables updated for each of 2 workers
+    for rank in (0, 1):
+        tl = store.timeline([rank])
+        cats = tl.groupby("name")["category"].first().astype(str)
+        assert cats["RecvTensor"] == "comm" and cats["MatMul"] == "compute"
+        assert "ResourceApplyGradientDescent" not in cats  # ran on the ps, not on the worker
+        assert tl["start_ns"].min() > 1_700_000_000 * 10**9
