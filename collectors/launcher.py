@@ -31,7 +31,7 @@ from ddltrace.collectors.clock import clock_manifest
 from ddltrace.collectors.gpu_sampler import GpuSampler
 from ddltrace.collectors.mpi_env import local_env, mpi_flavour, mpiexec_command
 from ddltrace.collectors.pmpi.build import build_wrapper
-from ddltrace.collectors.pmpi.records import RankRecords, read_records, to_timeline
+from ddltrace.collectors.pmpi.records import OUTSIDE_MPI, RankRecords, read_records, to_timeline
 from ddltrace.collectors.pyspy_stacks import PySpyRecorder
 from ddltrace.collectors.system_sampler import MACHINE, SystemSampler
 from ddltrace.errors import DdltraceError
@@ -284,7 +284,7 @@ def _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, i
     for rr in rank_records:
         # a call open at death lasts at most until the job ended (on the rank's own clock)
         timeline = to_timeline(rr, end_ns=end_ns + rr.test_offset_ns if rr.ended != "normal" else None)
-        calls += int((timeline["source"] == "pmpi").sum() - (timeline["name"] == "outside MPI").sum())
+        calls += int((timeline["source"] == "pmpi").sum() - (timeline["name"] == OUTSIDE_MPI).sum())
         timeline = _with_stacks(timeline, stacks.get(rr.pid), rr.rank)
         store.add_rank(rr.rank, timeline, counters.get(rr.rank), save=False, host=rr.host, pid=rr.pid,
                        ended=rr.ended, state=rr.state, open_calls=rr.open_calls, role="rank")

@@ -27,8 +27,6 @@ RECORD_DTYPE = np.dtype([("fn", "<u2"), ("flags", "<u2"), ("tid", "<i4"), ("peer
                          ("t0", "<i8"), ("t1", "<i8"), ("bytes", "<i8"), ("comm", "<i8"), ("request", "<i8"),
                          ("aux", "<i8")])
 NA32, NA64 = -(2**31), -(2**63)
-FLAG_ERROR, FLAG_COMPLETED = 1, 2
-STATES = {0: "not initialized", 1: "running", 2: "in MPI_Finalize", 3: "finalized"}
 OUTSIDE_MPI = "outside MPI"
 
 
@@ -88,13 +86,6 @@ class RankRecords:
             return None
         a, b = self.syncs
         return (b.offset_ns - a.offset_ns) / (b.local_t_ns - a.local_t_ns) * 1e6
-
-    @property
-    def last_ns(self) -> int:
-        """Latest local time seen in the records (ns), 0 if none."""
-        if not len(self.records):
-            return 0
-        return int(max(self.records["t0"].max(), self.records["t1"].max()))
 
 
 def read_records(path: str | Path) -> RankRecords:
