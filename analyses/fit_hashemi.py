@@ -95,7 +95,7 @@ class HashemiFit:
         d = row.get("d")
         d = self.d if d is None or (isinstance(d, float) and math.isnan(d)) else d
         if d is None:
-            raise DdltraceError("measurements: the number of samples d is unknown (give d= or a 'd' column)")
+            raise DdltraceError("measurements: the number of samples d is unknown (give --samples or a 'd' column)")
         epochs = row.get("epochs")
         epochs = self.epochs if epochs is None or (isinstance(epochs, float) and math.isnan(epochs)) else epochs
         return Workload(d=float(d), b=float(row["b"]), n_f=self.n_f, n_w=self.n_w, epochs=float(epochs), s=self.s)
