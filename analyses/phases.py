@@ -7,10 +7,11 @@ cycles, and ends with a short finalisation. ddltrace finds the same three phases
 1. **Step markers.** When the source marks steps (the ``step`` column, e.g. PyTorch's ``ProfilerStep#N``), the
    steady state runs from the start of the first marked step to the end of the last; each step value is one step.
 2. **The repeating pattern.** Otherwise the rank's communication calls (rows in the categories comm, wait and
-   barrier, MPI_Init/Finalize excluded) are read as a sequence of names. The period ``p`` is the smallest shift
+   barrier, MPI_Init/Finalize excluded) are read as a sequence of name#tag. The period ``p`` is the smallest shift
    under which the sequence matches itself for nearly (95 %) as many positions as the best shift; the cycle is
    the most frequent run of ``p`` names that is not a shorter run repeated. The steady state runs from the first
-   place where three cycles (any rotation of it) follow each other to the last such place: it starts where the
+   place where three cycles (any rotation of it) follow each other to the last such place, extended back over
+   calls that belong to the cycle (a server's first requests arrive in no fixed order): it starts where the
    call before it ends, so the computation of the first batch counts as steady state, and ends where its last
    call ends. Each cycle of ``p`` calls, cut just before the call that follows the longest gap (the compute), is
    one step: a step is compute then communicate.
@@ -140,7 +141,9 @@ def segment_rank(timeline: pd.DataFrame) -> RankPhases | None:
         return _finish(rank, start, init_end, steady_end, end, starts, ends, categories, "markers", 0, step_frame)
 
     pattern = np.isin(categories, PATTERN_CATEGORIES) & ~is_init & ~is_final
-    found = _periodic_region(names[pattern], starts[pattern], ends[pattern])
+    tags = frame["tag"].astype("Int64").astype("string").fillna("").to_numpy(dtype=object)
+    calls = np.array([f"{n}#{t}" for n, t in zip(names[pattern], tags[pattern], strict=True)], dtype=object)
+    found = _periodic_region(calls, starts[pattern], ends[pattern])
     if found is not None:
         a, b, p, offset = found
         t_end = ends[pattern]
@@ -224,6 +227,9 @@ def _periodic_region(names: np.ndarray, starts: np.ndarray, ends: np.ndarray):
     if not len(runs):
         return None
     a, b = int(runs[0]), int(runs[-1]) + MIN_CYCLES * p - 1
+    members = set(cycle.tolist())
+    while a > 0 and codes[a - 1] in members:  # the same calls in a less regular order still are steady state
+        a -= 1
     # cut each cycle before the call that follows the longest gap (the compute of a compute-communicate cycle)
     gaps = starts[a + 1:b + 1] - ends[a:b]
     offset = 0

@@ -21,7 +21,7 @@ from ddltrace.analyses.wait_states import P2P, mpi_calls, summarize, wait_states
 from ddltrace.store import TraceStore
 from ddltrace.timeline import CATEGORIES
 
-#: Keys of the run metadata that may hold the batch size, the number of workers and the protocol.
+#: Keys of the run metadata that may hold the batch size (samples per worker and step).
 BATCH_KEYS = ("batch_size", "batch", "minibatch_size")
 
 
@@ -40,13 +40,9 @@ class RunAnalysis:
     def name(self) -> str:
         return str(self.store.path)
 
-    @property
-    def run(self) -> dict:
-        """The run metadata with the workload's own configuration over it (see :func:`job_config`)."""
-        return self.config
-
     @cached_property
     def config(self) -> dict:
+        """The run metadata with the workload's own configuration over it (see :func:`job_config`)."""
         return job_config(self.store)
 
     @property
@@ -66,14 +62,14 @@ class RunAnalysis:
     @property
     def workers(self) -> int:
         """w: the number of workers (run metadata 'workers', else the ranks that are not servers)."""
-        given = self.run.get("workers")
+        given = self.config.get("workers")
         return int(given) if given else len(self.worker_ranks)
 
     @property
     def batch_size(self) -> int | None:
         for key in BATCH_KEYS:
-            if self.run.get(key):
-                return int(self.run[key])
+            if self.config.get(key):
+                return int(self.config[key])
         return None
 
     @cached_property

@@ -65,7 +65,7 @@ def test_json_output(stores, capsys):
     finding = doc["findings"][0]
     assert finding["evidence"]["slope"]["unit"] == "ns/rank"
     assert finding["evidence"]["slope"]["value"] == pytest.approx(20 * MS, rel=0.05)
-    assert finding["store"].endswith("sequential") and finding["ranks"] == [0, 1, 2, 3, 4]
+    assert finding["store"].endswith("sequential") and finding["ranks"] == [1, 2, 3, 4]
     store = doc["stores"][0]
     assert len(store["phases"]) == 5 and store["roles"]["0"] == "server"
     for rank, phases in zip(store["breakdown_ns"], store["phases"], strict=True):
