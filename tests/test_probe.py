@@ -169,3 +169,22 @@ def test_calibrate_with_malformed_peer(capsys, tmp_path):
     assert main(["calibrate", "--only", "net", "--peer", "somewhere", "--out", str(tmp_path / "p.json")]) == 2
     assert "expected HOST:PORT" in capsys.readouterr().err
     assert not (tmp_path / "p.json").exists()
+
+
+def test_calibrate_against_a_peer(tmp_path, capsys):
+    proc = subprocess.Popen([sys.executable, "-m", "ddltrace.collectors.microbench.network", "127.0.0.1", "0"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        peer = proc.stdout.readline().strip().removeprefix("listening on ")
+        out = tmp_path / "p.json"
+        assert main(["calibrate", "--quick", "--only", "net", "--peer", peer, "--out", str(out)]) == 0
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    from ddltrace.collectors.microbench import profile as prof
+
+    constants = prof.load(out)["constants"]
+    assert {"lat_net", "r_net", "C_nbw", "C_ncost", "net_bw_2_streams"} <= set(constants)
+    assert f"peer {peer}" in constants["r_net"]["method"]
+    assert constants["C_nbw"]["value"] == pytest.approx(8 / constants["r_net"]["value"])
+    assert "r_net" in capsys.readouterr().out
