@@ -4,6 +4,7 @@
 
     .venvs/mxnet/bin/python scripts/make_framework_traces.py mxnet --out tests/data/mxnet_dist_sync
     .venvs/tf/bin/python scripts/make_framework_traces.py tf1 --out tests/data/tf1_ps
+    .venvs/tf/bin/python scripts/make_framework_traces.py tf2 --out tests/data/tf2_profile
 
 torch: a 2-process gloo DistributedDataParallel job on 127.0.0.1 (CPU), profiled with torch.profiler for 3 active
 steps; each rank writes ``rank<r>.pt.trace.json.gz`` (Kineto JSON, gzip). The venv is made with
@@ -16,6 +17,10 @@ training steps of a small Gluon model with ``mx.profiler``; the profiler's JSON 
 tf1: a TensorFlow 1.x-style parameter-server job (``tf.compat.v1``; 1 ps + 2 workers on 127.0.0.1); each worker runs
 3 FULL_TRACE steps and writes the last step's ``timeline.Timeline(...).generate_chrome_trace_format()`` as
 ``timeline_worker<k>.json.gz`` (gzip-compressed after). Venv: ``.venvs/tf/bin/pip install tensorflow-cpu``.
+
+tf2: the TensorFlow 2 profiler (``tf.profiler.experimental``, host tracer level 2) around 3 steps of a small Keras
+model's ``tf.function`` training step, each in a ``Trace("train", step_num=i)``; the XPlane file is copied to
+``worker0/<host>.xplane.pb``.
 """
 
 from __future__ import annotations
@@ -196,9 +201,46 @@ def make_tf1(out: Path) -> None:
         print(f"{path}: {path.stat().st_size} bytes")
 
 
+def make_tf2(out: Path) -> None:
+    import shutil
+    import tempfile
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    model = tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(128, activation="relu"),
+                                 tf.keras.layers.Dense(10)])
+    optimizer = tf.keras.optimizers.SGD(0.1)
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    x, y = tf.random.normal((32, 64)), tf.range(32) % 10
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))  # noqa: B905
+        return loss
+
+    step(), step()
+    with tempfile.TemporaryDirectory() as logdir:
+        options = tf.profiler.experimental.ProfilerOptions(host_tracer_level=2, python_tracer_level=0,
+                                                           device_tracer_level=0)
+        tf.profiler.experimental.start(logdir, options=options)
+        for i in range(3):
+            with tf.profiler.experimental.Trace("train", step_num=i, _r=1):
+                step()
+        tf.profiler.experimental.stop()
+        (out / "worker0").mkdir(parents=True, exist_ok=True)
+        for path in Path(logdir).rglob("*.xplane.pb"):
+            target = out / "worker0" / path.name
+            shutil.copy(path, target)
+            print(f"{target}: {target.stat().st_size} bytes")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("framework", choices=["torch", "mxnet", "tf1", "mxnet-worker", "tf1-task"])
+    parser.add_argument("framework", choices=["torch", "mxnet", "tf1", "tf2", "mxnet-worker", "tf1-task"])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--task", help=argparse.SUPPRESS)
     parser.add_argument("--ports", help=argparse.SUPPRESS)
@@ -208,8 +250,9 @@ def main() -> None:
             job, index = args.task.split(",")
             _tf1_task(job, int(index), args.out, [int(p) for p in args.ports.split(",")])
             return
-        {"torch": make_torch, "mxnet": make_mxnet, "tf1": make_tf1, "mxnet-worker": _mxnet_worker}[args.framework](
-            args.out)
+        makers = {"torch": make_torch, "mxnet": make_mxnet, "tf1": make_tf1, "tf2": make_tf2,
+                  "mxnet-worker": _mxnet_worker}
+        makers[args.framework](args.out)
     except ImportError as exc:
         sys.exit(f"{args.framework} is not installed in {sys.executable} ({exc}); see this script's docstring")
 

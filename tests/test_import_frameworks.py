@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from ddltrace.cli import main
 from ddltrace.store import TraceStore
 
@@ -71,3 +73,28 @@ def test_tf1_parameter_server_job_workers_then_ps(tmp_path):
         assert cats["RecvTensor"] == "comm" and cats["MatMul"] == "compute"
         assert "ResourceApplyGradientDescent" not in cats  # ran on the ps, not on the worker
         assert tl["start_ns"].min() > 1_700_000_000 * 10**9
+
+
+def test_tf2_xplane_read_without_tensorflow(tmp_path):
+    from ddltrace.collectors.importers import Categorizer, ImportContext, detect
+    from ddltrace.errors import DdltraceError
+
+    path = Path(__file__).parent / "data" / "tf2_profile" / "worker0" / "vm.xplane.pb"
+    importer = detect(path)
+    assert importer.name == "tf2-xplane"
+    (part,) = importer.read(path, ImportContext(Categorizer()))
+    tl = part.timeline
+    assert part.rank == 0 and part.clock == "epoch"  # Task Environment's profile_start_time
+    steps = tl[tl["step"].notna()].sort_values("start_ns")
+    assert steps["name"].tolist() == ["train"] * 3 and steps["step"].tolist() == [0, 1, 2]
+    assert set(steps["category"].astype(str)) == {"other"}
+    ops = tl[tl["lane"].str.contains("tf_Compute")]
+    assert len(ops) and (ops["name"].str.endswith(":_FusedMatMul")).any()
+    # kernels on the executor threads run inside the python thread's train steps: one time base for all lines
+    first, last = steps["start_ns"].iloc[0], (steps["start_ns"] + steps["dur_ns"]).iloc[-1]
+    assert (ops["start_ns"] >= first).all() and ((ops["start_ns"] + ops["dur_ns"]) <= last).all()
+    broken = tmp_path / "worker3" / "vm.xplane.pb"
+    broken.parent.mkdir()
+    broken.write_bytes(path.read_bytes()[:5000])
+    with pytest.raises(DdltraceError, match="vm.xplane.pb: not a readable XPlane"):
+        list(importer.read(broken, ImportContext(Categorizer())))

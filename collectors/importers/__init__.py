@@ -11,6 +11,7 @@ from ddltrace.collectors.importers import (  # noqa: F401  (registration happens
     mxnet,
     otf2_archive,
     tensorflow,
+    xplane,
 )
 from ddltrace.collectors.importers import generic as _generic  # noqa: F401  (last: the catch-all)
 from ddltrace.collectors.importers.base import REGISTRY, ImportContext, Importer, RankPart, detect, get_importer

@@ -1,0 +1,232 @@
+"""TensorFlow 2 profiler XPlane files (``<host>.xplane.pb``), decoded without TensorFlow, xprof or protobuf.
+
+A small protobuf wire-format reader walks the ``XSpace`` messages of ``tsl/profiler/protobuf/xplane.proto``
+(field numbers in :data:`_FIELDS`): planes (``/host:CPU``, ``/device:GPU:0``) hold lines (threads, streams), lines
+hold events (metadata id, offset and duration in picoseconds from the line's ``timestamp_ns``). Start =
+``line.timestamp_ns * 1000 + offset_ps``. A ``Task Environment`` plane's ``profile_start_time`` (ns since the
+epoch, TF >= 2.21) makes times absolute; older files are relative to the profile's start. The rank comes from
+the folder or file name (``worker1/``), as in the trace-viewer JSON.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ddltrace.collectors.importers.base import (
+    ImportContext,
+    Importer,
+    RankPart,
+    build_timeline,
+    rank_from_path,
+    register,
+)
+from ddltrace.collectors.importers.source import ByteSource
+from ddltrace.errors import DdltraceError
+
+_DERIVED_LINES = {"TensorFlow Ops", "TensorFlow Name Scope", "XLA Ops", "XLA Modules", "Framework Ops",
+                  "Framework Name Scope", "Source code"}
+
+
+class _Wire:
+    """Protobuf wire format: (field number, wire type, value) of one message's bytes."""
+
+    @staticmethod
+    def varint(data: bytes, pos: int) -> tuple[int, int]:
+        result = shift = 0
+        while True:
+            if pos >= len(data):
+                raise ValueError("varint runs past the end")
+            b = data[pos]
+            pos += 1
+            result |= (b & 0x7F) << shift
+            if b < 0x80:
+                return result, pos
+            shift += 7
+            if shift > 63:
+                raise ValueError("varint longer than 10 bytes")
+
+    @classmethod
+    def fields(cls, data: bytes):
+        pos, end = 0, len(data)
+        while pos < end:
+            key, pos = cls.varint(data, pos)
+            number, kind = key >> 3, key & 7
+            if kind == 0:
+                value, pos = cls.varint(data, pos)
+            elif kind == 1:
+                value, pos = data[pos:pos + 8], pos + 8
+            elif kind == 2:
+                size, pos = cls.varint(data, pos)
+                value, pos = data[pos:pos + size], pos + size
+                if pos > end:
+                    raise ValueError("length-delimited field runs past the end")
+            elif kind == 5:
+                value, pos = data[pos:pos + 4], pos + 4
+            else:
+                raise ValueError(f"unsupported wire type {kind}")
+            yield number, kind, value
+
+
+def _signed(v: int) -> int:
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def _stat(data: bytes, stat_names: dict[int, str]):
+    """(name, value) of an XStat; ref_value resolves to the referenced stat_metadata name."""
+    name, value = None, None
+    for number, _kind, v in _Wire.fields(data):
+        if number == 1:
+            name = stat_names.get(v, str(v))
+        elif number == 2:
+            value = struct.unpack("<d", v)[0]
+        elif number in (3, 4):
+            value = _signed(v) if number == 4 else v
+        elif number in (5, 6):
+            value = v.decode("utf-8", "replace")
+        elif number == 7:
+            value = stat_names.get(v, str(v))
+    return name, value
+
+
+def _map_entry(data: bytes) -> tuple[int, bytes]:
+    key, value = 0, b""
+    for number, _kind, v in _Wire.fields(data):
+        if number == 1:
+            key = _signed(v)
+        elif number == 2:
+            value = v
+    return key, value
+
+
+def _plane(data: bytes):
+    """(name, {line}, event names by metadata id, plane stats) of one XPlane."""
+    name, lines, event_meta, stat_names, raw_stats = "", [], {}, {}, []
+    for number, _kind, v in _Wire.fields(data):
+        if number == 2:
+            name = v.decode("utf-8", "replace")
+        elif number == 3:
+            lines.append(v)
+        elif number == 4:
+            key, meta = _map_entry(v)
+            meta_name = display = ""
+            for n, _k, mv in _Wire.fields(meta):
+                if n == 2:
+                    meta_name = mv.decode("utf-8", "replace")
+                elif n == 4:
+                    display = mv.decode("utf-8", "replace")
+            event_meta[key] = meta_name or display
+        elif number == 5:
+            key, meta = _map_entry(v)
+            for n, _k, mv in _Wire.fields(meta):
+                if n == 2:
+                    stat_names[key] = mv.decode("utf-8", "replace")
+        elif number == 6:
+            raw_stats.append(v)
+    stats = dict(_stat(s, stat_names) for s in raw_stats)
+    return name, lines, event_meta, stat_names, stats
+
+
+def _line(data: bytes):
+    """(name, timestamp_ns, [(metadata_id, offset_ps, duration_ps, raw stats)])."""
+    name = display = ""
+    timestamp_ns, events = 0, []
+    for number, _kind, v in _Wire.fields(data):
+        if number == 2:
+            name = v.decode("utf-8", "replace")
+        elif number == 11:
+            display = v.decode("utf-8", "replace")
+        elif number == 3:
+            timestamp_ns = _signed(v)
+        elif number == 4:
+            meta = offset = duration = 0
+            occurrences = None
+            stats = []
+            for n, _k, ev in _Wire.fields(v):
+                if n == 1:
+                    meta = _signed(ev)
+                elif n == 2:
+                    offset = _signed(ev)
+                elif n == 3:
+                    duration = _signed(ev)
+                elif n == 5:
+                    occurrences = ev
+                elif n == 4:
+                    stats.append(ev)
+            events.append((meta, offset, duration, stats, occurrences))
+    return display or name, timestamp_ns, events
+
+
+def sniff(raw: bytes, path: Path) -> bool:
+    """An XSpace starts with its first plane (field 1, length-delimited): 0x0a, a varint, then the plane's own
+    fields; the name says ``.xplane.pb``."""
+    return path.name.endswith(".xplane.pb") and raw[:1] == b"\x0a"
+
+
+def read(path: Path, ctx: ImportContext):
+    data = ByteSource(path).read_all()
+    try:
+        planes = [v for number, _kind, v in _Wire.fields(data) if number == 1]
+        parsed = [_plane(p) for p in planes]
+    except (ValueError, IndexError, struct.error) as exc:
+        raise DdltraceError(f"{path}: not a readable XPlane protobuf ({exc})") from exc
+    start_ns, clock = 0, "relative"
+    for name, _lines, _meta, _stat_names, stats in parsed:
+        if name == "Task Environment" and isinstance(stats.get("profile_start_time"), int):
+            start_ns, clock = int(stats["profile_start_time"]), "epoch"
+    lanes: dict[str, int] = {}
+    keys: dict[tuple[str, str], int] = {}
+    lane_codes, key_codes, starts, durs, steps = [], [], [], [], []
+    dropped = aggregated = events_read = 0
+    for plane_name, lines, event_meta, stat_names, _stats in parsed:
+        if not plane_name.startswith(("/host:", "/device:")):
+            continue
+        short = plane_name.replace("/device:", "").replace("/host:", "host:").lower()
+        on_device = not plane_name.startswith("/host:")
+        for raw_line in lines:
+            line_name, timestamp_ns, events = _line(raw_line)
+            events_read += len(events)
+            if on_device and line_name in _DERIVED_LINES:
+                dropped += len(events)
+                continue
+            lane = lanes.setdefault(f"{short}/{line_name}", len(lanes))
+            for meta, offset_ps, duration_ps, raw_stats, occurrences in events:
+                if occurrences is not None:
+                    aggregated += 1
+                    continue
+                name = event_meta.get(meta, f"event {meta}")
+                step = -1
+                for raw in raw_stats:  # Trace("train", step_num=i) marks a step
+                    stat_name, value = _stat(raw, stat_names)
+                    if stat_name == "step_num" and isinstance(value, int):
+                        step = value
+                lane_codes.append(lane)
+                key_codes.append(keys.setdefault(("step" if step >= 0 else "", name), len(keys)))
+                starts.append(timestamp_ns * 1000 + offset_ps)
+                durs.append(duration_ps)
+                steps.append(step)
+    if ctx.report is not None:
+        ctx.report.events += events_read
+        ctx.report.intervals += len(starts)
+        if dropped:
+            ctx.report.skipped["derived device lines (TensorFlow Ops, Name Scope, XLA)"] += dropped
+        if aggregated:
+            ctx.report.skipped["aggregated events (num_occurrences, no time)"] += aggregated
+    starts_ps = np.array(starts, dtype=np.int64)
+    step_arr = np.array(steps, dtype=np.int64)
+    rank = rank_from_path(path, ctx.rank_from, ctx)
+    timeline = build_timeline(rank=rank, lane_codes=np.array(lane_codes, dtype=np.int64), lane_table=list(lanes),
+                              key_codes=np.array(key_codes, dtype=np.int64), key_table=list(keys),
+                              start_ns=starts_ps // 1000 + start_ns,
+                              dur_ns=np.array(durs, dtype=np.int64) // 1000, fmt="tf2", ctx=ctx,
+                              extra={"step": pd.arrays.IntegerArray(np.maximum(step_arr, 0), step_arr < 0)})
+    yield RankPart(rank=rank, timeline=timeline, clock=clock,
+                   info={"format": "tf2-xplane", "file": str(path),
+                         "time_base": "ns since the epoch" if clock == "epoch" else "ns since the profile started"})
+
+
+register(Importer("tf2-xplane", "TensorFlow 2 profiler XPlane (<host>.xplane.pb), read without TensorFlow", sniff,
+                  read, binary=True))
