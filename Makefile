@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 
-.PHONY: install system-deps test lint demo demo-live sample-store benchmarks clean
+.PHONY: install system-deps test lint demo demo-live sample-traces sample-store benchmarks clean
 
 # Debian packages some tests drive for real: chromium (the report rendered headless), iproute2 (network
 # namespaces and tc for the network probe), iperf3 and fio (reference tools of the benchmarks). Installed
@@ -34,6 +34,10 @@ lint: install
 test: install system-deps lint
 	$(PY) -m pytest -q -p no:cacheprovider; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: no test ran" >&2; exit 1; fi; exit $$rc
+
+# Regenerate the bundled traces of the reference job (sample_traces/README.md; a few minutes).
+sample-traces: install
+	$(PY) scripts/make_sample_traces.py
 
 sample-store: install
 	$(PY) sample_traces/make_sample_store.py sample_traces/tiny-store

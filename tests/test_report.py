@@ -139,3 +139,19 @@ def test_renders_in_headless_chromium(hostile_store, tmp_path):
     assert state["images"] == len(files.figures) and state["loaded"] == state["images"]
     assert state["scripts"] == 0
     assert XSS in state["text"]  # shown as text, not run
+
+
+SAMPLES = __import__("pathlib").Path(__file__).resolve().parent.parent / "sample_traces" / "ps-sgd"
+
+
+def test_report_draws_a_fitted_model_beside_the_series(tmp_path, capsys):
+    stores = [str(SAMPLES / f"par-w{w}" / "store") for w in (1, 2, 4)]
+    assert main(["model", "fit", *stores, "--out", str(tmp_path / "model.json")]) == 0
+    capsys.readouterr()
+    assert main(["report", *stores, "--model", str(tmp_path / "model.json"), "--out", str(tmp_path / "r"),
+                 "--quiet"]) == 0
+    html_text = (tmp_path / "r" / "report.html").read_text()
+    assert "beside the fitted model (dashed)" in html_text
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    assert main(["report", *stores, "--model", str(tmp_path / "bad.json"), "--out", str(tmp_path / "r2")]) == 2
+    assert "bad.json: not a model" in capsys.readouterr().err

@@ -1,10 +1,8 @@
-"""``ddltrace report STORE... [--profile P] [--out DIR]``: the bottleneck report (HTML, Markdown, JSON)."""
+"""``ddltrace report STORE... [--profile P] [--model M] [--out DIR]``: the bottleneck report (HTML, Markdown, JSON)."""
 
 from __future__ import annotations
 
 import sys
-
-from ddltrace.report import build_report
 
 
 def register(subparsers) -> None:
@@ -16,16 +14,20 @@ def register(subparsers) -> None:
     p.add_argument("stores", nargs="+", metavar="STORE", help="trace store folder(s)")
     p.add_argument("--out", default="ddltrace-report", metavar="DIR", help="output folder (default: %(default)s)")
     p.add_argument("--profile", metavar="PROFILE", help="hardware profile from 'ddltrace calibrate' (JSON)")
+    p.add_argument("--model", metavar="MODEL", help="fitted model from 'ddltrace model fit --out' (JSON): drawn "
+                                                    "beside the measured scaling series")
     p.add_argument("--quiet", action="store_true", help="no progress messages")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    from ddltrace.report import build_report  # matplotlib loads only when a report is drawn
+
     def progress(message: str) -> None:
         if not args.quiet:
             print(f"ddltrace report: {message}", file=sys.stderr, flush=True)
 
-    files = build_report(args.stores, args.out, profile=args.profile, progress=progress)
+    files = build_report(args.stores, args.out, profile=args.profile, model=args.model, progress=progress)
     print(f"report: {files.html}")
     print(f"        {files.markdown} ({len(files.figures)} figures beside it)")
     print(f"        {files.findings}")

@@ -67,8 +67,12 @@ def _analyses():
 
 
 def build_report(stores: list[str | os.PathLike], out: str | os.PathLike, *, profile: str | None = None,
-                 thresholds=None, progress: Callable[[str], None] | None = None) -> ReportFiles:
-    """Analyse ``stores`` and write the report into the folder ``out`` (created if needed)."""
+                 model: str | None = None, thresholds=None,
+                 progress: Callable[[str], None] | None = None) -> ReportFiles:
+    """Analyse ``stores`` and write the report into the folder ``out`` (created if needed).
+
+    ``profile`` is a hardware profile (``ddltrace calibrate``), ``model`` a fitted model (``ddltrace model fit``).
+    """
     say = progress or (lambda message: None)
     if not stores:
         raise DdltraceError("report: give at least one trace store")
@@ -91,7 +95,7 @@ def build_report(stores: list[str | os.PathLike], out: str | os.PathLike, *, pro
     # most severe first; within a severity, the costliest first: the verdict names the first
     found.sort(key=lambda f: (-findings_module.severity_rank(f.severity), -_cost(f)))
     say("drawing the figures")
-    report = assemble(runs, found, profile)
+    report = assemble(runs, found, profile, model)
     return write(report, out)
 
 
@@ -243,7 +247,24 @@ def overhead_ratio(run) -> float:
     return float(part[["wait", "barrier", "comm"]].sum().sum() / total) if total else float("nan")
 
 
-def _series_figures(runs: list, findings: list) -> tuple[list[Figure], pd.DataFrame | None]:
+def _model_curve(model_path: str, series: pd.DataFrame) -> tuple[pd.DataFrame, float | None]:
+    """The fitted model's computation-phase time (s) over the series' worker range, and its knee w*."""
+    from ddltrace.commands.model import _predict_table
+
+    try:
+        model = json.loads(Path(model_path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DdltraceError(f"{model_path}: cannot read the model ({exc})") from exc
+    if not isinstance(model, dict):
+        raise DdltraceError(f"{model_path}: not a model written by 'ddltrace model fit'")
+    lo, hi = int(series["workers"].min()), int(series["workers"].max())
+    workers = sorted({*range(lo, hi + 1)})
+    table = _predict_table(model, model_path, workers, None, {})
+    knee = (model.get("knee") or {}).get("w")
+    return pd.DataFrame({"workers": table["w"], "steady_s": table["predicted_s"]}), knee
+
+
+def _series_figures(runs: list, findings: list, model: str | None = None) -> tuple[list[Figure], pd.DataFrame | None]:
     if len({r.workers for r in runs}) < 2:
         return [], None
     series = scaling_table(runs)
@@ -252,10 +273,15 @@ def _series_figures(runs: list, findings: list) -> tuple[list[Figure], pd.DataFr
         for key, q in f.evidence.items():
             if "knee" in key and q.unit == "workers" and q.value == q.value:
                 knee = float(q.value)
+    curve = None
+    if model:
+        curve, model_knee = _model_curve(model, series)
+        knee = model_knee or knee
     out = [Figure("scaling", "Phase times against workers",
                   "Initialisation, steady state and the whole run against workers (Hashemi et al., figure 9)"
+                  + (", the steady state beside the fitted model (dashed)" if curve is not None else "")
                   + (", with the knee w* where the server saturates" if knee else "") + ".",
-                  figures.png_bytes(figures.scaling_figure(series, knee)))]
+                  figures.png_bytes(figures.scaling_figure(series, knee, curve)))]
     r_o = overhead_ratio(runs[0])
     if r_o == r_o:
         out.append(Figure("efficiency", "Parallel efficiency",
@@ -298,11 +324,11 @@ _FIGURE_FOR = (  # finding id fragment -> figure key prefix that shows it
 )
 
 
-def assemble(runs: list, findings: list, profile: str | None = None) -> Report:
+def assemble(runs: list, findings: list, profile: str | None = None, model: str | None = None) -> Report:
     """Build the :class:`Report` of ``runs`` (sorted by workers) and their findings."""
     main = runs[-1]
     figs: list[Figure] = []
-    series_figs, series = _series_figures(runs, findings)
+    series_figs, series = _series_figures(runs, findings, model)
     figs.extend(series_figs)
     segments, top = scan(main)
     figs.extend(_run_figures(main, segments, ""))
