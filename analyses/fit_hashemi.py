@@ -70,13 +70,15 @@ class HashemiFit:
     initialisation term; ``profile``: measured constants (r_m, w_m, r_net, lat_net, r_d) held fixed;
     ``free``: which of c_p, c_b, c_u, t_phase_min, kappa to fit (c_b is dropped when all runs share one
     batch size, as c_p and c_b cannot then be told apart); ``fixed``: values to hold fixed instead;
-    ``confidence`` of the intervals; ``divergence_threshold``: relative error that flags a run.
+    ``confidence`` of the intervals; ``divergence_threshold``: relative error that flags a run;
+    ``c_u_from_trace``: hold c_u at the server's measured busy time per update (``server_busy_s`` of the runs
+    over their d E / b updates, the median over the runs) instead of fitting it.
     """
 
     def __init__(self, *, d: float | None = None, n_f: float = 0.0, n_w: float = 0.0, s: float = 8.0,
                  epochs: float = 1.0, storage: str = "shared", profile: Mapping[str, float] | None = None,
                  free: Sequence[str] = ("c_p", "c_b", "c_u"), fixed: Mapping[str, float] | None = None,
-                 confidence: float = 0.95, divergence_threshold: float = 0.10):
+                 confidence: float = 0.95, divergence_threshold: float = 0.10, c_u_from_trace: bool = False):
         self.d = d
         self.n_f = n_f
         self.n_w = n_w
@@ -88,6 +90,7 @@ class HashemiFit:
         self.fixed = fixed
         self.confidence = confidence
         self.divergence_threshold = divergence_threshold
+        self.c_u_from_trace = c_u_from_trace
 
     # -- the model of one run ----------------------------------------------------------------------------
 
@@ -115,12 +118,26 @@ class HashemiFit:
             out[pos] = wl.epochs * np.asarray(hashemi.t_phase(w, wl, k))
         return out
 
-    def _base_constants(self) -> Constants:
+    def _measured_c_u(self, frame: pd.DataFrame, notes: list[str]) -> float:
+        """c_u from the server's trace: busy seconds over the run's d E / b updates, median over the runs."""
+        if "server_busy_s" not in frame.columns or frame["server_busy_s"].isna().all():
+            raise DdltraceError("c_u from the trace: the runs carry no server busy time (no server rank found; "
+                                "give --servers)")
+        per_update = []
+        for row in frame.dropna(subset=["server_busy_s"]).to_dict("records"):
+            wl = self._workload(row)
+            per_update.append(row["server_busy_s"] / (wl.d * wl.epochs / wl.b))
+        value = float(np.median(per_update))
+        notes.append(f"c_u measured from the server's trace: {value:.3g} s per update (median of {len(per_update)} "
+                     f"runs, {min(per_update):.3g} to {max(per_update):.3g} s)")
+        return value
+
+    def _base_constants(self, extra: Mapping[str, float] | None = None) -> Constants:
         values = {name: 0.0 for name in hashemi.NAMES}
         for name, value in (self.profile or {}).items():
             if name in values:
                 values[name] = float(value)
-        for name, value in (self.fixed or {}).items():
+        for name, value in {**(self.fixed or {}), **(extra or {})}.items():
             if name not in values:
                 raise DdltraceError(f"fixed constant {name!r}: not a constant of the model "
                                     f"({', '.join(hashemi.NAMES)})")
@@ -190,9 +207,11 @@ class HashemiFit:
         unknown = [n for n in self.free if n not in FITTABLE]
         if unknown:
             raise DdltraceError(f"cannot fit {', '.join(unknown)}: fittable constants are {', '.join(FITTABLE)}")
-        base = self._base_constants()
         notes: list[str] = []
-        names = [n for n in self.free if n not in (self.fixed or {})]
+        measured = {"c_u": self._measured_c_u(frame, notes)} if self.c_u_from_trace else {}
+        base = self._base_constants(measured)
+        self.measured_ = measured
+        names = [n for n in self.free if n not in {**(self.fixed or {}), **measured}]
         if "c_b" in names and frame["b"].nunique() < 2:
             names.remove("c_b")
             notes.append(f"c_b held at {base.c_b:g} s: every run has batch size {frame['b'].iloc[0]:g}, so the "
@@ -377,6 +396,8 @@ class HashemiFit:
                              source="fitted")
             elif name == "r_d" and self.r_d_fitted_:
                 entry.update(ci=[_nan_none(x) for x in self.r_d_ci_], source="fitted")
+            elif name in self.measured_:
+                entry["source"] = "measured from the server's trace"
             elif name in (self.fixed or {}):
                 entry["source"] = "fixed"
             elif name in (self.profile or {}):
@@ -541,6 +562,7 @@ def measurements_from_store(path: str | Path, *, batch: float | None = None, sam
     d = setting(samples, ("samples", "dataset_size", "d"), ("--samples", "--dataset-size"))
     e = setting(epochs, ("epochs",), ("--epochs",))
     phase, init, methods = 0.0, 0.0, set()
+    window = [None, None]
     for rank, frame in store.iter_timeline(workers):
         phases = segment_rank(frame)
         if phases is None:
@@ -551,11 +573,30 @@ def measurements_from_store(path: str | Path, *, batch: float | None = None, sam
         methods.add(phases.method)
         phase = max(phase, phases.steady_ns / 1e9)
         init = max(init, phases.init_ns / 1e9)
+        window[0] = phases.init_end_ns if window[0] is None else min(window[0], phases.init_end_ns)
+        window[1] = phases.steady_end_ns if window[1] is None else max(window[1], phases.steady_end_ns)
     if phase <= 0:
         raise DdltraceError(f"{path}: the workers' computation phase spans no time")
+    servers_busy = [server_busy_s(frame, window[0], window[1])
+                    for _, frame in store.iter_timeline([r for r in store.ranks if r not in workers])]
     return {"label": str(path), "job": job_identity(run), "w": float(len(workers)), "b": float(b),
             "d": None if d is None else float(d), "epochs": None if e is None else float(e),
-            "phase_s": phase, "init_s": init, "phases_by": ",".join(sorted(methods))}
+            "phase_s": phase, "init_s": init, "phases_by": ",".join(sorted(methods)),
+            "server_busy_s": max(servers_busy) if servers_busy else math.nan}
+
+
+#: Categories in which a server is not working: blocked on a peer, synchronising, or nothing recorded.
+IDLE_CATEGORIES = ("wait", "barrier", "idle")
+
+
+def server_busy_s(frame: pd.DataFrame, start_ns: int, end_ns: int) -> float:
+    """Seconds a server rank spends working (anything but wait, barrier, idle) between the workers' first
+    step and last step: its own cost of the updates, c_u times their number."""
+    busy = frame[~frame["category"].astype(str).isin(IDLE_CATEGORIES)]
+    starts = busy["start_ns"].to_numpy(np.int64)
+    ends = starts + busy["dur_ns"].to_numpy(np.int64)
+    clipped = np.clip(np.minimum(ends, end_ns) - np.maximum(starts, start_ns), 0, None)
+    return float(clipped.sum()) / 1e9
 
 
 def measurements_from_stores(paths: Sequence[str | Path], **overrides: Any) -> pd.DataFrame:

@@ -151,3 +151,20 @@ def test_model_fit_on_the_committed_scaling_series(tmp_path, capsys):
     assert truth <= c_p["value"] <= 1.5 * truth and c_p["ci"][0] < c_p["value"] < c_p["ci"][1]
     assert [m["w"] for m in model["measurements"]] == [1.0, 2.0, 4.0, 8.0]
     assert 2 < model["knee"]["w"] < 16 and len(model["leave_one_out"]) == 4
+
+
+@pytest.mark.skipif(not (SAMPLES / "par-w1" / "store").exists(), reason="the committed sample traces are absent")
+def test_server_cost_from_the_trace_names_the_divergent_run(capsys):
+    from ddltrace.analyses.fit_hashemi import measurements_from_store
+
+    for w in (1, 8):
+        measured = measurements_from_store(SAMPLES / f"par-w{w}" / "store")["server_busy_s"]
+        truth = json.loads((SAMPLES / f"par-w{w}" / "ground_truth.json").read_text())["server"]["busy_ns"] / 1e9
+        assert measured == pytest.approx(truth, rel=0.15)
+    stores = [str(SAMPLES / f"par-w{w}" / "store") for w in (1, 2, 4, 8)]
+    assert main(["model", "fit", *stores, "--dnn", "mlp-2-10k-2", "--c-u-from-trace", "--json"]) == 0
+    model = json.loads(capsys.readouterr().out)
+    assert model["constants"]["c_u"]["source"] == "measured from the server's trace"
+    # the server is not what slows w = 8 (9 ranks on 2 cores are): the run diverges from the model
+    flagged = [d["w"] for d in model["divergence"] if d["flagged"]]
+    assert 8.0 in flagged and model["knee"]["w"] > 8

@@ -60,6 +60,9 @@ def register(subparsers) -> None:
                    help="constants to fit (default c_p,c_b,c_u; add t_phase_min, kappa for the floor and the "
                         "contention extension)")
     f.add_argument("--fix", action="append", default=[], metavar="NAME=VALUE", help="hold a constant fixed")
+    f.add_argument("--c-u-from-trace", action="store_true",
+                   help="hold c_u at the server rank's measured busy time per update instead of fitting it "
+                        "(predicts the knee from runs below it)")
     f.add_argument("--threshold", type=float, default=0.10,
                    help="relative divergence that flags a run (default 0.10)")
     f.add_argument("--out", metavar="FILE", help="write the fitted model as JSON")
@@ -127,7 +130,7 @@ def run_fit(args) -> int:
     free = [name.strip() for name in args.free.split(",") if name.strip()]
     fit = HashemiFit(d=args.samples, n_f=n_f or 0.0, n_w=n_w or 0.0, s=s or 8.0, epochs=args.epochs or 1.0,
                      storage=args.storage, profile=profile, free=free, fixed=_fixed(args.fix),
-                     divergence_threshold=args.threshold).fit(frame)
+                     divergence_threshold=args.threshold, c_u_from_trace=args.c_u_from_trace).fit(frame)
     model = fit.to_dict()
     model["job"] = job
     model["profile"] = args.profile
