@@ -52,8 +52,9 @@ def run_series(out: Path, workers: list[int], reuse: bool) -> list[Path]:
     return stores
 
 
-def held_out(runs: pd.DataFrame, train: list[int], test: int) -> tuple[float, float, HashemiFit]:
-    fit = HashemiFit(n_f=2, n_w=N_W).fit(runs[runs["w"].isin(train)])
+def held_out(runs: pd.DataFrame, train: list[int], test: int, c_u_from_trace: bool = False
+             ) -> tuple[float, float, HashemiFit]:
+    fit = HashemiFit(n_f=2, n_w=N_W, c_u_from_trace=c_u_from_trace).fit(runs[runs["w"].isin(train)])
     measured = float(runs.loc[runs["w"] == test, "phase_s"].iloc[0])
     predicted = float(fit.predict(test, BATCH)[0])
     return measured, predicted, fit
@@ -84,11 +85,12 @@ def main() -> None:
         job = truth[int(row["w"])]
         print(f"  w={int(row['w'])}: phase {row['phase_s']:.3f} s (job's own clock: training {job['train_s']:.3f} s), "
               f"init {row['init_s']:.3f} s (job: {job['init_s']:.3f} s), phases by {row['phases_by']}")
-    cases = [(workers[:-1], workers[-1]), (workers[1:], workers[0])]
-    for train, test in cases:
-        measured, predicted, fit = held_out(runs, train, test)
+    cases = [(workers[:-1], workers[-1], False), (workers[1:], workers[0], False), (workers[:-1], workers[-1], True)]
+    for train, test, from_trace in cases:
+        measured, predicted, fit = held_out(runs, train, test, from_trace)
         error = 100 * abs(predicted - measured) / measured
-        print(f"\nfit on w = {','.join(map(str, train))}, predict w = {test}: measured {measured:.3f} s, "
+        how = ", c_u from the server's trace" if from_trace else ""
+        print(f"\nfit on w = {','.join(map(str, train))}{how}, predict w = {test}: measured {measured:.3f} s, "
               f"predicted {predicted:.3f} s, absolute error {error:.1f} % (target 10 %, ratio {error / 10:.2f})")
         for name, value in fit.params_.items():
             lo, hi = fit.ci_[name]
