@@ -219,13 +219,14 @@ def _run(cfg: RunConfig, out: Path, mpi: bool, lib: Path | None, work: Path, rec
             raise DdltraceError(f"{cmd[0]}: cannot start ({exc.strerror})") from exc
         system = SystemSampler(cfg.sample_hz, proc.pid).start()
         gpu.start()
-        last_shown = 0.0
+        last_shown = last_scan = -1.0
         while proc.poll() is None:
             interrupts.escalate(proc)
-            if pyspy is not None:
+            elapsed = time.monotonic() - t_start
+            if pyspy is not None and elapsed - last_scan >= 0.5:  # new Python processes (a /proc walk)
+                last_scan = elapsed
                 for pid in _python_children(proc.pid):
                     pyspy.attach(pid)
-            elapsed = time.monotonic() - t_start
             if show and elapsed - last_shown >= 0.5:
                 alive, calls = _header_progress(records) if mpi else (1, 0)
                 print(f"\rddltrace: {elapsed:7.1f} s elapsed, {alive} ranks alive, {calls:,} MPI calls  ",
