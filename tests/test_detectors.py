@@ -242,7 +242,7 @@ def real_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("ps_sgd")
     return {
         "troubled": _ps_sgd(root / "bad", "--workers", "3", "--init", "sequential", "--straggler", "2",
-                            "--slowdown", "4", "--server-cost", "0.008"),
+                            "--slowdown", "2", "--server-cost", "0.008"),
         "healthy": _ps_sgd(root / "ok", "--workers", "3", "--init", "parallel"),
     }
 
