@@ -119,20 +119,22 @@ def _mib(kib: float) -> str:
 
 def compare(trace: Path, hta_python: Path, repeat: int) -> None:
     print(f"trace: {trace} ({trace.stat().st_size / 2**20:.1f} MiB on disk)")
-    ours = _best([_child(sys.executable, _DDLTRACE_CHILD, str(trace)) for _ in range(repeat)])
-    with tempfile.TemporaryDirectory() as tmp:
-        store_runs = []
-        for i in range(repeat):
-            store_runs.append(_child(sys.executable, _STORE_CHILD, str(Path(tmp) / f"s{i}"), str(trace)))
-        store = _best(store_runs)
-    hta = None
-    if hta_python.exists():
-        with tempfile.TemporaryDirectory() as tmp:  # HTA parses every file of a folder: give it only this one
-            shutil.copy(trace, tmp)
-            hta = _best([_child(str(hta_python), _HTA_CHILD, tmp) for _ in range(repeat)])
-    else:
+    have_hta = hta_python.exists()
+    if not have_hta:
         print(f"HTA not found at {hta_python}: make it with python3 -m venv .venvs/hta && "
               ".venvs/hta/bin/pip install HolisticTraceAnalysis 'pandas<3'")
+    ours_runs, store_runs, hta_runs = [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        hta_dir = Path(tmp) / "hta"  # HTA parses every file of a folder: give it only this one
+        hta_dir.mkdir()
+        shutil.copy(trace, hta_dir / trace.name)
+        for i in range(repeat):  # interleaved, so a busy spell on the machine hits both tools alike
+            ours_runs.append(_child(sys.executable, _DDLTRACE_CHILD, str(trace)))
+            store_runs.append(_child(sys.executable, _STORE_CHILD, str(Path(tmp) / f"s{i}"), str(trace)))
+            if have_hta:
+                hta_runs.append(_child(str(hta_python), _HTA_CHILD, str(hta_dir)))
+    ours, store = _best(ours_runs), _best(store_runs)
+    hta = _best(hta_runs) if hta_runs else None
     print(f"\n{'':34s}{'ddltrace':>14s}{'HTA':>14s}{'ratio':>10s}")
 
     def row(label, a, b, fmt, ratio_of):

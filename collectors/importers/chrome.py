@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Union
 
 import msgspec
 import numpy as np
@@ -48,6 +48,31 @@ class Event(msgspec.Struct, gc=False):
     args: msgspec.Raw = msgspec.Raw(b"")
 
 
+class _Tagged(msgspec.Struct, tag_field="ph", gc=False):
+    """Base of the per-phase structs of the fast path: msgspec picks the struct by ``ph`` and skips the
+    ``args`` of phases that do not need them (most events) without building anything."""
+
+    name: str = ""
+    cat: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: int | float | None = None
+    dur: int | float | None = None
+    id: int | str | None = None
+
+
+def _phase(tag: str, with_args: bool) -> type:
+    fields = {"ph": ClassVar[str], **({"args": msgspec.Raw} if with_args else {})}
+    namespace = {"__annotations__": fields, "ph": tag}
+    if with_args:
+        namespace["args"] = msgspec.Raw(b"")
+    return type(f"_Phase_{ord(tag)}", (_Tagged,), namespace, tag=tag)
+
+
+#: Phases the fast path knows; an event of any other phase sends its piece to the field-by-field path.
+_PHASES = [_phase(p, p in "BEMC") for p in "XBEbeiIstfCMNODPRn"]
+_DECODE_FAST = msgspec.json.Decoder(list[Union[tuple(_PHASES)]])  # noqa: UP007 (a runtime union of types)
+
 #: What a decoder raises on text that is not (UTF-8) JSON.
 _MALFORMED = (msgspec.DecodeError, UnicodeDecodeError)
 _DECODE_EVENTS = msgspec.json.Decoder(list[Event])
@@ -72,7 +97,7 @@ class ChromeTrace:
 
     Intervals (``X`` and paired ``B``/``E``, ``b``/``e``): ``lane_key`` (index into ``lanes``, the
     (pid, tid) pairs), ``key`` (index into ``keys``, the (cat, name) pairs), ``ts_us`` and ``dur_us``
-    (microseconds as written, float64 or int64), ``args`` for the keys asked for with ``want_args``.
+    (microseconds as written, float64).
     """
 
     path: str
@@ -89,9 +114,8 @@ class ChromeTrace:
     process_args: dict[Any, dict] = field(default_factory=dict)
     thread_names: dict[tuple[Any, Any], str] = field(default_factory=dict)
     counters: list[tuple[Any, str, float, float]] = field(default_factory=list)
-    instants: list[tuple[Any, Any, str, str, float, dict]] = field(default_factory=list)
-    kept_args: list[tuple[int, dict]] = field(default_factory=list)
-    flows: list[tuple[str, Any, int, float]] = field(default_factory=list)
+    #: kept flow arrows, as arrays: "start" (bool: s, else f), "id", "lane" (lane index), "ts" (µs)
+    flows: dict[str, np.ndarray] = field(default_factory=dict)
     read: int = 0
     skipped: Counter = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
@@ -100,18 +124,16 @@ class ChromeTrace:
 class _Builder:
     """Folds decoded events into columns; B/E and b/e are paired at the end."""
 
-    def __init__(self, path: str, want_args, keep_instants: bool, keep_flows: str | None = None):
+    def __init__(self, path: str, keep_flows: str | None = None):
         self.trace = ChromeTrace(path=path)
         self.keep_flows = keep_flows  # the cat of flow arrows to keep (e.g. Kineto's "ac2g"), None for none
         self.lane_index: dict[tuple, int] = {}
         self.key_index: dict[tuple, int] = {}
-        self.want_args = want_args  # (cat, name) -> bool: decode args of these intervals
-        self.keep_instants = keep_instants
         self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self.begin_end: list[tuple] = []  # (lane, ts, seq, is_begin, key or None, args or None)
         self.async_be: list[tuple] = []
         self.seq = 0
-        self.args_rows: list[tuple[int, dict]] = []
+        self.flow_parts: list[dict[str, np.ndarray]] = []
         self.n_rows = 0
 
     def add(self, events: list[Event]) -> None:
@@ -141,11 +163,6 @@ class _Builder:
             ts, dur = ts[ok], dur[ok]
         lane = self._codes([e.pid for e in xs], [e.tid for e in xs], self.lane_index)
         key = self._codes([e.cat for e in xs], [e.name for e in xs], self.key_index)
-        if self.want_args is not None:
-            base = self.n_rows
-            for i, e in enumerate(xs):
-                if self.want_args(e.cat, e.name):
-                    self.args_rows.append((base + i, decode_args(e)))
         self.parts.append((lane, key, ts, dur))
         self.n_rows += len(xs)
 
@@ -168,16 +185,21 @@ class _Builder:
         t = self.trace
         phases = Counter([e.ph for e in events])
         if self.keep_flows is not None and (phases["s"] or phases["f"]):
-            lanes, wanted = self.lane_index, self.keep_flows
-            t.flows.extend((e.ph, e.id, lanes.setdefault((e.pid, e.tid), len(lanes)), e.ts) for e in events
-                           if (e.ph == "s" or e.ph == "f") and e.cat == wanted and e.ts is not None)
+            wanted = self.keep_flows
+            flows = [e for e in events if (e.ph == "s" or e.ph == "f") and e.cat == wanted and e.ts is not None]
+            if flows:
+                ids = np.array([e.id for e in flows])
+                self.flow_parts.append({
+                    "start": np.array([e.ph == "s" for e in flows], dtype=bool),
+                    "id": ids if ids.dtype.kind in "iu" else ids.astype(object),
+                    "lane": self._codes([e.pid for e in flows], [e.tid for e in flows], self.lane_index),
+                    "ts": np.array([e.ts for e in flows], dtype=np.float64)})
         for ph in ("s", "t", "f"):
             if phases[ph]:
                 t.skipped["flow arrows (s/t/f)"] += phases.pop(ph)
-        if not self.keep_instants:
-            for ph in ("i", "I", "n"):
-                if phases[ph]:
-                    t.skipped["instant events (no duration)"] += phases.pop(ph)
+        for ph in ("i", "I", "n"):
+            if phases[ph]:
+                t.skipped["instant events (no duration)"] += phases.pop(ph)
         if not phases:
             return
         for e in [e for e in events if e.ph in phases]:
@@ -221,12 +243,6 @@ class _Builder:
                         t.counters.append((e.pid, f"{e.name}.{series}" if series != e.name else e.name,
                                            float(e.ts), float(value)))
                 t.skipped["counter (C) events, kept as counters"] += 1
-            elif ph in ("i", "I", "n"):
-                if self.keep_instants and e.ts is not None:
-                    t.instants.append((e.pid, e.tid, e.cat, e.name, float(e.ts), decode_args(e)))
-                t.skipped["instant events (no duration)"] += 1
-            elif ph in ("s", "t", "f"):
-                t.skipped["flow arrows (s/t/f)"] += 1
             elif not ph:
                 t.skipped["events without a phase (ph), such as TF2's trailing {}"] += 1
             elif ph in _KNOWN_PHASES:
@@ -253,9 +269,10 @@ class _Builder:
             t.key = np.concatenate([p[1] for p in parts])
             t.ts_us = np.concatenate([p[2] for p in parts])
             t.dur_us = np.concatenate([p[3] for p in parts])
+        if self.flow_parts:
+            t.flows = {k: np.concatenate([f[k] for f in self.flow_parts]) for k in self.flow_parts[0]}
         t.lanes = list(self.lane_index)
         t.keys = list(self.key_index)
-        t.kept_args = self.args_rows
         return t
 
     def _pair_begin_end(self) -> list[tuple]:
@@ -375,6 +392,12 @@ class _Reader:
     def _events_of(self, piece: bytes) -> tuple[list[Event] | None, Exception | None]:
         """The events of ``[piece]`` (invalid ones counted and left out), or the decode error."""
         doc = b"[" + piece + b"]"
+        try:
+            return _DECODE_FAST.decode(doc), None
+        except msgspec.ValidationError:
+            pass
+        except _MALFORMED as exc:
+            return None, exc
         try:
             return _DECODE_EVENTS.decode(doc), None
         except msgspec.ValidationError:
@@ -585,17 +608,14 @@ class _Reader:
                                        f"the last {len(rest)} bytes were skipped")
 
 
-def read_chrome(path, *, want_args=None, keep_instants: bool = False, keep_flows: str | None = None,
-                source: ByteSource | None = None) -> ChromeTrace:
+def read_chrome(path, *, keep_flows: str | None = None, source: ByteSource | None = None) -> ChromeTrace:
     """Read one Chrome trace file (plain or gzip) into a :class:`ChromeTrace`.
 
-    ``want_args(cat, name) -> bool`` selects the intervals whose ``args`` are decoded (into
-    ``kept_args``); ``keep_instants`` keeps ``i``/``I`` events; ``keep_flows`` keeps the ``s``/``f`` flow
-    arrows of that cat (as (ph, id, lane, ts) in ``flows``). Raises :class:`DdltraceError` with the
-    byte offset when nothing valid can be read.
+    ``keep_flows`` keeps the ``s``/``f`` flow arrows of that cat (as (ph, id, lane, ts) in ``flows``).
+    Raises :class:`DdltraceError` with the byte offset when nothing valid can be read.
     """
     source = source or ByteSource(path)
-    trace = _Reader(source, _Builder(str(path), want_args, keep_instants, keep_flows)).run()
+    trace = _Reader(source, _Builder(str(path), keep_flows)).run()
     if trace.read == 0 and trace.problems:
         raise DdltraceError(f"nothing valid could be read: {trace.problems[0]}")
     return trace

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from ddltrace.collectors.importers.base import ImportContext, Importer, rank_from_path, register
 from ddltrace.collectors.importers.chrome import read_chrome
@@ -62,11 +63,18 @@ def row_steps(trace, gpu_lane: np.ndarray) -> np.ndarray | None:
     on_gpu = gpu_lane[trace.lane_key] if len(trace.lane_key) else np.zeros(0, dtype=bool)
     when = trace.ts_us.copy()
     if on_gpu.any():
-        launch_of = {flow_id: ts for ph, flow_id, _lane, ts in trace.flows if ph == "s"}
-        flow_at = {(lane, ts): flow_id for ph, flow_id, lane, ts in trace.flows if ph == "f"}
-        rows = np.flatnonzero(on_gpu)
-        when[rows] = [launch_of.get(flow_at.get((lane, ts)), np.nan)
-                      for lane, ts in zip(trace.lane_key[rows].tolist(), trace.ts_us[rows].tolist(), strict=True)]
+        when[on_gpu] = np.nan
+        flows = trace.flows
+        if flows:
+            start = flows["start"]
+            launches = pd.DataFrame({"id": flows["id"][start], "launch": flows["ts"][start]})
+            arrivals = pd.DataFrame({"id": flows["id"][~start], "lane": flows["lane"][~start],
+                                     "ts": flows["ts"][~start]})
+            linked = arrivals.merge(launches.drop_duplicates("id"), on="id").drop_duplicates(["lane", "ts"])
+            rows = np.flatnonzero(on_gpu)
+            gpu = pd.DataFrame({"row": rows, "lane": trace.lane_key[rows], "ts": trace.ts_us[rows]})
+            found = gpu.merge(linked, on=["lane", "ts"])
+            when[found["row"].to_numpy()] = found["launch"].to_numpy()
     return step_at(when)
 
 
