@@ -98,9 +98,13 @@ def main(argv=None) -> int:
             slow = (min(wrapped) / min(base) - 1) * 100
             for old in records.glob("*.pmpi"):
                 old.unlink()
+            spread = max(base) / min(base)
+            bound = added_ns * 1e-9 / min(base) * 100
             print(f"MPI_Allreduce {size} B on {args.np} ranks ({os.cpu_count()} cores): {min(base) * 1e6:.2f} us "
-                  f"without, {min(wrapped) * 1e6:.2f} us with -> slowdown {slow:+.2f} %; reference (target) "
-                  f"{'1 %' if size >= 65536 else 'none set'}" + (f"; ratio {slow / 1:.2f}" if size >= 65536 else ""))
+                  f"without, {min(wrapped) * 1e6:.2f} us with -> slowdown {slow:+.2f} % (run-to-run spread "
+                  f"{spread:.2f}x: {'noise-dominated' if spread > 1.1 else 'quiet'}); cost bound from the per-call "
+                  f"figure {bound:.3f} %; reference (target) {'1 %' if size >= 65536 else 'none set'}"
+                  + (f"; ratio {slow / 1:.2f}" if size >= 65536 else ""))
         for old in records.glob("*.pmpi"):
             old.unlink()
         records.rmdir()
