@@ -91,6 +91,18 @@ def test_optimize_command(series, capsys):
     assert "does not fit 6 machines" in capsys.readouterr().err
     assert main(["optimize", "--dnn", "nonet", "--profile", str(series / "profile.json"), "--machines", "6"]) == 2
     assert "no bundled DNN" in capsys.readouterr().err
+    # what if the network were 10 times faster: every configuration's weight reads shrink ten-fold
+    base = {r["config"] + str(r["H"]): r for r in result["ranked"]}
+    assert main(["optimize", "--dnn", "mnist-adam", "--profile", str(series / "profile.json"), "--machines", "6",
+                 "--samples", "60000", "--max-workers", "2", "--threads", "1,4", "--what-if", "C_nbw=10x",
+                 "--what-if", "C_ncost=0", "--json"]) == 0
+    faster = json.loads(capsys.readouterr().out)["ranked"]
+    for row in faster:
+        before = base[row["config"] + str(row["H"])]
+        assert row["t_epoch_s"] < before["t_epoch_s"]
+    assert main(["optimize", "--dnn", "mnist-adam", "--profile", str(series / "profile.json"), "--machines", "6",
+                 "--what-if", "warp=2x"]) == 2
+    assert "'warp' cannot change" in capsys.readouterr().err
 
 
 def test_plan_commands(capsys):

@@ -14,7 +14,7 @@ import sys
 from ddltrace.errors import DdltraceError
 from ddltrace.models import yan
 from ddltrace.models.dnn import load_dnn
-from ddltrace.models.quantities import load_json, parse_int_list, profile_constants
+from ddltrace.models.quantities import load_json, parse_int_list, parse_what_if, profile_constants
 from ddltrace.units import format_ns
 
 
@@ -39,6 +39,9 @@ def register(subparsers) -> None:
                    help="largest N_wr, workers per replica (default 4; the search grows with its square)")
     p.add_argument("--config", action="append", default=[], metavar="W/R/PS",
                    help="only these configurations (#workers/#replicas/#servers), repeatable")
+    p.add_argument("--what-if", action="append", default=[], metavar="NAME=VALUE",
+                   help="change a hardware constant: C_nbw=10x (ten times the bandwidth), C_muladd=0.5x, "
+                        "C_ncost=1e-6 (seconds); repeatable")
     p.add_argument("--top", type=int, default=10, help="configurations to print (default 10)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
@@ -60,6 +63,12 @@ def run(args) -> int:
     dnn = load_dnn(args.dnn)
     hw = yan.Hardware.from_profile(profile_constants(load_json(args.profile, "hardware profile"), args.profile),
                                    args.profile)
+    if args.what_if:
+        try:
+            hw = hw.scaled(parse_what_if(args.what_if))
+        except KeyError as exc:
+            raise DdltraceError(f"--what-if: {exc.args[0]!r} cannot change: use one of "
+                                f"{', '.join(yan.Hardware.__dataclass_fields__)} (cores only with cores=N)") from None
     if args.samples <= 0 or args.read_every <= 0:
         raise DdltraceError("--samples and --read-every must be > 0")
     threads = parse_int_list(args.threads, "--threads") if args.threads else None
@@ -73,13 +82,14 @@ def run(args) -> int:
                         for layer, s in zip(dnn.layers, c.breakdown.states, strict=True)]}
             for i, c in enumerate(ranked)]
     if args.json:
-        json.dump({"dnn": dnn.name, "machines": args.machines, "samples": args.samples,
+        json.dump({"dnn": dnn.name, "machines": args.machines, "samples": args.samples, "what_if": args.what_if,
                    "read_every": args.read_every, "read_bound": args.read_bound, "ranked": rows}, sys.stdout,
                   indent=2)
         print()
         return 0
     print(f"{dnn.name} on {args.machines} machines: {len(rows)} configurations, {args.samples:g} samples per "
-          f"epoch, weights read every {args.read_every:g} samples ({args.read_bound} of eq. 10/11)")
+          f"epoch, weights read every {args.read_every:g} samples ({args.read_bound} of eq. 10/11)"
+          + (f"; what-if: {' '.join(args.what_if)}" if args.what_if else ""))
     print(f"{'rank':>4}  {'W/R/PS':<8} {'H':>3}  {'T_epoch':>9}  {'compute':>9}  {'activ.':>9}  {'reads':>9}  "
           f"{'bottleneck':<24} partitions x replicas per layer")
     for row in rows[:args.top]:

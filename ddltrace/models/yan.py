@@ -102,6 +102,22 @@ class Hardware:
             raise DdltraceError(f"{source}: C_nbw must be > 0 bytes/s")
         return cls(**known)
 
+    def scaled(self, changes: Mapping[str, tuple[str, float]]) -> Hardware:
+        """A what-if copy: ``{'C_nbw': ('scale', 10), 'C_ncost': ('set', 1e-6)}``; a curve is scaled point by
+        point (set replaces it by the number). Unknown names raise KeyError."""
+        values = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        for name, (how, value) in changes.items():
+            if name not in values or name == "cores" and how == "scale":
+                raise KeyError(name)
+            current = values[name]
+            if how == "set":
+                values[name] = int(value) if name == "cores" else float(value)
+            elif isinstance(current, tuple):
+                values[name] = tuple((x, y * value) for x, y in current)
+            else:
+                values[name] = current * value
+        return Hardware(**values)
+
     def interf(self, threads: int) -> float:
         """C_interf(H): the H-thread time of the canonical loop over its one-thread time."""
         return max(1.0, _interp(self.C_interf, threads)) if not isinstance(self.C_interf, float) else self.C_interf
