@@ -65,8 +65,13 @@ def test_mpich_exports_the_large_count_twins():
     assert {"PMPI_Send_c", "PMPI_Allreduce_c", "PMPI_Mprobe", "PMPI_Barrier"} <= exported
 
 
-def test_no_mpicc_is_said_clearly(tmp_path):
-    with pytest.raises(DdltraceError, match="mpicc"):
+def test_no_mpicc_is_said_clearly(tmp_path, monkeypatch):
+    from ddltrace.collectors.pmpi import build
+
+    monkeypatch.setattr(build, "find_tool", lambda name: None)  # as on a machine without any MPI
+    with pytest.raises(DdltraceError, match="mpicc: no MPI compiler wrapper found"):
+        build_wrapper()
+    with pytest.raises(DdltraceError, match="no-such-mpicc: does not say how it links MPI"):
         build_wrapper(str(tmp_path / "no-such-mpicc"))
 
 
