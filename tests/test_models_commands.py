@@ -52,7 +52,9 @@ def test_model_fit_and_predict(series, tmp_path, capsys):
     assert model["job"] == "train_mlp.py"
     rc = main(["model", "predict", str(out), "--workers", "1,4,16,64", "--what-if", "c_u=0.5x",
                "--plot", str(tmp_path / "p.png"), "--json"])
-    rows = json.loads(capsys.readouterr().out)["rows"]
+    predicted = json.loads(capsys.readouterr().out)
+    rows = predicted["rows"]
+    assert predicted["knee"]["what_if"]["w"] == pytest.approx(2 * predicted["knee"]["model"]["w"], rel=0.1)
     assert rc == 0 and (tmp_path / "p.png").stat().st_size > 1000
     assert [r["w"] for r in rows] == [1, 4, 16, 64]
     assert rows[2]["measured_s"] == pytest.approx(rows[2]["predicted_s"], rel=0.02)
@@ -180,3 +182,17 @@ def test_server_cost_from_the_trace_names_the_divergent_run(capsys):
     # the server is not what slows w = 8 (9 ranks on 2 cores are): the run diverges from the model
     flagged = [d["w"] for d in model["divergence"] if d["flagged"]]
     assert 8.0 in flagged and model["knee"]["w"] > 8
+
+
+def test_model_fit_from_csv(tmp_path, capsys):
+    rows = ["w,b,phase_s"] + [f"{w},{b},{EPOCHS * hashemi.t_phase(w, hashemi.Workload(d=D, b=b), TRUE):.6f}"
+                              for b in (64, 256) for w in (1, 2, 4, 16, 32)]
+    (tmp_path / "runs.csv").write_text("\n".join(rows) + "\n")
+    assert main(["model", "fit", "--csv", str(tmp_path / "runs.csv"), "--samples", str(D), "--epochs", str(EPOCHS),
+                 "--json"]) == 0
+    model = json.loads(capsys.readouterr().out)
+    for name in ("c_p", "c_b", "c_u"):
+        assert model["constants"][name]["value"] == pytest.approx(getattr(TRUE, name), rel=0.02)
+    (tmp_path / "bad.csv").write_text("workers,time\n1,2\n")
+    assert main(["model", "fit", "--csv", str(tmp_path / "bad.csv"), "--samples", "10"]) == 2
+    assert "missing column(s) w, b, phase_s" in capsys.readouterr().err

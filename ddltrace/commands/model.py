@@ -235,6 +235,9 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
         raise DdltraceError(f"--what-if: {exc.args[0]!r} is not a constant of the model "
                             f"({', '.join(hashemi.NAMES)})") from None
     rows = []
+    knees = {"model": hashemi.knee(wl, constants)}
+    if changed is not None:
+        knees["what_if"] = hashemi.knee(wl, changed)
     for w in workers:
         terms = hashemi.phase_terms(w, wl, constants)
         row = {"w": w, "b": wl.b, "predicted_s": wl.epochs * hashemi.t_phase(w, wl, constants),
@@ -246,7 +249,9 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
             match = measured[(measured["w"] == w) & (measured["b"] == wl.b)]
             row["measured_s"] = float(match["phase_s"].mean()) if len(match) else math.nan
         rows.append(row)
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    table.attrs["knees"] = knees
+    return table
 
 
 def run_predict(args) -> int:
@@ -259,9 +264,12 @@ def run_predict(args) -> int:
     if args.json:
         records = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
                    for r in table.to_dict("records")]
-        json.dump({"model": args.model, "what_if": args.what_if, "rows": records}, sys.stdout, indent=2)
+        knees = {k: {"w": None if math.isinf(w) else w, "cause": c} for k, (w, c) in table.attrs["knees"].items()}
+        json.dump({"model": args.model, "what_if": args.what_if, "knee": knees, "rows": records}, sys.stdout,
+                  indent=2)
         print()
         return 0
+    knees = table.attrs.get("knees", {})
     label = " ".join(args.what_if)
     header = f"{'workers':>7}  {'predicted':>10}  {'bound by':<15}"
     if "measured_s" in table:
@@ -279,6 +287,9 @@ def run_predict(args) -> int:
         if what_if:
             line += f"  {_seconds(row['what_if_s']):>10}  {row['what_if_bound_by']:<15}"
         print(line)
+    for name, (w_star, cause) in knees.items():
+        where = "none" if math.isinf(w_star) else f"w* = {w_star:.3g} workers ({cause})"
+        print(f"knee{' with ' + label if name == 'what_if' else ''}: {where}")
     if args.plot:
         print(f"\nplot written to {args.plot}")
     return 0
