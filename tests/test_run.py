@@ -134,7 +134,8 @@ def test_injected_clock_offset_is_measured_and_corrected(tmp_path, monkeypatch):
 
 def test_non_mpi_job_is_sampled_as_a_process_tree(tmp_path):
     code = "import subprocess, sys, time\nt = time.time()\nwhile time.time() - t < 0.6: pass\n" \
-           "subprocess.run([sys.executable, '-c', 'import time; time.sleep(0.3)'])\n"
+           "subprocess.run([sys.executable, '-c', 'import time; time.sleep(1.5)'])\n"
+    # the child outlives one process-tree rescan (every tree_refresh_s = 1 s)
     result = run_job(_config(tmp_path, [sys.executable, "-c", code], sample_hz=20))
     store = TraceStore.open(tmp_path / "store")
     assert result.exit_code == 0 and store.ranks == [0]
