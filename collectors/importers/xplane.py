@@ -3,7 +3,9 @@
 A small protobuf wire-format reader walks the ``XSpace`` messages of ``tsl/profiler/protobuf/xplane.proto``
 (field numbers in :data:`_FIELDS`): planes (``/host:CPU``, ``/device:GPU:0``) hold lines (threads, streams), lines
 hold events (metadata id, offset and duration in picoseconds from the line's ``timestamp_ns``). Start =
-``line.timestamp_ns * 1000 + offset_ps``. A ``Task Environment`` plane's ``profile_start_time`` (ns since the
+``line.timestamp_ns * 1000 + offset_ps``. Event category field: ``step`` for ``Trace(..., step_num=n)`` step
+markers, ``tf_function`` for a ``tf.function`` call (its ``tf_function_call`` stat: a span around the whole
+function, not work of its own), else empty. A ``Task Environment`` plane's ``profile_start_time`` (ns since the
 epoch, TF >= 2.21) makes times absolute; older files are relative to the profile's start. The rank comes from
 the folder or file name (``worker1/``), as in the trace-viewer JSON.
 """
@@ -198,13 +200,15 @@ def read(path: Path, ctx: ImportContext):
                     aggregated += 1
                     continue
                 name = event_meta.get(meta, f"event {meta}")
-                step = -1
+                step, cat = -1, ""
                 for raw in raw_stats:  # Trace("train", step_num=i) marks a step
                     stat_name, value = _stat(raw, stat_names)
                     if stat_name == "step_num" and isinstance(value, int):
-                        step = value
+                        step, cat = value, "step"
+                    elif stat_name == "tf_function_call" and not cat:  # a tf.function call: the whole function
+                        cat = "tf_function"
                 lane_codes.append(lane)
-                key_codes.append(keys.setdefault(("step" if step >= 0 else "", name), len(keys)))
+                key_codes.append(keys.setdefault((cat, name), len(keys)))
                 starts.append(timestamp_ns * 1000 + offset_ps)
                 durs.append(duration_ps)
                 steps.append(step)
