@@ -1,7 +1,7 @@
 """Start a TensorFlow cluster on 127.0.0.1 the way a cluster manager would: one process per task, each with its
 TF_CONFIG (``mwms``: 2 workers running tf_mwms.py) or its ``--job_name/--task_index`` flags (``ps``: 1 ps and
 2 workers running tf_ps_v1.py). Waits for the workers, then stops the parameter server (SIGTERM), as a cluster
-manager does when the job is over. Usage: python tf_launch.py mwms|ps"""
+manager does when the job is over. Usage: python tf_launch.py mwms|ps [job options...]"""
 
 import json
 import os
@@ -24,12 +24,12 @@ def free_ports(n):
     return ports
 
 
-def main(kind):
+def main(kind, options):
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
     servers = []
     if kind == "mwms":
         hosts = [f"127.0.0.1:{p}" for p in free_ports(2)]
-        workers = [subprocess.Popen([sys.executable, str(HERE / "tf_mwms.py")], env=dict(
+        workers = [subprocess.Popen([sys.executable, str(HERE / "tf_mwms.py"), *options], env=dict(
             env, TF_CONFIG=json.dumps({"cluster": {"worker": hosts}, "task": {"type": "worker", "index": i}})))
             for i in range(2)]
     else:
@@ -38,7 +38,7 @@ def main(kind):
 
         def task(job, index):
             return subprocess.Popen([sys.executable, str(HERE / "tf_ps_v1.py"), *cluster, "--job_name", job,
-                                     "--task_index", str(index)], env=env)
+                                     "--task_index", str(index), *options], env=env)
 
         servers = [task("ps", 0)]
         workers = [task("worker", 0), task("worker", 1)]
@@ -57,4 +57,4 @@ def main(kind):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "mwms"))
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "mwms", sys.argv[2:]))

@@ -18,7 +18,7 @@ parser.add_argument("--worker_hosts", required=True)
 parser.add_argument("--job_name", choices=["ps", "worker"], required=True)
 parser.add_argument("--task_index", type=int, default=0)
 parser.add_argument("--steps", type=int, default=15)
-parser.add_argument("--width", type=int, default=512)
+parser.add_argument("--width", type=int, default=512, help="hidden units: the size of what goes to the ps and back")
 parser.add_argument("--batch", type=int, default=64)
 args = parser.parse_args()
 
