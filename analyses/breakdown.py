@@ -3,7 +3,8 @@
 Every nanosecond of a rank, from its first event to its last, gets exactly one category:
 
 * within one lane (thread or stream) the innermost call wins: an MPI call inside an annotated compute span counts
-  as communication, so the categories are ranked barrier > wait > comm > memcpy > io > other > compute;
+  as communication, so the categories are ranked barrier > wait > comm > memcpy > io > compute > other (an
+  unclassified span, such as a step marker around the step, never hides what it contains);
 * across lanes, compute wins: communication that runs while another lane computes is hidden, and only the rest
   is *exposed* (this is what Rudra's communication overlap needs);
 * time no row covers is **compute** on a rank whose rows are all MPI calls (a PMPI trace: computation is what
@@ -23,7 +24,7 @@ from ddltrace.analyses.phases import PHASES, RankPhases
 from ddltrace.timeline import CATEGORIES
 
 #: Within a lane, a higher category wins (innermost call first).
-LANE_PRIORITY = ("idle", "compute", "other", "io", "memcpy", "comm", "wait", "barrier")  # lowest to highest
+LANE_PRIORITY = ("idle", "other", "compute", "io", "memcpy", "comm", "wait", "barrier")  # lowest to highest
 CODE = {c: i for i, c in enumerate(CATEGORIES)}
 BUSY = ("compute", "io", "memcpy")
 EXPOSED_COMM = ("comm", "wait")

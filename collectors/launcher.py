@@ -4,9 +4,11 @@ MPI jobs (``np`` or ``launcher`` given) run through mpiexec (or the user's own l
 ``srun -n 64`` or ``mpiexec -f hosts -n 64``) with the PMPI wrapper preloaded: every rank writes
 ``rank-NNNNN.pmpi`` into a record folder, in /dev/shm for local ranks (``np``), else beside the store (on a
 cluster this must be a shared file system, as the store is). Other jobs run as a process tree with the
-samplers only. While the job runs a progress line on stderr shows the elapsed time, the ranks alive and the
-MPI calls recorded so far. Ctrl-C (or SIGTERM) stops the job (SIGINT, then SIGTERM after 5 s, SIGKILL after
-10 s) and the store is still written.
+samplers only. With ``framework`` set, the framework's own profiler is switched on in every Python process of
+the job (ddltrace.collectors.frameworks) and what each process wrote becomes its rank (role recorded).
+While the job runs a progress line on stderr shows the elapsed time, the ranks alive and the MPI calls
+recorded so far. Ctrl-C (or SIGTERM) stops the job (SIGINT, then SIGTERM after 5 s, SIGKILL after 10 s) and
+the store is still written.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 import pandas as pd
 import psutil
 
+from ddltrace.collectors import frameworks
 from ddltrace.collectors.clock import clock_manifest
 from ddltrace.collectors.gpu_sampler import GpuSampler
 from ddltrace.collectors.mpi_env import local_env, mpi_flavour, mpiexec_command
@@ -45,7 +48,8 @@ _GRACE_S = (5.0, 10.0)  # SIGTERM, then SIGKILL, this long after the first inter
 @dataclass
 class RunConfig:
     """What to run and how: ``argv`` the job; ``np`` ranks through local mpiexec, or ``launcher`` a command
-    prefix; ``out`` the store folder; ``sample_hz`` system/GPU sampling rate (per s); ``pyspy`` sample stacks."""
+    prefix; ``out`` the store folder; ``sample_hz`` system/GPU sampling rate (per s); ``pyspy`` sample stacks;
+    ``framework`` switch that framework's profiler on for the training ``steps`` (first, last; from 1)."""
 
     argv: list[str]
     out: Path
@@ -55,6 +59,8 @@ class RunConfig:
     pyspy: bool = False
     pyspy_rate_hz: int = 100
     progress: bool = True
+    framework: str | None = None
+    steps: tuple[int, int] = (5, 9)
     stream: object = field(default_factory=lambda: sys.stderr)
 
 
@@ -152,10 +158,11 @@ def _mpicc_of(launcher: str | None) -> str | None:
     return str(beside) if beside.exists() else None
 
 
-def _command(cfg: RunConfig, lib: Path | None, records: Path | None) -> tuple[list[str], dict[str, str], str]:
+def _command(cfg: RunConfig, lib: Path | None, records: Path | None,
+             fw_env: dict[str, str]) -> tuple[list[str], dict[str, str], str]:
     """Command line, environment and MPI flavour ('' for a non-MPI job)."""
     if cfg.np is None and not cfg.launcher:
-        return list(cfg.argv), dict(os.environ), ""
+        return list(cfg.argv), {**os.environ, **fw_env}, ""
     extra = {"LD_PRELOAD": ":".join(filter(None, [str(lib), os.environ.get("LD_PRELOAD", "")])),
              "DDLTRACE_PMPI_DIR": str(records)}
     if cfg.launcher:
@@ -167,8 +174,9 @@ def _command(cfg: RunConfig, lib: Path | None, records: Path | None) -> tuple[li
     else:
         cmd, env = mpiexec_command(cfg.np, list(cfg.argv))
         flavour = mpi_flavour(cmd[0])
+    extra.update(fw_env)
     if flavour == "openmpi":  # Open MPI passes only what -x names to its ranks
-        cmd[1:1] = ["-x", "LD_PRELOAD", "-x", "DDLTRACE_PMPI_DIR"]
+        cmd[1:1] = [arg for name in ("LD_PRELOAD", "DDLTRACE_PMPI_DIR", *fw_env) for arg in ("-x", name)]
     env.update(extra)
     return cmd, env, flavour
 
@@ -186,6 +194,8 @@ def run_job(cfg: RunConfig) -> RunResult:
         raise DdltraceError(f"--sample-hz: must be > 0, got {cfg.sample_hz}")
     if not out.parent.exists():
         raise DdltraceError(f"{out.parent}: no such folder for the store")
+    if cfg.framework is not None:
+        cfg.framework = frameworks.canonical(cfg.framework)
     mpi = cfg.np is not None or bool(cfg.launcher)
     lib = build_wrapper(_mpicc_of(cfg.launcher)) if mpi else None
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -203,10 +213,12 @@ def run_job(cfg: RunConfig) -> RunResult:
 
 
 def _run(cfg: RunConfig, out: Path, mpi: bool, lib: Path | None, work: Path, records: Path) -> RunResult:
-    cmd, env, flavour = _command(cfg, lib, records if mpi else None)
+    fw_env = frameworks.job_env(cfg.framework, work / "framework", cfg.steps) if cfg.framework else {}
+    cmd, env, flavour = _command(cfg, lib, records if mpi else None, fw_env)
     stream = cfg.stream
     show = cfg.progress and stream.isatty()
     print(f"ddltrace: running {shlex.join(cfg.argv)}" + (f" on {cfg.np} ranks" if cfg.np else "")
+          + (f" with the {cfg.framework} profiler on steps {cfg.steps[0]}-{cfg.steps[1]}" if cfg.framework else "")
           + f"; store: {out}", file=stream, flush=True)
     gpu = GpuSampler(cfg.sample_hz)
     pyspy = PySpyRecorder(work / "pyspy", cfg.pyspy_rate_hz) if cfg.pyspy else None
@@ -248,13 +260,13 @@ def _run(cfg: RunConfig, out: Path, mpi: bool, lib: Path | None, work: Path, rec
     if interrupted:
         notes.append("interrupted (Ctrl-C / SIGTERM): the job was stopped; ranks still running were marked abrupt")
     result = _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, interrupted,
-                     system_rows + gpu_rows, stacks, notes, proc.pid, gpu)
+                     system_rows + gpu_rows, stacks, notes, proc.pid, gpu, work / "framework")
     print(_summary(result), file=stream, flush=True)
     return result
 
 
 def _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, interrupted, sample_rows,
-            stacks, notes, root_pid, gpu) -> RunResult:
+            stacks, notes, root_pid, gpu, fw_dir) -> RunResult:
     rank_records: list[RankRecords] = []
     for path in sorted(records.glob("rank-*.pmpi")):
         try:
@@ -266,41 +278,67 @@ def _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, i
         notes.append(f"{len(extra)} MPI process(es) outside the job's MPI world (e.g. singletons it started) "
                      "were recorded apart and are not in the store")
     pid_rank = {rr.pid: rr.rank for rr in rank_records}
-    if not mpi:
+    fw_parts, fw_ranks = _framework_parts(cfg, fw_dir, set(pid_rank.values()), notes)
+    pid_rank.update({part.pid: fw_ranks[i] for i, part in enumerate(fw_parts)})
+    if not mpi and not fw_parts:
         pid_rank[root_pid] = 0
-    hosts = sorted({rr.host for rr in rank_records} or {socket.gethostname()})
-    world = max([rr.world_size for rr in rank_records] + [cfg.np or 0, 0 if mpi else 1])
+    hosts = sorted({rr.host for rr in rank_records} | {p.info.get("host") for p in fw_parts if p.info.get("host")}
+                   or {socket.gethostname()})
+    world = max([rr.world_size for rr in rank_records] + [cfg.np or 0, 0 if mpi or fw_parts else 1])
     run = {
-        "command": shlex.join(cfg.argv), "launch": shlex.join(cmd), "framework": "mpi" if mpi else "process",
+        "command": shlex.join(cfg.argv), "launch": shlex.join(cmd),
+        "framework": cfg.framework or ("mpi" if mpi else "process"),
         "world_size": world, "hosts": hosts, "exit_code": exit_code, "interrupted": interrupted,
         "start_ns": start_ns, "end_ns": end_ns, "mpi_flavour": flavour or None,
         "mpi_library": rank_records[0].library if rank_records else None,
-        "collectors": ["pmpi"] * mpi + ["system"] + ["gpu"] * gpu.available + ["py-spy"] * bool(cfg.pyspy),
+        "collectors": ["pmpi"] * mpi + ["system"] + ["gpu"] * gpu.available + ["py-spy"] * bool(cfg.pyspy)
+        + [f"{cfg.framework} profiler"] * bool(cfg.framework),
         "sample_hz": cfg.sample_hz, "gpus": gpu.devices,
     }
-    store = TraceStore.create(out, run=run, clock=clock_manifest(rank_records) if mpi else None)
+    if cfg.framework:
+        run["profiled_steps"] = list(cfg.steps)
+    clock = clock_manifest(rank_records) if mpi else None
+    if fw_parts:
+        clock = _framework_clock(clock, fw_parts, fw_ranks)
+    store = TraceStore.create(out, run=run, clock=clock)
     counters = _counters(sample_rows, pid_rank)
     ranks: dict[int, str] = {}
     calls = 0
+    framework_of = {fw_ranks[i]: part for i, part in enumerate(fw_parts)}
     for rr in rank_records:
         # a call open at death lasts at most until the job ended (on the rank's own clock)
         timeline = to_timeline(rr, end_ns=end_ns + rr.test_offset_ns if rr.ended != "normal" else None)
         calls += int((timeline["source"] == "pmpi").sum() - (timeline["name"] == OUTSIDE_MPI).sum())
+        info = {}
+        if rr.rank in framework_of:  # the same process's framework events, beside its MPI calls
+            part = framework_of.pop(rr.rank)
+            timeline = make_timeline(pd.concat([timeline, part.timeline.assign(rank=rr.rank)], ignore_index=True))
+            info = {f"framework_{k}": v for k, v in part.info.items() if k not in ("pid", "host")}
         timeline = _with_stacks(timeline, stacks.get(rr.pid), rr.rank)
         store.add_rank(rr.rank, timeline, counters.get(rr.rank), save=False, host=rr.host, pid=rr.pid,
-                       ended=rr.ended, state=rr.state, open_calls=rr.open_calls, role="rank")
+                       ended=rr.ended, state=rr.state, open_calls=rr.open_calls, role="rank", **info)
         ranks[rr.rank] = rr.ended
-    if not mpi:
-        ended = "normal" if exit_code >= 0 and not interrupted else "abrupt"
+    ended = "normal" if exit_code >= 0 and not interrupted else "abrupt"
+    for rank, part in sorted(framework_of.items()):
+        timeline = _with_stacks(part.timeline.assign(rank=rank).astype({"rank": "int32"}), stacks.get(part.pid), rank)
+        fw_counters = part.counters.assign(rank=rank).astype({"rank": "int32"}) if part.counters is not None else None
+        sampled = counters.get(rank)
+        if fw_counters is not None and sampled is not None:
+            sampled = make_counters(pd.concat([sampled, fw_counters], ignore_index=True))
+        store.add_rank(rank, timeline, sampled if sampled is not None else fw_counters, save=False, ended=ended,
+                       **part.info)
+        ranks[rank] = ended
+    if not mpi and not fw_parts:
         row = {"rank": [0], "lane": ["main"], "name": [Path(cfg.argv[0]).name], "category": ["other"],
                "start_ns": [start_ns], "dur_ns": [end_ns - start_ns], "source": ["launcher"]}
         timeline = _with_stacks(make_timeline(row), stacks.get(root_pid), 0)
         store.add_rank(0, timeline, counters.get(0), save=False, host=hosts[0], pid=root_pid, ended=ended,
                        role="process", exit_code=exit_code)
         ranks[0] = ended
-    missing = sorted(set(range(world)) - set(ranks)) if mpi else []
+    missing = sorted(set(range(world)) - set(ranks)) if mpi or fw_parts else []
     if missing:
-        notes.append(f"ranks {missing} wrote no record file (died before MPI_Init, or never started)")
+        notes.append(f"ranks {missing} wrote no record file (died before MPI_Init, or never started)" if mpi else
+                     f"ranks {missing} of {world} wrote no framework profile")
     if mpi and not rank_records:
         notes.append("no rank wrote a PMPI record file: the job never called MPI_Init under the wrapper "
                      "(not an MPI program, or a launcher that drops LD_PRELOAD)")
@@ -310,6 +348,38 @@ def _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, i
     store.save_manifest()
     return RunResult(store=store, exit_code=exit_code, interrupted=interrupted, elapsed_ns=end_ns - start_ns,
                      ranks=ranks, calls=calls, notes=notes)
+
+
+def _framework_parts(cfg: RunConfig, fw_dir: Path, taken: set[int],
+                     notes: list[str]) -> tuple[list[frameworks.ProcessPart], dict[int, int]]:
+    """What the framework's profiler left in each process, and the rank of each part."""
+    if not cfg.framework:
+        return [], {}
+    from ddltrace.collectors.importers import Categorizer
+
+    module_note = getattr(frameworks.module(cfg.framework), "NOTE", None)
+    if module_note:
+        notes.append(module_note)
+    parts = frameworks.collect(fw_dir, Categorizer(), notes) if fw_dir.is_dir() else []
+    if not parts:
+        notes.append(f"no process wrote a {cfg.framework} profile: the job did not import the framework in a "
+                     f"Python started with the bootstrap, or ended before step {cfg.steps[0]} "
+                     f"(try --steps 1-{max(cfg.steps[1] - cfg.steps[0] + 1, 1)})")
+    return parts, frameworks.number(parts, taken if cfg.np or cfg.launcher else set())
+
+
+def _framework_clock(clock: dict | None, parts: list, ranks: dict[int, int]) -> dict:
+    """The manifest's clock: each framework rank's offset onto the wall clock and how it was found."""
+    clock = dict(clock or {"method": "single clock (this host's wall clock)", "offsets_ns": {},
+                           "uncertainty_ns": {}})
+    methods = {}
+    for i, part in enumerate(parts):
+        methods.setdefault(part.info["clock_method"], []).append(ranks[i])
+        clock.setdefault("framework_offsets_ns", {})[str(ranks[i])] = part.info["clock_offset_ns"]
+        if part.info.get("clock_uncertainty_ns") is not None:
+            clock.setdefault("framework_uncertainty_ns", {})[str(ranks[i])] = part.info["clock_uncertainty_ns"]
+    clock["framework_method"] = "; ".join(f"ranks {sorted(r)}: {m}" for m, r in sorted(methods.items()))
+    return clock
 
 
 def _counters(rows: list[tuple[int, str, int, float]], pid_rank: dict[int, int]) -> dict[int, pd.DataFrame]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -23,3 +24,7 @@ def tiny_store(tmp_path):
     return write_store(tmp_path / "tiny", make_timeline(rows), make_counters(counters),
                        run={"command": "python job.py", "world_size": 4},
                        rank_info={r: {"host": "node0", "ended": "normal"} for r in range(4)})
+
+# The framework tier (tests/frameworks/: real TensorFlow, MXNet and PyTorch jobs, each in its own virtual
+# environment) runs with `make test-frameworks`, not in the default suite.
+collect_ignore = [] if os.environ.get("DDLTRACE_FRAMEWORK_TESTS") else ["frameworks"]

@@ -1,4 +1,5 @@
-"""``ddltrace run [--np N | --launcher "mpiexec ..."] [--out STORE] [--sample-hz HZ] [--pyspy] -- CMD ...``"""
+"""``ddltrace run [--np N | --launcher "mpiexec ..."] [--framework NAME [--steps A-B]] [--out STORE]
+[--sample-hz HZ] [--pyspy] -- CMD ...``"""
 
 from __future__ import annotations
 
@@ -18,12 +19,19 @@ def register(subparsers) -> None:
                     "mpicc on first use), which records each MPI call crash-safely; clocks are aligned to rank 0.\n"
                     "Any job: the machine and the job's processes are sampled (CPU, memory, disk, network,\n"
                     "context switches; GPUs through NVML where a driver is present), and with --pyspy each\n"
-                    "Python process's stacks. Ctrl-C stops the job and still writes the store.",
+                    "Python process's stacks. Ctrl-C stops the job and still writes the store.\n\n"
+                    "--framework switches the framework's own profiler on in every Python process of the job,\n"
+                    "from outside its code, for a window of training steps (docs/FRAMEWORKS.md); each process\n"
+                    "(worker, server, scheduler, ps) becomes a rank with its role, on the samplers' clock.",
         epilog="examples:\n"
                "  ddltrace run --np 4 -- python train.py\n"
                "  ddltrace run --launcher 'mpiexec -f hosts -n 64' --out run64 -- python train.py\n"
                "  ddltrace run --launcher 'srun -n 64' -- python train.py\n"
-               "  ddltrace run --pyspy -- python train_single.py")
+               "  ddltrace run --pyspy -- python train_single.py\n"
+               "  ddltrace run --framework pytorch -- torchrun --nproc-per-node 2 train.py\n"
+               "  ddltrace run --framework mxnet --steps 10-20 -- python launch.py -n 2 -s 1 python train.py\n"
+               "  ddltrace run --framework tf -- sh start_cluster.sh\n"
+               "  ddltrace run --framework horovod --np 4 -- python train_hvd.py")
     how = p.add_mutually_exclusive_group()
     how.add_argument("--np", type=int, metavar="N", help="start N ranks with this Python's mpiexec")
     how.add_argument("--launcher", metavar="CMD",
@@ -33,12 +41,17 @@ def register(subparsers) -> None:
                    help="system and GPU samples per second (default 10)")
     p.add_argument("--pyspy", action="store_true", help="sample each Python process's stacks with py-spy")
     p.add_argument("--pyspy-rate", type=int, default=100, metavar="HZ", help="py-spy samples per second (100)")
+    p.add_argument("--framework", metavar="NAME",
+                   help="switch this framework's profiler on: pytorch, mxnet, tf, horovod or cntk")
+    p.add_argument("--steps", default="5-9", metavar="A-B",
+                   help="with --framework: the training steps to profile, from 1, both included (default 5-9)")
     p.add_argument("--no-progress", action="store_true", help="no live progress line on stderr")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the job, after --")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    from ddltrace.collectors import frameworks
     from ddltrace.collectors.launcher import RunConfig, run_job
 
     argv = list(args.command)
@@ -46,9 +59,12 @@ def run(args) -> int:
         argv = argv[1:]
     if not argv:
         raise DdltraceError("command: nothing to run (give it after --, e.g. ddltrace run --np 4 -- python job.py)")
+    framework = frameworks.canonical(args.framework) if args.framework else None
+    steps = frameworks.parse_steps(args.steps)
     out = Path(args.out) if args.out else Path(f"ddltrace-run-{_dt.datetime.now():%Y%m%d-%H%M%S}")
     result = run_job(RunConfig(argv=argv, out=out, np=args.np, launcher=args.launcher, sample_hz=args.sample_hz,
-                               pyspy=args.pyspy, pyspy_rate_hz=args.pyspy_rate, progress=not args.no_progress))
+                               pyspy=args.pyspy, pyspy_rate_hz=args.pyspy_rate, progress=not args.no_progress,
+                               framework=framework, steps=steps))
     for note in result.notes:
         print(f"ddltrace: note: {note}")
     if result.interrupted:

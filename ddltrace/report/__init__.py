@@ -130,9 +130,10 @@ def verdict(findings: list, runs: list) -> list[str]:
                 f"{others} more finding{'s' if others != 1 else ''} at warning level or above; across the ranks "
                 f"of the {main.workers}-worker run the largest share of time is {top} "
                 f"({format_percent(shares[top])})."]
+    runner_up = sorted(shares, key=shares.get)[-2]
     return ["No bottleneck was found at warning level or above.",
             f"Across the ranks of the {main.workers}-worker run the largest share of time is {top} "
-            f"({format_percent(shares[top])}), compute {format_percent(shares['compute'])}."]
+            f"({format_percent(shares[top])}), then {runner_up} ({format_percent(shares[runner_up])})."]
 
 
 def scan(run, limit: int = 15) -> tuple[dict[int, tuple[np.ndarray, np.ndarray]], pd.DataFrame]:

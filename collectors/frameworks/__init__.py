@@ -1,0 +1,163 @@
+"""``ddltrace run --framework``: switch a framework's own profiler on from outside the job, and gather what
+each process wrote into the run's store.
+
+The job runs with ``bootstrap/`` first on its PYTHONPATH (docs/FRAMEWORKS.md): in every Python process a
+small standard-library bootstrap starts the framework's profiler around a window of training steps and writes,
+per process, the trace files and a ``meta.json`` (role, rank, pid, files, clock marks). This module gives the
+job's environment and, afterwards, reads those folders back as store parts: the importers read the files, the
+process's identity picks the rank, and the ``ddltrace.mark`` event puts the framework's clock on the
+samplers' (wall clock, ns).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ddltrace.errors import DdltraceError
+
+BOOTSTRAP = Path(__file__).parent / "bootstrap"
+NAMES = ("pytorch", "mxnet", "tf", "horovod", "cntk")
+ALIASES = {"torch": "pytorch", "tensorflow": "tf", "tf2": "tf", "tf1": "tf"}
+MARK_NAME = "ddltrace.mark"
+DEFAULT_STEPS = (5, 9)
+
+
+def canonical(name: str) -> str:
+    """The framework's name as ddltrace spells it (``torch`` -> ``pytorch``)."""
+    name = ALIASES.get(name.lower(), name.lower())
+    if name not in NAMES:
+        raise DdltraceError(f"--framework {name}: unknown (known: {', '.join(NAMES)})")
+    return name
+
+
+def parse_steps(text: str) -> tuple[int, int]:
+    """``"10-20"`` -> (10, 20): the training steps to profile, counted from 1, both included."""
+    first, sep, last = text.partition("-")
+    try:
+        window = (int(first), int(last) if sep else int(first))
+    except ValueError:
+        raise DdltraceError(f"--steps {text}: want FIRST-LAST, e.g. 10-20") from None
+    if window[0] < 1 or window[1] < window[0]:
+        raise DdltraceError(f"--steps {text}: want 1 <= FIRST <= LAST")
+    return window
+
+
+def module(name: str):
+    """The host-side module of framework ``name`` (its ``env()`` and, where it has one, a ``NOTE``)."""
+    return importlib.import_module(f"ddltrace.collectors.frameworks.{name}")
+
+
+def job_env(name: str, fw_dir: Path, steps: tuple[int, int]) -> dict[str, str]:
+    """Environment variables that switch framework ``name``'s profiler on in every process of the job."""
+    path = os.pathsep.join(filter(None, [str(BOOTSTRAP), os.environ.get("PYTHONPATH", "")]))
+    return {"PYTHONPATH": path, "DDLTRACE_FRAMEWORK": name, "DDLTRACE_FW_DIR": str(fw_dir),
+            "DDLTRACE_FW_STEPS": f"{steps[0]}-{steps[1]}", **module(name).env(fw_dir, steps)}
+
+
+@dataclass
+class ProcessPart:
+    """What one process of the job left: its identity (int rank, or (role, index) for servers and the
+    like), its pid, the imported timeline and counters on the wall clock, and what the manifest says of it."""
+
+    identity: int | tuple
+    pid: int
+    timeline: pd.DataFrame
+    counters: pd.DataFrame | None
+    info: dict = field(default_factory=dict)
+
+
+def _read_meta(folder: Path) -> dict:
+    try:
+        return json.loads((folder / "meta.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise DdltraceError(f"{folder / 'meta.json'}: unreadable ({exc})") from None
+
+
+def _clock_offset(timeline: pd.DataFrame, marks: list[dict], clock: str) -> tuple[int, str, int | None]:
+    """(ns to add to the framework's times, how they were aligned, uncertainty in ns)."""
+    found = timeline[timeline["name"] == MARK_NAME]
+    if marks and len(found):
+        mark, event = marks[0], found.sort_values("start_ns").iloc[0]
+        middle = int(event["start_ns"]) + int(event["dur_ns"]) // 2
+        return mark["wall_ns"] - middle, "framework mark", int(mark["half_width_ns"] + event["dur_ns"] // 2)
+    if clock == "epoch":
+        return 0, "framework wall clock (no mark)", None
+    return 0, "unaligned (relative times, no mark)", None
+
+
+def collect(fw_dir: Path, categorizer, notes: list[str]) -> list[ProcessPart]:
+    """Every process folder under ``fw_dir`` read into parts; problems become ``notes`` (nothing is lost)."""
+    from ddltrace.collectors.importers import ImportContext, detect, get_importer
+    from ddltrace.collectors.importers.base import FileReport
+
+    parts = []
+    for folder in sorted(p for p in fw_dir.glob("*") if (p / "meta.json").exists()):
+        meta = _read_meta(folder)
+        notes.extend(f"pid {meta['pid']} ({meta.get('role')}): {n}" for n in meta.get("notes", []))
+        timelines, counters, clocks, formats = [], [], set(), set()
+        for index, entry in enumerate(meta.get("files", [])):
+            path = folder / entry["path"]
+            report = FileReport(str(path))
+            try:
+                importer = get_importer(entry["format"]) if entry.get("format") else detect(path)
+                ctx = ImportContext(categorizer=categorizer, rank_from="order", file_index=index, report=report)
+                for part in importer.read(path, ctx):
+                    timelines.append(part.timeline)
+                    if part.counters is not None:
+                        counters.append(part.counters)
+                    clocks.add(part.clock)
+                formats.add(importer.name)
+            except (DdltraceError, OSError) as exc:
+                notes.append(f"pid {meta['pid']}: {path.name} not imported: {exc}")
+            notes.extend(f"pid {meta['pid']}: {path.name}: {p}" for p in report.problems)
+        if not timelines:
+            if meta.get("files"):
+                continue
+        parts.append(_part(meta, timelines, counters, clocks, formats))
+    return parts
+
+
+def _part(meta: dict, timelines: list, counters: list, clocks: set, formats: set) -> ProcessPart:
+    from ddltrace.timeline import empty_timeline, make_counters, make_timeline
+
+    filled = [t for t in timelines if len(t)]
+    timeline = make_timeline(pd.concat(filled, ignore_index=True)) if filled else empty_timeline()
+    offset, method, uncertainty = _clock_offset(timeline, meta.get("marks", []), min(clocks, default="epoch"))
+    timeline["start_ns"] = timeline["start_ns"] + np.int64(offset)
+    table = None
+    if counters:
+        table = make_counters(pd.concat(counters, ignore_index=True))
+        table["t_ns"] = table["t_ns"] + np.int64(offset)
+    role = meta.get("role") or "worker"
+    identity = int(meta["rank"]) if role in ("worker", "chief") and meta.get("rank") is not None \
+        else (role, meta.get("index") if meta.get("index") is not None else meta["pid"])
+    info = {"role": role, "pid": meta["pid"], "host": meta.get("host"), "framework": meta.get("framework"),
+            "identity_from": meta.get("identity_from") or meta.get("from"), "format": "+".join(sorted(formats)),
+            "profiled_steps": meta.get("profiled_steps"), "steps_window": meta.get("steps"),
+            "clock_method": method, "clock_offset_ns": offset, "clock_uncertainty_ns": uncertainty,
+            "backend": meta.get("backend")}
+    return ProcessPart(identity=identity, pid=int(meta["pid"]), timeline=timeline, counters=table,
+                       info={k: v for k, v in info.items() if v is not None})
+
+
+def number(parts: list[ProcessPart], taken: set[int]) -> dict[int, int]:
+    """Rank of each part (by index): workers keep their rank; other roles get the next numbers after the
+    workers, in (role, index) order. ``taken``: ranks already in the store (an MPI job's ranks)."""
+    ranks = {}
+    for i, part in enumerate(parts):
+        if isinstance(part.identity, int):
+            ranks[i] = part.identity
+    next_rank = max([*ranks.values(), *taken], default=-1) + 1
+    others = sorted((i for i in range(len(parts)) if i not in ranks),
+                    key=lambda i: (str(parts[i].identity[0]), int(parts[i].identity[1])))
+    for i in others:
+        ranks[i] = next_rank
+        next_rank += 1
+    return ranks

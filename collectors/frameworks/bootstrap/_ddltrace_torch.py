@@ -1,0 +1,107 @@
+"""PyTorch: ``torch.profiler`` around the step window, steps counted from outside the job's code.
+
+A training step is one ``step()`` of the job's first optimizer (a global optimizer step post-hook, PyTorch
+>= 2.0): no ``prof.step()`` needed in the script. The profiler starts one step before the window (one warm-up
+step, whose events are dropped, as torch.profiler's schedule does), records the window's steps and writes the
+Kineto trace (``trace.pt.trace.json``) when the window ends or, if the job ends inside it, at exit. The rank is
+read from the launcher (torchrun's RANK) or, for jobs that pass it in code, from ``init_process_group``.
+Standard library only, besides torch.
+"""
+
+from __future__ import annotations
+
+import atexit
+import time
+
+from _ddltrace_boot import MARK_NAME, after_import
+
+TRACE = "trace.pt.trace.json"
+
+
+def install(proc) -> None:
+    after_import("torch", lambda torch: _Profiling(proc, torch))
+
+
+class _Profiling:
+    def __init__(self, proc, torch):
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        self.proc, self.torch = proc, torch
+        self.steps = 0
+        self.optimizer = None
+        self.profiler = None
+        self.done = False
+        self.warmup = 1 if proc.first >= 2 else 0
+        self.start_after = proc.first - 1 - self.warmup  # steps completed when the profiler starts
+        register_optimizer_step_post_hook(self.on_step)
+        self._wrap_init_process_group()
+        atexit.register(self.at_exit)
+        if self.start_after == 0 and proc.meta["rank"] is not None:
+            self.start()
+
+    def _wrap_init_process_group(self) -> None:
+        import torch.distributed as dist
+
+        if not dist.is_available():
+            return
+        original = dist.init_process_group
+
+        def init_process_group(*args, **kwargs):
+            result = original(*args, **kwargs)
+            self.proc.update(rank=dist.get_rank(), world_size=dist.get_world_size(), backend=str(dist.get_backend()),
+                             index=dist.get_rank(), identity_from=self.proc.meta["from"] or "init_process_group")
+            return result
+
+        dist.init_process_group = init_process_group
+        dist.distributed_c10d.init_process_group = init_process_group
+
+    def start(self) -> None:
+        from torch.profiler import ProfilerActivity, profile, schedule
+
+        activities = [ProfilerActivity.CPU]
+        if self.torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        active = self.proc.last - self.proc.first + 1
+        self.profiler = profile(activities=activities, on_trace_ready=self.export, record_shapes=False,
+                                schedule=schedule(wait=0, warmup=self.warmup, active=active, repeat=1))
+        self.profiler.start()
+        if self.warmup == 0:
+            self.mark()
+        self.proc.update(profiler_started_at_step=self.steps)
+
+    def mark(self) -> None:
+        t0 = time.time_ns()
+        with self.torch.profiler.record_function(MARK_NAME):
+            pass
+        self.proc.add_mark(t0, time.time_ns())
+
+    def on_step(self, optimizer, args, kwargs) -> None:
+        if self.optimizer is None:
+            self.optimizer = optimizer
+        if optimizer is not self.optimizer or self.done:
+            return
+        self.steps += 1
+        if self.profiler is None:
+            if self.steps == self.start_after:
+                self.start()
+            return
+        self.profiler.step()
+        if self.steps == self.start_after + self.warmup:  # the first recorded step begins
+            self.mark()
+
+    def export(self, prof) -> None:
+        prof.export_chrome_trace(self.proc.path(TRACE))
+        self.done = True
+        self.proc.update(profiled_steps=[self.proc.first, min(self.steps, self.proc.last)],
+                         profiled_until_ns=time.time_ns())
+        self.proc.add_file(TRACE, "kineto")
+
+    def at_exit(self) -> None:
+        if self.profiler is not None and not self.done:
+            if self.steps < self.proc.last:
+                self.proc.note(f"the job ended after step {self.steps}, inside the window "
+                               f"{self.proc.first}-{self.proc.last}")
+            self.profiler.stop()
+        elif self.profiler is None and self.steps:
+            self.proc.note(f"the job ended after step {self.steps}, before the window {self.proc.first}-"
+                           f"{self.proc.last}: nothing profiled")
