@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 
-.PHONY: install system-deps test lint demo demo-live sample-traces sample-store benchmarks clean
+.PHONY: install system-deps test test-frameworks lint demo demo-live sample-traces sample-store benchmarks clean
 
 # Debian packages some tests drive for real: chromium (the report rendered headless), iproute2 (network
 # namespaces and tc for the network probe), iperf3 and fio (reference tools of the benchmarks). Installed
@@ -34,6 +34,20 @@ lint: install
 test: install system-deps lint
 	$(PY) -m pytest -q -p no:cacheprovider; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: no test ran" >&2; exit 1; fi; exit $$rc
+
+# The framework tier (docs/FRAMEWORKS.md): real PyTorch, MXNet and TensorFlow jobs under `ddltrace run
+# --framework`, each framework in its own venv under .venvs/ (about 2.7 GB of disk in all, mostly TensorFlow;
+# the first build takes minutes, the tests about 3 minutes on 2 cores). Not part of `make test`.
+FW_VENVS = .venvs/torch/.installed .venvs/mxnet/.installed .venvs/tf/.installed
+.venvs/torch/.installed:
+	$(PYTHON) -m venv .venvs/torch && .venvs/torch/bin/pip install -q torch==2.13.0 numpy && touch $@
+.venvs/mxnet/.installed:
+	$(PYTHON) -m venv .venvs/mxnet && .venvs/mxnet/bin/pip install -q "numpy<1.24" mxnet==1.9.1 && touch $@
+.venvs/tf/.installed:
+	$(PYTHON) -m venv .venvs/tf && .venvs/tf/bin/pip install -q "tensorflow-cpu==2.21.*" && touch $@
+
+test-frameworks: install $(FW_VENVS)
+	DDLTRACE_FRAMEWORK_TESTS=1 $(PY) -m pytest -q -p no:cacheprovider tests/frameworks
 
 # Regenerate the bundled traces of the reference job (sample_traces/README.md; a few minutes).
 sample-traces: install

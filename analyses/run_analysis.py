@@ -55,9 +55,8 @@ class RunAnalysis:
 
     @property
     def worker_ranks(self) -> list[int]:
-        """Ranks that are not parameter servers (all ranks in an all-reduce job)."""
-        servers = set(self.server_ranks)
-        return [r for r in self.ranks if r not in servers]
+        """Ranks that train: not parameter servers, schedulers or evaluators (all ranks in an all-reduce job)."""
+        return [r for r in self.ranks if self.roles.get(r, "worker") == "worker"]
 
     @property
     def workers(self) -> int:
@@ -145,18 +144,23 @@ def analyze_store(store: TraceStore | str | os.PathLike) -> RunAnalysis:
     return RunAnalysis(store, phases, breakdown, all_calls, roles)
 
 
-def _roles(store: TraceStore, phases: dict[int, RankPhases], calls: pd.DataFrame) -> dict[int, str]:
-    """'server' / 'worker' per rank: from the manifest when the collector or job said so, else inferred.
+_SAID_ROLES = {"worker": "worker", "chief": "worker", "server": "server", "ps": "server",
+               "parameter server": "server", "scheduler": "helper", "evaluator": "helper"}
 
-    Said: a rank's role "server" / "ps" / "worker", or the workload's ``server_rank``. Inferred: in the steady
+
+def _roles(store: TraceStore, phases: dict[int, RankPhases], calls: pd.DataFrame) -> dict[int, str]:
+    """'server' / 'worker' / 'helper' per rank: from the manifest when the collector or job said so, else inferred.
+
+    Said: a rank's role "server" / "ps" / "worker" / "chief" (TensorFlow's first worker), "scheduler" (MXNet's)
+    or "evaluator" (helpers, neither training nor serving), or the workload's ``server_rank``. Inferred: in the steady
     state, a star of point-to-point messages (every rank but one talks only to that one, and there are at least
     two others) has the parameter server at its centre.
     """
     roles = {}
     for rank in store.ranks:
         role = str(store.rank_info(rank).get("role", "") or "").lower()
-        if role in ("server", "ps", "parameter server") or role == "worker":
-            roles[rank] = "worker" if role == "worker" else "server"
+        if role in _SAID_ROLES:
+            roles[rank] = _SAID_ROLES[role]
     if roles:
         return roles
     config = job_config(store)

@@ -118,6 +118,7 @@ def verdict(findings: list, runs: list) -> list[str]:
     serious = [f for f in findings if f.severity in ("warning", "error")]
     main = runs[-1]
     table = main.table("all")
+    table = table.loc[[r for r in main.worker_ranks if r in table.index] or list(table.index)]  # the training ranks
     shares = {c: float(table[c].sum() / table["total_ns"].sum()) if table["total_ns"].sum() else 0.0
               for c in ("compute", "wait", "barrier", "io", "comm")}
     top = max(shares, key=shares.get)
@@ -127,12 +128,12 @@ def verdict(findings: list, runs: list) -> list[str]:
         cost_text = f", costing about {format_ns(cost)}" if cost == cost else ""
         others = len(serious) - 1
         return [f"The dominant bottleneck: {first.title}{cost_text}.",
-                f"{others} more finding{'s' if others != 1 else ''} at warning level or above; across the ranks "
+                f"{others} more finding{'s' if others != 1 else ''} at warning level or above; across the workers "
                 f"of the {main.workers}-worker run the largest share of time is {top} "
                 f"({format_percent(shares[top])})."]
     runner_up = sorted(shares, key=shares.get)[-2]
     return ["No bottleneck was found at warning level or above.",
-            f"Across the ranks of the {main.workers}-worker run the largest share of time is {top} "
+            f"Across the workers of the {main.workers}-worker run the largest share of time is {top} "
             f"({format_percent(shares[top])}), then {runner_up} ({format_percent(shares[runner_up])})."]
 
 

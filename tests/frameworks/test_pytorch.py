@@ -25,7 +25,7 @@ def _verdict(store, out) -> str:
 
 
 @pytest.mark.parametrize("shape, largest", [(["--width", "512", "--batch", "512"], "compute"),
-                                            (["--width", "2048", "--batch", "1"], "comm")])
+                                            (["--width", "2048", "--batch", "1", "--layers", "1"], "comm")])
 def test_torchrun_job_profiled_from_outside(framework_python, tmp_path, shape, largest):
     python = framework_python("pytorch")
     store = tmp_path / "store"

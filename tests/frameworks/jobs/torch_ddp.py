@@ -1,5 +1,5 @@
 """A plain PyTorch DistributedDataParallel training script (gloo, CPU), as a user writes it: no profiler
-calls. Launch: ``torchrun --nproc-per-node 2 torch_ddp.py [--steps N] [--width W] [--batch B]``."""
+calls. Launch: ``torchrun --nproc-per-node 2 torch_ddp.py [--steps N] [--width W] [--batch B] [--layers L]``."""
 
 import argparse
 import os
@@ -14,14 +14,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=14)
     parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--batch", type=int, default=512)
+    parser.add_argument("--layers", type=int, default=2, help="hidden layers of --width neurons")
     args = parser.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     torch.manual_seed(dist.get_rank())
-    model = DistributedDataParallel(torch.nn.Sequential(
-        torch.nn.Linear(args.width, args.width), torch.nn.ReLU(),
-        torch.nn.Linear(args.width, args.width), torch.nn.ReLU(),
-        torch.nn.Linear(args.width, 10)))
+    hidden = [m for _ in range(args.layers) for m in (torch.nn.Linear(args.width, args.width), torch.nn.ReLU())]
+    model = DistributedDataParallel(torch.nn.Sequential(*hidden, torch.nn.Linear(args.width, 10)))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     for _ in range(args.steps):
         x, y = torch.randn(args.batch, args.width), torch.randint(0, 10, (args.batch,))
