@@ -36,7 +36,7 @@ test: install system-deps lint
 	if [ $$rc -eq 5 ]; then echo "make test: no test ran" >&2; exit 1; fi; exit $$rc
 
 # The framework tier (docs/FRAMEWORKS.md): real PyTorch, MXNet and TensorFlow jobs under `ddltrace run
-# --framework`, each framework in its own venv under .venvs/ (about 2.7 GB of disk in all, mostly TensorFlow;
+# --framework`, each framework in its own venv under .venvs/ (about 2.9 GB of disk in all: torch 1.0, mxnet 0.3, tf 1.6;
 # the first build takes minutes, the tests about 3 minutes on 2 cores). Not part of `make test`.
 FW_VENVS = .venvs/torch/.installed .venvs/mxnet/.installed .venvs/tf/.installed
 .venvs/torch/.installed:

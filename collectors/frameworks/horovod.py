@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-NOTE = "Horovod support is untested here (Horovod 0.28 does not build against torch 2.13); see docs/FRAMEWORKS.md"
+NOTE = "Horovod support is untested here (no Horovod build in this environment); see docs/FRAMEWORKS.md"
 
 
 def env(fw_dir: Path, steps: tuple[int, int]) -> dict[str, str]:
