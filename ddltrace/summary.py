@@ -8,14 +8,18 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
+
+from ddltrace.analyses.breakdown import classify
 from ddltrace.store import TraceStore
 from ddltrace.timeline import CATEGORIES
 
 
 @dataclass
 class RankSummary:
-    """One rank: ``events`` intervals from ``start_ns`` to ``end_ns`` (ns, common clock);
-    ``time_ns`` sums the durations of its intervals per category (ns)."""
+    """One rank: ``events`` intervals from ``start_ns`` to ``end_ns`` (ns, common clock); ``time_ns``: the rank's
+    span split by category (ns), each instant counted once as the breakdown does (innermost call within a
+    thread, compute across threads), so the categories sum to the span."""
 
     rank: int
     events: int
@@ -67,10 +71,13 @@ def summarize(store: TraceStore) -> StoreSummary:
     ranks: list[RankSummary] = []
     for rank, frame in store.iter_timeline():
         info = store.rank_info(rank)
-        by_category = frame.groupby("category", observed=False)["dur_ns"].sum()
-        time_ns = {c: int(by_category.get(c, 0)) for c in CATEGORIES}
         start = int(frame["start_ns"].min()) if len(frame) else None
         end = int((frame["start_ns"] + frame["dur_ns"]).max()) if len(frame) else None
+        time_ns = dict.fromkeys(CATEGORIES, 0)
+        if len(frame) and end > start:
+            edges, codes = classify(frame, [start, end])
+            sums = np.bincount(codes.astype(np.int64), weights=np.diff(edges), minlength=len(CATEGORIES))
+            time_ns = {c: int(sums[i]) for i, c in enumerate(CATEGORIES)}
         ranks.append(RankSummary(rank, len(frame), start, end, time_ns,
                                  info.get("host"), info.get("role"), info.get("ended")))
     starts = [r.start_ns for r in ranks if r.start_ns is not None]

@@ -51,7 +51,7 @@ def render(summary: StoreSummary) -> str:
         lines.append(f"ended abruptly: rank {', '.join(map(str, abrupt))} (records up to the end are kept)")
     used = [c for c in CATEGORIES if any(r.time_ns.get(c) for r in summary.ranks)]
     lines.append("")
-    lines.append("time per category per rank (share of the rank's span in parentheses)")
+    lines.append("time per category per rank (each instant once; share of the rank's span in parentheses)")
     header = ["rank", "events", "span"] + used
     rows = []
     for r in summary.ranks:
