@@ -1,0 +1,155 @@
+"""`ddltrace run --framework` without a framework installed: the bootstrap in real Python processes (identity
+from the launch, the import hook, the sitecustomize chain, bad settings) and the host side on real traces."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddltrace.cli import main
+from ddltrace.collectors import frameworks
+from ddltrace.collectors.importers import Categorizer
+from ddltrace.errors import DdltraceError
+
+DATA = Path(__file__).parent / "data"
+
+
+def _python(code: str, fw_dir: Path, extra_path: str = "", **env) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("DDLTRACE_", "TF_CONFIG", "DMLC_"))
+            and k not in ("RANK", "WORLD_SIZE", "PYTHONPATH")}
+    job_env = frameworks.job_env("pytorch", fw_dir, (2, 3))
+    job_env["PYTHONPATH"] += os.pathsep + extra_path if extra_path else ""
+    return subprocess.run([sys.executable, "-c", code], env={**base, **job_env, **env}, capture_output=True,
+                          text=True, timeout=60)
+
+
+IDENTITY = "import _ddltrace_boot, json; print(json.dumps(_ddltrace_boot.identity()))"
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({"RANK": "3", "WORLD_SIZE": "4"}, {"role": "worker", "rank": 3, "world_size": 4, "from": "RANK"}),
+    ({"DMLC_ROLE": "server", "DMLC_NUM_WORKER": "2"}, {"role": "server", "rank": None, "world_size": 2}),
+    ({"TF_CONFIG": json.dumps({"cluster": {"chief": ["a:1"], "worker": ["b:1", "c:1"], "ps": ["d:1"]},
+                               "task": {"type": "worker", "index": 1}})},
+     {"role": "worker", "index": 1, "rank": 2, "world_size": 3, "from": "TF_CONFIG"}),
+    ({"TF_CONFIG": json.dumps({"cluster": {"worker": ["b:1"], "ps": ["d:1"]}, "task": {"type": "ps", "index": 0}})},
+     {"role": "ps", "index": 0, "rank": None}),
+    ({"PMI_RANK": "1", "PMI_SIZE": "2"}, {"role": "worker", "rank": 1, "world_size": 2, "from": "PMI_RANK"}),
+])
+def test_identity_comes_from_the_launch(tmp_path, env, expected):
+    done = _python(IDENTITY, tmp_path, **env)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert {k: found[k] for k in expected} == expected
+
+
+def test_the_shadowed_sitecustomize_still_runs_and_the_hook_fires_after_import(tmp_path):
+    other = tmp_path / "venv_site"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import builtins\nbuiltins.OTHER_SITE = True\n")
+    (other / "fakefw.py").write_text("VALUE = 41\n")
+    code = ("import builtins, _ddltrace_boot\n"
+            "seen = []\n"
+            "_ddltrace_boot.after_import('fakefw', lambda m: seen.append(m.VALUE + 1))\n"
+            "assert not seen\n"
+            "import fakefw\n"
+            "print(builtins.OTHER_SITE, seen)\n")
+    done = _python(code, tmp_path / "fw", extra_path=str(other))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True [42]"
+    assert not (tmp_path / "fw").exists()  # no framework imported, no step: the process wrote nothing
+
+
+def test_a_broken_setting_is_said_and_the_job_runs_on(tmp_path):
+    done = _python("print('job ran')", tmp_path, DDLTRACE_FW_STEPS="9-2")
+    assert done.returncode == 0 and done.stdout.strip() == "job ran"
+    assert "ddltrace: framework bootstrap failed" in done.stderr and "9-2" in done.stderr
+
+
+def _process_folder(fw_dir: Path, rank_file: str, meta: dict) -> Path:
+    folder = fw_dir / f"vm-{meta['pid']}"
+    folder.mkdir(parents=True)
+    with gzip.open(DATA / "torch_gloo" / rank_file) as fh:
+        (folder / "trace.json").write_bytes(fh.read())
+    (folder / "meta.json").write_text(json.dumps({"files": [{"path": "trace.json", "format": "kineto"}], **meta}))
+    return folder
+
+
+def test_host_side_ranks_roles_and_the_clock_mark(tmp_path):
+    """Real Kineto traces, as two worker processes and a server process left them; the 'ProfilerStep#2' event of
+    each stands in for the mark, recorded at a wall time 5 ms after the trace says (a skewed clock)."""
+    fw = tmp_path / "fw"
+    parts = []
+    for pid, rank_file, role, rank in ((11, "rank0.pt.trace.json.gz", "worker", 0),
+                                       (12, "rank1.pt.trace.json.gz", "worker", 1),
+                                       (13, "rank1.pt.trace.json.gz", "server", None)):
+        _process_folder(fw, rank_file, {"pid": pid, "role": role, "rank": rank, "index": 0, "host": "vm",
+                                        "framework": "pytorch", "from": "RANK", "steps": [2, 4], "marks": []})
+    notes: list[str] = []
+    parts = frameworks.collect(fw, Categorizer(), notes)
+    assert [p.identity for p in parts] == [0, 1, ("server", 0)] and not notes
+    assert frameworks.number(parts, set()) == {0: 0, 1: 1, 2: 2}
+    assert frameworks.number(parts, {0, 1, 2, 3}) == {0: 0, 1: 1, 2: 4}  # after an MPI job's own ranks
+    # no mark: Kineto's epoch times are kept as they are
+    assert parts[0].info["clock_method"] == "framework wall clock (no mark)" and parts[0].info["clock_offset_ns"] == 0
+
+    step = parts[0].timeline[parts[0].timeline["name"] == "ProfilerStep#2"].iloc[0]
+    middle = int(step["start_ns"]) + int(step["dur_ns"]) // 2
+    shutil.rmtree(fw)
+    folder = _process_folder(fw, "rank0.pt.trace.json.gz", {"pid": 21, "role": "worker", "rank": 0, "marks": [
+        {"wall_ns": middle + 5_000_000, "half_width_ns": 1_000}]})
+    trace = json.loads((folder / "trace.json").read_text())
+    for event in trace["traceEvents"]:
+        if event.get("name") == "ProfilerStep#2":
+            event["name"] = frameworks.MARK_NAME
+    (folder / "trace.json").write_text(json.dumps(trace))
+    (part,) = frameworks.collect(fw, Categorizer(), notes)
+    assert part.info["clock_method"] == "framework mark" and part.info["clock_offset_ns"] == 5_000_000
+    assert part.info["clock_uncertainty_ns"] == 1_000 + int(step["dur_ns"]) // 2
+    moved = part.timeline[part.timeline["name"] == frameworks.MARK_NAME].iloc[0]
+    assert int(moved["start_ns"]) == int(step["start_ns"]) + 5_000_000
+
+
+def test_bad_files_become_notes_not_crashes(tmp_path):
+    """A process killed while writing (a truncated trace) and one whose file vanished: both said, nothing raised."""
+    for pid, text in ((5, '{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 2, "pid": 1, "tid": 1}, {"ph'),
+                      (6, None)):
+        folder = tmp_path / "fw" / f"vm-{pid}"
+        folder.mkdir(parents=True)
+        if text is not None:
+            (folder / "trace.json").write_text(text)
+        (folder / "meta.json").write_text(json.dumps({"pid": pid, "role": "worker", "rank": pid - 5, "notes": [
+            "ended early"], "files": [{"path": "trace.json"}]}))
+    notes: list[str] = []
+    parts = frameworks.collect(tmp_path / "fw", Categorizer(), notes)
+    assert [(p.identity, len(p.timeline)) for p in parts] == [(0, 1)]  # the event before the cut is kept
+    assert any("pid 5: trace.json:" in n for n in notes), notes
+    assert any("pid 6: trace.json not imported" in n for n in notes), notes
+    assert sum("ended early" in n for n in notes) == 2
+
+
+def test_bad_framework_options_are_one_line_errors(tmp_path, capsys):
+    assert main(["run", "--framework", "caffe", "--out", str(tmp_path / "s"), "--", "true"]) == 2
+    assert "--framework caffe: unknown (known: pytorch, mxnet, tf, horovod, cntk)" in capsys.readouterr().err
+    assert main(["run", "--framework", "torch", "--steps", "5-x", "--out", str(tmp_path / "s"), "--", "true"]) == 2
+    assert "--steps 5-x: want FIRST-LAST" in capsys.readouterr().err
+    with pytest.raises(DdltraceError, match="1 <= FIRST <= LAST"):
+        frameworks.parse_steps("0-3")
+
+
+def test_a_job_that_writes_no_profile_still_gives_a_store(tmp_path):
+    out = tmp_path / "s"
+    assert main(["run", "--no-progress", "--framework", "pytorch", "--out", str(out), "--", sys.executable, "-c",
+                 "print('no torch here')"]) == 0
+    from ddltrace.store import TraceStore
+
+    store = TraceStore.open(out)
+    assert store.ranks == [0] and store.rank_info(0)["role"] == "process" and store.run["framework"] == "pytorch"
+    assert any("no process wrote a pytorch profile" in n for n in store.manifest["notes"])
