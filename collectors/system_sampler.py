@@ -12,7 +12,8 @@ Counters (names carry their unit; rates are per second over the last interval):
 
 On Linux the values are read straight from /proc, one file per value group (psutil's general path costs
 about 4x more here); elsewhere psutil gives them. The tree is rescanned (a walk of /proc, the costly part)
-every ``tree_refresh_s``. Cost at 10 Hz: benchmarks/sampler_cost.py.
+at every sample during the job's first ``STARTUP_S`` seconds, when it starts its processes, then every
+``tree_refresh_s``. Cost at 10 Hz: benchmarks/sampler_cost.py.
 """
 
 from __future__ import annotations
@@ -95,6 +96,9 @@ def _tree_linux(root: int) -> list[int]:
 _HAS_CHILDREN = _LINUX and os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
 
 
+STARTUP_S = 2.0  # the job's first seconds, when the process tree is looked at on every sample
+
+
 class SystemSampler:
     """Sample at ``hz`` (samples per second) until :meth:`stop`; ``root_pid`` is the job's top process."""
 
@@ -113,8 +117,10 @@ class SystemSampler:
         self._ctx: dict[int, tuple[float, int]] = {}
         self._members: list[int] = []
         self._tree_at = -1e9
+        self._started_at: float | None = None
 
     def start(self) -> SystemSampler:
+        self._started_at = time.monotonic()
         self._machine(time.time_ns(), time.monotonic(), emit=False)
         self._thread = threading.Thread(target=self._loop, name="ddltrace-system-sampler", daemon=True)
         self._thread.start()
@@ -174,7 +180,9 @@ class SystemSampler:
     def _processes(self, t_ns: int, now: float) -> None:
         if self.root_pid is None:
             return
-        rescan = now - self._tree_at >= self.tree_refresh_s
+        # a job starts its processes (MPI ranks, workers) in its first moments: look at every sample then
+        starting = self._started_at is not None and now - self._started_at < STARTUP_S
+        rescan = starting or now - self._tree_at >= self.tree_refresh_s
         if rescan:
             self._tree_at = now
             if _HAS_CHILDREN:
