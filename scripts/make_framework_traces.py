@@ -17,6 +17,8 @@ training steps of a small Gluon model with ``mx.profiler``; the profiler's JSON 
 tf1: a TensorFlow 1.x-style parameter-server job (``tf.compat.v1``; 1 ps + 2 workers on 127.0.0.1); each worker runs
 3 FULL_TRACE steps and writes the last step's ``timeline.Timeline(...).generate_chrome_trace_format()`` as
 ``timeline_worker<k>.json.gz`` (gzip-compressed after). Venv: ``.venvs/tf/bin/pip install tensorflow-cpu``.
+With ``--step-stats`` each worker writes instead ``str(run_metadata.step_stats)`` (protobuf text, which keeps
+RecvTensor's bytes and peers) as ``step_stats_worker<k>.pbtxt.gz``.
 
 tf2: the TensorFlow 2 profiler (``tf.profiler.experimental``, host tracer level 2) around 3 steps of a small Keras
 model's ``tf.function`` training step, each in a ``Trace("train", step_num=i)``; the XPlane file is copied to
@@ -130,7 +132,7 @@ def make_mxnet(out: Path) -> None:
         print(f"{packed}: {packed.stat().st_size} bytes")
 
 
-def _tf1_task(job: str, index: int, out: Path, ports: list[int]) -> None:
+def _tf1_task(job: str, index: int, out: Path, ports: list[int], step_stats: bool = False) -> None:
     import gzip
 
     import tensorflow as tf
@@ -172,11 +174,15 @@ def _tf1_task(job: str, index: int, out: Path, ports: list[int]) -> None:
         for _ in range(3):
             metadata = tf.compat.v1.RunMetadata()
             sess.run(train, feed_dict=feed, options=options, run_metadata=metadata)
+        if step_stats:
+            (out / f"step_stats_worker{index}.pbtxt.gz").write_bytes(
+                gzip.compress(str(metadata.step_stats).encode(), mtime=0))
+            return
         trace = timeline.Timeline(metadata.step_stats).generate_chrome_trace_format(show_dataflow=True)
         (out / f"timeline_worker{index}.json.gz").write_bytes(gzip.compress(trace.encode(), mtime=0))
 
 
-def make_tf1(out: Path) -> None:
+def make_tf1(out: Path, step_stats: bool = False) -> None:
     import subprocess
 
     out.mkdir(parents=True, exist_ok=True)
@@ -185,7 +191,7 @@ def make_tf1(out: Path) -> None:
 
     def task(job, index):
         return subprocess.Popen([sys.executable, __file__, "tf1-task", "--out", str(out), "--task", f"{job},{index}",
-                                 "--ports", ",".join(ports)], env=env)
+                                 "--ports", ",".join(ports)] + (["--step-stats"] if step_stats else []), env=env)
 
     ps = task("ps", 0)
     workers = [task("worker", 0), task("worker", 1)]
@@ -197,7 +203,7 @@ def make_tf1(out: Path) -> None:
                 p.kill()
     if any(codes):
         sys.exit(f"tf1 workers failed: exit codes {codes}")
-    for path in sorted(out.glob("timeline_worker*.json.gz")):
+    for path in sorted(out.glob("step_stats_worker*.pbtxt.gz" if step_stats else "timeline_worker*.json.gz")):
         print(f"{path}: {path.stat().st_size} bytes")
 
 
@@ -242,13 +248,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("framework", choices=["torch", "mxnet", "tf1", "tf2", "mxnet-worker", "tf1-task"])
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--step-stats", action="store_true",
+                        help="tf1: write each worker's RunMetadata.step_stats as protobuf text instead of the timeline")
     parser.add_argument("--task", help=argparse.SUPPRESS)
     parser.add_argument("--ports", help=argparse.SUPPRESS)
     args = parser.parse_args()
     try:
         if args.framework == "tf1-task":
             job, index = args.task.split(",")
-            _tf1_task(job, int(index), args.out, [int(p) for p in args.ports.split(",")])
+            _tf1_task(job, int(index), args.out, [int(p) for p in args.ports.split(",")], args.step_stats)
+            return
+        if args.framework == "tf1":
+            make_tf1(args.out, args.step_stats)
             return
         makers = {"torch": make_torch, "mxnet": make_mxnet, "tf1": make_tf1, "tf2": make_tf2,
                   "mxnet-worker": _mxnet_worker}

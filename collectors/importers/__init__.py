@@ -10,6 +10,7 @@ from ddltrace.collectors.importers import (  # noqa: F401  (registration happens
     kineto,
     mxnet,
     otf2_archive,
+    stepstats,
     tensorflow,
     xplane,
 )

@@ -31,13 +31,16 @@ class RankPart:
     """One rank's events from one file. ``rank`` is an int, or an identity tuple such as ("ps", 0) that the
     importing command numbers after the workers. ``clock`` says what the times are: "epoch" (ns since the
     Unix epoch, from the host's wall clock), "relative" (ns since a per-file start), or "shared" (one clock
-    for every rank of the file)."""
+    for every rank of the file). ``messages``, where the format pairs a receive with its send: one row per
+    message, ``src`` and ``dst`` ranks (or identities), ``send_ns`` on the sender's clock (the message cannot
+    have left earlier) and ``recv_ns`` on the receiver's (it had arrived by then), for clock alignment."""
 
     rank: int | tuple
     timeline: pd.DataFrame
     counters: pd.DataFrame | None = None
     info: dict = field(default_factory=dict)
     clock: str = "epoch"
+    messages: pd.DataFrame | None = None
 
 
 @dataclass

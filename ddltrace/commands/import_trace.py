@@ -42,6 +42,9 @@ def register(subparsers) -> None:
                    help="where rank numbers come from (default: the format's own)")
     p.add_argument("--rules", metavar="FILE", help="your categorisation rules (TOML), tried before the shipped")
     p.add_argument("--explain", action="store_true", help="print which rule gave each event name its category")
+    p.add_argument("--align", choices=["auto", "messages", "none"], default="auto",
+                   help="clock alignment across ranks from matched send/receive pairs (OTF2 MPI messages, TF1 "
+                        "step_stats receives): auto when the ranks' hosts differ, messages always, none never")
     p.add_argument("--force", action="store_true", help="replace STORE if it exists")
     p.add_argument("--progress", choices=["auto", "always", "never"], default="auto",
                    help="progress line on stderr (auto: inputs over 32 MiB)")
@@ -149,12 +152,14 @@ def run(args) -> int:
     source_module.progress_hook = progress.hook
     started = time.perf_counter()
     try:
-        clocks, formats, deferred, detailed = {}, Counter(), [], set()
+        clocks, formats, deferred, detailed, messages = {}, Counter(), [], set(), []
         world_sizes = []
         for is_aggregate, index, path, importer, report in plan:
             ctx = ImportContext(categorizer=categorizer, rank_from=args.rank_from, file_index=index, report=report)
             try:
                 for part in importer.read(path, ctx):
+                    if part.messages is not None and len(part.messages):
+                        messages.append(part.messages)
                     if isinstance(part.rank, tuple):
                         deferred.append(part)
                         continue
@@ -187,7 +192,9 @@ def run(args) -> int:
         if not store.ranks:
             details = "; ".join(p for r in reports for p in r.problems[:1]) or "no events"
             raise DdltraceError(f"nothing imported from {len(files)} file(s): {details}")
+        _resolve_peers(store, numbered)
         _finish_manifest(store, reports, clocks, formats, world_sizes)
+        _align_clocks(store, args.align, _resolve_messages(messages, numbered))
         store.save_manifest()
         if out.exists():
             shutil.rmtree(out)
@@ -219,8 +226,83 @@ def _add(store, part, clocks: dict) -> None:
         info["files"] = [*files, info.pop("file", None)]
         if old.get("format") and old.get("format") != info.get("format"):
             info["format"] = f"{old['format']}+{info.get('format')}"
+        if old.get("peer_identities") or info.get("peer_identities"):
+            info["peer_identities"] = {**old.get("peer_identities", {}), **info.get("peer_identities", {})}
     store.add_rank(rank, timeline, part.counters, save=False, **info)
     clocks.setdefault(part.clock, set()).add(rank)
+
+
+def _resolve_peers(store, numbered: dict[tuple, int]) -> None:
+    """Peers that named a task numbered after the workers (a ps task: a negative placeholder and the task in
+    the rank's ``peer_identities``) get that task's rank."""
+    import pandas as pd
+
+    for rank in store.ranks:
+        info = store.rank_info(rank)
+        placeholders = info.pop("peer_identities", None)
+        if not placeholders:
+            continue
+        mapping = {int(code): numbered.get(tuple(identity)) for code, identity in placeholders.items()}
+        timeline = store.timeline([rank])
+        resolved = [mapping.get(int(v), pd.NA) if pd.notna(v) and v < 0 else v for v in timeline["peer"]]
+        store.add_rank(rank, timeline.assign(peer=pd.array(resolved, dtype="Int32")), save=False)
+
+
+def _resolve_messages(messages: list, numbered: dict[tuple, int]):
+    """The importers' matched messages with identities (ps tasks) replaced by their ranks."""
+    import pandas as pd
+
+    if not messages:
+        return pd.DataFrame(columns=["src", "dst", "send_ns", "recv_ns"])
+    frame = pd.concat(messages, ignore_index=True)
+    for column in ("src", "dst"):
+        frame[column] = [numbered.get(v, -1) if isinstance(v, tuple) else int(v) for v in frame[column]]
+    return frame[(frame["src"] >= 0) & (frame["dst"] >= 0)].astype("int64")
+
+
+def _align_clocks(store, mode: str, messages) -> None:
+    """Shift each rank's times by its offset to the lowest rank, estimated from matched send/receive pairs
+    (``collectors/importers/align.py``), when the ranks come from different hosts or when asked."""
+    import pandas as pd
+
+    from ddltrace.collectors.importers.align import METHOD, estimate_offsets, mpi_messages
+
+    hosts = {store.rank_info(r).get("host") for r in store.ranks} - {None, ""}
+    notes = store.manifest.setdefault("notes", [])
+    if mode == "none" or (mode == "auto" and len(hosts) < 2) or len(store.ranks) < 2:
+        return
+    mpi = mpi_messages(store.iter_timeline())
+    pairs = pd.concat([m for m in (messages, mpi) if len(m)], ignore_index=True) if len(messages) or len(mpi) \
+        else messages
+    result = estimate_offsets(pairs, store.ranks)
+    why = f"ranks on {len(hosts)} hosts" if mode == "auto" else "--align messages"
+    if not result.consistent:
+        notes.append(f"clock alignment ({why}): the {result.messages} matched messages' bounds contradict each "
+                     "other (clock drift during the trace, or mismatched pairs); times left as recorded")
+        return
+    if not result.messages or len(result.unaligned) == len(store.ranks) - 1:
+        notes.append(f"clock alignment ({why}): no rank has messages both ways with the reference rank's "
+                     "clock chain; times left as recorded")
+        return
+    for rank, offset in result.offsets_ns.items():
+        if offset == 0:
+            continue
+        timeline = store.timeline([rank])
+        counters = store.counters([rank]) if rank in store.counter_ranks else None
+        if counters is not None:
+            counters = counters.assign(t_ns=counters["t_ns"] + offset)
+        store.add_rank(rank, timeline.assign(start_ns=timeline["start_ns"] + offset), counters, save=False)
+    clock = store.manifest["clock"]
+    clock.update({"method": METHOD.format(ref=result.reference) + f" ({why}); before: " + clock["method"],
+                  "reference_rank": result.reference,
+                  "offsets_ns": {str(r): v for r, v in result.offsets_ns.items()},
+                  "uncertainty_ns": {str(r): v for r, v in result.uncertainty_ns.items()},
+                  "matched_messages": result.messages,
+                  "max_uncertainty_ns": max(result.uncertainty_ns.values(), default=0)})
+    if result.unaligned:
+        clock["unaligned_ranks"] = result.unaligned
+        notes.append(f"clock alignment: ranks {result.unaligned} have no two-sided bound (messages in one direction "
+                     "only, or none); their times are left as recorded")
 
 
 def _finish_manifest(store, reports, clocks: dict, formats: Counter, world_sizes: list[int]) -> None:

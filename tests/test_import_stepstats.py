@@ -1,0 +1,84 @@
+"""TF1 ``RunMetadata.step_stats`` protobuf text: a real 1 ps + 2 worker job (tests/data/tf1_ps/step_stats_*),
+made by ``scripts/make_framework_traces.py tf1 --step-stats``."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from ddltrace.cli import main
+from ddltrace.collectors.importers import Categorizer, ImportContext, detect
+from ddltrace.collectors.importers.base import FileReport
+from ddltrace.collectors.importers.stepstats import parse_text
+from ddltrace.errors import DdltraceError
+from ddltrace.store import TraceStore
+
+TF1 = Path(__file__).parent / "data" / "tf1_ps"
+FILES = sorted(TF1.glob("step_stats_worker*.pbtxt.gz"))
+PARAM_BYTES = {32768, 512, 5120, 40}  # w1 64x128, b1 128, w2 128x10, b2 10 (float32)
+
+
+def test_step_stats_sniffed_and_read_per_task():
+    importer = detect(FILES[0])
+    assert importer.name == "tf1-stepstats"
+    ctx = ImportContext(Categorizer(), report=FileReport(str(FILES[0])))
+    parts = {p.rank: p for p in importer.read(FILES[0], ctx)}
+    assert set(parts) == {0, ("ps", 0)}
+    worker, ps = parts[0].timeline, parts[("ps", 0)].timeline
+    cats = worker.groupby("name")["category"].first().astype(str)
+    assert cats["RecvTensor"] == "comm" and cats["MatMul"] == "compute" and cats["ReluGrad"] == "compute"
+    assert (ps["name"] == "ResourceApplyGradientDescent").sum() == 4
+    recv = worker[worker["name"] == "RecvTensor"]
+    assert set(recv["bytes"]) == PARAM_BYTES  # the variables, pulled from the ps
+    assert (recv["peer"] < 0).all()  # the ps: a placeholder until the import command numbers it
+    assert parts[0].info["peer_identities"] == {str(recv["peer"].iloc[0]): ["ps", 0]}
+    ps_recv = ps[ps["name"] == "RecvTensor"]
+    assert set(ps_recv["bytes"]) == PARAM_BYTES | {4} and (ps_recv["peer"] == 0).all()  # gradients + lr
+    assert worker["lane"].str.startswith("cpu:0/").all() and ctx.report.intervals == len(worker) + len(ps)
+    # a receive whose producer ran on the sender is a matched message (producer end on the sender's clock)
+    msgs = parts[0].messages
+    assert len(msgs) == 4 and set(msgs["src"]) == {("ps", 0)} and (msgs["dst"] == 0).all()
+
+
+def test_step_stats_job_imports_with_peers_and_aligned_clocks(tmp_path):
+    out = tmp_path / "store"
+    assert main(["import", *map(str, FILES), "--out", str(out), "--align", "messages"]) == 0
+    store = TraceStore.open(out)
+    assert store.ranks == [0, 1, 2] and store.rank_info(2)["identity"] == "ps/0"
+    for rank in (0, 1):
+        recv = store.timeline([rank]).query("name == 'RecvTensor'")
+        assert len(recv) == 4 and (recv["peer"] == 2).all() and (recv["bytes"] > 0).all()
+        assert "peer_identities" not in store.rank_info(rank)
+    ps_recv = store.timeline([2]).query("name == 'RecvTensor'")
+    assert sorted(ps_recv["peer"].value_counts().items()) == [(0, 5), (1, 5)]
+    clock = store.manifest["clock"]
+    assert clock["method"].startswith("matched messages") and clock["matched_messages"] == 18
+    # every task ran on this one host: the true offsets are 0, within the estimated uncertainty
+    for rank in ("1", "2"):
+        assert 0 < clock["uncertainty_ns"][rank] < 20_000_000
+        assert abs(clock["offsets_ns"][rank]) <= clock["uncertainty_ns"][rank]
+    # without host names the default does not shift anything
+    assert main(["import", *map(str, FILES), "--out", str(tmp_path / "plain")]) == 0
+    assert TraceStore.open(tmp_path / "plain").manifest["clock"]["offsets_ns"] == {}
+
+
+def test_text_format_parser_and_damage(tmp_path):
+    tree, truncated = parse_text('dev_stats { device: "/job:worker/replica:0/task:0/device:CPU:0"\n'
+                                 '  node_stats { node_name: "a\\"b" all_start_micros: 5 } # comment\n'
+                                 '  node_stats < node_name: "x" dims: [1, 2] > }')
+    assert not truncated
+    nodes = tree["dev_stats"][0]["node_stats"]
+    assert nodes[0]["node_name"] == ['a"b'] and nodes[1]["dims"] == ["1", "2"]
+    text = gzip.decompress(FILES[0].read_bytes())
+    cut = tmp_path / "step_stats_worker0.pbtxt"
+    cut.write_bytes(text[: len(text) // 2])
+    ctx = ImportContext(Categorizer(), report=FileReport(str(cut)))
+    parts = list(detect(cut).read(cut, ctx))
+    assert sum(len(p.timeline) for p in parts) > 10
+    assert any("truncated" in p for p in ctx.report.problems)
+    empty = tmp_path / "empty.pbtxt"
+    empty.write_text("dev_stats { device: \"/job:worker/replica:0/task:0/device:CPU:0\" }\n")
+    with pytest.raises(DdltraceError, match="no node_stats"):
+        list(detect(empty).read(empty, ImportContext(Categorizer())))
