@@ -162,8 +162,10 @@ def main() -> int:
     one_byte, lat_fit = min(((r[1], r[2]) for r in runs), key=lambda r: r[0])
     ref_lat = min(r[4] for r in runs)
     ours_bw = 1 / bw_fit.slope
-    ci_lo, ci_hi = 1 / (bw_fit.slope + bw_fit.slope_ci), 1 / max(bw_fit.slope - bw_fit.slope_ci, 1e-30)
-    print(f"bandwidth  ddltrace 1/r_net {ours_bw / 1e9:.3f} GB/s (95 % CI {ci_lo / 1e9:.3f}..{ci_hi / 1e9:.3f})  "
+    ci_lo = 1 / (bw_fit.slope + bw_fit.slope_ci)
+    # the slope's interval reaching 0 leaves the bandwidth unbounded above (a noisy fit)
+    ci_hi = "unbounded" if bw_fit.slope <= bw_fit.slope_ci else f"{1e-9 / (bw_fit.slope - bw_fit.slope_ci):.3f}"
+    print(f"bandwidth  ddltrace 1/r_net {ours_bw / 1e9:.3f} GB/s (95 % CI {ci_lo / 1e9:.3f}..{ci_hi} GB/s)  "
           f"iperf3 -l 1M {ref_bw / 1e9:.3f} GB/s  ratio {ours_bw / ref_bw:.3f}")
     print(f"latency    ddltrace 1-byte ping-pong {one_byte * 1e6:.2f} us, fitted lat_net "
           f"{lat_fit.intercept * 1e6:.2f} ± {lat_fit.intercept_ci * 1e6:.2f} us  C ping-pong {ref_lat * 1e6:.2f} us  "
