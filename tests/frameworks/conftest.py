@@ -12,7 +12,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 JOBS = Path(__file__).parent / "jobs"
-VENVS = {"pytorch": "torch", "mxnet": "mxnet", "tf": "tf"}
+VENVS = {"pytorch": "torch", "mxnet": "mxnet", "tf": "tf", "horovod": "horovod"}
 
 
 @pytest.fixture
