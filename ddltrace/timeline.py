@@ -212,7 +212,9 @@ def _coerce(df: pd.DataFrame, dtypes: Mapping[str, Any], what: str, validate) ->
             continue
         series = df[column].reset_index(drop=True)
         try:
-            if dtype == "str":
+            if series.dtype == dtype and not (dtype == "str" and not isinstance(series.dtype, pd.StringDtype)):
+                casted = series  # already right: nothing to cast (validate still checks the values)
+            elif dtype == "str":
                 casted = series if _all_strings(series) is None else series.astype("object")
                 if _all_strings(casted) is None:
                     casted = series.astype("str")
