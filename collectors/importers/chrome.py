@@ -391,7 +391,7 @@ class _Reader:
 
     def _events_of(self, piece: bytes) -> tuple[list[Event] | None, Exception | None]:
         """The events of ``[piece]`` (invalid ones counted and left out), or the decode error."""
-        doc = b"[" + piece + b"]"
+        doc = b"".join((b"[", piece, b"]"))  # one copy (``piece`` may be a view into the read buffer)
         try:
             return _DECODE_FAST.decode(doc), None
         except msgspec.ValidationError:
@@ -431,7 +431,7 @@ class _Reader:
             if m is None:
                 continue
             tries += 1
-            if self._decode_piece(buf[:brace + 1]):
+            if self._decode_piece(memoryview(buf)[:brace + 1]):
                 return m.end() - 1
         return None
 
