@@ -20,7 +20,6 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
 
 from ddltrace.errors import DdltraceError
 from ddltrace.models.dnn import DNN
@@ -135,6 +134,8 @@ def choose_algorithms(dnn: DNN, batch: int, gpu_memory: float) -> BatchChoice:
     one_each = np.zeros((len(tabled), n))
     for j, (name, _) in enumerate(variables):
         one_each[tabled.index(name), j] = 1.0
+    from scipy.optimize import Bounds, LinearConstraint, milp  # loaded when the program is solved
+
     constraints = [LinearConstraint(one_each, 1, 1),
                    LinearConstraint(np.array([spaces]), -np.inf, gpu_memory - base)]
     result = milp(np.array(times), constraints=constraints, integrality=np.ones(n), bounds=Bounds(0, 1))

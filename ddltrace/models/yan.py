@@ -33,7 +33,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from ddltrace.errors import DdltraceError
 from ddltrace.models.dnn import DNN
@@ -251,6 +250,8 @@ def greedy_layout(prev: Layout, state: State, local: bool, halo: float, n_worker
     if len(set(best.tolist())) == len(segments):
         chosen = best.tolist()
     else:
+        from scipy.optimize import linear_sum_assignment  # scipy loads only when a tie must be settled
+
         rows, cols = linear_sum_assignment(weight, maximize=True)
         chosen = [0] * len(segments)
         for i, w in zip(rows, cols, strict=True):
