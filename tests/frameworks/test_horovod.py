@@ -3,21 +3,12 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
-from conftest import JOBS, ddltrace_run
+from conftest import JOBS, ddltrace_run, report_verdict
 
-from ddltrace.cli import main
 from ddltrace.store import TraceStore
 
 WAIT = "horovod::allreduce_wait (DistributedOptimizer.synchronize)"
-
-
-def _verdict(store, out) -> str:
-    assert main(["report", str(store), "--out", str(out), "--quiet"]) == 0
-    text = (out / "report.md").read_text().replace("\\", "")
-    return re.search(r"largest share of time is (\w+)", text).group(1)
 
 
 @pytest.mark.parametrize("shape, gradients, largest", [
@@ -59,4 +50,4 @@ def test_horovodrun_job_profiled_from_outside(framework_python, tmp_path, shape,
     assert window[0] <= allreduce["start_ns"].min() and (allreduce["start_ns"] + allreduce["dur_ns"]).max() <= window[1]
     counters = s.counters()
     assert {0, 1} <= set(counters["rank"]) and (counters[counters["rank"] >= 0]["name"] == "cpu_percent").any()
-    assert _verdict(store, tmp_path / "report") == largest
+    assert report_verdict(store, tmp_path / "report") == largest

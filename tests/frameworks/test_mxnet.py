@@ -3,18 +3,9 @@ unmodified, started by a DMLC-style local launcher under `ddltrace run --framewo
 
 from __future__ import annotations
 
-import re
+from conftest import JOBS, ddltrace_run, report_verdict
 
-from conftest import JOBS, ddltrace_run
-
-from ddltrace.cli import main
 from ddltrace.store import TraceStore
-
-
-def _verdict(store, out) -> str:
-    assert main(["report", str(store), "--out", str(out), "--quiet"]) == 0
-    text = (out / "report.md").read_text().replace("\\", "")
-    return re.search(r"largest share of time is (\w+)", text).group(1)
 
 
 def test_dist_sync_job_profiled_in_every_role(framework_python, tmp_path):
@@ -52,4 +43,4 @@ def test_dist_sync_job_profiled_in_every_role(framework_python, tmp_path):
     scheduler = timeline[timeline["rank"] == 2]
     assert set(scheduler.loc[scheduler["name"] == "MXKVStoreRunServer", "category"]) == {"idle"}
     # a small model on loopback: the pushes and pulls take most of each worker's step
-    assert _verdict(store, tmp_path / "report") == "comm"
+    assert report_verdict(store, tmp_path / "report") == "comm"

@@ -2,26 +2,10 @@
 
 from __future__ import annotations
 
-import re
-import socket
-
 import pytest
-from conftest import JOBS, ddltrace_run
+from conftest import JOBS, ddltrace_run, free_port, report_verdict
 
-from ddltrace.cli import main
 from ddltrace.store import TraceStore
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _verdict(store, out) -> str:
-    assert main(["report", str(store), "--out", str(out), "--quiet"]) == 0
-    text = (out / "report.md").read_text().replace("\\", "")
-    return re.search(r"largest share of time is (\w+)", text).group(1)
 
 
 @pytest.mark.parametrize("shape, largest", [(["--width", "512", "--batch", "512"], "compute"),
@@ -30,7 +14,7 @@ def test_torchrun_job_profiled_from_outside(framework_python, tmp_path, shape, l
     python = framework_python("pytorch")
     store = tmp_path / "store"
     result = ddltrace_run("--framework", "torch", "--steps", "4-8", "--out", store, "--", python,
-                          "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", _free_port(),
+                          "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", free_port(),
                           JOBS / "torch_ddp.py", "--steps", "12", *shape)
     assert result.returncode == 0, result.stderr[-3000:]
     s = TraceStore.open(store)
@@ -50,4 +34,4 @@ def test_torchrun_job_profiled_from_outside(framework_python, tmp_path, shape, l
         assert mine["start_ns"].min() > s.run["start_ns"] and ends.max() < s.run["end_ns"]
     counters = s.counters()
     assert {0, 1} <= set(counters["rank"]) and (counters[counters["rank"] >= 0]["name"] == "cpu_percent").any()
-    assert _verdict(store, tmp_path / "report") == largest
+    assert report_verdict(store, tmp_path / "report") == largest

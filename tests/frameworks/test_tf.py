@@ -4,19 +4,10 @@ FULL_TRACE timelines on the workers, the TF2 profiler around the ps's Server.joi
 
 from __future__ import annotations
 
-import re
-
 import pytest
-from conftest import JOBS, ddltrace_run
+from conftest import JOBS, ddltrace_run, report_verdict
 
-from ddltrace.cli import main
 from ddltrace.store import TraceStore
-
-
-def _verdict(store, out) -> str:
-    assert main(["report", str(store), "--out", str(out), "--quiet"]) == 0
-    text = (out / "report.md").read_text().replace("\\", "")
-    return re.search(r"largest share of time is (\w+)", text).group(1)
 
 
 def _run(framework_python, tmp_path, kind, shape):
@@ -62,7 +53,7 @@ def test_multiworker_mirrored_job_profiled_from_outside(framework_python, tmp_pa
         assert set(mine.loc[mine["name"].isin(["train_step", "KernelAndDeviceFunc::Run"]), "category"]) == {"other"}
         assert _inside_run(s, mine)
     _counters_beside(s, [0, 1])
-    assert _verdict(store, tmp_path / "report") == largest
+    assert report_verdict(store, tmp_path / "report") == largest
 
 
 @pytest.mark.parametrize("shape, largest", [(["--width", "64", "--batch", "4096"], "compute"),
@@ -89,4 +80,4 @@ def test_parameter_server_job_profiled_from_outside(framework_python, tmp_path, 
     assert set(applied["category"]) == {"compute"} and len(applied) >= 2 * 5 * 4  # 2 workers x 5 steps x 4 vars
     assert _inside_run(s, mine)
     _counters_beside(s, [0, 1, 2])
-    assert _verdict(store, tmp_path / "report") == largest
+    assert report_verdict(store, tmp_path / "report") == largest
