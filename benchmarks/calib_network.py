@@ -3,10 +3,11 @@
 Bandwidth: iperf3 -c 127.0.0.1 -l 1M for --seconds against ddltrace's streaming fit (1 / r_net) over streams of
 64..512 MiB; target >= 0.9 of iperf3's received bits per second. The tools alternate (--rounds-of-both) and
 each keeps its best round, since a shared machine's load drifts. Latency: 1-byte TCP ping-pong (TCP_NODELAY)
-in C, written below and compiled here, against ddltrace's 1-byte ping-pong and its fitted lat_net; target
-within 20 %. Both ends are placed the same way for both tools: unpinned, or with --pin the server on the first
-usable CPU and the client on the last (pinning changes the round trip several-fold on a VM); the placement is
-printed. Skips with a message when iperf3 is not installed (Debian: apt-get install iperf3).
+in C, written below and compiled here, against ddltrace's 1-byte ping-pong and its fitted lat_net (each tool:
+the median of 3 runs of --rounds round trips, its best round kept); target within 20 %. Both ends are placed
+the same way for both tools: unpinned, or with --pin the server on the first usable CPU and the client on the
+last (pinning changes the round trip several-fold on a VM); the placement is printed. Skips with a message
+when iperf3 is not installed (Debian: apt-get install iperf3).
 
     .venv/bin/python benchmarks/calib_network.py [--seconds 5] [--pin]
 """
@@ -155,7 +156,9 @@ def main() -> int:
         for _ in range(args.rounds_of_both):
             ref_bw = iperf3_bandwidth(args.seconds, srv_pin, cli_pin)
             one_byte, lat_fit, bw_fit = ddltrace_probe(srv_pin, cli_cpu, args.rounds)
-            ref_lat = c_pingpong(binary, args.rounds, srv_pin, cli_pin) if have_c else float("nan")
+            # the same statistic as ddltrace's 1-byte figure: the median of 3 runs, the best round kept
+            ref_lat = (float(np.median([c_pingpong(binary, args.rounds, srv_pin, cli_pin) for _ in range(3)]))
+                       if have_c else float("nan"))
             runs.append((ref_bw, one_byte, lat_fit, bw_fit, ref_lat))
     ref_bw = max(r[0] for r in runs)
     bw_fit = min((r[3] for r in runs), key=lambda f: f.slope)

@@ -58,15 +58,43 @@ STREAM_SIZES = (256 * 1024, 1 << 20, 4 << 20, 16 << 20, 64 << 20)
 # --------------------------------------------------------------------------------------------------- server
 
 
+def _kernel_timeouts(sock: socket.socket, seconds: float) -> None:
+    """Bound every send and receive on ``sock`` by ``seconds`` with the kernel's SO_SNDTIMEO and SO_RCVTIMEO,
+    leaving the socket blocking for Python. A Python timeout (``settimeout``) makes the socket non-blocking and
+    adds a poll() before every send and recv: about 3 us more per one-way 1-byte message here, both ends on
+    one CPU (see docs/CALIBRATION.md). Falls back to ``settimeout`` where the options are refused."""
+    sec, usec = int(seconds), min(999_999, int(round((seconds % 1) * 1e6)))
+    timeval = struct.pack("@ll", sec, usec if sec or usec else 1)  # a zero timeval would mean: wait forever
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
+    except OSError:
+        sock.settimeout(seconds)
+        return
+    sock.settimeout(None)
+
+
 def _recv_exact(sock: socket.socket, view: memoryview) -> bool:
-    """Fill ``view`` from ``sock``; False if the peer closed first."""
+    """Fill ``view`` from ``sock``; False if the peer closed first, TimeoutError when a kernel timeout ends a
+    wait."""
     got = 0
-    while got < len(view):
-        n = sock.recv_into(view[got:])
-        if n == 0:
-            return False
-        got += n
+    try:
+        while got < len(view):
+            n = sock.recv_into(view[got:] if got else view)
+            if n == 0:
+                return False
+            got += n
+    except BlockingIOError as exc:  # EAGAIN from SO_RCVTIMEO
+        raise TimeoutError(str(exc)) from exc
     return True
+
+
+def _sendall(sock: socket.socket, data) -> None:
+    """``sock.sendall``; TimeoutError when SO_SNDTIMEO ends a wait."""
+    try:
+        sock.sendall(data)
+    except BlockingIOError as exc:
+        raise TimeoutError(str(exc)) from exc
 
 
 class ProbeServer:
@@ -164,8 +192,8 @@ class ProbeServer:
             conn.close()
 
     def _serve(self, conn: socket.socket, peer) -> None:
-        conn.settimeout(self.idle_timeout)
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        _kernel_timeouts(conn, self.idle_timeout)
         buf = bytearray(CHUNK)
         try:
             while not self._stop.is_set():
@@ -177,7 +205,7 @@ class ProbeServer:
                     self._log(f"closed {peer[0]}:{peer[1]}: not a probe client")
                     return
                 if op == OP_HELLO:
-                    conn.sendall(HELLO_REPLY.pack(MAGIC, VERSION, MAX_MESSAGE))
+                    _sendall(conn, HELLO_REPLY.pack(MAGIC, VERSION, MAX_MESSAGE))
                 elif op == OP_PINGPONG and 0 < size <= MAX_MESSAGE and 0 < count <= MAX_COUNT:
                     if len(buf) < size:
                         buf = bytearray(size)
@@ -185,7 +213,7 @@ class ProbeServer:
                     for _ in range(count):
                         if not _recv_exact(conn, view):
                             return
-                        conn.sendall(view)
+                        _sendall(conn, view)
                 elif op == OP_SINK and 0 < size <= MAX_SINK:
                     view, left = memoryview(buf), size
                     while left:
@@ -193,7 +221,7 @@ class ProbeServer:
                         if n == 0:
                             return
                         left -= n
-                    conn.sendall(COUNT.pack(size))
+                    _sendall(conn, COUNT.pack(size))
                 else:
                     if op != OP_BYE:
                         self._log(f"closed {peer[0]}:{peer[1]}: request over the limits (op {op}, {size} B)")
@@ -240,7 +268,7 @@ class ProbeClient:
         except OSError as exc:
             raise DdltraceError(f"peer {self.peer}: cannot connect ({exc.strerror or exc})") from exc
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.sock.settimeout(timeout)
+        _kernel_timeouts(self.sock, timeout)
         reply = self._exchange(REQUEST.pack(MAGIC, OP_HELLO, 0, 0), HELLO_REPLY.size, "the hello")
         magic, version, self.max_message = HELLO_REPLY.unpack(reply)
         if magic == BUSY:
@@ -254,7 +282,7 @@ class ProbeClient:
     def _exchange(self, payload: bytes, reply_size: int, what: str) -> bytes:
         reply = bytearray(reply_size)
         try:
-            self.sock.sendall(payload)
+            _sendall(self.sock, payload)
             ok = _recv_exact(self.sock, memoryview(reply))
         except TimeoutError as exc:
             self.close()
@@ -274,10 +302,10 @@ class ProbeClient:
         buf = bytearray(size)
         view = memoryview(buf)
         try:
-            self.sock.sendall(REQUEST.pack(MAGIC, OP_PINGPONG, size, count))
+            _sendall(self.sock, REQUEST.pack(MAGIC, OP_PINGPONG, size, count))
             t0 = time.perf_counter()
             for _ in range(count):
-                self.sock.sendall(view)
+                _sendall(self.sock, view)
                 if not _recv_exact(self.sock, view):
                     raise DdltraceError(f"peer {self.peer}: closed the connection during a ping-pong of {size} B")
             return (time.perf_counter() - t0) / count / 2
@@ -294,11 +322,11 @@ class ProbeClient:
         payload = payload if payload is not None else memoryview(bytearray(CHUNK))
         try:
             t0 = time.perf_counter()
-            self.sock.sendall(REQUEST.pack(MAGIC, OP_SINK, size, 0))
+            _sendall(self.sock, REQUEST.pack(MAGIC, OP_SINK, size, 0))
             left = size
             while left:
                 piece = payload[:min(left, len(payload))]
-                self.sock.sendall(piece)
+                _sendall(self.sock, piece)
                 left -= len(piece)
             reply = bytearray(COUNT.size)
             if not _recv_exact(self.sock, memoryview(reply)):
@@ -318,7 +346,7 @@ class ProbeClient:
 
     def close(self) -> None:
         try:
-            self.sock.sendall(REQUEST.pack(MAGIC, OP_BYE, 0, 0))
+            _sendall(self.sock, REQUEST.pack(MAGIC, OP_BYE, 0, 0))
         except OSError:
             pass
         self.sock.close()
