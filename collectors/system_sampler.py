@@ -12,7 +12,7 @@ Counters (names carry their unit; rates are per second over the last interval):
 
 On Linux the values are read straight from /proc, one file per value group (psutil's general path costs
 about 4x more here); elsewhere psutil gives them. The tree is rescanned (a walk of /proc, the costly part)
-at every sample during the job's first ``STARTUP_S`` seconds, when it starts its processes, then every
+at the start and 0.1, 0.3, 0.7 and 1.5 s after (when a job starts its processes), then every
 ``tree_refresh_s``. Cost at 10 Hz: benchmarks/sampler_cost.py.
 """
 
@@ -96,7 +96,7 @@ def _tree_linux(root: int) -> list[int]:
 _HAS_CHILDREN = _LINUX and os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
 
 
-STARTUP_S = 2.0  # the job's first seconds, when the process tree is looked at on every sample
+FIRST_RESCAN_S = 0.1  # the first look again at the job's process tree, in s; the interval doubles up to the refresh
 
 
 class SystemSampler:
@@ -117,10 +117,9 @@ class SystemSampler:
         self._ctx: dict[int, tuple[float, int]] = {}
         self._members: list[int] = []
         self._tree_at = -1e9
-        self._started_at: float | None = None
+        self._scans = 0
 
     def start(self) -> SystemSampler:
-        self._started_at = time.monotonic()
         self._machine(time.time_ns(), time.monotonic(), emit=False)
         self._thread = threading.Thread(target=self._loop, name="ddltrace-system-sampler", daemon=True)
         self._thread.start()
@@ -180,11 +179,12 @@ class SystemSampler:
     def _processes(self, t_ns: int, now: float) -> None:
         if self.root_pid is None:
             return
-        # a job starts its processes (MPI ranks, workers) in its first moments: look at every sample then
-        starting = self._started_at is not None and now - self._started_at < STARTUP_S
-        rescan = starting or now - self._tree_at >= self.tree_refresh_s
+        # a job starts its processes (MPI ranks, workers) in its first moments: look again 0.1, 0.3, 0.7, 1.5 s
+        # after the start, then every tree_refresh_s (a short job's ranks are seen, a long job pays for few walks)
+        rescan = now - self._tree_at >= min(self.tree_refresh_s, FIRST_RESCAN_S * 2 ** max(self._scans - 1, 0))
         if rescan:
             self._tree_at = now
+            self._scans += 1
             if _HAS_CHILDREN:
                 self._members = _tree_linux(self.root_pid)
             else:
