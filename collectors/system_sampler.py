@@ -194,6 +194,7 @@ class SystemSampler:
                 except psutil.Error:
                     self._members = []
         job_cpu = job_rss = 0.0
+        cpu_measured = False
         alive = []
         for pid in self._members:
             try:
@@ -210,11 +211,15 @@ class SystemSampler:
                 continue
             alive.append(pid)
             prev = self._cpu.get(pid)
-            self._cpu[pid] = (now, cpu_s)
-            if prev is not None and now > prev[0]:
+            # CPU time comes in clock ticks (10 ms): over less than half a period (the last sample at stop, right
+            # after a regular one) one tick would read as hundreds of percent, so such a short span is skipped
+            if prev is None or now - prev[0] >= 0.5 / self.hz:
+                self._cpu[pid] = (now, cpu_s)
+            if prev is not None and now - prev[0] >= 0.5 / self.hz:
                 cpu = 100.0 * (cpu_s - prev[1]) / (now - prev[0])
                 self.rows.append((pid, "cpu_percent", t_ns, cpu))
                 job_cpu += cpu
+                cpu_measured = True
             self.rows.append((pid, "rss_bytes", t_ns, float(rss)))
             job_rss += rss
             if rescan:
@@ -223,6 +228,7 @@ class SystemSampler:
                 if prev_ctx is not None and now > prev_ctx[0]:
                     self.rows.append((pid, "ctx_switches_per_s", t_ns, (switches - prev_ctx[1]) / (now - prev_ctx[0])))
         self._members = alive
-        self.rows.append((MACHINE, "job_cpu_percent", t_ns, job_cpu))
+        if cpu_measured:
+            self.rows.append((MACHINE, "job_cpu_percent", t_ns, job_cpu))
         self.rows.append((MACHINE, "job_rss_bytes", t_ns, job_rss))
         self.rows.append((MACHINE, "job_processes", t_ns, float(len(alive))))
