@@ -60,7 +60,7 @@ class RunConfig:
     pyspy_rate_hz: int = 100
     progress: bool = True
     framework: str | None = None
-    steps: tuple[int, int] = (5, 9)
+    steps: tuple[int, int] = frameworks.DEFAULT_STEPS
     stream: object = field(default_factory=lambda: sys.stderr)
 
 
@@ -365,7 +365,7 @@ def _framework_parts(cfg: RunConfig, fw_dir: Path, taken: set[int],
         notes.append(f"no process wrote a {cfg.framework} profile: the job did not import the framework in a "
                      f"Python started with the bootstrap, or ended before step {cfg.steps[0]} "
                      f"(try --steps 1-{max(cfg.steps[1] - cfg.steps[0] + 1, 1)})")
-    return parts, frameworks.number(parts, taken if cfg.np or cfg.launcher else set())
+    return parts, frameworks.number(parts, taken)
 
 
 def _framework_clock(clock: dict | None, parts: list, ranks: dict[int, int]) -> dict:

@@ -213,9 +213,10 @@ class SystemSampler:
             prev = self._cpu.get(pid)
             # CPU time comes in clock ticks (10 ms): over less than half a period (the last sample at stop, right
             # after a regular one) one tick would read as hundreds of percent, so such a short span is skipped
-            if prev is None or now - prev[0] >= 0.5 / self.hz:
+            if prev is None:
                 self._cpu[pid] = (now, cpu_s)
-            if prev is not None and now - prev[0] >= 0.5 / self.hz:
+            elif now - prev[0] >= 0.5 / self.hz:
+                self._cpu[pid] = (now, cpu_s)
                 cpu = 100.0 * (cpu_s - prev[1]) / (now - prev[0])
                 self.rows.append((pid, "cpu_percent", t_ns, cpu))
                 job_cpu += cpu

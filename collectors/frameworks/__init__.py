@@ -25,8 +25,8 @@ from ddltrace.errors import DdltraceError
 BOOTSTRAP = Path(__file__).parent / "bootstrap"
 NAMES = ("pytorch", "mxnet", "tf", "horovod", "cntk")
 ALIASES = {"torch": "pytorch", "tensorflow": "tf", "tf2": "tf", "tf1": "tf"}
-MARK_NAME = "ddltrace.mark"
-DEFAULT_STEPS = (5, 9)
+MARK_NAME = "ddltrace.mark"  # the bootstrap's own copy: bootstrap/_ddltrace_boot.py (it cannot import ddltrace)
+DEFAULT_STEPS = (5, 9)  # the bootstrap's default too (DDLTRACE_FW_STEPS unset)
 
 
 def canonical(name: str) -> str:
@@ -117,9 +117,8 @@ def collect(fw_dir: Path, categorizer, notes: list[str]) -> list[ProcessPart]:
             except (DdltraceError, OSError) as exc:
                 notes.append(f"pid {meta['pid']}: {path.name} not imported: {exc}")
             notes.extend(f"pid {meta['pid']}: {path.name}: {p}" for p in report.problems)
-        if not timelines:
-            if meta.get("files"):
-                continue
+        if not timelines and meta.get("files"):
+            continue  # every file failed (said in the notes)
         parts.append(_part(meta, timelines, counters, clocks, formats))
     return parts
 

@@ -43,7 +43,7 @@ def register(subparsers) -> None:
     p.add_argument("--pyspy-rate", type=int, default=100, metavar="HZ", help="py-spy samples per second (100)")
     p.add_argument("--framework", metavar="NAME",
                    help="switch this framework's profiler on: pytorch, mxnet, tf, horovod or cntk")
-    p.add_argument("--steps", default="5-9", metavar="A-B",
+    p.add_argument("--steps", metavar="A-B",
                    help="with --framework: the training steps to profile, from 1, both included (default 5-9)")
     p.add_argument("--no-progress", action="store_true", help="no live progress line on stderr")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the job, after --")
@@ -59,12 +59,11 @@ def run(args) -> int:
         argv = argv[1:]
     if not argv:
         raise DdltraceError("command: nothing to run (give it after --, e.g. ddltrace run --np 4 -- python job.py)")
-    framework = frameworks.canonical(args.framework) if args.framework else None
-    steps = frameworks.parse_steps(args.steps)
+    steps = frameworks.parse_steps(args.steps) if args.steps else frameworks.DEFAULT_STEPS
     out = Path(args.out) if args.out else Path(f"ddltrace-run-{_dt.datetime.now():%Y%m%d-%H%M%S}")
     result = run_job(RunConfig(argv=argv, out=out, np=args.np, launcher=args.launcher, sample_hz=args.sample_hz,
                                pyspy=args.pyspy, pyspy_rate_hz=args.pyspy_rate, progress=not args.no_progress,
-                               framework=framework, steps=steps))
+                               framework=args.framework, steps=steps))
     for note in result.notes:
         print(f"ddltrace: note: {note}")
     if result.interrupted:

@@ -132,25 +132,15 @@ def _is_horovod(optimizer) -> bool:
 def _horovod_profiling(base, state: _Horovod):
     class HorovodProfiling(base):
         def __init__(self, proc, torch):
-            from torch.optim.optimizer import register_optimizer_step_pre_hook
-
-            self.depth = 0
             state.profiling = self
-            register_optimizer_step_pre_hook(self.before_step)
             super().__init__(proc, torch)
 
-        def before_step(self, optimizer, args, kwargs) -> None:
-            self.depth += 1
-
-        def on_step(self, optimizer, args, kwargs) -> None:
-            self.depth = max(self.depth - 1, 0)
-            if self.depth:  # the wrapped optimizer's step inside DistributedOptimizer.step
-                return
+        def count(self, optimizer) -> None:
             if _is_horovod(optimizer) and self.optimizer is not None and not _is_horovod(self.optimizer) \
                     and self.profiler is None:
                 # the steps so far were set-up (broadcast_optimizer_state): count from the first real one
                 self.optimizer, self.steps = None, 0
-            super().on_step(optimizer, args, kwargs)
+            super().count(optimizer)
 
         def mark(self) -> None:  # the window's first step begins
             super().mark()

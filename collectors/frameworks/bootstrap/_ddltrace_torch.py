@@ -1,8 +1,9 @@
 """PyTorch: ``torch.profiler`` around the step window, steps counted from outside the job's code.
 
-A training step is one ``step()`` of the job's first optimizer (a global optimizer step post-hook, PyTorch
->= 2.0): no ``prof.step()`` needed in the script. The profiler starts one step before the window (one warm-up
-step, whose events are dropped, as torch.profiler's schedule does), records the window's steps and writes the
+A training step is one outermost ``step()`` of the job's first optimizer (global optimizer step pre- and
+post-hooks, PyTorch >= 2.0; a wrapper whose step calls the wrapped optimizer's counts once): no ``prof.step()``
+needed in the script. The profiler starts one step before the window (one warm-up step, whose events are
+dropped, as torch.profiler's schedule does), records the window's steps and writes the
 Kineto trace (``trace.pt.trace.json``) when the window ends or, if the job ends inside it, at exit. The rank is
 read from the launcher (torchrun's RANK) or, for jobs that pass it in code, from ``init_process_group``.
 Standard library only, besides torch.
@@ -24,15 +25,17 @@ def install(proc) -> None:
 
 class _Profiling:
     def __init__(self, proc, torch):
-        from torch.optim.optimizer import register_optimizer_step_post_hook
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
         self.proc, self.torch = proc, torch
         self.steps = 0
+        self.depth = 0  # optimizer steps under way: a wrapper's step() calls the wrapped optimizer's
         self.optimizer = None
         self.profiler = None
         self.done = False
         self.warmup = 1 if proc.first >= 2 else 0
         self.start_after = proc.first - 1 - self.warmup  # steps completed when the profiler starts
+        register_optimizer_step_pre_hook(self.before_step)
         register_optimizer_step_post_hook(self.on_step)
         self._wrap_init_process_group()
         atexit.register(self.at_exit)
@@ -75,7 +78,17 @@ class _Profiling:
             pass
         self.proc.add_mark(t0, time.time_ns())
 
+    def before_step(self, optimizer, args, kwargs) -> None:
+        self.depth += 1
+
     def on_step(self, optimizer, args, kwargs) -> None:
+        """An optimizer's step() ended: count it if it is the outermost one (not a wrapped optimizer's)."""
+        self.depth = max(self.depth - 1, 0)
+        if not self.depth:
+            self.count(optimizer)
+
+    def count(self, optimizer) -> None:
+        """One training step ended: start, step or mark the profiler as the window says."""
         if self.optimizer is None:
             self.optimizer = optimizer
         if optimizer is not self.optimizer or self.done:
