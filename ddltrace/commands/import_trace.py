@@ -272,8 +272,8 @@ def _align_clocks(store, mode: str, messages) -> None:
     if mode == "none" or (mode == "auto" and len(hosts) < 2) or len(store.ranks) < 2:
         return
     mpi = mpi_messages(store.iter_timeline())
-    pairs = pd.concat([m for m in (messages, mpi) if len(m)], ignore_index=True) if len(messages) or len(mpi) \
-        else messages
+    found = [m for m in (messages, mpi) if len(m)]
+    pairs = pd.concat(found, ignore_index=True) if found else messages
     result = estimate_offsets(pairs, store.ranks)
     why = f"ranks on {len(hosts)} hosts" if mode == "auto" else "--align messages"
     if not result.consistent:
