@@ -155,8 +155,12 @@ def validate_timeline(df: pd.DataFrame) -> None:
             _check_integer_column(df, column, problems, nullable=True, exact_dtype=TIMELINE_DTYPES[column],
                                   minimum=0 if column == "bytes" else None)
         elif column == "category":
-            series = df[column].astype("object")
-            unknown_cat = ~series.isin(CATEGORIES)
+            if df[column].dtype == CATEGORY_DTYPE:  # only a missing value can be outside the set
+                unknown_cat = df[column].isna()
+                series = df[column].astype("object")[unknown_cat]
+            else:
+                series = df[column].astype("object")
+                unknown_cat = ~series.isin(CATEGORIES)
             if unknown_cat.any():
                 values = sorted({str(v) for v in series[unknown_cat]})[:5]
                 _describe(problems, _bad_rows(unknown_cat, df.index), column,
@@ -243,6 +247,17 @@ def _coerce(df: pd.DataFrame, dtypes: Mapping[str, Any], what: str, validate) ->
     return out
 
 
+def _in_schema(columns: Mapping[str, Any]) -> bool:
+    """Whether ``columns`` holds exactly the timeline's columns, each already at its dtype and length."""
+    if set(columns) != set(TIMELINE_DTYPES):
+        return False
+    if len({len(values) for values in columns.values()}) != 1:
+        return False
+    if not all(getattr(columns[column], "dtype", None) == dtype for column, dtype in TIMELINE_DTYPES.items()):
+        return False
+    return not any(pd.isna(columns[column]).any() for column in ("lane", "source"))  # those get filled
+
+
 def make_timeline(records: Iterable[Mapping[str, Any]] | Mapping[str, Any] | pd.DataFrame | None = None,
                   **columns: Any) -> pd.DataFrame:
     """Build a validated timeline from records (dicts), a mapping of column arrays, or a DataFrame.
@@ -252,6 +267,10 @@ def make_timeline(records: Iterable[Mapping[str, Any]] | Mapping[str, Any] | pd.
     Columns may also be passed as keyword arrays: ``make_timeline(rank=[0], name=["x"], ...)``.
     Raises :class:`SchemaError` listing every violation.
     """
+    if isinstance(records, Mapping) and _in_schema(records):
+        frame = pd.DataFrame({column: records[column] for column in TIMELINE_DTYPES}, copy=False)
+        validate_timeline(frame)  # nothing to fill or cast: check the values only
+        return frame
     if records is None:
         frame = pd.DataFrame(columns) if columns else pd.DataFrame({c: [] for c in TIMELINE_REQUIRED})
     elif isinstance(records, pd.DataFrame):

@@ -15,11 +15,11 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, ClassVar, Union
 
 import msgspec
 import numpy as np
-import pandas as pd
 
 from ddltrace.collectors.importers.source import ByteSource
 from ddltrace.errors import DdltraceError
@@ -32,6 +32,8 @@ _MALFORMED_AT = re.compile(r"\(byte (\d+)\)")
 _MAX_LISTED = 10  # damaged pieces described one by one; the rest are counted
 _KNOWN_PHASES = set("XBEbeniIsftCMNODPRcpv(),{}")  # every phase the format defines
 _INTERVAL_PHASES = {"X", "B", "E", "b", "e"}
+_LANE_AND_KEY = attrgetter("pid", "tid", "cat", "name")
+_LANE = attrgetter("pid", "tid")
 
 
 class Event(msgspec.Struct, gc=False):
@@ -49,28 +51,31 @@ class Event(msgspec.Struct, gc=False):
 
 
 class _Tagged(msgspec.Struct, tag_field="ph", gc=False):
-    """Base of the per-phase structs of the fast path: msgspec picks the struct by ``ph`` and skips the
-    ``args`` of phases that do not need them (most events) without building anything."""
-
-    name: str = ""
-    cat: str = ""
-    pid: int | str = 0
-    tid: int | str = 0
-    ts: int | float | None = None
-    dur: int | float | None = None
-    id: int | str | None = None
+    """Base of the per-phase structs of the fast path: msgspec picks the struct by ``ph`` and decodes only
+    the fields that phase needs; the rest of the event (most ``args``, every field of an instant) is
+    skipped without building anything."""
 
 
-def _phase(tag: str, with_args: bool) -> type:
-    fields = {"ph": ClassVar[str], **({"args": msgspec.Raw} if with_args else {})}
-    namespace = {"__annotations__": fields, "ph": tag}
-    if with_args:
-        namespace["args"] = msgspec.Raw(b"")
+#: The fields each phase's fast-path struct decodes, with their types and defaults (as in :class:`Event`).
+_FIELD_TYPES = {name: (Event.__annotations__[name], default)
+                for name, default in zip(Event.__struct_fields__, Event.__struct_defaults__, strict=True)}
+_PHASE_FIELDS = {
+    "X": "name cat pid tid ts dur", "B": "name cat pid tid ts args", "E": "name cat pid tid ts args",
+    "b": "name cat pid tid ts id", "e": "name cat pid tid ts id", "s": "cat pid tid ts id", "f": "cat pid tid ts id",
+    "C": "name pid ts args", "M": "name pid tid args",
+    **{ph: "" for ph in "tiInNODPR"},  # counted, nothing more
+}
+
+
+def _phase(tag: str, names: str) -> type:
+    fields = names.split()
+    annotations = {"ph": ClassVar[str], **{f: _FIELD_TYPES[f][0] for f in fields}}
+    namespace = {"__annotations__": annotations, "ph": tag, **{f: _FIELD_TYPES[f][1] for f in fields}}
     return type(f"_Phase_{ord(tag)}", (_Tagged,), namespace, tag=tag)
 
 
 #: Phases the fast path knows; an event of any other phase sends its piece to the field-by-field path.
-_PHASES = [_phase(p, p in "BEMC") for p in "XBEbeiIstfCMNODPRn"]
+_PHASES = [_phase(ph, names) for ph, names in _PHASE_FIELDS.items()]
 _DECODE_FAST = msgspec.json.Decoder(list[Union[tuple(_PHASES)]])  # noqa: UP007 (a runtime union of types)
 
 #: What a decoder raises on text that is not (UTF-8) JSON.
@@ -144,8 +149,8 @@ class _Builder:
             self._others([e for e in events if e.ph != "X"])
         if not xs:
             return
-        durs = [e.dur for e in xs]
         tss = [e.ts for e in xs]
+        durs = [e.dur for e in xs]
         if None in durs or None in tss:
             keep = [i for i, (a, b) in enumerate(zip(tss, durs, strict=True)) if a is not None and b is not None]
             t.skipped["X event without ts or dur"] += len(xs) - len(keep)
@@ -153,33 +158,36 @@ class _Builder:
             durs = [durs[i] for i in keep]
             tss = [tss[i] for i in keep]
         # float64 holds integer microseconds exactly up to 2**53 µs (year 2255)
-        ts = np.array(tss, dtype=np.float64)
-        dur = np.array(durs, dtype=np.float64)
+        ts = np.fromiter(tss, dtype=np.float64, count=len(tss))
+        dur = np.fromiter(durs, dtype=np.float64, count=len(durs))
         negative = dur < 0
         if negative.any():
             t.skipped["negative duration"] += int(negative.sum())
             ok = ~negative
             xs = [e for e, k in zip(xs, ok, strict=True) if k]
             ts, dur = ts[ok], dur[ok]
-        lane = self._codes([e.pid for e in xs], [e.tid for e in xs], self.lane_index)
-        key = self._codes([e.cat for e in xs], [e.name for e in xs], self.key_index)
+        lane, key = self._lane_key_codes(xs)
         self.parts.append((lane, key, ts, dur))
         self.n_rows += len(xs)
 
-    @staticmethod
-    def _codes(first: list, second: list, index: dict) -> np.ndarray:
-        """Codes of the (first, second) pairs in ``index`` (new pairs appended), hashed in C, not per event."""
-        if len(first) < 512:
-            return np.array([index.setdefault(pair, len(index)) for pair in zip(first, second, strict=True)],
-                            dtype=np.int32)
-        a_codes, a_uniques = pd.factorize(np.array(first, dtype=object))
-        b_codes, b_uniques = pd.factorize(np.array(second, dtype=object))
-        combined = a_codes.astype(np.int64) * len(b_uniques) + b_codes
-        pairs, inverse = np.unique(combined, return_inverse=True)
-        width = len(b_uniques)
-        table = np.array([index.setdefault((a_uniques[p // width], b_uniques[p % width]), len(index)) for p in pairs],
-                         dtype=np.int32)
-        return table[inverse.reshape(-1)]
+    def _lane_key_codes(self, events: list) -> tuple[np.ndarray, np.ndarray]:
+        """The lane and key codes of ``events`` (new lanes and keys appended to the indexes): each distinct
+        (pid, tid, cat, name) is looked up once, so the per-event work is one tuple and one dict probe."""
+        seen: dict[tuple, int] = {}
+        codes = np.fromiter([seen.setdefault(q, len(seen)) for q in map(_LANE_AND_KEY, events)],
+                            dtype=np.int32, count=len(events))
+        lanes, keys = self.lane_index, self.key_index
+        lane = np.array([lanes.setdefault(q[:2], len(lanes)) for q in seen], dtype=np.int32)
+        key = np.array([keys.setdefault(q[2:], len(keys)) for q in seen], dtype=np.int32)
+        return lane[codes], key[codes]
+
+    def _lane_codes(self, events: list) -> np.ndarray:
+        """The lane codes of ``events``, as :meth:`_lane_key_codes` (for events without a key)."""
+        seen: dict[tuple, int] = {}
+        codes = np.fromiter([seen.setdefault(q, len(seen)) for q in map(_LANE, events)],
+                            dtype=np.int32, count=len(events))
+        lanes = self.lane_index
+        return np.array([lanes.setdefault(q, len(lanes)) for q in seen], dtype=np.int32)[codes]
 
     def _others(self, events: list[Event]) -> None:
         t = self.trace
@@ -192,7 +200,7 @@ class _Builder:
                 self.flow_parts.append({
                     "start": np.array([e.ph == "s" for e in flows], dtype=bool),
                     "id": ids if ids.dtype.kind in "iu" else ids.astype(object),
-                    "lane": self._codes([e.pid for e in flows], [e.tid for e in flows], self.lane_index),
+                    "lane": self._lane_codes(flows),
                     "ts": np.array([e.ts for e in flows], dtype=np.float64)})
         for ph in ("s", "t", "f"):
             if phases[ph]:
@@ -389,9 +397,11 @@ class _Reader:
             self.builder.add(events)
         return error
 
-    def _events_of(self, piece: bytes) -> tuple[list[Event] | None, Exception | None]:
-        """The events of ``[piece]`` (invalid ones counted and left out), or the decode error."""
-        doc = b"".join((b"[", piece, b"]"))  # one copy (``piece`` may be a view into the read buffer)
+    def _events_of(self, piece: bytes, wrapped: bool = False) -> tuple[list[Event] | None, Exception | None]:
+        """The events of ``[piece]`` (invalid ones counted and left out), or the decode error;
+        ``wrapped``: ``piece`` already has its brackets."""
+        # one copy (``piece`` may be a view into the read buffer)
+        doc = piece if wrapped else b"".join((b"[", piece, b"]"))
         try:
             return _DECODE_FAST.decode(doc), None
         except msgspec.ValidationError:
@@ -416,6 +426,30 @@ class _Reader:
             else:
                 good.append(ev)
         return good, None
+
+    def _decode_pending(self, buf: bytes, pending: list[bytes]) -> int | None:
+        """The fast path of :meth:`run`: decode ``buf`` and ``pending`` up to one of the last two event
+        boundaries in the last chunk, copying the text once; returns where the next event starts in that
+        chunk, None (nothing decoded) when neither boundary decodes (a damaged piece: :meth:`_cut` and
+        :meth:`_salvage` take it)."""
+        last = pending[-1]
+        pos = len(last)
+        for _ in range(2):
+            brace = last.rfind(b"}", 0, pos)
+            m = _BOUNDARY.match(last, brace) if brace >= 0 else None
+            while brace >= 0 and m is None:
+                brace = last.rfind(b"}", 0, brace)
+                m = _BOUNDARY.match(last, brace) if brace >= 0 else None
+            if m is None:
+                return None
+            pos = brace
+            doc = b"".join([b"[", buf, *pending[:-1], memoryview(last)[:brace + 1], b"]"])
+            events, error = self._events_of(doc, wrapped=True)
+            if error is None:
+                self.builder.add(events)
+                self.offset += len(buf) + sum(len(chunk) for chunk in pending[:-1]) + m.end() - 1
+                return m.end() - 1
+        return None
 
     def _cut(self, buf: bytes, window: int) -> int | None:
         """Decode the longest prefix of ``buf`` ending at an event boundary (searching its last
@@ -479,7 +513,12 @@ class _Reader:
             pending_size += len(chunk)
             if state == "events" and pending_size < PIECE_SIZE:
                 continue
-            buf += b"".join(pending)
+            next_event = self._decode_pending(buf, pending) if state == "events" else None
+            if next_event is not None:
+                buf = pending[-1][next_event:]
+                pending, pending_size = [], 0
+                continue
+            buf = b"".join([buf, *pending])
             pending, pending_size = [], 0
             if state == "prologue":
                 stripped = buf.lstrip()
