@@ -4,9 +4,10 @@
 
 Each tool runs in its own fresh process, one after the other (HTA in its own venv: ``.venvs/hta``, made with
 ``pip install HolisticTraceAnalysis 'pandas<3'``). Printed per tool: seconds to load the trace into a table
-(HTA: ``TraceAnalysis(trace_dir=...)``; ddltrace: the Kineto importer to a validated timeline), and the
-process's peak resident memory (whole process, and above the process's size once its libraries are imported);
-for ddltrace also the full ``ddltrace import`` into a store on disk. Then the ratios, and the temporal breakdown
+(HTA: ``TraceAnalysis(trace_dir=...)``; ddltrace: the Kineto importer to a validated timeline; the modules'
+import time is left out for every tool), and the process's peak resident memory (whole process, and above the
+process's size once its libraries are imported); for ddltrace also the full ``ddltrace import`` into a store on
+disk. Then the ratios, and the temporal breakdown
 (idle / compute / non-compute share of GPU time, HTA's definition) of both tools with the difference in
 percentage points. ``--synthetic`` adds throughput on an 8-rank, 2M-event Chrome trace folder.
 """
@@ -90,6 +91,7 @@ _STORE_CHILD = r"""
 import json, resource, sys, time
 t0 = time.perf_counter()
 from ddltrace.cli import build_parser
+import ddltrace.collectors.importers, ddltrace.collectors.importers.align, ddltrace.store  # imports, as for HTA
 args = build_parser().parse_args(["import", *sys.argv[2:], "--out", sys.argv[1], "--progress", "never"])
 t1 = time.perf_counter()
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

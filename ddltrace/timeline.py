@@ -247,11 +247,21 @@ def _coerce(df: pd.DataFrame, dtypes: Mapping[str, Any], what: str, validate) ->
     return out
 
 
+def time_order(start_ns: np.ndarray, lane_rank: np.ndarray) -> np.ndarray | None:
+    """The stable permutation that puts rows in the store's order (by start, then by lane name), None when
+    they already are; ``lane_rank`` is each row's lane's place among the lane names sorted."""
+    start_ns, lane_rank = np.asarray(start_ns), np.asarray(lane_rank)
+    step = np.diff(start_ns)
+    if ((step > 0) | ((step == 0) & (np.diff(lane_rank) >= 0))).all():
+        return None
+    return np.lexsort((lane_rank, start_ns))
+
+
 def _in_schema(columns: Mapping[str, Any]) -> bool:
     """Whether ``columns`` holds exactly the timeline's columns, each already at its dtype and length."""
-    if set(columns) != set(TIMELINE_DTYPES):
+    if len(columns.keys()) != len(TIMELINE_DTYPES) or set(columns.keys()) != set(TIMELINE_DTYPES):
         return False
-    if len({len(values) for values in columns.values()}) != 1:
+    if len({len(columns[column]) for column in TIMELINE_DTYPES}) != 1:
         return False
     if not all(getattr(columns[column], "dtype", None) == dtype for column, dtype in TIMELINE_DTYPES.items()):
         return False
@@ -267,8 +277,9 @@ def make_timeline(records: Iterable[Mapping[str, Any]] | Mapping[str, Any] | pd.
     Columns may also be passed as keyword arrays: ``make_timeline(rank=[0], name=["x"], ...)``.
     Raises :class:`SchemaError` listing every violation.
     """
-    if isinstance(records, Mapping) and _in_schema(records):
-        frame = pd.DataFrame({column: records[column] for column in TIMELINE_DTYPES}, copy=False)
+    if isinstance(records, Mapping | pd.DataFrame) and _in_schema(records):
+        frame = pd.DataFrame({column: getattr(records[column], "array", records[column])  # no index to align
+                              for column in TIMELINE_DTYPES}, copy=False)
         validate_timeline(frame)  # nothing to fill or cast: check the values only
         return frame
     if records is None:

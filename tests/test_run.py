@@ -62,7 +62,10 @@ def _config(tmp_path, argv, **kw):
 
 def disagreements(store: TraceStore, job_dir: Path) -> list[str]:
     """Per rank and kind, where the store's barrier/wait/compute sums differ from the job's own MPI.Wtime
-    sums by more than 2 % or 100 us (the window: from the first Barrier's return to the last's start)."""
+    sums by more than 2 % or 50 us per interval of that kind (the window: from the first Barrier's return to
+    the last's start). The allowance per interval is mpi4py's own Python work between the job's Wtime and the
+    MPI call, which the job counts as MPI time and the wrapper as time outside MPI: tens of microseconds per
+    call on a loaded 2-core VM."""
     bad = []
     for rank, tl in store.iter_timeline():
         own = json.loads((job_dir / f"rank{rank}.json").read_text())
@@ -71,10 +74,11 @@ def disagreements(store: TraceStore, job_dir: Path) -> list[str]:
         lo = int(barriers["start_ns"].iloc[0] + barriers["dur_ns"].iloc[0])
         hi = int(barriers["start_ns"].iloc[-1])
         window = main_lane[(main_lane["start_ns"] >= lo) & (main_lane["start_ns"] < hi)]
-        sums = window.groupby(window["category"].astype(str), observed=True)["dur_ns"].sum()
+        by_kind = window.groupby(window["category"].astype(str), observed=True)["dur_ns"]
+        sums, counts = by_kind.sum(), by_kind.size()
         for kind in ("barrier", "wait", "compute"):
             measured_ns = own[kind] * 1e9
-            if abs(sums[kind] - measured_ns) > max(0.02 * measured_ns, 100_000):
+            if abs(sums[kind] - measured_ns) > max(0.02 * measured_ns, 50_000 * counts[kind]):
                 bad.append(f"rank {rank} {kind}: store {sums[kind]} ns, job {measured_ns:.0f} ns")
     return bad
 

@@ -21,7 +21,7 @@ import pyarrow as pa
 from ddltrace.collectors.importers.categories import Categorizer
 from ddltrace.collectors.importers.source import ByteSource
 from ddltrace.errors import DdltraceError
-from ddltrace.timeline import CATEGORIES, CATEGORY_DTYPE, TIMELINE_DTYPES, make_timeline
+from ddltrace.timeline import CATEGORIES, CATEGORY_DTYPE, TIMELINE_DTYPES, make_timeline, time_order
 
 RANK_FROM = ("auto", "name", "dir", "order")
 
@@ -157,7 +157,14 @@ def build_timeline(*, rank: int, lane_codes: np.ndarray, lane_table: list[str], 
                    key_table: list[tuple[str, str]], start_ns: np.ndarray, dur_ns: np.ndarray, fmt: str,
                    ctx: ImportContext, name_table: list[str] | None = None,
                    extra: dict[str, Any] | None = None) -> pd.DataFrame:
-    """A validated timeline from coded columns: each (cat, name) key is categorised once by the rules."""
+    """A validated timeline from coded columns, in the store's order (by start, then lane): each (cat, name)
+    key is categorised once by the rules, and the rows are ordered by their codes, before any string is made."""
+    order = time_order(start_ns, np.unique(lane_table, return_inverse=True)[1][lane_codes] if len(lane_codes)
+                       else lane_codes)
+    if order is not None:
+        lane_codes, key_codes, start_ns, dur_ns = lane_codes[order], key_codes[order], start_ns[order], dur_ns[order]
+        extra = {column: (values if isinstance(values, np.ndarray | pd.api.extensions.ExtensionArray)
+                          else pd.array(values))[order] for column, values in (extra or {}).items()}
     counts = np.bincount(key_codes, minlength=len(key_table)) if len(key_codes) else np.zeros(len(key_table))
     category_index = {c: i for i, c in enumerate(CATEGORIES)}
     key_category = np.array([category_index[ctx.categorizer.category(fmt, cat, name, int(n))]
