@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 
-.PHONY: install system-deps test test-frameworks lint demo demo-live sample-traces sample-store benchmarks clean
+.PHONY: install system-deps test test-frameworks framework-traces lint demo demo-live sample-traces sample-store benchmarks clean
 
 # Debian packages some tests drive for real: chromium (the report rendered headless), iproute2 (network
 # namespaces and tc for the network probe), iperf3 and fio (reference tools of the benchmarks). Installed
@@ -58,6 +58,22 @@ FW_VENVS = .venvs/torch/.installed .venvs/mxnet/.installed .venvs/tf/.installed 
 
 test-frameworks: install $(FW_VENVS)
 	DDLTRACE_FRAMEWORK_TESTS=1 $(PY) -m pytest -q -p no:cacheprovider tests/frameworks
+
+# xprof (TensorBoard's profile plugin) converts XPlane to trace-viewer JSON for the test data (350 MB venv).
+.venvs/xprof/.installed:
+	$(PYTHON) -m venv .venvs/xprof && .venvs/xprof/bin/pip install -q xprof && touch $@
+
+# Regenerate the small real framework traces the importer tests read (tests/data/README.md; each with its
+# framework's own venv; several minutes, more on a first build of the venvs).
+framework-traces: install $(FW_VENVS) .venvs/xprof/.installed
+	.venvs/torch/bin/python scripts/make_framework_traces.py torch --out tests/data/torch_gloo
+	.venvs/mxnet/bin/python scripts/make_framework_traces.py mxnet --out tests/data/mxnet_dist_sync
+	.venvs/tf/bin/python scripts/make_framework_traces.py tf1 --out tests/data/tf1_ps
+	.venvs/tf/bin/python scripts/make_framework_traces.py tf1 --step-stats --out tests/data/tf1_ps
+	.venvs/tf/bin/python scripts/make_framework_traces.py tf2 --out tests/data/tf2_profile
+	.venvs/xprof/bin/python scripts/make_framework_traces.py tf2-json --from tests/data/tf2_profile \
+		--out tests/data/tf2_trace_viewer
+	.venvs/horovod/bin/python scripts/make_framework_traces.py horovod --out tests/data/horovod_gloo
 
 # Regenerate the bundled traces of the reference job (sample_traces/README.md; a few minutes).
 sample-traces: install

@@ -5,6 +5,9 @@
     .venvs/mxnet/bin/python scripts/make_framework_traces.py mxnet --out tests/data/mxnet_dist_sync
     .venvs/tf/bin/python scripts/make_framework_traces.py tf1 --out tests/data/tf1_ps
     .venvs/tf/bin/python scripts/make_framework_traces.py tf2 --out tests/data/tf2_profile
+    .venvs/xprof/bin/python scripts/make_framework_traces.py tf2-json --from tests/data/tf2_profile \
+        --out tests/data/tf2_trace_viewer
+    .venvs/horovod/bin/python scripts/make_framework_traces.py horovod --out tests/data/horovod_gloo
 
 torch: a 2-process gloo DistributedDataParallel job on 127.0.0.1 (CPU), profiled with torch.profiler for 3 active
 steps; each rank writes ``rank<r>.pt.trace.json.gz`` (Kineto JSON, gzip). The venv is made with
@@ -23,6 +26,16 @@ RecvTensor's bytes and peers) as ``step_stats_worker<k>.pbtxt.gz``.
 tf2: the TensorFlow 2 profiler (``tf.profiler.experimental``, host tracer level 2) around 3 steps of a small Keras
 model's ``tf.function`` training step, each in a ``Trace("train", step_num=i)``; the XPlane file is copied to
 ``worker0/<host>.xplane.pb``.
+
+tf2-json: the trace-viewer JSON that TensorBoard's profile plugin shows, made from those XPlane files by xprof's own
+converter (``xspace_to_tool_data(..., "trace_viewer")``, FORMATS.md section 2), gzip-compressed, one
+``<worker>/<host>.trace.json.gz`` per ``--from`` XPlane. Venv: ``.venvs/xprof/bin/pip install xprof``.
+
+horovod: rank 0's Horovod timeline (``HOROVOD_TIMELINE``) of a 2-rank Gloo job under ``horovodrun``
+(``tests/frameworks/jobs/hvd_torch.py``, 3 steps), gzip-compressed, as ``horovod_timeline.json.gz``. Venv:
+``scripts/build_horovod_venv.sh`` (Horovod 0.28.1 on torch 2.13.0).
+
+``make framework-traces`` runs them all with their venvs.
 """
 
 from __future__ import annotations
@@ -244,10 +257,50 @@ def make_tf2(out: Path) -> None:
             print(f"{target}: {target.stat().st_size} bytes")
 
 
+def make_tf2_json(xplanes: Path, out: Path) -> None:
+    import gzip
+    import shutil
+    import tempfile
+
+    from xprof.convert import raw_to_tool_data
+
+    found = sorted(xplanes.rglob("*.xplane.pb"))
+    if not found:
+        sys.exit(f"{xplanes}: no *.xplane.pb files")
+    for path in found:
+        with tempfile.TemporaryDirectory() as tmp:  # the converter writes cache files beside its input
+            copy = Path(tmp) / path.name
+            shutil.copy(path, copy)
+            text, _ = raw_to_tool_data.xspace_to_tool_data([str(copy)], "trace_viewer", {})
+        target = out / path.parent.relative_to(xplanes) / (path.name.removesuffix(".xplane.pb") + ".trace.json.gz")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(gzip.compress(text.encode() if isinstance(text, str) else text, mtime=0))
+        print(f"{target}: {target.stat().st_size} bytes")
+
+
+def make_horovod(out: Path) -> None:
+    import gzip
+    import subprocess
+
+    venv = Path(sys.executable).parent
+    job = Path(__file__).resolve().parents[1] / "tests" / "frameworks" / "jobs" / "hvd_torch.py"
+    out.mkdir(parents=True, exist_ok=True)
+    timeline = out / "horovod_timeline.json"
+    env = {**os.environ, "HOROVOD_TIMELINE": str(timeline)}
+    subprocess.run([str(venv / "horovodrun"), "--gloo", "-np", "2", "-H", "localhost:2", sys.executable, str(job),
+                    "--steps", "3", "--width", "64", "--batch", "32"], env=env, check=True)
+    target = out / "horovod_timeline.json.gz"
+    target.write_bytes(gzip.compress(timeline.read_bytes(), mtime=0))
+    timeline.unlink()
+    print(f"{target}: {target.stat().st_size} bytes")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("framework", choices=["torch", "mxnet", "tf1", "tf2", "mxnet-worker", "tf1-task"])
+    parser.add_argument("framework", choices=["torch", "mxnet", "tf1", "tf2", "tf2-json", "horovod", "mxnet-worker",
+                                              "tf1-task"])
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--from", dest="source", type=Path, help="tf2-json: the folder of XPlane files to convert")
     parser.add_argument("--step-stats", action="store_true",
                         help="tf1: write each worker's RunMetadata.step_stats as protobuf text instead of the timeline")
     parser.add_argument("--task", help=argparse.SUPPRESS)
@@ -261,7 +314,10 @@ def main() -> None:
         if args.framework == "tf1":
             make_tf1(args.out, args.step_stats)
             return
-        makers = {"torch": make_torch, "mxnet": make_mxnet, "tf1": make_tf1, "tf2": make_tf2,
+        if args.framework == "tf2-json":
+            make_tf2_json(args.source or args.out, args.out)
+            return
+        makers = {"torch": make_torch, "mxnet": make_mxnet, "tf1": make_tf1, "tf2": make_tf2, "horovod": make_horovod,
                   "mxnet-worker": _mxnet_worker}
         makers[args.framework](args.out)
     except ImportError as exc:

@@ -98,3 +98,36 @@ def test_tf2_xplane_read_without_tensorflow(tmp_path):
     broken.write_bytes(path.read_bytes()[:5000])
     with pytest.raises(DdltraceError, match="vm.xplane.pb: not a readable XPlane"):
         list(importer.read(broken, ImportContext(Categorizer())))
+
+
+def test_tf2_trace_viewer_json_matches_the_xplane_it_was_made_from():
+    """The trace-viewer JSON that xprof's own converter made from the real TF 2.21 XPlane above: the same ops
+    (named ``node:OpType``, from ``args.long_name``), durations, relative times, steps and categories."""
+    from ddltrace.collectors.importers import Categorizer, ImportContext, detect
+
+    data = Path(__file__).parent / "data"
+    json_path = data / "tf2_trace_viewer" / "worker0" / "vm.trace.json.gz"
+    xplane_path = data / "tf2_profile" / "worker0" / "vm.xplane.pb"
+    assert detect(json_path).name == "tf2"
+    (json_part,) = detect(json_path).read(json_path, ImportContext(Categorizer()))
+    (xplane_part,) = detect(xplane_path).read(xplane_path, ImportContext(Categorizer()))
+    assert json_part.clock == "relative" and xplane_part.clock == "epoch"
+    j, x = json_part.timeline, xplane_part.timeline
+
+    def steps(tl):
+        return tl[tl["step"].notna()].sort_values("start_ns")
+
+    js, xs = steps(j), steps(x)
+    assert js["step"].tolist() == xs["step"].tolist() == [0, 1, 2]
+    assert js["dur_ns"].tolist() == xs["dur_ns"].tolist()
+
+    def compute(tl, origin):
+        ops = tl[tl["category"].astype(str) == "compute"]
+        return sorted(zip(ops["name"], ops["start_ns"] - origin, ops["dur_ns"], strict=True))
+
+    ops = compute(j, js["start_ns"].iloc[0])
+    assert len(ops) > 50 and ops == compute(x, xs["start_ns"].iloc[0])
+    assert any(name.endswith(":_FusedMatMul") for name, _, _ in ops)
+    # the tf.function's own span (named after the Python function) encloses the step: not compute, in both
+    assert set(j.loc[j["name"] == "step", "category"].astype(str)) == {"other"}
+    assert set(x.loc[x["name"] == "step", "category"].astype(str)) == {"other"}

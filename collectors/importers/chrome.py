@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, ClassVar, Union
@@ -34,6 +35,8 @@ _KNOWN_PHASES = set("XBEbeniIsftCMNODPRcpv(),{}")  # every phase the format defi
 _INTERVAL_PHASES = {"X", "B", "E", "b", "e"}
 _LANE_AND_KEY = attrgetter("pid", "tid", "cat", "name")
 _LANE = attrgetter("pid", "tid")
+#: (cat, name, args) of an event to the (cat, name) it is filed under.
+Relabel = Callable[[str, str, dict], tuple[str, str]]
 
 
 class Event(msgspec.Struct, gc=False):
@@ -77,6 +80,9 @@ def _phase(tag: str, names: str) -> type:
 #: Phases the fast path knows; an event of any other phase sends its piece to the field-by-field path.
 _PHASES = [_phase(ph, names) for ph, names in _PHASE_FIELDS.items()]
 _DECODE_FAST = msgspec.json.Decoder(list[Union[tuple(_PHASES)]])  # noqa: UP007 (a runtime union of types)
+#: The same, keeping the ``args`` of ``X`` events (for a reader given ``relabel``).
+_DECODE_FAST_X_ARGS = msgspec.json.Decoder(list[Union[tuple(  # noqa: UP007
+    _phase(ph, names + " args" if ph == "X" else names) for ph, names in _PHASE_FIELDS.items())]])
 
 #: What a decoder raises on text that is not (UTF-8) JSON.
 _MALFORMED = (msgspec.DecodeError, UnicodeDecodeError)
@@ -129,9 +135,11 @@ class ChromeTrace:
 class _Builder:
     """Folds decoded events into columns; B/E and b/e are paired at the end."""
 
-    def __init__(self, path: str, keep_flows: str | None = None):
+    def __init__(self, path: str, keep_flows: str | None = None, relabel: Relabel | None = None):
         self.trace = ChromeTrace(path=path)
         self.keep_flows = keep_flows  # the cat of flow arrows to keep (e.g. Kineto's "ac2g"), None for none
+        self.relabel = relabel
+        self.decoder = _DECODE_FAST_X_ARGS if relabel is not None else _DECODE_FAST
         self.lane_index: dict[tuple, int] = {}
         self.key_index: dict[tuple, int] = {}
         self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
@@ -166,6 +174,10 @@ class _Builder:
             ok = ~negative
             xs = [e for e, k in zip(xs, ok, strict=True) if k]
             ts, dur = ts[ok], dur[ok]
+        if self.relabel is not None:
+            for e in xs:
+                if len(e.args) > 2:
+                    e.cat, e.name = self.relabel(e.cat, e.name, decode_args(e))
         lane, key = self._lane_key_codes(xs)
         self.parts.append((lane, key, ts, dur))
         self.n_rows += len(xs)
@@ -403,7 +415,7 @@ class _Reader:
         # one copy (``piece`` may be a view into the read buffer)
         doc = piece if wrapped else b"".join((b"[", piece, b"]"))
         try:
-            return _DECODE_FAST.decode(doc), None
+            return self.builder.decoder.decode(doc), None
         except msgspec.ValidationError:
             pass
         except _MALFORMED as exc:
@@ -647,14 +659,17 @@ class _Reader:
                                        f"the last {len(rest)} bytes were skipped")
 
 
-def read_chrome(path, *, keep_flows: str | None = None, source: ByteSource | None = None) -> ChromeTrace:
+def read_chrome(path, *, keep_flows: str | None = None, relabel: Relabel | None = None,
+                source: ByteSource | None = None) -> ChromeTrace:
     """Read one Chrome trace file (plain or gzip) into a :class:`ChromeTrace`.
 
     ``keep_flows`` keeps the ``s``/``f`` flow arrows of that cat (as (ph, id, lane, ts) in ``flows``).
+    ``relabel(cat, name, args)`` gives each ``X`` event that has ``args`` its (cat, name), for dialects that say
+    in ``args`` what an event is (slower: those ``args`` are decoded).
     Raises :class:`DdltraceError` with the byte offset when nothing valid can be read.
     """
     source = source or ByteSource(path)
-    trace = _Reader(source, _Builder(str(path), keep_flows)).run()
+    trace = _Reader(source, _Builder(str(path), keep_flows, relabel)).run()
     if trace.read == 0 and trace.problems:
         raise DdltraceError(f"nothing valid could be read: {trace.problems[0]}")
     return trace

@@ -8,7 +8,8 @@ dropped. The producing worker is the ``/job:worker/task:k`` device with most ops
 
 TF2: pids are devices named by ``process_name`` (``/host:CPU``, ``/device:GPU:0``), ``ts`` is µs since the
 profile started (no absolute time in the JSON). On device planes the derived lines (TensorFlow Ops/Name Scope,
-XLA Ops/Modules) repeat the stream kernels and are dropped.
+XLA Ops/Modules) repeat the stream kernels and are dropped. Ops take their ``args.long_name`` (``node:OpType``)
+and ``tf.function`` spans (``args.tf_function_call``) the cat ``tf_function``, as in the XPlane reader.
 """
 
 from __future__ import annotations
@@ -87,8 +88,17 @@ def read_tf1(path: Path, ctx: ImportContext):
                           drop_reason="duplicate GPU events (/stream:all)")
 
 
+def _tf2_label(cat: str, name: str, args: dict) -> tuple[str, str]:
+    """An op as ``<node>:<OpType>`` (its ``long_name``, the name the XPlane reader gives it); the span of a
+    ``tf.function`` call (named after the Python function) under cat ``tf_function``, as in the XPlane."""
+    if "tf_function_call" in args:
+        return "tf_function", name
+    long_name = args.get("long_name")
+    return cat, long_name if isinstance(long_name, str) and long_name else name
+
+
 def read_tf2(path: Path, ctx: ImportContext):
-    trace = read_chrome(path)
+    trace = read_chrome(path, relabel=_tf2_label)
     record(ctx, trace)
 
     def lane(pid, tid):
