@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ddltrace.collectors.importers import Categorizer, ImportContext, get_importer
@@ -88,3 +88,48 @@ def test_mutated_kineto_plain_and_gzip(mutations, mutate_compressed):
     else:
         data = gzip.compress(_mutate(plain, mutations))
     _read_all_ways(data, "rank-1.pt.trace.json.gz", "kineto")
+
+
+DATA = Path(__file__).parent / "data"
+
+
+def _read_or_refuse(data: bytes, name: str, fmt: str) -> None:
+    """The importer salvages (valid timelines) or refuses with one line; nothing else escapes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "worker0" / name
+        path.parent.mkdir()
+        path.write_bytes(data)
+        ctx = ImportContext(Categorizer(), report=FileReport(str(path)))
+        try:
+            for part in get_importer(fmt).read(path, ctx):
+                assert (part.timeline["dur_ns"] >= 0).all()
+        except DdltraceError as exc:
+            assert str(exc) and "\n" not in str(exc)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(mutation, min_size=1, max_size=3))
+@example([("replace", 0.5, b"\x00")])  # a text field holding a number (was an AttributeError)
+@example([("delete", 0.25, b"4")])  # a message field holding a number (was a TypeError)
+def test_mutated_tf2_xplane(mutations):
+    """The protobuf wire reader on a mutated real TF 2.21 XPlane (lengths and tags broken at random)."""
+    real = (DATA / "tf2_profile" / "worker0" / "vm.xplane.pb").read_bytes()
+    _read_or_refuse(_mutate(real, mutations), "vm.xplane.pb", "tf2-xplane")
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(mutation, min_size=1, max_size=3))
+@example([("truncate", 0.5127811711211793, b""), ("delete", 0.25, b"\x1b"),
+          ("replace", 0.7458524490742978, b"\x00")])  # a value where a message belongs (was an AttributeError)
+def test_mutated_tf1_step_stats(mutations):
+    """The step_stats text reader on a mutated real TF1 worker's step_stats."""
+    real = gzip.decompress((DATA / "tf1_ps" / "step_stats_worker0.pbtxt.gz").read_bytes())
+    _read_or_refuse(_mutate(real, mutations), "step_stats_worker0.pbtxt", "tf1-stepstats")
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(mutation, min_size=1, max_size=3))
+def test_mutated_mxnet_begin_end_pairs(mutations):
+    """Begin/end pairing on a mutated real MXNet dist_sync profile (B/E events)."""
+    real = gzip.decompress((DATA / "mxnet_dist_sync" / "profile_dist_sync_rank0.json.gz").read_bytes())
+    _read_all_ways(_mutate(real, mutations), "profile_dist_sync_rank0.json", "mxnet")

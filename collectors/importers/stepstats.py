@@ -98,25 +98,31 @@ def parse_text(text: str) -> tuple[dict, bool]:
 
 
 def _first(msg: dict, key: str, default=None):
-    values = msg.get(key)
+    """The first value of a scalar field (a message where a value belongs, as in a damaged file, is passed over)."""
+    values = [v for v in msg.get(key, ()) if not isinstance(v, dict)]
     return values[0] if values else default
+
+
+def _messages(msg: dict, key: str) -> list[dict]:
+    """The sub-messages of a field (a value where a message belongs, as in a damaged file, is passed over)."""
+    return [v for v in msg.get(key, ()) if isinstance(v, dict)]
 
 
 def _int(msg: dict, key: str) -> int | None:
     value = _first(msg, key)
     try:
-        return int(value) if value is not None else None
+        number = int(value) if value is not None else None
     except ValueError:
         return None
+    return number if number is None or abs(number) < 1 << 62 else None  # beyond int64 ns: not a time or size
 
 
 def _dev_stats(tree: dict) -> list[dict]:
     if "dev_stats" in tree:
-        return tree["dev_stats"]
-    for key in ("step_stats",):
-        for child in tree.get(key, []):
-            if isinstance(child, dict) and "dev_stats" in child:
-                return child["dev_stats"]
+        return _messages(tree, "dev_stats")
+    for child in _messages(tree, "step_stats"):
+        if "dev_stats" in child:
+            return _messages(child, "dev_stats")
     return []
 
 
@@ -126,9 +132,9 @@ def _ident(match: re.Match) -> tuple[str, int]:
 
 def _output_bytes(node: dict) -> int | None:
     total, seen = 0, False
-    for output in node.get("output", []):
-        for desc in output.get("tensor_description", []):
-            for alloc in desc.get("allocation_description", []):
+    for output in _messages(node, "output"):
+        for desc in _messages(output, "tensor_description"):
+            for alloc in _messages(desc, "allocation_description"):
                 value = _int(alloc, "requested_bytes")
                 if value is not None:
                     total, seen = total + value, True
@@ -176,7 +182,7 @@ def read(path: Path, ctx: ImportContext):
     for dev in devices:
         device = _first(dev, "device", "")
         m = _DEVICE.match(device)
-        nodes = dev.get("node_stats", [])
+        nodes = _messages(dev, "node_stats")
         if m is None:
             skipped[f"nodes on an unrecognised device name ({device!r})"] += len(nodes)
             continue

@@ -13,6 +13,7 @@ the folder or file name (``worker1/``), as in the trace-viewer JSON.
 from __future__ import annotations
 
 import struct
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -53,27 +54,45 @@ class _Wire:
 
     @classmethod
     def fields(cls, data: bytes):
-        pos, end = 0, len(data)
+        pos, end = 0, len(_message(data))
         while pos < end:
             key, pos = cls.varint(data, pos)
             number, kind = key >> 3, key & 7
             if kind == 0:
                 value, pos = cls.varint(data, pos)
-            elif kind == 1:
-                value, pos = data[pos:pos + 8], pos + 8
-            elif kind == 2:
-                size, pos = cls.varint(data, pos)
+            elif kind in (1, 2, 5):
+                size, pos = ({1: 8, 5: 4}[kind], pos) if kind != 2 else cls.varint(data, pos)
                 value, pos = data[pos:pos + size], pos + size
                 if pos > end:
-                    raise ValueError("length-delimited field runs past the end")
-            elif kind == 5:
-                value, pos = data[pos:pos + 4], pos + 4
+                    raise ValueError("a field runs past the end")
             else:
                 raise ValueError(f"unsupported wire type {kind}")
             yield number, kind, value
 
 
-def _signed(v: int) -> int:
+def _number(v) -> int:
+    """A varint field's value (ValueError when the field holds bytes: not this schema)."""
+    if not isinstance(v, int):
+        raise ValueError("a number field holds bytes")
+    return v
+
+
+def _text(v) -> str:
+    """A length-delimited field's value as text (ValueError when the field holds a number)."""
+    if not isinstance(v, bytes):
+        raise ValueError("a text field holds a number")
+    return v.decode("utf-8", "replace")
+
+
+def _message(v) -> bytes:
+    """A nested message's bytes (ValueError when the field holds a number)."""
+    if not isinstance(v, bytes):
+        raise ValueError("a message field holds a number")
+    return v
+
+
+def _signed(v) -> int:
+    v = _number(v)
     return v - (1 << 64) if v >= 1 << 63 else v
 
 
@@ -82,15 +101,15 @@ def _stat(data: bytes, stat_names: dict[int, str]):
     name, value = None, None
     for number, _kind, v in _Wire.fields(data):
         if number == 1:
-            name = stat_names.get(v, str(v))
+            name = stat_names.get(_number(v), str(v))
         elif number == 2:
-            value = struct.unpack("<d", v)[0]
+            value = struct.unpack("<d", _message(v))[0]
         elif number in (3, 4):
-            value = _signed(v) if number == 4 else v
+            value = _signed(v) if number == 4 else _number(v)
         elif number in (5, 6):
-            value = v.decode("utf-8", "replace")
+            value = _text(v)
         elif number == 7:
-            value = stat_names.get(v, str(v))
+            value = stat_names.get(_number(v), str(v))
     return name, value
 
 
@@ -100,7 +119,7 @@ def _map_entry(data: bytes) -> tuple[int, bytes]:
         if number == 1:
             key = _signed(v)
         elif number == 2:
-            value = v
+            value = _message(v)
     return key, value
 
 
@@ -109,25 +128,25 @@ def _plane(data: bytes):
     name, lines, event_meta, stat_names, raw_stats = "", [], {}, {}, []
     for number, _kind, v in _Wire.fields(data):
         if number == 2:
-            name = v.decode("utf-8", "replace")
+            name = _text(v)
         elif number == 3:
-            lines.append(v)
+            lines.append(_message(v))
         elif number == 4:
             key, meta = _map_entry(v)
             meta_name = display = ""
             for n, _k, mv in _Wire.fields(meta):
                 if n == 2:
-                    meta_name = mv.decode("utf-8", "replace")
+                    meta_name = _text(mv)
                 elif n == 4:
-                    display = mv.decode("utf-8", "replace")
+                    display = _text(mv)
             event_meta[key] = meta_name or display
         elif number == 5:
             key, meta = _map_entry(v)
             for n, _k, mv in _Wire.fields(meta):
                 if n == 2:
-                    stat_names[key] = mv.decode("utf-8", "replace")
+                    stat_names[key] = _text(mv)
         elif number == 6:
-            raw_stats.append(v)
+            raw_stats.append(_message(v))
     stats = dict(_stat(s, stat_names) for s in raw_stats)
     return name, lines, event_meta, stat_names, stats
 
@@ -138,16 +157,16 @@ def _line(data: bytes):
     timestamp_ns, events = 0, []
     for number, _kind, v in _Wire.fields(data):
         if number == 2:
-            name = v.decode("utf-8", "replace")
+            name = _text(v)
         elif number == 11:
-            display = v.decode("utf-8", "replace")
+            display = _text(v)
         elif number == 3:
             timestamp_ns = _signed(v)
         elif number == 4:
             meta = offset = duration = 0
             occurrences = None
             stats = []
-            for n, _k, ev in _Wire.fields(v):
+            for n, _k, ev in _Wire.fields(_message(v)):
                 if n == 1:
                     meta = _signed(ev)
                 elif n == 2:
@@ -155,9 +174,9 @@ def _line(data: bytes):
                 elif n == 3:
                     duration = _signed(ev)
                 elif n == 5:
-                    occurrences = ev
+                    occurrences = _number(ev)
                 elif n == 4:
-                    stats.append(ev)
+                    stats.append(_message(ev))
             events.append((meta, offset, duration, stats, occurrences))
     return display or name, timestamp_ns, events
 
@@ -168,57 +187,81 @@ def sniff(raw: bytes, path: Path) -> bool:
     return path.name.endswith(".xplane.pb") and raw[:1] == b"\x0a"
 
 
+#: What a damaged message raises while it is decoded.
+_BROKEN = (ValueError, struct.error)
+#: Start and end times (ps) beyond this are not times (int64 ns holds ±9.2e18 ns = ±9.2e21 ps).
+_MAX_PS = 1 << 62
+
+
 def read(path: Path, ctx: ImportContext):
     data = ByteSource(path).read_all()
     try:
-        planes = [v for number, _kind, v in _Wire.fields(data) if number == 1]
-        parsed = [_plane(p) for p in planes]
-    except (ValueError, IndexError, struct.error) as exc:
+        planes = [_message(v) for number, _kind, v in _Wire.fields(data) if number == 1]
+    except _BROKEN as exc:
         raise DdltraceError(f"{path}: not a readable XPlane protobuf ({exc})") from exc
+    skipped: Counter = Counter()
+    parsed = []
+    for plane in planes:  # a damaged plane, line or event is skipped and counted; the rest is kept
+        try:
+            parsed.append(_plane(plane))
+        except _BROKEN:
+            skipped["unreadable XPlane planes"] += 1
+    if planes and not parsed:
+        raise DdltraceError(f"{path}: not a readable XPlane protobuf (none of its {len(planes)} planes decodes)")
     start_ns, clock = 0, "relative"
     for name, _lines, _meta, _stat_names, stats in parsed:
-        if name == "Task Environment" and isinstance(stats.get("profile_start_time"), int):
-            start_ns, clock = int(stats["profile_start_time"]), "epoch"
+        profile_start = stats.get("profile_start_time")
+        if name == "Task Environment" and isinstance(profile_start, int) and 0 < profile_start < _MAX_PS // 1000:
+            start_ns, clock = profile_start, "epoch"
     lanes: dict[str, int] = {}
     keys: dict[tuple[str, str], int] = {}
     lane_codes, key_codes, starts, durs, steps = [], [], [], [], []
-    dropped = aggregated = events_read = 0
+    events_read = 0
     for plane_name, lines, event_meta, stat_names, _stats in parsed:
         if not plane_name.startswith(("/host:", "/device:")):
             continue
         short = plane_name.replace("/device:", "").replace("/host:", "host:").lower()
         on_device = not plane_name.startswith("/host:")
         for raw_line in lines:
-            line_name, timestamp_ns, events = _line(raw_line)
+            try:
+                line_name, timestamp_ns, events = _line(raw_line)
+            except _BROKEN:
+                skipped["unreadable XPlane lines"] += 1
+                continue
             events_read += len(events)
             if on_device and line_name in _DERIVED_LINES:
-                dropped += len(events)
+                skipped["derived device lines (TensorFlow Ops, Name Scope, XLA)"] += len(events)
                 continue
             lane = lanes.setdefault(f"{short}/{line_name}", len(lanes))
             for meta, offset_ps, duration_ps, raw_stats, occurrences in events:
                 if occurrences is not None:
-                    aggregated += 1
+                    skipped["aggregated events (num_occurrences, no time)"] += 1
+                    continue
+                start_ps = timestamp_ns * 1000 + offset_ps
+                if duration_ps < 0 or abs(start_ps) > _MAX_PS or start_ps + duration_ps > _MAX_PS:
+                    skipped["events with a negative duration or a time out of range"] += 1
                     continue
                 name = event_meta.get(meta, f"event {meta}")
                 step, cat = -1, ""
-                for raw in raw_stats:  # Trace("train", step_num=i) marks a step
-                    stat_name, value = _stat(raw, stat_names)
-                    if stat_name == "step_num" and isinstance(value, int):
-                        step, cat = value, "step"
-                    elif stat_name == "tf_function_call" and not cat:  # a tf.function call: the whole function
-                        cat = "tf_function"
+                try:
+                    for raw in raw_stats:  # Trace("train", step_num=i) marks a step
+                        stat_name, value = _stat(raw, stat_names)
+                        if stat_name == "step_num" and isinstance(value, int):
+                            step, cat = value, "step"
+                        elif stat_name == "tf_function_call" and not cat:  # a tf.function call: the whole function
+                            cat = "tf_function"
+                except _BROKEN:
+                    skipped["events with unreadable stats (kept without them)"] += 1
+                    step, cat = -1, ""
                 lane_codes.append(lane)
                 key_codes.append(keys.setdefault((cat, name), len(keys)))
-                starts.append(timestamp_ns * 1000 + offset_ps)
+                starts.append(start_ps)
                 durs.append(duration_ps)
-                steps.append(step)
+                steps.append(step if 0 <= step < _MAX_PS else -1)
     if ctx.report is not None:
         ctx.report.events += events_read
         ctx.report.intervals += len(starts)
-        if dropped:
-            ctx.report.skipped["derived device lines (TensorFlow Ops, Name Scope, XLA)"] += dropped
-        if aggregated:
-            ctx.report.skipped["aggregated events (num_occurrences, no time)"] += aggregated
+        ctx.report.skipped.update(skipped)
     starts_ps = np.array(starts, dtype=np.int64)
     step_arr = np.array(steps, dtype=np.int64)
     rank = rank_from_path(path, ctx.rank_from, ctx)
