@@ -211,7 +211,7 @@ def read(path: Path, ctx: ImportContext):
     start_ns, clock = 0, "relative"
     for name, _lines, _meta, _stat_names, stats in parsed:
         profile_start = stats.get("profile_start_time")
-        if name == "Task Environment" and isinstance(profile_start, int) and 0 < profile_start < _MAX_PS // 1000:
+        if name == "Task Environment" and isinstance(profile_start, int) and 0 < profile_start < 1 << 62:
             start_ns, clock = profile_start, "epoch"
     lanes: dict[str, int] = {}
     keys: dict[tuple[str, str], int] = {}
