@@ -253,3 +253,27 @@ def test_tf2_trace_viewer_json_drops_derived_lines(tmp_path):
     assert "dense/MatMul:MatMul" not in tl.index
     assert tl.loc["train 3", "step"] == 3 and tl.loc["train 3", "category"] == "other"
     assert ctx.report.skipped["events without a phase (ph), such as TF2's trailing {}"] == 1
+
+
+@pytest.mark.skipif(not (MPI / "pipit-ping-pong-otf2").exists(), reason="shared MPI traces absent")
+@pytest.mark.parametrize("damage", ["events", "anchor"])
+def test_otf2_damaged_archive_is_one_line_not_the_library_s_noise(tmp_path, capfd, damage):
+    """The C library prints its own errors and the package its own tracebacks: both are kept off the terminal,
+    and a damaged archive is refused in one line naming it (exit 2). (OTF2's global reader starts every
+    location's events at once, so a location damaged in its first chunk leaves nothing to keep.)"""
+    pytest.importorskip("otf2")
+    import shutil
+
+    from ddltrace.cli import main
+
+    archive = tmp_path / "a"
+    shutil.copytree(MPI / "pipit-ping-pong-otf2", archive)
+    victim = archive / ("traces/1.evt" if damage == "events" else "traces.otf2")
+    data = victim.read_bytes()
+    victim.write_bytes(data[:len(data) // 2])
+    code = main(["import", str(archive / "traces.otf2"), "--out", str(tmp_path / "store"), "--progress", "never"])
+    out, err = capfd.readouterr()
+    assert "[OTF2]" not in out + err and "Traceback" not in out + err
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "traces.otf2: not a readable OTF2 archive" in err
+    assert ("chunk header" if damage == "events" else "anchor file") in err

@@ -35,6 +35,10 @@ _KNOWN_PHASES = set("XBEbeniIsftCMNODPRcpv(),{}")  # every phase the format defi
 _INTERVAL_PHASES = {"X", "B", "E", "b", "e"}
 _LANE_AND_KEY = attrgetter("pid", "tid", "cat", "name")
 _LANE = attrgetter("pid", "tid")
+#: Times and durations (µs) at or beyond this are damage, not times: float64 holds integer µs exactly below it,
+#: and int64 ns holds it (2**53 µs is 285 years).
+_MAX_US = float(1 << 53)
+_OUT_OF_RANGE = "times out of range (not finite, or beyond 2**53 µs)"
 #: (cat, name, args) of an event to the (cat, name) it is filed under.
 Relabel = Callable[[str, str, dict], tuple[str, str]]
 
@@ -165,13 +169,22 @@ class _Builder:
             xs = [xs[i] for i in keep]
             durs = [durs[i] for i in keep]
             tss = [tss[i] for i in keep]
-        # float64 holds integer microseconds exactly up to 2**53 µs (year 2255)
-        ts = np.fromiter(tss, dtype=np.float64, count=len(tss))
-        dur = np.fromiter(durs, dtype=np.float64, count=len(durs))
-        negative = dur < 0
-        if negative.any():
-            t.skipped["negative duration"] += int(negative.sum())
-            ok = ~negative
+        try:
+            ts = np.fromiter(tss, dtype=np.float64, count=len(tss))
+            dur = np.fromiter(durs, dtype=np.float64, count=len(durs))
+        except OverflowError:  # an integer beyond float64: no time
+            keep = [i for i, (a, b) in enumerate(zip(tss, durs, strict=True)) if _time_ok(a) and _time_ok(b)]
+            t.skipped[_OUT_OF_RANGE] += len(xs) - len(keep)
+            xs = [xs[i] for i in keep]
+            ts = np.array([tss[i] for i in keep], dtype=np.float64)
+            dur = np.array([durs[i] for i in keep], dtype=np.float64)
+        in_range = (np.abs(ts) < _MAX_US) & (dur < _MAX_US)  # NaN is not
+        negative = in_range & (dur < 0)
+        ok = in_range & ~negative
+        if not ok.all():
+            for reason, count in (("negative duration", int(negative.sum())), (_OUT_OF_RANGE, int((~in_range).sum()))):
+                if count:
+                    t.skipped[reason] += count
             xs = [e for e, k in zip(xs, ok, strict=True) if k]
             ts, dur = ts[ok], dur[ok]
         if self.relabel is not None:
@@ -206,7 +219,7 @@ class _Builder:
         phases = Counter([e.ph for e in events])
         if self.keep_flows is not None and (phases["s"] or phases["f"]):
             wanted = self.keep_flows
-            flows = [e for e in events if (e.ph == "s" or e.ph == "f") and e.cat == wanted and e.ts is not None]
+            flows = [e for e in events if (e.ph == "s" or e.ph == "f") and e.cat == wanted and _time_ok(e.ts)]
             if flows:
                 ids = np.array([e.id for e in flows])
                 self.flow_parts.append({
@@ -225,8 +238,7 @@ class _Builder:
         for e in [e for e in events if e.ph in phases]:
             ph = e.ph
             if ph == "B" or ph == "E":
-                if e.ts is None:
-                    t.skipped[f"{ph} event without ts"] += 1
+                if self._no_time(ph, e.ts):
                     continue
                 lane = self.lane_index.setdefault((e.pid, e.tid), len(self.lane_index))
                 self.seq += 1
@@ -237,8 +249,7 @@ class _Builder:
                     args = decode_args(e) if len(e.args) > 2 else None
                     self.begin_end.append((lane, e.ts, self.seq, False, None, e.name, args))
             elif ph == "b" or ph == "e":
-                if e.ts is None:
-                    t.skipped[f"{ph} event without ts"] += 1
+                if self._no_time(ph, e.ts):
                     continue
                 self.seq += 1
                 self.async_be.append((e.pid, e.tid, e.cat, e.id, e.name, e.ts, self.seq, ph == "b"))
@@ -255,8 +266,7 @@ class _Builder:
                     t.thread_names[(e.pid, e.tid)] = str(args.get("name", ""))
                 t.skipped["metadata (M) events, used for names"] += 1
             elif ph == "C":
-                if e.ts is None:
-                    t.skipped["C event without ts"] += 1
+                if self._no_time(ph, e.ts):
                     continue
                 for series, value in decode_args(e).items():
                     if isinstance(value, int | float) and not isinstance(value, bool):
@@ -269,6 +279,16 @@ class _Builder:
                 t.skipped[f"phase '{ph}' events (not intervals)"] += 1
             else:
                 t.skipped[f"unknown phase {ph!r}"] += 1
+
+    def _no_time(self, ph: str, ts) -> bool:
+        """Whether an event's ``ts`` is missing or out of range (counted, the event is left out)."""
+        if ts is None:
+            self.trace.skipped[f"{ph} event without ts"] += 1
+            return True
+        if not _time_ok(ts):
+            self.trace.skipped[_OUT_OF_RANGE] += 1
+            return True
+        return False
 
     def finish(self) -> ChromeTrace:
         t = self.trace
@@ -319,6 +339,9 @@ class _Builder:
                     t.skipped["E without a matching B"] += 1
                     continue
             bkey, _, bts = stack.pop(pos)
+            if ts - bts >= _MAX_US:
+                t.skipped[_OUT_OF_RANGE] += 1
+                continue
             out.append((lane, bkey, bts, ts - bts, args))
         never_closed = sum(len(s) for s in stacks.values())
         if never_closed:
@@ -339,6 +362,9 @@ class _Builder:
                 t.skipped["async e without a matching b"] += 1
                 continue
             btid, bts = stack.pop()
+            if ts - bts >= _MAX_US:
+                t.skipped[_OUT_OF_RANGE] += 1
+                continue
             lane = self.lane_index.setdefault((pid, btid), len(self.lane_index))
             key = self.key_index.setdefault((cat, name), len(self.key_index))
             out.append((lane, key, bts, ts - bts, None))
@@ -346,6 +372,11 @@ class _Builder:
         if never:
             t.skipped["async b never closed by an e"] += never
         return out
+
+
+def _time_ok(value) -> bool:
+    """A time or duration (µs) that is a finite number within ±2**53 µs."""
+    return value is not None and -_MAX_US < value < _MAX_US
 
 
 def _lenient_event(obj: Any) -> Event | str:

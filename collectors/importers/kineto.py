@@ -87,7 +87,7 @@ def read(path: Path, ctx: ImportContext):
     base = trace.header.get("baseTimeNanoseconds")
     offset, clock = 0, "epoch"
     if len(trace.ts_us) and float(trace.ts_us.min()) < EPOCH_US:
-        if isinstance(base, int):
+        if isinstance(base, int) and 0 <= base < 1 << 62:  # ns since the epoch; beyond int64 ns is damage
             offset = base
         else:
             clock = "relative"

@@ -7,6 +7,9 @@ the archive's one clock, converted with its timer resolution.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import io
 import re
 from pathlib import Path
 
@@ -23,28 +26,80 @@ def sniff(raw: bytes, path: Path) -> bool:
     return b"OTF2" in raw[:16] and path.suffix == ".otf2"
 
 
+#: The C library's error callback type: (user data, file, line, function, error code, format, va_list) -> code.
+_ERROR_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_char_p,
+                                   ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+
+
+@contextlib.contextmanager
+def _library_quiet(said: list[str]):
+    """The C library's error messages into ``said`` (their format strings), not onto the terminal; the
+    Python package's own tracebacks (it prints one when a callback fails) as well, one line each."""
+    from _otf2.Config import conf
+
+    def keep(_user, _file, _line, _function, code, text, _args):
+        said.append((text or b"").decode("utf-8", "replace"))
+        return code
+
+    register = conf.lib.OTF2_Error_RegisterCallback
+    register.argtypes, register.restype = [_ERROR_CALLBACK, ctypes.c_void_p], ctypes.c_void_p
+    callback = _ERROR_CALLBACK(keep)
+    previous = register(callback, None)
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(printed):
+            yield
+    finally:
+        register(ctypes.cast(previous, _ERROR_CALLBACK) if previous else _ERROR_CALLBACK(), None)
+        said.extend(line.strip() for line in printed.getvalue().splitlines()[-1:] if line.strip())
+
+
+def _reason(exc: Exception, said: list[str]) -> str:
+    """Why the library stopped: its exception, with the first two messages it gave (innermost first)."""
+    plain = [text for text in said if text and "%" not in text]
+    return f"{exc}: {'; '.join(plain[:2])}" if plain else str(exc)
+
+
 def _load():
+    """The otf2 package and the error its C library raises on damaged data."""
     try:
         import otf2
+        from _otf2.ErrorCodes import Error
     except ImportError as exc:
         raise DdltraceError("OTF2 archives need the 'otf2' package: pip install 'ddltrace[otf2]' "
                             "(or pip install otf2)") from exc
-    return otf2
+    return otf2, Error
 
 
 def read(path: Path, ctx: ImportContext):
-    otf2 = _load()
+    otf2, damaged = _load()
     per_rank: dict[int, dict] = {}
+    said: list[str] = []
     try:
-        reader_cm = otf2.reader.open(str(path))
+        with _library_quiet(said):
+            reader_cm = otf2.reader.open(str(path))
+            reader = reader_cm.__enter__()
+            clock = reader.definitions.clock_properties
+            resolution = float(clock.timer_resolution)
+            offset = int(clock.global_offset)
+            stream = iter(reader.events)
     except Exception as exc:  # the C library reports any damage as a generic error
-        raise DdltraceError(f"{path}: not a readable OTF2 archive ({exc})") from exc
-    with reader_cm as reader:
-        clock = reader.definitions.clock_properties
-        resolution = float(clock.timer_resolution)
-        offset = int(clock.global_offset)
+        raise DdltraceError(f"{path}: not a readable OTF2 archive ({_reason(exc, said)})") from exc
+    with reader_cm, _library_quiet(said):
         events = 0
-        for location, event in reader.events:
+        while True:
+            try:
+                location, event = next(stream)
+            except StopIteration:
+                break
+            except damaged as exc:  # damaged event data: keep what came before it
+                if not events:
+                    raise DdltraceError(f"{path}: not a readable OTF2 archive ({_reason(exc, said)})") from exc
+                if ctx.report is not None:
+                    ctx.report.problems.append(f"{path}: OTF2 events unreadable after event {events} "
+                                               f"({_reason(exc, said)}); the events before it are kept")
+                    ctx.report.skipped["OTF2 events after damaged data"] += 1
+                break
             events += 1
             group = location.group
             m = _RANK.search(group.name or "")
