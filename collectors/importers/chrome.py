@@ -219,14 +219,21 @@ class _Builder:
         phases = Counter([e.ph for e in events])
         if self.keep_flows is not None and (phases["s"] or phases["f"]):
             wanted = self.keep_flows
-            flows = [e for e in events if (e.ph == "s" or e.ph == "f") and e.cat == wanted and _time_ok(e.ts)]
+            flows = [e for e in events if (e.ph == "s" or e.ph == "f") and e.cat == wanted and e.ts is not None]
+            try:
+                ts = np.array([e.ts for e in flows], dtype=np.float64)
+            except OverflowError:  # an integer beyond float64
+                ts = np.array([e.ts if _time_ok(e.ts) else np.nan for e in flows], dtype=np.float64)
+            in_range = np.abs(ts) < _MAX_US  # else not a time: the arrow is dropped
+            if not in_range.all():
+                flows = [e for e, ok in zip(flows, in_range, strict=True) if ok]
+                ts = ts[in_range]
             if flows:
                 ids = np.array([e.id for e in flows])
                 self.flow_parts.append({
                     "start": np.array([e.ph == "s" for e in flows], dtype=bool),
                     "id": ids if ids.dtype.kind in "iu" else ids.astype(object),
-                    "lane": self._lane_codes(flows),
-                    "ts": np.array([e.ts for e in flows], dtype=np.float64)})
+                    "lane": self._lane_codes(flows), "ts": ts})
         for ph in ("s", "t", "f"):
             if phases[ph]:
                 t.skipped["flow arrows (s/t/f)"] += phases.pop(ph)
