@@ -32,7 +32,6 @@ _TRACE_EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[')
 _MALFORMED_AT = re.compile(r"\(byte (\d+)\)")
 _MAX_LISTED = 10  # damaged pieces described one by one; the rest are counted
 _KNOWN_PHASES = set("XBEbeniIsftCMNODPRcpv(),{}")  # every phase the format defines
-_INTERVAL_PHASES = {"X", "B", "E", "b", "e"}
 _LANE_AND_KEY = attrgetter("pid", "tid", "cat", "name")
 _LANE = attrgetter("pid", "tid")
 #: Times and durations (µs) at or beyond this are damage, not times: float64 holds integer µs exactly below it,
