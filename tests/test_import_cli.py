@@ -92,3 +92,35 @@ def test_cntk_job_detail_preferred_over_summary(tmp_path, capsys):
     assert store.ranks == [0, 1]
     assert store.rank_info(0)["format"] == "cntk"
     assert "relative to its own start" in store.manifest["clock"]["method"]
+
+
+def test_files_read_in_several_processes_give_the_store_one_process_gives(tmp_path, capsys):
+    """--jobs 3 (files read in forked workers, handed back in order) against --jobs 1 (in this process, part by
+    part): the same ranks, rows, manifest notes, summary and --explain, with files of two formats that give the
+    same ranks (merged in command-line order), an aggregate after its detailed trace, and an unreadable file."""
+    import shutil
+
+    data = Path(__file__).parent / "data"
+    folder = tmp_path / "in"
+    shutil.copytree(data / "torch_gloo", folder / "torch")
+    shutil.copytree(data / "mxnet_dist_sync", folder / "mxnet")
+    (folder / "broken.pt.trace.json").write_text('{"schemaVersion": 1, "traceEvents": [{"ph": "X", "na')
+    if CNTK.exists():
+        for path in sorted(CNTK.glob("*_1.*")):  # rank 1's detail trace and its summary (an aggregate)
+            shutil.copy(path, folder / path.name)
+    printed, stores = {}, {}
+    for jobs in (1, 3):
+        out = tmp_path / f"store{jobs}"
+        assert main(["import", str(folder), "--out", str(out), "--jobs", str(jobs), "--explain"]) == 0
+        printed[jobs] = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("imported")]
+        stores[jobs] = TraceStore.open(out)
+    one, three = stores[1], stores[3]
+    assert one.ranks == three.ranks and len(one.ranks) >= 2
+    for rank in one.ranks:
+        a, b = one.timeline([rank]), three.timeline([rank])
+        assert len(a) > 10 and a.equals(b), rank
+        assert one.rank_info(rank) == three.rank_info(rank)
+    assert one.manifest["notes"] == three.manifest["notes"]
+    assert printed[1] == printed[3]
+    assert any("broken.pt.trace.json" in line and "problem" in line for line in printed[3])
+    assert any(line.startswith("  kineto ") for line in printed[3])  # --explain rows from the workers' files

@@ -100,6 +100,19 @@ class Categorizer:
         self.decisions: dict[tuple[str, str, str], Rule | None] = {}
         self.counts: dict[tuple[str, str, str], int] = {}
 
+    def fresh(self) -> Categorizer:
+        """A categorizer with the same rules and nothing decided yet (for one file read elsewhere)."""
+        other = Categorizer.__new__(Categorizer)
+        other.rules, other._by_format, other.decisions, other.counts = self.rules, {}, {}, {}
+        return other
+
+    def merge(self, other: Categorizer) -> None:
+        """Take in what ``other`` (made by :meth:`fresh`) decided and counted."""
+        for key, rule in other.decisions.items():
+            self.decisions.setdefault(key, rule)
+        for key, n in other.counts.items():
+            self.counts[key] = self.counts.get(key, 0) + n
+
     def _rules_for(self, fmt: str) -> list[Rule]:
         rules = self._by_format.get(fmt)
         if rules is None:

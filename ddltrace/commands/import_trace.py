@@ -48,6 +48,8 @@ def register(subparsers) -> None:
     p.add_argument("--force", action="store_true", help="replace STORE if it exists")
     p.add_argument("--progress", choices=["auto", "always", "never"], default="auto",
                    help="progress line on stderr (auto: inputs over 32 MiB)")
+    p.add_argument("--jobs", type=int, metavar="N",
+                   help="files read at once, one per process (default: one per CPU this process may use)")
     p.set_defaults(func=run)
 
 
@@ -86,23 +88,27 @@ class _Progress:
         self.sizes = {str(p): p.stat().st_size for p in files}
         self.total = sum(self.sizes.values())
         self.done_files: set[str] = set()
+        self.reading: dict[str, int] = {}  # bytes read so far of the files being read
         self.enabled = mode == "always" or (mode == "auto" and self.total > 32 << 20)
         self.last = 0.0
         self.shown = False
 
-    def hook(self, source) -> None:
+    def update(self, path: Path, consumed: int) -> None:
+        """``consumed`` bytes of ``path`` read (several files may be read at once)."""
+        self.reading[str(path)] = consumed
         now = time.monotonic()
         if not self.enabled or now - self.last < 0.5:
             return
         self.last = now
-        done = sum(self.sizes[f] for f in self.done_files) + source.consumed
+        done = sum(self.sizes[f] for f in self.done_files) + sum(self.reading.values())
         percent = 100.0 * done / self.total if self.total else 100.0
-        print(f"\rimporting {source.path.name}: {percent:5.1f} % of {format_bytes(self.total)} "
+        print(f"\rimporting {path.name}: {percent:5.1f} % of {format_bytes(self.total)} "
               f"({len(self.done_files)} of {len(self.sizes)} files done)", end="", file=sys.stderr, flush=True)
         self.shown = True
 
     def file_done(self, path: Path) -> None:
         self.done_files.add(str(path))
+        self.reading.pop(str(path), None)
 
     def close(self) -> None:
         if self.shown:
@@ -118,12 +124,15 @@ _CLOCK_METHODS = {
 
 
 def run(args) -> int:
-    from ddltrace.collectors.importers import Categorizer, ImportContext, detect, get_importer
+    from ddltrace.collectors.importers import Categorizer, detect, get_importer
     from ddltrace.collectors.importers import source as source_module
     from ddltrace.collectors.importers.base import FileReport
+    from ddltrace.collectors.importers.pool import FileTask, read_files, usable_cpus
     from ddltrace.store import TraceStore
 
     out = Path(args.out)
+    if args.jobs is not None and args.jobs < 1:
+        raise DdltraceError(f"--jobs {args.jobs}: must be 1 or more")
     if out.exists() and not args.force:
         raise DdltraceError(f"{out}: already exists (choose another --out, or add --force)")
     files, found_in_folders = _expand(args.paths)
@@ -149,15 +158,17 @@ def run(args) -> int:
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     staging.rmdir()
     store = TraceStore.create(staging, run={"command": "ddltrace import " + " ".join(args.paths)})
-    source_module.progress_hook = progress.hook
     started = time.perf_counter()
     try:
         clocks, formats, deferred, detailed, messages = {}, Counter(), [], set(), []
         world_sizes = []
-        for is_aggregate, index, path, importer, report in plan:
-            ctx = ImportContext(categorizer=categorizer, rank_from=args.rank_from, file_index=index, report=report)
+        aggregate = {index for is_aggregate, index, *_ in plan if is_aggregate}
+        tasks = [FileTask(index, path, importer, report) for _, index, path, importer, report in plan]
+        jobs = args.jobs or min(usable_cpus(), len(tasks))
+        for task, parts in read_files(tasks, categorizer, args.rank_from, jobs, progress.update):
+            is_aggregate, path, importer, report = task.index in aggregate, task.path, task.importer, task.report
             try:
-                for part in importer.read(path, ctx):
+                for part in parts():
                     if part.messages is not None and len(part.messages):
                         messages.append(part.messages)
                     if isinstance(part.rank, tuple):

@@ -1,0 +1,117 @@
+"""Several trace files read at once, one file per process, the results handed back in the files' order: how
+``ddltrace import`` uses every core on a folder of ranks.
+
+The workers are forked, so they share the importers and rules already loaded; each reads whole files and sends
+back the file's parts, its report and the categorisation decisions it made, and its reading progress (bytes)
+through a queue. At most ``jobs + 1`` files are out at a time, so memory holds a few ranks, not the folder. One
+job (or one file) reads in this process, part by part, as before.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from ddltrace.collectors.importers import source as source_module
+from ddltrace.collectors.importers.base import FileReport, ImportContext, Importer, RankPart
+from ddltrace.collectors.importers.categories import Categorizer
+from ddltrace.errors import DdltraceError
+
+#: Seconds between two progress messages of one worker.
+PROGRESS_EVERY_S = 0.2
+
+
+@dataclass
+class FileTask:
+    """One file to read: its place on the command line, the importer that reads it, and its report."""
+
+    index: int
+    path: Path
+    importer: Importer
+    report: FileReport
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def read_files(tasks: list[FileTask], categorizer: Categorizer, rank_from: str, jobs: int,
+               on_progress: Callable[[Path, int], None]) -> Iterator[tuple[FileTask, Callable[[], Iterable[RankPart]]]]:
+    """Each task, in order, with a function giving its parts (it raises the file's :class:`DdltraceError`).
+    ``on_progress(path, bytes read)`` is called as files are read; ``jobs`` processes read at once."""
+    if jobs <= 1 or len(tasks) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        for task in tasks:
+            ctx = ImportContext(categorizer, rank_from, task.index, task.report)
+            source_module.progress_hook = lambda source: on_progress(source.path, source.consumed)
+            yield task, (lambda task=task, ctx=ctx: task.importer.read(task.path, ctx))
+        return
+    context = multiprocessing.get_context("fork")
+    global _WORK
+    _WORK = (tasks, categorizer, rank_from, context.SimpleQueue())
+    progress = _WORK[3]
+    try:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+            queued = deque(pool.submit(_read_whole, i) for i in range(min(len(tasks), jobs + 1)))
+            for i, task in enumerate(tasks):
+                future = queued.popleft()
+                while True:
+                    try:
+                        parts, report, decided, error = future.result(timeout=PROGRESS_EVERY_S)
+                        break
+                    except FutureTimeout:
+                        _drain(progress, tasks, on_progress)
+                _drain(progress, tasks, on_progress)
+                if i + len(queued) + 1 < len(tasks):
+                    queued.append(pool.submit(_read_whole, i + len(queued) + 1))
+                for name in (f.name for f in fields(FileReport)):
+                    setattr(task.report, name, getattr(report, name))
+                categorizer.merge(decided)
+                yield task, (lambda parts=parts, error=error: _parts_or_raise(parts, error))
+    finally:
+        _WORK = None
+
+
+def _parts_or_raise(parts: list[RankPart], error: DdltraceError | None) -> list[RankPart]:
+    if error is not None:
+        raise error
+    return parts
+
+
+def _drain(progress, tasks: list[FileTask], on_progress: Callable[[Path, int], None]) -> None:
+    while not progress.empty():
+        index, consumed = progress.get()
+        on_progress(tasks[index].path, consumed)
+
+
+_WORK = None  # (tasks, categorizer, rank_from, progress queue), set before the workers are forked
+
+
+def _read_whole(index: int) -> tuple[list[RankPart], FileReport, Categorizer, DdltraceError | None]:
+    """A worker's job: read one whole file."""
+    tasks, categorizer, rank_from, progress = _WORK
+    task = tasks[index]
+    mine = categorizer.fresh()
+    ctx = ImportContext(mine, rank_from, task.index, FileReport(task.report.path, task.report.format))
+    last = [0.0]
+
+    def hook(source) -> None:
+        now = time.monotonic()
+        if now - last[0] >= PROGRESS_EVERY_S:
+            last[0] = now
+            progress.put((index, source.consumed))
+
+    source_module.progress_hook = hook
+    try:
+        return list(task.importer.read(task.path, ctx)), ctx.report, mine, None
+    except DdltraceError as exc:  # as a plain DdltraceError: its subclasses do not all pickle
+        return [], ctx.report, mine, DdltraceError(str(exc))
