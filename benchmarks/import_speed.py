@@ -9,7 +9,8 @@ import time is left out for every tool), and the process's peak resident memory 
 process's size once its libraries are imported); for ddltrace also the full ``ddltrace import`` into a store on
 disk. Then the ratios, and the temporal breakdown
 (idle / compute / non-compute share of GPU time, HTA's definition) of both tools with the difference in
-percentage points. ``--synthetic`` adds throughput on an 8-rank, 2M-event Chrome trace folder.
+percentage points. ``--synthetic`` adds throughput on an 8-rank, 2M-event Chrome trace folder, read by one process
+and by two (``--jobs``).
 """
 
 from __future__ import annotations
@@ -91,7 +92,8 @@ _STORE_CHILD = r"""
 import json, resource, sys, time
 t0 = time.perf_counter()
 from ddltrace.cli import build_parser
-import ddltrace.collectors.importers, ddltrace.collectors.importers.align, ddltrace.store  # imports, as for HTA
+import ddltrace.collectors.importers, ddltrace.collectors.importers.align, ddltrace.collectors.importers.pool
+import ddltrace.store  # imports, as for HTA
 args = build_parser().parse_args(["import", *sys.argv[2:], "--out", sys.argv[1], "--progress", "never"])
 t1 = time.perf_counter()
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -100,7 +102,8 @@ with contextlib.redirect_stdout(io.StringIO()):
     code = args.func(args)
 t2 = time.perf_counter()
 print(json.dumps({"code": code, "import_s": t1 - t0, "load_s": t2 - t1, "base_kib": base,
-                  "peak_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+                  "peak_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                  "worker_peak_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))
 """
 
 
@@ -192,13 +195,19 @@ def synthetic(ranks: int = 8, events: int = 2_000_000) -> None:
                 dumps({"distributedInfo": {"rank": rank, "world_size": ranks}, "traceEvents": ev}))
             del ev
         size = sum(p.stat().st_size for p in folder.iterdir())
-        run = _child(sys.executable, _STORE_CHILD, str(Path(tmp) / "store"), str(folder))
-        rate = events / run["load_s"]
-        above = (run["peak_kib"] - run["base_kib"]) * 1024
-        print(f"\nsynthetic: {ranks} ranks x {per_rank:,} events ({size / 2**20:.0f} MiB of JSON) imported into a "
-              f"store in {run['load_s']:.2f} s = {rate:,.0f} events/s; peak memory {_mib(run['peak_kib'])} "
-              f"({above / 2**20:.0f} MiB above libraries = {above / per_rank:.0f} bytes per event of the largest "
-              f"rank held at once, {above / events:.0f} bytes per event of the whole folder)")
+        runs = {jobs: _child(sys.executable, _STORE_CHILD, str(Path(tmp) / f"store{jobs}"), str(folder),
+                             "--jobs", str(jobs)) for jobs in (1, 2)}
+        print(f"\nsynthetic: {ranks} ranks x {per_rank:,} events ({size / 2**20:.0f} MiB of JSON) imported into "
+              "a store:")
+        for jobs, run in runs.items():
+            above = (run["peak_kib"] - run["base_kib"]) * 1024
+            workers = (f"; each of the {jobs} reader processes at most {_mib(run['worker_peak_kib'])} "
+                       f"({(run['worker_peak_kib'] - run['base_kib']) / 1024:.0f} MiB above libraries)"
+                       if jobs > 1 else "")
+            print(f"  --jobs {jobs}: {run['load_s']:.2f} s = {events / run['load_s']:,.0f} events/s; peak memory "
+                  f"{_mib(run['peak_kib'])} ({above / 2**20:.0f} MiB above libraries = {above / per_rank:.0f} bytes "
+                  f"per event of the largest rank held at once, {above / events:.0f} bytes per event of the whole "
+                  f"folder){workers}")
 
 
 def main() -> None:
