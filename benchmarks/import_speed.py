@@ -29,15 +29,17 @@ DEFAULT_TRACE = Path("/work/shared/hta_traces/df_index_resolver/df_index_resolve
 DEFAULT_HTA_PYTHON = ROOT / ".venvs" / "hta" / "bin" / "python"
 
 _HTA_CHILD = r"""
-import json, resource, sys, time, logging
+import json, sys, time, logging
+def hwm_kib():  # this process's peak resident memory since exec (ru_maxrss keeps the pre-exec process's)
+    return int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM:")).split()[1])
 logging.disable(logging.CRITICAL)
 t0 = time.perf_counter()
 from hta.trace_analysis import TraceAnalysis
 t1 = time.perf_counter()
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+base = hwm_kib()
 analyzer = TraceAnalysis(trace_dir=sys.argv[1])
 t2 = time.perf_counter()
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+peak = hwm_kib()
 b = analyzer.get_temporal_breakdown(visualize=False)
 rows = {int(r["rank"]): {"idle": float(r["idle_time_pctg"]), "compute": float(r["compute_time_pctg"]),
                          "non_compute": float(r["non_compute_time_pctg"])} for _, r in b.iterrows()}
@@ -46,19 +48,21 @@ print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "base_kib": base, "pea
 """
 
 _DDLTRACE_CHILD = r"""
-import json, resource, sys, time
+import json, sys, time
+def hwm_kib():  # this process's peak resident memory since exec (ru_maxrss keeps the pre-exec process's)
+    return int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM:")).split()[1])
 from pathlib import Path
 t0 = time.perf_counter()
 import numpy as np
 from ddltrace.collectors.importers import Categorizer, ImportContext, get_importer
 from ddltrace.collectors.importers.base import FileReport
 t1 = time.perf_counter()
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+base = hwm_kib()
 path = Path(sys.argv[1])
 ctx = ImportContext(Categorizer(), report=FileReport(str(path)))
 parts = list(get_importer("kineto").read(path, ctx))
 t2 = time.perf_counter()
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+peak = hwm_kib()
 
 def union_ns(start, end):
     order = np.argsort(start, kind="stable")
@@ -90,19 +94,21 @@ print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "base_kib": base, "pea
 
 _STORE_CHILD = r"""
 import json, resource, sys, time
+def hwm_kib():  # this process's peak resident memory since exec (ru_maxrss keeps the pre-exec process's)
+    return int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM:")).split()[1])
 t0 = time.perf_counter()
 from ddltrace.cli import build_parser
 import ddltrace.collectors.importers, ddltrace.collectors.importers.align, ddltrace.collectors.importers.pool
 import ddltrace.store  # imports, as for HTA
 args = build_parser().parse_args(["import", *sys.argv[2:], "--out", sys.argv[1], "--progress", "never"])
 t1 = time.perf_counter()
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+base = hwm_kib()
 import contextlib, io
 with contextlib.redirect_stdout(io.StringIO()):
     code = args.func(args)
 t2 = time.perf_counter()
 print(json.dumps({"code": code, "import_s": t1 - t0, "load_s": t2 - t1, "base_kib": base,
-                  "peak_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                  "peak_kib": hwm_kib(),
                   "worker_peak_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))
 """
 
