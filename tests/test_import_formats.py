@@ -277,3 +277,43 @@ def test_otf2_damaged_archive_is_one_line_not_the_library_s_noise(tmp_path, capf
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "traces.otf2: not a readable OTF2 archive" in err
     assert ("chunk header" if damage == "events" else "anchor file") in err
+
+
+@pytest.mark.parametrize("variant", ["begin-end columns", "begin and end rows"])
+def test_cntk_detail_csv_both_header_variants(tmp_path, variant):
+    """The older CNTK detail CSV (no real file exists here: CNTK does not install on Python 3.11), in the two
+    layouts FORMATS.md gives from CNTK's source; bad rows (text, NaN, inf, ends before begins, begins never
+    ended) are counted, the rest keeps CNTK's categories."""
+    if variant == "begin-end columns":
+        text = ('EventDescription,ThreadId,BeginTimeStamp(ms),EndTimeStamp(ms)\n'
+                '"__Forward + Backward",1234,10.5,30.25\n"__Gradient Aggregation",1234,30.25,45.0\n'
+                '"Prefetch Minibatch",1300,5.0,9.0\n"bad",1234,x,3\n"__Weight Update",1234,50,49\n'
+                '"never",1234,nan,1\n"far",1234,1,inf\n')
+        bad = 4
+    else:
+        text = ('EventId,Description,ThreadId,TimeStamp(ms)\n'
+                '1,"__Forward + Backward",1234,10.5\n1,"__Forward + Backward",1234,30.25\n'
+                '2,"__Gradient Aggregation",1234,30.25\n2,"__Gradient Aggregation",1234,45.0\n'
+                '3,"Prefetch Minibatch",1300,5.0\n3,"Prefetch Minibatch",1300,9.0\n'
+                '4,"backwards",1234,9\n4,"backwards",1234,8\n5,"open",1234,60\n6,"inf",1234,inf\n')
+        bad = 3  # the end before its begin, the begin never ended, the unreadable time
+    path = tmp_path / "2017-01-01_10-00-00_detail_3.csv"
+    path.write_text(text)
+    fmt, parts, ctx = _import(path)
+    assert fmt == "cntk-csv" and [p.rank for p in parts] == [3] and parts[0].clock == "relative"
+    tl = parts[0].timeline.set_index("name")
+    assert tuple(tl.loc["__Forward + Backward", ["start_ns", "dur_ns"]]) == (10_500_000, 19_750_000)
+    assert {n: _category_of(parts[0], n) for n in ("__Forward + Backward", "__Gradient Aggregation",
+                                                    "Prefetch Minibatch")} == {
+        "__Forward + Backward": "compute", "__Gradient Aggregation": "comm", "Prefetch Minibatch": "io"}
+    assert len(tl) == 3 and ctx.report.skipped["unreadable or unpaired CSV rows"] == bad
+
+
+def test_cntk_detail_csv_empty_is_one_line(tmp_path):
+    from ddltrace.collectors.importers import get_importer
+    from ddltrace.errors import DdltraceError
+
+    path = tmp_path / "x_detail_0.csv"
+    path.write_text("")
+    with pytest.raises(DdltraceError, match="x_detail_0.csv: empty CSV"):
+        list(get_importer("cntk-csv").read(path, ImportContext(Categorizer())))

@@ -60,12 +60,18 @@ def sniff_csv(head: bytes, path: Path) -> bool:
 
 
 def _ms_to_ns(text: str) -> int:
-    return int(round(float(text) * 1e6))
+    """Milliseconds (text) to ns; ValueError when not a finite time within int64 ns."""
+    value = float(text)
+    if not abs(value) < 9e12:  # NaN, inf, or beyond int64 ns (292 years)
+        raise ValueError(f"{text!r} is not a time in ms")
+    return int(round(value * 1e6))
 
 
 def read_csv(path: Path, ctx: ImportContext):
     text = ByteSource(path).read_all().decode("utf-8", "replace")
     rows = list(csv.reader(io.StringIO(text)))
+    if not rows or not rows[0]:
+        raise DdltraceError(f"{path}: empty CSV (no header row)")
     header, body = rows[0], rows[1:]
     lanes: dict[str, int] = {}
     keys: dict[tuple[str, str], int] = {}
@@ -98,6 +104,9 @@ def read_csv(path: Path, ctx: ImportContext):
                 stack.append(t)
                 continue
             begin = stack.pop()
+            if t < begin:
+                bad += 1
+                continue
             lane_codes.append(lanes.setdefault(f"thread {tid}", len(lanes)))
             key_codes.append(keys.setdefault(("PERF", name), len(keys)))
             starts.append(begin)
