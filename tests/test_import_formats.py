@@ -112,6 +112,24 @@ def test_ipm_ranks_and_compute_wait_barrier_ratios():
     assert part0.info["host"] == "jupiter2"
 
 
+@pytest.mark.skipif(not (MPI / "ipm-xml").exists(), reason="shared MPI traces absent")
+@pytest.mark.parametrize("damage", ['> -1.3001e-03 <', ' count="1e400" ', ' wtime="inf" '])
+def test_ipm_task_with_impossible_numbers_is_skipped_and_named(tmp_path, damage):
+    """A negative time, an infinite count or wall time in one task (they crashed or broke the schema): that
+    task is skipped with a problem naming it and the value, the other 26 ranks are kept."""
+    real = next((MPI / "ipm-xml").glob("*.xml")).read_text()
+    first = {'> -1.3001e-03 <': "> 1.3001e-03 <", ' count="1e400" ': ' count="8393" ',
+             ' wtime="inf" ': ' wtime="3.68385e+00" '}[damage]
+    assert first in real
+    path = tmp_path / "damaged.ipm.xml"
+    path.write_text(real.replace(first, damage, 1))
+    fmt, parts, ctx = _import(path)
+    assert fmt == "ipm" and sorted(p.rank for p in parts) == list(range(1, 27))
+    assert ctx.report.skipped["IPM task with unreadable numbers"] == 1
+    (problem,) = ctx.report.problems
+    assert "damaged.ipm.xml: task mpi_rank=0:" in problem and damage.strip(' <>').split("=")[-1].strip('"') in problem
+
+
 @pytest.mark.skipif(not (MPI / "pipit-ping-pong-otf2").exists(), reason="shared MPI traces absent")
 def test_otf2_ping_pong():
     pytest.importorskip("otf2")

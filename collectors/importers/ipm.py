@@ -23,16 +23,28 @@ def sniff(head: bytes, path: Path) -> bool:
     return b"<ipm_job_profile" in head[:4096]
 
 
-def _float(element, name: str, where: str) -> float:
+#: Values at or beyond this are not times (s), byte counts or call counts of one run.
+_TOO_LARGE = 1e15
+
+
+def _number(text, what: str, where: str) -> float:
+    """A finite, non-negative number below 1e15 from ``text``; ValueError naming ``what`` and ``where``."""
     try:
-        return float(element.get(name))
+        value = float(text)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"{where}: attribute {name}={element.get(name)!r} is not a number") from exc
+        raise ValueError(f"{where}: {what} {text!r} is not a number") from exc
+    if not 0 <= value < _TOO_LARGE:  # NaN fails too
+        raise ValueError(f"{where}: {what} {text!r} is negative, infinite or beyond {_TOO_LARGE:g}")
+    return value
+
+
+def _float(element, name: str, where: str) -> float:
+    return _number(element.get(name), f"attribute {name}", where)
 
 
 def _task_part(task, ctx: ImportContext, path: Path) -> RankPart:
     where = f"{path}: task mpi_rank={task.get('mpi_rank')}"
-    rank = int(task.get("mpi_rank"))
+    rank = int(_number(task.get("mpi_rank"), "mpi_rank", where))
     start_ns = int(round(_float(task, "stamp_init", where) * 1e9))
     perf = task.find("perf")
     if perf is None:
@@ -41,11 +53,10 @@ def _task_part(task, ctx: ImportContext, path: Path) -> RankPart:
     funcs: dict[str, list[float]] = {}
     for func in task.iter("func"):
         name = func.get("name") or "?"
-        total = float((func.text or "0").strip())
         entry = funcs.setdefault(name, [0.0, 0.0, 0])
-        entry[0] += total
-        entry[1] += float(func.get("bytes") or 0)
-        entry[2] += int(float(func.get("count") or 0))
+        entry[0] += _number((func.text or "0").strip(), f"{name} time (s)", where)
+        entry[1] += _number(func.get("bytes") or 0, f"{name} bytes", where)
+        entry[2] += int(_number(func.get("count") or 0, f"{name} count", where))
     names = ["compute", *funcs]
     durs = [max(wtime - mtime, 0.0)] + [v[0] for v in funcs.values()]
     dur_ns = np.rint(np.array(durs) * 1e9).astype(np.int64)
