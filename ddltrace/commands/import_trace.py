@@ -14,6 +14,9 @@ from pathlib import Path
 from ddltrace.errors import DdltraceError
 from ddltrace.units import format_bytes
 
+#: Files read at once by default: each reader holds one file's ranks, so memory grows with it.
+DEFAULT_MAX_JOBS = 8
+
 FORMAT_HELP = """formats (recognised by content; --format forces one):
 {formats}
 
@@ -49,7 +52,8 @@ def register(subparsers) -> None:
     p.add_argument("--progress", choices=["auto", "always", "never"], default="auto",
                    help="progress line on stderr (auto: inputs over 32 MiB)")
     p.add_argument("--jobs", type=int, metavar="N",
-                   help="files read at once, one per process (default: one per CPU this process may use)")
+                   help="files read at once, one per process, each holding one file's ranks (default: one per "
+                        f"CPU this process may use, at most {DEFAULT_MAX_JOBS})")
     p.set_defaults(func=run)
 
 
@@ -164,7 +168,7 @@ def run(args) -> int:
         world_sizes = []
         aggregate = {index for is_aggregate, index, *_ in plan if is_aggregate}
         tasks = [FileTask(index, path, importer, report) for _, index, path, importer, report in plan]
-        jobs = args.jobs or min(usable_cpus(), len(tasks))
+        jobs = args.jobs or min(usable_cpus(), len(tasks), DEFAULT_MAX_JOBS)
         for task, parts in read_files(tasks, categorizer, args.rank_from, jobs, progress.update):
             is_aggregate, path, importer, report = task.index in aggregate, task.path, task.importer, task.report
             try:
