@@ -124,3 +124,32 @@ def test_files_read_in_several_processes_give_the_store_one_process_gives(tmp_pa
     assert printed[1] == printed[3]
     assert any("broken.pt.trace.json" in line and "problem" in line for line in printed[3])
     assert any(line.startswith("  kineto ") for line in printed[3])  # --explain rows from the workers' files
+
+
+def _dies_on_rank1(index):
+    """A reader that dies on rank 1's file (module level: the pool pickles its function by name)."""
+    import os
+
+    from ddltrace.collectors.importers import pool
+
+    if pool._WORK[0][index].path.name.startswith("rank1"):
+        os._exit(9)
+    return _REAL_READ_WHOLE(index)
+
+
+_REAL_READ_WHOLE = None
+
+
+def test_a_reader_process_that_dies_is_one_line(tmp_path, capsys, monkeypatch):
+    """A worker killed while reading (as a crashing C library or the OOM killer would) ends the import with one
+    line naming the file, exit 2, and no half-written store."""
+    from ddltrace.collectors.importers import pool
+
+    monkeypatch.setitem(globals(), "_REAL_READ_WHOLE", pool._read_whole)
+    monkeypatch.setattr(pool, "_read_whole", _dies_on_rank1)
+    out = tmp_path / "store"
+    assert main(["import", str(Path(__file__).parent / "data" / "torch_gloo"), "--out", str(out), "--jobs", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "a process reading one of" in err[0] and "rank1.pt.trace.json.gz" in err[0]
+    assert "died without a word; --jobs 1" in err[0]
+    assert not out.exists() and not list(tmp_path.glob(".store.*"))

@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -70,6 +71,10 @@ def read_files(tasks: list[FileTask], categorizer: Categorizer, rank_from: str, 
                         break
                     except FutureTimeout:
                         _drain(progress, tasks, on_progress)
+                    except BrokenProcessPool as exc:  # a reader died (a library crashed on a file, or memory)
+                        out = ", ".join(str(t.path) for t in tasks[i:i + len(queued) + 1])
+                        raise DdltraceError(f"a process reading one of {out} died without a word; --jobs 1 reads "
+                                            "the files one by one, in this process") from exc
                 _drain(progress, tasks, on_progress)
                 if i + len(queued) + 1 < len(tasks):
                     queued.append(pool.submit(_read_whole, i + len(queued) + 1))
