@@ -70,6 +70,7 @@ framework-traces: install $(FW_VENVS) .venvs/xprof/.installed
 	.venvs/mxnet/bin/python scripts/make_framework_traces.py mxnet --out tests/data/mxnet_dist_sync
 	.venvs/tf/bin/python scripts/make_framework_traces.py tf1 --out tests/data/tf1_ps
 	.venvs/tf/bin/python scripts/make_framework_traces.py tf1 --step-stats --out tests/data/tf1_ps
+	.venvs/tf/bin/python scripts/make_framework_traces.py tf1 --step-stats --out tests/data/tf1_ps_pb
 	.venvs/tf/bin/python scripts/make_framework_traces.py tf2 --out tests/data/tf2_profile
 	.venvs/xprof/bin/python scripts/make_framework_traces.py tf2-json --from tests/data/tf2_profile \
 		--out tests/data/tf2_trace_viewer

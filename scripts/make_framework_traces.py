@@ -21,7 +21,8 @@ tf1: a TensorFlow 1.x-style parameter-server job (``tf.compat.v1``; 1 ps + 2 wor
 3 FULL_TRACE steps and writes the last step's ``timeline.Timeline(...).generate_chrome_trace_format()`` as
 ``timeline_worker<k>.json.gz`` (gzip-compressed after). Venv: ``.venvs/tf/bin/pip install tensorflow-cpu``.
 With ``--step-stats`` each worker writes instead ``str(run_metadata.step_stats)`` (protobuf text, which keeps
-RecvTensor's bytes and peers) as ``step_stats_worker<k>.pbtxt.gz``.
+RecvTensor's bytes and peers) as ``step_stats_worker<k>.pbtxt.gz``, and the same step's ``RunMetadata`` as binary
+protobuf (``run_metadata.SerializeToString()``) as ``run_metadata_worker<k>.pb.gz``.
 
 tf2: the TensorFlow 2 profiler (``tf.profiler.experimental``, host tracer level 2) around 3 steps of a small Keras
 model's ``tf.function`` training step, each in a ``Trace("train", step_num=i)``; the XPlane file is copied to
@@ -187,9 +188,11 @@ def _tf1_task(job: str, index: int, out: Path, ports: list[int], step_stats: boo
         for _ in range(3):
             metadata = tf.compat.v1.RunMetadata()
             sess.run(train, feed_dict=feed, options=options, run_metadata=metadata)
-        if step_stats:
+        if step_stats:  # the same step as text and as the binary RunMetadata
             (out / f"step_stats_worker{index}.pbtxt.gz").write_bytes(
                 gzip.compress(str(metadata.step_stats).encode(), mtime=0))
+            (out / f"run_metadata_worker{index}.pb.gz").write_bytes(
+                gzip.compress(metadata.SerializeToString(), mtime=0))
             return
         trace = timeline.Timeline(metadata.step_stats).generate_chrome_trace_format(show_dataflow=True)
         (out / f"timeline_worker{index}.json.gz").write_bytes(gzip.compress(trace.encode(), mtime=0))
@@ -216,7 +219,7 @@ def make_tf1(out: Path, step_stats: bool = False) -> None:
                 p.kill()
     if any(codes):
         sys.exit(f"tf1 workers failed: exit codes {codes}")
-    for path in sorted(out.glob("step_stats_worker*.pbtxt.gz" if step_stats else "timeline_worker*.json.gz")):
+    for path in sorted(out.glob("*_worker*.pb*.gz" if step_stats else "timeline_worker*.json.gz")):
         print(f"{path}: {path.stat().st_size} bytes")
 
 

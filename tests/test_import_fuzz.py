@@ -133,3 +133,11 @@ def test_mutated_mxnet_begin_end_pairs(mutations):
     """Begin/end pairing on a mutated real MXNet dist_sync profile (B/E events)."""
     real = gzip.decompress((DATA / "mxnet_dist_sync" / "profile_dist_sync_rank0.json.gz").read_bytes())
     _read_all_ways(_mutate(real, mutations), "profile_dist_sync_rank0.json", "mxnet")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(mutation, min_size=1, max_size=3))
+def test_mutated_tf1_binary_run_metadata(mutations):
+    """The binary RunMetadata reader on a mutated real worker's RunMetadata."""
+    real = gzip.decompress((DATA / "tf1_ps_pb" / "run_metadata_worker0.pb.gz").read_bytes())
+    _read_or_refuse(_mutate(real, mutations), "run_metadata_worker0.pb", "tf1-stepstats-pb")

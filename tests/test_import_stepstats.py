@@ -82,3 +82,44 @@ def test_text_format_parser_and_damage(tmp_path):
     empty.write_text("dev_stats { device: \"/job:worker/replica:0/task:0/device:CPU:0\" }\n")
     with pytest.raises(DdltraceError, match="no node_stats"):
         list(detect(empty).read(empty, ImportContext(Categorizer())))
+
+
+PB = Path(__file__).parent / "data" / "tf1_ps_pb"
+
+
+@pytest.mark.parametrize("worker", [0, 1])
+def test_binary_run_metadata_reads_as_its_own_text(worker):
+    """The same real step as binary RunMetadata (``SerializeToString()``) and as ``str(step_stats)``: the binary
+    reader (protobuf wire format, no protobuf package) gives exactly the text reader's ranks, rows, info and
+    matched messages."""
+    binary, text = PB / f"run_metadata_worker{worker}.pb.gz", PB / f"step_stats_worker{worker}.pbtxt.gz"
+    assert detect(binary).name == "tf1-stepstats-pb" and detect(text).name == "tf1-stepstats"
+    read = {}
+    for path in (binary, text):
+        ctx = ImportContext(Categorizer(), report=FileReport(str(path)))
+        read[path] = ({p.rank: p for p in detect(path).read(path, ctx)}, ctx.report)
+    (from_binary, binary_report), (from_text, text_report) = read[binary], read[text]
+    assert set(from_binary) == set(from_text) == {worker, ("ps", 0)}
+    for rank, part in from_text.items():
+        other = from_binary[rank]
+        assert len(part.timeline) > 10 and part.timeline.equals(other.timeline), rank
+        assert {**part.info, "file": ""} == {**other.info, "file": ""} and part.clock == other.clock == "epoch"
+        assert (part.messages is None) == (other.messages is None)
+        if part.messages is not None:
+            assert part.messages.equals(other.messages)
+    receives = from_binary[worker].timeline.query("name == 'RecvTensor'")
+    assert len(receives) and set(receives["bytes"]) <= PARAM_BYTES and set(receives["category"]) == {"comm"}
+    assert binary_report.events == text_report.events and not binary_report.problems
+
+
+def test_binary_run_metadata_damage(tmp_path):
+    """Cut short or not protobuf: one line naming the file, or the nodes that decode."""
+    real = gzip.decompress((PB / "run_metadata_worker0.pb.gz").read_bytes())
+    cut = tmp_path / "run_metadata_worker0.pb"
+    cut.write_bytes(real[:len(real) // 2])
+    with pytest.raises(DdltraceError, match="run_metadata_worker0.pb: not a readable RunMetadata"):
+        list(detect(cut).read(cut, ImportContext(Categorizer())))
+    junk = tmp_path / "junk.pb"
+    junk.write_bytes(b"\x0a\x05/job:" + b"\xff" * 20)
+    with pytest.raises(DdltraceError, match="junk.pb"):
+        list(detect(junk).read(junk, ImportContext(Categorizer())))

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ddltrace.collectors.importers import protowire as pw
 from ddltrace.collectors.importers.base import (
     ImportContext,
     Importer,
@@ -172,9 +173,88 @@ def read(path: Path, ctx: ImportContext):
         report.problems.extend(source.problems)
         if truncated:
             report.problems.append(f"{path}: text ends inside a message (truncated); complete nodes kept")
+    yield from _read_tree(tree, path, ctx, "protobuf text")
+
+
+#: The binary messages' fields that the reader uses: message -> {field number: (name, the field's message or
+#: "int" / "str")}, from tensorflow/core/framework/step_stats.proto, tensor_description.proto,
+#: allocation_description.proto and protobuf/config.proto (RunMetadata).
+_SCHEMA = {
+    "RunMetadata": {1: ("step_stats", "StepStats")},
+    "StepStats": {1: ("dev_stats", "DeviceStepStats")},
+    "DeviceStepStats": {1: ("device", "str"), 2: ("node_stats", "NodeExecStats")},
+    "NodeExecStats": {1: ("node_name", "str"), 2: ("all_start_micros", "int"), 5: ("all_end_rel_micros", "int"),
+                      7: ("output", "NodeOutput"), 8: ("timeline_label", "str"), 10: ("thread_id", "int"),
+                      13: ("all_start_nanos", "int"), 16: ("all_end_rel_nanos", "int")},
+    "NodeOutput": {3: ("tensor_description", "TensorDescription")},
+    "TensorDescription": {4: ("allocation_description", "AllocationDescription")},
+    "AllocationDescription": {1: ("requested_bytes", "int")},
+}
+
+
+def decode_binary(data: bytes, kind: str, skipped: Counter) -> dict:
+    """A binary message as the text parser's tree (field name -> list of values), only the fields in
+    :data:`_SCHEMA`; a sub-message that does not decode is left out and counted in ``skipped``."""
+    tree: dict = {}
+    schema = _SCHEMA[kind]
+    for number, _wire, value in pw.fields(data):
+        if number not in schema:
+            continue
+        name, field_kind = schema[number]
+        if field_kind == "int":
+            tree.setdefault(name, []).append(pw.signed(value))
+        elif field_kind == "str":
+            tree.setdefault(name, []).append(pw.text(value))
+        else:
+            try:
+                tree.setdefault(name, []).append(decode_binary(pw.message(value), field_kind, skipped))
+            except ValueError:
+                skipped[f"undecodable {field_kind} messages"] += 1
+    return tree
+
+
+def sniff_binary(head: bytes, path: Path) -> bool:
+    """A ``.pb`` file (not XPlane's) that starts as a RunMetadata or a StepStats: one or two messages in field 1,
+    then a DeviceStepStats whose device name (field 1) starts with "/"."""
+    name = path.name.removesuffix(".gz")
+    if not name.endswith(".pb") or name.endswith(".xplane.pb"):
+        return False
+    pos = 0
+    for _ in range(3):
+        if head[pos:pos + 1] != b"\x0a":
+            return False
+        try:
+            _size, pos = pw.varint(head, pos + 1)
+        except ValueError:
+            return False
+        if head[pos:pos + 2] in (b"/j", b"/d", b"/c", b"/g", b"/l"):  # /job:, /device:, /cpu:, /gpu:, /localhost
+            return True
+    return False
+
+
+def read_binary(path: Path, ctx: ImportContext):
+    source = ByteSource(path)
+    data = source.read_all()
+    skipped: Counter = Counter()
+    try:
+        tree = decode_binary(data, "RunMetadata", skipped)
+        if not _dev_stats(tree):  # a bare StepStats
+            skipped.clear()
+            tree = decode_binary(data, "StepStats", skipped)
+    except ValueError as exc:
+        raise DdltraceError(f"{path}: not a readable RunMetadata / StepStats protobuf ({exc})") from exc
+    if ctx.report is not None:
+        ctx.report.problems.extend(source.problems)
+        ctx.report.skipped.update(skipped)
+    yield from _read_tree(tree, path, ctx, "binary protobuf")
+
+
+def _read_tree(tree: dict, path: Path, ctx: ImportContext, what: str):
+    """The ranks' parts from a StepStats tree (from the text or the binary form)."""
+    report = ctx.report
     devices = _dev_stats(tree)
     if not devices:
-        raise DdltraceError(f"{path}: no dev_stats in this protobuf text (not a TensorFlow StepStats)")
+        raise DdltraceError(f"{path}: no dev_stats in this {what} (not a TensorFlow StepStats)")
     rows = []  # ident, lane, name, start, dur, bytes, peer ident, tag
     produced: dict[tuple, int] = {}  # (ident, node name) -> end of the node's last run
     receives = []  # (row index, edge, src ident)
@@ -289,3 +369,5 @@ def read(path: Path, ctx: ImportContext):
 
 register(Importer(FORMAT, "TensorFlow 1.x RunMetadata.step_stats as protobuf text (RecvTensor bytes and peers)",
                   sniff, read))
+register(Importer(FORMAT + "-pb", "TensorFlow 1.x RunMetadata / StepStats as binary protobuf (.pb, .pb.gz)",
+                  sniff_binary, read_binary))

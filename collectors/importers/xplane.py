@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ddltrace.collectors.importers import protowire as pw
 from ddltrace.collectors.importers.base import (
     ImportContext,
     Importer,
@@ -34,119 +35,57 @@ _DERIVED_LINES = {"TensorFlow Ops", "TensorFlow Name Scope", "XLA Ops", "XLA Mod
                   "Framework Name Scope", "Source code"}
 
 
-class _Wire:
-    """Protobuf wire format: (field number, wire type, value) of one message's bytes."""
-
-    @staticmethod
-    def varint(data: bytes, pos: int) -> tuple[int, int]:
-        result = shift = 0
-        while True:
-            if pos >= len(data):
-                raise ValueError("varint runs past the end")
-            b = data[pos]
-            pos += 1
-            result |= (b & 0x7F) << shift
-            if b < 0x80:
-                return result, pos
-            shift += 7
-            if shift > 63:
-                raise ValueError("varint longer than 10 bytes")
-
-    @classmethod
-    def fields(cls, data: bytes):
-        pos, end = 0, len(_message(data))
-        while pos < end:
-            key, pos = cls.varint(data, pos)
-            number, kind = key >> 3, key & 7
-            if kind == 0:
-                value, pos = cls.varint(data, pos)
-            elif kind in (1, 2, 5):
-                size, pos = ({1: 8, 5: 4}[kind], pos) if kind != 2 else cls.varint(data, pos)
-                value, pos = data[pos:pos + size], pos + size
-                if pos > end:
-                    raise ValueError("a field runs past the end")
-            else:
-                raise ValueError(f"unsupported wire type {kind}")
-            yield number, kind, value
-
-
-def _number(v) -> int:
-    """A varint field's value (ValueError when the field holds bytes: not this schema)."""
-    if not isinstance(v, int):
-        raise ValueError("a number field holds bytes")
-    return v
-
-
-def _text(v) -> str:
-    """A length-delimited field's value as text (ValueError when the field holds a number)."""
-    if not isinstance(v, bytes):
-        raise ValueError("a text field holds a number")
-    return v.decode("utf-8", "replace")
-
-
-def _message(v) -> bytes:
-    """A nested message's bytes (ValueError when the field holds a number)."""
-    if not isinstance(v, bytes):
-        raise ValueError("a message field holds a number")
-    return v
-
-
-def _signed(v) -> int:
-    v = _number(v)
-    return v - (1 << 64) if v >= 1 << 63 else v
-
-
 def _stat(data: bytes, stat_names: dict[int, str]):
     """(name, value) of an XStat; ref_value resolves to the referenced stat_metadata name."""
     name, value = None, None
-    for number, _kind, v in _Wire.fields(data):
+    for number, _kind, v in pw.fields(data):
         if number == 1:
-            name = stat_names.get(_number(v), str(v))
+            name = stat_names.get(pw.number(v), str(v))
         elif number == 2:
-            value = struct.unpack("<d", _message(v))[0]
+            value = struct.unpack("<d", pw.message(v))[0]
         elif number in (3, 4):
-            value = _signed(v) if number == 4 else _number(v)
+            value = pw.signed(v) if number == 4 else pw.number(v)
         elif number in (5, 6):
-            value = _text(v)
+            value = pw.text(v)
         elif number == 7:
-            value = stat_names.get(_number(v), str(v))
+            value = stat_names.get(pw.number(v), str(v))
     return name, value
 
 
 def _map_entry(data: bytes) -> tuple[int, bytes]:
     key, value = 0, b""
-    for number, _kind, v in _Wire.fields(data):
+    for number, _kind, v in pw.fields(data):
         if number == 1:
-            key = _signed(v)
+            key = pw.signed(v)
         elif number == 2:
-            value = _message(v)
+            value = pw.message(v)
     return key, value
 
 
 def _plane(data: bytes):
     """(name, {line}, event names by metadata id, plane stats) of one XPlane."""
     name, lines, event_meta, stat_names, raw_stats = "", [], {}, {}, []
-    for number, _kind, v in _Wire.fields(data):
+    for number, _kind, v in pw.fields(data):
         if number == 2:
-            name = _text(v)
+            name = pw.text(v)
         elif number == 3:
-            lines.append(_message(v))
+            lines.append(pw.message(v))
         elif number == 4:
             key, meta = _map_entry(v)
             meta_name = display = ""
-            for n, _k, mv in _Wire.fields(meta):
+            for n, _k, mv in pw.fields(meta):
                 if n == 2:
-                    meta_name = _text(mv)
+                    meta_name = pw.text(mv)
                 elif n == 4:
-                    display = _text(mv)
+                    display = pw.text(mv)
             event_meta[key] = meta_name or display
         elif number == 5:
             key, meta = _map_entry(v)
-            for n, _k, mv in _Wire.fields(meta):
+            for n, _k, mv in pw.fields(meta):
                 if n == 2:
-                    stat_names[key] = _text(mv)
+                    stat_names[key] = pw.text(mv)
         elif number == 6:
-            raw_stats.append(_message(v))
+            raw_stats.append(pw.message(v))
     stats = dict(_stat(s, stat_names) for s in raw_stats)
     return name, lines, event_meta, stat_names, stats
 
@@ -155,28 +94,28 @@ def _line(data: bytes):
     """(name, timestamp_ns, [(metadata_id, offset_ps, duration_ps, raw stats)])."""
     name = display = ""
     timestamp_ns, events = 0, []
-    for number, _kind, v in _Wire.fields(data):
+    for number, _kind, v in pw.fields(data):
         if number == 2:
-            name = _text(v)
+            name = pw.text(v)
         elif number == 11:
-            display = _text(v)
+            display = pw.text(v)
         elif number == 3:
-            timestamp_ns = _signed(v)
+            timestamp_ns = pw.signed(v)
         elif number == 4:
             meta = offset = duration = 0
             occurrences = None
             stats = []
-            for n, _k, ev in _Wire.fields(_message(v)):
+            for n, _k, ev in pw.fields(pw.message(v)):
                 if n == 1:
-                    meta = _signed(ev)
+                    meta = pw.signed(ev)
                 elif n == 2:
-                    offset = _signed(ev)
+                    offset = pw.signed(ev)
                 elif n == 3:
-                    duration = _signed(ev)
+                    duration = pw.signed(ev)
                 elif n == 5:
-                    occurrences = _number(ev)
+                    occurrences = pw.number(ev)
                 elif n == 4:
-                    stats.append(_message(ev))
+                    stats.append(pw.message(ev))
             events.append((meta, offset, duration, stats, occurrences))
     return display or name, timestamp_ns, events
 
@@ -196,7 +135,7 @@ _MAX_PS = 1 << 62
 def read(path: Path, ctx: ImportContext):
     data = ByteSource(path).read_all()
     try:
-        planes = [_message(v) for number, _kind, v in _Wire.fields(data) if number == 1]
+        planes = [pw.message(v) for number, _kind, v in pw.fields(data) if number == 1]
     except _BROKEN as exc:
         raise DdltraceError(f"{path}: not a readable XPlane protobuf ({exc})") from exc
     skipped: Counter = Counter()
