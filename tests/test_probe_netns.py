@@ -117,12 +117,16 @@ def test_rate_limit_is_recovered_after_the_goodput_factor(netns_pair, gbit):
     expected = rate_bit / 8 * TCP_GOODPUT  # payload bytes per second
     mib = 1 << 20
     sizes = [s * mib for s in ((1, 2, 4, 8, 16, 32) if gbit == 1 else (8, 16, 32, 64, 128, 256))]
-    if gbit > 1:
+    def too_slow_unshaped(when: str) -> None:
+        """Skip when the veth pair itself (CPU-bound on this 2-core VM) carries too little for the limit."""
         _unshape()
-        unshaped = 1 / _client_r_net(host, port, sizes[:3])["r_net"]
+        unshaped = 1 / _client_r_net(host, port, sizes)["r_net"]
         if unshaped < 1.1 * expected:
-            pytest.skip(f"this machine's veth pair carries only {unshaped * 8 / 1e9:.2f} Gbit/s of TCP payload "
-                        f"unshaped (CPU-bound), too little to check a {gbit} Gbit/s limit")
+            pytest.skip(f"this machine's veth pair carried only {unshaped * 8 / 1e9:.2f} Gbit/s of TCP payload "
+                        f"unshaped {when} (CPU-bound), too little to check a {gbit} Gbit/s limit")
+
+    if gbit > 1:
+        too_slow_unshaped("before the shaped run")
     _shape(rate_bit)
     try:
         res = _client_r_net(host, port, sizes)
@@ -130,6 +134,8 @@ def test_rate_limit_is_recovered_after_the_goodput_factor(netns_pair, gbit):
         _unshape()
     measured = 1 / res["r_net"]
     print(f"{gbit} Gbit/s tbf: {measured * 8 / 1e9:.4f} Gbit/s payload, expected {expected * 8 / 1e9:.4f}")
+    if gbit > 1 and abs(measured / expected - 1) >= 0.05:
+        too_slow_unshaped("right after the shaped run")  # the VM slowed down meanwhile: nothing to conclude
     assert abs(measured / expected - 1) < 0.05, (
         f"{gbit} Gbit/s tbf: measured {measured * 8 / 1e9:.4f} Gbit/s of payload, expected "
         f"{expected * 8 / 1e9:.4f} (r_net CI ± {res['ci'] / res['r_net']:.1%})")
