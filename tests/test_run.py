@@ -62,10 +62,12 @@ def _config(tmp_path, argv, **kw):
 
 def disagreements(store: TraceStore, job_dir: Path) -> list[str]:
     """Per rank and kind, where the store's barrier/wait/compute sums differ from the job's own MPI.Wtime
-    sums by more than 2 % or 50 us per interval of that kind (the window: from the first Barrier's return to
-    the last's start). The allowance per interval is mpi4py's own Python work between the job's Wtime and the
-    MPI call, which the job counts as MPI time and the wrapper as time outside MPI: tens of microseconds per
-    call on a loaded 2-core VM."""
+    sums by more than 5 % or 100 us per interval of that kind (the window: from the first Barrier's return to
+    the last's start). The allowance is what falls between the job's Wtime and the MPI call, which the job
+    counts as MPI time and the wrapper as time outside MPI: mpi4py's own Python work (tens of microseconds per
+    call) and, with 4 ranks and the test runner on 2 cores of a noisy VM, a rank descheduled there (2 % and
+    50 us per interval failed in 1 of 6 clean-clone runs on 2026-11-24, by 7 us to 1.7 ms). A wrapper that
+    loses, doubles or misfiles calls is off by far more."""
     bad = []
     for rank, tl in store.iter_timeline():
         own = json.loads((job_dir / f"rank{rank}.json").read_text())
@@ -78,7 +80,7 @@ def disagreements(store: TraceStore, job_dir: Path) -> list[str]:
         sums, counts = by_kind.sum(), by_kind.size()
         for kind in ("barrier", "wait", "compute"):
             measured_ns = own[kind] * 1e9
-            if abs(sums[kind] - measured_ns) > max(0.02 * measured_ns, 50_000 * counts[kind]):
+            if abs(sums[kind] - measured_ns) > max(0.05 * measured_ns, 100_000 * counts[kind]):
                 bad.append(f"rank {rank} {kind}: store {sums[kind]} ns, job {measured_ns:.0f} ns")
     return bad
 
