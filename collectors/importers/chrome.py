@@ -16,6 +16,7 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import islice
 from operator import attrgetter
 from typing import Any, ClassVar, Union
 
@@ -195,23 +196,18 @@ class _Builder:
         self.n_rows += len(xs)
 
     def _lane_key_codes(self, events: list) -> tuple[np.ndarray, np.ndarray]:
-        """The lane and key codes of ``events`` (new lanes and keys appended to the indexes): each distinct
-        (pid, tid, cat, name) is looked up once, so the per-event work is one tuple and one dict probe."""
-        seen: dict[tuple, int] = {}
-        codes = np.fromiter([seen.setdefault(q, len(seen)) for q in map(_LANE_AND_KEY, events)],
-                            dtype=np.int32, count=len(events))
+        """The lane and key codes of ``events`` (new lanes and keys appended to the indexes)."""
+        distinct, codes = _distinct(events, _LANE_AND_KEY)
         lanes, keys = self.lane_index, self.key_index
-        lane = np.array([lanes.setdefault(q[:2], len(lanes)) for q in seen], dtype=np.int32)
-        key = np.array([keys.setdefault(q[2:], len(keys)) for q in seen], dtype=np.int32)
+        lane = np.array([lanes.setdefault(q[:2], len(lanes)) for q in distinct], dtype=np.int32)
+        key = np.array([keys.setdefault(q[2:], len(keys)) for q in distinct], dtype=np.int32)
         return lane[codes], key[codes]
 
     def _lane_codes(self, events: list) -> np.ndarray:
-        """The lane codes of ``events``, as :meth:`_lane_key_codes` (for events without a key)."""
-        seen: dict[tuple, int] = {}
-        codes = np.fromiter([seen.setdefault(q, len(seen)) for q in map(_LANE, events)],
-                            dtype=np.int32, count=len(events))
+        """The lane codes of ``events`` (for events without a key)."""
+        distinct, codes = _distinct(events, _LANE)
         lanes = self.lane_index
-        return np.array([lanes.setdefault(q, len(lanes)) for q in seen], dtype=np.int32)[codes]
+        return np.array([lanes.setdefault(q, len(lanes)) for q in distinct], dtype=np.int32)[codes]
 
     def _others(self, events: list[Event]) -> None:
         t = self.trace
@@ -380,6 +376,25 @@ class _Builder:
         return out
 
 
+def _distinct(events: list, fields: attrgetter) -> tuple[list[tuple], np.ndarray]:
+    """The distinct ``fields`` tuples of ``events`` and each event's index among them: one tuple and one dict
+    probe per event, the indexes and tables touched once per distinct tuple."""
+    seen: dict[tuple, int] = {}
+    codes = np.fromiter([seen.setdefault(q, len(seen)) for q in map(fields, events)], dtype=np.int32,
+                        count=len(events))
+    return list(seen), codes
+
+
+def _boundaries(buf: bytes, start: int, end: int):
+    """The event boundaries (``}``, comma, ``{``) in ``buf[start:end]``, last first: (the ``}``'s index, match)."""
+    pos = end
+    while (brace := buf.rfind(b"}", start, pos)) >= 0:
+        pos = brace
+        m = _BOUNDARY.match(buf, brace)
+        if m is not None:
+            yield brace, m
+
+
 def _time_ok(value) -> bool:
     """A time or duration (µs) that is a finite number within ±2**53 µs."""
     return value is not None and -_MAX_US < value < _MAX_US
@@ -482,16 +497,7 @@ class _Reader:
         chunk, None (nothing decoded) when neither boundary decodes (a damaged piece: :meth:`_cut` and
         :meth:`_salvage` take it)."""
         last = pending[-1]
-        pos = len(last)
-        for _ in range(2):
-            brace = last.rfind(b"}", 0, pos)
-            m = _BOUNDARY.match(last, brace) if brace >= 0 else None
-            while brace >= 0 and m is None:
-                brace = last.rfind(b"}", 0, brace)
-                m = _BOUNDARY.match(last, brace) if brace >= 0 else None
-            if m is None:
-                return None
-            pos = brace
+        for brace, m in islice(_boundaries(last, 0, len(last)), 2):
             doc = b"".join([b"[", buf, *pending[:-1], memoryview(last)[:brace + 1], b"]"])
             events, error = self._events_of(doc, wrapped=True)
             if error is None:
@@ -503,17 +509,7 @@ class _Reader:
     def _cut(self, buf: bytes, window: int) -> int | None:
         """Decode the longest prefix of ``buf`` ending at an event boundary (searching its last
         ``window`` bytes); return the offset where the next event starts, None if no cut decodes."""
-        stop = max(0, len(buf) - window)
-        pos, tries = len(buf), 0
-        while tries < 8:
-            brace = buf.rfind(b"}", stop, pos)
-            if brace < 0:
-                return None
-            pos = brace
-            m = _BOUNDARY.match(buf, brace)
-            if m is None:
-                continue
-            tries += 1
+        for brace, m in islice(_boundaries(buf, max(0, len(buf) - window), len(buf)), 8):
             if self._decode_piece(memoryview(buf)[:brace + 1]):
                 return m.end() - 1
         return None

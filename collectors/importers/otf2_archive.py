@@ -75,17 +75,17 @@ def read(path: Path, ctx: ImportContext):
     otf2, damaged = _load()
     per_rank: dict[int, dict] = {}
     said: list[str] = []
-    try:
-        with _library_quiet(said):
-            reader_cm = otf2.reader.open(str(path))
-            reader = reader_cm.__enter__()
-            clock = reader.definitions.clock_properties
-            resolution = float(clock.timer_resolution)
-            offset = int(clock.global_offset)
-            stream = iter(reader.events)
-    except Exception as exc:  # the C library reports any damage as a generic error
-        raise DdltraceError(f"{path}: not a readable OTF2 archive ({_reason(exc, said)})") from exc
-    with reader_cm, _library_quiet(said):
+    with contextlib.ExitStack() as opened:
+        try:
+            with _library_quiet(said):
+                reader = opened.enter_context(otf2.reader.open(str(path)))
+                clock = reader.definitions.clock_properties
+                resolution = float(clock.timer_resolution)
+                offset = int(clock.global_offset)
+                stream = iter(reader.events)
+        except Exception as exc:  # the C library reports any damage as a generic error
+            raise DdltraceError(f"{path}: not a readable OTF2 archive ({_reason(exc, said)})") from exc
+        opened.enter_context(_library_quiet(said))
         events = 0
         while True:
             try:
