@@ -1,8 +1,13 @@
 """OTF2 archives (Score-P and others), read with the ``otf2`` package (optional: ``pip install otf2``).
 
-Enter/Leave pairs on each location become intervals; MpiSend/MpiRecv (and their non-blocking forms) put
-bytes, peer and tag on the MPI call that encloses them. A location group ("MPI Rank N") is a rank; times are
-the archive's one clock, converted with its timer resolution.
+Enter/Leave pairs on each location become intervals, with **exclusive** time: a region that encloses others
+(Score-P's ``main`` around ``MPI_Init``, the MPI calls and ``MPI_Finalize``) is stored as the pieces between
+its children, so the time of a name summed over its rows is its exclusive time (its inclusive time minus its
+children's), and an instant belongs to the innermost region only. A leaf region is one row per call; an
+enclosing region has one row per non-empty piece (a region its children cover entirely has none).
+MpiSend/MpiRecv (and their non-blocking forms) put bytes, peer and tag on the MPI call that encloses them.
+MPI_Init/Finalize keep their names, by which the phase analysis finds initialisation and finalisation. A
+location group ("MPI Rank N") is a rank; times are the archive's one clock, converted with its timer resolution.
 """
 
 from __future__ import annotations
@@ -71,6 +76,16 @@ def _load():
     return otf2, Error
 
 
+def _piece(rows: list, lane: int, frame: list, end_ns: int, *, child_enters: bool) -> None:
+    """The region's exclusive piece from its current start (its Enter, or where its last child left) to
+    ``end_ns`` (where a child enters, or its Leave). A leaf is kept even when it lasts 0 ns (one call); an
+    empty piece of a region with children is not a row."""
+    name, start, nbytes, peer, tag, has_children = frame
+    if end_ns > start or not (has_children or child_enters):
+        rows.append((lane, name, start, end_ns - start, nbytes, peer, tag))
+    frame[5] = frame[5] or child_enters
+
+
 def read(path: Path, ctx: ImportContext):
     otf2, damaged = _load()
     per_rank: dict[int, dict] = {}
@@ -112,14 +127,17 @@ def read(path: Path, ctx: ImportContext):
             kind = type(event).__name__
             t_ns = int(round((event.time - offset) * 1e9 / resolution))
             if kind == "Enter":
-                stack.append([event.region.name, t_ns, None, None, None])
+                if stack:  # the enclosing region's piece up to here is its own time
+                    _piece(state["rows"], lane, stack[-1], t_ns, child_enters=True)
+                stack.append([event.region.name, t_ns, None, None, None, False])
             elif kind == "Leave":
                 if not stack:
                     if ctx.report is not None:
                         ctx.report.skipped["Leave without an Enter"] += 1
                     continue
-                name, start, nbytes, peer, tag = stack.pop()
-                state["rows"].append((lane, name, start, t_ns - start, nbytes, peer, tag))
+                _piece(state["rows"], lane, stack.pop(), t_ns, child_enters=False)
+                if stack:  # the enclosing region's own time resumes
+                    stack[-1][1] = t_ns
             elif kind in ("MpiSend", "MpiIsend", "MpiRecv", "MpiIrecv"):
                 if stack:
                     top = stack[-1]
