@@ -7,9 +7,11 @@ dropped. The producing worker is the ``/job:worker/task:k`` device with most ops
 (parameter servers) becomes those tasks' ranks, numbered after the workers.
 
 TF2: pids are devices named by ``process_name`` (``/host:CPU``, ``/device:GPU:0``), ``ts`` is µs since the
-profile started (no absolute time in the JSON). On device planes the derived lines (TensorFlow Ops/Name Scope,
-XLA Ops/Modules) repeat the stream kernels and are dropped. Ops take their ``args.long_name`` (``node:OpType``)
-and ``tf.function`` spans (``args.tf_function_call``) the cat ``tf_function``, as in the XPlane reader.
+profile started (no absolute time in the JSON). On device planes the derived lines (Steps, TensorFlow Ops/Name
+Scope, XLA Ops/Modules, ...: :mod:`xprof_lines`) annotate the stream kernels and are dropped; the ``Steps`` line
+numbers the stream events that start within each step, as in the XPlane reader. Ops take their
+``args.long_name`` (``node:OpType``) and ``tf.function`` spans (``args.tf_function_call``) the cat
+``tf_function``, as in the XPlane reader.
 """
 
 from __future__ import annotations
@@ -23,13 +25,12 @@ import numpy as np
 from ddltrace.collectors.importers.base import ImportContext, Importer, rank_from_path, register
 from ddltrace.collectors.importers.chrome import read_chrome
 from ddltrace.collectors.importers.convert import chrome_part, record
+from ddltrace.collectors.importers.xprof_lines import DERIVED_LINES, DROPPED, STEP_LINE, step_number, steps_of_rows
 
 _SNIFF_TF1 = re.compile(rb'"(/job:[^"]*|/device:[^"]*|/(gpu|cpu):\d+[^"]*) (Compute|Tensors)"|"Allocators"')
 _SNIFF_TF2 = re.compile(rb'"/host:CPU"|"/device:(GPU|TPU|CPU):\d+"|"highres-ticks"')
 _DEVICE = re.compile(r"^(?:/job:(?P<job>[^/]+)/replica:\d+/task:(?P<task>\d+))?"
                      r"(?:/device:|/)(?P<kind>[A-Za-z]+):(?P<index>\d+)(?P<rest>/.*)?$")
-_DERIVED_LINES = {"TensorFlow Ops", "TensorFlow Name Scope", "XLA Ops", "XLA Modules", "Framework Ops",
-                  "Framework Name Scope", "Source code"}
 _STEP = re.compile(r"^\S+ (\d+)$")
 
 
@@ -97,6 +98,27 @@ def _tf2_label(cat: str, name: str, args: dict) -> tuple[str, str]:
     return cat, long_name if isinstance(long_name, str) and long_name else name
 
 
+def _row_steps(trace) -> np.ndarray:
+    """Each interval's step (-1: none): a host step marker's own number (``train 3``), else the step of its
+    device's ``Steps`` line that its start falls in."""
+    marker = np.array([int(m.group(1)) if (m := _STEP.match(name)) and not name.startswith(("stream", "line"))
+                       else -1 for _cat, name in trace.keys], dtype=np.int64)
+    steps = marker[trace.key] if len(trace.key) else np.empty(0, dtype=np.int64)
+    devices = {pid: i for i, pid in enumerate(dict.fromkeys(
+        pid for pid, _ in trace.lanes if not (trace.process_names.get(pid) or "").startswith("/host:")))}
+    lane_device = np.array([devices.get(pid, -1) for pid, _ in trace.lanes], dtype=np.int64)
+    is_step_lane = np.array([devices.get(pid) is not None and trace.thread_names.get((pid, tid)) == STEP_LINE
+                             for pid, tid in trace.lanes], dtype=bool)
+    if not len(steps) or not is_step_lane.any():
+        return steps
+    rows = np.flatnonzero(is_step_lane[trace.lane_key])
+    numbers = np.array([step_number(trace.keys[k][1], i) for i, k in enumerate(trace.key[rows])], dtype=np.int64)
+    ts, dur = trace.ts_us, trace.dur_us
+    from_lines = steps_of_rows(lane_device[trace.lane_key], ts, lane_device[trace.lane_key[rows]], ts[rows],
+                               ts[rows] + dur[rows], numbers)
+    return np.where(steps < 0, from_lines, steps)
+
+
 def read_tf2(path: Path, ctx: ImportContext):
     trace = read_chrome(path, relabel=_tf2_label)
     record(ctx, trace)
@@ -105,18 +127,14 @@ def read_tf2(path: Path, ctx: ImportContext):
         proc = trace.process_names.get(pid) or f"pid {pid}"
         thread = trace.thread_names.get((pid, tid), "") or f"line {tid}"
         on_device = not proc.startswith("/host:")
-        if on_device and thread in _DERIVED_LINES:
+        if on_device and thread in DERIVED_LINES:
             return None
         short = proc.replace("/device:", "").replace("/host:", "host:").lower()
         return f"{short}/{thread}"
 
-    def step_of(cat, name):
-        m = _STEP.match(name)
-        return int(m.group(1)) if m and not name.startswith(("stream", "line")) else None
-
     yield chrome_part(trace, fmt="tf2", rank=rank_from_path(path, ctx.rank_from, ctx), ctx=ctx, lane_name=lane,
-                      clock="relative", step_of=step_of, info={"time_base": "µs since the profile started"},
-                      drop_reason="derived device lines (TensorFlow Ops, Name Scope, XLA)")
+                      clock="relative", row_steps=_row_steps(trace), info={"time_base": "µs since the profile started"},
+                      drop_reason=DROPPED)
 
 
 register(Importer("tf1", "TensorFlow 1.x timeline JSON (client.timeline)", sniff_tf1, read_tf1))

@@ -5,7 +5,9 @@ A small protobuf wire-format reader walks the ``XSpace`` messages of ``tsl/profi
 hold events (metadata id, offset and duration in picoseconds from the line's ``timestamp_ns``). Start =
 ``line.timestamp_ns * 1000 + offset_ps``. Event category field: ``step`` for ``Trace(..., step_num=n)`` step
 markers, ``tf_function`` for a ``tf.function`` call (its ``tf_function_call`` stat: a span around the whole
-function, not work of its own), else empty. A ``Task Environment`` plane's ``profile_start_time`` (ns since the
+function, not work of its own), else empty. A device plane's derived lines (``Steps``, ``TensorFlow Ops``, XLA,
+...: :mod:`xprof_lines`) are not device time: they are dropped, and its ``Steps`` events number the stream events
+that start within them. A ``Task Environment`` plane's ``profile_start_time`` (ns since the
 epoch, TF >= 2.21) makes times absolute; older files are relative to the profile's start. The rank comes from
 the folder or file name (``worker1/``), as in the trace-viewer JSON.
 """
@@ -29,10 +31,8 @@ from ddltrace.collectors.importers.base import (
     register,
 )
 from ddltrace.collectors.importers.source import ByteSource
+from ddltrace.collectors.importers.xprof_lines import DERIVED_LINES, DROPPED, STEP_LINE, step_number, steps_of_rows
 from ddltrace.errors import DdltraceError
-
-_DERIVED_LINES = {"TensorFlow Ops", "TensorFlow Name Scope", "XLA Ops", "XLA Modules", "Framework Ops",
-                  "Framework Name Scope", "Source code"}
 
 
 def _stat(data: bytes, stat_names: dict[int, str]):
@@ -155,8 +155,10 @@ def read(path: Path, ctx: ImportContext):
     lanes: dict[str, int] = {}
     keys: dict[tuple[str, str], int] = {}
     lane_codes, key_codes, starts, durs, steps = [], [], [], [], []
+    lane_device: list[int] = []  # per lane: its device plane's code, -1 on the host
+    step_rows: list[tuple[int, int, int, int]] = []  # (device code, start ps, end ps, step) of the Steps lines
     events_read = 0
-    for plane_name, lines, event_meta, stat_names, _stats in parsed:
+    for device, (plane_name, lines, event_meta, stat_names, _stats) in enumerate(parsed):
         if not plane_name.startswith(("/host:", "/device:")):
             continue
         short = plane_name.replace("/device:", "").replace("/host:", "host:").lower()
@@ -168,10 +170,16 @@ def read(path: Path, ctx: ImportContext):
                 skipped["unreadable XPlane lines"] += 1
                 continue
             events_read += len(events)
-            if on_device and line_name in _DERIVED_LINES:
-                skipped["derived device lines (TensorFlow Ops, Name Scope, XLA)"] += len(events)
+            if on_device and line_name in DERIVED_LINES:
+                skipped[DROPPED] += len(events)
+                if line_name == STEP_LINE:
+                    step_rows.extend((device, timestamp_ns * 1000 + offset, timestamp_ns * 1000 + offset + duration,
+                                      step_number(event_meta.get(meta, ""), i))
+                                     for i, (meta, offset, duration, *_rest) in enumerate(events))
                 continue
             lane = lanes.setdefault(f"{short}/{line_name}", len(lanes))
+            if lane == len(lane_device):
+                lane_device.append(device if on_device else -1)
             for meta, offset_ps, duration_ps, raw_stats, occurrences in events:
                 if occurrences is not None:
                     skipped["aggregated events (num_occurrences, no time)"] += 1
@@ -203,6 +211,11 @@ def read(path: Path, ctx: ImportContext):
         ctx.report.skipped.update(skipped)
     starts_ps = np.array(starts, dtype=np.int64)
     step_arr = np.array(steps, dtype=np.int64)
+    if step_rows:
+        columns = np.array(step_rows, dtype=np.int64).T  # device code, start, end (ps), step
+        row_device = np.array(lane_device, dtype=np.int64)[np.array(lane_codes, dtype=np.int64)]
+        from_lines = steps_of_rows(row_device, starts_ps, *columns)
+        step_arr = np.where(step_arr < 0, from_lines, step_arr)
     rank = rank_from_path(path, ctx.rank_from, ctx)
     timeline = build_timeline(rank=rank, lane_codes=np.array(lane_codes, dtype=np.int64), lane_table=list(lanes),
                               key_codes=np.array(key_codes, dtype=np.int64), key_table=list(keys),

@@ -1,0 +1,104 @@
+"""A TensorFlow 2 device plane's derived lines (Steps, TensorFlow Ops, Name Scope, XLA, Source) annotate its stream
+lines: they are never device time, and the Steps line gives the step boundaries. Checked on a real multi-worker
+GPU XPlane (tensorflow/profiler's demo: 8 V100 planes, two of them with kernels) against the file's own lines,
+walked here with the bare protobuf wire reader, and on a trace-viewer JSON in xprof's layout."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from ddltrace.analyses.phases import segment_rank
+from ddltrace.cli import main
+from ddltrace.collectors.importers import protowire as pw
+from ddltrace.store import TraceStore
+
+MULTIWORKER = Path("/work/shared/gpu_traces/tf2_gpu_multiworker.xplane.pb")
+
+
+def _device_lines(path: Path) -> dict:
+    """{(device, line name): [(start ps, duration ps)]} of every GPU plane, from the XSpace fields themselves
+    (XSpace.planes = 1; XPlane.name = 2, lines = 3; XLine.name = 2, timestamp_ns = 3, events = 4,
+    display_name = 11; XEvent.offset_ps = 2, duration_ps = 3)."""
+    lines = defaultdict(list)
+    for number, _kind, plane in pw.fields(path.read_bytes()):
+        if number != 1:
+            continue
+        plane_fields = list(pw.fields(pw.message(plane)))
+        name = next(pw.text(v) for n, _k, v in plane_fields if n == 2)
+        if not name.startswith("/device:GPU:"):
+            continue
+        for line in (pw.message(v) for n, _k, v in plane_fields if n == 3):
+            line_name, display, base_ns, events = "", "", 0, []
+            for n, _k, v in pw.fields(line):
+                if n == 2:
+                    line_name = pw.text(v)
+                elif n == 11:
+                    display = pw.text(v)
+                elif n == 3:
+                    base_ns = pw.signed(v)
+                elif n == 4:
+                    event = {en: pw.signed(ev) for en, _ek, ev in pw.fields(pw.message(v)) if en in (2, 3)}
+                    events.append((base_ns * 1000 + event.get(2, 0), event.get(3, 0)))
+            lines[name.removeprefix("/device:").lower(), display or line_name] += events
+    return lines
+
+
+@pytest.mark.skipif(not MULTIWORKER.exists(), reason="shared GPU traces absent")
+def test_steps_and_op_lines_are_not_device_time(tmp_path, capsys):
+    lines = _device_lines(MULTIWORKER)
+    steps = {device: events for (device, line), events in lines.items() if line == "Steps"}
+    assert sorted(steps) == ["gpu:4", "gpu:6"]  # the 41 ms the issue saw counted as compute
+    assert main(["import", str(MULTIWORKER), "--out", str(tmp_path / "s")]) == 0
+    assert "derived device lines (Steps" in capsys.readouterr().out
+    timeline = TraceStore.open(tmp_path / "s").timeline()
+    on_gpu = timeline[timeline["lane"].str.startswith("gpu:")]
+    streams = {(device, line) for (device, line) in lines if line.startswith("Stream #")}
+    assert set(on_gpu["lane"]) == {f"{device}/{line}" for device, line in streams}
+    # device time is the stream lines' time, to the ns (the file's picoseconds floored per event)
+    for device in ("gpu:4", "gpu:6"):
+        kernels = sum(d // 1000 for (dev, line), ev in lines.items() if dev == device and "(Compute)" in line
+                      for _s, d in ev)
+        mine = on_gpu[on_gpu["lane"].str.startswith(device + "/")]
+        assert mine.loc[mine["category"] == "compute", "dur_ns"].sum() == kernels
+        # the Steps event bounds step 0: exactly the device's stream events that start within it
+        ((step_start, step_dur),) = steps[device]
+        inside = sum(step_start <= s < step_start + step_dur for (dev, line), ev in lines.items()
+                     if (dev, line) in streams and dev == device for s, _d in ev)
+        assert inside > 600 and (mine["step"] == 0).sum() == inside
+    phases = segment_rank(timeline)
+    assert phases.method == "markers" and phases.steps["step"].tolist() == [0]
+
+
+def test_trace_viewer_json_steps_line(tmp_path):
+    """The same in the trace-viewer JSON (xprof's layout): a device's Steps thread is dropped and numbers the
+    stream events that start inside it; a step event outside any step keeps none."""
+    gpu, host = 1, 701
+    events = [{"pid": host, "name": "process_name", "ph": "M", "args": {"name": "/host:CPU"}},
+              {"pid": gpu, "name": "process_name", "ph": "M", "args": {"name": "/device:GPU:0"}},
+              {"pid": gpu, "tid": 1, "name": "thread_name", "ph": "M", "args": {"name": "Steps"}},
+              {"pid": gpu, "tid": 2, "name": "thread_name", "ph": "M", "args": {"name": "XLA Modules"}},
+              {"pid": gpu, "tid": 7, "name": "thread_name", "ph": "M", "args": {"name": "Stream #7(Compute)"}},
+              {"pid": host, "tid": 5, "name": "thread_name", "ph": "M", "args": {"name": "tf_Compute/5"}},
+              {"pid": gpu, "tid": 1, "ts": 100.0, "dur": 400.0, "ph": "X", "name": "41",
+               "args": {"group_id": "41", "step_name": "41"}},
+              {"pid": gpu, "tid": 1, "ts": 500.0, "dur": 400.0, "ph": "X", "name": "42",
+               "args": {"group_id": "42", "step_name": "42"}},
+              {"pid": gpu, "tid": 2, "ts": 110.0, "dur": 700.0, "ph": "X", "name": "cluster_0"},
+              {"pid": gpu, "tid": 7, "ts": 120.0, "dur": 300.0, "ph": "X", "name": "volta_sgemm_128x64_nn"},
+              {"pid": gpu, "tid": 7, "ts": 520.0, "dur": 100.0, "ph": "X", "name": "volta_sgemm_64x64_nn"},
+              {"pid": gpu, "tid": 7, "ts": 950.0, "dur": 10.0, "ph": "X", "name": "late_kernel"},
+              {"pid": host, "tid": 5, "ts": 130.0, "dur": 5.0, "ph": "X", "name": "MatMul"}]
+    path = tmp_path / "host.trace.json.gz"
+    path.write_bytes(gzip.compress(json.dumps({"displayTimeUnit": "ns", "traceEvents": events}).encode()))
+    assert main(["import", str(path), "--out", str(tmp_path / "s")]) == 0
+    timeline = TraceStore.open(tmp_path / "s").timeline().set_index("name")
+    assert set(timeline["lane"]) == {"gpu:0/Stream #7(Compute)", "host:cpu/tf_Compute/5"}
+    assert timeline.loc["volta_sgemm_128x64_nn", "step"] == 41 and timeline.loc["volta_sgemm_64x64_nn", "step"] == 42
+    assert timeline["step"].isna()[["late_kernel", "MatMul"]].all()
+    device = timeline[timeline["lane"].str.startswith("gpu:")]
+    assert device["dur_ns"].sum() == (300 + 100 + 10) * 1000  # the kernels, not the 800 us of Steps
