@@ -15,9 +15,10 @@ import importlib
 import pkgutil
 import sys
 import traceback
+import warnings
 
 from ddltrace import __version__, commands
-from ddltrace.errors import DdltraceError
+from ddltrace.errors import DamagedStoreWarning, DdltraceError, one_line
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -46,7 +47,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None, _default=warnings.showwarning):
+    """A damaged part of a store is one ``ddltrace: warning:`` line; other warnings keep Python's form."""
+    if issubclass(category, DamagedStoreWarning):
+        print(f"ddltrace: warning: {one_line(str(message))}", file=sys.stderr, flush=True)
+    else:
+        _default(message, category, filename, lineno, file, line)
+
+
 def main(argv: list[str] | None = None) -> int:
+    warnings.showwarning = _show_warning
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -57,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     except DdltraceError as exc:
         if args.debug:
             traceback.print_exc()
-        print(f"ddltrace: error: {exc}", file=sys.stderr)
+        print(f"ddltrace: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("ddltrace: interrupted", file=sys.stderr)

@@ -22,17 +22,21 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ddltrace import __version__
-from ddltrace.errors import SchemaError, StoreError
+from ddltrace.errors import DamagedStoreWarning, SchemaError, StoreError
 from ddltrace.timeline import (
+    CATEGORIES,
+    CATEGORY_DTYPE,
     COUNTER_DTYPES,
     TIMELINE_DTYPES,
     empty_counters,
@@ -46,6 +50,9 @@ from ddltrace.timeline import (
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 _MACHINE = -1
+#: The largest world size a manifest may give: MPI counts ranks in a C int.
+MAX_WORLD_SIZE = 2**31 - 1
+_INT64_MAX = int(np.iinfo(np.int64).max)
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)
 
@@ -120,12 +127,22 @@ class TraceStore:
     def __init__(self, path: Path, manifest: dict):
         self.path = Path(path)
         self.manifest = manifest
+        #: Ranks left out, each with the one line saying why (a damaged file or manifest entry).
+        self.damaged: dict[int, str] = {}
+        self._damaged_counters: set[int] = set()
 
     # -- opening and creating -------------------------------------------------------------------------
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> TraceStore:
-        """Open an existing store; :class:`StoreError` names the path and what is wrong."""
+        """Open an existing store; :class:`StoreError` names the path and what is wrong.
+
+        The manifest is checked here: ``schema_version`` an integer from 1 to :data:`SCHEMA_VERSION`, every
+        rank key a non-negative integer with a table of non-negative integer ``events`` and ``start_ns`` <=
+        ``end_ns``, ``run.world_size`` from 1 to :data:`MAX_WORLD_SIZE` and not below the ranks recorded. A
+        damaged rank entry or world size is named in a :class:`DamagedStoreWarning` and left out (the world
+        size falls back to the ranks recorded); a store none of whose listed ranks is usable is refused.
+        """
         path = Path(path)
         if not path.exists():
             raise StoreError(f"{path}: no such trace store")
@@ -136,11 +153,16 @@ class TraceStore:
             raise StoreError(f"{path}: not a trace store (no {MANIFEST})")
         try:
             manifest = json.loads(manifest_path.read_text())
+        except PermissionError as exc:
+            raise StoreError(f"{manifest_path}: permission denied (the manifest cannot be read)") from exc
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise StoreError(f"{manifest_path}: unreadable manifest ({exc})") from exc
-        if not isinstance(manifest, dict) or not isinstance(manifest.get("schema_version"), int):
+        version = manifest.get("schema_version") if isinstance(manifest, dict) else None
+        if type(version) is not int:  # a JSON true is a bool, and a bool is an int to Python: refused too
             raise StoreError(f"{manifest_path}: not a ddltrace manifest (no integer schema_version)")
-        version = manifest["schema_version"]
+        if version < 1:
+            raise StoreError(f"{manifest_path}: schema_version {version} is not a store schema version "
+                             f"(versions start at 1)")
         if version > SCHEMA_VERSION:
             raise StoreError(
                 f"{path}: written with store schema version {version} by ddltrace "
@@ -148,7 +170,11 @@ class TraceStore:
                 f"{SCHEMA_VERSION}: upgrade ddltrace to read it")
         if not isinstance(manifest.get("ranks"), dict):
             raise StoreError(f"{manifest_path}: manifest has no 'ranks' table")
-        return cls(path, manifest)
+        if not isinstance(manifest.get("run", {}), dict):
+            raise StoreError(f"{manifest_path}: manifest's 'run' is not a table")
+        store = cls(path, manifest)
+        store._check_manifest()
+        return store
 
     @classmethod
     def create(cls, path: str | os.PathLike, run: Mapping[str, Any] | None = None,
@@ -172,18 +198,54 @@ class TraceStore:
 
     @property
     def ranks(self) -> list[int]:
-        """The ranks this store holds a timeline for, in order."""
-        return sorted(int(r) for r in self.manifest["ranks"] if int(r) >= 0)
+        """The ranks this store holds a usable timeline for, in order (damaged ones are in :attr:`damaged`)."""
+        keys = (_rank_of_key(key) for key in self.manifest["ranks"])
+        return sorted(r for r in keys if r is not None and r not in self.damaged)
 
     @property
     def world_size(self) -> int:
-        """World size of the run (from the run metadata, else the number of ranks recorded)."""
-        return int(self.manifest["run"].get("world_size") or len(self.ranks))
+        """World size of the run (from the run metadata when it is sane, else the number of ranks recorded)."""
+        return self._world_size()[0]
+
+    def _world_size(self) -> tuple[int, str | None]:
+        """(world size, the problem with the run's own figure or None)."""
+        recorded = sum(1 for key in self.manifest["ranks"] if _rank_of_key(key) is not None)
+        said = self.run.get("world_size")
+        if said is None:
+            return recorded, None
+        if type(said) is not int or not 1 <= said <= MAX_WORLD_SIZE:
+            return recorded, (f"{self.path / MANIFEST}: run.world_size {_shown(said)} is not a world size "
+                              f"(an integer from 1 to {MAX_WORLD_SIZE}); using the {recorded} ranks recorded")
+        if said < recorded:
+            return recorded, (f"{self.path / MANIFEST}: run.world_size {said} is below the {recorded} ranks "
+                              f"recorded; using {recorded}")
+        return said, None
 
     @property
     def run(self) -> dict:
         """What was run: command, framework, world_size, hosts, batch size, ... (free-form dict)."""
-        return self.manifest["run"]
+        return self.manifest.setdefault("run", {})
+
+    def _check_manifest(self) -> None:
+        """Name every damaged rank entry and a wrong world size (warnings); refuse a store with no usable rank."""
+        where = self.path / MANIFEST
+        problems = []
+        for key, entry in self.manifest["ranks"].items():
+            rank = _rank_of_key(key)
+            if rank is None:
+                problems.append(f"{where}: rank key {_shown(key)} is not a rank (a non-negative integer); "
+                                "its entry is left out")
+                continue
+            problem = _entry_problem(entry)
+            if problem:
+                self.damaged[rank] = f"{where}: rank {rank}'s entry {problem}; rank {rank} left out"
+                problems.append(self.damaged[rank])
+        if problems and self.manifest["ranks"] and not self.ranks:
+            raise StoreError(f"{where}: no usable rank ({problems[0]}" +
+                             (f"; and {len(problems) - 1} more)" if len(problems) > 1 else ")"))
+        world_problem = self._world_size()[1]
+        for problem in [*problems, *([world_problem] if world_problem else [])]:
+            warnings.warn(problem, DamagedStoreWarning, stacklevel=3)
 
     def rank_info(self, rank: int) -> dict:
         """Per-rank metadata: events, start_ns, end_ns, host, role, how the rank ended."""
@@ -256,8 +318,9 @@ class TraceStore:
 
     @property
     def counter_ranks(self) -> list[int]:
-        """Ranks (and -1 for the machine) with sampled values."""
-        return list(self.manifest.get("counter_ranks", []))
+        """Ranks (and -1 for the machine) with sampled values (entries that are not ranks are ignored)."""
+        listed = self.manifest.get("counter_ranks", [])
+        return [r for r in listed if type(r) is int and r >= _MACHINE] if isinstance(listed, list) else []
 
     def _read(self, folder: str, rank: int, dtypes: Mapping[str, Any]) -> pd.DataFrame:
         path = _rank_file(self.path / folder, rank)
@@ -265,6 +328,10 @@ class TraceStore:
             frame = pq.read_table(path).to_pandas()
         except FileNotFoundError as exc:
             raise StoreError(f"{path}: listed in the manifest but missing") from exc
+        except PermissionError as exc:
+            raise StoreError(f"{path}: permission denied (ddltrace may not read this file)") from exc
+        except IsADirectoryError as exc:
+            raise StoreError(f"{path}: a folder, not a Parquet file") from exc
         except (OSError, pa.ArrowException) as exc:
             raise StoreError(f"{path}: corrupt Parquet file ({exc})") from exc
         missing = [c for c in dtypes if c not in frame.columns]
@@ -272,11 +339,43 @@ class TraceStore:
             raise StoreError(f"{path}: missing column(s) {', '.join(missing)}")
         return frame
 
+    def _read_timeline(self, rank: int) -> pd.DataFrame:
+        """One rank's timeline, checked against what the store promises (:func:`_timeline_problem`)."""
+        frame = self._read("timeline", rank, TIMELINE_DTYPES)
+        problem = _timeline_problem(frame, rank, self.rank_info(rank))
+        if problem:
+            raise StoreError(f"{_rank_file(self.path / 'timeline', rank)}: {problem}")
+        return frame.assign(category=frame["category"].astype(CATEGORY_DTYPE))
+
     def iter_timeline(self, ranks: Iterable[int] | None = None) -> Iterator[tuple[int, pd.DataFrame]]:
-        """Yield ``(rank, timeline)`` one rank at a time: memory stays at one rank's events."""
-        wanted = self._select(ranks)
-        for rank in wanted:
-            yield rank, self._read("timeline", rank, TIMELINE_DTYPES)
+        """Yield ``(rank, timeline)`` one rank at a time: memory stays at one rank's events.
+
+        With ``ranks`` None, a rank whose file is damaged (unreadable, or holding a category outside the closed
+        set, a negative duration, times outside the rank's span in the manifest, another rank's rows) is left
+        out and named in a :class:`DamagedStoreWarning` (and in :attr:`damaged`); when no rank can be read the
+        :class:`StoreError` names them. A damaged rank asked for by number is a :class:`StoreError`.
+        """
+        if ranks is not None:
+            for rank in self._select(ranks):
+                yield rank, self._read_timeline(rank)
+            return
+        held: list[str] = []  # the damage found before the first good rank: a warning, or the error's text
+        for rank in self.ranks:
+            try:
+                frame = self._read_timeline(rank)
+            except StoreError as exc:
+                self.damaged[rank] = f"{exc}; rank {rank} left out"
+                held.append(self.damaged[rank])
+                continue
+            for message in held:
+                warnings.warn(message, DamagedStoreWarning, stacklevel=2)
+            held = []
+            yield rank, frame
+        if held and not self.ranks:
+            raise StoreError(f"{self.path}: no rank can be read ({held[0]}" +
+                             (f"; and {len(held) - 1} more)" if len(held) > 1 else ")"))
+        for message in held:
+            warnings.warn(message, DamagedStoreWarning, stacklevel=2)
 
     def timeline(self, ranks: Iterable[int] | None = None) -> pd.DataFrame:
         """The timeline of the given ranks (all when None), concatenated and sorted by rank then start."""
@@ -286,19 +385,35 @@ class TraceStore:
         return pd.concat(parts, ignore_index=True)
 
     def counters(self, ranks: Iterable[int] | None = None) -> pd.DataFrame:
-        """Sampled values of the given ranks (all, machine included, when None)."""
-        available = self.counter_ranks
+        """Sampled values of the given ranks (all, machine included, when None).
+
+        A damaged counters file (unreadable, rows of another rank, times or values of the wrong type) is left
+        out and named in a :class:`DamagedStoreWarning`: counters never stop a timeline from being read.
+        """
+        available = [r for r in self.counter_ranks if r not in self._damaged_counters]
         wanted = available if ranks is None else [r for r in ranks if r in available]
-        parts = [self._read("counters", r, COUNTER_DTYPES) for r in wanted]
+        parts = []
+        for rank in wanted:
+            try:
+                frame = self._read("counters", rank, COUNTER_DTYPES)
+                problem = _counters_problem(frame, rank)
+                if problem:
+                    raise StoreError(f"{_rank_file(self.path / 'counters', rank)}: {problem}")
+            except StoreError as exc:
+                self._damaged_counters.add(rank)
+                warnings.warn(f"{exc}; these counters are left out", DamagedStoreWarning, stacklevel=2)
+                continue
+            parts.append(frame)
         if not parts:
             return empty_counters()
         return pd.concat(parts, ignore_index=True)
 
-    def _select(self, ranks: Iterable[int] | None) -> list[int]:
+    def _select(self, ranks: Iterable[int]) -> list[int]:
         known = self.ranks
-        if ranks is None:
-            return known
         wanted = [int(r) for r in ranks]
+        for rank in wanted:
+            if rank in self.damaged:
+                raise StoreError(self.damaged[rank])
         unknown = sorted(set(wanted) - set(known))
         if unknown:
             raise StoreError(f"{self.path}: no rank {', '.join(map(str, unknown))} "
@@ -307,6 +422,97 @@ class TraceStore:
 
     def __repr__(self) -> str:
         return f"TraceStore({str(self.path)!r}, ranks={_ranges(self.ranks)})"
+
+
+def _shown(value: Any) -> str:
+    """A value from a file, quoted for a message (control characters escaped, long values cut)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _rank_of_key(key: str) -> int | None:
+    """The rank of a manifest key ("3" -> 3); None for anything but a non-negative integer written plainly."""
+    return int(key) if isinstance(key, str) and key.isascii() and key.isdigit() and str(int(key)) == key else None
+
+
+def _is_count(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _entry_problem(entry: Any) -> str | None:
+    """What is wrong with one rank's manifest entry (None when nothing): its counts and times are checked."""
+    if not isinstance(entry, dict):
+        return f"is {_shown(entry)}, not a table"
+    for key in ("events", "counter_samples"):
+        if key in entry and not _is_count(entry[key]):
+            return f"has {key} {_shown(entry[key])} (a count: a non-negative integer)"
+    times = [entry.get("start_ns"), entry.get("end_ns")]
+    if any(t is not None for t in times):
+        if not all(type(t) is int for t in times):
+            return f"has start_ns {_shown(times[0])} and end_ns {_shown(times[1])} (integers in ns)"
+        if times[0] > times[1]:
+            return f"ends (end_ns {times[1]}) before it starts (start_ns {times[0]})"
+    return None
+
+
+def _rows(mask: np.ndarray) -> str:
+    """'3 rows (first: row 12)' for a boolean mask over a frame's rows."""
+    where = np.flatnonzero(mask)
+    return f"{len(where)} row{'s' if len(where) != 1 else ''} (first: row {where[0]})"
+
+
+def _timeline_problem(frame: pd.DataFrame, rank: int, entry: Mapping[str, Any]) -> str | None:
+    """What is wrong with one rank's timeline as read from its file (None when nothing).
+
+    Checked: the rank column holds only ``rank``; start_ns and dur_ns are integers, none missing; every
+    category is in the closed set; no duration is negative; no interval ends past int64 ns; and the rows
+    lie within the rank's span in the manifest (``start_ns`` to ``end_ns``, written from the same rows).
+    """
+    ranks = frame["rank"]
+    if not pd.api.types.is_integer_dtype(ranks.dtype) or ranks.isna().any():
+        return f"column 'rank' is {ranks.dtype}, not integer ranks"
+    wrong = ranks.to_numpy() != rank
+    if wrong.any():
+        return f"{_rows(wrong)} of rank {int(ranks.to_numpy()[wrong][0])} in the file of rank {rank}"
+    for column in ("start_ns", "dur_ns"):
+        series = frame[column]
+        if not pd.api.types.is_integer_dtype(series.dtype) or pd.api.types.is_bool_dtype(series.dtype):
+            return f"column '{column}' is {series.dtype}, not integer nanoseconds"
+        if series.isna().any():
+            return f"column '{column}': {_rows(series.isna().to_numpy())} missing"
+    category = frame["category"].astype("object")
+    unknown = ~category.isin(CATEGORIES).to_numpy()
+    if unknown.any():
+        return (f"category {_shown(category[unknown].iloc[0])} in {_rows(unknown)} is not one of "
+                f"{', '.join(CATEGORIES)}")
+    start = frame["start_ns"].to_numpy(np.int64)
+    dur = frame["dur_ns"].to_numpy(np.int64)
+    negative = dur < 0
+    if negative.any():
+        return f"negative duration ({int(dur[negative][0])} ns) in {_rows(negative)}"
+    overflow = start > _INT64_MAX - dur
+    if overflow.any():
+        return f"an interval ending past the largest int64 time in {_rows(overflow)}"
+    first, last = entry.get("start_ns"), entry.get("end_ns")
+    if len(frame) and type(first) is int and type(last) is int:
+        outside = (start < first) | (start + dur > last)
+        if outside.any():
+            where = int(np.flatnonzero(outside)[0])
+            return (f"{_rows(outside)} outside the rank's span in the manifest ({first} to {last} ns): row "
+                    f"{where} runs from {int(start[where])} to {int(start[where] + dur[where])} ns")
+    return None
+
+
+def _counters_problem(frame: pd.DataFrame, rank: int) -> str | None:
+    """What is wrong with one counters file (None when nothing): its rank column and the types of t_ns, value."""
+    ranks = frame["rank"]
+    if not pd.api.types.is_integer_dtype(ranks.dtype) or ranks.isna().any() or (ranks.to_numpy() != rank).any():
+        return f"rows of another rank than {rank}" if rank != _MACHINE else "rows of a rank, not of the machine (-1)"
+    if not pd.api.types.is_integer_dtype(frame["t_ns"].dtype) or frame["t_ns"].isna().any():
+        return f"column 't_ns' is {frame['t_ns'].dtype} or has missing values, not integer nanoseconds"
+    if not pd.api.types.is_numeric_dtype(frame["value"].dtype):
+        return f"column 'value' is {frame['value'].dtype}, not numbers"
+    return None
 
 
 def _ranges(ranks: list[int]) -> str:

@@ -38,7 +38,8 @@ class RankSummary:
 
 @dataclass
 class StoreSummary:
-    """The whole store: its path, world size, time span (ns), counters and one :class:`RankSummary` per rank."""
+    """The whole store: its path, world size, time span (ns), counters and one :class:`RankSummary` per rank;
+    ``damaged``: the ranks left out, each with why (:attr:`TraceStore.damaged`)."""
 
     path: str
     world_size: int
@@ -48,6 +49,7 @@ class StoreSummary:
     counter_names: list[str]
     ranks: list[RankSummary]
     run: dict
+    damaged: dict[int, str] = field(default_factory=dict)
 
     @property
     def span_ns(self) -> int:
@@ -92,4 +94,5 @@ def summarize(store: TraceStore) -> StoreSummary:
         counter_names=sorted(set(counters["name"])),
         ranks=ranks,
         run=store.run,
+        damaged=dict(store.damaged),
     )

@@ -126,7 +126,7 @@ def test_newer_schema_version_is_refused_with_the_version_needed(tiny_store):
 def test_damaged_stores_give_one_clear_error(tiny_store, damage, message):
     damage(tiny_store.path)
     with pytest.raises(StoreError, match=message):
-        TraceStore.open(tiny_store.path).timeline()
+        TraceStore.open(tiny_store.path).timeline([0, 1, 2, 3])
 
 
 def test_merge_two_stores(tmp_path):

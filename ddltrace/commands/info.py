@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
+from ddltrace.errors import one_line
 from ddltrace.store import TraceStore
 from ddltrace.summary import StoreSummary, summarize
 from ddltrace.timeline import CATEGORIES
@@ -32,16 +33,19 @@ def run(args) -> int:
 
 
 def render(summary: StoreSummary) -> str:
-    """The human table of ``ddltrace info``."""
+    """The human table of ``ddltrace info`` (the manifest's strings with their control characters escaped)."""
     run = summary.run
-    lines = [f"store       {summary.path}"]
+    lines = [f"store       {one_line(summary.path)}"]
     if run.get("command"):
         command = run["command"] if isinstance(run["command"], str) else " ".join(map(str, run["command"]))
-        lines.append(f"command     {command}")
+        lines.append(f"command     {one_line(command)}")
     for key in ("framework", "workload"):
         if run.get(key):
-            lines.append(f"{key:<12}{run[key]}")
+            lines.append(f"{key:<12}{one_line(str(run[key]))}")
     lines.append(f"world size  {summary.world_size} ranks ({len(summary.ranks)} recorded)")
+    if summary.damaged:
+        lines.append(f"damaged     rank {', '.join(map(str, sorted(summary.damaged)))} left out (the warnings "
+                     "above say why); the figures below are of the other ranks")
     lines.append(f"time span   {format_ns(summary.span_ns)}")
     lines.append(f"events      {summary.events}")
     lines.append(f"counters    {summary.counter_samples} samples"
