@@ -3,7 +3,8 @@
 Each tensor is a "process" (pid) named by an ``M process_name``; pid 0's ``start_time_since_epoch_in_micros``
 (Horovod >= 0.21) anchors ``ts`` (µs since the timeline started) to the wall clock. Old versions never close
 the JSON array; the reader tolerates that, and an ``E`` with no ``B`` (``join.noname``) is counted, not fatal.
-Negotiation ticks named "0", "1", ... are the moments each rank reported the tensor ready.
+Negotiation ticks named "0", "1", ... are the moments each rank reported the tensor ready: the world size is
+the highest rank they name plus one, and the store says that its one rank (0) is the coordinator's view of them.
 """
 
 from __future__ import annotations
@@ -30,6 +31,12 @@ def read(path: Path, ctx: ImportContext):
         if isinstance(args.get("start_time_since_epoch_in_micros"), int):
             start_us = args["start_time_since_epoch_in_micros"]
     rank = rank_from_path(path, ctx.rank_from, ctx, default=0)
+    named = sorted({int(name) for _cat, name in trace.keys if name.isascii() and name.isdigit() and len(name) < 10})
+    info = {"role": "coordinator (rank 0's view of all ranks)"}
+    if named:
+        info["world_size"] = named[-1] + 1
+        info["view"] = (f"rank 0's view of a {named[-1] + 1}-rank job: the negotiation ticks name ranks "
+                        f"{_ranges(named)}; only rank 0's timeline is recorded")
 
     def lane(pid, tid):
         name = trace.process_names.get(pid) or f"tensor {pid}"
@@ -37,7 +44,18 @@ def read(path: Path, ctx: ImportContext):
 
     yield chrome_part(trace, fmt="horovod", rank=rank, ctx=ctx, lane_name=lane,
                       offset_ns=(start_us or 0) * 1000, clock="epoch" if start_us else "relative",
-                      info={"role": "coordinator (rank 0's view of all ranks)"})
+                      info=info)
+
+
+def _ranges(ranks: list[int]) -> str:
+    """Sorted ranks as ranges: [0, 1, 2, 5] -> "0-2, 5"."""
+    runs: list[list[int]] = []
+    for r in ranks:
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    return ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in runs)
 
 
 register(Importer("horovod", "Horovod timeline JSON (HOROVOD_TIMELINE), also never-closed arrays", sniff, read))

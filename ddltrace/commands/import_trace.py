@@ -334,6 +334,13 @@ def _finish_manifest(store, reports, clocks: dict, formats: Counter, world_sizes
         notes.append(f"import {report.path} ({report.format or 'unknown format'}): {report.events} events read, "
                      f"{report.intervals} intervals kept" + (f"; skipped: {skipped}" if skipped else ""))
         notes.extend(f"import problem: {p}" for p in report.problems)
+    notes.extend(_views(store))
+
+
+def _views(store) -> list[str]:
+    """What a rank's file sees beyond itself (a Horovod timeline: rank 0's view of every rank)."""
+    views = {rank: store.rank_info(rank).get("view") for rank in store.ranks}
+    return [f"rank {rank}: {view}" for rank, view in views.items() if view]
 
 
 def _print_summary(out: Path, reports, elapsed: float, store) -> None:
@@ -353,6 +360,8 @@ def _print_summary(out: Path, reports, elapsed: float, store) -> None:
             print(f"      skipped {n} event(s): {why}")
         for problem in r.problems:
             print(f"      problem: {problem}")
+    for view in _views(store):
+        print(f"  {view}")
     print(f"  clock: {store.manifest['clock']['method']}")
 
 
