@@ -271,17 +271,19 @@ class TraceStore:
         manifest entry (host, role, ended="normal"/"abrupt", ...).
         """
         timeline = make_timeline(timeline)
-        if len(timeline) and (timeline["rank"] != rank).any():
+        if len(timeline) and (timeline["rank"].to_numpy() != rank).any():
             raise SchemaError("timeline", [f"rows of rank {sorted(set(timeline['rank']) - {rank})} "
                                            f"passed to add_rank({rank})"])
-        order = time_order(timeline["start_ns"].to_numpy(), pd.factorize(timeline["lane"], sort=True)[0])
+        start = timeline["start_ns"].to_numpy()
+        order = time_order(start, pd.factorize(timeline["lane"], sort=True)[0])
         if order is not None:
             timeline = timeline.take(order).reset_index(drop=True)
+            start = start[order]
         _atomic_write_parquet(_rank_file(self.path / "timeline", rank), timeline)
         entry = {"events": int(len(timeline))}
         if len(timeline):
-            entry["start_ns"] = int(timeline["start_ns"].min())
-            entry["end_ns"] = int((timeline["start_ns"] + timeline["dur_ns"]).max())
+            entry["start_ns"] = int(start.min())
+            entry["end_ns"] = int((start + timeline["dur_ns"].to_numpy()).max())
         if counters is not None:
             counters = make_counters(counters)
             for crank, part in counters.groupby("rank", sort=True):

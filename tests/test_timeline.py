@@ -9,6 +9,7 @@ import pytest
 from ddltrace.errors import SchemaError
 from ddltrace.timeline import (
     CATEGORIES,
+    CATEGORY_DTYPE,
     COUNTER_DTYPES,
     TIMELINE_DTYPES,
     make_counters,
@@ -75,6 +76,31 @@ def test_every_violation_is_reported_at_once():
     assert "'dur_ns': missing (NaN/None) at row 0" in joined
     assert "'dur_ns': below 0 at row 2" in joined
     assert len(problems) >= 4
+
+
+@pytest.mark.parametrize("column, values, message", [
+    ("rank", np.array([0, -1], dtype=np.int32), "column 'rank': below 0 at row 1"),
+    ("dur_ns", np.array([5, -2], dtype=np.int64), "column 'dur_ns': below 0 at row 1"),
+    ("bytes", pd.array([pd.NA, -8], dtype="Int64"), "column 'bytes': below 0 at row 1"),
+    ("lane", pd.Series(["main", None], dtype="str"), "column 'lane': not a string at row 1"),
+    ("source", pd.Series([None, "x"], dtype="str"), "column 'source': not a string at row 0"),
+    ("category", pd.Categorical([None, "compute"], dtype=CATEGORY_DTYPE), "column 'category': unknown category"),
+    ("category", pd.Categorical(["barrier", "compute"], categories=list(reversed(CATEGORIES))),
+     "column 'category': dtype is category, must be the category set"),
+])
+def test_a_frame_at_the_exact_dtypes_is_still_checked_value_by_value(column, values, message):
+    """Frames already at the schema's dtypes take a shortcut through validation: a bad value there is still
+    found and named like any other (make_timeline fills a missing lane or source, as for any frame)."""
+    t = make_timeline(good_rows())
+    t[column] = values
+    with pytest.raises(SchemaError) as err:
+        validate_timeline(t)
+    assert message in str(err.value)
+    if column in ("lane", "source"):  # make_timeline fills a missing lane or source instead
+        assert make_timeline(t)[column].tolist() == {"lane": ["main", "main"], "source": ["", "x"]}[column]
+    else:
+        with pytest.raises(SchemaError):
+            make_timeline(t)
 
 
 def test_start_ns_must_be_int64_when_validating_a_frame_directly():

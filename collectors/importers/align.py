@@ -41,13 +41,24 @@ class Alignment:
     consistent: bool = True
 
 
+def _point_to_point(timeline: pd.DataFrame) -> pd.Series:
+    """The rows :func:`mpi_messages` pairs: MPI sends and receives that name their peer."""
+    return timeline["peer"].notna() & timeline["name"].isin(MPI_SENDS | MPI_RECVS)
+
+
+def has_point_to_point(timeline: pd.DataFrame) -> bool:
+    """Whether a rank's timeline holds any send or receive :func:`mpi_messages` could pair (the importing
+    command reads back for alignment only the ranks that do)."""
+    return bool(timeline["peer"].notna().any() and _point_to_point(timeline).any())
+
+
 def mpi_messages(timelines: Iterable[tuple[int, pd.DataFrame]]) -> pd.DataFrame:
     """Send/receive pairs from MPI point-to-point calls that carry ``peer`` (and ``tag``): the n-th send from
     a to b with tag t is the n-th receive on b from a with tag t (MPI's non-overtaking rule). Only blocking
     receives give a pair (an Irecv returns before the data arrives)."""
     sends, recvs = [], []
     for rank, tl in timelines:
-        sel = tl["peer"].notna() & tl["name"].isin(MPI_SENDS | MPI_RECVS)
+        sel = _point_to_point(tl)
         if not sel.any():
             continue
         part = tl.loc[sel, ["name", "start_ns", "dur_ns", "peer", "tag"]]

@@ -165,6 +165,7 @@ def run(args) -> int:
     started = time.perf_counter()
     try:
         clocks, formats, deferred, detailed, messages = {}, Counter(), [], set(), []
+        exchanging: set[int] = set()  # ranks with MPI sends/receives naming a peer: alignment reads only these
         world_sizes = []
         aggregate = {index for is_aggregate, index, *_ in plan if is_aggregate}
         tasks = [FileTask(index, path, importer, report) for _, index, path, importer, report in plan]
@@ -183,7 +184,7 @@ def run(args) -> int:
                         continue
                     if not is_aggregate:
                         detailed.add(part.rank)
-                    _add(store, part, clocks)
+                    _add(store, part, clocks, exchanging)
                     formats[importer.name] += 1
                     if part.info.get("world_size"):
                         world_sizes.append(int(part.info["world_size"]))
@@ -203,13 +204,13 @@ def run(args) -> int:
             if part.counters is not None:
                 part.counters = part.counters.assign(rank=rank).astype({"rank": "int32"})
             part.rank = rank
-            _add(store, part, clocks)
+            _add(store, part, clocks, exchanging)
         if not store.ranks:
             details = "; ".join(p for r in reports for p in r.problems[:1]) or "no events"
             raise DdltraceError(f"nothing imported from {len(files)} file(s): {details}")
         _resolve_peers(store, numbered)
         _finish_manifest(store, reports, clocks, formats, world_sizes)
-        _align_clocks(store, args.align, _resolve_messages(messages, numbered))
+        _align_clocks(store, args.align, _resolve_messages(messages, numbered), exchanging)
         store.save_manifest()
         if out.exists():
             shutil.rmtree(out)
@@ -227,9 +228,12 @@ def run(args) -> int:
     return 0
 
 
-def _add(store, part, clocks: dict) -> None:
-    """Write a part's rank, merging with what earlier files gave the same rank."""
+def _add(store, part, clocks: dict, exchanging: set[int]) -> None:
+    """Write a part's rank, merging with what earlier files gave the same rank; note it in ``exchanging`` when
+    it holds MPI sends or receives that clock alignment could pair."""
     import pandas as pd
+
+    from ddltrace.collectors.importers.align import has_point_to_point
 
     rank = int(part.rank)
     info = {k: v for k, v in part.info.items() if v is not None}
@@ -245,6 +249,8 @@ def _add(store, part, clocks: dict) -> None:
             info["peer_identities"] = {**old.get("peer_identities", {}), **info.get("peer_identities", {})}
     store.add_rank(rank, timeline, part.counters, save=False, **info)
     clocks.setdefault(part.clock, set()).add(rank)
+    if has_point_to_point(part.timeline):
+        exchanging.add(rank)
 
 
 def _resolve_peers(store, numbered: dict[tuple, int]) -> None:
@@ -275,9 +281,11 @@ def _resolve_messages(messages: list, numbered: dict[tuple, int]):
     return frame[(frame["src"] >= 0) & (frame["dst"] >= 0)].astype("int64")
 
 
-def _align_clocks(store, mode: str, messages) -> None:
+def _align_clocks(store, mode: str, messages, exchanging: set[int]) -> None:
     """Shift each rank's times by its offset to the lowest rank, estimated from matched send/receive pairs
-    (``collectors/importers/align.py``), when the ranks come from different hosts or when asked."""
+    (``collectors/importers/align.py``), when the ranks come from different hosts or when asked. The pairs
+    are the importers' ``messages`` and the MPI sends/receives of the ``exchanging`` ranks, the only ranks
+    read back (an IPM profile, or any trace without them, is not read again)."""
     import pandas as pd
 
     from ddltrace.collectors.importers.align import METHOD, estimate_offsets, mpi_messages
@@ -286,7 +294,7 @@ def _align_clocks(store, mode: str, messages) -> None:
     notes = store.manifest.setdefault("notes", [])
     if mode == "none" or (mode == "auto" and len(hosts) < 2) or len(store.ranks) < 2:
         return
-    mpi = mpi_messages(store.iter_timeline())
+    mpi = mpi_messages(store.iter_timeline(sorted(exchanging)))
     found = [m for m in (messages, mpi) if len(m)]
     pairs = pd.concat(found, ignore_index=True) if found else messages
     result = estimate_offsets(pairs, store.ranks)

@@ -1,0 +1,143 @@
+"""IPM import speed: a full ``ddltrace import`` of an IPM XML profile against ElementTree parsing the same file.
+
+    .venv/bin/python benchmarks/ipm_import_speed.py [--trace FILE] [--repeat N]
+
+Every figure is the wall time of a fresh Python process (interpreter start and module imports included), the
+fastest of ``--repeat`` runs, ddltrace and the reference interleaved so that a busy spell on the machine hits
+both alike:
+
+- ours: ``python -m ddltrace import FILE --out STORE --progress never``, the whole command;
+- reference: ``python -c "ElementTree.parse(FILE)"``, the file parsed into a tree and nothing else (issue 20,
+  item 11 takes this as the floor: an import that reads the file once cannot be much faster);
+- their ratio, and the inner figures of one more fresh import process (timers around the command's phases):
+  module imports, reading the XML into per-rank timelines, writing the ranks into the store (validation and
+  Parquet), clock alignment, the rest (manifest, summary), and store writing per rank.
+
+The default trace is the 168-rank, 1.8 MB profile ``pin1008.xml`` (PARTISN on 42 hosts) from
+github.com/raptox/ipm-hpc-v2 at 186292a, ``ipm_raw/pin1008.xml``, where it has been put on this machine; else
+the 64-rank ipm_hunold_1494937738 of the shared wild traces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CANDIDATES = [Path("/work/shared/mpi_traces/ipm-xml/pin1008.xml"), Path("/tmp/ipm-speed/pin1008.xml"),
+              Path("/work/shared/wild_traces/ipm_hunold_1494937738/hunold.1494937738.200810.ipm.xml")]
+
+_REFERENCE = "import sys, xml.etree.ElementTree as ET; ET.parse(sys.argv[1])"
+
+#: One import with timers around its phases (monkeypatched from outside: the command itself is unchanged).
+_PHASES_CHILD = r"""
+import json, sys, time
+t0 = time.perf_counter()
+from ddltrace.cli import build_parser
+from ddltrace.collectors.importers import get_importer
+from ddltrace.commands import import_trace
+import ddltrace.store  # the modules the command imports as it runs
+t1 = time.perf_counter()
+spent = {"read": 0.0, "store": 0.0, "align": 0.0}
+
+def timed(phase, function):
+    def wrapper(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            spent[phase] += time.perf_counter() - start
+    return wrapper
+
+ipm = get_importer("ipm")
+plain_read = ipm.read
+def read(path, ctx):  # the importer's generator, timed at each part it yields
+    parts = plain_read(path, ctx)
+    while True:
+        start = time.perf_counter()
+        try:
+            part = next(parts)
+        except StopIteration:
+            spent["read"] += time.perf_counter() - start
+            return
+        spent["read"] += time.perf_counter() - start
+        yield part
+object.__setattr__(ipm, "read", read)
+import_trace._add = timed("store", import_trace._add)
+import_trace._align_clocks = timed("align", import_trace._align_clocks)
+args = build_parser().parse_args(["import", sys.argv[2], "--out", sys.argv[1], "--progress", "never"])
+import contextlib, io
+with contextlib.redirect_stdout(io.StringIO()):
+    code = args.func(args)
+t2 = time.perf_counter()
+ranks = len(json.load(open(sys.argv[1] + "/manifest.json"))["ranks"])
+print(json.dumps({"code": code, "modules_s": t1 - t0, "run_s": t2 - t1, "ranks": ranks, **spent}))
+"""
+
+
+def _wall(command: list[str]) -> float:
+    """Seconds of wall time of ``command`` in a fresh process (it must succeed)."""
+    start = time.perf_counter()
+    result = subprocess.run(command, capture_output=True, text=True, cwd=tempfile.gettempdir())
+    elapsed = time.perf_counter() - start
+    if result.returncode != 0:
+        raise SystemExit(f"{' '.join(command[:4])} ... failed:\n{result.stderr[-3000:]}")
+    return elapsed
+
+
+def _phases(trace: Path, store: Path) -> dict:
+    result = subprocess.run([sys.executable, "-c", _PHASES_CHILD, str(store), str(trace)], capture_output=True,
+                            text=True, cwd=tempfile.gettempdir())
+    if result.returncode != 0:
+        raise SystemExit(f"phase-timing child failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trace", type=Path, help="an IPM XML profile (default: the first of "
+                        + ", ".join(map(str, CANDIDATES)) + " that exists)")
+    parser.add_argument("--repeat", type=int, default=5, help="fresh processes per figure; the fastest is shown")
+    args = parser.parse_args()
+    trace = args.trace or next((p for p in CANDIDATES if p.exists()), None)
+    if trace is None or not trace.exists():
+        print(f"no IPM profile found ({args.trace or ', '.join(map(str, CANDIDATES))}): nothing measured")
+        return
+    tasks = trace.read_bytes().count(b"<task ")
+    load = os.getloadavg()
+    print(f"trace: {trace} ({trace.stat().st_size / 1e6:.2f} MB, {tasks} <task> elements = ranks)")
+    print(f"machine: {os.cpu_count()} CPUs, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} "
+          "(1 / 5 / 15 min) at the start")
+    ours, reference, phases = [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.repeat):
+            store = Path(tmp) / f"s{i}"
+            ours.append(_wall([sys.executable, "-m", "ddltrace", "import", str(trace), "--out", str(store),
+                               "--progress", "never"]))
+            reference.append(_wall([sys.executable, "-c", _REFERENCE, str(trace)]))
+            phases.append(_phases(trace, Path(tmp) / f"p{i}"))
+    best, ref = min(ours), min(reference)
+    print(f"\nwall time of a fresh process, fastest of {args.repeat} (interpreter start and module imports "
+          "included):")
+    print(f"  ddltrace import (the whole command)      {best:7.2f} s")
+    print(f"  ElementTree parse of the file (reference) {ref:6.2f} s")
+    print(f"  ratio ddltrace / ElementTree              {best / ref:6.1f} x")
+    p = min(phases, key=lambda r: r["modules_s"] + r["run_s"])
+    rest = p["run_s"] - p["read"] - p["store"] - p["align"]
+    print(f"\ninside one import process (the fastest of {args.repeat}; seconds of wall time):")
+    print(f"  module imports (ddltrace, pandas, pyarrow)        {p['modules_s']:6.2f} s")
+    print(f"  reading the XML into per-rank timelines           {p['read']:6.2f} s")
+    print(f"  writing the ranks into the store                  {p['store']:6.2f} s"
+          f" = {1e3 * p['store'] / p['ranks']:.1f} ms per rank ({p['ranks']} ranks)")
+    print(f"  clock alignment                                   {p['align']:6.2f} s")
+    print(f"  the rest (staging, manifest, summary)             {rest:6.2f} s")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} (1 min)")
+
+
+if __name__ == "__main__":
+    main()
