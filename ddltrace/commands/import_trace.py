@@ -63,17 +63,25 @@ def _raw_formatter():
     return argparse.RawDescriptionHelpFormatter
 
 
-def _expand(paths: list[str]) -> tuple[list[Path], set[Path]]:
-    """Files to import, and which of them came from searching a folder (not named on the command line).
-    An OTF2 archive's member files (``X.def``, ``X/``) are left to its anchor ``X.otf2``."""
+def _expand(paths: list[str]) -> tuple[list[Path], set[Path], list[str]]:
+    """Files to import, which of them came from searching a folder (not named on the command line), and notes
+    on what a folder held but is not read. An OTF2 archive's member files (``X.def``, ``X/``) are left to its
+    anchor ``X.otf2``; of a TensorBoard profile folder, the newest run and one session file per host are read
+    (``collectors/importers/tb_profile.py``)."""
+    from ddltrace.collectors.importers import tb_profile
+
     files: list[Path] = []
     found_in_folders: set[Path] = set()
+    notes: list[str] = []
     for text in paths:
         path = Path(text)
         if path.is_dir():
             found = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
             anchors = [p.with_suffix("") for p in found if p.suffix == ".otf2"]
             found = [p for p in found if not any(p == a.with_suffix(".def") or a in p.parents for a in anchors)]
+            selection = tb_profile.select(found)
+            found = selection.files
+            notes.extend(selection.notes)
             files.extend(found)
             found_in_folders.update(found)
         elif path.is_file():
@@ -82,7 +90,7 @@ def _expand(paths: list[str]) -> tuple[list[Path], set[Path]]:
             raise DdltraceError(f"{path}: no such file or folder")
     if not files:
         raise DdltraceError(f"{', '.join(paths)}: no files to import")
-    return files, found_in_folders
+    return files, found_in_folders, notes
 
 
 class _Progress:
@@ -139,7 +147,13 @@ def run(args) -> int:
         raise DdltraceError(f"--jobs {args.jobs}: must be 1 or more")
     if out.exists() and not args.force:
         raise DdltraceError(f"{out}: already exists (choose another --out, or add --force)")
-    files, found_in_folders = _expand(args.paths)
+    from ddltrace.collectors.importers.tb_profile import host_ranks
+
+    files, found_in_folders, folder_notes = _expand(args.paths)
+    session_ranks: dict = {}  # TensorBoard session files: (rank, host) from the hosts, not the files' positions
+    if args.rank_from == "auto":
+        session_ranks, rank_notes = host_ranks(files, os.environ.get("TF_CONFIG"))
+        folder_notes += rank_notes
     categorizer = Categorizer(args.rules)
     progress = _Progress(files, args.progress)
     reports: list[FileReport] = []
@@ -176,6 +190,9 @@ def run(args) -> int:
                 for part in parts():
                     if part.messages is not None and len(part.messages):
                         messages.append(part.messages)
+                    if path in session_ranks:
+                        _set_rank(part, session_ranks[path][0])
+                        part.info["host"] = session_ranks[path][1]
                     if isinstance(part.rank, tuple):
                         deferred.append(part)
                         continue
@@ -200,16 +217,14 @@ def run(args) -> int:
                 next_rank += 1
             rank = numbered[part.rank]
             part.info["identity"] = "/".join(map(str, part.rank))
-            part.timeline = part.timeline.assign(rank=rank).astype({"rank": "int32"})
-            if part.counters is not None:
-                part.counters = part.counters.assign(rank=rank).astype({"rank": "int32"})
-            part.rank = rank
+            _set_rank(part, rank)
             _add(store, part, clocks, exchanging)
         if not store.ranks:
             details = "; ".join(p for r in reports for p in r.problems[:1]) or "no events"
             raise DdltraceError(f"nothing imported from {len(files)} file(s): {details}")
         _resolve_peers(store, numbered)
         _finish_manifest(store, reports, clocks, formats, world_sizes)
+        store.manifest["notes"].extend(folder_notes)
         _align_clocks(store, args.align, _resolve_messages(messages, numbered), exchanging)
         store.save_manifest()
         if out.exists():
@@ -222,10 +237,18 @@ def run(args) -> int:
         source_module.progress_hook = None
         progress.close()
     elapsed = time.perf_counter() - started
-    _print_summary(out, reports, elapsed, TraceStore.open(out))
+    _print_summary(out, reports, elapsed, TraceStore.open(out), folder_notes)
     if args.explain:
         _print_explain(categorizer)
     return 0
+
+
+def _set_rank(part, rank: int) -> None:
+    """Give a part (its rows and counters) the rank the command chose for it."""
+    part.timeline = part.timeline.assign(rank=rank).astype({"rank": "int32"})
+    if part.counters is not None:
+        part.counters = part.counters.assign(rank=rank).astype({"rank": "int32"})
+    part.rank = rank
 
 
 def _add(store, part, clocks: dict, exchanging: set[int]) -> None:
@@ -351,7 +374,7 @@ def _views(store) -> list[str]:
     return [f"rank {rank}: {view}" for rank, view in views.items() if view]
 
 
-def _print_summary(out: Path, reports, elapsed: float, store) -> None:
+def _print_summary(out: Path, reports, elapsed: float, store, folder_notes: list[str]) -> None:
     total_events = sum(r.events for r in reports)
     total_intervals = sum(r.intervals for r in reports)
     print(f"imported {len(reports)} file(s) into {out}: {total_events} events read, {total_intervals} intervals "
@@ -368,8 +391,8 @@ def _print_summary(out: Path, reports, elapsed: float, store) -> None:
             print(f"      skipped {n} event(s): {why}")
         for problem in r.problems:
             print(f"      problem: {problem}")
-    for view in _views(store):
-        print(f"  {view}")
+    for note in [*folder_notes, *_views(store)]:
+        print(f"  {note}")
     print(f"  clock: {store.manifest['clock']['method']}")
 
 
