@@ -132,6 +132,11 @@ _BROKEN = (ValueError, struct.error)
 _MAX_PS = 1 << 62
 
 
+def _in_range(start_ps: int, duration_ps: int) -> bool:
+    """A duration >= 0 and start and end times that are times (within ±2^62 ps)."""
+    return duration_ps >= 0 and abs(start_ps) <= _MAX_PS and start_ps + duration_ps <= _MAX_PS
+
+
 def read(path: Path, ctx: ImportContext):
     data = ByteSource(path).read_all()
     try:
@@ -173,9 +178,11 @@ def read(path: Path, ctx: ImportContext):
             if on_device and line_name in DERIVED_LINES:
                 skipped[DROPPED] += len(events)
                 if line_name == STEP_LINE:
-                    step_rows.extend((device, timestamp_ns * 1000 + offset, timestamp_ns * 1000 + offset + duration,
-                                      step_number(event_meta.get(meta, ""), i))
-                                     for i, (meta, offset, duration, *_rest) in enumerate(events))
+                    for i, (meta, offset_ps, duration_ps, *_rest) in enumerate(events):
+                        start_ps = timestamp_ns * 1000 + offset_ps
+                        if _in_range(start_ps, duration_ps):
+                            step_rows.append((device, start_ps, start_ps + duration_ps,
+                                              step_number(event_meta.get(meta, ""), i)))
                 continue
             lane = lanes.setdefault(f"{short}/{line_name}", len(lanes))
             if lane == len(lane_device):
@@ -185,7 +192,7 @@ def read(path: Path, ctx: ImportContext):
                     skipped["aggregated events (num_occurrences, no time)"] += 1
                     continue
                 start_ps = timestamp_ns * 1000 + offset_ps
-                if duration_ps < 0 or abs(start_ps) > _MAX_PS or start_ps + duration_ps > _MAX_PS:
+                if not _in_range(start_ps, duration_ps):
                     skipped["events with a negative duration or a time out of range"] += 1
                     continue
                 name = event_meta.get(meta, f"event {meta}")
