@@ -10,6 +10,11 @@ Every nanosecond of a rank, from its first event to its last, gets exactly one c
 * time no row covers is **compute** on a rank whose rows are all MPI calls (a PMPI trace: computation is what
   happens between calls, as IPM counts it) and **idle** on a rank that records its computation explicitly.
 
+A rank with a device (lanes named ``gpu:<n>/...``, see :func:`device_lanes`) is also broken down on its device
+lanes alone (``gap="idle"``: a device is idle when no kernel, copy or collective runs on it), so that what the
+host did and what the device did can be shown side by side (the all-lanes view counts an instant as compute when
+either computes).
+
 Tables are pandas DataFrames, one row per rank; times in ns, shares as fractions of the phase.
 The average rank stands beside the slowest (RALP, paper 003 figure 2): the slowest is the rank with the most
 busy time (compute + io + memcpy) in the phase, the one the others wait for.
@@ -28,11 +33,19 @@ LANE_PRIORITY = ("idle", "other", "compute", "io", "memcpy", "comm", "wait", "ba
 CODE = {c: i for i, c in enumerate(CATEGORIES)}
 BUSY = ("compute", "io", "memcpy")
 EXPOSED_COMM = ("comm", "wait")
+#: Lane names of a device's streams start with one of these (the importers name them "gpu:<device>/<stream>").
+DEVICE_LANE_PREFIXES = ("gpu:",)
 
 
-def classify(timeline: pd.DataFrame, cuts) -> tuple[np.ndarray, np.ndarray]:
+def device_lanes(lanes: pd.Series) -> np.ndarray:
+    """True for each row whose lane is a device's (its name starts with one of :data:`DEVICE_LANE_PREFIXES`)."""
+    return lanes.astype("object").fillna("").astype(str).str.startswith(DEVICE_LANE_PREFIXES).to_numpy(bool)
+
+
+def classify(timeline: pd.DataFrame, cuts, gap: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Split the span of ``cuts`` (sorted ns boundaries; the first and last bound the rank) into segments.
 
+    ``gap`` is the category of time no row covers (default: compute on a rank of MPI calls only, else idle).
     Returns ``edges`` (ns, increasing) and ``codes`` (index into CATEGORIES of each segment between two edges).
     """
     cuts = np.asarray(cuts, dtype=np.int64)
@@ -61,7 +74,8 @@ def classify(timeline: pd.DataFrame, cuts) -> tuple[np.ndarray, np.ndarray]:
         higher = _rank_of(lane_code) > _rank_of(combined)
         combined[higher] = lane_code[higher]
     combined[any_compute] = CODE["compute"]
-    gap = "idle" if (categories == "compute").any() else "compute"
+    if gap is None:
+        gap = "idle" if (categories == "compute").any() else "compute"
     combined[combined < 0] = CODE[gap]
     return edges, combined
 
@@ -75,10 +89,11 @@ def _rank_of(codes: np.ndarray) -> np.ndarray:
     return np.where(codes < 0, -1, _ORDER[np.maximum(codes, 0)])
 
 
-def rank_breakdown(timeline: pd.DataFrame, phases: RankPhases) -> pd.DataFrame:
-    """Time per phase and category of one rank (ns): one row per phase (columns rank, phase, then CATEGORIES)."""
+def rank_breakdown(timeline: pd.DataFrame, phases: RankPhases, gap: str | None = None) -> pd.DataFrame:
+    """Time per phase and category of one rank (ns): one row per phase (columns rank, phase, then CATEGORIES).
+    ``gap``: see :func:`classify`."""
     bounds = [phases.start_ns, phases.init_end_ns, phases.steady_end_ns, phases.end_ns]
-    edges, codes = classify(timeline, bounds)
+    edges, codes = classify(timeline, bounds, gap)
     lengths = np.diff(edges)
     phase_idx = np.clip(np.searchsorted(bounds[1:3], edges[:-1], side="right"), 0, 2)
     sums = np.zeros((len(PHASES), len(CATEGORIES)), dtype=np.int64)

@@ -6,6 +6,9 @@ Per-sample time should be flat or fall as b grows (better reuse); a finding when
 ``cache.jump_min`` (2x) between two adjacent batch sizes: the working set, b (n_f + 1) s + n_w s bytes, has left
 the last-level cache (paper 002 saw ~100x). When the configuration gives n_w (and n_f, s, llc_bytes), the
 evidence shows the working set on each side of the jump.
+
+Cost: the extra compute of the run above the jump, (per-sample time above - below) x its batch size x the median
+worker's steps in that run.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ def working_set_bytes(config: dict, batch: int) -> float | None:
     return float(batch * (n_f + 1) * s + n_w * s)
 
 
-@detector("cache_cliff")
+@detector("cache_cliff", "cache cliff across batch sizes", {"timeline"}, min_stores=2,
+          series="runs of one job at one worker count with two or more batch sizes")
 def detect(runs, th) -> list[Finding]:
     """A jump of per-sample compute time between adjacent batch sizes (see the module docstring)."""
     findings = []
@@ -55,7 +59,11 @@ def detect(runs, th) -> list[Finding]:
             lo, hi = times[i], times[i + 1]
             if not (np.isfinite(lo) and np.isfinite(hi)) or lo <= 0 or hi / lo < th["cache.jump_min"]:
                 continue
-            config = series[batches[i + 1]].config
+            above = series[batches[i + 1]]
+            config = above.config
+            steps = float(np.median([len(above.phases[w].steps) for w in above.worker_ranks if w in above.phases]
+                                    or [0]))
+            lost = (hi - lo) * batches[i + 1] * steps
             evidence = {"batch_below": Quantity(batches[i], "samples"),
                         "batch_above": Quantity(batches[i + 1], "samples"),
                         "per_sample_below": Quantity(lo, "ns"), "per_sample_above": Quantity(hi, "ns"),
@@ -71,5 +79,6 @@ def detect(runs, th) -> list[Finding]:
                 title=f"Cache cliff: compute per sample jumps {hi / lo:.1f}x from batch {batches[i]} to "
                       f"{batches[i + 1]} (w = {workers})",
                 severity="warning", evidence=evidence, phase="steady", advice=ADVICE,
-                store=", ".join(series[b].name for b in batches)))
+                store=", ".join(series[b].name for b in batches), cost_ns=lost,
+                cost_basis=f"(per-sample compute above - below) x batch {batches[i + 1]} x {steps:.0f} steps"))
     return findings

@@ -4,6 +4,9 @@ It measures, per rank, the share of its steady state spent in the io category (d
 importer puts a framework's input-pipeline calls there: ``IteratorGetNext``, ``__Get Minibatch``, ...). A finding
 when the median over workers reaches ``io.share_max`` (25 %): a quarter of every step waiting for input means a
 faster model or more workers will not help. Initialisation I/O is the sequential-initialisation detector's business.
+On per-call aggregates (no steady state) the share is of the whole run.
+
+Cost: the median worker's I/O time in that phase (the time each step waits for input).
 """
 
 from __future__ import annotations
@@ -16,12 +19,12 @@ ADVICE = ("Overlap input with compute (prefetch, more reader threads or processe
           "memory or on local disk, or use a faster input format; check the storage with the disk probe.")
 
 
-@detector("io_bound")
+@detector("io_bound", "input-bound steady state", {"totals"})
 def detect(runs, th) -> list[Finding]:
     """Steady-state I/O share at or above io.share_max (see the module docstring)."""
     findings = []
     for run in runs:
-        table = run.table("steady")
+        table = run.table(run.main_phase)
         workers = [w for w in run.worker_ranks if w in table.index and table.loc[w, "total_ns"] > 0]
         if not workers:
             continue
@@ -30,14 +33,18 @@ def detect(runs, th) -> list[Finding]:
         if median < th["io.share_max"]:
             continue
         worst = int(shares.idxmax())
+        lost = float(np.median(table.loc[workers, "io"]))
         findings.append(Finding(
             id="io_bound",
-            title=f"Input-bound: workers spend {Quantity(median, 'fraction')} of the steady state in I/O (median)",
+            title=f"Input-bound: workers spend {Quantity(median, 'fraction')} of the "
+                  f"{'steady state' if run.main_phase == 'steady' else 'run'} in I/O (median)",
             severity="warning",
             evidence={"io_share_median": Quantity(median, "fraction"),
                       "io_share_max": Quantity(float(shares.max()), "fraction"),
                       "io_share_max_rank": Quantity(worst, "rank"),
-                      "io_time_total": Quantity(float(table.loc[workers, "io"].sum()), "ns")},
+                      "io_time_total": Quantity(float(table.loc[workers, "io"].sum()), "ns"),
+                      "io_time_median": Quantity(lost, "ns")},
             ranks=[int(w) for w in shares.index[shares >= th["io.share_max"]]],
-            phase="steady", advice=ADVICE, store=run.name))
+            phase=run.main_phase, advice=ADVICE, store=run.name, cost_ns=lost,
+            cost_basis="the median worker's I/O time"))
     return findings

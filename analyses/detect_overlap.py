@@ -5,7 +5,11 @@ communication), where exposed communication is the comm and wait time not hidden
 (see :mod:`ddltrace.analyses.breakdown`). A finding when the median over workers is below ``overlap.min`` (50 %):
 more time goes to moving and waiting for data than to computing, so adding workers mostly adds communication.
 Rudra measured 56 % to 99 % on its configurations. Workers with no compute recorded at all (a trace whose
-importer put the computation in another category) are left out: their overlap says nothing.
+importer put the computation in another category) are left out: their overlap says nothing. On per-call
+aggregates (no steady state) it is measured over the whole run (all time in MPI is exposed there).
+
+Cost: the median worker's exposed communication (comm + wait not hidden behind compute), the time that more
+overlap could hide.
 """
 
 from __future__ import annotations
@@ -19,12 +23,12 @@ ADVICE = ("Hide communication behind computation: send gradients layer by layer 
           "per byte sent), or compress the gradients.")
 
 
-@detector("low_overlap")
+@detector("low_overlap", "communication overlap", {"totals"})
 def detect(runs, th) -> list[Finding]:
     """Median steady-state communication overlap below overlap.min (see the module docstring)."""
     findings = []
     for run in runs:
-        table = run.table("steady")
+        table = run.table(run.main_phase)
         workers = [w for w in run.worker_ranks if w in table.index and table.loc[w, "compute"] > 0]
         if not workers:
             continue
@@ -33,6 +37,7 @@ def detect(runs, th) -> list[Finding]:
         if median >= th["overlap.min"]:
             continue
         part = table.loc[workers]
+        lost = float((part["comm"] + part["wait"]).median())
         findings.append(Finding(
             id="low_overlap",
             title=f"Low communication overlap: {Quantity(median, 'fraction')} (median worker; compute over compute "
@@ -41,7 +46,8 @@ def detect(runs, th) -> list[Finding]:
             evidence={"overlap_median": Quantity(median, "fraction"),
                       "overlap_min": Quantity(float(overlap.min()), "fraction"),
                       "compute_median": Quantity(float(part["compute"].median()), "ns"),
-                      "exposed_comm_median": Quantity(float((part["comm"] + part["wait"]).median()), "ns")},
+                      "exposed_comm_median": Quantity(lost, "ns")},
             ranks=[int(w) for w in overlap.index[overlap < th["overlap.min"]]],
-            phase="steady", advice=ADVICE, store=run.name))
+            phase=run.main_phase, advice=ADVICE, store=run.name, cost_ns=lost,
+            cost_basis="the median worker's exposed communication (comm + wait)"))
     return findings

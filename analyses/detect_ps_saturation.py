@@ -16,6 +16,10 @@ the last w after which one more step in w cuts it by less than ``ps.knee_gain_mi
 knee comes before the largest w and the wait per update (exposed communication + wait + barrier time of a worker
 per step, median over workers) at the largest w is at least ``ps.wait_growth_min`` (1.5) times that at the
 smallest: the workers wait more, the server is the limit. Error when past the knee the time rises again.
+
+Cost: within a run, the median worker's Late Sender + Late Receiver time on the server in the steady state; across
+runs, the growth of the wait per update (at the largest w minus at the smallest) times the median worker's
+updates at the largest w.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ def server_load(run, server: int) -> dict | None:
     suffered = states[(states["peer"] == server) & states["rank"].isin(workers) & (states["phase"] == "steady")
                       & states["pattern"].isin(["late_sender", "late_receiver"])]
     per_worker = suffered.groupby("rank")["time_ns"].sum().reindex(workers, fill_value=0)
+    wait_median = float(np.median(per_worker)) if len(per_worker) else 0.0
     share = [per_worker[w] / run.phases[w].steady_ns for w in workers]
     steps = run.steps[run.steps["rank"].isin(workers)] if len(run.steps) else run.steps
     table = run.table("steady")
@@ -67,6 +72,7 @@ def server_load(run, server: int) -> dict | None:
         "busy_per_request_ns": busy_ns / len(received) if len(received) else float("nan"),
         "client_wait_fraction": float(np.median(share)) if share else 0.0,
         "client_wait_ns": float(per_worker.sum()),
+        "client_wait_median_ns": wait_median,
         "worker_steps": total_steps,
         "compute_per_step_ns": compute_per_step,
         "w_star": compute_per_step / busy_per_step if total_steps and busy_per_step > 0 else float("nan"),
@@ -90,6 +96,7 @@ def within_run(run, th) -> list[Finding]:
                 "server_busy": Quantity(load["busy_fraction"], "fraction"),
                 "client_wait_median": Quantity(load["client_wait_fraction"], "fraction"),
                 "client_wait_total": Quantity(load["client_wait_ns"], "ns"),
+                "client_wait_per_worker_median": Quantity(load["client_wait_median_ns"], "ns"),
                 "server_busy_per_request": Quantity(load["busy_per_request_ns"], "ns"),
                 "requests_served": Quantity(load["requests"], "messages"),
                 "worker_compute_per_step": Quantity(load["compute_per_step_ns"], "ns"),
@@ -100,20 +107,23 @@ def within_run(run, th) -> list[Finding]:
             phase="steady",
             advice=ADVICE,
             store=run.name,
+            cost_ns=load["client_wait_median_ns"],
+            cost_basis="the median worker's Late Sender + Late Receiver time on the server",
         ))
     return findings
 
 
-def _steady_per_run(run) -> tuple[float, float]:
-    """(steady-state time, wait per update) of a run: medians over workers (ns)."""
+def _steady_per_run(run) -> tuple[float, float, float]:
+    """(steady-state time, wait per update, updates) of a run: medians over workers (ns, ns, steps)."""
     workers = [w for w in run.worker_ranks if w in run.phases]
     table = run.table("steady")
     steady = [run.phases[w].steady_ns for w in workers]
-    waits = []
+    waits, updates = [], []
     for w in workers:
         steps = max(1, len(run.phases[w].steps))
+        updates.append(steps)
         waits.append(float(table.loc[w, ["comm", "wait", "barrier"]].sum()) / steps)
-    return float(np.median(steady)), float(np.median(waits))
+    return float(np.median(steady)), float(np.median(waits)), float(np.median(updates))
 
 
 def across_runs(runs, th) -> list[Finding]:
@@ -136,6 +146,7 @@ def across_runs(runs, th) -> list[Finding]:
         if growth < th["ps.wait_growth_min"]:
             continue
         rises = steady[-1] > steady[knee] * 1.1
+        lost = max(float(wait[-1] - wait[0]), 0.0) * values[-1][2]
         findings.append(Finding(
             id="ps_saturation_scaling",
             title=f"The steady state stops scaling at w* = {w[knee]} workers while the wait per update grows "
@@ -154,11 +165,14 @@ def across_runs(runs, th) -> list[Finding]:
             phase="steady",
             advice=ADVICE,
             store=", ".join(series[k].name for k in w),
+            cost_ns=lost,
+            cost_basis=f"the wait per update at w = {w[-1]} minus that at w = {w[0]}, times the median worker's "
+                       f"{values[-1][2]:.0f} updates at w = {w[-1]}",
         ))
     return findings
 
 
-@detector("ps_saturation")
+@detector("ps_saturation", "parameter-server saturation", {"timeline", "messages"})
 def detect(runs, th) -> list[Finding]:
     """Parameter-server saturation within each run and across a scaling series (see the module docstring)."""
     return [f for run in runs for f in within_run(run, th)] + across_runs(runs, th)

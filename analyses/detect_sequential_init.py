@@ -15,6 +15,10 @@ against w: a finding when R^2 >= ``seq_init.series_r2_min`` (0.8), the slope is 
 time at the largest w is at least ``seq_init.growth_min`` (1.5) times that at the smallest (paper 002 figure 9).
 
 Severity: warning; error when initialisation is at least ``seq_init.error_share`` (50 %) of the run.
+
+Cost: within a run, the staircase's spread (|slope| x rank range: how much later the last rank's initialisation
+ended than the first's, time every rank waits); across runs, the initialisation time at the largest w minus that
+at the smallest.
 """
 
 from __future__ import annotations
@@ -113,6 +117,8 @@ def within_run(run, th) -> list[Finding]:
         phase="init",
         advice=ADVICE,
         store=run.name,
+        cost_ns=spread,
+        cost_basis="the staircase's spread (|slope| x rank range), waited by every rank",
     )]
 
 
@@ -151,10 +157,12 @@ def across_runs(runs, th) -> list[Finding]:
         phase="init",
         advice=ADVICE,
         store=", ".join(r.name for r in sorted(runs, key=lambda r: r.workers)),
+        cost_ns=float(init[-1] - init[0]),
+        cost_basis=f"initialisation at w = {int(w[-1])} minus that at w = {int(w[0])}",
     )]
 
 
-@detector("sequential_init")
+@detector("sequential_init", "sequential initialisation", {"timeline"})
 def detect(runs, th) -> list[Finding]:
     """Sequential initialisation within each run and across a series of runs (see the module docstring)."""
     findings = [f for run in runs for f in within_run(run, th)]

@@ -8,6 +8,7 @@ n-softsync n, async = lambda-softsync with n = the number of workers), the share
 sigma <= 2n. The statistics are always reported (info); a warning when more than ``staleness.violation_max``
 (5 %) of the gradients break the bound: the protocol is not behaving as configured, and the learning rate should
 follow the staleness actually seen, alpha = alpha_0 / <sigma> (Rudra's staleness-dependent rate).
+Cost: none in time (0 ns): stale gradients cost convergence (more epochs), not the time of this run.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def staleness_stats(sigma: np.ndarray, n: int | None) -> dict:
             "above_2n": float(np.mean(sigma > 2 * n)) if n is not None else float("nan")}
 
 
-@detector("staleness")
+@detector("staleness", "gradient staleness", {"staleness_log"})
 def detect(runs, th) -> list[Finding]:
     """Staleness statistics, and Rudra's 2n bound when the protocol is known (see the module docstring)."""
     findings = []
@@ -94,5 +95,6 @@ def detect(runs, th) -> list[Finding]:
                  + (f"; {Quantity(s['above_2n'], 'fraction')} above the 2n = {2 * n} bound" if n is not None else ""))
         findings.append(Finding(id="staleness", title=title, severity="warning" if violated else "info",
                                 evidence=evidence, ranks=run.server_ranks, phase="steady", advice=advice,
-                                store=run.name))
+                                store=run.name, cost_ns=0.0,
+                                cost_basis="none in time: staleness costs convergence, not this run's time"))
     return findings

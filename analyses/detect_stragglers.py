@@ -9,6 +9,12 @@ z >= ``straggler.z_min`` (3.5, the usual outlier cut) and it is at least ``strag
 the median: a shared machine's noise is smaller than that, a slow node is not. Needs ``straggler.min_ranks`` (3)
 workers. Compute per step catches the slow rank even in a synchronous job, where every rank's step time is the
 same because the fast ones wait for it. The evidence puts the slowest worker beside the average (RALP).
+On per-call aggregates (IPM) there are no steps and no steady state: the measure is each worker's compute over
+the whole run.
+
+Cost: the time the others wait for the slowest worker, (slowest - median) of the measure times the slowest
+worker's steps (once when the measure is its whole compute): the slowest worker's compute minus the median
+worker's.
 """
 
 from __future__ import annotations
@@ -33,17 +39,18 @@ def robust_z(values: np.ndarray, mad_floor: float) -> tuple[np.ndarray, float, f
 def measures(run) -> dict[str, tuple[list[int], np.ndarray]]:
     """Per-worker compute per step and step time (ns)."""
     workers = [w for w in run.worker_ranks if w in run.phases and run.phases[w].steady_ns > 0]
-    table = run.table("steady")
+    table = run.table(run.main_phase)
     out = {}
     steps = {w: len(run.phases[w].steps) for w in workers}
     compute = np.array([table.loc[w, "compute"] / max(1, steps[w]) for w in workers], dtype=float)
-    out["compute per step" if all(steps.values()) else "steady-state compute"] = (workers, compute)
+    whole = "steady-state compute" if run.main_phase == "steady" else "compute over the whole run"
+    out["compute per step" if all(steps.values()) else whole] = (workers, compute)
     if workers and all(steps.values()):
         out["step time"] = (workers, np.array([float(run.phases[w].steps["dur_ns"].median()) for w in workers]))
     return out
 
 
-@detector("stragglers")
+@detector("stragglers", "stragglers", {"totals"})
 def detect(runs, th) -> list[Finding]:
     """Workers whose compute per step (or step time) is a robust outlier (see the module docstring)."""
     findings = []
@@ -58,6 +65,8 @@ def detect(runs, th) -> list[Finding]:
                 continue
             worst = int(slow[np.argmax(values[slow])])
             ranks = [int(workers[i]) for i in slow]
+            times = max(1, len(run.phases[workers[worst]].steps))  # once for the whole compute
+            lost = (float(values[worst]) - median) * times
             findings.append(Finding(
                 id="straggler",
                 title=f"Straggler: rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} "
@@ -72,11 +81,15 @@ def detect(runs, th) -> list[Finding]:
                     "robust_z": Quantity(float(z[worst]), "1"),
                     "excess_over_median": Quantity(float(excess[worst]), "fraction"),
                     "workers": Quantity(len(workers), "ranks"),
+                    "time_lost": Quantity(lost, "ns"),
                 },
                 ranks=ranks,
-                phase="steady",
+                phase=run.main_phase,
                 advice=ADVICE,
                 store=run.name,
+                cost_ns=lost,
+                cost_basis=f"the slowest worker's {what} minus the median worker's"
+                           + (f", times its {times} steps" if times > 1 else ""),
             ))
             break  # one finding per run: the first measure that names a straggler
     return findings

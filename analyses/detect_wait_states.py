@@ -5,7 +5,11 @@ ranks' total steady-state time (the average rank's share). Parameter servers are
 receive is waiting for requests, which is its job; whether it is too busy is the saturation detector's question.
 A finding when a pattern reaches ``wait_states.share_max`` (30 %): the named ranks are blocked on late partners
 for a third of the run, and the partner (the evidence names the one most waited for) is where to look.
-Initialisation's waits belong to the sequential-initialisation detector.
+Initialisation's waits belong to the sequential-initialisation detector. It needs MPI calls on a real timeline:
+on per-call aggregates (IPM) the calls' order and start times are the importer's, and no wait state can be told.
+
+Cost: the pattern's steady-state time summed over the workers, divided by the number of workers (the average
+worker's time in it: the wall-clock time each rank loses, not the sum over ranks).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ ADVICE = {
 }
 
 
-@detector("wait_states")
+@detector("wait_states", "costly wait states (Scalasca's patterns)", {"timeline", "mpi_calls"})
 def detect(runs, th) -> list[Finding]:
     """Scalasca wait-state patterns costing at least wait_states.share_max of the steady state."""
     findings = []
@@ -42,6 +46,7 @@ def detect(runs, th) -> list[Finding]:
             continue
         for pattern, part in steady.groupby("pattern"):
             share = part["time_ns"].sum() / total
+            lost = float(part["time_ns"].sum()) / len(ranks)
             if share < th["wait_states.share_max"]:
                 continue
             per_rank = part.groupby("rank")["time_ns"].sum().sort_values(ascending=False)
@@ -50,7 +55,8 @@ def detect(runs, th) -> list[Finding]:
                         "share_of_steady_state": Quantity(float(share), "fraction"),
                         "instances": Quantity(len(part), "calls"),
                         "worst_rank": Quantity(int(per_rank.index[0]), "rank"),
-                        "worst_rank_time": Quantity(float(per_rank.iloc[0]), "ns")}
+                        "worst_rank_time": Quantity(float(per_rank.iloc[0]), "ns"),
+                        "time_per_worker": Quantity(lost, "ns")}
             if len(partners):
                 evidence["most_waited_for_rank"] = Quantity(int(partners.idxmax()), "rank")
             findings.append(Finding(
@@ -58,5 +64,6 @@ def detect(runs, th) -> list[Finding]:
                 title=f"{PATTERNS[pattern]}: {Quantity(float(share), 'fraction')} of the steady state is spent "
                       f"in this wait state",
                 severity="warning", evidence=evidence, ranks=[int(r) for r in per_rank.index], phase="steady",
-                advice=ADVICE[pattern], store=run.name))
+                advice=ADVICE[pattern], store=run.name, cost_ns=lost,
+                cost_basis=f"the time in {PATTERNS[pattern]} over all {len(ranks)} workers, divided by {len(ranks)}"))
     return findings

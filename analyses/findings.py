@@ -2,9 +2,13 @@
 
 A *finding* says in plain words what holds a job back, with the numbers that prove it: an ``id`` (stable, for
 machines), a ``title`` a person understands, a ``severity`` (info < warning < error), the ``evidence`` (each
-number with its unit), the ``ranks`` and ``phase`` it concerns, and ``advice`` (what to try).
+number with its unit), the ``ranks`` and ``phase`` it concerns, ``advice`` (what to try), and its ``cost_ns``: the
+wall-clock time the job loses to it (ns), with ``cost_basis`` saying how that was measured (each detector's
+definition is in docs/ANALYSES.md). Findings are ordered by cost, the costliest first.
 
-A *detector* is a function ``detect(runs, thresholds) -> list[Finding]`` registered with :func:`detector`;
+A *detector* is a function ``detect(runs, thresholds) -> list[Finding]`` registered with :func:`detector`, which
+also declares what its input must hold (:class:`~ddltrace.analyses.requirements.Requirement`): it is called only
+with the stores that hold it, and :func:`detect` says which it could not be made from and why;
 ``runs`` is a list of :class:`~ddltrace.analyses.run_analysis.RunAnalysis` (one per store; several for a scaling
 or batch-size series). Detectors live in the ``detect_*`` modules of this package; :func:`load_detectors` imports
 them all, so a new detector is a new module and nothing else.
@@ -19,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ddltrace.analyses.requirements import Requirement, Skipped, check
 from ddltrace.units import format_bytes, format_ns, format_percent
 
 SEVERITIES: tuple[str, ...] = ("info", "warning", "error")
@@ -71,6 +76,8 @@ class Finding:
     phase: str = "all"
     advice: str = ""
     store: str = ""
+    cost_ns: float = 0.0
+    cost_basis: str = ""
 
     def __post_init__(self):
         if self.severity not in SEVERITIES:
@@ -79,7 +86,13 @@ class Finding:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["evidence"] = {k: {"value": _plain(q.value), "unit": q.unit} for k, q in self.evidence.items()}
+        out["cost_ns"] = _plain(float(self.cost_ns))
         return out
+
+    @property
+    def cost(self) -> Quantity:
+        """The time the job loses to this finding (ns)."""
+        return Quantity(float(self.cost_ns), "ns")
 
 
 def _plain(value):
@@ -91,13 +104,19 @@ def _plain(value):
 Detector = Callable[[list, Any], list[Finding]]
 #: Registered detectors, by id, in registration order.
 DETECTORS: dict[str, Detector] = {}
+#: What each registered detector needs from its input, by id.
+REQUIREMENTS: dict[str, Requirement] = {}
 
 
-def detector(name: str) -> Callable[[Detector], Detector]:
-    """Register ``fn(runs, thresholds) -> list[Finding]`` under ``name``."""
+def detector(name: str, title: str, needs: frozenset[str] | set[str] = frozenset(), min_stores: int = 1,
+             series: str = "") -> Callable[[Detector], Detector]:
+    """Register ``fn(runs, thresholds) -> list[Finding]`` under ``name``: ``title`` in a person's words, ``needs``
+    the capabilities every store it reads must hold, ``min_stores`` and ``series`` for a comparison of runs
+    (see :mod:`ddltrace.analyses.requirements`)."""
 
     def register(fn: Detector) -> Detector:
         DETECTORS[name] = fn
+        REQUIREMENTS[name] = Requirement(title, frozenset(needs), min_stores, series)
         return fn
 
     return register
@@ -112,10 +131,39 @@ def load_detectors() -> dict[str, Detector]:
     return DETECTORS
 
 
-def run_detectors(runs: list, thresholds) -> list[Finding]:
-    """Every registered detector on ``runs``; findings most severe first (stable within a severity)."""
+#: Ids (prefixes) of findings that are symptoms: the time they measure is lost to a cause another detector names
+#: (a saturated server, a straggler, input) when there is one.
+SYMPTOMS = ("low_overlap", "wait_state_")
+#: A symptom ranks after a cause that costs at least this share of the symptom's cost (the same time, explained).
+SYMPTOM_DISCOUNT = 0.9
+
+
+def by_cost(findings: list[Finding]) -> list[Finding]:
+    """The costliest first; a symptom (:data:`SYMPTOMS`) after a cause that costs at least
+    :data:`SYMPTOM_DISCOUNT` of it; equal costs, the most severe first."""
+
+    def key(f: Finding):
+        cost = f.cost_ns if f.cost_ns == f.cost_ns else 0.0
+        if f.id.startswith(SYMPTOMS):
+            cost *= SYMPTOM_DISCOUNT
+        return -cost, -severity_rank(f.severity)
+
+    return sorted(findings, key=key)
+
+
+def detect(runs: list, thresholds) -> tuple[list[Finding], list[Skipped]]:
+    """Every registered detector on the runs that hold what it needs: the findings, costliest first, and the
+    detectors that could not be made from some store (or from the series), with the reason."""
     findings: list[Finding] = []
-    for fn in load_detectors().values():
-        findings.extend(fn(runs, thresholds))
-    findings.sort(key=lambda f: -severity_rank(f.severity))
-    return findings
+    skipped: list[Skipped] = []
+    for name, fn in load_detectors().items():
+        usable, missed = check(name, REQUIREMENTS[name], runs)
+        skipped.extend(missed)
+        if usable:
+            findings.extend(fn(usable, thresholds))
+    return by_cost(findings), skipped
+
+
+def run_detectors(runs: list, thresholds) -> list[Finding]:
+    """The findings of :func:`detect`, costliest first."""
+    return detect(runs, thresholds)[0]

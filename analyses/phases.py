@@ -21,6 +21,9 @@ cycles, and ends with a short finalisation. ddltrace finds the same three phases
 4. **MPI_Init / MPI_Finalize only.** Otherwise initialisation ends where MPI_Init returns (or at the rank's first
    event) and finalisation starts where MPI_Finalize is entered (or at its last event).
 
+A rank of per-call aggregates (IPM: totals laid end to end) has no phases to find: :func:`whole_run` makes the
+whole rank one phase (method "aggregate"), which the breakdown and the detectors read as the whole run.
+
 Times are nanoseconds on the run's common clock. ``init_work_end_ns`` is where the rank's own initialisation
 work ended: the start of the trailing run of barrier/wait calls (no more than 100 us apart) that close its
 initialisation (in a sequential initialisation this is a staircase over ranks, paper 002 figure 7).
@@ -53,7 +56,7 @@ class RankPhases:
     """Phase boundaries of one rank (ns, common clock) and its steps.
 
     ``method`` says how they were found: "markers", "pattern", "collectives" or "mpi" (MPI_Init/Finalize or the
-    first/last event).
+    first/last event); "aggregate" when there are none to find (per-call totals: the whole rank is one phase).
     ``steps`` has columns step, start_ns, end_ns, dur_ns (one row per step; empty when none was found).
     """
 
@@ -107,6 +110,16 @@ def _steps_frame(step, start, end) -> pd.DataFrame:
     end = np.asarray(end, dtype=np.int64)
     return pd.DataFrame({"step": np.asarray(step, dtype=np.int64), "start_ns": start, "end_ns": end,
                          "dur_ns": end - start})
+
+
+def whole_run(timeline: pd.DataFrame) -> RankPhases | None:
+    """One rank of per-call aggregates: no phases, no steps; the span from its first row to its last is kept as
+    the steady state so that the whole-run tables hold all of it (method "aggregate"). None when empty."""
+    if not len(timeline):
+        return None
+    start = int(timeline["start_ns"].min())
+    end = int((timeline["start_ns"] + timeline["dur_ns"]).max())
+    return RankPhases(int(timeline["rank"].iloc[0]), start, start, end, end, start, "aggregate")
 
 
 def segment_rank(timeline: pd.DataFrame) -> RankPhases | None:

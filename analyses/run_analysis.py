@@ -2,7 +2,9 @@
 
 :func:`analyze_store` reads the store with :meth:`~ddltrace.store.TraceStore.iter_timeline`, so memory holds one
 rank's events plus the MPI calls that wait-state matching needs across ranks. The result, a :class:`RunAnalysis`,
-is what every detector takes (a list of them for a series of runs).
+is what every detector takes (a list of them for a series of runs). Its ``capabilities`` say what the store holds
+(:mod:`ddltrace.analyses.requirements`): on per-call aggregates (IPM) no phases are sought (method "aggregate":
+the whole run is one phase, shown as such) and no wait states are matched, since the times are not a timeline.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ddltrace.analyses.breakdown import average_and_slowest, breakdown_table, rank_breakdown
-from ddltrace.analyses.phases import RankPhases, segment_rank
+from ddltrace.analyses.breakdown import average_and_slowest, breakdown_table, device_lanes, rank_breakdown
+from ddltrace.analyses.phases import RankPhases, segment_rank, whole_run
+from ddltrace.analyses.requirements import ANALYSES, Skipped, capabilities, check
 from ddltrace.analyses.wait_states import P2P, mpi_calls, summarize, wait_states
 from ddltrace.store import TraceStore
 from ddltrace.timeline import CATEGORIES
@@ -34,7 +37,39 @@ class RunAnalysis:
     breakdown: pd.DataFrame
     calls: pd.DataFrame
     roles: dict[int, str] = field(default_factory=dict)
+    host_breakdown: pd.DataFrame | None = None
+    device_breakdown: pd.DataFrame | None = None
     _tables: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
+
+    @cached_property
+    def _capabilities(self) -> tuple[frozenset[str], str]:
+        have, holding = capabilities(self.store, self.calls)
+        from ddltrace.analyses.detect_staleness import staleness_log
+
+        log = staleness_log(self)
+        if log is not None and len(log):
+            have = have | {"staleness_log"}
+        return have, holding
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """What the store holds (see :data:`~ddltrace.analyses.requirements.CAPABILITIES`)."""
+        return self._capabilities[0]
+
+    @property
+    def holding(self) -> str:
+        """What the store holds, in words."""
+        return self._capabilities[1]
+
+    def can(self, analysis: str) -> bool:
+        """Whether the analysis ``analysis`` (a key of :data:`~ddltrace.analyses.requirements.ANALYSES`) can be
+        made from this store."""
+        return ANALYSES[analysis].needs <= self.capabilities
+
+    @property
+    def main_phase(self) -> str:
+        """The phase the detectors measure: the steady state on a timeline, the whole run on aggregates."""
+        return "steady" if "timeline" in self.capabilities else "all"
 
     @property
     def name(self) -> str:
@@ -101,10 +136,21 @@ class RunAnalysis:
     def average_and_slowest(self, phase: str = "steady") -> pd.DataFrame:
         return average_and_slowest(self.table(phase), self.worker_ranks)
 
+    def lanes_table(self, lanes: str, phase: str = "all") -> pd.DataFrame:
+        """Like :meth:`table`, over the ``"host"`` lanes or the ``"device"`` lanes (``gpu:...``) alone, of the ranks
+        that have a device (empty when none has). A device's time not covered by a device row is idle."""
+        key = f"{lanes}:{phase}"
+        if key not in self._tables:
+            rows = self.host_breakdown if lanes == "host" else self.device_breakdown
+            empty = rows is None or not len(rows)
+            self._tables[key] = breakdown_table(self.breakdown.iloc[0:0] if empty else rows, phase)
+        return self._tables[key]
+
     @cached_property
     def wait_states(self) -> pd.DataFrame:
-        """Every wait-state instance, with the phase of the waiting rank it falls in."""
-        states = wait_states(self.calls)
+        """Every wait-state instance, with the phase of the waiting rank it falls in (none when the store does not
+        hold the MPI calls on a timeline that matching needs)."""
+        states = wait_states(self.calls if self.can("wait_states") else self.calls.iloc[0:0])
         phase = np.empty(len(states), dtype=object)
         for rank, idx in states.groupby("rank").groups.items():
             if int(rank) in self.phases:
@@ -125,23 +171,40 @@ class RunAnalysis:
 
 
 def analyze_store(store: TraceStore | str | os.PathLike) -> RunAnalysis:
-    """Phases, breakdown and MPI calls of every rank, reading one rank at a time."""
+    """Phases, breakdown (all lanes; for a rank with a device, also its host lanes and its device lanes, each on
+    their own) and MPI calls of every rank, reading one rank at a time. A rank of per-call aggregates gets no
+    phases (:func:`~ddltrace.analyses.phases.whole_run`)."""
     if not isinstance(store, TraceStore):
         store = TraceStore.open(store)
     phases: dict[int, RankPhases] = {}
-    breakdowns, calls = [], []
+    breakdowns, host, device, calls = [], [], [], []
     for rank, timeline in store.iter_timeline():
-        found = segment_rank(timeline)
+        aggregate = bool(store.rank_info(rank).get("aggregate"))
+        found = whole_run(timeline) if aggregate else segment_rank(timeline)
         if found is None:
             continue
         phases[rank] = found
         breakdowns.append(rank_breakdown(timeline, found))
+        on_device = device_lanes(timeline["lane"])
+        if on_device.any():
+            host.append(rank_breakdown(timeline[~on_device], found))
+            device.append(rank_breakdown(timeline[on_device], found, gap="idle"))
         calls.append(mpi_calls(timeline))
-    breakdown = pd.concat(breakdowns, ignore_index=True) if breakdowns else \
-        pd.DataFrame(columns=["rank", "phase", *CATEGORIES])
+    columns = ["rank", "phase", *CATEGORIES]
+    breakdown = pd.concat(breakdowns, ignore_index=True) if breakdowns else pd.DataFrame(columns=columns)
+    host_breakdown = pd.concat(host, ignore_index=True) if host else pd.DataFrame(columns=columns)
+    device_breakdown = pd.concat(device, ignore_index=True) if device else pd.DataFrame(columns=columns)
     all_calls = pd.concat(calls, ignore_index=True) if calls else mpi_calls(store.timeline([]))
     roles = _roles(store, phases, all_calls)
-    return RunAnalysis(store, phases, breakdown, all_calls, roles)
+    return RunAnalysis(store, phases, breakdown, all_calls, roles, host_breakdown, device_breakdown)
+
+
+def not_made(runs: list[RunAnalysis]) -> list[Skipped]:
+    """The analyses other than the detectors that could not be made from ``runs``, with the reason."""
+    out = []
+    for key, requirement in ANALYSES.items():
+        out.extend(check(key, requirement, runs)[1])
+    return out
 
 
 _SAID_ROLES = {"worker": "worker", "chief": "worker", "server": "server", "ps": "server",

@@ -1,9 +1,11 @@
 """``ddltrace analyze STORE [STORE ...]``: what holds the job back, with the numbers that prove it.
 
-Prints the findings, most severe first, each with its evidence and what to try; then the breakdown per rank
-(phase times and the share of each category, the average rank beside the slowest); with several stores, the
-scaling study with Chang's Lemma 3.1. ``--json`` prints the same for machines. ``--fail-on warning|error`` exits 1
-when a finding reaches that severity, so the command can guard a training pipeline in CI.
+Prints the findings, costliest first (the time the job loses to each), each with its evidence and what to try;
+the analyses that could not be made from this input and why; then the breakdown per rank (phase times and the
+share of each category, the average rank beside the slowest; host and device side by side for ranks with a
+device); with several stores, the scaling study with Chang's Lemma 3.1. ``--json`` prints the same for machines.
+``--fail-on warning|error`` exits 1 when a finding reaches that severity, so the command can guard a training
+pipeline in CI.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import sys
 import numpy as np
 import pandas as pd
 
-from ddltrace.analyses.findings import SEVERITIES, Finding, run_detectors, severity_rank
+from ddltrace.analyses.findings import SEVERITIES, Finding, detect, severity_rank
 from ddltrace.analyses.phases import PHASES
-from ddltrace.analyses.run_analysis import RunAnalysis, analyze_store
+from ddltrace.analyses.requirements import Skipped
+from ddltrace.analyses.run_analysis import RunAnalysis, analyze_store, not_made
 from ddltrace.analyses.scaling import scaling_table
 from ddltrace.analyses.thresholds import DEFAULTS, Thresholds
 from ddltrace.timeline import CATEGORIES
@@ -33,7 +36,9 @@ def register(subparsers) -> None:
         description="Analyse one run, or a series of runs of one job (different numbers of workers or batch "
                     "sizes): phases, time per category, Scalasca wait states, and the divergences ddltrace knows "
                     "(sequential initialisation, parameter-server saturation, stragglers, staleness, I/O-bound, "
-                    "low overlap, cache cliff). Findings come most severe first, each with its evidence.",
+                    "low overlap, cache cliff). Findings come costliest first (the time the job loses to each), "
+                    "each with its evidence; analyses the input cannot support (a timeline, matched messages, "
+                    "...) are listed with the reason.",
         epilog="Thresholds: " + ", ".join(f"{k}={t.value:g}" for k, t in DEFAULTS.items())
                + ". See docs/ANALYSES.md for what each detector measures and why its default is what it is.")
     p.add_argument("stores", nargs="+", metavar="STORE", help="trace store(s) written by ddltrace run / import")
@@ -54,13 +59,16 @@ def run(args) -> int:
         thresholds = thresholds.with_config(args.config)
     thresholds = thresholds.with_assignments(args.threshold)
     runs = [analyze_store(path) for path in args.stores]
-    findings = run_detectors(runs, thresholds)
-    scaling = scaling_table(runs) if len(runs) > 1 else pd.DataFrame()
+    findings, skipped = detect(runs, thresholds)
+    skipped = not_made(runs) + skipped
+    scaling_runs = [r for r in runs if r.can("scaling")]
+    scaling = scaling_table(scaling_runs) if len(scaling_runs) > 1 else pd.DataFrame()
     if args.json:
-        json.dump(to_json(runs, findings, scaling, thresholds, args.phase), sys.stdout, indent=2, allow_nan=False)
+        json.dump(to_json(runs, findings, scaling, thresholds, args.phase, skipped), sys.stdout, indent=2,
+                  allow_nan=False)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(render(runs, findings, scaling, args.phase))
+        sys.stdout.write(render(runs, findings, scaling, args.phase, skipped))
     if args.fail_on and any(severity_rank(f.severity) >= severity_rank(args.fail_on) for f in findings):
         return 1
     return 0
@@ -69,18 +77,22 @@ def run(args) -> int:
 # -- text -----------------------------------------------------------------------------------------------------
 
 
-def render(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFrame, phase: str) -> str:
+def render(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFrame, phase: str,
+           skipped: list[Skipped] = ()) -> str:
     lines = []
     counts = {s: sum(f.severity == s for f in findings) for s in SEVERITIES}
     lines.append(f"ddltrace analyze: {len(runs)} store{'s' if len(runs) > 1 else ''}; "
                  f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} note(s)")
     lines.append("")
     if findings:
-        lines.append("Findings, most severe first")
+        lines.append("Findings, costliest first (cost: the time the job loses to it)")
         for f in findings:
             lines.extend(render_finding(f))
     else:
         lines.append("No findings: nothing holds this run back by the current thresholds.")
+    if skipped:
+        lines.append("")
+        lines.extend(render_skipped(skipped))
     for r in runs:
         lines.append("")
         lines.extend(render_run(r, phase))
@@ -95,11 +107,24 @@ def render_finding(f: Finding) -> list[str]:
     where = [f"store {f.store}" if f.store else "", f"phase {f.phase}",
              f"ranks {_ranks(f.ranks)}" if f.ranks else ""]
     out.append("      " + "; ".join(w for w in where if w))
+    out.append(f"      cost: {f.cost}" + (f" ({f.cost_basis})" if f.cost_basis else ""))
     width = max((len(k) for k in f.evidence), default=0)
     for key, quantity in f.evidence.items():
         out.append(f"      {key:<{width}}  {quantity}")
     if f.advice:
         out.append(f"      what to try: {f.advice}")
+    return out
+
+
+def render_skipped(skipped: list[Skipped]) -> list[str]:
+    """The analyses not made from this input, grouped by store and what it holds, each with what it needs."""
+    out = ["Not made from this input"]
+    groups: dict[tuple[str, str], list[Skipped]] = {}
+    for s in skipped:
+        groups.setdefault((s.store, s.holds), []).append(s)
+    for (store, holds), part in groups.items():
+        out.append(f"  {store} holds {holds}:")
+        out.extend(f"    - {s.title}: needs {s.needs}" for s in part)
     return out
 
 
@@ -110,19 +135,25 @@ def _ranks(ranks: list[int]) -> str:
 
 
 def render_run(r: RunAnalysis, phase: str) -> list[str]:
+    note = []
+    if phase != "all" and not r.can("breakdown_by_phase"):
+        note = [f"  (no {phase} phase in this input: it holds {r.holding}; shares of the whole run instead)"]
+        phase = "all"
     table = r.table(phase)
     phases = r.phase_table
     out = [f"Breakdown of {r.name} (w = {r.workers} worker{'s' if r.workers != 1 else ''}, {len(r.ranks)} ranks; "
-           f"shares of {'the whole run' if phase == 'all' else 'the ' + phase + ' phase'})"]
+           f"shares of {'the whole run' if phase == 'all' else 'the ' + phase + ' phase'})", *note]
     if not len(table):
         return out + ["  (no events)"]
+    timed = r.can("phases")
     shown = [c for c in SHOWN_CATEGORIES if table[c].sum() > 0]
     header = ["rank", "role", "init", "steady", "final", "steps", *shown, "overlap"]
     rows = []
     for rank in table.index[:MAX_RANKS_SHOWN]:
         p = phases.loc[rank]
-        rows.append([str(rank), r.roles.get(rank, "-"), format_ns(p["init_ns"]), format_ns(p["steady_ns"]),
-                     format_ns(p["final_ns"]), str(int(p["steps"])),
+        kept = [format_ns(p["init_ns"]), format_ns(p["steady_ns"]), format_ns(p["final_ns"]), str(int(p["steps"]))] \
+            if timed else ["-"] * 4
+        rows.append([str(rank), r.roles.get(rank, "-"), *kept,
                      *[format_percent(table.loc[rank, f"share_{c}"]) for c in shown],
                      format_percent(table.loc[rank, "overlap"])])
     summary = r.average_and_slowest(phase)
@@ -132,13 +163,40 @@ def render_run(r: RunAnalysis, phase: str) -> list[str]:
     out.extend("  " + line for line in _columns(header, rows))
     if len(table) > MAX_RANKS_SHOWN:
         out.append(f"  ({len(table) - MAX_RANKS_SHOWN} more ranks; --json lists them all)")
-    states = r.wait_state_table()
-    totals = states.sum()
-    if totals.sum() > 0:
-        out.append("  wait states (all ranks, whole run): " + ", ".join(
-            f"{k.replace('_', ' ')} {format_ns(v)}" for k, v in totals.items() if v > 0))
-    out.append("  " + "; ".join(f"{m}: {n} rank(s)" for m, n in phases["method"].value_counts().items())
-               + " (how phases were found)")
+    out.extend(render_device(r, phase))
+    if r.can("wait_states"):
+        totals = r.wait_state_table().sum()
+        if totals.sum() > 0:
+            out.append("  wait states (all ranks, whole run, summed over ranks): " + ", ".join(
+                f"{k.replace('_', ' ')} {format_ns(v)}" for k, v in totals.items() if v > 0))
+    if timed:
+        out.append("  " + "; ".join(f"{m}: {n} rank(s)" for m, n in phases["method"].value_counts().items())
+                   + " (how phases were found)")
+    else:
+        out.append(f"  no phases or steps: this input holds {r.holding}")
+    return out
+
+
+def render_device(r: RunAnalysis, phase: str) -> list[str]:
+    """Host and device of each rank with a device, side by side: time per category over the rank's span in the
+    phase (host: its lanes that are not a device's; device: its ``gpu:`` lanes, idle where nothing runs)."""
+    device = r.lanes_table("device", phase)
+    if not len(device):
+        return []
+    host = r.lanes_table("host", phase)
+    shown = [c for c in SHOWN_CATEGORIES if host.loc[device.index, c].sum() + device[c].sum() > 0]
+    header = ["rank", "lanes", "span", *shown]
+    rows = []
+    for rank in device.index[:MAX_RANKS_SHOWN]:
+        for label, frame in (("host", host), ("device", device)):
+            row = frame.loc[rank]
+            rows.append([str(rank), label, format_ns(row["total_ns"]),
+                         *[f"{format_ns(row[c])} ({format_percent(row[f'share_{c}'])})" for c in shown]])
+    out = ["", "  Host and device side by side (ranks with a device; time per category over the rank's span: host = "
+               "its CPU threads, device = its gpu: streams, idle where none runs)"]
+    out.extend("  " + line for line in _columns(header, rows))
+    if len(device) > MAX_RANKS_SHOWN:
+        out.append(f"  ({len(device) - MAX_RANKS_SHOWN} more ranks with a device; --json lists them all)")
     return out
 
 
@@ -185,23 +243,28 @@ def _records(frame: pd.DataFrame) -> list[dict]:
 
 
 def to_json(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFrame, thresholds: Thresholds,
-            phase: str) -> dict:
+            phase: str, skipped: list[Skipped] = ()) -> dict:
     stores = []
     for r in runs:
-        table = r.table(phase)
+        shown = phase if phase == "all" or r.can("breakdown_by_phase") else "all"
+        table = r.table(shown)
         stores.append({
             "store": r.name, "world_size": r.store.world_size, "workers": r.workers, "batch_size": r.batch_size,
+            "capabilities": sorted(r.capabilities), "holds": r.holding,
             "roles": {str(k): v for k, v in r.roles.items()},
             "phases": _records(r.phase_table),
-            "breakdown_phase": phase,
+            "breakdown_phase": shown,
             "breakdown_ns": _records(table[list(CATEGORIES) + ["total_ns", "overlap"]]),
-            "average_and_slowest": _records(r.average_and_slowest(phase)),
+            "host_breakdown_ns": _records(r.lanes_table("host", shown)[list(CATEGORIES) + ["total_ns"]]),
+            "device_breakdown_ns": _records(r.lanes_table("device", shown)[list(CATEGORIES) + ["total_ns"]]),
+            "average_and_slowest": _records(r.average_and_slowest(shown)),
             "wait_states_ns": _records(r.wait_state_table()),
         })
     return _clean({
         "findings": [f.to_dict() for f in findings],
+        "not_made": [s.to_dict() for s in skipped],
         "stores": stores,
         "scaling": _records(scaling) if len(scaling) else [],
         "thresholds": dict(thresholds),
-        "units": "times in ns; shares and overlap as fractions 0..1",
+        "units": "times in ns (cost_ns: the time the job loses to a finding); shares and overlap as fractions 0..1",
     })

@@ -2,8 +2,10 @@
 
 :func:`build_report` analyses one store (a run) or several (a scaling series), draws the figures and writes
 ``report.html`` (one self-contained file, figures embedded), ``report.md`` with the figures beside it as PNG
-files, and ``findings.json`` (the schema of ``ddltrace analyze --json``). Everything that comes from a trace
-(event names, host names, paths) is escaped when rendered: a trace is untrusted input.
+files, and ``findings.json`` (the findings of ``ddltrace analyze --json``, costliest first, and the analyses not
+made from this input with the reason). The verdict names the costliest finding at warning level or above, with
+its cost: the time the job loses to it. Everything that comes from a trace (event names, host names, paths) is
+escaped when rendered: a trace is untrusted input.
 """
 
 from __future__ import annotations
@@ -41,12 +43,13 @@ class Report:
 
     title: str
     verdict: list[str]
-    findings: list  # ddltrace.analyses.findings.Finding, most severe first
+    findings: list  # ddltrace.analyses.findings.Finding, costliest first
     finding_figures: dict[str, str]  # finding id -> figure key that shows it
     figures: list[Figure]
     tables: list[tuple[str, pd.DataFrame]]
     stores: list[str]
     notes: list[str] = field(default_factory=list)
+    not_made: list = field(default_factory=list)  # ddltrace.analyses.requirements.Skipped
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
 
 
@@ -91,31 +94,20 @@ def build_report(stores: list[str | os.PathLike], out: str | os.PathLike, *, pro
         runs.append(run_analysis.analyze_store(store))
     runs.sort(key=lambda r: (r.workers, r.name))
     say("running the detectors")
-    found = findings_module.run_detectors(runs, thresholds)
-    # most severe first; within a severity, the costliest first: the verdict names the first
-    found.sort(key=lambda f: (-findings_module.severity_rank(f.severity), -_cost(f)))
+    found, skipped = findings_module.detect(runs, thresholds)  # costliest first: the verdict names the first
     say("drawing the figures")
     report = assemble(runs, found, profile, model)
+    report.not_made = run_analysis.not_made(runs) + skipped
     return write(report, out)
 
 
 # -- assembling ---------------------------------------------------------------------------------------------
 
 
-def _largest_ns_evidence(finding) -> float:
-    values = [q.value for q in finding.evidence.values() if q.unit == "ns" and q.value == q.value]
-    return max(values) if values else float("nan")
-
-
-def _cost(finding) -> float:
-    """The finding's cost in ns (its largest time evidence; 0 when it has none)."""
-    cost = _largest_ns_evidence(finding)
-    return cost if cost == cost else 0.0
-
-
 def verdict(findings: list, runs: list) -> list[str]:
-    """Two sentences: the dominant bottleneck and its cost in time (or that none was found)."""
-    serious = [f for f in findings if f.severity in ("warning", "error")]
+    """Two sentences: the dominant bottleneck (the costliest finding at warning level or above) and its cost, the
+    time the job loses to it (or that none was found)."""
+    serious = [f for f in findings if f.severity in ("warning", "error")]  # findings come costliest first
     main = runs[-1]
     table = main.table("all")
     table = table.loc[[r for r in main.worker_ranks if r in table.index] or list(table.index)]  # the training ranks
@@ -124,8 +116,7 @@ def verdict(findings: list, runs: list) -> list[str]:
     top = max(shares, key=shares.get)
     if serious:
         first = serious[0]
-        cost = _largest_ns_evidence(first)
-        cost_text = f", costing about {format_ns(cost)}" if cost == cost else ""
+        cost_text = f", costing about {format_ns(first.cost_ns)} ({first.cost_basis})" if first.cost_basis else ""
         others = len(serious) - 1
         return [f"The dominant bottleneck: {first.title}{cost_text}.",
                 f"{others} more finding{'s' if others != 1 else ''} at warning level or above; across the workers "
@@ -168,7 +159,7 @@ def _run_figures(run, segments: dict, label: str) -> list[Figure]:
                           "Share of each rank's time per category over the whole run, as IPM shows it "
                           "(Hashemi et al., figure 5).",
                           figures.png_bytes(figures.shares_figure(table, f"Time per category, {run.workers} workers"))))
-    if segments:
+    if segments and run.can("timeline_figures"):
         lo = min(p.start_ns for p in run.phases.values())
         hi = max(p.end_ns for p in run.phases.values())
         init_end = max(p.init_end_ns for p in run.phases.values())
@@ -188,12 +179,13 @@ def _run_figures(run, segments: dict, label: str) -> list[Figure]:
             out.append(Figure(f"timeline_steps{label}", "A few steady-state steps, zoomed",
                               "Three steps in the middle of the steady state.",
                               figures.png_bytes(figures.timeline_figure(segments, window, "Steady-state steps"))))
-    pair = run.average_and_slowest("steady")
+    pair = run.average_and_slowest(run.main_phase)
     if len(pair) == 2:
+        where = "the steady state" if run.main_phase == "steady" else "the whole run"
         out.append(Figure(f"avg_slowest{label}", "Average rank beside the slowest",
-                          "Time per category in the steady state: the average worker and the slowest one "
+                          f"Time per category in {where}: the average worker and the slowest one "
                           "(Park et al., figure 2).",
-                          figures.png_bytes(figures.average_slowest_figure(pair, "Steady state"))))
+                          figures.png_bytes(figures.average_slowest_figure(pair, where[4:].capitalize()))))
     staleness = _staleness(run)
     if staleness is not None and len(staleness):
         out.append(Figure(f"staleness{label}", "Staleness of the gradients",
@@ -347,8 +339,12 @@ def assemble(runs: list, findings: list, profile: str | None = None, model: str 
                 if match:
                     finding_figures[finding.id] = match
                     break
-    tables = [("Time per category and rank, whole run (ns)", main.table("all")),
-              ("Where the time goes by event name, largest first", top)]
+    tables = [("Time per category and rank, whole run (ns)", main.table("all"))]
+    device = side_by_side(main)
+    if len(device):
+        tables.append(("Host and device side by side, whole run (ns; ranks with a device: host = its CPU threads, "
+                       "device = its gpu: streams, idle where none runs)", device))
+    tables.append(("Where the time goes by event name, largest first", top))
     if series is not None:
         tables.insert(0, ("Scaling series (s)", series))
     title = "ddltrace report: " + (Path(main.name).name if len(runs) == 1
@@ -357,10 +353,28 @@ def assemble(runs: list, findings: list, profile: str | None = None, model: str 
                   figures=figs, tables=tables, stores=[r.name for r in runs])
 
 
+def side_by_side(run) -> pd.DataFrame:
+    """Per rank with a device, two rows, host and device: time per category (ns) and the span, whole run."""
+    from ddltrace.timeline import CATEGORIES
+
+    device = run.lanes_table("device")
+    if not len(device):
+        return pd.DataFrame()
+    host = run.lanes_table("host")
+    columns = [c for c in CATEGORIES if host[c].sum() + device[c].sum() > 0] + ["total_ns"]
+    rows = []
+    for rank in device.index:
+        rows.append(host.loc[rank, columns].rename(f"{rank} host"))
+        rows.append(device.loc[rank, columns].rename(f"{rank} device"))
+    return pd.DataFrame(rows).astype("int64").rename_axis("rank")
+
+
 def findings_document(report: Report) -> dict:
-    """The machine-readable findings (the schema of ``ddltrace analyze --json``)."""
+    """The machine-readable findings (the schema of ``ddltrace analyze --json``): costliest first, each with its
+    ``cost_ns``, and the analyses not made from this input with the reason."""
     return {"ddltrace_version": __version__, "stores": report.stores,
-            "findings": [f.to_dict() for f in report.findings]}
+            "findings": [f.to_dict() for f in report.findings],
+            "not_made": [s.to_dict() for s in report.not_made]}
 
 
 def write(report: Report, out: Path) -> ReportFiles:

@@ -82,6 +82,8 @@ def html(report) -> str:
             if len(finding.ranks) > 32:
                 scope += f" (and {len(finding.ranks) - 32} more)"
         parts.append(f'<p class="meta">{_e(finding.id)} &middot; {_e(scope)}</p>')
+        parts.append(f"<p><b>Cost:</b> {_e(finding.cost)}"
+                     + (f" ({_e(finding.cost_basis)})" if finding.cost_basis else "") + "</p>")
         if finding.evidence:
             parts.append("<table>" + "".join(f'<tr><td class="key">{_e(k)}</td><td>{_e(q)}</td></tr>'
                                              for k, q in finding.evidence.items()) + "</table>")
@@ -91,6 +93,10 @@ def html(report) -> str:
         if key:
             parts.append(f'<p>Figure: <a href="#fig-{_e(key)}">{_e(_figure_title(report, key))}</a></p>')
         parts.append("</div>")
+    if report.not_made:
+        parts.append("<h2>Not made from this input</h2><ul>")
+        parts.extend(f"<li><b>{_e(s.title)}</b> ({_e(s.store)}): {_e(s.reason)}</li>" for s in report.not_made)
+        parts.append("</ul>")
     parts.append("<h2>Figures</h2>")
     for fig in report.figures:
         data = base64.b64encode(fig.png).decode()
@@ -127,6 +133,8 @@ def markdown(report) -> str:
         if finding.ranks:
             scope += ", ranks " + ", ".join(str(r) for r in finding.ranks[:32])
         lines += [scope, ""]
+        lines += [f"**Cost:** {_md_escape(finding.cost)}"
+                  + (f" ({_md_escape(finding.cost_basis)})" if finding.cost_basis else ""), ""]
         if finding.evidence:
             lines += ["| evidence | value |", "|---|---|"]
             lines += [f"| {_md_escape(k)} | {_md_escape(q)} |" for k, q in finding.evidence.items()]
@@ -136,6 +144,11 @@ def markdown(report) -> str:
         key = report.finding_figures.get(finding.id)
         if key:
             lines += [f"Figure: [{_md_escape(_figure_title(report, key))}]({key}.png)", ""]
+    if report.not_made:
+        lines += ["## Not made from this input", ""]
+        lines += [f"- **{_md_escape(s.title)}** ({_md_escape(s.store)}): {_md_escape(s.reason)}"
+                  for s in report.not_made]
+        lines.append("")
     lines += ["## Figures", ""]
     for fig in report.figures:
         lines += [f"### {_md_escape(fig.title)}", "", f"![{_md_escape(fig.title)}]({fig.key}.png)", "",

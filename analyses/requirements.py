@@ -1,0 +1,150 @@
+"""What each analysis needs from its input, what a store holds, and which analyses cannot be made from it.
+
+A store's *capabilities* (:data:`CAPABILITIES`) come from its manifest and its MPI calls:
+
+* ``timeline``: every rank holds real time-ordered intervals (a collector's or a tracer's records). A rank whose
+  manifest entry says ``aggregate: true`` (IPM's XML profile, CNTK's summary) holds per-call totals that the
+  importer laid end to end: their sums per category are the file's, their order and start times are invented.
+* ``aggregates``: every rank holds per-call totals only.
+* ``totals``: time per category per rank over the whole run (a timeline or aggregates both give it).
+* ``messages``: point-to-point calls with a partner rank on two or more ranks of a timeline (Late Sender, Late
+  Receiver, a parameter server's star).
+* ``collectives``: collective calls on two or more ranks of a timeline (Wait at Barrier, Wait at N x N, ...).
+* ``mpi_calls``: ``messages`` or ``collectives``.
+* ``staleness_log``: the staleness of each applied gradient (the workload's gradients.csv, or counters named
+  ``staleness``).
+
+Each analysis declares the capabilities it needs (:class:`Requirement`): the detectors with
+:func:`~ddltrace.analyses.findings.detector`, the other analyses in :data:`ANALYSES`. An analysis runs only on the
+stores that hold all of them; for the others, :class:`Skipped` says which analysis was not made, for which store,
+and why, in words.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+#: Every capability, with what it means in the words a report uses.
+CAPABILITIES: dict[str, str] = {
+    "timeline": "a real timeline (calls with their own start times)",
+    "aggregates": "per-call totals per rank only",
+    "totals": "time per category per rank",
+    "messages": "point-to-point calls with their partner ranks, on two or more ranks",
+    "collectives": "collective calls on two or more ranks",
+    "mpi_calls": "MPI point-to-point or collective calls on two or more ranks",
+    "staleness_log": "a staleness log (the staleness of each applied gradient)",
+}
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """An analysis (``title``, in a person's words) and the capabilities every store it reads must hold.
+
+    ``min_stores``: how many stores it compares (a scaling study needs runs at two or more worker counts);
+    ``series``: what those stores must differ in, in words.
+    """
+
+    title: str
+    needs: frozenset[str] = frozenset()
+    min_stores: int = 1
+    series: str = ""
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """An analysis that could not be made from this input: its ``analysis`` key, ``title``, the ``store`` (or the
+    series), what it ``needs`` that the input lacks and what the input ``holds``, in words."""
+
+    analysis: str
+    title: str
+    store: str
+    needs: str
+    holds: str
+
+    @property
+    def reason(self) -> str:
+        return f"needs {self.needs}; the input holds {self.holds}"
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "reason": self.reason}
+
+    def __str__(self) -> str:
+        return f"{self.title}: {self.reason}"
+
+
+#: The analyses that are not detectors (the detectors declare theirs when they register).
+ANALYSES: dict[str, Requirement] = {
+    "phases": Requirement("phases and steps (initialisation, steady state, finalisation)", frozenset({"timeline"})),
+    "breakdown": Requirement("time per category per rank", frozenset({"totals"})),
+    "breakdown_by_phase": Requirement("time per category per rank in each phase", frozenset({"timeline"})),
+    "wait_states": Requirement("wait-state times per rank (Scalasca's patterns)",
+                               frozenset({"timeline", "mpi_calls"})),
+    "timeline_figures": Requirement("per-rank timeline figures", frozenset({"timeline"})),
+    "scaling": Requirement("scaling study (Chang's Lemma 3.1)", frozenset({"timeline"}), min_stores=2,
+                           series="runs of one job at two or more worker counts"),
+}
+
+
+def capabilities(store, calls) -> tuple[frozenset[str], str]:
+    """(capabilities, what the store holds in words) of ``store``; ``calls`` are its MPI calls
+    (:func:`~ddltrace.analyses.wait_states.mpi_calls` of every rank)."""
+    ranks = list(store.ranks)
+    aggregate = [r for r in ranks if store.rank_info(r).get("aggregate")]
+    have: set[str] = set()
+    if ranks:
+        have.add("totals")
+    if ranks and not aggregate:
+        have.add("timeline")
+        p2p = calls[calls["peer"] >= 0] if len(calls) else calls
+        from ddltrace.analyses.wait_states import COLLECTIVES, P2P
+
+        if len(p2p) and p2p[p2p["name"].isin(P2P)]["rank"].nunique() >= 2:
+            have.add("messages")
+        if len(calls) and calls[calls["name"].isin(COLLECTIVES)]["rank"].nunique() >= 2:
+            have.add("collectives")
+        if have & {"messages", "collectives"}:
+            have.add("mpi_calls")
+    elif aggregate and len(aggregate) == len(ranks):
+        have.add("aggregates")
+    return frozenset(have), describe_holding(store, aggregate)
+
+
+def describe_holding(store, aggregate: list[int]) -> str:
+    """What the store holds, in words, for a reason why an analysis was not made."""
+    ranks = list(store.ranks)
+    if not ranks:
+        return "no ranks"
+    if not aggregate:
+        return f"a timeline of {len(ranks)} rank{'s' if len(ranks) != 1 else ''}"
+    formats = sorted({str(store.rank_info(r).get("format", "") or "") for r in aggregate} - {""})
+    source = f" ({', '.join(formats)})" if formats else ""
+    if len(aggregate) == len(ranks):
+        return (f"per-call totals per rank{source}, laid end to end by the importer: their sums per category are "
+                f"the file's, their order and start times are not")
+    shown = ", ".join(map(str, aggregate[:8])) + (f", ... ({len(aggregate)} ranks)" if len(aggregate) > 8 else "")
+    return f"per-call totals{source} on rank(s) {shown}, a timeline on the others"
+
+
+def missing(requirement: Requirement, have: frozenset[str]) -> str | None:
+    """What one store lacks to feed ``requirement``, in words (None when it has it all)."""
+    lacking = [what for c, what in CAPABILITIES.items() if c in requirement.needs and c not in have]
+    return "; ".join(lacking) if lacking else None
+
+
+def check(key: str, requirement: Requirement, runs: list) -> tuple[list, list[Skipped]]:
+    """The runs ``requirement`` can be made from, and a :class:`Skipped` for each store (or the series) it cannot."""
+    usable, skipped = [], []
+    for run in runs:
+        lacking = missing(requirement, run.capabilities)
+        if lacking is None:
+            usable.append(run)
+        else:
+            skipped.append(Skipped(key, requirement.title, run.name, lacking, run.holding))
+    if requirement.min_stores > 1 and len(usable) < requirement.min_stores:
+        if skipped:  # each store already says why
+            return [], skipped
+        given = f"{len(runs)} store{'s' if len(runs) != 1 else ''}"
+        skipped.append(Skipped(key, requirement.title, ", ".join(r.name for r in runs),
+                               f"{requirement.series} ({requirement.min_stores} or more stores)", given))
+        usable = []
+    return usable, skipped
