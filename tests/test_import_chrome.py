@@ -149,7 +149,7 @@ def test_metadata_and_counters(tmp_path):
               {"ph": "C", "name": "Memory", "pid": 5, "ts": 3, "args": {"used": 10, "free": 2.5}}]
     trace = read_chrome(_write(tmp_path / "t.json", events))
     assert trace.process_names == {5: "cpu/0"} and trace.thread_names == {(5, 6): "worker"}
-    assert sorted(trace.counters) == [(5, "Memory.free", 3.0, 2.5), (5, "Memory.used", 3.0, 10.0)]
+    assert sorted(trace.counters) == [(5, "Memory.free", 3000, 2.5), (5, "Memory.used", 3000, 10.0)]  # t in ns
 
 
 def test_invalid_utf8_is_bad_input_not_a_crash(tmp_path):

@@ -134,14 +134,6 @@ def rank_from_path(path: Path, mode: str, ctx: ImportContext, default: int | Non
                         f"(try --rank-from order)")
 
 
-def to_ns(values: np.ndarray) -> np.ndarray:
-    """Microseconds (int or float) to int64 nanoseconds, exact for integer µs of any epoch time."""
-    if values.dtype.kind in "iu":
-        return values.astype(np.int64) * 1000
-    whole = np.floor(values)
-    return whole.astype(np.int64) * 1000 + np.rint((values - whole) * 1000.0).astype(np.int64)
-
-
 def strings(codes: np.ndarray, table: list[str]) -> pd.Series:
     """A str column from integer codes into ``table`` (taken in Arrow, not per row in Python)."""
     return pd.Series(pa.array(table, pa.large_string()).take(pa.array(np.asarray(codes, dtype=np.int64))),

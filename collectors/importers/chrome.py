@@ -23,6 +23,8 @@ from typing import Any, ClassVar, Union
 import msgspec
 import numpy as np
 
+from ddltrace.collectors.importers import exact_time
+from ddltrace.collectors.importers.exact_time import MAX_NS, MISSING, NOT_A_NUMBER, OK, OUT_OF_RANGE, us_to_ns
 from ddltrace.collectors.importers.source import ByteSource
 from ddltrace.errors import DdltraceError
 
@@ -35,24 +37,24 @@ _MAX_LISTED = 10  # damaged pieces described one by one; the rest are counted
 _KNOWN_PHASES = set("XBEbeniIsftCMNODPRcpv(),{}")  # every phase the format defines
 _LANE_AND_KEY = attrgetter("pid", "tid", "cat", "name")
 _LANE = attrgetter("pid", "tid")
-#: Times and durations (µs) at or beyond this are damage, not times: float64 holds integer µs exactly below it,
-#: and int64 ns holds it (2**53 µs is 285 years).
-_MAX_US = float(1 << 53)
+_TIMED = frozenset("BEbeC")  # phases whose ts the builder reads one event at a time
 _OUT_OF_RANGE = "times out of range (not finite, or beyond 2**53 µs)"
 #: (cat, name, args) of an event to the (cat, name) it is filed under.
 Relabel = Callable[[str, str, dict], tuple[str, str]]
 
 
 class Event(msgspec.Struct, gc=False):
-    """One trace event, the fields ddltrace uses; ``ts``/``dur`` in microseconds."""
+    """One trace event, the fields ddltrace uses; ``ts``/``dur`` in microseconds, as written: an int, or the
+    text of a non-integer number (:data:`~ddltrace.collectors.importers.exact_time.float_text`), read exactly
+    by :func:`~ddltrace.collectors.importers.exact_time.us_to_ns` (anything else is counted as not a number)."""
 
     ph: str = ""
     name: str = ""
     cat: str = ""
     pid: int | str = 0
     tid: int | str = 0
-    ts: int | float | None = None
-    dur: int | float | None = None
+    ts: Any = None
+    dur: Any = None
     id: int | str | None = None
     args: msgspec.Raw = msgspec.Raw(b"")
 
@@ -83,15 +85,35 @@ def _phase(tag: str, names: str) -> type:
 
 #: Phases the fast path knows; an event of any other phase sends its piece to the field-by-field path.
 _PHASES = [_phase(ph, names) for ph, names in _PHASE_FIELDS.items()]
-_DECODE_FAST = msgspec.json.Decoder(list[Union[tuple(_PHASES)]])  # noqa: UP007 (a runtime union of types)
+_DECODE_FAST = msgspec.json.Decoder(list[Union[tuple(_PHASES)]],  # noqa: UP007 (a runtime union of types)
+                                   float_hook=exact_time.float_text)
 #: The same, keeping the ``args`` of ``X`` events (for a reader given ``relabel``).
 _DECODE_FAST_X_ARGS = msgspec.json.Decoder(list[Union[tuple(  # noqa: UP007
-    _phase(ph, names + " args" if ph == "X" else names) for ph, names in _PHASE_FIELDS.items())]])
+    _phase(ph, names + " args" if ph == "X" else names) for ph, names in _PHASE_FIELDS.items())]],
+    float_hook=exact_time.float_text)
 
-#: What a decoder raises on text that is not (UTF-8) JSON.
-_MALFORMED = (msgspec.DecodeError, UnicodeDecodeError)
-_DECODE_EVENTS = msgspec.json.Decoder(list[Event])
+#: What a decoder raises on text that is not (UTF-8) JSON, or nested deeper than msgspec follows.
+_MALFORMED = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
+_DECODE_EVENTS = msgspec.json.Decoder(list[Event], float_hook=exact_time.float_text)
 _DECODE_ANY = msgspec.json.Decoder()
+_DECODE_RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+class _Loose(msgspec.Struct, gc=False):
+    """An event decoded without types (the lenient path); floats as their text, ``args`` undecoded."""
+
+    ph: Any = ""
+    name: Any = ""
+    cat: Any = ""
+    pid: Any = 0
+    tid: Any = 0
+    ts: Any = None
+    dur: Any = None
+    id: Any = None
+    args: msgspec.Raw = msgspec.Raw(b"")
+
+
+_DECODE_LOOSE = msgspec.json.Decoder(_Loose, float_hook=exact_time.float_text)
 
 
 def decode_args(event: Event) -> dict:
@@ -111,8 +133,9 @@ class ChromeTrace:
     """What one Chrome trace file holds, as columns.
 
     Intervals (``X`` and paired ``B``/``E``, ``b``/``e``): ``lane_key`` (index into ``lanes``, the
-    (pid, tid) pairs), ``key`` (index into ``keys``, the (cat, name) pairs), ``ts_us`` and ``dur_us``
-    (microseconds as written, float64).
+    (pid, tid) pairs), ``key`` (index into ``keys``, the (cat, name) pairs), ``ts_ns`` and ``dur_ns`` (int64
+    nanoseconds, exactly the decimal text's microseconds; ``ts_us``/``dur_us`` the same as float64 µs).
+    Counters: (pid, name, t_ns, value). Flow arrows: their ``ts`` in float64 µs, as ``ts_us``.
     """
 
     path: str
@@ -121,19 +144,29 @@ class ChromeTrace:
     keys: list[tuple[str, str]] = field(default_factory=list)
     lane_key: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
     key: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
-    ts_us: np.ndarray = field(default_factory=lambda: np.empty(0, np.float64))
-    dur_us: np.ndarray = field(default_factory=lambda: np.empty(0, np.float64))
+    ts_ns: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    dur_ns: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     end_args: dict[int, dict] = field(default_factory=dict)
     process_names: dict[Any, str] = field(default_factory=dict)
     process_labels: dict[Any, str] = field(default_factory=dict)
     process_args: dict[Any, dict] = field(default_factory=dict)
     thread_names: dict[tuple[Any, Any], str] = field(default_factory=dict)
-    counters: list[tuple[Any, str, float, float]] = field(default_factory=list)
+    counters: list[tuple[Any, str, int, float]] = field(default_factory=list)
     #: kept flow arrows, as arrays: "start" (bool: s, else f), "id", "lane" (lane index), "ts" (µs)
     flows: dict[str, np.ndarray] = field(default_factory=dict)
     read: int = 0
     skipped: Counter = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
+
+    @property
+    def ts_us(self) -> np.ndarray:
+        """Start times in µs (float64; ``ts_ns`` is exact)."""
+        return self.ts_ns / 1000.0
+
+    @property
+    def dur_us(self) -> np.ndarray:
+        """Durations in µs (float64; ``dur_ns`` is exact)."""
+        return self.dur_ns / 1000.0
 
 
 class _Builder:
@@ -161,30 +194,18 @@ class _Builder:
             self._others([e for e in events if e.ph != "X"])
         if not xs:
             return
-        tss = [e.ts for e in xs]
-        durs = [e.dur for e in xs]
-        if None in durs or None in tss:
-            keep = [i for i, (a, b) in enumerate(zip(tss, durs, strict=True)) if a is not None and b is not None]
-            t.skipped["X event without ts or dur"] += len(xs) - len(keep)
-            xs = [xs[i] for i in keep]
-            durs = [durs[i] for i in keep]
-            tss = [tss[i] for i in keep]
-        try:
-            ts = np.fromiter(tss, dtype=np.float64, count=len(tss))
-            dur = np.fromiter(durs, dtype=np.float64, count=len(durs))
-        except OverflowError:  # an integer beyond float64: no time
-            keep = [i for i, (a, b) in enumerate(zip(tss, durs, strict=True)) if _time_ok(a) and _time_ok(b)]
-            t.skipped[_OUT_OF_RANGE] += len(xs) - len(keep)
-            xs = [xs[i] for i in keep]
-            ts = np.array([tss[i] for i in keep], dtype=np.float64)
-            dur = np.array([durs[i] for i in keep], dtype=np.float64)
-        in_range = (np.abs(ts) < _MAX_US) & (dur < _MAX_US)  # NaN is not
-        negative = in_range & (dur < 0)
-        ok = in_range & ~negative
+        ts, ts_status = us_to_ns([e.ts for e in xs])
+        dur, dur_status = us_to_ns([e.dur for e in xs])
+        negative = dur < 0
+        ok = (ts_status == OK) & (dur_status == OK) & ~negative
         if not ok.all():
-            for reason, count in (("negative duration", int(negative.sum())), (_OUT_OF_RANGE, int((~in_range).sum()))):
+            worst = np.maximum(ts_status, dur_status)  # missing, then not a number, then out of range
+            for reason, count in (("X event without ts or dur", (worst == MISSING).sum()),
+                                  ("invalid event: ts or dur is not a number", (worst == NOT_A_NUMBER).sum()),
+                                  (_OUT_OF_RANGE, (worst == OUT_OF_RANGE).sum()),
+                                  ("negative duration", ((worst == OK) & negative).sum())):
                 if count:
-                    t.skipped[reason] += count
+                    t.skipped[reason] += int(count)
             xs = [e for e, k in zip(xs, ok, strict=True) if k]
             ts, dur = ts[ok], dur[ok]
         if self.relabel is not None:
@@ -215,14 +236,12 @@ class _Builder:
         if self.keep_flows is not None and (phases["s"] or phases["f"]):
             wanted = self.keep_flows
             flows = [e for e in events if (e.ph == "s" or e.ph == "f") and e.cat == wanted and e.ts is not None]
-            try:
-                ts = np.array([e.ts for e in flows], dtype=np.float64)
-            except OverflowError:  # an integer beyond float64
-                ts = np.array([e.ts if _time_ok(e.ts) else np.nan for e in flows], dtype=np.float64)
-            in_range = np.abs(ts) < _MAX_US  # else not a time: the arrow is dropped
+            ts_ns, status = us_to_ns([e.ts for e in flows])
+            in_range = status == OK  # else not a time: the arrow is dropped
             if not in_range.all():
                 flows = [e for e, ok in zip(flows, in_range, strict=True) if ok]
-                ts = ts[in_range]
+                ts_ns = ts_ns[in_range]
+            ts = ts_ns / 1000.0
             if flows:
                 ids = np.array([e.id for e in flows])
                 self.flow_parts.append({
@@ -237,24 +256,26 @@ class _Builder:
                 t.skipped["instant events (no duration)"] += phases.pop(ph)
         if not phases:
             return
-        for e in [e for e in events if e.ph in phases]:
+        rest = [e for e in events if e.ph in phases]
+        times, statuses = us_to_ns([e.ts if e.ph in _TIMED else 0 for e in rest])
+        for e, ts, status in zip(rest, times.tolist(), statuses.tolist(), strict=True):
             ph = e.ph
             if ph == "B" or ph == "E":
-                if self._no_time(ph, e.ts):
+                if self._no_time(ph, status):
                     continue
                 lane = self.lane_index.setdefault((e.pid, e.tid), len(self.lane_index))
                 self.seq += 1
                 if ph == "B":
                     key = self.key_index.setdefault((e.cat, e.name), len(self.key_index))
-                    self.begin_end.append((lane, e.ts, self.seq, True, key, e.name, None))
+                    self.begin_end.append((lane, ts, self.seq, True, key, e.name, None))
                 else:
                     args = decode_args(e) if len(e.args) > 2 else None
-                    self.begin_end.append((lane, e.ts, self.seq, False, None, e.name, args))
+                    self.begin_end.append((lane, ts, self.seq, False, None, e.name, args))
             elif ph == "b" or ph == "e":
-                if self._no_time(ph, e.ts):
+                if self._no_time(ph, status):
                     continue
                 self.seq += 1
-                self.async_be.append((e.pid, e.tid, e.cat, e.id, e.name, e.ts, self.seq, ph == "b"))
+                self.async_be.append((e.pid, e.tid, e.cat, e.id, e.name, ts, self.seq, ph == "b"))
             elif ph == "M":
                 args = decode_args(e)
                 if e.name == "process_name":
@@ -268,12 +289,12 @@ class _Builder:
                     t.thread_names[(e.pid, e.tid)] = str(args.get("name", ""))
                 t.skipped["metadata (M) events, used for names"] += 1
             elif ph == "C":
-                if self._no_time(ph, e.ts):
+                if self._no_time(ph, status):
                     continue
                 for series, value in decode_args(e).items():
                     if isinstance(value, int | float) and not isinstance(value, bool):
                         t.counters.append((e.pid, f"{e.name}.{series}" if series != e.name else e.name,
-                                           float(e.ts), float(value)))
+                                           ts, float(value)))
                 t.skipped["counter (C) events, kept as counters"] += 1
             elif not ph:
                 t.skipped["events without a phase (ph), such as TF2's trailing {}"] += 1
@@ -282,15 +303,14 @@ class _Builder:
             else:
                 t.skipped[f"unknown phase {ph!r}"] += 1
 
-    def _no_time(self, ph: str, ts) -> bool:
-        """Whether an event's ``ts`` is missing or out of range (counted, the event is left out)."""
-        if ts is None:
-            self.trace.skipped[f"{ph} event without ts"] += 1
-            return True
-        if not _time_ok(ts):
-            self.trace.skipped[_OUT_OF_RANGE] += 1
-            return True
-        return False
+    def _no_time(self, ph: str, status: int) -> bool:
+        """Whether an event's ``ts`` (its :func:`us_to_ns` status) is missing, not a number or out of range
+        (counted, the event is left out)."""
+        if status == OK:
+            return False
+        self.trace.skipped[{MISSING: f"{ph} event without ts", NOT_A_NUMBER: "invalid event: ts is not a number",
+                            OUT_OF_RANGE: _OUT_OF_RANGE}[status]] += 1
+        return True
 
     def finish(self) -> ChromeTrace:
         t = self.trace
@@ -299,8 +319,8 @@ class _Builder:
         if paired:
             lane = np.array([p[0] for p in paired], dtype=np.int32)
             key = np.array([p[1] for p in paired], dtype=np.int32)
-            ts = np.array([p[2] for p in paired])
-            dur = np.array([p[3] for p in paired])
+            ts = np.array([p[2] for p in paired], dtype=np.int64)
+            dur = np.array([p[3] for p in paired], dtype=np.int64)
             base = self.n_rows
             for i, p in enumerate(paired):
                 if p[4]:
@@ -309,8 +329,8 @@ class _Builder:
         if parts:
             t.lane_key = np.concatenate([p[0] for p in parts])
             t.key = np.concatenate([p[1] for p in parts])
-            t.ts_us = np.concatenate([p[2] for p in parts])
-            t.dur_us = np.concatenate([p[3] for p in parts])
+            t.ts_ns = np.concatenate([p[2] for p in parts])
+            t.dur_ns = np.concatenate([p[3] for p in parts])
         if self.flow_parts:
             t.flows = {k: np.concatenate([f[k] for f in self.flow_parts]) for k in self.flow_parts[0]}
         t.lanes = list(self.lane_index)
@@ -341,7 +361,7 @@ class _Builder:
                     t.skipped["E without a matching B"] += 1
                     continue
             bkey, _, bts = stack.pop(pos)
-            if ts - bts >= _MAX_US:
+            if ts - bts >= MAX_NS:
                 t.skipped[_OUT_OF_RANGE] += 1
                 continue
             out.append((lane, bkey, bts, ts - bts, args))
@@ -364,7 +384,7 @@ class _Builder:
                 t.skipped["async e without a matching b"] += 1
                 continue
             btid, bts = stack.pop()
-            if ts - bts >= _MAX_US:
+            if ts - bts >= MAX_NS:
                 t.skipped[_OUT_OF_RANGE] += 1
                 continue
             lane = self.lane_index.setdefault((pid, btid), len(self.lane_index))
@@ -395,43 +415,38 @@ def _boundaries(buf: bytes, start: int, end: int):
             yield brace, m
 
 
-def _time_ok(value) -> bool:
-    """A time or duration (µs) that is a finite number within ±2**53 µs."""
-    return value is not None and -_MAX_US < value < _MAX_US
-
-
-def _lenient_event(obj: Any) -> Event | str:
-    """An event decoded without a schema, checked field by field; a string says why it is rejected."""
-    if not isinstance(obj, dict):
+def _lenient_event(raw: msgspec.Raw) -> Event | str:
+    """One event decoded without a schema, checked field by field; a string says why it is rejected."""
+    try:
+        obj = _DECODE_LOOSE.decode(raw)
+    except msgspec.ValidationError:
         return "not a JSON object"
-    ph = obj.get("ph", "")
+    ph = obj.ph
     if not isinstance(ph, str):
         return "missing or non-string ph"
-    values: dict[str, Any] = {"ph": ph}
+    values: dict[str, Any] = {"ph": ph, "args": obj.args}
     for name in ("name", "cat"):
-        v = obj.get(name, "")
+        v = getattr(obj, name)
         if not isinstance(v, str):
             if isinstance(v, dict | list):
                 return f"{name} is a {type(v).__name__}"
-            v = str(v)
+            v = v.decode() if isinstance(v, bytes) else str(v)
         values[name] = v
     for name in ("pid", "tid"):
-        v = obj.get(name, 0)
-        if isinstance(v, float) and v.is_integer():
-            v = int(v)
+        v = getattr(obj, name)
+        if isinstance(v, bytes) and float(v).is_integer():  # a float's text
+            v = int(float(v))
         if isinstance(v, bool) or not isinstance(v, int | str):
             return f"{name} is not an integer or string"
         values[name] = v
     for name in ("ts", "dur"):
-        v = obj.get(name)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
+        v = getattr(obj, name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | bytes)):
             return f"{name} is not a number"
         values[name] = v
-    if "id" in obj:
-        v = obj["id"]
-        values["id"] = v if isinstance(v, int | str) and not isinstance(v, bool) else str(v)
-    if "args" in obj:
-        values["args"] = msgspec.Raw(msgspec.json.encode(obj["args"]))
+    v = obj.id
+    values["id"] = v if v is None or (isinstance(v, int | str) and not isinstance(v, bool)) else (
+        v.decode() if isinstance(v, bytes) else str(v))
     return Event(**values)
 
 
@@ -479,12 +494,12 @@ class _Reader:
         except _MALFORMED as exc:
             return None, exc
         try:
-            objs = _DECODE_ANY.decode(doc)
+            raws = _DECODE_RAW_LIST.decode(doc)
         except _MALFORMED as exc:
             return None, exc
         good = []
-        for obj in objs:
-            ev = _lenient_event(obj)
+        for raw in raws:
+            ev = _lenient_event(raw)
             if isinstance(ev, str):
                 self.trace.skipped[f"invalid event: {ev}"] += 1
             else:
@@ -533,9 +548,14 @@ class _Reader:
             if error is None:
                 good.extend(events)
                 continue
-            self.trace.skipped["undecodable JSON (event skipped)"] += 1
+            deep = isinstance(error, RecursionError)
+            self.trace.skipped["event nested too deep to decode" if deep else "undecodable JSON (event skipped)"] += 1
             bad += 1
             if bad > _MAX_LISTED:
+                continue
+            if deep:
+                self.trace.problems.append(f"{self.trace.path}: the event at byte {self.offset + s} is nested "
+                                           f"too deep to decode ({error}); {e - s} bytes skipped")
                 continue
             pos = _malformed_offset(error)
             where = self.offset + s + (max(pos - 2, 0) if pos else len(piece))

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ddltrace.collectors.importers.base import ImportContext, RankPart, build_timeline, counters_frame, to_ns
+from ddltrace.collectors.importers.base import ImportContext, RankPart, build_timeline, counters_frame
 from ddltrace.collectors.importers.chrome import ChromeTrace
 
 
@@ -33,7 +33,7 @@ def chrome_part(trace: ChromeTrace, *, fmt: str, rank: int | tuple, ctx: ImportC
     lane_names = [lane_name(pid, tid) for pid, tid in trace.lanes]
     keep_lane = np.array([n is not None for n in lane_names], dtype=bool)
     lane_codes, key_codes = trace.lane_key, trace.key
-    ts, dur = trace.ts_us, trace.dur_us
+    ts, dur = trace.ts_ns, trace.dur_ns
     if row_steps is None and step_of is not None and trace.keys and len(key_codes):
         row_steps = np.array([step_of(cat, name) if step_of(cat, name) is not None else -1
                               for cat, name in trace.keys], dtype=np.int64)[key_codes]
@@ -53,11 +53,10 @@ def chrome_part(trace: ChromeTrace, *, fmt: str, rank: int | tuple, ctx: ImportC
         extra["step"] = pd.arrays.IntegerArray(np.maximum(row_steps, 0).astype(np.int64), row_steps < 0)
     timeline = build_timeline(rank=0 if isinstance(rank, tuple) else rank, lane_codes=lane_codes,
                               lane_table=table, key_codes=key_codes, key_table=trace.keys,
-                              start_ns=to_ns(ts) + offset_ns, dur_ns=to_ns(dur), fmt=fmt, ctx=ctx, extra=extra)
+                              start_ns=ts + offset_ns, dur_ns=dur, fmt=fmt, ctx=ctx, extra=extra)
     if ctx.report is not None:
         ctx.report.intervals += len(timeline)
     counter_rank = rank if isinstance(rank, int) else 0  # renumbered with the rank when it is an identity
-    counter_rows = [(counter_rank, name, int(round(t * 1000)) + offset_ns, value)
-                    for _pid, name, t, value in trace.counters]
+    counter_rows = [(counter_rank, name, t_ns + offset_ns, value) for _pid, name, t_ns, value in trace.counters]
     return RankPart(rank=rank, timeline=timeline, counters=counters_frame(counter_rows),
                     info={"format": fmt, "file": trace.path, **(info or {})}, clock=clock)
