@@ -21,8 +21,10 @@ FORMAT_HELP = """formats (recognised by content; --format forces one):
 {formats}
 
 Rank numbers: each format's own (Kineto distributedInfo.rank, TF1 /job:worker/task:k, OTF2/IPM ranks, CNTK
-file suffix, MXNet file name, Horovod = rank 0); --rank-from name|dir|order overrides it with the number in the
-file name, the folder name, or the position on the command line.
+file suffix, MXNet file name, Horovod = rank 0, TensorBoard plugins/profile/<run>/ = the hosts, in TF_CONFIG's
+cluster order or by name); --rank-from name|dir|order overrides it with the number in the file name, the folder
+name, or the position on the command line. Of a TensorBoard profile folder the newest run is read, one session
+file per host (the .xplane.pb).
 
 Categories come from rules in ddltrace/collectors/importers/categories.toml; --rules FILE adds yours in front
 (or replaces them: 'replace = true'); --explain prints which rule put each event name in which category."""
