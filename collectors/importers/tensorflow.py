@@ -113,7 +113,7 @@ def _row_steps(trace) -> np.ndarray:
         return steps
     rows = np.flatnonzero(is_step_lane[trace.lane_key])
     numbers = np.array([step_number(trace.keys[k][1], i) for i, k in enumerate(trace.key[rows])], dtype=np.int64)
-    ts, dur = trace.ts_us, trace.dur_us
+    ts, dur = trace.ts_ns, trace.dur_ns
     from_lines = steps_of_rows(lane_device[trace.lane_key], ts, lane_device[trace.lane_key[rows]], ts[rows],
                                ts[rows] + dur[rows], numbers)
     return np.where(steps < 0, from_lines, steps)
