@@ -9,11 +9,20 @@ the job (ddltrace.collectors.frameworks) and what each process wrote becomes its
 While the job runs a progress line on stderr shows the elapsed time, the ranks alive and the MPI calls
 recorded so far. Ctrl-C (or SIGTERM) stops the job (SIGINT, then SIGTERM after 5 s, SIGKILL after 10 s) and
 the store is still written.
+
+Nothing collected is lost on the way to the store: ``--out`` is locked before any work (a second writer stops
+at once), the store is built beside its final place, verified, and renamed there in one step, and only then
+are the raw records deleted. A signal during the write says what is written and how long it will take; the
+next abandons the write. Whatever ends ``run`` before that (a failed or abandoned write, a full disk, SIGKILL)
+leaves the records as a record set (``collectors/record_sets.py``) that :func:`recover_store` turns into the
+store (``ddltrace recover``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -29,7 +38,7 @@ from pathlib import Path
 import pandas as pd
 import psutil
 
-from ddltrace.collectors import frameworks
+from ddltrace.collectors import frameworks, record_sets
 from ddltrace.collectors.clock import clock_manifest
 from ddltrace.collectors.gpu_sampler import GpuSampler
 from ddltrace.collectors.mpi_env import local_env, mpi_flavour, mpiexec_command
@@ -38,7 +47,7 @@ from ddltrace.collectors.pmpi.records import OUTSIDE_MPI, RankRecords, read_reco
 from ddltrace.collectors.pyspy_stacks import PySpyRecorder
 from ddltrace.collectors.system_sampler import MACHINE, SystemSampler
 from ddltrace.errors import DdltraceError
-from ddltrace.store import TraceStore
+from ddltrace.store import StoreLock, TraceStore, publish, staging_path, verify_written
 from ddltrace.timeline import make_counters, make_timeline
 from ddltrace.units import format_ns
 
@@ -196,20 +205,28 @@ def run_job(cfg: RunConfig) -> RunResult:
         raise DdltraceError(f"{out.parent}: no such folder for the store")
     if cfg.framework is not None:
         cfg.framework = frameworks.canonical(cfg.framework)
-    mpi = cfg.np is not None or bool(cfg.launcher)
-    lib = build_wrapper(_mpicc_of(cfg.launcher)) if mpi else None
-    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    # ranks on this machine only (--np): records in shared memory (no disk writes, cheaper page faults);
-    # a launcher may start ranks on other nodes: records beside the store, on its (shared) file system
-    shm = Path("/dev/shm")
-    local = cfg.np is not None and shm.is_dir() and os.access(shm, os.W_OK)
-    records = Path(tempfile.mkdtemp(prefix="ddltrace-records-", dir=shm)) if local else work / "records"
-    records.mkdir(exist_ok=True)
-    try:
-        return _run(cfg, out, mpi, lib, work, records)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-        shutil.rmtree(records, ignore_errors=True)
+    with StoreLock(out):  # before any work: a second writer of --out stops here, before its job runs
+        mpi = cfg.np is not None or bool(cfg.launcher)
+        lib = build_wrapper(_mpicc_of(cfg.launcher)) if mpi else None
+        work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        # ranks on this machine only (--np): records in shared memory (no disk writes, cheaper page faults);
+        # a launcher may start ranks on other nodes: records beside the store, on its (shared) file system
+        shm = record_sets.SHM
+        local = cfg.np is not None and shm.is_dir() and os.access(shm, os.W_OK)
+        records = (Path(tempfile.mkdtemp(prefix=record_sets.SHM_PREFIX, dir=shm)) if local
+                   else work / "records")
+        records.mkdir(exist_ok=True)
+        in_place = False
+        try:
+            result = _run(cfg, out, mpi, lib, work, records)
+            in_place = True
+            return result
+        finally:
+            if in_place or not record_sets.holds_data(records, work):
+                record_sets.discard(records, {"work": str(work)})
+            else:  # the store is not in place: the records stay the user's data
+                print(f"ddltrace: the store was not written; the records are kept in {records}: make the store "
+                      f"with `ddltrace recover {records} --out {out}`", file=cfg.stream, flush=True)
 
 
 def _run(cfg: RunConfig, out: Path, mpi: bool, lib: Path | None, work: Path, records: Path) -> RunResult:
@@ -224,11 +241,25 @@ def _run(cfg: RunConfig, out: Path, mpi: bool, lib: Path | None, work: Path, rec
     pyspy = PySpyRecorder(work / "pyspy", cfg.pyspy_rate_hz) if cfg.pyspy else None
     start_ns = time.time_ns()
     t_start = time.monotonic()
+    job = record_sets.now_job(
+        command=list(cfg.argv), launch=cmd, flavour=flavour, np=cfg.np, launcher=cfg.launcher,
+        framework=cfg.framework, steps=list(cfg.steps), sample_hz=cfg.sample_hz, pyspy=cfg.pyspy,
+        out=str(out.resolve()), work=str(work.resolve()), start_ns=start_ns, host=socket.gethostname())
+    if mpi or cfg.framework:
+        record_sets.register(records, job)
+        print(f"ddltrace: raw records in {records}; if this ddltrace dies before writing the store: "
+              f"ddltrace recover {records} --out {out}", file=stream, flush=True)
     with _Interrupts() as interrupts:
         try:
             proc = subprocess.Popen(cmd, env=env, start_new_session=True)
         except OSError as exc:
             raise DdltraceError(f"{cmd[0]}: cannot start ({exc.strerror})") from exc
+        if mpi or cfg.framework:
+            try:
+                job.update(job_pid=proc.pid, job_started=psutil.Process(proc.pid).create_time())
+                record_sets.register(records, job)
+            except psutil.Error:
+                pass  # already gone: nothing to wait for
         system = SystemSampler(cfg.sample_hz, proc.pid).start()
         gpu.start()
         last_shown = last_scan = -1.0
@@ -250,25 +281,97 @@ def _run(cfg: RunConfig, out: Path, mpi: bool, lib: Path | None, work: Path, rec
                 pass
         end_ns = time.time_ns()
         interrupted = interrupts.first is not None
-    if show:
-        print(file=stream)
-    exit_code = proc.returncode
-    system_rows = system.stop()
-    gpu_rows = gpu.stop()
-    stacks = pyspy.stop() if pyspy is not None else {}
-    notes = ([] if gpu.available else [gpu.reason]) + (pyspy.notes if pyspy is not None else [])
-    if interrupted:
-        notes.append("interrupted (Ctrl-C / SIGTERM): the job was stopped; ranks still running were marked abrupt")
-    result = _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, interrupted,
-                     system_rows + gpu_rows, stacks, notes, proc.pid, gpu, work / "framework")
-    print(_summary(result), file=stream, flush=True)
+        if show:
+            print(file=stream)
+        print(f"ddltrace: the job ended (exit code {proc.returncode}); writing the store {out}", file=stream,
+              flush=True)
+        if mpi or cfg.framework:  # what a recovery could not know otherwise
+            with contextlib.suppress(OSError):
+                record_sets.register(records, {**job, "exit_code": proc.returncode, "end_ns": end_ns,
+                                               "interrupted": interrupted})
+        writing = _WriteSignals(out, records, stream)
+    with writing:
+        exit_code = proc.returncode
+        system_rows = system.stop()
+        gpu_rows = gpu.stop()
+        stacks = pyspy.stop() if pyspy is not None else {}
+        notes = ([] if gpu.available else [gpu.reason]) + (pyspy.notes if pyspy is not None else [])
+        if interrupted:
+            notes.append("interrupted (Ctrl-C / SIGTERM): the job was stopped; ranks still running were marked "
+                         "abrupt")
+        collectors = ["system"] + ["gpu"] * gpu.available + ["py-spy"] * bool(cfg.pyspy)
+        result = _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, interrupted,
+                         system_rows + gpu_rows, stacks, notes, proc.pid, collectors, gpu.devices,
+                         work / "framework", writing.progress)
+    print(summary_line(result), file=stream, flush=True)
     return result
 
 
+class WriteAbandoned(KeyboardInterrupt):
+    """The user abandoned the store's write (a second signal during it); the records are kept."""
+
+
+class _WriteProgress:
+    """How far the store's write is: the phase, calls written of all, and since when (monotonic s)."""
+
+    def __init__(self, out: Path):
+        self.out = out
+        self.phase = "stopping the samplers"
+        self.total = self.done = 0
+        self.t0 = time.monotonic()
+        self.t_writing: float | None = None
+
+    def describe(self) -> str:
+        elapsed = time.monotonic() - self.t0
+        text = f"writing the store {self.out}: {self.phase}, {elapsed:.1f} s so far"
+        if self.total:
+            text += f"; {self.done:,} of {self.total:,} MPI calls written"
+            if self.done and self.t_writing is not None:
+                rate = self.done / max(time.monotonic() - self.t_writing, 1e-3)
+                text += f", about {(self.total - self.done) / rate:.0f} s left at {rate:,.0f} calls/s"
+            else:
+                text += " (time left known once the first rank is written)"
+        return text
+
+
+class _WriteSignals:
+    """While the store is written: the first SIGINT/SIGTERM says what is written and how long it will take,
+    the next abandons the write (:class:`WriteAbandoned`; the records are kept)."""
+
+    def __init__(self, out: Path, records: Path, stream):
+        self.progress = _WriteProgress(out)
+        self.records = records
+        self.stream = stream
+        self.count = 0
+        self._old = {}
+
+    def __enter__(self):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+    def _handler(self, signum, frame):
+        self.count += 1
+        if self.count >= 2:
+            print("\nddltrace: write abandoned", file=self.stream, flush=True)
+            raise WriteAbandoned()
+        print(f"\nddltrace: {self.progress.describe()}. Interrupt again to abandon the write and keep the "
+              f"records in {self.records}", file=self.stream, flush=True)
+
+
 def _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, interrupted, sample_rows,
-            stacks, notes, root_pid, gpu, fw_dir) -> RunResult:
+            stacks, notes, root_pid, collectors, gpus, fw_dir, progress) -> RunResult:
+    """Make the store at ``out`` from the records and samples: built beside it, verified, renamed into place.
+    ``end_ns`` None (a recovery): the job's end is the last time any rank recorded. ``exit_code`` None: not
+    known."""
     rank_records: list[RankRecords] = []
-    for path in sorted(records.glob("rank-*.pmpi")):
+    paths = sorted(records.glob("rank-*.pmpi"))
+    for i, path in enumerate(paths):
+        progress.phase = f"reading record file {i + 1} of {len(paths)}"
         try:
             rank_records.append(read_records(path))
         except DdltraceError as exc:
@@ -277,6 +380,39 @@ def _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, i
     if extra:
         notes.append(f"{len(extra)} MPI process(es) outside the job's MPI world (e.g. singletons it started) "
                      "were recorded apart and are not in the store")
+    if end_ns is None:
+        end_ns = max([start_ns] + [int(max(rr.records["t0"].max(), rr.records["t1"].max())) - rr.test_offset_ns
+                                   for rr in rank_records if len(rr.records)])
+    staging = staging_path(out)
+    try:
+        store = _write(cfg, staging, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_code, interrupted,
+                       sample_rows, stacks, notes, root_pid, collectors, gpus, fw_dir, progress)
+        progress.phase = "verifying the store"
+        verify_written(store, [rr.rank for rr in rank_records])
+        progress.phase = "renaming the store into place"
+        publish(staging, out)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise DdltraceError(f"{out}: cannot write the store ({_reason(exc)})") from exc
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    store.path = out
+    return RunResult(store=store, exit_code=exit_code, interrupted=interrupted, elapsed_ns=end_ns - start_ns,
+                     ranks={r: store.rank_info(r).get("ended", "unknown") for r in store.ranks},
+                     calls=store.manifest["run"]["mpi_calls"], notes=notes)
+
+
+def _reason(exc: OSError) -> str:
+    """The system's words for an OSError, also for pyarrow's ("... [errno 28] ...")."""
+    found = re.search(r"\[errno (\d+)\]", str(exc))
+    number = exc.errno or (int(found.group(1)) if found else None)
+    return os.strerror(number) if number else str(exc)
+
+
+def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_code, interrupted, sample_rows,
+           stacks, notes, root_pid, collectors, gpus, fw_dir, progress) -> TraceStore:
+    """Write every rank's timeline and counters, then the manifest, into the new store ``path``."""
     pid_rank = {rr.pid: rr.rank for rr in rank_records}
     fw_parts, fw_ranks = _framework_parts(cfg, fw_dir, set(pid_rank.values()), notes)
     pid_rank.update({part.pid: fw_ranks[i] for i, part in enumerate(fw_parts)})
@@ -291,21 +427,23 @@ def _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, i
         "world_size": world, "hosts": hosts, "exit_code": exit_code, "interrupted": interrupted,
         "start_ns": start_ns, "end_ns": end_ns, "mpi_flavour": flavour or None,
         "mpi_library": rank_records[0].library if rank_records else None,
-        "collectors": ["pmpi"] * mpi + ["system"] + ["gpu"] * gpu.available + ["py-spy"] * bool(cfg.pyspy)
-        + [f"{cfg.framework} profiler"] * bool(cfg.framework),
-        "sample_hz": cfg.sample_hz, "gpus": gpu.devices,
+        "collectors": ["pmpi"] * mpi + collectors + [f"{cfg.framework} profiler"] * bool(cfg.framework),
+        "sample_hz": cfg.sample_hz, "gpus": gpus,
     }
     if cfg.framework:
         run["profiled_steps"] = list(cfg.steps)
     clock = clock_manifest(rank_records) if mpi else None
     if fw_parts:
         clock = _framework_clock(clock, fw_parts, fw_ranks)
-    store = TraceStore.create(out, run=run, clock=clock)
+    store = TraceStore.create(path, run=run, clock=clock)
     counters = _counters(sample_rows, pid_rank)
     ranks: dict[int, str] = {}
     calls = 0
     framework_of = {fw_ranks[i]: part for i, part in enumerate(fw_parts)}
-    for rr in rank_records:
+    progress.total = sum(len(rr.records) for rr in rank_records)
+    progress.t_writing = time.monotonic()
+    for i, rr in enumerate(rank_records):
+        progress.phase = f"rank {rr.rank} ({i + 1} of {len(rank_records)} ranks)"
         # a call open at death lasts at most until the job ended (on the rank's own clock)
         timeline = to_timeline(rr, end_ns=end_ns + rr.test_offset_ns if rr.ended != "normal" else None)
         calls += int((timeline["source"] == "pmpi").sum() - (timeline["name"] == OUTSIDE_MPI).sum())
@@ -318,7 +456,8 @@ def _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, i
         store.add_rank(rr.rank, timeline, counters.get(rr.rank), save=False, host=rr.host, pid=rr.pid,
                        ended=rr.ended, state=rr.state, open_calls=rr.open_calls, role="rank", **info)
         ranks[rr.rank] = rr.ended
-    ended = "normal" if exit_code >= 0 and not interrupted else "abrupt"
+        progress.done += len(rr.records)
+    ended = ("unknown" if exit_code is None else "normal" if exit_code >= 0 and not interrupted else "abrupt")
     for rank, part in sorted(framework_of.items()):
         timeline = _with_stacks(part.timeline.assign(rank=rank).astype({"rank": "int32"}), stacks.get(part.pid), rank)
         fw_counters = part.counters.assign(rank=rank).astype({"rank": "int32"}) if part.counters is not None else None
@@ -345,9 +484,9 @@ def _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, i
     if MACHINE in counters:
         store.add_counters(counters[MACHINE], save=False)
     store.manifest["notes"].extend(notes)
+    store.manifest["run"]["mpi_calls"] = calls
     store.save_manifest()
-    return RunResult(store=store, exit_code=exit_code, interrupted=interrupted, elapsed_ns=end_ns - start_ns,
-                     ranks=ranks, calls=calls, notes=notes)
+    return store
 
 
 def _framework_parts(cfg: RunConfig, fw_dir: Path, taken: set[int],
@@ -402,11 +541,56 @@ def _with_stacks(timeline: pd.DataFrame, stack_rows: pd.DataFrame | None, rank: 
     return make_timeline(pd.concat([timeline, make_timeline(extra)], ignore_index=True))
 
 
-def _summary(result: RunResult) -> str:
+def summary_line(result: RunResult) -> str:
     abrupt = sorted(r for r, how in result.ranks.items() if how != "normal")
     ended = f"{len(result.ranks) - len(abrupt)} ended normally"
     if abrupt:
         ended += f", {len(abrupt)} abruptly ({', '.join(map(str, abrupt[:8]))}{'...' if len(abrupt) > 8 else ''})"
+    exit_code = "unknown" if result.exit_code is None else result.exit_code
     return (f"ddltrace: wrote {result.store.path}: {len(result.ranks)} ranks ({ended}), {result.calls:,} MPI calls, "
-            f"{format_ns(result.elapsed_ns)}, exit code {result.exit_code}")
+            f"{format_ns(result.elapsed_ns)}, exit code {exit_code}")
 
+
+
+def recover_store(path: str | Path, out: str | Path, stream=None) -> RunResult:
+    """Make the store ``out`` from the record set at ``path`` that a ``ddltrace run`` left (killed, or its
+    write failed or was abandoned), then delete the set. What that process held in memory (system and GPU
+    samples, py-spy stacks) is lost, and after a kill during the job its exit code and end too; the notes say
+    so."""
+    stream = stream if stream is not None else sys.stderr
+    rs = record_sets.load(path)
+    if rs.owner_alive:
+        raise DdltraceError(f"{rs.path}: in use by a running `ddltrace run` (pid {rs.job['ddltrace_pid']}), "
+                            "which writes its store itself")
+    if rs.job_alive:
+        raise DdltraceError(f"{rs.path}: the job is still running (ranks alive: {rs.live_ranks or 'starting'}); "
+                            "recover its records once it has ended")
+    out = Path(out)
+    if not out.parent.is_dir():
+        raise DdltraceError(f"{out.parent}: no such folder for the store")
+    job = rs.job
+    argv = job.get("command") if isinstance(job.get("command"), list) else ["(unknown command)"]
+    steps = tuple(job["steps"]) if isinstance(job.get("steps"), list) and len(job["steps"]) == 2 else \
+        frameworks.DEFAULT_STEPS
+    cfg = RunConfig(argv=[str(a) for a in argv], out=out, np=job.get("np"), launcher=job.get("launcher"),
+                    sample_hz=float(job.get("sample_hz") or 0), pyspy=False, framework=job.get("framework"),
+                    steps=steps, stream=stream)
+    work = Path(job["work"]) if job.get("work") else rs.path.parent
+    exit_code = job.get("exit_code") if isinstance(job.get("exit_code"), int) else None
+    end_ns = job.get("end_ns") if isinstance(job.get("end_ns"), int) else None
+    interrupted = job.get("interrupted") is True
+    notes = [f"recovered by `ddltrace recover` from {rs.path}: the `ddltrace run` that started the job did not "
+             "write the store; not recorded: the system and GPU samples and py-spy stacks that process held"
+             + ("" if exit_code is not None else ", the job's exit code, its end (the last call recorded is "
+                "taken instead)")]
+    if interrupted:
+        notes.append("interrupted (Ctrl-C / SIGTERM): the job was stopped; ranks still running were marked abrupt")
+    with StoreLock(out):
+        with _WriteSignals(out, rs.path, stream) as writing:
+            result = _gather(cfg, out, bool(job.get("np") or job.get("launcher") or rs.rank_files), rs.path,
+                             job.get("launch") or argv, job.get("flavour") or "", int(job.get("start_ns") or 0),
+                             end_ns, exit_code, interrupted, [], {}, notes, -1, [], [], work / "framework",
+                             writing.progress)
+        result.store.update_run(recovered_from=str(rs.path))
+    record_sets.discard(rs.path, job)
+    return result

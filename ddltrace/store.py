@@ -10,18 +10,26 @@ Layout::
 
 Every file is written to a temporary name in the same folder and renamed into place, and the manifest is
 written last: a crash mid-write never leaves a file that reads as valid, and a rank's files only count once
-the manifest lists the rank. :func:`write_store` over an existing store builds the new store beside it and
-swaps the folders, so an interrupted rewrite leaves the old store as it was.
+the manifest lists the rank. A whole store is built in a staging folder beside its final place and moved
+there in one rename when complete (:func:`publish`), so a store that exists is a complete one; an existing
+store is replaced only when asked (``overwrite``/``--force``), and an interrupted rewrite leaves the old store
+as it was. :class:`StoreLock` keeps two ddltrace processes from writing one store at once.
+
+Test hook: ``DDLTRACE_TEST_WRITE_DELAY_S=SECONDS`` makes :meth:`TraceStore.add_rank` wait that long before
+each rank (the fault suite uses it so that a signal lands inside the write); never set it otherwise.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import fcntl
 import json
 import os
 import shutil
+import sys
 import tempfile
+import time
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -98,6 +106,13 @@ def _atomic_write_parquet(path: Path, frame: pd.DataFrame) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _test_write_delay() -> None:
+    """The fault suite's hook: wait ``$DDLTRACE_TEST_WRITE_DELAY_S`` seconds (unset: no wait)."""
+    delay = os.environ.get("DDLTRACE_TEST_WRITE_DELAY_S")
+    if delay:
+        time.sleep(float(delay))
 
 
 def _rank_file(folder: Path, rank: int) -> Path:
@@ -270,6 +285,7 @@ class TraceStore:
         ``timeline`` is validated (rows of other ranks are an error); ``info`` goes into the rank's
         manifest entry (host, role, ended="normal"/"abrupt", ...).
         """
+        _test_write_delay()
         timeline = make_timeline(timeline)
         if len(timeline) and (timeline["rank"].to_numpy() != rank).any():
             raise SchemaError("timeline", [f"rows of rank {sorted(set(timeline['rank']) - {rank})} "
@@ -547,34 +563,122 @@ def write_store(path: str | os.PathLike, timeline: pd.DataFrame, counters: pd.Da
     path.parent.mkdir(parents=True, exist_ok=True)
     timeline = make_timeline(timeline)
     counters = make_counters(counters) if counters is not None else None
-    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    try:
-        staging.rmdir()
-        store = TraceStore.create(staging, run, clock)
-        ranks = sorted(set(int(r) for r in timeline["rank"]) | set((rank_info or {}).keys()))
-        by_rank = dict(tuple(timeline.groupby("rank", sort=True))) if len(timeline) else {}
-        for rank in ranks:
-            part = by_rank.get(rank, empty_timeline())
-            store.add_rank(rank, part, save=False, **dict((rank_info or {}).get(rank, {})))
-        if counters is not None and len(counters):
-            store.add_counters(counters, save=False)
-        store.save_manifest()
-        _swap_into_place(staging, path)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    with StoreLock(path, replace=overwrite):
+        staging = staging_path(path)
+        try:
+            store = TraceStore.create(staging, run, clock)
+            ranks = sorted(set(int(r) for r in timeline["rank"]) | set((rank_info or {}).keys()))
+            by_rank = dict(tuple(timeline.groupby("rank", sort=True))) if len(timeline) else {}
+            for rank in ranks:
+                part = by_rank.get(rank, empty_timeline())
+                store.add_rank(rank, part, save=False, **dict((rank_info or {}).get(rank, {})))
+            if counters is not None and len(counters):
+                store.add_counters(counters, save=False)
+            store.save_manifest()
+            publish(staging, path, replace=overwrite)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
     return TraceStore.open(path)
 
 
+def staging_path(path: Path) -> Path:
+    """A fresh name beside ``path`` (same file system, so :func:`publish` is one rename) to build a store in."""
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    staging.rmdir()
+    return staging
+
+
+def verify_written(store: TraceStore, ranks: Iterable[int]) -> None:
+    """Check a store just written before anything it was made from is deleted: its manifest reads back,
+    it lists every rank of ``ranks``, and each rank's timeline file holds the rows the manifest counts."""
+    reread = TraceStore.open(store.path)
+    missing = sorted(set(ranks) - set(reread.ranks))
+    if missing:
+        raise StoreError(f"{store.path}: ranks {_ranges(missing)} were not written")
+    for rank in reread.ranks:
+        path = _rank_file(store.path / "timeline", rank)
+        try:
+            rows = pq.read_metadata(path).num_rows
+        except (OSError, pa.ArrowException) as exc:
+            raise StoreError(f"{path}: unreadable after writing ({exc})") from exc
+        if rows != reread.rank_info(rank).get("events"):
+            raise StoreError(f"{path}: {rows} rows written, the manifest counts {reread.rank_info(rank).get('events')}")
+
+
+def publish(staging: Path, path: Path, *, replace: bool = False) -> None:
+    """Move the complete store ``staging`` to ``path`` in one rename. An existing ``path`` is a
+    :class:`StoreError` unless ``replace``, which swaps it out only now that the new store is complete."""
+    if path.exists() or path.is_symlink():
+        if not replace:
+            raise StoreError(f"{path}: already exists (choose another --out, or add --force)")
+        _swap_into_place(staging, path)
+    else:
+        os.rename(staging, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # the rename itself is on disk before anything the store was made from is deleted
+    finally:
+        os.close(fd)
+
+
 def _swap_into_place(staging: Path, path: Path) -> None:
-    if not path.exists():
-        os.replace(staging, path)
-        return
     old = path.with_name(f".{path.name}.old")
     shutil.rmtree(old, ignore_errors=True)
     os.replace(path, old)
     os.replace(staging, path)
-    shutil.rmtree(old, ignore_errors=True)
+    if old.is_dir() and not old.is_symlink():
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        old.unlink(missing_ok=True)
+
+
+class StoreLock:
+    """An exclusive lock on the store ``path`` while one process writes it: ``flock(2)`` on ``.NAME.lock``
+    beside it (released by the kernel if the holder dies; the file names the holder). Taking it checks that
+    ``path`` does not exist yet unless ``replace``. Use as a context manager, from the start of the work that
+    will write the store (before a job runs or files are read) until the store is in place."""
+
+    def __init__(self, path: str | os.PathLike, *, replace: bool = False):
+        self.path = Path(path)
+        self.lock_path = self.path.with_name(f".{self.path.name}.lock")
+        self.replace = replace
+        self._fd: int | None = None
+
+    def __enter__(self) -> StoreLock:
+        while True:
+            try:
+                fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise StoreError(f"{self.path}: cannot write a store here ({exc.strerror}: {self.lock_path})") from exc
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 512, 0).decode(errors="replace").strip() or "another process"
+                os.close(fd)
+                raise StoreError(f"{self.path}: being written by {holder} (choose another --out, or wait "
+                                 "for it to finish)") from None
+            try:  # the previous holder may have removed the file between our open and our lock
+                same = os.stat(self.lock_path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        self._fd = fd
+        with contextlib.suppress(OSError):  # who holds it, for the next one's message (a full disk: no name)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"ddltrace pid {os.getpid()} ({' '.join(sys.argv[:3])[:200]})".encode(), 0)
+        if (self.path.exists() or self.path.is_symlink()) and not self.replace:
+            self.__exit__()
+            raise StoreError(f"{self.path}: already exists (choose another --out, or add --force)")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._fd is not None:
+            self.lock_path.unlink(missing_ok=True)
+            os.close(self._fd)
+            self._fd = None
 
 
 def merge_stores(first: TraceStore, second: TraceStore, out: str | os.PathLike, *,
@@ -594,8 +698,13 @@ def merge_stores(first: TraceStore, second: TraceStore, out: str | os.PathLike, 
     out = Path(out)
     if out.exists():
         raise StoreError(f"{out}: already exists (choose another output)")
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    staging.rmdir()
+    with StoreLock(out):
+        _merge_into(first, second, out, offset)
+    return TraceStore.open(out)
+
+
+def _merge_into(first: TraceStore, second: TraceStore, out: Path, offset: int) -> None:
+    staging = staging_path(out)
     try:
         run = {**second.run, **first.run}
         run["world_size"] = len(first.ranks) + len(second.ranks)
@@ -612,8 +721,7 @@ def merge_stores(first: TraceStore, second: TraceStore, out: str | os.PathLike, 
             if _MACHINE in source.counter_ranks:
                 merged.add_counters(source.counters([_MACHINE]), save=False)
         merged.save_manifest()
-        os.replace(staging, out)
+        publish(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return TraceStore.open(out)

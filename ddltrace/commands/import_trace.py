@@ -138,18 +138,26 @@ _CLOCK_METHODS = {
 
 
 def run(args) -> int:
-    from ddltrace.collectors.importers import Categorizer, detect, get_importer
-    from ddltrace.collectors.importers import source as source_module
-    from ddltrace.collectors.importers.base import FileReport
-    from ddltrace.collectors.importers.pool import FileTask, read_files, usable_cpus
-    from ddltrace.store import TraceStore
+    from ddltrace.store import StoreLock
 
     out = Path(args.out)
     if args.jobs is not None and args.jobs < 1:
         raise DdltraceError(f"--jobs {args.jobs}: must be 1 or more")
     if out.exists() and not args.force:
         raise DdltraceError(f"{out}: already exists (choose another --out, or add --force)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with StoreLock(out, replace=args.force):  # before any work: a second writer of --out stops here
+        return _import(args, out)
+
+
+def _import(args, out: Path) -> int:
+    """Read the files and write the store at ``out`` (the caller holds its lock)."""
+    from ddltrace.collectors.importers import Categorizer, detect, get_importer
+    from ddltrace.collectors.importers import source as source_module
+    from ddltrace.collectors.importers.base import FileReport
+    from ddltrace.collectors.importers.pool import FileTask, read_files, usable_cpus
     from ddltrace.collectors.importers.tb_profile import host_ranks
+    from ddltrace.store import TraceStore, publish
 
     files, found_in_folders, folder_notes = _expand(args.paths)
     session_ranks: dict = {}  # TensorBoard session files: (rank, host) from the hosts, not the files' positions
@@ -174,7 +182,6 @@ def run(args) -> int:
         plan.append((importer.name.endswith("summary") or importer.name == "ipm", index, path, importer, report))
     plan.sort(key=lambda item: (item[0], item[1]))  # aggregates after detailed traces of the same ranks
 
-    out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     staging.rmdir()
     store = TraceStore.create(staging, run={"command": "ddltrace import " + " ".join(args.paths)})
@@ -229,9 +236,7 @@ def run(args) -> int:
         store.manifest["notes"].extend(folder_notes)
         _align_clocks(store, args.align, _resolve_messages(messages, numbered), exchanging)
         store.save_manifest()
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(staging, out)
+        publish(staging, out, replace=args.force)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

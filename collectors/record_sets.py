@@ -1,0 +1,180 @@
+"""Record sets: the raw records of one ``ddltrace run`` job, kept until a verified store holds them.
+
+A record set is a folder: ``/dev/shm/ddltrace-records-XXXX`` for local ranks (``--np``), else
+``.STORE.XXXX/records`` beside the store (``--launcher``). It holds each rank's ``rank-NNNNN.pmpi`` (written
+by the PMPI wrapper) and :data:`JOB_FILE`, what ``run`` wrote before starting the job (the command, its start
+time, where the store was to go, which processes own the set) and when it ended (exit code, end time). Every
+set is also named in ``<cache>/record-sets/`` (``$DDLTRACE_CACHE`` or ``~/.cache/ddltrace``) so that
+``ddltrace recover`` finds those outside /dev/shm. ``run`` deletes the set only after the store is written,
+verified and renamed into place; a ``run`` that is killed, fails or is abandoned leaves it for
+``ddltrace recover``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from ddltrace.collectors.pmpi.build import cache_root
+from ddltrace.errors import DdltraceError
+from ddltrace.store import atomic_output
+
+JOB_FILE = "ddltrace-run.json"
+SHM = Path("/dev/shm")
+SHM_PREFIX = "ddltrace-records-"
+
+
+@dataclass
+class RecordSet:
+    """One record set: its folder, what ``run`` wrote about the job, its rank files and their total size
+    (bytes, the files' apparent size), and who still uses it."""
+
+    path: Path
+    job: dict
+    rank_files: list[Path] = field(default_factory=list)
+    size_bytes: int = 0
+    live_ranks: list[int] = field(default_factory=list)
+
+    @property
+    def owner_alive(self) -> bool:
+        """The ``ddltrace run`` that made the set is still running (it will write the store itself)."""
+        return _alive(self.job.get("ddltrace_pid"), self.job.get("ddltrace_started"))
+
+    @property
+    def job_alive(self) -> bool:
+        """The job (its launcher process) is still running, or a rank's process is alive inside MPI."""
+        return _alive(self.job.get("job_pid"), self.job.get("job_started")) or bool(self.live_ranks)
+
+
+def _alive(pid, started) -> bool:
+    """Process ``pid`` exists and was started at ``started`` (psutil create time, s): not a reused pid."""
+    if not pid:
+        return False
+    try:
+        proc = psutil.Process(int(pid))
+        return started is None or abs(proc.create_time() - float(started)) < 0.5 and proc.status() != "zombie"
+    except psutil.Error:
+        return False
+
+
+def registry() -> Path:
+    """The folder naming every record set (one ``.path`` file each): ``<cache>/record-sets``."""
+    return cache_root().parent / "record-sets"
+
+
+def _entry(records: Path) -> Path:
+    key = str(records.resolve())
+    return registry() / f"{zlib.crc32(key.encode()):08x}-{records.name}.path"
+
+
+def register(records: Path, job: dict) -> None:
+    """Write the set's job file (again, to add what became known) and name the set in the registry."""
+    with atomic_output(records / JOB_FILE) as fh:
+        fh.write(json.dumps(job, indent=2, default=str).encode())
+    try:
+        registry().mkdir(parents=True, exist_ok=True)
+        _entry(records).write_text(str(records.resolve()))
+    except OSError:
+        pass  # the set is still found in /dev/shm, and `run` printed its path
+
+
+def discard(records: Path, job: dict) -> None:
+    """Delete a set whose store is in place: its folder, the work folder ``run`` left beside the store,
+    and its registry entry."""
+    entry = _entry(records)
+    shutil.rmtree(records, ignore_errors=True)
+    work = job.get("work")
+    if work and Path(work).is_dir() and Path(work).name.startswith("."):
+        shutil.rmtree(work, ignore_errors=True)
+    entry.unlink(missing_ok=True)
+
+
+def holds_data(records: Path, work: Path) -> bool:
+    """Whether a set holds anything a store could be made from (a rank file, a framework profile)."""
+    return any(records.glob("*.pmpi")) or any((work / "framework").rglob("*"))
+
+
+def load(path: str | Path) -> RecordSet:
+    """The record set at ``path``; :class:`DdltraceError` names the path when it is not one."""
+    path = Path(path)
+    if not path.is_dir():
+        raise DdltraceError(f"{path}: no such record folder (`ddltrace recover` with no argument lists them)")
+    try:
+        job = json.loads((path / JOB_FILE).read_text())
+    except FileNotFoundError:
+        job = {}
+    except (OSError, ValueError) as exc:
+        raise DdltraceError(f"{path / JOB_FILE}: unreadable ({exc})") from exc
+    if not isinstance(job, dict):
+        raise DdltraceError(f"{path / JOB_FILE}: not a ddltrace run description (not a JSON object)")
+    files = sorted(path.glob("rank-*.pmpi"))
+    if not job and not files:
+        raise DdltraceError(f"{path}: not a ddltrace record folder (no {JOB_FILE}, no rank-*.pmpi files)")
+    size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+    return RecordSet(path=path, job=job, rank_files=files, size_bytes=size, live_ranks=_live_ranks(files))
+
+
+def _live_ranks(files: list[Path]) -> list[int]:
+    """Ranks whose process is alive and inside MPI (header state initialised or finalising)."""
+    live = []
+    for path in files:
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(48)
+        except OSError:
+            continue
+        if len(head) < 48:
+            continue
+        rank, _world, pid, _slots, state = struct.unpack_from("<iiiQI", head, 20)
+        if state in (1, 2) and psutil.pid_exists(pid):
+            live.append(rank)
+    return live
+
+
+def find() -> list[RecordSet]:
+    """The record sets left on this machine: /dev/shm's, and those the registry names; newest first."""
+    paths = set(SHM.glob(SHM_PREFIX + "*")) if SHM.is_dir() else set()
+    named = registry()
+    for entry in named.glob("*.path") if named.is_dir() else []:
+        try:
+            target = Path(entry.read_text().strip())
+        except OSError:
+            continue
+        if target.is_dir():
+            paths.add(target)
+        else:
+            entry.unlink(missing_ok=True)  # recovered or removed by hand
+    found = []
+    for path in paths:
+        try:
+            found.append(load(path))
+        except (DdltraceError, OSError):
+            continue
+    return sorted(found, key=lambda rs: -(rs.job.get("start_ns") or 0))
+
+
+def describe(rs: RecordSet) -> str:
+    """One listing line: path, job command, start time, ranks, size, and what state the set is in."""
+    start = rs.job.get("start_ns")
+    when = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(start / 1e9)) if start else "start unknown"
+    command = rs.job.get("command")
+    command = " ".join(command) if isinstance(command, list) else "command unknown"
+    state = ("in use by a running `ddltrace run`" if rs.owner_alive
+             else "job still running" if rs.job_alive
+             else f"left; store was to be {rs.job.get('out', '?')}")
+    return (f"{rs.path}  {command}  started {when}  {len(rs.rank_files)} ranks  "
+            f"{rs.size_bytes / 1e6:.1f} MB  ({state})")
+
+
+def now_job(**fields) -> dict:
+    """A job description for :data:`JOB_FILE`, with this process as its owner."""
+    me = psutil.Process(os.getpid())
+    return {"ddltrace_pid": me.pid, "ddltrace_started": me.create_time(), **fields}

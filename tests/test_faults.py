@@ -1,0 +1,298 @@
+"""The fault suite: real `ddltrace` processes, real MPI jobs, real signals, a real full disk, real concurrent
+writers. Each case checks the calls in the final store against what the job itself logged before the fault:
+nothing lost.
+
+The job makes ``DDLTRACE_FAULT_CALLS`` MPI_Allreduce calls per rank (default 5,000; set it to millions for the
+heavy variant, `make test-faults-heavy`), logs that count, then ends, sleeps until stopped, or waits for a
+file. ``DDLTRACE_TEST_WRITE_DELAY_S`` (ddltrace/store.py) makes the store's write wait before each rank so a
+signal lands inside it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from ddltrace.collectors import record_sets
+from ddltrace.collectors.mpi_env import find_tool
+from ddltrace.store import TraceStore
+
+REPO = Path(__file__).resolve().parent.parent
+DDLTRACE = Path(sys.executable).parent / "ddltrace"
+CALLS = int(os.environ.get("DDLTRACE_FAULT_CALLS", "5000"))
+needs_mpi = pytest.mark.skipif(find_tool("mpicc") is None or find_tool("mpiexec") is None,
+                               reason="no mpicc/mpiexec beside this Python (pip install 'ddltrace[mpi]')")
+
+# argv: LOG_DIR CALLS AFTER, AFTER one of "end", "sleep" (until a signal stops the job), or a file to wait for
+JOB = textwrap.dedent("""
+    import json, os, sys, time
+    import numpy as np
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    log, n, after = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    a = np.ones(4)
+    for _ in range(n):
+        comm.Allreduce(MPI.IN_PLACE, a)
+    with open(f"{log}/rank{rank}.tmp", "w") as fh:
+        json.dump({"allreduce": n}, fh)
+    os.replace(f"{log}/rank{rank}.tmp", f"{log}/rank{rank}.json")
+    if after == "sleep":
+        time.sleep(300)
+    elif after != "end":
+        while not os.path.exists(after):
+            time.sleep(0.05)
+    comm.Barrier()
+""")
+
+
+class Run:
+    """One `ddltrace run --np 2` of the job, its stderr in a file."""
+
+    def __init__(self, tmp_path: Path, out: Path, after: str, env: dict | None = None, name: str = "run"):
+        self.log = tmp_path / f"{name}-log"
+        self.log.mkdir()
+        self.before = set(record_sets.SHM.glob(record_sets.SHM_PREFIX + "*"))
+        self.err = tmp_path / f"{name}.err"
+        (tmp_path / "job.py").write_text(JOB)
+        self.proc = subprocess.Popen(
+            [str(DDLTRACE), "run", "--np", "2", "--no-progress", "--out", str(out), "--", sys.executable,
+             str(tmp_path / "job.py"), str(self.log), str(CALLS), after],
+            stdout=subprocess.DEVNULL, stderr=open(self.err, "w"), env={**os.environ, **(env or {})})
+
+    def stderr(self) -> str:
+        return self.err.read_text()
+
+    def records(self) -> Path:
+        """The job's record folder: named by `run`, else the one that appeared in /dev/shm since it started."""
+        def named() -> Path | None:
+            found = re.search(r"raw records in (\S+);", self.stderr())
+            new = set(record_sets.SHM.glob(record_sets.SHM_PREFIX + "*")) - self.before
+            return Path(found.group(1)) if found else new.pop() if len(new) == 1 and self.logged() else None
+        return wait_for(named, "the job's record folder")
+
+    def logged(self) -> dict[int, int]:
+        """Calls each rank logged, once both have."""
+        wait_for(lambda: len(list(self.log.glob("rank*.json"))) == 2, "the job's call log", timeout=120)
+        return {int(p.stem[4:]): json.loads(p.read_text())["allreduce"] for p in self.log.glob("rank*.json")}
+
+
+def wait_for(predicate, what: str, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def stored_calls(store: Path) -> dict[int, int]:
+    """MPI_Allreduce calls per rank in the store (mpi4py calls the large-count twin on MPICH)."""
+    opened = TraceStore.open(store)
+    return {rank: int(tl["name"].astype(str).str.match(r"MPI_Allreduce(_c)?$").sum())
+            for rank, tl in opened.iter_timeline()}
+
+
+def ddltrace(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(DDLTRACE), *args], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def cleanup():
+    """Record folders, jobs, mounts and MPICH's shared-memory files (left by ranks that were stopped) a case
+    leaves behind are removed whatever the outcome."""
+    left = {"records": [], "runs": [], "mounts": []}
+    shm_before = set(record_sets.SHM.glob("mpich_shm_*"))
+    yield left
+    for run in left["runs"]:
+        if run.proc.poll() is None:
+            run.proc.kill()
+            run.proc.wait()
+    for path in left["records"]:
+        job = record_sets.load(path).job if path.is_dir() else {}
+        if job.get("job_pid"):
+            try:
+                os.killpg(job["job_pid"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        record_sets.discard(path, job)
+    for mount in left["mounts"]:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+    maps = ""
+    for path in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            maps += path.read_text()
+        except OSError:
+            continue
+    for path in set(record_sets.SHM.glob("mpich_shm_*")) - shm_before:
+        if str(path) not in maps:  # not another job's, still in use
+            path.unlink(missing_ok=True)
+
+
+def rank0_written(tmp_path: Path, out: str) -> bool:
+    """The store's staging folder beside ``out`` holds rank 0's timeline and counters: the write is under way,
+    past its first rank (the samplers saw rank 0's process, so it has counters)."""
+    return all(any(tmp_path.glob(f".{out}.*.tmp/{kind}/rank-00000.parquet")) for kind in ("timeline", "counters"))
+
+
+@needs_mpi
+def test_ctrl_c_twice_during_the_write_keeps_the_records_and_recover_makes_the_store(tmp_path, cleanup):
+    out = tmp_path / "S"
+    run = Run(tmp_path, out, "sleep", env={"DDLTRACE_TEST_WRITE_DELAY_S": "4"})
+    cleanup["runs"].append(run)
+    records = run.records()
+    cleanup["records"].append(records)
+    logged = run.logged()
+    run.proc.send_signal(signal.SIGINT)  # 1: stops the job
+    wait_for(lambda: rank0_written(tmp_path, "S"), "the write to be past rank 0")
+    run.proc.send_signal(signal.SIGINT)  # 2: says what is written and how long it will take
+    wait_for(lambda: "Interrupt again" in run.stderr(), "the write's progress line")
+    run.proc.send_signal(signal.SIGINT)  # 3: abandons the write
+    assert run.proc.wait(timeout=60) == 130
+    err = run.stderr()
+    said = next(line for line in err.splitlines() if "Interrupt again" in line)
+    assert f"writing the store {out}" in said and re.search(r"of [\d,]+ MPI calls written, about \d+ s left", said)
+    assert f"records are kept in {records}" in err and f"ddltrace recover {records} --out {out}" in err
+    assert not out.exists(), "no store missing ranks is left where the store goes"
+    assert not list(tmp_path.glob(".S.*.tmp")), "the partial store is removed"
+    assert len(list(records.glob("rank-*.pmpi"))) == 2
+    listing = ddltrace("recover")
+    assert listing.returncode == 0 and any(line.startswith(f"{records}  ") and "job.py" in line and "2 ranks" in line
+                                           for line in listing.stdout.splitlines()), listing.stdout
+    done = ddltrace("recover", str(records), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert stored_calls(out) == logged == {0: CALLS, 1: CALLS}
+    store = TraceStore.open(out)
+    assert store.run["interrupted"] is True and store.run["exit_code"] is not None
+    assert not records.exists() and not list(tmp_path.glob(".S.*")), "records and work folder deleted after"
+
+
+@needs_mpi
+def test_one_signal_during_the_write_says_so_and_the_store_is_complete(tmp_path, cleanup):
+    out = tmp_path / "S"
+    run = Run(tmp_path, out, "end", env={"DDLTRACE_TEST_WRITE_DELAY_S": "2"})
+    cleanup["runs"].append(run)
+    cleanup["records"].append(records := run.records())
+    logged = run.logged()
+    wait_for(lambda: "the job ended" in run.stderr(), "the store's write")
+    run.proc.send_signal(signal.SIGTERM)
+    assert run.proc.wait(timeout=120) == 0, run.stderr()
+    assert "Interrupt again to abandon" in run.stderr()
+    assert stored_calls(out) == logged == {0: CALLS, 1: CALLS}
+    assert not records.exists()
+
+
+@needs_mpi
+def test_sigkill_of_run_then_recover(tmp_path, cleanup):
+    out, go = tmp_path / "S", tmp_path / "go"
+    run = Run(tmp_path, out, str(go))
+    cleanup["runs"].append(run)
+    records = run.records()
+    cleanup["records"].append(records)
+    assert f"ddltrace recover {records} --out {out}" in run.stderr()
+    logged = run.logged()
+    run.proc.send_signal(signal.SIGKILL)  # the OOM killer; the job runs on
+    run.proc.wait()
+    early = ddltrace("recover", str(records), "--out", str(out))
+    assert early.returncode == 2 and "still running" in early.stderr and not out.exists()
+    go.touch()
+    wait_for(lambda: not record_sets.load(records).job_alive, "the job to end")
+    assert any(str(records) in line and "left" in line for line in ddltrace("recover").stdout.splitlines())
+    done = ddltrace("recover", str(records), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert stored_calls(out) == logged == {0: CALLS, 1: CALLS}
+    store = TraceStore.open(out)
+    assert store.run["exit_code"] is None and store.run["recovered_from"] == str(records)
+    assert {store.rank_info(r)["ended"] for r in store.ranks} == {"normal"}
+    assert not records.exists() and not list(tmp_path.glob(".S.*")), "records and work folder deleted after"
+
+
+@needs_mpi
+def test_full_disk_keeps_the_records_and_recover_makes_the_store_elsewhere(tmp_path, cleanup):
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("a full disk needs a small tmpfs: mounting one needs root")
+    small = tmp_path / "small"
+    small.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(small)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    cleanup["mounts"].append(small)
+    out = small / "S"
+    run = Run(tmp_path, out, "end")
+    cleanup["runs"].append(run)
+    cleanup["records"].append(records := run.records())
+    logged = run.logged()
+    assert run.proc.wait(timeout=120) == 2
+    err = run.stderr()
+    assert "Traceback" not in err
+    assert f"ddltrace: error: {out}: cannot write the store (No space left on device)" in err
+    assert f"ddltrace recover {records} --out {out}" in err
+    assert not out.exists() and not list(small.glob(".S.*.tmp"))
+    again = ddltrace("recover", str(records), "--out", str(out))  # still full: fails the same way, keeps them
+    assert again.returncode == 2 and "No space left on device" in again.stderr and records.is_dir()
+    done = ddltrace("recover", str(records), "--out", str(tmp_path / "S"))
+    assert done.returncode == 0, done.stderr
+    assert stored_calls(tmp_path / "S") == logged == {0: CALLS, 1: CALLS}
+    assert not records.exists()
+
+
+def _chrome(path: Path, name: str, n: int) -> Path:
+    path.write_text(json.dumps({"traceEvents": [{"name": name, "cat": "kernel", "ph": "X", "ts": 10 * i, "dur": 5,
+                                                 "pid": 0, "tid": 1} for i in range(n)]}))
+    return path
+
+
+def _names(store: Path) -> dict[str, int]:
+    return TraceStore.open(store).timeline()["name"].astype(str).value_counts().to_dict()
+
+
+def test_two_imports_into_one_out(tmp_path):
+    first, second = _chrome(tmp_path / "a.json", "op_a", 1200), _chrome(tmp_path / "b.json", "op_b", 700)
+    out = tmp_path / "S"
+    slow = subprocess.Popen([str(DDLTRACE), "import", str(first), "--out", str(out)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "DDLTRACE_TEST_WRITE_DELAY_S": "3"})
+    try:
+        wait_for(lambda: any(tmp_path.glob(".S.*.tmp")), "the first import's write")
+        racing = ddltrace("import", str(second), "--out", str(out))
+        assert racing.returncode == 2 and "being written by ddltrace pid" in racing.stderr, racing
+        assert slow.wait(timeout=120) == 0, slow.stderr.read()
+    finally:
+        if slow.poll() is None:
+            slow.kill()
+    assert _names(out) == {"op_a": 1200}, "the first import's store, whole"
+    refused = ddltrace("import", str(second), "--out", str(out))
+    assert refused.returncode == 2 and "already exists" in refused.stderr and _names(out) == {"op_a": 1200}
+    assert ddltrace("import", str(second), "--out", str(out), "--force").returncode == 0
+    assert _names(out) == {"op_b": 700}
+    assert not list(tmp_path.glob(".S.*")), "no staging folder or lock file left"
+
+
+@needs_mpi
+def test_two_runs_into_one_out(tmp_path, cleanup):
+    out, go = tmp_path / "S", tmp_path / "go"
+    first = Run(tmp_path, out, str(go), name="first")
+    cleanup["runs"].append(first)
+    cleanup["records"].append(records := first.records())
+    logged = first.logged()
+    marker = tmp_path / "second-job-ran"
+    second = ddltrace("run", "--np", "2", "--out", str(out), "--", sys.executable, "-c",
+                      f"open({str(marker)!r}, 'w')")
+    assert second.returncode == 2 and "being written by ddltrace pid" in second.stderr, second.stderr
+    assert not marker.exists(), "the second run stopped before its job"
+    go.touch()
+    assert first.proc.wait(timeout=120) == 0, first.stderr()
+    assert stored_calls(out) == logged == {0: CALLS, 1: CALLS}
+    assert not records.exists()
