@@ -3,7 +3,8 @@
 The rules ship as ``categories.toml`` beside this module; a user file (``--rules``) is tried first, or alone
 when it says ``replace = true``. Results are cached per (format, cat, name), so a trace with a million events
 and a thousand distinct names costs a thousand regex searches. :meth:`Categorizer.explain` tells which rule
-decided each name.
+decided each name; :meth:`Categorizer.uncategorised` which raw categories no rule knew (those a rule marked
+``uncategorised = true``, a format's catch-all, took, or that no rule matched).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class Rule:
     name: re.Pattern | None
     category: str
     origin: str  # file the rule came from
+    uncategorised: bool = False  # a catch-all for what no rule before it knew: its events are reported
 
     def matches(self, fmt: str, cat: str, name: str) -> bool:
         if "*" not in self.formats and fmt not in self.formats:
@@ -62,18 +64,21 @@ def load_rules(text: str, origin: str) -> tuple[list[Rule], bool]:
     rules = []
     for i, entry in enumerate(entries, start=1):
         where = f"{origin}: rule {i} ({entry.get('id', 'no id')})"
-        unknown = set(entry) - {"id", "formats", "cat", "name", "category"}
+        unknown = set(entry) - {"id", "formats", "cat", "name", "category", "uncategorised"}
         if unknown:
             raise DdltraceError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
         category = entry.get("category")
         if category not in CATEGORIES:
             raise DdltraceError(f"{where}: category {category!r} is not one of {', '.join(CATEGORIES)}")
+        flag = entry.get("uncategorised", False)
+        if not isinstance(flag, bool):
+            raise DdltraceError(f"{where}: uncategorised must be true or false, not {flag!r}")
         formats = entry.get("formats", ["*"])
         if isinstance(formats, str):
             formats = [formats]
         rules.append(Rule(id=str(entry.get("id", f"rule-{i}")), formats=tuple(formats),
                           cat=_compile(entry.get("cat"), where), name=_compile(entry.get("name"), where),
-                          category=category, origin=origin))
+                          category=category, origin=origin, uncategorised=flag))
     return rules, bool(data.get("replace", False))
 
 
@@ -135,6 +140,19 @@ class Categorizer:
         self.counts[key] = self.counts.get(key, 0) + count
         return rule.category if rule is not None else "other"
 
+    def uncategorised(self) -> list[dict]:
+        """Events no rule knew, per format and raw category (cat): those a rule marked ``uncategorised`` took (or
+        no rule matched), with how many events and distinct names; most events first."""
+        totals: dict[tuple[str, str], list[int]] = {}
+        for (fmt, cat, name), rule in self.decisions.items():
+            if rule is None or rule.uncategorised:
+                entry = totals.setdefault((fmt, cat), [0, 0])
+                entry[0] += self.counts.get((fmt, cat, name), 0)
+                entry[1] += 1
+        rows = [{"format": fmt, "cat": cat, "events": n, "names": names}
+                for (fmt, cat), (n, names) in totals.items() if n]
+        return sorted(rows, key=lambda r: (-r["events"], r["format"], r["cat"]))
+
     def explain(self) -> list[dict]:
         """Every (format, cat, name) seen: its category, the rule that decided it, and how many events."""
         rows = []
@@ -154,3 +172,16 @@ def explain(names: list[str], fmt: str, cat: str = "", user_rules: str | Path | 
     for name in names:
         categorizer.category(fmt, cat, name)
     return categorizer.explain()
+
+
+def uncategorised_text(rows: list[dict], listed: int = 8) -> str:
+    """One line for :meth:`Categorizer.uncategorised`'s rows (as the manifest keeps them): how many events of
+    which raw category no rule knew, filed as "other"."""
+    rows = [r for r in rows if isinstance(r, dict)]  # as a (possibly edited) manifest holds them
+    total = sum(int(r.get("events", 0)) for r in rows)
+    parts = [f"{r.get('format')} cat {r.get('cat')!r}: {r.get('events')} events ({r.get('names')} names)"
+             for r in rows[:listed]]
+    if len(rows) > listed:
+        parts.append(f"{len(rows) - listed} more cats: {sum(int(r.get('events', 0)) for r in rows[listed:])} events")
+    return (f"uncategorised: {total} events of {len(rows)} raw categories no rule knows, counted as other "
+            f"(add a rule: --rules FILE) - " + "; ".join(parts))

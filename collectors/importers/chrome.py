@@ -41,6 +41,9 @@ _TIMED = frozenset("BEbeC")  # phases whose ts the builder reads one event at a 
 _OUT_OF_RANGE = "times out of range (not finite, or beyond 2**53 µs)"
 #: (cat, name, args) of an event to the (cat, name) it is filed under.
 Relabel = Callable[[str, str, dict], tuple[str, str]]
+#: Changes an ``X`` event in place (its cat, name, pid, tid) before it is filed; it may read the event's ``args``
+#: with :func:`decode_args` (kept undecoded until then).
+Amend = Callable[[Any], None]
 
 
 class Event(msgspec.Struct, gc=False):
@@ -172,11 +175,13 @@ class ChromeTrace:
 class _Builder:
     """Folds decoded events into columns; B/E and b/e are paired at the end."""
 
-    def __init__(self, path: str, keep_flows: str | None = None, relabel: Relabel | None = None):
+    def __init__(self, path: str, keep_flows: str | None = None, relabel: Relabel | None = None,
+                 amend: Amend | None = None):
         self.trace = ChromeTrace(path=path)
         self.keep_flows = keep_flows  # the cat of flow arrows to keep (e.g. Kineto's "ac2g"), None for none
         self.relabel = relabel
-        self.decoder = _DECODE_FAST_X_ARGS if relabel is not None else _DECODE_FAST
+        self.amend = amend
+        self.decoder = _DECODE_FAST_X_ARGS if relabel is not None or amend is not None else _DECODE_FAST
         self.lane_index: dict[tuple, int] = {}
         self.key_index: dict[tuple, int] = {}
         self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
@@ -212,6 +217,9 @@ class _Builder:
             for e in xs:
                 if len(e.args) > 2:
                     e.cat, e.name = self.relabel(e.cat, e.name, decode_args(e))
+        if self.amend is not None:
+            for e in xs:
+                self.amend(e)
         lane, key = self._lane_key_codes(xs)
         self.parts.append((lane, key, ts, dur))
         self.n_rows += len(xs)
@@ -713,16 +721,18 @@ class _Reader:
 
 
 def read_chrome(path, *, keep_flows: str | None = None, relabel: Relabel | None = None,
-                source: ByteSource | None = None) -> ChromeTrace:
+                amend: Amend | None = None, source: ByteSource | None = None) -> ChromeTrace:
     """Read one Chrome trace file (plain or gzip) into a :class:`ChromeTrace`.
 
     ``keep_flows`` keeps the ``s``/``f`` flow arrows of that cat (as (ph, id, lane, ts) in ``flows``).
     ``relabel(cat, name, args)`` gives each ``X`` event that has ``args`` its (cat, name), for dialects that say
-    in ``args`` what an event is (slower: those ``args`` are decoded).
+    in ``args`` what an event is (slower: those ``args`` are decoded). ``amend(event)`` may change each ``X``
+    event's cat, name, pid and tid in place, reading its ``args`` only where it needs them (Kineto: the device
+    and stream of device events).
     Raises :class:`DdltraceError` with the byte offset when nothing valid can be read.
     """
     source = source or ByteSource(path)
-    trace = _Reader(source, _Builder(str(path), keep_flows, relabel)).run()
+    trace = _Reader(source, _Builder(str(path), keep_flows, relabel, amend)).run()
     if trace.read == 0 and trace.problems:
         raise DdltraceError(f"nothing valid could be read: {trace.problems[0]}")
     return trace

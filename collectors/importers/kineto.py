@@ -1,10 +1,19 @@
-"""PyTorch profiler / Kineto JSON (``export_chrome_trace``, ``tensorboard_trace_handler``)."""
+"""PyTorch profiler / Kineto JSON (``export_chrome_trace``, ``tensorboard_trace_handler``).
+
+Every generation: PyTorch 1.8/1.9 (cats ``Operator``, ``Runtime``, ``Kernel``, ``Memcpy``, ``Memset``, GPU
+``tid`` written as ``"stream 7"``), 1.10 on (``cpu_op``, ``cuda_runtime``, ``kernel``, ``gpu_memcpy``, ...),
+ROCm (the CUDA cat names, HIP call names) and other devices (MTIA, HPU, XPU, PrivateUse1). Device events say
+in their ``args`` where they ran (``device``, ``stream``): their lane comes from there, so a file without
+metadata (``M``) events still puts its kernels on their GPU streams.
+"""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -16,6 +25,17 @@ _SNIFF = re.compile(rb'"(schemaVersion|deviceProperties|distributedInfo|baseTime
                     rb'"cat"\s*:\s*"(cpu_op|cuda_runtime|kernel|python_function|user_annotation|gpu_memcpy|'
                     rb'cpu_instant_event|cuda_driver)"')
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
+#: Host-side categories of every Kineto generation (lower-cased): their events' ``args`` are not read.
+HOST_CATS = frozenset({
+    "cpu_op", "operator", "user_annotation", "python_function", "python", "cpu_instant_event", "trace",
+    "cuda_runtime", "cuda_driver", "runtime", "xpu_runtime", "xpu_driver", "mtia_runtime", "privateuse1_runtime",
+    "privateuse1_driver", "glow_runtime", "overhead", "external_correlation", "cuda_profiler_range",
+})
+#: Appended to the cat of a device event whose ``args`` carry collective metadata ("Collective name",
+#: "Process Group Name": c10d's record_param_comms metadata, which Kineto copies onto the collective's kernels).
+COLLECTIVE_TAG = " [collective args]"
+#: Largest rank a store holds (its rank column is int32).
+MAX_RANK = (1 << 31) - 1
 #: Timestamps above this (µs) are since the Unix epoch (2001-09-09), below it relative to baseTimeNanoseconds.
 EPOCH_US = 1e15
 
@@ -24,20 +44,85 @@ def sniff(head: bytes, path: Path) -> bool:
     return bool(_SNIFF.search(head))
 
 
-def _lane_namer(trace):
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class _Args(msgspec.Struct, gc=False):
+    """The ``args`` keys of a device event that say where it ran and whether it is part of a collective; the
+    rest of the object is skipped undecoded."""
+
+    device: Any = msgspec.UNSET
+    stream: Any = msgspec.UNSET
+    collective: Any = msgspec.field(default=msgspec.UNSET, name="Collective name")
+    group: Any = msgspec.field(default=msgspec.UNSET, name="Process Group Name")
+
+
+_DECODE_ARGS = msgspec.json.Decoder(_Args)
+
+
+class DeviceArgs:
+    """Amends device events from their ``args`` while the file is read: ``device`` and ``stream`` become the
+    event's (pid, tid), the lane Kineto itself uses for them (recorded in ``lanes``), and a cat gets
+    :data:`COLLECTIVE_TAG` when the args carry collective metadata. Host events (:data:`HOST_CATS`) are left
+    as they are, their args unread."""
+
+    def __init__(self):
+        self.lanes: set[tuple] = set()  # (device, stream) of every device event placed from its args
+        self._host: dict[str, bool] = {}
+
+    def __call__(self, event) -> None:
+        host = self._host.get(event.cat)
+        if host is None:
+            host = self._host[event.cat] = event.cat.lower() in HOST_CATS
+        if host or len(event.args) <= 2:
+            return
+        try:
+            args = _DECODE_ARGS.decode(event.args)
+        except (msgspec.DecodeError, UnicodeDecodeError):  # args not an object: nothing to learn from them
+            return
+        device, stream = args.device, args.stream
+        if _is_int(device) and (_is_int(stream) or isinstance(stream, str)):
+            event.pid, event.tid = device, stream
+            self.lanes.add((device, stream))
+        if args.collective is not msgspec.UNSET or args.group is not msgspec.UNSET:
+            event.cat += COLLECTIVE_TAG
+
+
+def _lane_namer(trace, device_lanes: set):
     def lane(pid, tid):
         if isinstance(pid, str):
             return None  # "Spans"/"Traces": the profiler's own bookkeeping
         label = trace.process_labels.get(pid, "")
         thread = trace.thread_names.get((pid, tid), "").strip()
+        on_device = (pid, tid) in device_lanes
         if label.startswith("GPU"):
             proc = "gpu:" + label.split()[-1]
-        elif label == "CPU" or not label:
-            proc = "cpu" if not thread.startswith("stream") else f"gpu:{pid}"
-        else:
+        elif label and label != "CPU":
             proc = label.lower().replace(" ", ":")
-        return f"{proc}/{thread or f'tid {tid}'}"
+        elif on_device or thread.startswith("stream"):
+            proc = f"gpu:{pid}"
+        else:
+            proc = "cpu"
+        if not thread:
+            thread = f"stream {tid}" if on_device and _is_int(tid) else f"tid {tid}"
+        return f"{proc}/{thread}"
     return lane
+
+
+def distributed_rank(info) -> tuple[int | None, str | None]:
+    """The rank ``distributedInfo`` gives (None when it gives none), and what is wrong with it when it is not a
+    rank (not an integer from 0 to 2**31 - 1)."""
+    if not isinstance(info, dict):
+        return None, None if info is None else f"distributedInfo is a {type(info).__name__}, not an object"
+    if "rank" not in info:
+        return None, None
+    rank = info["rank"]
+    if isinstance(rank, float) and rank.is_integer():
+        rank = int(rank)
+    if _is_int(rank) and 0 <= rank <= MAX_RANK:
+        return rank, None
+    return None, f"distributedInfo.rank {info['rank']!r} is not a rank (an integer from 0 to {MAX_RANK})"
 
 
 def row_steps(trace, gpu_lane: np.ndarray) -> np.ndarray | None:
@@ -79,11 +164,19 @@ def row_steps(trace, gpu_lane: np.ndarray) -> np.ndarray | None:
 
 
 def read(path: Path, ctx: ImportContext):
-    trace = read_chrome(path, keep_flows="ac2g")
-    record(ctx, trace)
-    info = trace.header.get("distributedInfo") or {}
-    default = info.get("rank") if isinstance(info.get("rank"), int) else None
+    device_args = DeviceArgs()
+    trace = read_chrome(path, keep_flows="ac2g", amend=device_args)
+    info = trace.header.get("distributedInfo")
+    default, wrong = distributed_rank(info)
     rank = rank_from_path(path, ctx.rank_from, ctx, default)
+    if wrong:
+        trace.problems.append(f"{path}: {wrong}; rank {rank} taken from the file's name or position instead")
+    info = info if isinstance(info, dict) else {}
+    world_size = info.get("world_size")
+    if world_size is not None and not (_is_int(world_size) and 0 < world_size <= MAX_RANK + 1):
+        trace.problems.append(f"{path}: distributedInfo.world_size {world_size!r} is not a world size; ignored")
+        world_size = None
+    record(ctx, trace)
     base = trace.header.get("baseTimeNanoseconds")
     offset, clock = 0, "epoch"
     if len(trace.ts_us) and float(trace.ts_us.min()) < EPOCH_US:
@@ -93,8 +186,9 @@ def read(path: Path, ctx: ImportContext):
             clock = "relative"
     extra = {"host": trace.header.get("host_name", ""), "role": "worker"}
     if info:
-        extra.update({"backend": info.get("backend"), "world_size": info.get("world_size")})
-    lane_name = _lane_namer(trace)
+        backend = info.get("backend")
+        extra.update({"backend": backend if isinstance(backend, str) else None, "world_size": world_size})
+    lane_name = _lane_namer(trace, device_args.lanes)
     gpu_lane = np.array([(lane_name(pid, tid) or "").startswith("gpu:") for pid, tid in trace.lanes], dtype=bool)
     yield chrome_part(trace, fmt="kineto", rank=rank, ctx=ctx, lane_name=lane_name, offset_ns=offset, clock=clock,
                       info=extra, row_steps=row_steps(trace, gpu_lane), drop_reason="profiler bookkeeping spans")

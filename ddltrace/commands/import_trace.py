@@ -234,6 +234,7 @@ def _import(args, out: Path) -> int:
         _resolve_peers(store, numbered)
         _finish_manifest(store, reports, clocks, formats, world_sizes)
         store.manifest["notes"].extend(folder_notes)
+        _note_uncategorised(store, categorizer)
         _align_clocks(store, args.align, _resolve_messages(messages, numbered), exchanging)
         store.save_manifest()
         publish(staging, out, replace=args.force)
@@ -381,6 +382,16 @@ def _views(store) -> list[str]:
     return [f"rank {rank}: {view}" for rank, view in views.items() if view]
 
 
+def _note_uncategorised(store, categorizer) -> None:
+    """The events no rule knew, by raw category: in the manifest (``uncategorised``, read by ``info``) and its notes."""
+    from ddltrace.collectors.importers.categories import uncategorised_text
+
+    rows = categorizer.uncategorised()
+    if rows:
+        store.manifest["uncategorised"] = rows
+        store.manifest.setdefault("notes", []).append(uncategorised_text(rows))
+
+
 def _print_summary(out: Path, reports, elapsed: float, store, folder_notes: list[str]) -> None:
     total_events = sum(r.events for r in reports)
     total_intervals = sum(r.intervals for r in reports)
@@ -400,6 +411,10 @@ def _print_summary(out: Path, reports, elapsed: float, store, folder_notes: list
             print(f"      problem: {problem}")
     for note in [*folder_notes, *_views(store)]:
         print(f"  {note}")
+    if store.manifest.get("uncategorised"):
+        from ddltrace.collectors.importers.categories import uncategorised_text
+
+        print(f"  {uncategorised_text(store.manifest['uncategorised'])}")
     print(f"  clock: {store.manifest['clock']['method']}")
 
 

@@ -23,12 +23,19 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    summary = summarize(TraceStore.open(args.store))
+    store = TraceStore.open(args.store)
+    summary = summarize(store)
+    uncategorised = store.manifest.get("uncategorised")
     if args.json:
-        json.dump(summary.to_dict(), sys.stdout, indent=2, default=str)
+        json.dump({**summary.to_dict(), **({"uncategorised": uncategorised} if uncategorised else {})},
+                  sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     else:
         sys.stdout.write(render(summary))
+        if uncategorised:
+            from ddltrace.collectors.importers.categories import uncategorised_text
+
+            sys.stdout.write(uncategorised_text(uncategorised) + "\n")
     return 0
 
 

@@ -1,0 +1,292 @@
+"""Kineto of every generation and device: categories (PyTorch 1.9's capitalised cats, ROCm, MTIA, ...), lanes from
+the device events' args when the file has no metadata events, communication libraries' kernels and kernels that
+carry collective metadata, uncategorised events reported, and distributedInfo ranks that are not ranks.
+
+Expected figures are computed here from the JSON itself (json + gzip): kernel time per device lane to 1 us and
+event counts."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from ddltrace.cli import main
+from ddltrace.collectors.importers import Categorizer
+from ddltrace.store import TraceStore
+
+WILD = Path("/work/shared/wild_traces")
+HTA = Path("/work/shared/hta_traces")
+RESNET_1_9 = WILD / "kineto_tb_resnet50_w0" / "worker0.1623143089861.pt.trace.json.gz"
+B200_NO_METADATA = WILD / "tracelens_b200_eager" / "eager_trace.json.gz"
+MI300_ROCM = WILD / "tracelens_mi300_resnet_ckpt" / "resnet_act_checkpoint.json.gz"
+MI250_ROCM = HTA / "amd_trace" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+#: Kineto's device-work cats, both generations (lower-cased): kernels, copies and fills.
+DEVICE_WORK = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
+COLLECTIVE_KEYS = ("Collective name", "Process Group Name")
+
+
+def _events(path: Path) -> list[dict]:
+    with gzip.open(path, "rt") as fh:
+        return json.load(fh)["traceEvents"]
+
+
+def _device_work_per_lane(events: list[dict]) -> dict[str, dict]:
+    """Per device lane named from args (gpu:<device>/stream <stream>): events, total duration (ns), and the
+    duration of the communication kernels (collective metadata in their args, or NCCL's names, which RCCL keeps)
+    and of the copies."""
+    lanes: dict[str, dict] = defaultdict(lambda: {"events": 0, "ns": 0, "comm_ns": 0, "copy_ns": 0})
+    for e in events:
+        if e.get("ph") != "X" or str(e.get("cat", "")).lower() not in DEVICE_WORK:
+            continue
+        args = e["args"]
+        lane = lanes[f"gpu:{args['device']}/stream {args['stream']}"]
+        ns = round(e["dur"] * 1000)
+        lane["events"] += 1
+        lane["ns"] += ns
+        if any(k in args for k in COLLECTIVE_KEYS) or e["name"].startswith("nccl"):
+            lane["comm_ns"] += ns
+        elif "mem" in e["cat"].lower():
+            lane["copy_ns"] += ns
+    return dict(lanes)
+
+
+def _import(tmp_path: Path, *paths: Path, capsys=None) -> tuple[TraceStore, str]:
+    out = tmp_path / "store"
+    assert main(["import", *map(str, paths), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out if capsys else ""
+    return TraceStore.open(out), printed
+
+
+def _store_per_lane(store: TraceStore) -> dict[str, dict]:
+    """Per GPU lane of the store: device-work rows (every category but other: other is gpu_user_annotation), their
+    total and per-category duration (ns)."""
+    tl = store.timeline()
+    tl = tl[tl["lane"].str.startswith("gpu:") & (tl["category"].astype(str) != "other")]
+    out = {}
+    for lane, rows in tl.groupby("lane"):
+        by_cat = rows.groupby(rows["category"].astype(str))["dur_ns"].sum()
+        out[lane] = {"events": len(rows), "ns": int(rows["dur_ns"].sum()),
+                     **{c: int(v) for c, v in by_cat.items()}}
+    return out
+
+
+def _assert_lanes_match(store: TraceStore, expected: dict[str, dict]) -> None:
+    got = _store_per_lane(store)
+    assert set(got) == set(expected)
+    for lane, want in expected.items():
+        assert got[lane]["events"] == want["events"], lane
+        assert abs(got[lane]["ns"] - want["ns"]) <= 1000, lane  # to 1 us
+
+
+@pytest.mark.skipif(not RESNET_1_9.exists(), reason="shared wild traces absent")
+def test_pytorch_1_9_capitalised_categories(tmp_path, capsys):
+    """PyTorch 1.9 wrote Kernel/Memcpy/Memset/Runtime/Operator: its 8,772 kernels (591.5 ms) are compute on
+    gpu:0/stream 7 (they were all "other"), its copies memcpy, and no event is left uncategorised."""
+    events = _events(RESNET_1_9)
+    expected = _device_work_per_lane(events)
+    kernels = [e for e in events if e.get("ph") == "X" and e.get("cat") == "Kernel"]
+    assert len(kernels) == 8772 and not any("nccl" in e["name"].lower() for e in kernels)
+    kernel_ns = sum(round(e["dur"] * 1000) for e in kernels)
+    store, printed = _import(tmp_path, RESNET_1_9, capsys=capsys)
+    _assert_lanes_match(store, expected)
+    lane = _store_per_lane(store)["gpu:0/stream 7"]
+    assert abs(lane["compute"] - kernel_ns) <= 1000 and abs(kernel_ns - 591_532_000) < 1_000_000
+    assert abs(lane["memcpy"] - expected["gpu:0/stream 7"]["copy_ns"]) <= 1000
+    tl = store.timeline()
+    host = tl[tl["lane"].str.startswith("cpu/")]
+    launches = host[host["name"] == "cudaLaunchKernel"]
+    assert len(launches) and set(launches["category"].astype(str)) == {"other"}  # Runtime: a host call
+    convs = host[host["name"] == "aten::conv2d"]
+    assert len(convs) and set(convs["category"].astype(str)) == {"compute"}  # Operator
+    assert "uncategorised" not in printed and "uncategorised" not in store.manifest
+
+
+@pytest.mark.skipif(not B200_NO_METADATA.exists(), reason="shared wild traces absent")
+def test_device_and_stream_from_args_without_metadata_events(tmp_path, capsys):
+    """tracelens_b200_eager has no M events: its 768 kernels (args device 0, stream 7) go on gpu:0/stream 7 (they
+    were on cpu/tid 7); the NCCL kernel carrying 'Collective name' is comm."""
+    events = _events(B200_NO_METADATA)
+    assert not any(e.get("ph") == "M" for e in events)
+    assert sum(1 for e in events if e.get("ph") == "X" and e.get("cat") == "kernel") == 768
+    expected = _device_work_per_lane(events)
+    store, _ = _import(tmp_path, B200_NO_METADATA, capsys=capsys)
+    _assert_lanes_match(store, expected)
+    lanes = set(store.timeline()["lane"])
+    assert "gpu:0/stream 7" in lanes and "cpu/tid 7" not in lanes
+    lane = _store_per_lane(store)["gpu:0/stream 7"]
+    assert expected["gpu:0/stream 7"]["comm_ns"] > 0
+    assert abs(lane["comm"] - expected["gpu:0/stream 7"]["comm_ns"]) <= 1000
+
+
+@pytest.mark.parametrize("path", [MI300_ROCM, MI250_ROCM], ids=["mi300", "mi250"])
+def test_rocm_kernel_time_per_device_lane(tmp_path, capsys, path):
+    """ROCm writes the CUDA cat names with HIP calls: kernel time per device lane is the file's, RCCL's kernels
+    (NCCL's names, collective metadata on some) are comm, hipDeviceSynchronize is wait, and
+    aten::broadcast_tensors is not communication."""
+    if not path.exists():
+        pytest.skip("shared traces absent")
+    events = _events(path)
+    expected = _device_work_per_lane(events)
+    store, printed = _import(tmp_path, path, capsys=capsys)
+    _assert_lanes_match(store, expected)
+    got = _store_per_lane(store)
+    for lane, want in expected.items():
+        assert abs(got[lane].get("comm", 0) - want["comm_ns"]) <= 1000, lane
+    tl = store.timeline()
+    for name, category in (("hipDeviceSynchronize", "wait"), ("aten::broadcast_tensors", "compute")):
+        rows = tl[tl["name"] == name]
+        if len(rows):
+            assert set(rows["category"].astype(str)) == {category}, name
+    assert "uncategorised" not in printed
+
+
+def _deepseek_like_trace(path: Path) -> dict:
+    """A small modern Kineto trace of an expert-parallel step with no metadata events: DeepEP kernels as
+    DeepSeek-V3's profile names them, a GEMM, a kernel with an unfamiliar name that carries collective metadata,
+    and device work of a cat no Kineto generation writes. Returns the durations (ns) the import must give."""
+    t0 = 1_700_000_000_000_000  # epoch us
+    kernels = [  # (name, dur us, args extra, expected category)
+        ("void dpsk::ep::internode::notify_dispatch<8>(int const*, int*, int)", 40, {}, "comm"),
+        ("void dpsk::ep::internode::dispatch<true, 8, 3, 768>(int4*, float*, int64_t*)", 900, {}, "comm"),
+        ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", 1500, {}, "compute"),
+        ("void dpsk::ep::internode::combine<8, 3, 768>(int4*, float*, int const*)", 700, {}, "comm"),
+        ("void deep_ep::intranode::dispatch<8, 768, 6144>(int4*, float*)", 300, {}, "comm"),
+        ("my_fused_a2a_kernel", 250, {"Collective name": "all_to_all", "Process Group Name": "7"}, "comm"),
+        ("another_kernel", 125, {"Process Group Name": "3"}, "comm"),
+        ("triton_poi_fused_all_gather_into_tensor_copy_0", 60, {}, "compute"),
+    ]
+    events, t = [], t0
+    for name, dur, extra, _ in kernels:
+        events.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 20, "ts": t, "dur": dur,
+                       "args": {"device": 0, "stream": 20, "correlation": len(events), **extra}})
+        t += dur + 5
+    for i in range(3):
+        events.append({"ph": "X", "cat": "fancy_npu_op", "name": f"npu_matmul_{i % 2}", "pid": 0, "tid": 21,
+                       "ts": t0 + 10 * i, "dur": 7, "args": {"device": 0, "stream": 21}})
+    events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 4242, "tid": 4242, "ts": t0,
+                   "dur": 30, "args": {"External id": 1}})
+    path.write_text(json.dumps({"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": 3,
+                                                                        "world_size": 16},
+                                "traceEvents": events}))
+    want: dict[str, int] = defaultdict(int)
+    for _name, dur, _extra, category in kernels:
+        want[category] += dur * 1000
+    return dict(want)
+
+
+def test_deepep_and_collective_args_kernels_are_comm(tmp_path, capsys):
+    """DeepEP's dispatch/combine/notify kernels and kernels whose args carry collective metadata are comm; a device
+    cat no rule knows is reported (import and info) with its event count, not silently "other"."""
+    trace = tmp_path / "rank3.pt.trace.json"
+    want = _deepseek_like_trace(trace)
+    store, printed = _import(tmp_path, trace, capsys=capsys)
+    assert store.ranks == [3]
+    lane = _store_per_lane(store)["gpu:0/stream 20"]
+    assert lane["comm"] == want["comm"] and lane["compute"] == want["compute"]
+    assert "uncategorised: 3 events of 1 raw categories" in printed
+    assert "kineto cat 'fancy_npu_op': 3 events (2 names)" in printed
+    assert store.manifest["uncategorised"] == [{"format": "kineto", "cat": "fancy_npu_op", "events": 3, "names": 2}]
+    unknown = store.timeline()
+    assert set(unknown.loc[unknown["name"].str.startswith("npu_matmul"), "lane"]) == {"gpu:0/stream 21"}
+    assert main(["info", str(tmp_path / "store")]) == 0
+    assert "kineto cat 'fancy_npu_op': 3 events (2 names)" in capsys.readouterr().out
+    assert main(["info", str(tmp_path / "store"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["uncategorised"][0]["events"] == 3
+
+
+@pytest.mark.parametrize(("library", "name"), [
+    ("NCCL", "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"),
+    ("NCCL", "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)"),
+    ("RCCL", "void rccl_AllReduce_kernel<float>(ncclDevComm*)"),
+    ("MSCCL", "mscclKernel_Sum_float_Simple_false(int, int, mscclAlgo*, mscclWork*)"),
+    ("MSCCL++", "void mscclpp::allreduceAllToAll<__nv_bfloat16>(__nv_bfloat16*, int)"),
+    ("DeepEP", "void deep_ep::internode::combine<8, 3, 768>(int4*, float*)"),
+    ("DeepEP (DeepSeek-V3)", "void dpsk::ep::internode::dispatch<true, 8, 3, 768>(int4*)"),
+    ("NVSHMEM", "nvshmemi_transfer_rma_put_kernel(void*, void const*, size_t, int)"),
+    ("oneCCL", "oneccl_allreduce_kernel_bf16"),
+    ("oneCCL", "ccl::ze::allreduce_kernel<float>"),
+    ("HCCL", "hcclAllReduceKernel_bf16"),
+    ("Gloo", "gloo::CudaAllreduceRing<float>"),
+])
+def test_communication_libraries_kernels_are_comm(library, name):
+    categorizer = Categorizer()
+    assert categorizer.category("kineto", "kernel", name) == "comm", library
+
+
+@pytest.mark.parametrize(("cat", "name", "category"), [
+    ("Kernel", "volta_sgemm_64x64_nt", "compute"),            # PyTorch 1.8/1.9
+    ("Memcpy", "Memcpy HtoD (Pageable -> Device)", "memcpy"),
+    ("Memset", "Memset (Device)", "memcpy"),
+    ("Runtime", "cudaLaunchKernel", "other"),
+    ("Runtime", "cudaStreamSynchronize", "wait"),
+    ("Operator", "aten::conv2d", "compute"),
+    ("Python", "nn.Module: ResNet", "compute"),
+    ("Trace", "PyTorch Profiler (0)", "other"),
+    ("kernel", "void at::native::vectorized_elementwise_kernel<4>", "compute"),  # 1.10 on
+    ("KERNEL", "sgemm", "compute"),
+    ("gpu_memcpy", "Memcpy DtoD (Device -> Device)", "memcpy"),
+    ("gpu_memset", "Memset (Device)", "memcpy"),
+    ("cuda_runtime", "hipMemcpyWithStream", "memcpy"),                           # ROCm: CUDA cats, HIP calls
+    ("cuda_runtime", "hipDeviceSynchronize", "wait"),
+    ("cuda_driver", "cuLaunchKernel", "other"),
+    ("mtia_ccp_events", "mtia_kernel_fc", "compute"),                             # other devices
+    ("mtia_runtime", "mtiaStreamSynchronize", "wait"),
+    ("hpu_op", "matmul_fwd_bf16", "compute"),
+    ("xpu_runtime", "urEnqueueKernelLaunch", "other"),
+    ("privateuse1_runtime", "Launch", "other"),
+    ("collective_comm", "allreduce", "comm"),
+    ("cuda_sync", "Stream Wait Event", "wait"),
+    ("overhead", "Instrumentation", "other"),
+    ("cpu_op", "aten::broadcast_tensors", "compute"),
+])
+def test_every_kineto_generation_is_categorised(cat, name, category):
+    """Every ActivityType name of libkineto and the capitalised cats of PyTorch 1.8/1.9 have a rule: none is
+    left to the catch-all (reported as uncategorised)."""
+    categorizer = Categorizer()
+    assert categorizer.category("kineto", cat, name) == category
+    assert categorizer.uncategorised() == []
+
+
+def test_an_unknown_cat_is_uncategorised():
+    categorizer = Categorizer()
+    assert categorizer.category("kineto", "brand_new_device_op", "x", count=5) == "other"
+    assert categorizer.uncategorised() == [{"format": "kineto", "cat": "brand_new_device_op", "events": 5,
+                                            "names": 1}]
+
+
+def test_uncategorised_flag_must_be_a_boolean(tmp_path):
+    from ddltrace.collectors.importers.categories import load_rules
+    from ddltrace.errors import DdltraceError
+
+    rules, _ = load_rules('[[rule]]\nid = "mine"\ncategory = "other"\nuncategorised = true\n', "mine.toml")
+    assert rules[0].uncategorised
+    with pytest.raises(DdltraceError, match="mine.toml: rule 1 .mine.: uncategorised must be true or false"):
+        load_rules('[[rule]]\nid = "mine"\ncategory = "other"\nuncategorised = "yes"\n', "mine.toml")
+
+
+@pytest.mark.parametrize("rank", ["abc", 1.5, None, True, -1, 2**31, 1e12, 2**70])
+def test_distributed_rank_that_is_not_a_rank_is_a_note(tmp_path, capsys, rank):
+    """A distributedInfo.rank that is not an integer from 0 to 2**31 - 1 is a problem line naming the value and
+    the rank used instead (the file name's), never silently another rank and never an OverflowError."""
+    trace = tmp_path / "rank5.pt.trace.json"
+    trace.write_text(json.dumps({"distributedInfo": {"backend": "nccl", "rank": rank, "world_size": "many"},
+                                 "traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1,
+                                                  "tid": 1, "ts": 1_700_000_000_000_000, "dur": 10}]}))
+    store, printed = _import(tmp_path, trace, capsys=capsys)
+    assert store.ranks == [5]
+    assert f"distributedInfo.rank {rank!r} is not a rank" in printed and "rank 5 taken from" in printed
+    assert "distributedInfo.world_size 'many' is not a world size" in printed
+    assert any(f"distributedInfo.rank {rank!r}" in note for note in store.manifest["notes"])
+
+
+def test_distributed_rank_as_integral_float_is_used(tmp_path, capsys):
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps({"distributedInfo": {"rank": 2.0, "world_size": 4},
+                                 "traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1,
+                                                  "tid": 1, "ts": 1_700_000_000_000_000, "dur": 10}]}))
+    store, printed = _import(tmp_path, trace, capsys=capsys)
+    assert store.ranks == [2] and "problem" not in printed
