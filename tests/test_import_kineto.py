@@ -24,6 +24,8 @@ RESNET_1_9 = WILD / "kineto_tb_resnet50_w0" / "worker0.1623143089861.pt.trace.js
 B200_NO_METADATA = WILD / "tracelens_b200_eager" / "eager_trace.json.gz"
 MI300_ROCM = WILD / "tracelens_mi300_resnet_ckpt" / "resnet_act_checkpoint.json.gz"
 MI250_ROCM = HTA / "amd_trace" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+CORPUS = Path(__file__).parent / "data" / "wild"
+MTIA = CORPUS / "hta_mtia_inference" / "mtia_inference_rank_0.json.gz"
 #: Kineto's device-work cats, both generations (lower-cased): kernels, copies and fills.
 DEVICE_WORK = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
 COLLECTIVE_KEYS = ("Collective name", "Process Group Name")
@@ -144,6 +146,46 @@ def test_rocm_kernel_time_per_device_lane(tmp_path, capsys, path):
     assert "uncategorised" not in printed
 
 
+@pytest.mark.parametrize("path", [
+    CORPUS / "tracelens_h100_bert_small" / "gaunernst_bert-small-uncased__1016001.json.gz",
+    CORPUS / "tracelens_mi210_gpu_only" / "gpu_only_trace.json.gz",  # no "GPU N" label: device 1 in args only
+    CORPUS / "tracelens_sglang_decode" / "sglang_Qwen3-8B_decode.json.gz",  # no M events: device 9 in args only
+    CORPUS / "tracelens_torch_compile_triton" / "trace.json.gz",
+], ids=["h100", "mi210", "sglang", "triton"])
+def test_kernel_time_per_device_lane_of_the_corpus(tmp_path, capsys, path):
+    """Kineto files of the corpus: device work per lane (events, time to 1 us) is the file's, and host threads'
+    own work never lands on a device lane (the H100 file's Python tracer writes a thread with pid 0, the pid
+    labelled "GPU 0")."""
+    events = _events(path)
+    expected = _device_work_per_lane(events)
+    store, printed = _import(tmp_path, path, capsys=capsys)
+    _assert_lanes_match(store, expected)
+    tl = store.timeline()
+    on_gpu = tl[tl["lane"].str.startswith("gpu:")]
+    annotations = sum(1 for e in events if e.get("ph") == "X" and e.get("cat") == "gpu_user_annotation")
+    assert len(on_gpu) == sum(lane["events"] for lane in expected.values()) + annotations
+    assert "uncategorised" not in printed
+
+
+def test_mtia_device_events(tmp_path, capsys):
+    """MTIA's device work (cat mtia_ccp_events, process "MTIA 17"): DMA requests are memcpy, a stream waiting on
+    another's event is wait, the rest compute; per category the time is the file's, to 1 us."""
+    events = _events(MTIA)
+    ccp = [e for e in events if e.get("ph") == "X" and e.get("cat") == "mtia_ccp_events"]
+    want: dict[str, int] = defaultdict(int)
+    for e in ccp:
+        category = {"dma_request": "memcpy", "event_wait": "wait"}.get(e["name"], "compute")
+        want[category] += round(e["dur"] * 1000)
+    store, printed = _import(tmp_path, MTIA, capsys=capsys)
+    tl = store.timeline()
+    device = tl[tl["name"].isin({e["name"] for e in ccp}) & tl["lane"].str.startswith("mtia:17/")]
+    assert len(device) == len(ccp)
+    got = device.groupby(device["category"].astype(str))["dur_ns"].sum()
+    for category, ns in want.items():
+        assert abs(int(got[category]) - ns) <= 1000, category
+    assert "uncategorised" not in printed
+
+
 def _deepseek_like_trace(path: Path) -> dict:
     """A small modern Kineto trace of an expert-parallel step with no metadata events: DeepEP kernels as
     DeepSeek-V3's profile names them, a GEMM, a kernel with an unfamiliar name that carries collective metadata,
@@ -233,7 +275,9 @@ def test_communication_libraries_kernels_are_comm(library, name):
     ("cuda_runtime", "hipMemcpyWithStream", "memcpy"),                           # ROCm: CUDA cats, HIP calls
     ("cuda_runtime", "hipDeviceSynchronize", "wait"),
     ("cuda_driver", "cuLaunchKernel", "other"),
-    ("mtia_ccp_events", "mtia_kernel_fc", "compute"),                             # other devices
+    ("mtia_ccp_events", "pe_exe", "compute"),                                     # other devices
+    ("mtia_ccp_events", "dma_request", "memcpy"),
+    ("mtia_ccp_events", "event_wait", "wait"),
     ("mtia_runtime", "mtiaStreamSynchronize", "wait"),
     ("hpu_op", "matmul_fwd_bf16", "compute"),
     ("xpu_runtime", "urEnqueueKernelLaunch", "other"),

@@ -25,11 +25,14 @@ _SNIFF = re.compile(rb'"(schemaVersion|deviceProperties|distributedInfo|baseTime
                     rb'"cat"\s*:\s*"(cpu_op|cuda_runtime|kernel|python_function|user_annotation|gpu_memcpy|'
                     rb'cpu_instant_event|cuda_driver)"')
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
+#: Host threads' own work (lower-cased cats): a lane holding it and no device event is a host thread's, even under
+#: a process labelled "GPU N" (PyTorch's Python tracer writes some threads with pid 0).
+CPU_CATS = frozenset({"cpu_op", "operator", "user_annotation", "python_function", "python", "cpu_instant_event"})
 #: Host-side categories of every Kineto generation (lower-cased): their events' ``args`` are not read.
-HOST_CATS = frozenset({
-    "cpu_op", "operator", "user_annotation", "python_function", "python", "cpu_instant_event", "trace",
-    "cuda_runtime", "cuda_driver", "runtime", "xpu_runtime", "xpu_driver", "mtia_runtime", "privateuse1_runtime",
-    "privateuse1_driver", "glow_runtime", "overhead", "external_correlation", "cuda_profiler_range",
+HOST_CATS = CPU_CATS | frozenset({
+    "trace", "cuda_runtime", "cuda_driver", "runtime", "xpu_runtime", "xpu_driver", "mtia_runtime",
+    "privateuse1_runtime", "privateuse1_driver", "glow_runtime", "overhead", "external_correlation",
+    "cuda_profiler_range",
 })
 #: Appended to the cat of a device event whose ``args`` carry collective metadata ("Collective name",
 #: "Process Group Name": c10d's record_param_comms metadata, which Kineto copies onto the collective's kernels).
@@ -89,14 +92,26 @@ class DeviceArgs:
             event.cat += COLLECTIVE_TAG
 
 
+def _cpu_lanes(trace) -> set:
+    """The (pid, tid) of every lane that holds host threads' own work (:data:`CPU_CATS`)."""
+    if not len(trace.key):
+        return set()
+    cpu_key = np.array([cat.lower() in CPU_CATS for cat, _ in trace.keys], dtype=bool)
+    return {trace.lanes[i] for i in np.unique(trace.lane_key[cpu_key[trace.key]])}
+
+
 def _lane_namer(trace, device_lanes: set):
+    cpu_lanes = _cpu_lanes(trace) - device_lanes
+
     def lane(pid, tid):
         if isinstance(pid, str):
             return None  # "Spans"/"Traces": the profiler's own bookkeeping
         label = trace.process_labels.get(pid, "")
         thread = trace.thread_names.get((pid, tid), "").strip()
         on_device = (pid, tid) in device_lanes
-        if label.startswith("GPU"):
+        if (pid, tid) in cpu_lanes:
+            proc = "cpu"
+        elif label.startswith("GPU"):
             proc = "gpu:" + label.split()[-1]
         elif label and label != "CPU":
             proc = label.lower().replace(" ", ":")
