@@ -1,7 +1,10 @@
 """What a store holds, in numbers: world size, time span, events and time per category per rank.
 
 Used by ``ddltrace info`` and by the one-line summaries of the commands that write stores. Reads the store
-rank by rank (one rank's events in memory at a time).
+rank by rank (one rank's events in memory at a time). A rank with a device (lanes ``gpu:<n>/...``) is also split
+into what its host did (its other lanes) and what its device did (its device lanes; idle where none runs), each
+over the rank's span: the all-lanes view counts an instant as compute when either computes, which hides a device
+that is idle most of the time behind the host's CPU ops.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ddltrace.analyses.breakdown import classify
+from ddltrace.analyses.breakdown import classify, device_lanes
 from ddltrace.store import TraceStore
 from ddltrace.timeline import CATEGORIES
 
@@ -19,7 +22,10 @@ from ddltrace.timeline import CATEGORIES
 class RankSummary:
     """One rank: ``events`` intervals from ``start_ns`` to ``end_ns`` (ns, common clock); ``time_ns``: the rank's
     span split by category (ns), each instant counted once as the breakdown does (innermost call within a
-    thread, compute across threads), so the categories sum to the span."""
+    thread, compute across threads), so the categories sum to the span. ``host_time_ns`` and ``device_time_ns``:
+    the same over the rank's host lanes and over its device lanes alone, ``device_events`` the rows on its device
+    lanes (all three None when the rank has no device).
+    ``aggregate``: the rank holds per-call totals laid end to end (IPM), not a timeline."""
 
     rank: int
     events: int
@@ -29,6 +35,10 @@ class RankSummary:
     host: str | None = None
     role: str | None = None
     ended: str | None = None
+    host_time_ns: dict[str, int] | None = None
+    device_time_ns: dict[str, int] | None = None
+    device_events: int | None = None
+    aggregate: bool = False
 
     @property
     def span_ns(self) -> int:
@@ -68,6 +78,15 @@ class StoreSummary:
         return out
 
 
+def _time_per_category(frame, start: int | None, end: int | None, gap: str | None = None) -> dict[str, int]:
+    """ns per category of ``frame``'s rows over [start, end], each instant once (see :func:`classify`)."""
+    if not len(frame) or start is None or end <= start:
+        return dict.fromkeys(CATEGORIES, 0)
+    edges, codes = classify(frame, [start, end], gap)
+    sums = np.bincount(codes.astype(np.int64), weights=np.diff(edges), minlength=len(CATEGORIES))
+    return {c: int(sums[i]) for i, c in enumerate(CATEGORIES)}
+
+
 def summarize(store: TraceStore) -> StoreSummary:
     """Summarise ``store`` rank by rank."""
     ranks: list[RankSummary] = []
@@ -75,13 +94,15 @@ def summarize(store: TraceStore) -> StoreSummary:
         info = store.rank_info(rank)
         start = int(frame["start_ns"].min()) if len(frame) else None
         end = int((frame["start_ns"] + frame["dur_ns"]).max()) if len(frame) else None
-        time_ns = dict.fromkeys(CATEGORIES, 0)
-        if len(frame) and end > start:
-            edges, codes = classify(frame, [start, end])
-            sums = np.bincount(codes.astype(np.int64), weights=np.diff(edges), minlength=len(CATEGORIES))
-            time_ns = {c: int(sums[i]) for i, c in enumerate(CATEGORIES)}
+        time_ns = _time_per_category(frame, start, end)
+        host_ns = device_ns = None
+        on_device = device_lanes(frame["lane"]) if len(frame) else np.zeros(0, dtype=bool)
+        if on_device.any():
+            host_ns = _time_per_category(frame[~on_device], start, end)
+            device_ns = _time_per_category(frame[on_device], start, end, gap="idle")
         ranks.append(RankSummary(rank, len(frame), start, end, time_ns,
-                                 info.get("host"), info.get("role"), info.get("ended")))
+                                 info.get("host"), info.get("role"), info.get("ended"), host_ns, device_ns,
+                                 int(on_device.sum()) if device_ns else None, bool(info.get("aggregate"))))
     starts = [r.start_ns for r in ranks if r.start_ns is not None]
     ends = [r.end_ns for r in ranks if r.end_ns is not None]
     counters = store.counters()

@@ -60,19 +60,34 @@ def render(summary: StoreSummary) -> str:
     abrupt = [r.rank for r in summary.ranks if r.ended == "abrupt"]
     if abrupt:
         lines.append(f"ended abruptly: rank {', '.join(map(str, abrupt))} (records up to the end are kept)")
-    used = [c for c in CATEGORIES if any(r.time_ns.get(c) for r in summary.ranks)]
-    lines.append("")
-    lines.append("time per category per rank (each instant once; share of the rank's span in parentheses)")
-    header = ["rank", "events", "span"] + used
+    aggregate = [r.rank for r in summary.ranks if r.aggregate]
+    if aggregate:
+        lines.append(f"aggregates  {len(aggregate)} rank(s) hold per-call totals (no timeline): the times per "
+                     "category are the file's; their order and start times are the importer's layout")
+    lines.extend(["", *category_table(summary)])
+    return "\n".join(lines) + "\n"
+
+
+def category_table(summary: StoreSummary) -> list[str]:
+    """Time per category per rank; a rank with a device gets two rows, its host lanes and its device lanes."""
+    split = any(r.device_time_ns for r in summary.ranks)
+    views = [(r, label, events, times) for r in summary.ranks for label, events, times in
+             ((("host", r.events - r.device_events, r.host_time_ns), ("device", r.device_events, r.device_time_ns))
+              if r.device_time_ns else (("all" if split else "", r.events, r.time_ns),))]
+    used = [c for c in CATEGORIES if any(times.get(c) for *_, times in views)]
+    lines = ["time per category per rank (each instant once; share of the rank's span in parentheses)"
+             + ("; a rank with a device: its host threads and its device streams (gpu:) side by side, the "
+                "device idle where nothing runs on it" if split else "")]
+    header = ["rank", *(["lanes"] if split else []), "events", "span"] + used
     rows = []
-    for r in summary.ranks:
-        row = [str(r.rank), str(r.events), format_ns(r.span_ns)]
+    for r, label, events, times in views:
+        row = [str(r.rank), *([label] if split else []), str(events), format_ns(r.span_ns)]
         for c in used:
-            share = r.time_ns[c] / r.span_ns if r.span_ns else float("nan")
-            row.append(f"{format_ns(r.time_ns[c])} ({format_percent(share)})")
+            share = times[c] / r.span_ns if r.span_ns else float("nan")
+            row.append(f"{format_ns(times[c])} ({format_percent(share)})")
         rows.append(row)
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(header)]
     lines.append("  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True)))
     for row in rows:
         lines.append("  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)))
-    return "\n".join(lines) + "\n"
+    return lines
