@@ -1,6 +1,6 @@
 """IPM import speed: a full ``ddltrace import`` of an IPM XML profile against ElementTree parsing the same file.
 
-    .venv/bin/python benchmarks/ipm_import_speed.py [--trace FILE] [--repeat N]
+    .venv/bin/python benchmarks/ipm_import_speed.py [--trace FILE] [--repeat N] [--before COMMIT]
 
 Every figure is the wall time of a fresh Python process (interpreter start and module imports included), the
 fastest of ``--repeat`` runs, ddltrace and the reference interleaved so that a busy spell on the machine hits
@@ -13,6 +13,10 @@ both alike:
   module imports, reading the XML into per-rank timelines, writing the ranks into the store (validation and
   Parquet), clock alignment, the rest (manifest, summary), and store writing per rank.
 
+``--before COMMIT`` measures the same figures for ddltrace as it was at COMMIT (its tree exported with
+``git archive`` into a temporary folder and put first on the children's PYTHONPATH), interleaved with this
+tree's runs, and prints the speed-up: the figure the issue asks for.
+
 The default trace is the 168-rank, 1.8 MB profile ``pin1008.xml`` (PARTISN on 42 hosts) from
 github.com/raptox/ipm-hpc-v2 at 186292a, ``ipm_raw/pin1008.xml``, where it has been put on this machine; else
 the 64-rank ipm_hunold_1494937738 of the shared wild traces.
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -80,22 +85,68 @@ print(json.dumps({"code": code, "modules_s": t1 - t0, "run_s": t2 - t1, "ranks":
 """
 
 
-def _wall(command: list[str]) -> float:
+def _wall(command: list[str], env: dict | None = None) -> float:
     """Seconds of wall time of ``command`` in a fresh process (it must succeed)."""
     start = time.perf_counter()
-    result = subprocess.run(command, capture_output=True, text=True, cwd=tempfile.gettempdir())
+    result = subprocess.run(command, capture_output=True, text=True, cwd=tempfile.gettempdir(), env=env)
     elapsed = time.perf_counter() - start
     if result.returncode != 0:
         raise SystemExit(f"{' '.join(command[:4])} ... failed:\n{result.stderr[-3000:]}")
     return elapsed
 
 
-def _phases(trace: Path, store: Path) -> dict:
+def _phases(trace: Path, store: Path, env: dict | None = None) -> dict:
     result = subprocess.run([sys.executable, "-c", _PHASES_CHILD, str(store), str(trace)], capture_output=True,
-                            text=True, cwd=tempfile.gettempdir())
+                            text=True, cwd=tempfile.gettempdir(), env=env)
     if result.returncode != 0:
         raise SystemExit(f"phase-timing child failed:\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _tree_env(commit: str, folder: Path) -> dict:
+    """An environment whose Python imports ddltrace from ``commit``'s tree, exported into ``folder`` (the
+    installed layout: collectors/ and analyses/ inside ddltrace/)."""
+    root = Path(__file__).resolve().parents[1]
+    archive = subprocess.run(["git", "-C", str(root), "archive", commit], capture_output=True, check=True).stdout
+    folder.mkdir()
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
+    for name in ("collectors", "analyses"):
+        (folder / "ddltrace" / name).symlink_to(folder / name)
+    return {**os.environ, "PYTHONPATH": str(folder)}
+
+
+def _measure(trace: Path, work: Path, repeat: int, envs: dict[str, dict | None]) -> dict[str, dict]:
+    """Per tree (None: this one), the fastest whole import, the fastest reference parse and the phases of the
+    fastest phase-timed import, over ``repeat`` interleaved rounds."""
+    runs = {label: {"ours": [], "reference": [], "phases": []} for label in envs}
+    for i in range(repeat):
+        for label, env in envs.items():
+            store = work / f"{label}-s{i}"
+            runs[label]["ours"].append(_wall([sys.executable, "-m", "ddltrace", "import", str(trace), "--out",
+                                              str(store), "--progress", "never"], env))
+            runs[label]["reference"].append(_wall([sys.executable, "-c", _REFERENCE, str(trace)], env))
+            runs[label]["phases"].append(_phases(trace, work / f"{label}-p{i}", env))
+            shutil.rmtree(store)
+    return {label: {"ours": min(r["ours"]), "reference": min(r["reference"]),
+                    "phases": min(r["phases"], key=lambda p: p["modules_s"] + p["run_s"])}
+            for label, r in runs.items()}
+
+
+def _report(label: str, figures: dict, repeat: int) -> None:
+    best, ref, p = figures["ours"], figures["reference"], figures["phases"]
+    print(f"\n{label}: wall time of a fresh process, fastest of {repeat} (interpreter start and module imports "
+          "included):")
+    print(f"  ddltrace import (the whole command)       {best:6.2f} s")
+    print(f"  ElementTree parse of the file (reference) {ref:6.2f} s")
+    print(f"  ratio ddltrace / ElementTree              {best / ref:6.1f} x")
+    rest = p["run_s"] - p["read"] - p["store"] - p["align"]
+    print(f"  inside one import process (the fastest of {repeat}; seconds of wall time):")
+    print(f"    module imports (ddltrace, pandas, pyarrow)      {p['modules_s']:6.2f} s")
+    print(f"    reading the XML into per-rank timelines         {p['read']:6.2f} s")
+    print(f"    writing the ranks into the store                {p['store']:6.2f} s"
+          f" = {1e3 * p['store'] / p['ranks']:.1f} ms per rank ({p['ranks']} ranks)")
+    print(f"    clock alignment                                 {p['align']:6.2f} s")
+    print(f"    the rest (staging, rules, manifest, summary)    {rest:6.2f} s")
 
 
 def main() -> None:
@@ -103,6 +154,7 @@ def main() -> None:
     parser.add_argument("--trace", type=Path, help="an IPM XML profile (default: the first of "
                         + ", ".join(map(str, CANDIDATES)) + " that exists)")
     parser.add_argument("--repeat", type=int, default=5, help="fresh processes per figure; the fastest is shown")
+    parser.add_argument("--before", metavar="COMMIT", help="also measure ddltrace at COMMIT, for the speed-up")
     args = parser.parse_args()
     trace = args.trace or next((p for p in CANDIDATES if p.exists()), None)
     if trace is None or not trace.exists():
@@ -113,29 +165,16 @@ def main() -> None:
     print(f"trace: {trace} ({trace.stat().st_size / 1e6:.2f} MB, {tasks} <task> elements = ranks)")
     print(f"machine: {os.cpu_count()} CPUs, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} "
           "(1 / 5 / 15 min) at the start")
-    ours, reference, phases = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(args.repeat):
-            store = Path(tmp) / f"s{i}"
-            ours.append(_wall([sys.executable, "-m", "ddltrace", "import", str(trace), "--out", str(store),
-                               "--progress", "never"]))
-            reference.append(_wall([sys.executable, "-c", _REFERENCE, str(trace)]))
-            phases.append(_phases(trace, Path(tmp) / f"p{i}"))
-    best, ref = min(ours), min(reference)
-    print(f"\nwall time of a fresh process, fastest of {args.repeat} (interpreter start and module imports "
-          "included):")
-    print(f"  ddltrace import (the whole command)      {best:7.2f} s")
-    print(f"  ElementTree parse of the file (reference) {ref:6.2f} s")
-    print(f"  ratio ddltrace / ElementTree              {best / ref:6.1f} x")
-    p = min(phases, key=lambda r: r["modules_s"] + r["run_s"])
-    rest = p["run_s"] - p["read"] - p["store"] - p["align"]
-    print(f"\ninside one import process (the fastest of {args.repeat}; seconds of wall time):")
-    print(f"  module imports (ddltrace, pandas, pyarrow)        {p['modules_s']:6.2f} s")
-    print(f"  reading the XML into per-rank timelines           {p['read']:6.2f} s")
-    print(f"  writing the ranks into the store                  {p['store']:6.2f} s"
-          f" = {1e3 * p['store'] / p['ranks']:.1f} ms per rank ({p['ranks']} ranks)")
-    print(f"  clock alignment                                   {p['align']:6.2f} s")
-    print(f"  the rest (staging, manifest, summary)             {rest:6.2f} s")
+        envs = {"this tree": None}
+        if args.before:
+            envs = {f"before ({args.before})": _tree_env(args.before, Path(tmp) / "before"), **envs}
+        figures = _measure(trace, Path(tmp), args.repeat, envs)
+    for label, figure in figures.items():
+        _report(label, figure, args.repeat)
+    if args.before:
+        before, after = (figures[label]["ours"] for label in envs)
+        print(f"\nspeed-up of the whole command: {before:.2f} s before / {after:.2f} s now = {before / after:.1f} x")
     print(f"load average at the end: {os.getloadavg()[0]:.1f} (1 min)")
 
 
