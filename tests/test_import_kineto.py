@@ -107,6 +107,27 @@ def test_pytorch_1_9_capitalised_categories(tmp_path, capsys):
     assert "uncategorised" not in printed and "uncategorised" not in store.manifest
 
 
+@pytest.mark.skipif(not RESNET_1_9.exists(), reason="shared wild traces absent")
+def test_pytorch_1_9_kernels_get_the_step_of_their_launch(tmp_path, capsys):
+    """PyTorch 1.9's flow arrows (cat "async", ending on tid "stream 7") link each kernel, copy and fill to its
+    launch: per ProfilerStep#N, the store's device rows are the device events launched inside that step."""
+    events = _events(RESNET_1_9)
+    steps = [(e["ts"], e["ts"] + e["dur"], int(e["name"].split("#")[1])) for e in events
+             if e.get("ph") == "X" and e.get("name", "").startswith("ProfilerStep#")]
+    launch = {e["id"]: e["ts"] for e in events if e.get("ph") == "s" and e.get("cat") == "async"}
+    want: dict[int, int] = defaultdict(int)
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat", "").lower() in DEVICE_WORK:
+            t = launch.get(e["args"]["correlation"])
+            step = next((n for start, end, n in steps if t is not None and start <= t < end), None)
+            want[step] += 1
+    assert None not in want and len(want) == 6
+    store, _ = _import(tmp_path, RESNET_1_9, capsys=capsys)
+    tl = store.timeline()
+    device = tl[tl["lane"].str.startswith("gpu:")]
+    assert device["step"].value_counts().to_dict() == dict(want)
+
+
 @pytest.mark.skipif(not B200_NO_METADATA.exists(), reason="shared wild traces absent")
 def test_device_and_stream_from_args_without_metadata_events(tmp_path, capsys):
     """tracelens_b200_eager has no M events: its 768 kernels (args device 0, stream 7) go on gpu:0/stream 7 (they
@@ -184,6 +205,17 @@ def test_mtia_device_events(tmp_path, capsys):
     for category, ns in want.items():
         assert abs(int(got[category]) - ns) <= 1000, category
     assert "uncategorised" not in printed
+
+
+@pytest.mark.parametrize("cat", ["Kernel", "Runtime", "mtia_ccp_events", "privateuse1_runtime", "hpu_op"])
+def test_kineto_recognised_by_its_cats_alone(tmp_path, cat):
+    """A file with none of the header keys (PyTorch 1.8-era, or cut down) is Kineto by a cat only Kineto writes."""
+    from ddltrace.collectors.importers import detect
+
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": cat, "name": "k", "pid": 0, "tid": 7,
+                                                  "ts": 1_700_000_000_000_000, "dur": 5}]}))
+    assert detect(trace).name == "kineto"
 
 
 def _deepseek_like_trace(path: Path) -> dict:

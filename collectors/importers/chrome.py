@@ -175,10 +175,11 @@ class ChromeTrace:
 class _Builder:
     """Folds decoded events into columns; B/E and b/e are paired at the end."""
 
-    def __init__(self, path: str, keep_flows: str | None = None, relabel: Relabel | None = None,
+    def __init__(self, path: str, keep_flows: str | tuple[str, ...] = (), relabel: Relabel | None = None,
                  amend: Amend | None = None):
         self.trace = ChromeTrace(path=path)
-        self.keep_flows = keep_flows  # the cat of flow arrows to keep (e.g. Kineto's "ac2g"), None for none
+        # the cats of flow arrows to keep (e.g. Kineto's "ac2g"), () for none
+        self.keep_flows = (keep_flows,) if isinstance(keep_flows, str) else tuple(keep_flows or ())
         self.relabel = relabel
         self.amend = amend
         self.decoder = _DECODE_FAST_X_ARGS if relabel is not None or amend is not None else _DECODE_FAST
@@ -241,9 +242,9 @@ class _Builder:
     def _others(self, events: list[Event]) -> None:
         t = self.trace
         phases = Counter([e.ph for e in events])
-        if self.keep_flows is not None and (phases["s"] or phases["f"]):
+        if self.keep_flows and (phases["s"] or phases["f"]):
             wanted = self.keep_flows
-            flows = [e for e in events if (e.ph == "s" or e.ph == "f") and e.cat == wanted and e.ts is not None]
+            flows = [e for e in events if (e.ph == "s" or e.ph == "f") and e.cat in wanted and e.ts is not None]
             ts_ns, status = us_to_ns([e.ts for e in flows])
             in_range = status == OK  # else not a time: the arrow is dropped
             if not in_range.all():
@@ -720,11 +721,12 @@ class _Reader:
                                        f"the last {len(rest)} bytes were skipped")
 
 
-def read_chrome(path, *, keep_flows: str | None = None, relabel: Relabel | None = None,
+def read_chrome(path, *, keep_flows: str | tuple[str, ...] = (), relabel: Relabel | None = None,
                 amend: Amend | None = None, source: ByteSource | None = None) -> ChromeTrace:
     """Read one Chrome trace file (plain or gzip) into a :class:`ChromeTrace`.
 
-    ``keep_flows`` keeps the ``s``/``f`` flow arrows of that cat (as (ph, id, lane, ts) in ``flows``).
+    ``keep_flows`` keeps the ``s``/``f`` flow arrows of that cat or those cats (as (ph, id, lane, ts) in
+    ``flows``).
     ``relabel(cat, name, args)`` gives each ``X`` event that has ``args`` its (cat, name), for dialects that say
     in ``args`` what an event is (slower: those ``args`` are decoded). ``amend(event)`` may change each ``X``
     event's cat, name, pid and tid in place, reading its ``args`` only where it needs them (Kineto: the device

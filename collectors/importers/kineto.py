@@ -21,9 +21,12 @@ from ddltrace.collectors.importers.base import ImportContext, Importer, rank_fro
 from ddltrace.collectors.importers.chrome import read_chrome
 from ddltrace.collectors.importers.convert import chrome_part, record
 
+#: Header keys, or a cat only Kineto writes (PyTorch 1.8/1.9's capitalised ones too; files of that age may have
+#: no header keys).
 _SNIFF = re.compile(rb'"(schemaVersion|deviceProperties|distributedInfo|baseTimeNanoseconds)"\s*:|'
                     rb'"cat"\s*:\s*"(cpu_op|cuda_runtime|kernel|python_function|user_annotation|gpu_memcpy|'
-                    rb'cpu_instant_event|cuda_driver)"')
+                    rb'gpu_memset|gpu_user_annotation|cpu_instant_event|cuda_driver|mtia_ccp_events|mtia_runtime|'
+                    rb'hpu_op|xpu_runtime|privateuse1_runtime|collective_comm|Operator|Runtime|Kernel|Memcpy|Memset)"')
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 #: Host threads' own work (lower-cased cats): a lane holding it and no device event is a host thread's, even under
 #: a process labelled "GPU N" (PyTorch's Python tracer writes some threads with pid 0).
@@ -37,6 +40,8 @@ HOST_CATS = CPU_CATS | frozenset({
 #: Appended to the cat of a device event whose ``args`` carry collective metadata ("Collective name",
 #: "Process Group Name": c10d's record_param_comms metadata, which Kineto copies onto the collective's kernels).
 COLLECTIVE_TAG = " [collective args]"
+#: Cats of the flow arrows from a kernel's launch to the kernel: "ac2g" since PyTorch 1.10, "async" in 1.8/1.9.
+FLOW_CATS = ("ac2g", "async")
 #: Largest rank a store holds (its rank column is int32).
 MAX_RANK = (1 << 31) - 1
 #: Timestamps above this (µs) are since the Unix epoch (2001-09-09), below it relative to baseTimeNanoseconds.
@@ -72,7 +77,20 @@ class DeviceArgs:
 
     def __init__(self):
         self.lanes: set[tuple] = set()  # (device, stream) of every device event placed from its args
+        self.moved: dict[tuple, tuple] = {}  # (pid, tid) as written -> (device, stream), where they differ
         self._host: dict[str, bool] = {}
+
+    def follow_flows(self, trace) -> None:
+        """Put the flow arrows that end on a lane as written on the lane its events were moved to, so that a
+        kernel's launch is found (PyTorch 1.9's ``f`` arrows are on tid ``"stream 7"``)."""
+        if not self.moved or not trace.flows:
+            return
+        index = {lane: i for i, lane in enumerate(trace.lanes)}
+        remap = np.arange(len(trace.lanes))
+        for old, new in self.moved.items():
+            if old in index and new in index:
+                remap[index[old]] = index[new]
+        trace.flows["lane"] = remap[trace.flows["lane"]]
 
     def __call__(self, event) -> None:
         host = self._host.get(event.cat)
@@ -86,6 +104,8 @@ class DeviceArgs:
             return
         device, stream = args.device, args.stream
         if _is_int(device) and (_is_int(stream) or isinstance(stream, str)):
+            if event.pid != device or event.tid != stream:  # PyTorch 1.9: tid "stream 7"
+                self.moved[(event.pid, event.tid)] = (device, stream)
             event.pid, event.tid = device, stream
             self.lanes.add((device, stream))
         if args.collective is not msgspec.UNSET or args.group is not msgspec.UNSET:
@@ -180,7 +200,8 @@ def row_steps(trace, gpu_lane: np.ndarray) -> np.ndarray | None:
 
 def read(path: Path, ctx: ImportContext):
     device_args = DeviceArgs()
-    trace = read_chrome(path, keep_flows="ac2g", amend=device_args)
+    trace = read_chrome(path, keep_flows=FLOW_CATS, amend=device_args)
+    device_args.follow_flows(trace)
     info = trace.header.get("distributedInfo")
     default, wrong = distributed_rank(info)
     rank = rank_from_path(path, ctx.rank_from, ctx, default)
