@@ -289,6 +289,14 @@ def test_deepep_and_collective_args_kernels_are_comm(tmp_path, capsys):
 def test_communication_libraries_kernels_are_comm(library, name):
     categorizer = Categorizer()
     assert categorizer.category("kineto", "kernel", name) == "comm", library
+    assert categorizer.category("chrome", "", name) == "comm", library  # any other tool's Chrome trace
+
+
+@pytest.mark.parametrize("name", ["ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "rccl_AllGather_kernel",
+                                  "nvshmemi_transfer_rma_put_kernel", "mscclKernel_Sum_float_Simple_false"])
+def test_communication_libraries_in_xplane_and_tf_kernels(name):
+    """XLA's (JAX, TensorFlow) GPU collectives run NCCL/RCCL, NVSHMEM or MSCCL kernels: comm in the TF rules."""
+    assert Categorizer().category("tf2", "", name) == "comm"
 
 
 @pytest.mark.parametrize(("cat", "name", "category"), [
