@@ -279,10 +279,6 @@ def _in_schema(columns: Mapping[str, Any]) -> bool:
     """Whether ``columns`` holds exactly the timeline's columns, each already at its dtype and length."""
     if len(columns.keys()) != len(TIMELINE_DTYPES) or set(columns.keys()) != set(TIMELINE_DTYPES):
         return False
-    if isinstance(columns, pd.DataFrame):  # one length; the dtypes without making a Series of each column
-        dtypes = columns.dtypes
-        return all(dtypes[column] == dtype for column, dtype in TIMELINE_DTYPES.items()) and not any(
-            columns[column].array.isna().any() for column in ("lane", "source"))
     if len({len(columns[column]) for column in TIMELINE_DTYPES}) != 1:
         return False
     if not all(getattr(columns[column], "dtype", None) == dtype for column, dtype in TIMELINE_DTYPES.items()):
@@ -299,13 +295,12 @@ def make_timeline(records: Iterable[Mapping[str, Any]] | Mapping[str, Any] | pd.
     Columns may also be passed as keyword arrays: ``make_timeline(rank=[0], name=["x"], ...)``.
     Raises :class:`SchemaError` listing every violation.
     """
+    if (isinstance(records, pd.DataFrame) and list(records.columns) == list(TIMELINE_DTYPES)
+            and records.index.equals(pd.RangeIndex(len(records))) and _valid_as_typed(records)):
+        return records.copy(deep=False)  # a valid timeline in the store's layout (copy-on-write: nothing copied)
     if isinstance(records, Mapping | pd.DataFrame) and _in_schema(records):
-        if (isinstance(records, pd.DataFrame) and list(records.columns) == list(TIMELINE_DTYPES)
-                and records.index.equals(pd.RangeIndex(len(records)))):
-            frame = records.copy(deep=False)  # already the timeline's layout (copy-on-write: nothing is copied)
-        else:
-            frame = pd.DataFrame({column: getattr(records[column], "array", records[column])  # no index to align
-                                  for column in TIMELINE_DTYPES}, copy=False)
+        frame = pd.DataFrame({column: getattr(records[column], "array", records[column])  # no index to align
+                              for column in TIMELINE_DTYPES}, copy=False)
         validate_timeline(frame)  # nothing to fill or cast: check the values only
         return frame
     if records is None:
