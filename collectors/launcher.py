@@ -303,8 +303,11 @@ def _run(cfg: RunConfig, out: Path, mpi: bool, lib: Path | None, work: Path, rec
         result = _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, interrupted,
                          system_rows + gpu_rows, stacks, notes, proc.pid, collectors, gpu.devices,
                          work / "framework", writing.progress)
-    print(summary_line(result), file=stream, flush=True)
+        print(summary_line(result), file=stream, flush=True)
     return result
+
+
+_RENAMING = "renaming the store into place"
 
 
 class WriteAbandoned(KeyboardInterrupt):
@@ -356,6 +359,8 @@ class _WriteSignals:
 
     def _handler(self, signum, frame):
         self.count += 1
+        if self.progress.phase == _RENAMING:  # one step from done: abandoning now would gain nothing
+            return
         if self.count >= 2:
             print("\nddltrace: write abandoned", file=self.stream, flush=True)
             raise WriteAbandoned()
@@ -389,7 +394,7 @@ def _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, i
                        sample_rows, stacks, notes, root_pid, collectors, gpus, fw_dir, progress)
         progress.phase = "verifying the store"
         verify_written(store, [rr.rank for rr in rank_records])
-        progress.phase = "renaming the store into place"
+        progress.phase = _RENAMING
         publish(staging, out)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)

@@ -30,6 +30,7 @@ from ddltrace.store import TraceStore
 REPO = Path(__file__).resolve().parent.parent
 DDLTRACE = Path(sys.executable).parent / "ddltrace"
 CALLS = int(os.environ.get("DDLTRACE_FAULT_CALLS", "5000"))
+LONG_S = 120 + CALLS / 5000  # the longest wait for a job or a write (s): longer with more calls
 needs_mpi = pytest.mark.skipif(find_tool("mpicc") is None or find_tool("mpiexec") is None,
                                reason="no mpicc/mpiexec beside this Python (pip install 'ddltrace[mpi]')")
 
@@ -83,11 +84,11 @@ class Run:
 
     def logged(self) -> dict[int, int]:
         """Calls each rank logged, once both have."""
-        wait_for(lambda: len(list(self.log.glob("rank*.json"))) == 2, "the job's call log", timeout=120)
+        wait_for(lambda: len(list(self.log.glob("rank*.json"))) == 2, "the job's call log")
         return {int(p.stem[4:]): json.loads(p.read_text())["allreduce"] for p in self.log.glob("rank*.json")}
 
 
-def wait_for(predicate, what: str, timeout: float = 60.0):
+def wait_for(predicate, what: str, timeout: float = LONG_S):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
@@ -105,7 +106,7 @@ def stored_calls(store: Path) -> dict[int, int]:
 
 
 def ddltrace(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(DDLTRACE), *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run([str(DDLTRACE), *args], capture_output=True, text=True, timeout=LONG_S)
 
 
 @pytest.fixture
@@ -159,7 +160,7 @@ def test_ctrl_c_twice_during_the_write_keeps_the_records_and_recover_makes_the_s
     run.proc.send_signal(signal.SIGINT)  # 2: says what is written and how long it will take
     wait_for(lambda: "Interrupt again" in run.stderr(), "the write's progress line")
     run.proc.send_signal(signal.SIGINT)  # 3: abandons the write
-    assert run.proc.wait(timeout=60) == 130
+    assert run.proc.wait(timeout=LONG_S) == 130
     err = run.stderr()
     said = next(line for line in err.splitlines() if "Interrupt again" in line)
     assert f"writing the store {out}" in said and re.search(r"of [\d,]+ MPI calls written, about \d+ s left", said)
@@ -187,7 +188,7 @@ def test_one_signal_during_the_write_says_so_and_the_store_is_complete(tmp_path,
     logged = run.logged()
     wait_for(lambda: "the job ended" in run.stderr(), "the store's write")
     run.proc.send_signal(signal.SIGTERM)
-    assert run.proc.wait(timeout=120) == 0, run.stderr()
+    assert run.proc.wait(timeout=LONG_S) == 0, run.stderr()
     assert "Interrupt again to abandon" in run.stderr()
     assert stored_calls(out) == logged == {0: CALLS, 1: CALLS}
     assert not records.exists()
@@ -234,7 +235,7 @@ def test_full_disk_keeps_the_records_and_recover_makes_the_store_elsewhere(tmp_p
     cleanup["runs"].append(run)
     cleanup["records"].append(records := run.records())
     logged = run.logged()
-    assert run.proc.wait(timeout=120) == 2
+    assert run.proc.wait(timeout=LONG_S) == 2
     err = run.stderr()
     assert "Traceback" not in err
     assert f"ddltrace: error: {out}: cannot write the store (No space left on device)" in err
@@ -268,7 +269,7 @@ def test_two_imports_into_one_out(tmp_path):
         wait_for(lambda: any(tmp_path.glob(".S.*.tmp")), "the first import's write")
         racing = ddltrace("import", str(second), "--out", str(out))
         assert racing.returncode == 2 and "being written by ddltrace pid" in racing.stderr, racing
-        assert slow.wait(timeout=120) == 0, slow.stderr.read()
+        assert slow.wait(timeout=LONG_S) == 0, slow.stderr.read()
     finally:
         if slow.poll() is None:
             slow.kill()
@@ -293,6 +294,6 @@ def test_two_runs_into_one_out(tmp_path, cleanup):
     assert second.returncode == 2 and "being written by ddltrace pid" in second.stderr, second.stderr
     assert not marker.exists(), "the second run stopped before its job"
     go.touch()
-    assert first.proc.wait(timeout=120) == 0, first.stderr()
+    assert first.proc.wait(timeout=LONG_S) == 0, first.stderr()
     assert stored_calls(out) == logged == {0: CALLS, 1: CALLS}
     assert not records.exists()
