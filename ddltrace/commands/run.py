@@ -19,7 +19,10 @@ def register(subparsers) -> None:
                     "mpicc on first use), which records each MPI call crash-safely; clocks are aligned to rank 0.\n"
                     "Any job: the machine and the job's processes are sampled (CPU, memory, disk, network,\n"
                     "context switches; GPUs through NVML where a driver is present), and with --pyspy each\n"
-                    "Python process's stacks. Ctrl-C stops the job and still writes the store.\n\n"
+                    "Python process's stacks. Ctrl-C stops the job and still writes the store; Ctrl-C during\n"
+                    "the write says how long it will take, and a second one abandons it. The raw records are\n"
+                    "deleted only once the store is written and verified: if ddltrace is killed or the write\n"
+                    "fails, `ddltrace recover` makes the store from them (docs/COLLECTORS.md).\n\n"
                     "--framework switches the framework's own profiler on in every Python process of the job,\n"
                     "from outside its code, for a window of training steps (docs/FRAMEWORKS.md); each process\n"
                     "(worker, server, scheduler, ps) becomes a rank with its role, on the samplers' clock.",
