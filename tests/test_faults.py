@@ -264,14 +264,17 @@ def test_two_imports_into_one_out(tmp_path):
     out = tmp_path / "S"
     slow = subprocess.Popen([str(DDLTRACE), "import", str(first), "--out", str(out)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "DDLTRACE_TEST_WRITE_DELAY_S": "3"})
+                            env={**os.environ, "DDLTRACE_TEST_WRITE_DELAY_S": "2"})
     try:
         wait_for(lambda: any(tmp_path.glob(".S.*.tmp")), "the first import's write")
+        slow.send_signal(signal.SIGSTOP)  # the first import stays inside its write while the second runs
         racing = ddltrace("import", str(second), "--out", str(out))
+        slow.send_signal(signal.SIGCONT)
         assert racing.returncode == 2 and "being written by ddltrace pid" in racing.stderr, racing
         assert slow.wait(timeout=LONG_S) == 0, slow.stderr.read()
     finally:
         if slow.poll() is None:
+            slow.send_signal(signal.SIGCONT)
             slow.kill()
     assert _names(out) == {"op_a": 1200}, "the first import's store, whole"
     refused = ddltrace("import", str(second), "--out", str(out))
