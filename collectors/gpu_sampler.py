@@ -14,6 +14,8 @@ from __future__ import annotations
 import threading
 import time
 
+from ddltrace.collectors.system_sampler import check_rate
+
 MACHINE = -1
 
 
@@ -27,6 +29,7 @@ class GpuSampler:
     """Sample every GPU at ``hz`` (per second) until :meth:`stop`."""
 
     def __init__(self, hz: float = 10.0):
+        check_rate(hz)
         self.hz = hz
         self.rows: list[tuple[int, str, int, float]] = []
         self.available = False

@@ -47,6 +47,7 @@ from ddltrace.collectors.pmpi.records import OUTSIDE_MPI, RankRecords, read_reco
 from ddltrace.collectors.pyspy_stacks import PySpyRecorder
 from ddltrace.collectors.system_sampler import MACHINE, SystemSampler
 from ddltrace.errors import DdltraceError
+from ddltrace.options import SAMPLE_HZ
 from ddltrace.store import StoreLock, TraceStore, publish, staging_path, verify_written
 from ddltrace.timeline import make_counters, make_timeline
 from ddltrace.units import format_ns
@@ -199,8 +200,8 @@ def run_job(cfg: RunConfig) -> RunResult:
         raise DdltraceError("command: nothing to run (give it after --)")
     if cfg.np is not None and cfg.np < 1:
         raise DdltraceError(f"--np: must be at least 1, got {cfg.np}")
-    if cfg.sample_hz <= 0:
-        raise DdltraceError(f"--sample-hz: must be > 0, got {cfg.sample_hz}")
+    if not SAMPLE_HZ[0] <= cfg.sample_hz <= SAMPLE_HZ[1]:  # NaN fails too
+        raise DdltraceError(f"--sample-hz {cfg.sample_hz}: expected {SAMPLE_HZ[0]:g} to {SAMPLE_HZ[1]:g} Hz")
     if not out.parent.exists():
         raise DdltraceError(f"{out.parent}: no such folder for the store")
     if cfg.framework is not None:

@@ -18,11 +18,14 @@ at the start and 0.1, 0.3, 0.7 and 1.5 s after (when a job starts its processes)
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
 
 import psutil
+
+from ddltrace.options import SAMPLE_HZ
 
 MACHINE = -1
 _LINUX = os.path.exists("/proc/stat") and os.path.exists("/proc/self/stat")
@@ -96,6 +99,13 @@ def _tree_linux(root: int) -> list[int]:
 _HAS_CHILDREN = _LINUX and os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
 
 
+def check_rate(hz: float) -> None:
+    """Refuse a sampling rate (samples per second) outside :data:`ddltrace.options.SAMPLE_HZ` (0.01 to 1000):
+    NaN or infinity make a busy loop, 1e-300 a sleep that overflows and kills the sampler's thread."""
+    if not (math.isfinite(hz) and SAMPLE_HZ[0] <= hz <= SAMPLE_HZ[1]):
+        raise ValueError(f"sample rate {hz!r} Hz: expected {SAMPLE_HZ[0]:g} to {SAMPLE_HZ[1]:g} Hz")
+
+
 FIRST_RESCAN_S = 0.1  # the first look again at the job's process tree, in s; the interval doubles up to the refresh
 
 
@@ -103,8 +113,7 @@ class SystemSampler:
     """Sample at ``hz`` (samples per second) until :meth:`stop`; ``root_pid`` is the job's top process."""
 
     def __init__(self, hz: float = 10.0, root_pid: int | None = None, tree_refresh_s: float = 1.0):
-        if hz <= 0:
-            raise ValueError(f"sample rate must be > 0 Hz, got {hz}")
+        check_rate(hz)
         self.hz = hz
         self.root_pid = root_pid
         self.tree_refresh_s = tree_refresh_s  # how often new processes are looked for (a /proc walk), in s

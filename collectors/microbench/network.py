@@ -24,6 +24,7 @@ What the client measures:
 
 from __future__ import annotations
 
+import math
 import socket
 import struct
 import threading
@@ -37,6 +38,10 @@ MAGIC = b"DDLP"
 BUSY = b"DDLB"
 """Sent instead of the hello's answer by a server already serving its maximum number of clients."""
 VERSION = 1
+MAX_CLIENTS = 1024
+"""The most connections a server serves at once: one thread each, and the listen backlog."""
+IDLE_TIMEOUT_S = (0.001, 86400.0)
+"""The idle timeout's range, in s: the kernel's timeval counts microseconds, and a day bounds a silent peer."""
 OP_HELLO, OP_PINGPONG, OP_SINK, OP_BYE = 0, 1, 2, 3
 REQUEST = struct.Struct("!4sBQQ")
 HELLO_REPLY = struct.Struct("!4sBQ")
@@ -106,6 +111,11 @@ class ProbeServer:
 
     def __init__(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT, max_clients: int = 16,
                  idle_timeout: float = 30.0, log=None):
+        if type(max_clients) is not int or not 1 <= max_clients <= MAX_CLIENTS:
+            raise ValueError(f"max_clients {max_clients!r}: expected 1 to {MAX_CLIENTS}")
+        if not (math.isfinite(idle_timeout) and IDLE_TIMEOUT_S[0] <= idle_timeout <= IDLE_TIMEOUT_S[1]):
+            raise ValueError(f"idle_timeout {idle_timeout!r}: expected {IDLE_TIMEOUT_S[0]:g} to "
+                             f"{IDLE_TIMEOUT_S[1]:g} s")
         self.host, self.port, self.max_clients, self.idle_timeout = host, port, max_clients, idle_timeout
         self._log = log or (lambda msg: None)
         self._stop = threading.Event()

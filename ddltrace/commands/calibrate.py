@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 import time
 
+from ddltrace.options import integer, number
+
 DESCRIPTION = """\
 Measure this machine's constants for the analytical models: C_muladd, C_act, C_err (curves over segment sizes
 crossing the caches, float32 and float64), C_interf(H), memory r_m and w_m (STREAM's kernels), disk r_d, w_d and
@@ -24,8 +26,9 @@ def register(subparsers) -> None:
                    "loopback server started here)")
     p.add_argument("--out", default="hardware-profile.json", help="profile file (default: hardware-profile.json)")
     p.add_argument("--disk-path", metavar="DIR", help="directory for the disk benchmark's file (default: the temp dir)")
-    p.add_argument("--disk-size", metavar="MIB", type=int, help="disk file size in MiB (default: 32 quick, 1024)")
-    p.add_argument("--net-timeout", type=float, default=5.0, metavar="S",
+    p.add_argument("--disk-size", metavar="MIB", type=integer(1, 2**20, unit="MiB"),
+                   help="disk file size in MiB (default: 32 quick, 1024)")
+    p.add_argument("--net-timeout", type=number(0.001, 3600, unit="s"), default=5.0, metavar="S",
                    help="seconds to wait for the peer at any step (default: 5)")
     p.add_argument("--json", action="store_true", help="print the profile as JSON instead of the summary table")
     p.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"),
@@ -61,7 +64,6 @@ class _Progress:
 def run(args) -> int:
     from ddltrace.collectors.microbench import profile as prof
     from ddltrace.collectors.microbench import suite
-    from ddltrace.errors import DdltraceError
 
     if args.compare:
         a, b = (prof.load(path) for path in args.compare)
@@ -71,8 +73,6 @@ def run(args) -> int:
               f"{b['created_utc']})")
         print(prof.table(prof.compare(a, b), ("constant", "A", "B", "B / A", "verdict")))
         return 0
-    if args.disk_size is not None and args.disk_size < 1:
-        raise DdltraceError(f"--disk-size {args.disk_size}: expected a positive number of MiB")
     progress = _Progress()
     opts = suite.Options(quick=args.quick, sections=suite.parse_sections(args.only), peer=args.peer,
                          disk_path=args.disk_path, disk_bytes=args.disk_size * 2**20 if args.disk_size else None,

@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 from ddltrace.errors import DdltraceError
+from ddltrace.options import integer
 from ddltrace.units import format_bytes
 
 #: Files read at once by default: each reader holds one file's ranks, so memory grows with it.
@@ -53,7 +54,7 @@ def register(subparsers) -> None:
     p.add_argument("--force", action="store_true", help="replace STORE if it exists")
     p.add_argument("--progress", choices=["auto", "always", "never"], default="auto",
                    help="progress line on stderr (auto: inputs over 32 MiB)")
-    p.add_argument("--jobs", type=int, metavar="N",
+    p.add_argument("--jobs", type=integer(1, 1024), metavar="N",
                    help="files read at once, one per process, each holding one file's ranks (default: one per "
                         f"CPU this process may use, at most {DEFAULT_MAX_JOBS})")
     p.set_defaults(func=run)
@@ -141,8 +142,6 @@ def run(args) -> int:
     from ddltrace.store import StoreLock
 
     out = Path(args.out)
-    if args.jobs is not None and args.jobs < 1:
-        raise DdltraceError(f"--jobs {args.jobs}: must be 1 or more")
     if out.exists() and not args.force:
         raise DdltraceError(f"{out}: already exists (choose another --out, or add --force)")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,7 @@ from ddltrace.errors import DdltraceError
 from ddltrace.models import hashemi
 from ddltrace.models.dnn import load_dnn
 from ddltrace.models.quantities import load_json, parse_int_list, parse_what_if, profile_constants
+from ddltrace.options import finite, integer, positive
 from ddltrace.units import format_ns, format_percent
 
 UNITS = {"c_p": "s/sample", "c_b": "s/batch", "c_u": "s/update", "t_phase_min": "s", "kappa": "1/worker",
@@ -47,13 +48,13 @@ def register(subparsers) -> None:
     f.add_argument("--profile", metavar="FILE", help="hardware profile from 'ddltrace calibrate' (r_m, w_m, r_net, "
                                                      "lat_net, r_d are held fixed)")
     f.add_argument("--dnn", metavar="DNN", help="DNN description (file or bundled name) for n_w, n_f and s")
-    f.add_argument("--n-w", type=float, help="weights n_w (default: the DNN's parameters, or the run's n_w)")
-    f.add_argument("--n-f", type=float, help="features per sample n_f")
-    f.add_argument("--bytes-per-value", type=float, help="s, bytes per value (default 8, or the DNN's)")
-    f.add_argument("--batch", type=float, help="batch size, when the stores do not record it")
-    f.add_argument("--samples", type=float, help="data set size d, when the stores do not record it")
-    f.add_argument("--epochs", type=float, help="epochs E, when the stores do not record it")
-    f.add_argument("--servers", type=int, help="ranks 0..N-1 are parameter servers (default: manifest roles)")
+    f.add_argument("--n-w", type=positive(), help="weights n_w (default: the DNN's parameters, or the run's n_w)")
+    f.add_argument("--n-f", type=positive(), help="features per sample n_f")
+    f.add_argument("--bytes-per-value", type=positive("B"), help="s, bytes per value (default 8, or the DNN's)")
+    f.add_argument("--batch", type=positive(), help="batch size, when the stores do not record it")
+    f.add_argument("--samples", type=positive(), help="data set size d, when the stores do not record it")
+    f.add_argument("--epochs", type=positive(), help="epochs E, when the stores do not record it")
+    f.add_argument("--servers", type=integer(1), help="ranks 0..N-1 are parameter servers (default: manifest roles)")
     f.add_argument("--storage", choices=hashemi.STORAGE_KINDS, default="shared",
                    help="how initialisation reads the data (default shared: one worker after another)")
     f.add_argument("--free", default="c_p,c_b,c_u",
@@ -63,7 +64,7 @@ def register(subparsers) -> None:
     f.add_argument("--c-u-from-trace", action="store_true",
                    help="hold c_u at the server rank's measured busy time per update instead of fitting it "
                         "(predicts the knee from runs below it)")
-    f.add_argument("--threshold", type=float, default=0.10,
+    f.add_argument("--threshold", type=positive(), default=0.10,
                    help="relative divergence that flags a run (default 0.10)")
     f.add_argument("--out", metavar="FILE", help="write the fitted model as JSON")
     f.add_argument("--json", action="store_true", help="print the fitted model as JSON")
@@ -74,7 +75,7 @@ def register(subparsers) -> None:
                                    "counts, beside the measured runs, and with constants changed (--what-if).")
     q.add_argument("model", metavar="MODEL", help="model JSON written by 'ddltrace model fit --out'")
     q.add_argument("--workers", required=True, help="worker counts, e.g. 1,2,4,8,16,32,64")
-    q.add_argument("--batch", type=float, help="batch size (default: the model's)")
+    q.add_argument("--batch", type=positive(), help="batch size (default: the model's)")
     q.add_argument("--what-if", action="append", default=[], metavar="NAME=VALUE",
                    help="change a constant: r_net=0.1x (ten times faster network), c_u=2e-5 (seconds); repeatable")
     q.add_argument("--plot", metavar="PNG", help="write a plot of predicted vs measured")
@@ -86,10 +87,9 @@ def _fixed(items: list[str]) -> dict[str, float]:
     out = {}
     for item in items:
         name, _, value = item.partition("=")
-        try:
-            out[name.strip()] = float(value)
-        except ValueError:
-            raise DdltraceError(f"--fix {item!r}: expected NAME=VALUE with a number") from None
+        if not name.strip() or not value.strip():
+            raise DdltraceError(f"--fix {item!r}: expected NAME=VALUE with a number")
+        out[name.strip()] = finite(value, f"--fix {item!r}")
     return out
 
 

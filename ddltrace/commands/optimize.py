@@ -15,6 +15,7 @@ from ddltrace.errors import DdltraceError
 from ddltrace.models import yan
 from ddltrace.models.dnn import load_dnn
 from ddltrace.models.quantities import load_json, parse_int_list, parse_what_if, profile_constants
+from ddltrace.options import integer, positive
 from ddltrace.units import format_ns
 
 
@@ -28,21 +29,21 @@ def register(subparsers) -> None:
     p.add_argument("--dnn", required=True, help="DNN description: a JSON file or a bundled name "
                                                 "(mnist-adam, imagenet22k-adam, alexnet, vgg11, ...)")
     p.add_argument("--profile", required=True, metavar="FILE", help="hardware profile (ddltrace calibrate)")
-    p.add_argument("--machines", type=int, required=True, help="machines N in all (servers + workers)")
-    p.add_argument("--samples", type=float, default=1e6, help="samples per epoch N_sample (default 1e6)")
-    p.add_argument("--read-every", type=float, default=70, help="samples between weight reads N_read (default 70)")
+    p.add_argument("--machines", type=integer(2), required=True, help="machines N in all (servers + workers)")
+    p.add_argument("--samples", type=positive(), default=1e6, help="samples per epoch N_sample (default 1e6)")
+    p.add_argument("--read-every", type=positive(), default=70, help="samples between weight reads N_read (default 70)")
     p.add_argument("--read-bound", choices=yan.READ_BOUNDS, default="min",
                    help="PS read time: min (eq. 11, the default: it ranks Yan et al.'s Table 1 best, see "
                         "benchmarks/model_ranking.py), max (eq. 10) or their mean")
     p.add_argument("--threads", help="thread counts H to try, e.g. 1,8,16 (default: the profile's cores)")
-    p.add_argument("--max-workers", type=int, default=4,
+    p.add_argument("--max-workers", type=integer(1), default=4,
                    help="largest N_wr, workers per replica (default 4; the search grows with its square)")
     p.add_argument("--config", action="append", default=[], metavar="W/R/PS",
                    help="only these configurations (#workers/#replicas/#servers), repeatable")
     p.add_argument("--what-if", action="append", default=[], metavar="NAME=VALUE",
                    help="change a hardware constant: C_nbw=10x (ten times the bandwidth), C_muladd=0.5x, "
                         "C_ncost=1e-6 (seconds); repeatable")
-    p.add_argument("--top", type=int, default=10, help="configurations to print (default 10)")
+    p.add_argument("--top", type=integer(1), default=10, help="configurations to print (default 10)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 
@@ -69,8 +70,6 @@ def run(args) -> int:
         except KeyError as exc:
             raise DdltraceError(f"--what-if: {exc.args[0]!r} cannot change: use one of "
                                 f"{', '.join(yan.Hardware.__dataclass_fields__)} (cores only with cores=N)") from None
-    if args.samples <= 0 or args.read_every <= 0:
-        raise DdltraceError("--samples and --read-every must be > 0")
     threads = parse_int_list(args.threads, "--threads") if args.threads else None
     configs = [parse_config(c) for c in args.config] or None
     ranked = yan.optimise(dnn, hw, args.machines, N_sample=args.samples, N_read=args.read_every, threads=threads,

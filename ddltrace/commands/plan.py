@@ -19,6 +19,7 @@ from ddltrace.errors import DdltraceError
 from ddltrace.models import chang, ralp
 from ddltrace.models.dnn import load_dnn
 from ddltrace.models.quantities import parse_bandwidth, parse_bytes, parse_int_list, parse_seconds
+from ddltrace.options import integer, number
 from ddltrace.units import format_bytes, format_ns, format_percent
 
 
@@ -33,10 +34,11 @@ def register(subparsers) -> None:
     g = sub.add_parser("gpus", help="Lemma 3.1: speedup and efficiency from the overhead ratio",
                        description="Amdahl with the overhead ratio R_O = T_O / T that computation cannot hide: "
                                    "S(N) = 1 / (R_O + (1 - R_O) / N), E(N) = S(N) / N.")
-    g.add_argument("--overhead-ratio", type=float, help="R_O, the fraction of a step not hidden (0..1)")
+    g.add_argument("--overhead-ratio", type=number(0, 1), help="R_O, the fraction of a step not hidden (0..1)")
     g.add_argument("--gpus", default="1,2,4,8,16", help="GPU counts N (default 1,2,4,8,16)")
-    g.add_argument("--efficiency", type=float, help="target efficiency E: print the largest R_O for each N")
-    g.add_argument("--speedup", type=float, help="target speedup S: print the GPUs it takes")
+    g.add_argument("--efficiency", type=number(0, 1, low_open=True),
+                   help="target efficiency E: print the largest R_O for each N")
+    g.add_argument("--speedup", type=number(1, None, "x"), help="target speedup S: print the GPUs it takes")
     g.add_argument("--json", action="store_true", help="print JSON")
     g.set_defaults(func=run_gpus)
 
@@ -45,7 +47,7 @@ def register(subparsers) -> None:
                                    "B bytes/s per server, T_C seconds of compute per round.")
     s.add_argument("--param-bytes", help="parameter size S_p, e.g. 250MB (or give --dnn)")
     s.add_argument("--dnn", help="DNN description whose parameters give S_p")
-    s.add_argument("--workers", type=int, required=True, help="workers N_w")
+    s.add_argument("--workers", type=integer(1), required=True, help="workers N_w")
     s.add_argument("--bandwidth", required=True, help="per-server bandwidth B, e.g. 10Gbit/s or 1.25GB/s")
     s.add_argument("--compute-time", required=True, help="compute time of one round T_C, e.g. 0.5s or 300ms")
     s.add_argument("--json", action="store_true", help="print JSON")
@@ -66,9 +68,9 @@ def register(subparsers) -> None:
                                    "layer i* = argmin O_i + sum P_x, and bytes per step and worker for a parameter "
                                    "server, ring all-reduce and RALP's placement.")
     r.add_argument("--dnn", required=True, help="DNN description (e.g. alexnet, vgg11)")
-    r.add_argument("--batch", type=int, required=True, help="batch size per worker")
-    r.add_argument("--workers", type=int, required=True, help="ring all-reduce participants W")
-    r.add_argument("--k", type=float, default=ralp.DEFAULT_K, help=f"threshold K (default {ralp.DEFAULT_K})")
+    r.add_argument("--batch", type=integer(1), required=True, help="batch size per worker")
+    r.add_argument("--workers", type=integer(1), required=True, help="ring all-reduce participants W")
+    r.add_argument("--k", type=number(), default=ralp.DEFAULT_K, help=f"threshold K (default {ralp.DEFAULT_K})")
     r.add_argument("--json", action="store_true", help="print JSON")
     r.set_defaults(func=run_placement)
 
@@ -160,8 +162,6 @@ def run_batch(args) -> int:
 
 def run_placement(args) -> int:
     dnn = load_dnn(args.dnn)
-    if args.batch < 1 or args.workers < 1:
-        raise DdltraceError("plan placement: --batch and --workers must be >= 1")
     pl = ralp.plan_placement(dnn, args.batch, args.workers, args.k)
     if args.json:
         return _dump({"dnn": dnn.name, "skewness_moments": pl.skewness, "skewness_position": pl.position_skewness,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ddltrace.collectors.microbench import network
+from ddltrace.options import integer, number
 
 
 def register(subparsers) -> None:
@@ -15,19 +16,15 @@ def register(subparsers) -> None:
                        description="Listen for probe clients until Ctrl-C or SIGTERM. Listens on loopback unless "
                                    "--host says otherwise (0.0.0.0: every interface).")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
-    s.add_argument("--port", type=int, default=network.DEFAULT_PORT,
+    s.add_argument("--port", type=integer(0, 65535), default=network.DEFAULT_PORT,
                    help=f"TCP port (default: {network.DEFAULT_PORT}; 0: any free port, printed)")
-    s.add_argument("--max-clients", type=int, default=16, help="connections served at once (default: 16)")
-    s.add_argument("--idle-timeout", type=float, default=30.0,
-                   help="seconds a silent peer is kept before it is dropped (default: 30 s)")
+    s.add_argument("--max-clients", type=integer(1, network.MAX_CLIENTS), default=16,
+                   help=f"connections served at once, 1 to {network.MAX_CLIENTS} (default: 16)")
+    s.add_argument("--idle-timeout", type=number(*network.IDLE_TIMEOUT_S, unit="s"), default=30.0,
+                   help=f"seconds a silent peer is kept before it is dropped, {network.IDLE_TIMEOUT_S[0]:g} "
+                        f"to {network.IDLE_TIMEOUT_S[1]:g} (default: 30 s)")
     s.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from ddltrace.errors import DdltraceError
-
-    if not 0 <= args.port < 65536:
-        raise DdltraceError(f"--port {args.port}: expected 0..65535")
-    if args.max_clients < 1 or args.idle_timeout <= 0:
-        raise DdltraceError("--max-clients and --idle-timeout must be positive")
     return network.serve(args.host, args.port, args.max_clients, args.idle_timeout)

@@ -8,6 +8,7 @@ import datetime as _dt
 from pathlib import Path
 
 from ddltrace.errors import DdltraceError
+from ddltrace.options import MAX_COUNT, SAMPLE_HZ, integer, number
 
 
 def register(subparsers) -> None:
@@ -36,14 +37,15 @@ def register(subparsers) -> None:
                "  ddltrace run --framework tf -- sh start_cluster.sh\n"
                "  ddltrace run --framework horovod --np 4 -- python train_hvd.py")
     how = p.add_mutually_exclusive_group()
-    how.add_argument("--np", type=int, metavar="N", help="start N ranks with this Python's mpiexec")
+    how.add_argument("--np", type=integer(1, MAX_COUNT), metavar="N", help="start N ranks with this Python's mpiexec")
     how.add_argument("--launcher", metavar="CMD",
                      help="your launcher command that CMD is appended to (mpiexec, mpirun, srun ...), quoted")
     p.add_argument("--out", metavar="STORE", help="trace store folder to create (default: ddltrace-run-<time>)")
-    p.add_argument("--sample-hz", type=float, default=10.0, metavar="HZ",
-                   help="system and GPU samples per second (default 10)")
+    p.add_argument("--sample-hz", type=number(*SAMPLE_HZ, unit="Hz"), default=10.0, metavar="HZ",
+                   help=f"system and GPU samples per second, {SAMPLE_HZ[0]:g} to {SAMPLE_HZ[1]:g} (default 10)")
     p.add_argument("--pyspy", action="store_true", help="sample each Python process's stacks with py-spy")
-    p.add_argument("--pyspy-rate", type=int, default=100, metavar="HZ", help="py-spy samples per second (100)")
+    p.add_argument("--pyspy-rate", type=integer(1, 1000, unit="Hz"), default=100, metavar="HZ",
+                   help="py-spy samples per second, 1 to 1000 (default 100)")
     p.add_argument("--framework", metavar="NAME",
                    help="switch this framework's profiler on: pytorch, mxnet, tf, horovod or cntk")
     p.add_argument("--steps", metavar="A-B",
@@ -51,6 +53,18 @@ def register(subparsers) -> None:
     p.add_argument("--no-progress", action="store_true", help="no live progress line on stderr")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the job, after --")
     p.set_defaults(func=run)
+
+
+def _check_writable(folder: Path) -> None:
+    """Refuse, before the job starts, a store whose folder cannot be written (read-only, not ours, missing):
+    a folder is made there and removed, so what the kernel will refuse is what is checked."""
+    import tempfile
+
+    try:
+        tempfile.TemporaryDirectory(dir=folder, prefix=".ddltrace-check-").cleanup()
+    except OSError as exc:
+        raise DdltraceError(f"{folder}: cannot write the store there ({exc.strerror}); choose another --out "
+                            "before the job runs") from None
 
 
 def run(args) -> int:
@@ -64,6 +78,7 @@ def run(args) -> int:
         raise DdltraceError("command: nothing to run (give it after --, e.g. ddltrace run --np 4 -- python job.py)")
     steps = frameworks.parse_steps(args.steps) if args.steps else frameworks.DEFAULT_STEPS
     out = Path(args.out) if args.out else Path(f"ddltrace-run-{_dt.datetime.now():%Y%m%d-%H%M%S}")
+    _check_writable(out.parent)
     result = run_job(RunConfig(argv=argv, out=out, np=args.np, launcher=args.launcher, sample_hz=args.sample_hz,
                                pyspy=args.pyspy, pyspy_rate_hz=args.pyspy_rate, progress=not args.no_progress,
                                framework=args.framework, steps=steps))

@@ -17,6 +17,7 @@ from pathlib import Path
 from ddltrace.collectors.mpi_env import mpiexec_command
 from ddltrace.collectors.workloads.ps_sgd import add_job_arguments, check_arguments, job_argv
 from ddltrace.errors import DdltraceError
+from ddltrace.options import integer
 from ddltrace.units import format_ns, format_percent
 
 JOB_MODULE = "ddltrace.collectors.workloads.ps_sgd"
@@ -37,8 +38,8 @@ def register(subparsers) -> None:
                     "a straggler: --straggler 2 --slowdown 4; Rudra's protocols: --sync softsync 2. "
                     "On a machine with fewer cores than ranks use --compute emulated.")
     size = ps.add_mutually_exclusive_group()
-    size.add_argument("--np", type=int, help="MPI ranks (server + workers; default 5)")
-    size.add_argument("--workers", type=int, help="workers w (ranks = w + 1)")
+    size.add_argument("--np", type=integer(1), help="MPI ranks (server + workers; default 5)")
+    size.add_argument("--workers", type=integer(1), help="workers w (ranks = w + 1)")
     add_job_arguments(ps)
     ps.add_argument("--trace", action="store_true",
                     help="run under 'ddltrace run' (the job collectors) and write the trace store to OUT/store")
@@ -55,11 +56,7 @@ def _no_job(args) -> int:
 def ranks_of(args) -> int:
     """MPI ranks from --np or --workers (default 5 ranks)."""
     if args.workers is not None:
-        if args.workers < 1:
-            raise DdltraceError(f"--workers {args.workers}: must be at least 1")
         return args.workers + 1
-    if args.np is not None and args.np < 1:
-        raise DdltraceError(f"--np {args.np}: must be at least 1")
     return args.np or 5
 
 
