@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ddltrace.analyses.requirements import ANALYSES
-from ddltrace.analyses.run_analysis import analyze_store, not_made
+from ddltrace.analyses.run_analysis import analyze_store
 from ddltrace.analyses.synthetic import write_ps_store
 from ddltrace.cli import main
 
@@ -90,6 +89,9 @@ def test_report_headline_and_not_made_section(ipm64, tmp_path, capsys):
 
 
 def test_a_timeline_with_messages_gets_every_analysis_it_holds(tmp_path):
+    from ddltrace.analyses.requirements import ANALYSES
+    from ddltrace.analyses.run_analysis import not_made
+
     run = analyze_store(write_ps_store(tmp_path / "ps", workers=4, steps=12, seed=3).path)
     assert {"timeline", "messages", "collectives", "mpi_calls"} <= run.capabilities
     assert all(run.can(key) for key in ANALYSES if ANALYSES[key].min_stores == 1)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ddltrace.analyses.findings import REQUIREMENTS, SYMPTOM_DISCOUNT, SYMPTOMS, load_detectors
+from ddltrace.analyses.findings import load_detectors
 from ddltrace.analyses.synthetic import write_ps_store
 from ddltrace.cli import main
 from ddltrace.report import build_report
@@ -58,6 +58,8 @@ def test_straggler_costs_slowest_minus_median(tmp_path, capsys):
 
 
 def test_findings_and_headline_rank_by_cost(tmp_path):
+    from ddltrace.analyses.findings import SYMPTOM_DISCOUNT, SYMPTOMS
+
     stores = [str(write_ps_store(tmp_path / f"w{w}", workers=w, server_ns=4e6, compute_ns=10e6).path)
               for w in (1, 2, 4, 8)]
     files = build_report(stores, tmp_path / "rep")
@@ -75,6 +77,8 @@ def test_findings_and_headline_rank_by_cost(tmp_path):
 
 
 def test_every_detector_defines_its_cost():
+    from ddltrace.analyses.findings import REQUIREMENTS
+
     docs = (Path(__file__).parent.parent / "docs" / "ANALYSES.md").read_text()
     section = docs.split("## What a finding costs", 1)[1].split("\n## ", 1)[0]
     for name, fn in load_detectors().items():

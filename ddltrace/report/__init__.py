@@ -135,9 +135,10 @@ def scan(run, limit: int = 15) -> tuple[dict[int, tuple[np.ndarray, np.ndarray]]
 
     segments = {}
     totals: dict[tuple[str, str], list[int]] = {}
+    timed = run.can("timeline_figures")
     for rank, frame in run.store.iter_timeline():
         phases = run.phases.get(rank)
-        if phases is not None:
+        if phases is not None and timed:
             segments[rank] = classify(frame, [phases.start_ns, phases.end_ns])
         grouped = frame.groupby(["name", "category"], observed=True)["dur_ns"].agg(["count", "sum"])
         for (name, category), count, total in zip(grouped.index, grouped["count"], grouped["sum"], strict=True):
@@ -259,8 +260,8 @@ def _model_curve(model_path: str, series: pd.DataFrame) -> tuple[pd.DataFrame, f
 
 
 def _series_figures(runs: list, findings: list, model: str | None = None) -> tuple[list[Figure], pd.DataFrame | None]:
-    if len({r.workers for r in runs}) < 2:
-        return [], None
+    if len({r.workers for r in runs}) < 2 or not all(r.can("scaling") for r in runs):
+        return [], None  # the phases a scaling series compares need a timeline (see report.not_made)
     series = scaling_table(runs)
     knee = None
     for f in findings:
