@@ -93,16 +93,19 @@ def get_importer(name: str) -> Importer:
 
 
 def detect(path: Path) -> Importer:
-    """The first registered format whose sniffer recognises the file's content."""
+    """The first registered format whose sniffer recognises the file's content (its first 64 KiB, decompressed,
+    without a UTF-8 byte-order mark; binary formats: the first 4 KiB as stored)."""
     source = ByteSource(path)
-    head = source.head()
+    head = source.head().removeprefix(b"\xef\xbb\xbf")
     with open(path, "rb") as fh:
         raw = fh.read(4096)
     for importer in REGISTRY:
         if importer.sniff(raw if importer.binary else head, path):
             return importer
     shown = head[:40].decode("utf-8", "replace").strip().replace("\n", " ")
-    raise DdltraceError(f"{path}: not a trace format ddltrace knows (starts with {shown!r}); "
+    what = (f"starts with {shown!r}" if shown else
+            f"its first {len(head) >> 10} KiB are whitespace" if head else "it is empty")
+    raise DdltraceError(f"{path}: not a trace format ddltrace knows ({what}); "
                         f"name it with --format ({', '.join(i.name for i in REGISTRY)})")
 
 

@@ -25,13 +25,29 @@ import numpy as np
 
 from ddltrace.collectors.importers import exact_time
 from ddltrace.collectors.importers.exact_time import MAX_NS, MISSING, NOT_A_NUMBER, OK, OUT_OF_RANGE, us_to_ns
+from ddltrace.collectors.importers.skim import Skimmer
 from ddltrace.collectors.importers.source import ByteSource
 from ddltrace.errors import DdltraceError
 
 #: Decoded bytes gathered before a piece is cut and decoded (bytes).
 PIECE_SIZE = 4 << 20
+#: The most text held for one event: an event still open after this many bytes is followed by a
+#: :class:`~ddltrace.collectors.importers.skim.Skimmer` (whitespace dropped, strings cut to ``STRING_KEEP`` bytes),
+#: and skipped if even that copy is larger.
+EVENT_LIMIT = 16 << 20
+#: How far the reader looks for the events array and its first event (bytes of text) before refusing the file.
+LOOKAHEAD = 16 << 20
+#: Names (cat, name, string pid/tid, process and thread names) longer than this (characters) are cut to it and
+#: marked with ``NAME_MARK``.
+NAME_CUT = 16384
+NAME_MARK = "…"
+#: Bytes of each string an oversized event's copy keeps: more than ``NAME_CUT`` characters of any UTF-8 or
+#: ``\uXXXX`` text, so a name cut there is still cut (and marked) by the name rule.
+STRING_KEEP = 6 * NAME_CUT + 6
+_BOM = b"\xef\xbb\xbf"
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _TRACE_EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[')
+_SPACE_AND_COMMAS = re.compile(rb"[\s,]*")
 _MALFORMED_AT = re.compile(r"\(byte (\d+)\)")
 _MAX_LISTED = 10  # damaged pieces described one by one; the rest are counted
 _KNOWN_PHASES = set("XBEbeniIsftCMNODPRcpv(),{}")  # every phase the format defines
@@ -344,7 +360,37 @@ class _Builder:
             t.flows = {k: np.concatenate([f[k] for f in self.flow_parts]) for k in self.flow_parts[0]}
         t.lanes = list(self.lane_index)
         t.keys = list(self.key_index)
+        self._cut_names()
         return t
+
+    def _cut_names(self) -> None:
+        """Names longer than ``NAME_CUT`` characters cut to it (with ``NAME_MARK``), and said so."""
+        t = self.trace
+        cut = 0
+
+        def short(value):
+            nonlocal cut
+            if isinstance(value, str) and len(value) > NAME_CUT:
+                cut += 1
+                return value[:NAME_CUT] + NAME_MARK
+            return value
+
+        if any(isinstance(v, str) and len(v) > NAME_CUT for lane in t.lanes for v in lane):
+            t.lanes = [(short(pid), short(tid)) for pid, tid in t.lanes]
+            t.process_names = {short(k): v for k, v in t.process_names.items()}
+            t.process_labels = {short(k): v for k, v in t.process_labels.items()}
+            t.process_args = {short(k): v for k, v in t.process_args.items()}
+            t.thread_names = {(short(p), short(i)): v for (p, i), v in t.thread_names.items()}
+            t.counters = [(short(pid), name, ts, value) for pid, name, ts, value in t.counters]
+        if any(len(c) > NAME_CUT or len(n) > NAME_CUT for c, n in t.keys):
+            t.keys = [(short(c), short(n)) for c, n in t.keys]
+        for names in (t.process_names, t.process_labels, t.thread_names):
+            for k, v in names.items():
+                if len(v) > NAME_CUT:
+                    names[k] = short(v)
+        if cut:
+            t.problems.append(f"{t.path}: {cut} name(s) longer than {NAME_CUT} characters cut to their first "
+                              f"{NAME_CUT}, marked with '{NAME_MARK}'")
 
     def _pair_begin_end(self) -> list[tuple]:
         """Pair B with E on each (pid, tid): in time order, an E closes the latest open B of its name
@@ -459,6 +505,11 @@ def _lenient_event(raw: msgspec.Raw) -> Event | str:
     return Event(**values)
 
 
+def _too_deep(path: str, start: int, size: int) -> str:
+    return (f"{path}: the event at byte {start} ({size} bytes) is nested deeper than the decoder follows "
+            "(msgspec's recursion limit); it was skipped")
+
+
 def _malformed_offset(exc: Exception) -> int | None:
     """msgspec's 'byte N' (one past the offending byte) from a decode error."""
     if isinstance(exc, UnicodeDecodeError):
@@ -472,6 +523,8 @@ class _Reader:
         self.source = source
         self.builder = builder
         self.offset = 0  # decoded-byte offset of buf[0] in the file
+        self.events_at = 0  # decoded-byte offset where the events array's content begins
+        self.strings_cut = 0  # strings of oversized events cut by the skimmer
         self.trace = builder.trace
 
     def _decode_piece(self, piece: bytes) -> bool:
@@ -495,17 +548,17 @@ class _Reader:
         except msgspec.ValidationError:
             pass
         except _MALFORMED as exc:
-            return None, exc
+            return None, exc.with_traceback(None)  # no frame (holding the text) kept alive by a cycle
         try:
             return _DECODE_EVENTS.decode(doc), None
         except msgspec.ValidationError:
             pass
         except _MALFORMED as exc:
-            return None, exc
+            return None, exc.with_traceback(None)  # no frame (holding the text) kept alive by a cycle
         try:
             raws = _DECODE_RAW_LIST.decode(doc)
         except _MALFORMED as exc:
-            return None, exc
+            return None, exc.with_traceback(None)  # no frame (holding the text) kept alive by a cycle
         good = []
         for raw in raws:
             ev = _lenient_event(raw)
@@ -545,8 +598,6 @@ class _Reader:
         ends = [m.start() + 1 for m in _BOUNDARY.finditer(buf)]
         if final:
             ends.append(len(buf))
-        else:
-            starts = starts[:len(ends)]
         good: list[Event] = []
         bad = 0
         for s, e in zip(starts, ends, strict=False):
@@ -563,8 +614,7 @@ class _Reader:
             if bad > _MAX_LISTED:
                 continue
             if deep:
-                self.trace.problems.append(f"{self.trace.path}: the event at byte {self.offset + s} is nested "
-                                           f"too deep to decode ({error}); {e - s} bytes skipped")
+                self.trace.problems.append(_too_deep(self.trace.path, self.offset + s, e - s))
                 continue
             pos = _malformed_offset(error)
             where = self.offset + s + (max(pos - 2, 0) if pos else len(piece))
@@ -574,7 +624,7 @@ class _Reader:
         if bad > _MAX_LISTED:
             self.trace.problems.append(f"{self.trace.path}: {bad - _MAX_LISTED} more undecodable pieces skipped")
         self.builder.add(good)
-        return ends[-1] if ends else 0
+        return len(buf) if final else starts[-1]  # where the last, unfinished event starts
 
     def run(self) -> ChromeTrace:
         buf = b""
@@ -582,7 +632,8 @@ class _Reader:
         container = None
         pending: list[bytes] = []
         pending_size = 0
-        for chunk in self.source.chunks():
+        chunks = self.source.chunks()
+        for chunk in chunks:
             pending.append(chunk)
             pending_size += len(chunk)
             if state == "events" and pending_size < PIECE_SIZE:
@@ -595,8 +646,16 @@ class _Reader:
             buf = b"".join([buf, *pending])
             pending, pending_size = [], 0
             if state == "prologue":
+                if self.offset == 0 and buf.startswith(_BOM):  # UTF-8 byte-order mark
+                    buf = buf[len(_BOM):]
+                    self.offset = len(_BOM)
                 stripped = buf.lstrip()
                 if not stripped:
+                    self.offset += len(buf)
+                    buf = b""
+                    if self.offset > LOOKAHEAD:
+                        raise DdltraceError(f"{self.trace.path}: no events in the first {LOOKAHEAD >> 20} MiB "
+                                            "(only whitespace)")
                     continue
                 lead = len(buf) - len(stripped)
                 if stripped[:1] == b"[":
@@ -606,17 +665,20 @@ class _Reader:
                 elif stripped[:1] == b"{":
                     m = _TRACE_EVENTS.search(buf)
                     if not m:
-                        if len(buf) > 256 << 20:
+                        if len(buf) > LOOKAHEAD:
                             raise DdltraceError(f"{self.trace.path}: no \"traceEvents\" array in the first "
-                                                f"{len(buf)} bytes")
+                                                f"{LOOKAHEAD >> 20} MiB")
                         continue
                     container, state = "object", "events"
                     self._header(buf[lead + 1:m.start()])
                     self.offset += m.end()
                     buf = buf[m.end():]
                 else:
-                    raise DdltraceError(f"{self.trace.path}: not JSON (byte {lead} is {stripped[:1]!r}, "
-                                        "expected '[' or '{')")
+                    raise DdltraceError(f"{self.trace.path}: not JSON (byte {self.offset + lead} is "
+                                        f"{stripped[:1]!r}, expected '[' or '{{')")
+                self.events_at = self.offset
+            if state == "events":
+                buf = self._skip_space(buf)
             if state == "events" and len(buf) >= PIECE_SIZE:
                 cut = self._cut(buf, 1 << 20)
                 if cut is None and len(buf) >= 4 * PIECE_SIZE:
@@ -624,8 +686,13 @@ class _Reader:
                 if cut is not None:
                     self.offset += cut
                     buf = buf[cut:]
+                if len(buf) > EVENT_LIMIT:
+                    buf = self._skip_space(self._skim(buf, chunks))
         buf += b"".join(pending)
         self.trace.problems.extend(self.source.problems)
+        if self.strings_cut:
+            self.trace.problems.append(f"{self.trace.path}: {self.strings_cut} string(s) of events larger than "
+                                       f"{EVENT_LIMIT >> 20} MiB cut to their first {STRING_KEEP} bytes")
         if state == "prologue" and self.source.problems and not buf.strip():
             raise DdltraceError(f"nothing valid could be read: {self.source.problems[0]}")
         if state == "prologue":
@@ -633,6 +700,41 @@ class _Reader:
         else:
             self._finish(buf, container)
         return self.builder.finish()
+
+    def _skip_space(self, buf: bytes) -> bytes:
+        """``buf`` without the whitespace (and a comma after a skimmed event) it starts with; refuses the file
+        when nothing but whitespace came in the first ``LOOKAHEAD`` bytes of the events array."""
+        stripped = buf.lstrip()
+        if stripped[:1] == b",":
+            stripped = stripped[1:].lstrip()
+        if len(stripped) != len(buf):
+            self.offset += len(buf) - len(stripped)
+        if not stripped and self.trace.read == 0 and self.offset - self.events_at > LOOKAHEAD:
+            raise DdltraceError(f"{self.trace.path}: no events in the first {LOOKAHEAD >> 20} MiB of the events "
+                                "array (only whitespace)")
+        return stripped
+
+    def _skim(self, buf: bytes, chunks) -> bytes:
+        """Follow the event at the start of ``buf``, too large to hold, through the next ``chunks`` keeping a
+        bounded copy (:class:`Skimmer`); decode that copy; return the text after the event."""
+        start = self.offset
+        skimmer = Skimmer(STRING_KEEP, EVENT_LIMIT)
+        data = buf
+        end = skimmer.feed(data)
+        while end is None and (data := next(chunks, None)) is not None:
+            if not skimmer.opened and skimmer.consumed > LOOKAHEAD and self.trace.read == 0:
+                raise DdltraceError(f"{self.trace.path}: no events in the first {LOOKAHEAD >> 20} MiB of the events "
+                                    f"array (text that is not JSON from byte {start})")
+            end = skimmer.feed(data)
+        self.offset += skimmer.consumed
+        self.strings_cut += skimmer.cut_strings
+        if end is None:
+            self.trace.skipped["truncated event at the end of the file"] += 1
+            self.trace.problems.append(f"{self.trace.path}: the file ends inside the event at byte {start} "
+                                       f"({skimmer.consumed / (1 << 20):.1f} MiB); it was skipped")
+            return b""
+        self._decode_skimmed(skimmer, start)
+        return data[end:]
 
     def _header(self, text: bytes) -> None:
         text = text.strip().rstrip(b",")
@@ -657,6 +759,73 @@ class _Reader:
         raise DdltraceError(f"{self.trace.path}: JSON {type(value).__name__}, not a Chrome trace")
 
     @staticmethod
+    def _array_end(body: bytes, container: str) -> int | None:
+        """Where the events array closes (one past its ``]``), judged from what follows a ``]`` near the end of
+        ``body``: nothing (a bare array), or ``}`` or ``, "key": ...}`` (an object's last keys)."""
+        pos = len(body)
+        for _ in range(8):
+            pos = body.rfind(b"]", 0, pos)
+            if pos < 0:
+                return None
+            trailer = body[pos + 1:].strip()
+            if container == "array" and not trailer or container == "object" and trailer == b"}":
+                return pos + 1
+            if container == "object" and trailer.startswith(b",") and trailer.endswith(b"}"):
+                try:
+                    _DECODE_ANY.decode(b"{" + trailer[1:])
+                    return pos + 1
+                except (*_MALFORMED, msgspec.ValidationError):
+                    pass
+        return None
+
+    def _after_events(self, trailer: bytes, container: str, closed: bool) -> None:
+        """The text after the events array: (object container) the keys after it."""
+        if container == "object":
+            if trailer.startswith(b","):
+                self._header(trailer[1:].rstrip().removesuffix(b"}"))
+            elif trailer not in (b"}", b""):
+                self.trace.problems.append(f"{self.trace.path}: unexpected text after the events array")
+        if not closed:
+            self.trace.problems.append(f"{self.trace.path}: events array not closed")
+
+    def _event_by_event(self, body: bytes, container: str) -> None:
+        """The last piece, followed one event at a time by a :class:`Skimmer` (for an event nested deeper
+        than the decoder follows, which hides where the array ends from it)."""
+        pos = 0
+        while True:
+            pos = _SPACE_AND_COMMAS.match(body, pos).end()
+            if pos == len(body) or body[pos:pos + 1] == b"]":
+                self._after_events(body[pos + 1:].strip(), container, pos < len(body))
+                return
+            skimmer = Skimmer(STRING_KEEP, EVENT_LIMIT)
+            end = skimmer.feed(body, pos)
+            self.strings_cut += skimmer.cut_strings
+            if end is None:
+                self.trace.skipped["truncated event at the end of the file"] += 1
+                self.trace.problems.append(f"{self.trace.path}: JSON truncated at byte {self.offset + len(body)}: "
+                                           f"the last {len(body) - pos} bytes (an incomplete event) were skipped")
+                return
+            self._decode_skimmed(skimmer, self.offset + pos)
+            pos = end
+
+    def _decode_skimmed(self, skimmer: Skimmer, start: int) -> None:
+        """Decode a skimmed event's copy into the builder, or count it (too large, nested too deep, damaged)."""
+        size = f"{skimmer.consumed / (1 << 20):.1f} MiB"
+        if skimmer.too_large:
+            self.trace.skipped[f"events larger than {EVENT_LIMIT >> 20} MiB with their strings cut"] += 1
+            self.trace.problems.append(f"{self.trace.path}: the event at byte {start} ({size}) is larger than "
+                                       f"{EVENT_LIMIT >> 20} MiB even with its strings cut; it was skipped")
+            return
+        error = self._try_piece(bytes(skimmer.copy))
+        if isinstance(error, RecursionError):
+            self.trace.skipped["event nested too deep to decode"] += 1
+            self.trace.problems.append(_too_deep(self.trace.path, start, skimmer.consumed))
+        elif error is not None:
+            self.trace.skipped["undecodable JSON (event skipped)"] += 1
+            self.trace.problems.append(f"{self.trace.path}: the event at byte {start} ({size}) could not be "
+                                       f"decoded ({error}); it was skipped")
+
+    @staticmethod
     def _trailing(exc: Exception) -> int | None:
         """Where the array closed, from msgspec's 'trailing characters (byte N)' (N is one past the
         offending byte, and the decoded text had '[' in front)."""
@@ -676,24 +845,25 @@ class _Reader:
             try:  # wrong types somewhere: find the array's end without the schema
                 _DECODE_ANY.decode(doc)
                 end = len(body)
+            except RecursionError:
+                self._event_by_event(body, container)
+                return
             except _MALFORMED as exc:
                 end = self._trailing(exc)
+        except RecursionError:  # an event nested too deep: no decoder finds the array's end
+            self._event_by_event(body, container)
+            return
         except _MALFORMED as exc:
             end = self._trailing(exc)
+        if end is None:  # damage before the end hides it from the decoder: look for it from the back
+            end = self._array_end(body, container)
         if end is not None:
             closed = body[:end].rstrip()
-            trailer = body[end:].strip()
             if closed.endswith(b"]"):
                 inner = closed[:-1].rstrip()
                 if inner and not self._decode_piece(inner):
                     self._salvage(inner, final=True)
-            if container == "object":
-                if trailer.startswith(b","):
-                    self._header(trailer[1:].rstrip().removesuffix(b"}"))
-                elif trailer not in (b"}", b""):
-                    self.trace.problems.append(f"{self.trace.path}: unexpected text after the events array")
-            if not closed.endswith(b"]"):
-                self.trace.problems.append(f"{self.trace.path}: events array not closed")
+            self._after_events(body[end:].strip(), container, closed.endswith(b"]"))
             return
         # the array never closes: old Horovod ('},' after every event), or the file is truncated
         open_body = body.rstrip(b",").rstrip()

@@ -1,11 +1,15 @@
 """Reading a trace file as a stream of bytes: plain or gzip, with progress and damage recorded.
 
 A corrupt or truncated gzip stream does not raise: the bytes decoded before the damage are kept and the
-problem (with the compressed byte offset) is added to :attr:`ByteSource.problems`.
+problem (with the compressed byte offset) is added to :attr:`ByteSource.problems`. Inflation is bounded: no
+piece is larger than ``READ_SIZE`` however well the data compresses (a GiB of spaces is 1 MB of gzip).
 """
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,9 +22,28 @@ except ImportError:  # pragma: no cover - isal is a dependency, zlib the fallbac
 from ddltrace.errors import DdltraceError
 
 GZIP_MAGIC = b"\x1f\x8b"
-#: Bytes read per step from a plain file, and from a gzip file (it inflates ~10-20x).
+#: Bytes read per step from a plain file, and from a gzip file (it inflates ~10-20x); no piece yielded is
+#: larger than ``READ_SIZE``.
 READ_SIZE = 4 << 20
 GZIP_READ_SIZE = 16 << 10
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def not_a_file(path: str | Path) -> str | None:
+    """Why ``path`` cannot be read as a trace file (one line naming it), or None for a regular file."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return f"{path}: no such file or folder" + (" (a symbolic link to nothing)" if os.path.islink(path) else "")
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return f"{path}: a symbolic link loop ({exc.strerror})"
+        return f"{path}: cannot read ({exc.strerror})"
+    if stat.S_ISREG(mode):
+        return None
+    kind = next((what for test, what in _KINDS if test(mode)), "not a regular file")
+    return f"{path}: not a regular file ({kind})"
 
 
 #: Called with each ByteSource after every piece it reads (progress display); None when nobody listens.
@@ -37,6 +60,8 @@ class ByteSource:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        if (why := not_a_file(self.path)) is not None:
+            raise DdltraceError(why)
         try:
             self.size = self.path.stat().st_size
             with open(self.path, "rb") as fh:
@@ -83,27 +108,23 @@ class ByteSource:
                     if not inflater.eof:
                         problem(f"gzip stream truncated at compressed byte {offset} (kept what was decoded)")
                     return
-                try:
-                    out = inflater.decompress(block)
-                except (zlib.error, _zlib.error) as exc:
-                    problem(f"corrupt gzip data near compressed byte {offset} ({exc}); kept what was decoded")
-                    return
                 offset += len(block)
                 self.consumed = offset
                 if keep_problems:
                     _progress(self)
-                if out:
-                    yield out
-                while inflater.eof and inflater.unused_data:  # concatenated gzip members
-                    rest = inflater.unused_data
-                    if not rest.startswith(GZIP_MAGIC):
-                        problem(f"{len(rest)} bytes of trailing garbage after the gzip stream ignored")
-                        break
-                    inflater = _zlib.decompressobj(16 + zlib.MAX_WBITS)
+                while block:
                     try:
-                        out = inflater.decompress(rest)
+                        out = inflater.decompress(block, READ_SIZE)
                     except (zlib.error, _zlib.error) as exc:
-                        problem(f"corrupt gzip member near compressed byte {offset} ({exc})")
+                        problem(f"corrupt gzip data near compressed byte {offset - len(block)} ({exc}); "
+                                "kept what was decoded")
                         return
                     if out:
                         yield out
+                    block = inflater.unconsumed_tail
+                    if inflater.eof and inflater.unused_data:  # concatenated gzip members
+                        block = inflater.unused_data
+                        if not block.startswith(GZIP_MAGIC):
+                            problem(f"{len(block)} bytes of trailing garbage after the gzip stream ignored")
+                            return
+                        inflater = _zlib.decompressobj(16 + zlib.MAX_WBITS)

@@ -72,6 +72,7 @@ def _expand(paths: list[str]) -> tuple[list[Path], set[Path], list[str]]:
     anchor ``X.otf2``; of a TensorBoard profile folder, the newest run and one session file per host are read
     (``collectors/importers/tb_profile.py``)."""
     from ddltrace.collectors.importers import tb_profile
+    from ddltrace.collectors.importers.source import not_a_file
 
     files: list[Path] = []
     found_in_folders: set[Path] = set()
@@ -90,7 +91,7 @@ def _expand(paths: list[str]) -> tuple[list[Path], set[Path], list[str]]:
         elif path.is_file():
             files.append(path)
         else:
-            raise DdltraceError(f"{path}: no such file or folder")
+            raise DdltraceError(not_a_file(path) or f"{path}: no such file or folder")
     if not files:
         raise DdltraceError(f"{', '.join(paths)}: no files to import")
     return files, found_in_folders, notes
