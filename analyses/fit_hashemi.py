@@ -532,12 +532,18 @@ def measurements_from_store(path: str | Path, *, batch: float | None = None, sam
       the repeating communication pattern, else the collectives around point-to-point traffic); ``phase_s`` is
       the longest steady state over the workers (the slowest worker ends the epoch), ``init_s`` the longest
       initialisation. A worker whose phases could only be bounded by MPI_Init/Finalize is refused: its steady
-      state would include initialisation.
+      state would include initialisation. A store of per-call totals (IPM) is refused: it has no phases
+      (``requirements.FIT``).
     """
     from ddltrace.analyses.phases import segment_rank
+    from ddltrace.analyses.requirements import FIT, describe_holding
     from ddltrace.store import TraceStore
 
     store = TraceStore.open(path)
+    aggregate = [r for r in store.ranks if store.rank_info(r).get("aggregate")]
+    if aggregate:
+        raise DdltraceError(f"{path}: the {FIT.title} needs a real timeline (the phases of each "
+                            f"worker); this store holds {describe_holding(store, aggregate)}")
     run = store.run
     roles = {r: str(store.rank_info(r).get("role", "")).lower() for r in store.ranks}
     if servers is not None:

@@ -85,6 +85,11 @@ ANALYSES: dict[str, Requirement] = {
 }
 
 
+#: ``ddltrace model fit`` (:mod:`~ddltrace.analyses.fit_hashemi`): each worker's phases, on a series of runs.
+FIT = Requirement("Hashemi model fit", frozenset({"timeline"}), min_stores=2,
+                  series="runs of one job at two or more worker counts")
+
+
 def capabilities(store, calls) -> tuple[frozenset[str], str]:
     """(capabilities, what the store holds in words) of ``store``; ``calls`` are its MPI calls
     (:func:`~ddltrace.analyses.wait_states.mpi_calls` of every rank)."""

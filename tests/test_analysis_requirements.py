@@ -98,3 +98,14 @@ def test_a_timeline_with_messages_gets_every_analysis_it_holds(tmp_path):
     assert len(run.wait_states)  # the server's workers wait for it
     made_alone = {s.analysis for s in not_made([run])}
     assert made_alone == {"scaling"}  # a comparison of runs needs more than one store
+
+
+@needs_ipm
+def test_model_fit_refuses_per_call_aggregates(ipm64, tmp_path, capsys):
+    other = tmp_path / "copy"
+    assert main(["import", str(IPM64), "--out", str(other)]) == 0
+    capsys.readouterr()
+    assert main(["model", "fit", str(ipm64), str(other), "--batch", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(ipm64) in err[0] and "needs a real timeline" in err[0]
+    assert "per-call totals" in err[0]
