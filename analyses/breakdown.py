@@ -10,10 +10,10 @@ Every nanosecond of a rank, from its first event to its last, gets exactly one c
 * time no row covers is **compute** on a rank whose rows are all MPI calls (a PMPI trace: computation is what
   happens between calls, as IPM counts it) and **idle** on a rank that records its computation explicitly.
 
-A rank with a device (lanes named ``gpu:<n>/...``, see :func:`device_lanes`) is also broken down on its device
-lanes alone (``gap="idle"``: a device is idle when no kernel, copy or collective runs on it), so that what the
-host did and what the device did can be shown side by side (the all-lanes view counts an instant as compute when
-either computes).
+A rank with a device (lanes named ``gpu:<n>/...`` and the like, see :func:`device_lanes`) is also broken down
+over its host lanes alone and over its device lanes alone (``gap="idle"``: a device is idle when no kernel, copy
+or collective runs on it), so that what the host did and what the device did can be shown side by side (the
+all-lanes view counts an instant as compute when either computes).
 
 Tables are pandas DataFrames, one row per rank; times in ns, shares as fractions of the phase.
 The average rank stands beside the slowest (RALP, paper 003 figure 2): the slowest is the rank with the most
@@ -33,8 +33,9 @@ LANE_PRIORITY = ("idle", "other", "compute", "io", "memcpy", "comm", "wait", "ba
 CODE = {c: i for i, c in enumerate(CATEGORIES)}
 BUSY = ("compute", "io", "memcpy")
 EXPOSED_COMM = ("comm", "wait")
-#: Lane names of a device's streams start with one of these (the importers name them "gpu:<device>/<stream>").
-DEVICE_LANE_PREFIXES = ("gpu:",)
+#: Lane names of a device's streams start with one of these (Kineto and XPlane name them "gpu:<device>/<stream>";
+#: Kineto's other accelerators "mtia:<n>/...", "xpu:<n>/...", "hpu:<n>/..."; an XPlane TPU plane "tpu:<n>/...").
+DEVICE_LANE_PREFIXES = ("gpu:", "tpu:", "mtia:", "xpu:", "hpu:")
 
 
 def device_lanes(lanes: pd.Series) -> np.ndarray:
