@@ -207,6 +207,25 @@ def test_mtia_device_events(tmp_path, capsys):
     assert "uncategorised" not in printed
 
 
+def test_device_args_read_on_the_field_by_field_path(tmp_path, capsys):
+    """An event whose args are not an object sends its piece to the reader's field-by-field path, where args stay
+    undecoded: the other device events still get their lane and their collective metadata from them."""
+    t0 = 1_700_000_000_000_000
+    events = [{"ph": "X", "cat": "kernel", "name": f"gemm_{i}", "pid": 1, "tid": 5, "ts": t0 + 10 * i, "dur": 4,
+               "args": {"device": 1, "stream": 5}} for i in range(3)]
+    events.append({"ph": "X", "cat": "kernel", "name": "odd_a2a", "pid": 1, "tid": 5, "ts": t0 + 40, "dur": 6,
+                   "args": {"device": 1, "stream": 5, "Collective name": "all_to_all"}})
+    events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 77, "tid": 77, "ts": t0, "dur": 50,
+                   "args": [1, 2]})
+    trace = tmp_path / "rank0.pt.trace.json"
+    trace.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    store, _ = _import(tmp_path, trace, capsys=capsys)
+    tl = store.timeline()
+    gpu = tl[tl["lane"] == "gpu:1/stream 5"]
+    assert sorted(gpu["name"]) == ["gemm_0", "gemm_1", "gemm_2", "odd_a2a"]
+    assert gpu.groupby(gpu["category"].astype(str))["dur_ns"].sum().to_dict() == {"compute": 12_000, "comm": 6_000}
+
+
 @pytest.mark.parametrize("cat", ["Kernel", "Runtime", "mtia_ccp_events", "privateuse1_runtime", "hpu_op"])
 def test_kineto_recognised_by_its_cats_alone(tmp_path, cat):
     """A file with none of the header keys (PyTorch 1.8-era, or cut down) is Kineto by a cat only Kineto writes."""

@@ -12,6 +12,7 @@ When nothing valid can be read the error names the byte offset where decoding fa
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -57,9 +58,9 @@ _TIMED = frozenset("BEbeC")  # phases whose ts the builder reads one event at a 
 _OUT_OF_RANGE = "times out of range (not finite, or beyond 2**53 µs)"
 #: (cat, name, args) of an event to the (cat, name) it is filed under.
 Relabel = Callable[[str, str, dict], tuple[str, str]]
-#: Changes an ``X`` event in place (its cat, name, pid, tid) before it is filed; it may read the event's ``args``
-#: with :func:`decode_args` (kept undecoded until then).
-Amend = Callable[[Any], None]
+#: Changes ``X`` events in place (their cat, name, pid, tid) before they are filed, a decoded piece's at a time;
+#: it may read an event's ``args`` (kept undecoded until then, e.g. with :func:`decode_args`).
+Amend = Callable[[list], None]
 
 
 class Event(msgspec.Struct, gc=False):
@@ -95,10 +96,14 @@ _PHASE_FIELDS = {
 }
 
 
-def _phase(tag: str, names: str) -> type:
+def _phase(tag: str, names: str, args_type: type | None = None) -> type:
     fields = names.split()
-    annotations = {"ph": ClassVar[str], **{f: _FIELD_TYPES[f][0] for f in fields}}
-    namespace = {"__annotations__": annotations, "ph": tag, **{f: _FIELD_TYPES[f][1] for f in fields}}
+    types = {f: _FIELD_TYPES[f][0] for f in fields}
+    defaults = {f: _FIELD_TYPES[f][1] for f in fields}
+    if args_type is not None and "args" in fields:
+        types["args"], defaults["args"] = args_type | None, None
+    annotations = {"ph": ClassVar[str], **types}
+    namespace = {"__annotations__": annotations, "ph": tag, **defaults}
     return type(f"_Phase_{ord(tag)}", (_Tagged,), namespace, tag=tag)
 
 
@@ -110,6 +115,18 @@ _DECODE_FAST = msgspec.json.Decoder(list[Union[tuple(_PHASES)]],  # noqa: UP007 
 _DECODE_FAST_X_ARGS = msgspec.json.Decoder(list[Union[tuple(  # noqa: UP007
     _phase(ph, names + " args" if ph == "X" else names) for ph, names in _PHASE_FIELDS.items())]],
     float_hook=exact_time.float_text)
+
+
+
+@functools.cache
+def _decode_fast_x_args_as(args_type: type) -> msgspec.json.Decoder:
+    """The fast path's decoder with ``X`` events' ``args`` decoded into ``args_type`` (a msgspec Struct: only its
+    fields are built, the rest of the object skipped in the same pass as the event)."""
+    return msgspec.json.Decoder(list[Union[tuple(  # noqa: UP007
+        _phase(ph, names + " args", args_type) if ph == "X" else _phase(ph, names)
+        for ph, names in _PHASE_FIELDS.items())]],
+        float_hook=exact_time.float_text)
+
 
 #: What a decoder raises on text that is not (UTF-8) JSON, or nested deeper than msgspec follows.
 _MALFORMED = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
@@ -192,13 +209,14 @@ class _Builder:
     """Folds decoded events into columns; B/E and b/e are paired at the end."""
 
     def __init__(self, path: str, keep_flows: str | tuple[str, ...] = (), relabel: Relabel | None = None,
-                 amend: Amend | None = None):
+                 amend: Amend | None = None, x_args: type | None = None):
         self.trace = ChromeTrace(path=path)
         # the cats of flow arrows to keep (e.g. Kineto's "ac2g"), () for none
         self.keep_flows = (keep_flows,) if isinstance(keep_flows, str) else tuple(keep_flows or ())
         self.relabel = relabel
         self.amend = amend
-        self.decoder = _DECODE_FAST_X_ARGS if relabel is not None or amend is not None else _DECODE_FAST
+        self.decoder = (_decode_fast_x_args_as(x_args) if x_args is not None
+                        else _DECODE_FAST_X_ARGS if relabel is not None or amend is not None else _DECODE_FAST)
         self.lane_index: dict[tuple, int] = {}
         self.key_index: dict[tuple, int] = {}
         self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
@@ -235,8 +253,7 @@ class _Builder:
                 if len(e.args) > 2:
                     e.cat, e.name = self.relabel(e.cat, e.name, decode_args(e))
         if self.amend is not None:
-            for e in xs:
-                self.amend(e)
+            self.amend(xs)
         lane, key = self._lane_key_codes(xs)
         self.parts.append((lane, key, ts, dur))
         self.n_rows += len(xs)
@@ -892,19 +909,21 @@ class _Reader:
 
 
 def read_chrome(path, *, keep_flows: str | tuple[str, ...] = (), relabel: Relabel | None = None,
-                amend: Amend | None = None, source: ByteSource | None = None) -> ChromeTrace:
+                amend: Amend | None = None, x_args: type | None = None,
+                source: ByteSource | None = None) -> ChromeTrace:
     """Read one Chrome trace file (plain or gzip) into a :class:`ChromeTrace`.
 
     ``keep_flows`` keeps the ``s``/``f`` flow arrows of that cat or those cats (as (ph, id, lane, ts) in
     ``flows``).
     ``relabel(cat, name, args)`` gives each ``X`` event that has ``args`` its (cat, name), for dialects that say
-    in ``args`` what an event is (slower: those ``args`` are decoded). ``amend(event)`` may change each ``X``
-    event's cat, name, pid and tid in place, reading its ``args`` only where it needs them (Kineto: the device
-    and stream of device events).
+    in ``args`` what an event is (slower: those ``args`` are decoded). ``amend(events)`` may change ``X`` events'
+    cat, name, pid and tid in place, reading their ``args`` only where it needs them (Kineto: the device and
+    stream of device events). ``x_args``, a msgspec Struct type, has ``X`` events' ``args`` decoded into it for
+    ``amend`` in the same pass (None where absent; an event read on the field-by-field path still has them raw).
     Raises :class:`DdltraceError` with the byte offset when nothing valid can be read.
     """
     source = source or ByteSource(path)
-    trace = _Reader(source, _Builder(str(path), keep_flows, relabel, amend)).run()
+    trace = _Reader(source, _Builder(str(path), keep_flows, relabel, amend, x_args)).run()
     if trace.read == 0 and trace.problems:
         raise DdltraceError(f"nothing valid could be read: {trace.problems[0]}")
     return trace

@@ -56,7 +56,7 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-class _Args(msgspec.Struct, gc=False):
+class DeviceArgsFields(msgspec.Struct, gc=False):
     """The ``args`` keys of a device event that say where it ran and whether it is part of a collective; the
     rest of the object is skipped undecoded."""
 
@@ -66,7 +66,7 @@ class _Args(msgspec.Struct, gc=False):
     group: Any = msgspec.field(default=msgspec.UNSET, name="Process Group Name")
 
 
-_DECODE_ARGS = msgspec.json.Decoder(_Args)
+_DECODE_ARGS = msgspec.json.Decoder(DeviceArgsFields)
 
 
 class DeviceArgs:
@@ -78,7 +78,8 @@ class DeviceArgs:
     def __init__(self):
         self.lanes: set[tuple] = set()  # (device, stream) of every device event placed from its args
         self.moved: dict[tuple, tuple] = {}  # (pid, tid) as written -> (device, stream), where they differ
-        self._host: dict[str, bool] = {}
+        self._seen: set[str] = set()  # cats as written
+        self._host: set[str] = set()  # those of them that are host cats
 
     def follow_flows(self, trace) -> None:
         """Put the flow arrows that end on a lane as written on the lane its events were moved to, so that a
@@ -92,16 +93,24 @@ class DeviceArgs:
                 remap[index[old]] = index[new]
         trace.flows["lane"] = remap[trace.flows["lane"]]
 
-    def __call__(self, event) -> None:
-        host = self._host.get(event.cat)
-        if host is None:
-            host = self._host[event.cat] = event.cat.lower() in HOST_CATS
-        if host or len(event.args) <= 2:
-            return
-        try:
-            args = _DECODE_ARGS.decode(event.args)
-        except (msgspec.DecodeError, UnicodeDecodeError):  # args not an object: nothing to learn from them
-            return
+    def __call__(self, events: list) -> None:
+        for cat in {e.cat for e in events} - self._seen:
+            self._seen.add(cat)
+            if cat.lower() in HOST_CATS:
+                self._host.add(cat)
+        host = self._host
+        for event in [e for e in events if e.cat not in host and e.args is not None]:
+            self._amend(event)
+
+    def _amend(self, event) -> None:
+        args = event.args
+        if isinstance(args, msgspec.Raw):  # an event read field by field: args as written
+            try:
+                args = _DECODE_ARGS.decode(args) if len(args) > 2 else None
+            except msgspec.DecodeError:  # args not an object: nothing to learn from them
+                args = None
+            if args is None:
+                return
         device, stream = args.device, args.stream
         if _is_int(device) and (_is_int(stream) or isinstance(stream, str)):
             if event.pid != device or event.tid != stream:  # PyTorch 1.9: tid "stream 7"
@@ -200,7 +209,7 @@ def row_steps(trace, gpu_lane: np.ndarray) -> np.ndarray | None:
 
 def read(path: Path, ctx: ImportContext):
     device_args = DeviceArgs()
-    trace = read_chrome(path, keep_flows=FLOW_CATS, amend=device_args)
+    trace = read_chrome(path, keep_flows=FLOW_CATS, amend=device_args, x_args=DeviceArgsFields)
     device_args.follow_flows(trace)
     info = trace.header.get("distributedInfo")
     default, wrong = distributed_rank(info)
