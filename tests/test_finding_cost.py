@@ -85,3 +85,18 @@ def test_every_detector_defines_its_cost():
         assert "Cost:" in sys.modules[fn.__module__].__doc__, name
         assert re.search(rf"`{name}`", section), name
         assert REQUIREMENTS[name].title
+
+
+def test_straggler_cost_on_a_timeline_counts_its_steps(tmp_path):
+    from ddltrace.analyses.findings import run_detectors
+    from ddltrace.analyses.run_analysis import analyze_store
+    from ddltrace.analyses.thresholds import Thresholds
+
+    run = analyze_store(write_ps_store(tmp_path / "s", workers=4, steps=12, straggler=3, straggler_factor=2.0).path)
+    (finding,) = [f for f in run_detectors([run], Thresholds()) if f.id == "straggler"]
+    steady = run.table("steady")
+    per_step = {w: steady.loc[w, "compute"] / len(run.phases[w].steps) for w in run.worker_ranks}
+    median = float(np.median(list(per_step.values())))
+    assert finding.ranks == [3]
+    assert finding.cost_ns == pytest.approx((per_step[3] - median) * len(run.phases[3].steps))
+    assert finding.cost_ns < steady.loc[3, "compute"]  # not the straggler's whole compute
