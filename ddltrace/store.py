@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import fcntl
+import glob
 import json
 import os
 import shutil
@@ -642,7 +643,8 @@ def _swap_into_place(staging: Path, path: Path) -> None:
 class StoreLock:
     """An exclusive lock on the store ``path`` while one process writes it: ``flock(2)`` on ``.NAME.lock``
     beside it (released by the kernel if the holder dies; the file names the holder). Taking it checks that
-    ``path`` does not exist yet unless ``replace``. Use as a context manager, from the start of the work that
+    ``path`` does not exist yet unless ``replace``, and removes the staging folders a writer killed before
+    its rename left (every writer stages under the lock). Use as a context manager, from the start of the work that
     will write the store (before a job runs or files are read) until the store is in place."""
 
     def __init__(self, path: str | os.PathLike, *, replace: bool = False):
@@ -678,6 +680,10 @@ class StoreLock:
         if (self.path.exists() or self.path.is_symlink()) and not self.replace:
             self.__exit__()
             raise StoreError(f"{self.path}: already exists (choose another --out, or add --force)")
+        # every writer stages under this lock: a staging folder here now is a dead writer's partial store
+        for stale in self.path.parent.glob(f".{glob.escape(self.path.name)}.{'[a-z0-9_]' * 8}.tmp"):
+            if stale.is_dir() and not stale.is_symlink():
+                shutil.rmtree(stale, ignore_errors=True)
         return self
 
     def __exit__(self, *exc) -> None:
