@@ -624,6 +624,9 @@ class _Reader:
             events, error = self._events_of(piece) if piece else ([], None)
             if error is None:
                 good.extend(events)
+                if len(good) >= 4096:  # into columns as they come: an Event struct is ~10x its columns
+                    self.builder.add(good)
+                    good = []
                 continue
             deep = isinstance(error, RecursionError)
             self.trace.skipped["event nested too deep to decode" if deep else "undecodable JSON (event skipped)"] += 1
