@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ddltrace.chrome import export_chrome
 from ddltrace.errors import DdltraceError
+from ddltrace.outputs import refused
 from ddltrace.store import TraceStore
 
 
@@ -37,6 +38,9 @@ def parse_ranks(text: str | None) -> list[int] | None:
 
 def run(args) -> int:
     store = TraceStore.open(args.store)
-    count = export_chrome(store, args.chrome, parse_ranks(args.ranks))
+    try:  # written to a temporary file and renamed: a failure leaves nothing
+        count = export_chrome(store, args.chrome, parse_ranks(args.ranks))
+    except OSError as exc:  # a full disk, a folder that refuses
+        raise refused(exc, args.chrome, "the Chrome trace") from None
     print(f"wrote {args.chrome}: {count} events from {store.path}")
     return 0

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ddltrace.errors import DdltraceError
 from ddltrace.options import MAX_COUNT, SAMPLE_HZ, integer, number
+from ddltrace.outputs import check_writable
 
 
 def register(subparsers) -> None:
@@ -55,18 +56,6 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _check_writable(folder: Path) -> None:
-    """Refuse, before the job starts, a store whose folder cannot be written (read-only, not ours, missing):
-    a folder is made there and removed, so what the kernel will refuse is what is checked."""
-    import tempfile
-
-    try:
-        tempfile.TemporaryDirectory(dir=folder, prefix=".ddltrace-check-").cleanup()
-    except OSError as exc:
-        raise DdltraceError(f"{folder}: cannot write the store there ({exc.strerror}); choose another --out "
-                            "before the job runs") from None
-
-
 def run(args) -> int:
     from ddltrace.collectors import frameworks
     from ddltrace.collectors.launcher import RunConfig, run_job
@@ -78,7 +67,7 @@ def run(args) -> int:
         raise DdltraceError("command: nothing to run (give it after --, e.g. ddltrace run --np 4 -- python job.py)")
     steps = frameworks.parse_steps(args.steps) if args.steps else frameworks.DEFAULT_STEPS
     out = Path(args.out) if args.out else Path(f"ddltrace-run-{_dt.datetime.now():%Y%m%d-%H%M%S}")
-    _check_writable(out.parent)
+    check_writable(out.parent, "the store")  # before the job runs, not after it
     result = run_job(RunConfig(argv=argv, out=out, np=args.np, launcher=args.launcher, sample_hz=args.sample_hz,
                                pyspy=args.pyspy, pyspy_rate_hz=args.pyspy_rate, progress=not args.no_progress,
                                framework=args.framework, steps=steps))

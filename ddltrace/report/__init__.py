@@ -22,8 +22,9 @@ import pandas as pd
 
 from ddltrace import __version__
 from ddltrace.errors import DdltraceError
+from ddltrace.outputs import check_writable, output_folder, write_file
 from ddltrace.report import figures
-from ddltrace.store import TraceStore, atomic_output
+from ddltrace.store import TraceStore
 from ddltrace.units import format_ns, format_percent
 
 
@@ -82,10 +83,7 @@ def build_report(stores: list[str | os.PathLike], out: str | os.PathLike, *, pro
     findings_module, run_analysis, thresholds_module = _analyses()
     opened = [TraceStore.open(s) for s in stores]
     out = Path(out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise DdltraceError(f"{out}: cannot create the report folder ({exc.strerror})") from exc
+    check_writable(out, "the report")  # before the analysis, not after it
     if thresholds is None:
         thresholds = thresholds_module.Thresholds()
     runs = []
@@ -379,20 +377,16 @@ def findings_document(report: Report) -> dict:
 
 
 def write(report: Report, out: Path) -> ReportFiles:
-    """Write report.html, report.md, findings.json and the figure PNGs into ``out``."""
+    """Write report.html, report.md, findings.json and the figure PNGs into ``out``: all of them, or (a full
+    disk, a folder that refuses) none and one line (:func:`ddltrace.outputs.output_folder`)."""
     from ddltrace.report import render
 
-    figure_paths = []
-    for fig in report.figures:
-        path = out / f"{fig.key}.png"
-        with atomic_output(path) as fh:
-            fh.write(fig.png)
-        figure_paths.append(path)
-    html_path, md_path, json_path = out / "report.html", out / "report.md", out / "findings.json"
-    with atomic_output(html_path) as fh:
-        fh.write(render.html(report).encode())
-    with atomic_output(md_path) as fh:
-        fh.write(render.markdown(report).encode())
-    with atomic_output(json_path) as fh:
-        fh.write(json.dumps(findings_document(report), indent=2, default=str).encode())
-    return ReportFiles(html_path, md_path, json_path, figure_paths)
+    files = {f"{fig.key}.png": fig.png for fig in report.figures}
+    files["report.html"] = render.html(report).encode()
+    files["report.md"] = render.markdown(report).encode()
+    files["findings.json"] = json.dumps(findings_document(report), indent=2, default=str).encode()
+    with output_folder(out, "the report") as folder:
+        for name, data in files.items():
+            write_file(folder / name, data)
+    return ReportFiles(out / "report.html", out / "report.md", out / "findings.json",
+                       [out / f"{fig.key}.png" for fig in report.figures])

@@ -1,0 +1,87 @@
+"""Writing what a command makes (a report folder, a Chrome trace): all of it or nothing, and one line when the
+disk or the folder refuses.
+
+- :func:`check_writable` asks the kernel, before the work starts, whether an output can be made where it is
+  asked for (a folder is made there and removed): a read-only or foreign folder is one line, not a traceback
+  after minutes of analysis.
+- :func:`output_folder` builds a folder's files in a temporary sibling and moves them into place only when every
+  one is written: a failed or interrupted write (a full disk) leaves neither partial files nor an empty folder.
+- :func:`write_file` writes one file's bytes through to the disk.
+- :func:`refused` turns the ``OSError`` of a write into the :class:`DdltraceError` line naming the output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from ddltrace.errors import DdltraceError
+
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
+
+def _nearest_existing(path: Path) -> Path:
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_writable(folder: str | os.PathLike, what: str) -> None:
+    """Refuse (:class:`DdltraceError`) a ``folder`` in which ``what`` cannot be made; a folder not made yet is
+    checked at its nearest existing parent, where it would be made."""
+    folder = Path(folder)
+    where = _nearest_existing(folder)
+    if not where.is_dir():
+        raise DdltraceError(f"{where}: not a folder, so {what} cannot be written in {folder}")
+    try:
+        tempfile.TemporaryDirectory(dir=where, prefix=".ddltrace-check-").cleanup()
+    except OSError as exc:
+        raise DdltraceError(f"{where}: cannot write {what} there ({exc.strerror or exc})") from None
+
+
+def refused(exc: OSError, output: str | os.PathLike, what: str) -> DdltraceError:
+    """The one line for an ``OSError`` met while writing ``what`` to ``output`` (nothing of it is left)."""
+    return DdltraceError(f"{output}: cannot write {what} ({exc.strerror or exc}); nothing was written")
+
+
+@contextlib.contextmanager
+def output_folder(out: str | os.PathLike, what: str) -> Iterator[Path]:
+    """Yield an empty temporary folder beside ``out`` to write into; when the block ends without error its files
+    are moved into ``out`` (the folder renamed into place when ``out`` does not exist yet, else file by file,
+    each rename atomic). On an error the temporary folder is removed, ``out`` is left as it was, and an
+    ``OSError`` becomes :func:`refused`'s line."""
+    out = Path(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    except OSError as exc:
+        raise refused(exc, out, what) from None
+    try:
+        yield staging
+        if out.exists():
+            for item in sorted(staging.iterdir()):
+                os.replace(item, out / item.name)
+            staging.rmdir()
+        else:
+            staging.chmod(0o777 & ~_UMASK)  # mkdtemp makes 0700; the result is a normal folder
+            os.replace(staging, out)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise refused(exc, out, what) from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def write_file(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` and flush it to the disk (a full disk fails here, not after the rename)."""
+    with open(path, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())

@@ -1,0 +1,89 @@
+"""`report` and `export` write all of their output or none of it: a full disk (a small tmpfs, as root) or a failed
+analysis is one line, exit 2, and leaves neither partial files nor an empty --out (ddltrace/outputs.py)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+DDLTRACE = [sys.executable, "-m", "ddltrace"]
+
+
+def cli(*args):
+    return subprocess.run([*DDLTRACE, *map(str, args)], capture_output=True, text=True, timeout=300)
+
+
+def assert_one_error_line(result, *words):
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    errors = [line for line in lines if not line.startswith("ddltrace report: ")]  # progress lines
+    assert len(errors) == 1 and errors[0].startswith("ddltrace: error: "), result.stderr
+    for word in words:
+        assert word in errors[0], errors[0]
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 16 KiB tmpfs, unmounted at the end whatever happens."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("a full disk needs a small tmpfs: mounting one needs root")
+    small = tmp_path / "small"
+    small.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(small)], capture_output=True,
+                             text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield small
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=True)
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_report_on_a_full_disk_is_one_line_and_leaves_nothing(tiny_store, full_disk, existing):
+    out = full_disk / "report"
+    if existing:  # a folder of the user's: what is in it stays as it was
+        out.mkdir()
+        (out / "notes.txt").write_text("mine")
+    result = cli("report", tiny_store.path, "--out", out)
+    assert_one_error_line(result, f"{out}: cannot write the report (No space left on device); nothing was written")
+    assert list(full_disk.iterdir()) == ([out] if existing else [])  # no temporary folder left either
+    if existing:
+        assert [p.name for p in out.iterdir()] == ["notes.txt"] and (out / "notes.txt").read_text() == "mine"
+
+
+def test_export_on_a_full_disk_is_one_line_and_leaves_nothing(tiny_store, full_disk):
+    out = full_disk / "trace.json"
+    result = cli("export", tiny_store.path, "--chrome", out)
+    assert_one_error_line(result, f"{out}: cannot write the Chrome trace (No space left on device)")
+    assert list(full_disk.iterdir()) == []
+
+
+def test_a_failed_report_leaves_no_empty_out(tiny_store, tmp_path):
+    for rank in tiny_store.ranks:  # every rank's file damaged: the analysis fails after the stores are opened
+        (tiny_store.path / "timeline" / f"rank-{rank:05d}.parquet").write_bytes(b"PAR1 not really")
+    out = tmp_path / "report"
+    result = cli("report", tiny_store.path, "--out", out)
+    assert_one_error_line(result, "no rank can be read", "corrupt Parquet file")
+    assert not out.exists() and not list(tmp_path.glob(".report.*"))
+
+
+def test_report_into_a_read_only_folder_is_one_line_before_the_analysis(tiny_store, tmp_path):
+    if os.geteuid() == 0 and not shutil.which("setpriv"):
+        pytest.skip("running as root without setpriv: a folder's mode cannot be made to apply")
+    drop = "-dac_override,-dac_read_search"
+    prefix = ["setpriv", f"--inh-caps={drop}", f"--bounding-set={drop}"] if os.geteuid() == 0 else []
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        result = subprocess.run([*prefix, *DDLTRACE, "report", str(tiny_store.path), "--out", str(locked / "r")],
+                                capture_output=True, text=True, timeout=300)
+    finally:
+        locked.chmod(0o755)
+    assert_one_error_line(result, f"{locked}: cannot write the report there (Permission denied)")
+    assert "analysing" not in result.stderr and not (locked / "r").exists()
