@@ -183,5 +183,6 @@ def uncategorised_text(rows: list[dict], listed: int = 8) -> str:
              for r in rows[:listed]]
     if len(rows) > listed:
         parts.append(f"{len(rows) - listed} more cats: {sum(int(r.get('events', 0)) for r in rows[listed:])} events")
-    return (f"uncategorised: {total} events of {len(rows)} raw categories no rule knows, counted as other "
+    kinds = f"{len(rows)} raw categor{'y' if len(rows) == 1 else 'ies'}"
+    return (f"uncategorised: {total} events of {kinds} no rule knows, counted as other "
             f"(add a rule: --rules FILE) - " + "; ".join(parts))
