@@ -333,6 +333,10 @@ def test_communication_libraries_in_xplane_and_tf_kernels(name):
     ("gpu_memset", "Memset (Device)", "memcpy"),
     ("cuda_runtime", "hipMemcpyWithStream", "memcpy"),                           # ROCm: CUDA cats, HIP calls
     ("cuda_runtime", "hipDeviceSynchronize", "wait"),
+    ("hip_runtime", "hipLaunchKernel", "other"),
+    ("hip_runtime", "hipStreamSynchronize", "wait"),
+    ("mlu_runtime", "cnrtQueueSync", "wait"),                                    # Cambricon's fork
+    ("mlu_memcpy", "Memcpy HtoD", "memcpy"),
     ("cuda_driver", "cuLaunchKernel", "other"),
     ("mtia_ccp_events", "pe_exe", "compute"),                                     # other devices
     ("mtia_ccp_events", "dma_request", "memcpy"),

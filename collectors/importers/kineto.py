@@ -26,14 +26,16 @@ from ddltrace.collectors.importers.convert import chrome_part, record
 _SNIFF = re.compile(rb'"(schemaVersion|deviceProperties|distributedInfo|baseTimeNanoseconds)"\s*:|'
                     rb'"cat"\s*:\s*"(cpu_op|cuda_runtime|kernel|python_function|user_annotation|gpu_memcpy|'
                     rb'gpu_memset|gpu_user_annotation|cpu_instant_event|cuda_driver|mtia_ccp_events|mtia_runtime|'
-                    rb'hpu_op|xpu_runtime|privateuse1_runtime|collective_comm|Operator|Runtime|Kernel|Memcpy|Memset)"')
+                    rb'hpu_op|xpu_runtime|privateuse1_runtime|collective_comm|hip_runtime|mlu_runtime|Operator|Runtime|Kernel|'
+                    rb'Memcpy|Memset)"')
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 #: Host threads' own work (lower-cased cats): a lane holding it and no device event is a host thread's, even under
 #: a process labelled "GPU N" (PyTorch's Python tracer writes some threads with pid 0).
 CPU_CATS = frozenset({"cpu_op", "operator", "user_annotation", "python_function", "python", "cpu_instant_event"})
 #: Host-side categories of every Kineto generation (lower-cased): their events' ``args`` are not read.
 HOST_CATS = CPU_CATS | frozenset({
-    "trace", "cuda_runtime", "cuda_driver", "runtime", "xpu_runtime", "xpu_driver", "mtia_runtime",
+    "trace", "cuda_runtime", "cuda_driver", "runtime", "hip_runtime", "mlu_runtime", "xpu_runtime", "xpu_driver",
+    "mtia_runtime",
     "privateuse1_runtime", "privateuse1_driver", "glow_runtime", "overhead", "external_correlation",
     "cuda_profiler_range",
 })
