@@ -407,8 +407,8 @@ def test_device_work_categorised(folder, runs):
 @pytest.mark.parametrize("folder", FOLDERS)
 def test_ipm_compute_per_rank(folder, runs):
     """IPM: per rank, info's compute is the file's wtime - mtime to 1 us; one row per MPI call name."""
-    xmls = [p for p in _trace_files(folder)] if folder is not None else []
-    if not (len(xmls) == 1 and xmls[0].suffix == ".xml" and b"<ipm_job_profile" in xmls[0].read_bytes()[:4096]):
+    xmls = _trace_files(folder) if folder is not None else []
+    if not (len(xmls) == 1 and xmls[0].suffix == ".xml" and b"<ipm_job_profile" in xmls[0].open("rb").read(4096)):
         pytest.skip("not an IPM profile")
     run = runs(folder)
     store = _store(run)
