@@ -111,11 +111,10 @@ def _phase(tag: str, names: str, args_type: type | None = None) -> type:
 _PHASES = [_phase(ph, names) for ph, names in _PHASE_FIELDS.items()]
 _DECODE_FAST = msgspec.json.Decoder(list[Union[tuple(_PHASES)]],  # noqa: UP007 (a runtime union of types)
                                    float_hook=exact_time.float_text)
-#: The same, keeping the ``args`` of ``X`` events (for a reader given ``relabel``).
+#: The same, keeping the ``args`` of ``X`` events (for a reader given ``relabel`` or ``amend``).
 _DECODE_FAST_X_ARGS = msgspec.json.Decoder(list[Union[tuple(  # noqa: UP007
     _phase(ph, names + " args" if ph == "X" else names) for ph, names in _PHASE_FIELDS.items())]],
     float_hook=exact_time.float_text)
-
 
 
 @functools.cache
