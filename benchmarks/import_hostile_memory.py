@@ -45,11 +45,12 @@ sys.exit(rc)
 
 
 class _GzipWriter:
-    """A gzip file written in pieces (level 1: a GiB of one byte compresses ~1000:1 in a few seconds)."""
+    """A gzip file written in pieces; ``level`` 9 makes a GiB of one byte ~1 MB (~1000:1, 25 s here), level 1
+    ~4.5 MB (3.5 x faster)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, level: int):
         self.fh = open(path, "wb")
-        self.deflate = zlib.compressobj(1, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+        self.deflate = zlib.compressobj(level, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
         self.size = 0
 
     def write(self, data: bytes) -> None:
@@ -69,28 +70,28 @@ class _GzipWriter:
         return self.size
 
 
-def write_spaces(path: Path, spaces: int) -> int:
+def write_spaces(path: Path, spaces: int, level: int = 9) -> int:
     """``{"traceEvents": [`` + ``spaces`` spaces + ``]}``; the decompressed size."""
-    out = _GzipWriter(path)
+    out = _GzipWriter(path, level)
     out.write(b'{"traceEvents": [')
     out.repeat(b" ", spaces)
     out.write(b"]}")
     return out.close()
 
 
-def write_long_name(path: Path, length: int) -> int:
+def write_long_name(path: Path, length: int, level: int = 9) -> int:
     """One X event whose name is ``length`` bytes ('a'), then one ordinary event; the decompressed size."""
-    out = _GzipWriter(path)
+    out = _GzipWriter(path, level)
     out.write(b'{"traceEvents": [{"ph": "X", "pid": 1, "tid": 1, "ts": 1000, "dur": 5, "name": "')
     out.repeat(b"a", length)
     out.write(b'"}, {"ph": "X", "pid": 1, "tid": 1, "ts": 2000, "dur": 7, "name": "after"}]}')
     return out.close()
 
 
-def write_events(path: Path, count: int, bad_every: int = 0) -> int:
+def write_events(path: Path, count: int, bad_every: int = 0, level: int = 6) -> int:
     """``count`` X events as Kineto writes them; with ``bad_every`` = k, every k-th event has a NaN ts, a negative
     dur or a 1e300 ts (in turn). The decompressed size."""
-    out = _GzipWriter(path)
+    out = _GzipWriter(path, level)
     out.write(b'{"schemaVersion": 1, "traceEvents": [\n')
     bad = (b'"ts": NaN, "dur": 3.000', b'"ts": 1712195495519689.047, "dur": -3.000', b'"ts": 1e300, "dur": 3.000')
     lines = []

@@ -64,6 +64,19 @@ def test_us_to_ns_matches_decimal_on_every_form():
         assert (got, st) == ((want, OK) if abs(want) < MAX_NS else (0, OUT_OF_RANGE)), text
 
 
+@pytest.mark.parametrize("decimals", [1, 3, 4, 6])
+def test_us_to_ns_columns_of_one_layout(decimals):
+    """A column of texts of one length with the point in one place (Kineto's ``%.3f`` epoch times) takes the
+    matrix path; the same answers as Decimal, rounding and the 2**53 µs bound included."""
+    rng = random.Random(decimals)
+    texts = [f"{rng.randrange(10 ** 15, 10 ** 16)}.{rng.randrange(10 ** decimals):0{decimals}d}".encode()
+             for _ in range(2000)] + [b"9999999999999999." + b"9" * decimals]
+    ns, status = us_to_ns(texts)
+    for text, got, st in zip(texts, ns.tolist(), status.tolist(), strict=True):
+        want = _ns(Decimal(text.decode()))
+        assert (got, st) == ((want, OK) if abs(want) < MAX_NS else (0, OUT_OF_RANGE)), text
+
+
 def test_us_to_ns_integers_and_non_numbers():
     ns, status = us_to_ns([5, -7, 1 << 53, 1 << 80, None, "12", True, [1], b"2.5"])
     assert ns.tolist() == [5000, -7000, 0, 0, 0, 0, 0, 0, 2500]
