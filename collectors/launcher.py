@@ -38,7 +38,7 @@ from pathlib import Path
 import pandas as pd
 import psutil
 
-from ddltrace.collectors import frameworks, record_sets
+from ddltrace.collectors import frameworks, node_agent, record_sets
 from ddltrace.collectors.clock import clock_manifest
 from ddltrace.collectors.gpu_sampler import GpuSampler
 from ddltrace.collectors.mpi_env import local_env, mpi_flavour, mpiexec_command
@@ -53,6 +53,7 @@ from ddltrace.timeline import make_counters, make_timeline
 from ddltrace.units import format_ns
 
 _GRACE_S = (5.0, 10.0)  # SIGTERM, then SIGKILL, this long after the first interrupt
+NODES = "nodes"  # the node agents' folder in the record folder: one folder per host
 
 
 @dataclass
@@ -170,7 +171,8 @@ def _mpicc_of(launcher: str | None) -> str | None:
 
 def _command(cfg: RunConfig, lib: Path | None, records: Path | None,
              fw_env: dict[str, str]) -> tuple[list[str], dict[str, str], str]:
-    """Command line, environment and MPI flavour ('' for a non-MPI job)."""
+    """Command line, environment and MPI flavour ('' for a non-MPI job). With a launcher, every process it
+    starts first runs the node agent's shim (collectors/node_agent.py), which starts one agent per node."""
     if cfg.np is None and not cfg.launcher:
         return list(cfg.argv), {**os.environ, **fw_env}, ""
     extra = {"LD_PRELOAD": ":".join(filter(None, [str(lib), os.environ.get("LD_PRELOAD", "")])),
@@ -180,7 +182,8 @@ def _command(cfg: RunConfig, lib: Path | None, records: Path | None,
         if not prefix:
             raise DdltraceError("--launcher: empty command")
         flavour = mpi_flavour(shutil.which(prefix[0]) or prefix[0]) if "mpi" in Path(prefix[0]).name else "other"
-        cmd, env = prefix + list(cfg.argv), local_env(flavour)
+        shim = [sys.executable, node_agent.__file__, "--dir", str(records / NODES), "--hz", str(cfg.sample_hz), "--"]
+        cmd, env = prefix + shim + list(cfg.argv), local_env(flavour)
     else:
         cmd, env = mpiexec_command(cfg.np, list(cfg.argv))
         flavour = mpi_flavour(cmd[0])
@@ -238,7 +241,7 @@ def _run(cfg: RunConfig, out: Path, mpi: bool, lib: Path | None, work: Path, rec
     print(f"ddltrace: running {shlex.join(cfg.argv)}" + (f" on {cfg.np} ranks" if cfg.np else "")
           + (f" with the {cfg.framework} profiler on steps {cfg.steps[0]}-{cfg.steps[1]}" if cfg.framework else "")
           + f"; store: {out}", file=stream, flush=True)
-    gpu = GpuSampler(cfg.sample_hz)
+    gpu = GpuSampler(cfg.sample_hz) if not cfg.launcher else None
     pyspy = PySpyRecorder(work / "pyspy", cfg.pyspy_rate_hz) if cfg.pyspy else None
     start_ns = time.time_ns()
     t_start = time.monotonic()
@@ -261,8 +264,11 @@ def _run(cfg: RunConfig, out: Path, mpi: bool, lib: Path | None, work: Path, rec
                 record_sets.register(records, job)
             except psutil.Error:
                 pass  # already gone: nothing to wait for
-        system = SystemSampler(cfg.sample_hz, proc.pid).start()
-        gpu.start()
+        # with a launcher the node agents sample every node the job runs on (this one too, if it runs here)
+        system = SystemSampler(cfg.sample_hz, proc.pid) if not cfg.launcher else None
+        if system is not None:
+            system.start()
+            gpu.start()
         last_shown = last_scan = -1.0
         while proc.poll() is None:
             interrupts.escalate(proc)
@@ -293,17 +299,18 @@ def _run(cfg: RunConfig, out: Path, mpi: bool, lib: Path | None, work: Path, rec
         writing = _WriteSignals(out, records, stream)
     with writing:
         exit_code = proc.returncode
-        system_rows = system.stop()
-        gpu_rows = gpu.stop()
+        system_rows = system.stop() if system is not None else []
+        gpu_rows = gpu.stop() if gpu is not None else []
         stacks = pyspy.stop() if pyspy is not None else {}
-        notes = ([] if gpu.available else [gpu.reason]) + (pyspy.notes if pyspy is not None else [])
+        notes = ([] if gpu is None or gpu.available else [gpu.reason]) + (pyspy.notes if pyspy is not None else [])
         if interrupted:
             notes.append("interrupted (Ctrl-C / SIGTERM): the job was stopped; ranks still running were marked "
                          "abrupt")
-        collectors = ["system"] + ["gpu"] * gpu.available + ["py-spy"] * bool(cfg.pyspy)
+        collectors = (["node agents (system, gpu)"] if gpu is None else ["system"] + ["gpu"] * gpu.available) \
+            + ["py-spy"] * bool(cfg.pyspy)
         result = _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, interrupted,
-                         system_rows + gpu_rows, stacks, notes, proc.pid, collectors, gpu.devices,
-                         work / "framework", writing.progress)
+                         system_rows + gpu_rows, stacks, notes, proc.pid, collectors,
+                         gpu.devices if gpu is not None else [], work / "framework", writing.progress)
         print(summary_line(result), file=stream, flush=True)
     return result
 
@@ -382,6 +389,11 @@ def _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, i
             rank_records.append(read_records(path))
         except DdltraceError as exc:
             notes.append(f"unreadable record file: {exc}")
+    nodes: list[node_agent.NodePart] = []
+    if (records / NODES).is_dir():
+        progress.phase = "waiting for the node agents"
+        nodes, node_notes = node_agent.read_nodes(records / NODES)
+        notes.extend(node_notes)
     extra = sorted(records.glob("extra-*.pmpi"))
     if extra:
         notes.append(f"{len(extra)} MPI process(es) outside the job's MPI world (e.g. singletons it started) "
@@ -392,7 +404,7 @@ def _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, i
     staging = staging_path(out)
     try:
         store = _write(cfg, staging, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_code, interrupted,
-                       sample_rows, stacks, notes, root_pid, collectors, gpus, fw_dir, progress)
+                       sample_rows, stacks, notes, root_pid, collectors, gpus, fw_dir, progress, nodes)
         progress.phase = "verifying the store"
         verify_written(store, [rr.rank for rr in rank_records])
         progress.phase = _RENAMING
@@ -417,15 +429,16 @@ def _reason(exc: OSError) -> str:
 
 
 def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_code, interrupted, sample_rows,
-           stacks, notes, root_pid, collectors, gpus, fw_dir, progress) -> TraceStore:
-    """Write every rank's timeline and counters, then the manifest, into the new store ``path``."""
+           stacks, notes, root_pid, collectors, gpus, fw_dir, progress, nodes=()) -> TraceStore:
+    """Write every rank's timeline and counters, then the manifest, into the new store ``path``; ``nodes``:
+    what the node agents sampled."""
     pid_rank = {rr.pid: rr.rank for rr in rank_records}
     fw_parts, fw_ranks = _framework_parts(cfg, fw_dir, set(pid_rank.values()), notes)
     pid_rank.update({part.pid: fw_ranks[i] for i, part in enumerate(fw_parts)})
     if not mpi and not fw_parts:
         pid_rank[root_pid] = 0
     hosts = sorted({rr.host for rr in rank_records} | {p.info.get("host") for p in fw_parts if p.info.get("host")}
-                   or {socket.gethostname()})
+                   | {node.host for node in nodes} or {socket.gethostname()})
     world = max([rr.world_size for rr in rank_records] + [cfg.np or 0, 0 if mpi or fw_parts else 1])
     run = {
         "command": shlex.join(cfg.argv), "launch": shlex.join(cmd),
@@ -438,11 +451,17 @@ def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_co
     }
     if cfg.framework:
         run["profiled_steps"] = list(cfg.steps)
+    if nodes:
+        run["nodes"] = [node.host for node in nodes]
+        run["gpus"] = {node.host: node.info.get("gpus", []) for node in nodes}
     clock = clock_manifest(rank_records) if mpi else None
     if fw_parts:
         clock = _framework_clock(clock, fw_parts, fw_ranks)
     store = TraceStore.create(path, run=run, clock=clock)
     counters = _counters(sample_rows, pid_rank)
+    for rank, frame in _node_counters(nodes, rank_records, clock).items():
+        counters[rank] = make_counters(pd.concat([counters[rank], frame], ignore_index=True)) if rank in counters \
+            else frame
     ranks: dict[int, str] = {}
     calls = 0
     framework_of = {fw_ranks[i]: part for i, part in enumerate(fw_parts)}
@@ -538,6 +557,33 @@ def _counters(rows: list[tuple[int, str, int, float]], pid_rank: dict[int, int])
         by_rank.setdefault(rank, []).append((rank, name, t_ns, value))
     return {rank: make_counters(pd.DataFrame(rs, columns=["rank", "name", "t_ns", "value"]))
             for rank, rs in by_rank.items()}
+
+
+def _node_counters(nodes: list[node_agent.NodePart], rank_records: list[RankRecords],
+                   clock: dict | None) -> dict[int, pd.DataFrame]:
+    """The node agents' samples as counters tables keyed by rank (or -1): a node's machine counters are
+    named ``NAME@HOST``; a process's rows go to the rank whose record file has that host and pid (others, such
+    as hydra's proxies, are dropped). Times are put on the common clock with the PMPI offset of the node's
+    lowest rank (measured at MPI_Init), where there is one."""
+    rank_of = {(rr.host, rr.pid): rr.rank for rr in rank_records}
+    offsets = (clock or {}).get("offsets_ns", {})
+    node_offset: dict[str, int] = {}
+    for rr in sorted(rank_records, key=lambda rr: rr.rank):
+        if str(rr.rank) in offsets:
+            node_offset.setdefault(rr.host, int(offsets[str(rr.rank)]))
+    by_rank: dict[int, list[pd.DataFrame]] = {}
+    for node in nodes:
+        s = node.samples
+        if not len(s):
+            continue
+        machine = s["pid"] == MACHINE
+        rank = s["pid"].map(lambda pid, host=node.host: MACHINE if pid == MACHINE else rank_of.get((host, pid)))
+        frame = pd.DataFrame({"rank": rank, "name": s["name"].where(~machine, s["name"] + f"@{node.host}"),
+                              "t_ns": s["t_ns"] + node_offset.get(node.host, 0), "value": s["value"]})
+        frame = frame[frame["rank"].notna()].astype({"rank": "int32"})
+        for r, part in frame.groupby("rank"):
+            by_rank.setdefault(int(r), []).append(part)
+    return {r: make_counters(pd.concat(parts, ignore_index=True)) for r, parts in by_rank.items()}
 
 
 def _with_stacks(timeline: pd.DataFrame, stack_rows: pd.DataFrame | None, rank: int) -> pd.DataFrame:

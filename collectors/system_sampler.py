@@ -5,8 +5,9 @@ Counters (names carry their unit; rates are per second over the last interval):
 - machine (rank -1): ``cpu_percent`` (all cores, 0-100), ``cpuN_percent`` per core, ``mem_used_bytes``
   (total minus available), ``mem_available_bytes``, ``disk_read_bytes_per_s``, ``disk_write_bytes_per_s``,
   ``net_sent_bytes_per_s``, ``net_recv_bytes_per_s`` (all interfaces, loopback included),
-  ``ctx_switches_per_s``; the job's tree as a whole: ``job_cpu_percent`` (100 = one core),
-  ``job_rss_bytes``, ``job_processes``;
+  ``ctx_switches_per_s``; per network interface other than loopback present at the start,
+  ``net_IFACE_sent_bytes`` and ``net_IFACE_recv_bytes`` (bytes since the sampler started; Linux only); the
+  job's tree as a whole: ``job_cpu_percent`` (100 = one core), ``job_rss_bytes``, ``job_processes``;
 - each process of the tree (keyed by pid, mapped to its rank by the launcher): ``cpu_percent`` (100 = one
   core), ``rss_bytes``, and at each tree rescan (1 Hz) ``ctx_switches_per_s``.
 
@@ -22,6 +23,7 @@ import math
 import os
 import threading
 import time
+from collections.abc import Callable
 
 import psutil
 
@@ -38,8 +40,9 @@ def _read(path: str) -> bytes:
         return fh.read()
 
 
-def _machine_linux(whole_disks: set[str]) -> tuple[list[float], dict[str, float], float, float]:
-    """(per-core busy and total jiffies pairs flattened, cumulative totals, mem total, mem available)."""
+def _machine_linux(whole_disks: set[str]) -> tuple[list[float], dict[str, float], float, float, dict]:
+    """(per-core busy and total jiffies pairs flattened, cumulative totals, mem total, mem available,
+    {interface: (bytes sent, bytes received)} since boot)."""
     cores, totals = [], {}
     for line in _read("/proc/stat").split(b"\n"):
         if line.startswith(b"cpu") and line[3:4] != b" ":
@@ -60,14 +63,17 @@ def _machine_linux(whole_disks: set[str]) -> tuple[list[float], dict[str, float]
             read += int(parts[5]) * 512  # sectors of 512 bytes, whatever the device's sector size
             write += int(parts[9]) * 512
     sent = recv = 0
+    interfaces = {}
     for line in _read("/proc/net/dev").split(b"\n")[2:]:
         if b":" in line:
-            fields = line.split(b":", 1)[1].split()
+            name, rest = line.split(b":", 1)
+            fields = rest.split()
             recv += int(fields[0])
             sent += int(fields[8])
+            interfaces[name.strip().decode()] = (int(fields[8]), int(fields[0]))
     totals.update(disk_read_bytes=read, disk_write_bytes=write, net_sent_bytes=sent, net_recv_bytes=recv)
     total = mem.get(b"MemTotal:", 0)
-    return cores, totals, total, mem.get(b"MemAvailable:", 0)
+    return cores, totals, total, mem.get(b"MemAvailable:", 0), interfaces
 
 
 def _proc_linux(pid: int) -> tuple[float, float]:
@@ -110,18 +116,22 @@ FIRST_RESCAN_S = 0.1  # the first look again at the job's process tree, in s; th
 
 
 class SystemSampler:
-    """Sample at ``hz`` (samples per second) until :meth:`stop`; ``root_pid`` is the job's top process."""
+    """Sample at ``hz`` (samples per second) until :meth:`stop`; ``root_pid`` is the job's top process, or
+    ``roots`` gives the top processes at each tree rescan (a node agent: the ranks started on its node)."""
 
-    def __init__(self, hz: float = 10.0, root_pid: int | None = None, tree_refresh_s: float = 1.0):
+    def __init__(self, hz: float = 10.0, root_pid: int | None = None, tree_refresh_s: float = 1.0,
+                 roots: Callable[[], list[int]] | None = None):
         check_rate(hz)
         self.hz = hz
         self.root_pid = root_pid
+        self.roots = roots if roots is not None else (lambda: [root_pid]) if root_pid is not None else None
         self.tree_refresh_s = tree_refresh_s  # how often new processes are looked for (a /proc walk), in s
         self.rows: list[tuple[int, str, int, float]] = []  # (pid or -1, name, t_ns, value)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._whole_disks = set(os.listdir("/sys/block")) if os.path.isdir("/sys/block") else set()
         self._last: dict = {}
+        self._interfaces0: dict[str, tuple[int, int]] = {}  # interface -> (sent, received) bytes at the start
         self._cpu: dict[int, tuple[float, float]] = {}  # pid -> (monotonic s, CPU s) at its last sample
         self._ctx: dict[int, tuple[float, int]] = {}
         self._members: list[int] = []
@@ -129,6 +139,8 @@ class SystemSampler:
         self._scans = 0
 
     def start(self) -> SystemSampler:
+        if _LINUX:
+            self._interfaces0 = {k: v for k, v in _machine_linux(self._whole_disks)[4].items() if k != "lo"}
         self._machine(time.time_ns(), time.monotonic(), emit=False)
         self._thread = threading.Thread(target=self._loop, name="ddltrace-system-sampler", daemon=True)
         self._thread.start()
@@ -158,8 +170,9 @@ class SystemSampler:
         self._processes(t_ns, now)
 
     def _machine(self, t_ns: int, now: float, emit: bool) -> None:
+        interfaces = {}
         if _LINUX:
-            cores, totals, mem_total, mem_avail = _machine_linux(self._whole_disks)
+            cores, totals, mem_total, mem_avail, interfaces = _machine_linux(self._whole_disks)
         else:
             cores = [(p, 100.0) for p in psutil.cpu_percent(percpu=True)]
             disk, net, vm = psutil.disk_io_counters(), psutil.net_io_counters(), psutil.virtual_memory()
@@ -184,9 +197,14 @@ class SystemSampler:
         dt = max(now - last["t"], 1e-9)
         for key, value in totals.items():
             rows.append((MACHINE, f"{key}_per_s", t_ns, (value - last[key]) / dt))
+        for name, (sent0, recv0) in self._interfaces0.items():
+            if name in interfaces:
+                sent, recv = interfaces[name]
+                rows.append((MACHINE, f"net_{name}_sent_bytes", t_ns, float(sent - sent0)))
+                rows.append((MACHINE, f"net_{name}_recv_bytes", t_ns, float(recv - recv0)))
 
     def _processes(self, t_ns: int, now: float) -> None:
-        if self.root_pid is None:
+        if self.roots is None:
             return
         # a job starts its processes (MPI ranks, workers) in its first moments: look again 0.1, 0.3, 0.7, 1.5 s
         # after the start, then every tree_refresh_s (a short job's ranks are seen, a long job pays for few walks)
@@ -194,14 +212,17 @@ class SystemSampler:
         if rescan:
             self._tree_at = now
             self._scans += 1
-            if _HAS_CHILDREN:
-                self._members = _tree_linux(self.root_pid)
-            else:
-                try:
-                    root = psutil.Process(self.root_pid)
-                    self._members = [root.pid] + [p.pid for p in root.children(recursive=True)]
-                except psutil.Error:
-                    self._members = []
+            members: list[int] = []
+            for root_pid in self.roots():
+                if _HAS_CHILDREN:
+                    members += _tree_linux(root_pid)
+                else:
+                    try:
+                        root = psutil.Process(root_pid)
+                        members += [root.pid] + [p.pid for p in root.children(recursive=True)]
+                    except psutil.Error:
+                        pass
+            self._members = list(dict.fromkeys(members))
         job_cpu = job_rss = 0.0
         cpu_measured = False
         alive = []

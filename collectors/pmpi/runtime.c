@@ -269,21 +269,41 @@ static void clock_sync(int which) {
     calibrate();
 }
 
+static int64_t parse_node_test_offset(void) {
+    /* DDLTRACE_TEST_NODE_CLOCK_OFFSET_NS="HOST:NS[,HOST:NS...]": shift the clock of every rank on node HOST
+       (tests only; the node agent reads the same variable). */
+    const char *spec = getenv("DDLTRACE_TEST_NODE_CLOCK_OFFSET_NS");
+    char host[256] = {0};
+    if (!spec || gethostname(host, sizeof host - 1) != 0) return 0;
+    size_t n = strlen(host);
+    for (const char *p = spec; *p;) {
+        const char *colon = strchr(p, ':');
+        if (!colon) break;
+        if ((size_t)(colon - p) == n && strncmp(p, host, n) == 0) return strtoll(colon + 1, NULL, 10);
+        const char *comma = strchr(colon, ',');
+        if (!comma) break;
+        p = comma + 1;
+    }
+    return 0;
+}
+
 static int64_t parse_test_offset(int rank) {
-    /* DDLTRACE_TEST_CLOCK_OFFSET_NS="RANK:NS[,RANK:NS...]": shift this rank's clock (tests only). */
+    /* DDLTRACE_TEST_CLOCK_OFFSET_NS="RANK:NS[,RANK:NS...]": shift this rank's clock (tests only), added to
+       its node's offset. */
     const char *spec = getenv("DDLTRACE_TEST_CLOCK_OFFSET_NS");
-    if (!spec) return 0;
+    int64_t node = parse_node_test_offset();
+    if (!spec) return node;
     const char *p = spec;
     while (*p) {
         char *end;
         long r = strtol(p, &end, 10);
         if (*end != ':') break;
         long long ns = strtoll(end + 1, &end, 10);
-        if (r == rank) return ns;
+        if (r == rank) return node + ns;
         if (*end != ',') break;
         p = end + 1;
     }
-    return 0;
+    return node;
 }
 
 void ddlt_after_init(int64_t t0, int64_t t1, uint16_t fn, int ret) {

@@ -1,0 +1,213 @@
+"""The node agent: on every node of a job started with ``ddltrace run --launcher``, one process samples that
+node (its machine, network interfaces and GPUs, and the job's processes on it).
+
+``ddltrace run --launcher L -- CMD`` runs ``L python .../node_agent.py --dir D --hz HZ -- CMD``: every process
+the launcher starts first runs this file as a script (os, sys and fcntl only: a few ms), which
+
+1. registers its pid (with its start time, against pid reuse) in ``D/<host>/ranks/``;
+2. tries to take the lock ``D/<host>/agent.lock``: the first process of the job on the node wins and
+   forks the agent (detached: its own session, re-parented to the node's init);
+3. replaces itself with ``CMD`` (exec: the same pid, so the rank's record file names the pid registered).
+
+The agent runs the system sampler over the processes registered on its node and their children, and the GPU
+sampler (NVML, where present), until the last registered process has ended; then it writes
+``D/<host>/samples.parquet`` (pid or -1 for the machine, name, t_ns, value) and ``D/<host>/agent.json``
+(host, its pid, start and end, GPUs, notes), each by an atomic rename, and releases the lock. The launching
+``ddltrace run`` reads every node's folder after the job (:func:`read_nodes`). ``D`` must be on a file system
+every node writes (as the PMPI record folder is). Pids are those of the node's PID namespace, hence the
+(host, pid) key.
+
+Test hook: ``DDLTRACE_TEST_NODE_CLOCK_OFFSET_NS="HOST:NS[,HOST:NS]"`` shifts the clock of every collector on
+node HOST by NS ns (the PMPI runtime's and the agent's), to test clock alignment across the simulated
+cluster's nodes, which share one kernel clock. For tests only.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+
+NODE_OFFSET_ENV = "DDLTRACE_TEST_NODE_CLOCK_OFFSET_NS"
+
+
+def node_test_offset_ns(host: str, spec: str | None = None) -> int:
+    """The test clock offset of node ``host`` from ``DDLTRACE_TEST_NODE_CLOCK_OFFSET_NS`` (0 if none)."""
+    spec = os.environ.get(NODE_OFFSET_ENV, "") if spec is None else spec
+    for entry in filter(None, spec.split(",")):
+        name, _, ns = entry.rpartition(":")
+        if name == host:
+            return int(ns)
+    return 0
+
+
+def _start_ticks(pid: int | str) -> str | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat), None if it has
+    ended (gone, or a zombie not yet reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    fields = data[data.rindex(b")") + 2:].split()
+    return None if fields[0] in (b"Z", b"X") else fields[19].decode()
+
+
+def registered(folder: str) -> tuple[list[int], int]:
+    """(pids of the registered processes still running, how many were registered)."""
+    ranks = os.path.join(folder, "ranks")
+    alive, names = [], os.listdir(ranks)
+    for name in names:
+        with open(os.path.join(ranks, name)) as fh:
+            ticks = fh.read().strip()
+        if _start_ticks(name) == ticks:
+            alive.append(int(name))
+    return alive, len(names)
+
+
+def shim(args: list[str]) -> None:
+    """What every process of the job runs first (see the module's docstring); does not return."""
+    if len(args) < 5 or args[0] != "--dir" or args[2] != "--hz" or args[4] != "--":
+        sys.exit("usage: node_agent.py --dir FOLDER --hz HZ -- COMMAND...")
+    folder = os.path.join(args[1], os.uname().nodename)
+    hz, command = float(args[3]), args[5:]
+    if not command:
+        sys.exit("node_agent.py: no command after --")
+    os.makedirs(os.path.join(folder, "ranks"), exist_ok=True)
+    pid = os.getpid()
+    with open(os.path.join(folder, "ranks", str(pid)), "w") as fh:
+        fh.write(_start_ticks(pid) or "")
+    lock = open(os.path.join(folder, "agent.lock"), "w")  # noqa: SIM115 (held by the agent until it ends)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # another process of the job runs this node's agent
+        lock.close()
+    else:
+        _fork_agent(folder, hz, lock)
+    try:
+        os.execvp(command[0], command)
+    except OSError as exc:
+        sys.exit(f"node_agent.py: cannot run {command[0]}: {exc.strerror}")
+
+
+def _fork_agent(folder: str, hz: float, lock) -> None:
+    """Start the agent as a grandchild in its own session (so that it is nobody's child to reap), holding
+    ``lock``; the caller goes on at once."""
+    child = os.fork()
+    if child:
+        lock.close()  # the agent's copy holds the lock
+        os.waitpid(child, 0)
+        return
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+    code = 1
+    try:
+        devnull = os.open(os.devnull, os.O_RDWR)
+        os.dup2(devnull, 0)
+        log = os.open(os.path.join(folder, "agent.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        # nothing else the rank was given (the launcher's pipes, the PMI socket) stays open here: its
+        # launcher waits for them to close
+        keep = lock.fileno()
+        os.closerange(3, keep)
+        os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
+        run_agent(folder, hz)
+        code = 0
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def run_agent(folder: str, hz: float, poll_s: float = 0.1, linger: int = 3) -> None:
+    """Sample this node until no registered process has run for ``linger`` polls of ``poll_s`` s (a rank
+    started a moment after the others ended is still seen), then write its samples."""
+    import signal
+    import socket
+    import threading
+    import time
+
+    from ddltrace.collectors.system_sampler import SystemSampler  # psutil only: sampling starts at once
+
+    host = socket.gethostname()
+    offset = node_test_offset_ns(host)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    start_ns = time.time_ns() + offset
+    system = SystemSampler(hz, roots=lambda: registered(folder)[0]).start()
+    from ddltrace.collectors.gpu_sampler import GpuSampler
+
+    gpu = GpuSampler(hz).start()
+    idle = 0
+    while not stop.wait(poll_s):
+        idle = 0 if registered(folder)[0] else idle + 1
+        if idle >= linger:
+            break
+    rows = system.stop() + gpu.stop()
+    end_ns = time.time_ns() + offset
+    import json
+
+    import pandas as pd
+
+    frame = pd.DataFrame(rows, columns=["pid", "name", "t_ns", "value"])
+    frame["t_ns"] = frame["t_ns"].astype("int64") + offset
+    tmp = os.path.join(folder, f".samples.{os.getpid()}.parquet")
+    frame.to_parquet(tmp, index=False)
+    os.replace(tmp, os.path.join(folder, "samples.parquet"))
+    info = {"host": host, "agent_pid": os.getpid(), "start_ns": start_ns, "end_ns": end_ns, "sample_hz": hz,
+            "processes": registered(folder)[1], "gpus": gpu.devices, "test_clock_offset_ns": offset,
+            "notes": [] if gpu.available else [f"{host}: {gpu.reason}"]}
+    tmp = os.path.join(folder, f".agent.{os.getpid()}.json")
+    with open(tmp, "w") as fh:
+        json.dump(info, fh)
+    os.replace(tmp, os.path.join(folder, "agent.json"))
+
+
+class NodePart:
+    """What one node's agent wrote: ``host``, ``samples`` (a DataFrame: pid or -1, name, t_ns, value),
+    ``info`` (agent.json). A plain class: the shim's imports stay os, sys and fcntl."""
+
+    def __init__(self, host: str, samples, info: dict):
+        self.host, self.samples, self.info = host, samples, info
+
+
+def read_nodes(folder, wait_s: float = 15.0) -> tuple[list[NodePart], list[str]]:
+    """Every node's part in ``folder`` (waiting up to ``wait_s`` s for agents still writing), and notes on
+    the nodes whose agent left none. ``folder``: a :class:`pathlib.Path`."""
+    import json
+    import time
+
+    import pandas as pd
+
+    parts, notes = [], []
+    deadline = time.monotonic() + wait_s
+    for node in sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []:
+        with open(node / "agent.lock", "a") as lock:
+            while True:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.05)
+        try:
+            info = json.loads((node / "agent.json").read_text())
+            samples = pd.read_parquet(node / "samples.parquet")
+        except (OSError, ValueError) as exc:
+            notes.append(f"node {node.name}: its agent left no samples ({type(exc).__name__}: {exc}; its log: "
+                         f"{node / 'agent.log'})")
+            continue
+        parts.append(NodePart(node.name, samples, info))
+        notes.extend(info.get("notes", []))
+    return parts, notes
+
+
+if __name__ == "__main__":
+    del sys.path[0]  # this file's folder: its modules are not top-level ones
+    shim(sys.argv[1:])

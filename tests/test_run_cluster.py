@@ -1,0 +1,121 @@
+"""``ddltrace run`` across the nodes of a simulated cluster (collectors/cluster.py): a real mpi4py job on 2
+nodes x 2 ranks through MPICH's hydra entering the nodes as ssh would. Each node's agent samples its own
+node: both nodes' counters under their host names, the bytes the job sent from one node to the other on
+that node's eth0 counters, and a clock offset injected on one node removed by the PMPI ping-pong.
+
+Needs root, iproute2, util-linux and MPICH (the `mpich` wheel); skips with the reason where any is missing."""
+
+from __future__ import annotations
+
+import io
+import sys
+import textwrap
+
+import pytest
+
+from ddltrace.cli import main
+from ddltrace.collectors import cluster as cl
+from ddltrace.collectors.mpi_env import find_tool, mpi_flavour
+from ddltrace.store import TraceStore
+
+MPIEXEC = find_tool("mpiexec")
+pytestmark = [
+    pytest.mark.skipif(cl.missing_tools() is not None, reason=str(cl.missing_tools())),
+    pytest.mark.skipif(find_tool("mpicc") is None or MPIEXEC is None, reason="MPI (the mpich wheel) not installed"),
+    pytest.mark.skipif(MPIEXEC is not None and mpi_flavour(MPIEXEC) != "mpich",
+                       reason="the simulated cluster is entered through MPICH's hydra"),
+]
+
+SENT = 24_000_000  # bytes rank 0 (node 0) sends to rank 2 (node 1)
+OFFSET_NS = 5_000_000  # node 1's clock is 5 ms ahead (test hook)
+
+JOB = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    size = int(sys.argv[1])
+    comm.Barrier()
+    if comm.rank == 0:
+        comm.Send(np.ones(size, dtype=np.uint8), dest=2)
+    elif comm.rank == 2:
+        buf = np.empty(size, dtype=np.uint8)
+        comm.Recv(buf, source=0)
+        assert buf.sum() == size
+    comm.Barrier()
+""")
+
+
+@pytest.fixture(scope="module")
+def cluster_run(tmp_path_factory):
+    """One job on a fresh 2-node cluster, run by `ddltrace run --launcher` (the CLI): (cluster, store, out)."""
+    tmp = tmp_path_factory.mktemp("cluster_run")
+    (tmp / "job.py").write_text(JOB)
+    with cl.Cluster(2) as cluster, pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DDLTRACE_TEST_NODE_CLOCK_OFFSET_NS", f"{cluster.nodes[1].host}:{OFFSET_NS}")
+        out = io.StringIO()
+        mp.setattr(sys, "stdout", out)
+        code = main(["run", "--no-progress", "--launcher", cluster.mpiexec(MPIEXEC, ppn=2),
+                     "--out", str(tmp / "store"), "--", sys.executable, str(tmp / "job.py"), str(SENT)])
+        assert code == 0, out.getvalue()
+        yield cluster, TraceStore.open(tmp / "store"), out.getvalue()
+
+
+def test_ranks_run_on_both_nodes_under_their_host_names(cluster_run):
+    cluster, store, _ = cluster_run
+    hosts = [n.host for n in cluster.nodes]
+    assert store.ranks == [0, 1, 2, 3]
+    assert [store.rank_info(r)["host"] for r in store.ranks] == [hosts[0], hosts[0], hosts[1], hosts[1]]
+    assert store.run["hosts"] == hosts and store.run["nodes"] == hosts
+    # each node's PID namespace numbers its processes from 1: the same pids on both nodes, told apart by host
+    assert {store.rank_info(r)["ended"] for r in store.ranks} == {"normal"}
+
+
+def test_each_node_has_its_own_machine_counters_and_its_ranks_counters(cluster_run):
+    cluster, store, _ = cluster_run
+    counters = store.counters()
+    names = set(counters["name"])
+    for node in cluster.nodes:
+        assert {f"cpu_percent@{node.host}", f"mem_used_bytes@{node.host}", f"net_eth0_sent_bytes@{node.host}",
+                f"job_processes@{node.host}"} <= names
+    # the ranks' own counters come from their node's agent (matched by host and pid)
+    assert set(counters.loc[counters["name"] == "rss_bytes", "rank"]) == {0, 1, 2, 3}
+    # a node agent sees only its node's processes: the 2 ranks (and their children), not the other node's
+    for node in cluster.nodes:
+        procs = counters.loc[counters["name"] == f"job_processes@{node.host}", "value"]
+        assert procs.max() >= 2 and procs.max() < 4
+
+
+def test_bytes_sent_across_appear_on_the_sending_nodes_interface(cluster_run):
+    cluster, store, _ = cluster_run
+    counters = store.counters([-1])
+    a, b = (n.host for n in cluster.nodes)
+
+    def last(name: str) -> float:
+        rows = counters[counters["name"] == name]
+        return float(rows.sort_values("t_ns")["value"].iloc[-1])
+
+    # on the wire: the payload plus TCP/IP headers and the job's other traffic (hydra, UCX set-up, clock sync)
+    assert SENT <= last(f"net_eth0_sent_bytes@{a}") <= 1.10 * SENT
+    assert SENT <= last(f"net_eth0_recv_bytes@{b}") <= 1.10 * SENT
+    assert last(f"net_eth0_sent_bytes@{b}") < 0.10 * SENT  # node 1 sent only acknowledgements and control
+
+
+def test_an_injected_node_clock_offset_is_removed_within_the_uncertainty(cluster_run):
+    _, store, _ = cluster_run
+    clock = store.manifest["clock"]
+    for rank, injected in ((1, 0), (2, OFFSET_NS), (3, OFFSET_NS)):
+        offset, uncertainty = clock["offsets_ns"][str(rank)], clock["uncertainty_ns"][str(rank)]
+        # rank 0's clock minus the rank's: the nodes share one kernel clock, so only the injected part is real
+        assert abs(offset + injected) <= uncertainty, (rank, offset, uncertainty)
+        fin, fin_unc = clock["finalize_offsets_ns"][str(rank)], clock["finalize_uncertainty_ns"][str(rank)]
+        assert abs(fin + injected) <= fin_unc, (rank, fin, fin_unc)
+
+
+def test_info_shows_a_row_per_node(cluster_run, capsys):
+    cluster, store, _ = cluster_run
+    assert main(["info", str(store.path)]) == 0
+    text = capsys.readouterr().out
+    for node in cluster.nodes:
+        assert any(line.split()[:1] == [node.host] for line in text.splitlines()), text
+
