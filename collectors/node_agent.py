@@ -161,7 +161,7 @@ def run_agent(folder: str, hz: float, poll_s: float = 0.1, linger: int = 3) -> N
     os.replace(tmp, os.path.join(folder, "samples.parquet"))
     info = {"host": host, "agent_pid": os.getpid(), "start_ns": start_ns, "end_ns": end_ns, "sample_hz": hz,
             "processes": registered(folder)[1], "gpus": gpu.devices, "test_clock_offset_ns": offset,
-            "notes": [] if gpu.available else [f"{host}: {gpu.reason}"]}
+            "gpu_off": None if gpu.available else gpu.reason}
     tmp = os.path.join(folder, f".agent.{os.getpid()}.json")
     with open(tmp, "w") as fh:
         json.dump(info, fh)
@@ -204,7 +204,11 @@ def read_nodes(folder, wait_s: float = 15.0) -> tuple[list[NodePart], list[str]]
                          f"{node / 'agent.log'})")
             continue
         parts.append(NodePart(node.name, samples, info))
-        notes.extend(info.get("notes", []))
+    gpu_off: dict[str, list[str]] = {}
+    for part in parts:
+        if part.info.get("gpu_off"):
+            gpu_off.setdefault(str(part.info["gpu_off"]), []).append(part.host)
+    notes += [f"on node(s) {', '.join(hosts)}: {reason}" for reason, hosts in gpu_off.items()]
     return parts, notes
 
 

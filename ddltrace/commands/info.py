@@ -9,7 +9,7 @@ from ddltrace.errors import one_line
 from ddltrace.store import TraceStore
 from ddltrace.summary import StoreSummary, summarize
 from ddltrace.timeline import CATEGORIES
-from ddltrace.units import format_ns, format_percent
+from ddltrace.units import format_bytes, format_ns, format_percent
 
 
 def register(subparsers) -> None:
@@ -26,12 +26,13 @@ def run(args) -> int:
     store = TraceStore.open(args.store)
     summary = summarize(store)
     uncategorised = store.manifest.get("uncategorised")
+    nodes = _nodes(store)
     if args.json:
-        json.dump({**summary.to_dict(), **({"uncategorised": uncategorised} if uncategorised else {})},
-                  sys.stdout, indent=2, default=str)
+        json.dump({**summary.to_dict(), **({"uncategorised": uncategorised} if uncategorised else {}),
+                   "nodes": [n.to_dict() for n in nodes]}, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(render(summary))
+        sys.stdout.write(render(summary, nodes))
         if uncategorised:
             from ddltrace.collectors.importers.categories import uncategorised_text
 
@@ -39,7 +40,34 @@ def run(args) -> int:
     return 0
 
 
-def render(summary: StoreSummary) -> str:
+def _nodes(store: TraceStore) -> list:
+    """One row per node from the store's machine counters (ddltrace.node_summary)."""
+    from ddltrace.node_summary import per_node
+
+    hosts = store.run.get("hosts") if isinstance(store.run.get("hosts"), list) else []
+    machine = store.counters([-1]) if -1 in store.counter_ranks else None
+    return per_node(machine, [str(h) for h in hosts]) if machine is not None else []
+
+
+def _node_lines(nodes: list) -> list[str]:
+    """The per-node table: CPU (mean of all cores, %), peak memory used, bytes sent and received on the
+    node's interfaces but loopback, over the samples of the node's sampler."""
+    header = ["node", "samples", "CPU mean", "memory peak", "sent", "received"]
+    rows = [[one_line(n.host), str(n.samples),
+             "-" if n.cpu_percent is None else format_percent(n.cpu_percent / 100),
+             "-" if n.mem_peak_bytes is None else format_bytes(n.mem_peak_bytes),
+             "-" if n.sent_bytes is None else format_bytes(n.sent_bytes),
+             "-" if n.recv_bytes is None else format_bytes(n.recv_bytes)] for n in nodes]
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
+    lines = ["", "per node (machine counters over each node's samples; CPU: all cores; sent/received: all "
+                 "interfaces but loopback)"]
+    for row in [header, *rows]:
+        lines.append("  ".join(v.ljust(w) if i == 0 else v.rjust(w)
+                               for i, (v, w) in enumerate(zip(row, widths, strict=True))))
+    return lines
+
+
+def render(summary: StoreSummary, nodes: list | None = None) -> str:
     """The human table of ``ddltrace info`` (the manifest's strings with their control characters escaped)."""
     run = summary.run
     lines = [f"store       {one_line(summary.path)}"]
@@ -65,6 +93,8 @@ def render(summary: StoreSummary) -> str:
         lines.append(f"aggregates  {len(aggregate)} rank(s) hold per-call totals (no timeline): the times per "
                      "category are the file's; their order and start times are the importer's layout")
     lines.extend(["", *category_table(summary)])
+    if nodes:  # the per-node rows (ddltrace.node_summary), after the ranks
+        lines += _node_lines(nodes)
     return "\n".join(lines) + "\n"
 
 
