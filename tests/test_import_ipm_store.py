@@ -49,7 +49,10 @@ def imported(request, tmp_path_factory):
         patch.setattr(TraceStore, "_read", lambda self, folder, rank, dtypes: (
             reads.append((folder, rank)), plain_read(self, folder, rank, dtypes))[1])
         assert main(["import", str(path), "--out", str(out)]) == 0
-    return path, _tasks(path), TraceStore.open(out), reads
+        during_import = list(reads)
+        TraceStore.open(out).timeline([0])
+        assert reads[len(during_import):] == [("timeline", 0)]  # the probe sees a rank read back
+    return path, _tasks(path), TraceStore.open(out), during_import
 
 
 def test_every_rank_holds_the_files_times_per_mpi_call(imported):
