@@ -181,20 +181,39 @@ def validate_timeline(df: pd.DataFrame) -> None:
         raise SchemaError("timeline", problems)
 
 
-def _valid_as_typed(df: pd.DataFrame) -> bool:
-    """True when every column is at its exact dtype and every value passes :func:`validate_timeline`'s checks,
-    tested on the arrays themselves (a few microseconds a column, where the full checks cost a millisecond a
-    frame); False sends the frame to the full checks, which name each violation."""
-    if len(df.columns) != len(TIMELINE_DTYPES) or set(df.columns) != set(TIMELINE_DTYPES):
+def _valid_as_typed(columns: Mapping[str, Any] | pd.DataFrame) -> bool:
+    """True when ``columns`` (a frame, or a mapping of equally long arrays) holds exactly the timeline's
+    columns, each at its exact dtype, and every value passes :func:`validate_timeline`'s checks, tested on the
+    arrays themselves (microseconds a column, where the full checks cost a millisecond a frame); False sends
+    them to the full checks, which name each violation."""
+    if len(columns.keys()) != len(TIMELINE_DTYPES) or set(columns.keys()) != set(TIMELINE_DTYPES):
         return False
-    dtypes = df.dtypes
+    if isinstance(columns, pd.DataFrame):
+        dtypes = columns.dtypes
+        arrays = {column: columns[column].array for column in _CHECKED_VALUES}
+    else:
+        dtypes = {column: getattr(values, "dtype", None) for column, values in columns.items()}
+        arrays = {column: getattr(columns[column], "array", columns[column]) for column in _CHECKED_VALUES}
+        if len({len(values) for values in columns.values()}) != 1:
+            return False
     if not all(dtypes[column] == dtype for column, dtype in TIMELINE_DTYPES.items()):
         return False
-    if any(df[column].array.isna().any() for column in ("lane", "name", "source", "category")):
+    if any(arrays[column].isna().any() for column in ("lane", "name", "source", "category")):
         return False  # a missing string, or a category outside the set
-    if list(df["category"].array.categories) != list(CATEGORIES):
+    if list(arrays["category"].categories) != list(CATEGORIES):
         return False
-    return not any((df[column].array.to_numpy("int64", na_value=0) < 0).any() for column in ("rank", "dur_ns", "bytes"))
+    return not any(_any_negative(arrays[column]) for column in ("rank", "dur_ns", "bytes"))
+
+
+#: The columns whose values :func:`_valid_as_typed` looks at (the others' dtypes say all there is to check).
+_CHECKED_VALUES = ("lane", "name", "source", "category", "rank", "dur_ns", "bytes")
+
+
+def _any_negative(values) -> bool:
+    """Whether an integer array (numpy, or pandas' with missing values) holds a value below 0."""
+    if not isinstance(values, np.ndarray):
+        values = values.to_numpy("int64", na_value=0)
+    return bool((values < 0).any())
 
 
 def validate_counters(df: pd.DataFrame) -> None:
@@ -295,9 +314,12 @@ def make_timeline(records: Iterable[Mapping[str, Any]] | Mapping[str, Any] | pd.
     Columns may also be passed as keyword arrays: ``make_timeline(rank=[0], name=["x"], ...)``.
     Raises :class:`SchemaError` listing every violation.
     """
-    if (isinstance(records, pd.DataFrame) and list(records.columns) == list(TIMELINE_DTYPES)
-            and records.index.equals(pd.RangeIndex(len(records))) and _valid_as_typed(records)):
-        return records.copy(deep=False)  # a valid timeline in the store's layout (copy-on-write: nothing copied)
+    if isinstance(records, Mapping | pd.DataFrame) and _valid_as_typed(records):  # nothing to fill, cast or report
+        if (isinstance(records, pd.DataFrame) and list(records.columns) == list(TIMELINE_DTYPES)
+                and records.index.equals(pd.RangeIndex(len(records)))):
+            return records.copy(deep=False)  # already in the store's layout (copy-on-write: nothing is copied)
+        return pd.DataFrame({column: getattr(records[column], "array", records[column])  # no index to align
+                             for column in TIMELINE_DTYPES}, copy=False)
     if isinstance(records, Mapping | pd.DataFrame) and _in_schema(records):
         frame = pd.DataFrame({column: getattr(records[column], "array", records[column])  # no index to align
                               for column in TIMELINE_DTYPES}, copy=False)
