@@ -19,8 +19,7 @@ import pytest
 
 from ddltrace.cli import main
 from ddltrace.collectors.importers import chrome
-from ddltrace.collectors.importers.chrome import LOOKAHEAD, NAME_CUT, NAME_MARK, read_chrome
-from ddltrace.collectors.importers.skim import Skimmer
+from ddltrace.collectors.importers.chrome import read_chrome
 from ddltrace.collectors.importers.source import READ_SIZE, ByteSource
 from ddltrace.store import TraceStore
 
@@ -28,6 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from import_hostile_memory import import_peak, write_events, write_long_name, write_spaces  # noqa: E402
 
 MiB = 1 << 20
+#: The documented bounds (docs/IMPORTERS.md, "Hostile input"; chrome.LOOKAHEAD, NAME_CUT, NAME_MARK).
+LOOKAHEAD_MIB, NAME_CUT, NAME_MARK = 16, 16384, "…"
 #: How much more than the clean file's import a bomb's import may take (its text is 64 MiB or more).
 EXTRA = 48 * MiB
 
@@ -48,7 +49,7 @@ def test_spaces_bomb_is_refused_early_in_bounded_memory(tmp_path, clean_peak):
     assert bomb.stat().st_size < MiB and size > 64 * MiB
     result = import_peak(bomb, tmp_path / "store")
     assert result["rc"] == 2
-    assert f"spaces.json.gz: no events in the first {LOOKAHEAD >> 20} MiB of the events array (only whitespace)" \
+    assert f"spaces.json.gz: no events in the first {LOOKAHEAD_MIB} MiB of the events array (only whitespace)" \
         in result["stderr"]
     assert "Traceback" not in result["stderr"]
     assert result["peak_mib"] < 1024 and result["peak_mib"] < clean_peak + EXTRA / MiB
@@ -87,7 +88,7 @@ def test_bad_times_are_counted_in_bounded_memory(tmp_path):
 
 def test_gzip_inflates_in_bounded_pieces(tmp_path):
     bomb = tmp_path / "spaces.json.gz"
-    size = write_spaces(bomb, 64 * MiB, level=1)
+    size = write_spaces(bomb, 16 * MiB)  # 16 KB at level 9: one read of 16 KiB inflates to all of it
     pieces = [len(piece) for piece in ByteSource(bomb).chunks()]
     assert sum(pieces) == size and max(pieces) <= READ_SIZE
 
@@ -153,12 +154,18 @@ def test_whitespace_file_is_said_early(tmp_path, capsys):
         for _ in range(64):
             fh.write(b" " * MiB)
     assert main(["import", str(path), "--out", str(tmp_path / "s"), "--format", "chrome"]) == 2
-    assert f"no events in the first {LOOKAHEAD >> 20} MiB (only whitespace)" in capsys.readouterr().err
+    assert f"no events in the first {LOOKAHEAD_MIB} MiB (only whitespace)" in capsys.readouterr().err
     assert main(["import", str(path), "--out", str(tmp_path / "s")]) == 2
     assert "its first 64 KiB are whitespace" in capsys.readouterr().err
 
 
+def test_documented_bounds_are_the_readers():
+    assert (chrome.LOOKAHEAD, chrome.NAME_CUT, chrome.NAME_MARK) == (LOOKAHEAD_MIB * MiB, NAME_CUT, NAME_MARK)
+
+
 def test_skimmer_keeps_a_decodable_copy_cut_at_character_and_escape_boundaries():
+    from ddltrace.collectors.importers.skim import Skimmer
+
     texts = ['{"name": "abcdefgh\\u00e9xyz", "n": [1, 2]}', '{"name": "abcdefghé€xyz"}',
              '{"name": "ab\\\\\\"cdefghixyz", "x": {"y": "\\"}"}}']
     for text in texts:
@@ -176,6 +183,8 @@ def test_skimmer_keeps_a_decodable_copy_cut_at_character_and_escape_boundaries()
 
 
 def test_skimmer_caps_its_copy_and_follows_deep_nesting():
+    from ddltrace.collectors.importers.skim import Skimmer
+
     skimmer = Skimmer(100, 1000)
     assert skimmer.feed(b"[" * 300_000 + b"]" * 300_000 + b"]") == 600_000
     assert skimmer.too_large and not skimmer.copy

@@ -2,7 +2,10 @@
 
 The file is decompressed and decoded piece by piece: the ``traceEvents`` array (or the bare array) is cut
 at event boundaries, each piece decoded by msgspec into small structs (``args`` kept undecoded), and the
-events folded into compact columns. Memory stays at one piece plus ~30 bytes per retained interval.
+events folded into compact columns, times as exact integer ns (:mod:`.exact_time`). Memory stays at one piece
+plus ~30 bytes per retained interval, whatever the input: whitespace is dropped as it comes, an event still open
+after ``EVENT_LIMIT`` bytes is followed by a :class:`~.skim.Skimmer` that keeps a compact copy (strings cut), names
+are cut at ``NAME_CUT`` characters, and a file with no events in its first ``LOOKAHEAD`` bytes is refused early.
 
 Damage is salvaged, counted and reported, never fatal while something valid remains: truncated JSON (the
 complete events before the cut are kept), arrays never closed (old Horovod), wrong types (the event is
