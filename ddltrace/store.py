@@ -486,6 +486,11 @@ def _rows(mask: np.ndarray) -> str:
     return f"{len(where)} row{'s' if len(where) != 1 else ''} (first: row {where[0]})"
 
 
+def _has_missing(series: pd.Series) -> bool:
+    """Whether an integer column has missing values (a NumPy integer column cannot: not looked at)."""
+    return not isinstance(series.dtype, np.dtype) and bool(series.isna().any())
+
+
 def _timeline_problem(frame: pd.DataFrame, rank: int, entry: Mapping[str, Any]) -> str | None:
     """What is wrong with one rank's timeline as read from its file (None when nothing).
 
@@ -494,7 +499,7 @@ def _timeline_problem(frame: pd.DataFrame, rank: int, entry: Mapping[str, Any]) 
     lie within the rank's span in the manifest (``start_ns`` to ``end_ns``, written from the same rows).
     """
     ranks = frame["rank"]
-    if not pd.api.types.is_integer_dtype(ranks.dtype) or ranks.isna().any():
+    if not pd.api.types.is_integer_dtype(ranks.dtype) or _has_missing(ranks):
         return f"column 'rank' is {ranks.dtype}, not integer ranks"
     wrong = ranks.to_numpy() != rank
     if wrong.any():
@@ -503,10 +508,15 @@ def _timeline_problem(frame: pd.DataFrame, rank: int, entry: Mapping[str, Any]) 
         series = frame[column]
         if not pd.api.types.is_integer_dtype(series.dtype) or pd.api.types.is_bool_dtype(series.dtype):
             return f"column '{column}' is {series.dtype}, not integer nanoseconds"
-        if series.isna().any():
+        if _has_missing(series):
             return f"column '{column}': {_rows(series.isna().to_numpy())} missing"
-    category = frame["category"].astype("object")
-    unknown = ~category.isin(CATEGORIES).to_numpy()
+    category = frame["category"]
+    if isinstance(category.dtype, pd.CategoricalDtype):  # as written: check the few categories, then the codes
+        foreign = [i for i, c in enumerate(category.cat.categories) if c not in CATEGORIES]
+        codes = category.cat.codes.to_numpy()
+        unknown = np.isin(codes, [-1, *foreign])
+    else:
+        unknown = ~category.isin(CATEGORIES).to_numpy()
     if unknown.any():
         return (f"category {_shown(category[unknown].iloc[0])} in {_rows(unknown)} is not one of "
                 f"{', '.join(CATEGORIES)}")
