@@ -84,10 +84,10 @@ def test_us_to_ns_columns_of_one_layout(decimals):
 def test_us_to_ns_integers_and_non_numbers():
     from ddltrace.collectors.importers.exact_time import MISSING, NOT_A_NUMBER, OK, OUT_OF_RANGE, us_to_ns
 
-    ns, status = us_to_ns([5, -7, 1 << 53, 1 << 80, None, "12", True, [1], b"2.5"])
-    assert ns.tolist() == [5000, -7000, 0, 0, 0, 0, 0, 0, 2500]
+    ns, status = us_to_ns([5, -7, 1 << 53, 1 << 80, None, "12", True, [1], b"2.5", 0.25, float("nan")])
+    assert ns.tolist() == [5000, -7000, 0, 0, 0, 0, 0, 0, 2500, 250, 0]
     assert status.tolist() == [OK, OK, OUT_OF_RANGE, OUT_OF_RANGE, MISSING, NOT_A_NUMBER, NOT_A_NUMBER,
-                               NOT_A_NUMBER, OK]
+                               NOT_A_NUMBER, OK, OK, OUT_OF_RANGE]
 
 
 def test_begin_end_and_counters_exact(tmp_path):

@@ -21,12 +21,14 @@ MAX_US = 1 << 53
 MAX_NS = MAX_US * 1000
 #: Status of each value: a time, missing (None), not a number (a string, a bool, an object...), out of range.
 OK, MISSING, NOT_A_NUMBER, OUT_OF_RANGE = 0, 1, 2, 3
-_KIND = {int: OK, bytes: 4, type(None): MISSING}
+_TEXT, _FLOAT = 4, 5
+_KIND = {int: OK, bytes: _TEXT, float: _FLOAT, type(None): MISSING}
 
 
 def us_to_ns(values: list) -> tuple[np.ndarray, np.ndarray]:
     """``values`` (µs: ints, :data:`float_text` bytes, None, or anything else) as int64 ns, and each one's status
-    (:data:`OK`, :data:`MISSING`, :data:`NOT_A_NUMBER`, :data:`OUT_OF_RANGE`; the ns of a value not OK is 0)."""
+    (:data:`OK`, :data:`MISSING`, :data:`NOT_A_NUMBER`, :data:`OUT_OF_RANGE`; the ns of a value not OK is 0).
+    A Python float (from a decoder without ``float_hook``) is taken at its shortest repr: no better than the float."""
     n = len(values)
     ns = np.zeros(n, dtype=np.int64)
     status = np.zeros(n, dtype=np.int8)
@@ -42,7 +44,7 @@ def us_to_ns(values: list) -> tuple[np.ndarray, np.ndarray]:
         except OverflowError:  # an integer beyond int64: sorted out below
             pass
     kind = np.fromiter([_KIND.get(type(v), NOT_A_NUMBER) for v in values], dtype=np.int8, count=n)
-    status[:] = np.where(kind == 4, OK, kind)
+    status[:] = np.where(kind >= _TEXT, OK, kind)
     ints = np.flatnonzero(kind == OK)
     if len(ints):
         chosen = [values[i] for i in ints]
@@ -50,9 +52,10 @@ def us_to_ns(values: list) -> tuple[np.ndarray, np.ndarray]:
         status[ints[big]] = OUT_OF_RANGE
         small = ints[~big]
         _ints(np.array([values[i] for i in small], dtype=np.int64), ns, status, small)
-    texts = np.flatnonzero(kind == 4)
+    texts = np.flatnonzero(kind >= _TEXT)
     if len(texts):
-        ns[texts], status[texts] = _texts([values[i] for i in texts])
+        ns[texts], status[texts] = _texts([values[i] if kind[i] == _TEXT else repr(values[i]).encode()
+                                           for i in texts])
     return ns, status
 
 
