@@ -265,6 +265,12 @@ class TraceStore:
         if problems and self.manifest["ranks"] and not self.ranks:
             raise StoreError(f"{where}: no usable rank ({problems[0]}" +
                              (f"; and {len(problems) - 1} more)" if len(problems) > 1 else ")"))
+        listed = self.manifest.get("counter_ranks", [])
+        strays = [r for r in listed if not (type(r) is int and r >= _MACHINE)] if isinstance(listed, list) \
+            else [listed]
+        if strays:
+            problems.append(f"{where}: counter_ranks holds {', '.join(map(_shown, strays[:3]))}, not ranks (an "
+                            "integer from -1, the machine); left out")
         world_problem = self._world_size()[1]
         for problem in [*problems, *([world_problem] if world_problem else [])]:
             warnings.warn(problem, DamagedStoreWarning, stacklevel=3)

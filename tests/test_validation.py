@@ -159,6 +159,13 @@ def test_a_damaged_rank_entry_is_named(tiny_store):
     assert_others_intact(before, json.loads(result.stdout), 1)
 
 
+def test_counter_ranks_that_are_not_ranks_are_named(tiny_store):
+    edit_manifest(tiny_store, lambda m: m["counter_ranks"].extend(["x", -9]))
+    result = cli("info", tiny_store.path)
+    assert_one_line(result, 0, "warning:", "counter_ranks holds 'x', -9, not ranks")
+    assert "samples of" in result.stdout
+
+
 @pytest.mark.parametrize("version", [-1, 0, True])
 def test_schema_versions_that_are_not_versions_are_refused(tiny_store, version):
     edit_manifest(tiny_store, lambda m: m.__setitem__("schema_version", version))
