@@ -8,10 +8,11 @@ ElementTree, the ``otf2`` package, a few lines of protobuf wire format), never w
 
 - Chrome-family JSON (Kineto, MXNet, TF1): events of each phase and intervals kept; every interval of the file
   found in the store at its exact start (ns, from the decimal text) and duration; device time and event count per
-  device lane (Kineto: ``args.device``/``args.stream``, else pid/tid) to 1 us; the span ``info`` prints;
+  device lane (Kineto: ``args.device``/``args.stream``, else pid/tid) to 1 us; the span ``info`` prints, and its
+  device side (device events; busy time = the union of the file's device intervals);
 - IPM: per rank ``wtime - mtime`` (``info``'s compute) to 1 us, and one row per MPI call name;
 - OTF2: exclusive time per (rank, region) from the archive's Enter/Leave events, to 1 us;
-- XPlane: device time and event count per device stream line, and each line's first start (ns).
+- XPlane: device time and event count per device stream line, each line's first start (ns), info's device side.
 
 Checks that today's importers fail on are marked ``xfail(strict=True)`` with the item of issue 20 that fixes them
 (:data:`KNOWN`), so they turn into failures to remove once the fix lands.
@@ -50,11 +51,23 @@ UNREADABLE = {
     "pipit_nsys_saxpy_mpi": "Nsight Systems SQLite export: no reader yet",
 }
 
-#: (trace, check) -> why it fails on today's main: strict xfails, to be removed when the item lands. Empty since
-#: #20 items 2, 3 (Kineto categories and devices from args) and 8 (exact ns) landed; they held
-#: kineto_tb_resnet50_w0 and hta_mtia_inference (device work 'other'), tracelens_b200_eager and
-#: tracelens_sglang_decode (kernels on cpu/tid lanes), hta_ns_resolution_rank0 (starts off by up to 125 ns).
-KNOWN: dict[tuple[str, str], str] = {}
+#: (trace, check) -> why it fails on today's main: strict xfails, to be removed when the fix lands. #20 items 2, 3
+#: (Kineto categories and devices from args) and 8 (exact ns) have landed: they held kineto_tb_resnet50_w0 and
+#: hta_mtia_inference (device work 'other'), tracelens_b200_eager and tracelens_sglang_decode (kernels on cpu/tid
+#: lanes), hta_ns_resolution_rank0 (starts off by up to 125 ns). The rest were found by this corpus (not in #20).
+_ANNOTATION = ("found here: info counts Kineto's gpu_user_annotation spans as device events and device time "
+               "('other'); they annotate the stream, as XPlane's derived lines do (#20 item 4)")
+KNOWN: dict[tuple[str, str], str] = {
+    **{(name, "info_device"): _ANNOTATION for name in (
+        "hta_ns_resolution_rank0", "tracelens_b200_eager", "tracelens_mi300_resnet_ckpt",
+        "tracelens_h100_bert_small", "tracelens_torch_compile_triton")},
+    ("hta_mtia_inference", "info_device"): "found here: info counts 113 mtia_runtime events (the MTIA process's "
+                                          "'Stream N Submission Queue' threads) as device events",
+    ("blackbox_tf1_timeline", "info_device"): "found here: TF1's '/job:.../gpu:0 Compute' pid (the executor's op "
+                                             "times, 689 ms) is counted as device time; the streams ran 4.6 ms",
+    ("mxnet_gpu_data_copy", "info_device"): "found here: MXNet's gpu/0 operators (lane 'gpu/0/thread N') are not "
+                                           "a device side in info",
+}
 
 
 def _folders():
@@ -400,6 +413,40 @@ def test_device_work_categorised(folder, runs):
     assert set(cats) <= {"compute", "comm", "memcpy", "wait"}, dict(cats)
 
 
+def _busy_ns(intervals) -> int:
+    """Length of the union of (start, end) intervals (each instant once)."""
+    busy, reach = 0, None
+    for start, end in sorted(intervals):
+        if reach is None or start > reach:
+            busy += end - start
+            reach = end
+        elif end > reach:
+            busy += end - reach
+            reach = end
+    return busy
+
+
+def _check_info_device(info_rank: dict, n_events: int, busy_ns: int) -> None:
+    assert info_rank.get("device_events") == n_events, (info_rank.get("device_events"), n_events)
+    device = info_rank["device_time_ns"]
+    assert abs(info_rank["span_ns"] - device["idle"] - busy_ns) < 1000, (info_rank["span_ns"] - device["idle"],
+                                                                         busy_ns)
+
+
+@pytest.mark.parametrize("folder", _with_known("info_device"))
+def test_info_device_side(folder, runs):
+    """``info``'s device side of the rank: its events are the file's device events, and its busy time (span less
+    device idle) is the union of the file's device intervals, to 1 us."""
+    run, (fmt, trace, _timeline, found) = _chrome_or_skip(folder, runs)
+    idx = [k for ks in _device_groups(fmt, trace, found).values() for k in ks]
+    if not idx:
+        pytest.skip("no device work in this file")
+    offset = _offset_ns(fmt, trace)
+    ivs = [trace["intervals"][k] for k in idx]
+    (rank,) = json.loads(run["info --json"][1])["ranks"]
+    _check_info_device(rank, len(ivs), _busy_ns((iv[4] + offset, iv[4] + offset + iv[5]) for iv in ivs))
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # IPM (ElementTree) and OTF2 (the otf2 package)
 
@@ -499,9 +546,10 @@ XPLANE_DERIVED = {"Steps", "TensorFlow Ops", "TensorFlow Name Scope", "XLA Ops",
                   "Framework Name Scope", "Source code", "XLA TraceMe", "Launch Stats"}
 
 
-def _xplane(path: Path) -> tuple[int, dict]:
-    """(profile start ns or 0, {(device plane, stream line): (events, total ps, first start in ps)})."""
-    start_ns, lines = 0, {}
+def _xplane(path: Path) -> tuple[int, dict, list]:
+    """(profile start ns or 0, {(device plane, stream line): (events, total ps, first start in ps)}, and every
+    device stream event's (start, end) in ps)."""
+    start_ns, lines, spans = 0, {}, []
     for number, plane in _fields(path.read_bytes()):
         if number != 1:
             continue
@@ -537,8 +585,9 @@ def _xplane(path: Path) -> tuple[int, dict]:
                 total_ps += e.get(3, 0)
                 start_ps = timestamp_ns * 1000 + e.get(2, 0)
                 first_ps = start_ps if first_ps is None else min(first_ps, start_ps)
+                spans.append((start_ps, start_ps + e.get(3, 0)))
             lines[name, line_name] = (n, total_ps, first_ps)
-    return start_ns, lines
+    return start_ns, lines, spans
 
 
 @pytest.mark.parametrize("folder", FOLDERS)
@@ -550,7 +599,7 @@ def test_xplane_device_time_per_stream(folder, runs):
         pytest.skip("not an XPlane")
     run = runs(folder)
     timeline = _store(run).timeline()
-    start_ns, lines = _xplane(files[0])
+    start_ns, lines, spans = _xplane(files[0])
     assert lines, "no device lines in the file"
     by_lane = timeline.groupby("lane").agg(n=("dur_ns", "size"), total=("dur_ns", "sum"), first=("start_ns", "min"))
     for (plane, line), (n, total_ps, first_ps) in lines.items():
@@ -564,3 +613,8 @@ def test_xplane_device_time_per_stream(folder, runs):
         # each event's ps are truncated to whole ns: up to 1 ns per event below the file's ps
         assert -n - 1000 < got["total"] - total_ps / 1000 < 1000, (plane, line, got["total"], total_ps)
         assert got["first"] == first_ps // 1000 + start_ns
+    # info's device side: the device events, and its busy time the union of them (ps to ns: 1 ns per event)
+    (rank,) = json.loads(run["info --json"][1])["ranks"]
+    assert rank.get("device_events") == len(spans)
+    busy_ns = _busy_ns(spans) / 1000
+    assert -len(spans) - 1000 < rank["span_ns"] - rank["device_time_ns"]["idle"] - busy_ns < 1000
