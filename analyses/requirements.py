@@ -33,6 +33,11 @@ CAPABILITIES: dict[str, str] = {
     "collectives": "collective calls on two or more ranks",
     "mpi_calls": "MPI point-to-point or collective calls on two or more ranks",
     "staleness_log": "a staleness log (the staleness of each applied gradient)",
+    "device": "device work (kernels, copies or collectives on a device lane)",
+    "streams": "stream ids on every device lane (its kernels' CUDA/HIP stream)",
+    "device_comm": "communication kernels on a device",
+    "device_ranks": "device work on two or more ranks",
+    "correlation": "correlation ids linking each CPU launch to its kernel",
 }
 
 
@@ -83,6 +88,24 @@ ANALYSES: dict[str, Requirement] = {
     "scaling": Requirement("scaling study (Chang's Lemma 3.1)", frozenset({"timeline"}), min_stores=2,
                            series="runs of one job at two or more worker counts"),
 }
+
+
+#: The GPU analyses (:mod:`ddltrace.analyses.gpu_analysis`), with HTA's definitions.
+GPU_ANALYSES: dict[str, Requirement] = {
+    "gpu_temporal": Requirement("GPU temporal breakdown per device (idle / compute / non-compute)",
+                                frozenset({"device"})),
+    "gpu_temporal_streams": Requirement("GPU temporal breakdown per stream", frozenset({"device", "streams"})),
+    "gpu_kernels": Requirement("GPU kernel breakdown (time by class and by kernel, top kernels per rank)",
+                               frozenset({"device"})),
+    "gpu_kernels_across_ranks": Requirement("GPU kernel time across ranks (per-rank distribution)",
+                                            frozenset({"device", "device_ranks"})),
+    "gpu_overlap": Requirement("communication-computation overlap per rank (HTA's definition)",
+                               frozenset({"device", "device_comm"})),
+    "gpu_launches": Requirement("CUDA launch statistics and queue length per stream",
+                                frozenset({"device", "correlation"})),
+}
+#: On a store with no device work, the GPU analyses are listed as this one line.
+GPU_ALL = Requirement("GPU analyses (temporal, kernel, overlap and launch breakdowns)", frozenset({"device"}))
 
 
 #: ``ddltrace model fit`` (:mod:`~ddltrace.analyses.fit_hashemi`): each worker's phases, on a series of runs.

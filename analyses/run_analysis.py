@@ -18,8 +18,9 @@ import numpy as np
 import pandas as pd
 
 from ddltrace.analyses.breakdown import average_and_slowest, breakdown_table, device_lanes, rank_breakdown
+from ddltrace.analyses.gpu_analysis import GpuAnalysis
 from ddltrace.analyses.phases import RankPhases, segment_rank, whole_run
-from ddltrace.analyses.requirements import ANALYSES, Skipped, capabilities, check
+from ddltrace.analyses.requirements import ANALYSES, GPU_ALL, GPU_ANALYSES, Skipped, capabilities, check
 from ddltrace.analyses.wait_states import P2P, mpi_calls, summarize, wait_states
 from ddltrace.store import TraceStore
 from ddltrace.timeline import CATEGORIES
@@ -39,6 +40,7 @@ class RunAnalysis:
     roles: dict[int, str] = field(default_factory=dict)
     host_breakdown: pd.DataFrame | None = None
     device_breakdown: pd.DataFrame | None = None
+    gpu: GpuAnalysis = field(default_factory=GpuAnalysis)
     _tables: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
 
     @cached_property
@@ -49,7 +51,7 @@ class RunAnalysis:
         log = staleness_log(self)
         if log is not None and len(log):
             have = have | {"staleness_log"}
-        return have, holding
+        return have | self.gpu.capabilities(), holding
 
     @property
     def capabilities(self) -> frozenset[str]:
@@ -178,6 +180,7 @@ def analyze_store(store: TraceStore | str | os.PathLike) -> RunAnalysis:
         store = TraceStore.open(store)
     phases: dict[int, RankPhases] = {}
     breakdowns, host, device, calls = [], [], [], []
+    gpu = GpuAnalysis()
     for rank, timeline in store.iter_timeline():
         aggregate = bool(store.rank_info(rank).get("aggregate"))
         found = whole_run(timeline) if aggregate else segment_rank(timeline)
@@ -190,13 +193,14 @@ def analyze_store(store: TraceStore | str | os.PathLike) -> RunAnalysis:
             host.append(rank_breakdown(timeline[~on_device], found))
             device.append(rank_breakdown(timeline[on_device], found, gap="idle"))
         calls.append(mpi_calls(timeline))
+        gpu.add_rank(rank, timeline)
     columns = ["rank", "phase", *CATEGORIES]
     breakdown = pd.concat(breakdowns, ignore_index=True) if breakdowns else pd.DataFrame(columns=columns)
     host_breakdown = pd.concat(host, ignore_index=True) if host else pd.DataFrame(columns=columns)
     device_breakdown = pd.concat(device, ignore_index=True) if device else pd.DataFrame(columns=columns)
     all_calls = pd.concat(calls, ignore_index=True) if calls else mpi_calls(store.timeline([]))
     roles = _roles(store, phases, all_calls)
-    return RunAnalysis(store, phases, breakdown, all_calls, roles, host_breakdown, device_breakdown)
+    return RunAnalysis(store, phases, breakdown, all_calls, roles, host_breakdown, device_breakdown, gpu)
 
 
 def not_made(runs: list[RunAnalysis]) -> list[Skipped]:
@@ -204,6 +208,21 @@ def not_made(runs: list[RunAnalysis]) -> list[Skipped]:
     out = []
     for key, requirement in ANALYSES.items():
         out.extend(check(key, requirement, runs)[1])
+    return out + gpu_not_made(runs)
+
+
+def gpu_not_made(runs: list[RunAnalysis]) -> list[Skipped]:
+    """The GPU analyses that could not be made, with the reason in the words of the device side: one line for a
+    store with no device work at all, one per analysis otherwise."""
+    out = []
+    for run in runs:
+        if "device" not in run.capabilities:
+            out.append(Skipped("gpu", GPU_ALL.title, run.name, "device work on a device lane",
+                               f"{run.holding}, {run.gpu.holding()}"))
+            continue
+        for key, requirement in GPU_ANALYSES.items():
+            for skip in check(key, requirement, [run])[1]:
+                out.append(Skipped(skip.analysis, skip.title, skip.store, skip.needs, run.gpu.holding()))
     return out
 
 

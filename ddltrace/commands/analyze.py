@@ -23,6 +23,7 @@ from ddltrace.analyses.requirements import Skipped
 from ddltrace.analyses.run_analysis import RunAnalysis, analyze_store, not_made
 from ddltrace.analyses.scaling import scaling_table
 from ddltrace.analyses.thresholds import DEFAULTS, Thresholds
+from ddltrace.gpu_section import gpu_json, render_gpu
 from ddltrace.timeline import CATEGORIES
 from ddltrace.units import format_ns, format_percent
 
@@ -164,6 +165,7 @@ def render_run(r: RunAnalysis, phase: str) -> list[str]:
     if len(table) > MAX_RANKS_SHOWN:
         out.append(f"  ({len(table) - MAX_RANKS_SHOWN} more ranks; --json lists them all)")
     out.extend(render_device(r, phase))
+    out.extend(render_gpu(r))
     if r.can("wait_states"):
         totals = r.wait_state_table().sum()
         if totals.sum() > 0:
@@ -259,6 +261,7 @@ def to_json(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFr
             "device_breakdown_ns": _records(r.lanes_table("device", shown)[list(CATEGORIES) + ["total_ns"]]),
             "average_and_slowest": _records(r.average_and_slowest(shown)),
             "wait_states_ns": _records(r.wait_state_table()),
+            "gpu": gpu_json(r),
         })
     return _clean({
         "findings": [f.to_dict() for f in findings],

@@ -51,6 +51,8 @@ class Report:
     stores: list[str]
     notes: list[str] = field(default_factory=list)
     not_made: list = field(default_factory=list)  # ddltrace.analyses.requirements.Skipped
+    #: The GPU section: (store, [(title, table of formatted cells)]) for each store with device work.
+    gpu: list[tuple[str, list[tuple[str, pd.DataFrame]]]] = field(default_factory=list)
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
 
 
@@ -96,6 +98,9 @@ def build_report(stores: list[str | os.PathLike], out: str | os.PathLike, *, pro
     say("drawing the figures")
     report = assemble(runs, found, profile, model)
     report.not_made = run_analysis.not_made(runs) + skipped
+    from ddltrace.gpu_section import gpu_tables
+
+    report.gpu = [(r.name, tables) for r in runs if (tables := gpu_tables(r))]
     return write(report, out)
 
 

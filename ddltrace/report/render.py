@@ -97,6 +97,18 @@ def html(report) -> str:
         parts.append("<h2>Not made from this input</h2><ul>")
         parts.extend(f"<li><b>{_e(s.title)}</b> ({_e(s.store)}): {_e(s.reason)}</li>" for s in report.not_made)
         parts.append("</ul>")
+    if report.gpu or _gpu_not_made(report):
+        parts.append("<h2>GPU</h2>")
+        for store, tables in report.gpu:
+            parts.append(f"<p>Store <code>{_e(store)}</code>: times with their unit, shares of the window "
+                         f"named in each title.</p>")
+            for title, frame in tables:
+                parts.append(f"<h3>{_e(title)}</h3>" + _html_table(frame.set_index(frame.columns[0])))
+        not_made = _gpu_not_made(report)
+        if not_made:
+            parts.append("<p><b>Not computed from this input:</b></p><ul>")
+            parts.extend(f"<li><b>{_e(s.title)}</b> ({_e(s.store)}): {_e(s.reason)}</li>" for s in not_made)
+            parts.append("</ul>")
     parts.append("<h2>Figures</h2>")
     for fig in report.figures:
         data = base64.b64encode(fig.png).decode()
@@ -105,13 +117,28 @@ def html(report) -> str:
                      f"<figcaption>{_e(fig.caption)}</figcaption></figure>")
     parts.append("<h2>Tables</h2>")
     for title, frame in report.tables:
-        header, rows = _table_cells(frame)
-        parts.append(f"<h3>{_e(title)}</h3><div class=\"scroll\"><table><tr>"
-                     + "".join(f"<th>{_e(h)}</th>" for h in header) + "</tr>"
-                     + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
-                     + "</table></div>")
+        parts.append(f"<h3>{_e(title)}</h3>" + _html_table(frame))
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def _html_table(frame: pd.DataFrame) -> str:
+    header, rows = _table_cells(frame)
+    return ('<div class="scroll"><table><tr>' + "".join(f"<th>{_e(h)}</th>" for h in header) + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
+            + "</table></div>")
+
+
+def _gpu_not_made(report) -> list:
+    """The GPU analyses not made, each with its reason (no device work, no stream ids, no correlation ids,
+    one rank only, no communication kernel)."""
+    return [s for s in report.not_made if s.analysis.startswith("gpu")]
+
+
+def _md_table(title: str, frame: pd.DataFrame) -> list[str]:
+    header, rows = _table_cells(frame)
+    return [f"### {_md_escape(title)}", "", "| " + " | ".join(_md_escape(h) for h in header) + " |",
+            "|" + "---|" * len(header), *["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in rows], ""]
 
 
 def _figure_title(report, key: str) -> str:
@@ -149,15 +176,24 @@ def markdown(report) -> str:
         lines += [f"- **{_md_escape(s.title)}** ({_md_escape(s.store)}): {_md_escape(s.reason)}"
                   for s in report.not_made]
         lines.append("")
+    if report.gpu or _gpu_not_made(report):
+        lines += ["## GPU", ""]
+        for store, tables in report.gpu:
+            lines += [f"Store `{store.replace('`', '')}`: times with their unit, shares of the window named in "
+                      f"each title.", ""]
+            for title, frame in tables:
+                lines += _md_table(title, frame.set_index(frame.columns[0]))
+        not_made = _gpu_not_made(report)
+        if not_made:
+            lines += ["Not computed from this input:", ""]
+            lines += [f"- **{_md_escape(s.title)}** ({_md_escape(s.store)}): {_md_escape(s.reason)}"
+                      for s in not_made]
+            lines.append("")
     lines += ["## Figures", ""]
     for fig in report.figures:
         lines += [f"### {_md_escape(fig.title)}", "", f"![{_md_escape(fig.title)}]({fig.key}.png)", "",
                   _md_escape(fig.caption), ""]
     lines += ["## Tables", ""]
     for title, frame in report.tables:
-        header, rows = _table_cells(frame)
-        lines += [f"### {_md_escape(title)}", "", "| " + " | ".join(_md_escape(h) for h in header) + " |",
-                  "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in rows]
-        lines.append("")
+        lines += _md_table(title, frame)
     return "\n".join(lines)

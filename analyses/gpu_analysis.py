@@ -1,0 +1,98 @@
+"""The GPU analyses of one store, gathered rank by rank while :func:`~ddltrace.analyses.run_analysis.analyze_store`
+reads it, and what the store holds for them (its device capabilities, :mod:`ddltrace.analyses.requirements`).
+
+Each question has its module: :mod:`~ddltrace.analyses.gpu_temporal` (idle / compute / non-compute per device
+and stream), :mod:`~ddltrace.analyses.gpu_kernels` (time by class and by kernel, and across ranks),
+:mod:`~ddltrace.analyses.gpu_overlap` (communication-computation overlap). Launch statistics and queue length
+need the correlation between a CPU launch and its kernel, which the store does not keep: they are listed as
+not made.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from ddltrace.analyses import gpu_kernels, gpu_overlap, gpu_temporal
+from ddltrace.analyses.gpu_lanes import device_work, has_streams
+
+
+@dataclass
+class GpuAnalysis:
+    """The GPU figures of one store (all ranks); DataFrames as the modules define them, times in ns."""
+
+    temporal: list = field(default_factory=list)
+    classes: list = field(default_factory=list)
+    kernels: list = field(default_factory=list)
+    overlap: list = field(default_factory=list)
+    kernel_sums: list = field(default_factory=list)
+    device_ranks: list[int] = field(default_factory=list)
+    stream_ranks: list[int] = field(default_factory=list)
+    comm_ranks: list[int] = field(default_factory=list)
+
+    def add_rank(self, rank: int, timeline: pd.DataFrame) -> None:
+        """Measure one rank's device work (nothing when it has none)."""
+        work = device_work(timeline)
+        if not len(work):
+            return
+        self.device_ranks.append(rank)
+        streams = has_streams(work)
+        if streams:
+            self.stream_ranks.append(rank)
+        if (work["category"] == "comm").any():
+            self.comm_ranks.append(rank)
+        self.temporal.append(gpu_temporal.temporal_breakdown(rank, work, per_stream=streams))
+        self.classes.append(gpu_kernels.by_class(rank, work))
+        self.kernels.append(gpu_kernels.top_kernels(rank, work))
+        self.overlap.append(gpu_overlap.comm_comp_overlap(rank, work))
+        self.kernel_sums.append(work.groupby(["category", "name"])["dur_ns"].sum().rename(rank))
+
+    @staticmethod
+    def _frame(parts: list, columns: list[str]) -> pd.DataFrame:
+        parts = [p for p in parts if len(p)]
+        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
+
+    def temporal_table(self, streams: bool = False) -> pd.DataFrame:
+        """Temporal breakdown per device (``streams``: per stream) of every rank."""
+        frame = self._frame(self.temporal, gpu_temporal.COLUMNS)
+        return frame[(frame["stream"] != "") if streams else (frame["stream"] == "")].reset_index(drop=True)
+
+    def class_table(self) -> pd.DataFrame:
+        return self._frame(self.classes, gpu_kernels.CLASS_COLUMNS)
+
+    def kernel_table(self) -> pd.DataFrame:
+        return self._frame(self.kernels, gpu_kernels.KERNEL_COLUMNS)
+
+    def overlap_table(self) -> pd.DataFrame:
+        return self._frame(self.overlap, gpu_overlap.COLUMNS)
+
+    def across_ranks(self, k: int = gpu_kernels.TOP_K) -> pd.DataFrame:
+        """See :func:`~ddltrace.analyses.gpu_kernels.across_ranks`."""
+        return gpu_kernels.across_ranks(self.kernel_sums, k)
+
+    def capabilities(self) -> frozenset[str]:
+        """The device capabilities of the store (see :data:`~ddltrace.analyses.requirements.CAPABILITIES`)."""
+        have = set()
+        if self.device_ranks:
+            have.add("device")
+        if self.device_ranks and len(self.stream_ranks) == len(self.device_ranks):
+            have.add("streams")
+        if self.comm_ranks:
+            have.add("device_comm")
+        if len(self.device_ranks) >= 2:
+            have.add("device_ranks")
+        return frozenset(have)
+
+    def holding(self) -> str:
+        """What the store holds on its devices, in words (for the reason an analysis was not made)."""
+        if not self.device_ranks:
+            return "no device work (no kernel, copy or collective on a device lane)"
+        n = len(self.device_ranks)
+        said = [f"device work on {n} rank{'s' if n != 1 else ''}"]
+        if len(self.stream_ranks) < n:
+            said.append("device lanes that are not streams (no stream ids)" if not self.stream_ranks else
+                        f"stream ids on {len(self.stream_ranks)} of them only")
+        said.append("communication kernels" if self.comm_ranks else "no communication kernel")
+        said.append("no correlation ids kept between CPU launches and kernels")
+        return ", ".join(said)

@@ -1,0 +1,235 @@
+"""The GPU analyses (analyses/gpu_*.py) on real traces, each figure checked against one computed here from the
+file itself: two ranks of one NCCL job (HTA's trace_filter), a TensorFlow 2 XPlane with 8 device planes, an
+MXNet GPU profile (no stream ids), and a CPU-only Kineto trace (no device at all).
+
+Truth from the Kineto JSON: device work = events of cat kernel / gpu_memcpy / gpu_memset (not
+gpu_user_annotation), read with exact decimals; their device from ``args.device``; communication kernels are
+those c10d marked (``args["Collective name"]``) or NCCL's (``nccl`` in the name); copies and fills are the
+gpu_memcpy / gpu_memset events and kernels named memcpy / memset.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import defaultdict
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from ddltrace.analyses.run_analysis import analyze_store, not_made
+from ddltrace.cli import main
+
+SHARED = Path("/work/shared")
+NCCL_JOB = SHARED / "hta_traces" / "trace_filter"
+XPLANE = SHARED / "gpu_traces" / "tf2_gpu_multiworker.xplane.pb"
+MXNET = SHARED / "gpu_traces" / "mxnet_gpu_mnist_cnn_profile.json"
+CPU_ONLY = SHARED / "hta_traces" / "cpu_only"
+needs = {p: pytest.mark.skipif(not p.exists(), reason=f"{p} is not here (the shared real traces)")
+         for p in (NCCL_JOB, XPLANE, MXNET, CPU_ONLY)}
+DEVICE_WORK = {"kernel", "gpu_memcpy", "gpu_memset"}
+
+
+def union(intervals) -> int:
+    busy, reach = 0, None
+    for start, end in sorted(intervals):
+        if reach is None or start > reach:
+            busy += end - start
+            reach = end
+        elif end > reach:
+            busy += end - reach
+            reach = end
+    return busy
+
+
+def kineto_truth(path: Path) -> dict:
+    """Per device of the file: window, busy, compute and comm unions, compute-and-comm overlap (ns), summed
+    duration per kernel name, and the rank."""
+    with gzip.open(path, "rt") as fh:
+        doc = json.load(fh, parse_float=Decimal)
+    work = defaultdict(list)
+    for e in doc["traceEvents"]:
+        if e.get("ph") != "X" or str(e.get("cat", "")).lower() not in DEVICE_WORK:
+            continue
+        args = e.get("args", {})
+        start, end = int(e["ts"] * 1000), int((e["ts"] + e["dur"]) * 1000)
+        name = e["name"]
+        if e["cat"] != "kernel" or "memcpy" in name.lower() or "memset" in name.lower():
+            kind = "memcpy"
+        elif "Collective name" in args or "nccl" in name.lower():
+            kind = "comm"
+        else:
+            kind = "compute"
+        work[f"gpu:{args['device']}"].append((kind, name, start, end))
+    out = {}
+    for device, rows in work.items():
+        comm = [(s, e) for k, _, s, e in rows if k == "comm"]
+        comp = [(s, e) for k, _, s, e in rows if k == "compute"]
+        sums = defaultdict(int)
+        for _, name, s, e in rows:
+            sums[name] += e - s
+        out[device] = {"window": max(e for *_, e in rows) - min(s for _, _, s, _ in rows),
+                       "busy": union((s, e) for _, _, s, e in rows), "compute": union(comp), "comm": union(comm),
+                       "overlap": union(comm) + union(comp) - union(comm + comp), "sums": dict(sums),
+                       "classes": {k: sum(e - s for kk, _, s, e in rows if kk == k) for k in ("compute", "comm",
+                                                                                              "memcpy")}}
+    return {"rank": doc["distributedInfo"]["rank"], "devices": out}
+
+
+@pytest.fixture(scope="module")
+def nccl_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpu") / "nccl"
+    assert main(["import", str(NCCL_JOB), "--out", str(out), "--progress", "never"]) == 0
+    return out, analyze_store(out), [kineto_truth(p) for p in sorted(NCCL_JOB.glob("*.json.gz"))]
+
+
+@needs[NCCL_JOB]
+def test_temporal_breakdown_is_the_union_of_kernel_intervals(nccl_run):
+    _, run, truths = nccl_run
+    table = run.gpu.temporal_table().set_index(["rank", "device"])
+    assert len(table) == sum(len(t["devices"]) for t in truths) == 2
+    for truth in truths:
+        for device, want in truth["devices"].items():
+            got = table.loc[(truth["rank"], device)]
+            # each end is the file's µs decimal times 1000, rounded: 1 ns per interval at most
+            assert got["window_ns"] == pytest.approx(want["window"], abs=2)
+            assert got["idle_ns"] == pytest.approx(want["window"] - want["busy"], abs=50)
+            assert got["compute_ns"] == pytest.approx(want["compute"], abs=50)
+            assert got["non_compute_ns"] == pytest.approx(want["busy"] - want["compute"], abs=50)
+            assert got["share_idle"] + got["share_compute"] + got["share_non_compute"] == pytest.approx(1)
+            assert 0 < got["share_idle"] < 1 and got["share_non_compute"] > 0
+
+
+@needs[NCCL_JOB]
+def test_per_stream_rows_add_up_against_the_device_window(nccl_run):
+    _, run, _ = nccl_run
+    assert "streams" in run.capabilities
+    streams = run.gpu.temporal_table(streams=True)
+    devices = run.gpu.temporal_table().set_index(["rank", "device"])
+    assert streams["stream"].str.startswith("stream ").all()
+    for (rank, device), part in streams.groupby(["rank", "device"]):
+        assert (part["window_ns"] == devices.loc[(rank, device), "window_ns"]).all()
+        assert part["busy_ns"].max() <= devices.loc[(rank, device), "busy_ns"] <= part["busy_ns"].sum()
+
+
+@needs[NCCL_JOB]
+def test_overlap_is_comm_time_under_compute_over_comm_time(nccl_run):
+    _, run, truths = nccl_run
+    overlap = run.gpu.overlap_table().set_index(["rank", "device"])
+    for truth in truths:
+        for device, want in truth["devices"].items():
+            got = overlap.loc[(truth["rank"], device)]
+            assert got["comm_ns"] == pytest.approx(want["comm"], abs=50)
+            assert got["overlap_ns"] == pytest.approx(want["overlap"], abs=50)
+            assert got["overlap"] == pytest.approx(want["overlap"] / want["comm"], abs=1e-6)
+
+
+@needs[NCCL_JOB]
+def test_kernel_breakdown_sums_per_class_and_per_kernel(nccl_run):
+    _, run, truths = nccl_run
+    classes = run.gpu.class_table().set_index(["rank", "device", "class"])
+    kernels = run.gpu.kernel_table()
+    for truth in truths:
+        for device, want in truth["devices"].items():
+            for cls, total in want["classes"].items():
+                if total:
+                    assert classes.loc[(truth["rank"], device, cls), "sum_ns"] == pytest.approx(total, abs=200)
+            mine = kernels[(kernels["rank"] == truth["rank"]) & (kernels["device"] == device)]
+            top = sorted(want["sums"].items(), key=lambda kv: -kv[1])[:10]
+            assert list(mine["name"][:10]) == [n for n, _ in top] or \
+                [mine.set_index("name").loc[n, "sum_ns"] for n, _ in top] == pytest.approx([v for _, v in top],
+                                                                                           abs=20)
+            for name, total in top:
+                assert mine.set_index("name").loc[name, "sum_ns"] == pytest.approx(total, abs=20)
+            # the top 10 and (others) hold every kernel's time
+            assert mine["sum_ns"].sum() == pytest.approx(sum(want["sums"].values()), abs=200)
+
+
+@needs[NCCL_JOB]
+def test_kernel_time_across_ranks(nccl_run):
+    _, run, truths = nccl_run
+    assert "device_ranks" in run.capabilities
+    across = run.gpu.across_ranks().iloc[0]
+    per_rank = {t["rank"]: sum(d["sums"].get(across["name"], 0) for d in t["devices"].values()) for t in truths}
+    assert across["max_ns"] == pytest.approx(max(per_rank.values()), abs=20)
+    assert across["min_ns"] == pytest.approx(min(per_rank.values()), abs=20)
+    assert per_rank[across["max_rank"]] == max(per_rank.values())
+
+
+@needs[NCCL_JOB]
+def test_analyze_shows_the_gpu_section_and_says_launches_were_not_made(nccl_run, capsys):
+    store, _, truths = nccl_run
+    capsys.readouterr()
+    assert main(["analyze", str(store)]) == 0
+    text = capsys.readouterr().out
+    assert "Temporal breakdown per device (HTA's definition" in text
+    assert "Communication-computation overlap" in text
+    assert "CUDA launch statistics and queue length per stream: needs correlation ids" in text
+    assert main(["analyze", str(store), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    gpu = doc["stores"][0]["gpu"]
+    rank0 = next(t for t in truths if t["rank"] == 0)["devices"]
+    (device, want), = rank0.items()
+    row = next(r for r in gpu["temporal"] if r["rank"] == 0 and r["device"] == device)
+    assert row["idle_ns"] == pytest.approx(want["window"] - want["busy"], abs=50)
+    assert {s["analysis"] for s in doc["not_made"]} >= {"gpu_launches"}
+    assert "gpu_temporal" not in {s["analysis"] for s in doc["not_made"]}
+
+
+@needs[NCCL_JOB]
+def test_report_has_the_gpu_section(nccl_run, tmp_path):
+    store, _, _ = nccl_run
+    out = tmp_path / "report"
+    assert main(["report", str(store), "--out", str(out)]) == 0
+    html = (out / "report.html").read_text()
+    assert "<h2>GPU</h2>" in html and "Temporal breakdown per device" in html
+    assert "no correlation ids" in html
+    md = (out / "report.md").read_text()
+    assert "## GPU" in md and "Communication\\-computation overlap" in md
+
+
+@needs[XPLANE]
+def test_xplane_eight_devices(tmp_path):
+    out = tmp_path / "tf"
+    assert main(["import", str(XPLANE), "--out", str(out), "--progress", "never"]) == 0
+    run = analyze_store(out)
+    table = run.gpu.temporal_table()
+    from ddltrace.analyses.gpu_lanes import device_work, union_ns
+    from ddltrace.store import TraceStore
+
+    (rank, timeline), = TraceStore.open(out).iter_timeline()
+    work = device_work(timeline)
+    # the planes with work in them (of the 8 device planes, 5 hold none): one row each
+    assert sorted(table["device"]) == sorted(work["device"].unique()) and len(table) >= 3
+    assert "streams" in run.capabilities  # XPlane's stream lines: "Stream #134(Compute)"
+    for _, row in table.iterrows():
+        mine = work[work["device"] == row["device"]]
+        assert row["busy_ns"] == union_ns(mine["start_ns"].to_numpy(), mine["end_ns"].to_numpy())
+        assert row["window_ns"] == mine["end_ns"].max() - mine["start_ns"].min()
+
+
+@needs[MXNET]
+def test_mxnet_gpu_lanes_are_device_lanes_without_stream_ids(tmp_path):
+    out = tmp_path / "mx"
+    assert main(["import", str(MXNET), "--out", str(out), "--progress", "never"]) == 0
+    doc = json.loads(MXNET.read_text())
+    gpu_pids = {e["pid"] for e in doc["traceEvents"] if e.get("ph") == "M" and e.get("name") == "process_name"
+                and str(e["args"]["name"]).startswith("gpu/")}
+    assert gpu_pids
+    run = analyze_store(out)
+    assert run.gpu.device_ranks == [0]
+    assert "streams" not in run.capabilities
+    skipped = {s.analysis: s for s in not_made([run])}
+    assert "no stream ids" in skipped["gpu_temporal_streams"].holds
+    assert "gpu_temporal" not in skipped
+
+
+@needs[CPU_ONLY]
+def test_cpu_only_trace_lists_the_gpu_analyses_as_one_line(tmp_path):
+    out = tmp_path / "cpu"
+    assert main(["import", str(CPU_ONLY), "--out", str(out), "--progress", "never"]) == 0
+    run = analyze_store(out)
+    gpu = [s for s in not_made([run]) if s.analysis.startswith("gpu")]
+    assert [s.analysis for s in gpu] == ["gpu"]
+    assert "no device work" in gpu[0].holds
