@@ -65,8 +65,6 @@ KNOWN: dict[tuple[str, str], str] = {
                                           "'Stream N Submission Queue' threads) as device events",
     ("blackbox_tf1_timeline", "info_device"): "found here: TF1's '/job:.../gpu:0 Compute' pid (the executor's op "
                                              "times, 689 ms) is counted as device time; the streams ran 4.6 ms",
-    ("mxnet_gpu_data_copy", "info_device"): "found here: MXNet's gpu/0 operators (lane 'gpu/0/thread N') are not "
-                                           "a device side in info",
 }
 
 
