@@ -182,7 +182,8 @@ def _command(cfg: RunConfig, lib: Path | None, records: Path | None,
         if not prefix:
             raise DdltraceError("--launcher: empty command")
         flavour = mpi_flavour(shutil.which(prefix[0]) or prefix[0]) if "mpi" in Path(prefix[0]).name else "other"
-        shim = [sys.executable, node_agent.__file__, "--dir", str(records / NODES), "--hz", str(cfg.sample_hz), "--"]
+        shim = [sys.executable, node_agent.__file__, "--dir", str(records / NODES), "--hz", str(cfg.sample_hz)]
+        shim += ["--pyspy", str(cfg.pyspy_rate_hz)] * cfg.pyspy + ["--"]
         cmd, env = prefix + shim + list(cfg.argv), local_env(flavour)
     else:
         cmd, env = mpiexec_command(cfg.np, list(cfg.argv))
@@ -242,7 +243,8 @@ def _run(cfg: RunConfig, out: Path, mpi: bool, lib: Path | None, work: Path, rec
           + (f" with the {cfg.framework} profiler on steps {cfg.steps[0]}-{cfg.steps[1]}" if cfg.framework else "")
           + f"; store: {out}", file=stream, flush=True)
     gpu = GpuSampler(cfg.sample_hz) if not cfg.launcher else None
-    pyspy = PySpyRecorder(work / "pyspy", cfg.pyspy_rate_hz) if cfg.pyspy else None
+    # with a launcher the node agents run py-spy inside each node (it cannot see into another PID namespace)
+    pyspy = PySpyRecorder(work / "pyspy", cfg.pyspy_rate_hz) if cfg.pyspy and not cfg.launcher else None
     start_ns = time.time_ns()
     t_start = time.monotonic()
     job = record_sets.now_job(
@@ -459,7 +461,14 @@ def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_co
         clock = _framework_clock(clock, fw_parts, fw_ranks)
     store = TraceStore.create(path, run=run, clock=clock)
     counters = _counters(sample_rows, pid_rank)
-    for rank, frame in _node_counters(nodes, rank_records, clock).items():
+    node_offset = _node_offsets(rank_records, clock)
+    node_stacks = {}  # rank: py-spy rows taken inside its node (pids repeat across nodes), on the common clock
+    for node in nodes:
+        for rr in rank_records:
+            if rr.host == node.host and rr.pid in node.stacks:
+                frame = node.stacks[rr.pid]
+                node_stacks[rr.rank] = frame.assign(start_ns=frame["start_ns"] + node_offset.get(node.host, 0))
+    for rank, frame in _node_counters(nodes, rank_records, node_offset).items():
         counters[rank] = make_counters(pd.concat([counters[rank], frame], ignore_index=True)) if rank in counters \
             else frame
     ranks: dict[int, str] = {}
@@ -477,7 +486,7 @@ def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_co
             part = framework_of.pop(rr.rank)
             timeline = make_timeline(pd.concat([timeline, part.timeline.assign(rank=rr.rank)], ignore_index=True))
             info = {f"framework_{k}": v for k, v in part.info.items() if k not in ("pid", "host")}
-        timeline = _with_stacks(timeline, stacks.get(rr.pid), rr.rank)
+        timeline = _with_stacks(timeline, node_stacks.get(rr.rank, stacks.get(rr.pid)), rr.rank)
         store.add_rank(rr.rank, timeline, counters.get(rr.rank), save=False, host=rr.host, pid=rr.pid,
                        ended=rr.ended, state=rr.state, open_calls=rr.open_calls, role="rank", **info)
         ranks[rr.rank] = rr.ended
@@ -559,18 +568,23 @@ def _counters(rows: list[tuple[int, str, int, float]], pid_rank: dict[int, int])
             for rank, rs in by_rank.items()}
 
 
-def _node_counters(nodes: list[node_agent.NodePart], rank_records: list[RankRecords],
-                   clock: dict | None) -> dict[int, pd.DataFrame]:
-    """The node agents' samples as counters tables keyed by rank (or -1): a node's machine counters are
-    named ``NAME@HOST``; a process's rows go to the rank whose record file has that host and pid (others, such
-    as hydra's proxies, are dropped). Times are put on the common clock with the PMPI offset of the node's
-    lowest rank (measured at MPI_Init), where there is one."""
-    rank_of = {(rr.host, rr.pid): rr.rank for rr in rank_records}
+def _node_offsets(rank_records: list[RankRecords], clock: dict | None) -> dict[str, int]:
+    """Per host, the offset (ns) that puts its node agent's times on rank 0's clock: the PMPI offset of the
+    node's lowest rank, measured at MPI_Init (none for a host without a measured rank)."""
     offsets = (clock or {}).get("offsets_ns", {})
     node_offset: dict[str, int] = {}
     for rr in sorted(rank_records, key=lambda rr: rr.rank):
         if str(rr.rank) in offsets:
             node_offset.setdefault(rr.host, int(offsets[str(rr.rank)]))
+    return node_offset
+
+
+def _node_counters(nodes: list[node_agent.NodePart], rank_records: list[RankRecords],
+                   node_offset: dict[str, int]) -> dict[int, pd.DataFrame]:
+    """The node agents' samples as counters tables keyed by rank (or -1): a node's machine counters are
+    named ``NAME@HOST``; a process's rows go to the rank whose record file has that host and pid (others, such
+    as hydra's proxies, are dropped). Times are put on the common clock with ``node_offset`` (ns, by host)."""
+    rank_of = {(rr.host, rr.pid): rr.rank for rr in rank_records}
     by_rank: dict[int, list[pd.DataFrame]] = {}
     for node in nodes:
         s = node.samples

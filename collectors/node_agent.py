@@ -65,12 +65,19 @@ def registered(folder: str) -> tuple[list[int], int]:
     return alive, len(names)
 
 
+USAGE = "usage: node_agent.py --dir FOLDER --hz HZ [--pyspy RATE] -- COMMAND..."
+
+
 def shim(args: list[str]) -> None:
     """What every process of the job runs first (see the module's docstring); does not return."""
-    if len(args) < 5 or args[0] != "--dir" or args[2] != "--hz" or args[4] != "--":
-        sys.exit("usage: node_agent.py --dir FOLDER --hz HZ -- COMMAND...")
-    folder = os.path.join(args[1], os.uname().nodename)
-    hz, command = float(args[3]), args[5:]
+    options = {}
+    while len(args) >= 2 and args[0] in ("--dir", "--hz", "--pyspy"):
+        options[args[0]], args = args[1], args[2:]
+    if not args or args[0] != "--" or "--dir" not in options or "--hz" not in options:
+        sys.exit(USAGE)
+    folder = os.path.join(options["--dir"], os.uname().nodename)
+    hz, command = float(options["--hz"]), args[1:]
+    pyspy_hz = int(options["--pyspy"]) if "--pyspy" in options else None
     if not command:
         sys.exit("node_agent.py: no command after --")
     os.makedirs(os.path.join(folder, "ranks"), exist_ok=True)
@@ -83,14 +90,14 @@ def shim(args: list[str]) -> None:
     except OSError:  # another process of the job runs this node's agent
         lock.close()
     else:
-        _fork_agent(folder, hz, lock)
+        _fork_agent(folder, hz, pyspy_hz, lock)
     try:
         os.execvp(command[0], command)
     except OSError as exc:
         sys.exit(f"node_agent.py: cannot run {command[0]}: {exc.strerror}")
 
 
-def _fork_agent(folder: str, hz: float, lock) -> None:
+def _fork_agent(folder: str, hz: float, pyspy_hz: int | None, lock) -> None:
     """Start the agent as a grandchild in its own session (so that it is nobody's child to reap), holding
     ``lock``; the caller goes on at once."""
     child = os.fork()
@@ -113,7 +120,7 @@ def _fork_agent(folder: str, hz: float, lock) -> None:
         keep = lock.fileno()
         os.closerange(3, keep)
         os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
-        run_agent(folder, hz)
+        run_agent(folder, hz, pyspy_hz)
         code = 0
     except BaseException:
         import traceback
@@ -123,9 +130,21 @@ def _fork_agent(folder: str, hz: float, lock) -> None:
         os._exit(code)
 
 
-def run_agent(folder: str, hz: float, poll_s: float = 0.1, linger: int = 3) -> None:
+def _python_rank(pid: int) -> bool:
+    """Whether ``pid`` runs Python and has left the shim (its exec is done)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = fh.read().split(b"\0")
+    except OSError:
+        return False
+    return b"python" in os.path.basename(argv[0]).lower() and not any(a.endswith(b"node_agent.py") for a in argv)
+
+
+def run_agent(folder: str, hz: float, pyspy_hz: int | None = None, poll_s: float = 0.1, linger: int = 3) -> None:
     """Sample this node until no registered process has run for ``linger`` polls of ``poll_s`` s (a rank
-    started a moment after the others ended is still seen), then write its samples."""
+    started a moment after the others ended is still seen), then write its samples; with ``pyspy_hz``, also
+    py-spy on each registered Python process (from inside the node: py-spy cannot read a process of another
+    PID namespace), its stacks in ``stacks-PID.parquet``."""
     import signal
     import socket
     import threading
@@ -143,12 +162,26 @@ def run_agent(folder: str, hz: float, poll_s: float = 0.1, linger: int = 3) -> N
     from ddltrace.collectors.gpu_sampler import GpuSampler
 
     gpu = GpuSampler(hz).start()
+    pyspy = None
+    if pyspy_hz:
+        from ddltrace.collectors.pyspy_stacks import PySpyRecorder
+
+        pyspy = PySpyRecorder(os.path.join(folder, "pyspy"), pyspy_hz)
     idle = 0
     while not stop.wait(poll_s):
-        idle = 0 if registered(folder)[0] else idle + 1
+        alive = registered(folder)[0]
+        idle = 0 if alive else idle + 1
         if idle >= linger:
             break
+        for pid in alive if pyspy is not None else []:
+            if pid not in pyspy._running and _python_rank(pid):
+                pyspy.attach(pid)
     rows = system.stop() + gpu.stop()
+    stacks = pyspy.stop() if pyspy is not None else {}
+    for pid, frame in stacks.items():
+        tmp = os.path.join(folder, f".stacks-{pid}.parquet")
+        frame.assign(start_ns=frame["start_ns"] + offset).to_parquet(tmp, index=False)
+        os.replace(tmp, os.path.join(folder, f"stacks-{pid}.parquet"))
     end_ns = time.time_ns() + offset
     import json
 
@@ -161,7 +194,8 @@ def run_agent(folder: str, hz: float, poll_s: float = 0.1, linger: int = 3) -> N
     os.replace(tmp, os.path.join(folder, "samples.parquet"))
     info = {"host": host, "agent_pid": os.getpid(), "start_ns": start_ns, "end_ns": end_ns, "sample_hz": hz,
             "processes": registered(folder)[1], "gpus": gpu.devices, "test_clock_offset_ns": offset,
-            "gpu_off": None if gpu.available else gpu.reason}
+            "gpu_off": None if gpu.available else gpu.reason,
+            "notes": [f"{host}: {note}" for note in (pyspy.notes if pyspy is not None else [])]}
     tmp = os.path.join(folder, f".agent.{os.getpid()}.json")
     with open(tmp, "w") as fh:
         json.dump(info, fh)
@@ -170,10 +204,11 @@ def run_agent(folder: str, hz: float, poll_s: float = 0.1, linger: int = 3) -> N
 
 class NodePart:
     """What one node's agent wrote: ``host``, ``samples`` (a DataFrame: pid or -1, name, t_ns, value),
-    ``info`` (agent.json). A plain class: the shim's imports stay os, sys and fcntl."""
+    ``info`` (agent.json), ``stacks`` (pid: py-spy rows lane, name, start_ns, dur_ns). A plain class: the
+    shim's imports stay os, sys and fcntl."""
 
-    def __init__(self, host: str, samples, info: dict):
-        self.host, self.samples, self.info = host, samples, info
+    def __init__(self, host: str, samples, info: dict, stacks: dict | None = None):
+        self.host, self.samples, self.info, self.stacks = host, samples, info, stacks or {}
 
 
 def read_nodes(folder, wait_s: float = 15.0) -> tuple[list[NodePart], list[str]]:
@@ -203,7 +238,9 @@ def read_nodes(folder, wait_s: float = 15.0) -> tuple[list[NodePart], list[str]]
             notes.append(f"node {node.name}: its agent left no samples ({type(exc).__name__}: {exc}; its log: "
                          f"{node / 'agent.log'})")
             continue
-        parts.append(NodePart(node.name, samples, info))
+        stacks = {int(p.stem.split("-")[1]): pd.read_parquet(p) for p in node.glob("stacks-*.parquet")}
+        parts.append(NodePart(node.name, samples, info, stacks))
+        notes.extend(info.get("notes", []))
     gpu_off: dict[str, list[str]] = {}
     for part in parts:
         if part.info.get("gpu_off"):

@@ -20,10 +20,12 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from ddltrace.collectors.mpi_env import find_tool
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 LANE = "python"
 
@@ -89,6 +91,7 @@ class PySpyRecorder:
 def stacks_to_rows(path: Path, start_ns: int) -> pd.DataFrame:
     """Rows (lane, name, start_ns, dur_ns) from py-spy's chrometrace file: B/E events per thread are
     replayed, and each interval with one stack becomes a row named by the collapsed stack."""
+    import pandas as pd  # here: a node agent attaches py-spy before pandas is loaded
     events = json.loads(Path(path).read_text() or "[]")
     if isinstance(events, dict):
         events = events.get("traceEvents", [])

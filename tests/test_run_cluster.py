@@ -55,7 +55,7 @@ def cluster_run(tmp_path_factory):
         mp.setenv("DDLTRACE_TEST_NODE_CLOCK_OFFSET_NS", f"{cluster.nodes[1].host}:{OFFSET_NS}")
         out = io.StringIO()
         mp.setattr(sys, "stdout", out)
-        code = main(["run", "--no-progress", "--launcher", cluster.mpiexec(MPIEXEC, ppn=2),
+        code = main(["run", "--no-progress", "--pyspy", "--launcher", cluster.mpiexec(MPIEXEC, ppn=2),
                      "--out", str(tmp / "store"), "--", sys.executable, str(tmp / "job.py"), str(SENT)])
         assert code == 0, out.getvalue()
         yield cluster, TraceStore.open(tmp / "store"), out.getvalue()
@@ -110,6 +110,21 @@ def test_an_injected_node_clock_offset_is_removed_within_the_uncertainty(cluster
         assert abs(offset + injected) <= uncertainty, (rank, offset, uncertainty)
         fin, fin_unc = clock["finalize_offsets_ns"][str(rank)], clock["finalize_uncertainty_ns"][str(rank)]
         assert abs(fin + injected) <= fin_unc, (rank, fin, fin_unc)
+
+
+def test_python_stacks_are_taken_inside_each_node(cluster_run):
+    """py-spy cannot read a process of another PID namespace from outside: each node's agent runs it."""
+    _, store, out = cluster_run
+    if "ptrace not permitted" in out:
+        pytest.skip("py-spy: ptrace not permitted here")
+    for rank in store.ranks:
+        tl = store.timeline([rank])
+        stacks = tl[tl["source"] == "py-spy"]
+        assert len(stacks) and stacks["name"].str.contains("job.py").all(), (rank, out)
+        # on the same clock as the rank's MPI calls: the stacks lie within the rank's span (+- 1 s)
+        mpi = tl[tl["source"] == "pmpi"]
+        assert stacks["start_ns"].min() > mpi["start_ns"].min() - 1e9
+        assert stacks["start_ns"].max() < (mpi["start_ns"] + mpi["dur_ns"]).max() + 1e9
 
 
 def test_info_shows_a_row_per_node(cluster_run, capsys):
