@@ -456,6 +456,9 @@ def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_co
     if nodes:
         run["nodes"] = [node.host for node in nodes]
         run["gpus"] = {node.host: node.info.get("gpus", []) for node in nodes}
+        # what each agent cost: CPU s while it sampled (and wall s), and in all (start-up and writing included)
+        run["node_agents"] = {node.host: {k: node.info.get(k) for k in ("cpu_s_sampling", "wall_s_sampling",
+                                                                         "cpu_s_total")} for node in nodes}
     clock = clock_manifest(rank_records) if mpi else None
     if fw_parts:
         clock = _framework_clock(clock, fw_parts, fw_ranks)

@@ -130,6 +130,12 @@ def _fork_agent(folder: str, hz: float, pyspy_hz: int | None, lock) -> None:
         os._exit(code)
 
 
+def _cpu_s() -> float:
+    """CPU seconds (user + system) this process has used so far."""
+    t = os.times()
+    return t.user + t.system
+
+
 def _python_rank(pid: int) -> bool:
     """Whether ``pid`` runs Python and has left the shim (its exec is done)."""
     try:
@@ -158,6 +164,7 @@ def run_agent(folder: str, hz: float, pyspy_hz: int | None = None, poll_s: float
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     start_ns = time.time_ns() + offset
+    cpu0, wall0 = _cpu_s(), time.monotonic()
     system = SystemSampler(hz, roots=lambda: registered(folder)[0]).start()
     from ddltrace.collectors.gpu_sampler import GpuSampler
 
@@ -177,6 +184,7 @@ def run_agent(folder: str, hz: float, pyspy_hz: int | None = None, poll_s: float
             if pid not in pyspy._running and _python_rank(pid):
                 pyspy.attach(pid)
     rows = system.stop() + gpu.stop()
+    cpu_sampling, wall_sampling = _cpu_s() - cpu0, time.monotonic() - wall0
     stacks = pyspy.stop() if pyspy is not None else {}
     for pid, frame in stacks.items():
         tmp = os.path.join(folder, f".stacks-{pid}.parquet")
@@ -195,6 +203,8 @@ def run_agent(folder: str, hz: float, pyspy_hz: int | None = None, poll_s: float
     info = {"host": host, "agent_pid": os.getpid(), "start_ns": start_ns, "end_ns": end_ns, "sample_hz": hz,
             "processes": registered(folder)[1], "gpus": gpu.devices, "test_clock_offset_ns": offset,
             "gpu_off": None if gpu.available else gpu.reason,
+            "cpu_s_sampling": round(cpu_sampling, 4), "wall_s_sampling": round(wall_sampling, 4),
+            "cpu_s_total": round(_cpu_s(), 4),
             "notes": [f"{host}: {note}" for note in (pyspy.notes if pyspy is not None else [])]}
     tmp = os.path.join(folder, f".agent.{os.getpid()}.json")
     with open(tmp, "w") as fh:

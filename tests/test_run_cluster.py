@@ -67,6 +67,9 @@ def test_ranks_run_on_both_nodes_under_their_host_names(cluster_run):
     assert store.ranks == [0, 1, 2, 3]
     assert [store.rank_info(r)["host"] for r in store.ranks] == [hosts[0], hosts[0], hosts[1], hosts[1]]
     assert store.run["hosts"] == hosts and store.run["nodes"] == hosts
+    agents = store.run["node_agents"]  # what each agent cost (benchmarks/node_agent_cost.py reports it)
+    assert set(agents) == set(hosts)
+    assert all(0 < a["cpu_s_sampling"] <= a["cpu_s_total"] and a["wall_s_sampling"] > 0 for a in agents.values())
     # each node's PID namespace numbers its processes from 1: the same pids on both nodes, told apart by host
     assert {store.rank_info(r)["ended"] for r in store.ranks} == {"normal"}
 
