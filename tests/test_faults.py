@@ -10,6 +10,7 @@ signal lands inside it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -21,6 +22,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from ddltrace.collectors import record_sets
@@ -111,26 +113,27 @@ def ddltrace(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture
-def cleanup():
-    """Record folders, jobs, mounts and MPICH's shared-memory files (left by ranks that were stopped) a case
-    leaves behind are removed whatever the outcome."""
+def cleanup(tmp_path):
+    """What a case leaves behind is removed whatever the outcome: its processes (ddltrace, mpiexec and the
+    ranks: every process whose command line names the case's folder; a job outlives a killed ddltrace),
+    record folders, mounts, and MPICH's shared-memory files of ranks that were stopped."""
     left = {"records": [], "runs": [], "mounts": []}
     shm_before = set(record_sets.SHM.glob("mpich_shm_*"))
     yield left
+    mine = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if proc.pid != os.getpid() and any(str(tmp_path) in arg for arg in proc.info["cmdline"] or []):
+            mine.append(proc)
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+    psutil.wait_procs(mine, timeout=10)
     for run in left["runs"]:
-        if run.proc.poll() is None:
-            run.proc.kill()
-            run.proc.wait()
+        run.proc.wait(timeout=10)
     for path in left["records"]:
         try:
             job = record_sets.load(path).job
         except DdltraceError:  # gone (recovered), or never written
             job = {}
-        if job.get("job_pid"):
-            try:
-                os.killpg(job["job_pid"], signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         record_sets.discard(path, job)
     for mount in left["mounts"]:
         subprocess.run(["umount", "-l", str(mount)], check=False)
