@@ -148,10 +148,13 @@ def cleanup(tmp_path):
             path.unlink(missing_ok=True)
 
 
-def rank0_written(tmp_path: Path, out: str) -> bool:
-    """The store's staging folder beside ``out`` holds rank 0's timeline and counters: the write is under way,
-    past its first rank (the samplers saw rank 0's process, so it has counters)."""
-    return all(any(tmp_path.glob(f".{out}.*.tmp/{kind}/rank-00000.parquet")) for kind in ("timeline", "counters"))
+def past_rank0(tmp_path: Path, out: str, pid: int) -> bool:
+    """The write is past its first rank and waiting before the next (the test hook's sleep): the staging
+    folder beside ``out`` holds rank 0's timeline and counters (the samplers saw rank 0's process, so it has
+    counters; they are its last file), and ddltrace's main thread sleeps (a thread that just wrote them may
+    not have run again yet, under load, and would still call the write rank 0's)."""
+    written = all(any(tmp_path.glob(f".{out}.*.tmp/{kind}/rank-00000.parquet")) for kind in ("timeline", "counters"))
+    return written and psutil.Process(pid).status() == psutil.STATUS_SLEEPING
 
 
 @needs_mpi
@@ -163,7 +166,7 @@ def test_ctrl_c_twice_during_the_write_keeps_the_records_and_recover_makes_the_s
     cleanup["records"].append(records)
     logged = run.logged()
     run.proc.send_signal(signal.SIGINT)  # 1: stops the job
-    wait_for(lambda: rank0_written(tmp_path, "S"), "the write to be past rank 0")
+    wait_for(lambda: past_rank0(tmp_path, "S", run.proc.pid), "the write to be past rank 0")
     run.proc.send_signal(signal.SIGINT)  # 2: says what is written and how long it will take
     wait_for(lambda: "Interrupt again" in run.stderr(), "the write's progress line")
     run.proc.send_signal(signal.SIGINT)  # 3: abandons the write
