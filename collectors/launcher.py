@@ -107,12 +107,19 @@ def _header_progress(folder: Path) -> tuple[int, int]:
 
 
 class _Interrupts:
-    """Turn SIGINT/SIGTERM into a flag, and escalate the signals sent to the job's process group."""
+    """SIGINT/SIGTERM while the job runs: a flag, and escalating signals to the job's process group
+    (:meth:`escalate`). Once the store is written (:meth:`start_write`): the first says what is written and
+    how long it will take, the next abandons the write (:class:`WriteAbandoned`; the records are kept). One
+    handler for both, so that no signal falls between them."""
 
-    def __init__(self):
+    def __init__(self, stream=None):
         self.first: float | None = None
         self.sent = 0
         self._old = {}
+        self.stream = stream
+        self.writing: _WriteProgress | None = None
+        self.records: Path | None = None
+        self.write_signals = 0
 
     def __enter__(self):
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -123,9 +130,25 @@ class _Interrupts:
         for sig, old in self._old.items():
             signal.signal(sig, old)
 
+    def start_write(self, out: Path, records: Path) -> _WriteProgress:
+        """From now on signals are about the store's write to ``out`` from ``records``."""
+        self.records = records
+        self.writing = _WriteProgress(out)
+        return self.writing
+
     def _handler(self, signum, frame):
-        if self.first is None:
-            self.first = time.monotonic()
+        if self.writing is None:
+            if self.first is None:
+                self.first = time.monotonic()
+            return
+        self.write_signals += 1
+        if self.writing.phase == _RENAMING:  # one step from done: abandoning now would gain nothing
+            return
+        if self.write_signals >= 2:
+            print("\nddltrace: write abandoned", file=self.stream, flush=True)
+            raise WriteAbandoned()
+        print(f"\nddltrace: {self.writing.describe()}. Interrupt again to abandon the write and keep the "
+              f"records in {self.records}", file=self.stream, flush=True)
 
     def escalate(self, proc: subprocess.Popen) -> None:
         """After an interrupt: SIGINT to the job's process group, SIGTERM after 5 s, SIGKILL after 10 s."""
@@ -255,7 +278,7 @@ def _run(cfg: RunConfig, out: Path, mpi: bool, lib: Path | None, work: Path, rec
         record_sets.register(records, job)
         print(f"ddltrace: raw records in {records}; if this ddltrace dies before writing the store: "
               f"ddltrace recover {records} --out {out}", file=stream, flush=True)
-    with _Interrupts() as interrupts:
+    with _Interrupts(stream) as interrupts:
         try:
             proc = subprocess.Popen(cmd, env=env, start_new_session=True)
         except OSError as exc:
@@ -290,6 +313,7 @@ def _run(cfg: RunConfig, out: Path, mpi: bool, lib: Path | None, work: Path, rec
                 pass
         end_ns = time.time_ns()
         interrupted = interrupts.first is not None
+        progress = interrupts.start_write(out, records)
         if show:
             print(file=stream)
         print(f"ddltrace: the job ended (exit code {proc.returncode}); writing the store {out}", file=stream,
@@ -298,8 +322,6 @@ def _run(cfg: RunConfig, out: Path, mpi: bool, lib: Path | None, work: Path, rec
             with contextlib.suppress(OSError):
                 record_sets.register(records, {**job, "exit_code": proc.returncode, "end_ns": end_ns,
                                                "interrupted": interrupted})
-        writing = _WriteSignals(out, records, stream)
-    with writing:
         exit_code = proc.returncode
         system_rows = system.stop() if system is not None else []
         gpu_rows = gpu.stop() if gpu is not None else []
@@ -312,7 +334,7 @@ def _run(cfg: RunConfig, out: Path, mpi: bool, lib: Path | None, work: Path, rec
             + ["py-spy"] * bool(cfg.pyspy)
         result = _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, interrupted,
                          system_rows + gpu_rows, stacks, notes, proc.pid, collectors,
-                         gpu.devices if gpu is not None else [], work / "framework", writing.progress)
+                         gpu.devices if gpu is not None else [], work / "framework", progress)
         print(summary_line(result), file=stream, flush=True)
     return result
 
@@ -345,37 +367,6 @@ class _WriteProgress:
             else:
                 text += " (time left known once the first rank is written)"
         return text
-
-
-class _WriteSignals:
-    """While the store is written: the first SIGINT/SIGTERM says what is written and how long it will take,
-    the next abandons the write (:class:`WriteAbandoned`; the records are kept)."""
-
-    def __init__(self, out: Path, records: Path, stream):
-        self.progress = _WriteProgress(out)
-        self.records = records
-        self.stream = stream
-        self.count = 0
-        self._old = {}
-
-    def __enter__(self):
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._old[sig] = signal.signal(sig, self._handler)
-        return self
-
-    def __exit__(self, *exc):
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
-
-    def _handler(self, signum, frame):
-        self.count += 1
-        if self.progress.phase == _RENAMING:  # one step from done: abandoning now would gain nothing
-            return
-        if self.count >= 2:
-            print("\nddltrace: write abandoned", file=self.stream, flush=True)
-            raise WriteAbandoned()
-        print(f"\nddltrace: {self.progress.describe()}. Interrupt again to abandon the write and keep the "
-              f"records in {self.records}", file=self.stream, flush=True)
 
 
 def _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, interrupted, sample_rows,
@@ -655,11 +646,12 @@ def recover_store(path: str | Path, out: str | Path, stream=None) -> RunResult:
     if interrupted:
         notes.append("interrupted (Ctrl-C / SIGTERM): the job was stopped; ranks still running were marked abrupt")
     with StoreLock(out):
-        with _WriteSignals(out, rs.path, stream) as writing:
+        with _Interrupts(stream) as interrupts:
+            progress = interrupts.start_write(out, rs.path)
             result = _gather(cfg, out, bool(job.get("np") or job.get("launcher") or rs.rank_files), rs.path,
                              job.get("launch") or argv, job.get("flavour") or "", int(job.get("start_ns") or 0),
                              end_ns, exit_code, interrupted, [], {}, notes, -1, [], [], work / "framework",
-                             writing.progress)
+                             progress)
         result.store.update_run(recovered_from=str(rs.path))
     record_sets.discard(rs.path, job)
     return result

@@ -12,6 +12,7 @@ verified and renamed into place; a ``run`` that is killed, fails or is abandoned
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -118,7 +119,10 @@ def load(path: str | Path) -> RecordSet:
     files = sorted(path.glob("rank-*.pmpi"))
     if not job and not files:
         raise DdltraceError(f"{path}: not a ddltrace record folder (no {JOB_FILE}, no rank-*.pmpi files)")
-    size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+    size = 0
+    for item in path.iterdir():
+        with contextlib.suppress(OSError):  # a temporary file renamed away meanwhile
+            size += item.stat().st_size if item.is_file() else 0
     return RecordSet(path=path, job=job, rank_files=files, size_bytes=size, live_ranks=_live_ranks(files))
 
 
