@@ -68,18 +68,6 @@ def has_streams(work: pd.DataFrame) -> bool:
     return bool(len(work)) and bool(work["stream"].map(lambda s: bool(_STREAM.search(s))).all())
 
 
-def hta_window(work: pd.DataFrame) -> pd.DataFrame:
-    """The rows HTA keeps by default (``include_last_profiler_step=False``): device work launched in a
-    ``ProfilerStep`` other than the last one. Unchanged when the rows carry no steps or only one step."""
-    steps = work["step"]
-    if not steps.notna().any():
-        return work
-    last = int(steps.max())
-    if int(steps.min()) == last:
-        return work
-    return work[steps.notna().to_numpy(bool) & (steps.fillna(last).to_numpy(np.int64) < last)]
-
-
 def _merged(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The disjoint intervals covering the union of [start, end)."""
     if not len(start):

@@ -1,0 +1,143 @@
+"""GPU analyses: ddltrace against Holistic Trace Analysis (HTA) on HTA's own traces, figures and end-to-end time.
+
+    .venv/bin/python benchmarks/gpu_vs_hta.py [--hta-python PY] [TRACE_DIR ...]
+
+Default traces: every folder of /work/shared/hta_traces with GPU work (one job per folder; HTA reads every file
+of a folder, so each trace is copied alone into a folder of its own, or with its ranks for trace_filter). Each
+tool runs in a fresh process (module imports included; HTA in its own venv ``.venvs/hta``, made with
+``python3 -m venv .venvs/hta && .venvs/hta/bin/pip install HolisticTraceAnalysis 'pandas<3'``):
+
+* HTA: ``TraceAnalysis(trace_dir)``, ``get_temporal_breakdown``, ``get_comm_comp_overlap`` and
+  ``get_gpu_kernel_breakdown``;
+* ddltrace: ``ddltrace import`` of the folder into a store, then ``analyze_store`` (every analysis of
+  ``ddltrace analyze``, the GPU ones included), then the GPU figures over HTA's window.
+
+Printed per trace and rank: idle / compute / non-compute share of the GPU window and the comm-comp overlap of
+both tools, with the difference in percentage points (ddltrace minus HTA), then each tool's wall time (s) and
+their ratio. The window: all device work. HTA runs with ``include_last_profiler_step=True`` (it then keeps every
+kernel launched by a CPU event that started before the last ProfilerStep ended); by default it drops the kernels
+launched in the last ProfilerStep, which needs the CPU-launch-to-kernel correlation ids the store does not keep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path("/work/shared/hta_traces")
+DEFAULT_HTA_PYTHON = ROOT / ".venvs" / "hta" / "bin" / "python"
+DEFAULT_TRACES = ["trace_filter", "trace_diff/control", "trace_diff/test", "nccl_parser_config",
+                  "negative_queue_length_values_check", "df_index_resolver", "amd_trace"]
+
+_HTA_CHILD = r"""
+import json, logging, sys, warnings
+warnings.simplefilter("ignore")
+logging.disable(logging.CRITICAL)
+from hta.trace_analysis import TraceAnalysis
+analyzer = TraceAnalysis(trace_dir=sys.argv[1], include_last_profiler_step=sys.argv[2] == "all")
+b = analyzer.get_temporal_breakdown(visualize=False)
+o = analyzer.get_comm_comp_overlap(visualize=False)
+k = analyzer.get_gpu_kernel_breakdown(visualize=False)
+rows = {int(r["rank"]): {"idle": float(r["idle_time_pctg"]), "compute": float(r["compute_time_pctg"]),
+                         "non_compute": float(r["non_compute_time_pctg"])} for _, r in b.iterrows()}
+for _, r in o.iterrows():
+    rows[int(r["rank"])]["overlap"] = float(r["comp_comm_overlap_pctg"])
+print(json.dumps(rows))
+"""
+
+_DDLTRACE_CHILD = r"""
+import json, sys
+from ddltrace.cli import main
+from ddltrace.analyses.run_analysis import analyze_store
+from ddltrace.analyses.gpu_lanes import device_work
+from ddltrace.analyses.gpu_overlap import comm_comp_overlap
+from ddltrace.analyses.gpu_temporal import temporal_breakdown
+import contextlib, io
+with contextlib.redirect_stdout(io.StringIO()):
+    assert main(["import", sys.argv[1], "--out", sys.argv[2], "--progress", "never"]) == 0
+run = analyze_store(sys.argv[2])
+assert run.gpu.device_ranks
+rows = {}
+for rank, timeline in run.store.iter_timeline():
+    work = device_work(timeline)
+    t = temporal_breakdown(rank, work, per_stream=False)
+    o = comm_comp_overlap(rank, work)
+    for _, r in t.iterrows():
+        rows[rank] = {k: 100 * r[f"share_{k}"] for k in ("idle", "compute", "non_compute")}
+        rows[rank]["overlap"] = 100 * float(o["overlap"].iloc[0]) if len(o) else None
+print(json.dumps(rows))
+"""
+
+
+def _timed(argv: list[str]) -> tuple[float, dict | None, str]:
+    t0 = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=tempfile.gettempdir())
+    wall = time.perf_counter() - t0
+    if done.returncode != 0:
+        return wall, None, (done.stderr.strip().splitlines() or ["(no message)"])[-1]
+    return wall, json.loads(done.stdout.strip().splitlines()[-1]), ""
+
+
+def compare(folder: Path, hta_python: Path, tmp: Path) -> dict:
+    job = tmp / folder.name
+    job.mkdir()
+    for f in folder.glob("*.json*"):
+        shutil.copy(f, job / f.name)
+    hta_s, hta, hta_err = _timed([str(hta_python), "-c", _HTA_CHILD, str(job), "all"])
+    store = tmp / (folder.name + "-store")
+    ours_s, ours, ours_err = _timed([sys.executable, "-c", _DDLTRACE_CHILD, str(job), str(store)])
+    return {"trace": str(folder.relative_to(SHARED)), "hta_s": hta_s, "ours_s": ours_s, "hta": hta, "ours": ours,
+            "hta_error": hta_err, "ours_error": ours_err}
+
+
+def _pp(ours, hta) -> str:
+    if ours is None or hta is None:
+        return "-"
+    return f"{ours:6.2f} {hta:6.2f} {ours - hta:+6.2f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("traces", nargs="*", help="folders of /work/shared/hta_traces (default: all with GPU work)")
+    parser.add_argument("--hta-python", type=Path, default=DEFAULT_HTA_PYTHON)
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    if not args.hta_python.exists():
+        raise SystemExit(f"HTA not found at {args.hta_python}: make it with python3 -m venv .venvs/hta && "
+                         ".venvs/hta/bin/pip install HolisticTraceAnalysis 'pandas<3'")
+    results = []
+    print("per rank: ddltrace, HTA, difference (percentage points); shares of the GPU window (all device work); "
+          "overlap: share of communication-kernel time under compute kernels")
+    print(f"{'trace':<36} {'rank':>4}  {'idle % (ours HTA diff)':<22}  {'compute %':<22}  {'non-compute %':<22}  "
+          f"{'overlap %':<22}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.traces or DEFAULT_TRACES:
+            r = compare(SHARED / name, args.hta_python, Path(tmp))
+            results.append(r)
+            if r["hta"] is None or r["ours"] is None:
+                print(f"{r['trace']:<36} HTA: {r['hta_error'] or 'ok'}; ddltrace: {r['ours_error'] or 'ok'}")
+            else:
+                for rank, h in sorted(r["hta"].items(), key=lambda kv: int(kv[0])):
+                    o = r["ours"].get(rank, {})
+                    print(f"{r['trace']:<36} {rank:>4}  " + "  ".join(
+                        f"{_pp(o.get(k), h.get(k)):<22}" for k in ("idle", "compute", "non_compute", "overlap")))
+            print(f"{'':<36} wall s: ddltrace {r['ours_s']:.2f}, HTA {r['hta_s']:.2f}, HTA / ddltrace "
+                  f"{r['hta_s'] / r['ours_s']:.2f}x")
+    both = [r for r in results if r["hta"] is not None and r["ours"] is not None]
+    if both:
+        hta_s, ours_s = sum(r["hta_s"] for r in both), sum(r["ours_s"] for r in both)
+        print(f"all traces both tools read ({len(both)}): ddltrace {ours_s:.2f} s, HTA {hta_s:.2f} s, "
+              f"HTA / ddltrace {hta_s / ours_s:.2f}x (fresh processes, module imports included)")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
