@@ -116,7 +116,7 @@ def _cli(*argv: str) -> tuple[int, str, str]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """folder -> {verb: (rc, out, err)}, "store": path, "info": info --json; each folder imported once."""
+    """folder -> {verb: (rc, out, err)}, "store" and "export" paths, "files"; each folder imported once."""
     done: dict[Path, dict] = {}
 
     def run(folder: Path) -> dict:
@@ -197,7 +197,7 @@ def _ns(us) -> int:
 @cache
 def _chrome(path: Path) -> dict:
     """What a Chrome-trace file holds, read here: phase counts, process names, and its intervals (X, B/E per
-    thread, b/e per id) as (name, cat, pid, tid, start_ns, dur_ns, args)."""
+    thread, b/e per id) as (name, cat, pid, tid, start_ns, dur_ns, {device, stream} from args)."""
     doc = _json(path)
     events = doc["traceEvents"] if isinstance(doc, dict) else doc
     header = {k: v for k, v in doc.items() if k != "traceEvents"} if isinstance(doc, dict) else {}
@@ -205,23 +205,28 @@ def _chrome(path: Path) -> dict:
     procs = {e["pid"]: e["args"].get("name", "") for e in events
              if e.get("ph") == "M" and e.get("name") == "process_name" and isinstance(e.get("args"), dict)}
     intervals, open_sync, open_async = [], defaultdict(list), defaultdict(list)
+
+    def where(e) -> dict:  # the args this test reads (device, stream); the rest is not kept
+        args = e.get("args")
+        return {k: args[k] for k in ("device", "stream") if k in args} if isinstance(args, dict) else {}
+
     for e in events:
         ph = e.get("ph")
         if ph == "X":
             intervals.append((e.get("name", ""), e.get("cat", ""), e.get("pid"), e.get("tid"), _ns(e["ts"]),
-                              _ns(e.get("dur", 0)), e.get("args") or {}))
+                              _ns(e.get("dur", 0)), where(e)))
         elif ph == "B":
             open_sync[e.get("pid"), e.get("tid")].append(e)
         elif ph == "E" and open_sync[e.get("pid"), e.get("tid")]:
             b = open_sync[e.get("pid"), e.get("tid")].pop()
             intervals.append((b.get("name", ""), b.get("cat", ""), b.get("pid"), b.get("tid"), _ns(b["ts"]),
-                              _ns(e["ts"]) - _ns(b["ts"]), b.get("args") or {}))
+                              _ns(e["ts"]) - _ns(b["ts"]), where(b)))
         elif ph == "b":
             open_async[e.get("cat"), e.get("id"), e.get("name")].append(e)
         elif ph == "e" and open_async[e.get("cat"), e.get("id"), e.get("name")]:
             b = open_async[e.get("cat"), e.get("id"), e.get("name")].pop(0)
             intervals.append((b.get("name", ""), b.get("cat", ""), b.get("pid"), b.get("tid"), _ns(b["ts"]),
-                              _ns(e["ts"]) - _ns(b["ts"]), b.get("args") or {}))
+                              _ns(e["ts"]) - _ns(b["ts"]), where(b)))
     return {"header": header, "phases": phases, "procs": procs, "intervals": intervals, "events": len(events)}
 
 
