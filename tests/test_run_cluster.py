@@ -7,10 +7,17 @@ Needs root, iproute2, util-linux and MPICH (the `mpich` wheel); skips with the r
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
+import signal
+import subprocess
 import sys
 import textwrap
+import time
+from pathlib import Path
 
+import psutil
 import pytest
 
 from ddltrace.cli import main
@@ -136,4 +143,39 @@ def test_info_shows_a_row_per_node(cluster_run, capsys):
     text = capsys.readouterr().out
     for node in cluster.nodes:
         assert any(line.split()[:1] == [node.host] for line in text.splitlines()), text
+
+
+
+def test_a_node_whose_agent_dies_is_named_and_the_rest_kept(tmp_path):
+    """SIGKILL one node's agent during the job: the store is written with the other node's counters, and the
+    notes name the node whose agent left nothing."""
+    (tmp_path / "job.py").write_text("import time\nfrom mpi4py import MPI\nMPI.COMM_WORLD.Barrier()\ntime.sleep(4)\n"
+                                     "MPI.COMM_WORLD.Barrier()\n")
+    with cl.Cluster(2) as cluster:
+        run = subprocess.Popen([sys.executable, "-m", "ddltrace", "run", "--no-progress", "--launcher",
+                                cluster.mpiexec(MPIEXEC, ppn=2), "--out", str(tmp_path / "store"), "--",
+                                sys.executable, str(tmp_path / "job.py")], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+        victim = cluster.nodes[1]
+        deadline = time.monotonic() + 60
+        agent = None
+        while agent is None and time.monotonic() < deadline and run.poll() is None:
+            for pid in victim.pids():  # the agent keeps the shim's command line; the ranks have exec'd theirs
+                with contextlib.suppress(OSError, psutil.Error):
+                    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                    # the agent, not a shim about to exec: forked twice, its parent is the node's init
+                    if any(a.endswith(b"node_agent.py") for a in cmdline) and psutil.Process(pid).ppid() == \
+                            victim.init_pid:
+                        agent = pid
+            time.sleep(0.1)
+        assert agent is not None, "no agent found on node 1"
+        os.kill(agent, signal.SIGKILL)
+        out, _ = run.communicate(timeout=120)
+    assert run.returncode == 0, out
+    store = TraceStore.open(tmp_path / "store")
+    assert store.ranks == [0, 1, 2, 3]
+    names = set(store.counters([-1])["name"])
+    assert f"cpu_percent@{cluster.nodes[0].host}" in names
+    assert not any(n.endswith(f"@{victim.host}") for n in names)
+    assert any(f"node {victim.host}: its agent left no samples" in n for n in store.manifest["notes"]), out
 
