@@ -240,6 +240,13 @@ class Cluster:
         _run("ip", "netns", "exec", node.netns, "tc", "qdisc", "replace", "dev", "eth0", "root", *tbf)
         self.rates_bit[index] = rate_bit
 
+    def unshape(self, index: int) -> None:
+        """Remove the rate limit of node ``index``'s link."""
+        node = self.nodes[index]
+        _run("tc", "qdisc", "del", "dev", node.veth, "root", check=False)
+        _run("ip", "netns", "exec", node.netns, "tc", "qdisc", "del", "dev", "eth0", "root", check=False)
+        self.rates_bit.pop(index, None)
+
     def mpiexec(self, mpiexec: str, ppn: int, hosts: list[str] | None = None) -> str:
         """The launcher command for ``ppn`` ranks on each node (or on ``hosts``) with MPICH's ``mpiexec``:
         hydra enters the nodes through :attr:`enter_script`, advertises this machine's bridge address to its

@@ -174,14 +174,15 @@ def run_agent(folder: str, hz: float, pyspy_hz: int | None = None, poll_s: float
         from ddltrace.collectors.pyspy_stacks import PySpyRecorder
 
         pyspy = PySpyRecorder(os.path.join(folder, "pyspy"), pyspy_hz)
-    idle = 0
+    idle, attached = 0, set()
     while not stop.wait(poll_s):
         alive = registered(folder)[0]
         idle = 0 if alive else idle + 1
         if idle >= linger:
             break
         for pid in alive if pyspy is not None else []:
-            if pid not in pyspy._running and _python_rank(pid):
+            if pid not in attached and _python_rank(pid):
+                attached.add(pid)
                 pyspy.attach(pid)
     rows = system.stop() + gpu.stop()
     cpu_sampling, wall_sampling = _cpu_s() - cpu0, time.monotonic() - wall0

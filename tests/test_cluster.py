@@ -102,8 +102,7 @@ def test_a_shaped_link_is_below_its_rate_and_far_below_an_unshaped_one(cluster):
     try:
         shaped = transfer(cluster, 0, 1, size, 7103)
     finally:
-        cl._run("tc", "qdisc", "del", "dev", cluster.nodes[1].veth, "root")
-        cl._run("ip", "netns", "exec", cluster.nodes[1].netns, "tc", "qdisc", "del", "dev", "eth0", "root")
+        cluster.unshape(1)
     shaped_bit = 8 * shaped["bytes"] / shaped["seconds"]
     free_bit = 8 * free["bytes"] / free["seconds"]
     # payload goodput is below the wire rate (headers); tbf lets one burst (10 ms of the rate) through at once
