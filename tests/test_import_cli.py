@@ -153,3 +153,15 @@ def test_a_reader_process_that_dies_is_one_line(tmp_path, capsys, monkeypatch):
     assert len(err) == 1 and "a process reading one of" in err[0] and "rank1.pt.trace.json.gz" in err[0]
     assert "died without a word; --jobs 1" in err[0]
     assert not out.exists() and not list(tmp_path.glob(".store.*"))
+
+
+def test_a_folder_of_unknown_files_names_them_and_why(tmp_path, capsys):
+    """A folder with no trace in it: the error names each file found and why it was not read ('no events' did
+    not say which file, nor that its format is unknown)."""
+    (tmp_path / "results.json").write_text('{"rocprofiler-sdk-tool": []}')
+    (tmp_path / "notes.txt").write_text("not a trace")
+    assert main(["import", str(tmp_path), "--out", str(tmp_path / "store")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "results.json: not a trace format ddltrace knows" in err and "notes.txt" in err
+    assert not (tmp_path / "store").exists()

@@ -167,6 +167,7 @@ def _import(args, out: Path) -> int:
     categorizer = Categorizer(args.rules)
     progress = _Progress(files, args.progress)
     reports: list[FileReport] = []
+    unknown: list[str] = []  # files of the folders in no known format: named only when nothing else was read
     plan = []
     for index, path in enumerate(files):
         report = FileReport(str(path))
@@ -177,6 +178,8 @@ def _import(args, out: Path) -> int:
             report.skipped["not a known trace format"] += 1
             if path not in found_in_folders:
                 report.problems.append(str(exc))
+            else:
+                unknown.append(str(exc))
             continue
         report.format = importer.name
         plan.append((importer.name.endswith("summary") or importer.name == "ipm", index, path, importer, report))
@@ -229,7 +232,8 @@ def _import(args, out: Path) -> int:
             _set_rank(part, rank)
             _add(store, part, clocks, exchanging)
         if not store.ranks:
-            details = "; ".join(p for r in reports for p in r.problems[:1]) or "no events"
+            named = [p for r in reports for p in r.problems[:1]] or unknown
+            details = "; ".join(named[:3]) + (f"; and {len(named) - 3} more" if len(named) > 3 else "")
             raise DdltraceError(f"nothing imported from {len(files)} file(s): {details}")
         _resolve_peers(store, numbered)
         _finish_manifest(store, reports, clocks, formats, world_sizes)
