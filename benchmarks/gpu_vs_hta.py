@@ -14,7 +14,8 @@ tool runs in a fresh process (module imports included; HTA in its own venv ``.ve
 
 Printed per trace and rank: idle / compute / non-compute share of the GPU window and the comm-comp overlap of
 both tools, with the difference in percentage points (ddltrace minus HTA), then each tool's wall time (s) and
-their ratio. The window: all device work. HTA runs with ``include_last_profiler_step=True`` (it then keeps every
+their ratio, and the device events each counted (HTA keeps only those it can join to a CPU launch by correlation
+id). The window: all device work. HTA runs with ``include_last_profiler_step=True`` (it then keeps every
 kernel launched by a CPU event that started before the last ProfilerStep ended); by default it drops the kernels
 launched in the last ProfilerStep, which needs the CPU-launch-to-kernel correlation ids the store does not keep.
 """
@@ -49,6 +50,11 @@ rows = {int(r["rank"]): {"idle": float(r["idle_time_pctg"]), "compute": float(r[
                          "non_compute": float(r["non_compute_time_pctg"])} for _, r in b.iterrows()}
 for _, r in o.iterrows():
     rows[int(r["rank"])]["overlap"] = float(r["comp_comm_overlap_pctg"])
+cats = analyzer.t.symbol_table.get_sym_table()
+for rank, df in analyzer.t.traces.items():  # the device events HTA kept (it drops those with no CPU launch)
+    on_device = df[df["stream"].ne(-1)]
+    rows[int(rank)]["events"] = int(on_device["cat"].map(lambda c: cats[c] in ("kernel", "gpu_memcpy",
+                                                                                "gpu_memset")).sum())
 print(json.dumps(rows))
 """
 
@@ -72,6 +78,7 @@ for rank, timeline in run.store.iter_timeline():
     for _, r in t.iterrows():
         rows[rank] = {k: 100 * r[f"share_{k}"] for k in ("idle", "compute", "non_compute")}
         rows[rank]["overlap"] = 100 * float(o["overlap"].iloc[0]) if len(o) else None
+        rows[rank]["events"] = len(work)
 print(json.dumps(rows))
 """
 
@@ -116,7 +123,7 @@ def main() -> None:
     print("per rank: ddltrace, HTA, difference (percentage points); shares of the GPU window (all device work); "
           "overlap: share of communication-kernel time under compute kernels")
     print(f"{'trace':<36} {'rank':>4}  {'idle % (ours HTA diff)':<22}  {'compute %':<22}  {'non-compute %':<22}  "
-          f"{'overlap %':<22}")
+          f"{'overlap %':<22}  device events (ours / HTA's)")
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.traces or DEFAULT_TRACES:
             r = compare(SHARED / name, args.hta_python, Path(tmp))
@@ -127,7 +134,8 @@ def main() -> None:
                 for rank, h in sorted(r["hta"].items(), key=lambda kv: int(kv[0])):
                     o = r["ours"].get(rank, {})
                     print(f"{r['trace']:<36} {rank:>4}  " + "  ".join(
-                        f"{_pp(o.get(k), h.get(k)):<22}" for k in ("idle", "compute", "non_compute", "overlap")))
+                        f"{_pp(o.get(k), h.get(k)):<22}" for k in ("idle", "compute", "non_compute", "overlap"))
+                        + f"  {o.get('events')} / {h.get('events')}")
             print(f"{'':<36} wall s: ddltrace {r['ours_s']:.2f}, HTA {r['hta_s']:.2f}, HTA / ddltrace "
                   f"{r['hta_s'] / r['ours_s']:.2f}x")
     both = [r for r in results if r["hta"] is not None and r["ours"] is not None]

@@ -220,6 +220,25 @@ def test_mxnet_gpu_lanes_are_device_lanes_without_stream_ids(tmp_path):
     run = analyze_store(out)
     assert run.gpu.device_ranks == [0]
     assert "streams" not in run.capabilities
+    # busy time per device: the union of the file's B/E operator spans on its gpu/N process, but DeleteVariable
+    # (the engine freeing a variable: no device work; the importer's rules file it as other)
+    procs = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"]
+             if e.get("ph") == "M" and e.get("name") == "process_name"}
+    open_spans, spans = defaultdict(list), defaultdict(list)
+    for e in doc["traceEvents"]:
+        if e.get("pid") in gpu_pids and e.get("ph") in ("B", "E"):
+            key = (e["pid"], e["tid"])
+            if e["ph"] == "B":
+                open_spans[key].append(e["ts"])
+                continue
+            begin = open_spans[key].pop()
+            if e["name"] != "DeleteVariable":
+                spans["gpu:" + procs[e["pid"]].split("/")[1]].append((int(begin * 1000), int(e["ts"] * 1000)))
+    table = run.gpu.temporal_table().set_index("device")
+    assert sorted(table.index) == sorted(spans)
+    for device, intervals in spans.items():
+        assert table.loc[device, "busy_ns"] == union(intervals)
+        assert table.loc[device, "window_ns"] == max(e for _, e in intervals) - min(s for s, _ in intervals)
     skipped = {s.analysis: s for s in not_made([run])}
     assert "no stream ids" in skipped["gpu_temporal_streams"].holds
     assert "gpu_temporal" not in skipped
