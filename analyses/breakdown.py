@@ -11,7 +11,8 @@ Every nanosecond of a rank, from its first event to its last, gets exactly one c
   happens between calls, as IPM counts it) and **idle** on a rank that records its computation explicitly.
 
 A rank with a device (lanes named ``gpu:<n>/...`` and the like, see :func:`device_lanes`) is also broken down
-over its host lanes alone and over its device lanes alone (``gap="idle"``: a device is idle when no kernel, copy
+over its host lanes alone and over its device lanes alone (a stream's annotation lanes, :func:`annotation_lanes`,
+in neither) (``gap="idle"``: a device is idle when no kernel, copy
 or collective runs on it), so that what the host did and what the device did can be shown side by side (the
 all-lanes view counts an instant as compute when either computes).
 
@@ -36,11 +37,30 @@ EXPOSED_COMM = ("comm", "wait")
 #: Lane names of a device's streams start with one of these (Kineto and XPlane name them "gpu:<device>/<stream>";
 #: Kineto's other accelerators "mtia:<n>/...", "xpu:<n>/...", "hpu:<n>/..."; an XPlane TPU plane "tpu:<n>/...").
 DEVICE_LANE_PREFIXES = ("gpu:", "tpu:", "mtia:", "xpu:", "hpu:")
+#: A lane whose name ends so holds annotations of a device stream (Kineto's ``gpu_user_annotation`` spans, on
+#: "gpu:0/stream 7/annotations"): region marks, no work of their own, so neither host nor device time.
+ANNOTATION_LANE_SUFFIX = "/annotations"
+
+
+def _names(lanes: pd.Series) -> pd.Series:
+    return lanes.astype("object").fillna("").astype(str)
+
+
+def annotation_lanes(lanes: pd.Series) -> np.ndarray:
+    """True for each row on a stream's annotation lane (its name ends with :data:`ANNOTATION_LANE_SUFFIX`)."""
+    return _names(lanes).str.endswith(ANNOTATION_LANE_SUFFIX).to_numpy(bool)
 
 
 def device_lanes(lanes: pd.Series) -> np.ndarray:
-    """True for each row whose lane is a device's (its name starts with one of :data:`DEVICE_LANE_PREFIXES`)."""
-    return lanes.astype("object").fillna("").astype(str).str.startswith(DEVICE_LANE_PREFIXES).to_numpy(bool)
+    """True for each row whose lane is a device's (its name starts with one of :data:`DEVICE_LANE_PREFIXES`),
+    an annotation lane (:func:`annotation_lanes`) excepted."""
+    names = _names(lanes)
+    return (names.str.startswith(DEVICE_LANE_PREFIXES) & ~names.str.endswith(ANNOTATION_LANE_SUFFIX)).to_numpy(bool)
+
+
+def host_lanes(lanes: pd.Series) -> np.ndarray:
+    """True for each row on a host lane: neither a device's lane nor an annotation lane."""
+    return ~device_lanes(lanes) & ~annotation_lanes(lanes)
 
 
 def classify(timeline: pd.DataFrame, cuts, gap: str | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ddltrace.analyses.breakdown import average_and_slowest, breakdown_table, device_lanes, rank_breakdown
+from ddltrace.analyses.breakdown import average_and_slowest, breakdown_table, device_lanes, host_lanes, rank_breakdown
 from ddltrace.analyses.gpu_analysis import GpuAnalysis
 from ddltrace.analyses.phases import RankPhases, segment_rank, whole_run
 from ddltrace.analyses.requirements import ANALYSES, GPU_ALL, GPU_ANALYSES, Skipped, capabilities, check
@@ -190,7 +190,7 @@ def analyze_store(store: TraceStore | str | os.PathLike) -> RunAnalysis:
         breakdowns.append(rank_breakdown(timeline, found))
         on_device = device_lanes(timeline["lane"])
         if on_device.any():
-            host.append(rank_breakdown(timeline[~on_device], found))
+            host.append(rank_breakdown(timeline[host_lanes(timeline["lane"])], found))
             device.append(rank_breakdown(timeline[on_device], found, gap="idle"))
         calls.append(mpi_calls(timeline))
         gpu.add_rank(rank, timeline)

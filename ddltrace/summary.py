@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ddltrace.analyses.breakdown import classify, device_lanes
+from ddltrace.analyses.breakdown import annotation_lanes, classify, device_lanes
 from ddltrace.store import TraceStore
 from ddltrace.timeline import CATEGORIES
 
@@ -24,7 +24,8 @@ class RankSummary:
     span split by category (ns), each instant counted once as the breakdown does (innermost call within a
     thread, compute across threads), so the categories sum to the span. ``host_time_ns`` and ``device_time_ns``:
     the same over the rank's host lanes and over its device lanes alone, ``device_events`` the rows on its device
-    lanes (all three None when the rank has no device).
+    lanes, ``annotation_events`` those on its streams' annotation lanes, in neither view (all four None when the
+    rank has no device).
     ``aggregate``: the rank holds per-call totals laid end to end (IPM), not a timeline."""
 
     rank: int
@@ -39,6 +40,7 @@ class RankSummary:
     device_time_ns: dict[str, int] | None = None
     device_events: int | None = None
     aggregate: bool = False
+    annotation_events: int | None = None
 
     @property
     def span_ns(self) -> int:
@@ -97,12 +99,14 @@ def summarize(store: TraceStore) -> StoreSummary:
         time_ns = _time_per_category(frame, start, end)
         host_ns = device_ns = None
         on_device = device_lanes(frame["lane"]) if len(frame) else np.zeros(0, dtype=bool)
+        marks = annotation_lanes(frame["lane"]) if len(frame) else np.zeros(0, dtype=bool)
         if on_device.any():
-            host_ns = _time_per_category(frame[~on_device], start, end)
+            host_ns = _time_per_category(frame[~on_device & ~marks], start, end)
             device_ns = _time_per_category(frame[on_device], start, end, gap="idle")
         ranks.append(RankSummary(rank, len(frame), start, end, time_ns,
                                  info.get("host"), info.get("role"), info.get("ended"), host_ns, device_ns,
-                                 int(on_device.sum()) if device_ns else None, bool(info.get("aggregate"))))
+                                 int(on_device.sum()) if device_ns else None, bool(info.get("aggregate")),
+                                 int(marks.sum()) if device_ns else None))
     starts = [r.start_ns for r in ranks if r.start_ns is not None]
     ends = [r.end_ns for r in ranks if r.end_ns is not None]
     counters = store.counters()

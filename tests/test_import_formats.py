@@ -243,6 +243,29 @@ def test_tf1_timeline_worker_rank_ps_rank_and_dedup(tmp_path):
     assert by_rank[("ps", 0)].timeline["name"].tolist() == ["ApplyGradientDescent"]
 
 
+def test_tf1_gpu_executor_ops_are_host_work(tmp_path):
+    """TF1's '<task>/device:GPU:0 Compute' process holds the executor's op times (launch to launch done, on a
+    host thread), its '/device:GPU:0/stream:N' processes what ran on the GPU: only the streams are device lanes,
+    so the device's work is the stream's 30 us, not the executor's 100 us."""
+    from ddltrace.analyses.breakdown import device_lanes
+
+    gpu = "/job:worker/replica:0/task:1/device:GPU:0"
+    events = [{"name": "process_name", "ph": "M", "pid": p, "args": {"name": n}}
+              for p, n in ((1, f"{gpu} Compute"), (2, f"{gpu}/stream:7 Compute"))]
+    t = 1700000000000000
+    for pid, ts, dur in ((1, 0, 100), (2, 40, 30)):
+        events.append({"ph": "X", "cat": "Op", "name": "MatMul", "pid": pid, "tid": 0, "ts": t + ts, "dur": dur,
+                       "args": {"name": "dense/MatMul", "op": "MatMul"}})
+    path = tmp_path / "timeline.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    fmt, (part,), _ctx = _import(path)
+    assert fmt == "tf1"
+    tl = part.timeline
+    assert sorted(tl["lane"]) == ["gpu:0/stream:7/lane 0", "host/gpu:0 executor/lane 0"]
+    on_device = device_lanes(tl["lane"])
+    assert tl.loc[on_device, "dur_ns"].tolist() == [30_000]
+
+
 def test_tf2_trace_viewer_json_drops_derived_lines(tmp_path):
     events = [{"pid": 701, "name": "process_name", "ph": "M", "args": {"name": "/host:CPU"}},
               {"pid": 1, "name": "process_name", "ph": "M", "args": {"name": "/device:GPU:0"}},

@@ -207,6 +207,64 @@ def test_mtia_device_events(tmp_path, capsys):
     assert "uncategorised" not in printed
 
 
+def _info(store: TraceStore, capsys) -> dict:
+    assert main(["info", "--json", str(store.path)]) == 0
+    (rank,) = json.loads(capsys.readouterr().out)["ranks"]
+    return rank
+
+
+def _union_ns(intervals) -> int:
+    """Length of the union of (start, end) intervals, each instant once."""
+    busy, reach = 0, None
+    for start, end in sorted(intervals):
+        if reach is None or start > reach:
+            busy, reach = busy + end - start, end
+        elif end > reach:
+            busy, reach = busy + end - reach, end
+    return busy
+
+
+def test_gpu_user_annotations_are_marks_not_device_time(tmp_path, capsys):
+    """A gpu_user_annotation span (bert-small's ProfilerStep#6 as seen on stream 7, 3.9 ms over its kernels) is
+    kept on the stream's annotation lane, never device time: info's device events are the file's kernels,
+    copies and fills alone, its device busy time (span - idle) their union to 1 us, and neither the host nor
+    the device side of info or analyze counts the annotation ('other' 0 on the device)."""
+    from ddltrace.analyses.run_analysis import analyze_store
+
+    path = CORPUS / "tracelens_h100_bert_small" / "gaunernst_bert-small-uncased__1016001.json.gz"
+    events = [e for e in _events(path) if e.get("ph") == "X"]
+    work = [e for e in events if str(e.get("cat", "")).lower() in DEVICE_WORK]
+    marks = [e for e in events if e.get("cat") == "gpu_user_annotation"]
+    assert len(marks) == 1 and marks[0]["dur"] > 3000
+    store, _ = _import(tmp_path, path, capsys=capsys)
+    tl = store.timeline()
+    on_marks = tl[tl["lane"] == "gpu:0/stream 7/annotations"]
+    assert list(on_marks["name"]) == [m["name"] for m in marks]
+    rank = _info(store, capsys)
+    assert rank["device_events"] == len(work) and rank["annotation_events"] == len(marks)
+    busy = _union_ns((round(e["ts"] * 1000), round(e["ts"] * 1000) + round(e["dur"] * 1000)) for e in work)
+    device = rank["device_time_ns"]
+    assert abs(rank["span_ns"] - device["idle"] - busy) < 1000 and device["other"] == 0
+    analysis = analyze_store(store)
+    assert abs(int(analysis.device_breakdown.drop(columns=["rank", "phase", "idle"]).to_numpy().sum()) - busy) < 1000
+    assert int(analysis.host_breakdown["other"].sum()) == rank["host_time_ns"]["other"] == 0
+
+
+def test_mtia_runtime_threads_are_host_work(tmp_path, capsys):
+    """MTIA's runtime calls (cat mtia_runtime) sit on threads of the device's own process ("MTIA 17", threads
+    "Stream N Submission Queue"): they are host work, on cpu/ lanes, and info's device events are the file's
+    mtia_ccp_events alone."""
+    events = [e for e in _events(MTIA) if e.get("ph") == "X"]
+    device_pid = 17  # process "MTIA 17"
+    runtime = [e for e in events if e.get("cat") == "mtia_runtime" and e["pid"] == device_pid]
+    ccp = [e for e in events if e.get("cat") == "mtia_ccp_events"]
+    store, _ = _import(tmp_path, MTIA, capsys=capsys)
+    tl = store.timeline()
+    queues = tl[tl["lane"].str.contains("Submission Queue")]
+    assert len(queues) == len(runtime) == 113 and set(queues["lane"].str.split("/").str[0]) == {"cpu"}
+    assert _info(store, capsys)["device_events"] == len(ccp)
+
+
 def test_device_args_read_on_the_field_by_field_path(tmp_path, capsys):
     """An event whose args are not an object sends its piece to the reader's field-by-field path, where args stay
     undecoded: the other device events still get their lane and their collective metadata from them."""

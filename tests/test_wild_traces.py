@@ -54,18 +54,10 @@ UNREADABLE = {
 #: (trace, check) -> why it fails on today's main: strict xfails, to be removed when the fix lands. #20 items 2, 3
 #: (Kineto categories and devices from args) and 8 (exact ns) have landed: they held kineto_tb_resnet50_w0 and
 #: hta_mtia_inference (device work 'other'), tracelens_b200_eager and tracelens_sglang_decode (kernels on cpu/tid
-#: lanes), hta_ns_resolution_rank0 (starts off by up to 125 ns). The rest were found by this corpus (not in #20).
-_ANNOTATION = ("found here: info counts Kineto's gpu_user_annotation spans as device events and device time "
-               "('other'); they annotate the stream, as XPlane's derived lines do (#20 item 4)")
-KNOWN: dict[tuple[str, str], str] = {
-    **{(name, "info_device"): _ANNOTATION for name in (
-        "hta_ns_resolution_rank0", "tracelens_b200_eager", "tracelens_mi300_resnet_ckpt",
-        "tracelens_h100_bert_small", "tracelens_torch_compile_triton")},
-    ("hta_mtia_inference", "info_device"): "found here: info counts 113 mtia_runtime events (the MTIA process's "
-                                          "'Stream N Submission Queue' threads) as device events",
-    ("blackbox_tf1_timeline", "info_device"): "found here: TF1's '/job:.../gpu:0 Compute' pid (the executor's op "
-                                             "times, 689 ms) is counted as device time; the streams ran 4.6 ms",
-}
+#: lanes), hta_ns_resolution_rank0 (starts off by up to 125 ns). The rest were found by this corpus (not in #20);
+#: fixed since: Kineto's gpu_user_annotation spans and MTIA's runtime threads counted as device time, TF1's
+#: executor pid ('/job:.../gpu:0 Compute') as device time.
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 def _folders():

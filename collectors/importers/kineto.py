@@ -4,7 +4,9 @@ Every generation: PyTorch 1.8/1.9 (cats ``Operator``, ``Runtime``, ``Kernel``, `
 ``tid`` written as ``"stream 7"``), 1.10 on (``cpu_op``, ``cuda_runtime``, ``kernel``, ``gpu_memcpy``, ...),
 ROCm (the CUDA cat names, HIP call names) and other devices (MTIA, HPU, XPU, PrivateUse1). Device events say
 in their ``args`` where they ran (``device``, ``stream``): their lane comes from there, so a file without
-metadata (``M``) events still puts its kernels on their GPU streams.
+metadata (``M``) events still puts its kernels on their GPU streams. ``gpu_user_annotation`` spans (a
+``record_function`` range as seen on a stream) are kept on the stream's annotation lane (``gpu:0/stream
+7/annotations``, :data:`~ddltrace.analyses.breakdown.ANNOTATION_LANE_SUFFIX`): region marks, never device time.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
+from ddltrace.analyses.breakdown import ANNOTATION_LANE_SUFFIX
 from ddltrace.collectors.importers.base import ImportContext, Importer, rank_from_path, register
 from ddltrace.collectors.importers.chrome import read_chrome
 from ddltrace.collectors.importers.convert import chrome_part, record
@@ -29,10 +32,11 @@ _SNIFF = re.compile(rb'"(schemaVersion|deviceProperties|distributedInfo|baseTime
                     rb'hpu_op|xpu_runtime|privateuse1_runtime|collective_comm|hip_runtime|mlu_runtime|Operator|Runtime|Kernel|'
                     rb'Memcpy|Memset)"')
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
-#: Host threads' own work (lower-cased cats): a lane holding it and no device event is a host thread's, even under
-#: a process labelled "GPU N" (PyTorch's Python tracer writes some threads with pid 0).
+#: Host threads' own work (lower-cased cats).
 CPU_CATS = frozenset({"cpu_op", "operator", "user_annotation", "python_function", "python", "cpu_instant_event"})
-#: Host-side categories of every Kineto generation (lower-cased): their events' ``args`` are not read.
+#: Host-side categories of every Kineto generation (lower-cased): their events' ``args`` are not read, and a lane
+#: holding them and no device event is a host thread's, even under a process labelled "GPU N" or "MTIA N"
+#: (PyTorch's Python tracer writes some threads with pid 0; MTIA's runtime threads are in its device's process).
 HOST_CATS = CPU_CATS | frozenset({
     "trace", "cuda_runtime", "cuda_driver", "runtime", "hip_runtime", "mlu_runtime", "xpu_runtime", "xpu_driver",
     "mtia_runtime",
@@ -42,6 +46,10 @@ HOST_CATS = CPU_CATS | frozenset({
 #: Appended to the cat of a device event whose ``args`` carry collective metadata ("Collective name",
 #: "Process Group Name": c10d's record_param_comms metadata, which Kineto copies onto the collective's kernels).
 COLLECTIVE_TAG = " [collective args]"
+#: Cat (lower-cased) of the spans that annotate a device stream: moved to the stream's annotation lane.
+ANNOTATION_CAT = "gpu_user_annotation"
+#: The tid an annotation span gets: (this, the tid it was written with), named by the lane namer.
+_ANNOTATES = "annotates"
 #: Cats of the flow arrows from a kernel's launch to the kernel: "ac2g" since PyTorch 1.10, "async" in 1.8/1.9.
 FLOW_CATS = ("ac2g", "async")
 #: Largest rank a store holds (its rank column is int32).
@@ -75,13 +83,15 @@ class DeviceArgs:
     """Amends device events from their ``args`` while the file is read: ``device`` and ``stream`` become the
     event's (pid, tid), the lane Kineto itself uses for them (recorded in ``lanes``), and a cat gets
     :data:`COLLECTIVE_TAG` when the args carry collective metadata. Host events (:data:`HOST_CATS`) are left
-    as they are, their args unread."""
+    as they are, their args unread. A ``gpu_user_annotation`` span's tid becomes ``(_ANNOTATES, tid)``: the
+    stream's annotation lane, apart from its kernels."""
 
     def __init__(self):
         self.lanes: set[tuple] = set()  # (device, stream) of every device event placed from its args
         self.moved: dict[tuple, tuple] = {}  # (pid, tid) as written -> (device, stream), where they differ
         self._seen: set[str] = set()  # cats as written
         self._host: set[str] = set()  # those of them that are host cats
+        self._marks: set[str] = set()  # those of them that are ANNOTATION_CAT
 
     def follow_flows(self, trace) -> None:
         """Put the flow arrows that end on a lane as written on the lane its events were moved to, so that a
@@ -100,9 +110,14 @@ class DeviceArgs:
             self._seen.add(cat)
             if cat.lower() in HOST_CATS:
                 self._host.add(cat)
-        host = self._host
-        for event in [e for e in events if e.cat not in host and e.args is not None]:
-            self._amend(event)
+            elif cat.lower() == ANNOTATION_CAT:
+                self._marks.add(cat)
+        host, marks = self._host, self._marks
+        for event in [e for e in events if e.cat not in host]:
+            if event.cat in marks:
+                event.tid = (_ANNOTATES, event.tid)
+            elif event.args is not None:
+                self._amend(event)
 
     def _amend(self, event) -> None:
         args = event.args
@@ -124,10 +139,11 @@ class DeviceArgs:
 
 
 def _cpu_lanes(trace) -> set:
-    """The (pid, tid) of every lane that holds host threads' own work (:data:`CPU_CATS`)."""
+    """The (pid, tid) of every lane that holds host work (:data:`HOST_CATS`: host threads' own work, runtime and
+    driver calls): MTIA's runtime threads ("Stream 101 Submission Queue") sit in its device's process."""
     if not len(trace.key):
         return set()
-    cpu_key = np.array([cat.lower() in CPU_CATS for cat, _ in trace.keys], dtype=bool)
+    cpu_key = np.array([cat.lower() in HOST_CATS for cat, _ in trace.keys], dtype=bool)
     return {trace.lanes[i] for i in np.unique(trace.lane_key[cpu_key[trace.key]])}
 
 
@@ -137,6 +153,8 @@ def _lane_namer(trace, device_lanes: set):
     def lane(pid, tid):
         if isinstance(pid, str):
             return None  # "Spans"/"Traces": the profiler's own bookkeeping
+        if isinstance(tid, tuple) and tid[0] == _ANNOTATES:  # a stream's annotation spans, beside the stream
+            return f"{lane(pid, tid[1])}{ANNOTATION_LANE_SUFFIX}"
         label = trace.process_labels.get(pid, "")
         thread = trace.thread_names.get((pid, tid), "").strip()
         on_device = (pid, tid) in device_lanes

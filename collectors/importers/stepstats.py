@@ -7,7 +7,8 @@ RPC receives and the executor's nodes); each ``node_stats`` one node run: ``all_
 epoch; ``all_start_micros`` in older files) plus ``all_end_rel_nanos``/``_micros``.
 
 Events: the op type from ``timeline_label`` ("name = Op(inputs)") as the name, categorised by the TF1 rules;
-lanes ``cpu:0/thread <id>`` for executor nodes and ``cpu:0/RecvTensor <i>`` for receives (packed, they overlap).
+lanes ``cpu:0/thread <id>`` for executor nodes (a GPU's: ``host/gpu:0 executor/thread <id>``, its streams'
+``gpu:0/stream:7/thread <id>``, as the TF1 JSON) and ``cpu:0/RecvTensor <i>`` for receives (packed, they overlap).
 Receives get ``bytes`` (the output's requested bytes, else the label's), ``peer`` (the sending task's rank),
 and ``tag`` (CRC-32 of the edge name: the same tensor carries the same tag everywhere). Ranks as for the TF1
 JSON: ``/job:worker/task:k`` is rank k, other jobs (ps) are numbered after the workers by the import command.
@@ -37,6 +38,7 @@ from ddltrace.collectors.importers.base import (
     register,
 )
 from ddltrace.collectors.importers.source import ByteSource
+from ddltrace.collectors.importers.tensorflow import tf1_lane_prefix
 from ddltrace.errors import DdltraceError
 
 FORMAT = "tf1-stepstats"
@@ -270,7 +272,7 @@ def _read_tree(tree: dict, path: Path, ctx: ImportContext, what: str):
         if rest == "/stream:all":
             skipped["duplicate GPU events (/stream:all)"] += len(nodes)
             continue
-        ident, lane_prefix = _ident(m), f"{m.group('kind').lower()}:{m.group('index')}{rest}"
+        ident, lane_prefix = _ident(m), tf1_lane_prefix(m)
         for node in nodes:
             start = _int(node, "all_start_nanos")
             dur = _int(node, "all_end_rel_nanos") if start is not None else None

@@ -3,7 +3,9 @@ and the 2.x profiler's trace-viewer JSON (TensorBoard's, or the old ``<host>.tra
 
 TF1: pids are "<device> Compute" / "<device> Tensors" processes (the same device can appear twice: merged by
 name), tids are packing lanes, ``ts`` µs since the epoch. ``/stream:all`` duplicates every GPU kernel and is
-dropped. The producing worker is the ``/job:worker/task:k`` device with most ops; work on other tasks' devices
+dropped. A GPU's ``/stream:N`` and ``/memcpy`` processes are its device lanes; the GPU's own process holds the
+executor's op times (host work: lanes ``host/gpu:0 executor/lane N``, :func:`tf1_lane_prefix`). The producing
+worker is the ``/job:worker/task:k`` device with most ops; work on other tasks' devices
 (parameter servers) becomes those tasks' ranks, numbered after the workers.
 
 TF2: pids are devices named by ``process_name`` (``/host:CPU``, ``/device:GPU:0``), ``ts`` is µs since the
@@ -32,6 +34,17 @@ _SNIFF_TF2 = re.compile(rb'"/host:CPU"|"/device:(GPU|TPU|CPU):\d+"|"highres-tick
 _DEVICE = re.compile(r"^(?:/job:(?P<job>[^/]+)/replica:\d+/task:(?P<task>\d+))?"
                      r"(?:/device:|/)(?P<kind>[A-Za-z]+):(?P<index>\d+)(?P<rest>/.*)?$")
 _STEP = re.compile(r"^\S+ (\d+)$")
+
+
+def tf1_lane_prefix(m: re.Match) -> str:
+    """The lane prefix of a TF1 device name matched by ``_DEVICE``: a GPU's streams and copies
+    (``/device:GPU:0/stream:7``, ``.../memcpy``) are the device's lanes (``gpu:0/stream:7``); the GPU itself
+    (``/device:GPU:0``, no stream) is the executor's record of the ops it placed there, from launch to launch
+    done on a host thread, so ``host/gpu:0 executor``: host time, never device time."""
+    kind, index, rest = m.group("kind").lower(), m.group("index"), m.group("rest") or ""
+    if not rest and kind != "cpu":
+        return f"host/{kind}:{index} executor"
+    return f"{kind}:{index}{rest}"
 
 
 def sniff_tf1(head: bytes, path: Path) -> bool:
@@ -73,7 +86,7 @@ def read_tf1(path: Path, ctx: ImportContext):
         rest = m.group("rest") or ""
         if rest == "/stream:all":
             return None
-        return f"{m.group('kind').lower()}:{m.group('index')}{rest}/lane {tid}"
+        return f"{tf1_lane_prefix(m)}/lane {tid}"
 
     for ident in ident_list:
         job, task = ident

@@ -195,7 +195,8 @@ def render_device(r: RunAnalysis, phase: str) -> list[str]:
             rows.append([str(rank), label, format_ns(row["total_ns"]),
                          *[f"{format_ns(row[c])} ({format_percent(row[f'share_{c}'])})" for c in shown]])
     out = ["", "  Host and device side by side (ranks with a device; time per category over the rank's span: host = "
-               "its CPU threads, device = its gpu: streams, idle where none runs)"]
+               "its CPU threads, device = its gpu: streams, idle where none runs; streams' annotation spans in "
+               "neither)"]
     out.extend("  " + line for line in _columns(header, rows))
     if len(device) > MAX_RANKS_SHOWN:
         out.append(f"  ({len(device) - MAX_RANKS_SHOWN} more ranks with a device; --json lists them all)")

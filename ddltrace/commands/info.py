@@ -102,7 +102,8 @@ def category_table(summary: StoreSummary) -> list[str]:
     """Time per category per rank; a rank with a device gets two rows, its host lanes and its device lanes."""
     split = any(r.device_time_ns for r in summary.ranks)
     views = [(r, label, events, times) for r in summary.ranks for label, events, times in
-             ((("host", r.events - r.device_events, r.host_time_ns), ("device", r.device_events, r.device_time_ns))
+             ((("host", r.events - r.device_events - (r.annotation_events or 0), r.host_time_ns),
+               ("device", r.device_events, r.device_time_ns))
               if r.device_time_ns else (("all" if split else "", r.events, r.time_ns),))]
     used = [c for c in CATEGORIES if any(times.get(c) for *_, times in views)]
     lines = ["time per category per rank (each instant once; share of the rank's span in parentheses)"
@@ -120,4 +121,9 @@ def category_table(summary: StoreSummary) -> list[str]:
     lines.append("  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True)))
     for row in rows:
         lines.append("  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)))
+    marks = {r.rank: r.annotation_events for r in summary.ranks if r.annotation_events}
+    if marks:
+        lines.append(f"  plus {sum(marks.values())} annotation span(s) of device streams (Kineto's "
+                     f"gpu_user_annotation, lanes '.../annotations', rank(s) {', '.join(map(str, marks))}): "
+                     "region marks, counted in neither the host nor the device row")
     return lines
