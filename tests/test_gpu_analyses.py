@@ -1,11 +1,12 @@
 """The GPU analyses (analyses/gpu_*.py) on real traces, each figure checked against one computed here from the
 file itself: two ranks of one NCCL job (HTA's trace_filter), a TensorFlow 2 XPlane with 8 device planes, an
-MXNet GPU profile (no stream ids), and a CPU-only Kineto trace (no device at all).
+MXNet GPU profile (no stream ids), Kineto files of other PyTorch versions (annotations on the streams), and a
+CPU-only Kineto trace (no device at all).
 
-Truth from the Kineto JSON: device work = events of cat kernel / gpu_memcpy / gpu_memset (not
-gpu_user_annotation), read with exact decimals; their device from ``args.device``; communication kernels are
-those c10d marked (``args["Collective name"]``) or NCCL's (``nccl`` in the name); copies and fills are the
-gpu_memcpy / gpu_memset events and kernels named memcpy / memset.
+Truth from the Kineto JSON: device work = events of cat kernel / gpu_memcpy / gpu_memset (Kernel / Memcpy /
+Memset in PyTorch 1.8 and 1.9; not gpu_user_annotation), read with exact decimals; their device from
+``args.device``; communication kernels are those c10d marked (``args["Collective name"]``) or NCCL's (``nccl``
+in the name); copies and fills are the gpu_memcpy / gpu_memset events and kernels named memcpy / memset.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ MXNET = SHARED / "gpu_traces" / "mxnet_gpu_mnist_cnn_profile.json"
 CPU_ONLY = SHARED / "hta_traces" / "cpu_only"
 needs = {p: pytest.mark.skipif(not p.exists(), reason=f"{p} is not here (the shared real traces)")
          for p in (NCCL_JOB, XPLANE, MXNET, CPU_ONLY)}
-DEVICE_WORK = {"kernel", "gpu_memcpy", "gpu_memset"}
+DEVICE_WORK = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}  # PyTorch 1.8/1.9: Kernel, Memcpy, Memset
 
 
 def union(intervals) -> int:
@@ -46,7 +47,7 @@ def union(intervals) -> int:
 def kineto_truth(path: Path) -> dict:
     """Per device of the file: window, busy, compute and comm unions, compute-and-comm overlap (ns), summed
     duration per kernel name, and the rank."""
-    with gzip.open(path, "rt") as fh:
+    with (gzip.open(path, "rt") if path.suffix == ".gz" else path.open()) as fh:
         doc = json.load(fh, parse_float=Decimal)
     work = defaultdict(list)
     for e in doc["traceEvents"]:
@@ -55,13 +56,13 @@ def kineto_truth(path: Path) -> dict:
         args = e.get("args", {})
         start, end = int(e["ts"] * 1000), int((e["ts"] + e["dur"]) * 1000)
         name = e["name"]
-        if e["cat"] != "kernel" or "memcpy" in name.lower() or "memset" in name.lower():
+        if e["cat"].lower() != "kernel" or "memcpy" in name.lower() or "memset" in name.lower():
             kind = "memcpy"
         elif "Collective name" in args or "nccl" in name.lower():
             kind = "comm"
         else:
             kind = "compute"
-        work[f"gpu:{args['device']}"].append((kind, name, start, end))
+        work[f"gpu:{args.get('device', e['pid'])}"].append((kind, name, start, end))
     out = {}
     for device, rows in work.items():
         comm = [(s, e) for k, _, s, e in rows if k == "comm"]
@@ -74,7 +75,7 @@ def kineto_truth(path: Path) -> dict:
                        "overlap": union(comm) + union(comp) - union(comm + comp), "sums": dict(sums),
                        "classes": {k: sum(e - s for kk, _, s, e in rows if kk == k) for k in ("compute", "comm",
                                                                                               "memcpy")}}
-    return {"rank": doc["distributedInfo"]["rank"], "devices": out}
+    return {"rank": doc.get("distributedInfo", {}).get("rank"), "devices": out}
 
 
 @pytest.fixture(scope="module")
@@ -241,6 +242,9 @@ def test_mxnet_gpu_lanes_are_device_lanes_without_stream_ids(tmp_path):
         assert table.loc[device, "window_ns"] == max(e for _, e in intervals) - min(s for s, _ in intervals)
     skipped = {s.analysis: s for s in not_made([run])}
     assert "no stream ids" in skipped["gpu_temporal_streams"].holds
+    assert skipped["gpu_kernels_across_ranks"].needs == "device work on two or more ranks"
+    assert "device work on 1 rank," in skipped["gpu_kernels_across_ranks"].holds
+    assert "no communication kernel" in skipped["gpu_overlap"].holds
     assert "gpu_temporal" not in skipped
 
 
@@ -283,3 +287,25 @@ def test_hta_gives_the_same_temporal_breakdown_and_overlap(nccl_run, tmp_path):
         for key in ("idle", "compute", "non_compute"):
             assert 100 * ours[f"share_{key}"] == pytest.approx(h[key], abs=0.5)
         assert 100 * overlap.loc[int(rank), "overlap"] == pytest.approx(h["overlap"], abs=0.5)
+
+
+WILD = [SHARED / "wild_traces" / "hta_ns_resolution_rank0", SHARED / "wild_traces" / "kineto_tb_resnet50_w0",
+        Path(__file__).resolve().parent / "data" / "wild" / "tracelens_h100_bert_small"]
+
+
+@pytest.mark.parametrize("folder", WILD, ids=[p.name for p in WILD])
+def test_kineto_annotations_are_not_device_work(folder, tmp_path):
+    """Kineto files of other PyTorch versions (1.8 with "stream 7" tids, 2.x with gpu_user_annotation spans on
+    the streams): the device's busy time is the union of its kernels, copies and fills, never of the
+    annotation spans beside them."""
+    if not folder.is_dir():
+        pytest.skip(f"{folder} is not here (the shared real traces)")
+    (path,) = folder.glob("*.json*")
+    out = tmp_path / "store"
+    assert main(["import", str(folder), "--out", str(out), "--progress", "never"]) == 0
+    (truth,) = [kineto_truth(path)["devices"]]
+    table = analyze_store(out).gpu.temporal_table().set_index("device")
+    assert sorted(table.index) == sorted(truth)
+    for device, want in truth.items():
+        assert table.loc[device, "busy_ns"] == pytest.approx(want["busy"], abs=50)
+        assert table.loc[device, "compute_ns"] == pytest.approx(want["compute"], abs=50)
