@@ -277,6 +277,10 @@ class HashemiFit:
         self.constants_ = replace(base, **dict(zip(names, theta, strict=True)))
         self.rms_relative_error_ = float(math.sqrt(np.mean(result.fun**2)))
         self._fit_init(frame, notes)
+        self.divergence_ = self.divergence(frame)
+        if "init_s" in frame.columns and (frame["init_s"] > 0).any() and "init" not in set(self.divergence_["term"]):
+            notes.append("initialisation was measured but not checked against the model: it has no r_d (give a "
+                         "profile with r_d, or n_f and runs at 2+ worker counts to fit it)")
         wl = self._workload(frame.iloc[int(np.argmax(frame["b"].map(frame["b"].value_counts())))].to_dict())
         self.workload_ = wl
         self.knee_, self.knee_cause_ = hashemi.knee(wl, self.constants_)
@@ -286,7 +290,6 @@ class HashemiFit:
             at_least, _ = hashemi.knee(wl, replace(self.constants_, c_u=bound))
             self.knee_min_ = at_least
             notes.append(f"the knee is at w* >= {at_least:.3g} workers: no run shows the server's limit")
-        self.divergence_ = self.divergence(frame)
         self.loo_ = self._leave_one_out(frame, names, base, notes)
         self.notes_ = notes
         return self
@@ -359,8 +362,12 @@ class HashemiFit:
         return np.array([wl.epochs * hashemi.t_phase(x, wl, k) for x in ws])
 
     def divergence(self, measurements: Any, constants: Constants | None = None) -> pd.DataFrame:
-        """Every run against the model, by term (seconds for all epochs): net, worker compute, memory, floor,
-        the predicted time, the bounding term, the relative divergence and whether it passes the threshold."""
+        """Every measured term of every run against the model (seconds; the phase for all epochs).
+
+        One row per run and term: ``term`` 'phase' (the computation phase, with the model's net, worker
+        compute, memory and floor terms, the bounding term and whether the run is past the knee) and, where the
+        run measured its initialisation and the model has r_d, 'init' (``T_init`` of the storage kind, bound by
+        'disk'). ``divergence`` is (measured - model) / model; ``flagged`` when its size passes the threshold."""
         self._check_fitted()
         frame = _records(measurements)
         k = constants or self.constants_
@@ -369,14 +376,22 @@ class HashemiFit:
             wl = self._workload(row)
             terms = hashemi.phase_terms(row["w"], wl, k)
             pred = wl.epochs * hashemi.t_phase(row["w"], wl, k)
-            div = (row["phase_s"] - pred) / pred if pred > 0 else math.inf
             w_star, _ = hashemi.knee(wl, k)
-            rows.append({"label": row["label"], "w": row["w"], "b": row["b"], "measured_s": row["phase_s"],
-                         "predicted_s": pred, "net_s": wl.epochs * terms["net"], "comp_s": wl.epochs * terms["comp"],
-                         "mem_s": wl.epochs * terms["mem"], "floor_s": wl.epochs * terms["floor"],
-                         "bound_by": hashemi.bound_by(terms), "past_knee": bool(row["w"] > w_star),
-                         "divergence": div, "flagged": bool(abs(div) > self.divergence_threshold)})
-        return pd.DataFrame(rows)
+            rows.append({"label": row["label"], "term": "phase", "w": row["w"], "b": row["b"],
+                         "measured_s": row["phase_s"], "predicted_s": pred, "net_s": wl.epochs * terms["net"],
+                         "comp_s": wl.epochs * terms["comp"], "mem_s": wl.epochs * terms["mem"],
+                         "floor_s": wl.epochs * terms["floor"], "bound_by": hashemi.bound_by(terms),
+                         "past_knee": bool(row["w"] > w_star)})
+            init = row.get("init_s")
+            if init is not None and not math.isnan(init) and init > 0 and k.r_d > 0 and wl.n_f > 0:
+                rows.append({"label": row["label"], "term": "init", "w": row["w"], "b": row["b"],
+                             "measured_s": init, "predicted_s": hashemi.t_init(row["w"], wl, k, self.storage),
+                             "bound_by": "disk", "past_knee": False})
+        out = pd.DataFrame(rows)
+        out["divergence"] = [(m - p) / p if p > 0 else math.inf
+                             for m, p in zip(out["measured_s"], out["predicted_s"], strict=True)]
+        out["flagged"] = out["divergence"].abs() > self.divergence_threshold
+        return out
 
     def to_dict(self) -> dict:
         """The fitted model as plain JSON-able data (what ``ddltrace model fit --out`` writes)."""

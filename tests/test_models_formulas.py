@@ -44,10 +44,16 @@ def test_lemma_3_2_parameter_servers():
         chang.parameter_servers(250e6, 8, 0, 0.5)
 
 
-def test_memory_of_a_batch():
-    dnn = load_dnn("mlp-2-10k-2")
-    # b * (2 + 10000 + 2) * 4 + 3 * 40000 * 4
-    assert chang.memory_bytes(dnn, 16) == 16 * 10004 * 4 + 3 * 40000 * 4
+def test_memory_of_a_batch_counts_the_dnns_bytes_per_value():
+    dnn = load_dnn("mlp-2-10k-2")  # doubles: bytes_per_value 8
+    assert dnn.bytes_per_value == 8
+    # b * (2 + 10000 + 2) * 8 + 3 * 40000 * 8
+    assert chang.memory_bytes(dnn, 16) == 16 * 10004 * 8 + 3 * 40000 * 8
+    assert chang.memory_bytes(dnn, 16, value_bytes=4) == 16 * 10004 * 4 + 3 * 40000 * 4
+    single = load_dnn("alexnet")
+    assert single.bytes_per_value == 4
+    neurons = single.input_neurons + sum(layer.neurons for layer in single.layers)
+    assert chang.memory_bytes(single, 32) == 32 * neurons * 4 + 3 * single.parameters * 4
 
 
 def _conv_table_dnn(tmp_path):

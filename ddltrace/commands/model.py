@@ -196,15 +196,19 @@ def describe_fit(fit, job: str = "") -> str:
     flagged = fit.divergence_[fit.divergence_["flagged"]]
     threshold = format_percent(fit.divergence_threshold)
     if len(flagged):
-        lines.append(f"\ndivergent runs (measurement off the fitted model by more than {threshold}):")
-        term_constant = {"server/network": "c_u, r_net", "worker": "c_p, c_b, r_m, w_m", "floor": "t_phase_min"}
+        lines.append(f"\ndivergent runs (a measured term, computation phase or initialisation, off the fitted "
+                     f"model by more than {threshold}):")
+        term_constant = {"server/network": "c_u, r_net", "worker": "c_p, c_b, r_m, w_m", "floor": "t_phase_min",
+                         "disk": f"r_d, storage {fit.storage}"}
         for row in flagged.to_dict("records"):
             where = ", past the knee (server contention the model does not have)" if row["past_knee"] else ""
-            lines.append(f"  {row['label']}: measured {_seconds(row['measured_s'])}, model "
+            what = "computation phase" if row["term"] == "phase" else "initialisation"
+            lines.append(f"  {row['label']}: {what} measured {_seconds(row['measured_s'])}, model "
                          f"{_seconds(row['predicted_s'])} ({100 * row['divergence']:+.0f} %), bound by the "
                          f"{row['bound_by']} term ({term_constant[row['bound_by']]}){where}")
     else:
-        lines.append(f"\nno run diverges from the model by more than {threshold}")
+        checked = " and initialisation" if "init" in set(fit.divergence_["term"]) else ""
+        lines.append(f"\nno run diverges from the model by more than {threshold} (computation phase{checked})")
     if fit.notes_:
         lines.append("\nnotes:")
         lines.extend(f"  - {note}" for note in fit.notes_)

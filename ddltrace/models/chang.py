@@ -8,7 +8,8 @@ The paper's math symbols were lost in extraction; MODELS.md section 3 restores t
     N = S (1 - R_O) / (1 - S R_O)                      GPUs for a target speedup S (needs S R_O < 1)
     N_ps >= 2 S_p N_w / (B T_C)                        Lemma 3.2: servers that hide pull + push behind compute
 
-Mini-batch choice: memory ``M(b) = b * (input + feature maps) * 4 + 3 * (weights + biases) * 4`` bytes; per
+Mini-batch choice: memory ``M(b) = b * (input + feature maps) * s + 3 * (weights + biases) * s`` bytes (s the
+DNN's bytes per value, the paper's 4 for single precision); per
 layer one convolution algorithm ``a`` (time t(l,a,b) seconds, workspace m(l,a,b) bytes); minimise the time
 subject to ``M(b) + sum x(l,a) m(l,a,b) <= M_gpu`` with x binary (scipy.optimize.milp), then take the b with
 the most samples per second.
@@ -84,9 +85,11 @@ def parameter_servers(param_bytes: float, n_workers: int, bandwidth: float, comp
     return 2.0 * param_bytes * n_workers / (bandwidth * compute_time)
 
 
-def memory_bytes(dnn: DNN, batch: int, value_bytes: int = 4) -> float:
+def memory_bytes(dnn: DNN, batch: int, value_bytes: int | None = None) -> float:
     """M(b): the batch's input and every layer's output (feature maps), plus weights and biases with two
-    copies of gradients, in bytes (single precision by default)."""
+    copies of gradients, in bytes. A value takes the DNN description's ``bytes_per_value`` (the paper's 4 is
+    single precision) unless ``value_bytes`` says otherwise."""
+    value_bytes = dnn.bytes_per_value if value_bytes is None else value_bytes
     activations = dnn.input_neurons + sum(layer.neurons for layer in dnn.layers)
     return batch * activations * value_bytes + 3 * dnn.parameters * value_bytes
 

@@ -59,8 +59,13 @@ def expected_staleness(protocol: str, learners: int, n: int = 1) -> tuple[float,
 
 def learning_rate(alpha_0: float, protocol: str, *, mean_staleness: float | None = None, mu: float | None = None,
                   learners: int | None = None, batch_ref: float | None = None) -> float:
-    """Rudra's learning-rate rules: alpha_0 / <sigma> for softsync/async (alpha_0 when <sigma> <= 1),
-    alpha_0 * sqrt(mu * lambda / B_ref) for hardsync (mu the mini-batch per learner)."""
+    """Rudra's learning-rate rules: alpha_0 / <sigma> for softsync/async (eq. 6), alpha_0 * sqrt(mu * lambda /
+    B_ref) for hardsync (mu the mini-batch per learner).
+
+    Eq. 6 is written for n-softsync, where <sigma> = n >= 1, and alpha_0 is the rate of the baseline run with one
+    learner (staleness 0). A *measured* <sigma> can be below 1 (a single learner: 0); dividing by it would raise
+    the rate above that baseline, or divide by zero, which the paper never does: the divisor is max(1, <sigma>),
+    identical to eq. 6 wherever the paper applies it."""
     if protocol == "hardsync":
         if not (mu and learners and batch_ref):
             raise DdltraceError("hardsync learning rate needs mu, learners and batch_ref")
