@@ -48,7 +48,6 @@ NOT_TRACES = {"MANIFEST.md", "scorep.cfg", "PROVENANCE.md"}
 UNREADABLE = {
     "tracelens_rocprofv3_mi350x": "rocprofiler-sdk (rocprofv3) JSON, not Chrome trace events: no reader yet",
     "pipit_nsys_nbody_nvtx": "Nsight Systems CSV report: no reader yet",
-    "pipit_nsys_saxpy_mpi": "Nsight Systems SQLite export: no reader yet",
 }
 
 #: (trace, check) -> why it fails on today's main: strict xfails, to be removed when the fix lands. #20 items 2, 3

@@ -9,6 +9,7 @@ from ddltrace.collectors.importers import (  # noqa: F401  (registration happens
     ipm,
     kineto,
     mxnet,
+    nsys,
     otf2_archive,
     stepstats,
     tensorflow,

@@ -1,0 +1,209 @@
+"""Nsight Systems SQLite export (``nsys export --type sqlite``: ``.sqlite``, also gzip-compressed), read with the
+standard library's ``sqlite3``.
+
+Tables read (NVIDIA's "SQLite Export Schema Reference"; names through ``StringIds``):
+
+* ``CUPTI_ACTIVITY_KIND_KERNEL`` (``demangledName``, else ``shortName``), ``_MEMCPY`` (named ``Memcpy HtoD`` ...
+  from ``copyKind``), ``_MEMSET``: device work, lane ``gpu:<deviceId>/stream <streamId>``;
+* ``CUPTI_ACTIVITY_KIND_RUNTIME`` (``nameId``): CUDA runtime calls on the calling thread;
+* ``NVTX_EVENTS`` push/pop (``eventType`` 59) and start/end (60) ranges with an end (``text``, else
+  ``textId``): NVTX ranges on the thread that opened them; ranges of the ``MPI`` domain (``nsys --trace=mpi``
+  records MPI calls so) get the cat ``mpi``, so the MPI rules categorise them by name.
+
+Host lanes are ``cpu/thread <tid>`` (with the thread's name, ``ThreadNames``), the thread id being the low 24 bits
+of ``globalTid``. Times are ns since the session started, made epoch ns with
+``TARGET_INFO_SESSION_START_TIME.utcEpochNs`` when the export has it (else the clock is relative). The rank is the
+``MPI Rank N`` name nsys gives a thread of an MPI rank, else the file's name (``..._perlmutter0.sqlite``). Not read:
+NVTX marks (instants), OS runtime, sched and sampling tables, newer exports' ``MPI_*_EVENTS`` tables, CUDA
+synchronisation and event activity.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from ddltrace.collectors.importers.base import (
+    ImportContext,
+    Importer,
+    RankPart,
+    build_timeline,
+    rank_from_path,
+    register,
+)
+from ddltrace.collectors.importers.source import ByteSource
+from ddltrace.errors import DdltraceError
+
+FORMAT = "nsys"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+#: NVTX_EVENTS.eventType of ranges (push/pop, start/end), of a thread's name and of a domain's creation.
+NVTX_RANGES = (59, 60)
+NVTX_THREAD_NAME = 39
+NVTX_DOMAIN_CREATE = 75
+#: CUPTI's memcpy kinds (CUpti_ActivityMemcpyKind), as Nsight Systems names them.
+COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH",
+              10: "PtoP"}
+#: A thread's name that nsys gives an MPI rank's thread.
+_MPI_RANK = re.compile(r"^MPI Rank (\d+)$")
+_TID_BITS = 0xFFFFFF
+
+
+def sniff(head: bytes, path: Path) -> bool:
+    """An SQLite database whose schema names Nsight Systems' ``StringIds`` table or its ``TARGET_INFO`` ones."""
+    return head.startswith(SQLITE_MAGIC) and (b"StringIds" in head or b"TARGET_INFO_" in head)
+
+
+@contextmanager
+def _database(path: Path):
+    """A read-only connection to the export (a compressed one decompressed to a temporary file first)."""
+    with path.open("rb") as fh:
+        stored = fh.read(16) == SQLITE_MAGIC
+    with tempfile.TemporaryDirectory(prefix="ddltrace-nsys-") as tmp:
+        target = path
+        if not stored:
+            source, target = ByteSource(path), Path(tmp) / "export.sqlite"
+            with target.open("wb") as out:
+                for chunk in source.chunks():
+                    out.write(chunk)
+            if source.problems:
+                raise DdltraceError(f"{path}: {source.problems[0]}")
+        db = sqlite3.connect(f"{target.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+        try:
+            yield db
+        finally:
+            db.close()
+
+
+def _columns(db: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in db.execute(f"PRAGMA table_info([{table}])")}
+
+
+class _Reader:
+    """Collects (lane, cat, name, start, end) rows from the export's tables."""
+
+    def __init__(self, db: sqlite3.Connection, ctx: ImportContext):
+        self.db, self.ctx = db, ctx
+        self.tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        self.strings = dict(db.execute("SELECT id, value FROM StringIds")) if "StringIds" in self.tables else {}
+        self.thread_names: dict[int, str] = {}
+        if "ThreadNames" in self.tables:
+            for name_id, tid in db.execute("SELECT nameId, globalTid FROM ThreadNames"):
+                self.thread_names[tid] = self.strings.get(name_id, "")
+        self.lanes: dict[str, int] = {}
+        self.keys: dict[tuple[str, str], int] = {}
+        self.lane, self.key, self.start, self.end = [], [], [], []
+        self.read = 0
+
+    def add(self, lane: str, cat: str, name: str, start: int, end: int) -> None:
+        self.lane.append(self.lanes.setdefault(lane, len(self.lanes)))
+        self.key.append(self.keys.setdefault((cat, name), len(self.keys)))
+        self.start.append(start)
+        self.end.append(end)
+
+    def skip(self, reason: str, n: int = 1) -> None:
+        if self.ctx.report is not None and n:
+            self.ctx.report.skipped[reason] += n
+
+    def host_lane(self, global_tid: int) -> str:
+        name = self.thread_names.get(global_tid, "")
+        return f"cpu/thread {global_tid & _TID_BITS}" + (f" ({name})" if name else "")
+
+    def device_work(self) -> None:
+        kernel = "CUPTI_ACTIVITY_KIND_KERNEL"
+        if kernel in self.tables:
+            cols = _columns(self.db, kernel)
+            name = "demangledName" if "demangledName" in cols else "shortName"
+            for start, end, device, stream, name_id in self.db.execute(
+                    f"SELECT start, end, deviceId, streamId, {name} FROM {kernel}"):
+                self.row(f"gpu:{device}/stream {stream}", "cuda_kernel", self._name(name_id), start, end)
+        if "CUPTI_ACTIVITY_KIND_MEMCPY" in self.tables:
+            for start, end, device, stream, kind in self.db.execute(
+                    "SELECT start, end, deviceId, streamId, copyKind FROM CUPTI_ACTIVITY_KIND_MEMCPY"):
+                self.row(f"gpu:{device}/stream {stream}", "cuda_memcpy", f"Memcpy {COPY_KINDS.get(kind, kind)}",
+                         start, end)
+        if "CUPTI_ACTIVITY_KIND_MEMSET" in self.tables:
+            for start, end, device, stream in self.db.execute(
+                    "SELECT start, end, deviceId, streamId FROM CUPTI_ACTIVITY_KIND_MEMSET"):
+                self.row(f"gpu:{device}/stream {stream}", "cuda_memset", "Memset", start, end)
+
+    def runtime(self) -> None:
+        if "CUPTI_ACTIVITY_KIND_RUNTIME" in self.tables:
+            for start, end, tid, name_id in self.db.execute(
+                    "SELECT start, end, globalTid, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME"):
+                self.row(self.host_lane(tid), "cuda_runtime", self._name(name_id), start, end)
+
+    def nvtx(self) -> list[int]:
+        """NVTX ranges as rows; returns the ranks that threads' names give (``MPI Rank N``)."""
+        if "NVTX_EVENTS" not in self.tables:
+            return []
+        has_text_id = "textId" in _columns(self.db, "NVTX_EVENTS")
+        text_id = "textId" if has_text_id else "NULL"
+        events = self.db.execute(f"SELECT start, end, eventType, text, {text_id}, globalTid, domainId "
+                                 "FROM NVTX_EVENTS ORDER BY start").fetchall()
+        domains = {domain: text for _s, _e, kind, text, _t, _g, domain in events if kind == NVTX_DOMAIN_CREATE}
+        ranks = set()
+        for start, end, kind, text, tid_text, global_tid, domain in events:
+            name = text if text is not None else self.strings.get(tid_text, "")
+            if kind in NVTX_RANGES:
+                if end is None:
+                    self.read += 1
+                    self.skip("NVTX ranges without an end")
+                    continue
+                cat = "mpi" if domains.get(domain) == "MPI" else "nvtx"
+                self.row(self.host_lane(global_tid), cat, name, start, end)
+                continue
+            self.read += 1
+            if kind == NVTX_THREAD_NAME:
+                if global_tid not in self.thread_names:
+                    self.thread_names[global_tid] = name
+                if m := _MPI_RANK.match(name):
+                    ranks.add(int(m.group(1)))
+            self.skip("NVTX marks, names and domains (not intervals)")
+        return sorted(ranks)
+
+    def row(self, lane: str, cat: str, name: str, start, end) -> None:
+        self.read += 1
+        if start is None or end is None or end < start:
+            self.skip("intervals without a valid start and end")
+            return
+        self.add(lane, cat, name, int(start), int(end))
+
+    def _name(self, string_id) -> str:
+        return self.strings.get(string_id, f"<string {string_id}>")
+
+
+def read(path: Path, ctx: ImportContext):
+    try:
+        with _database(path) as db:
+            reader = _Reader(db, ctx)
+            ranks = reader.nvtx()  # first: NVTX names threads that the runtime rows name
+            reader.device_work()
+            reader.runtime()
+            epoch = None
+            if "TARGET_INFO_SESSION_START_TIME" in reader.tables:
+                epoch = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise DdltraceError(f"{path}: not a readable Nsight Systems SQLite export ({exc})") from exc
+    if ctx.report is not None:
+        ctx.report.events += reader.read
+        if len(ranks) > 1:
+            ctx.report.problems.append(f"{path}: threads name MPI ranks {ranks}; read as one rank")
+    rank = rank_from_path(path, ctx.rank_from, ctx, ranks[0] if len(ranks) == 1 else None)
+    offset = int(epoch[0]) if epoch and epoch[0] is not None else 0
+    start = np.array(reader.start, dtype=np.int64)
+    timeline = build_timeline(
+        rank=rank, lane_codes=np.array(reader.lane, dtype=np.int64), lane_table=list(reader.lanes),
+        key_codes=np.array(reader.key, dtype=np.int64), key_table=list(reader.keys), start_ns=start + offset,
+        dur_ns=np.array(reader.end, dtype=np.int64) - start, fmt=FORMAT, ctx=ctx)
+    if ctx.report is not None:
+        ctx.report.intervals += len(timeline)
+    yield RankPart(rank=rank, timeline=timeline, info={"format": FORMAT, "file": str(path), "role": "worker"},
+                   clock="epoch" if offset else "relative")
+
+
+register(Importer(FORMAT, "Nsight Systems SQLite export (nsys export --type sqlite)", sniff, read))

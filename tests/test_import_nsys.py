@@ -1,0 +1,95 @@
+"""Nsight Systems SQLite export: a real one (pipit's MPI+CUDA saxpy on Perlmutter, rank 0, nsys 2022.2), its
+figures checked against plain SQL on the same database."""
+
+from __future__ import annotations
+
+import gzip
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from ddltrace.cli import main
+from ddltrace.store import TraceStore
+
+SAXPY = Path(__file__).parent / "data" / "wild" / "pipit_nsys_saxpy_mpi" / "saxpy-mpi-cuda_nsys_perlmutter0.sqlite.gz"
+DEVICE_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+
+
+@pytest.fixture(scope="module")
+def saxpy(tmp_path_factory):
+    """(the decompressed database, the store imported from the .sqlite.gz)."""
+    base = tmp_path_factory.mktemp("nsys")
+    database = base / "saxpy.sqlite"
+    database.write_bytes(gzip.decompress(SAXPY.read_bytes()))
+    assert main(["import", str(SAXPY), "--out", str(base / "store"), "--progress", "never"]) == 0
+    db = sqlite3.connect(database)
+    yield db, TraceStore.open(base / "store")
+    db.close()
+
+
+def test_device_time_per_device_and_stream(saxpy):
+    """Per (deviceId, streamId): the kernels, copies and fills of the export, their count and summed ns exactly."""
+    db, store = saxpy
+    union = " UNION ALL ".join(f"SELECT deviceId, streamId, start, end FROM {t}" for t in DEVICE_TABLES
+                               if db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (t,)).fetchone())
+    want = {f"gpu:{device}/stream {stream}": (n, ns) for device, stream, n, ns in db.execute(
+        f"SELECT deviceId, streamId, count(*), sum(end - start) FROM ({union}) GROUP BY deviceId, streamId")}
+    kernel_ns = db.execute("SELECT sum(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+    tl = store.timeline()
+    device = tl[tl["lane"].str.startswith("gpu:")]
+    got = {lane: (len(rows), int(rows["dur_ns"].sum())) for lane, rows in device.groupby("lane")}
+    assert got == want and want
+    assert int(device.loc[device["category"] == "compute", "dur_ns"].sum()) == kernel_ns
+    assert set(device.loc[device["category"] != "compute", "name"]) <= {"Memcpy HtoD", "Memcpy DtoH", "Memset"}
+
+
+def test_runtime_calls_and_mpi_ranges_on_the_host_thread(saxpy):
+    """CUDA runtime calls and NVTX ranges (those of nsys's MPI domain categorised by the MPI rules) are on the
+    calling thread, named from StringIds; start times are the session's utcEpochNs plus the export's ns."""
+    db, store = saxpy
+    tl = store.timeline()
+    strings = dict(db.execute("SELECT id, value FROM StringIds"))
+    runtime = db.execute("SELECT nameId, start, end FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchall()
+    epoch = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()[0]
+    rows = tl[tl["name"].isin({strings[n] for n, _s, _e in runtime})]
+    assert len(rows) == len(runtime)
+    assert sorted(rows["start_ns"] - epoch) == sorted(s for _n, s, _e in runtime)
+    mpi = db.execute("SELECT textId, end - start FROM NVTX_EVENTS WHERE domainId = 1 AND eventType = 59").fetchall()
+    calls = tl[tl["name"].str.startswith("MPI_")]
+    assert sorted(zip(calls["name"], calls["dur_ns"], strict=True)) == sorted((strings[t], d) for t, d in mpi)
+    category = dict(zip(calls["name"], calls["category"].astype(str), strict=False))
+    assert category["MPI_Send"] == category["MPI_Recv"] == "comm" and category["MPI_Init"] == "other"
+    host = set(tl.loc[~tl["lane"].str.startswith("gpu:"), "lane"])
+    assert host == {"cpu/thread 1230493 (MPI Rank 0)"}
+    assert store.world_size == 1 and int(tl["rank"].iloc[0]) == 0
+    assert int(tl["start_ns"].min()) == epoch + min(
+        db.execute("SELECT min(start) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()[0],
+        db.execute("SELECT min(start) FROM NVTX_EVENTS WHERE end IS NOT NULL").fetchone()[0])
+
+
+def test_info_device_side_is_the_exports(saxpy, capsys):
+    """info's device events are the export's device rows; its device busy time (span - idle) their union."""
+    import json
+
+    db, store = saxpy
+    intervals = sorted(row for t in DEVICE_TABLES for row in db.execute(f"SELECT start, end FROM {t}"))
+    busy, reach = 0, None
+    for start, end in intervals:
+        if reach is None or start > reach:
+            busy, reach = busy + end - start, end
+        elif end > reach:
+            busy, reach = busy + end - reach, end
+    assert main(["info", "--json", str(store.path)]) == 0
+    (rank,) = json.loads(capsys.readouterr().out)["ranks"]
+    assert rank["device_events"] == len(intervals)
+    assert rank["span_ns"] - rank["device_time_ns"]["idle"] == busy
+
+
+def test_a_damaged_export_is_one_line(tmp_path, capsys):
+    """An export cut short: exit 2, one line naming the file, no traceback."""
+    cut = tmp_path / "cut.sqlite"
+    cut.write_bytes(gzip.decompress(SAXPY.read_bytes())[:300_000])
+    rc = main(["import", str(cut), "--out", str(tmp_path / "store"), "--progress", "never"])
+    err = capsys.readouterr().err
+    assert rc == 2 and str(cut) in err and "Traceback" not in err
