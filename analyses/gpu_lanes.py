@@ -65,7 +65,7 @@ def device_work(timeline: pd.DataFrame) -> pd.DataFrame:
 def has_streams(work: pd.DataFrame) -> bool:
     """Whether the device lanes of ``work`` are CUDA/HIP streams (named so by the trace), not threads or lines
     of another kind (MXNet's engine threads)."""
-    return bool(len(work)) and bool(work["stream"].map(lambda s: bool(_STREAM.search(s))).all())
+    return bool(len(work)) and all(_STREAM.search(s) for s in work["stream"].unique())
 
 
 def _merged(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
