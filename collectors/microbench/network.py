@@ -30,9 +30,12 @@ import struct
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ddltrace.collectors.microbench.measure import LinearFit, Measurement, linear_fit, repeat
 from ddltrace.errors import DdltraceError
+
+if TYPE_CHECKING:  # measure (numpy) is imported where a measurement is made: 'ddltrace probe' starts without it
+    from ddltrace.collectors.microbench.measure import LinearFit, Measurement
 
 MAGIC = b"DDLP"
 BUSY = b"DDLB"
@@ -382,6 +385,8 @@ class NetworkResult:
 
 def latency_sweep(client: ProbeClient, sizes=LATENCY_SIZES, repeats: int = 3, min_time: float = 0.02):
     """[(size, one-way seconds)] from ping-pongs, each repeat lasting about ``min_time``."""
+    from ddltrace.collectors.microbench.measure import repeat
+
     points = []
     for size in sizes:
         once = max(client.pingpong(size, 4), 1e-7)
@@ -392,6 +397,8 @@ def latency_sweep(client: ProbeClient, sizes=LATENCY_SIZES, repeats: int = 3, mi
 
 def stream_sweep(client: ProbeClient, sizes=STREAM_SIZES, repeats: int = 3):
     """[(size, seconds to stream it)]."""
+    from ddltrace.collectors.microbench.measure import repeat
+
     payload = memoryview(bytearray(CHUNK))
     client.stream(CHUNK, payload)  # warm-up: the congestion window opens
     return [(size, repeat(lambda s=size: client.stream(s, payload), repeats=repeats)) for size in sizes]
@@ -399,6 +406,8 @@ def stream_sweep(client: ProbeClient, sizes=STREAM_SIZES, repeats: int = 3):
 
 def parallel_streams(host: str, port: int, streams: int, total: int, repeats: int = 3, timeout: float = 5.0):
     """Aggregate bytes per second of ``streams`` connections streaming ``total`` bytes together."""
+    from ddltrace.collectors.microbench.measure import repeat
+
     clients = [ProbeClient(host, port, timeout) for _ in range(streams)]
     try:
         payload = memoryview(bytearray(CHUNK))
@@ -434,6 +443,8 @@ def parallel_streams(host: str, port: int, streams: int, total: int, repeats: in
 def measure(host: str, port: int, quick: bool = False, timeout: float = 5.0, stream_sizes=None,
             parallel=None, progress=None) -> NetworkResult:
     """The whole network calibration against the probe server at ``host:port``."""
+    from ddltrace.collectors.microbench.measure import linear_fit
+
     repeats = 3 if quick else 5
     with ProbeClient(host, port, timeout) as client:
         if progress:

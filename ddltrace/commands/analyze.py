@@ -13,20 +13,21 @@ from __future__ import annotations
 import json
 import math
 import sys
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from ddltrace.analyses.findings import SEVERITIES, Finding, detect, severity_rank
-from ddltrace.analyses.phases import PHASES
 from ddltrace.analyses.requirements import Skipped
-from ddltrace.analyses.run_analysis import RunAnalysis, analyze_store, not_made
-from ddltrace.analyses.scaling import scaling_table
 from ddltrace.analyses.thresholds import DEFAULTS, Thresholds
-from ddltrace.gpu_section import gpu_json, render_gpu
-from ddltrace.timeline import CATEGORIES
 from ddltrace.units import format_ns, format_percent
 
+if TYPE_CHECKING:  # the analyses and pandas are imported where used: the CLI starts without them
+    import pandas as pd
+
+    from ddltrace.analyses.run_analysis import RunAnalysis
+
+#: ``--phase``'s choices besides ``all``: analyses/phases.py's PHASES, named here so that the CLI starts without
+#: pandas (tests/test_cli_startup.py checks that the two agree).
+PHASES = ("init", "steady", "final")
 SHOWN_CATEGORIES = ("compute", "comm", "wait", "barrier", "io", "memcpy", "idle", "other")
 MAX_RANKS_SHOWN = 32
 
@@ -55,6 +56,11 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    import pandas as pd
+
+    from ddltrace.analyses.run_analysis import analyze_store, not_made
+    from ddltrace.analyses.scaling import scaling_table
+
     thresholds = Thresholds()
     if args.config:
         thresholds = thresholds.with_config(args.config)
@@ -136,6 +142,8 @@ def _ranks(ranks: list[int]) -> str:
 
 
 def render_run(r: RunAnalysis, phase: str) -> list[str]:
+    from ddltrace.gpu_section import render_gpu
+
     note = []
     if phase != "all" and not r.can("breakdown_by_phase"):
         note = [f"  (no {phase} phase in this input: it holds {r.holding}; shares of the whole run instead)"]
@@ -204,6 +212,8 @@ def render_device(r: RunAnalysis, phase: str) -> list[str]:
 
 
 def render_scaling(scaling: pd.DataFrame) -> list[str]:
+    import pandas as pd
+
     out = ["Scaling study (speedup against the run with the fewest workers; Chang's Lemma 3.1 from R_O)"]
     header = ["w", "batch", "init", "steady", "total", "speedup", "efficiency", "R_O", "E lemma (base)",
               "E lemma (own)"]
@@ -228,6 +238,9 @@ def _columns(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _clean(value):
+    import numpy as np
+    import pandas as pd
+
     if isinstance(value, dict):
         return {str(k): _clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -247,6 +260,9 @@ def _records(frame: pd.DataFrame) -> list[dict]:
 
 def to_json(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFrame, thresholds: Thresholds,
             phase: str, skipped: list[Skipped] = ()) -> dict:
+    from ddltrace.gpu_section import gpu_json
+    from ddltrace.timeline import CATEGORIES
+
     stores = []
     for r in runs:
         shown = phase if phase == "all" or r.can("breakdown_by_phase") else "all"

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from ddltrace.chrome import export_chrome
 from ddltrace.errors import DdltraceError
 from ddltrace.outputs import refused
-from ddltrace.store import TraceStore
 
 
 def register(subparsers) -> None:
@@ -37,6 +35,9 @@ def parse_ranks(text: str | None) -> list[int] | None:
 
 
 def run(args) -> int:
+    from ddltrace.chrome import export_chrome
+    from ddltrace.store import TraceStore
+
     store = TraceStore.open(args.store)
     try:  # written to a temporary file and renamed: a failure leaves nothing
         count = export_chrome(store, args.chrome, parse_ranks(args.ranks))

@@ -3,6 +3,7 @@ any Chrome trace) into a trace store, one rank at a time."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import sys
@@ -31,18 +32,37 @@ Categories come from rules in ddltrace/collectors/importers/categories.toml; --r
 (or replaces them: 'replace = true'); --explain prints which rule put each event name in which category."""
 
 
-def register(subparsers) -> None:
-    from ddltrace.collectors.importers import REGISTRY
+#: The importers' names and descriptions, in the registry's order (sniffing tries them in it, the catch-all last):
+#: the help and ``--format``'s choices come from here so that the CLI starts without the importers (pandas,
+#: pyarrow); tests/test_cli_startup.py checks it against ``collectors.importers.REGISTRY``.
+FORMATS = (
+    ("cntk", "CNTK profiler detail JSON (B/E pairs in completion order)"),
+    ("cntk-csv", "CNTK profiler detail CSV (older CNTK 2.x)"),
+    ("cntk-summary", "CNTK profiler summary text (aggregates per event)"),
+    ("horovod", "Horovod timeline JSON (HOROVOD_TIMELINE), also never-closed arrays"),
+    ("ipm", "IPM XML profile (per-rank MPI totals)"),
+    ("kineto", "PyTorch profiler / Kineto trace JSON (.json, .json.gz)"),
+    ("mxnet", "MXNet profiler JSON (mx.profiler.dump)"),
+    ("otf2", "OTF2 archive (anchor file .otf2; needs the otf2 package)"),
+    ("tf1-stepstats", "TensorFlow 1.x RunMetadata.step_stats as protobuf text (RecvTensor bytes and peers)"),
+    ("tf1-stepstats-pb", "TensorFlow 1.x RunMetadata / StepStats as binary protobuf (.pb, .pb.gz)"),
+    ("tf1", "TensorFlow 1.x timeline JSON (client.timeline)"),
+    ("tf2", "TensorFlow 2 profiler trace-viewer JSON (.json, .json.gz)"),
+    ("tf2-xplane", "TensorFlow 2 profiler XPlane (<host>.xplane.pb), read without TensorFlow"),
+    ("chrome", "generic Chrome Trace Event Format JSON (.json, .json.gz)"),
+)
 
-    formats = "\n".join(f"  {i.name:13s} {i.description}" for i in REGISTRY)
+
+def register(subparsers) -> None:
+    formats = "\n".join(f"  {name:13s} {description}" for name, description in FORMATS)
     p = subparsers.add_parser(
         "import", help="import traces of PyTorch, TensorFlow, MXNet, CNTK, Horovod, OTF2, IPM into a store",
         description="Read framework and MPI traces into one ddltrace trace store (files or folders; several "
                     "files of one job become one store).",
-        epilog=FORMAT_HELP.format(formats=formats), formatter_class=_raw_formatter())
+        epilog=FORMAT_HELP.format(formats=formats), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("paths", nargs="+", metavar="PATH", help="trace files or folders (searched recursively)")
     p.add_argument("--out", required=True, metavar="STORE", help="trace store to create (a folder)")
-    p.add_argument("--format", metavar="F", choices=[i.name for i in REGISTRY],
+    p.add_argument("--format", metavar="F", choices=[name for name, _ in FORMATS],
                    help="read every file as this format instead of sniffing")
     p.add_argument("--rank-from", default="auto", choices=["auto", "name", "dir", "order"],
                    help="where rank numbers come from (default: the format's own)")
@@ -58,12 +78,6 @@ def register(subparsers) -> None:
                    help="files read at once, one per process, each holding one file's ranks (default: one per "
                         f"CPU this process may use, at most {DEFAULT_MAX_JOBS})")
     p.set_defaults(func=run)
-
-
-def _raw_formatter():
-    import argparse
-
-    return argparse.RawDescriptionHelpFormatter
 
 
 def _expand(paths: list[str]) -> tuple[list[Path], set[Path], list[str]]:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from ddltrace.errors import one_line
-from ddltrace.store import TraceStore
-from ddltrace.summary import StoreSummary, summarize
-from ddltrace.timeline import CATEGORIES
 from ddltrace.units import format_bytes, format_ns, format_percent
+
+if TYPE_CHECKING:  # the store and pandas are imported where used: the CLI starts without them
+    from ddltrace.store import TraceStore
+    from ddltrace.summary import StoreSummary
 
 
 def register(subparsers) -> None:
@@ -23,6 +25,9 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    from ddltrace.store import TraceStore
+    from ddltrace.summary import summarize
+
     store = TraceStore.open(args.store)
     summary = summarize(store)
     uncategorised = store.manifest.get("uncategorised")
@@ -100,6 +105,8 @@ def render(summary: StoreSummary, nodes: list | None = None) -> str:
 
 def category_table(summary: StoreSummary) -> list[str]:
     """Time per category per rank; a rank with a device gets two rows, its host lanes and its device lanes."""
+    from ddltrace.timeline import CATEGORIES
+
     split = any(r.device_time_ns for r in summary.ranks)
     views = [(r, label, events, times) for r in summary.ranks for label, events, times in
              ((("host", r.events - r.device_events - (r.annotation_events or 0), r.host_time_ns),

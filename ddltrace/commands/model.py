@@ -15,18 +15,23 @@ import json
 import math
 import sys
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from ddltrace.errors import DdltraceError
-from ddltrace.models import hashemi
 from ddltrace.models.dnn import load_dnn
 from ddltrace.models.quantities import load_json, parse_int_list, parse_what_if, profile_constants
 from ddltrace.options import finite, integer, positive
 from ddltrace.units import format_ns, format_percent
 
+if TYPE_CHECKING:  # pandas and the model are imported where used: the CLI starts without them
+    import pandas as pd
+
 UNITS = {"c_p": "s/sample", "c_b": "s/batch", "c_u": "s/update", "t_phase_min": "s", "kappa": "1/worker",
          "r_d": "s/B", "r_m": "s/B", "w_m": "s/B", "r_net": "s/B", "lat_net": "s"}
+
+#: ``--storage``'s choices: models/hashemi.py's STORAGE_KINDS, named here so that the CLI starts without numpy
+#: (tests/test_cli_startup.py checks that the two agree).
+STORAGE_KINDS = ("shared", "local", "partitioned")
 
 
 def register(subparsers) -> None:
@@ -55,7 +60,7 @@ def register(subparsers) -> None:
     f.add_argument("--samples", type=positive(), help="data set size d, when the stores do not record it")
     f.add_argument("--epochs", type=positive(), help="epochs E, when the stores do not record it")
     f.add_argument("--servers", type=integer(1), help="ranks 0..N-1 are parameter servers (default: manifest roles)")
-    f.add_argument("--storage", choices=hashemi.STORAGE_KINDS, default="shared",
+    f.add_argument("--storage", choices=STORAGE_KINDS, default="shared",
                    help="how initialisation reads the data (default shared: one worker after another)")
     f.add_argument("--free", default="c_p,c_b,c_u",
                    help="constants to fit (default c_p,c_b,c_u; add t_phase_min, kappa for the floor and the "
@@ -94,6 +99,8 @@ def _fixed(items: list[str]) -> dict[str, float]:
 
 
 def _measurements(args) -> tuple[pd.DataFrame, str]:
+    import pandas as pd
+
     from ddltrace.analyses.fit_hashemi import measurements_from_stores
 
     if args.csv and args.stores:
@@ -158,6 +165,8 @@ def _seconds(x: float) -> str:
 
 def describe_fit(fit, job: str = "") -> str:
     """The text report of a fitted HashemiFit."""
+    from ddltrace.models import hashemi
+
     pct = int(round(100 * fit.confidence))
     lines = [f"Hashemi et al. ASGD model fitted to {fit.n_runs_} runs{f' of {job}' if job else ''} "
              f"({pct} % confidence intervals)", ""]
@@ -219,7 +228,10 @@ def describe_fit(fit, job: str = "") -> str:
 
 def _predict_table(model: dict, source: str, workers: list[int], batch: float | None,
                    what_if: dict) -> pd.DataFrame:
+    import pandas as pd
+
     from ddltrace.analyses.fit_hashemi import constants_from_model
+    from ddltrace.models import hashemi
 
     constants, workload = constants_from_model(model, source)
     measured = pd.DataFrame(model.get("measurements") or [])

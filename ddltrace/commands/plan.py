@@ -16,11 +16,14 @@ import math
 import sys
 
 from ddltrace.errors import DdltraceError
-from ddltrace.models import chang, ralp
 from ddltrace.models.dnn import load_dnn
 from ddltrace.models.quantities import parse_bandwidth, parse_bytes, parse_int_list, parse_seconds
 from ddltrace.options import integer, number
 from ddltrace.units import format_bytes, format_ns, format_percent
+
+#: ``placement --k``'s default: models/ralp.py's DEFAULT_K, named here so that the CLI starts without numpy
+#: (tests/test_cli_startup.py checks that the two agree).
+DEFAULT_K = -0.5
 
 
 def register(subparsers) -> None:
@@ -70,7 +73,7 @@ def register(subparsers) -> None:
     r.add_argument("--dnn", required=True, help="DNN description (e.g. alexnet, vgg11)")
     r.add_argument("--batch", type=integer(1), required=True, help="batch size per worker")
     r.add_argument("--workers", type=integer(1), required=True, help="ring all-reduce participants W")
-    r.add_argument("--k", type=number(), default=ralp.DEFAULT_K, help=f"threshold K (default {ralp.DEFAULT_K})")
+    r.add_argument("--k", type=number(), default=DEFAULT_K, help=f"threshold K (default {DEFAULT_K})")
     r.add_argument("--json", action="store_true", help="print JSON")
     r.set_defaults(func=run_placement)
 
@@ -82,6 +85,8 @@ def _dump(obj) -> int:
 
 
 def run_gpus(args) -> int:
+    from ddltrace.models import chang
+
     gpus = parse_int_list(args.gpus, "--gpus")
     out: dict = {"gpus": gpus}
     if args.overhead_ratio is None and args.efficiency is None:
@@ -115,6 +120,8 @@ def run_gpus(args) -> int:
 
 
 def run_ps(args) -> int:
+    from ddltrace.models import chang
+
     if (args.param_bytes is None) == (args.dnn is None):
         raise DdltraceError("plan ps: give exactly one of --param-bytes or --dnn")
     size = parse_bytes(args.param_bytes, "--param-bytes") if args.param_bytes else load_dnn(args.dnn).model_bytes
@@ -133,6 +140,8 @@ def run_ps(args) -> int:
 
 
 def run_batch(args) -> int:
+    from ddltrace.models import chang
+
     dnn = load_dnn(args.dnn)
     memory = parse_bytes(args.gpu_memory, "--gpu-memory")
     batches = parse_int_list(args.batches, "--batches")
@@ -161,6 +170,8 @@ def run_batch(args) -> int:
 
 
 def run_placement(args) -> int:
+    from ddltrace.models import ralp
+
     dnn = load_dnn(args.dnn)
     pl = ralp.plan_placement(dnn, args.batch, args.workers, args.k)
     if args.json:

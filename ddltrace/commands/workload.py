@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from ddltrace.collectors.mpi_env import mpiexec_command
-from ddltrace.collectors.workloads.ps_sgd import add_job_arguments, check_arguments, job_argv
+from ddltrace.collectors.workloads.ps_sgd_options import add_job_arguments, job_argv
 from ddltrace.errors import DdltraceError
 from ddltrace.options import integer
 from ddltrace.units import format_ns, format_percent
@@ -61,6 +61,8 @@ def ranks_of(args) -> int:
 
 
 def run(args) -> int:
+    from ddltrace.collectors.workloads.ps_sgd import check_arguments
+
     ranks = ranks_of(args)
     try:
         check_arguments(args, ranks)

@@ -1,0 +1,83 @@
+"""The CLI starts light: ``ddltrace --help``, ``--version`` and every verb's (and sub-verb's) ``--help`` import
+none of the heavy libraries (they load where the work is done), and the light tables the verbs' help is built from
+agree with the modules they stand in for."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from ddltrace.cli import build_parser
+
+HEAVY = ("pandas", "pyarrow", "scipy", "matplotlib", "numpy")
+
+# In a fresh interpreter: run main() on each command line (argparse exits after printing help or the version),
+# then report the exit codes, how much text each printed, and which heavy libraries are in sys.modules.
+_CHILD = r"""
+import contextlib, io, json, sys
+from ddltrace.cli import main
+results = []
+for argv in json.loads(sys.argv[1]):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            main(argv)
+            code = None
+        except SystemExit as exc:
+            code = exc.code
+    results.append({"argv": argv, "code": code, "chars": len(out.getvalue())})
+heavy = sorted(m for m in json.loads(sys.argv[2]) if m in sys.modules)
+print(json.dumps({"results": results, "heavy": heavy}))
+"""
+
+
+def _help_command_lines() -> list[list[str]]:
+    """``--help``, ``--version``, and ``--help`` of every verb and of every verb's sub-verbs."""
+    lines = [["--help"], ["--version"]]
+    verbs = build_parser()._subparsers._group_actions[0].choices
+    for verb, parser in verbs.items():
+        lines.append([verb, "--help"])
+        for action in parser._actions:
+            if hasattr(action, "choices") and isinstance(action.choices, dict):  # a verb's sub-verbs
+                lines.extend([verb, sub, "--help"] for sub in action.choices)
+    return lines
+
+
+def test_help_and_version_import_no_heavy_library():
+    lines = _help_command_lines()
+    assert ["import", "--help"] in lines and ["model", "fit", "--help"] in lines
+    child = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(lines), json.dumps(HEAVY)],
+                           capture_output=True, text=True, check=True)
+    report = json.loads(child.stdout.strip().splitlines()[-1])
+    for result in report["results"]:  # each really printed its help (or the version) and exited 0
+        assert result["code"] == 0 and result["chars"] > 0, result
+    assert report["heavy"] == [], f"imported by the CLI's help: {report['heavy']}"
+
+
+def test_version_imports_no_heavy_library_in_importtime():
+    """The installed entry point, as a user runs it: python -X importtime lists every module it loads."""
+    child = subprocess.run([sys.executable, "-X", "importtime", "-m", "ddltrace", "--version"],
+                           capture_output=True, text=True, check=True)
+    assert child.stdout.startswith("ddltrace ")
+    loaded = {line.rsplit("|", 1)[-1].strip() for line in child.stderr.splitlines() if line.startswith("import time")}
+    assert "ddltrace.cli" in loaded
+    assert not {m for m in loaded if m.split(".")[0] in HEAVY}
+
+
+def test_import_format_table_matches_the_registry():
+    from ddltrace.collectors.importers import REGISTRY
+    from ddltrace.commands.import_trace import FORMATS
+
+    assert list(FORMATS) == [(i.name, i.description) for i in REGISTRY]
+
+
+def test_light_constants_match_their_modules():
+    from ddltrace.analyses import phases
+    from ddltrace.commands import analyze, model, optimize, plan
+    from ddltrace.models import hashemi, ralp, yan
+
+    assert analyze.PHASES == phases.PHASES
+    assert model.STORAGE_KINDS == hashemi.STORAGE_KINDS
+    assert optimize.READ_BOUNDS == yan.READ_BOUNDS
+    assert plan.DEFAULT_K == ralp.DEFAULT_K
