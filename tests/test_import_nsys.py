@@ -1,10 +1,13 @@
-"""Nsight Systems SQLite export: a real one (pipit's MPI+CUDA saxpy on Perlmutter, rank 0, nsys 2022.2), its
-figures checked against plain SQL on the same database."""
+"""Nsight Systems exports: a real SQLite export (pipit's MPI+CUDA saxpy on Perlmutter, rank 0, nsys 2022.2), its
+figures checked against plain SQL on the same database, and a real NVTX push/pop trace CSV report (pipit's CUDA
+n-body), checked against the csv module's reading of it."""
 
 from __future__ import annotations
 
+import csv
 import gzip
 import sqlite3
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,7 @@ from ddltrace.cli import main
 from ddltrace.store import TraceStore
 
 SAXPY = Path(__file__).parent / "data" / "wild" / "pipit_nsys_saxpy_mpi" / "saxpy-mpi-cuda_nsys_perlmutter0.sqlite.gz"
+NBODY = Path(__file__).parent / "data" / "wild" / "pipit_nsys_nbody_nvtx" / "trace.csv"
 DEVICE_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
 
 
@@ -93,3 +97,32 @@ def test_a_damaged_export_is_one_line(tmp_path, capsys):
     rc = main(["import", str(cut), "--out", str(tmp_path / "store"), "--progress", "never"])
     err = capsys.readouterr().err
     assert rc == 2 and str(cut) in err and "Traceback" not in err
+
+
+def test_nvtx_csv_report_ranges_per_name(tmp_path, capsys):
+    """The CSV report's rows: each an interval on its thread's lane, per name the count and summed ns of the
+    file exactly (starts relative to the session), the wrapped cudaDeviceSynchronize ranges wait."""
+    with NBODY.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    want: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for row in rows:
+        want[row["Name"]][0] += 1
+        want[row["Name"]][1] += int(row["End (ns)"]) - int(row["Start (ns)"])
+    assert main(["import", str(NBODY), "--out", str(tmp_path / "store"), "--progress", "never"]) == 0
+    assert f"{len(rows)} events, {len(rows)} intervals" in capsys.readouterr().out
+    tl = TraceStore.open(tmp_path / "store").timeline()
+    got = {name: [len(g), int(g["dur_ns"].sum())] for name, g in tl.groupby("name")}
+    assert got == dict(want)
+    assert set(tl["lane"]) == {f"cpu/thread {rows[0]['TID']}"}
+    assert int(tl["start_ns"].min()) == min(int(row["Start (ns)"]) for row in rows)
+    assert set(tl.loc[tl["name"] == "cudaDeviceSynchronize", "category"].astype(str)) == {"wait"}
+
+
+def test_nvtx_csv_report_without_its_columns_is_one_line(tmp_path, capsys):
+    """A CSV with the report's header but without its Name column: refused in one line naming the file and the
+    column, exit 2."""
+    bad = tmp_path / "report.csv"
+    bad.write_text("Start (ns),End (ns),Duration (ns),PID,TID\n1,2,1,7,7\n")
+    rc = main(["import", str(bad), "--out", str(tmp_path / "store"), "--progress", "never"])
+    err = capsys.readouterr().err
+    assert rc == 2 and str(bad) in err and "Name" in err and "Traceback" not in err

@@ -47,7 +47,6 @@ NOT_TRACES = {"MANIFEST.md", "scorep.cfg", "PROVENANCE.md"}
 #: Formats no importer reads yet: `import` must refuse them in one line naming the file (exit 2).
 UNREADABLE = {
     "tracelens_rocprofv3_mi350x": "rocprofiler-sdk (rocprofv3) JSON, not Chrome trace events: no reader yet",
-    "pipit_nsys_nbody_nvtx": "Nsight Systems CSV report: no reader yet",
 }
 
 #: (trace, check) -> why it fails on today's main: strict xfails, to be removed when the fix lands. #20 items 2, 3

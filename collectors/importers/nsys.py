@@ -1,5 +1,6 @@
-"""Nsight Systems SQLite export (``nsys export --type sqlite``: ``.sqlite``, also gzip-compressed), read with the
-standard library's ``sqlite3``.
+"""Nsight Systems exports: the SQLite export (``nsys export --type sqlite``: ``.sqlite``, also gzip-compressed),
+read with the standard library's ``sqlite3``, and the NVTX push/pop trace report of ``nsys stats`` as CSV
+(:func:`read_csv`).
 
 Tables read (NVIDIA's "SQLite Export Schema Reference"; names through ``StringIds``):
 
@@ -84,11 +85,12 @@ def _columns(db: sqlite3.Connection, table: str) -> set[str]:
 
 
 class _Reader:
-    """Collects (lane, cat, name, start, end) rows from the export's tables."""
+    """Collects (lane, cat, name, start, end) rows from the export's tables (``db`` None: rows added by hand)."""
 
-    def __init__(self, db: sqlite3.Connection, ctx: ImportContext):
+    def __init__(self, db: sqlite3.Connection | None, ctx: ImportContext):
         self.db, self.ctx = db, ctx
-        self.tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        self.tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")} \
+            if db is not None else set()
         self.strings = dict(db.execute("SELECT id, value FROM StringIds")) if "StringIds" in self.tables else {}
         self.thread_names: dict[int, str] = {}
         if "ThreadNames" in self.tables:
@@ -173,6 +175,18 @@ class _Reader:
             return
         self.add(lane, cat, name, int(start), int(end))
 
+    def part(self, path: Path, rank: int, epoch_ns: int) -> RankPart:
+        """The rows as one rank's part; ``epoch_ns`` (the session's start, 0: unknown) is added to every time."""
+        start = np.array(self.start, dtype=np.int64)
+        timeline = build_timeline(
+            rank=rank, lane_codes=np.array(self.lane, dtype=np.int64), lane_table=list(self.lanes),
+            key_codes=np.array(self.key, dtype=np.int64), key_table=list(self.keys), start_ns=start + epoch_ns,
+            dur_ns=np.array(self.end, dtype=np.int64) - start, fmt=FORMAT, ctx=self.ctx)
+        if self.ctx.report is not None:
+            self.ctx.report.intervals += len(timeline)
+        return RankPart(rank=rank, timeline=timeline, info={"format": FORMAT, "file": str(path), "role": "worker"},
+                        clock="epoch" if epoch_ns else "relative")
+
     def _name(self, string_id) -> str:
         return self.strings.get(string_id, f"<string {string_id}>")
 
@@ -194,16 +208,50 @@ def read(path: Path, ctx: ImportContext):
         if len(ranks) > 1:
             ctx.report.problems.append(f"{path}: threads name MPI ranks {ranks}; read as one rank")
     rank = rank_from_path(path, ctx.rank_from, ctx, ranks[0] if len(ranks) == 1 else None)
-    offset = int(epoch[0]) if epoch and epoch[0] is not None else 0
-    start = np.array(reader.start, dtype=np.int64)
-    timeline = build_timeline(
-        rank=rank, lane_codes=np.array(reader.lane, dtype=np.int64), lane_table=list(reader.lanes),
-        key_codes=np.array(reader.key, dtype=np.int64), key_table=list(reader.keys), start_ns=start + offset,
-        dur_ns=np.array(reader.end, dtype=np.int64) - start, fmt=FORMAT, ctx=ctx)
+    yield reader.part(path, rank, int(epoch[0]) if epoch and epoch[0] is not None else 0)
+
+
+#: The header of ``nsys stats --report nvtx_pushpop_trace --format csv`` (the columns read; more may follow).
+CSV_HEADER = b"Start (ns),End (ns),Duration (ns)"
+CSV_COLUMNS = ("Start (ns)", "End (ns)", "Name", "TID")
+
+
+def sniff_csv(head: bytes, path: Path) -> bool:
+    """The NVTX push/pop trace report of ``nsys stats`` as CSV: its header, with the thread column."""
+    first = head.lstrip().split(b"\n", 1)[0]
+    return first.startswith(CSV_HEADER) and b",TID" in first
+
+
+def read_csv(path: Path, ctx: ImportContext):
+    """NVTX push/pop ranges of the CSV report: each row an interval on ``cpu/thread <TID>`` (``cpu/pid <PID>
+    thread <TID>`` when the report holds several processes), cat ``nvtx``; ns since the session start
+    (``relative``); the rank from the file's name or position."""
+    import csv
+    import io
+
+    source = ByteSource(path)
+    text = io.StringIO(source.read_all().decode("utf-8", "replace"))
+    rows = csv.DictReader(text)
+    missing = [c for c in CSV_COLUMNS if c not in (rows.fieldnames or [])]
+    if missing:
+        raise DdltraceError(f"{path}: not an nsys NVTX push/pop trace CSV (no column {', '.join(missing)})")
+    reader = _Reader(None, ctx)
+    parsed = []
+    for row in rows:
+        try:
+            parsed.append((row.get("PID") or "", int(row["TID"]), row["Name"] or "", int(row["Start (ns)"]),
+                           int(row["End (ns)"])))
+        except (TypeError, ValueError):
+            reader.read += 1
+            reader.skip("CSV rows without integer times and thread")
+    several = len({pid for pid, *_ in parsed}) > 1
+    for pid, tid, name, start, end in parsed:
+        reader.row(f"cpu/pid {pid} thread {tid}" if several else f"cpu/thread {tid}", "nvtx", name, start, end)
     if ctx.report is not None:
-        ctx.report.intervals += len(timeline)
-    yield RankPart(rank=rank, timeline=timeline, info={"format": FORMAT, "file": str(path), "role": "worker"},
-                   clock="epoch" if offset else "relative")
+        ctx.report.events += reader.read
+        ctx.report.problems.extend(source.problems)
+    yield reader.part(path, rank_from_path(path, ctx.rank_from, ctx), 0)
 
 
 register(Importer(FORMAT, "Nsight Systems SQLite export (nsys export --type sqlite)", sniff, read))
+register(Importer("nsys-csv", "Nsight Systems NVTX push/pop trace report, CSV (nsys stats)", sniff_csv, read_csv))
