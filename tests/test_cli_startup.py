@@ -69,7 +69,8 @@ def test_import_format_table_matches_the_registry():
     from ddltrace.collectors.importers import REGISTRY
     from ddltrace.commands.import_trace import FORMATS
 
-    assert list(FORMATS) == [(i.name, i.description) for i in REGISTRY]
+    assert dict(FORMATS) == {i.name: i.description for i in REGISTRY}
+    assert len(dict(FORMATS)) == len(FORMATS)
 
 
 def test_light_constants_match_their_modules():

@@ -32,9 +32,9 @@ Categories come from rules in ddltrace/collectors/importers/categories.toml; --r
 (or replaces them: 'replace = true'); --explain prints which rule put each event name in which category."""
 
 
-#: The importers' names and descriptions, in the registry's order (sniffing tries them in it, the catch-all last):
-#: the help and ``--format``'s choices come from here so that the CLI starts without the importers (pandas,
-#: pyarrow); tests/test_cli_startup.py checks it against ``collectors.importers.REGISTRY``.
+#: The importers' names and descriptions (``collectors/importers``; a new importer adds its line here): the help and
+#: ``--format``'s choices come from this table so that the CLI starts without the importers (pandas, pyarrow).
+#: tests/test_cli_startup.py checks it against ``collectors.importers.REGISTRY``.
 FORMATS = (
     ("cntk", "CNTK profiler detail JSON (B/E pairs in completion order)"),
     ("cntk-csv", "CNTK profiler detail CSV (older CNTK 2.x)"),
@@ -44,6 +44,7 @@ FORMATS = (
     ("kineto", "PyTorch profiler / Kineto trace JSON (.json, .json.gz)"),
     ("mxnet", "MXNet profiler JSON (mx.profiler.dump)"),
     ("nsys", "Nsight Systems SQLite export (nsys export --type sqlite)"),
+    ("nsys-csv", "Nsight Systems NVTX push/pop trace report, CSV (nsys stats)"),
     ("otf2", "OTF2 archive (anchor file .otf2; needs the otf2 package)"),
     ("tf1", "TensorFlow 1.x timeline JSON (client.timeline)"),
     ("tf2", "TensorFlow 2 profiler trace-viewer JSON (.json, .json.gz)"),
