@@ -123,3 +123,23 @@ def test_binary_run_metadata_damage(tmp_path):
     junk.write_bytes(b"\x0a\x05/job:" + b"\xff" * 20)
     with pytest.raises(DdltraceError, match="junk.pb"):
         list(detect(junk).read(junk, ImportContext(Categorizer())))
+
+
+def test_gpu_executor_nodes_are_host_lanes(tmp_path):
+    """A GPU's own dev_stats (``/device:GPU:0``) are the executor's node times, host work
+    (``host/gpu:0 executor/thread N``); its ``/stream:N`` dev_stats the device's lanes (``gpu:0/stream:7/...``)."""
+    from ddltrace.analyses.breakdown import device_lanes
+
+    gpu = "/job:worker/replica:0/task:0/device:GPU:0"
+    text = "".join(
+        f'dev_stats {{ device: "{device}" node_stats {{ node_name: "MatMul" all_start_nanos: {start} '
+        f'all_end_rel_nanos: {dur} thread_id: 3 timeline_label: "MatMul = MatMul(a, b)" }} }}\n'
+        for device, start, dur in ((gpu, 1_700_000_000_000_000_000, 100_000),
+                                   (f"{gpu}/stream:7", 1_700_000_000_000_040_000, 30_000)))
+    path = tmp_path / "step_stats_worker0.pbtxt"
+    path.write_text(text)
+    ctx = ImportContext(Categorizer(), report=FileReport(str(path)))
+    (part,) = detect(path).read(path, ctx)
+    tl = part.timeline
+    assert sorted(tl["lane"]) == ["gpu:0/stream:7/thread 3", "host/gpu:0 executor/thread 3"]
+    assert tl.loc[device_lanes(tl["lane"]), "dur_ns"].tolist() == [30_000]
