@@ -347,7 +347,8 @@ def assemble(runs: list, findings: list, profile: str | None = None, model: str 
     device = side_by_side(main)
     if len(device):
         tables.append(("Host and device side by side, whole run (ns; ranks with a device: host = its CPU threads, "
-                       "device = its gpu: streams, idle where none runs)", device))
+                       "device = its gpu: streams, idle where none runs; streams' annotation spans in neither)",
+                       device))
     tables.append(("Where the time goes by event name, largest first", top))
     if series is not None:
         tables.insert(0, ("Scaling series (s)", series))
