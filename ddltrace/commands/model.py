@@ -83,6 +83,10 @@ def register(subparsers) -> None:
     q.add_argument("--batch", type=positive(), help="batch size (default: the model's)")
     q.add_argument("--what-if", action="append", default=[], metavar="NAME=VALUE",
                    help="change a constant: r_net=0.1x (ten times faster network), c_u=2e-5 (seconds); repeatable")
+    q.add_argument("--profile", metavar="B.json",
+                   help="predict another machine: the fitted costs carried from the profile the model was fitted "
+                        "with ('model fit --profile A.json') to this one ('ddltrace calibrate' there); --what-if "
+                        "then changes B's constants")
     q.add_argument("--plot", metavar="PNG", help="write a plot of predicted vs measured")
     q.add_argument("--json", action="store_true", help="print the table as JSON")
     q.set_defaults(func=run_predict)
@@ -122,25 +126,31 @@ def _measurements(args) -> tuple[pd.DataFrame, str]:
 
 def run_fit(args) -> int:
     from ddltrace.analyses.fit_hashemi import PROFILE_CONSTANTS, HashemiFit
+    from ddltrace.models import transfer
 
     frame, job = _measurements(args)
-    profile = {}
+    profile, raw_profile = {}, None
     if args.profile:
-        constants = profile_constants(load_json(args.profile, "hardware profile"), args.profile)
+        raw_profile = load_json(args.profile, "hardware profile")
+        constants = profile_constants(raw_profile, args.profile)
         profile = {k: v for k, v in constants.items() if k in PROFILE_CONSTANTS and isinstance(v, float)}
     n_w, n_f, s = args.n_w, args.n_f, args.bytes_per_value
+    work = None
     if args.dnn:
         dnn = load_dnn(args.dnn)
         n_w = n_w if n_w is not None else float(dnn.parameters)
         n_f = n_f if n_f is not None else float(dnn.input_neurons)
         s = s if s is not None else float(dnn.bytes_per_value)
+        work = transfer.work_counts(dnn)
     free = [name.strip() for name in args.free.split(",") if name.strip()]
     fit = HashemiFit(d=args.samples, n_f=n_f or 0.0, n_w=n_w or 0.0, s=s or 8.0, epochs=args.epochs or 1.0,
                      storage=args.storage, profile=profile, free=free, fixed=_fixed(args.fix),
                      divergence_threshold=args.threshold, c_u_from_trace=args.c_u_from_trace).fit(frame)
     model = fit.to_dict()
     model["job"] = job
-    model["profile"] = args.profile
+    # the profile the fit held, kept in the model: 'model predict --profile B.json' carries the costs from it
+    model["profile"] = transfer.profile_record(raw_profile, args.profile, s or 8.0) if raw_profile else None
+    model["work_per_sample"] = work
     if profile and not (n_w or 0) > 0:
         model["notes"].append("n_w is unknown (give --dnn or --n-w): the memory and network terms are zero")
         fit.notes_.append(model["notes"][-1])
@@ -226,12 +236,30 @@ def describe_fit(fit, job: str = "") -> str:
 
 # -- predict ---------------------------------------------------------------------------------------------------
 
+#: The best worker count on B is the fewest asked whose predicted phase is within this share of the fastest.
+BEST_TOLERANCE = 0.05
+
+
+def _on_profile(model: dict, source: str, profile_path: str, constants, wl) -> dict:
+    """The model's constants carried to the machine of ``profile_path``: constants, factors, notes, records."""
+    from ddltrace.models import transfer
+
+    fitted_on = model.get("profile")
+    if not isinstance(fitted_on, dict):
+        raise DdltraceError(f"{source}: the model was fitted without a hardware profile, so there is nothing to "
+                            "carry its costs from; refit with 'ddltrace model fit ... --profile A.json'")
+    on_b = transfer.profile_record(load_json(profile_path, "hardware profile"), profile_path, wl.s)
+    counts = model.get("work_per_sample") or {"muladds": 1.0, "neurons": 0.0}
+    k_b, factors, notes = transfer.transfer(constants, wl, counts, fitted_on, on_b)
+    return {"a": fitted_on, "b": on_b, "counts": counts, "constants": k_b, "factors": factors, "notes": notes}
+
+
 def _predict_table(model: dict, source: str, workers: list[int], batch: float | None,
-                   what_if: dict) -> pd.DataFrame:
+                   what_if: dict, profile: str | None = None) -> pd.DataFrame:
     import pandas as pd
 
     from ddltrace.analyses.fit_hashemi import constants_from_model
-    from ddltrace.models import hashemi
+    from ddltrace.models import hashemi, transfer
 
     constants, workload = constants_from_model(model, source)
     measured = pd.DataFrame(model.get("measurements") or [])
@@ -245,19 +273,29 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
         raise DdltraceError(f"{source}: the model lacks the batch size or the data set size; give --batch")
     wl = hashemi.Workload(d=float(d), b=float(b), n_f=workload.get("n_f") or 0.0, n_w=workload.get("n_w") or 0.0,
                           epochs=float(epochs), s=workload.get("s") or 8.0)
+    moved = _on_profile(model, source, profile, constants, wl) if profile else None
+    target = moved["constants"] if moved else constants
     try:
-        changed = constants.scaled(what_if) if what_if else None
+        changed = target.scaled(what_if) if what_if else None
     except KeyError as exc:
         raise DdltraceError(f"--what-if: {exc.args[0]!r} is not a constant of the model "
                             f"({', '.join(hashemi.NAMES)})") from None
     rows = []
     knees = {"model": hashemi.knee(wl, constants)}
+    if moved:
+        knees["profile"] = hashemi.knee(wl, moved["constants"])
     if changed is not None:
         knees["what_if"] = hashemi.knee(wl, changed)
     for w in workers:
         terms = hashemi.phase_terms(w, wl, constants)
         row = {"w": w, "b": wl.b, "predicted_s": wl.epochs * hashemi.t_phase(w, wl, constants),
-               "bound_by": hashemi.bound_by(terms)}
+               "bound_by": hashemi.bound_by(terms), "comp_s": wl.epochs * terms["comp"],
+               "mem_s": wl.epochs * terms["mem"], "net_s": wl.epochs * terms["net"]}
+        if moved:
+            on_b = hashemi.phase_terms(w, wl, moved["constants"])
+            row.update(profile_s=wl.epochs * hashemi.t_phase(w, wl, moved["constants"]),
+                       profile_bound_by=hashemi.bound_by(on_b), profile_comp_s=wl.epochs * on_b["comp"],
+                       profile_mem_s=wl.epochs * on_b["mem"], profile_net_s=wl.epochs * on_b["net"])
         if changed is not None:
             row["what_if_s"] = wl.epochs * hashemi.t_phase(w, wl, changed)
             row["what_if_bound_by"] = hashemi.bound_by(hashemi.phase_terms(w, wl, changed))
@@ -266,33 +304,66 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
             row["measured_s"] = float(match["phase_s"].mean()) if len(match) else math.nan
         rows.append(row)
     table = pd.DataFrame(rows)
+    if moved:
+        confidence = float(model.get("confidence") or 0.95)
+        low, high = transfer.interval(model["constants"], constants, wl, moved["counts"], moved["a"], moved["b"],
+                                      workers, confidence)
+        table["profile_low_s"], table["profile_high_s"] = low, high
+        fastest = table["profile_s"].min()
+        best = table[table["profile_s"] <= (1 + BEST_TOLERANCE) * fastest]["w"].min()
+        table.attrs["transfer"] = {"profile": profile, "fitted_on": moved["a"]["source"],
+                                   "factors": moved["factors"], "notes": moved["notes"], "confidence": confidence,
+                                   "best_w": int(best), "draws": transfer.DRAWS}
     table.attrs["knees"] = knees
     return table
+
+
+def _describe_transfer(table: pd.DataFrame) -> list[str]:
+    info = table.attrs["transfer"]
+    f = info["factors"]
+    pct = int(round(100 * info["confidence"]))
+    lines = [f"carried from {info['fitted_on']} (A, the fit's profile) to {info['profile']} (B), factor B / A:",
+             f"  compute per sample (c_p, t_phase_min) x{f['c_p']:.4g}: feed-forward work at the job's working set "
+             "(C_muladd, C_act, C_err)",
+             f"  per batch and per update (c_b, c_u) x{f['c_u']:.4g}: C_muladd over the weights",
+             f"  memory r_m x{f['r_m']:.4g}, w_m x{f['w_m']:.4g}; network r_net x{f['r_net']:.4g}, "
+             f"lat_net x{f['lat_net']:.4g}; storage r_d x{f['r_d']:.4g}",
+             f"  interval: {pct} % of {info['draws']} draws over the fit's standard errors and both profiles' "
+             "uncertainties (one standard deviation each)"]
+    lines += [f"  note: {note}" for note in info["notes"]]
+    return lines
 
 
 def run_predict(args) -> int:
     model = load_json(args.model, "model")
     workers = parse_int_list(args.workers, "--workers")
     what_if = parse_what_if(args.what_if)
-    table = _predict_table(model, args.model, workers, args.batch, what_if)
+    table = _predict_table(model, args.model, workers, args.batch, what_if, args.profile)
+    moved = "transfer" in table.attrs
     if args.plot:
         _plot(table, args.plot, args.what_if)
     if args.json:
         records = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
                    for r in table.to_dict("records")]
         knees = {k: {"w": None if math.isinf(w) else w, "cause": c} for k, (w, c) in table.attrs["knees"].items()}
-        json.dump({"model": args.model, "what_if": args.what_if, "knee": knees, "rows": records}, sys.stdout,
-                  indent=2)
+        out = {"model": args.model, "what_if": args.what_if, "knee": knees, "rows": records}
+        if moved:
+            out["transfer"] = table.attrs["transfer"]
+        json.dump(out, sys.stdout, indent=2)
         print()
         return 0
     knees = table.attrs.get("knees", {})
     label = " ".join(args.what_if)
+    where = f"what-if on B: {label}" if moved else f"what-if: {label}"
     header = f"{'workers':>7}  {'predicted':>10}  {'bound by':<15}"
     if "measured_s" in table:
         header += f"  {'measured':>10}  {'error':>7}"
+    if moved:
+        pct = int(round(100 * table.attrs["transfer"]["confidence"]))
+        header += f"  {'on B':>10}  {f'{pct} % interval':>23}  {'bound by on B':<15}"
     if what_if:
         header += f"  {'what-if':>10}  {'bound by':<15}"
-    print(f"computation phase (all epochs) at batch {table['b'].iloc[0]:g}" + (f"; what-if: {label}" if label else ""))
+    print(f"computation phase (all epochs) at batch {table['b'].iloc[0]:g}" + (f"; {where}" if label else ""))
     print(header)
     for row in table.to_dict("records"):
         line = f"{row['w']:>7}  {_seconds(row['predicted_s']):>10}  {row['bound_by']:<15}"
@@ -300,12 +371,21 @@ def run_predict(args) -> int:
             meas = row["measured_s"]
             err = "" if math.isnan(meas) else f"{100 * (row['predicted_s'] - meas) / meas:+.1f} %"
             line += f"  {_seconds(meas) if not math.isnan(meas) else '-':>10}  {err:>7}"
+        if moved:
+            span = f"[{_seconds(row['profile_low_s'])}, {_seconds(row['profile_high_s'])}]"
+            line += f"  {_seconds(row['profile_s']):>10}  {span:>23}  {row['profile_bound_by']:<15}"
         if what_if:
             line += f"  {_seconds(row['what_if_s']):>10}  {row['what_if_bound_by']:<15}"
         print(line)
+    names = {"model": "", "profile": " on B", "what_if": f" with {label}" + (" on B" if moved else "")}
     for name, (w_star, cause) in knees.items():
         where = "none" if math.isinf(w_star) else f"w* = {w_star:.3g} workers ({cause})"
-        print(f"knee{' with ' + label if name == 'what_if' else ''}: {where}")
+        print(f"knee{names[name]}: {where}")
+    if moved:
+        best = table.attrs["transfer"]["best_w"]
+        print(f"best worker count on B: {best} (the fewest of those asked within "
+              f"{100 * BEST_TOLERANCE:.0f} % of the fastest predicted phase)")
+        print("\n".join(_describe_transfer(table)))
     if args.plot:
         print(f"\nplot written to {args.plot}")
     return 0

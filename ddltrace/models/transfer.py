@@ -1,0 +1,216 @@
+"""Carrying a fitted Hashemi model from the machine it was fitted on (A) to another machine's profile (B).
+
+The fit on A learns the per-sample, per-batch and per-update costs c_p, c_b, c_u (seconds) with A's
+calibrated constants held (r_m, w_m, r_net, lat_net, r_d). On B each cost is carried through the calibrated
+constants it depends on (docs/MODELS.md, "Predicting another machine", states each assumption):
+
+- c_p and the phase floor t_phase_min: the job's feed-forward work per sample,
+  ``U = 3 F C_muladd(ws) + N (C_act(ws) + C_err(ws))`` (Yan et al.'s U_f + U_b + U_w with W' ~ W: F
+  multiply-adds and N neurons per sample from the DNN description; without one, ``U = C_muladd(ws)``), the
+  cache curves evaluated at the job's working set ``ws = b (n_f + 1) s + n_w s`` (Hashemi et al. 4.4):
+  ``c_p(B) = c_p(A) U(B) / U(A)``;
+- c_b and c_u: forming or applying one update is a pass over the n_w weights, so they scale as C_muladd at
+  ``ws = n_w s``;
+- r_m, w_m, r_net, lat_net, r_d: the model's value times B's over A's (B's own value where the fit held A's);
+- kappa (the contention extension) is a ratio and is kept.
+
+The interval is a Monte Carlo over the fit's standard errors (a constant the runs only bound is drawn uniformly
+between 0 and its bound) and both profiles' uncertainties, each taken as one standard deviation; a curve moves
+as a whole by its interpolated spread.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from ddltrace.errors import DdltraceError
+from ddltrace.models import hashemi
+from ddltrace.models.hashemi import Constants, Workload
+
+#: The feed-forward constants (seconds per multiply-add, per neuron): curves against segment bytes.
+CPU = ("C_muladd", "C_act", "C_err")
+#: The constants the fit holds at the profile's value (seconds per byte, seconds).
+HELD = ("r_m", "w_m", "r_net", "lat_net", "r_d")
+#: Costs carried by the per-sample work (c_p) and by a pass over the weights (c_b, c_u).
+PER_SAMPLE = ("c_p", "t_phase_min")
+PER_UPDATE = ("c_b", "c_u")
+DRAWS = 2000
+
+
+def _number(raw: Any, where: str, *, zero: bool = False) -> float:
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise DdltraceError(f"{where} must be a number, got {raw!r}") from None
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        raise DdltraceError(f"{where} = {raw!r}: must be a finite number {'>=' if zero else '>'} 0")
+    return value
+
+
+def _points(raw: Any, where: str) -> list[list[float]]:
+    """[[x, y, spread], ...] sorted by x from calibrate's ``{"points": [{"x", "y", "spread"}]}`` or [[x, y], ...]."""
+    items = raw.get("points") if isinstance(raw, Mapping) else raw
+    if not isinstance(items, list) or not items:
+        raise DdltraceError(f"{where}: a curve needs a non-empty list of points")
+    out = []
+    for i, pt in enumerate(items):
+        if isinstance(pt, Mapping):
+            x, y, spread = pt.get("x"), pt.get("y"), pt.get("spread", 0.0)
+        elif isinstance(pt, list | tuple) and len(pt) in (2, 3):
+            x, y, spread = pt[0], pt[1], (pt[2] if len(pt) == 3 else 0.0)
+        else:
+            raise DdltraceError(f"{where}: point {i} must be {{x, y[, spread]}} or [x, y]")
+        out.append([_number(x, f"{where} point {i} x", zero=True), _number(y, f"{where} point {i} y"),
+                    _number(spread, f"{where} point {i} spread", zero=True)])
+    return sorted(out)
+
+
+def profile_record(profile: Any, source: str, s: float) -> dict:
+    """What the transfer needs from a hardware profile (``ddltrace calibrate``'s, or hand-written), kept in the
+    model: ``{"source", "machine", "constants": {name: {"value", "uncertainty"}}, "curves": {name: {"curve",
+    "points"}}}`` for C_muladd, C_act, C_err (their curves at the job's precision: ``s`` bytes per value picks
+    the ``_f32`` / ``_f64`` sibling of the curve the constant is an alias of) and r_m, w_m, r_net, lat_net, r_d."""
+    if not isinstance(profile, Mapping):
+        raise DdltraceError(f"{source}: a hardware profile must be a JSON object")
+    table = profile.get("constants", profile)
+    curves = profile.get("curves") if isinstance(profile.get("curves"), Mapping) else {}
+    if not isinstance(table, Mapping):
+        raise DdltraceError(f"{source}: 'constants' must be an object")
+    record: dict[str, Any] = {"source": str(source), "constants": {}, "curves": {}}
+    machine = profile.get("machine")
+    if isinstance(machine, Mapping):
+        record["machine"] = " ".join(str(machine[k]) for k in ("hostname", "cpu_model") if machine.get(k))
+    for name in (*CPU, *HELD):
+        entry = table.get(name)
+        if entry is None:
+            continue
+        value = entry.get("value") if isinstance(entry, Mapping) else entry
+        uncertainty = entry.get("uncertainty", 0.0) if isinstance(entry, Mapping) else 0.0
+        record["constants"][name] = {"value": _number(value, f"{source}: constant {name}"),
+                                     "uncertainty": _number(uncertainty, f"{source}: {name}'s uncertainty",
+                                                            zero=True)}
+        alias = entry.get("alias_of") if isinstance(entry, Mapping) else None
+        if name in CPU and alias:
+            precision = f"_f{int(8 * s)}"
+            wanted = alias[:-4] + precision if alias[-4:] in ("_f32", "_f64") else alias
+            chosen = wanted if wanted in curves else (alias if alias in curves else None)
+            if chosen:
+                record["curves"][name] = {"curve": chosen,
+                                          "points": _points(curves[chosen], f"{source}: curve {chosen}")}
+    return record
+
+
+def work_counts(dnn) -> dict:
+    """Per-sample counts of a DNN description for the compute transfer: multiply-adds of forward, backward and
+    weight update (3 F) and neurons with an activation and an error term (N)."""
+    return {"muladds": 3.0 * dnn.connections, "neurons": float(sum(layer.neurons for layer in dnn.layers)),
+            "dnn": dnn.name}
+
+
+def cpu_cost(record: Mapping, name: str, working_set: float, z: float = 0.0) -> float | None:
+    """Seconds per multiply-add (C_muladd) or per neuron (C_act, C_err) at ``working_set`` bytes: the curve
+    interpolated there (clamped at its ends), else the plain constant; ``z`` standard deviations off."""
+    curve = record["curves"].get(name)
+    if curve:
+        pts = np.asarray(curve["points"], dtype=float)
+        y = float(np.interp(working_set, pts[:, 0], pts[:, 1]))
+        spread = float(np.interp(working_set, pts[:, 0], pts[:, 2]))
+    elif name in record["constants"]:
+        y, spread = record["constants"][name]["value"], record["constants"][name]["uncertainty"]
+    else:
+        return None
+    return max(y + z * spread, 1e-3 * y)
+
+
+def _held(record: Mapping, name: str, z: float = 0.0) -> float | None:
+    entry = record["constants"].get(name)
+    if entry is None:
+        return None
+    return max(entry["value"] + z * entry["uncertainty"], 1e-3 * entry["value"])
+
+
+def per_sample_work(record: Mapping, counts: Mapping, working_set: float, z: Mapping | None = None) -> float:
+    """U: seconds of feed-forward work per sample on the profile's machine (``counts`` from work_counts, or
+    one multiply-add when the DNN is unknown: then only the ratio U(B) / U(A) means anything)."""
+    z = z or {}
+    muladd = cpu_cost(record, "C_muladd", working_set, z.get("C_muladd", 0.0))
+    if muladd is None:
+        raise DdltraceError(f"{record['source']}: the profile has no C_muladd (run 'ddltrace calibrate' with the "
+                            "cpu section): the compute costs cannot be carried")
+    work = counts.get("muladds", 1.0) * muladd
+    if counts.get("neurons"):
+        act = cpu_cost(record, "C_act", working_set, z.get("C_act", 0.0))
+        err = cpu_cost(record, "C_err", working_set, z.get("C_err", 0.0))
+        if act is None or err is None:
+            raise DdltraceError(f"{record['source']}: the profile lacks C_act or C_err, which the DNN's "
+                                f"{counts['neurons']:g} neurons per sample need")
+        work += counts["neurons"] * (act + err)
+    return work
+
+
+def transfer(k: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Mapping,
+             z_a: Mapping | None = None, z_b: Mapping | None = None) -> tuple[Constants, dict, list[str]]:
+    """The model's constants ``k`` (fitted on A) carried to B: (constants on B, factor of each constant B / A,
+    notes on what could not be carried)."""
+    z_a, z_b = z_a or {}, z_b or {}
+    job_set = hashemi.working_set_bytes(wl.b, wl.n_f, wl.n_w, wl.s)
+    weights_set = max(wl.n_w * wl.s, 1.0)
+    factors = {}
+    sample = per_sample_work(b, counts, job_set, z_b) / per_sample_work(a, counts, job_set, z_a)
+    update = (per_sample_work(b, {"muladds": 1.0}, weights_set, z_b)
+              / per_sample_work(a, {"muladds": 1.0}, weights_set, z_a))
+    factors.update(dict.fromkeys(PER_SAMPLE, sample))
+    factors.update(dict.fromkeys(PER_UPDATE, update))
+    notes = []
+    for name in HELD:
+        value = getattr(k, name)
+        va, vb = _held(a, name, z_a.get(name, 0.0)), _held(b, name, z_b.get(name, 0.0))
+        if value == 0:
+            factors[name] = 1.0
+        elif va is None or vb is None:
+            factors[name] = 1.0
+            notes.append(f"{name}: {'A' if va is None else 'B'}'s profile has no {name}; the model's "
+                         f"{value:.3g} is kept on B")
+        else:
+            factors[name] = vb / va
+    values = {name: getattr(k, name) * factors.get(name, 1.0) for name in hashemi.NAMES}
+    return replace(k, **values), factors, notes
+
+
+def _fit_draw(entries: Mapping, k: Constants, rng: np.random.Generator) -> Constants:
+    """One draw of the fitted constants: normal on their standard errors, uniform below an only-bounded one."""
+    values = {}
+    for name, entry in entries.items():
+        if name not in hashemi.NAMES or not isinstance(entry, Mapping):
+            continue
+        if entry.get("stderr"):
+            values[name] = max(0.0, getattr(k, name) + rng.standard_normal() * float(entry["stderr"]))
+        elif entry.get("upper_bound"):
+            values[name] = rng.uniform(0.0, float(entry["upper_bound"]))
+    return replace(k, **values)
+
+
+def interval(entries: Mapping, k: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Mapping,
+             workers: Sequence[float], confidence: float, draws: int = DRAWS, seed: int = 0,
+             what_if: Mapping | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) seconds of the computation phase (all epochs) on B at each worker count: the central
+    ``confidence`` share of ``draws`` predictions with the fit's and both profiles' uncertainties."""
+    rng = np.random.default_rng(seed)
+    ws = np.asarray(workers, dtype=float)
+    out = np.empty((draws, len(ws)))
+    names = (*CPU, *HELD)
+    for i in range(draws):
+        z_a = {name: rng.standard_normal() for name in names}
+        z_b = {name: rng.standard_normal() for name in names}
+        on_b, _, _ = transfer(_fit_draw(entries, k, rng), wl, counts, a, b, z_a, z_b)
+        if what_if:
+            on_b = on_b.scaled(what_if)
+        out[i] = wl.epochs * np.atleast_1d(hashemi.t_phase(ws, wl, on_b))
+    tail = 50.0 * (1.0 - confidence)
+    low, high = np.percentile(out, [tail, 100.0 - tail], axis=0)
+    return low, high
