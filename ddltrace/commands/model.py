@@ -6,7 +6,9 @@ each constant with its confidence interval, the knee w*, every run's leave-one-o
 runs that diverge from the model (named by the term that bounds them). ``--out`` keeps the model as JSON.
 
 ``model predict MODEL --workers 1,2,4,...`` prints (and plots) the predicted computation-phase time against the
-measured runs, with ``--what-if r_net=0.1x`` (a factor) or ``c_u=2e-5`` (a value) beside it.
+measured runs, with ``--what-if r_net=0.1x`` (a factor) or ``c_u=2e-5`` (a value) beside it. ``--profile B.json``
+carries the fitted costs from the profile the model was fitted with to machine B's (ddltrace.models.transfer):
+B's predicted time with its interval, the term that binds there, the knee on B and the best worker count.
 """
 
 from __future__ import annotations
@@ -254,6 +256,22 @@ def _on_profile(model: dict, source: str, profile_path: str, constants, wl) -> d
     return {"a": fitted_on, "b": on_b, "counts": counts, "constants": k_b, "factors": factors, "notes": notes}
 
 
+def _knee(model: dict, wl, k, c_u_factor: float = 1.0) -> tuple[float, str, float | None]:
+    """(w*, cause, lower bound): when the runs only bound c_u (held at 0), w* is at least the knee at that bound
+    (carried to B by ``c_u_factor``)."""
+    from dataclasses import replace
+
+    from ddltrace.models import hashemi
+
+    w_star, cause = hashemi.knee(wl, k)
+    entry = (model.get("constants") or {}).get("c_u") or {}
+    bound = entry.get("upper_bound") or entry.get("fitted_value")
+    at_least = None
+    if k.c_u == 0 and bound:
+        at_least = hashemi.knee(wl, replace(k, c_u=float(bound) * c_u_factor))[0]
+    return w_star, cause, at_least
+
+
 def _predict_table(model: dict, source: str, workers: list[int], batch: float | None,
                    what_if: dict, profile: str | None = None) -> pd.DataFrame:
     import pandas as pd
@@ -281,11 +299,11 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
         raise DdltraceError(f"--what-if: {exc.args[0]!r} is not a constant of the model "
                             f"({', '.join(hashemi.NAMES)})") from None
     rows = []
-    knees = {"model": hashemi.knee(wl, constants)}
+    knees = {"model": _knee(model, wl, constants)}
     if moved:
-        knees["profile"] = hashemi.knee(wl, moved["constants"])
+        knees["profile"] = _knee(model, wl, moved["constants"], moved["factors"]["c_u"])
     if changed is not None:
-        knees["what_if"] = hashemi.knee(wl, changed)
+        knees["what_if"] = _knee(model, wl, changed)
     for w in workers:
         terms = hashemi.phase_terms(w, wl, constants)
         row = {"w": w, "b": wl.b, "predicted_s": wl.epochs * hashemi.t_phase(w, wl, constants),
@@ -345,7 +363,8 @@ def run_predict(args) -> int:
     if args.json:
         records = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
                    for r in table.to_dict("records")]
-        knees = {k: {"w": None if math.isinf(w) else w, "cause": c} for k, (w, c) in table.attrs["knees"].items()}
+        knees = {k: {"w": None if math.isinf(w) else w, "cause": c, "at_least": low}
+                 for k, (w, c, low) in table.attrs["knees"].items()}
         out = {"model": args.model, "what_if": args.what_if, "knee": knees, "rows": records}
         if moved:
             out["transfer"] = table.attrs["transfer"]
@@ -378,8 +397,10 @@ def run_predict(args) -> int:
             line += f"  {_seconds(row['what_if_s']):>10}  {row['what_if_bound_by']:<15}"
         print(line)
     names = {"model": "", "profile": " on B", "what_if": f" with {label}" + (" on B" if moved else "")}
-    for name, (w_star, cause) in knees.items():
+    for name, (w_star, cause, at_least) in knees.items():
         where = "none" if math.isinf(w_star) else f"w* = {w_star:.3g} workers ({cause})"
+        if math.isinf(w_star) and at_least:
+            where = f"w* >= {at_least:.3g} workers (no run shows the server's limit)"
         print(f"knee{names[name]}: {where}")
     if moved:
         best = table.attrs["transfer"]["best_w"]
@@ -399,6 +420,10 @@ def _plot(table: pd.DataFrame, path: str, what_if: list[str]) -> None:
 
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot(table["w"], table["predicted_s"], "o-", label="model")
+    if "profile_s" in table:
+        ax.plot(table["w"], table["profile_s"], "d-", label="on B (--profile)")
+        ax.fill_between(table["w"], table["profile_low_s"], table["profile_high_s"], alpha=0.2,
+                        label=f"on B, {int(round(100 * table.attrs['transfer']['confidence']))} % interval")
     if "what_if_s" in table:
         ax.plot(table["w"], table["what_if_s"], "s--", label="what-if: " + " ".join(what_if))
     if "measured_s" in table and table["measured_s"].notna().any():

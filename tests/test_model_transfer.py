@@ -1,0 +1,152 @@
+"""`model predict --profile B.json`: a model fitted on real runs of the reference job with a real calibrated
+profile (A) carried to a machine B whose constants differ from A's by known factors (issue 17, item 1)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddltrace.cli import main
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces" / "ps-sgd"
+VENV_DDLTRACE = Path(sys.executable).with_name("ddltrace")
+CPU_PREFIXES = ("C_muladd", "C_act", "C_err")
+#: B = A with compute twice as slow, memory 1.5 times, network 3 times, disk 4 times
+FACTORS = {"cpu": 2.0, "r_m": 1.5, "w_m": 1.5, "r_net": 3.0, "lat_net": 3.0, "r_d": 4.0}
+WORKERS = (1, 2, 4, 8, 16, 32)
+
+pytestmark = pytest.mark.skipif(not (SAMPLES / "par-w1" / "store").exists(),
+                                reason="the committed sample traces are absent")
+
+
+def _derived(a: dict, factors: dict, cpu_spread: float = 1.0) -> dict:
+    """A's profile with the compute constants and curves times factors['cpu'] (their spreads also times
+    cpu_spread) and each named constant times its factor."""
+    b = copy.deepcopy(a)
+    for name, entry in b["constants"].items():
+        if name.startswith(CPU_PREFIXES):
+            entry["value"] *= factors.get("cpu", 1.0)
+            entry["uncertainty"] *= factors.get("cpu", 1.0) * cpu_spread
+        elif name in factors:
+            entry["value"] *= factors[name]
+            entry["uncertainty"] *= factors[name]
+    for name, curve in b["curves"].items():
+        if name.startswith(CPU_PREFIXES):
+            for point in curve["points"]:
+                point["y"] *= factors.get("cpu", 1.0)
+                point["spread"] *= factors.get("cpu", 1.0) * cpu_spread
+    return b
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory):
+    """A real quick calibration of this machine (A), and a model fitted with it on the committed runs at
+    w = 1, 2, 4."""
+    root = tmp_path_factory.mktemp("transfer")
+    a_path = root / "A.json"
+    done = subprocess.run([str(VENV_DDLTRACE), "calibrate", "--quick", "--only", "cpu,mem,disk,net",
+                           "--out", str(a_path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    model = root / "model.json"
+    stores = [str(SAMPLES / f"par-w{w}" / "store") for w in (1, 2, 4)]
+    assert main(["model", "fit", *stores, "--dnn", "mlp-2-10k-2", "--profile", str(a_path), "--out", str(model)]) == 0
+    return root, json.loads(a_path.read_text()), model
+
+
+def _predict(model: Path, profile: Path, capsys, *extra: str) -> dict:
+    capsys.readouterr()
+    assert main(["model", "predict", str(model), "--workers", ",".join(map(str, WORKERS)), "--profile",
+                 str(profile), "--json", *extra]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_fit_records_its_profile(fitted):
+    root, a, model_path = fitted
+    model = json.loads(model_path.read_text())
+    record = model["profile"]
+    assert record["source"] == str(root / "A.json")
+    for name in ("r_m", "w_m", "r_net", "lat_net", "r_d", "C_muladd", "C_act", "C_err"):
+        assert record["constants"][name]["value"] == a["constants"][name]["value"]
+        assert record["constants"][name]["uncertainty"] == a["constants"][name]["uncertainty"]
+    # mlp-2-10k-2 is in doubles: the f64 sibling of the profile's default (f32) curve
+    assert record["curves"]["C_muladd"]["curve"].endswith("_f64")
+    assert model["work_per_sample"]["muladds"] == 3 * 40000 and model["work_per_sample"]["neurons"] == 10002
+
+
+def test_each_term_scales_by_its_constants_factor(fitted, capsys):
+    root, a, model_path = fitted
+    b_path = root / "B.json"
+    b_path.write_text(json.dumps(_derived(a, FACTORS)))
+    out = _predict(model_path, b_path, capsys)
+    model = json.loads(model_path.read_text())
+    assert model["constants"]["c_u"]["value"] == 0.0  # w = 1, 2, 4 do not show the server: no server term
+    factors = out["transfer"]["factors"]
+    for name in ("c_p", "c_b", "c_u", "t_phase_min"):
+        assert factors[name] == pytest.approx(2.0, rel=1e-12)
+    for name in ("r_m", "w_m", "r_net", "lat_net", "r_d"):
+        assert factors[name] == pytest.approx(FACTORS[name], rel=1e-12)
+    for row in out["rows"]:
+        assert row["profile_comp_s"] == pytest.approx(2.0 * row["comp_s"], rel=1e-12)
+        assert row["profile_mem_s"] == pytest.approx(1.5 * row["mem_s"], rel=1e-12)
+        assert row["profile_net_s"] == pytest.approx(3.0 * row["net_s"], rel=1e-12)
+        worker = row["profile_comp_s"] + row["profile_mem_s"]
+        assert row["profile_s"] == pytest.approx(max(row["profile_net_s"], worker))
+        assert row["profile_low_s"] <= row["profile_s"] <= row["profile_high_s"]
+        assert row["profile_bound_by"] == "worker"
+    # the knee on B: the largest c_u the runs allow, carried to B, against B's worker time
+    assert out["knee"]["profile"]["at_least"] > 1
+    assert out["transfer"]["best_w"] in WORKERS
+
+
+def test_only_the_network_changed_moves_only_the_network_term(fitted, capsys):
+    root, a, model_path = fitted
+    b_path = root / "B-net.json"
+    b_path.write_text(json.dumps(_derived(a, {"r_net": 10.0, "lat_net": 10.0})))
+    out = _predict(model_path, b_path, capsys)
+    for row in out["rows"]:
+        assert row["profile_comp_s"] == pytest.approx(row["comp_s"], rel=1e-12)
+        assert row["profile_mem_s"] == pytest.approx(row["mem_s"], rel=1e-12)
+        assert row["profile_net_s"] == pytest.approx(10.0 * row["net_s"], rel=1e-12)
+
+
+def test_the_interval_widens_with_bs_uncertainty(fitted, capsys):
+    root, a, model_path = fitted
+    plain, vague = root / "B-plain.json", root / "B-vague.json"
+    plain.write_text(json.dumps(_derived(a, FACTORS)))
+    vague.write_text(json.dumps(_derived(a, FACTORS, cpu_spread=10.0)))
+    narrow = _predict(model_path, plain, capsys)["rows"]
+    wide = _predict(model_path, vague, capsys)["rows"]
+    for n, w in zip(narrow, wide, strict=True):
+        assert n["profile_s"] == w["profile_s"]  # the same central prediction
+        assert w["profile_high_s"] - w["profile_low_s"] > n["profile_high_s"] - n["profile_low_s"]
+
+
+def test_the_text_report_says_what_binds_the_knee_and_the_best_count(fitted, capsys):
+    root, a, model_path = fitted
+    b_path = root / "B.json"
+    b_path.write_text(json.dumps(_derived(a, FACTORS)))
+    assert main(["model", "predict", str(model_path), "--workers", "1,4,16", "--profile", str(b_path)]) == 0
+    text = capsys.readouterr().out
+    assert "bound by on B" in text and "knee on B: w* >=" in text and "best worker count on B:" in text
+    assert "compute per sample (c_p, t_phase_min) x2:" in text and "network r_net x3" in text
+
+
+def test_a_model_without_a_profile_or_a_profile_without_compute_is_refused(fitted, tmp_path, capsys):
+    root, a, model_path = fitted
+    bare = tmp_path / "bare.json"
+    stores = [str(SAMPLES / f"par-w{w}" / "store") for w in (1, 2, 4)]
+    assert main(["model", "fit", *stores, "--dnn", "mlp-2-10k-2", "--out", str(bare)]) == 0
+    capsys.readouterr()
+    assert main(["model", "predict", str(bare), "--workers", "1", "--profile", str(root / "A.json")]) == 2
+    assert "fitted without a hardware profile" in capsys.readouterr().err
+    no_cpu = copy.deepcopy(a)
+    no_cpu["constants"] = {k: v for k, v in a["constants"].items() if not k.startswith(CPU_PREFIXES)}
+    (tmp_path / "no-cpu.json").write_text(json.dumps(no_cpu))
+    assert main(["model", "predict", str(model_path), "--workers", "1", "--profile",
+                 str(tmp_path / "no-cpu.json")]) == 2
+    assert "no-cpu.json: the profile has no C_muladd" in capsys.readouterr().err
