@@ -126,3 +126,53 @@ def test_nvtx_csv_report_without_its_columns_is_one_line(tmp_path, capsys):
     rc = main(["import", str(bad), "--out", str(tmp_path / "store"), "--progress", "never"])
     err = capsys.readouterr().err
     assert rc == 2 and str(bad) in err and "Name" in err and "Traceback" not in err
+
+
+def _two_rank_export(path: Path) -> None:
+    """An export in nsys's schema (the tables and columns read) of two MPI processes on one node, each with its
+    own GPU: what ``nsys profile mpirun -np 2 ...`` exports in one file."""
+    db = sqlite3.connect(path)
+    db.executescript("""
+        CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE ThreadNames (nameId INT, priority INT, globalTid INT);
+        CREATE TABLE TARGET_INFO_SESSION_START_TIME (utcEpochNs INT, utcTime TEXT, localTime TEXT);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT, end INT, deviceId INT, streamId INT, globalPid INT,
+                                                 demangledName INT, shortName INT);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INT, end INT, globalTid INT, nameId INT);
+        INSERT INTO StringIds VALUES (1, 'MPI Rank 0'), (2, 'MPI Rank 1'), (3, 'gemm'), (4, 'cudaLaunchKernel');
+        INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (1700000000000000000, '', '');
+    """)
+    for rank, pid in ((0, 4100), (1, 4200)):
+        process = (1 << 56) | (pid << 24)
+        db.execute("INSERT INTO ThreadNames VALUES (?, 10, ?)", (rank + 1, process | pid))
+        for k in range(3 + rank):
+            start = 1000 + 500 * k
+            db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, 4)",
+                       (start, start + 20, process | pid))
+            db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, ?, 7, ?, 3, 3)",
+                       (start + 30, start + 130 + 50 * rank, rank, process))
+    db.commit()
+    db.close()
+
+
+def test_one_rank_per_process_when_processes_name_their_ranks(tmp_path):
+    """Two processes whose threads are 'MPI Rank 0' and 'MPI Rank 1': two ranks, each with its own process's
+    runtime calls and kernels (globalPid), per rank the kernel time of SQL on the file."""
+    path = tmp_path / "job.sqlite"
+    _two_rank_export(path)
+    assert main(["import", str(path), "--out", str(tmp_path / "store"), "--progress", "never"]) == 0
+    store = TraceStore.open(tmp_path / "store")
+    db = sqlite3.connect(path)
+    want = dict(db.execute("SELECT t.value, sum(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                           "JOIN ThreadNames n ON (n.globalTid & ~16777215) = k.globalPid "
+                           "JOIN StringIds t ON t.id = n.nameId GROUP BY k.globalPid"))
+    db.close()
+    tl = store.timeline()
+    assert store.world_size == 2
+    for rank in (0, 1):
+        mine = tl[tl["rank"] == rank]
+        kernels = mine[mine["name"] == "gemm"]
+        assert int(kernels["dur_ns"].sum()) == want[f"MPI Rank {rank}"]
+        assert set(kernels["lane"]) == {f"gpu:{rank}/stream 7"}
+        assert set(mine.loc[mine["name"] == "cudaLaunchKernel", "lane"]) == {
+            f"cpu/thread {4100 + 100 * rank} (MPI Rank {rank})"}

@@ -14,7 +14,8 @@ Tables read (NVIDIA's "SQLite Export Schema Reference"; names through ``StringId
 Host lanes are ``cpu/thread <tid>`` (with the thread's name, ``ThreadNames``), the thread id being the low 24 bits
 of ``globalTid``. Times are ns since the session started, made epoch ns with
 ``TARGET_INFO_SESSION_START_TIME.utcEpochNs`` when the export has it (else the clock is relative). The rank is the
-``MPI Rank N`` name nsys gives a thread of an MPI rank, else the file's name (``..._perlmutter0.sqlite``). Not read:
+``MPI Rank N`` name nsys gives a thread of an MPI rank, else the file's name (``..._perlmutter0.sqlite``); an
+export of several ranks' processes (their threads naming distinct ranks) gives one rank per process. Not read:
 NVTX marks (instants), OS runtime, sched and sampling tables, newer exports' ``MPI_*_EVENTS`` tables, CUDA
 synchronisation and event activity.
 """
@@ -98,10 +99,11 @@ class _Reader:
                 self.thread_names[tid] = self.strings.get(name_id, "")
         self.lanes: dict[str, int] = {}
         self.keys: dict[tuple[str, str], int] = {}
-        self.lane, self.key, self.start, self.end = [], [], [], []
+        self.lane, self.key, self.start, self.end, self.process = [], [], [], [], []
         self.read = 0
 
-    def add(self, lane: str, cat: str, name: str, start: int, end: int) -> None:
+    def add(self, lane: str, cat: str, name: str, start: int, end: int, process: int) -> None:
+        self.process.append(process)
         self.lane.append(self.lanes.setdefault(lane, len(self.lanes)))
         self.key.append(self.keys.setdefault((cat, name), len(self.keys)))
         self.start.append(start)
@@ -120,35 +122,40 @@ class _Reader:
         if kernel in self.tables:
             cols = _columns(self.db, kernel)
             name = "demangledName" if "demangledName" in cols else "shortName"
-            for start, end, device, stream, name_id in self.db.execute(
-                    f"SELECT start, end, deviceId, streamId, {name} FROM {kernel}"):
-                self.row(f"gpu:{device}/stream {stream}", "cuda_kernel", self._name(name_id), start, end)
-        if "CUPTI_ACTIVITY_KIND_MEMCPY" in self.tables:
-            for start, end, device, stream, kind in self.db.execute(
-                    "SELECT start, end, deviceId, streamId, copyKind FROM CUPTI_ACTIVITY_KIND_MEMCPY"):
+            for start, end, device, stream, name_id, process in self.db.execute(
+                    f"SELECT start, end, deviceId, streamId, {name}, {self._pid(kernel)} FROM {kernel}"):
+                self.row(f"gpu:{device}/stream {stream}", "cuda_kernel", self._name(name_id), start, end, process)
+        copies = "CUPTI_ACTIVITY_KIND_MEMCPY"
+        if copies in self.tables:
+            for start, end, device, stream, kind, process in self.db.execute(
+                    f"SELECT start, end, deviceId, streamId, copyKind, {self._pid(copies)} FROM {copies}"):
                 self.row(f"gpu:{device}/stream {stream}", "cuda_memcpy", f"Memcpy {COPY_KINDS.get(kind, kind)}",
-                         start, end)
-        if "CUPTI_ACTIVITY_KIND_MEMSET" in self.tables:
-            for start, end, device, stream in self.db.execute(
-                    "SELECT start, end, deviceId, streamId FROM CUPTI_ACTIVITY_KIND_MEMSET"):
-                self.row(f"gpu:{device}/stream {stream}", "cuda_memset", "Memset", start, end)
+                         start, end, process)
+        fills = "CUPTI_ACTIVITY_KIND_MEMSET"
+        if fills in self.tables:
+            for start, end, device, stream, process in self.db.execute(
+                    f"SELECT start, end, deviceId, streamId, {self._pid(fills)} FROM {fills}"):
+                self.row(f"gpu:{device}/stream {stream}", "cuda_memset", "Memset", start, end, process)
+
+    def _pid(self, table: str) -> str:
+        """The column of ``table`` naming the process (``globalPid``), else 0: one process."""
+        return "globalPid" if "globalPid" in _columns(self.db, table) else "0"
 
     def runtime(self) -> None:
         if "CUPTI_ACTIVITY_KIND_RUNTIME" in self.tables:
             for start, end, tid, name_id in self.db.execute(
                     "SELECT start, end, globalTid, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME"):
-                self.row(self.host_lane(tid), "cuda_runtime", self._name(name_id), start, end)
+                self.row(self.host_lane(tid), "cuda_runtime", self._name(name_id), start, end, tid & ~_TID_BITS)
 
-    def nvtx(self) -> list[int]:
-        """NVTX ranges as rows; returns the ranks that threads' names give (``MPI Rank N``)."""
+    def nvtx(self) -> None:
+        """NVTX ranges as rows; NVTX's thread names added to ``thread_names``."""
         if "NVTX_EVENTS" not in self.tables:
-            return []
+            return
         has_text_id = "textId" in _columns(self.db, "NVTX_EVENTS")
         text_id = "textId" if has_text_id else "NULL"
         events = self.db.execute(f"SELECT start, end, eventType, text, {text_id}, globalTid, domainId "
                                  "FROM NVTX_EVENTS ORDER BY start").fetchall()
         domains = {domain: text for _s, _e, kind, text, _t, _g, domain in events if kind == NVTX_DOMAIN_CREATE}
-        ranks = set()
         for start, end, kind, text, tid_text, global_tid, domain in events:
             name = text if text is not None else self.strings.get(tid_text, "")
             if kind in NVTX_RANGES:
@@ -157,31 +164,36 @@ class _Reader:
                     self.skip("NVTX ranges without an end")
                     continue
                 cat = "mpi" if domains.get(domain) == "MPI" else "nvtx"
-                self.row(self.host_lane(global_tid), cat, name, start, end)
+                self.row(self.host_lane(global_tid), cat, name, start, end, global_tid & ~_TID_BITS)
                 continue
             self.read += 1
-            if kind == NVTX_THREAD_NAME:
-                if global_tid not in self.thread_names:
-                    self.thread_names[global_tid] = name
-                if m := _MPI_RANK.match(name):
-                    ranks.add(int(m.group(1)))
+            if kind == NVTX_THREAD_NAME and global_tid not in self.thread_names:
+                self.thread_names[global_tid] = name
             self.skip("NVTX marks, names and domains (not intervals)")
-        return sorted(ranks)
 
-    def row(self, lane: str, cat: str, name: str, start, end) -> None:
+    def process_ranks(self) -> dict[int, int]:
+        """{process (globalTid with the thread bits cleared): rank} from the ``MPI Rank N`` names of threads."""
+        return {tid & ~_TID_BITS: int(m.group(1)) for tid, name in self.thread_names.items()
+                if (m := _MPI_RANK.match(name))}
+
+    def row(self, lane: str, cat: str, name: str, start, end, process: int = 0) -> None:
         self.read += 1
         if start is None or end is None or end < start:
             self.skip("intervals without a valid start and end")
             return
-        self.add(lane, cat, name, int(start), int(end))
+        self.add(lane, cat, name, int(start), int(end), process)
 
-    def part(self, path: Path, rank: int, epoch_ns: int) -> RankPart:
-        """The rows as one rank's part; ``epoch_ns`` (the session's start, 0: unknown) is added to every time."""
-        start = np.array(self.start, dtype=np.int64)
+    def part(self, path: Path, rank: int | tuple, epoch_ns: int, process: int | None = None) -> RankPart:
+        """One rank's part: the rows of ``process`` (None: all); ``epoch_ns`` (the session's start, 0: unknown)
+        is added to every time."""
+        rows = np.flatnonzero(np.array(self.process, dtype=np.int64) == process) if process is not None else \
+            np.arange(len(self.start))
+        start = np.array(self.start, dtype=np.int64)[rows]
         timeline = build_timeline(
-            rank=rank, lane_codes=np.array(self.lane, dtype=np.int64), lane_table=list(self.lanes),
-            key_codes=np.array(self.key, dtype=np.int64), key_table=list(self.keys), start_ns=start + epoch_ns,
-            dur_ns=np.array(self.end, dtype=np.int64) - start, fmt=FORMAT, ctx=self.ctx)
+            rank=0 if isinstance(rank, tuple) else rank, lane_codes=np.array(self.lane, dtype=np.int64)[rows],
+            lane_table=list(self.lanes), key_codes=np.array(self.key, dtype=np.int64)[rows],
+            key_table=list(self.keys), start_ns=start + epoch_ns,
+            dur_ns=np.array(self.end, dtype=np.int64)[rows] - start, fmt=FORMAT, ctx=self.ctx)
         if self.ctx.report is not None:
             self.ctx.report.intervals += len(timeline)
         return RankPart(rank=rank, timeline=timeline, info={"format": FORMAT, "file": str(path), "role": "worker"},
@@ -192,10 +204,12 @@ class _Reader:
 
 
 def read(path: Path, ctx: ImportContext):
+    """One rank per process when the threads of two or more processes name their MPI ranks (``nsys profile
+    mpirun ...``; a process naming none becomes an identity numbered after them), else one rank: the file's."""
     try:
         with _database(path) as db:
             reader = _Reader(db, ctx)
-            ranks = reader.nvtx()  # first: NVTX names threads that the runtime rows name
+            reader.nvtx()  # first: NVTX names threads that the runtime rows are on
             reader.device_work()
             reader.runtime()
             epoch = None
@@ -205,10 +219,15 @@ def read(path: Path, ctx: ImportContext):
         raise DdltraceError(f"{path}: not a readable Nsight Systems SQLite export ({exc})") from exc
     if ctx.report is not None:
         ctx.report.events += reader.read
-        if len(ranks) > 1:
-            ctx.report.problems.append(f"{path}: threads name MPI ranks {ranks}; read as one rank")
-    rank = rank_from_path(path, ctx.rank_from, ctx, ranks[0] if len(ranks) == 1 else None)
-    yield reader.part(path, rank, int(epoch[0]) if epoch and epoch[0] is not None else 0)
+    epoch_ns = int(epoch[0]) if epoch and epoch[0] is not None else 0
+    named = reader.process_ranks()
+    if len(set(named.values())) < 2:
+        default = next(iter(named.values())) if named else None
+        yield reader.part(path, rank_from_path(path, ctx.rank_from, ctx, default), epoch_ns)
+        return
+    for process in sorted(set(reader.process)):
+        rank = named.get(process, ("process", (process >> 24) & _TID_BITS))
+        yield reader.part(path, rank, epoch_ns, process)
 
 
 #: The header of ``nsys stats --report nvtx_pushpop_trace --format csv`` (the columns read; more may follow).
