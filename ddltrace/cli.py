@@ -17,7 +17,8 @@ import sys
 import traceback
 import warnings
 
-from ddltrace import __version__, commands
+import ddltrace
+from ddltrace import commands
 from ddltrace.errors import DamagedStoreWarning, DdltraceError, one_line
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
@@ -30,13 +31,24 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see --help)\n")
 
 
+class _Version(argparse.Action):
+    """``--version``: the installed version, looked up only when asked for (``ddltrace.__version__``)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"ddltrace {ddltrace.__version__}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="ddltrace",
         description="Profile distributed deep-learning training and say why it does not scale.",
         epilog="Run 'ddltrace VERB --help' for a verb's options.",
     )
-    parser.add_argument("--version", action="version", version=f"ddltrace {__version__}")
+    parser.add_argument("--version", action=_Version, help="show the version and exit")
     parser.add_argument("--debug", action="store_true", help="show the full traceback on errors")
     subparsers = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
