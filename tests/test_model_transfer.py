@@ -150,3 +150,40 @@ def test_a_model_without_a_profile_or_a_profile_without_compute_is_refused(fitte
     assert main(["model", "predict", str(model_path), "--workers", "1", "--profile",
                  str(tmp_path / "no-cpu.json")]) == 2
     assert "no-cpu.json: the profile has no C_muladd" in capsys.readouterr().err
+
+
+# -- optimize --profile B.json --baseline A.json ----------------------------------------------------------------
+
+def _slower(a: dict, k: float, spread: float = 1.0) -> dict:
+    """A's profile with every constant of Yan's model k times slower: compute and latency times k, bandwidth
+    over k (C_interf, a ratio, kept); the compute uncertainties also times ``spread``."""
+    b = _derived(a, {"cpu": k, "lat_net": k, "r_net": k, "C_ncost": k}, cpu_spread=spread)
+    b["constants"]["C_nbw"]["value"] /= k
+    b["constants"]["C_nbw"]["uncertainty"] /= k
+    return b
+
+
+def _optimize(b_path: Path, a_path: Path, capsys) -> dict:
+    capsys.readouterr()
+    assert main(["optimize", "--dnn", "mnist-adam", "--profile", str(b_path), "--baseline", str(a_path),
+                 "--machines", "8", "--samples", "60000", "--top", "3", "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_optimize_on_b_beside_a(fitted, capsys):
+    root, a, _ = fitted
+    a_path, b_path, vague = root / "A.json", root / "B-yan.json", root / "B-yan-vague.json"
+    b_path.write_text(json.dumps(_slower(a, 2.0)))
+    vague.write_text(json.dumps(_slower(a, 2.0, spread=10.0)))
+    out = _optimize(b_path, a_path, capsys)
+    # every term of T_epoch is twice as slow on B: the same configurations and layouts win, each in twice the time
+    assert out["baseline"]["best"] == out["ranked"][0]["config"]
+    assert out["baseline"]["best_t_epoch_s"] == pytest.approx(out["ranked"][0]["t_epoch_s"] / 2, rel=1e-9)
+    for row in out["ranked"][:3]:
+        assert row["t_epoch_s"] == pytest.approx(2.0 * row["baseline_t_epoch_s"], rel=1e-9)
+        assert row["t_epoch_low_s"] <= row["t_epoch_s"] <= row["t_epoch_high_s"]
+    assert sum(row["fastest_share"] for row in out["ranked"][:3]) == pytest.approx(1.0)
+    wide = _optimize(vague, a_path, capsys)
+    for n, w in zip(out["ranked"][:3], wide["ranked"][:3], strict=True):
+        assert n["t_epoch_s"] == w["t_epoch_s"]
+        assert w["t_epoch_high_s"] - w["t_epoch_low_s"] > n["t_epoch_high_s"] - n["t_epoch_low_s"]

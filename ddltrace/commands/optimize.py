@@ -3,7 +3,9 @@
 Minimises the epoch time T_epoch over the number of parameter servers, model replicas and workers per replica
 (N_ps + N_mr * N_wr <= N), the threads per worker (H <= cores) and, per layer, the partitions and replicas
 (the dynamic program over layers with the greedy segment-to-worker mapping). Prints the configurations
-ranked, each with its predicted epoch time, its three terms and its bottleneck.
+ranked, each with its predicted epoch time, its three terms and its bottleneck, and the interval of the epoch time
+over the profile's uncertainties (with how often each printed configuration is the fastest of them).
+``--baseline A.json`` puts the same configurations on the machine the job runs on now beside them.
 """
 
 from __future__ import annotations
@@ -16,6 +18,11 @@ from ddltrace.models.dnn import load_dnn
 from ddltrace.models.quantities import load_json, parse_int_list, parse_what_if, profile_constants
 from ddltrace.options import integer, positive
 from ddltrace.units import format_ns
+
+#: Monte Carlo draws of the profile's constants for the intervals of the printed configurations.
+DRAWS = 100
+#: Profile constants Yan's model reads, with the name calibrate also gives them (the relative uncertainty of either).
+UNCERTAIN = {"C_muladd": None, "C_act": None, "C_err": None, "C_ncost": "lat_net", "C_nbw": "r_net"}
 
 #: ``--read-bound``'s choices: models/yan.py's READ_BOUNDS, named here so that the CLI starts without numpy
 #: (tests/test_cli_startup.py checks that the two agree).
@@ -46,6 +53,9 @@ def register(subparsers) -> None:
     p.add_argument("--what-if", action="append", default=[], metavar="NAME=VALUE",
                    help="change a hardware constant: C_nbw=10x (ten times the bandwidth), C_muladd=0.5x, "
                         "C_ncost=1e-6 (seconds); repeatable")
+    p.add_argument("--baseline", metavar="A.json",
+                   help="the profile of the machine the job runs on now: each printed configuration's epoch time "
+                        "there too, B / A, and A's own best")
     p.add_argument("--top", type=integer(1), default=10, help="configurations to print (default 10)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
@@ -63,18 +73,62 @@ def parse_config(text: str) -> tuple[int, int, int]:
     return values
 
 
+def _relative_uncertainty(profile: dict) -> dict[str, float]:
+    """Each constant's uncertainty over its value (one standard deviation), 0 where the profile gives none."""
+    table = profile.get("constants", profile) if isinstance(profile, dict) else {}
+    out = {}
+    for name, alias in UNCERTAIN.items():
+        entry = table.get(name, table.get(alias) if alias else None)
+        if isinstance(entry, dict) and entry.get("value"):
+            out[name] = abs(float(entry.get("uncertainty") or 0.0) / float(entry["value"]))
+    return out
+
+
+def _hardware(path: str, what_if: list[str]):
+    from ddltrace.models import yan
+
+    raw = load_json(path, "hardware profile")
+    hw = yan.Hardware.from_profile(profile_constants(raw, path), path)
+    if what_if:
+        try:
+            hw = hw.scaled(parse_what_if(what_if))
+        except KeyError as exc:
+            raise DdltraceError(f"--what-if: {exc.args[0]!r} cannot change: use one of "
+                                f"{', '.join(yan.Hardware.__dataclass_fields__)} (cores only with cores=N)") from None
+    return hw, raw
+
+
+def _one(dnn, hw, args, config) -> float:
+    """T_epoch of one (N_wr, N_mr, N_ps, H) configuration on ``hw`` (H capped at its cores)."""
+    from ddltrace.models import yan
+
+    wr, mr, ps, h = config
+    return yan.optimise(dnn, hw, args.machines, N_sample=args.samples, N_read=args.read_every,
+                        threads=[min(h, max(1, hw.cores))], read_bound=args.read_bound,
+                        configurations=[(wr, mr, ps)])[0].t_epoch
+
+
+def _intervals(dnn, hw, raw: dict, args, configs: list[tuple]) -> tuple[list, list, list]:
+    """(low, high, share of draws fastest) of each configuration over the profile's uncertainties."""
+    import numpy as np
+
+    rel = _relative_uncertainty(raw)
+    rng = np.random.default_rng(0)
+    times = np.empty((DRAWS, len(configs)))
+    for i in range(DRAWS):
+        changes = {name: ("scale", max(1e-3, 1.0 + rng.standard_normal() * r)) for name, r in rel.items()}
+        drawn = hw.scaled(changes)
+        times[i] = [_one(dnn, drawn, args, c) for c in configs]
+    low, high = np.percentile(times, [2.5, 97.5], axis=0)
+    fastest = np.bincount(times.argmin(axis=1), minlength=len(configs)) / DRAWS
+    return low.tolist(), high.tolist(), fastest.tolist()
+
+
 def run(args) -> int:
     from ddltrace.models import yan
 
     dnn = load_dnn(args.dnn)
-    hw = yan.Hardware.from_profile(profile_constants(load_json(args.profile, "hardware profile"), args.profile),
-                                   args.profile)
-    if args.what_if:
-        try:
-            hw = hw.scaled(parse_what_if(args.what_if))
-        except KeyError as exc:
-            raise DdltraceError(f"--what-if: {exc.args[0]!r} cannot change: use one of "
-                                f"{', '.join(yan.Hardware.__dataclass_fields__)} (cores only with cores=N)") from None
+    hw, raw = _hardware(args.profile, args.what_if)
     threads = parse_int_list(args.threads, "--threads") if args.threads else None
     configs = [parse_config(c) for c in args.config] or None
     ranked = yan.optimise(dnn, hw, args.machines, N_sample=args.samples, N_read=args.read_every, threads=threads,
@@ -85,22 +139,52 @@ def run(args) -> int:
              "layers": [{"layer": layer.name, "partitions": s[0], "replicas": s[1]}
                         for layer, s in zip(dnn.layers, c.breakdown.states, strict=True)]}
             for i, c in enumerate(ranked)]
+    shown = rows[:args.top]
+    keys = [(r["N_wr"], r["N_mr"], r["N_ps"], r["H"]) for r in shown]
+    low, high, fastest = _intervals(dnn, hw, raw, args, keys)
+    for row, lo, hi, share in zip(shown, low, high, fastest, strict=True):
+        row.update(t_epoch_low_s=lo, t_epoch_high_s=hi, fastest_share=share)
+    baseline = None
+    if args.baseline:
+        hw_a, _ = _hardware(args.baseline, [])
+        for row, key in zip(shown, keys, strict=True):
+            row["baseline_t_epoch_s"] = _one(dnn, hw_a, args, key)
+        best_a = yan.optimise(dnn, hw_a, args.machines, N_sample=args.samples, N_read=args.read_every,
+                              threads=threads and [min(h, max(1, hw_a.cores)) for h in threads],
+                              read_bound=args.read_bound, configurations=configs, max_workers=args.max_workers)[0]
+        baseline = {"profile": args.baseline, "best": best_a.label, "best_H": best_a.H,
+                    "best_t_epoch_s": best_a.t_epoch}
     if args.json:
         json.dump({"dnn": dnn.name, "machines": args.machines, "samples": args.samples, "what_if": args.what_if,
-                   "read_every": args.read_every, "read_bound": args.read_bound, "ranked": rows}, sys.stdout,
-                  indent=2)
+                   "read_every": args.read_every, "read_bound": args.read_bound, "draws": DRAWS,
+                   "baseline": baseline, "ranked": rows}, sys.stdout, indent=2)
         print()
         return 0
     print(f"{dnn.name} on {args.machines} machines: {len(rows)} configurations, {args.samples:g} samples per "
           f"epoch, weights read every {args.read_every:g} samples ({args.read_bound} of eq. 10/11)"
           + (f"; what-if: {' '.join(args.what_if)}" if args.what_if else ""))
-    print(f"{'rank':>4}  {'W/R/PS':<8} {'H':>3}  {'T_epoch':>9}  {'compute':>9}  {'activ.':>9}  {'reads':>9}  "
-          f"{'bottleneck':<24} partitions x replicas per layer")
-    for row in rows[:args.top]:
+    header = (f"{'rank':>4}  {'W/R/PS':<8} {'H':>3}  {'T_epoch':>9}  {'95 % interval':>21}  {'fastest':>7}  "
+              f"{'compute':>9}  {'activ.':>9}  {'reads':>9}  ")
+    if baseline:
+        header += f"{'on A':>9}  {'B / A':>6}  "
+    print(header + f"{'bottleneck':<24} partitions x replicas per layer")
+    for row in shown:
         layers = " ".join(f"{lay['partitions']}x{lay['replicas']}" for lay in row["layers"])
-        print(f"{row['rank']:>4}  {row['config']:<8} {row['H']:>3}  {format_ns(row['t_epoch_s'] * 1e9):>9}  "
-              f"{format_ns(row['compute_s'] * 1e9):>9}  {format_ns(row['activations_s'] * 1e9):>9}  "
-              f"{format_ns(row['weight_reads_s'] * 1e9):>9}  {row['bottleneck']:<24} {layers}")
+        span = f"[{format_ns(row['t_epoch_low_s'] * 1e9)}, {format_ns(row['t_epoch_high_s'] * 1e9)}]"
+        line = (f"{row['rank']:>4}  {row['config']:<8} {row['H']:>3}  {format_ns(row['t_epoch_s'] * 1e9):>9}  "
+                f"{span:>21}  {100 * row['fastest_share']:>5.0f} %  "
+                f"{format_ns(row['compute_s'] * 1e9):>9}  {format_ns(row['activations_s'] * 1e9):>9}  "
+                f"{format_ns(row['weight_reads_s'] * 1e9):>9}  ")
+        if baseline:
+            line += (f"{format_ns(row['baseline_t_epoch_s'] * 1e9):>9}  "
+                     f"{row['t_epoch_s'] / row['baseline_t_epoch_s']:>5.3g}x  ")
+        print(line + f"{row['bottleneck']:<24} {layers}")
     if len(rows) > args.top:
         print(f"... {len(rows) - args.top} more (--top N)")
+    print(f"interval: 95 % of {DRAWS} draws of the profile's C_muladd, C_act, C_err, C_ncost, C_nbw within their "
+          "uncertainties (one standard deviation each, C_interf held); fastest: share of the draws in which the "
+          "configuration is the fastest of those printed")
+    if baseline:
+        print(f"on A ({baseline['profile']}): best {baseline['best']} with H = {baseline['best_H']} at "
+              f"{format_ns(baseline['best_t_epoch_s'] * 1e9)} per epoch")
     return 0
