@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ddltrace.cli import main
+from ddltrace.errors import DdltraceError
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces" / "ps-sgd"
 VENV_DDLTRACE = Path(sys.executable).with_name("ddltrace")
@@ -187,3 +188,21 @@ def test_optimize_on_b_beside_a(fitted, capsys):
     for n, w in zip(out["ranked"][:3], wide["ranked"][:3], strict=True):
         assert n["t_epoch_s"] == w["t_epoch_s"]
         assert w["t_epoch_high_s"] - w["t_epoch_low_s"] > n["t_epoch_high_s"] - n["t_epoch_low_s"]
+
+
+def test_hand_written_profiles_with_curves_as_pairs():
+    from ddltrace.models import hashemi, transfer
+
+    def profile(k):
+        return {"C_muladd": [[1e4, 1e-10 * k], [1e8, 5e-10 * k]], "C_act": 1e-9 * k, "C_err": 1e-9 * k,
+                "r_net": {"value": 1e-9 * k, "uncertainty": 1e-10}, "lat_net": 5e-5}
+
+    wl = hashemi.Workload(d=16384, b=64, n_f=2, n_w=40000, s=8)
+    a, b = transfer.profile_record(profile(1), "A", 8), transfer.profile_record(profile(3), "B", 8)
+    assert a["curves"]["C_muladd"]["points"] == [[1e4, 1e-10, 0.0], [1e8, 5e-10, 0.0]]
+    k = hashemi.Constants(c_p=1e-3, c_u=1e-4, r_net=1e-9, lat_net=5e-5)
+    moved, factors, notes = transfer.transfer(k, wl, {"muladds": 120000, "neurons": 10002}, a, b)
+    assert factors["c_p"] == pytest.approx(3.0) and factors["c_u"] == pytest.approx(3.0)
+    assert moved.r_net == pytest.approx(3e-9) and moved.lat_net == 5e-5 and not notes
+    with pytest.raises(DdltraceError, match="A: constant C_act"):
+        transfer.profile_record({"C_act": -1}, "A", 8)

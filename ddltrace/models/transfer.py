@@ -89,8 +89,12 @@ def profile_record(profile: Any, source: str, s: float) -> dict:
         entry = table.get(name)
         if entry is None:
             continue
-        value = entry.get("value") if isinstance(entry, Mapping) else entry
+        value = entry.get("value", entry.get("curve")) if isinstance(entry, Mapping) else entry
         uncertainty = entry.get("uncertainty", 0.0) if isinstance(entry, Mapping) else 0.0
+        if name in CPU and isinstance(value, list):  # a hand-written curve: [[segment bytes, seconds], ...]
+            points = _points(value, f"{source}: constant {name}")
+            record["curves"][name] = {"curve": name, "points": points}
+            value = float(np.median([pt[1] for pt in points]))
         record["constants"][name] = {"value": _number(value, f"{source}: constant {name}"),
                                      "uncertainty": _number(uncertainty, f"{source}: {name}'s uncertainty",
                                                             zero=True)}
