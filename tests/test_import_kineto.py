@@ -248,6 +248,11 @@ def test_gpu_user_annotations_are_marks_not_device_time(tmp_path, capsys):
     analysis = analyze_store(store)
     assert abs(int(analysis.device_breakdown.drop(columns=["rank", "phase", "idle"]).to_numpy().sum()) - busy) < 1000
     assert int(analysis.host_breakdown["other"].sum()) == rank["host_time_ns"]["other"] == 0
+    assert main(["info", str(store.path)]) == 0
+    text = capsys.readouterr().out
+    assert f"plus {len(marks)} annotation span(s) of device streams" in text
+    host_row = next(line.split() for line in text.splitlines() if line.split()[:2] == ["0", "host"])
+    assert int(host_row[2]) == len(tl) - len(work) - len(marks)  # the host row's events: neither side's
 
 
 def test_mtia_runtime_threads_are_host_work(tmp_path, capsys):

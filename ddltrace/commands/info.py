@@ -130,7 +130,8 @@ def category_table(summary: StoreSummary) -> list[str]:
         lines.append("  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)))
     marks = {r.rank: r.annotation_events for r in summary.ranks if r.annotation_events}
     if marks:
+        where = f"rank(s) {', '.join(map(str, marks))}" if len(marks) <= 8 else f"{len(marks)} ranks"
         lines.append(f"  plus {sum(marks.values())} annotation span(s) of device streams (Kineto's "
-                     f"gpu_user_annotation, lanes '.../annotations', rank(s) {', '.join(map(str, marks))}): "
+                     f"gpu_user_annotation, lanes '.../annotations', {where}): "
                      "region marks, counted in neither the host nor the device row")
     return lines
