@@ -1,5 +1,3 @@
-import sys
+from ddltrace.cli import command
 
-from ddltrace.cli import main
-
-sys.exit(main())
+command()

@@ -11,6 +11,7 @@ naming the file or thing and what is wrong, no traceback (``--debug`` shows it).
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import pkgutil
 import sys
@@ -88,5 +89,15 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
 
 
+def command() -> None:
+    """The ``ddltrace`` command (the console script and ``python -m ddltrace``): :func:`main` on the command line,
+    then exit. Before exiting, the objects the verb left (pandas and pyarrow hold some 10^5) are frozen
+    (``gc.freeze``), so that the interpreter's collections at shutdown do not walk them again: about 0.1 s of
+    each ``ddltrace import``'s exit. Exit handlers run and files close as before."""
+    code = main()
+    gc.freeze()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    command()
