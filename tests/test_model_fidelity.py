@@ -86,3 +86,31 @@ def test_rudra_learning_rate_divides_by_the_staleness_from_one_up():
     # rather than raising the rate above it or dividing by zero
     assert rudra.learning_rate(0.1, "softsync", mean_staleness=0.5) == pytest.approx(0.1)
     assert rudra.learning_rate(0.1, "softsync", mean_staleness=0.0) == pytest.approx(0.1)
+
+
+SAMPLES = ROOT / "sample_traces" / "ps-sgd"
+
+
+@pytest.mark.skipif(not (SAMPLES / "par-w8" / "store").exists(), reason="the committed sample traces are absent")
+def test_measured_initialisation_starts_where_mpi_init_returned():
+    import json
+
+    from ddltrace.analyses.fit_hashemi import measurements_from_store
+    from ddltrace.analyses.phases import segment_rank
+    from ddltrace.store import TraceStore
+
+    path = SAMPLES / "par-w8" / "store"
+    store = TraceStore.open(path)
+    expected, from_first_event = 0.0, 0.0
+    for _, frame in store.iter_timeline([r for r in store.ranks if r != 0]):
+        phases = segment_rank(frame)
+        init_calls = frame[frame["name"].isin(["MPI_Init", "MPI_Init_thread"])]
+        mpi_init_end = int((init_calls["start_ns"] + init_calls["dur_ns"]).max())
+        expected = max(expected, (phases.init_end_ns - mpi_init_end) / 1e9)
+        from_first_event = max(from_first_event, phases.init_ns / 1e9)
+    measured = measurements_from_store(path)["init_s"]
+    assert measured == pytest.approx(expected)
+    # the job's own clock of its initialisation (after MPI_Init): the trace's figure is near it, the old one,
+    # from the rank's first event (start-up of 9 ranks on 2 cores included), was not
+    truth = json.loads((SAMPLES / "par-w8" / "ground_truth.json").read_text())["init_s"]
+    assert truth <= measured < 1.5 * truth < 3 * truth < from_first_event
