@@ -12,12 +12,13 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from shared_data import SHARED
 
 from ddltrace.analyses.run_analysis import analyze_store
 from ddltrace.analyses.synthetic import write_ps_store
 from ddltrace.cli import main
 
-IPM64 = Path("/work/shared/wild_traces/ipm_hunold_1494937738")
+IPM64 = SHARED / "wild_traces/ipm_hunold_1494937738"
 needs_ipm = pytest.mark.skipif(not IPM64.is_dir(), reason=f"{IPM64} is not here (the shared real traces)")
 
 

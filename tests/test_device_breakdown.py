@@ -14,11 +14,12 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from shared_data import SHARED
 
 from ddltrace.cli import main
 from ddltrace.report import build_report
 
-TRACE = Path("/work/shared/wild_traces/hta_ns_resolution_rank0")
+TRACE = SHARED / "wild_traces/hta_ns_resolution_rank0"
 needs_trace = pytest.mark.skipif(not TRACE.is_dir(), reason=f"{TRACE} is not here (the shared real traces)")
 DEVICE_WORK = {"kernel", "gpu_memcpy", "gpu_memset"}
 

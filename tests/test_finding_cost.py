@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from shared_data import SHARED
 
 from ddltrace.analyses.findings import load_detectors
 from ddltrace.analyses.synthetic import write_ps_store
@@ -22,7 +23,7 @@ from ddltrace.cli import main
 from ddltrace.report import build_report
 from ddltrace.units import format_ns
 
-IPM27 = Path("/work/shared/mpi_traces/ipm-xml")
+IPM27 = SHARED / "mpi_traces/ipm-xml"
 needs_ipm = pytest.mark.skipif(not IPM27.is_dir(), reason=f"{IPM27} is not here (the shared real traces)")
 
 

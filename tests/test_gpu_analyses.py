@@ -18,11 +18,12 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from shared_data import SHARED
 
 from ddltrace.analyses.run_analysis import analyze_store, not_made
 from ddltrace.cli import main
 
-SHARED = Path("/work/shared")
+SHARED = SHARED
 NCCL_JOB = SHARED / "hta_traces" / "trace_filter"
 XPLANE = SHARED / "gpu_traces" / "tf2_gpu_multiworker.xplane.pb"
 MXNET = SHARED / "gpu_traces" / "mxnet_gpu_mnist_cnn_profile.json"

@@ -8,11 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from shared_data import SHARED
 
 from ddltrace.cli import main
 from ddltrace.store import TraceStore
 
-CNTK = Path("/work/shared/cntk_traces")
+CNTK = SHARED / "cntk_traces"
 VENV_DDLTRACE = Path(sys.executable).parent / "ddltrace"
 
 

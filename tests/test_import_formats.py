@@ -8,11 +8,12 @@ import re
 from pathlib import Path
 
 import pytest
+from shared_data import SHARED
 
 from ddltrace.collectors.importers import Categorizer, ImportContext, detect
 from ddltrace.collectors.importers.base import FileReport
 
-SHARED = Path("/work/shared")
+SHARED = SHARED
 HTA = SHARED / "hta_traces"
 CNTK = SHARED / "cntk_traces"
 MPI = SHARED / "mpi_traces"

@@ -9,14 +9,15 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from shared_data import SHARED
 
 from ddltrace.collectors.importers import Categorizer, ImportContext, get_importer
 from ddltrace.collectors.importers.base import FileReport
 from ddltrace.collectors.importers.chrome import read_chrome
 from ddltrace.errors import DdltraceError
 
-CNTK = Path("/work/shared/cntk_traces")
-CPU_ONLY = Path("/work/shared/hta_traces/cpu_only")
+CNTK = SHARED / "cntk_traces"
+CPU_ONLY = SHARED / "hta_traces/cpu_only"
 
 
 def _real_json() -> bytes:

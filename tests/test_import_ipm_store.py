@@ -9,12 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from shared_data import SHARED
 
 from ddltrace.cli import main
 from ddltrace.store import TraceStore
 
-IPM_FILES = [Path("/work/shared/mpi_traces/ipm-xml/hunold.1491561509.276565.ipm.xml"),
-             Path("/work/shared/wild_traces/ipm_hunold_1494937738/hunold.1494937738.200810.ipm.xml")]
+IPM_FILES = [SHARED / "mpi_traces/ipm-xml/hunold.1491561509.276565.ipm.xml",
+             SHARED / "wild_traces/ipm_hunold_1494937738/hunold.1494937738.200810.ipm.xml"]
 present = [pytest.param(p, id=f"{p.name}") for p in IPM_FILES if p.exists()]
 pytestmark = pytest.mark.skipif(not present, reason="shared IPM profiles absent")
 

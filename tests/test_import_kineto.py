@@ -13,13 +13,14 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from shared_data import SHARED
 
 from ddltrace.cli import main
 from ddltrace.collectors.importers import Categorizer
 from ddltrace.store import TraceStore
 
-WILD = Path("/work/shared/wild_traces")
-HTA = Path("/work/shared/hta_traces")
+WILD = SHARED / "wild_traces"
+HTA = SHARED / "hta_traces"
 RESNET_1_9 = WILD / "kineto_tb_resnet50_w0" / "worker0.1623143089861.pt.trace.json.gz"
 B200_NO_METADATA = WILD / "tracelens_b200_eager" / "eager_trace.json.gz"
 MI300_ROCM = WILD / "tracelens_mi300_resnet_ckpt" / "resnet_act_checkpoint.json.gz"

@@ -12,12 +12,13 @@ from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import pytest
+from shared_data import SHARED
 
 from ddltrace.cli import main
 from ddltrace.collectors.importers.chrome import read_chrome
 from ddltrace.store import TraceStore
 
-HTA_NS = Path("/work/shared/wild_traces/hta_ns_resolution_rank0")
+HTA_NS = SHARED / "wild_traces/hta_ns_resolution_rank0"
 MAX_NS = (1 << 53) * 1000  # 2**53 µs: the documented range of a time
 
 

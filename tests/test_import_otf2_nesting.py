@@ -7,13 +7,14 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from shared_data import SHARED
 
 from ddltrace.analyses.phases import segment_rank
 from ddltrace.cli import main
 from ddltrace.store import TraceStore
 from ddltrace.summary import summarize
 
-PAPI = Path("/work/shared/wild_traces/pipit_otf2_papi")
+PAPI = SHARED / "wild_traces/pipit_otf2_papi"
 pytestmark = pytest.mark.skipif(not PAPI.exists(), reason="shared wild traces absent")
 
 

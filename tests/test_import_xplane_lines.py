@@ -11,13 +11,14 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from shared_data import SHARED
 
 from ddltrace.analyses.phases import segment_rank
 from ddltrace.cli import main
 from ddltrace.collectors.importers import protowire as pw
 from ddltrace.store import TraceStore
 
-MULTIWORKER = Path("/work/shared/gpu_traces/tf2_gpu_multiworker.xplane.pb")
+MULTIWORKER = SHARED / "gpu_traces/tf2_gpu_multiworker.xplane.pb"
 
 
 def _device_lines(path: Path) -> dict:

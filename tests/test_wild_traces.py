@@ -34,12 +34,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from shared_data import SHARED
 
 from ddltrace.cli import main
 from ddltrace.store import TraceStore
 
 REPO = Path(__file__).resolve().parent.parent
-ROOTS = {"shared": next((p for p in (REPO.parent / "shared" / "wild_traces", Path("/work/shared/wild_traces"))
+ROOTS = {"shared": next((p for p in (REPO.parent / "shared" / "wild_traces", SHARED / "wild_traces")
                          if p.is_dir()), None),
          "repo": REPO / "tests" / "data" / "wild"}
 NOT_TRACES = {"MANIFEST.md", "scorep.cfg", "PROVENANCE.md"}
