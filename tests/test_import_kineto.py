@@ -13,7 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from shared_data import SHARED
+from shared_data import SHARED, corpus, needs
 
 from ddltrace.cli import main
 from ddltrace.collectors.importers import Categorizer
@@ -25,8 +25,8 @@ RESNET_1_9 = WILD / "kineto_tb_resnet50_w0" / "worker0.1623143089861.pt.trace.js
 B200_NO_METADATA = WILD / "tracelens_b200_eager" / "eager_trace.json.gz"
 MI300_ROCM = WILD / "tracelens_mi300_resnet_ckpt" / "resnet_act_checkpoint.json.gz"
 MI250_ROCM = HTA / "amd_trace" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
-CORPUS = Path(__file__).parent / "data" / "wild"
-MTIA = CORPUS / "hta_mtia_inference" / "mtia_inference_rank_0.json.gz"
+MTIA = corpus("hta_mtia_inference", "mtia_inference_rank_0.json.gz")
+BERT_H100 = corpus("tracelens_h100_bert_small", "gaunernst_bert-small-uncased__1016001.json.gz")
 #: Kineto's device-work cats, both generations (lower-cased): kernels, copies and fills.
 DEVICE_WORK = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
 COLLECTIVE_KEYS = ("Collective name", "Process Group Name")
@@ -168,12 +168,12 @@ def test_rocm_kernel_time_per_device_lane(tmp_path, capsys, path):
     assert "uncategorised" not in printed
 
 
-@pytest.mark.parametrize("path", [
-    CORPUS / "tracelens_h100_bert_small" / "gaunernst_bert-small-uncased__1016001.json.gz",
-    CORPUS / "tracelens_mi210_gpu_only" / "gpu_only_trace.json.gz",  # no "GPU N" label: device 1 in args only
-    CORPUS / "tracelens_sglang_decode" / "sglang_Qwen3-8B_decode.json.gz",  # no M events: device 9 in args only
-    CORPUS / "tracelens_torch_compile_triton" / "trace.json.gz",
-], ids=["h100", "mi210", "sglang", "triton"])
+@pytest.mark.parametrize("path", [pytest.param(p, marks=needs(p)) for p in (
+    BERT_H100,
+    corpus("tracelens_mi210_gpu_only", "gpu_only_trace.json.gz"),  # no "GPU N" label: device 1 in args only
+    corpus("tracelens_sglang_decode", "sglang_Qwen3-8B_decode.json.gz"),  # no M events: device 9 in args only
+    corpus("tracelens_torch_compile_triton", "trace.json.gz"),
+)], ids=["h100", "mi210", "sglang", "triton"])
 def test_kernel_time_per_device_lane_of_the_corpus(tmp_path, capsys, path):
     """Kineto files of the corpus: device work per lane (events, time to 1 us) is the file's, and host threads'
     own work never lands on a device lane (the H100 file's Python tracer writes a thread with pid 0, the pid
@@ -189,6 +189,7 @@ def test_kernel_time_per_device_lane_of_the_corpus(tmp_path, capsys, path):
     assert "uncategorised" not in printed
 
 
+@needs(MTIA)
 def test_mtia_device_events(tmp_path, capsys):
     """MTIA's device work (cat mtia_ccp_events, process "MTIA 17"): DMA requests are memcpy, a stream waiting on
     another's event is wait, the rest compute; per category the time is the file's, to 1 us."""
@@ -225,6 +226,7 @@ def _union_ns(intervals) -> int:
     return busy
 
 
+@needs(BERT_H100)
 def test_gpu_user_annotations_are_marks_not_device_time(tmp_path, capsys):
     """A gpu_user_annotation span (bert-small's ProfilerStep#6 as seen on stream 7, 3.9 ms over its kernels) is
     kept on the stream's annotation lane, never device time: info's device events are the file's kernels,
@@ -232,7 +234,7 @@ def test_gpu_user_annotations_are_marks_not_device_time(tmp_path, capsys):
     the device side of info or analyze counts the annotation ('other' 0 on the device)."""
     from ddltrace.analyses.run_analysis import analyze_store
 
-    path = CORPUS / "tracelens_h100_bert_small" / "gaunernst_bert-small-uncased__1016001.json.gz"
+    path = BERT_H100
     events = [e for e in _events(path) if e.get("ph") == "X"]
     work = [e for e in events if str(e.get("cat", "")).lower() in DEVICE_WORK]
     marks = [e for e in events if e.get("cat") == "gpu_user_annotation"]
@@ -256,6 +258,7 @@ def test_gpu_user_annotations_are_marks_not_device_time(tmp_path, capsys):
     assert int(host_row[2]) == len(tl) - len(work) - len(marks)  # the host row's events: neither side's
 
 
+@needs(MTIA)
 def test_mtia_runtime_threads_are_host_work(tmp_path, capsys):
     """MTIA's runtime calls (cat mtia_runtime) sit on threads of the device's own process ("MTIA 17", threads
     "Stream N Submission Queue"): they are host work, on cpu/ lanes, and info's device events are the file's
