@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from ddltrace.collectors.microbench import ccompile, network
-from ddltrace.collectors.microbench.measure import OtherCpu
+from ddltrace.collectors.microbench.measure import OtherCpu, linear_fit
 
 PINGPONG_C = r"""
 #include <arpa/inet.h>
@@ -122,8 +122,8 @@ def ddltrace_probe(srv_pin: list[str], cli_cpu: int | None, rounds: int):
             one_byte = [client.pingpong(1, rounds) for _ in range(3)]
             lat = network.latency_sweep(client, repeats=3, min_time=0.05)
             streams = network.stream_sweep(client, (64 << 20, 128 << 20, 256 << 20, 512 << 20), repeats=3)
-        lat_fit = network.linear_fit([s for s, _ in lat], [m.value for _, m in lat], relative=True)
-        bw_fit = network.linear_fit([s for s, _ in streams], [m.value for _, m in streams])
+        lat_fit = linear_fit([s for s, _ in lat], [m.value for _, m in lat], relative=True)
+        bw_fit = linear_fit([s for s, _ in streams], [m.value for _, m in streams])
         return float(np.median(one_byte)), lat_fit, bw_fit
     finally:
         os.sched_setaffinity(0, before)

@@ -25,10 +25,11 @@ ADDR_SERVER, ADDR_CLIENT = "10.213.77.2", "10.213.77.1"
 CLIENT = """
 import json, sys
 from ddltrace.collectors.microbench import network
+from ddltrace.collectors.microbench.measure import linear_fit
 host, port, sizes = sys.argv[1], int(sys.argv[2]), [int(s) for s in sys.argv[3:]]
 with network.ProbeClient(host, port, timeout=10) as c:
     points = network.stream_sweep(c, sizes, repeats=3)
-fit = network.linear_fit([s for s, _ in points], [m.value for _, m in points])
+fit = linear_fit([s for s, _ in points], [m.value for _, m in points])
 print(json.dumps({"r_net": fit.slope, "ci": fit.slope_ci}))
 """
 
