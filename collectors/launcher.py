@@ -27,7 +27,6 @@ import shlex
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -92,17 +91,12 @@ def _header_progress(folder: Path) -> tuple[int, int]:
     """(ranks alive, MPI calls so far) from the record files' headers."""
     alive = calls = 0
     for path in folder.glob("rank-*.pmpi"):
-        try:
-            with open(path, "rb") as fh:
-                head = fh.read(48)
-        except OSError:
+        header = record_sets.peek_header(path)
+        if header is None:
             continue
-        if len(head) < 48:
-            continue
-        pid, n_slots, state = struct.unpack_from("<iQI", head, 28)
+        _rank, _world, pid, n_slots, state = header
         calls += n_slots
-        if state in (1, 2) and psutil.pid_exists(pid):
-            alive += 1
+        alive += state in record_sets.INSIDE_MPI and psutil.pid_exists(pid)
     return alive, calls
 
 

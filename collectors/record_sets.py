@@ -126,20 +126,32 @@ def load(path: str | Path) -> RecordSet:
     return RecordSet(path=path, job=job, rank_files=files, size_bytes=size, live_ranks=_live_ranks(files))
 
 
+#: The live part of a record file's header (runtime.c), at byte 20: rank, world size, pid, records written, state.
+_LIVE_HEADER = struct.Struct("<iiiQI")
+#: Header states of a rank inside MPI: initialised, finalising.
+INSIDE_MPI = (1, 2)
+
+
+def peek_header(path: Path) -> tuple[int, int, int, int, int] | None:
+    """(rank, world size, pid, records written, state) from a record file's header; None when it cannot be read
+    or is shorter than that."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(20 + _LIVE_HEADER.size)
+    except OSError:
+        return None
+    if len(head) < 20 + _LIVE_HEADER.size:
+        return None
+    return _LIVE_HEADER.unpack_from(head, 20)
+
+
 def _live_ranks(files: list[Path]) -> list[int]:
     """Ranks whose process is alive and inside MPI (header state initialised or finalising)."""
     live = []
     for path in files:
-        try:
-            with open(path, "rb") as fh:
-                head = fh.read(48)
-        except OSError:
-            continue
-        if len(head) < 48:
-            continue
-        rank, _world, pid, _slots, state = struct.unpack_from("<iiiQI", head, 20)
-        if state in (1, 2) and psutil.pid_exists(pid):
-            live.append(rank)
+        header = peek_header(path)
+        if header is not None and header[4] in INSIDE_MPI and psutil.pid_exists(header[2]):
+            live.append(header[0])
     return live
 
 
