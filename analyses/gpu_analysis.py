@@ -3,9 +3,10 @@ reads it, and what the store holds for them (its device capabilities, :mod:`ddlt
 
 Each question has its module: :mod:`~ddltrace.analyses.gpu_temporal` (idle / compute / non-compute per device
 and stream), :mod:`~ddltrace.analyses.gpu_kernels` (time by class and by kernel, and across ranks),
-:mod:`~ddltrace.analyses.gpu_overlap` (communication-computation overlap). Launch statistics and queue length
-need the correlation between a CPU launch and its kernel, which the store does not keep: they are listed as
-not made.
+:mod:`~ddltrace.analyses.gpu_overlap` (communication-computation overlap), :mod:`~ddltrace.analyses.gpu_launch`
+(CUDA launch statistics) and :mod:`~ddltrace.analyses.gpu_queue` (queue length per stream). The last two need
+the correlation ids between a CPU launch and its kernel (the timeline's ``correlation`` column, from Kineto):
+where no rank has them they are listed as not made.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ddltrace.analyses import gpu_kernels, gpu_overlap, gpu_temporal
+from ddltrace.analyses import gpu_kernels, gpu_launch, gpu_overlap, gpu_queue, gpu_temporal
 from ddltrace.analyses.gpu_lanes import device_work, has_streams
 
 
@@ -30,6 +31,9 @@ class GpuAnalysis:
     device_ranks: list[int] = field(default_factory=list)
     stream_ranks: list[int] = field(default_factory=list)
     comm_ranks: list[int] = field(default_factory=list)
+    launches: list = field(default_factory=list)
+    queues: list = field(default_factory=list)
+    launch_ranks: list[int] = field(default_factory=list)
 
     def add_rank(self, rank: int, timeline: pd.DataFrame) -> None:
         """Measure one rank's device work (nothing when it has none)."""
@@ -47,6 +51,12 @@ class GpuAnalysis:
         self.kernels.append(gpu_kernels.top_kernels(rank, work))
         self.overlap.append(gpu_overlap.comm_comp_overlap(rank, work))
         self.kernel_sums.append(work.groupby(["category", "name"])["dur_ns"].sum().rename(rank))
+        pairs = gpu_launch.launch_pairs(timeline, work)
+        if len(pairs):
+            self.launch_ranks.append(rank)
+            self.launches.append(gpu_launch.launch_stats(rank, pairs))
+            window = int((timeline["start_ns"] + timeline["dur_ns"]).max() - timeline["start_ns"].min())
+            self.queues.append(gpu_queue.queue_summary(rank, gpu_queue.queue_length_series(pairs), window))
 
     @staticmethod
     def _frame(parts: list, columns: list[str]) -> pd.DataFrame:
@@ -67,6 +77,14 @@ class GpuAnalysis:
     def overlap_table(self) -> pd.DataFrame:
         return self._frame(self.overlap, gpu_overlap.COLUMNS)
 
+    def launch_table(self) -> pd.DataFrame:
+        """CUDA launch statistics, one row per rank with correlated launches (:mod:`~ddltrace.analyses.gpu_launch`)."""
+        return self._frame(self.launches, gpu_launch.COLUMNS)
+
+    def queue_table(self) -> pd.DataFrame:
+        """Queue length per stream of every rank with correlated launches (:mod:`~ddltrace.analyses.gpu_queue`)."""
+        return self._frame(self.queues, gpu_queue.COLUMNS)
+
     def across_ranks(self, k: int = gpu_kernels.TOP_K) -> pd.DataFrame:
         """See :func:`~ddltrace.analyses.gpu_kernels.across_ranks`."""
         return gpu_kernels.across_ranks(self.kernel_sums, k)
@@ -82,6 +100,8 @@ class GpuAnalysis:
             have.add("device_comm")
         if len(self.device_ranks) >= 2:
             have.add("device_ranks")
+        if self.launch_ranks:
+            have.add("correlation")
         return frozenset(have)
 
     def holding(self) -> str:
@@ -94,5 +114,8 @@ class GpuAnalysis:
             said.append("device lanes that are not streams (no stream ids)" if not self.stream_ranks else
                         f"stream ids on {len(self.stream_ranks)} of them only")
         said.append("communication kernels" if self.comm_ranks else "no communication kernel")
-        said.append("no correlation ids kept between CPU launches and kernels")
+        if not self.launch_ranks:
+            said.append("no correlation ids linking a CPU launch (cudaLaunchKernel, ...) to its kernel")
+        elif len(self.launch_ranks) < n:
+            said.append(f"correlated launches on {len(self.launch_ranks)} of them only")
         return ", ".join(said)

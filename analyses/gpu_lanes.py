@@ -30,7 +30,7 @@ WORK = ("compute", "comm", "memcpy")
 CLASS_TITLES = {"compute": "compute kernels (HTA: COMPUTATION)", "comm": "communication kernels (HTA: COMMUNICATION)",
                 "memcpy": "memory copies and fills (HTA: MEMORY)"}
 WORK_COLUMNS = {"device": object, "stream": object, "name": object, "category": object, "start_ns": "int64",
-                "end_ns": "int64", "dur_ns": "int64", "step": "Int64"}
+                "end_ns": "int64", "dur_ns": "int64", "step": "Int64", "correlation": "Int64"}
 #: A device lane's second part names a stream when it says so (Kineto's "stream 7", XPlane's "Stream #7(...)").
 _STREAM = re.compile(r"(?i)\bstream\b")
 
@@ -44,7 +44,8 @@ def split_lane(lane: str) -> tuple[str, str]:
 def device_work(timeline: pd.DataFrame) -> pd.DataFrame:
     """The device work of one rank's timeline (rows on a device lane whose category is in :data:`WORK`):
     columns ``device``, ``stream``, ``name``, ``category`` (str), ``start_ns``, ``end_ns``, ``dur_ns``,
-    ``step`` (the training step the importer linked the row to, <NA> where none)."""
+    ``step`` (the training step the importer linked the row to, <NA> where none), ``correlation`` (the id linking
+    the row to its host launch, <NA> where the trace gives none)."""
     on_device = device_lanes(timeline["lane"]) if len(timeline) else np.zeros(0, bool)
     rows = timeline[on_device]
     rows = rows[rows["category"].astype(str).isin(WORK)]
@@ -58,7 +59,8 @@ def device_work(timeline: pd.DataFrame) -> pd.DataFrame:
         "device": parts[0].to_numpy(object), "stream": parts[2].to_numpy(object),
         "name": rows["name"].astype(str).to_numpy(object), "category": rows["category"].astype(str).to_numpy(object),
         "start_ns": start, "end_ns": start + dur, "dur_ns": dur,
-        "step": rows["step"].to_numpy() if "step" in rows else pd.array([pd.NA] * len(rows), dtype="Int64"),
+        **{column: rows[column].array if column in rows else pd.array([pd.NA] * len(rows), dtype="Int64")
+           for column in ("step", "correlation")},
     })
 
 

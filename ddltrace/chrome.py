@@ -22,7 +22,7 @@ import pandas as pd
 from ddltrace.errors import DdltraceError
 from ddltrace.store import TraceStore, atomic_output
 
-_ARG_COLUMNS = ("bytes", "peer", "step", "tag", "comm", "request")
+_ARG_COLUMNS = ("bytes", "peer", "step", "tag", "comm", "request", "correlation")
 MACHINE_PID = 2**31 - 1
 _encode = msgspec.json.Encoder().encode  # pid of the "machine" process that holds machine-wide counters
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ddltrace.analyses.gpu_launch import LAUNCH_DELAY_CUTOFF_NS, RUNTIME_CUTOFF_NS
+from ddltrace.analyses.gpu_queue import MAX_QUEUE_LENGTH
 from ddltrace.units import format_ns, format_percent
 
 MAX_ROWS = 32
@@ -20,6 +22,16 @@ KERNELS = f"Top {TOP_SHOWN} kernels per rank and device (by summed duration; --j
 ACROSS = "Kernel time across ranks (summed duration per rank of the kernels with the most time over all ranks)"
 OVERLAP = ("Communication-computation overlap (HTA's definition: the share of communication-kernel time during "
            "which a compute kernel also runs on the device)")
+
+LAUNCHES = ("CUDA launch statistics (HTA's definitions; each runtime launch call (cudaLaunchKernel, "
+            "cudaMemcpyAsync, cudaMemsetAsync, ...) paired with the kernel, copy or fill of the same correlation id; "
+            "CPU: the call's duration; GPU: the activity's; delay: the activity's start minus the call's end; "
+            f"outliers: CPU above {format_ns(RUNTIME_CUTOFF_NS)}, delay above {format_ns(LAUNCH_DELAY_CUTOFF_NS)}; "
+            f"short: CPU at most {format_ns(RUNTIME_CUTOFF_NS)} and GPU below CPU)")
+QUEUES = ("Queue length per stream (HTA's definition: operations launched and not yet started, +1 at a launch "
+          "call's start, -1 at its activity's start; mean over the changes as HTA, and weighted by time over the "
+          f"stream's first to last change; full: time at {MAX_QUEUE_LENGTH} or more, the host blocked in the "
+          "launch call; share of the rank's window)")
 
 
 def _columns(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -61,6 +73,23 @@ def gpu_tables(run, top: int = TOP_SHOWN) -> list[tuple[str, pd.DataFrame]]:
             [[a["class"], _cut(a["name"]), a["ranks"], format_ns(a["min_ns"]), format_ns(a["median_ns"]),
               format_ns(a["max_ns"]), f"{a['min_rank']} / {a['max_rank']}"] for _, a in across.iterrows()],
             columns=["class", "kernel", "ranks", "min", "median", "max", "rank of min / max"])))
+    launches = gpu.launch_table()
+    if len(launches):
+        tables.append((LAUNCHES, pd.DataFrame(
+            [[x["rank"], x["launches"], *[f"{format_ns(x[f'{k}_mean_ns'])} / {format_ns(x[f'{k}_median_ns'])} / "
+                                          f"{format_ns(x[f'{k}_max_ns'])}"
+                                          for k in ("cpu_duration", "gpu_duration", "launch_delay")],
+              format_ns(x["launch_delay_p95_ns"]), x["runtime_outliers"], x["launch_delay_outliers"],
+              x["short_kernels"]] for x in launches.to_dict("records")],
+            columns=["rank", "launches", "CPU mean / median / max", "GPU mean / median / max",
+                     "delay mean / median / max", "delay p95", "CPU outliers", "delay outliers", "short"])))
+        queues = gpu.queue_table()
+        tables.append((QUEUES, pd.DataFrame(
+            [[q["rank"], q["device"], q["stream"], q["changes"], f"{q['mean_hta']:.1f}",
+              f"{q['mean_time_weighted']:.1f}", q["max"], q["min"],
+              f"{format_ns(q['time_at_max_queue_ns'])} ({format_percent(q['share_at_max_queue'])})"]
+             for q in queues.to_dict("records")],
+            columns=["rank", "device", "stream", "changes", "mean (HTA)", "mean (time)", "max", "min", "full"])))
     overlap = gpu.overlap_table()
     if len(overlap):
         tables.append((OVERLAP, pd.DataFrame(
@@ -101,7 +130,7 @@ def gpu_json(run) -> dict:
     return {
         "definitions": {"temporal": TEMPORAL, "streams": STREAMS, "classes": CLASSES,
                         "kernels": "top 10 kernels per rank and device by summed duration, the rest as (others)",
-                        "across_ranks": ACROSS, "overlap": OVERLAP},
+                        "across_ranks": ACROSS, "overlap": OVERLAP, "launches": LAUNCHES, "queues": QUEUES},
         "device_ranks": gpu.device_ranks,
         "temporal": records(gpu.temporal_table()),
         "temporal_streams": records(gpu.temporal_table(streams=True)) if "streams" in run.capabilities else [],
@@ -109,4 +138,6 @@ def gpu_json(run) -> dict:
         "kernels": records(gpu.kernel_table()),
         "kernels_across_ranks": records(gpu.across_ranks()) if "device_ranks" in run.capabilities else [],
         "overlap": records(gpu.overlap_table()),
+        "launches": records(gpu.launch_table()),
+        "queues": records(gpu.queue_table()),
     }

@@ -47,6 +47,7 @@ from ddltrace.timeline import (
     CATEGORIES,
     CATEGORY_DTYPE,
     COUNTER_DTYPES,
+    LATER_COLUMNS,
     TIMELINE_DTYPES,
     empty_counters,
     empty_timeline,
@@ -365,6 +366,10 @@ class TraceStore:
             raise StoreError(f"{path}: a folder, not a Parquet file") from exc
         except (OSError, pa.ArrowException) as exc:
             raise StoreError(f"{path}: corrupt Parquet file ({exc})") from exc
+        if dtypes is TIMELINE_DTYPES:  # written before a later column existed: it reads as all missing
+            for column in LATER_COLUMNS:
+                if column not in frame.columns:
+                    frame.insert(list(dtypes).index(column), column, pd.array([pd.NA] * len(frame), dtypes[column]))
         missing = [c for c in dtypes if c not in frame.columns]
         if missing:
             raise StoreError(f"{path}: missing column(s) {', '.join(missing)}")

@@ -17,6 +17,7 @@ step        Int64       training step, where the source marks it
 tag         Int32       MPI tag of a point-to-point call
 comm        Int64       communicator id (per rank, as recorded)
 request     Int64       MPI request handle, to match a Wait to its Isend / Irecv
+correlation Int64       id linking a GPU activity to the host call that launched it (Kineto ``correlation``)
 source      object/str  collector or importer that made the row ("pmpi", "kineto", ...)
 ==========  ==========  =============================================================
 
@@ -67,8 +68,11 @@ TIMELINE_DTYPES: dict[str, Any] = {
     "tag": "Int32",
     "comm": "Int64",
     "request": "Int64",
+    "correlation": "Int64",
     "source": "str",
 }
+#: Columns added after stores were first written: a store without one reads it as all missing.
+LATER_COLUMNS = ("correlation",)
 #: Columns a caller must give; the others default to missing (or "" for strings).
 TIMELINE_REQUIRED = ("rank", "name", "category", "start_ns", "dur_ns")
 
@@ -79,6 +83,8 @@ COUNTER_DTYPES: dict[str, Any] = {
     "value": "float64",
 }
 
+#: The optional integer columns (missing where the source does not give them).
+NULLABLE_INTEGER_COLUMNS = ("bytes", "peer", "step", "tag", "comm", "request", "correlation")
 _STRING_COLUMNS = {"lane": "main", "name": "", "source": ""}
 _MAX_LISTED = 20
 
@@ -153,7 +159,7 @@ def validate_timeline(df: pd.DataFrame) -> None:
         elif column in ("start_ns", "dur_ns"):
             _check_integer_column(df, column, problems, nullable=False, exact_dtype="int64",
                                   minimum=0 if column == "dur_ns" else None)
-        elif column in ("bytes", "peer", "step", "tag", "comm", "request"):
+        elif column in NULLABLE_INTEGER_COLUMNS:
             _check_integer_column(df, column, problems, nullable=True, exact_dtype=TIMELINE_DTYPES[column],
                                   minimum=0 if column == "bytes" else None)
         elif column == "category":

@@ -160,14 +160,14 @@ def test_kernel_time_across_ranks(nccl_run):
 
 
 @needs[NCCL_JOB]
-def test_analyze_shows_the_gpu_section_and_says_launches_were_not_made(nccl_run, capsys):
+def test_analyze_shows_the_gpu_section_with_launches_and_queues(nccl_run, capsys):
     store, _, truths = nccl_run
     capsys.readouterr()
     assert main(["analyze", str(store)]) == 0
     text = capsys.readouterr().out
     assert "Temporal breakdown per device (HTA's definition" in text
     assert "Communication-computation overlap" in text
-    assert "CUDA launch statistics and queue length per stream: needs correlation ids" in text
+    assert "CUDA launch statistics (HTA's definitions" in text and "Queue length per stream (HTA's" in text
     assert main(["analyze", str(store), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     gpu = doc["stores"][0]["gpu"]
@@ -175,8 +175,8 @@ def test_analyze_shows_the_gpu_section_and_says_launches_were_not_made(nccl_run,
     (device, want), = rank0.items()
     row = next(r for r in gpu["temporal"] if r["rank"] == 0 and r["device"] == device)
     assert row["idle_ns"] == pytest.approx(want["window"] - want["busy"], abs=50)
-    assert {s["analysis"] for s in doc["not_made"]} >= {"gpu_launches"}
-    assert "gpu_temporal" not in {s["analysis"] for s in doc["not_made"]}
+    assert not {"gpu_launches", "gpu_temporal"} & {s["analysis"] for s in doc["not_made"]}
+    assert [r["rank"] for r in gpu["launches"]] == [0, 1] and gpu["queues"]
 
 
 @needs[NCCL_JOB]
@@ -186,7 +186,7 @@ def test_report_has_the_gpu_section(nccl_run, tmp_path):
     assert main(["report", str(store), "--out", str(out)]) == 0
     html = (out / "report.html").read_text()
     assert "<h2>GPU</h2>" in html and "Temporal breakdown per device" in html
-    assert "no correlation ids" in html
+    assert "CUDA launch statistics" in html and "Queue length per stream" in html
     md = (out / "report.md").read_text()
     assert "## GPU" in md and "Communication\\-computation overlap" in md
 
@@ -246,6 +246,7 @@ def test_mxnet_gpu_lanes_are_device_lanes_without_stream_ids(tmp_path):
     assert skipped["gpu_kernels_across_ranks"].needs == "device work on two or more ranks"
     assert "device work on 1 rank," in skipped["gpu_kernels_across_ranks"].holds
     assert "no communication kernel" in skipped["gpu_overlap"].holds
+    assert "no correlation ids" in skipped["gpu_launches"].holds
     assert "gpu_temporal" not in skipped
 
 

@@ -21,7 +21,14 @@ import pyarrow as pa
 from ddltrace.collectors.importers.categories import Categorizer
 from ddltrace.collectors.importers.source import ByteSource
 from ddltrace.errors import DdltraceError
-from ddltrace.timeline import CATEGORIES, CATEGORY_DTYPE, TIMELINE_DTYPES, make_timeline, time_order
+from ddltrace.timeline import (
+    CATEGORIES,
+    CATEGORY_DTYPE,
+    NULLABLE_INTEGER_COLUMNS,
+    TIMELINE_DTYPES,
+    make_timeline,
+    time_order,
+)
 
 RANK_FROM = ("auto", "name", "dir", "order")
 
@@ -175,7 +182,7 @@ def build_timeline(*, rank: int, lane_codes: np.ndarray, lane_table: list[str], 
         "dur_ns": np.asarray(dur_ns, dtype=np.int64),
         "source": strings(np.zeros(len(start_ns), dtype=np.int64), [fmt]),
     }
-    for column in ("bytes", "peer", "step", "tag", "comm", "request"):
+    for column in NULLABLE_INTEGER_COLUMNS:
         columns[column] = missing(len(start_ns), TIMELINE_DTYPES[column])
     columns.update(extra or {})
     return make_timeline(columns)

@@ -67,9 +67,11 @@ def _is_int(value) -> bool:
 
 
 class DeviceArgsFields(msgspec.Struct, gc=False):
-    """The ``args`` keys of a device event that say where it ran and whether it is part of a collective; the
+    """The ``args`` keys of a device event that say where it ran and whether it is part of a collective, and
+    the ``correlation`` id that links a runtime launch to the device activity it launched (both carry it); the
     rest of the object is skipped undecoded."""
 
+    correlation: Any = -1
     device: Any = msgspec.UNSET
     stream: Any = msgspec.UNSET
     collective: Any = msgspec.field(default=msgspec.UNSET, name="Collective name")
@@ -87,6 +89,7 @@ class DeviceArgs:
     stream's annotation lane, apart from its kernels."""
 
     def __init__(self):
+        self.correlations: list[np.ndarray] = []  # each event's correlation id (-1: none), in the reader's order
         self.lanes: set[tuple] = set()  # (device, stream) of every device event placed from its args
         self.moved: dict[tuple, tuple] = {}  # (pid, tid) as written -> (device, stream), where they differ
         self._seen: set[str] = set()  # cats as written
@@ -112,12 +115,19 @@ class DeviceArgs:
                 self._host.add(cat)
             elif cat.lower() == ANNOTATION_CAT:
                 self._marks.add(cat)
+        self.correlations.append(_correlations([e.args for e in events]))
         host, marks = self._host, self._marks
         for event in [e for e in events if e.cat not in host]:
             if event.cat in marks:
                 event.tid = (_ANNOTATES, event.tid)
             elif event.args is not None:
                 self._amend(event)
+
+    def row_correlation(self, rows: int) -> np.ndarray:
+        """The correlation id of each of the trace's ``rows`` intervals (-1: none); the ``X`` events come first,
+        in the order this amended them, then the paired ``B``/``E`` ones (which carry none)."""
+        ids = np.concatenate(self.correlations) if self.correlations else np.empty(0, np.int64)
+        return np.concatenate([ids, np.full(rows - len(ids), -1, np.int64)])
 
     def _amend(self, event) -> None:
         args = event.args
@@ -136,6 +146,28 @@ class DeviceArgs:
             self.lanes.add((device, stream))
         if args.collective is not msgspec.UNSET or args.group is not msgspec.UNSET:
             event.cat += COLLECTIVE_TAG
+
+
+def _correlations(args: list) -> np.ndarray:
+    """The ``correlation`` of each event's args (as decoded into :class:`DeviceArgsFields`, raw, or None), -1
+    where there is none or it is not a non-negative integer."""
+    try:
+        ids = np.array([a.correlation for a in args])
+        if ids.dtype.kind == "i":
+            return np.maximum(ids.astype(np.int64, copy=False), -1)
+    except (AttributeError, OverflowError):  # args absent or read raw; an id beyond int64
+        pass
+    return np.array([_correlation(a) for a in args], dtype=np.int64)
+
+
+def _correlation(args) -> int:
+    if isinstance(args, msgspec.Raw):
+        try:
+            args = _DECODE_ARGS.decode(args) if len(args) > 2 else None
+        except msgspec.DecodeError:
+            return -1
+    value = getattr(args, "correlation", -1)
+    return value if _is_int(value) and 0 <= value < 1 << 63 else -1
 
 
 def _cpu_lanes(trace) -> set:
@@ -256,7 +288,8 @@ def read(path: Path, ctx: ImportContext):
     lane_name = _lane_namer(trace, device_args.lanes)
     gpu_lane = np.array([(lane_name(pid, tid) or "").startswith("gpu:") for pid, tid in trace.lanes], dtype=bool)
     yield chrome_part(trace, fmt="kineto", rank=rank, ctx=ctx, lane_name=lane_name, offset_ns=offset, clock=clock,
-                      info=extra, row_steps=row_steps(trace, gpu_lane), drop_reason="profiler bookkeeping spans")
+                      info=extra, row_steps=row_steps(trace, gpu_lane), drop_reason="profiler bookkeeping spans",
+                      row_correlation=device_args.row_correlation(len(trace.ts_ns)))
 
 
 register(Importer("kineto", "PyTorch profiler / Kineto trace JSON (.json, .json.gz)", sniff, read))

@@ -1,0 +1,86 @@
+"""CUDA launch statistics (HTA's ``get_cuda_kernel_launch_stats``): for each device activity launched by a host
+runtime call, the duration of the call on the CPU, the duration of the activity on the GPU and the launch delay.
+
+A *launch* is a host row (not on a device lane) named as one of HTA's runtime launch calls
+(:data:`LAUNCH_NAMES`: ``cudaLaunchKernel``, ``cudaMemcpyAsync``, ``cudaMemsetAsync``, their driver-API and
+HIP counterparts), paired with the device work (kernel, copy or fill: :func:`~ddltrace.analyses.gpu_lanes.
+device_work`) that carries the same correlation id on the same rank (Kineto writes ``args.correlation`` on both).
+For each pair, all in ns:
+
+* ``cpu_duration_ns``: the runtime call's duration;
+* ``gpu_duration_ns``: the device activity's duration;
+* ``launch_delay_ns``: the activity's start minus the runtime call's end (HTA's documented definition, "the
+  difference between GPU kernel starting and CPU operator ending"; HTA 0.5's code computes
+  ``ts_gpu - ts_cpu + dur_cpu``, i.e. this plus twice ``cpu_duration_ns``).
+
+Outliers by HTA's cut-offs (its ``runtime_cutoff`` = 50 µs and ``launch_delay_cutoff`` = 100 µs): runtime
+outliers (CPU duration above 50 µs), launch-delay outliers (delay above 100 µs) and short kernels (CPU duration
+at most 50 µs and GPU duration below it: the host spent longer launching than the device running; a
+launch-bound sign).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ddltrace.analyses.breakdown import device_lanes
+
+#: The runtime calls that put work on a stream (HTA's ``get_runtime_launch_events_mask``, CUDA and ROCm).
+LAUNCH_NAMES = frozenset({
+    "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaMemcpyAsync",
+    "cudaMemsetAsync", "hipLaunchKernel", "hipExtModuleLaunchKernel", "hipMemcpyAsync", "hipMemsetAsync",
+    "hipMemcpyWithStream",
+})
+#: HTA's cut-offs (ns): a runtime call longer than this is a runtime outlier.
+RUNTIME_CUTOFF_NS = 50_000
+#: HTA's cut-offs (ns): a launch delay longer than this is a launch-delay outlier.
+LAUNCH_DELAY_CUTOFF_NS = 100_000
+
+PAIR_COLUMNS = ["device", "stream", "launch", "kernel", "correlation", "launch_start_ns", "cpu_duration_ns",
+                "gpu_start_ns", "gpu_duration_ns", "launch_delay_ns"]
+COLUMNS = ["rank", "launches", "cpu_duration_mean_ns", "cpu_duration_median_ns", "cpu_duration_max_ns",
+           "gpu_duration_mean_ns", "gpu_duration_median_ns", "gpu_duration_max_ns", "launch_delay_mean_ns",
+           "launch_delay_median_ns", "launch_delay_p95_ns", "launch_delay_max_ns", "runtime_outliers",
+           "launch_delay_outliers", "short_kernels"]
+
+
+def launch_pairs(timeline: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
+    """Each launch of one rank's ``timeline`` with the device ``work`` it launched (:data:`PAIR_COLUMNS`; one row
+    per pair, as HTA's inner join: a launch whose activity is not in the trace is left out)."""
+    if "correlation" not in timeline or not len(work) or work["correlation"].isna().all():
+        return pd.DataFrame(columns=PAIR_COLUMNS)
+    host = timeline[~device_lanes(timeline["lane"]) & timeline["correlation"].notna()]
+    host = host[host["name"].isin(LAUNCH_NAMES)]
+    launches = pd.DataFrame({"correlation": host["correlation"].to_numpy(np.int64),
+                             "launch": host["name"].to_numpy(object),
+                             "launch_start_ns": host["start_ns"].to_numpy(np.int64),
+                             "cpu_duration_ns": host["dur_ns"].to_numpy(np.int64)})
+    work = work[work["correlation"].notna()]
+    device = pd.DataFrame({"correlation": work["correlation"].to_numpy(np.int64),
+                           "device": work["device"].to_numpy(object), "stream": work["stream"].to_numpy(object),
+                           "kernel": work["name"].to_numpy(object), "gpu_start_ns": work["start_ns"].to_numpy(np.int64),
+                           "gpu_duration_ns": work["dur_ns"].to_numpy(np.int64)})
+    pairs = launches.merge(device, on="correlation", how="inner")
+    pairs["launch_delay_ns"] = pairs["gpu_start_ns"] - (pairs["launch_start_ns"] + pairs["cpu_duration_ns"])
+    return pairs[PAIR_COLUMNS]
+
+
+def launch_stats(rank: int, pairs: pd.DataFrame) -> pd.DataFrame:
+    """One row of :data:`COLUMNS` for the rank's launch ``pairs`` (empty when it has none): counts, and the
+    mean, median and maximum of each duration in ns (and the 95th percentile of the launch delay)."""
+    if not len(pairs):
+        return pd.DataFrame(columns=COLUMNS)
+    cpu, gpu, delay = (pairs[c].to_numpy(np.int64) for c in ("cpu_duration_ns", "gpu_duration_ns",
+                                                               "launch_delay_ns"))
+    row = {"rank": rank, "launches": len(pairs)}
+    for key, values in (("cpu_duration", cpu), ("gpu_duration", gpu), ("launch_delay", delay)):
+        row[f"{key}_mean_ns"] = float(values.mean())
+        row[f"{key}_median_ns"] = float(np.median(values))
+        if key == "launch_delay":
+            row[f"{key}_p95_ns"] = float(np.percentile(values, 95))
+        row[f"{key}_max_ns"] = int(values.max())
+    row["runtime_outliers"] = int((cpu > RUNTIME_CUTOFF_NS).sum())
+    row["launch_delay_outliers"] = int((delay > LAUNCH_DELAY_CUTOFF_NS).sum())
+    row["short_kernels"] = int(((cpu <= RUNTIME_CUTOFF_NS) & (gpu < cpu)).sum())
+    return pd.DataFrame([row], columns=COLUMNS)

@@ -1,0 +1,61 @@
+"""Queue length per stream over time (HTA's ``QueueLengthAnalysis``: ``get_queue_length_time_series``,
+``get_queue_length_summary``, ``get_time_spent_blocked_on_full_queue``).
+
+The queue length of a stream is the number of operations launched on it and not yet started: +1 at the start
+of each runtime launch call, -1 at the start of the device activity it launched (the launch pairs of
+:func:`~ddltrace.analyses.gpu_launch.launch_pairs`, placed on the activity's stream). The series changes only
+at those instants and holds its value until the next one (a step function); equal instants keep launches before
+starts.
+
+Per stream: the number of changes, HTA's mean (over the change points, as its ``describe()``), the time-weighted
+mean (each value weighted by how long it held, over the stream's first to last change), the maximum, and the
+time at or above the launch queue's capacity (:data:`MAX_QUEUE_LENGTH`, 1024 on CUDA: the host blocks in the
+launch call while it is full), also as a share of the rank's window (its first to last recorded instant, HTA's
+trace duration). A minimum below 0 means a kernel started before its launch was recorded (clock skew between
+host and device in the trace).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+#: CUDA's launch queue holds this many pending operations per stream (HTA's ``max_queue_length``).
+MAX_QUEUE_LENGTH = 1024
+
+SERIES_COLUMNS = ["device", "stream", "t_ns", "queue_length"]
+COLUMNS = ["rank", "device", "stream", "changes", "mean_hta", "mean_time_weighted", "max", "min",
+           "time_at_max_queue_ns", "share_at_max_queue"]
+
+
+def queue_length_series(pairs: pd.DataFrame) -> pd.DataFrame:
+    """The queue length of each stream at each instant it changes (:data:`SERIES_COLUMNS`; ``t_ns`` on the
+    run's clock), from one rank's launch ``pairs``."""
+    if not len(pairs):
+        return pd.DataFrame(columns=SERIES_COLUMNS)
+    n = len(pairs)
+    steps = pd.DataFrame({
+        "device": np.concatenate([pairs["device"].to_numpy(object)] * 2),
+        "stream": np.concatenate([pairs["stream"].to_numpy(object)] * 2),
+        "t_ns": np.concatenate([pairs["launch_start_ns"].to_numpy(np.int64), pairs["gpu_start_ns"].to_numpy(np.int64)]),
+        "change": np.repeat(np.array([1, -1], np.int64), n),
+    })
+    steps = steps.sort_values(["device", "stream", "t_ns"], kind="stable", ignore_index=True)
+    steps["queue_length"] = steps.groupby(["device", "stream"], sort=False)["change"].cumsum()
+    return steps[SERIES_COLUMNS]
+
+
+def queue_summary(rank: int, series: pd.DataFrame, window_ns: int) -> pd.DataFrame:
+    """Per stream of one rank's queue-length ``series``: :data:`COLUMNS` (times in ns); ``window_ns`` is the
+    rank's window, for the share at the capacity."""
+    rows = []
+    for (device, stream), part in series.groupby(["device", "stream"], sort=True):
+        t = part["t_ns"].to_numpy(np.int64)
+        q = part["queue_length"].to_numpy(np.int64)
+        held = np.diff(t)  # how long each value but the last held
+        span = int(t[-1] - t[0])
+        at_max = int(held[q[:-1] >= MAX_QUEUE_LENGTH].sum())
+        rows.append([rank, device, stream, len(q), float(q.mean()),
+                     float((q[:-1] * held).sum() / span) if span > 0 else float(q[0]), int(q.max()), int(q.min()),
+                     at_max, at_max / window_ns if window_ns > 0 else 0.0])
+    return pd.DataFrame(rows, columns=COLUMNS)

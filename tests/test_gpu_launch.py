@@ -1,0 +1,153 @@
+"""CUDA launch statistics and queue length per stream (analyses/gpu_launch.py, gpu_queue.py) on real Kineto traces:
+two ranks of one NCCL job (HTA's trace_filter) and HTA's negative-queue-length case, each figure checked against
+one computed here from the JSON itself.
+
+Truth: a launch is a ``cuda_runtime`` event named as one of HTA's runtime launch calls; its device activity is
+the kernel / gpu_memcpy / gpu_memset event with the same ``args.correlation``. Times are the file's decimal µs
+times 1000 (exact ns). Queue length per stream: +1 at each launch's start, -1 at its activity's start, in time
+order (launches first at equal times)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import defaultdict
+from decimal import Decimal
+from pathlib import Path
+from statistics import mean, median
+
+import pytest
+
+from ddltrace.analyses.gpu_launch import LAUNCH_NAMES
+from ddltrace.analyses.run_analysis import analyze_store
+from ddltrace.cli import main
+from ddltrace.store import TraceStore
+
+HTA = Path("/work/shared/hta_traces")
+NCCL_JOB = HTA / "trace_filter"
+NEGATIVE = HTA / "negative_queue_length_values_check"
+pytestmark = pytest.mark.skipif(not NCCL_JOB.exists(), reason="the shared real traces are not here")
+DEVICE_WORK = {"kernel", "gpu_memcpy", "gpu_memset"}
+
+
+def truth(path: Path) -> dict:
+    """Rank, launch pairs (cpu ns, gpu ns, delay ns) and per stream the queue-length series, from the JSON."""
+    with gzip.open(path, "rt") as fh:
+        doc = json.load(fh, parse_float=Decimal)
+    launches, work = {}, defaultdict(list)
+    for e in doc["traceEvents"]:
+        if e.get("ph") != "X" or "correlation" not in e.get("args", {}):
+            continue
+        start, dur = int(e["ts"] * 1000), int(e["dur"] * 1000)
+        if e["cat"] == "cuda_runtime" and e["name"] in LAUNCH_NAMES:
+            launches[e["args"]["correlation"]] = (start, dur)
+        elif e["cat"] in DEVICE_WORK:
+            work[e["args"]["correlation"]].append((f"gpu:{e['args']['device']}", f"stream {e['args']['stream']}",
+                                                   start, dur))
+    pairs, steps = [], defaultdict(list)
+    for corr, (ls, ld) in launches.items():
+        for device, stream, gs, gd in work.get(corr, []):
+            pairs.append((ld, gd, gs - (ls + ld)))
+            steps[(device, stream)] += [(ls, 0, 1), (gs, 1, -1)]
+    queues = {}
+    for key, events in steps.items():
+        series, q = [], 0
+        for t, _, change in sorted(events):
+            q += change
+            series.append((t, q))
+        queues[key] = series
+    return {"rank": doc["distributedInfo"]["rank"], "pairs": pairs, "queues": queues}
+
+
+@pytest.fixture(scope="module")
+def nccl(tmp_path_factory):
+    out = tmp_path_factory.mktemp("launch") / "nccl"
+    assert main(["import", str(NCCL_JOB), "--out", str(out), "--progress", "never"]) == 0
+    return out, analyze_store(out), {t["rank"]: t for t in map(truth, sorted(NCCL_JOB.glob("*.json.gz")))}
+
+
+def test_the_timeline_keeps_kinetos_correlation_ids(nccl):
+    store, _, truths = nccl
+    for rank, frame in TraceStore.open(store).iter_timeline():
+        launches = frame[frame["name"].isin(LAUNCH_NAMES)]
+        assert launches["correlation"].notna().all()
+        kernels = frame[frame["lane"].str.startswith("gpu:") & frame["category"].isin(["compute", "comm", "memcpy"])]
+        assert kernels["correlation"].notna().all()
+        paired = set(launches["correlation"]) & set(kernels["correlation"])
+        assert len(paired) == len(truths[rank]["pairs"])
+        host_ops = frame[frame["lane"].str.startswith("cpu") & ~frame["name"].isin(LAUNCH_NAMES)]
+        assert host_ops["correlation"].isna().all()
+
+
+def test_launch_statistics_are_the_files_pairs(nccl):
+    _, run, truths = nccl
+    table = run.gpu.launch_table().set_index("rank")
+    assert sorted(table.index) == sorted(truths) == [0, 1]
+    for rank, want in truths.items():
+        got = table.loc[rank]
+        cpu, gpu, delay = zip(*want["pairs"], strict=True)
+        assert got["launches"] == len(want["pairs"]) > 1000
+        assert got["cpu_duration_mean_ns"] == pytest.approx(mean(cpu))
+        assert got["cpu_duration_median_ns"] == median(cpu) and got["cpu_duration_max_ns"] == max(cpu)
+        assert got["gpu_duration_mean_ns"] == pytest.approx(mean(gpu)) and got["gpu_duration_max_ns"] == max(gpu)
+        assert got["launch_delay_mean_ns"] == pytest.approx(mean(delay))
+        assert got["launch_delay_median_ns"] == median(delay) and got["launch_delay_max_ns"] == max(delay)
+        assert got["runtime_outliers"] == sum(c > 50_000 for c in cpu)
+        assert got["launch_delay_outliers"] == sum(d > 100_000 for d in delay) > 0
+        assert got["short_kernels"] == sum(c <= 50_000 and g < c for c, g, _ in want["pairs"]) > 0
+
+
+def test_queue_length_per_stream_is_the_files_series(nccl):
+    _, run, truths = nccl
+    table = run.gpu.queue_table().set_index(["rank", "device", "stream"])
+    assert len(table) == sum(len(t["queues"]) for t in truths.values())
+    for rank, want in truths.items():
+        for (device, stream), series in want["queues"].items():
+            got = table.loc[(rank, device, stream)]
+            t, q = zip(*series, strict=True)
+            assert got["changes"] == len(series) and got["max"] == max(q) and got["min"] == min(q)
+            assert got["mean_hta"] == pytest.approx(mean(q))
+            weighted = sum(q[i] * (t[i + 1] - t[i]) for i in range(len(t) - 1)) / (t[-1] - t[0])
+            assert got["mean_time_weighted"] == pytest.approx(weighted)
+            assert got["time_at_max_queue_ns"] == 0  # 91 at most on this job: never at CUDA's 1024
+    assert table["max"].max() > 50
+
+
+@pytest.mark.skipif(not NEGATIVE.exists(), reason="the shared real traces are not here")
+def test_htas_negative_queue_length_case(tmp_path):
+    """HTA's negative-queue-length case (a stream near CUDA's cap): each stream's minimum and maximum are the
+    file's, and never below 0 (each activity starts after its launch call, launches first at equal times)."""
+    out = tmp_path / "neg"
+    assert main(["import", str(NEGATIVE), "--out", str(out), "--progress", "never"]) == 0
+    run = analyze_store(out)
+    (want,) = [truth(p) for p in NEGATIVE.glob("*.json.gz")]
+    table = run.gpu.queue_table().set_index(["device", "stream"])
+    for key, series in want["queues"].items():
+        assert table.loc[key, "min"] == min(q for _, q in series)
+        assert table.loc[key, "max"] == max(q for _, q in series)
+    assert table["min"].min() == 0 and table["max"].max() > 900
+    assert run.gpu.launch_table()["launches"].sum() == len(want["pairs"])
+
+
+def test_a_store_written_before_the_correlation_column_reads_it_as_missing(nccl, tmp_path):
+    """A store from before the column (its Parquet files without ``correlation``) still reads, every id missing,
+    and its launch analyses are then listed as not made for want of correlation ids."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from ddltrace.analyses.run_analysis import not_made
+
+    old = tmp_path / "old"
+    shutil.copytree(nccl[0], old)
+    for path in (old / "timeline").glob("rank-*.parquet"):
+        table = pq.read_table(path)
+        pq.write_table(table.drop_columns(["correlation"]), path)
+    store = TraceStore.open(old)
+    frame = store.timeline()
+    assert frame["correlation"].isna().all() and str(frame["correlation"].dtype) == "Int64"
+    assert list(frame.columns) == list(TraceStore.open(nccl[0]).timeline().columns)
+    run = analyze_store(old)
+    assert run.gpu.launch_table().empty and "correlation" not in run.capabilities
+    (skip,) = [s for s in not_made([run]) if s.analysis == "gpu_launches"]
+    assert "no correlation ids" in skip.holds
