@@ -11,6 +11,7 @@ A store's *capabilities* (:data:`CAPABILITIES`) come from its manifest and its M
   Receiver, a parameter server's star).
 * ``collectives``: collective calls on two or more ranks of a timeline (Wait at Barrier, Wait at N x N, ...).
 * ``mpi_calls``: ``messages`` or ``collectives``.
+* ``hosts``: ranks on two or more hosts (the manifest's ``host`` of each rank), for the analyses across nodes.
 * ``staleness_log``: the staleness of each applied gradient (the workload's gradients.csv, or counters named
   ``staleness``).
 
@@ -33,6 +34,7 @@ CAPABILITIES: dict[str, str] = {
     "collectives": "collective calls on two or more ranks",
     "mpi_calls": "MPI point-to-point or collective calls on two or more ranks",
     "staleness_log": "a staleness log (the staleness of each applied gradient)",
+    "hosts": "ranks on two or more hosts",
     "device": "device work (kernels, copies or collectives on a device lane)",
     "streams": "stream ids on every device lane (its kernels' CUDA/HIP stream)",
     "device_comm": "communication kernels on a device",
@@ -85,6 +87,7 @@ ANALYSES: dict[str, Requirement] = {
     "wait_states": Requirement("wait-state times per rank (Scalasca's patterns)",
                                frozenset({"timeline", "mpi_calls"})),
     "timeline_figures": Requirement("per-rank timeline figures", frozenset({"timeline"})),
+    "node_traffic": Requirement("traffic within and between nodes, per node", frozenset({"mpi_calls", "hosts"})),
     "scaling": Requirement("scaling study (Chang's Lemma 3.1)", frozenset({"timeline"}), min_stores=2,
                            series="runs of one job at two or more worker counts"),
 }
@@ -121,6 +124,8 @@ def capabilities(store, calls) -> tuple[frozenset[str], str]:
     have: set[str] = set()
     if ranks:
         have.add("totals")
+    if len({str(store.rank_info(r).get("host") or "") for r in ranks} - {""}) >= 2:
+        have.add("hosts")
     if ranks and not aggregate:
         have.add("timeline")
         p2p = calls[calls["peer"] >= 0] if len(calls) else calls

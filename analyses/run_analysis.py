@@ -41,6 +41,8 @@ class RunAnalysis:
     host_breakdown: pd.DataFrame | None = None
     device_breakdown: pd.DataFrame | None = None
     gpu: GpuAnalysis = field(default_factory=GpuAnalysis)
+    #: the network's calibrated payload bandwidth (bytes/s, 1 / r_net of a hardware profile), when one is given
+    link_bytes_per_s: float | None = None
     _tables: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
 
     @cached_property

@@ -72,6 +72,15 @@ DEFAULTS: dict[str, Threshold] = {
     # cache cliff
     "cache.jump_min": Threshold(
         2.0, "ratio", "time per sample doubling between adjacent batch sizes is a cliff (paper 002 saw ~100x)"),
+    # slow link between nodes
+    "slow_link.ratio_max": Threshold(
+        0.25, "ratio", "a pair of nodes whose peak bandwidth is under a quarter of the fastest pair's is a slow "
+        "link: on a loaded machine the peaks of equal links stay within 2x, a link 10x slower is far below"),
+    "slow_link.profile_ratio": Threshold(
+        0.5, "ratio", "with a hardware profile: a pair under half the calibrated bandwidth (1 / r_net) is slow; "
+        "MPI over TCP reaches most of the raw TCP goodput the calibration measures"),
+    "slow_link.min_bytes": Threshold(
+        65536, "bytes", "messages of 64 KiB and more: below that a transfer's time is mostly latency, not bandwidth"),
     # wait states
     "wait_states.share_max": Threshold(
         0.3, "fraction of the steady state", "a Scalasca wait state costing 30 % of the average rank's steady state"),

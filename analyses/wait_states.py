@@ -57,7 +57,6 @@ PATTERNS: dict[str, str] = {
     "late_broadcast": "Late Broadcast",
 }
 COLUMNS = ["pattern", "rank", "peer", "name", "enter_ns", "time_ns", "comm"]
-_CALL_COLUMNS = ["rank", "name", "start_ns", "end_ns", "peer", "tag", "comm", "request"]
 
 
 def base_name(name: str) -> str:
@@ -68,7 +67,7 @@ def base_name(name: str) -> str:
 def mpi_calls(timeline: pd.DataFrame) -> pd.DataFrame:
     """The rows wait-state analysis needs (point-to-point, waits, collectives), in compact form.
 
-    Columns rank, name (base name), start_ns, end_ns, peer, tag, comm, request (int64; -1 where missing).
+    Columns rank, name (base name), start_ns, end_ns, peer, tag, comm, request, bytes (int64; -1 where missing).
     Call it rank by rank while streaming a store and concatenate: memory stays at the MPI calls.
     """
     names = timeline["name"].astype("object").str.removesuffix("_c")
@@ -80,7 +79,7 @@ def mpi_calls(timeline: pd.DataFrame) -> pd.DataFrame:
         "start_ns": part["start_ns"].to_numpy(np.int64),
         "end_ns": (part["start_ns"] + part["dur_ns"]).to_numpy(np.int64),
     })
-    for column in ("peer", "tag", "comm", "request"):
+    for column in ("peer", "tag", "comm", "request", "bytes"):
         out[column] = part[column].astype("Int64").fillna(-1).to_numpy(np.int64)
     return out
 
@@ -130,15 +129,30 @@ def _fifo(frame: pd.DataFrame, key: list[str]) -> pd.DataFrame:
     return frame.assign(seq=frame.groupby(key, sort=False).cumcount())
 
 
-def _point_to_point(calls: pd.DataFrame) -> pd.DataFrame:
+def match_messages(calls: pd.DataFrame) -> pd.DataFrame | None:
+    """Each send matched to its receive (see Matching above): one row per message, the columns of
+    :func:`mpi_calls` suffixed ``_s`` (the send) and ``_r`` (the receive), ``src``, ``dst``, ``seq`` and ``idx_s``,
+    ``idx_r`` (the calls' index in ``calls``); None when ``calls`` holds no sends or no receives with a partner."""
     sends = calls[calls["name"].isin(SEND_BLOCKING | SEND_NONBLOCKING) & (calls["peer"] >= 0)]
     recvs = calls[calls["name"].isin(RECV_BLOCKING | RECV_NONBLOCKING) & (calls["peer"] >= 0)]
     if not len(sends) or not len(recvs):
-        return pd.DataFrame(columns=COLUMNS)
+        return None
     sends = _fifo(sends.assign(src=sends["rank"], dst=sends["peer"], idx=sends.index), ["comm", "src", "dst", "tag"])
     recvs = _fifo(recvs.assign(src=recvs["peer"], dst=recvs["rank"], idx=recvs.index), ["comm", "src", "dst", "tag"])
-    pairs = sends.merge(recvs, on=["comm", "src", "dst", "tag", "seq"], suffixes=("_s", "_r"))
-    done = _completions(calls).set_index("post")
+    return sends.merge(recvs, on=["comm", "src", "dst", "tag", "seq"], suffixes=("_s", "_r"))
+
+
+def completions(calls: pd.DataFrame) -> pd.DataFrame:
+    """For each non-blocking post (index into ``calls``, the index of the result): ``w_enter``, ``w_leave``,
+    ``w_call``, ``w_name`` of the Wait* that completed it (posts never completed are left out)."""
+    return _completions(calls).set_index("post")
+
+
+def _point_to_point(calls: pd.DataFrame) -> pd.DataFrame:
+    pairs = match_messages(calls)
+    if pairs is None:
+        return pd.DataFrame(columns=COLUMNS)
+    done = completions(calls)
     out = []
     # the call that blocks each side: itself if blocking, else the Wait* that completed it
     for side, other, pattern in (("r", "s", "late_sender"), ("s", "r", "late_receiver")):

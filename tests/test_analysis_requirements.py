@@ -95,11 +95,14 @@ def test_a_timeline_with_messages_gets_every_analysis_it_holds(tmp_path):
 
     run = analyze_store(write_ps_store(tmp_path / "ps", workers=4, steps=12, seed=3).path)
     assert {"timeline", "messages", "collectives", "mpi_calls"} <= run.capabilities
-    assert all(run.can(key) for key in ANALYSES if ANALYSES[key].min_stores == 1)
+    assert "hosts" not in run.capabilities  # every rank on the one host "synthetic"
+    assert all(run.can(key) for key in ANALYSES if ANALYSES[key].min_stores == 1 and key != "node_traffic")
     assert len(run.wait_states)  # the server's workers wait for it
     made_alone = {s.analysis for s in not_made([run])}
-    # a comparison of runs needs more than one store; the GPU analyses, device work (one line for all of them)
-    assert made_alone == {"scaling", "gpu"}
+    # a comparison of runs needs more than one store; the GPU analyses, device work (one line for all of them);
+    # the traffic between nodes, ranks on two or more hosts
+    assert made_alone == {"scaling", "gpu", "node_traffic"}
+    assert "ranks on two or more hosts" in next(s.needs for s in not_made([run]) if s.analysis == "node_traffic")
 
 
 @needs_ipm

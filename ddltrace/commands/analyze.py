@@ -52,6 +52,9 @@ def register(subparsers) -> None:
     p.add_argument("--config", metavar="FILE", help="thresholds from a JSON or TOML file ([thresholds] table)")
     p.add_argument("--phase", choices=["all", *PHASES], default="all",
                    help="phase of the breakdown table (default all: the whole run, as IPM shows it)")
+    p.add_argument("--profile", metavar="FILE",
+                   help="hardware profile from 'ddltrace calibrate': its r_net is the link bandwidth the slow-link "
+                        "detector compares the nodes' transfers with")
     p.set_defaults(func=run)
 
 
@@ -66,6 +69,10 @@ def run(args) -> int:
         thresholds = thresholds.with_config(args.config)
     thresholds = thresholds.with_assignments(args.threshold)
     runs = [analyze_store(path) for path in args.stores]
+    if args.profile:
+        link = link_bandwidth(args.profile)
+        for r in runs:
+            r.link_bytes_per_s = link
     findings, skipped = detect(runs, thresholds)
     skipped = not_made(runs) + skipped
     scaling_runs = [r for r in runs if r.can("scaling")]
@@ -79,6 +86,17 @@ def run(args) -> int:
     if args.fail_on and any(severity_rank(f.severity) >= severity_rank(args.fail_on) for f in findings):
         return 1
     return 0
+
+
+def link_bandwidth(path: str) -> float:
+    """The payload bandwidth (bytes/s) of the network of the hardware profile at ``path``: 1 / r_net."""
+    from ddltrace.errors import DdltraceError
+    from ddltrace.models.quantities import load_json, profile_constants
+
+    r_net = profile_constants(load_json(path, "hardware profile"), path).get("r_net")
+    if not isinstance(r_net, float) or r_net <= 0:
+        raise DdltraceError(f"{path}: the hardware profile has no network constant r_net (s/B) > 0")
+    return 1.0 / r_net
 
 
 # -- text -----------------------------------------------------------------------------------------------------
@@ -143,6 +161,7 @@ def _ranks(ranks: list[int]) -> str:
 
 def render_run(r: RunAnalysis, phase: str) -> list[str]:
     from ddltrace.gpu_section import render_gpu
+    from ddltrace.node_section import render_nodes
 
     note = []
     if phase != "all" and not r.can("breakdown_by_phase"):
@@ -173,6 +192,7 @@ def render_run(r: RunAnalysis, phase: str) -> list[str]:
     if len(table) > MAX_RANKS_SHOWN:
         out.append(f"  ({len(table) - MAX_RANKS_SHOWN} more ranks; --json lists them all)")
     out.extend(render_device(r, phase))
+    out.extend(render_nodes(r))
     out.extend(render_gpu(r))
     if r.can("wait_states"):
         totals = r.wait_state_table().sum()
@@ -261,6 +281,7 @@ def _records(frame: pd.DataFrame) -> list[dict]:
 def to_json(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFrame, thresholds: Thresholds,
             phase: str, skipped: list[Skipped] = ()) -> dict:
     from ddltrace.gpu_section import gpu_json
+    from ddltrace.node_section import node_frame
     from ddltrace.timeline import CATEGORIES
 
     stores = []
@@ -279,6 +300,7 @@ def to_json(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFr
             "average_and_slowest": _records(r.average_and_slowest(shown)),
             "wait_states_ns": _records(r.wait_state_table()),
             "gpu": gpu_json(r),
+            "nodes": _clean(node_frame(r, thresholds).to_dict(orient="records")),
         })
     return _clean({
         "findings": [f.to_dict() for f in findings],

@@ -1,0 +1,158 @@
+"""Traffic within and between nodes: which MPI calls cross hosts, how many bytes and how much time they take, and
+the effective bandwidth of each pair of nodes.
+
+A rank's node is its ``host`` in the store's manifest (``ddltrace run`` records it for every rank). From the MPI
+calls of the timeline (:func:`~ddltrace.analyses.wait_states.mpi_calls`, with their ``peer`` and ``bytes``):
+
+* **Point-to-point calls** (:func:`p2p_traffic`): each send or receive with a partner counts for the pair of hosts
+  (its rank's, its partner's): its payload ``bytes`` (the call's own count, as the collector recorded it; 0 where
+  unknown) and its ``time_ns`` (the call's own duration; for a non-blocking call only the post, the Wait* that
+  completes it is counted with the Wait*'s own calls, not here). A pair of one host with itself is intra-node.
+* **Collectives** (:func:`collective_traffic`): the k-th collective of every rank on a communicator is one
+  instance (as in wait-state matching); an instance whose ranks sit on two or more hosts is inter-node, else
+  intra-node. Each rank's call counts for its own host: bytes (its own count) and time (its duration).
+* **Transfers** (:func:`transfers`): each send matched to its receive (MPI's matching, as for Late Sender). Its
+  transfer time is from when both sides had entered (``max(enter(send), enter(recv))``) to the end of the receive
+  (the receive's leave, or the leave of the Wait* that completed an Irecv): the time the payload took to arrive
+  once both sides were ready. Over a pair of hosts' matched inter-node messages of at least ``min_bytes`` (small
+  messages are left out: their time is latency, not bandwidth), its **effective bandwidth** is their bytes divided
+  by the sum of their transfer times, and its **peak bandwidth** the highest of each message's bytes / transfer
+  time (bytes per second). The peak estimates what the link can carry: a busy CPU, the first message's connection
+  set-up or other traffic only make a transfer slower, never faster than the link (the packet-pair idea of
+  capacity estimation); on a loaded machine the effective bandwidth of a fast link varies several times over.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ddltrace.analyses.wait_states import (
+    COLLECTIVES,
+    P2P,
+    RECV_BLOCKING,
+    SEND_BLOCKING,
+    SEND_NONBLOCKING,
+    completions,
+    match_messages,
+)
+
+SENDS = SEND_BLOCKING | SEND_NONBLOCKING
+
+#: Columns of :func:`pair_bandwidth`.
+BANDWIDTH_COLUMNS = ["host_a", "host_b", "messages", "bytes", "time_ns", "bytes_per_s", "peak_bytes_per_s"]
+
+
+def rank_hosts(store) -> dict[int, str]:
+    """Each rank's host, from the store's manifest (ranks without one are left out)."""
+    out = {}
+    for rank in store.ranks:
+        host = store.rank_info(rank).get("host")
+        if host:
+            out[int(rank)] = str(host)
+    return out
+
+
+def p2p_traffic(calls: pd.DataFrame, hosts: dict[int, str]) -> pd.DataFrame:
+    """Point-to-point bytes and call time per pair of hosts (see the module docstring): columns host_a, host_b
+    (sorted, equal for intra-node traffic), calls, bytes, time_ns."""
+    p2p = calls[calls["name"].isin(P2P) & (calls["peer"] >= 0)]
+    own = p2p["rank"].map(hosts)
+    peer = p2p["peer"].map(hosts)
+    known = own.notna() & peer.notna()
+    p2p, own, peer = p2p[known], own[known].astype(str), peer[known].astype(str)
+    frame = pd.DataFrame({"host_a": np.minimum(own, peer), "host_b": np.maximum(own, peer), "calls": 1,
+                          "bytes": p2p["bytes"].clip(lower=0).where(p2p["name"].isin(SENDS), 0),
+                          "time_ns": p2p["end_ns"] - p2p["start_ns"]})
+    return frame.groupby(["host_a", "host_b"], as_index=False)[["calls", "bytes", "time_ns"]].sum()
+
+
+def collective_traffic(calls: pd.DataFrame, hosts: dict[int, str]) -> pd.DataFrame:
+    """Collective bytes and call time per host, split by whether the instance spans hosts: columns host, scope
+    ("intra-node" / "inter-node"), calls, bytes, time_ns."""
+    coll = calls[calls["name"].isin(COLLECTIVES) & calls["rank"].isin(list(hosts))].sort_values("start_ns",
+                                                                                                kind="stable")
+    if not len(coll):
+        return pd.DataFrame(columns=["host", "scope", "calls", "bytes", "time_ns"])
+    coll = coll.assign(host=coll["rank"].map(hosts), instance=coll.groupby(["comm", "rank"]).cumcount())
+    spans = coll.groupby(["comm", "instance"])["host"].transform("nunique")
+    frame = pd.DataFrame({"host": coll["host"], "scope": np.where(spans > 1, "inter-node", "intra-node"),
+                          "calls": 1, "bytes": coll["bytes"].clip(lower=0),
+                          "time_ns": coll["end_ns"] - coll["start_ns"]})
+    return frame.groupby(["host", "scope"], as_index=False)[["calls", "bytes", "time_ns"]].sum()
+
+
+def transfers(calls: pd.DataFrame, hosts: dict[int, str]) -> pd.DataFrame:
+    """Every matched message between ranks with a host: columns src, dst (ranks), host_src, host_dst, bytes (the
+    send's count, else the receive's), start_ns (both sides entered), end_ns (the receive completed), time_ns."""
+    columns = ["src", "dst", "host_src", "host_dst", "bytes", "start_ns", "end_ns", "time_ns"]
+    pairs = match_messages(calls)
+    if pairs is None or not len(pairs):
+        return pd.DataFrame(columns=columns)
+    end = pairs["end_ns_r"].to_numpy().copy()
+    posted = ~pairs["name_r"].isin(RECV_BLOCKING).to_numpy()
+    if posted.any():
+        done = completions(calls)
+        idx = pairs["idx_r"].to_numpy()
+        known = posted & np.isin(idx, done.index)
+        end[known] = done.loc[idx[known], "w_leave"].to_numpy()
+        end[posted & ~known] = -1  # an Irecv never completed: no transfer time
+    start = np.maximum(pairs["start_ns_s"].to_numpy(), pairs["start_ns_r"].to_numpy())
+    size = np.where(pairs["bytes_s"].to_numpy() >= 0, pairs["bytes_s"].to_numpy(), pairs["bytes_r"].to_numpy())
+    out = pd.DataFrame({"src": pairs["src"].to_numpy(), "dst": pairs["dst"].to_numpy(),
+                        "host_src": pairs["src"].map(hosts).to_numpy(), "host_dst": pairs["dst"].map(hosts).to_numpy(),
+                        "bytes": size, "start_ns": start, "end_ns": end, "time_ns": end - start})
+    return out[out["host_src"].notna() & out["host_dst"].notna() & (end >= 0)][columns].reset_index(drop=True)
+
+
+def pair_bandwidth(moves: pd.DataFrame, min_bytes: float) -> pd.DataFrame:
+    """Effective bandwidth of each pair of hosts (both directions together) over the inter-node transfers of at
+    least ``min_bytes`` (from :func:`transfers`): columns host_a, host_b (sorted), messages, bytes, time_ns,
+    bytes_per_s (effective: bytes / time) and peak_bytes_per_s (the highest of its messages' bytes / time)."""
+    inter = moves[(moves["host_src"] != moves["host_dst"]) & (moves["bytes"] >= min_bytes) & (moves["time_ns"] > 0)]
+    if not len(inter):
+        return pd.DataFrame(columns=BANDWIDTH_COLUMNS)
+    a, b = inter["host_src"].astype(str), inter["host_dst"].astype(str)
+    frame = pd.DataFrame({"host_a": np.minimum(a, b), "host_b": np.maximum(a, b), "messages": 1,
+                          "bytes": inter["bytes"], "time_ns": inter["time_ns"],
+                          "rate": inter["bytes"] / inter["time_ns"] * 1e9})
+    group = frame.groupby(["host_a", "host_b"], as_index=False)
+    out = group[["messages", "bytes", "time_ns"]].sum()
+    out["bytes_per_s"] = out["bytes"] / out["time_ns"] * 1e9
+    out["peak_bytes_per_s"] = group["rate"].max()["rate"].to_numpy()
+    return out[BANDWIDTH_COLUMNS]
+
+
+def node_table(run, min_bytes: float) -> pd.DataFrame:
+    """The per-node breakdown: one row per host with its ranks, the mean over its ranks of the seconds in compute,
+    comm, wait and barrier over the whole run (ns), and its point-to-point and collective bytes and time, within
+    the node and to other nodes (a message between two nodes counts for both; ns and bytes), and the effective
+    bandwidth of its inter-node transfers (bytes per second, over messages of at least ``min_bytes``)."""
+    hosts = rank_hosts(run.store)
+    names = sorted(set(hosts.values()))
+    table = run.table("all")
+    rows = []
+    p2p = p2p_traffic(run.calls, hosts)
+    coll = collective_traffic(run.calls, hosts)
+    moves = transfers(run.calls, hosts)
+    inter = moves[(moves["host_src"] != moves["host_dst"]) & (moves["bytes"] >= min_bytes) & (moves["time_ns"] > 0)]
+    for host in names:
+        ranks = sorted(r for r, h in hosts.items() if h == host)
+        mine = table.reindex([r for r in ranks if r in table.index])
+        intra = p2p[(p2p["host_a"] == host) & (p2p["host_b"] == host)]
+        cross = p2p[((p2p["host_a"] == host) | (p2p["host_b"] == host)) & (p2p["host_a"] != p2p["host_b"])]
+        c_in = coll[(coll["host"] == host) & (coll["scope"] == "intra-node")]
+        c_out = coll[(coll["host"] == host) & (coll["scope"] == "inter-node")]
+        through = inter[(inter["host_src"] == host) | (inter["host_dst"] == host)]
+        time = float(through["time_ns"].sum())
+        rows.append({
+            "host": host, "ranks": ranks,
+            **{f"{c}_ns": float(mine[c].mean()) if c in mine and len(mine) else float("nan")
+               for c in ("compute", "comm", "wait", "barrier")},
+            "p2p_intra_bytes": int(intra["bytes"].sum()), "p2p_intra_ns": int(intra["time_ns"].sum()),
+            "p2p_inter_bytes": int(cross["bytes"].sum()), "p2p_inter_ns": int(cross["time_ns"].sum()),
+            "coll_intra_bytes": int(c_in["bytes"].sum()), "coll_intra_ns": int(c_in["time_ns"].sum()),
+            "coll_inter_bytes": int(c_out["bytes"].sum()), "coll_inter_ns": int(c_out["time_ns"].sum()),
+            "inter_bytes_per_s": float(through["bytes"].sum()) / time * 1e9 if time > 0 else float("nan"),
+        })
+    return pd.DataFrame(rows)

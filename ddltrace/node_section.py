@@ -1,0 +1,58 @@
+"""The per-node section of ``ddltrace analyze`` (text and ``--json``) and of the report: for a store whose ranks
+sit on two or more hosts, one row per node (:func:`~ddltrace.analyses.node_traffic.node_table`), each number with
+its unit and window."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from ddltrace.units import format_bytes, format_ns
+
+TITLE = ("Per node (whole run; compute, comm, wait: mean over the node's ranks; point-to-point: its sends' bytes "
+         "and its calls' time, within the node and to other nodes; collectives: its ranks' calls in instances "
+         "within the node or spanning nodes; bandwidth: bytes / transfer time of its matched inter-node messages "
+         "of {min_bytes} or more)")
+
+
+def min_bytes(thresholds=None) -> float:
+    """The smallest message counted in a bandwidth (``slow_link.min_bytes``)."""
+    from ddltrace.analyses.thresholds import DEFAULTS
+
+    return float(thresholds["slow_link.min_bytes"] if thresholds is not None else
+                 DEFAULTS["slow_link.min_bytes"].value)
+
+
+def node_frame(run, thresholds=None) -> pd.DataFrame:
+    """The per-node table of ``run`` (empty when its ranks are not on two or more hosts)."""
+    if "hosts" not in run.capabilities:
+        return pd.DataFrame()
+    from ddltrace.analyses.node_traffic import node_table
+
+    return node_table(run, min_bytes(thresholds))
+
+
+def title(thresholds=None) -> str:
+    return TITLE.format(min_bytes=format_bytes(min_bytes(thresholds)))
+
+
+def render_nodes(run, thresholds=None) -> list[str]:
+    """The text lines of the per-node view (none for a store on one host)."""
+    table = node_frame(run, thresholds)
+    if not len(table):
+        return []
+    header = ["host", "ranks", "compute", "comm", "wait", "p2p within", "p2p across", "coll within", "coll across",
+              "bandwidth across"]
+    rows = []
+    for _, row in table.iterrows():
+        rate = row["inter_bytes_per_s"]
+        rows.append([row["host"], ",".join(map(str, row["ranks"])),
+                     *[format_ns(row[f"{c}_ns"]) if not math.isnan(row[f"{c}_ns"]) else "-"
+                       for c in ("compute", "comm", "wait")],
+                     *[f"{format_bytes(row[f'{k}_bytes'])} in {format_ns(row[f'{k}_ns'])}"
+                       for k in ("p2p_intra", "p2p_inter", "coll_intra", "coll_inter")],
+                     f"{rate / 1e6:.3g} MB/s" if math.isfinite(rate) else "-"])
+    widths = [max(len(x) for x in column) for column in zip(header, *rows, strict=True)]
+    lines = ["  ".join(x.ljust(w) for x, w in zip(line, widths, strict=True)).rstrip() for line in [header, *rows]]
+    return ["", "  " + title(thresholds), *("  " + line for line in lines)]
