@@ -25,22 +25,24 @@ pytestmark = pytest.mark.skipif(not (SAMPLES / "par-w1" / "store").exists(),
                                 reason="the committed sample traces are absent")
 
 
-def _derived(a: dict, factors: dict, cpu_spread: float = 1.0) -> dict:
-    """A's profile with the compute constants and curves times factors['cpu'] (their spreads also times
-    cpu_spread) and each named constant times its factor."""
+def _derived(a: dict, factors: dict, cpu_relative: float | None = None) -> dict:
+    """A's profile with the compute constants and curves times factors['cpu'] and each named constant times its
+    factor; ``cpu_relative`` replaces the compute uncertainties by that share of their values."""
     b = copy.deepcopy(a)
+    k = factors.get("cpu", 1.0)
     for name, entry in b["constants"].items():
         if name.startswith(CPU_PREFIXES):
-            entry["value"] *= factors.get("cpu", 1.0)
-            entry["uncertainty"] *= factors.get("cpu", 1.0) * cpu_spread
+            entry["value"] *= k
+            entry["uncertainty"] = (entry["value"] * cpu_relative if cpu_relative is not None
+                                    else entry["uncertainty"] * k)
         elif name in factors:
             entry["value"] *= factors[name]
             entry["uncertainty"] *= factors[name]
     for name, curve in b["curves"].items():
         if name.startswith(CPU_PREFIXES):
             for point in curve["points"]:
-                point["y"] *= factors.get("cpu", 1.0)
-                point["spread"] *= factors.get("cpu", 1.0) * cpu_spread
+                point["y"] *= k
+                point["spread"] = point["y"] * cpu_relative if cpu_relative is not None else point["spread"] * k
     return b
 
 
@@ -116,10 +118,11 @@ def test_only_the_network_changed_moves_only_the_network_term(fitted, capsys):
 
 
 def test_the_interval_widens_with_bs_uncertainty(fitted, capsys):
+    """B's compute constants known exactly, then to 30 %: the same prediction, a wider interval."""
     root, a, model_path = fitted
     plain, vague = root / "B-plain.json", root / "B-vague.json"
-    plain.write_text(json.dumps(_derived(a, FACTORS)))
-    vague.write_text(json.dumps(_derived(a, FACTORS, cpu_spread=10.0)))
+    plain.write_text(json.dumps(_derived(a, FACTORS, cpu_relative=0.0)))
+    vague.write_text(json.dumps(_derived(a, FACTORS, cpu_relative=0.3)))
     narrow = _predict(model_path, plain, capsys)["rows"]
     wide = _predict(model_path, vague, capsys)["rows"]
     for n, w in zip(narrow, wide, strict=True):
@@ -155,10 +158,10 @@ def test_a_model_without_a_profile_or_a_profile_without_compute_is_refused(fitte
 
 # -- optimize --profile B.json --baseline A.json ----------------------------------------------------------------
 
-def _slower(a: dict, k: float, spread: float = 1.0) -> dict:
+def _slower(a: dict, k: float, cpu_relative: float) -> dict:
     """A's profile with every constant of Yan's model k times slower: compute and latency times k, bandwidth
-    over k (C_interf, a ratio, kept); the compute uncertainties also times ``spread``."""
-    b = _derived(a, {"cpu": k, "lat_net": k, "r_net": k, "C_ncost": k}, cpu_spread=spread)
+    over k (C_interf, a ratio, kept); the compute uncertainties ``cpu_relative`` of their values."""
+    b = _derived(a, {"cpu": k, "lat_net": k, "r_net": k, "C_ncost": k}, cpu_relative=cpu_relative)
     b["constants"]["C_nbw"]["value"] /= k
     b["constants"]["C_nbw"]["uncertainty"] /= k
     return b
@@ -174,8 +177,8 @@ def _optimize(b_path: Path, a_path: Path, capsys) -> dict:
 def test_optimize_on_b_beside_a(fitted, capsys):
     root, a, _ = fitted
     a_path, b_path, vague = root / "A.json", root / "B-yan.json", root / "B-yan-vague.json"
-    b_path.write_text(json.dumps(_slower(a, 2.0)))
-    vague.write_text(json.dumps(_slower(a, 2.0, spread=10.0)))
+    b_path.write_text(json.dumps(_slower(a, 2.0, cpu_relative=0.0)))
+    vague.write_text(json.dumps(_slower(a, 2.0, cpu_relative=0.3)))
     out = _optimize(b_path, a_path, capsys)
     # every term of T_epoch is twice as slow on B: the same configurations and layouts win, each in twice the time
     assert out["baseline"]["best"] == out["ranked"][0]["config"]

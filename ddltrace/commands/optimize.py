@@ -11,6 +11,7 @@ over the profile's uncertainties (with how often each printed configuration is t
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 from ddltrace.errors import DdltraceError
@@ -116,7 +117,7 @@ def _intervals(dnn, hw, raw: dict, args, configs: list[tuple]) -> tuple[list, li
     rng = np.random.default_rng(0)
     times = np.empty((DRAWS, len(configs)))
     for i in range(DRAWS):
-        changes = {name: ("scale", max(1e-3, 1.0 + rng.standard_normal() * r)) for name, r in rel.items()}
+        changes = {name: ("scale", math.exp(rng.standard_normal() * r)) for name, r in rel.items()}
         drawn = hw.scaled(changes)
         times[i] = [_one(dnn, drawn, args, c) for c in configs]
     low, high = np.percentile(times, [2.5, 97.5], axis=0)
@@ -182,8 +183,8 @@ def run(args) -> int:
     if len(rows) > args.top:
         print(f"... {len(rows) - args.top} more (--top N)")
     print(f"interval: 95 % of {DRAWS} draws of the profile's C_muladd, C_act, C_err, C_ncost, C_nbw within their "
-          "uncertainties (one standard deviation each, C_interf held); fastest: share of the draws in which the "
-          "configuration is the fastest of those printed")
+          "uncertainties (log-normal, the relative uncertainty one standard deviation of the log; C_interf held); "
+          "fastest: share of the draws in which the configuration is the fastest of those printed")
     if baseline:
         print(f"on A ({baseline['profile']}): best {baseline['best']} with H = {baseline['best_H']} at "
               f"{format_ns(baseline['best_t_epoch_s'] * 1e9)} per epoch")

@@ -15,8 +15,8 @@ constants it depends on (docs/MODELS.md, "Predicting another machine", states ea
 - kappa (the contention extension) is a ratio and is kept.
 
 The interval is a Monte Carlo over the fit's standard errors (a constant the runs only bound is drawn uniformly
-between 0 and its bound) and both profiles' uncertainties, each taken as one standard deviation; a curve moves
-as a whole by its interpolated spread.
+between 0 and its bound) and both profiles' uncertainties, each taken as one standard deviation of the log of the
+constant (log-normal: uncertainty over value); a curve moves as a whole by its interpolated spread.
 """
 
 from __future__ import annotations
@@ -128,14 +128,20 @@ def cpu_cost(record: Mapping, name: str, working_set: float, z: float = 0.0) -> 
         y, spread = record["constants"][name]["value"], record["constants"][name]["uncertainty"]
     else:
         return None
-    return max(y + z * spread, 1e-3 * y)
+    return _drawn(y, spread, z)
+
+
+def _drawn(value: float, uncertainty: float, z: float) -> float:
+    """``value`` ``z`` standard deviations off, log-normally (uncertainty / value the deviation of its log): a
+    time stays positive, and a ratio of two drawn times has no tail from a divisor drawn near 0."""
+    return value * math.exp(z * uncertainty / value) if z and value > 0 else value
 
 
 def _held(record: Mapping, name: str, z: float = 0.0) -> float | None:
     entry = record["constants"].get(name)
     if entry is None:
         return None
-    return max(entry["value"] + z * entry["uncertainty"], 1e-3 * entry["value"])
+    return _drawn(entry["value"], entry["uncertainty"], z)
 
 
 def per_sample_work(record: Mapping, counts: Mapping, working_set: float, z: Mapping | None = None) -> float:
