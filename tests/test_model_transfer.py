@@ -209,3 +209,44 @@ def test_hand_written_profiles_with_curves_as_pairs():
     assert moved.r_net == pytest.approx(3e-9) and moved.lat_net == 5e-5 and not notes
     with pytest.raises(DdltraceError, match="A: constant C_act"):
         transfer.profile_record({"C_act": -1}, "A", 8)
+
+
+# -- plan ps|batch --profile B.json ----------------------------------------------------------------------------
+
+def test_plan_ps_takes_the_bandwidth_of_a_real_profile(fitted, capsys):
+    import math
+
+    root, a, _ = fitted
+    capsys.readouterr()
+    assert main(["plan", "ps", "--param-bytes", "250MB", "--workers", "8", "--compute-time", "50ms",
+                 "--profile", str(root / "A.json"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    c_nbw = a["constants"]["C_nbw"]
+    assert c_nbw["unit"] == "bit/s"
+    assert out["bandwidth_bytes_per_s"] == pytest.approx(c_nbw["value"] / 8)
+    assert out["servers"] == math.ceil(2 * 250e6 * 8 / (c_nbw["value"] / 8 * 0.05))
+    assert main(["plan", "ps", "--param-bytes", "250MB", "--workers", "8", "--compute-time", "50ms",
+                 "--profile", str(root / "A.json"), "--bandwidth", "1GB/s"]) == 2
+    assert "exactly one of --bandwidth or --profile" in capsys.readouterr().err
+
+
+def test_plan_batch_takes_the_gpu_memory_of_a_profile(tmp_path, capsys):
+    def costs(t, m):
+        return {str(b): {"time_s": t * b, "workspace_bytes": m * b} for b in (32, 64)}
+
+    dnn = {"format": "ddltrace-dnn/1", "name": "convs", "input": {"neurons": 3000}, "layers": [
+        {"name": "c1", "type": "conv", "neurons": 8000, "fan_in": 27, "weights": 864,
+         "algorithms": {"gemm": costs(1e-3, 1e3), "fft": costs(3e-4, 2e6)}}]}
+    (tmp_path / "convs.json").write_text(json.dumps(dnn))
+    profile = {"format": "ddltrace-hardware-profile", "constants": {},
+               "machine": {"gpus": [{"name": "B's GPU", "memory_bytes": 100 * 2**20}]}}
+    (tmp_path / "b.json").write_text(json.dumps(profile))
+    args = ["plan", "batch", "--dnn", str(tmp_path / "convs.json"), "--batches", "32,64", "--json"]
+    capsys.readouterr()
+    assert main([*args, "--profile", str(tmp_path / "b.json")]) == 0
+    from_profile = json.loads(capsys.readouterr().out)
+    assert main([*args, "--gpu-memory", "100MiB"]) == 0
+    assert from_profile == json.loads(capsys.readouterr().out) and from_profile["best_batch"] == 32
+    (tmp_path / "cpu.json").write_text(json.dumps({**profile, "machine": {"gpus": []}}))
+    assert main([*args, "--profile", str(tmp_path / "cpu.json")]) == 2
+    assert "cpu.json: the profile describes no GPU memory" in capsys.readouterr().err

@@ -3,9 +3,10 @@
 - ``plan gpus --overhead-ratio R [--gpus 2,4,8] [--efficiency E] [--speedup S]``: Lemma 3.1, speedup and
   efficiency on N GPUs, the largest overhead ratio for a target efficiency, the GPUs for a target speedup.
 - ``plan ps --param-bytes 250MB --workers 8 --bandwidth 10Gbit/s --compute-time 0.5s``: Lemma 3.2, the parameter
-  servers that hide pull and push behind compute.
+  servers that hide pull and push behind compute (``--profile B.json`` instead of ``--bandwidth``: B's C_nbw).
 - ``plan batch --dnn D --gpu-memory 12GiB --batches 32,64,128``: the mini-batch integer program (one convolution
-  algorithm per layer within the GPU memory), the batch with the most samples per second.
+  algorithm per layer within the GPU memory), the batch with the most samples per second (``--profile B.json``
+  instead of ``--gpu-memory``: B's GPU 0).
 - ``plan placement --dnn D --batch 32 --workers 8``: RALP's skewness, split point and traffic per step.
 """
 
@@ -51,7 +52,9 @@ def register(subparsers) -> None:
     s.add_argument("--param-bytes", help="parameter size S_p, e.g. 250MB (or give --dnn)")
     s.add_argument("--dnn", help="DNN description whose parameters give S_p")
     s.add_argument("--workers", type=integer(1), required=True, help="workers N_w")
-    s.add_argument("--bandwidth", required=True, help="per-server bandwidth B, e.g. 10Gbit/s or 1.25GB/s")
+    s.add_argument("--bandwidth", help="per-server bandwidth B, e.g. 10Gbit/s or 1.25GB/s (or give --profile)")
+    s.add_argument("--profile", metavar="FILE", help="hardware profile ('ddltrace calibrate') of the servers' "
+                                                     "machine: B is its C_nbw (else 1 / r_net)")
     s.add_argument("--compute-time", required=True, help="compute time of one round T_C, e.g. 0.5s or 300ms")
     s.add_argument("--json", action="store_true", help="print JSON")
     s.set_defaults(func=run_ps)
@@ -61,7 +64,9 @@ def register(subparsers) -> None:
                                    "algorithm tables) minimising time within the GPU memory (scipy.optimize.milp); "
                                    "recommend the batch with the most samples per second.")
     b.add_argument("--dnn", required=True, help="DNN description with per-layer algorithm tables")
-    b.add_argument("--gpu-memory", required=True, help="GPU memory, e.g. 12GiB")
+    b.add_argument("--gpu-memory", help="GPU memory, e.g. 12GiB (or give --profile)")
+    b.add_argument("--profile", metavar="FILE", help="hardware profile ('ddltrace calibrate' with the gpu section) "
+                                                     "of the machine: its GPU 0's memory")
     b.add_argument("--batches", required=True, help="candidate batch sizes, e.g. 32,64,128,256")
     b.add_argument("--json", action="store_true", help="print JSON")
     b.set_defaults(func=run_batch)
@@ -119,13 +124,46 @@ def run_gpus(args) -> int:
     return 0
 
 
+def _one_of(given: str | None, profile: str | None, option: str, parse, from_profile) -> float:
+    """The option's value, or the profile's: exactly one of the two."""
+    if (given is None) == (profile is None):
+        raise DdltraceError(f"give exactly one of {option} or --profile")
+    return parse(given) if given is not None else from_profile(profile)
+
+
+def _profile_bandwidth(path: str) -> float:
+    """Bytes per second of the profile's network: C_nbw, else 1 / r_net."""
+    from ddltrace.models.quantities import load_json, profile_constants
+
+    constants = profile_constants(load_json(path, "hardware profile"), path)
+    if isinstance(constants.get("C_nbw"), float) and constants["C_nbw"] > 0:
+        return constants["C_nbw"]
+    if isinstance(constants.get("r_net"), float) and constants["r_net"] > 0:
+        return 1.0 / constants["r_net"]
+    raise DdltraceError(f"{path}: the profile has no network bandwidth (C_nbw or r_net: calibrate's net section)")
+
+
+def _profile_gpu_memory(path: str) -> float:
+    """Bytes of memory of the profile's GPU 0."""
+    from ddltrace.models.quantities import load_json
+
+    profile = load_json(path, "hardware profile")
+    gpus = (profile.get("machine") or {}).get("gpus") if isinstance(profile, dict) else None
+    memory = gpus[0].get("memory_bytes") if isinstance(gpus, list) and gpus and isinstance(gpus[0], dict) else None
+    if not isinstance(memory, int | float) or isinstance(memory, bool) or not memory > 0:
+        raise DdltraceError(f"{path}: the profile describes no GPU memory (calibrate's gpu section on a machine "
+                            "with a GPU)")
+    return float(memory)
+
+
 def run_ps(args) -> int:
     from ddltrace.models import chang
 
     if (args.param_bytes is None) == (args.dnn is None):
         raise DdltraceError("plan ps: give exactly one of --param-bytes or --dnn")
     size = parse_bytes(args.param_bytes, "--param-bytes") if args.param_bytes else load_dnn(args.dnn).model_bytes
-    bandwidth = parse_bandwidth(args.bandwidth, "--bandwidth")
+    bandwidth = _one_of(args.bandwidth, args.profile, "--bandwidth",
+                        lambda text: parse_bandwidth(text, "--bandwidth"), _profile_bandwidth)
     compute = parse_seconds(args.compute_time, "--compute-time")
     need = chang.parameter_servers(size, args.workers, bandwidth, compute)
     servers = max(1, math.ceil(need - 1e-9))
@@ -143,7 +181,8 @@ def run_batch(args) -> int:
     from ddltrace.models import chang
 
     dnn = load_dnn(args.dnn)
-    memory = parse_bytes(args.gpu_memory, "--gpu-memory")
+    memory = _one_of(args.gpu_memory, args.profile, "--gpu-memory", lambda text: parse_bytes(text, "--gpu-memory"),
+                     _profile_gpu_memory)
     batches = parse_int_list(args.batches, "--batches")
     best, choices = chang.choose_batch(dnn, batches, memory)
     if args.json:
