@@ -347,7 +347,7 @@ def _describe_transfer(table: pd.DataFrame) -> list[str]:
              f"  memory r_m x{f['r_m']:.4g}, w_m x{f['w_m']:.4g}; network r_net x{f['r_net']:.4g}, "
              f"lat_net x{f['lat_net']:.4g}; storage r_d x{f['r_d']:.4g}",
              f"  interval: {pct} % of {info['draws']} draws over the fit's standard errors and both profiles' "
-             "uncertainties (one standard deviation each)"]
+             "uncertainties (log-normal, the relative uncertainty one standard deviation of the log)"]
     lines += [f"  note: {note}" for note in info["notes"]]
     return lines
 
