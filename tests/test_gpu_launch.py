@@ -27,7 +27,10 @@ HTA = Path("/work/shared/hta_traces")
 NCCL_JOB = HTA / "trace_filter"
 NEGATIVE = HTA / "negative_queue_length_values_check"
 pytestmark = pytest.mark.skipif(not NCCL_JOB.exists(), reason="the shared real traces are not here")
-DEVICE_WORK = {"kernel", "gpu_memcpy", "gpu_memset"}
+WILD = Path("/work/shared/wild_traces")
+#: Kineto's runtime and driver cats and device-work cats, every generation (lower-cased).
+RUNTIME = {"cuda_runtime", "runtime", "cuda_driver", "hip_runtime"}
+DEVICE_WORK = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
 
 
 def truth(path: Path) -> dict:
@@ -39,9 +42,9 @@ def truth(path: Path) -> dict:
         if e.get("ph") != "X" or "correlation" not in e.get("args", {}):
             continue
         start, dur = int(e["ts"] * 1000), int(e["dur"] * 1000)
-        if e["cat"] == "cuda_runtime" and e["name"] in LAUNCH_NAMES:
+        if e["cat"].lower() in RUNTIME and e["name"] in LAUNCH_NAMES:
             launches[e["args"]["correlation"]] = (start, dur)
-        elif e["cat"] in DEVICE_WORK:
+        elif e["cat"].lower() in DEVICE_WORK:
             work[e["args"]["correlation"]].append((f"gpu:{e['args']['device']}", f"stream {e['args']['stream']}",
                                                    start, dur))
     pairs, steps = [], defaultdict(list)
@@ -56,7 +59,7 @@ def truth(path: Path) -> dict:
             q += change
             series.append((t, q))
         queues[key] = series
-    return {"rank": doc["distributedInfo"]["rank"], "pairs": pairs, "queues": queues}
+    return {"rank": doc.get("distributedInfo", {}).get("rank"), "pairs": pairs, "queues": queues}
 
 
 @pytest.fixture(scope="module")
@@ -151,3 +154,46 @@ def test_a_store_written_before_the_correlation_column_reads_it_as_missing(nccl,
     assert run.gpu.launch_table().empty and "correlation" not in run.capabilities
     (skip,) = [s for s in not_made([run]) if s.analysis == "gpu_launches"]
     assert "no correlation ids" in skip.holds
+
+
+OTHER_GENERATIONS = [WILD / "kineto_tb_resnet50_w0" / "worker0.1623143089861.pt.trace.json.gz",  # PyTorch 1.9
+                     WILD / "tracelens_b200_eager" / "eager_trace.json.gz",  # cudaLaunchKernelExC, cuLaunchKernelEx
+                     HTA / "amd_trace" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"]  # hipLaunchKernel
+
+
+@pytest.mark.parametrize("path", OTHER_GENERATIONS, ids=[p.parent.name for p in OTHER_GENERATIONS])
+def test_launches_of_other_generations_and_devices(path, tmp_path):
+    """PyTorch 1.9's capitalised cats, a B200 trace launching through the driver API, ROCm's HIP calls: the
+    launch count, mean durations and per-stream maximum queue length are the file's."""
+    if not path.exists():
+        pytest.skip(f"{path} is not here")
+    out = tmp_path / "store"
+    assert main(["import", str(path), "--out", str(out), "--progress", "never"]) == 0
+    run = analyze_store(out)
+    want = truth(path)
+    (got,) = run.gpu.launch_table().to_dict("records")
+    cpu, gpu, delay = zip(*want["pairs"], strict=True)
+    assert got["launches"] == len(want["pairs"]) >= 10
+    assert got["cpu_duration_mean_ns"] == pytest.approx(mean(cpu))
+    assert got["gpu_duration_mean_ns"] == pytest.approx(mean(gpu))
+    assert got["launch_delay_mean_ns"] == pytest.approx(mean(delay)) and got["launch_delay_max_ns"] == max(delay)
+    queues = run.gpu.queue_table().set_index(["device", "stream"])
+    assert {key: max(q for _, q in series) for key, series in want["queues"].items()} == queues["max"].to_dict()
+
+
+def test_time_at_a_full_queue_is_the_time_at_1024_or_more():
+    """No shared trace fills a stream's queue (946 at most): 1030 launches 1 µs apart, their kernels starting
+    when all are launched, hold the queue at 1024 and more from the 1024th launch to the first kernel's start."""
+    import pandas as pd
+
+    from ddltrace.analyses.gpu_queue import MAX_QUEUE_LENGTH, queue_length_series, queue_summary
+
+    n = MAX_QUEUE_LENGTH + 6
+    launch = [i * 1000 for i in range(n)]
+    pairs = pd.DataFrame({"device": "gpu:0", "stream": "stream 7", "launch_start_ns": launch,
+                          "gpu_start_ns": [n * 1000 + i for i in range(n)]})
+    (row,) = queue_summary(0, queue_length_series(pairs), window_ns=4 * n * 1000).to_dict("records")
+    full_from, full_until = (MAX_QUEUE_LENGTH - 1) * 1000, n * 1000 + (n - MAX_QUEUE_LENGTH)
+    assert row["max"] == n and row["min"] == 0 and row["changes"] == 2 * n
+    assert row["time_at_max_queue_ns"] == full_until - full_from
+    assert row["share_at_max_queue"] == pytest.approx((full_until - full_from) / (4 * n * 1000))
