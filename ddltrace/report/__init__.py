@@ -51,6 +51,8 @@ class Report:
     stores: list[str]
     notes: list[str] = field(default_factory=list)
     not_made: list = field(default_factory=list)  # ddltrace.analyses.requirements.Skipped
+    #: The ranks each store holds no usable timeline for: (store, [(rank, why)], how many in all, world size).
+    missing: list[tuple[str, list[tuple[int, str]], int, int]] = field(default_factory=list)
     #: The GPU section: (store, [(title, table of formatted cells)]) for each store with device work.
     gpu: list[tuple[str, list[tuple[str, pd.DataFrame]]]] = field(default_factory=list)
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
@@ -98,6 +100,8 @@ def build_report(stores: list[str | os.PathLike], out: str | os.PathLike, *, pro
     say("drawing the figures")
     report = assemble(runs, found, profile, model)
     report.not_made = run_analysis.not_made(runs) + skipped
+    report.missing = [(r.name, list(r.store.missing(32).items()), r.store.missing_count(), r.store.world_size)
+                      for r in runs if r.store.missing_count()]
     from ddltrace.gpu_section import gpu_tables
 
     report.gpu = [(r.name, tables) for r in runs if (tables := gpu_tables(r))]
@@ -376,10 +380,13 @@ def side_by_side(run) -> pd.DataFrame:
 
 def findings_document(report: Report) -> dict:
     """The machine-readable findings (the schema of ``ddltrace analyze --json``): costliest first, each with its
-    ``cost_ns``, and the analyses not made from this input with the reason."""
+    ``cost_ns``, the analyses not made from this input with the reason, and per store the ranks it holds no
+    usable timeline for (``missing_ranks``: rank and reason; the findings are of the other ranks)."""
     return {"ddltrace_version": __version__, "stores": report.stores,
             "findings": [f.to_dict() for f in report.findings],
-            "not_made": [s.to_dict() for s in report.not_made]}
+            "not_made": [s.to_dict() for s in report.not_made],
+            "missing_ranks": {store: [{"rank": rank, "reason": why} for rank, why in named]
+                              for store, named, _, _ in report.missing}}
 
 
 def write(report: Report, out: Path) -> ReportFiles:

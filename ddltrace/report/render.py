@@ -69,6 +69,7 @@ def html(report) -> str:
              f'<p class="meta">ddltrace {_e(__version__)} &middot; {_e(report.created)} &middot; stores: '
              + ", ".join(f"<code>{_e(s)}</code>" for s in report.stores) + "</p>",
              '<p class="verdict">' + " ".join(_e(s) for s in report.verdict) + "</p>",
+             *_html_missing(report),
              "<h2>Findings</h2>"]
     if not report.findings:
         parts.append("<p>No findings.</p>")
@@ -122,6 +123,25 @@ def html(report) -> str:
     return "\n".join(parts) + "\n"
 
 
+def _missing_lines(report) -> list[tuple[str, list[str]]]:
+    """Per store with missing ranks: its sentence and one line per rank named (rank and why)."""
+    out = []
+    for store, named, count, world in report.missing:
+        more = f" (and {count - len(named)} more)" if count > len(named) else ""
+        out.append((f"{store}: {count} of {world} ranks have no usable timeline{more}; everything in this report is "
+                    f"of the other {world - count}.", [f"rank {rank}: {why}" for rank, why in named]))
+    return out
+
+
+def _html_missing(report) -> list[str]:
+    if not report.missing:
+        return []
+    parts = ["<h2>Missing ranks</h2>"]
+    for sentence, ranks in _missing_lines(report):
+        parts.append(f"<p>{_e(sentence)}</p><ul>" + "".join(f"<li>{_e(r)}</li>" for r in ranks) + "</ul>")
+    return parts
+
+
 def _html_table(frame: pd.DataFrame) -> str:
     header, rows = _table_cells(frame)
     return ('<div class="scroll"><table><tr>' + "".join(f"<th>{_e(h)}</th>" for h in header) + "</tr>"
@@ -150,7 +170,12 @@ def markdown(report) -> str:
     lines = [f"# {_md_escape(report.title)}", "",
              f"ddltrace {__version__}, {report.created}; stores: "
              + ", ".join(f"`{s.replace('`', '')}`" for s in report.stores), "",
-             "> " + " ".join(_md_escape(s) for s in report.verdict), "", "## Findings", ""]
+             "> " + " ".join(_md_escape(s) for s in report.verdict), ""]
+    if report.missing:
+        lines += ["## Missing ranks", ""]
+        for sentence, ranks in _missing_lines(report):
+            lines += [_md_escape(sentence), "", *[f"- {_md_escape(r)}" for r in ranks], ""]
+    lines += ["## Findings", ""]
     if not report.findings:
         lines += ["No findings.", ""]
     for finding in report.findings:

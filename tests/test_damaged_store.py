@@ -1,0 +1,186 @@
+"""Damaged stores (issue 18 item 4): a damaged rank is named as missing in what analyze and report write, the
+rest of the run is analysed; a mutated manifest is one line and exit 2 or a result, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from ddltrace.cli import main
+
+DEMO = Path(__file__).resolve().parent.parent / "sample_traces" / "ps-sgd"
+SMALL = DEMO / "seq-w1" / "store"  # 2 ranks: a server and a worker
+SERIES = DEMO / "seq-w4" / "store"  # 5 ranks
+RANKS = int(os.environ.get("DDLTRACE_DAMAGED_RANKS", "64"))
+
+
+def _copy(source: Path, where: Path) -> Path:
+    target = where / source.parent.name
+    shutil.copytree(source, target)
+    return target
+
+
+def _damage_rank_file(store: Path, rank: int) -> None:
+    (store / "timeline" / f"rank-{rank:05d}.parquet").write_bytes(b"not a parquet file\n")
+
+
+def _run(capsys, *argv) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_analyze_names_the_damaged_rank_in_its_text_and_json(tmp_path, capsys):
+    store = _copy(SERIES, tmp_path)
+    _damage_rank_file(store, 2)
+    code, out, err = _run(capsys, "analyze", store)
+    assert code == 0 and "rank-00002.parquet" in err
+    lines = [line for line in out.splitlines() if "missing" in line.lower()]
+    assert lines and "rank 2" in lines[0] and "4 of 5 ranks" in lines[0], out
+    breakdown_ranks = {line.split()[0] for line in out.splitlines() if line.startswith("  ") and line.split()
+                       and line.split()[0].isdigit()}
+    assert "2" not in breakdown_ranks and {"0", "1", "3", "4"} <= breakdown_ranks
+    code, out, _ = _run(capsys, "analyze", "--json", store)
+    doc = json.loads(out)
+    missing = doc["stores"][0]["missing_ranks"]
+    assert [m["rank"] for m in missing] == [2] and "corrupt Parquet" in missing[0]["reason"]
+    assert {r["rank"] for r in doc["stores"][0]["breakdown_ns"]} == {0, 1, 3, 4}
+
+
+def test_report_names_the_damaged_rank_in_findings_json_and_the_page(tmp_path, capsys):
+    store = _copy(SERIES, tmp_path)
+    _damage_rank_file(store, 3)
+    code, _, _ = _run(capsys, "report", store, "--out", tmp_path / "report")
+    assert code == 0
+    doc = json.loads((tmp_path / "report" / "findings.json").read_text())
+    assert [m["rank"] for m in doc["missing_ranks"][str(store)]] == [3]
+    for name in ("report.html", "report.md"):
+        text = (tmp_path / "report" / name).read_text().replace("\\", "")  # Markdown escapes - and _
+        assert "Missing ranks" in text and "rank-00003.parquet" in text, name
+
+
+def test_a_rank_the_manifest_does_not_list_is_named_as_missing(tmp_path, capsys):
+    """A rank key that is not an integer: its entry is left out, and the rank of the world it was is missing."""
+    store = _copy(SERIES, tmp_path)
+    manifest = json.loads((store / "manifest.json").read_text())
+    manifest["ranks"]["three"] = manifest["ranks"].pop("3")
+    (store / "manifest.json").write_text(json.dumps(manifest))
+    code, out, err = _run(capsys, "info", store)
+    assert code == 0 and "'three'" in err
+    code, out, err = _run(capsys, "analyze", "--json", store)
+    missing = json.loads(out)["stores"][0]["missing_ranks"]
+    assert [m["rank"] for m in missing] == [3] and "no usable entry" in missing[0]["reason"]
+
+
+def _many_ranks(path: Path, ranks: int) -> None:
+    """A store of ``ranks`` ranks, each a few compute and MPI rows on one clock (written by the store's writer)."""
+    import numpy as np
+    import pandas as pd
+
+    from ddltrace.store import write_store
+
+    rows = []
+    for rank in range(ranks):
+        t = 1_000_000 * rank % 7_000_000
+        for step in range(3):
+            base = t + step * 10_000_000
+            rows.append((rank, "main", "compute", "forward_backward", base, 8_000_000))
+            rows.append((rank, "main", "comm", "MPI_Allreduce", base + 8_000_000, 1_500_000))
+    frame = pd.DataFrame(rows, columns=["rank", "lane", "category", "name", "start_ns", "dur_ns"])
+    frame["start_ns"] = frame["start_ns"].astype(np.int64) + 1_700_000_000_000_000_000
+    write_store(path, frame, run={"world_size": ranks, "framework": "mpi"})
+
+
+def test_a_big_run_with_one_damaged_rank_is_analysed_with_that_rank_named(tmp_path, capsys):
+    """``DDLTRACE_DAMAGED_RANKS`` ranks (64 here; ``make test-damaged-heavy``: 1024, about 3 minutes on 2 busy
+    cores), one of them damaged in the middle."""
+    ranks = RANKS
+    store = tmp_path / "big"
+    _many_ranks(store, ranks)
+    damaged = ranks // 2 + 5
+    _damage_rank_file(store, damaged)
+    code, out, err = _run(capsys, "analyze", "--json", store)
+    assert code == 0, err
+    doc = json.loads(out)["stores"][0]
+    assert [m["rank"] for m in doc["missing_ranks"]] == [damaged] and doc["missing_count"] == 1
+    assert len(doc["breakdown_ns"]) == ranks - 1 and damaged not in {r["rank"] for r in doc["breakdown_ns"]}
+
+
+# -- fuzzing the manifest ---------------------------------------------------------------------------------------
+
+_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**70, max_value=2**70),
+                     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=6),
+                     st.just([]), st.just({}), st.just([1, "x"]), st.just({"a": 1}))
+_PATHS = st.sampled_from([
+    ("schema_version",), ("ranks",), ("run",), ("clock",), ("counter_ranks",), ("notes",), ("workload",),
+    ("run", "world_size"), ("run", "framework"), ("run", "batch_size"), ("run", "hosts"), ("run", "start_ns"),
+    ("ranks", "0"), ("ranks", "1"), ("ranks", "0", "events"), ("ranks", "1", "start_ns"),
+    ("ranks", "1", "end_ns"), ("ranks", "0", "role"), ("ranks", "1", "aggregate"), ("ranks", "0", "host"),
+    ("clock", "offsets_ns"), ("clock", "offsets_ns", "1"), ("clock", "uncertainty_ns"), ("workload", "config"),
+    ("workload", "config", "workers"), ("workload", "config", "batch"), ("workload", "ground_truth"),
+])
+_MUTATION = st.one_of(
+    st.tuples(st.just("set"), _PATHS, _SCALARS),
+    st.tuples(st.just("delete"), _PATHS, st.none()),
+    st.tuples(st.just("rename_rank"), st.sampled_from(["0", "1"]),
+              st.sampled_from(["x", "-1", "01", "1.0", " 1", "99999999999999999999", "", "٣"])),
+    st.tuples(st.just("unknown_field"), st.sampled_from([(), ("run",), ("ranks", "0"), ("clock",)]), _SCALARS),
+)
+
+
+def _mutate(manifest: dict, mutations) -> dict:
+    for kind, where, value in mutations:
+        if kind == "rename_rank":
+            if isinstance(manifest.get("ranks"), dict) and where in manifest["ranks"]:
+                manifest["ranks"][value] = manifest["ranks"].pop(where)
+            continue
+        if kind == "unknown_field":
+            where = (*where, "future_field")
+        parent = manifest
+        for key in where[:-1]:
+            parent = parent.get(key) if isinstance(parent, dict) else None
+        if not isinstance(parent, dict):
+            continue
+        if kind == "delete":
+            parent.pop(where[-1], None)
+        else:
+            parent[where[-1]] = value
+    return manifest
+
+
+def _check_verbs(capsys, mutations) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        store = _copy(SMALL, Path(tmp))
+        manifest = _mutate(json.loads((store / "manifest.json").read_text()), mutations)
+        (store / "manifest.json").write_text(json.dumps(manifest))
+        for verb in (["info"], ["analyze"], ["analyze", "--json"]):
+            code, out, err = _run(capsys, *verb, store)
+            errors = [line for line in err.splitlines() if not line.startswith("ddltrace: warning: ")]
+            assert "Traceback" not in err
+            if code == 2:
+                assert len(errors) == 1 and errors[0].startswith("ddltrace: error: "), err
+            else:
+                assert code == 0 and not errors, err
+                if verb[-1] == "--json":
+                    json.loads(out)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(st.lists(_MUTATION, min_size=1, max_size=3))
+@example([("rename_rank", "1", "x")])
+@example([("set", ("run", "world_size"), 2**70)])
+@example([("set", ("ranks", "1", "end_ns"), 2**70)])
+@example([("delete", ("ranks",), None)])
+@example([("set", ("run", "batch_size"), "64")])
+@example([("set", ("workload", "config", "workers"), -3)])
+@example([("set", ("workload", "ground_truth"), 1)])
+@example([("set", ("workload",), [1, "x"])])
+def test_mutated_manifest_is_a_result_or_one_line(capsys, mutations):
+    _check_verbs(capsys, mutations)
