@@ -9,9 +9,13 @@ For each pair, all in ns:
 
 * ``cpu_duration_ns``: the runtime call's duration;
 * ``gpu_duration_ns``: the device activity's duration;
-* ``launch_delay_ns``: the activity's start minus the runtime call's end (HTA's documented definition, "the
-  difference between GPU kernel starting and CPU operator ending"; HTA 0.5's code computes
-  ``ts_gpu - ts_cpu + dur_cpu``, i.e. this plus twice ``cpu_duration_ns``).
+* ``launch_delay_ns``: the activity's start minus the runtime call's end, 0 where that is negative (HTA 0.5:
+  ``(ts_gpu - ts_cpu - dur_cpu).clip(lower=0)``; a negative difference is the host's and device's clocks
+  disagreeing in the trace, not a delay).
+
+HTA 0.5's launch statistics pair only ``cudaLaunchKernel``, ``cudaLaunchKernelExC``, ``cudaMemcpyAsync`` and
+``cudaMemsetAsync`` (and MTIA's); these take every call of :data:`LAUNCH_NAMES` (HTA's list for the queue length),
+so that launches through the driver API and HIP are counted too.
 
 Outliers by HTA's cut-offs (its ``runtime_cutoff`` = 50 µs and ``launch_delay_cutoff`` = 100 µs): runtime
 outliers (CPU duration above 50 µs), launch-delay outliers (delay above 100 µs) and short kernels (CPU duration
@@ -62,7 +66,8 @@ def launch_pairs(timeline: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
                            "kernel": work["name"].to_numpy(object), "gpu_start_ns": work["start_ns"].to_numpy(np.int64),
                            "gpu_duration_ns": work["dur_ns"].to_numpy(np.int64)})
     pairs = launches.merge(device, on="correlation", how="inner")
-    pairs["launch_delay_ns"] = pairs["gpu_start_ns"] - (pairs["launch_start_ns"] + pairs["cpu_duration_ns"])
+    delay = pairs["gpu_start_ns"] - (pairs["launch_start_ns"] + pairs["cpu_duration_ns"])
+    pairs["launch_delay_ns"] = delay.clip(lower=0)
     return pairs[PAIR_COLUMNS]
 
 

@@ -25,7 +25,8 @@ OVERLAP = ("Communication-computation overlap (HTA's definition: the share of co
 
 LAUNCHES = ("CUDA launch statistics (HTA's definitions; each runtime launch call (cudaLaunchKernel, "
             "cudaMemcpyAsync, cudaMemsetAsync, ...) paired with the kernel, copy or fill of the same correlation id; "
-            "CPU: the call's duration; GPU: the activity's; delay: the activity's start minus the call's end; "
+            "CPU: the call's duration; GPU: the activity's; delay: the activity's start minus the call's end, 0 "
+            "where negative; "
             f"outliers: CPU above {format_ns(RUNTIME_CUTOFF_NS)}, delay above {format_ns(LAUNCH_DELAY_CUTOFF_NS)}; "
             f"short: CPU at most {format_ns(RUNTIME_CUTOFF_NS)} and GPU below CPU)")
 QUEUES = ("Queue length per stream (HTA's definition: operations launched and not yet started, +1 at a launch "

@@ -3,7 +3,8 @@ two ranks of one NCCL job (HTA's trace_filter) and HTA's negative-queue-length c
 one computed here from the JSON itself.
 
 Truth: a launch is a ``cuda_runtime`` event named as one of HTA's runtime launch calls; its device activity is
-the kernel / gpu_memcpy / gpu_memset event with the same ``args.correlation``. Times are the file's decimal µs
+the kernel / gpu_memcpy / gpu_memset event with the same ``args.correlation``; its launch delay is the activity's
+start minus the call's end, 0 where negative (HTA 0.5's clip). Times are the file's decimal µs
 times 1000 (exact ns). Queue length per stream: +1 at each launch's start, -1 at its activity's start, in time
 order (launches first at equal times)."""
 
@@ -50,7 +51,7 @@ def truth(path: Path) -> dict:
     pairs, steps = [], defaultdict(list)
     for corr, (ls, ld) in launches.items():
         for device, stream, gs, gd in work.get(corr, []):
-            pairs.append((ld, gd, gs - (ls + ld)))
+            pairs.append((ld, gd, max(0, gs - (ls + ld))))
             steps[(device, stream)] += [(ls, 0, 1), (gs, 1, -1)]
     queues = {}
     for key, events in steps.items():
