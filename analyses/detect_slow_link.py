@@ -4,7 +4,7 @@ It measures, from the matched point-to-point messages between ranks on different
 (:mod:`~ddltrace.analyses.node_traffic`: transfer time from when both sides had entered to the end of the
 receive), the peak bandwidth of each pair of nodes: the highest bytes / transfer time of its messages of at least
 ``slow_link.min_bytes`` (64 KiB), what the link showed it can carry (a loaded CPU, connection set-up or other
-traffic slow a transfer down, never up). A pair is slow when its peak is below ``slow_link.ratio_max`` (0.25) of
+traffic slow a transfer down, never up). A pair is slow when its peak is below ``slow_link.ratio_max`` (0.05) of
 the fastest pair's, or, when a hardware profile is given (``ddltrace analyze --profile``, ``r_net`` from
 ``ddltrace calibrate``), below ``slow_link.profile_ratio`` (0.5) of the calibrated bandwidth 1 / r_net. Comparing
 with the fastest pair (not the median) finds a node whose own link is slow: every pair through it is slow, which

@@ -74,8 +74,9 @@ DEFAULTS: dict[str, Threshold] = {
         2.0, "ratio", "time per sample doubling between adjacent batch sizes is a cliff (paper 002 saw ~100x)"),
     # slow link between nodes
     "slow_link.ratio_max": Threshold(
-        0.25, "ratio", "a pair of nodes whose peak bandwidth is under a quarter of the fastest pair's is a slow "
-        "link: on a loaded machine the peaks of equal links stay within 2x, a link 10x slower is far below"),
+        0.05, "ratio", "a pair of nodes whose peak bandwidth is under 1/20 of the fastest pair's is a slow link: on "
+        "a loaded 2-core machine equal links' peaks fell to 0.13 of the fastest, a 100 Mbit/s link among "
+        "Gbit/s ones is below 0.01; smaller slowdowns are found against the calibrated bandwidth (--profile)"),
     "slow_link.profile_ratio": Threshold(
         0.5, "ratio", "with a hardware profile: a pair under half the calibrated bandwidth (1 / r_net) is slow; "
         "MPI over TCP reaches most of the raw TCP goodput the calibration measures"),
