@@ -12,6 +12,10 @@ tool runs in a fresh process (module imports included; HTA in its own venv ``.ve
 * ddltrace: ``ddltrace import`` of the folder into a store, then ``analyze_store`` (every analysis of
   ``ddltrace analyze``, the GPU ones included), then the GPU figures over HTA's window.
 
+HTA also runs ``get_cuda_kernel_launch_stats`` and ``get_queue_length_summary``; under each trace, per rank:
+launch count, mean CPU / GPU duration and launch delay (µs), runtime and launch-delay outliers (ddltrace / HTA),
+and per stream the queue length's change count, mean over the changes and maximum.
+
 Printed per trace and rank: idle / compute / non-compute share of the GPU window and the comm-comp overlap of
 both tools, with the difference in percentage points (ddltrace minus HTA), then each tool's wall time (s) and
 their ratio, and the device events each counted (HTA keeps only those it can join to a CPU launch by correlation
@@ -55,6 +59,18 @@ for rank, df in analyzer.t.traces.items():  # the device events HTA kept (it dro
     on_device = df[df["stream"].ne(-1)]
     rows[int(rank)]["events"] = int(on_device["cat"].map(lambda c: cats[c] in ("kernel", "gpu_memcpy",
                                                                                 "gpu_memset")).sum())
+ranks = sorted(analyzer.t.traces)
+for rank, df in analyzer.get_cuda_kernel_launch_stats(ranks=ranks, visualize=False).items():  # times in us
+    rows[int(rank)]["launches"] = {"count": len(df), "cpu_mean_us": float(df["cpu_duration"].mean()),
+                                   "gpu_mean_us": float(df["gpu_duration"].mean()),
+                                   "delay_mean_us": float(df["launch_delay"].mean()),
+                                   "runtime_outliers": int((df["cpu_duration"] > 50).sum()),
+                                   "delay_outliers": int((df["launch_delay"] > 100).sum())} if len(df) else None
+queues = analyzer.get_queue_length_summary(ranks=ranks)
+for (rank, stream), q in (queues.iterrows() if queues is not None else []):
+    rows[int(rank)].setdefault("queues", {})[f"stream {stream}"] = {
+        "changes": int(q[("queue_length", "count")]), "mean": float(q[("queue_length", "mean")]),
+        "max": int(q[("queue_length", "max")])}
 print(json.dumps(rows))
 """
 
@@ -79,6 +95,15 @@ for rank, timeline in run.store.iter_timeline():
         rows[rank] = {k: 100 * r[f"share_{k}"] for k in ("idle", "compute", "non_compute")}
         rows[rank]["overlap"] = 100 * float(o["overlap"].iloc[0]) if len(o) else None
         rows[rank]["events"] = len(work)
+for x in run.gpu.launch_table().to_dict("records"):
+    rows[x["rank"]]["launches"] = {"count": x["launches"], "cpu_mean_us": x["cpu_duration_mean_ns"] / 1e3,
+                                   "gpu_mean_us": x["gpu_duration_mean_ns"] / 1e3,
+                                   "delay_mean_us": x["launch_delay_mean_ns"] / 1e3,
+                                   "runtime_outliers": x["runtime_outliers"],
+                                   "delay_outliers": x["launch_delay_outliers"]}
+for q in run.gpu.queue_table().to_dict("records"):
+    rows[q["rank"]].setdefault("queues", {})[q["stream"]] = {"changes": q["changes"], "mean": q["mean_hta"],
+                                                              "max": q["max"]}
 print(json.dumps(rows))
 """
 
@@ -110,6 +135,22 @@ def _pp(ours, hta) -> str:
     return f"{ours:6.2f} {hta:6.2f} {ours - hta:+6.2f}"
 
 
+def _print_launches(r: dict) -> None:
+    """CUDA launch statistics and queue length per stream of both tools (ddltrace / HTA)."""
+    for rank, h in sorted(r["hta"].items(), key=lambda kv: int(kv[0])):
+        o = r["ours"].get(rank, {})
+        mine, theirs = o.get("launches") or {}, h.get("launches") or {}
+        if mine or theirs:
+            print(f"{'':<36} {rank:>4}  launches " + ", ".join(
+                f"{k} {mine.get(k, 0):.6g} / {theirs.get(k, 0):.6g}" for k in (
+                    "count", "cpu_mean_us", "gpu_mean_us", "delay_mean_us", "runtime_outliers", "delay_outliers")))
+        for stream in sorted(set(o.get("queues", {})) | set(h.get("queues", {}))):
+            a, b = o.get("queues", {}).get(stream, {}), h.get("queues", {}).get(stream, {})
+            print(f"{'':<36} {rank:>4}  queue {stream}: " + ", ".join(
+                f"{k} {a.get(k, '-'):.6g} / {b.get(k, '-'):.6g}" if k in a and k in b else f"{k} {a.get(k, '-')} / "
+                f"{b.get(k, '-')}" for k in ("changes", "mean", "max")))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("traces", nargs="*", help="folders of /work/shared/hta_traces (default: all with GPU work)")
@@ -136,6 +177,8 @@ def main() -> None:
                     print(f"{r['trace']:<36} {rank:>4}  " + "  ".join(
                         f"{_pp(o.get(k), h.get(k)):<22}" for k in ("idle", "compute", "non_compute", "overlap"))
                         + f"  {o.get('events')} / {h.get('events')}")
+            if r["hta"] is not None and r["ours"] is not None:
+                _print_launches(r)
             print(f"{'':<36} wall s: ddltrace {r['ours_s']:.2f}, HTA {r['hta_s']:.2f}, HTA / ddltrace "
                   f"{r['hta_s'] / r['ours_s']:.2f}x")
     both = [r for r in results if r["hta"] is not None and r["ours"] is not None]
