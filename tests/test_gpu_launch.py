@@ -198,3 +198,41 @@ def test_time_at_a_full_queue_is_the_time_at_1024_or_more():
     assert row["max"] == n and row["min"] == 0 and row["changes"] == 2 * n
     assert row["time_at_max_queue_ns"] == full_until - full_from
     assert row["share_at_max_queue"] == pytest.approx((full_until - full_from) / (4 * n * 1000))
+
+
+HTA_PYTHON = Path(__file__).resolve().parents[1] / ".venvs" / "hta" / "bin" / "python"
+
+
+@pytest.mark.skipif(not HTA_PYTHON.exists(), reason=f"HTA is not installed at {HTA_PYTHON} (see "
+                                                    f"benchmarks/gpu_vs_hta.py for how to make it)")
+def test_hta_gives_the_same_launch_statistics_and_queue_lengths(nccl, tmp_path):
+    """HTA 0.5's own get_cuda_kernel_launch_stats and get_queue_length_summary on the same two ranks."""
+    import importlib.util
+    import shutil
+    import subprocess
+
+    spec = importlib.util.spec_from_file_location("gpu_vs_hta", HTA_PYTHON.parents[3] / "benchmarks" / "gpu_vs_hta.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for f in NCCL_JOB.glob("*.json.gz"):
+        shutil.copy(f, tmp_path / f.name)
+    done = subprocess.run([str(HTA_PYTHON), "-c", bench._HTA_CHILD, str(tmp_path), "all"], capture_output=True,
+                          text=True, check=True)
+    hta = json.loads(done.stdout.strip().splitlines()[-1])
+    _, run, _ = nccl
+    launches = run.gpu.launch_table().set_index("rank")
+    queues = run.gpu.queue_table().set_index(["rank", "stream"])
+    assert set(hta) == {"0", "1"}
+    for rank, h in hta.items():
+        ours, theirs = launches.loc[int(rank)], h["launches"]
+        assert ours["launches"] == theirs["count"]
+        for mine, key in (("cpu_duration", "cpu_mean_us"), ("gpu_duration", "gpu_mean_us"),
+                          ("launch_delay", "delay_mean_us")):
+            assert ours[f"{mine}_mean_ns"] / 1e3 == pytest.approx(theirs[key], rel=1e-9)
+        assert (ours["runtime_outliers"], ours["launch_delay_outliers"]) == (theirs["runtime_outliers"],
+                                                                              theirs["delay_outliers"])
+        assert set(h["queues"]) == set(queues.loc[int(rank)].index)
+        for stream, q in h["queues"].items():
+            row = queues.loc[(int(rank), stream)]
+            assert (row["changes"], row["max"]) == (q["changes"], q["max"])
+            assert row["mean_hta"] == pytest.approx(q["mean"], rel=1e-9)
