@@ -183,8 +183,9 @@ def test_launches_of_other_generations_and_devices(path, tmp_path):
 
 
 def test_time_at_a_full_queue_is_the_time_at_1024_or_more():
-    """No shared trace fills a stream's queue (946 at most): 1030 launches 1 µs apart, their kernels starting
-    when all are launched, hold the queue at 1024 and more from the 1024th launch to the first kernel's start."""
+    """No shared trace fills a stream's queue (1013 at most, HTA's trace_diff/test): 1030 launches 1 µs apart,
+    their kernels starting 1 ns apart once all are launched, hold the queue at 1024 or more from the 1024th
+    launch until the 7th kernel starts."""
     import pandas as pd
 
     from ddltrace.analyses.gpu_queue import MAX_QUEUE_LENGTH, queue_length_series, queue_summary
