@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -56,9 +57,11 @@ def test_report_files_and_order(sequential_series, tmp_path):
     referenced = re.findall(r"\]\(([\w]+\.png)\)", md_text)
     assert referenced and all((files.markdown.parent / name).exists() for name in referenced)
     assert {p.name for p in files.figures} >= {"scaling.png", "efficiency.png", "shares.png", "timeline.png"}
-    assert html_text.count('src="data:image/png;base64,') == len(files.figures)
-    # self-contained: no external resource of any kind
-    assert not re.search(r'(src|href)="(?!data:|#)', html_text)
+    figures_part = html_text[html_text.index("<h2>Figures</h2>"):]
+    assert figures_part.count('src="data:image/png;base64,') == len(files.figures)
+    # self-contained: no external resource but the Chrome trace beside it and Perfetto UI's address to open it in
+    assert set(re.findall(r'(?:src|href)="(?!data:|#)([^"]*)"', html_text)) == {"trace.json",
+                                                                                "https://ui.perfetto.dev"}
 
 
 def test_sequential_series_verdict_names_sequential_initialisation(sequential_series, tmp_path):
@@ -85,7 +88,9 @@ def test_trace_strings_are_escaped(hostile_store, tmp_path):
     html_text = files.html.read_text()
     assert XSS not in html_text and "<img src=x" not in html_text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html_text
-    assert "<script" not in html_text.lower()
+    from ddltrace.report.render import _PERFETTO_JS
+
+    assert html_text.lower().count("<script") == 1 and f"<script>{_PERFETTO_JS}</script>" in html_text
     assert XSS not in files.markdown.read_text()
 
 
@@ -136,8 +141,9 @@ def test_renders_in_headless_chromium(hostile_store, tmp_path):
     import html as _html
 
     state = json.loads(_html.unescape(match.group(1)))
-    assert state["images"] == len(files.figures) and state["loaded"] == state["images"]
-    assert state["scripts"] == 0
+    thumbnails = len(files.html.read_text().split("<h2>Figures</h2>")[0].split('class="thumb"')) - 1
+    assert state["images"] == len(files.figures) + thumbnails and state["loaded"] == state["images"]
+    assert state["scripts"] == 1  # the Perfetto button's
     assert XSS in state["text"]  # shown as text, not run
 
 
@@ -155,3 +161,86 @@ def test_report_draws_a_fitted_model_beside_the_series(tmp_path, capsys):
     (tmp_path / "bad.json").write_text("[1, 2]")
     assert main(["report", *stores, "--model", str(tmp_path / "bad.json"), "--out", str(tmp_path / "r2")]) == 2
     assert "bad.json: not a model" in capsys.readouterr().err
+
+
+# -- issue 18 item 3, on the demo's own input -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def demo_report(tmp_path_factory):
+    """The report of the demo's w = 4 and w = 8 runs (two runs with a sequential-initialisation finding each)."""
+    out = tmp_path_factory.mktemp("demo") / "report"
+    files = build_report([str(SAMPLES / f"seq-w{w}" / "store") for w in (4, 8)], out)
+    return files
+
+
+def _cards(html_text: str) -> list[str]:
+    findings = html_text[html_text.index("<h2>Findings</h2>"):html_text.index("<h2>Figures</h2>")]
+    return findings.split('<div class="finding">')[1:]
+
+
+def test_a_finding_of_several_runs_is_one_card_with_a_row_per_run(demo_report):
+    doc = json.loads(demo_report.findings.read_text())
+    sequential = [f for f in doc["findings"] if f["id"] == "sequential_init"]
+    assert sorted(f["store"] for f in sequential) == sorted(str(SAMPLES / f"seq-w{w}" / "store") for w in (4, 8))
+    cards = [c for c in _cards(demo_report.html.read_text()) if "sequential_init" in c]
+    assert len(cards) == 1
+    card = cards[0]
+    assert "found in 2 runs" in card
+    for f in sequential:  # a row per run, naming its run, with its own title and cost
+        w = 4 if "seq-w4" in f["store"] else 8
+        row = next(r for r in card.split("<tr>") if f"w = {w} (" in r)
+        assert f["store"] in row and html.escape(f["title"]) in row
+    md_text = demo_report.markdown.read_text()
+    assert md_text.count("Sequential initialisation: found in 2 runs") == 1
+
+
+def test_each_finding_card_holds_its_figure(demo_report):
+    html_text = demo_report.html.read_text()
+    cards = _cards(html_text)
+    with_figure = [c for c in cards if 'class="thumb"' in c]
+    assert len(with_figure) >= 2
+    for card in with_figure:
+        key = re.search(r'href="#fig-([\w]+)"', card).group(1)
+        image = re.search(r'src="(data:image/png;base64,[^"]+)"', card).group(1)
+        figure = re.search(rf'<figure id="fig-{key}">.*?src="([^"]+)"', html_text, re.S).group(1)
+        assert image == figure  # the card shows the very figure it names
+    md_text = demo_report.markdown.read_text()
+    findings_md = md_text[md_text.index("## Findings"):md_text.index("## Figures")]
+    assert re.search(r"!\[[^\]]+\]\(timeline_init\.png\)", findings_md)
+
+
+def test_the_run_opens_in_perfetto_ui_from_the_chrome_trace_beside_the_report(demo_report):
+    import pyarrow.parquet as pq
+
+    trace = demo_report.html.parent / "trace.json"
+    assert demo_report.trace == trace
+    events = json.loads(trace.read_text())["traceEvents"]
+    store = SAMPLES / "seq-w8" / "store"  # the report's run: the one with the most workers
+    rows = sum(pq.read_metadata(f).num_rows for f in (store / "timeline").glob("rank-*.parquet"))
+    assert sum(e["ph"] == "X" for e in events) == rows
+    html_text = demo_report.html.read_text()
+    assert 'id="perfetto-open" data-trace="trace.json"' in html_text and 'href="https://ui.perfetto.dev"' in html_text
+    assert "ui.perfetto.dev" in demo_report.markdown.read_text()
+
+
+def test_the_slowest_is_defined_and_its_busy_time_shown_beside_the_average(tmp_path):
+    """The slowest worker (the most busy time) may have a shorter bar than the average: the figure stacks busy time
+    first and marks where it ends, and its label and caption say what slowest means."""
+    from ddltrace.analyses.run_analysis import analyze_store
+    from ddltrace.report import figures
+
+    run = analyze_store(SAMPLES / "seq-w8" / "store")
+    pair = run.average_and_slowest(run.main_phase)
+    busy = pair[["compute", "io", "memcpy"]].sum(axis=1) / 1e6
+    fig = figures.average_slowest_figure(pair, "Steady state")
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert any("slowest" in label and "most busy time" in label for label in labels)
+    marks = {round(float(line.get_xdata()[0]), 3) for line in ax.lines}
+    assert marks == {round(float(b), 3) for b in busy}
+    texts = [t.get_text() for t in ax.texts]
+    assert f"busy {busy.iloc[1]:.4g} ms" in texts and busy.iloc[1] >= busy.iloc[0]
+    # the busy categories come first: the compute bars start at 0
+    assert all(patch.get_x() == 0 for patch in ax.patches[:2])
+    figures.plt.close(fig)

@@ -30,5 +30,7 @@ def run(args) -> int:
     files = build_report(args.stores, args.out, profile=args.profile, model=args.model, progress=progress)
     print(f"report: {files.html}")
     print(f"        {files.markdown} ({len(files.figures)} figures beside it)")
+    if files.trace:
+        print(f"        {files.trace} (Chrome trace JSON: the report's 'Open in Perfetto UI' loads it)")
     print(f"        {files.findings}")
     return 0

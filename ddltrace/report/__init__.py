@@ -51,11 +51,20 @@ class Report:
     stores: list[str]
     notes: list[str] = field(default_factory=list)
     not_made: list = field(default_factory=list)  # ddltrace.analyses.requirements.Skipped
+    #: Workers w of each store's run, to say which run a finding is about.
+    workers: dict[str, int] = field(default_factory=dict)
+    #: The store exported beside the report as ``trace.json`` (Chrome trace JSON for Perfetto UI), and its w.
+    trace_store: object | None = None
+    trace_workers: int | None = None
     #: The ranks each store holds no usable timeline for: (store, [(rank, why)], how many in all, world size).
     missing: list[tuple[str, list[tuple[int, str]], int, int]] = field(default_factory=list)
     #: The GPU section: (store, [(title, table of formatted cells)]) for each store with device work.
     gpu: list[tuple[str, list[tuple[str, pd.DataFrame]]]] = field(default_factory=list)
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
+
+
+#: The Chrome trace JSON of the report's run (the one with the most workers), written beside the report.
+TRACE_FILE = "trace.json"
 
 
 @dataclass
@@ -64,6 +73,7 @@ class ReportFiles:
     markdown: Path
     findings: Path
     figures: list[Path]
+    trace: Path | None = None
 
 
 def _analyses():
@@ -190,9 +200,11 @@ def _run_figures(run, segments: dict, label: str) -> list[Figure]:
     pair = run.average_and_slowest(run.main_phase)
     if len(pair) == 2:
         where = "the steady state" if run.main_phase == "steady" else "the whole run"
-        out.append(Figure(f"avg_slowest{label}", "Average rank beside the slowest",
-                          f"Time per category in {where}: the average worker and the slowest one "
-                          "(Park et al., figure 2).",
+        out.append(Figure(f"avg_slowest{label}", "Average worker beside the slowest (the most busy time)",
+                          f"Time per category in {where}: the average worker and the slowest one, the worker with "
+                          "the most busy time (compute + io + memcpy), the one the others wait for (Park et al., "
+                          "figure 2). Busy time is stacked first and its end marked: the slowest's whole bar may "
+                          "be shorter than the average's, since it waits least.",
                           figures.png_bytes(figures.average_slowest_figure(pair, where[4:].capitalize()))))
     staleness = _staleness(run)
     if staleness is not None and len(staleness):
@@ -359,7 +371,8 @@ def assemble(runs: list, findings: list, profile: str | None = None, model: str 
     title = "ddltrace report: " + (Path(main.name).name if len(runs) == 1
                                    else f"{len(runs)} runs, w = {', '.join(str(r.workers) for r in runs)}")
     return Report(title=title, verdict=verdict(findings, runs), findings=findings, finding_figures=finding_figures,
-                  figures=figs, tables=tables, stores=[r.name for r in runs])
+                  figures=figs, tables=tables, stores=[r.name for r in runs],
+                  workers={r.name: r.workers for r in runs}, trace_store=main.store, trace_workers=main.workers)
 
 
 def side_by_side(run) -> pd.DataFrame:
@@ -401,5 +414,10 @@ def write(report: Report, out: Path) -> ReportFiles:
     with output_folder(out, "the report") as folder:
         for name, data in files.items():
             write_file(folder / name, data)
+        if report.trace_store is not None:
+            from ddltrace.chrome import export_chrome
+
+            export_chrome(report.trace_store, folder / TRACE_FILE)
     return ReportFiles(out / "report.html", out / "report.md", out / "findings.json",
-                       [out / f"{fig.key}.png" for fig in report.figures])
+                       [out / f"{fig.key}.png" for fig in report.figures],
+                       out / TRACE_FILE if report.trace_store is not None else None)

@@ -19,6 +19,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
+from ddltrace.analyses.breakdown import BUSY  # noqa: E402  (compute, io, memcpy: what ranks the slowest)
 from ddltrace.timeline import CATEGORIES  # noqa: E402
 
 #: One colour per category, the same in every figure (colour-blind friendly where it matters:
@@ -179,22 +180,35 @@ def efficiency_figure(series: pd.DataFrame, r_o: float) -> Figure:
     return fig
 
 
-def average_slowest_figure(table: pd.DataFrame, title: str) -> Figure:
-    """The average rank beside the slowest, time per category (RALP, paper 003 figure 2).
+#: Categories in the order the average-and-slowest bars stack them: busy time (what ranks "slowest") first.
+BUSY_FIRST = (*BUSY, "comm", "wait", "barrier", "other", "idle")
 
-    ``table`` has two rows (average, slowest) and one column per category in ns.
+
+def average_slowest_figure(table: pd.DataFrame, title: str) -> Figure:
+    """The average worker beside the slowest, time per category (RALP, paper 003 figure 2).
+
+    ``table`` has two rows (average, slowest) and one column per category in ns. The slowest is the worker with
+    the most busy time (compute + io + memcpy) in the phase, the one the others wait for: its whole bar may well
+    be shorter than the average's (it waits less), so the busy categories are stacked first and a black tick
+    marks where each bar's busy time ends, labelled with it.
     """
-    used = [c for c in STACK_ORDER if c in table and table[c].sum() > 0]
-    fig, ax = plt.subplots(figsize=(7, 2.4))
+    used = [c for c in BUSY_FIRST if c in table and table[c].sum() > 0]
+    fig, ax = plt.subplots(figsize=(7, 2.6))
     y = np.arange(len(table))
     left = np.zeros(len(table))
     for c in used:
         values = table[c].to_numpy(dtype=float) / 1e6
         ax.barh(y, values, left=left, color=CATEGORY_COLORS[c], height=0.6)
         left += values
-    ax.set_yticks(y, list(table.index))
-    ax.invert_yaxis()
-    ax.set_xlabel("time in the phase (ms)")
+    busy = table[[c for c in BUSY if c in table]].sum(axis=1).to_numpy(dtype=float) / 1e6
+    for row, value in zip(y, busy, strict=True):
+        ax.plot([value, value], [row - 0.38, row + 0.38], color="black", linewidth=2)
+        ax.text(value, row - 0.4, f"busy {value:.4g} ms", fontsize=8, va="bottom", ha="center")
+    labels = [str(label) + ("\n(most busy time)" if str(label).startswith("slowest") else "\n(mean of the workers)")
+              for label in table.index]
+    ax.set_yticks(y, labels)
+    ax.set_ylim(len(table) - 0.5, -0.75)
+    ax.set_xlabel("time in the phase (ms); busy = compute + io + memcpy, stacked first")
     ax.set_title(title)
     _legend(ax, used)
     return fig

@@ -30,6 +30,10 @@ td.key, th.key { text-align: left; }
 figure { margin: 1em 0; page-break-inside: avoid; } figure img { max-width: 100%; height: auto; }
 figcaption { color: #555; font-size: 0.9em; }
 .scroll { overflow-x: auto; }
+a.thumb { display: inline-block; margin: 0.3em 0; text-decoration: none; color: #555; font-size: 0.85em; }
+a.thumb img { display: block; max-width: 420px; max-height: 220px; border: 1px solid #ddd; }
+.perfetto { background: #f7f7f7; padding: 0.5em 1em; font-size: 0.9em; }
+.perfetto button { font-size: 1em; padding: 0.2em 0.8em; cursor: pointer; }
 @media print { body { max-width: none; padding: 0; } .finding, figure, table { page-break-inside: avoid; } }
 """
 
@@ -70,30 +74,12 @@ def html(report) -> str:
              + ", ".join(f"<code>{_e(s)}</code>" for s in report.stores) + "</p>",
              '<p class="verdict">' + " ".join(_e(s) for s in report.verdict) + "</p>",
              *_html_missing(report),
+             *_html_perfetto(report),
              "<h2>Findings</h2>"]
     if not report.findings:
         parts.append("<p>No findings.</p>")
-    for finding in report.findings:
-        parts.append('<div class="finding">')
-        parts.append(f'<h3><span class="sev sev-{_e(finding.severity)}">{_e(finding.severity)}</span>'
-                     f"{_e(finding.title)}</h3>")
-        scope = f"phase: {finding.phase}"
-        if finding.ranks:
-            scope += ", ranks: " + ", ".join(str(r) for r in finding.ranks[:32])
-            if len(finding.ranks) > 32:
-                scope += f" (and {len(finding.ranks) - 32} more)"
-        parts.append(f'<p class="meta">{_e(finding.id)} &middot; {_e(scope)}</p>')
-        parts.append(f"<p><b>Cost:</b> {_e(finding.cost)}"
-                     + (f" ({_e(finding.cost_basis)})" if finding.cost_basis else "") + "</p>")
-        if finding.evidence:
-            parts.append("<table>" + "".join(f'<tr><td class="key">{_e(k)}</td><td>{_e(q)}</td></tr>'
-                                             for k, q in finding.evidence.items()) + "</table>")
-        if finding.advice:
-            parts.append(f"<p><b>What to try:</b> {_e(finding.advice)}</p>")
-        key = report.finding_figures.get(finding.id)
-        if key:
-            parts.append(f'<p>Figure: <a href="#fig-{_e(key)}">{_e(_figure_title(report, key))}</a></p>')
-        parts.append("</div>")
+    for group in group_findings(report.findings):
+        parts.extend(_html_card(report, group))
     if report.not_made:
         parts.append("<h2>Not made from this input</h2><ul>")
         parts.extend(f"<li><b>{_e(s.title)}</b> ({_e(s.store)}): {_e(s.reason)}</li>" for s in report.not_made)
@@ -142,6 +128,144 @@ def _html_missing(report) -> list[str]:
     return parts
 
 
+def group_findings(findings: list) -> list[list]:
+    """The findings grouped by detector (id), in the order of each group's costliest: a finding found in several
+    runs of a series is one card with a row per run."""
+    groups: dict[str, list] = {}
+    for finding in findings:
+        groups.setdefault(finding.id, []).append(finding)
+    return list(groups.values())
+
+
+def _run_label(report, store: str | None) -> str:
+    """'w = 8 (STORE)': which run of the report a finding is about."""
+    if not store:
+        return "-"
+    w = report.workers.get(store)
+    return f"w = {w} ({store})" if w is not None else store
+
+
+def _scope(finding) -> str:
+    scope = f"phase {finding.phase}"
+    if finding.ranks:
+        scope += ", ranks " + ", ".join(str(r) for r in finding.ranks[:32])
+        if len(finding.ranks) > 32:
+            scope += f" (and {len(finding.ranks) - 32} more)"
+    return scope
+
+
+def _group_title(group: list) -> str:
+    """The detector's name, common to the group's titles (the words before the first colon)."""
+    heads = {f.title.split(":", 1)[0] for f in group}
+    return heads.pop() if len(heads) == 1 else group[0].id
+
+
+_SEVERITY_ORDER = ("info", "warning", "error")
+
+
+def _worst(group: list) -> str:
+    return max((f.severity for f in group), key=lambda s: _SEVERITY_ORDER.index(s) if s in _SEVERITY_ORDER else 0)
+
+
+def _html_card(report, group: list) -> list[str]:
+    """One finding card: a single finding as before, or a finding of several runs with a row per run and the
+    evidence side by side; the figure that shows it as a thumbnail linking to the full one."""
+    first = group[0]
+    parts = ['<div class="finding">']
+    if len(group) == 1:
+        where = f" &middot; {_e(_run_label(report, first.store))}" if len(report.stores) > 1 else ""
+        parts.append(f'<h3><span class="sev sev-{_e(first.severity)}">{_e(first.severity)}</span>'
+                     f"{_e(first.title)}</h3>")
+        parts.append(f'<p class="meta">{_e(first.id)}{where} &middot; {_e(_scope(first))}</p>')
+        parts.append(f"<p><b>Cost:</b> {_e(first.cost)}"
+                     + (f" ({_e(first.cost_basis)})" if first.cost_basis else "") + "</p>")
+        if first.evidence:
+            parts.append("<table>" + "".join(f'<tr><td class="key">{_e(k)}</td><td>{_e(q)}</td></tr>'
+                                             for k, q in first.evidence.items()) + "</table>")
+    else:
+        worst = _worst(group)
+        parts.append(f'<h3><span class="sev sev-{_e(worst)}">{_e(worst)}</span>{_e(_group_title(group))}: '
+                     f"found in {len(group)} runs</h3>")
+        parts.append(f'<p class="meta">{_e(first.id)} &middot; one row per run</p>')
+        parts.append('<div class="scroll"><table><tr><th class="key">run</th><th class="key">finding</th>'
+                     '<th>cost</th><th class="key">where</th></tr>'
+                     + "".join(f'<tr><td class="key">{_e(_run_label(report, f.store))}</td>'
+                               f'<td class="key"><span class="sev sev-{_e(f.severity)}">{_e(f.severity)}</span>'
+                               f"{_e(f.title)}</td><td>{_e(f.cost)}</td><td class=\"key\">{_e(_scope(f))}</td></tr>"
+                               for f in group) + "</table></div>")
+        if first.cost_basis:
+            parts.append(f'<p class="meta">cost: {_e(first.cost_basis)}</p>')
+        keys = list(dict.fromkeys(k for f in group for k in f.evidence))
+        if keys:
+            parts.append('<div class="scroll"><table><tr><th class="key">evidence</th>'
+                         + "".join(f"<th>w = {_e(report.workers.get(f.store, '?'))}</th>" for f in group) + "</tr>"
+                         + "".join(f'<tr><td class="key">{_e(k)}</td>'
+                                   + "".join(f"<td>{_e(f.evidence.get(k, '-'))}</td>" for f in group) + "</tr>"
+                                   for k in keys) + "</table></div>")
+    if first.advice:
+        parts.append(f"<p><b>What to try:</b> {_e(first.advice)}</p>")
+    key = report.finding_figures.get(first.id)
+    fig = next((f for f in report.figures if f.key == key), None)
+    if fig is not None:
+        data = base64.b64encode(fig.png).decode()
+        parts.append(f'<a class="thumb" href="#fig-{_e(fig.key)}" title="the full figure">'
+                     f'<img alt="{_e(fig.title)}" src="data:image/png;base64,{data}">'
+                     f"<span>{_e(fig.title)}{_e(_figure_run(report))}</span></a>")
+    parts.append("</div>")
+    return parts
+
+
+def _figure_run(report) -> str:
+    """', w = 8 run' when the report holds several runs (its figures are of the one with the most workers)."""
+    return f" (w = {report.trace_workers} run)" if len(report.stores) > 1 and report.trace_workers else ""
+
+
+#: Opens trace.json (written beside the page) in Perfetto UI by its postMessage protocol: PING until the UI
+#: answers PONG, then post the trace's bytes. Fetching the file works when the page is served over HTTP; from
+#: disk (file://) the browser forbids it, so the button asks for the file instead.
+_PERFETTO_JS = """
+(function () {
+  var ui = "https://ui.perfetto.dev", button = document.getElementById("perfetto-open"),
+      picker = document.getElementById("perfetto-file");
+  function open(buffer, name) {
+    var win = window.open(ui);
+    if (!win) { alert("The browser blocked the pop-up: allow pop-ups for this page, or open " + ui
+                      + " and drop " + name + " onto it."); return; }
+    var timer = setInterval(function () { win.postMessage("PING", ui); }, 50);
+    window.addEventListener("message", function onPong(event) {
+      if (event.origin !== ui || event.data !== "PONG") return;
+      clearInterval(timer); window.removeEventListener("message", onPong);
+      win.postMessage({perfetto: {buffer: buffer, title: document.title, fileName: name}}, ui);
+    });
+  }
+  button.addEventListener("click", function () {
+    fetch(button.dataset.trace).then(function (r) { if (!r.ok) throw r.status; return r.arrayBuffer(); })
+      .then(function (b) { open(b, button.dataset.trace); }, function () { picker.click(); });
+  });
+  picker.addEventListener("change", function () {
+    var file = picker.files[0];
+    if (file) file.arrayBuffer().then(function (b) { open(b, file.name); });
+  });
+})();
+"""
+
+
+def _html_perfetto(report) -> list[str]:
+    """The 'Open in Perfetto UI' button for trace.json beside the page, and the way by hand."""
+    if report.trace_store is None:
+        return []
+    from ddltrace.report import TRACE_FILE
+
+    which = f" of the w = {report.trace_workers} run" if report.trace_workers else ""
+    return [f'<p class="perfetto"><button id="perfetto-open" data-trace="{TRACE_FILE}">Open in Perfetto UI</button> '
+            f'<input id="perfetto-file" type="file" accept=".json" hidden> '
+            f'to zoom into every event{_e(which)} where the static timelines end: the Chrome trace '
+            f'<a href="{TRACE_FILE}">{TRACE_FILE}</a> written beside this page (from disk the browser asks for the '
+            f'file: pick {TRACE_FILE}). By hand: open <a href="https://ui.perfetto.dev" target="_blank" '
+            f'rel="noopener">ui.perfetto.dev</a> and drop {TRACE_FILE} onto it.</p>',
+            f"<script>{_PERFETTO_JS}</script>"]
+
+
 def _html_table(frame: pd.DataFrame) -> str:
     header, rows = _table_cells(frame)
     return ('<div class="scroll"><table><tr>' + "".join(f"<th>{_e(h)}</th>" for h in header) + "</tr>"
@@ -165,12 +289,55 @@ def _figure_title(report, key: str) -> str:
     return next((f.title for f in report.figures if f.key == key), key)
 
 
+def _md_card(report, group: list) -> list[str]:
+    """One finding (or a finding of several runs, a row per run) in Markdown, with its figure inline."""
+    first = group[0]
+    lines = []
+    if len(group) == 1:
+        lines += [f"### [{first.severity.upper()}] {_md_escape(first.title)}", ""]
+        where = f"{_md_escape(_run_label(report, first.store))}, " if len(report.stores) > 1 else ""
+        lines += [f"`{first.id}`, {where}{_md_escape(_scope(first))}", ""]
+        lines += [f"**Cost:** {_md_escape(first.cost)}"
+                  + (f" ({_md_escape(first.cost_basis)})" if first.cost_basis else ""), ""]
+        if first.evidence:
+            lines += ["| evidence | value |", "|---|---|"]
+            lines += [f"| {_md_escape(k)} | {_md_escape(q)} |" for k, q in first.evidence.items()]
+            lines.append("")
+    else:
+        lines += [f"### [{_worst(group).upper()}] {_md_escape(_group_title(group))}: found in {len(group)} runs", "",
+                  f"`{first.id}`, one row per run", "", "| run | finding | cost | where |", "|---|---|---|---|"]
+        lines += [f"| {_md_escape(_run_label(report, f.store))} | [{f.severity.upper()}] {_md_escape(f.title)} | "
+                  f"{_md_escape(f.cost)} | {_md_escape(_scope(f))} |" for f in group]
+        lines.append("")
+        if first.cost_basis:
+            lines += [f"cost: {_md_escape(first.cost_basis)}", ""]
+        keys = list(dict.fromkeys(k for f in group for k in f.evidence))
+        if keys:
+            lines += ["| evidence | " + " | ".join(f"w = {report.workers.get(f.store, '?')}" for f in group) + " |",
+                      "|---|" + "---|" * len(group)]
+            lines += [f"| {_md_escape(k)} | " + " | ".join(_md_escape(f.evidence.get(k, "-")) for f in group) + " |"
+                      for k in keys]
+            lines.append("")
+    if first.advice:
+        lines += [f"**What to try:** {_md_escape(first.advice)}", ""]
+    key = report.finding_figures.get(first.id)
+    if key:
+        title = _md_escape(_figure_title(report, key) + _figure_run(report))
+        lines += [f"![{title}]({key}.png)", ""]
+    return lines
+
+
 def markdown(report) -> str:
     """The report as Markdown, figures referenced as ``<key>.png`` files beside it (str)."""
     lines = [f"# {_md_escape(report.title)}", "",
              f"ddltrace {__version__}, {report.created}; stores: "
              + ", ".join(f"`{s.replace('`', '')}`" for s in report.stores), "",
              "> " + " ".join(_md_escape(s) for s in report.verdict), ""]
+    if report.trace_store is not None:
+        from ddltrace.report import TRACE_FILE
+
+        lines += [f"To zoom into every event: open <https://ui.perfetto.dev> and drop [{TRACE_FILE}]({TRACE_FILE}) "
+                  "(the Chrome trace beside this file) onto it.", ""]
     if report.missing:
         lines += ["## Missing ranks", ""]
         for sentence, ranks in _missing_lines(report):
@@ -178,24 +345,8 @@ def markdown(report) -> str:
     lines += ["## Findings", ""]
     if not report.findings:
         lines += ["No findings.", ""]
-    for finding in report.findings:
-        lines.append(f"### [{finding.severity.upper()}] {_md_escape(finding.title)}")
-        lines.append("")
-        scope = f"`{finding.id}`, phase {_md_escape(finding.phase)}"
-        if finding.ranks:
-            scope += ", ranks " + ", ".join(str(r) for r in finding.ranks[:32])
-        lines += [scope, ""]
-        lines += [f"**Cost:** {_md_escape(finding.cost)}"
-                  + (f" ({_md_escape(finding.cost_basis)})" if finding.cost_basis else ""), ""]
-        if finding.evidence:
-            lines += ["| evidence | value |", "|---|---|"]
-            lines += [f"| {_md_escape(k)} | {_md_escape(q)} |" for k, q in finding.evidence.items()]
-            lines.append("")
-        if finding.advice:
-            lines += [f"**What to try:** {_md_escape(finding.advice)}", ""]
-        key = report.finding_figures.get(finding.id)
-        if key:
-            lines += [f"Figure: [{_md_escape(_figure_title(report, key))}]({key}.png)", ""]
+    for group in group_findings(report.findings):
+        lines += _md_card(report, group)
     if report.not_made:
         lines += ["## Not made from this input", ""]
         lines += [f"- **{_md_escape(s.title)}** ({_md_escape(s.store)}): {_md_escape(s.reason)}"
