@@ -33,6 +33,20 @@ def node_frame(run, thresholds=None) -> pd.DataFrame:
     return node_table(run, min_bytes(thresholds))
 
 
+def link_bandwidth(path: str, required: bool = True) -> float | None:
+    """The payload bandwidth (bytes/s) of the network of the hardware profile at ``path`` (``ddltrace
+    calibrate``): 1 / r_net. A profile without r_net is bad input when ``required``, else None."""
+    from ddltrace.errors import DdltraceError
+    from ddltrace.models.quantities import load_json, profile_constants
+
+    r_net = profile_constants(load_json(path, "hardware profile"), path).get("r_net")
+    if isinstance(r_net, float) and r_net > 0:
+        return 1.0 / r_net
+    if required:
+        raise DdltraceError(f"{path}: the hardware profile has no network constant r_net (s/B) > 0")
+    return None
+
+
 def title(thresholds=None) -> str:
     return TITLE.format(min_bytes=format_bytes(min_bytes(thresholds)))
 

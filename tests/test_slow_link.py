@@ -139,3 +139,16 @@ def test_the_per_node_view(runs, capsys):
     assert main(["analyze", str(shaped.store.path)]) == 0
     text = capsys.readouterr().out
     assert "Per node" in text and all(h in text for h in hosts)
+
+
+def test_the_report_has_the_finding_and_a_per_node_table(runs, tmp_path):
+    from ddltrace.report import build_report
+
+    hosts, _, shaped = runs
+    files = build_report([shaped.store.path], tmp_path / "report")
+    findings = json.loads(files.findings.read_text())["findings"]
+    assert any(f"node {hosts[2]}'s link" in f["title"] for f in findings if f["id"] == "slow_link"), findings
+    md = files.markdown.read_text()
+    table = md.split("### Per node", 1)[1].split("\n### ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| ddlc")]
+    assert [row.split("|")[1].strip() for row in rows] == [h.replace("-", "\\-") for h in hosts]  # Markdown

@@ -72,6 +72,8 @@ def run(args) -> int:
     thresholds = thresholds.with_assignments(args.threshold)
     runs = [analyze_store(path) for path in args.stores]
     if args.profile:
+        from ddltrace.node_section import link_bandwidth
+
         link = link_bandwidth(args.profile)
         for r in runs:
             r.link_bytes_per_s = link
@@ -88,17 +90,6 @@ def run(args) -> int:
     if args.fail_on and any(severity_rank(f.severity) >= severity_rank(args.fail_on) for f in findings):
         return 1
     return 0
-
-
-def link_bandwidth(path: str) -> float:
-    """The payload bandwidth (bytes/s) of the network of the hardware profile at ``path``: 1 / r_net."""
-    from ddltrace.errors import DdltraceError
-    from ddltrace.models.quantities import load_json, profile_constants
-
-    r_net = profile_constants(load_json(path, "hardware profile"), path).get("r_net")
-    if not isinstance(r_net, float) or r_net <= 0:
-        raise DdltraceError(f"{path}: the hardware profile has no network constant r_net (s/B) > 0")
-    return 1.0 / r_net
 
 
 # -- text -----------------------------------------------------------------------------------------------------

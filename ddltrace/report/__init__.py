@@ -105,6 +105,12 @@ def build_report(stores: list[str | os.PathLike], out: str | os.PathLike, *, pro
         say(f"analysing {store.path} ({i}/{len(opened)})")
         runs.append(run_analysis.analyze_store(store))
     runs.sort(key=lambda r: (r.workers, r.name))
+    if profile:
+        from ddltrace.node_section import link_bandwidth
+
+        link = link_bandwidth(profile, required=False)
+        for r in runs:
+            r.link_bytes_per_s = link
     say("running the detectors")
     found, skipped = findings_module.detect(runs, thresholds)  # costliest first: the verdict names the first
     say("drawing the figures")
@@ -365,6 +371,11 @@ def assemble(runs: list, findings: list, profile: str | None = None, model: str 
         tables.append(("Host and device side by side, whole run (ns; ranks with a device: host = its CPU threads, "
                        "device = its gpu: streams, idle where none runs; streams' annotation spans in neither)",
                        device))
+    from ddltrace.node_section import node_frame, title
+
+    nodes = node_frame(main)
+    if len(nodes):
+        tables.append((title(), nodes.set_index("host")))
     tables.append(("Where the time goes by event name, largest first", top))
     if series is not None:
         tables.insert(0, ("Scaling series (s)", series))

@@ -1,0 +1,91 @@
+"""Traffic within and between nodes (analyses/node_traffic.py) and the slow-link detector against a calibrated
+bandwidth, on a small written store: 4 ranks on 2 hosts, one message within host A, one from A to B completed by
+an Irecv + Wait, one collective across both hosts and one within B. The real cluster test is test_slow_link.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ddltrace.analyses.findings import detect
+from ddltrace.analyses.node_traffic import collective_traffic, node_table, p2p_traffic, rank_hosts, transfers
+from ddltrace.analyses.run_analysis import analyze_store
+from ddltrace.analyses.thresholds import Thresholds
+from ddltrace.cli import main
+from ddltrace.store import write_store
+from ddltrace.timeline import make_timeline
+
+MS = 1_000_000
+INTRA, INTER = 1 << 20, 4 << 20  # bytes of the message within A, and from A to B
+HOSTS = {0: "A", 1: "A", 2: "B", 3: "B"}
+
+
+def _row(rank, name, start, end, peer=None, nbytes=None, comm=0, request=None, category="comm"):
+    return {"rank": rank, "name": name, "category": category, "start_ns": start, "dur_ns": end - start,
+            "peer": peer, "tag": 0 if peer is not None and name not in ("MPI_Allreduce",) else None, "bytes": nbytes,
+            "comm": comm, "request": request, "source": "pmpi"}
+
+
+@pytest.fixture
+def store(tmp_path):
+    rows = [_row(r, "compute", 0, 10 * MS, category="compute") for r in HOSTS]
+    rows += [_row(0, "MPI_Send", 10 * MS, 11 * MS, peer=1, nbytes=INTRA),
+             _row(1, "MPI_Recv", 10 * MS, 11 * MS, peer=0, nbytes=INTRA),
+             # A -> B: the send enters at 12 ms, the Irecv was posted at 11 ms, its Wait ends at 52 ms
+             _row(0, "MPI_Send", 12 * MS, 52 * MS, peer=2, nbytes=INTER),
+             _row(2, "MPI_Irecv", 11 * MS, 11 * MS + 1000, peer=0, nbytes=INTER, request=9),
+             _row(2, "MPI_Wait", 20 * MS, 52 * MS, request=9)]
+    rows += [_row(r, "MPI_Allreduce", 60 * MS, 62 * MS, nbytes=1000) for r in HOSTS]
+    rows += [_row(r, "MPI_Allreduce", 63 * MS, 64 * MS, nbytes=500, comm=5) for r in (2, 3)]
+    rows += [_row(r, "compute", 64 * MS, 70 * MS, category="compute") for r in HOSTS]
+    info = {r: {"host": h} for r, h in HOSTS.items()}
+    return write_store(tmp_path / "store", make_timeline(rows), run={"world_size": 4}, rank_info=info)
+
+
+def test_traffic_within_and_between_hosts(store):
+    run = analyze_store(store.path)
+    assert "hosts" in run.capabilities and rank_hosts(run.store) == HOSTS
+    p2p = p2p_traffic(run.calls, HOSTS).set_index(["host_a", "host_b"])
+    assert p2p.loc[("A", "A"), "bytes"] == INTRA and p2p.loc[("A", "A"), "time_ns"] == 2 * MS
+    # the send's bytes once; the time of the send and of the Irecv's post (the Wait is not a point-to-point call)
+    assert p2p.loc[("A", "B"), "bytes"] == INTER and p2p.loc[("A", "B"), "time_ns"] == 40 * MS + 1000
+    coll = collective_traffic(run.calls, HOSTS).set_index(["host", "scope"])
+    assert coll.loc[("A", "inter-node"), "bytes"] == 2000 and coll.loc[("B", "inter-node"), "calls"] == 2
+    assert coll.loc[("B", "intra-node"), "bytes"] == 1000 and ("A", "intra-node") not in coll.index
+    moves = transfers(run.calls, HOSTS).set_index(["src", "dst"])
+    # from the later entry (the send, 12 ms) to the end of the Wait completing the Irecv (52 ms)
+    assert moves.loc[(0, 2), "time_ns"] == 40 * MS and moves.loc[(0, 1), "time_ns"] == 1 * MS
+    nodes = node_table(run, 65536).set_index("host")
+    assert nodes.loc["A", "p2p_intra_bytes"] == INTRA and nodes.loc["B", "p2p_intra_bytes"] == 0
+    assert nodes.loc["A", "p2p_inter_bytes"] == nodes.loc["B", "p2p_inter_bytes"] == INTER
+    assert nodes.loc["B", "inter_bytes_per_s"] == pytest.approx(INTER / 40e-3)
+
+
+def test_a_link_below_the_calibrated_bandwidth(store, tmp_path, capsys):
+    run = analyze_store(store.path)
+    assert not [f for f in detect([run], Thresholds())[0] if f.id == "slow_link"]  # one pair: nothing to compare
+    run.link_bytes_per_s = 1e9  # 1 GB/s calibrated; the pair moved 4 MiB in 40 ms (105 MB/s)
+    found = [f for f in detect([run], Thresholds())[0] if f.id == "slow_link"]
+    assert len(found) == 1 and "A - B" in found[0].title and "'s link" not in found[0].title
+    assert found[0].cost_ns == pytest.approx(40 * MS - INTER / 1e9 * 1e9)
+    profile = tmp_path / "hw.json"
+    profile.write_text(json.dumps({"constants": {"r_net": {"value": 1e-9, "unit": "s/B"}}}))
+    assert main(["analyze", "--json", "--profile", str(profile), str(store.path)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [f["id"] for f in out["findings"] if f["id"] == "slow_link"] == ["slow_link"]
+    assert [n["host"] for n in out["stores"][0]["nodes"]] == ["A", "B"]
+    profile.write_text(json.dumps({"constants": {"r_m": {"value": 1e-10, "unit": "s/B"}}}))
+    assert main(["analyze", "--profile", str(profile), str(store.path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "r_net" in err[0] and str(profile) in err[0]
+
+
+def test_one_host_gets_no_node_view(tmp_path, capsys):
+    from ddltrace.analyses.synthetic import write_ps_store
+
+    path = write_ps_store(tmp_path / "ps", workers=3, steps=6, seed=1).path
+    assert main(["analyze", "--json", str(path)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["stores"][0]["nodes"] == []
+    assert any(s["analysis"] == "node_traffic" for s in out["not_made"])
