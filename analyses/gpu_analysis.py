@@ -34,6 +34,8 @@ class GpuAnalysis:
     launches: list = field(default_factory=list)
     queues: list = field(default_factory=list)
     launch_ranks: list[int] = field(default_factory=list)
+    #: (rank, its queue-length series) of the rank with the longest queue, for the report's figure
+    queue_series: tuple[int, pd.DataFrame] | None = None
 
     def add_rank(self, rank: int, timeline: pd.DataFrame) -> None:
         """Measure one rank's device work (nothing when it has none)."""
@@ -56,7 +58,10 @@ class GpuAnalysis:
             self.launch_ranks.append(rank)
             self.launches.append(gpu_launch.launch_stats(rank, pairs))
             window = int((timeline["start_ns"] + timeline["dur_ns"]).max() - timeline["start_ns"].min())
-            self.queues.append(gpu_queue.queue_summary(rank, gpu_queue.queue_length_series(pairs), window))
+            series = gpu_queue.queue_length_series(pairs)
+            self.queues.append(gpu_queue.queue_summary(rank, series, window))
+            if self.queue_series is None or series["queue_length"].max() > self.queue_series[1]["queue_length"].max():
+                self.queue_series = (rank, series)
 
     @staticmethod
     def _frame(parts: list, columns: list[str]) -> pd.DataFrame:

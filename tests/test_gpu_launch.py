@@ -237,3 +237,17 @@ def test_hta_gives_the_same_launch_statistics_and_queue_lengths(nccl, tmp_path):
             row = queues.loc[(int(rank), stream)]
             assert (row["changes"], row["max"]) == (q["changes"], q["max"])
             assert row["mean_hta"] == pytest.approx(q["mean"], rel=1e-9)
+
+
+def test_the_report_draws_the_longest_ranks_queue_per_stream(nccl, tmp_path):
+    """The report's queue figure plots rank 1 (91 queued at most, rank 0: 80), every stream's series the file's."""
+    store, run, truths = nccl
+    rank, series = run.gpu.queue_series
+    assert rank == 1 == max(truths, key=lambda r: max(q for s in truths[r]["queues"].values() for _, q in s))
+    for (device, stream), want in truths[rank]["queues"].items():
+        mine = series[(series["device"] == device) & (series["stream"] == stream)]
+        assert list(zip(mine["t_ns"], mine["queue_length"], strict=True)) == want
+    out = tmp_path / "report"
+    assert main(["report", str(store), "--out", str(out)]) == 0
+    assert (out / "gpu_queue.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "GPU launch queue length per stream" in (out / "report.html").read_text()

@@ -218,6 +218,16 @@ def _run_figures(run, segments: dict, label: str) -> list[Figure]:
                           "Staleness of each applied gradient in updates (Gupta et al., figure 4).",
                           figures.png_bytes(figures.histogram_figure(staleness, "staleness (updates)",
                                                                      "Gradient staleness"))))
+    if run.gpu.queue_series is not None:
+        from ddltrace.analyses.gpu_queue import MAX_QUEUE_LENGTH
+
+        rank, series = run.gpu.queue_series
+        out.append(Figure(f"gpu_queue{label}", "GPU launch queue length per stream",
+                          f"Operations launched on each stream and not yet started, over time, on rank {rank} (the "
+                          "rank with the longest queue): +1 at a launch call's start, -1 at its kernel's start "
+                          "(HTA's queue length).",
+                          figures.png_bytes(figures.queue_figure(series, MAX_QUEUE_LENGTH,
+                                                                 f"Launch queue per stream, rank {rank}"))))
     return out
 
 

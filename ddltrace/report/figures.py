@@ -248,3 +248,24 @@ def curve_figure(curves: dict[str, tuple[np.ndarray, np.ndarray]], xlabel: str, 
     if curves:
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     return fig
+
+
+def queue_figure(series: pd.DataFrame, cap: int, title: str, streams: int = 8) -> Figure:
+    """Queue length per stream over time (a step function; ``series`` as
+    :func:`~ddltrace.analyses.gpu_queue.queue_length_series` gives it), the ``streams`` with the longest queues;
+    the launch queue's capacity ``cap`` is drawn where a stream comes within half of it."""
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    t0 = int(series["t_ns"].min())
+    longest = series.groupby(["device", "stream"])["queue_length"].max().sort_values(ascending=False)
+    for device, stream in longest.index[:streams]:
+        part = series[(series["device"] == device) & (series["stream"] == stream)]
+        ax.step((part["t_ns"].to_numpy() - t0) / 1e9, part["queue_length"].to_numpy(), where="post", linewidth=0.8,
+                label=f"{device}/{stream}")
+    if len(longest) and longest.iloc[0] >= cap / 2:
+        ax.axhline(cap, color="#999999", linestyle=":", linewidth=1)
+        ax.text(0, cap, f" full ({cap})", va="bottom", fontsize=8, color="#555555")
+    ax.set_xlabel("time since the first launch (s)")
+    ax.set_ylabel("operations queued")
+    ax.set_title(title)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8)
+    return fig
