@@ -53,6 +53,21 @@ def rank_hosts(store) -> dict[int, str]:
     return out
 
 
+def p2p_calls(calls: pd.DataFrame, hosts: dict[int, str]) -> pd.DataFrame:
+    """Every point-to-point call with a partner, both ranks with a host: columns host (its rank's), peer_host,
+    sent (the send's bytes, 0 for a receive or where unknown), received (the receive's bytes, 0 for a send),
+    time_ns (the call's own duration)."""
+    p2p = calls[calls["name"].isin(P2P) & (calls["peer"] >= 0)]
+    own, peer = p2p["rank"].map(hosts), p2p["peer"].map(hosts)
+    known = own.notna() & peer.notna()
+    p2p = p2p[known]
+    size = p2p["bytes"].clip(lower=0)
+    sends = p2p["name"].isin(SENDS)
+    return pd.DataFrame({"host": own[known].astype(str), "peer_host": peer[known].astype(str),
+                         "sent": size.where(sends, 0), "received": size.where(~sends, 0),
+                         "time_ns": p2p["end_ns"] - p2p["start_ns"]})
+
+
 def p2p_traffic(calls: pd.DataFrame, hosts: dict[int, str]) -> pd.DataFrame:
     """Point-to-point bytes and call time per pair of hosts (see the module docstring): columns host_a, host_b
     (sorted, equal for intra-node traffic), calls, bytes, time_ns."""
@@ -124,23 +139,25 @@ def pair_bandwidth(moves: pd.DataFrame, min_bytes: float) -> pd.DataFrame:
 
 
 def node_table(run, min_bytes: float) -> pd.DataFrame:
-    """The per-node breakdown: one row per host with its ranks, the mean over its ranks of the seconds in compute,
-    comm, wait and barrier over the whole run (ns), and its point-to-point and collective bytes and time, within
-    the node and to other nodes (a message between two nodes counts for both; ns and bytes), and the effective
-    bandwidth of its inter-node transfers (bytes per second, over messages of at least ``min_bytes``)."""
+    """The per-node breakdown, one row per host: its ranks; the mean over its ranks of the time in compute, comm,
+    wait and barrier over the whole run (ns); its ranks' point-to-point calls within the node (bytes sent, call
+    time) and with other nodes (bytes sent, bytes received, call time); its ranks' collective calls in instances
+    within the node and spanning nodes (their own bytes and time); and the effective bandwidth of the matched
+    inter-node messages of at least ``min_bytes`` to or from it (bytes per second)."""
     hosts = rank_hosts(run.store)
     names = sorted(set(hosts.values()))
     table = run.table("all")
     rows = []
-    p2p = p2p_traffic(run.calls, hosts)
+    p2p = p2p_calls(run.calls, hosts)
     coll = collective_traffic(run.calls, hosts)
     moves = transfers(run.calls, hosts)
     inter = moves[(moves["host_src"] != moves["host_dst"]) & (moves["bytes"] >= min_bytes) & (moves["time_ns"] > 0)]
     for host in names:
         ranks = sorted(r for r, h in hosts.items() if h == host)
         mine = table.reindex([r for r in ranks if r in table.index])
-        intra = p2p[(p2p["host_a"] == host) & (p2p["host_b"] == host)]
-        cross = p2p[((p2p["host_a"] == host) | (p2p["host_b"] == host)) & (p2p["host_a"] != p2p["host_b"])]
+        mine_p2p = p2p[p2p["host"] == host]
+        intra = mine_p2p[mine_p2p["peer_host"] == host]
+        cross = mine_p2p[mine_p2p["peer_host"] != host]
         c_in = coll[(coll["host"] == host) & (coll["scope"] == "intra-node")]
         c_out = coll[(coll["host"] == host) & (coll["scope"] == "inter-node")]
         through = inter[(inter["host_src"] == host) | (inter["host_dst"] == host)]
@@ -149,8 +166,9 @@ def node_table(run, min_bytes: float) -> pd.DataFrame:
             "host": host, "ranks": ranks,
             **{f"{c}_ns": float(mine[c].mean()) if c in mine and len(mine) else float("nan")
                for c in ("compute", "comm", "wait", "barrier")},
-            "p2p_intra_bytes": int(intra["bytes"].sum()), "p2p_intra_ns": int(intra["time_ns"].sum()),
-            "p2p_inter_bytes": int(cross["bytes"].sum()), "p2p_inter_ns": int(cross["time_ns"].sum()),
+            "p2p_intra_bytes": int(intra["sent"].sum()), "p2p_intra_ns": int(intra["time_ns"].sum()),
+            "p2p_inter_sent_bytes": int(cross["sent"].sum()), "p2p_inter_received_bytes": int(cross["received"].sum()),
+            "p2p_inter_ns": int(cross["time_ns"].sum()),
             "coll_intra_bytes": int(c_in["bytes"].sum()), "coll_intra_ns": int(c_in["time_ns"].sum()),
             "coll_inter_bytes": int(c_out["bytes"].sum()), "coll_inter_ns": int(c_out["time_ns"].sum()),
             "inter_bytes_per_s": float(through["bytes"].sum()) / time * 1e9 if time > 0 else float("nan"),

@@ -10,10 +10,11 @@ import pandas as pd
 
 from ddltrace.units import format_bytes, format_ns
 
-TITLE = ("Per node (whole run; compute, comm, wait: mean over the node's ranks; point-to-point: its sends' bytes "
-         "and its calls' time, within the node and to other nodes; collectives: its ranks' calls in instances "
-         "within the node or spanning nodes; bandwidth: bytes / transfer time of its matched inter-node messages "
-         "of {min_bytes} or more)")
+TITLE = ("Per node (whole run; compute, comm, wait: mean over the node's ranks; point-to-point: its ranks' calls "
+         "within the node (bytes sent in call time) and with other nodes (bytes sent / received in call time); "
+         "collectives: its ranks' calls in instances within the node or spanning nodes (their bytes in call "
+         "time); bandwidth: bytes / transfer time of the matched messages of {min_bytes} or more between it and "
+         "other nodes)")
 
 
 def min_bytes(thresholds=None) -> float:
@@ -56,16 +57,19 @@ def render_nodes(run, thresholds=None) -> list[str]:
     table = node_frame(run, thresholds)
     if not len(table):
         return []
-    header = ["host", "ranks", "compute", "comm", "wait", "p2p within", "p2p across", "coll within", "coll across",
-              "bandwidth across"]
+    header = ["host", "ranks", "compute", "comm", "wait", "p2p within", "p2p across (sent / received)",
+              "coll within", "coll across", "bandwidth across"]
     rows = []
     for _, row in table.iterrows():
         rate = row["inter_bytes_per_s"]
         rows.append([row["host"], ",".join(map(str, row["ranks"])),
                      *[format_ns(row[f"{c}_ns"]) if not math.isnan(row[f"{c}_ns"]) else "-"
                        for c in ("compute", "comm", "wait")],
+                     f"{format_bytes(row['p2p_intra_bytes'])} in {format_ns(row['p2p_intra_ns'])}",
+                     f"{format_bytes(row['p2p_inter_sent_bytes'])} / {format_bytes(row['p2p_inter_received_bytes'])} "
+                     f"in {format_ns(row['p2p_inter_ns'])}",
                      *[f"{format_bytes(row[f'{k}_bytes'])} in {format_ns(row[f'{k}_ns'])}"
-                       for k in ("p2p_intra", "p2p_inter", "coll_intra", "coll_inter")],
+                       for k in ("coll_intra", "coll_inter")],
                      f"{rate / 1e6:.3g} MB/s" if math.isfinite(rate) else "-"])
     widths = [max(len(x) for x in column) for column in zip(header, *rows, strict=True)]
     lines = ["  ".join(x.ljust(w) for x, w in zip(line, widths, strict=True)).rstrip() for line in [header, *rows]]

@@ -58,7 +58,9 @@ def test_traffic_within_and_between_hosts(store):
     assert moves.loc[(0, 2), "time_ns"] == 40 * MS and moves.loc[(0, 1), "time_ns"] == 1 * MS
     nodes = node_table(run, 65536).set_index("host")
     assert nodes.loc["A", "p2p_intra_bytes"] == INTRA and nodes.loc["B", "p2p_intra_bytes"] == 0
-    assert nodes.loc["A", "p2p_inter_bytes"] == nodes.loc["B", "p2p_inter_bytes"] == INTER
+    assert nodes.loc["A", "p2p_inter_sent_bytes"] == nodes.loc["B", "p2p_inter_received_bytes"] == INTER
+    assert nodes.loc["A", "p2p_inter_received_bytes"] == nodes.loc["B", "p2p_inter_sent_bytes"] == 0
+    assert nodes.loc["A", "p2p_inter_ns"] == 40 * MS and nodes.loc["B", "p2p_inter_ns"] == 1000  # the Irecv's post
     assert nodes.loc["B", "inter_bytes_per_s"] == pytest.approx(INTER / 40e-3)
 
 
