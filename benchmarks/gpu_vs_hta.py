@@ -21,7 +21,7 @@ both tools, with the difference in percentage points (ddltrace minus HTA), then 
 their ratio, and the device events each counted (HTA keeps only those it can join to a CPU launch by correlation
 id). The window: all device work. HTA runs with ``include_last_profiler_step=True`` (it then keeps every
 kernel launched by a CPU event that started before the last ProfilerStep ended); by default it drops the kernels
-launched in the last ProfilerStep, which needs the CPU-launch-to-kernel correlation ids the store does not keep.
+launched in the last ProfilerStep, a window ddltrace's temporal breakdown does not take.
 """
 
 from __future__ import annotations
