@@ -159,13 +159,14 @@ def test_a_store_written_before_the_correlation_column_reads_it_as_missing(nccl,
 
 OTHER_GENERATIONS = [WILD / "kineto_tb_resnet50_w0" / "worker0.1623143089861.pt.trace.json.gz",  # PyTorch 1.9
                      WILD / "tracelens_b200_eager" / "eager_trace.json.gz",  # cudaLaunchKernelExC, cuLaunchKernelEx
-                     HTA / "amd_trace" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"]  # hipLaunchKernel
+                     HTA / "amd_trace" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz",  # hipLaunchKernel
+                     HTA / "df_index_resolver" / "df_index_resolver.json.gz"]  # 22,290 launches
 
 
 @pytest.mark.parametrize("path", OTHER_GENERATIONS, ids=[p.parent.name for p in OTHER_GENERATIONS])
 def test_launches_of_other_generations_and_devices(path, tmp_path):
-    """PyTorch 1.9's capitalised cats, a B200 trace launching through the driver API, ROCm's HIP calls: the
-    launch count, mean durations and per-stream maximum queue length are the file's."""
+    """PyTorch 1.9's capitalised cats, a B200 trace launching through the driver API, ROCm's HIP calls, a larger
+    PyTorch 2 trace: the launch count, mean durations and per-stream maximum queue length are the file's."""
     if not path.exists():
         pytest.skip(f"{path} is not here")
     out = tmp_path / "store"
