@@ -3,9 +3,9 @@
 Prints the findings, costliest first (the time the job loses to each), each with its evidence and what to try;
 the analyses that could not be made from this input and why; then the breakdown per rank (phase times and the
 share of each category, the average rank beside the slowest; host and device side by side for ranks with a
-device; per node for ranks on several hosts); with several stores, the scaling study with Chang's Lemma 3.1. ``--json`` prints the same for machines.
-``--fail-on warning|error`` exits 1 when a finding reaches that severity, so the command can guard a training
-pipeline in CI.
+device; per node for ranks on several hosts); with several stores, the scaling study with Chang's Lemma 3.1.
+``--json`` prints the same for machines. ``--fail-on warning|error`` exits 1 when a finding reaches that
+severity, so the command can guard a training pipeline in CI.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ def register(subparsers) -> None:
         description="Analyse one run, or a series of runs of one job (different numbers of workers or batch "
                     "sizes): phases, time per category, Scalasca wait states, and the divergences ddltrace knows "
                     "(sequential initialisation, parameter-server saturation, stragglers, staleness, I/O-bound, "
-                    "low overlap, cache cliff, a slow link between nodes). Findings come costliest first (the time the job loses to each), "
-                    "each with its evidence; analyses the input cannot support (a timeline, matched messages, "
+                    "low overlap, cache cliff, a slow link between nodes). Findings come costliest first (the "
+                    "time the job loses to each), each with its evidence; analyses the input cannot support (a timeline, matched messages, "
                     "...) are listed with the reason.",
         epilog="Thresholds: " + ", ".join(f"{k}={t.value:g}" for k, t in DEFAULTS.items())
                + ". See docs/ANALYSES.md for what each detector measures and why its default is what it is.")
