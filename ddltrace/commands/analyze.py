@@ -41,8 +41,8 @@ def register(subparsers) -> None:
                     "sizes): phases, time per category, Scalasca wait states, and the divergences ddltrace knows "
                     "(sequential initialisation, parameter-server saturation, stragglers, staleness, I/O-bound, "
                     "low overlap, cache cliff, a slow link between nodes). Findings come costliest first (the "
-                    "time the job loses to each), each with its evidence; analyses the input cannot support (a timeline, matched messages, "
-                    "...) are listed with the reason.",
+                    "time the job loses to each), each with its evidence; analyses the input cannot support (a "
+                    "timeline, matched messages, ...) are listed with the reason.",
         epilog="Thresholds: " + ", ".join(f"{k}={t.value:g}" for k, t in DEFAULTS.items())
                + ". See docs/ANALYSES.md for what each detector measures and why its default is what it is.")
     p.add_argument("stores", nargs="+", metavar="STORE", help="trace store(s) written by ddltrace run / import")
