@@ -252,3 +252,16 @@ def test_the_report_draws_the_longest_ranks_queue_per_stream(nccl, tmp_path):
     assert main(["report", str(store), "--out", str(out)]) == 0
     assert (out / "gpu_queue.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "GPU launch queue length per stream" in (out / "report.html").read_text()
+
+
+def test_the_chrome_export_carries_the_correlation_ids(nccl, tmp_path):
+    """``ddltrace export --chrome``: each launch and each kernel keeps its id in args, so that the exported trace
+    still pairs them (rank 0's pairs, as many as the file's)."""
+    store, _, truths = nccl
+    out = tmp_path / "trace.json"
+    assert main(["export", str(store), "--chrome", str(out), "--ranks", "0"]) == 0
+    events = [e for e in json.loads(out.read_text())["traceEvents"] if e.get("ph") == "X"]
+    launches = {e["args"]["correlation"] for e in events if e["name"] in LAUNCH_NAMES}
+    kernels = [e["args"]["correlation"] for e in events if e["cat"] in ("compute", "comm", "memcpy")
+               and "correlation" in e["args"] and e["name"] not in LAUNCH_NAMES]
+    assert sum(k in launches for k in kernels) == len(truths[0]["pairs"])
