@@ -244,3 +244,19 @@ def test_the_slowest_is_defined_and_its_busy_time_shown_beside_the_average(tmp_p
     # the busy categories come first: the compute bars start at 0
     assert all(patch.get_x() == 0 for patch in ax.patches[:2])
     figures.plt.close(fig)
+
+
+def test_the_report_table_names_the_phase_of_each_overlap(demo_report):
+    """Issue 18 item 2 in the report: the table's overlap columns say their phase, and the steady one's median worker
+    is the low-overlap finding's figure."""
+    doc = json.loads(demo_report.findings.read_text())
+    finding = next(f for f in doc["findings"] if f["id"] == "low_overlap")
+    assert "in the steady state" in finding["title"]
+    tables = demo_report.html.read_text().split("<h2>Tables</h2>")[1]
+    table = tables.split("<h3>Time per category and rank")[1].split("</table>")[0]
+    rows = [re.findall(r"<t[hd]>(.*?)</t[hd]>", row) for row in table.split("<tr>")[1:]]
+    header, body = rows[0], rows[1:]
+    assert "overlap(run)" in header and "overlap(steady)" in header and "overlap" not in header
+    steady = sorted(float(row[header.index("overlap(steady)")]) for row in body if row[0] != "0")  # rank 0: server
+    assert len(steady) == 8
+    assert (steady[3] + steady[4]) / 2 == pytest.approx(finding["evidence"]["overlap_median"]["value"], abs=1e-3)

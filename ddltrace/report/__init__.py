@@ -375,7 +375,13 @@ def assemble(runs: list, findings: list, profile: str | None = None, model: str 
                 if match:
                     finding_figures[finding.id] = match
                     break
-    tables = [("Time per category and rank, whole run (ns)", main.table("all"))]
+    steady = main.table(main.main_phase)["overlap"]  # the low-overlap finding's phase, beside the whole run's
+    table = main.table("all").rename(columns={"overlap": "overlap(run)"})
+    if main.main_phase != "all":
+        table[f"overlap({main.main_phase})"] = steady.reindex(table.index)
+    tables = [("Time per category and rank, whole run (ns; shares and Rudra's overlap, compute / (compute + exposed "
+               "comm + wait), as fractions: overlap(run) over the rank's whole run, overlap(steady) over its steady "
+               "state, the low-overlap finding's measure)", table)]
     device = side_by_side(main)
     if len(device):
         tables.append(("Host and device side by side, whole run (ns; ranks with a device: host = its CPU threads, "
