@@ -17,6 +17,7 @@ from decimal import Decimal
 from pathlib import Path
 from statistics import mean, median
 
+import pandas as pd
 import pytest
 
 from ddltrace.analyses.gpu_launch import LAUNCH_NAMES
@@ -265,3 +266,27 @@ def test_the_chrome_export_carries_the_correlation_ids(nccl, tmp_path):
     kernels = [e["args"]["correlation"] for e in events if e["cat"] in ("compute", "comm", "memcpy")
                and "correlation" in e["args"] and e["name"] not in LAUNCH_NAMES]
     assert sum(k in launches for k in kernels) == len(truths[0]["pairs"])
+
+
+def test_correlation_values_that_are_not_ids_are_missing(tmp_path):
+    """A Kineto file whose ``args.correlation`` is text, a fraction, a boolean, negative, beyond int64 or null:
+    those rows' ids are missing, the whole ids of the others kept, and the file imports."""
+    t0 = 1_700_000_000_000_000
+    values = [7, "12", 1.5, True, -3, 2**70, None, 2**62]
+    events = [{"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": t0 + 10 * i, "dur": 5,
+               "args": {"device": 0, "stream": 7, "correlation": v}} for i, v in enumerate(values)]
+    events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t0 - 9,
+                   "dur": 3, "args": {"correlation": 7}})
+    trace = tmp_path / "hostile.pt.trace.json"
+    trace.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    out = tmp_path / "store"
+    assert main(["import", str(trace), "--out", str(out), "--progress", "never"]) == 0
+    frame = TraceStore.open(out).timeline().set_index("name")["correlation"]
+    assert (frame["cudaLaunchKernel"], frame["k0"], frame["k7"]) == (7, 7, 2**62)
+    assert frame.drop(["cudaLaunchKernel", "k0", "k7"]).isna().all()
+    assert analyze_store(out).gpu.launch_table()["launches"].tolist() == [1]
+    for i, event in enumerate(events[:3]):  # whole numbers and a boolean only: true is no id 1
+        event["args"]["correlation"] = [7, True, 9][i]
+    trace.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events[:3]}))
+    assert main(["import", str(trace), "--out", str(tmp_path / "bools"), "--progress", "never"]) == 0
+    assert TraceStore.open(tmp_path / "bools").timeline()["correlation"].tolist() == [7, pd.NA, 9]

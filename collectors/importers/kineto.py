@@ -152,8 +152,9 @@ def _correlations(args: list) -> np.ndarray:
     """The ``correlation`` of each event's args (as decoded into :class:`DeviceArgsFields`, raw, or None), -1
     where there is none or it is not a non-negative integer."""
     try:
-        ids = np.array([a.correlation for a in args])
-        if ids.dtype.kind == "i":
+        values = [a.correlation for a in args]
+        ids = np.array(values)
+        if ids.dtype.kind == "i" and True not in values and False not in values:  # (also true when 0 or 1 is)
             return np.maximum(ids.astype(np.int64, copy=False), -1)
     except (AttributeError, OverflowError):  # args absent or read raw; an id beyond int64
         pass
