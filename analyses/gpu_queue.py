@@ -17,6 +17,8 @@ host and device in the trace).
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -26,6 +28,11 @@ MAX_QUEUE_LENGTH = 1024
 SERIES_COLUMNS = ["device", "stream", "t_ns", "queue_length"]
 COLUMNS = ["rank", "device", "stream", "changes", "mean_hta", "mean_time_weighted", "max", "min",
            "time_at_max_queue_ns", "share_at_max_queue"]
+
+
+def _natural(key: tuple[str, str]) -> tuple:
+    """A (device, stream) sort key that puts "stream 7" before "stream 23"."""
+    return tuple(tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", str(k))) for k in key)
 
 
 def queue_length_series(pairs: pd.DataFrame) -> pd.DataFrame:
@@ -49,7 +56,8 @@ def queue_summary(rank: int, series: pd.DataFrame, window_ns: int) -> pd.DataFra
     """Per stream of one rank's queue-length ``series``: :data:`COLUMNS` (times in ns); ``window_ns`` is the
     rank's window, for the share at the capacity."""
     rows = []
-    for (device, stream), part in series.groupby(["device", "stream"], sort=True):
+    groups = sorted(series.groupby(["device", "stream"], sort=False), key=lambda g: _natural(g[0]))
+    for (device, stream), part in groups:
         t = part["t_ns"].to_numpy(np.int64)
         q = part["queue_length"].to_numpy(np.int64)
         held = np.diff(t)  # how long each value but the last held
