@@ -32,6 +32,7 @@ class GpuAnalysis:
     stream_ranks: list[int] = field(default_factory=list)
     comm_ranks: list[int] = field(default_factory=list)
     launches: list = field(default_factory=list)
+    worst: list = field(default_factory=list)
     queues: list = field(default_factory=list)
     launch_ranks: list[int] = field(default_factory=list)
     #: (rank, its queue-length series) of the rank with the longest queue, for the report's figure
@@ -57,6 +58,7 @@ class GpuAnalysis:
         if len(pairs):
             self.launch_ranks.append(rank)
             self.launches.append(gpu_launch.launch_stats(rank, pairs))
+            self.worst.append(gpu_launch.worst_launches(rank, pairs))
             window = int((timeline["start_ns"] + timeline["dur_ns"]).max() - timeline["start_ns"].min())
             series = gpu_queue.queue_length_series(pairs)
             self.queues.append(gpu_queue.queue_summary(rank, series, window))
@@ -85,6 +87,11 @@ class GpuAnalysis:
     def launch_table(self) -> pd.DataFrame:
         """CUDA launch statistics, one row per rank with correlated launches (:mod:`~ddltrace.analyses.gpu_launch`)."""
         return self._frame(self.launches, gpu_launch.COLUMNS)
+
+    def worst_launch_table(self) -> pd.DataFrame:
+        """Per rank, the launches with the longest delay and CPU duration (:func:`~ddltrace.analyses.gpu_launch.
+        worst_launches`)."""
+        return self._frame(self.worst, gpu_launch.WORST_COLUMNS)
 
     def queue_table(self) -> pd.DataFrame:
         """Queue length per stream of every rank with correlated launches (:mod:`~ddltrace.analyses.gpu_queue`)."""

@@ -89,3 +89,14 @@ def launch_stats(rank: int, pairs: pd.DataFrame) -> pd.DataFrame:
     row["launch_delay_outliers"] = int((delay > LAUNCH_DELAY_CUTOFF_NS).sum())
     row["short_kernels"] = int(((cpu <= RUNTIME_CUTOFF_NS) & (gpu < cpu)).sum())
     return pd.DataFrame([row], columns=COLUMNS)
+
+
+#: The columns of :func:`worst_launches`.
+WORST_COLUMNS = ["rank", "by", *PAIR_COLUMNS]
+
+
+def worst_launches(rank: int, pairs: pd.DataFrame, k: int = 10) -> pd.DataFrame:
+    """The ``k`` launches with the longest launch delay and the ``k`` with the longest CPU duration (column ``by``:
+    ``launch_delay`` or ``cpu_duration``), longest first: which kernels the outliers are."""
+    parts = [pairs.nlargest(k, f"{by}_ns", keep="first").assign(by=by) for by in ("launch_delay", "cpu_duration")]
+    return pd.concat(parts, ignore_index=True).assign(rank=rank)[WORST_COLUMNS]

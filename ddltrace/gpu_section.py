@@ -131,7 +131,9 @@ def gpu_json(run) -> dict:
     return {
         "definitions": {"temporal": TEMPORAL, "streams": STREAMS, "classes": CLASSES,
                         "kernels": "top 10 kernels per rank and device by summed duration, the rest as (others)",
-                        "across_ranks": ACROSS, "overlap": OVERLAP, "launches": LAUNCHES, "queues": QUEUES},
+                        "across_ranks": ACROSS, "overlap": OVERLAP, "launches": LAUNCHES, "queues": QUEUES,
+                        "worst_launches": "per rank, the 10 launches with the longest launch delay (by: launch_delay) "
+                                          "and the 10 with the longest CPU duration (by: cpu_duration), in ns"},
         "device_ranks": gpu.device_ranks,
         "temporal": records(gpu.temporal_table()),
         "temporal_streams": records(gpu.temporal_table(streams=True)) if "streams" in run.capabilities else [],
@@ -140,5 +142,6 @@ def gpu_json(run) -> dict:
         "kernels_across_ranks": records(gpu.across_ranks()) if "device_ranks" in run.capabilities else [],
         "overlap": records(gpu.overlap_table()),
         "launches": records(gpu.launch_table()),
+        "worst_launches": records(gpu.worst_launch_table()),
         "queues": records(gpu.queue_table()),
     }

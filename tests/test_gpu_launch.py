@@ -290,3 +290,17 @@ def test_correlation_values_that_are_not_ids_are_missing(tmp_path):
     trace.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events[:3]}))
     assert main(["import", str(trace), "--out", str(tmp_path / "bools"), "--progress", "never"]) == 0
     assert TraceStore.open(tmp_path / "bools").timeline()["correlation"].tolist() == [7, pd.NA, 9]
+
+
+def test_json_lists_the_worst_launches(nccl, capsys):
+    """``analyze --json``: per rank the 10 longest launch delays and the 10 longest launch calls, the file's."""
+    store, _, truths = nccl
+    capsys.readouterr()
+    assert main(["analyze", str(store), "--json"]) == 0
+    worst = json.loads(capsys.readouterr().out)["stores"][0]["gpu"]["worst_launches"]
+    for rank, want in truths.items():
+        cpu, _, delay = zip(*want["pairs"], strict=True)
+        for by, values in (("launch_delay", delay), ("cpu_duration", cpu)):
+            rows = [w for w in worst if w["rank"] == rank and w["by"] == by]
+            assert [w[f"{by}_ns"] for w in rows] == sorted(values, reverse=True)[:10]
+            assert all(w["kernel"] and w["launch"] in LAUNCH_NAMES for w in rows)
