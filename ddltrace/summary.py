@@ -51,7 +51,8 @@ class RankSummary:
 @dataclass
 class StoreSummary:
     """The whole store: its path, world size, time span (ns), counters and one :class:`RankSummary` per rank;
-    ``damaged``: the ranks left out, each with why (:attr:`TraceStore.damaged`)."""
+    ``damaged``: the ranks left out, each with why (:attr:`TraceStore.damaged`); ``unlisted``: the ranks below the
+    world size the manifest has no usable entry for (:meth:`TraceStore.missing`, the damaged ones aside)."""
 
     path: str
     world_size: int
@@ -62,6 +63,7 @@ class StoreSummary:
     ranks: list[RankSummary]
     run: dict
     damaged: dict[int, str] = field(default_factory=dict)
+    unlisted: dict[int, str] = field(default_factory=dict)
 
     @property
     def span_ns(self) -> int:
@@ -120,4 +122,5 @@ def summarize(store: TraceStore) -> StoreSummary:
         ranks=ranks,
         run=store.run,
         damaged=dict(store.damaged),
+        unlisted={r: why for r, why in store.missing().items() if r not in store.damaged},
     )

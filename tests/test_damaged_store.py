@@ -73,6 +73,7 @@ def test_a_rank_the_manifest_does_not_list_is_named_as_missing(tmp_path, capsys)
     (store / "manifest.json").write_text(json.dumps(manifest))
     code, out, err = _run(capsys, "info", store)
     assert code == 0 and "'three'" in err
+    assert "not listed  rank 3 of the world of 5" in out
     code, out, err = _run(capsys, "analyze", "--json", store)
     missing = json.loads(out)["stores"][0]["missing_ranks"]
     assert [m["rank"] for m in missing] == [3] and "no usable entry" in missing[0]["reason"]
