@@ -48,7 +48,7 @@ test-faults-heavy: install
 	DDLTRACE_FAULT_CALLS=1000000 $(PY) -m pytest -q -p no:cacheprovider tests/test_faults.py
 
 # A 1024-rank store with one damaged rank file, analysed with that rank named as missing (tests/test_damaged_store.py;
-# about 3 minutes on 2 busy cores, 64 ranks in `make test`).
+# 21 s on an idle 2-core machine, about 3 minutes when it is busy; 64 ranks in `make test`).
 test-damaged-heavy: install
 	DDLTRACE_DAMAGED_RANKS=1024 $(PY) -m pytest -q -p no:cacheprovider tests/test_damaged_store.py -k big_run
 
