@@ -10,7 +10,8 @@ the median: a shared machine's noise is smaller than that, a slow node is not. N
 workers. Compute per step catches the slow rank even in a synchronous job, where every rank's step time is the
 same because the fast ones wait for it. The evidence puts the slowest worker beside the average (RALP).
 On per-call aggregates (IPM) there are no steps and no steady state: the measure is each worker's compute over
-the whole run.
+the whole run. Ranks that are all ranks of a slow node (:mod:`~ddltrace.analyses.detect_slow_node`: every rank of
+one node slow) are left to that finding: one cause, the node, reported once.
 
 Cost: the time the others wait for the slowest worker, (slowest - median) of the measure times the slowest
 worker's steps (once when the measure is its whole compute): the slowest worker's compute minus the median
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ddltrace.analyses.detect_slow_node import slow_node
 from ddltrace.analyses.findings import Finding, Quantity, detector
 
 ADVICE = ("Look at the named ranks' hosts (CPU frequency, other jobs, thermal throttling, a slower GPU or disk) "
@@ -55,6 +57,7 @@ def detect(runs, th) -> list[Finding]:
     """Workers whose compute per step (or step time) is a robust outlier (see the module docstring)."""
     findings = []
     for run in runs:
+        node = slow_node(run, th)
         for what, (workers, values) in measures(run).items():
             if len(workers) < th["straggler.min_ranks"] or not np.all(np.isfinite(values)):
                 continue
@@ -65,6 +68,8 @@ def detect(runs, th) -> list[Finding]:
                 continue
             worst = int(slow[np.argmax(values[slow])])
             ranks = [int(workers[i]) for i in slow]
+            if node is not None and set(ranks) <= set(node["ranks"]):
+                break  # the slow node's finding names them
             times = max(1, len(run.phases[workers[worst]].steps))  # once for the whole compute
             lost = (float(values[worst]) - median) * times
             findings.append(Finding(

@@ -82,6 +82,13 @@ DEFAULTS: dict[str, Threshold] = {
         "MPI over TCP reaches most of the raw TCP goodput the calibration measures"),
     "slow_link.min_bytes": Threshold(
         65536, "bytes", "messages of 64 KiB and more: below that a transfer's time is mostly latency, not bandwidth"),
+    # slow node
+    "slow_node.excess_min": Threshold(
+        0.25, "fraction above the other nodes' median", "as for a straggler: a node's fastest rank less than 25 % "
+        "slower per step than the other nodes is noise on a shared machine"),
+    "slow_node.wait_share_min": Threshold(
+        0.5, "fraction of the node's excess compute per step", "the other nodes' ranks wait at least half the "
+        "excess per step at collectives: in a synchronous step they wait about all of it"),
     # wait states
     "wait_states.share_max": Threshold(
         0.3, "fraction of the steady state", "a Scalasca wait state costing 30 % of the average rank's steady state"),
