@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from shared_data import REPO, SHARED
 
-from ddltrace.store import TraceStore
+from ddltrace.store import TraceStore, write_store
 from ddltrace.timeline import CATEGORIES
 
 duckdb = pytest.importorskip("duckdb", reason="duckdb not installed (pip install -e '.[dev]')")
@@ -65,9 +65,18 @@ def hta_store(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.fixture(params=["hta", "old"])
+@pytest.fixture(scope="module")
+def mpi_only_store(tmp_path_factory) -> Path:
+    """:data:`OLD_STORE`'s MPI calls without its compute rows: the time between calls is compute in ``info``."""
+    timeline = TraceStore.open(OLD_STORE).timeline()
+    out = tmp_path_factory.mktemp("dataset") / "mpi-only"
+    write_store(out, timeline[timeline["category"] != "compute"].reset_index(drop=True))
+    return out
+
+
+@pytest.fixture(params=["hta", "old", "mpi_only"])
 def store(request) -> Path:
-    return request.getfixturevalue("hta_store") if request.param == "hta" else OLD_STORE
+    return OLD_STORE if request.param == "old" else request.getfixturevalue(f"{request.param}_store")
 
 
 def _info_time(store: Path) -> dict[tuple[int, str], int]:
@@ -123,3 +132,14 @@ def test_old_and_new_stores_read_together_by_name(hta_store):
                        ds.dataset(OLD_STORE / "timeline", schema=schema)])
     table = both.to_table(columns=["correlation"])
     assert table.num_rows == rows and table["correlation"].null_count == rows - with_correlation
+
+
+def test_counters_read_as_one_table():
+    """``counters/*.parquet`` (the ranks' and the machine's, rank -1) read by DuckDB give ddltrace's samples."""
+    frame = TraceStore.open(OLD_STORE).counters()
+    want = {(int(rank), name): (int(n), float(total)) for (rank, name), (n, total) in
+            frame.groupby(["rank", "name"])["value"].agg(["count", "sum"]).iterrows()}
+    got = duckdb.connect().execute("SELECT rank, name, count(*), sum(value) FROM read_parquet(?) GROUP BY ALL",
+                                   [f"{OLD_STORE}/counters/*.parquet"]).fetchall()
+    assert {(rank, name): (n, pytest.approx(total, rel=1e-12)) for rank, name, n, total in got} == want
+    assert -1 in {rank for rank, _ in want} and len(want) > 2
