@@ -8,7 +8,6 @@ Needs root, iproute2, util-linux and MPICH (the `mpich` wheel); skips with the r
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import signal
 import subprocess
@@ -19,19 +18,13 @@ from pathlib import Path
 
 import psutil
 import pytest
+from cluster_jobs import MPIEXEC, NEEDS_CLUSTER, run_on_cluster
 
 from ddltrace.cli import main
 from ddltrace.collectors import cluster as cl
-from ddltrace.collectors.mpi_env import find_tool, mpi_flavour
 from ddltrace.store import TraceStore
 
-MPIEXEC = find_tool("mpiexec")
-pytestmark = [
-    pytest.mark.skipif(cl.missing_tools() is not None, reason=str(cl.missing_tools())),
-    pytest.mark.skipif(find_tool("mpicc") is None or MPIEXEC is None, reason="MPI (the mpich wheel) not installed"),
-    pytest.mark.skipif(MPIEXEC is not None and mpi_flavour(MPIEXEC) != "mpich",
-                       reason="the simulated cluster is entered through MPICH's hydra"),
-]
+pytestmark = NEEDS_CLUSTER
 
 SENT = 24_000_000  # bytes rank 0 (node 0) sends to rank 2 (node 1)
 OFFSET_NS = 5_000_000  # node 1's clock is 5 ms ahead (test hook)
@@ -60,12 +53,9 @@ def cluster_run(tmp_path_factory):
     (tmp / "job.py").write_text(JOB)
     with cl.Cluster(2) as cluster, pytest.MonkeyPatch.context() as mp:
         mp.setenv("DDLTRACE_TEST_NODE_CLOCK_OFFSET_NS", f"{cluster.nodes[1].host}:{OFFSET_NS}")
-        out = io.StringIO()
-        mp.setattr(sys, "stdout", out)
-        code = main(["run", "--no-progress", "--pyspy", "--launcher", cluster.mpiexec(MPIEXEC, ppn=2),
-                     "--out", str(tmp / "store"), "--", sys.executable, str(tmp / "job.py"), str(SENT)])
-        assert code == 0, out.getvalue()
-        yield cluster, TraceStore.open(tmp / "store"), out.getvalue()
+        printed = run_on_cluster(cluster, tmp / "store", [sys.executable, str(tmp / "job.py"), str(SENT)], ppn=2,
+                                 options=("--pyspy",))
+        yield cluster, TraceStore.open(tmp / "store"), printed
 
 
 def test_ranks_run_on_both_nodes_under_their_host_names(cluster_run):

@@ -7,12 +7,12 @@ Needs root, iproute2, util-linux and MPICH (the `mpich` wheel); skips with the r
 
 from __future__ import annotations
 
-import io
 import json
 import sys
 import textwrap
 
 import pytest
+from cluster_jobs import NEEDS_CLUSTER, run_on_cluster
 
 from ddltrace.analyses.findings import detect
 from ddltrace.analyses.node_traffic import node_table, p2p_traffic, pair_bandwidth, rank_hosts, transfers
@@ -20,15 +20,8 @@ from ddltrace.analyses.run_analysis import analyze_store
 from ddltrace.analyses.thresholds import Thresholds
 from ddltrace.cli import main
 from ddltrace.collectors import cluster as cl
-from ddltrace.collectors.mpi_env import find_tool, mpi_flavour
 
-MPIEXEC = find_tool("mpiexec")
-pytestmark = [
-    pytest.mark.skipif(cl.missing_tools() is not None, reason=str(cl.missing_tools())),
-    pytest.mark.skipif(find_tool("mpicc") is None or MPIEXEC is None, reason="MPI (the mpich wheel) not installed"),
-    pytest.mark.skipif(MPIEXEC is not None and mpi_flavour(MPIEXEC) != "mpich",
-                       reason="the simulated cluster is entered through MPICH's hydra"),
-]
+pytestmark = NEEDS_CLUSTER
 
 SIZE = 2 << 20  # bytes per message
 REPS = 4  # messages per ordered pair of ranks
@@ -59,12 +52,7 @@ JOB = textwrap.dedent("""
 
 
 def _run_job(cluster, path) -> analyze_store:
-    out = io.StringIO()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sys, "stdout", out)
-        code = main(["run", "--no-progress", "--launcher", cluster.mpiexec(MPIEXEC, ppn=1), "--out", str(path),
-                     "--", sys.executable, str(path.parent / "job.py"), str(SIZE), str(REPS)])
-    assert code == 0, out.getvalue()
+    run_on_cluster(cluster, path, [sys.executable, str(path.parent / "job.py"), str(SIZE), str(REPS)], ppn=1)
     return analyze_store(path)
 
 

@@ -7,27 +7,19 @@ Needs root, iproute2, util-linux and MPICH (the `mpich` wheel); skips with the r
 
 from __future__ import annotations
 
-import io
 import sys
 import textwrap
 
 import pytest
+from cluster_jobs import NEEDS_CLUSTER, run_on_cluster
 
 from ddltrace.analyses.findings import detect
 from ddltrace.analyses.node_traffic import rank_hosts
 from ddltrace.analyses.run_analysis import analyze_store
 from ddltrace.analyses.thresholds import Thresholds
-from ddltrace.cli import main
 from ddltrace.collectors import cluster as cl
-from ddltrace.collectors.mpi_env import find_tool, mpi_flavour
 
-MPIEXEC = find_tool("mpiexec")
-pytestmark = [
-    pytest.mark.skipif(cl.missing_tools() is not None, reason=str(cl.missing_tools())),
-    pytest.mark.skipif(find_tool("mpicc") is None or MPIEXEC is None, reason="MPI (the mpich wheel) not installed"),
-    pytest.mark.skipif(MPIEXEC is not None and mpi_flavour(MPIEXEC) != "mpich",
-                       reason="the simulated cluster is entered through MPICH's hydra"),
-]
+pytestmark = NEEDS_CLUSTER
 
 STEPS, COMPUTE, SLOW = 8, 0.05, 2.0  # steps, seconds of busy loop per step, the slow node's factor
 
@@ -52,13 +44,8 @@ JOB = textwrap.dedent("""
 
 
 def _run_job(cluster, path, slow_host):
-    out = io.StringIO()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sys, "stdout", out)
-        code = main(["run", "--no-progress", "--launcher", cluster.mpiexec(MPIEXEC, ppn=2), "--out", str(path),
-                     "--", sys.executable, str(path.parent / "job.py"), str(STEPS), str(COMPUTE), slow_host,
-                     str(SLOW)])
-    assert code == 0, out.getvalue()
+    run_on_cluster(cluster, path, [sys.executable, str(path.parent / "job.py"), str(STEPS), str(COMPUTE), slow_host,
+                                   str(SLOW)], ppn=2)
     return analyze_store(path)
 
 
