@@ -18,6 +18,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from hta_reference import NEEDS_HTA, hta_figures
 from shared_data import SHARED, corpus
 
 from ddltrace.analyses.run_analysis import analyze_store, not_made
@@ -260,26 +261,11 @@ def test_cpu_only_trace_lists_the_gpu_analyses_as_one_line(tmp_path):
     assert "no device work" in gpu[0].holds
 
 
-HTA_PYTHON = Path(__file__).resolve().parents[1] / ".venvs" / "hta" / "bin" / "python"
-
-
 @needs[NCCL_JOB]
-@pytest.mark.skipif(not HTA_PYTHON.exists(), reason=f"HTA is not installed at {HTA_PYTHON} (see "
-                                                    f"benchmarks/gpu_vs_hta.py for how to make it)")
-def test_hta_gives_the_same_temporal_breakdown_and_overlap(nccl_run, tmp_path):
+@NEEDS_HTA
+def test_hta_gives_the_same_temporal_breakdown_and_overlap(nccl_run):
     """HTA's own figures on the same two ranks, over all device work (include_last_profiler_step=True)."""
-    import importlib.util
-    import shutil
-    import subprocess
-
-    spec = importlib.util.spec_from_file_location("gpu_vs_hta", HTA_PYTHON.parents[3] / "benchmarks" / "gpu_vs_hta.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    for f in NCCL_JOB.glob("*.json.gz"):
-        shutil.copy(f, tmp_path / f.name)
-    done = subprocess.run([str(HTA_PYTHON), "-c", bench._HTA_CHILD, str(tmp_path), "all"], capture_output=True,
-                          text=True, check=True)
-    hta = json.loads(done.stdout.strip().splitlines()[-1])
+    hta = hta_figures(NCCL_JOB)
     _, run, _ = nccl_run
     temporal = run.gpu.temporal_table().set_index("rank")
     overlap = run.gpu.overlap_table().set_index("rank")

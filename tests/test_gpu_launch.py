@@ -19,6 +19,7 @@ from statistics import mean, median
 
 import pandas as pd
 import pytest
+from hta_reference import NEEDS_HTA, hta_figures
 
 from ddltrace.analyses.gpu_launch import LAUNCH_NAMES
 from ddltrace.analyses.run_analysis import analyze_store
@@ -203,25 +204,10 @@ def test_time_at_a_full_queue_is_the_time_at_1024_or_more():
     assert row["share_at_max_queue"] == pytest.approx((full_until - full_from) / (4 * n * 1000))
 
 
-HTA_PYTHON = Path(__file__).resolve().parents[1] / ".venvs" / "hta" / "bin" / "python"
-
-
-@pytest.mark.skipif(not HTA_PYTHON.exists(), reason=f"HTA is not installed at {HTA_PYTHON} (see "
-                                                    f"benchmarks/gpu_vs_hta.py for how to make it)")
-def test_hta_gives_the_same_launch_statistics_and_queue_lengths(nccl, tmp_path):
+@NEEDS_HTA
+def test_hta_gives_the_same_launch_statistics_and_queue_lengths(nccl):
     """HTA 0.5's own get_cuda_kernel_launch_stats and get_queue_length_summary on the same two ranks."""
-    import importlib.util
-    import shutil
-    import subprocess
-
-    spec = importlib.util.spec_from_file_location("gpu_vs_hta", HTA_PYTHON.parents[3] / "benchmarks" / "gpu_vs_hta.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    for f in NCCL_JOB.glob("*.json.gz"):
-        shutil.copy(f, tmp_path / f.name)
-    done = subprocess.run([str(HTA_PYTHON), "-c", bench._HTA_CHILD, str(tmp_path), "all"], capture_output=True,
-                          text=True, check=True)
-    hta = json.loads(done.stdout.strip().splitlines()[-1])
+    hta = hta_figures(NCCL_JOB)
     _, run, _ = nccl
     launches = run.gpu.launch_table().set_index("rank")
     queues = run.gpu.queue_table().set_index(["rank", "stream"])

@@ -1,0 +1,35 @@
+"""HTA's own figures for the tests that compare with it: HTA (HolisticTraceAnalysis) runs in its own venv,
+.venvs/hta (benchmarks/gpu_vs_hta.py says how to make it), through the benchmark's child script; the tests skip,
+saying so, where it is absent. Each trace folder is given to HTA once per test session."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+HTA_PYTHON = REPO / ".venvs" / "hta" / "bin" / "python"
+NEEDS_HTA = pytest.mark.skipif(not HTA_PYTHON.exists(), reason=f"HTA is not installed at {HTA_PYTHON} (see "
+                                                                f"benchmarks/gpu_vs_hta.py for how to make it)")
+
+
+@functools.cache
+def hta_figures(folder: Path) -> dict:
+    """Per rank (a str key), what benchmarks/gpu_vs_hta.py's HTA child computes on the ``*.json.gz`` of
+    ``folder``: temporal breakdown, overlap, launch statistics and queue lengths."""
+    spec = importlib.util.spec_from_file_location("gpu_vs_hta", REPO / "benchmarks" / "gpu_vs_hta.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    with tempfile.TemporaryDirectory() as tmp:
+        for f in folder.glob("*.json.gz"):
+            shutil.copy(f, Path(tmp) / f.name)
+        done = subprocess.run([str(HTA_PYTHON), "-c", bench._HTA_CHILD, tmp, "all"], capture_output=True,
+                              text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
