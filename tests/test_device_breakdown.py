@@ -14,6 +14,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from interval_truth import union_ns
 from shared_data import SHARED
 
 from ddltrace.cli import main
@@ -32,15 +33,7 @@ def device_truth(folder: Path) -> tuple[int, int, int]:
     events = [e for e in doc["traceEvents"] if e.get("ph") == "X" and "dur" in e]
     work = sorted((int(e["ts"] * 1000), int((e["ts"] + e["dur"]) * 1000)) for e in events
                   if str(e.get("cat", "")).lower() in DEVICE_WORK)
-    busy, reach = 0, None
-    for start, end in work:
-        if reach is None or start > reach:
-            busy += end - start
-            reach = end
-        elif end > reach:
-            busy += end - reach
-            reach = end
-    return busy, len(work)
+    return union_ns(work), len(work)
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from hta_reference import NEEDS_HTA, hta_figures
+from interval_truth import union_ns
 from shared_data import SHARED, corpus
 
 from ddltrace.analyses.run_analysis import analyze_store, not_made
@@ -32,18 +33,6 @@ CPU_ONLY = SHARED / "hta_traces" / "cpu_only"
 needs = {p: pytest.mark.skipif(not p.exists(), reason=f"{p} is not here (the shared real traces)")
          for p in (NCCL_JOB, XPLANE, MXNET, CPU_ONLY)}
 DEVICE_WORK = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}  # PyTorch 1.8/1.9: Kernel, Memcpy, Memset
-
-
-def union(intervals) -> int:
-    busy, reach = 0, None
-    for start, end in sorted(intervals):
-        if reach is None or start > reach:
-            busy += end - start
-            reach = end
-        elif end > reach:
-            busy += end - reach
-            reach = end
-    return busy
 
 
 def kineto_truth(path: Path) -> dict:
@@ -73,8 +62,9 @@ def kineto_truth(path: Path) -> dict:
         for _, name, s, e in rows:
             sums[name] += e - s
         out[device] = {"window": max(e for *_, e in rows) - min(s for _, _, s, _ in rows),
-                       "busy": union((s, e) for _, _, s, e in rows), "compute": union(comp), "comm": union(comm),
-                       "overlap": union(comm) + union(comp) - union(comm + comp), "sums": dict(sums),
+                       "busy": union_ns((s, e) for _, _, s, e in rows), "compute": union_ns(comp),
+                       "comm": union_ns(comm),
+                       "overlap": union_ns(comm) + union_ns(comp) - union_ns(comm + comp), "sums": dict(sums),
                        "classes": {k: sum(e - s for kk, _, s, e in rows if kk == k) for k in ("compute", "comm",
                                                                                               "memcpy")}}
     return {"rank": doc.get("distributedInfo", {}).get("rank"), "devices": out}
@@ -240,7 +230,7 @@ def test_mxnet_gpu_lanes_are_device_lanes_without_stream_ids(tmp_path):
     table = run.gpu.temporal_table().set_index("device")
     assert sorted(table.index) == sorted(spans)
     for device, intervals in spans.items():
-        assert table.loc[device, "busy_ns"] == union(intervals)
+        assert table.loc[device, "busy_ns"] == union_ns(intervals)
         assert table.loc[device, "window_ns"] == max(e for _, e in intervals) - min(s for s, _ in intervals)
     skipped = {s.analysis: s for s in not_made([run])}
     assert "no stream ids" in skipped["gpu_temporal_streams"].holds

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from interval_truth import union_ns
 from shared_data import SHARED
 
 from ddltrace.cli import main
@@ -407,19 +408,6 @@ def test_device_work_categorised(folder, runs):
     assert set(cats) <= {"compute", "comm", "memcpy", "wait"}, dict(cats)
 
 
-def _busy_ns(intervals) -> int:
-    """Length of the union of (start, end) intervals (each instant once)."""
-    busy, reach = 0, None
-    for start, end in sorted(intervals):
-        if reach is None or start > reach:
-            busy += end - start
-            reach = end
-        elif end > reach:
-            busy += end - reach
-            reach = end
-    return busy
-
-
 def _check_info_device(info_rank: dict, n_events: int, busy_ns: int) -> None:
     assert info_rank.get("device_events") == n_events, (info_rank.get("device_events"), n_events)
     device = info_rank["device_time_ns"]
@@ -438,7 +426,7 @@ def test_info_device_side(folder, runs):
     offset = _offset_ns(fmt, trace)
     ivs = [trace["intervals"][k] for k in idx]
     (rank,) = json.loads(run["info --json"][1])["ranks"]
-    _check_info_device(rank, len(ivs), _busy_ns((iv[4] + offset, iv[4] + offset + iv[5]) for iv in ivs))
+    _check_info_device(rank, len(ivs), union_ns((iv[4] + offset, iv[4] + offset + iv[5]) for iv in ivs))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -610,5 +598,5 @@ def test_xplane_device_time_per_stream(folder, runs):
     # info's device side: the device events, and its busy time the union of them (ps to ns: 1 ns per event)
     (rank,) = json.loads(run["info --json"][1])["ranks"]
     assert rank.get("device_events") == len(spans)
-    busy_ns = _busy_ns(spans) / 1000
+    busy_ns = union_ns(spans) / 1000
     assert -len(spans) - 1000 < rank["span_ns"] - rank["device_time_ns"]["idle"] - busy_ns < 1000
