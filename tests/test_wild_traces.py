@@ -35,15 +35,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from interval_truth import union_ns
-from shared_data import SHARED
+from shared_data import CORPUS_DIRS
 
 from ddltrace.cli import main
 from ddltrace.store import TraceStore
 
 REPO = Path(__file__).resolve().parent.parent
-ROOTS = {"shared": next((p for p in (REPO.parent / "shared" / "wild_traces", SHARED / "wild_traces")
-                         if p.is_dir()), None),
-         "repo": REPO / "tests" / "data" / "wild"}
+ROOTS = {"shared": CORPUS_DIRS[0] if CORPUS_DIRS[0].is_dir() else None, "repo": CORPUS_DIRS[1]}
 NOT_TRACES = {"MANIFEST.md", "scorep.cfg", "PROVENANCE.md"}
 
 #: Formats no importer reads yet: `import` must refuse them in one line naming the file (exit 2).
@@ -51,12 +49,8 @@ UNREADABLE = {
     "tracelens_rocprofv3_mi350x": "rocprofiler-sdk (rocprofv3) JSON, not Chrome trace events: no reader yet",
 }
 
-#: (trace, check) -> why it fails on today's main: strict xfails, to be removed when the fix lands. #20 items 2, 3
-#: (Kineto categories and devices from args) and 8 (exact ns) have landed: they held kineto_tb_resnet50_w0 and
-#: hta_mtia_inference (device work 'other'), tracelens_b200_eager and tracelens_sglang_decode (kernels on cpu/tid
-#: lanes), hta_ns_resolution_rank0 (starts off by up to 125 ns). The rest were found by this corpus (not in #20);
-#: fixed since: Kineto's gpu_user_annotation spans and MTIA's runtime threads counted as device time, TF1's
-#: executor pid ('/job:.../gpu:0 Compute') as device time.
+#: (trace, check) -> why it fails on today's main: a check a new trace fails on is marked strict xfail here,
+#: with the issue item that fixes it, and removed when the fix lands (none at present).
 KNOWN: dict[tuple[str, str], str] = {}
 
 
