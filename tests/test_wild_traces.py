@@ -40,7 +40,6 @@ from shared_data import CORPUS_DIRS
 from ddltrace.cli import main
 from ddltrace.store import TraceStore
 
-REPO = Path(__file__).resolve().parent.parent
 ROOTS = {"shared": CORPUS_DIRS[0] if CORPUS_DIRS[0].is_dir() else None, "repo": CORPUS_DIRS[1]}
 NOT_TRACES = {"MANIFEST.md", "scorep.cfg", "PROVENANCE.md"}
 
