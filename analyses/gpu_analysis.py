@@ -11,7 +11,7 @@ where no rank has them they are listed as not made.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import pandas as pd
 
@@ -64,6 +64,19 @@ class GpuAnalysis:
             self.queues.append(gpu_queue.queue_summary(rank, series, window))
             if self.queue_series is None or series["queue_length"].max() > self.queue_series[1]["queue_length"].max():
                 self.queue_series = (rank, series)
+
+    def merge(self, other: GpuAnalysis) -> None:
+        """Add the figures of ``other`` (other ranks, e.g. one rank's from :func:`~ddltrace.analyses.rank_summary.
+        summarise_rank`) after this one's; merged in rank order, the result is that of :meth:`add_rank` in rank
+        order."""
+        for f in fields(self):
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            if isinstance(mine, list):
+                mine.extend(theirs)
+        if other.queue_series is not None and (
+                self.queue_series is None
+                or other.queue_series[1]["queue_length"].max() > self.queue_series[1]["queue_length"].max()):
+            self.queue_series = other.queue_series
 
     @staticmethod
     def _frame(parts: list, columns: list[str]) -> pd.DataFrame:

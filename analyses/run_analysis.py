@@ -12,21 +12,22 @@ from __future__ import annotations
 import math
 import os
 import warnings
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from ddltrace.analyses.breakdown import average_and_slowest, breakdown_table, device_lanes, host_lanes, rank_breakdown
+from ddltrace.analyses.breakdown import average_and_slowest, breakdown_table
 from ddltrace.analyses.gpu_analysis import GpuAnalysis
-from ddltrace.analyses.phases import RankPhases, segment_rank, whole_run
+from ddltrace.analyses.phases import RankPhases
 from ddltrace.analyses.requirements import ANALYSES, GPU_ALL, GPU_ANALYSES, Skipped, capabilities, check
 from ddltrace.analyses.wait_states import P2P, mpi_calls, summarize, wait_states
-from ddltrace.errors import DamagedStoreWarning
+from ddltrace.errors import DamagedStoreWarning, StoreError
 from ddltrace.store import TraceStore, _shown
-from ddltrace.timeline import CATEGORIES
+from ddltrace.timeline import CATEGORIES, empty_timeline
 
 #: Keys of the run metadata that may hold the batch size (samples per worker and step).
 BATCH_KEYS = ("batch_size", "batch", "minibatch_size")
@@ -177,35 +178,72 @@ class RunAnalysis:
         return max(p.end_ns for p in self.phases.values()) - min(p.start_ns for p in self.phases.values())
 
 
-def analyze_store(store: TraceStore | str | os.PathLike) -> RunAnalysis:
+def analyze_store(store: TraceStore | str | os.PathLike, mapper: Callable = map,
+                  progress: Callable[[int, int, int], None] | None = None) -> RunAnalysis:
     """Phases, breakdown (all lanes; for a rank with a device, also its host lanes and its device lanes, each on
     their own) and MPI calls of every rank, reading one rank at a time. A rank of per-call aggregates gets no
-    phases (:func:`~ddltrace.analyses.phases.whole_run`)."""
+    phases (:func:`~ddltrace.analyses.phases.whole_run`).
+
+    Map and reduce: ``mapper(function, ranks)`` (``builtins.map``, a process pool's ``imap``, or one that runs
+    tasks on a cluster) applies :func:`~ddltrace.analyses.rank_summary.summarise_rank`, bound to the store's path,
+    to every rank and yields the :class:`~ddltrace.analyses.rank_summary.RankSummary` of each (in any order);
+    :func:`reduce_summaries` folds them as they come. ``progress(done, total, events)`` is called after each rank.
+    """
+    from ddltrace.analyses import rank_summary
+
     if not isinstance(store, TraceStore):
         store = TraceStore.open(store)
+    rank_summary.keep_open(store)
+    ranks = store.ranks
+    summaries = mapper(partial(rank_summary.summarise_rank, str(store.path)), ranks)
+    return reduce_summaries(store, summaries, total=len(ranks), progress=progress)
+
+
+def reduce_summaries(store: TraceStore, summaries: Iterable, total: int | None = None,
+                     progress: Callable[[int, int, int], None] | None = None) -> RunAnalysis:
+    """The :class:`RunAnalysis` of ``store`` from its ranks' summaries (an iterable, consumed once, in any order):
+    the reduce step of :func:`analyze_store`. A damaged rank is recorded in ``store.damaged`` and named in a
+    :class:`~ddltrace.errors.DamagedStoreWarning`; when no rank could be read the :class:`StoreError` names them."""
     phases: dict[int, RankPhases] = {}
-    breakdowns, host, device, calls = [], [], [], []
+    breakdowns, host, device, calls, gpus, damaged = {}, {}, {}, {}, {}, []
+    done = events = 0
+    for summary in summaries:
+        done += 1
+        events += summary.events
+        if summary.damaged is not None:
+            damaged.append((summary.rank, summary.damaged))
+        elif summary.phases is not None:
+            rank = summary.rank
+            phases[rank] = summary.phases
+            breakdowns[rank] = summary.breakdown
+            if summary.device_breakdown is not None:
+                host[rank], device[rank] = summary.host_breakdown, summary.device_breakdown
+            calls[rank] = summary.calls
+            gpus[rank] = summary.gpu
+        if progress is not None:
+            progress(done, total if total is not None else done, events)
+    for rank, why in sorted(damaged):
+        store.damaged[rank] = why
+    if damaged and not store.ranks:
+        held = [why for _, why in sorted(damaged)]
+        raise StoreError(f"{store.path}: no rank can be read ({held[0]}" +
+                         (f"; and {len(held) - 1} more)" if len(held) > 1 else ")"))
+    for _, why in sorted(damaged):
+        warnings.warn(why, DamagedStoreWarning, stacklevel=2)
     gpu = GpuAnalysis()
-    for rank, timeline in store.iter_timeline():
-        aggregate = bool(store.rank_info(rank).get("aggregate"))
-        found = whole_run(timeline) if aggregate else segment_rank(timeline)
-        if found is None:
-            continue
-        phases[rank] = found
-        breakdowns.append(rank_breakdown(timeline, found))
-        on_device = device_lanes(timeline["lane"])
-        if on_device.any():
-            host.append(rank_breakdown(timeline[host_lanes(timeline["lane"])], found))
-            device.append(rank_breakdown(timeline[on_device], found, gap="idle"))
-        calls.append(mpi_calls(timeline))
-        gpu.add_rank(rank, timeline)
+    for rank in sorted(gpus):
+        gpu.merge(gpus[rank])
     columns = ["rank", "phase", *CATEGORIES]
-    breakdown = pd.concat(breakdowns, ignore_index=True) if breakdowns else pd.DataFrame(columns=columns)
-    host_breakdown = pd.concat(host, ignore_index=True) if host else pd.DataFrame(columns=columns)
-    device_breakdown = pd.concat(device, ignore_index=True) if device else pd.DataFrame(columns=columns)
-    all_calls = pd.concat(calls, ignore_index=True) if calls else mpi_calls(store.timeline([]))
+
+    def joined(parts: dict[int, pd.DataFrame]) -> pd.DataFrame:
+        return pd.concat([parts[r] for r in sorted(parts)], ignore_index=True) if parts else \
+            pd.DataFrame(columns=columns)
+
+    phases = dict(sorted(phases.items()))
+    all_calls = pd.concat([calls[r] for r in sorted(calls)], ignore_index=True) if calls else \
+        mpi_calls(empty_timeline())
     roles = _roles(store, phases, all_calls)
-    return RunAnalysis(store, phases, breakdown, all_calls, roles, host_breakdown, device_breakdown, gpu)
+    return RunAnalysis(store, phases, joined(breakdowns), all_calls, roles, joined(host), joined(device), gpu)
 
 
 def not_made(runs: list[RunAnalysis]) -> list[Skipped]:

@@ -57,20 +57,60 @@ def register(subparsers) -> None:
     p.add_argument("--profile", metavar="FILE",
                    help="hardware profile from 'ddltrace calibrate': its r_net is the link bandwidth the slow-link "
                         "detector compares the nodes' transfers with")
+    p.add_argument("--quiet", action="store_true",
+                   help=f"no progress lines on stderr (printed for a store of {PROGRESS_RANKS} ranks or "
+                        f"{PROGRESS_EVENTS:,} events and more)")
     p.set_defaults(func=run)
+
+
+#: A store this big gets progress lines on stderr while it is read (ranks or events, from its manifest).
+PROGRESS_RANKS, PROGRESS_EVENTS = 64, 1_000_000
+#: Seconds between two progress lines.
+PROGRESS_EVERY_S = 2.0
+
+
+def analyze_with_progress(path, quiet: bool = False, verb: str = "analyze"):
+    """:func:`~ddltrace.analyses.run_analysis.analyze_store` of the store at ``path``; for a big store (see
+    :data:`PROGRESS_RANKS`) a line on stderr before the first rank is read and then every
+    :data:`PROGRESS_EVERY_S` seconds: ranks read, events read and their rate (events per second of wall time)."""
+    import time
+
+    from ddltrace.analyses.run_analysis import analyze_store
+    from ddltrace.store import TraceStore
+
+    store = TraceStore.open(path)
+    listed = sum(int(store.rank_info(r).get("events", 0) or 0) for r in store.ranks)
+    if quiet or (len(store.ranks) < PROGRESS_RANKS and listed < PROGRESS_EVENTS):
+        return analyze_store(store)
+    started = last = time.perf_counter()
+
+    def say(message: str) -> None:
+        print(f"ddltrace {verb}: {store.path}: {message}", file=sys.stderr, flush=True)
+
+    say(f"reading {len(store.ranks)} ranks ({listed:,} events) rank by rank")
+
+    def progress(done: int, total: int, events: int) -> None:
+        nonlocal last
+        now = time.perf_counter()
+        if now - last >= PROGRESS_EVERY_S or done == total:
+            last = now
+            say(f"{done} of {total} ranks read, {events:,} events, {events / max(now - started, 1e-9):,.0f} "
+                f"events/s")
+
+    return analyze_store(store, progress=progress)
 
 
 def run(args) -> int:
     import pandas as pd
 
-    from ddltrace.analyses.run_analysis import analyze_store, not_made
+    from ddltrace.analyses.run_analysis import not_made
     from ddltrace.analyses.scaling import scaling_table
 
     thresholds = Thresholds()
     if args.config:
         thresholds = thresholds.with_config(args.config)
     thresholds = thresholds.with_assignments(args.threshold)
-    runs = [analyze_store(path) for path in args.stores]
+    runs = [analyze_with_progress(path, args.quiet) for path in args.stores]
     if args.profile:
         from ddltrace.node_section import link_bandwidth
 

@@ -1,0 +1,100 @@
+"""The map step of :func:`~ddltrace.analyses.run_analysis.analyze_store`: one rank of a store read and summarised.
+
+:func:`summarise_rank` takes a store's path and a rank number, reads that rank's timeline alone and returns a
+:class:`RankSummary`: what the later, cross-rank steps need of that rank and nothing else (its phase boundaries
+and steps, its time per phase and category, its MPI calls in compact columns, its GPU figures). Both the
+function and its result are picklable, so the ranks can be summarised by any mapper: ``builtins.map`` in this
+process, a process pool's ``imap``, or tasks on a Dask cluster; :func:`~ddltrace.analyses.run_analysis.
+reduce_summaries` builds the :class:`~ddltrace.analyses.run_analysis.RunAnalysis` from the summaries.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from ddltrace.analyses.breakdown import device_lanes, host_lanes, rank_breakdown
+from ddltrace.analyses.gpu_analysis import GpuAnalysis
+from ddltrace.analyses.phases import RankPhases, segment_rank, whole_run
+from ddltrace.analyses.wait_states import mpi_calls
+from ddltrace.errors import StoreError
+from ddltrace.store import TraceStore
+
+
+@dataclass
+class RankSummary:
+    """One rank of a store, summarised for the cross-rank steps. Times in ns on the run's common clock.
+
+    ``damaged`` is the one line saying why the rank could not be read (then nothing else is set); ``phases`` is
+    None for a rank with no events. ``breakdown`` has one row per phase (:func:`~ddltrace.analyses.breakdown.
+    rank_breakdown`); ``host_breakdown`` and ``device_breakdown`` are set for a rank with a device only.
+    ``calls`` holds the rank's MPI calls (:func:`~ddltrace.analyses.wait_states.mpi_calls`), what wait-state
+    matching needs across ranks; ``gpu`` the rank's GPU figures; ``events`` the rows read.
+    """
+
+    rank: int
+    events: int = 0
+    damaged: str | None = None
+    phases: RankPhases | None = None
+    breakdown: pd.DataFrame | None = None
+    host_breakdown: pd.DataFrame | None = None
+    device_breakdown: pd.DataFrame | None = None
+    calls: pd.DataFrame | None = None
+    gpu: GpuAnalysis = field(default_factory=GpuAnalysis)
+
+
+def summarise_rank(store: str | os.PathLike | TraceStore, rank: int) -> RankSummary:
+    """Read rank ``rank`` of the store at ``store`` (a path; an open :class:`TraceStore` is taken as is) and
+    summarise it. A rank whose file is damaged comes back with ``damaged`` set, never as an exception: the caller
+    names it and goes on with the others."""
+    opened = store if isinstance(store, TraceStore) else _open(str(store))
+    try:
+        timeline = opened._read_timeline(rank)
+    except StoreError as exc:
+        return RankSummary(rank, damaged=f"{exc}; rank {rank} left out")
+    return summarise_timeline(rank, timeline, aggregate=bool(opened.rank_info(rank).get("aggregate")))
+
+
+def summarise_timeline(rank: int, timeline: pd.DataFrame, aggregate: bool = False) -> RankSummary:
+    """The summary of one rank's timeline (rows of that rank only); ``aggregate``: the rank holds per-call totals
+    (no phases are sought, :func:`~ddltrace.analyses.phases.whole_run`)."""
+    out = RankSummary(rank, events=len(timeline))
+    found = whole_run(timeline) if aggregate else segment_rank(timeline)
+    if found is None:
+        return out
+    out.phases = found
+    out.breakdown = rank_breakdown(timeline, found)
+    on_device = device_lanes(timeline["lane"])
+    if on_device.any():
+        out.host_breakdown = rank_breakdown(timeline[host_lanes(timeline["lane"])], found)
+        out.device_breakdown = rank_breakdown(timeline[on_device], found, gap="idle")
+    out.calls = mpi_calls(timeline)
+    out.gpu.add_rank(rank, timeline)
+    return out
+
+
+_OPENED: dict[tuple[str, int], TraceStore] = {}
+
+
+def keep_open(store: TraceStore) -> None:
+    """Let :func:`summarise_rank` in this process use ``store``, already open, rather than open it again (and
+    warn again about its damaged parts)."""
+    _OPENED.clear()
+    _OPENED[_key(str(store.path))] = store
+
+
+def _key(path: str) -> tuple[str, int]:
+    manifest = Path(path) / "manifest.json"
+    return os.path.abspath(path), manifest.stat().st_mtime_ns if manifest.exists() else 0
+
+
+def _open(path: str) -> TraceStore:
+    """The store at ``path``, opened once per process and manifest (a worker summarises many ranks of one store)."""
+    key = _key(path)
+    if key not in _OPENED:
+        _OPENED.clear()
+        _OPENED[key] = TraceStore.open(path)
+    return _OPENED[key]
