@@ -159,7 +159,7 @@ def test_a_reader_process_that_dies_is_one_line(tmp_path, capsys, monkeypatch):
 def test_a_folder_of_unknown_files_names_them_and_why(tmp_path, capsys):
     """A folder with no trace in it: the error names each file found and why it was not read ('no events' did
     not say which file, nor that its format is unknown)."""
-    (tmp_path / "results.json").write_text('{"rocprofiler-sdk-tool": []}')
+    (tmp_path / "results.json").write_text('{"some-other-tool": []}')
     (tmp_path / "notes.txt").write_text("not a trace")
     assert main(["import", str(tmp_path), "--out", str(tmp_path / "store")]) == 2
     err = capsys.readouterr().err

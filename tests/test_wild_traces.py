@@ -44,9 +44,7 @@ ROOTS = {"shared": CORPUS_DIRS[0] if CORPUS_DIRS[0].is_dir() else None, "repo": 
 NOT_TRACES = {"MANIFEST.md", "scorep.cfg", "PROVENANCE.md"}
 
 #: Formats no importer reads yet: `import` must refuse them in one line naming the file (exit 2).
-UNREADABLE = {
-    "tracelens_rocprofv3_mi350x": "rocprofiler-sdk (rocprofv3) JSON, not Chrome trace events: no reader yet",
-}
+UNREADABLE: dict[str, str] = {}
 
 #: (trace, check) -> why it fails on today's main: a check a new trace fails on is marked strict xfail here,
 #: with the issue item that fixes it, and removed when the fix lands (none at present).
@@ -288,6 +286,8 @@ def _chrome_case(folder: Path, store_path: Path):
         return None
     store = TraceStore.open(store_path)
     fmt = store.manifest.get("run", {}).get("framework") or ""
+    if fmt.startswith("rocprofv3"):  # rocprofiler-sdk's own JSON, not Chrome trace events (test_rocprofv3_*)
+        return None
     trace = _chrome(files[0])
     if fmt == "tf1":  # /stream:all repeats every stream's ops (TF1's own union view), one copy of each is kept
         trace = {**trace, "intervals": [iv for iv in trace["intervals"]
@@ -593,3 +593,59 @@ def test_xplane_device_time_per_stream(folder, runs):
     assert rank.get("device_events") == len(spans)
     busy_ns = union_ns(spans) / 1000
     assert -len(spans) - 1000 < rank["span_ns"] - rank["device_time_ns"]["idle"] - busy_ns < 1000
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# rocprofv3 (rocprofiler-sdk JSON): its records read here with json
+
+
+def _rocprofv3(path: Path) -> dict:
+    """What a rocprofv3 JSON holds, read here: records of every buffer list, and per device lane (GPU index, HIP
+    stream) its kernel dispatches as (start, end, kernel name, correlation id)."""
+    raw = gzip.open(path, "rb").read() if path.suffix == ".gz" else path.read_bytes()
+    (process,) = json.loads(raw)["rocprofiler-sdk-tool"]
+    gpus = {a["id"]["handle"]: a["gpu_index"] for a in process["agents"] if a["type"] == 2}
+    names = {k["kernel_id"]: k["formatted_kernel_name"] for k in process["kernel_symbols"]}
+    lanes = defaultdict(list)
+    for r in process["buffer_records"]["kernel_dispatch"]:
+        info = r["dispatch_info"]
+        lanes[f"gpu:{gpus[info['agent_id']['handle']]}/stream {r['stream_id']['handle']}"].append(
+            (r["start_timestamp"], r["end_timestamp"], names[info["kernel_id"]], r["correlation_id"]["internal"]))
+    records = sum(len(v) for v in process["buffer_records"].values() if isinstance(v, list))
+    return {"lanes": lanes, "records": records}
+
+
+def _rocprofv3_case(folder, runs):
+    files = _trace_files(folder) if folder is not None else []
+    if not (len(files) == 1 and files[0].name.endswith(("results.json", "results.json.gz"))):
+        pytest.skip("not a rocprofv3 JSON")
+    run = runs(folder)
+    return run, _store(run).timeline(), _rocprofv3(files[0])
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_rocprofv3_kernels_per_lane(folder, runs):
+    """rocprofv3: per device lane (GPU index, HIP stream) of the file, the store's kernel count and time (to 1 us,
+    exact here: integer ns), each kernel's correlation id, RCCL's kernels as communication; import's event count,
+    and info's start, span and device side."""
+    run, timeline, truth = _rocprofv3_case(folder, runs)
+    (read, kept), = _import_summary(run["import"][1])[0].values()
+    assert read == truth["records"]
+    dispatches = [k for ks in truth["lanes"].values() for k in ks]
+    assert kept == len(timeline) == len(dispatches)
+    for lane, kernels in truth["lanes"].items():
+        rows = timeline[timeline["lane"] == lane].sort_values(["start_ns", "correlation"])
+        assert len(rows) == len(kernels), lane
+        file_ns = sum(end - start for start, end, _n, _c in kernels)
+        assert abs(int(rows["dur_ns"].sum()) - file_ns) < 1000, (lane, int(rows["dur_ns"].sum()), file_ns)
+        kernels = sorted(kernels, key=lambda k: (k[0], k[3]))
+        assert rows["correlation"].tolist() == [k[3] for k in kernels], lane
+        assert rows["name"].tolist() == [k[2] for k in kernels], lane
+    comm_ns = sum(e - s for s, e, name, _c in dispatches if re.search(r"(?i)nccl|rccl", name))
+    assert comm_ns > 0
+    assert int(timeline.loc[timeline["category"] == "comm", "dur_ns"].sum()) == comm_ns
+    info = json.loads(run["info --json"][1])
+    first, last = min(k[0] for k in dispatches), max(k[1] for k in dispatches)
+    assert (info["start_ns"], info["span_ns"]) == (first, last - first)
+    (rank,) = info["ranks"]
+    _check_info_device(rank, len(dispatches), union_ns((s, e) for s, e, _n, _c in dispatches))

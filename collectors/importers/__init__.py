@@ -11,6 +11,7 @@ from ddltrace.collectors.importers import (  # noqa: F401  (registration happens
     mxnet,
     nsys,
     otf2_archive,
+    rocprof,
     stepstats,
     tensorflow,
     xplane,

@@ -46,6 +46,8 @@ FORMATS = (
     ("nsys", "Nsight Systems SQLite export (nsys export --type sqlite)"),
     ("nsys-csv", "Nsight Systems NVTX push/pop trace report, CSV (nsys stats)"),
     ("otf2", "OTF2 archive (anchor file .otf2; needs the otf2 package)"),
+    ("rocprofv3", "ROCm rocprofv3 (rocprofiler-sdk) JSON (--output-format json)"),
+    ("rocprofv3-csv", "ROCm rocprofv3 CSV trace (kernel_trace.csv, memory_copy_trace.csv, *_api_trace.csv)"),
     ("tf1", "TensorFlow 1.x timeline JSON (client.timeline)"),
     ("tf2", "TensorFlow 2 profiler trace-viewer JSON (.json, .json.gz)"),
     ("tf1-stepstats", "TensorFlow 1.x RunMetadata.step_stats as protobuf text (RecvTensor bytes and peers)"),

@@ -1,0 +1,129 @@
+"""rocprofv3 (rocprofiler-sdk): the JSON layout's host calls joined to their kernels by correlation id, its CSV
+trace files, and bad input. The real 8-GPU training file (kernel dispatches only) is checked against its own
+records in tests/test_wild_traces.py (test_rocprofv3_kernels_per_lane); no real rocprofv3 file with HIP API
+records or a real CSV was found in a public repository, so those layouts are written here, as rocprofiler-sdk's
+documentation describes them (the JSON's record fields as the real file has them)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from shared_data import corpus, needs
+
+from ddltrace.analyses.gpu_lanes import device_work
+from ddltrace.analyses.gpu_launch import launch_pairs
+from ddltrace.cli import main
+from ddltrace.store import TraceStore
+
+REAL = corpus("tracelens_rocprofv3_mi350x", "908_results.json.gz")
+HIP_OPS = ["hipApiName", "hipLaunchKernel", "hipMemcpyAsync"]
+COPY_OPS = ["MEMORY_COPY_NONE", "MEMORY_COPY_HOST_TO_HOST", "MEMORY_COPY_HOST_TO_DEVICE"]
+
+
+def _record(kind, op, corr, start, end, **more):
+    return {"size": 64, "kind": kind, "operation": op, "thread_id": 77, "correlation_id": {"internal": corr,
+            "external": 0}, "start_timestamp": start, "end_timestamp": end, **more}
+
+
+def _process():
+    """One process: a CPU and two GPU agents (the second is GPU 1), two launches, their kernels, one copy."""
+    kinds = [{"kind": "NONE", "operations": []}] * 5 + [{"kind": "HIP_RUNTIME_API", "operations": HIP_OPS}] + \
+        [{"kind": "NONE", "operations": []}] * 4 + [{"kind": "MEMORY_COPY", "operations": COPY_OPS},
+                                                    {"kind": "KERNEL_DISPATCH", "operations": []}]
+    agents = [{"id": {"handle": 10}, "type": 1, "gpu_index": -1, "logical_node_type_id": 0},
+              {"id": {"handle": 11}, "type": 2, "gpu_index": 0, "logical_node_type_id": 0},
+              {"id": {"handle": 12}, "type": 2, "gpu_index": 1, "logical_node_type_id": 1}]
+
+    def dispatch(corr, start, end, kernel, agent=12):
+        return _record(11, 2, corr, start, end, dispatch_info={"agent_id": {"handle": agent}, "queue_id": {
+            "handle": 3}, "kernel_id": kernel, "dispatch_id": corr}, stream_id={"handle": 5})
+
+    return {"metadata": {"pid": 4242, "node": {"hostname": "mi-node-1"}}, "agents": agents,
+            "strings": {"buffer_records": kinds},
+            "kernel_symbols": [{"kernel_id": 1, "formatted_kernel_name": "gemm_kernel"},
+                               {"kernel_id": 2, "formatted_kernel_name": "ncclDevKernel_Generic_1(x)"}],
+            "buffer_records": {
+                "hip_api": [_record(5, 1, 1, 1_000, 6_000), _record(5, 1, 2, 7_000, 9_000),
+                            _record(5, 2, 3, 10_000, 11_000)],
+                "kernel_dispatch": [dispatch(1, 20_000, 50_000, 1), dispatch(2, 50_500, 90_500, 2)],
+                "memory_copy": [_record(10, 2, 3, 12_000, 15_000, dst_agent_id={"handle": 12},
+                                        src_agent_id={"handle": 10}, bytes=4096)],
+                "memory_allocation": [_record(16, 1, 0, 500, 600)]}}
+
+
+def test_host_launches_joined_to_their_kernels(tmp_path, capsys):
+    """HIP calls on the host thread, kernels and the copy on the GPU's stream lane, each with the record's
+    correlation id; the launch analysis pairs hipLaunchKernel with its kernel: delay = kernel start - call end."""
+    path = tmp_path / "4242_results.json"
+    path.write_text(json.dumps({"rocprofiler-sdk-tool": [_process()]}))
+    assert main(["import", str(path), "--out", str(tmp_path / "store"), "--progress", "never"]) == 0
+    out = capsys.readouterr().out
+    assert "7 events, 6 intervals" in out and "skipped 1 event(s): memory_allocation records (not read)" in out
+    tl = TraceStore.open(tmp_path / "store").timeline()
+    rows = {r.name: r for r in tl.itertuples()}
+    assert rows["gemm_kernel"].lane == "gpu:1/stream 5" and rows["gemm_kernel"].category == "compute"
+    assert rows["ncclDevKernel_Generic_1(x)"].category == "comm"
+    copy = rows["MEMORY_COPY_HOST_TO_DEVICE"]
+    assert (copy.lane, copy.category, copy.bytes, copy.correlation) == ("gpu:1/memory copy", "memcpy", 4096, 3)
+    assert set(tl.loc[tl["name"].isin(HIP_OPS), "lane"]) == {"cpu/thread 77"}
+    pairs = launch_pairs(tl, device_work(tl)).sort_values("correlation")
+    assert pairs["kernel"].tolist() == ["gemm_kernel", "ncclDevKernel_Generic_1(x)", "MEMORY_COPY_HOST_TO_DEVICE"]
+    assert pairs["launch_delay_ns"].tolist() == [20_000 - 6_000, 50_500 - 9_000, 12_000 - 11_000]
+
+
+KERNEL_CSV_OLD = ('"Kind","Agent_Id","Queue_Id","Thread_Id","Dispatch_Id","Kernel_Id","Kernel_Name","Correlation_Id",'
+                  '"Start_Timestamp","End_Timestamp"\n'
+                  '"KERNEL_DISPATCH",4,1,900,1,2,"scale(float*, int)",14,5000,9000\n'
+                  '"KERNEL_DISPATCH",4,2,900,2,3,"rcclKernel",15,9500,19500\n')
+KERNEL_CSV_NEW = ('"Kind","Agent_Id","Queue_Id","Stream_Id","Thread_Id","Dispatch_Id","Kernel_Id","Kernel_Name",'
+                  '"Correlation_Id","Start_Timestamp","End_Timestamp"\n'
+                  '"KERNEL_DISPATCH","Agent 2",1,7,900,1,2,"scale(float*, int)",14,5000,9000\n')
+COPY_CSV = ('"Kind","Direction","Stream_Id","Source_Agent_Id","Destination_Agent_Id","Correlation_Id",'
+            '"Start_Timestamp","End_Timestamp"\n'
+            '"MEMORY_COPY","MEMORY_COPY_DEVICE_TO_HOST",0,"Agent 2","Agent 0",3,100,400\n')
+API_CSV = ('"Domain","Function","Process_Id","Thread_Id","Correlation_Id","Start_Timestamp","End_Timestamp"\n'
+           '"HIP_RUNTIME_API","hipLaunchKernel",900,901,14,1000,1800\n')
+
+
+@pytest.mark.parametrize(("name", "text", "want"), [
+    ("kernel_trace.csv", KERNEL_CSV_OLD, [("gpu:agent4/queue 1", "scale(float*, int)", "compute", 4000, 14),
+                                          ("gpu:agent4/queue 2", "rcclKernel", "comm", 10000, 15)]),
+    ("kernel_trace.csv", KERNEL_CSV_NEW, [("gpu:agent2/stream 7", "scale(float*, int)", "compute", 4000, 14)]),
+    ("memory_copy_trace.csv", COPY_CSV, [("gpu:agent2/stream 0", "MEMORY_COPY_DEVICE_TO_HOST", "memcpy", 300, 3)]),
+    ("hip_api_trace.csv", API_CSV, [("cpu/thread 901", "hipLaunchKernel", "other", 800, 14)]),
+], ids=["kernels-queue", "kernels-stream", "copies", "hip-api"])
+def test_csv_trace_files(tmp_path, name, text, want):
+    """Each CSV trace file of rocprofv3's documented layouts: lane, name, category, duration, correlation."""
+    path = tmp_path / f"900_{name}"
+    path.write_text(text)
+    assert main(["import", str(path), "--out", str(tmp_path / "store"), "--progress", "never"]) == 0
+    tl = TraceStore.open(tmp_path / "store").timeline().sort_values("start_ns")
+    got = [(r.lane, r.name, r.category, r.dur_ns, r.correlation) for r in tl.itertuples()]
+    assert got == want
+
+
+@pytest.mark.parametrize(("text", "what"), [
+    ('{"rocprofiler-sdk-tool": []}', "without a process"),
+    ('{"rocprofiler-sdk-tool": [{"metadata": {}, "buffer_records": [1, 2]}]}', "'buffer_records' is not an object"),
+    ('{"rocprofiler-sdk-tool": [{"metadata": {"pid": 1}, "buffer_records": {"kernel_dispatch": [',
+     "not a readable rocprofv3 JSON"),
+])
+def test_bad_json_is_one_line_naming_the_file(tmp_path, capsys, text, what):
+    path = tmp_path / "7_results.json"
+    path.write_text(text)
+    assert main(["import", str(path), "--out", str(tmp_path / "store"), "--progress", "never"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(path) in err[0] and what in err[0], err
+    assert not (tmp_path / "store").exists()
+
+
+@needs(REAL)
+def test_a_truncated_real_file_is_refused_in_one_line(tmp_path, capsys):
+    """The real file cut in the middle of its records (the gzip stream itself intact): exit 2, one line."""
+    path = tmp_path / "908_results.json.gz"
+    path.write_bytes(gzip.compress(gzip.decompress(REAL.read_bytes())[:3_000_000]))
+    assert main(["import", str(path), "--out", str(tmp_path / "store"), "--progress", "never"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(path) in err[0] and "not a readable rocprofv3 JSON" in err[0], err
