@@ -14,7 +14,7 @@ SYSTEM_TOOLS = chromium:chromium ip:iproute2 tc:iproute2 iperf3:iperf3 fio:fio
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -U pip
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[mpi,otf2,dev]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[mpi,otf2,dask,dev]'
 	touch $@
 
 install: $(STAMP)

@@ -10,14 +10,14 @@ job (or one file) reads in this process, part by part, as before.
 from __future__ import annotations
 
 import multiprocessing
-import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
+from itertools import repeat
 from pathlib import Path
 
 from ddltrace.collectors.importers import source as source_module
@@ -39,17 +39,15 @@ class FileTask:
     report: FileReport
 
 
-def usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
-
 def read_files(tasks: list[FileTask], categorizer: Categorizer, rank_from: str, jobs: int,
-               on_progress: Callable[[Path, int], None]) -> Iterator[tuple[FileTask, Callable[[], Iterable[RankPart]]]]:
+               on_progress: Callable[[Path, int], None], mapper=None,
+               ) -> Iterator[tuple[FileTask, Callable[[], Iterable[RankPart]]]]:
     """Each task, in order, with a function giving its parts (it raises the file's :class:`DdltraceError`).
-    ``on_progress(path, bytes read)`` is called as files are read; ``jobs`` processes read at once."""
+    ``on_progress(path, bytes read)`` is called as files are read; ``jobs`` processes read at once. With a
+    ``mapper`` (:mod:`ddltrace.executor`, a Dask cluster's), each whole file is read by one of its tasks instead."""
+    if mapper is not None:
+        yield from _read_mapped(tasks, categorizer, rank_from, mapper)
+        return
     if jobs <= 1 or len(tasks) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
         for task in tasks:
             ctx = ImportContext(categorizer, rank_from, task.index, task.report)
@@ -86,6 +84,38 @@ def read_files(tasks: list[FileTask], categorizer: Categorizer, rank_from: str, 
         _WORK = None
 
 
+def _read_mapped(tasks: list[FileTask], categorizer: Categorizer, rank_from: str, mapper,
+                 ) -> Iterator[tuple[FileTask, Callable[[], Iterable[RankPart]]]]:
+    """The files read by the mapper's tasks, each given by its absolute path (the workers' folders are not ours);
+    the parts and the problems name the file as the command line did."""
+    remote = [replace(task, path=task.path.absolute()) for task in tasks]
+    results = mapper(read_file, remote, repeat(categorizer), repeat(rank_from))
+    for task, remote_task, (parts, report, decided, error) in zip(tasks, remote, results, strict=True):
+        given, absolute = str(task.path), str(remote_task.path)
+        for part in parts:
+            if part.info.get("file") == absolute:
+                part.info["file"] = given
+        report.problems = [p.replace(absolute, given) for p in report.problems]
+        if error is not None:
+            error = DdltraceError(str(error).replace(absolute, given))
+        for name in (f.name for f in fields(FileReport)):
+            setattr(task.report, name, getattr(report, name))
+        categorizer.merge(decided)
+        yield task, (lambda parts=parts, error=error: _parts_or_raise(parts, error))
+
+
+def read_file(task: FileTask, categorizer: Categorizer, rank_from: str,
+              ) -> tuple[list[RankPart], FileReport, Categorizer, DdltraceError | None]:
+    """One whole file read (a task of a mapper, in any process): its parts, report, the categorisation decisions
+    made (a :meth:`~Categorizer.fresh` categorizer's) and the file's error, if any."""
+    mine = categorizer.fresh()
+    ctx = ImportContext(mine, rank_from, task.index, FileReport(task.report.path, task.report.format))
+    try:
+        return list(task.importer.read(task.path, ctx)), ctx.report, mine, None
+    except DdltraceError as exc:  # as a plain DdltraceError: its subclasses do not all pickle
+        return [], ctx.report, mine, DdltraceError(str(exc))
+
+
 def _parts_or_raise(parts: list[RankPart], error: DdltraceError | None) -> list[RankPart]:
     if error is not None:
         raise error
@@ -102,11 +132,8 @@ _WORK = None  # (tasks, categorizer, rank_from, progress queue), set before the 
 
 
 def _read_whole(index: int) -> tuple[list[RankPart], FileReport, Categorizer, DdltraceError | None]:
-    """A worker's job: read one whole file."""
+    """A forked worker's job: read one whole file, its progress (bytes) sent through the queue."""
     tasks, categorizer, rank_from, progress = _WORK
-    task = tasks[index]
-    mine = categorizer.fresh()
-    ctx = ImportContext(mine, rank_from, task.index, FileReport(task.report.path, task.report.format))
     last = [0.0]
 
     def hook(source) -> None:
@@ -116,7 +143,4 @@ def _read_whole(index: int) -> tuple[list[RankPart], FileReport, Categorizer, Dd
             progress.put((index, source.consumed))
 
     source_module.progress_hook = hook
-    try:
-        return list(task.importer.read(task.path, ctx)), ctx.report, mine, None
-    except DdltraceError as exc:  # as a plain DdltraceError: its subclasses do not all pickle
-        return [], ctx.report, mine, DdltraceError(str(exc))
+    return read_file(tasks[index], categorizer, rank_from)

@@ -81,6 +81,9 @@ def register(subparsers) -> None:
     p.add_argument("--jobs", type=integer(1, 1024), metavar="N",
                    help="files read at once, one per process, each holding one file's ranks (default: one per "
                         f"CPU this process may use, at most {DEFAULT_MAX_JOBS})")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="read the files as tasks on this Dask cluster (tcp://host:8786; every worker must see the "
+                        "files' paths) instead of --jobs local processes; see docs/CLUSTER.md")
     p.set_defaults(func=run)
 
 
@@ -140,6 +143,12 @@ class _Progress:
               f"({len(self.done_files)} of {len(self.sizes)} files done)", end="", file=sys.stderr, flush=True)
         self.shown = True
 
+    def tasks(self, done: int, total: int, where: str) -> None:
+        """``done`` of ``total`` files read by the tasks running ``where`` (a Dask cluster's workers)."""
+        if self.enabled:
+            print(f"\rimporting: {done} of {total} files done on {where}", end="", file=sys.stderr, flush=True)
+            self.shown = True
+
     def file_done(self, path: Path) -> None:
         self.done_files.add(str(path))
         self.reading.pop(str(path), None)
@@ -173,8 +182,9 @@ def _import(args, out: Path) -> int:
     from ddltrace.collectors.importers import Categorizer, detect, get_importer
     from ddltrace.collectors.importers import source as source_module
     from ddltrace.collectors.importers.base import FileReport
-    from ddltrace.collectors.importers.pool import FileTask, read_files, usable_cpus
+    from ddltrace.collectors.importers.pool import FileTask, read_files
     from ddltrace.collectors.importers.tb_profile import host_ranks
+    from ddltrace.executor import DaskMapper, usable_cpus
     from ddltrace.store import TraceStore, publish
 
     files, found_in_folders, folder_notes = _expand(args.paths)
@@ -207,14 +217,17 @@ def _import(args, out: Path) -> int:
     staging.rmdir()
     store = TraceStore.create(staging, run={"command": "ddltrace import " + " ".join(args.paths)})
     started = time.perf_counter()
+    mapper = None
     try:
+        if args.scheduler:
+            mapper = DaskMapper(args.scheduler, progress.tasks)
         clocks, formats, deferred, detailed, messages = {}, Counter(), [], set(), []
         exchanging: set[int] = set()  # ranks with MPI sends/receives naming a peer: alignment reads only these
         world_sizes = []
         aggregate = {index for is_aggregate, index, *_ in plan if is_aggregate}
         tasks = [FileTask(index, path, importer, report) for _, index, path, importer, report in plan]
         jobs = args.jobs or min(usable_cpus(), len(tasks), DEFAULT_MAX_JOBS)
-        for task, parts in read_files(tasks, categorizer, args.rank_from, jobs, progress.update):
+        for task, parts in read_files(tasks, categorizer, args.rank_from, jobs, progress.update, mapper):
             is_aggregate, path, importer, report = task.index in aggregate, task.path, task.importer, task.report
             try:
                 for part in parts():
@@ -266,6 +279,8 @@ def _import(args, out: Path) -> int:
     finally:
         source_module.progress_hook = None
         progress.close()
+        if mapper is not None:
+            mapper.close()
     elapsed = time.perf_counter() - started
     _print_summary(out, reports, elapsed, TraceStore.open(out), folder_notes)
     if args.explain:

@@ -1,0 +1,251 @@
+"""Where the per-rank (``analyze``, ``report``) and per-file (``import``) work runs: on this machine's cores, or as
+tasks on an existing Dask distributed cluster (``--scheduler ADDRESS``).
+
+A mapper is called like :func:`map`: ``mapper(fn, *iterables)`` yields ``fn(*args)`` for each ``args`` of
+``zip(*iterables)``, in that order, whatever order the work finishes in. ``fn`` and its arguments must pickle
+(a module-level function; a store's path, not an open store). At most a few tasks per worker are out at a
+time, so the results not yet handed back never hold more than those few. Two kinds:
+
+- :class:`LocalMapper`: ``jobs`` forked processes of this machine (``jobs`` 1: in this process, one item after the
+  other).
+- :class:`DaskMapper`: tasks on the cluster whose scheduler answers at ``address`` (``dask scheduler`` /
+  ``dask worker``, dask-jobqueue, dask-kubernetes, ...). Every worker must see the paths handed to it (a shared
+  file system); the store is read by the workers, not sent by this process.
+
+Progress: ``progress(done, total, where)`` is called at most every :data:`PROGRESS_EVERY_S` while tasks run and
+once at the end; ``where`` says where the tasks run ("2 worker processes of this machine", "3 workers of the Dask
+cluster at tcp://...", counted when called: workers come and go).
+
+A worker that dies: on a Dask cluster the scheduler notices the lost connection (or the nanny's report), and
+runs every task that worker held again on the workers left; a task whose workers die more than
+``distributed.scheduler.allowed-failures`` times (Dask's default: 3) is given up with ``KilledWorker``. An
+exception raised by ``fn`` itself is not retried (ours return a damaged rank or file instead of raising). Of the
+local processes, a dead one breaks the pool: the item is named in a :class:`~ddltrace.errors.DdltraceError`.
+With ``on_failure`` (given when the mapper is made), a task given up (``KilledWorker``, a broken local pool) is not
+an error: its place in the results is ``on_failure(args, why)`` (``analyze`` names such a rank as unreadable and
+reports the others).
+
+Test hook: ``DDLTRACE_TEST_TASK_DELAY_S=SECONDS`` in a worker's environment makes each task wait that long before
+``fn`` runs (the tests kill a worker while it holds a task); never set it otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from ddltrace.errors import DdltraceError
+
+#: Seconds between two calls of ``progress`` while tasks run.
+PROGRESS_EVERY_S = 0.5
+#: Tasks out at a time per worker (process or Dask thread): enough to keep each busy between two hand-backs.
+TASKS_PER_WORKER = 2
+#: Seconds to wait for a Dask scheduler to answer.
+CONNECT_TIMEOUT_S = 10
+TEST_DELAY_ENV = "DDLTRACE_TEST_TASK_DELAY_S"
+
+Progress = Callable[[int, int, str], None]
+OnFailure = Callable[[tuple, str], Any]
+
+
+def run_task(fn: Callable, *args):
+    """What each task runs: ``fn(*args)``, after the test hook's delay when it is set."""
+    delay = os.environ.get(TEST_DELAY_ENV)
+    if delay:
+        time.sleep(float(delay))
+    return fn(*args)
+
+
+class _Mapper:
+    """The ordered, bounded map shared by both kinds: subclasses submit a task and tell when one is given up."""
+
+    def __init__(self, progress: Progress | None = None, on_failure: OnFailure | None = None):
+        self.progress, self.on_failure = progress, on_failure
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the processes or the connection."""
+
+    @property
+    def where(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def slots(self) -> int:
+        """How many tasks run at once."""
+        raise NotImplementedError
+
+    def _submit(self, fn: Callable, args: tuple):
+        """A future (``result(timeout=...)``, ``done()``) of ``run_task(fn, *args)``."""
+        raise NotImplementedError
+
+    def _given_up(self, exc: BaseException) -> str | None:
+        """Why the task was given up, when ``exc`` says it was (a worker died), else None."""
+        return None
+
+    def __call__(self, fn: Callable, *iterables: Iterable) -> Iterator:
+        items = list(zip(*iterables, strict=False))
+        out: deque = deque()
+        done = next_item = 0
+        last = sized = -math.inf
+        while next_item < len(items) or out:
+            if time.monotonic() - sized >= PROGRESS_EVERY_S:  # workers come and go: the window follows them
+                window, sized = max(1, self.slots * TASKS_PER_WORKER), time.monotonic()
+            while next_item < len(items) and len(out) < window:
+                out.append((items[next_item], self._submit(fn, items[next_item])))
+                next_item += 1
+            args, future = out.popleft()
+            while True:
+                try:
+                    result = future.result(timeout=PROGRESS_EVERY_S)
+                    break
+                except TimeoutError:
+                    last = self._report(done + sum(f.done() for _, f in out), len(items), last)
+                except Exception as exc:
+                    why = self._given_up(exc)
+                    if why is None:
+                        raise
+                    if self.on_failure is None:
+                        raise DdltraceError(f"{_call_text(fn, args)}: {why}") from exc
+                    result = self.on_failure(args, why)
+                    break
+            done += 1
+            last = self._report(done, len(items), last, final=done == len(items))
+            yield result
+
+    def _report(self, done: int, total: int, last: float, final: bool = False) -> float:
+        now = time.monotonic()
+        if self.progress is not None and (final or now - last >= PROGRESS_EVERY_S):
+            self.progress(done, total, self.where)
+            return now
+        return last
+
+
+def _call_text(fn: Callable, args: tuple) -> str:
+    shown = ", ".join(str(a) for a in args)
+    return f"{getattr(fn, '__name__', fn)}({shown})"
+
+
+class _InProcess:
+    """A finished 'future' of a call made in this process."""
+
+    def __init__(self, fn: Callable, args: tuple):
+        self._value = run_task(fn, *args)
+
+    def result(self, timeout: float | None = None):
+        return self._value
+
+    def done(self) -> bool:
+        return True
+
+
+class LocalMapper(_Mapper):
+    """``jobs`` processes of this machine, forked when the tasks start (they share the modules already loaded);
+    ``jobs`` 1, or no ``fork`` on this system: in this process."""
+
+    def __init__(self, jobs: int, progress: Progress | None = None, on_failure: OnFailure | None = None):
+        import multiprocessing
+
+        super().__init__(progress, on_failure)
+        self.jobs = jobs if "fork" in multiprocessing.get_all_start_methods() else 1
+        self._pool = None
+
+    @property
+    def where(self) -> str:
+        return "this process" if self.jobs <= 1 else f"{self.jobs} worker processes of this machine"
+
+    @property
+    def slots(self) -> int:
+        # in this process a task runs when submitted: one out at a time keeps memory at one result
+        return 1 if self.jobs <= 1 else self.jobs
+
+    def _submit(self, fn: Callable, args: tuple):
+        if self.jobs <= 1:
+            return _InProcess(fn, args)
+        if self._pool is None:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=multiprocessing.get_context("fork"))
+        return self._pool.submit(run_task, fn, *args)
+
+    def _given_up(self, exc: BaseException) -> str | None:
+        from concurrent.futures.process import BrokenProcessPool
+
+        if isinstance(exc, BrokenProcessPool):
+            return "a worker process died without a word (a library crashed, or memory ran out)"
+        return None
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
+
+
+class DaskMapper(_Mapper):
+    """Tasks on the Dask distributed cluster whose scheduler answers at ``address`` (``tcp://host:8786``, or any
+    address ``distributed.Client`` takes). Dask is imported here only: the CLI starts without it."""
+
+    def __init__(self, address: str, progress: Progress | None = None, on_failure: OnFailure | None = None):
+        super().__init__(progress, on_failure)
+        self.address = address
+        try:
+            from distributed import Client
+        except ImportError as exc:
+            raise DdltraceError("--scheduler needs Dask distributed: pip install 'ddltrace[dask]'") from exc
+        try:
+            self.client = Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise DdltraceError(f"--scheduler {address}: no Dask scheduler answers there ({exc})") from exc
+
+    def _workers(self) -> dict:
+        return self.client.scheduler_info(n_workers=-1).get("workers", {}) if self.client.status == "running" \
+            else {}
+
+    @property
+    def where(self) -> str:
+        count = len(self._workers())
+        return f"{count} worker{'s' if count != 1 else ''} of the Dask cluster at {self.address}"
+
+    @property
+    def slots(self) -> int:
+        return max(1, sum(w.get("nthreads", 1) for w in self._workers().values()))
+
+    def _submit(self, fn: Callable, args: tuple):
+        # pure=False: each call is its own task, run again if asked again (a store may change between runs)
+        return self.client.submit(run_task, fn, *args, pure=False)
+
+    def _given_up(self, exc: BaseException) -> str | None:
+        from distributed.scheduler import KilledWorker
+
+        if isinstance(exc, KilledWorker):
+            return f"given up by the Dask scheduler after its workers died while running it ({exc})"
+        return None
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def mapper_for(scheduler: str | None, jobs: int, progress: Progress | None = None,
+               on_failure: OnFailure | None = None) -> _Mapper:
+    """The Dask mapper of ``--scheduler`` when given, else ``jobs`` local processes."""
+    if scheduler:
+        return DaskMapper(scheduler, progress, on_failure)
+    return LocalMapper(jobs, progress, on_failure)
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1

@@ -1,0 +1,102 @@
+"""A real Dask distributed cluster on this machine for the tests: one ``dask scheduler`` and ``workers`` ``dask
+worker`` processes (the commands of this interpreter's environment), on localhost ports the system chooses (port 0,
+the address read back from the scheduler file), stopped when the ``with`` block ends whatever happened in it.
+
+Each worker runs one task at a time (``--nthreads 1``) and without a nanny (``--no-nanny``), so that the process
+the test kills is the worker itself and nothing starts it again: its tasks must be run again elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+distributed = pytest.importorskip("distributed")
+
+DASK = str(Path(sys.executable).with_name("dask"))
+START_TIMEOUT_S = 60
+
+
+class LocalDaskCluster:
+    def __init__(self, folder: Path, workers: int = 2, env: dict[str, str] | None = None):
+        self.folder, self.count = Path(folder), workers
+        self.env = {**os.environ, **(env or {})}
+        self.scheduler: subprocess.Popen | None = None
+        self.workers: dict[str, subprocess.Popen] = {}  # by worker name
+        self.address = ""
+        self.client = None
+
+    def __enter__(self) -> LocalDaskCluster:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _start(self) -> None:
+        info = self.folder / "scheduler.json"
+        self.scheduler = self._spawn("scheduler", [DASK, "scheduler", "--host", "127.0.0.1", "--port", "0",
+                                                   "--no-dashboard", "--scheduler-file", str(info)])
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not (info.exists() and info.stat().st_size):
+            if self.scheduler.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"dask scheduler did not start: {self._log('scheduler')}")
+            time.sleep(0.1)
+        self.address = json.loads(info.read_text())["address"]
+        for i in range(self.count):
+            name = f"w{i}"
+            self.workers[name] = self._spawn(name, [
+                DASK, "worker", self.address, "--name", name, "--nthreads", "1", "--no-nanny", "--no-dashboard",
+                "--host", "127.0.0.1", "--memory-limit", "0", "--local-directory", str(self.folder / name)])
+        self.client = distributed.Client(self.address, timeout=START_TIMEOUT_S, set_as_default=False)
+        self.client.wait_for_workers(self.count, timeout=START_TIMEOUT_S)
+
+    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
+        log = open(self.folder / f"{name}.log", "w")  # noqa: SIM115 - the process holds it open
+        with log:
+            return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
+
+    def _log(self, name: str) -> str:
+        path = self.folder / f"{name}.log"
+        return path.read_text()[-2000:] if path.exists() else "(no log)"
+
+    def busy_worker(self) -> tuple[str, list[str]] | None:
+        """(name, task keys) of a worker holding tasks now, per the scheduler; None when none does."""
+        names = {addr: w["name"] for addr, w in self.client.scheduler_info(n_workers=-1)["workers"].items()}
+        for addr, keys in self.client.processing().items():
+            if keys and addr in names:
+                return names[addr], list(keys)
+        return None
+
+    def kill(self, name: str) -> int:
+        """SIGKILL worker ``name`` (no goodbye to the scheduler); its exit status once reaped."""
+        process = self.workers[name]
+        process.send_signal(signal.SIGKILL)
+        return process.wait(timeout=30)
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+        for process in [*self.workers.values(), self.scheduler]:
+            if process is not None and process.poll() is None:
+                process.terminate()
+        for process in [*self.workers.values(), self.scheduler]:
+            if process is None:
+                continue
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
