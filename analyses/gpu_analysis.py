@@ -4,9 +4,15 @@ reads it, and what the store holds for them (its device capabilities, :mod:`ddlt
 Each question has its module: :mod:`~ddltrace.analyses.gpu_temporal` (idle / compute / non-compute per device
 and stream), :mod:`~ddltrace.analyses.gpu_kernels` (time by class and by kernel, and across ranks),
 :mod:`~ddltrace.analyses.gpu_overlap` (communication-computation overlap), :mod:`~ddltrace.analyses.gpu_launch`
-(CUDA launch statistics) and :mod:`~ddltrace.analyses.gpu_queue` (queue length per stream). The last two need
-the correlation ids between a CPU launch and its kernel (the timeline's ``correlation`` column, from Kineto):
-where no rank has them they are listed as not made.
+(CUDA launch statistics), :mod:`~ddltrace.analyses.gpu_queue` (queue length per stream),
+:mod:`~ddltrace.analyses.gpu_idle` (idle time waiting for the host),
+:mod:`~ddltrace.analyses.gpu_collectives` (collective instances across ranks) and
+:mod:`~ddltrace.analyses.gpu_memcpy` (memory copies). Launches and queues need the correlation ids between a CPU
+launch and its kernel (the timeline's ``correlation`` column, from Kineto): where no rank has them they are listed
+as not made.
+
+Each rank is read once (the map): the per-rank figures, and the small tables the cross-rank figures need (the
+communication kernels, the copies). :meth:`GpuAnalysis.collectives` matches the ranks' kernels (the reduce).
 """
 
 from __future__ import annotations
@@ -15,7 +21,16 @@ from dataclasses import dataclass, field, fields
 
 import pandas as pd
 
-from ddltrace.analyses import gpu_kernels, gpu_launch, gpu_overlap, gpu_queue, gpu_temporal
+from ddltrace.analyses import (
+    gpu_collectives,
+    gpu_idle,
+    gpu_kernels,
+    gpu_launch,
+    gpu_memcpy,
+    gpu_overlap,
+    gpu_queue,
+    gpu_temporal,
+)
 from ddltrace.analyses.gpu_lanes import device_work, has_streams
 
 
@@ -37,6 +52,11 @@ class GpuAnalysis:
     launch_ranks: list[int] = field(default_factory=list)
     #: (rank, its queue-length series) of the rank with the longest queue, for the report's figure
     queue_series: tuple[int, pd.DataFrame] | None = None
+    #: per rank, its communication kernels (:func:`~ddltrace.analyses.gpu_collectives.rank_collectives`)
+    collective_kernels: list = field(default_factory=list)
+    #: per rank, its copies and fills (:func:`~ddltrace.analyses.gpu_memcpy.rank_copies`)
+    copies: list = field(default_factory=list)
+    idle: list = field(default_factory=list)
 
     def add_rank(self, rank: int, timeline: pd.DataFrame) -> None:
         """Measure one rank's device work (nothing when it has none)."""
@@ -54,7 +74,10 @@ class GpuAnalysis:
         self.kernels.append(gpu_kernels.top_kernels(rank, work))
         self.overlap.append(gpu_overlap.comm_comp_overlap(rank, work))
         self.kernel_sums.append(work.groupby(["category", "name"])["dur_ns"].sum().rename(rank))
+        self.collective_kernels.append(gpu_collectives.rank_collectives(rank, work))
+        self.copies.append(gpu_memcpy.rank_copies(rank, work))
         pairs = gpu_launch.launch_pairs(timeline, work)
+        self.idle.append(gpu_idle.idle_breakdown(rank, work, pairs))
         if len(pairs):
             self.launch_ranks.append(rank)
             self.launches.append(gpu_launch.launch_stats(rank, pairs))
@@ -110,6 +133,27 @@ class GpuAnalysis:
         """Queue length per stream of every rank with correlated launches (:mod:`~ddltrace.analyses.gpu_queue`)."""
         return self._frame(self.queues, gpu_queue.COLUMNS)
 
+    def idle_table(self) -> pd.DataFrame:
+        """Idle time per device split into host wait and the rest (:mod:`~ddltrace.analyses.gpu_idle`)."""
+        return self._frame(self.idle, gpu_idle.COLUMNS)
+
+    def collective_kernel_table(self) -> pd.DataFrame:
+        """The communication kernels of every rank (:data:`~ddltrace.analyses.gpu_collectives.RANK_COLUMNS`)."""
+        return self._frame(self.collective_kernels, gpu_collectives.RANK_COLUMNS)
+
+    def collectives(self, world_size: int, link_bytes_per_s: float | None = None) -> pd.DataFrame:
+        """The collective instances matched across ranks (:func:`~ddltrace.analyses.gpu_collectives.
+        match_instances`); ``world_size``: the job's ranks, for the bus-bandwidth factor."""
+        return gpu_collectives.match_instances(self.collective_kernel_table(), world_size, link_bytes_per_s)
+
+    def copy_rows(self) -> pd.DataFrame:
+        """The copies and fills of every rank (:func:`~ddltrace.analyses.gpu_memcpy.rank_copies`)."""
+        return self._frame(self.copies, ["rank", "device", "direction", "start_ns", "end_ns", "dur_ns", "bytes"])
+
+    def copy_table(self, calibrated: dict[str, float] | None = None) -> pd.DataFrame:
+        """Copies per rank, device and direction (:func:`~ddltrace.analyses.gpu_memcpy.copy_summary`)."""
+        return gpu_memcpy.copy_summary(self.copy_rows(), calibrated)
+
     def across_ranks(self, k: int = gpu_kernels.TOP_K) -> pd.DataFrame:
         """See :func:`~ddltrace.analyses.gpu_kernels.across_ranks`."""
         return gpu_kernels.across_ranks(self.kernel_sums, k)
@@ -127,6 +171,10 @@ class GpuAnalysis:
             have.add("device_ranks")
         if self.launch_ranks:
             have.add("correlation")
+        if any(len(c) for c in self.copies):
+            have.add("device_copies")
+        if any(c["bytes"].notna().any() for c in self.collective_kernels + self.copies):
+            have.add("device_bytes")
         return frozenset(have)
 
     def holding(self) -> str:
@@ -139,6 +187,9 @@ class GpuAnalysis:
             said.append("device lanes that are not streams (no stream ids)" if not self.stream_ranks else
                         f"stream ids on {len(self.stream_ranks)} of them only")
         said.append("communication kernels" if self.comm_ranks else "no communication kernel")
+        said.append("memory copies" if any(len(c) for c in self.copies) else "no memory copy")
+        if not any(c["bytes"].notna().any() for c in self.collective_kernels + self.copies):
+            said.append("no payload bytes on its collectives or copies")
         if not self.launch_ranks:
             said.append("no correlation ids linking a CPU launch (cudaLaunchKernel, ...) to its kernel")
         elif len(self.launch_ranks) < n:

@@ -30,7 +30,8 @@ WORK = ("compute", "comm", "memcpy")
 CLASS_TITLES = {"compute": "compute kernels (HTA: COMPUTATION)", "comm": "communication kernels (HTA: COMMUNICATION)",
                 "memcpy": "memory copies and fills (HTA: MEMORY)"}
 WORK_COLUMNS = {"device": object, "stream": object, "name": object, "category": object, "start_ns": "int64",
-                "end_ns": "int64", "dur_ns": "int64", "step": "Int64", "correlation": "Int64"}
+                "end_ns": "int64", "dur_ns": "int64", "step": "Int64", "correlation": "Int64", "bytes": "Int64",
+                "comm": "Int64"}
 #: A device lane's second part names a stream when it says so (Kineto's "stream 7", XPlane's "Stream #7(...)").
 _STREAM = re.compile(r"(?i)\bstream\b")
 
@@ -45,7 +46,8 @@ def device_work(timeline: pd.DataFrame) -> pd.DataFrame:
     """The device work of one rank's timeline (rows on a device lane whose category is in :data:`WORK`):
     columns ``device``, ``stream``, ``name``, ``category`` (str), ``start_ns``, ``end_ns``, ``dur_ns``,
     ``step`` (the training step the importer linked the row to, <NA> where none), ``correlation`` (the id linking
-    the row to its host launch, <NA> where the trace gives none)."""
+    the row to its host launch, <NA> where the trace gives none), ``bytes`` (payload bytes of a copy or a
+    collective) and ``comm`` (a collective's process group), <NA> where the importer gives none."""
     on_device = device_lanes(timeline["lane"]) if len(timeline) else np.zeros(0, bool)
     rows = timeline[on_device]
     rows = rows[rows["category"].astype(str).isin(WORK)]
@@ -60,7 +62,7 @@ def device_work(timeline: pd.DataFrame) -> pd.DataFrame:
         "name": rows["name"].astype(str).to_numpy(object), "category": rows["category"].astype(str).to_numpy(object),
         "start_ns": start, "end_ns": start + dur, "dur_ns": dur,
         **{column: rows[column].array if column in rows else pd.array([pd.NA] * len(rows), dtype="Int64")
-           for column in ("step", "correlation")},
+           for column in ("step", "correlation", "bytes", "comm")},
     })
 
 

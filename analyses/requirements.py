@@ -40,6 +40,9 @@ CAPABILITIES: dict[str, str] = {
     "device_comm": "communication kernels on a device",
     "device_ranks": "device work on two or more ranks",
     "correlation": "correlation ids linking each CPU launch to its kernel",
+    "device_copies": "memory copies or fills on a device",
+    "link_profile": "the network's calibrated bandwidth (a hardware profile's r_net, --profile)",
+    "device_bytes": "payload bytes of the device's collectives or copies (the timeline's bytes column)",
 }
 
 
@@ -106,6 +109,18 @@ GPU_ANALYSES: dict[str, Requirement] = {
                                frozenset({"device", "device_comm"})),
     "gpu_launches": Requirement("CUDA launch statistics and queue length per stream",
                                 frozenset({"device", "correlation"})),
+    "gpu_idle": Requirement("GPU idle time waiting for the host (host wait, other)",
+                            frozenset({"device", "correlation"})),
+    "gpu_collectives": Requirement("collective instances (collective, algorithm, duration)",
+                                   frozenset({"device", "device_comm"})),
+    "gpu_collective_skew": Requirement("collectives matched across ranks (start skew, the late rank)",
+                                       frozenset({"device", "device_comm", "device_ranks"})),
+    "gpu_collective_bandwidth": Requirement("collectives' bus bandwidth (nccl-tests' definitions)",
+                                            frozenset({"device", "device_comm", "device_bytes"})),
+    "gpu_memcpy": Requirement("memory copies per direction (H2D, D2H, D2D: count, time)",
+                              frozenset({"device", "device_copies"})),
+    "gpu_memcpy_bandwidth": Requirement("memory-copy bandwidth per direction, in total and over time",
+                                        frozenset({"device", "device_copies", "device_bytes"})),
 }
 #: On a store with no device work, the GPU analyses are listed as this one line.
 GPU_ALL = Requirement("GPU analyses (temporal, kernel, overlap and launch breakdowns)", frozenset({"device"}))

@@ -47,6 +47,8 @@ class RunAnalysis:
     gpu: GpuAnalysis = field(default_factory=GpuAnalysis)
     #: the network's calibrated payload bandwidth (bytes/s, 1 / r_net of a hardware profile), when one is given
     link_bytes_per_s: float | None = None
+    #: the calibrated host-device copy bandwidths (bytes/s) by direction ("H2D", "D2H") of a hardware profile
+    copy_bytes_per_s: dict[str, float] | None = None
     _tables: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
 
     @cached_property
@@ -61,13 +63,22 @@ class RunAnalysis:
 
     @property
     def capabilities(self) -> frozenset[str]:
-        """What the store holds (see :data:`~ddltrace.analyses.requirements.CAPABILITIES`)."""
-        return self._capabilities[0]
+        """What the store holds (see :data:`~ddltrace.analyses.requirements.CAPABILITIES`), and ``link_profile``
+        when a hardware profile gave the network's bandwidth."""
+        return self._capabilities[0] | ({"link_profile"} if self.link_bytes_per_s else set())
 
     @property
     def holding(self) -> str:
         """What the store holds, in words."""
         return self._capabilities[1]
+
+    def collectives(self) -> pd.DataFrame:
+        """The GPU collective instances across ranks (:mod:`~ddltrace.analyses.gpu_collectives`), bus bandwidth
+        for the store's world size and against the calibrated link where one is given; computed once."""
+        key = f"gpu_collectives:{self.link_bytes_per_s}"
+        if key not in self._tables:
+            self._tables[key] = self.gpu.collectives(self.store.world_size, self.link_bytes_per_s)
+        return self._tables[key]
 
     def can(self, analysis: str) -> bool:
         """Whether the analysis ``analysis`` (a key of :data:`~ddltrace.analyses.requirements.ANALYSES`) can be

@@ -7,7 +7,7 @@ import pandas as pd
 
 from ddltrace.analyses.gpu_launch import LAUNCH_DELAY_CUTOFF_NS, RUNTIME_CUTOFF_NS
 from ddltrace.analyses.gpu_queue import MAX_QUEUE_LENGTH
-from ddltrace.units import format_ns, format_percent
+from ddltrace.units import format_bytes, format_ns, format_percent
 
 MAX_ROWS = 32
 TOP_SHOWN = 5
@@ -33,6 +33,61 @@ QUEUES = ("Queue length per stream (HTA's definition: operations launched and no
           "call's start, -1 at its activity's start; mean over the changes as HTA, and weighted by time over the "
           f"stream's first to last change; full: time at {MAX_QUEUE_LENGTH} or more, the host blocked in the "
           "launch call; share of the rank's window)")
+IDLE = ("GPU idle time waiting for the host (each idle gap of the device, up to the end of the launch call of the "
+        "work that ends it: the device had nothing queued; other: the rest of the idle time; unlinked: gaps ended by "
+        "work with no correlated launch; share of the device's window)")
+COLLECTIVES = ("Collectives by kind (communication kernels, matched across ranks by process group, step and order; "
+               "time: the instances' durations summed, each the shortest kernel of the instance, the late arriver's; "
+               "bus bandwidth (nccl-tests): bytes / duration x 2(n-1)/n for all-reduce, (n-1)/n for all-gather, "
+               "reduce-scatter and all-to-all, 1 for broadcast, reduce and point-to-point, n the world size; skew: "
+               "latest minus earliest start of a matched instance; wait: the early arrivers' summed wait)")
+LATE = ("Late arrivals at the collectives (per rank: the matched instances it started last at, and the wait of the "
+        "other ranks' kernels for it)")
+COPIES = ("Memory copies per direction (name says the direction; time: summed durations; bandwidth: bytes / summed "
+          "duration; mean: of each copy's bytes / duration, HTA's; peak: of the summed bandwidth of concurrent "
+          "copies over time; vs calibrated: against the profile's pinned host-device copy bandwidth)")
+
+
+def copy_bandwidths(path: str) -> dict[str, float] | None:
+    """The calibrated host-to-device and device-to-host copy bandwidths (bytes/s; ``gpu0_h2d`` and ``gpu0_d2h``
+    of ``ddltrace calibrate``'s profile at ``path``) as {"H2D": ..., "D2H": ...}; None when it has neither."""
+    from ddltrace.models.quantities import load_json, profile_constants
+
+    constants = profile_constants(load_json(path, "hardware profile"), path)
+    found = {d: float(constants[k]) for d, k in (("H2D", "gpu0_h2d"), ("D2H", "gpu0_d2h"))
+             if isinstance(constants.get(k), float) and constants[k] > 0}
+    return found or None
+
+
+def _rate(bytes_per_s: float) -> str:
+    """'12.3 GB/s', '-' where unknown."""
+    return "-" if bytes_per_s != bytes_per_s else f"{bytes_per_s / 1e9:.3g} GB/s"
+
+
+def _collective_tables(run) -> list[tuple[str, pd.DataFrame]]:
+    from ddltrace.analyses.gpu_collectives import late_arrivals, summary
+
+    instances = run.collectives()
+    if not len(instances):
+        return []
+    rows = []
+    for _, c in summary(instances).iterrows():
+        rows.append([c["collective"], c["algorithm"] or "-", c["instances"], c["matched"], format_ns(c["time_ns"]),
+                     "-" if c["bytes"] is None or c["bytes"] != c["bytes"] else format_bytes(c["bytes"]),
+                     f"{_rate(c['busbw_median'])} / {_rate(c['busbw_max'])}",
+                     "-" if c["busbw_vs_link_median"] != c["busbw_vs_link_median"]
+                     else format_percent(c["busbw_vs_link_median"]),
+                     "-" if not c["matched"] else f"{format_ns(c['skew_median_ns'])} / {format_ns(c['skew_max_ns'])}",
+                     format_ns(c["wait_ns"])])
+    tables = [(COLLECTIVES, pd.DataFrame(rows, columns=[
+        "collective", "algorithm", "instances", "matched", "time", "bytes", "busbw median / max", "busbw vs link",
+        "skew median / max", "wait"]))]
+    late = late_arrivals(instances)
+    if len(late):
+        tables.append((LATE, pd.DataFrame(
+            [[x["rank"], f"{x['late']} of {x['instances']}", format_ns(x["caused_wait_ns"])]
+             for x in late.to_dict("records")], columns=["rank", "arrived last", "others' wait"])))
+    return tables
 
 
 def _columns(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -91,6 +146,23 @@ def gpu_tables(run, top: int = TOP_SHOWN) -> list[tuple[str, pd.DataFrame]]:
               f"{format_ns(q['time_at_max_queue_ns'])} ({format_percent(q['share_at_max_queue'])})"]
              for q in queues.to_dict("records")],
             columns=["rank", "device", "stream", "changes", "mean (HTA)", "mean (time)", "max", "min", "full"])))
+        idle = gpu.idle_table()
+        tables.append((IDLE, pd.DataFrame(
+            [[i["rank"], i["device"], format_ns(i["window_ns"]), format_ns(i["idle_ns"]),
+              f"{format_ns(i['host_wait_ns'])} ({format_percent(i['share_host_wait'])})", format_ns(i["other_ns"]),
+              format_ns(i["unlinked_ns"]), f"{i['host_wait_gaps']} of {i['gaps']}"] for i in idle.to_dict("records")],
+            columns=["rank", "device", "window", "idle", "host wait", "other", "unlinked", "gaps with host wait"])))
+    tables.extend(_collective_tables(run))
+    copies = gpu.copy_table(run.copy_bytes_per_s)
+    if len(copies):
+        tables.append((COPIES, pd.DataFrame(
+            [[c["rank"], c["device"], c["direction"], c["copies"], format_ns(c["time_ns"]),
+              "-" if c["bytes"] is None or c["bytes"] != c["bytes"] else format_bytes(c["bytes"]),
+              _rate(c["bandwidth"]), _rate(c["mean_bandwidth"]), _rate(c["peak_bandwidth"]),
+              "-" if c["vs_pcie"] != c["vs_pcie"] else format_percent(c["vs_pcie"])]
+             for c in copies.to_dict("records")],
+            columns=["rank", "device", "direction", "copies", "time", "bytes", "bandwidth", "mean", "peak",
+                     "vs calibrated"])))
     overlap = gpu.overlap_table()
     if len(overlap):
         tables.append((OVERLAP, pd.DataFrame(
@@ -121,19 +193,24 @@ def _cut(name: str, width: int = 60) -> str:
 
 def gpu_json(run) -> dict:
     """The GPU figures of one store for ``--json`` (times in ns, shares as fractions); empty when no device."""
+    from ddltrace.analyses.gpu_collectives import late_arrivals
+
     gpu = run.gpu
     if not gpu.device_ranks:
         return {}
 
     def records(frame: pd.DataFrame) -> list[dict]:
-        return frame.to_dict(orient="records")
+        """Rows as dicts, a missing value (no bytes, no bandwidth) as None."""
+        return frame.astype(object).where(frame.notna(), None).to_dict(orient="records")
 
     return {
         "definitions": {"temporal": TEMPORAL, "streams": STREAMS, "classes": CLASSES,
                         "kernels": "top 10 kernels per rank and device by summed duration, the rest as (others)",
                         "across_ranks": ACROSS, "overlap": OVERLAP, "launches": LAUNCHES, "queues": QUEUES,
                         "worst_launches": "per rank, the 10 launches with the longest launch delay (by: launch_delay) "
-                                          "and the 10 with the longest CPU duration (by: cpu_duration), in ns"},
+                                          "and the 10 with the longest CPU duration (by: cpu_duration), in ns",
+                        "idle": IDLE, "collectives": COLLECTIVES + "; one row per instance, times in ns, bandwidths "
+                        "in bytes/s", "late_arrivals": LATE, "copies": COPIES + "; bandwidths in bytes/s"},
         "device_ranks": gpu.device_ranks,
         "temporal": records(gpu.temporal_table()),
         "temporal_streams": records(gpu.temporal_table(streams=True)) if "streams" in run.capabilities else [],
@@ -144,4 +221,8 @@ def gpu_json(run) -> dict:
         "launches": records(gpu.launch_table()),
         "worst_launches": records(gpu.worst_launch_table()),
         "queues": records(gpu.queue_table()),
+        "idle": records(gpu.idle_table()) if gpu.launch_ranks else [],
+        "collectives": records(run.collectives()),
+        "late_arrivals": records(late_arrivals(run.collectives())),
+        "copies": records(gpu.copy_table(run.copy_bytes_per_s)),
     }

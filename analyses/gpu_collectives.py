@@ -1,0 +1,170 @@
+"""Collectives across ranks: each collective instance matched on every rank that ran it, its size, duration,
+algorithm, bus bandwidth (nccl-tests' definitions) and the start skew across ranks (who arrives late).
+
+**Per rank (map)**: :func:`rank_collectives` keeps the communication kernels of one rank's device work
+(:mod:`ddltrace.analyses.gpu_lanes`: category ``comm``, from the importers' rule files) with what their name says:
+the collective (``allreduce``, ``allgather``, ``reducescatter``, ``broadcast``, ``reduce``, ``alltoall``;
+``sendrecv``, ``send``, ``recv`` are point-to-point), NCCL's algorithm (``RING``, ``TREE``, ``NVLS``, ``COLLNET``...)
+and protocol (``LL``, ``LL128``, ``SIMPLE``) where the name holds them (``ncclKernel_AllReduce_RING_LL_Sum_float``,
+``ncclDevKernel_AllGather_RING_LL``); a kernel whose name says no collective (``ncclDevKernel_Generic``) is kind
+``unknown``. Its payload is the timeline's ``bytes`` (nccl-tests' *size*: the whole buffer of an all-reduce,
+broadcast or reduce; the gathered output of an all-gather, the input of a reduce-scatter, the send buffer of an
+all-to-all), its process group the timeline's ``comm``, where the importer gives them.
+
+**Across ranks (reduce)**: :func:`match_instances` matches the kernels of the ranks into instances by
+(process group, collective, step, sequence): the n-th kernel of that collective of that group in that training
+step on each rank is one instance (NCCL runs the collectives of a communicator in the same order on every rank);
+without steps, the n-th over the whole trace. Point-to-point kernels and ``unknown`` ones are not matched (the
+store names no peer for them): they are instances of one rank. Per instance, times in ns on the run's clock:
+
+* ``ranks``: how many ranks ran it; ``skew_ns`` = latest start - earliest start; ``late_rank``: the rank that
+  started last (the late arriver every other rank's kernel waits for); ``wait_ns``: the sum over ranks of
+  (latest start - own start), the time the early ranks' kernels spent waiting for it;
+* ``duration_ns``: the shortest kernel of the instance, the late arriver's (it starts when all have arrived, so it
+  is the time the data took to move); ``max_duration_ns``: the longest (an early arriver's, waiting included);
+  on a one-rank instance both are its kernel's duration, waiting included;
+* ``algbw`` = bytes / duration (bytes/s) and ``busbw`` = algbw x the nccl-tests factor of the collective
+  (:data:`BUS_FACTORS`) for a group of n ranks: all-reduce 2(n-1)/n, all-gather, reduce-scatter and all-to-all
+  (n-1)/n, broadcast, reduce and point-to-point 1. n is the store's world size (the default process group).
+  ``busbw_vs_link``: busbw over the network's calibrated payload bandwidth (1 / r_net of a hardware profile) when
+  one is given. No bandwidth where the store holds no bytes for the kernel, or n < 2 (no data moves).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+#: Collectives in the order their names are looked for (a longer name before the one it contains).
+COLLECTIVES = ("reducescatter", "allreduce", "allgather", "alltoall", "broadcast", "sendrecv", "reduce", "send",
+               "recv")
+POINT_TO_POINT = frozenset({"sendrecv", "send", "recv"})
+ALGORITHMS = frozenset({"RING", "TREE", "COLLNET", "COLLNETDIRECT", "COLLNETCHAIN", "NVLS", "NVLSTREE", "PAT"})
+PROTOCOLS = frozenset({"LL", "LL128", "SIMPLE"})
+#: nccl-tests' bus-bandwidth factor of each collective for n ranks (doc/PERFORMANCE.md of nccl-tests).
+BUS_FACTORS = {
+    "allreduce": lambda n: 2 * (n - 1) / n,
+    "allgather": lambda n: (n - 1) / n,
+    "reducescatter": lambda n: (n - 1) / n,
+    "alltoall": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "sendrecv": lambda n: 1.0,
+    "send": lambda n: 1.0,
+    "recv": lambda n: 1.0,
+}
+RANK_COLUMNS = ["rank", "device", "stream", "name", "collective", "algorithm", "protocol", "group", "step",
+                "start_ns", "dur_ns", "bytes"]
+COLUMNS = ["group", "collective", "step", "seq", "algorithm", "protocol", "ranks", "first_start_ns", "skew_ns",
+           "late_rank", "wait_ns", "duration_ns", "max_duration_ns", "bytes", "algbw", "busbw", "busbw_vs_link"]
+_TOKENS = re.compile(r"[^A-Za-z0-9]+")
+
+
+def parse_name(name: str) -> tuple[str, str, str]:
+    """(collective, algorithm, protocol) of a communication kernel's name; ``unknown`` and "" where it says none:
+    ``"ncclKernel_AllReduce_RING_LL_Sum_float(...)"`` -> ``("allreduce", "RING", "LL")``."""
+    head = name.split("(", 1)[0]
+    flat = _TOKENS.sub("", head).lower()
+    collective = next((c for c in COLLECTIVES if c in flat), "unknown")
+    tokens = {t.upper() for t in _TOKENS.split(head)}
+    algorithm = next(iter(sorted(tokens & ALGORITHMS)), "")
+    protocol = "LL128" if "LL128" in tokens else next(iter(sorted(tokens & PROTOCOLS)), "")
+    return collective, algorithm, protocol
+
+
+def rank_collectives(rank: int, work: pd.DataFrame) -> pd.DataFrame:
+    """The communication kernels of one rank's device ``work`` with their collective, algorithm, protocol,
+    group (the ``comm`` column as text, "" where none), step, start, duration (ns) and bytes (<NA> where none).
+    Columns :data:`RANK_COLUMNS`: the small table the cross-rank step reads."""
+    comm = work[work["category"] == "comm"]
+    parsed = [parse_name(n) for n in comm["name"]]
+    group = comm["comm"].astype("string").fillna("").to_numpy(object) if "comm" in comm else ""
+    return pd.DataFrame({
+        "rank": rank, "device": comm["device"].to_numpy(object), "stream": comm["stream"].to_numpy(object),
+        "name": comm["name"].to_numpy(object), "collective": [p[0] for p in parsed],
+        "algorithm": [p[1] for p in parsed], "protocol": [p[2] for p in parsed], "group": group,
+        "step": comm["step"].array, "start_ns": comm["start_ns"].to_numpy(np.int64),
+        "dur_ns": comm["dur_ns"].to_numpy(np.int64),
+        "bytes": comm["bytes"].array if "bytes" in comm else pd.array([pd.NA] * len(comm), dtype="Int64"),
+    }, columns=RANK_COLUMNS)
+
+
+def match_instances(kernels: pd.DataFrame, world_size: int, link_bytes_per_s: float | None = None) -> pd.DataFrame:
+    """The collective instances of all ranks' ``kernels`` (:func:`rank_collectives` of each, concatenated):
+    :data:`COLUMNS`, one row per instance, in order of their first start (see the module docstring)."""
+    if not len(kernels):
+        return pd.DataFrame(columns=COLUMNS)
+    k = kernels.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
+    use_steps = bool(k["step"].notna().all())
+    step = k["step"].astype("Int64").fillna(-1).to_numpy(np.int64) if use_steps else np.full(len(k), -1)
+    k = k.assign(step_key=step)
+    k["seq"] = k.groupby(["rank", "group", "collective", "step_key"], sort=False).cumcount()
+    single = k["collective"].isin(POINT_TO_POINT | {"unknown"}).to_numpy()
+    # a kernel that is matched on no other rank is an instance of its own; point-to-point ones always are
+    k["instance"] = np.where(single, -1 - np.arange(len(k)), 0)
+    keys = ["group", "collective", "step_key", "seq"]
+    shared = k[~single].groupby(keys, sort=False).ngroup()
+    k.loc[~single, "instance"] = shared.to_numpy()
+    rows = []
+    for _, part in k.groupby("instance", sort=False):
+        start = part["start_ns"].to_numpy(np.int64)
+        dur = part["dur_ns"].to_numpy(np.int64)
+        late = int(np.argmax(start))
+        size = part["bytes"].dropna()
+        n_bytes = int(size.max()) if len(size) else None
+        collective = part["collective"].iloc[0]
+        duration = int(dur.min())
+        algbw = busbw = ratio = float("nan")
+        if n_bytes is not None and duration > 0 and world_size >= 2 and collective in BUS_FACTORS:
+            algbw = n_bytes / (duration / 1e9)
+            busbw = algbw * BUS_FACTORS[collective](world_size)
+            if link_bytes_per_s:
+                ratio = busbw / link_bytes_per_s
+        rows.append([part["group"].iloc[0], collective,
+                     int(part["step_key"].iloc[0]) if use_steps else None, int(part["seq"].iloc[0]),
+                     _one(part["algorithm"]), _one(part["protocol"]), len(part), int(start.min()),
+                     int(start.max() - start.min()), int(part["rank"].iloc[late]) if len(part) > 1 else None,
+                     int((start.max() - start).sum()), duration, int(dur.max()), n_bytes, algbw, busbw, ratio])
+    out = pd.DataFrame(rows, columns=COLUMNS)
+    return out.sort_values("first_start_ns", kind="stable", ignore_index=True)
+
+
+def _one(values: pd.Series) -> str:
+    """The value all ranks agree on, or the distinct values joined with '/'."""
+    seen = sorted(set(values) - {""})
+    return "/".join(seen)
+
+
+SUMMARY_COLUMNS = ["collective", "algorithm", "instances", "matched", "time_ns", "bytes", "busbw_median",
+                   "busbw_max", "busbw_vs_link_median", "skew_median_ns", "skew_max_ns", "wait_ns"]
+
+
+def summary(instances: pd.DataFrame) -> pd.DataFrame:
+    """Per collective and algorithm: instances (matched on two or more ranks), summed duration (ns), bytes,
+    median and maximum bus bandwidth (bytes/s; NaN where no size is known), median busbw against the link, median
+    and maximum skew (ns, over the matched instances) and the summed wait of the early arrivers (ns)."""
+    rows = []
+    for (collective, algorithm), part in instances.groupby(["collective", "algorithm"], sort=True):
+        matched = part[part["ranks"] >= 2]
+        bw = part["busbw"].astype(float)
+        rows.append([collective, algorithm, len(part), len(matched), int(part["duration_ns"].sum()),
+                     int(part["bytes"].dropna().sum()) if part["bytes"].notna().any() else None,
+                     float(bw.median()), float(bw.max()), float(part["busbw_vs_link"].astype(float).median()),
+                     float(matched["skew_ns"].median()) if len(matched) else float("nan"),
+                     int(matched["skew_ns"].max()) if len(matched) else None, int(part["wait_ns"].sum())])
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+
+
+def late_arrivals(instances: pd.DataFrame) -> pd.DataFrame:
+    """Per rank, how many matched instances it arrived last at and the wait it caused the others (ns: the
+    instances' ``wait_ns``), most first: the straggler at the top. Columns rank, late, instances, caused_wait_ns."""
+    matched = instances[instances["ranks"] >= 2]
+    if not len(matched):
+        return pd.DataFrame(columns=["rank", "late", "instances", "caused_wait_ns"])
+    by = matched.groupby("late_rank").agg(late=("skew_ns", "size"), caused_wait_ns=("wait_ns", "sum"))
+    by = by.reset_index().rename(columns={"late_rank": "rank"}).assign(instances=len(matched))
+    by["rank"] = by["rank"].astype(int)
+    return by.sort_values(["late", "caused_wait_ns"], ascending=False, ignore_index=True)[
+        ["rank", "late", "instances", "caused_wait_ns"]]

@@ -1,0 +1,99 @@
+"""Memory copies: bytes and bandwidth of the host-to-device, device-to-host and device-to-device copies, in total
+and over time (HTA's ``get_memory_bw_summary`` and ``get_memory_bw_time_series``).
+
+The copies are the device work of class ``memcpy`` (:mod:`ddltrace.analyses.gpu_lanes`; the importers' rule
+files put copies and fills there). Their direction is what their name says (:func:`direction`): ``H2D``
+(Kineto's ``Memcpy HtoD (Pinned -> Device)``, XPlane's ``MemcpyH2D``, nsys' ``[CUDA memcpy Host-to-Device]``,
+MXNet's ``CopyCPU2GPU``), ``D2H``, ``D2D``, ``P2P`` (between devices), ``fill`` (a memset: no transfer) or
+``other``. Their payload is the timeline's ``bytes`` where the importer gives it.
+
+Per rank, device and direction (:func:`copy_summary`): copies, their summed duration (ns), the union of their
+intervals (ns, concurrent copies counted once), bytes, the effective bandwidth = bytes / summed duration
+(bytes/s), HTA's mean of the copies' own bandwidths (bytes / duration of each, bytes/s), and the peak of the
+time series; ``vs_pcie`` = effective bandwidth over the calibrated PCIe bandwidth where a hardware profile gives
+one. No bandwidth where the store holds no bytes for the copies.
+
+The time series (:func:`bandwidth_series`, HTA's definition): each copy moves its bytes at bytes / duration over
+its interval; the series is the sum of the copies running at each instant (bytes/s), per direction, changing
+only where a copy starts or ends (per rank, device and direction).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from ddltrace.analyses.gpu_lanes import union_ns
+
+DIRECTIONS = ("H2D", "D2H", "D2D", "P2P", "fill", "other")
+#: What a copy's name says of its direction, looked for in order in the name lower-cased without separators.
+_SAID = (("fill", ("memset",)), ("H2D", ("htod", "h2d", "hosttodevice", "cpu2gpu")),
+         ("D2H", ("dtoh", "d2h", "devicetohost", "gpu2cpu")), ("P2P", ("ptop", "p2p", "peertopeer")),
+         ("D2D", ("dtod", "d2d", "devicetodevice", "gpu2gpu")))
+_SEPARATORS = re.compile(r"[^a-z0-9]+")
+COLUMNS = ["rank", "device", "direction", "copies", "time_ns", "busy_ns", "bytes", "bandwidth", "mean_bandwidth",
+           "peak_bandwidth", "vs_pcie"]
+SERIES_COLUMNS = ["rank", "device", "direction", "t_ns", "bytes_per_s"]
+
+
+def direction(name: str) -> str:
+    """The direction a copy's ``name`` says (:data:`DIRECTIONS`)."""
+    flat = _SEPARATORS.sub("", name.lower())
+    return next((d for d, words in _SAID if any(w in flat for w in words)), "other")
+
+
+def rank_copies(rank: int, work: pd.DataFrame) -> pd.DataFrame:
+    """The copies and fills of one rank's device ``work`` with their direction: rank, device, direction,
+    start_ns, end_ns, dur_ns, bytes (<NA> where unknown)."""
+    rows = work[work["category"] == "memcpy"]
+    return pd.DataFrame({
+        "rank": rank, "device": rows["device"].to_numpy(object),
+        "direction": [direction(n) for n in rows["name"]], "start_ns": rows["start_ns"].to_numpy(np.int64),
+        "end_ns": rows["end_ns"].to_numpy(np.int64), "dur_ns": rows["dur_ns"].to_numpy(np.int64),
+        "bytes": rows["bytes"].array if "bytes" in rows else pd.array([pd.NA] * len(rows), dtype="Int64")})
+
+
+def bandwidth_series(copies: pd.DataFrame) -> pd.DataFrame:
+    """The summed bandwidth (bytes/s) of the copies running at each instant, per rank, device and direction
+    (:data:`SERIES_COLUMNS`; the value holds from ``t_ns`` to the next row of the same key). Copies
+    of unknown size or no duration are left out."""
+    known = copies[copies["bytes"].notna() & (copies["dur_ns"] > 0)]
+    if not len(known):
+        return pd.DataFrame(columns=SERIES_COLUMNS)
+    rate = known["bytes"].to_numpy(np.float64) / (known["dur_ns"].to_numpy(np.float64) / 1e9)
+    steps = pd.DataFrame({
+        "rank": np.concatenate([known["rank"].to_numpy()] * 2),
+        "device": np.concatenate([known["device"].to_numpy(object)] * 2),
+        "direction": np.concatenate([known["direction"].to_numpy(object)] * 2),
+        "t_ns": np.concatenate([known["start_ns"].to_numpy(np.int64), known["end_ns"].to_numpy(np.int64)]),
+        "change": np.concatenate([rate, -rate])})
+    steps = steps.groupby(["rank", "device", "direction", "t_ns"], sort=True)["change"].sum().reset_index()
+    steps["bytes_per_s"] = steps.groupby(["rank", "device", "direction"], sort=False)["change"].cumsum().clip(lower=0)
+    return steps[SERIES_COLUMNS]
+
+
+def copy_summary(copies: pd.DataFrame, calibrated: dict[str, float] | None = None) -> pd.DataFrame:
+    """Per rank, device and direction: :data:`COLUMNS` (see the module docstring; NaN bandwidth where no copy
+    has a known size). ``calibrated``: the calibrated bandwidth (bytes/s) by direction (``H2D``, ``D2H``)."""
+    rows = []
+    series = bandwidth_series(copies)
+    order = {d: i for i, d in enumerate(DIRECTIONS)}
+    groups = sorted(copies.groupby(["rank", "device", "direction"], sort=False),
+                    key=lambda g: (g[0][0], g[0][1], order[g[0][2]]))
+    for (rank, device, kind), part in groups:
+        known = part[part["bytes"].notna() & (part["dur_ns"] > 0)]
+        total = int(known["bytes"].sum()) if len(known) else None
+        bandwidth = mean = peak = ratio = float("nan")
+        if total is not None and kind != "fill":
+            bandwidth = total / (known["dur_ns"].sum() / 1e9)
+            mean = float((known["bytes"].to_numpy(np.float64) / (known["dur_ns"].to_numpy(np.float64) / 1e9)).mean())
+            mine = series[(series["rank"] == rank) & (series["device"] == device) & (series["direction"] == kind)]
+            peak = float(mine["bytes_per_s"].max())
+            if calibrated and calibrated.get(kind):
+                ratio = bandwidth / calibrated[kind]
+        rows.append([rank, device, kind, len(part), int(part["dur_ns"].sum()),
+                     union_ns(part["start_ns"].to_numpy(np.int64), part["end_ns"].to_numpy(np.int64)), total,
+                     bandwidth, mean, peak, ratio])
+    return pd.DataFrame(rows, columns=COLUMNS)
