@@ -112,11 +112,14 @@ def run(args) -> int:
     thresholds = thresholds.with_assignments(args.threshold)
     runs = [analyze_with_progress(path, args.quiet) for path in args.stores]
     if args.profile:
+        from ddltrace.gpu_section import copy_bandwidths
         from ddltrace.node_section import link_bandwidth
 
         link = link_bandwidth(args.profile)
+        copies = copy_bandwidths(args.profile)
         for r in runs:
             r.link_bytes_per_s = link
+            r.copy_bytes_per_s = copies
     findings, skipped = detect(runs, thresholds)
     skipped = not_made(runs) + skipped
     scaling_runs = [r for r in runs if r.can("scaling")]

@@ -106,11 +106,14 @@ def build_report(stores: list[str | os.PathLike], out: str | os.PathLike, *, pro
         runs.append(run_analysis.analyze_store(store))
     runs.sort(key=lambda r: (r.workers, r.name))
     if profile:
+        from ddltrace.gpu_section import copy_bandwidths
         from ddltrace.node_section import link_bandwidth
 
         link = link_bandwidth(profile, required=False)
+        copies = copy_bandwidths(profile)
         for r in runs:
             r.link_bytes_per_s = link
+            r.copy_bytes_per_s = copies
     say("running the detectors")
     found, skipped = findings_module.detect(runs, thresholds)  # costliest first: the verdict names the first
     say("drawing the figures")
