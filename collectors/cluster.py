@@ -12,7 +12,8 @@ Each node has a long-lived init process (``unshare --pid --fork``; PID 1 of the 
 everything started on the node enters its namespaces with ``nsenter -t INIT -n -u -p -i -m``. The script
 :attr:`Cluster.enter_script` does that with ssh's arguments (``SCRIPT [options] HOST COMMAND...``), so
 MPICH's hydra enters the nodes as it would a real cluster's: ``mpiexec -launcher ssh -launcher-exec SCRIPT``
-(:meth:`Cluster.mpiexec` gives the whole launcher command, with the UCX settings for TCP between nodes).
+(:meth:`Cluster.mpiexec` gives the whole launcher command, with MPICH's ofi network module on TCP between
+nodes).
 
 Every namespace, link, the bridge, the /etc/hosts lines and the processes left inside the nodes (``ip netns
 pids``) are removed when the ``with`` block ends, at interpreter exit if it never ends, and, for a cluster
@@ -247,15 +248,23 @@ class Cluster:
         _run("ip", "netns", "exec", node.netns, "tc", "qdisc", "del", "dev", "eth0", "root", check=False)
         self.rates_bit.pop(index, None)
 
-    def mpiexec(self, mpiexec: str, ppn: int, hosts: list[str] | None = None) -> str:
+    def mpiexec(self, mpiexec: str, ppn: int, hosts: list[str] | None = None, netmod: str = "ofi") -> str:
         """The launcher command for ``ppn`` ranks on each node (or on ``hosts``) with MPICH's ``mpiexec``:
-        hydra enters the nodes through :attr:`enter_script`, advertises this machine's bridge address to its
-        proxies, and UCX talks TCP over the nodes' eth0 (shared memory within a node)."""
+        hydra enters the nodes through :attr:`enter_script` and advertises this machine's bridge address to its
+        proxies; ranks on different nodes talk TCP over the nodes' eth0 (shared memory within a node).
+
+        ``netmod`` is MPICH's network module between nodes: ``ofi`` (default; libfabric's ``tcp`` provider)
+        or ``ucx`` (UCX's TCP transport, which loses small messages sent back to back here: docs/COLLECTORS.md,
+        scripts/cluster_any_source.py)."""
         hosts = hosts or [n.host for n in self.nodes]
+        env = {"ofi": {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "eth0"},
+               "ucx": {"MPIR_CVAR_CH4_NETMOD": "ucx", "UCX_TLS": "tcp,self,sm", "UCX_NET_DEVICES": "eth0"}}
+        if netmod not in env:
+            raise DdltraceError(f"cluster: netmod {netmod!r} is not one of {', '.join(env)}")
+        genv = [arg for name, value in env[netmod].items() for arg in ("-genv", name, value)]
         return shlex.join([mpiexec, "-launcher", "ssh", "-launcher-exec", str(self.enter_script),
                            "-iface", self.bridge, "-hosts", ",".join(hosts), "-ppn", str(ppn),
-                           "-n", str(ppn * len(hosts)), "-genv", "UCX_TLS", "tcp,self,sm",
-                           "-genv", "UCX_NET_DEVICES", "eth0"])
+                           "-n", str(ppn * len(hosts)), *genv])
 
 
 def _kill_netns(netns: str) -> None:

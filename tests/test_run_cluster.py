@@ -8,6 +8,7 @@ Needs root, iproute2, util-linux and MPICH (the `mpich` wheel); skips with the r
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -95,7 +96,7 @@ def test_bytes_sent_across_appear_on_the_sending_nodes_interface(cluster_run):
         rows = counters[counters["name"] == name]
         return float(rows.sort_values("t_ns")["value"].iloc[-1])
 
-    # on the wire: the payload plus TCP/IP headers and the job's other traffic (hydra, UCX set-up, clock sync)
+    # on the wire: the payload plus TCP/IP headers and the job's other traffic (hydra, MPI set-up, clock sync)
     assert SENT <= last(f"net_eth0_sent_bytes@{a}") <= 1.10 * SENT
     assert SENT <= last(f"net_eth0_recv_bytes@{b}") <= 1.10 * SENT
     assert last(f"net_eth0_sent_bytes@{b}") < 0.10 * SENT  # node 1 sent only acknowledgements and control
@@ -169,3 +170,24 @@ def test_a_node_whose_agent_dies_is_named_and_the_rest_kept(tmp_path):
     assert not any(n.endswith(f"@{victim.host}") for n in names)
     assert any(f"node {victim.host}: its agent left no samples" in n for n in store.manifest["notes"]), out
 
+
+
+def test_the_reference_ps_sgd_job_runs_across_nodes(tmp_path):
+    """The reference ps-sgd job (server on node 0, worker on node 1) hung in its first pull across nodes with
+    MPICH's UCX network module (docs/COLLECTORS.md); with the ofi one the cluster's launcher now uses it runs
+    to its end under `ddltrace run --launcher`, every pull and push a call to the other node."""
+    truth = tmp_path / "truth"
+    with cl.Cluster(2) as cluster:
+        run = subprocess.run([sys.executable, "-m", "ddltrace", "run", "--no-progress", "--launcher",
+                              cluster.mpiexec(MPIEXEC, ppn=1), "--out", str(tmp_path / "store"), "--",
+                              sys.executable, "-m", "ddltrace.collectors.workloads.ps_sgd", "--out", str(truth),
+                              "--compute", "emulated", "--epochs", "1", "--samples", "2048"],
+                             capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    batches = json.loads((truth / "ground_truth.json").read_text())["workers"]["1"]["batches"]
+    store = TraceStore.open(tmp_path / "store")
+    assert [store.rank_info(r)["host"] for r in store.ranks] == [n.host for n in cluster.nodes]
+    worker = store.timeline([1])
+    sends = worker[worker["name"].str.startswith("MPI_Send") & (worker["peer"] == 0)]
+    # a pull (tag 11) and a push (tag 13) per batch, each crossing from node 1 to node 0
+    assert (sends["tag"] == 11).sum() == batches and (sends["tag"] == 13).sum() == batches
