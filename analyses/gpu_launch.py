@@ -4,7 +4,10 @@ runtime call, the duration of the call on the CPU, the duration of the activity 
 A *launch* is a host row (not on a device lane) named as one of HTA's runtime launch calls
 (:data:`LAUNCH_NAMES`: ``cudaLaunchKernel``, ``cudaMemcpyAsync``, ``cudaMemsetAsync``, their driver-API and
 HIP counterparts), paired with the device work (kernel, copy or fill: :func:`~ddltrace.analyses.gpu_lanes.
-device_work`) that carries the same correlation id on the same rank (Kineto writes ``args.correlation`` on both).
+device_work`) that carries the same correlation id on the same rank (Kineto writes ``args.correlation`` on both;
+rocprofv3 ``correlation_id.internal``). The TensorFlow and JAX profilers (XPlane) name the host event of a launch
+after what it launched (the kernel's name, ``MemcpyH2D``) and give it the kernel's ``correlation_id``: a host row
+with the same correlation id and the same name as the device work is its launch too.
 For each pair, all in ns:
 
 * ``cpu_duration_ns``: the runtime call's duration;
@@ -33,8 +36,8 @@ from ddltrace.analyses.breakdown import device_lanes
 #: The runtime calls that put work on a stream (HTA's ``get_runtime_launch_events_mask``, CUDA and ROCm).
 LAUNCH_NAMES = frozenset({
     "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaMemcpyAsync",
-    "cudaMemsetAsync", "hipLaunchKernel", "hipExtModuleLaunchKernel", "hipMemcpyAsync", "hipMemsetAsync",
-    "hipMemcpyWithStream",
+    "cudaMemsetAsync", "hipLaunchKernel", "hipExtModuleLaunchKernel", "hipModuleLaunchKernel", "hipMemcpyAsync",
+    "hipMemsetAsync", "hipMemcpyWithStream",
 })
 #: HTA's cut-offs (ns): a runtime call longer than this is a runtime outlier.
 RUNTIME_CUTOFF_NS = 50_000
@@ -55,7 +58,6 @@ def launch_pairs(timeline: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
     if "correlation" not in timeline or not len(work) or work["correlation"].isna().all():
         return pd.DataFrame(columns=PAIR_COLUMNS)
     host = timeline[~device_lanes(timeline["lane"]) & timeline["correlation"].notna()]
-    host = host[host["name"].isin(LAUNCH_NAMES)]
     launches = pd.DataFrame({"correlation": host["correlation"].to_numpy(np.int64),
                              "launch": host["name"].to_numpy(object),
                              "launch_start_ns": host["start_ns"].to_numpy(np.int64),
@@ -66,6 +68,7 @@ def launch_pairs(timeline: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
                            "kernel": work["name"].to_numpy(object), "gpu_start_ns": work["start_ns"].to_numpy(np.int64),
                            "gpu_duration_ns": work["dur_ns"].to_numpy(np.int64)})
     pairs = launches.merge(device, on="correlation", how="inner")
+    pairs = pairs[pairs["launch"].isin(LAUNCH_NAMES) | (pairs["launch"] == pairs["kernel"])].reset_index(drop=True)
     delay = pairs["gpu_start_ns"] - (pairs["launch_start_ns"] + pairs["cpu_duration_ns"])
     pairs["launch_delay_ns"] = delay.clip(lower=0)
     return pairs[PAIR_COLUMNS]

@@ -7,7 +7,9 @@ hold events (metadata id, offset and duration in picoseconds from the line's ``t
 markers, ``tf_function`` for a ``tf.function`` call (its ``tf_function_call`` stat: a span around the whole
 function, not work of its own), else empty. A device plane's derived lines (``Steps``, ``TensorFlow Ops``, XLA,
 ...: :mod:`xprof_lines`) are not device time: they are dropped, and its ``Steps`` events number the stream events
-that start within them. A ``Task Environment`` plane's ``profile_start_time`` (ns since the
+that start within them. The ``correlation_id`` stat (CUPTI's, on a stream event and on the host event of the
+runtime call that launched it, which xprof names after the kernel or copy it launched) goes into the
+``correlation`` column. A ``Task Environment`` plane's ``profile_start_time`` (ns since the
 epoch, TF >= 2.21) makes times absolute; older files are relative to the profile's start. The rank comes from
 the folder or file name (``worker1/``), as in the trace-viewer JSON.
 """
@@ -159,7 +161,7 @@ def read(path: Path, ctx: ImportContext):
             start_ns, clock = profile_start, "epoch"
     lanes: dict[str, int] = {}
     keys: dict[tuple[str, str], int] = {}
-    lane_codes, key_codes, starts, durs, steps = [], [], [], [], []
+    lane_codes, key_codes, starts, durs, steps, correlations = [], [], [], [], [], []
     lane_device: list[int] = []  # per lane: its device plane's code, -1 on the host
     step_rows: list[tuple[int, int, int, int]] = []  # (device code, start ps, end ps, step) of the Steps lines
     events_read = 0
@@ -196,7 +198,7 @@ def read(path: Path, ctx: ImportContext):
                     skipped["events with a negative duration or a time out of range"] += 1
                     continue
                 name = event_meta.get(meta, f"event {meta}")
-                step, cat = -1, ""
+                step, cat, correlation = -1, "", -1
                 try:
                     for raw in raw_stats:  # Trace("train", step_num=i) marks a step
                         stat_name, value = _stat(raw, stat_names)
@@ -204,20 +206,24 @@ def read(path: Path, ctx: ImportContext):
                             step, cat = value, "step"
                         elif stat_name == "tf_function_call" and not cat:  # a tf.function call: the whole function
                             cat = "tf_function"
+                        elif stat_name == "correlation_id" and isinstance(value, int):
+                            correlation = value
                 except _BROKEN:
                     skipped["events with unreadable stats (kept without them)"] += 1
-                    step, cat = -1, ""
+                    step, cat, correlation = -1, "", -1
                 lane_codes.append(lane)
                 key_codes.append(keys.setdefault((cat, name), len(keys)))
                 starts.append(start_ps)
                 durs.append(duration_ps)
                 steps.append(step if 0 <= step < _MAX_PS else -1)
+                correlations.append(correlation if 0 <= correlation < _MAX_PS else -1)
     if ctx.report is not None:
         ctx.report.events += events_read
         ctx.report.intervals += len(starts)
         ctx.report.skipped.update(skipped)
     starts_ps = np.array(starts, dtype=np.int64)
     step_arr = np.array(steps, dtype=np.int64)
+    corr_arr = np.array(correlations, dtype=np.int64)
     if step_rows:
         columns = np.array(step_rows, dtype=np.int64).T  # device code, start, end (ps), step
         row_device = np.array(lane_device, dtype=np.int64)[np.array(lane_codes, dtype=np.int64)]
@@ -228,7 +234,8 @@ def read(path: Path, ctx: ImportContext):
                               key_codes=np.array(key_codes, dtype=np.int64), key_table=list(keys),
                               start_ns=starts_ps // 1000 + start_ns,
                               dur_ns=np.array(durs, dtype=np.int64) // 1000, fmt="tf2", ctx=ctx,
-                              extra={"step": pd.arrays.IntegerArray(np.maximum(step_arr, 0), step_arr < 0)})
+                              extra={"step": pd.arrays.IntegerArray(np.maximum(step_arr, 0), step_arr < 0),
+                                     "correlation": pd.arrays.IntegerArray(np.maximum(corr_arr, 0), corr_arr < 0)})
     yield RankPart(rank=rank, timeline=timeline, clock=clock,
                    info={"format": "tf2-xplane", "file": str(path),
                          "time_base": "ns since the epoch" if clock == "epoch" else "ns since the profile started"})
