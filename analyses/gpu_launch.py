@@ -37,7 +37,7 @@ from ddltrace.analyses.breakdown import device_lanes
 LAUNCH_NAMES = frozenset({
     "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaMemcpyAsync",
     "cudaMemsetAsync", "hipLaunchKernel", "hipExtModuleLaunchKernel", "hipModuleLaunchKernel", "hipMemcpyAsync",
-    "hipMemsetAsync", "hipMemcpyWithStream",
+    "hipMemsetAsync", "hipMemcpyWithStream", "hipMemcpyHtoDAsync", "hipMemcpyDtoHAsync", "hipMemcpyDtoDAsync",
 })
 #: HTA's cut-offs (ns): a runtime call longer than this is a runtime outlier.
 RUNTIME_CUTOFF_NS = 50_000

@@ -25,6 +25,8 @@ from ddltrace.store import TraceStore
 TRACES = {
     "tf2_gpu_multiworker": SHARED / "gpu_traces/tf2_gpu_multiworker.xplane.pb",
     "jax_mi300": corpus("tracelens_jax_mi300_xplane", "tw003.xplane.pb"),
+    "jax_mi300_legacy": corpus("tracelens_jax_mi300_legacy_xplane",
+                               "chi-mi300x-013.ord.vultr.cpe.ice.amd.com.xplane.pb"),
     "jax_te_fused_attn": corpus("tracelens_jax_te_fused_attn_xplane", "934987a2fc2f.xplane.pb"),
 }
 #: Lines of a device plane that annotate its streams (not device work).
