@@ -37,7 +37,7 @@ from pathlib import Path
 import pandas as pd
 import psutil
 
-from ddltrace.collectors import frameworks, node_agent, record_sets
+from ddltrace.collectors import frameworks, node_agent, node_clock, node_link, record_sets
 from ddltrace.collectors.clock import clock_manifest
 from ddltrace.collectors.gpu_sampler import GpuSampler
 from ddltrace.collectors.mpi_env import local_env, mpi_flavour, mpiexec_command
@@ -53,13 +53,16 @@ from ddltrace.units import format_ns
 
 _GRACE_S = (5.0, 10.0)  # SIGTERM, then SIGKILL, this long after the first interrupt
 NODES = "nodes"  # the node agents' folder in the record folder: one folder per host
+GATHER_WAIT_S = 15.0  # after the job, how long the nodes' links may stay silent before a node is given up
 
 
 @dataclass
 class RunConfig:
     """What to run and how: ``argv`` the job; ``np`` ranks through local mpiexec, or ``launcher`` a command
     prefix; ``out`` the store folder; ``sample_hz`` system/GPU sampling rate (per s); ``pyspy`` sample stacks;
-    ``framework`` switch that framework's profiler on for the training ``steps`` (first, last; from 1)."""
+    ``framework`` switch that framework's profiler on for the training ``steps`` (first, last; from 1);
+    ``launcher_addr`` the address the nodes reach this machine at (the node agents' link; default: its address
+    on the default route)."""
 
     argv: list[str]
     out: Path
@@ -71,6 +74,7 @@ class RunConfig:
     progress: bool = True
     framework: str | None = None
     steps: tuple[int, int] = frameworks.DEFAULT_STEPS
+    launcher_addr: str | None = None
     stream: object = field(default_factory=lambda: sys.stderr)
 
 
@@ -186,8 +190,8 @@ def _mpicc_of(launcher: str | None) -> str | None:
     return str(beside) if beside.exists() else None
 
 
-def _command(cfg: RunConfig, lib: Path | None, records: Path | None,
-             fw_env: dict[str, str]) -> tuple[list[str], dict[str, str], str]:
+def _command(cfg: RunConfig, lib: Path | None, records: Path | None, fw_env: dict[str, str],
+             link: tuple[str, str] | None = None) -> tuple[list[str], dict[str, str], str]:
     """Command line, environment and MPI flavour ('' for a non-MPI job). With a launcher, every process it
     starts first runs the node agent's shim (collectors/node_agent.py), which starts one agent per node."""
     if cfg.np is None and not cfg.launcher:
@@ -200,7 +204,8 @@ def _command(cfg: RunConfig, lib: Path | None, records: Path | None,
             raise DdltraceError("--launcher: empty command")
         flavour = mpi_flavour(shutil.which(prefix[0]) or prefix[0]) if "mpi" in Path(prefix[0]).name else "other"
         shim = [sys.executable, node_agent.__file__, "--dir", str(records / NODES), "--hz", str(cfg.sample_hz)]
-        shim += ["--pyspy", str(cfg.pyspy_rate_hz)] * cfg.pyspy + ["--"]
+        shim += ["--pyspy", str(cfg.pyspy_rate_hz)] * cfg.pyspy
+        shim += ["--link", link[0], "--token", link[1]] * (link is not None) + ["--"]
         cmd, env = prefix + shim + list(cfg.argv), local_env(flavour)
     else:
         cmd, env = mpiexec_command(cfg.np, list(cfg.argv))
@@ -253,7 +258,20 @@ def run_job(cfg: RunConfig) -> RunResult:
 
 def _run(cfg: RunConfig, out: Path, mpi: bool, lib: Path | None, work: Path, records: Path) -> RunResult:
     fw_env = frameworks.job_env(cfg.framework, work / "framework", cfg.steps) if cfg.framework else {}
-    cmd, env, flavour = _command(cfg, lib, records if mpi else None, fw_env)
+    # the node agents' link: clock ping-pong, and the gather of parts left on node-local disk
+    gatherer = node_link.Gatherer({"records": records, "framework": work / "framework"}) if cfg.launcher else None
+    link = (f"{cfg.launcher_addr or node_link.default_address()}:{gatherer.port}", gatherer.token) \
+        if gatherer is not None else None
+    try:
+        return _run_job(cfg, out, mpi, work, records, fw_env, gatherer,
+                        _command(cfg, lib, records if mpi else None, fw_env, link))
+    finally:
+        if gatherer is not None:
+            gatherer.close()
+
+
+def _run_job(cfg, out, mpi, work, records, fw_env, gatherer, command) -> RunResult:
+    cmd, env, flavour = command
     stream = cfg.stream
     show = cfg.progress and stream.isatty()
     print(f"ddltrace: running {shlex.join(cfg.argv)}" + (f" on {cfg.np} ranks" if cfg.np else "")
@@ -326,9 +344,13 @@ def _run(cfg: RunConfig, out: Path, mpi: bool, lib: Path | None, work: Path, rec
                          "abrupt")
         collectors = (["node agents (system, gpu)"] if gpu is None else ["system"] + ["gpu"] * gpu.available) \
             + ["py-spy"] * bool(cfg.pyspy)
+        links = {}
+        if gatherer is not None:
+            progress.phase = "gathering the nodes' parts"
+            links = gatherer.wait(GATHER_WAIT_S)
         result = _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, interrupted,
                          system_rows + gpu_rows, stacks, notes, proc.pid, collectors,
-                         gpu.devices if gpu is not None else [], work / "framework", progress)
+                         gpu.devices if gpu is not None else [], work / "framework", progress, links)
         print(summary_line(result), file=stream, flush=True)
     return result
 
@@ -364,10 +386,10 @@ class _WriteProgress:
 
 
 def _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, interrupted, sample_rows,
-            stacks, notes, root_pid, collectors, gpus, fw_dir, progress) -> RunResult:
+            stacks, notes, root_pid, collectors, gpus, fw_dir, progress, links=None) -> RunResult:
     """Make the store at ``out`` from the records and samples: built beside it, verified, renamed into place.
     ``end_ns`` None (a recovery): the job's end is the last time any rank recorded. ``exit_code`` None: not
-    known."""
+    known. ``links``: what the node agents' links said (host: collectors/node_link.py's node dict)."""
     rank_records: list[RankRecords] = []
     paths = sorted(records.glob("rank-*.pmpi"))
     for i, path in enumerate(paths):
@@ -391,7 +413,7 @@ def _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, i
     staging = staging_path(out)
     try:
         store = _write(cfg, staging, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_code, interrupted,
-                       sample_rows, stacks, notes, root_pid, collectors, gpus, fw_dir, progress, nodes)
+                       sample_rows, stacks, notes, root_pid, collectors, gpus, fw_dir, progress, nodes, links or {})
         progress.phase = "verifying the store"
         verify_written(store, [rr.rank for rr in rank_records])
         progress.phase = _RENAMING
@@ -416,11 +438,18 @@ def _reason(exc: OSError) -> str:
 
 
 def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_code, interrupted, sample_rows,
-           stacks, notes, root_pid, collectors, gpus, fw_dir, progress, nodes=()) -> TraceStore:
+           stacks, notes, root_pid, collectors, gpus, fw_dir, progress, nodes=(), links=None) -> TraceStore:
     """Write every rank's timeline and counters, then the manifest, into the new store ``path``; ``nodes``:
-    what the node agents sampled."""
+    what the node agents sampled; ``links``: what their links to this process said (clock, gather)."""
+    links = links or {}
     pid_rank = {rr.pid: rr.rank for rr in rank_records}
     fw_parts, fw_ranks = _framework_parts(cfg, fw_dir, set(pid_rank.values()), notes)
+    node_clocks = node_clock.NodeClocks(links)
+    for part in fw_parts:  # a framework process's events, on its node's clock: onto this machine's
+        if part.info.get("host") in node_clocks:
+            node_clocks.correct(part.info["host"], part.timeline, "start_ns")
+            if part.counters is not None:
+                node_clocks.correct(part.info["host"], part.counters, "t_ns")
     pid_rank.update({part.pid: fw_ranks[i] for i, part in enumerate(fw_parts)})
     if not mpi and not fw_parts:
         pid_rank[root_pid] = 0
@@ -444,19 +473,30 @@ def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_co
         # what each agent cost: CPU s while it sampled (and wall s), and in all (start-up and writing included)
         run["node_agents"] = {node.host: {k: node.info.get(k) for k in ("cpu_s_sampling", "wall_s_sampling",
                                                                          "cpu_s_total")} for node in nodes}
-    clock = clock_manifest(rank_records) if mpi else None
+    if links:
+        run["node_links"] = node_clock.link_summary(links)
+        notes.extend(node_clock.lost_notes(links, str(cfg.out)))
+        missing = {h: n.get("part") for h, n in links.items() if n.get("state") != "complete" and not n.get("shared")}
+        if missing:
+            run["missing_nodes"] = missing  # host: the folder on that node holding its part
+    clock = clock_manifest(rank_records) if rank_records else None
     if fw_parts:
         clock = _framework_clock(clock, fw_parts, fw_ranks)
+    if node_clocks:
+        clock = node_clocks.manifest(clock)
     store = TraceStore.create(path, run=run, clock=clock)
     counters = _counters(sample_rows, pid_rank)
     node_offset = _node_offsets(rank_records, clock)
+    process_ranks = _process_ranks(nodes) if cfg.launcher and not rank_records and not fw_parts else {}
+    rank_of = {(rr.host, rr.pid): rr.rank for rr in rank_records} | process_ranks \
+        | {(p.info.get("host"), p.pid): fw_ranks[i] for i, p in enumerate(fw_parts)}
     node_stacks = {}  # rank: py-spy rows taken inside its node (pids repeat across nodes), on the common clock
     for node in nodes:
-        for rr in rank_records:
-            if rr.host == node.host and rr.pid in node.stacks:
-                frame = node.stacks[rr.pid]
-                node_stacks[rr.rank] = frame.assign(start_ns=frame["start_ns"] + node_offset.get(node.host, 0))
-    for rank, frame in _node_counters(nodes, rank_records, node_offset).items():
+        for (host, pid), rank in rank_of.items():
+            if host == node.host and pid in node.stacks:
+                node_stacks[rank] = _on_common_clock(node.host, node.stacks[pid], "start_ns", node_offset,
+                                                     node_clocks)
+    for rank, frame in _node_counters(nodes, rank_of, node_offset, node_clocks).items():
         counters[rank] = make_counters(pd.concat([counters[rank], frame], ignore_index=True)) if rank in counters \
             else frame
     ranks: dict[int, str] = {}
@@ -489,6 +529,15 @@ def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_co
         store.add_rank(rank, timeline, sampled if sampled is not None else fw_counters, save=False, ended=ended,
                        **part.info)
         ranks[rank] = ended
+    for (host, pid), rank in sorted(process_ranks.items(), key=lambda item: item[1]):
+        row = {"rank": [rank], "lane": ["main"], "name": [Path(cfg.argv[0]).name], "category": ["other"],
+               "start_ns": [start_ns], "dur_ns": [end_ns - start_ns], "source": ["launcher"]}
+        timeline = _with_stacks(make_timeline(row), node_stacks.get(rank), rank)
+        store.add_rank(rank, timeline, counters.get(rank), save=False, host=host, pid=pid, ended=ended,
+                       role="process")
+        ranks[rank] = ended
+    if process_ranks:
+        store.manifest["run"]["world_size"] = len(process_ranks)
     if not mpi and not fw_parts:
         row = {"rank": [0], "lane": ["main"], "name": [Path(cfg.argv[0]).name], "category": ["other"],
                "start_ns": [start_ns], "dur_ns": [end_ns - start_ns], "source": ["launcher"]}
@@ -567,12 +616,30 @@ def _node_offsets(rank_records: list[RankRecords], clock: dict | None) -> dict[s
     return node_offset
 
 
-def _node_counters(nodes: list[node_agent.NodePart], rank_records: list[RankRecords],
-                   node_offset: dict[str, int]) -> dict[int, pd.DataFrame]:
+def _process_ranks(nodes: list[node_agent.NodePart]) -> dict[tuple[str, int], int]:
+    """A job with neither MPI nor a framework profile, started by a launcher: each process the launcher started
+    (registered by the node agent's shim) is a rank, numbered by host, then pid."""
+    started = sorted((node.host, int(pid)) for node in nodes for pid in node.info.get("pids", []))
+    return {key: rank for rank, key in enumerate(started)}
+
+
+def _on_common_clock(host: str, frame: pd.DataFrame, column: str, node_offset: dict[str, int],
+                     node_clocks: node_clock.NodeClocks) -> pd.DataFrame:
+    """``frame`` with ``column`` (ns on node ``host``'s clock) on the common clock: the PMPI offset of the node's
+    lowest rank where there is one, else the node agent's ping-pong with the launching process."""
+    frame = frame.copy()
+    if host in node_offset or host not in node_clocks:
+        frame[column] = frame[column] + node_offset.get(host, 0)
+    else:
+        node_clocks.correct(host, frame, column)
+    return frame
+
+
+def _node_counters(nodes: list[node_agent.NodePart], rank_of: dict[tuple[str, int], int],
+                   node_offset: dict[str, int], node_clocks: node_clock.NodeClocks) -> dict[int, pd.DataFrame]:
     """The node agents' samples as counters tables keyed by rank (or -1): a node's machine counters are
-    named ``NAME@HOST``; a process's rows go to the rank whose record file has that host and pid (others, such
-    as hydra's proxies, are dropped). Times are put on the common clock with ``node_offset`` (ns, by host)."""
-    rank_of = {(rr.host, rr.pid): rr.rank for rr in rank_records}
+    named ``NAME@HOST``; a process's rows go to the rank ``rank_of`` gives its (host, pid) (others, such as
+    hydra's proxies, are dropped). Times are put on the common clock (:func:`_on_common_clock`)."""
     by_rank: dict[int, list[pd.DataFrame]] = {}
     for node in nodes:
         s = node.samples
@@ -581,7 +648,8 @@ def _node_counters(nodes: list[node_agent.NodePart], rank_records: list[RankReco
         machine = s["pid"] == MACHINE
         rank = s["pid"].map(lambda pid, host=node.host: MACHINE if pid == MACHINE else rank_of.get((host, pid)))
         frame = pd.DataFrame({"rank": rank, "name": s["name"].where(~machine, s["name"] + f"@{node.host}"),
-                              "t_ns": s["t_ns"] + node_offset.get(node.host, 0), "value": s["value"]})
+                              "t_ns": s["t_ns"], "value": s["value"]})
+        frame = _on_common_clock(node.host, frame, "t_ns", node_offset, node_clocks)
         frame = frame[frame["rank"].notna()].astype({"rank": "int32"})
         for r, part in frame.groupby("rank"):
             by_rank.setdefault(int(r), []).append(part)

@@ -65,13 +65,13 @@ def registered(folder: str) -> tuple[list[int], int]:
     return alive, len(names)
 
 
-USAGE = "usage: node_agent.py --dir FOLDER --hz HZ [--pyspy RATE] -- COMMAND..."
+USAGE = "usage: node_agent.py --dir FOLDER --hz HZ [--pyspy RATE] [--link HOST:PORT --token T] -- COMMAND..."
 
 
 def shim(args: list[str]) -> None:
     """What every process of the job runs first (see the module's docstring); does not return."""
     options = {}
-    while len(args) >= 2 and args[0] in ("--dir", "--hz", "--pyspy"):
+    while len(args) >= 2 and args[0] in ("--dir", "--hz", "--pyspy", "--link", "--token"):
         options[args[0]], args = args[1], args[2:]
     if not args or args[0] != "--" or "--dir" not in options or "--hz" not in options:
         sys.exit(USAGE)
@@ -90,14 +90,15 @@ def shim(args: list[str]) -> None:
     except OSError:  # another process of the job runs this node's agent
         lock.close()
     else:
-        _fork_agent(folder, hz, pyspy_hz, lock)
+        link = (options["--link"], options.get("--token", "")) if "--link" in options else None
+        _fork_agent(folder, hz, pyspy_hz, lock, link)
     try:
         os.execvp(command[0], command)
     except OSError as exc:
         sys.exit(f"node_agent.py: cannot run {command[0]}: {exc.strerror}")
 
 
-def _fork_agent(folder: str, hz: float, pyspy_hz: int | None, lock) -> None:
+def _fork_agent(folder: str, hz: float, pyspy_hz: int | None, lock, link: tuple[str, str] | None) -> None:
     """Start the agent as a grandchild in its own session (so that it is nobody's child to reap), holding
     ``lock``; the caller goes on at once."""
     child = os.fork()
@@ -120,7 +121,7 @@ def _fork_agent(folder: str, hz: float, pyspy_hz: int | None, lock) -> None:
         keep = lock.fileno()
         os.closerange(3, keep)
         os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
-        run_agent(folder, hz, pyspy_hz)
+        run_agent(folder, hz, pyspy_hz, link=link)
         code = 0
     except BaseException:
         import traceback
@@ -146,11 +147,14 @@ def _python_rank(pid: int) -> bool:
     return b"python" in os.path.basename(argv[0]).lower() and not any(a.endswith(b"node_agent.py") for a in argv)
 
 
-def run_agent(folder: str, hz: float, pyspy_hz: int | None = None, poll_s: float = 0.1, linger: int = 3) -> None:
+def run_agent(folder: str, hz: float, pyspy_hz: int | None = None, poll_s: float = 0.1, linger: int = 3,
+              link: tuple[str, str] | None = None) -> None:
     """Sample this node until no registered process has run for ``linger`` polls of ``poll_s`` s (a rank
     started a moment after the others ended is still seen), then write its samples; with ``pyspy_hz``, also
     py-spy on each registered Python process (from inside the node: py-spy cannot read a process of another
-    PID namespace), its stacks in ``stacks-PID.parquet``."""
+    PID namespace), its stacks in ``stacks-PID.parquet``. With ``link`` (the launching process's "HOST:PORT"
+    and the run's token), a clock ping-pong with it at the start and at the end, and, when the record folder
+    is not the launcher's (node-local disk), the node's part sent to it (collectors/node_link.py)."""
     import signal
     import socket
     import threading
@@ -164,6 +168,20 @@ def run_agent(folder: str, hz: float, pyspy_hz: int | None = None, poll_s: float
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     start_ns = time.time_ns() + offset
+    records = os.path.dirname(os.path.dirname(folder))  # folder: RECORDS/nodes/HOST
+    # the launcher's run description is there unless the record folder is on this node's own disk
+    shared = os.path.exists(os.path.join(records, "ddltrace-run.json"))
+    node_link, clock, link_notes = None, {}, []
+    if link is not None:
+        from ddltrace.collectors.node_link import AgentLink
+
+        try:
+            node_link = AgentLink(link[0], link[1], host, records, shared, lambda: time.time_ns() + offset)
+            clock["clock_start"] = node_link.ping_pong()
+        except (OSError, ValueError) as exc:
+            node_link = None
+            link_notes.append(f"{host}: cannot reach the launching process at {link[0]} ({exc}): no clock "
+                              f"ping-pong" + ("" if shared else f"; this node's part stays in {records}"))
     cpu0, wall0 = _cpu_s(), time.monotonic()
     system = SystemSampler(hz, roots=lambda: registered(folder)[0]).start()
     from ddltrace.collectors.gpu_sampler import GpuSampler
@@ -202,15 +220,31 @@ def run_agent(folder: str, hz: float, pyspy_hz: int | None = None, poll_s: float
     frame.to_parquet(tmp, index=False)
     os.replace(tmp, os.path.join(folder, "samples.parquet"))
     info = {"host": host, "agent_pid": os.getpid(), "start_ns": start_ns, "end_ns": end_ns, "sample_hz": hz,
-            "processes": registered(folder)[1], "gpus": gpu.devices, "test_clock_offset_ns": offset,
+            "processes": registered(folder)[1],
+            "pids": sorted(int(p) for p in os.listdir(os.path.join(folder, "ranks"))),
+            "gpus": gpu.devices, "test_clock_offset_ns": offset,
             "gpu_off": None if gpu.available else gpu.reason,
             "cpu_s_sampling": round(cpu_sampling, 4), "wall_s_sampling": round(wall_sampling, 4),
             "cpu_s_total": round(_cpu_s(), 4),
-            "notes": [f"{host}: {note}" for note in (pyspy.notes if pyspy is not None else [])]}
+            "notes": [f"{host}: {note}" for note in (pyspy.notes if pyspy is not None else [])] + link_notes}
     tmp = os.path.join(folder, f".agent.{os.getpid()}.json")
     with open(tmp, "w") as fh:
         json.dump(info, fh)
     os.replace(tmp, os.path.join(folder, "agent.json"))
+    if node_link is not None:
+        _report(node_link, clock, records, shared)
+
+
+def _report(node_link, clock: dict, records: str, shared: bool) -> None:
+    """The end of the clock ping-pong and, for a node-local record folder, this node's part (its ranks' record
+    files, its agent's folder, its processes' framework profiles) sent to the launching process."""
+    clock["clock_end"] = node_link.ping_pong()
+    if not shared:
+        node_link.send_tree(records, "records")
+        framework = os.environ.get("DDLTRACE_FW_DIR")
+        if framework and os.path.isdir(framework):
+            node_link.send_tree(framework, "framework")
+    node_link.finish(clock)
 
 
 class NodePart:

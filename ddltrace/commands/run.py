@@ -51,6 +51,9 @@ def register(subparsers) -> None:
                    help="switch this framework's profiler on: pytorch, mxnet, tf, horovod or cntk")
     p.add_argument("--steps", metavar="A-B",
                    help="with --framework: the training steps to profile, from 1, both included (default 5-9)")
+    p.add_argument("--launcher-addr", metavar="ADDR",
+                   help="with --launcher: the address the nodes reach this machine at, for the node agents' clock "
+                        "ping-pong and the gather of node-local records (default: its address on the default route)")
     p.add_argument("--no-progress", action="store_true", help="no live progress line on stderr")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the job, after --")
     p.set_defaults(func=run)
@@ -70,7 +73,7 @@ def run(args) -> int:
     check_writable(out.parent, "the store")  # before the job runs, not after it
     result = run_job(RunConfig(argv=argv, out=out, np=args.np, launcher=args.launcher, sample_hz=args.sample_hz,
                                pyspy=args.pyspy, pyspy_rate_hz=args.pyspy_rate, progress=not args.no_progress,
-                               framework=args.framework, steps=steps))
+                               framework=args.framework, steps=steps, launcher_addr=args.launcher_addr))
     for note in result.notes:
         print(f"ddltrace: note: {note}")
     if result.interrupted:

@@ -70,6 +70,15 @@ def window() -> tuple[int, int]:
     return first, last
 
 
+def _test_node_offset_ns(host: str) -> int:
+    """The test clock offset of node ``host`` (DDLTRACE_TEST_NODE_CLOCK_OFFSET_NS="HOST:NS,..."; 0 if none)."""
+    for entry in filter(None, os.environ.get("DDLTRACE_TEST_NODE_CLOCK_OFFSET_NS", "").split(",")):
+        name, _, ns = entry.rpartition(":")
+        if name == host:
+            return int(ns)
+    return 0
+
+
 class Process:
     """This process's folder and ``meta.json`` (rewritten atomically on every update)."""
 
@@ -100,8 +109,10 @@ class Process:
         self.update()
 
     def add_mark(self, t0_ns: int, t1_ns: int) -> None:
-        """Record that the framework event named MARK_NAME ran between wall times t0 and t1 (ns)."""
-        self.meta["marks"].append({"wall_ns": (t0_ns + t1_ns) // 2, "half_width_ns": (t1_ns - t0_ns) // 2})
+        """Record that the framework event named MARK_NAME ran between wall times t0 and t1 (ns; moved by the
+        test hook DDLTRACE_TEST_NODE_CLOCK_OFFSET_NS, as if this node's clock were off: docs/COLLECTORS.md)."""
+        shift = _test_node_offset_ns(self.meta["host"])
+        self.meta["marks"].append({"wall_ns": (t0_ns + t1_ns) // 2 + shift, "half_width_ns": (t1_ns - t0_ns) // 2})
         self.update()
 
     def note(self, text: str) -> None:
