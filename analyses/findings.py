@@ -133,7 +133,7 @@ def load_detectors() -> dict[str, Detector]:
 
 #: Ids (prefixes) of findings that are symptoms: the time they measure is lost to a cause another detector names
 #: (a saturated server, a straggler, input) when there is one.
-SYMPTOMS = ("low_overlap", "wait_state_")
+SYMPTOMS = ("low_overlap", "wait_state_", "gpu_exposed_comm")
 #: A symptom ranks after a cause that costs at least this share of the symptom's cost (the same time, explained).
 SYMPTOM_DISCOUNT = 0.9
 

@@ -18,8 +18,9 @@ without steps, the n-th over the whole trace. Point-to-point kernels and ``unkno
 store names no peer for them): they are instances of one rank. Per instance, times in ns on the run's clock:
 
 * ``ranks``: how many ranks ran it; ``skew_ns`` = latest start - earliest start; ``late_rank``: the rank that
-  started last (the late arriver every other rank's kernel waits for); ``wait_ns``: the sum over ranks of
-  (latest start - own start), the time the early ranks' kernels spent waiting for it;
+  started last (the late arriver every other rank's kernel waits for); ``lead_ns``: latest start - the second
+  latest, how much later than every other rank the late one came (what the instance lost to it alone);
+  ``wait_ns``: the sum over ranks of (latest start - own start), the time the early ranks' kernels spent waiting;
 * ``duration_ns``: the shortest kernel of the instance, the late arriver's (it starts when all have arrived, so it
   is the time the data took to move); ``max_duration_ns``: the longest (an early arriver's, waiting included);
   on a one-rank instance both are its kernel's duration, waiting included;
@@ -58,7 +59,8 @@ BUS_FACTORS = {
 RANK_COLUMNS = ["rank", "device", "stream", "name", "collective", "algorithm", "protocol", "group", "step",
                 "start_ns", "dur_ns", "bytes"]
 COLUMNS = ["group", "collective", "step", "seq", "algorithm", "protocol", "ranks", "first_start_ns", "skew_ns",
-           "late_rank", "wait_ns", "duration_ns", "max_duration_ns", "bytes", "algbw", "busbw", "busbw_vs_link"]
+           "late_rank", "lead_ns", "wait_ns", "duration_ns", "max_duration_ns", "bytes", "algbw", "busbw",
+           "busbw_vs_link"]
 _TOKENS = re.compile(r"[^A-Za-z0-9]+")
 
 
@@ -112,6 +114,7 @@ def match_instances(kernels: pd.DataFrame, world_size: int, link_bytes_per_s: fl
         start = part["start_ns"].to_numpy(np.int64)
         dur = part["dur_ns"].to_numpy(np.int64)
         late = int(np.argmax(start))
+        lead = int(start[late] - np.delete(start, late).max()) if len(start) > 1 else 0
         size = part["bytes"].dropna()
         n_bytes = int(size.max()) if len(size) else None
         collective = part["collective"].iloc[0]
@@ -126,7 +129,7 @@ def match_instances(kernels: pd.DataFrame, world_size: int, link_bytes_per_s: fl
                      int(part["step_key"].iloc[0]) if use_steps else None, int(part["seq"].iloc[0]),
                      _one(part["algorithm"]), _one(part["protocol"]), len(part), int(start.min()),
                      int(start.max() - start.min()), int(part["rank"].iloc[late]) if len(part) > 1 else None,
-                     int((start.max() - start).sum()), duration, int(dur.max()), n_bytes, algbw, busbw, ratio])
+                     lead, int((start.max() - start).sum()), duration, int(dur.max()), n_bytes, algbw, busbw, ratio])
     out = pd.DataFrame(rows, columns=COLUMNS)
     return out.sort_values("first_start_ns", kind="stable", ignore_index=True)
 
@@ -157,14 +160,18 @@ def summary(instances: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
+LATE_COLUMNS = ["rank", "late", "instances", "lead_ns", "lead_median_ns", "caused_wait_ns"]
+
+
 def late_arrivals(instances: pd.DataFrame) -> pd.DataFrame:
-    """Per rank, how many matched instances it arrived last at and the wait it caused the others (ns: the
-    instances' ``wait_ns``), most first: the straggler at the top. Columns rank, late, instances, caused_wait_ns."""
+    """Per rank, how many matched instances it arrived last at, its summed and median lead over the next latest
+    rank there (ns) and the wait it caused the others (ns: the instances' ``wait_ns``), most often late first:
+    the straggler at the top. Columns :data:`LATE_COLUMNS`."""
     matched = instances[instances["ranks"] >= 2]
     if not len(matched):
-        return pd.DataFrame(columns=["rank", "late", "instances", "caused_wait_ns"])
-    by = matched.groupby("late_rank").agg(late=("skew_ns", "size"), caused_wait_ns=("wait_ns", "sum"))
+        return pd.DataFrame(columns=LATE_COLUMNS)
+    by = matched.groupby("late_rank").agg(late=("skew_ns", "size"), lead_ns=("lead_ns", "sum"),
+                                          lead_median_ns=("lead_ns", "median"), caused_wait_ns=("wait_ns", "sum"))
     by = by.reset_index().rename(columns={"late_rank": "rank"}).assign(instances=len(matched))
     by["rank"] = by["rank"].astype(int)
-    return by.sort_values(["late", "caused_wait_ns"], ascending=False, ignore_index=True)[
-        ["rank", "late", "instances", "caused_wait_ns"]]
+    return by.sort_values(["late", "caused_wait_ns"], ascending=False, ignore_index=True)[LATE_COLUMNS]

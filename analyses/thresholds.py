@@ -89,6 +89,25 @@ DEFAULTS: dict[str, Threshold] = {
     "slow_node.wait_share_min": Threshold(
         0.5, "fraction of the node's excess compute per step", "the other nodes' ranks wait at least half the "
         "excess per step at collectives: in a synchronous step they wait about all of it"),
+    # GPU jobs
+    "gpu.host_wait_min": Threshold(
+        0.2, "fraction of the device's window", "a device idle a fifth of its time with nothing queued, waiting for "
+        "the host to launch work: a faster host side (or fewer, larger kernels) would give back that much"),
+    "gpu.exposed_comm_min": Threshold(
+        0.1, "fraction of the device's window", "communication kernels running with no compute kernel beside them "
+        "for a tenth of the device's time; HTA's traces of well-tuned data-parallel jobs show a few per cent"),
+    "gpu.late_share_min": Threshold(
+        0.8, "fraction of the matched collectives", "a rank that arrives last at four collectives in five delays "
+        "nearly every one: chance spreads the last place over the ranks"),
+    "gpu.late_min_instances": Threshold(5, "collectives", "fewer matched collectives say little about a pattern"),
+    "gpu.late_lead_min_ns": Threshold(
+        50e3, "ns", "the late rank's median lead over the next latest: below 50 µs it is launch jitter"),
+    "gpu.busbw_ratio": Threshold(
+        0.5, "ratio", "a collective whose bus bandwidth is under half the calibrated link's (1 / r_net) moves its "
+        "data far slower than the link allows (nccl-tests reach 80-95 % of it on large messages)"),
+    "gpu.busbw_min_bytes": Threshold(
+        1 << 20, "bytes", "collectives of 1 MiB and more: below that their time is mostly latency (nccl-tests' "
+        "bus bandwidth levels off above a few MiB)"),
     # wait states
     "wait_states.share_max": Threshold(
         0.3, "fraction of the steady state", "a Scalasca wait state costing 30 % of the average rank's steady state"),

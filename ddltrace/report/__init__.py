@@ -231,6 +231,53 @@ def _run_figures(run, segments: dict, label: str) -> list[Figure]:
                           "(HTA's queue length).",
                           figures.png_bytes(figures.queue_figure(series, MAX_QUEUE_LENGTH,
                                                                  f"Launch queue per stream, rank {rank}"))))
+    out.extend(_gpu_figures(run, label))
+    return out
+
+
+def _gpu_figures(run, label: str) -> list[Figure]:
+    """The GPU figures of one store: device time with idle waiting for the host, overlapped and exposed
+    communication, collectives' skew and bus bandwidth, copy bandwidth over time (each where its data is)."""
+    gpu = run.gpu
+    out: list[Figure] = []
+    if not gpu.device_ranks:
+        return out
+    temporal = gpu.temporal_table()
+    out.append(Figure(f"gpu_idle{label}", "GPU time per device, and idle waiting for the host",
+                      "Each device's window (its first work to its last): compute kernels, other work only "
+                      "(communication, copies), idle with nothing queued while the host had not yet launched the "
+                      "work that ended the gap, and other idle (gpu_idle: needs correlation ids, else all idle is "
+                      "other).",
+                      figures.png_bytes(figures.gpu_idle_figure(temporal, gpu.idle_table()))))
+    overlap = gpu.overlap_table()
+    if len(overlap):
+        out.append(Figure(f"gpu_overlap{label}", "Communication kernels, overlapped and exposed",
+                          "Per device, the union of its communication kernels split into the part a compute kernel "
+                          "runs beside (HTA's overlap) and the exposed rest.",
+                          figures.png_bytes(figures.gpu_overlap_figure(overlap))))
+    instances = run.collectives()
+    matched = instances[instances["ranks"] >= 2]
+    if len(matched):
+        out.append(Figure(f"gpu_skew{label}", "Collectives: start skew across ranks",
+                          "Each collective matched across ranks (process group, collective, step, order): latest "
+                          "minus earliest start of its kernels, coloured by the rank that started last.",
+                          figures.png_bytes(figures.collective_skew_figure(matched))))
+    sized = instances[instances["busbw"].notna()]
+    if len(sized):
+        out.append(Figure(f"gpu_busbw{label}", "Collectives: bus bandwidth against size",
+                          "nccl-tests' bus bandwidth of each collective of known size (bytes / duration x its "
+                          "collective's factor), against the calibrated link where a profile gives it.",
+                          figures.png_bytes(figures.busbw_figure(sized, run.link_bytes_per_s))))
+    from ddltrace.analyses.gpu_memcpy import bandwidth_series
+
+    series = bandwidth_series(gpu.copy_rows())
+    if len(series):
+        rank = int(series.groupby("rank")["bytes_per_s"].max().idxmax())
+        out.append(Figure(f"gpu_copies{label}", "Memory-copy bandwidth over time",
+                          f"The summed bandwidth of the copies running at each instant on rank {rank} (the rank "
+                          "with the highest peak), per device and direction (HTA's memory bandwidth time series).",
+                          figures.png_bytes(figures.copy_bandwidth_figure(series[series["rank"] == rank],
+                                                                          f"Copy bandwidth, rank {rank}"))))
     return out
 
 
@@ -343,7 +390,11 @@ def _profile_figure(profile_path: str) -> Figure | None:
                   f"Measured by `ddltrace calibrate` ({Path(profile_path).name}).", figures.png_bytes(fig))
 
 
-_FIGURE_FOR = (  # finding id fragment -> figure key prefix that shows it
+_FIGURE_FOR = (  # finding id fragment -> figure key prefix that shows it (the first fragment found wins)
+    ("gpu_host", "gpu_idle"),
+    ("gpu_exposed", "gpu_overlap"),
+    ("gpu_straggler", "gpu_skew"),
+    ("gpu_slow_coll", "gpu_busbw"),
     ("sequential", "timeline_init"),
     ("init", "timeline_init"),
     ("saturat", "scaling"),

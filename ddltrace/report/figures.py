@@ -269,3 +269,95 @@ def queue_figure(series: pd.DataFrame, cap: int, title: str, streams: int = 8) -
     ax.set_title(title)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8)
     return fig
+
+
+def _device_labels(table: pd.DataFrame) -> list[str]:
+    return [f"{r} {d}" for r, d in zip(table["rank"], table["device"], strict=True)]
+
+
+def gpu_idle_figure(temporal: pd.DataFrame, idle: pd.DataFrame) -> Figure:
+    """Per device (rank and device), its window split into compute, non-compute, idle waiting for the host and
+    other idle (ms); ``temporal`` and ``idle`` as :mod:`~ddltrace.analyses.gpu_temporal` and
+    :mod:`~ddltrace.analyses.gpu_idle` give them, one row per device in the same order."""
+    merged = temporal.merge(idle[["rank", "device", "host_wait_ns"]], on=["rank", "device"], how="left").fillna(0)
+    fig, ax = plt.subplots(figsize=(7, 0.9 + 0.35 * len(merged)))
+    y = np.arange(len(merged))
+    left = np.zeros(len(merged))
+    parts = (("compute", merged["compute_ns"], CATEGORY_COLORS["compute"]),
+             ("non-compute (comm, copies)", merged["non_compute_ns"], CATEGORY_COLORS["comm"]),
+             ("idle: waiting for the host", merged["host_wait_ns"], "#C44E52"),
+             ("idle: other", merged["idle_ns"] - merged["host_wait_ns"], CATEGORY_COLORS["idle"]))
+    for label, values, color in parts:
+        width = values.to_numpy(float) / 1e6
+        ax.barh(y, width, left=left, color=color, label=label)
+        left += width
+    ax.set_yticks(y, _device_labels(merged))
+    ax.invert_yaxis()
+    ax.set_xlabel("time in the device's window (ms)")
+    ax.set_title("GPU time per device: busy, and idle waiting for the host")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    return fig
+
+
+def gpu_overlap_figure(overlap: pd.DataFrame) -> Figure:
+    """Per device, its communication-kernel time overlapped by compute kernels and exposed (ms)."""
+    fig, ax = plt.subplots(figsize=(7, 0.9 + 0.35 * len(overlap)))
+    y = np.arange(len(overlap))
+    hidden = overlap["overlap_ns"].to_numpy(float) / 1e6
+    exposed = (overlap["comm_ns"] - overlap["overlap_ns"]).to_numpy(float) / 1e6
+    ax.barh(y, hidden, color=CATEGORY_COLORS["compute"], label="overlapped by compute kernels")
+    ax.barh(y, exposed, left=hidden, color=CATEGORY_COLORS["comm"], label="exposed")
+    ax.set_yticks(y, _device_labels(overlap))
+    ax.invert_yaxis()
+    ax.set_xlabel("communication-kernel time (ms)")
+    ax.set_title("Communication kernels: overlapped and exposed")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    return fig
+
+
+def collective_skew_figure(instances: pd.DataFrame) -> Figure:
+    """Each collective matched across ranks: its start skew (ms) against when it started (s since the first),
+    coloured by the rank that started last."""
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    t0 = int(instances["first_start_ns"].min())
+    for rank, part in instances.groupby("late_rank", sort=True):
+        ax.scatter((part["first_start_ns"].to_numpy(float) - t0) / 1e9, part["skew_ns"].to_numpy(float) / 1e6, s=12,
+                   label=f"rank {int(rank)} last")
+    ax.set_xlabel("time since the first collective (s)")
+    ax.set_ylabel("start skew across ranks (ms)")
+    ax.set_title("Collectives: start skew, coloured by the late rank")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8)
+    return fig
+
+
+def busbw_figure(instances: pd.DataFrame, link_bytes_per_s: float | None) -> Figure:
+    """Each collective of known size: its bus bandwidth (GB/s) against its size (bytes, log), per collective, and
+    the calibrated link's bandwidth where one is given."""
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    for kind, part in instances.groupby("collective", sort=True):
+        ax.scatter(part["bytes"].to_numpy(float), part["busbw"].to_numpy(float) / 1e9, s=12, label=kind)
+    if link_bytes_per_s:
+        ax.axhline(link_bytes_per_s / 1e9, color="#999999", linestyle=":", linewidth=1)
+        ax.text(ax.get_xlim()[0], link_bytes_per_s / 1e9, " calibrated link (1 / r_net)", va="bottom", fontsize=8,
+                color="#555555")
+    ax.set_xscale("log")
+    ax.set_xlabel("size (bytes, nccl-tests' definition)")
+    ax.set_ylabel("bus bandwidth (GB/s)")
+    ax.set_title("Collectives: bus bandwidth against size")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8)
+    return fig
+
+
+def copy_bandwidth_figure(series: pd.DataFrame, title: str) -> Figure:
+    """The summed bandwidth of concurrent copies over time (GB/s, a step function per direction; ``series`` as
+    :func:`~ddltrace.analyses.gpu_memcpy.bandwidth_series` gives it for one rank)."""
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    t0 = int(series["t_ns"].min())
+    for (device, kind), part in series.groupby(["device", "direction"], sort=True):
+        ax.step((part["t_ns"].to_numpy(float) - t0) / 1e9, part["bytes_per_s"].to_numpy(float) / 1e9, where="post",
+                linewidth=0.8, label=f"{device} {kind}")
+    ax.set_xlabel("time since the first copy (s)")
+    ax.set_ylabel("copy bandwidth (GB/s)")
+    ax.set_title(title)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8)
+    return fig

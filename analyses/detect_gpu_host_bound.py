@@ -1,0 +1,66 @@
+"""GPU idle because of the host: the devices wait, with nothing queued, for the host to launch their work.
+
+It measures, per device, the idle time waiting for the host (:mod:`~ddltrace.analyses.gpu_idle`: each idle gap up
+to the end of the launch call of the work that ends it) as a share of the device's window. A finding when the
+median over the devices of every rank reaches ``gpu.host_wait_min`` (20 %). It says which kind of host-bound:
+**launch-bound** when the median kernel runs shorter on the device than its launch call takes on the host
+(:mod:`~ddltrace.analyses.gpu_launch`: the host cannot launch as fast as the device runs), else the host is busy
+elsewhere between launches (the input pipeline, Python, a synchronisation: the host's own lanes say which).
+Needs the correlation ids that link launches to their kernels (Kineto).
+
+Cost: the median device's host-wait time (the device time the job gets back if the host keeps it fed).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ddltrace.analyses.findings import Finding, Quantity, detector
+
+LAUNCH_ADVICE = ("Launch-bound: the kernels are shorter than their launches. Fuse kernels (torch.compile, fused "
+                 "optimizers), capture the step in CUDA graphs, use larger batches per kernel, and keep Python "
+                 "off the launch path.")
+HOST_ADVICE = ("The host is busy between launches: look at its lanes in the gaps. Feed the input pipeline ahead "
+               "(DataLoader num_workers, pin_memory, prefetching), remove synchronisations (.item(), .cpu(), "
+               "printing a loss every step), and move host-side work off the training loop.")
+
+
+@detector("gpu_host_bound", "GPU idle waiting for the host", {"device", "correlation"})
+def detect(runs, th) -> list[Finding]:
+    """Median device idle share waiting for the host at or above gpu.host_wait_min (see the module docstring)."""
+    findings = []
+    for run in runs:
+        idle = run.gpu.idle_table()
+        idle = idle[idle["window_ns"] > 0]
+        if not len(idle):
+            continue
+        share = idle["share_host_wait"].to_numpy(float)
+        median = float(np.median(share))
+        if median < th["gpu.host_wait_min"]:
+            continue
+        launches = run.gpu.launch_table()
+        cpu = float(launches["cpu_duration_median_ns"].median())
+        gpu = float(launches["gpu_duration_median_ns"].median())
+        launch_bound = gpu < cpu
+        lost = float(np.median(idle["host_wait_ns"]))
+        worst = idle.iloc[int(np.argmax(share))]
+        findings.append(Finding(
+            id="gpu_host_bound",
+            title=f"GPU idle waiting for the host{' (launch-bound)' if launch_bound else ''}: "
+                  f"{Quantity(median, 'fraction')} of the median device's time with nothing queued",
+            severity="warning",
+            evidence={"host_wait_share_median": Quantity(median, "fraction"),
+                      "host_wait_share_max": Quantity(float(worst["share_host_wait"]), "fraction"),
+                      "host_wait_max_rank": Quantity(int(worst["rank"]), "rank"),
+                      "host_wait_median": Quantity(lost, "ns"),
+                      "idle_median": Quantity(float(np.median(idle["idle_ns"])), "ns"),
+                      "gaps_with_host_wait": Quantity(int(idle["host_wait_gaps"].sum()), "gaps"),
+                      "launch_cpu_duration_median": Quantity(cpu, "ns"),
+                      "kernel_gpu_duration_median": Quantity(gpu, "ns"),
+                      "short_kernels": Quantity(int(launches["short_kernels"].sum()), "kernels"),
+                      "launches": Quantity(int(launches["launches"].sum()), "launches")},
+            ranks=sorted({int(r) for r in idle["rank"][share >= th["gpu.host_wait_min"]]}),
+            phase="all", advice=LAUNCH_ADVICE if launch_bound else HOST_ADVICE, store=run.name, cost_ns=lost,
+            cost_basis="the median device's idle time waiting for the host (each idle gap up to the end of the "
+                       "launch call of the work that ends it), over its window"))
+    return findings
