@@ -9,16 +9,16 @@ buffer_records`` (per record kind, its ``kind`` name and the names of its ``oper
 
 * ``kernel_dispatch``: device work, lane ``gpu:<gpu index>/stream <stream_id.handle>`` (the HIP stream, as Kineto
   on ROCm names it), or ``gpu:<gpu index>/queue <dispatch_info.queue_id.handle>`` (the HSA queue) where the
-  record has no stream (rocprofiler-sdk before ROCm 6.4); cat ``kernel_dispatch``, named by its kernel symbol;
+  record has no stream (older rocprofiler-sdk versions write none); cat ``kernel_dispatch``, named by its kernel symbol;
 * ``memory_copy``: copies on the lane of the GPU end (the destination's, else the source's) and stream, else
   ``gpu:<N>/memory copy``; cat ``memory_copy``, named by the direction (``MEMORY_COPY_HOST_TO_DEVICE``), ``bytes``;
-* ``hip_api``, ``hsa_api``, ``rccl_api``, ``marker_api`` (and their ``*_ext`` forms): host calls on
+* ``hip_api``, ``hsa_api``, ``rccl_api``, ``marker_api`` and the other API lists: host calls on
   ``cpu/thread <thread_id>``, cat the record list's name, named by the operation.
 
 Every record's ``correlation_id.internal`` goes into the ``correlation`` column: a HIP launch call and the kernel
 it dispatched carry the same one (the GPU launch analyses pair them). Other record kinds (memory allocation,
 scratch memory, page migration, counter collection) are counted as skipped with their kind. Times are ns of
-the host's monotonic clock (``CLOCK_BOOTTIME``), not wall-clock time: the store's clock is ``relative``. One
+the host's monotonic clock (rocprofiler's timestamps), not wall-clock time: the store's clock is ``relative``. One
 process is one rank (the file name's number, else its position); a file of several processes gives one rank per
 process, numbered after the other ranks.
 
@@ -54,11 +54,6 @@ from ddltrace.errors import DdltraceError
 FORMAT = "rocprofv3"
 TOOL_KEY = b'"rocprofiler-sdk-tool"'
 GPU_AGENT = 2  # rocprofiler_agent_type_t: ROCPROFILER_AGENT_TYPE_GPU
-#: Buffer record lists of host API calls (the cat of their rows).
-API_RECORDS = ("hip_api", "hip_api_ext", "hsa_api", "rccl_api", "marker_api", "roctx_api", "rocdecode_api",
-               "rocjpeg_api", "ompt")
-#: Buffer record lists read as device work.
-DEVICE_RECORDS = ("kernel_dispatch", "memory_copy")
 
 
 def sniff(head: bytes, path: Path) -> bool:
@@ -137,13 +132,13 @@ def _operation_names(process: dict) -> dict[str, list[str]]:
     return {str(k.get("kind", "")).lower(): list(k.get("operations") or []) for k in kinds if isinstance(k, dict)}
 
 
-#: The ``strings.buffer_records`` kind naming each API record list's operations.
-_API_KINDS = {"hip_api": ("hip_runtime_api", "hip_compiler_api"), "hip_api_ext": ("hip_runtime_api_ext",),
+#: Buffer record lists of host calls, and the ``strings.buffer_records`` kinds naming their operations (a record's
+#: own ``kind`` says which; the first is the fallback).
+_API_KINDS = {"hip_api": ("hip_runtime_api", "hip_compiler_api"),
               "hsa_api": ("hsa_core_api", "hsa_amd_ext_api", "hsa_image_ext_api", "hsa_finalize_ext_api"),
-              "rccl_api": ("rccl_api",), "marker_api": ("marker_core_api", "marker_control_api", "marker_name_api",
-                                                        "marker_core_range_api"),
-              "roctx_api": ("marker_core_api",), "rocdecode_api": ("rocdecode_api",), "rocjpeg_api": ("rocjpeg_api",),
-              "ompt": ("ompt",)}
+              "rccl_api": ("rccl_api",),
+              "marker_api": ("marker_core_api", "marker_control_api", "marker_name_api", "marker_core_range_api"),
+              "rocdecode_api": ("rocdecode_api",), "rocjpeg_api": ("rocjpeg_api",), "ompt": ("ompt",)}
 
 
 def _read_process(process: dict, rows: _Rows) -> None:
