@@ -455,7 +455,8 @@ def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_co
         pid_rank[root_pid] = 0
     hosts = sorted({rr.host for rr in rank_records} | {p.info.get("host") for p in fw_parts if p.info.get("host")}
                    | {node.host for node in nodes} or {socket.gethostname()})
-    world = max([rr.world_size for rr in rank_records] + [cfg.np or 0, 0 if mpi or fw_parts else 1])
+    world = max([rr.world_size for rr in rank_records] + [cfg.np or 0, len(set(fw_ranks.values())),
+                                                          0 if mpi or fw_parts else 1])
     run = {
         "command": shlex.join(cfg.argv), "launch": shlex.join(cmd),
         "framework": cfg.framework or ("mpi" if mpi else "process"),
@@ -549,7 +550,7 @@ def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_co
     if missing:
         notes.append(f"ranks {missing} wrote no record file (died before MPI_Init, or never started)" if mpi else
                      f"ranks {missing} of {world} wrote no framework profile")
-    if mpi and not rank_records:
+    if mpi and not rank_records and not fw_parts:
         notes.append("no rank wrote a PMPI record file: the job never called MPI_Init under the wrapper "
                      "(not an MPI program, or a launcher that drops LD_PRELOAD)")
     if MACHINE in counters:
