@@ -248,6 +248,24 @@ class Cluster:
         _run("ip", "netns", "exec", node.netns, "tc", "qdisc", "del", "dev", "eth0", "root", check=False)
         self.rates_bit.pop(index, None)
 
+    def local_disk(self, path: str | os.PathLike) -> list[Path]:
+        """Give every node a disk of its own at ``path`` (a folder that exists here): a folder of this machine
+        per node, bind-mounted over ``path`` in the node's mount namespace, so that what a node writes there
+        is seen by no other node nor by this machine, and stays after the node is killed (its disk). The
+        nodes' disk folders, by node index (removed with the cluster)."""
+        disks = []
+        for node in self.nodes:
+            disk = self._dir / f"disk-{node.index}"
+            disk.mkdir(exist_ok=True)
+            _run("nsenter", "-t", str(node.init_pid), "-m", "--", "mount", "--bind", str(disk), os.fspath(path))
+            disks.append(disk)
+        return disks
+
+    def kill(self, index: int) -> None:
+        """Node ``index`` crashes: every process on it is killed (SIGKILL), its init too, so nothing can enter
+        it any more; its link, its address and its disk (:meth:`local_disk`) stay."""
+        _kill_netns(self.nodes[index].netns)
+
     def mpiexec(self, mpiexec: str, ppn: int, hosts: list[str] | None = None, netmod: str = "ofi") -> str:
         """The launcher command for ``ppn`` ranks on each node (or on ``hosts``) with MPICH's ``mpiexec``:
         hydra enters the nodes through :attr:`enter_script` and advertises this machine's bridge address to its

@@ -675,17 +675,18 @@ def summary_line(result: RunResult) -> str:
 
 
 
-def recover_store(path: str | Path, out: str | Path, stream=None) -> RunResult:
+def recover_store(path: str | Path, out: str | Path, stream=None, *, local: bool = True) -> RunResult:
     """Make the store ``out`` from the record set at ``path`` that a ``ddltrace run`` left (killed, or its
     write failed or was abandoned), then delete the set. What that process held in memory (system and GPU
     samples, py-spy stacks) is lost, and after a kill during the job its exit code and end too; the notes say
-    so."""
+    so. ``local`` False: the set was copied from another node, whose processes this machine cannot see (no
+    check that the job has ended)."""
     stream = stream if stream is not None else sys.stderr
     rs = record_sets.load(path)
-    if rs.owner_alive:
+    if local and rs.owner_alive:
         raise DdltraceError(f"{rs.path}: in use by a running `ddltrace run` (pid {rs.job['ddltrace_pid']}), "
                             "which writes its store itself")
-    if rs.job_alive:
+    if local and rs.job_alive:
         raise DdltraceError(f"{rs.path}: the job is still running (ranks alive: {rs.live_ranks or 'starting'}); "
                             "recover its records once it has ended")
     out = Path(out)

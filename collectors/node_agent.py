@@ -176,12 +176,14 @@ def run_agent(folder: str, hz: float, pyspy_hz: int | None = None, poll_s: float
         from ddltrace.collectors.node_link import AgentLink
 
         try:
-            node_link = AgentLink(link[0], link[1], host, records, shared, lambda: time.time_ns() + offset)
+            node_link = AgentLink(link[0], link[1], host, os.path.dirname(records), shared,
+                                  lambda: time.time_ns() + offset)
             clock["clock_start"] = node_link.ping_pong()
         except (OSError, ValueError) as exc:
             node_link = None
+            stays = "" if shared else f"; this node's part stays in {os.path.dirname(records)}"
             link_notes.append(f"{host}: cannot reach the launching process at {link[0]} ({exc}): no clock "
-                              f"ping-pong" + ("" if shared else f"; this node's part stays in {records}"))
+                              f"ping-pong{stays}")
     cpu0, wall0 = _cpu_s(), time.monotonic()
     system = SystemSampler(hz, roots=lambda: registered(folder)[0]).start()
     from ddltrace.collectors.gpu_sampler import GpuSampler

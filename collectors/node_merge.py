@@ -1,0 +1,94 @@
+"""Join a node's part to the store of its run: the part a node left on its own disk when its link to the
+launching ``ddltrace run`` broke (the store's ``run.missing_nodes`` names the node and the folder; see
+collectors/node_link.py), copied here by the user.
+
+A part is the run's work folder as the node wrote it: ``records/`` (its ranks' PMPI record files,
+``nodes/<host>/``: its agent's samples, when the agent lived to write them) and, for a framework job,
+``framework/`` (its processes' profiles). The part becomes a store the way ``ddltrace recover`` makes one
+(with the run's command, start and end from the store's manifest), and that store is merged with the run's
+(ranks of the two are disjoint: each rank file knows its MPI rank, and its clock offset to rank 0 measured by
+the PMPI ping-pong)."""
+
+from __future__ import annotations
+
+import io
+import shlex
+import shutil
+import tempfile
+from pathlib import Path
+
+from ddltrace.collectors import record_sets
+from ddltrace.collectors.launcher import NODES, recover_store
+from ddltrace.errors import DdltraceError
+from ddltrace.store import TraceStore, merge_stores
+
+_CLOCK_BY_RANK = ("offsets_ns", "uncertainty_ns", "finalize_offsets_ns", "finalize_uncertainty_ns", "drift_ppm")
+
+
+def part_host(store: TraceStore, part: Path) -> str:
+    """The missing node of ``store`` whose part ``part`` is; DdltraceError naming the folder otherwise."""
+    missing = store.run.get("missing_nodes") or {}
+    nodes = part / "records" / NODES
+    hosts = sorted(p.name for p in nodes.iterdir() if p.is_dir()) if nodes.is_dir() else []
+    found = [h for h in hosts if h in missing]
+    if not found:
+        raise DdltraceError(f"{part}: not the part of a node missing from {store.path} (that store misses "
+                            f"{', '.join(sorted(missing)) or 'no node'}; this folder holds "
+                            f"{', '.join(hosts) or 'no node folder'} under records/{NODES}/)")
+    return found[0]
+
+
+def join_part(store_path: str | Path, part: str | Path, out: str | Path) -> TraceStore:
+    """The new store ``out``: the store at ``store_path`` with the node part at ``part`` joined."""
+    store, part, out = TraceStore.open(store_path), Path(part), Path(out)
+    if not part.is_dir():
+        raise DdltraceError(f"{part}: no such folder (the part of a missing node, copied from that node)")
+    host = part_host(store, part)
+    if not list(part.glob("records/rank-*.pmpi")) and not (part / "records" / NODES / host /
+                                                           "samples.parquet").exists():
+        raise DdltraceError(f"{part}: node {host}'s part holds no rank record file and no agent samples")
+    if out.exists():
+        raise DdltraceError(f"{out}: already exists (choose another --out)")
+    run = store.run
+    with tempfile.TemporaryDirectory(prefix=f".{out.name}.join.", dir=out.parent) as tmp:
+        work = Path(tmp) / "work"
+        shutil.copytree(part, work)
+        records = work / "records"
+        command = shlex.split(run.get("command") or "") or ["(unknown command)"]
+        record_sets.register(records, dict(  # no owner: the run that made the part has ended
+            command=command, launch=shlex.split(run.get("launch") or ""), flavour=run.get("mpi_flavour") or "",
+            np=None, launcher=run.get("launch"), framework=None if run.get("framework") in ("mpi", "process")
+            else run.get("framework"), steps=run.get("profiled_steps"), sample_hz=run.get("sample_hz"),
+            pyspy=False, out=str(out), work=str(work), start_ns=run.get("start_ns"), host=host,
+            end_ns=run.get("end_ns"), exit_code=run.get("exit_code"), interrupted=run.get("interrupted")))
+        part_store = recover_store(records, Path(tmp) / "part", stream=io.StringIO(), local=False).store
+        merged = merge_stores(store, part_store, out)
+    _fix_manifest(merged, store, part_store, host, part)
+    return merged
+
+
+def _fix_manifest(merged: TraceStore, store: TraceStore, part_store: TraceStore, host: str, part: Path) -> None:
+    """The merged manifest: the node no longer missing, its ranks' clock offsets, the hosts and nodes."""
+    run = merged.manifest["run"]
+    missing = {h: p for h, p in (store.run.get("missing_nodes") or {}).items() if h != host}
+    if missing:
+        run["missing_nodes"] = missing
+    else:
+        run.pop("missing_nodes", None)
+    run["hosts"] = sorted(set(store.run.get("hosts", [])) | set(part_store.run.get("hosts", [])))
+    if part_store.run.get("nodes"):
+        run["nodes"] = sorted(set(store.run.get("nodes", [])) | set(part_store.run["nodes"]))
+    run["world_size"] = max(store.run.get("world_size") or 0, max(merged.ranks, default=-1) + 1)
+    clock = merged.manifest.get("clock")
+    part_clock = part_store.manifest.get("clock") or {}
+    if clock is not None:
+        for key in _CLOCK_BY_RANK:
+            if key in part_clock:
+                clock.setdefault(key, {}).update(part_clock[key])
+    notes = [n for n in store.manifest.get("notes", []) if not n.startswith(f"missing node {host}:")]
+    # the part's own notes, but not the recovery's (what the launching process held is in the run's store)
+    # nor those on the ranks of other nodes
+    notes += [n for n in part_store.manifest.get("notes", [])
+              if not n.startswith("recovered by") and "wrote no record file" not in n]
+    merged.manifest["notes"] = [*notes, f"node {host}: its part joined by `ddltrace merge` from {part}"]
+    merged.save_manifest()

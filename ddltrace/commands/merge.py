@@ -1,0 +1,45 @@
+"""``ddltrace merge STORE PART --out NEW``: join to a run's store the part a node left on its own disk (the
+store's notes and ``run.missing_nodes`` name the node and the folder), or merge two stores of one job."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ddltrace.errors import DdltraceError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "merge", help="join a missing node's part (or a second store of the same job) to a store",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="With `ddltrace run --out` on node-local disk, each node's agent sends its node's part to\n"
+                    "the launching process at the end. A node that died or could not reach it keeps its part;\n"
+                    "the store names that node and the folder (`ddltrace info`, run.missing_nodes). Copy the\n"
+                    "folder from the node and join it here: its ranks and counters are added to a new store.\n"
+                    "PART may also be a second trace store of the same job (ranks must not overlap).",
+        epilog="examples:\n"
+               "  scp -r node7:/local/.run64.x1y2/records node7-part\n"
+               "  ddltrace merge run64 node7-part --out run64-full")
+    p.add_argument("store", metavar="STORE", help="the run's trace store")
+    p.add_argument("part", metavar="PART", help="a node's part (a folder copied from that node) or another store")
+    p.add_argument("--out", metavar="NEW", required=True, help="the merged trace store folder to create")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ddltrace.store import TraceStore, merge_stores
+
+    part, out = Path(args.part), Path(args.out)
+    if not out.parent.is_dir():
+        raise DdltraceError(f"{out.parent}: no such folder for the merged store")
+    if (part / "manifest.json").exists():
+        merged = merge_stores(TraceStore.open(args.store), TraceStore.open(part), out)
+    else:
+        from ddltrace.collectors.node_merge import join_part
+
+        merged = join_part(args.store, part, out)
+    missing = merged.run.get("missing_nodes")
+    print(f"ddltrace: wrote {merged.path}: {len(merged.ranks)} ranks"
+          + (f"; still missing: node(s) {', '.join(sorted(missing))}" if missing else ""))
+    return 0

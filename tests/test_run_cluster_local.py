@@ -1,0 +1,110 @@
+"""``ddltrace run --out`` on node-local disk across 2 simulated nodes (each node's disk: collectors/cluster.py's
+``local_disk``, a folder of its own mounted over the store's folder): every node keeps its part (its ranks'
+record files, its agent's samples) and sends it to the launching process over the node agent's link at the end.
+A node killed in the middle of the run leaves a store that names it and the folder its part is in, and
+``ddltrace merge`` joins that part later.
+
+Needs root, iproute2, util-linux and MPICH; skips with the reason where any is missing."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+
+from cluster_jobs import MPIEXEC, NEEDS_CLUSTER, run_on_cluster
+
+from ddltrace.cli import main
+from ddltrace.collectors import cluster as cl
+from ddltrace.store import TraceStore
+
+pytestmark = NEEDS_CLUSTER
+
+JOB = textwrap.dedent("""
+    import sys, time
+    import numpy as np
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    comm.Barrier()
+    for _ in range(int(sys.argv[1])):
+        comm.Allreduce(np.ones(1000), np.empty(1000))
+    time.sleep(float(sys.argv[2]))
+    comm.Barrier()
+""")
+
+
+def test_node_local_parts_are_gathered_at_the_end(tmp_path):
+    (tmp_path / "job.py").write_text(JOB)
+    local = tmp_path / "local"
+    local.mkdir()
+    with cl.Cluster(2) as cluster:
+        disks = cluster.local_disk(local)
+        run_on_cluster(cluster, local / "store", [sys.executable, str(tmp_path / "job.py"), "50", "0.5"], ppn=2,
+                       options=("--launcher-addr", cluster.host_addr))
+        # each node wrote on its own disk only: its ranks' record files and its agent's folder
+        on_disk = {}
+        for node, disk in zip(cluster.nodes, disks, strict=True):
+            records = list(disk.glob(".store.*/records"))
+            assert len(records) == 1 and len(list(records[0].glob("rank-*.pmpi"))) == 2
+            assert [p.name for p in (records[0] / "nodes").iterdir()] == [node.host]
+            on_disk[node.host] = sum(p.stat().st_size for p in records[0].rglob("*") if p.is_file())
+        hosts = [n.host for n in cluster.nodes]
+    store = TraceStore.open(local / "store")
+    assert store.ranks == [0, 1, 2, 3]
+    assert [store.rank_info(r)["host"] for r in store.ranks] == [hosts[0]] * 2 + [hosts[1]] * 2
+    for rank in store.ranks:  # every rank's 50 all-reduces, gathered from its node
+        tl = store.timeline([rank])
+        assert (tl["name"].str.startswith("MPI_Allreduce")).sum() == 50
+    links = store.run["node_links"]
+    assert {h: (link["state"], link["shared"]) for h, link in links.items()} == dict.fromkeys(hosts,
+                                                                                              ("complete", False))
+    assert {h: link["bytes"] for h, link in links.items()} == on_disk  # what each node sent: all it had
+    names = set(store.counters([-1])["name"])
+    assert {f"cpu_percent@{h}" for h in hosts} <= names
+    assert "missing_nodes" not in store.run
+
+
+def test_a_killed_node_is_named_with_its_part_and_merge_joins_it(tmp_path, capsys):
+    (tmp_path / "job.py").write_text(JOB)
+    local = tmp_path / "local"
+    local.mkdir()
+    with cl.Cluster(2) as cluster:
+        disks = cluster.local_disk(local)
+        run = subprocess.Popen([sys.executable, "-m", "ddltrace", "run", "--no-progress", "--launcher",
+                                cluster.mpiexec(MPIEXEC, ppn=2), "--launcher-addr", cluster.host_addr,
+                                "--out", str(local / "store"), "--", sys.executable, str(tmp_path / "job.py"),
+                                "50", "30"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 60
+        # node 1 crashes once its ranks have done their all-reduces (their record files hold them)
+        while time.monotonic() < deadline and run.poll() is None:
+            if len(list(disks[1].glob(".store.*/records/rank-*.pmpi"))) == 2 and \
+                    len(list(disks[1].glob(".store.*/records/nodes/*/ranks/*"))) == 2:
+                break
+            time.sleep(0.1)
+        time.sleep(2.0)
+        cluster.kill(1)
+        out, _ = run.communicate(timeout=120)
+        victim = cluster.nodes[1].host
+        part = next(disks[1].glob(".store.*"))  # the run's work folder on node 1's disk
+        copied = tmp_path / "node1-part"
+        shutil.copytree(part, copied)  # what a user does: copy the folder from the node
+    store = TraceStore.open(local / "store")
+    assert store.ranks == [0, 1], out
+    assert store.run["missing_nodes"] == {victim: str(local / part.relative_to(disks[1]))}
+    assert any(n.startswith(f"missing node {victim}:") and "ddltrace merge" in n for n in store.manifest["notes"])
+    assert main(["merge", str(local / "store"), str(copied), "--out", str(tmp_path / "joined")]) == 0
+    joined = TraceStore.open(tmp_path / "joined")
+    assert joined.ranks == [0, 1, 2, 3]
+    assert [joined.rank_info(r)["host"] for r in (2, 3)] == [victim, victim]
+    for rank in (2, 3):  # the killed node's ranks, from its part: their all-reduces, to their death
+        tl = joined.timeline([rank])
+        assert (tl["name"].str.startswith("MPI_Allreduce")).sum() == 50
+        assert joined.rank_info(rank)["ended"] != "normal"
+        assert str(rank) in joined.manifest["clock"]["offsets_ns"]
+    assert "missing_nodes" not in joined.run
+    assert any(n.startswith(f"node {victim}: its part joined") for n in joined.manifest["notes"])
+    # a folder that is not a missing node's part is refused, naming it
+    assert main(["merge", str(tmp_path / "joined"), str(copied), "--out", str(tmp_path / "again")]) == 2
+    assert str(copied) in capsys.readouterr().err
