@@ -206,7 +206,8 @@ def analyze_store(store: TraceStore | str | os.PathLike, mapper: Callable = map,
         store = TraceStore.open(store)
     rank_summary.keep_open(store)
     ranks = store.ranks
-    summaries = mapper(partial(rank_summary.summarise_rank, str(store.path)), ranks)
+    # the absolute path: a mapper's workers may run in another folder (a Dask cluster's)
+    summaries = mapper(partial(rank_summary.summarise_rank, os.path.abspath(store.path)), ranks)
     return reduce_summaries(store, summaries, total=len(ranks), progress=progress)
 
 

@@ -19,11 +19,11 @@ cluster at tcp://...", counted when called: workers come and go).
 A worker that dies: on a Dask cluster the scheduler notices the lost connection (or the nanny's report), and
 runs every task that worker held again on the workers left; a task whose workers die more than
 ``distributed.scheduler.allowed-failures`` times (Dask's default: 3) is given up with ``KilledWorker``. An
-exception raised by ``fn`` itself is not retried (ours return a damaged rank or file instead of raising). Of the
-local processes, a dead one breaks the pool: the item is named in a :class:`~ddltrace.errors.DdltraceError`.
-With ``on_failure`` (given when the mapper is made), a task given up (``KilledWorker``, a broken local pool) is not
-an error: its place in the results is ``on_failure(args, why)`` (``analyze`` names such a rank as unreadable and
-reports the others).
+exception raised by ``fn`` itself is not retried (ours return a damaged rank or file instead of raising). With
+``on_failure`` (given when the mapper is made), a task the cluster gives up is not an error: its place in the
+results is ``on_failure(args, why)`` (``analyze`` names such a rank as unreadable and reports the others); without,
+it is a :class:`~ddltrace.errors.DdltraceError` naming the call. Of the local processes, a dead one breaks the pool
+and every task out in it: that is a :class:`~ddltrace.errors.DdltraceError` naming the call waited for.
 
 Test hook: ``DDLTRACE_TEST_TASK_DELAY_S=SECONDS`` in a worker's environment makes each task wait that long before
 ``fn`` runs (the tests kill a worker while it holds a task); never set it otherwise.
@@ -63,6 +63,9 @@ def run_task(fn: Callable, *args):
 class _Mapper:
     """The ordered, bounded map shared by both kinds: subclasses submit a task and tell when one is given up."""
 
+    #: Whether the tasks run on other machines (a cluster's workers), which read the paths they are given.
+    remote = False
+
     def __init__(self, progress: Progress | None = None, on_failure: OnFailure | None = None):
         self.progress, self.on_failure = progress, on_failure
 
@@ -84,16 +87,24 @@ class _Mapper:
         """How many tasks run at once."""
         raise NotImplementedError
 
+    def _begin(self, count: int) -> None:
+        """Called with the number of tasks before the first is submitted."""
+
     def _submit(self, fn: Callable, args: tuple):
         """A future (``result(timeout=...)``, ``done()``) of ``run_task(fn, *args)``."""
         raise NotImplementedError
 
     def _given_up(self, exc: BaseException) -> str | None:
-        """Why the task was given up, when ``exc`` says it was (a worker died), else None."""
+        """Why the task was given up, when ``exc`` says the cluster gave it up (its workers died), else None."""
+        return None
+
+    def _broken(self, exc: BaseException) -> str | None:
+        """What broke, when ``exc`` says the processes running the tasks are gone, else None."""
         return None
 
     def __call__(self, fn: Callable, *iterables: Iterable) -> Iterator:
         items = list(zip(*iterables, strict=False))
+        self._begin(len(items))
         out: deque = deque()
         done = next_item = 0
         last = sized = -math.inf
@@ -111,6 +122,9 @@ class _Mapper:
                 except TimeoutError:
                     last = self._report(done + sum(f.done() for _, f in out), len(items), last)
                 except Exception as exc:
+                    broken = self._broken(exc)
+                    if broken is not None:
+                        raise DdltraceError(f"{_call_text(fn, args)}: {broken}") from exc
                     why = self._given_up(exc)
                     if why is None:
                         raise
@@ -131,8 +145,10 @@ class _Mapper:
 
 
 def _call_text(fn: Callable, args: tuple) -> str:
-    shown = ", ".join(str(a) for a in args)
-    return f"{getattr(fn, '__name__', fn)}({shown})"
+    """``summarise_rank(/path/to/store, 3)``: the call a task made, for a message."""
+    bound = getattr(fn, "args", ())  # a functools.partial's
+    name = getattr(getattr(fn, "func", fn), "__name__", repr(fn))
+    return f"{name}({', '.join(str(a) for a in (*bound, *args))})"
 
 
 class _InProcess:
@@ -158,18 +174,22 @@ class LocalMapper(_Mapper):
         super().__init__(progress, on_failure)
         self.jobs = jobs if "fork" in multiprocessing.get_all_start_methods() else 1
         self._pool = None
+        self._here = self.jobs <= 1
 
     @property
     def where(self) -> str:
-        return "this process" if self.jobs <= 1 else f"{self.jobs} worker processes of this machine"
+        return "this process" if self._here else f"{self.jobs} worker processes of this machine"
 
     @property
     def slots(self) -> int:
         # in this process a task runs when submitted: one out at a time keeps memory at one result
-        return 1 if self.jobs <= 1 else self.jobs
+        return 1 if self._here else self.jobs
+
+    def _begin(self, count: int) -> None:
+        self._here = self.jobs <= 1 or count <= 1  # one task: no process to start for it
 
     def _submit(self, fn: Callable, args: tuple):
-        if self.jobs <= 1:
+        if self._here:
             return _InProcess(fn, args)
         if self._pool is None:
             import multiprocessing
@@ -178,11 +198,12 @@ class LocalMapper(_Mapper):
             self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=multiprocessing.get_context("fork"))
         return self._pool.submit(run_task, fn, *args)
 
-    def _given_up(self, exc: BaseException) -> str | None:
+    def _broken(self, exc: BaseException) -> str | None:
         from concurrent.futures.process import BrokenProcessPool
 
         if isinstance(exc, BrokenProcessPool):
-            return "a worker process died without a word (a library crashed, or memory ran out)"
+            return ("a worker process died without a word while this task or one beside it ran (a library crashed, "
+                    "or memory ran out); --jobs 1 runs the tasks one by one in this process")
         return None
 
     def close(self) -> None:
@@ -194,6 +215,8 @@ class LocalMapper(_Mapper):
 class DaskMapper(_Mapper):
     """Tasks on the Dask distributed cluster whose scheduler answers at ``address`` (``tcp://host:8786``, or any
     address ``distributed.Client`` takes). Dask is imported here only: the CLI starts without it."""
+
+    remote = True
 
     def __init__(self, address: str, progress: Progress | None = None, on_failure: OnFailure | None = None):
         super().__init__(progress, on_failure)
@@ -228,7 +251,11 @@ class DaskMapper(_Mapper):
         from distributed.scheduler import KilledWorker
 
         if isinstance(exc, KilledWorker):
-            return f"given up by the Dask scheduler after its workers died while running it ({exc})"
+            tries = exc.allowed_failures + 1
+            last = getattr(exc.last_worker, "address", exc.last_worker)
+            return (f"was given up by the Dask scheduler: the {tries} worker{'s' if tries != 1 else ''} that ran it "
+                    f"died while running it (the last {last}; distributed.scheduler.allowed-failures "
+                    f"{exc.allowed_failures})")
         return None
 
     def close(self) -> None:

@@ -2,12 +2,14 @@
 worker`` processes (the commands of this interpreter's environment), on localhost ports the system chooses (port 0,
 the address read back from the scheduler file), stopped when the ``with`` block ends whatever happened in it.
 
-Each worker runs one task at a time (``--nthreads 1``) and without a nanny (``--no-nanny``), so that the process
-the test kills is the worker itself and nothing starts it again: its tasks must be run again elsewhere.
+Used by tests/test_dask_cluster.py and benchmarks/dask_speedup.py. Each worker runs one task at a time
+(``--nthreads 1``) and without a nanny (``--no-nanny``), so that the process a test kills is the worker itself and
+nothing starts it again: its tasks must be run again elsewhere.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -16,9 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
-distributed = pytest.importorskip("distributed")
+import distributed
 
 DASK = str(Path(sys.executable).with_name("dask"))
 START_TIMEOUT_S = 60
@@ -87,7 +87,9 @@ class LocalDaskCluster:
         return process.wait(timeout=30)
 
     def close(self) -> None:
-        if self.client is not None:
+        if self.client is not None:  # the scheduler stops its workers and itself; signals for what is left
+            with contextlib.suppress(Exception):
+                self.client.shutdown()
             self.client.close()
         for process in [*self.workers.values(), self.scheduler]:
             if process is not None and process.poll() is None:

@@ -5,13 +5,16 @@ rank is named and the others reported."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from dask_cluster import LocalDaskCluster  # skips the module when distributed is not installed
+
+pytest.importorskip("distributed")
+from dask_cluster import LocalDaskCluster  # noqa: E402
 
 from ddltrace.cli import main
 from ddltrace.store import TraceStore
@@ -80,3 +83,69 @@ def test_the_cli_imports_dask_only_with_scheduler():
                             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')))"],
                            capture_output=True, text=True, check=True)
     assert child.stdout.strip().splitlines()[-1] == "[]"
+
+
+# -- analyze and report ----------------------------------------------------------------------------------------
+
+MS = 1_000_000
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    """A 7-rank parameter-server run with a straggler and a sequential start (findings to compare), and a copy
+    of it whose rank 2 file is not Parquet."""
+    from ddltrace.analyses.synthetic import write_ps_store
+
+    root = tmp_path_factory.mktemp("stores")
+    write_ps_store(root / "ps", workers=6, steps=12, init="sequential", read_ns=20 * MS, straggler=3, seed=4)
+    shutil.copytree(root / "ps", root / "damaged")
+    (root / "damaged" / "timeline" / "rank-00002.parquet").write_bytes(b"not parquet at all")
+    return root
+
+
+def analyze(capsys, *argv) -> tuple[int, str, str]:
+    rc = main(["analyze", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_analyze_on_the_cluster_gives_the_findings_and_breakdown_of_the_local_run(cluster, stores, capsys):
+    """Text and JSON, byte for byte: the findings (a straggler, a sequential start), the breakdown of every rank,
+    the wait states; progress on stderr counts the ranks and events read (the store's rows) and names the
+    cluster's two workers."""
+    events = len(TraceStore.open(stores / "ps").timeline())
+    for form in ([], ["--json"]):
+        rc, local, _ = analyze(capsys, stores / "ps", *form)
+        assert rc == 0
+        rc, remote, err = analyze(capsys, stores / "ps", "--scheduler", cluster.address, *form)
+        assert rc == 0 and remote == local
+        assert f"7 of 7 ranks read, {events:,} events" in err
+        assert f"on 2 workers of the Dask cluster at {cluster.address}" in err
+    findings = {f["id"] for f in json.loads(remote)["findings"]}
+    assert {"straggler", "sequential_init"} <= findings, findings
+
+
+def test_a_damaged_rank_is_named_and_the_others_reported_on_the_cluster(cluster, stores, capsys):
+    """Rank 2's file is not Parquet: the cluster's run names it (file and problem) and reports the six others,
+    as the local run does."""
+    rc, local, _ = analyze(capsys, stores / "damaged", "--json")
+    rc2, remote, err = analyze(capsys, stores / "damaged", "--json", "--scheduler", cluster.address)
+    assert rc == rc2 == 0 and remote == local
+    result = json.loads(remote)
+    missing = result["stores"][0]["missing_ranks"]
+    assert [m["rank"] for m in missing] == [2]
+    assert "rank-00002.parquet: corrupt Parquet file" in missing[0]["reason"]
+    assert [r["rank"] for r in result["stores"][0]["breakdown_ns"]] == [0, 1, 3, 4, 5, 6]
+    assert "rank-00002.parquet: corrupt Parquet file" in err  # the warning, on stderr
+    rc, text, _ = analyze(capsys, stores / "damaged", "--scheduler", cluster.address)
+    assert "Missing ranks in" in text and "rank 2 (" in text
+
+
+def test_report_on_the_cluster_gives_the_findings_of_the_local_report(cluster, stores, tmp_path, capsys):
+    for how in (["--jobs", "1"], ["--scheduler", cluster.address]):
+        assert main(["report", str(stores / "ps"), "--out", str(tmp_path / how[0].strip("-")), *how]) == 0
+    err = capsys.readouterr().err
+    assert f"on 2 workers of the Dask cluster at {cluster.address}" in err
+    local, remote = (json.loads((tmp_path / name / "findings.json").read_text()) for name in ("jobs", "scheduler"))
+    local.pop("generated", None), remote.pop("generated", None)
+    assert remote == local and remote["findings"]

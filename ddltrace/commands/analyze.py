@@ -59,8 +59,52 @@ def register(subparsers) -> None:
                         "detector compares the nodes' transfers with")
     p.add_argument("--quiet", action="store_true",
                    help=f"no progress lines on stderr (printed for a store of {PROGRESS_RANKS} ranks or "
-                        f"{PROGRESS_EVENTS:,} events and more)")
+                        f"{PROGRESS_EVENTS:,} events and more, and always with --scheduler)")
+    add_where_options(p)
     p.set_defaults(func=run)
+
+
+#: Ranks summarised at once by default: one process each, each holding one rank's events.
+DEFAULT_MAX_JOBS = 8
+#: Without --jobs, a store of fewer events (from its manifest) is read in this process: forking the processes and
+#: sending the summaries back costs more than the cores save there.
+POOL_MIN_EVENTS = 1_000_000
+
+
+def add_where_options(p) -> None:
+    """``--jobs`` and ``--scheduler``: where the ranks are read and summarised (``analyze``, ``report``)."""
+    from ddltrace.options import integer
+
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--jobs", type=integer(1, 1024), metavar="N",
+                       help="ranks read at once, one per process of this machine, each holding one rank's events "
+                            f"(default: one per CPU this process may use, at most {DEFAULT_MAX_JOBS}; in this "
+                            f"process for a store of under {POOL_MIN_EVENTS:,} events)")
+    where.add_argument("--scheduler", metavar="ADDRESS",
+                       help="read the ranks as tasks on this Dask cluster (tcp://host:8786); every worker must see "
+                            "the store's path (a shared file system); see docs/CLUSTER.md")
+
+
+def _unreadable(args: tuple, why: str):
+    """The summary of a rank whose task was given up (its workers died while reading it): named as unreadable."""
+    from ddltrace.analyses.rank_summary import RankSummary
+
+    rank = args[0]
+    return RankSummary(rank, damaged=f"rank {rank}: its task {why}; rank {rank} left out")
+
+
+def rank_mapper(args):
+    """A context giving the mapper (:mod:`ddltrace.executor`) that summarises the ranks as ``--jobs`` or
+    ``--scheduler`` say, or None when neither is given (:func:`analyze_with_progress` then chooses by the store's
+    size). A rank whose task is given up (its workers died while reading it, Dask's ``allowed-failures`` times) is
+    named as unreadable, like a damaged file, and the other ranks are reported."""
+    import contextlib
+
+    from ddltrace.executor import mapper_for
+
+    if not (args.jobs or args.scheduler):
+        return contextlib.nullcontext()
+    return mapper_for(args.scheduler, args.jobs or 1, on_failure=_unreadable)
 
 
 #: A store this big gets progress lines on stderr while it is read (ranks or events, from its manifest).
@@ -69,23 +113,39 @@ PROGRESS_RANKS, PROGRESS_EVENTS = 64, 1_000_000
 PROGRESS_EVERY_S = 2.0
 
 
-def analyze_with_progress(path, quiet: bool = False, verb: str = "analyze"):
-    """:func:`~ddltrace.analyses.run_analysis.analyze_store` of the store at ``path``; for a big store (see
-    :data:`PROGRESS_RANKS`) a line on stderr before the first rank is read and then every
-    :data:`PROGRESS_EVERY_S` seconds: ranks read, events read and their rate (events per second of wall time)."""
+def analyze_with_progress(path, quiet: bool = False, verb: str = "analyze", mapper=None):
+    """:func:`~ddltrace.analyses.run_analysis.analyze_store` of the store at ``path`` (or open), its ranks summarised by
+    ``mapper`` (:mod:`ddltrace.executor`; None: in this process for a store of under :data:`POOL_MIN_EVENTS`
+    events, else by one process per CPU); for a big store (see :data:`PROGRESS_RANKS`), or on a Dask cluster, a
+    line on stderr before the first rank is read and then every :data:`PROGRESS_EVERY_S` seconds: ranks read,
+    events read and their rate (events per second of wall time), and where the tasks run (the cluster's workers)."""
+    from ddltrace.store import TraceStore
+
+    store = path if isinstance(path, TraceStore) else TraceStore.open(path)
+    listed = sum(int(store.rank_info(r).get("events", 0) or 0) for r in store.ranks)
+    if mapper is not None:
+        return _analyze(store, listed, quiet, verb, mapper)
+    if listed < POOL_MIN_EVENTS:
+        return _analyze(store, listed, quiet, verb, map)
+    from ddltrace.executor import LocalMapper, usable_cpus
+
+    with LocalMapper(min(usable_cpus(), DEFAULT_MAX_JOBS), on_failure=_unreadable) as local:
+        return _analyze(store, listed, quiet, verb, local)
+
+
+def _analyze(store, listed: int, quiet: bool, verb: str, mapper):
     import time
 
     from ddltrace.analyses.run_analysis import analyze_store
-    from ddltrace.store import TraceStore
 
-    store = TraceStore.open(path)
-    listed = sum(int(store.rank_info(r).get("events", 0) or 0) for r in store.ranks)
-    if quiet or (len(store.ranks) < PROGRESS_RANKS and listed < PROGRESS_EVENTS):
-        return analyze_store(store)
+    remote = getattr(mapper, "remote", False)
+    if quiet or (len(store.ranks) < PROGRESS_RANKS and listed < PROGRESS_EVENTS and not remote):
+        return analyze_store(store, mapper=mapper)
     started = last = time.perf_counter()
 
     def say(message: str) -> None:
-        print(f"ddltrace {verb}: {store.path}: {message}", file=sys.stderr, flush=True)
+        where = f" on {mapper.where}" if hasattr(mapper, "where") else ""
+        print(f"ddltrace {verb}: {store.path}: {message}{where}", file=sys.stderr, flush=True)
 
     say(f"reading {len(store.ranks)} ranks ({listed:,} events) rank by rank")
 
@@ -97,7 +157,7 @@ def analyze_with_progress(path, quiet: bool = False, verb: str = "analyze"):
             say(f"{done} of {total} ranks read, {events:,} events, {events / max(now - started, 1e-9):,.0f} "
                 f"events/s")
 
-    return analyze_store(store, progress=progress)
+    return analyze_store(store, mapper=mapper, progress=progress)
 
 
 def run(args) -> int:
@@ -110,7 +170,8 @@ def run(args) -> int:
     if args.config:
         thresholds = thresholds.with_config(args.config)
     thresholds = thresholds.with_assignments(args.threshold)
-    runs = [analyze_with_progress(path, args.quiet) for path in args.stores]
+    with rank_mapper(args) as mapper:
+        runs = [analyze_with_progress(path, args.quiet, mapper=mapper) for path in args.stores]
     if args.profile:
         from ddltrace.gpu_section import copy_bandwidths
         from ddltrace.node_section import link_bandwidth

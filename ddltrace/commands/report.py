@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from ddltrace.commands.analyze import add_where_options, rank_mapper
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -17,6 +19,7 @@ def register(subparsers) -> None:
     p.add_argument("--model", metavar="MODEL", help="fitted model from 'ddltrace model fit --out' (JSON): drawn "
                                                     "beside the measured scaling series")
     p.add_argument("--quiet", action="store_true", help="no progress messages")
+    add_where_options(p)
     p.set_defaults(func=run)
 
 
@@ -24,10 +27,11 @@ def run(args) -> int:
     from ddltrace.report import build_report  # matplotlib loads only when a report is drawn
 
     def progress(message: str) -> None:
-        if not args.quiet:
-            print(f"ddltrace report: {message}", file=sys.stderr, flush=True)
+        print(f"ddltrace report: {message}", file=sys.stderr, flush=True)
 
-    files = build_report(args.stores, args.out, profile=args.profile, model=args.model, progress=progress)
+    with rank_mapper(args) as mapper:
+        files = build_report(args.stores, args.out, profile=args.profile, model=args.model,
+                             progress=None if args.quiet else progress, mapper=mapper)
     print(f"report: {files.html}")
     print(f"        {files.markdown} ({len(files.figures)} figures beside it)")
     if files.trace:

@@ -86,11 +86,15 @@ def _analyses():
 
 def build_report(stores: list[str | os.PathLike], out: str | os.PathLike, *, profile: str | None = None,
                  model: str | None = None, thresholds=None,
-                 progress: Callable[[str], None] | None = None) -> ReportFiles:
+                 progress: Callable[[str], None] | None = None, mapper=None) -> ReportFiles:
     """Analyse ``stores`` and write the report into the folder ``out`` (created if needed).
 
     ``profile`` is a hardware profile (``ddltrace calibrate``), ``model`` a fitted model (``ddltrace model fit``).
+    ``mapper`` summarises the ranks (:mod:`ddltrace.executor`: local processes, a Dask cluster's tasks; None: as
+    :func:`~ddltrace.commands.analyze.analyze_with_progress` chooses by the store's size).
     """
+    from ddltrace.commands.analyze import analyze_with_progress
+
     say = progress or (lambda message: None)
     if not stores:
         raise DdltraceError("report: give at least one trace store")
@@ -103,7 +107,7 @@ def build_report(stores: list[str | os.PathLike], out: str | os.PathLike, *, pro
     runs = []
     for i, store in enumerate(opened, 1):
         say(f"analysing {store.path} ({i}/{len(opened)})")
-        runs.append(run_analysis.analyze_store(store))
+        runs.append(analyze_with_progress(store, quiet=progress is None, verb="report", mapper=mapper))
     runs.sort(key=lambda r: (r.workers, r.name))
     if profile:
         from ddltrace.gpu_section import copy_bandwidths
