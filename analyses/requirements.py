@@ -41,6 +41,7 @@ CAPABILITIES: dict[str, str] = {
     "device_ranks": "device work on two or more ranks",
     "correlation": "correlation ids linking each CPU launch to its kernel",
     "device_copies": "memory copies or fills on a device",
+    "nvml": "the NVML sampler's GPU counters (ddltrace run on a machine with an NVIDIA driver)",
     "link_profile": "the network's calibrated bandwidth (a hardware profile's r_net, --profile)",
     "device_bytes": "payload bytes of the device's collectives or copies (the timeline's bytes column)",
 }
@@ -117,6 +118,8 @@ GPU_ANALYSES: dict[str, Requirement] = {
                                        frozenset({"device", "device_comm", "device_ranks"})),
     "gpu_collective_bandwidth": Requirement("collectives' bus bandwidth (nccl-tests' definitions)",
                                             frozenset({"device", "device_comm", "device_bytes"})),
+    "gpu_nvml": Requirement("NVML counters joined with the trace (utilisation, memory, power, clocks, PCIe)",
+                            frozenset({"device", "nvml"})),
     "gpu_memcpy": Requirement("memory copies per direction (H2D, D2H, D2D: count, time)",
                               frozenset({"device", "device_copies"})),
     "gpu_memcpy_bandwidth": Requirement("memory-copy bandwidth per direction, in total and over time",

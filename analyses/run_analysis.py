@@ -59,7 +59,19 @@ class RunAnalysis:
         log = staleness_log(self)
         if log is not None and len(log):
             have = have | {"staleness_log"}
+        if len(self.nvml):
+            have = have | {"nvml"}
         return have | self.gpu.capabilities(), holding
+
+    @cached_property
+    def nvml(self) -> pd.DataFrame:
+        """The NVML sampler's GPU counters of the machine (:func:`~ddltrace.analyses.gpu_counters.nvml_series`),
+        empty when the store has none."""
+        from ddltrace.analyses.gpu_counters import SERIES_COLUMNS, nvml_series
+
+        if -1 not in self.store.counter_ranks:
+            return pd.DataFrame(columns=SERIES_COLUMNS)
+        return nvml_series(self.store.counters([-1]))
 
     @property
     def capabilities(self) -> frozenset[str]:

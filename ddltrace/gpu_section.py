@@ -46,6 +46,9 @@ LATE = ("Late arrivals at the collectives (per rank: the matched instances it st
 COPIES = ("Memory copies per direction (name says the direction; time: summed durations; bandwidth: bytes / summed "
           "duration; mean: of each copy's bytes / duration, HTA's; peak: of the summed bandwidth of concurrent "
           "copies over time; vs calibrated: against the profile's pinned host-device copy bandwidth)")
+NVML = ("NVML counters in each device's window in the trace (the sampler's gpuI_ counters of the machine, GPU I = "
+        "device gpu:I; samples taken from the device's first work to its last; trace busy: the union of its work "
+        "over that window, what NVML's utilisation samples)")
 
 
 def copy_bandwidths(path: str) -> dict[str, float] | None:
@@ -88,6 +91,24 @@ def _collective_tables(run) -> list[tuple[str, pd.DataFrame]]:
             [[x["rank"], f"{x['late']} of {x['instances']}", format_ns(x["caused_wait_ns"])]
              for x in late.to_dict("records")], columns=["rank", "arrived last", "others' wait"])))
     return tables
+
+
+def _nvml(run) -> pd.DataFrame:
+    from ddltrace.analyses.gpu_counters import COLUMNS, joined
+
+    if "nvml" not in run.capabilities:
+        return pd.DataFrame(columns=COLUMNS)
+    return joined(run.nvml, run.gpu.temporal_table())
+
+
+def _counter(value: float, unit: str) -> str:
+    if value != value:
+        return "-"
+    if unit == "bytes":
+        return format_bytes(value)
+    if unit == "bytes/s":
+        return _rate(value)
+    return f"{value:.4g} {unit}"
 
 
 def _columns(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -163,6 +184,12 @@ def gpu_tables(run, top: int = TOP_SHOWN) -> list[tuple[str, pd.DataFrame]]:
              for c in copies.to_dict("records")],
             columns=["rank", "device", "direction", "copies", "time", "bytes", "bandwidth", "mean", "peak",
                      "vs calibrated"])))
+    nvml = _nvml(run)
+    if len(nvml):
+        tables.append((NVML, pd.DataFrame(
+            [[n["device"], n["counter"], n["samples"], *[_counter(n[k], n["unit"]) for k in ("mean", "min", "max")],
+              format_percent(n["trace_busy_share"])] for n in nvml.to_dict("records")],
+            columns=["device", "counter", "samples", "mean", "min", "max", "trace busy"])))
     overlap = gpu.overlap_table()
     if len(overlap):
         tables.append((OVERLAP, pd.DataFrame(
@@ -210,7 +237,8 @@ def gpu_json(run) -> dict:
                         "worst_launches": "per rank, the 10 launches with the longest launch delay (by: launch_delay) "
                                           "and the 10 with the longest CPU duration (by: cpu_duration), in ns",
                         "idle": IDLE, "collectives": COLLECTIVES + "; one row per instance, times in ns, bandwidths "
-                        "in bytes/s", "late_arrivals": LATE, "copies": COPIES + "; bandwidths in bytes/s"},
+                        "in bytes/s", "late_arrivals": LATE, "copies": COPIES + "; bandwidths in bytes/s",
+                        "nvml": NVML + "; values in the unit column"},
         "device_ranks": gpu.device_ranks,
         "temporal": records(gpu.temporal_table()),
         "temporal_streams": records(gpu.temporal_table(streams=True)) if "streams" in run.capabilities else [],
@@ -225,4 +253,5 @@ def gpu_json(run) -> dict:
         "collectives": records(run.collectives()),
         "late_arrivals": records(late_arrivals(run.collectives())),
         "copies": records(gpu.copy_table(run.copy_bytes_per_s)),
+        "nvml": records(_nvml(run)),
     }

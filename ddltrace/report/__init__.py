@@ -272,6 +272,13 @@ def _gpu_figures(run, label: str) -> list[Figure]:
                           "nccl-tests' bus bandwidth of each collective of known size (bytes / duration x its "
                           "collective's factor), against the calibrated link where a profile gives it.",
                           figures.png_bytes(figures.busbw_figure(sized, run.link_bytes_per_s))))
+    if "nvml" in run.capabilities:
+        windows = {d: (int(p["window_start_ns"].min()), int((p["window_start_ns"] + p["window_ns"]).max()))
+                   for d, p in temporal.groupby("device")}
+        out.append(Figure(f"gpu_nvml{label}", "GPU utilisation sampled by NVML",
+                          "The NVML sampler's utilisation of each GPU (kernels: share of the sample period a kernel "
+                          "ran; memory: share the memory was busy), with each device's window in the trace shaded.",
+                          figures.png_bytes(figures.nvml_figure(run.nvml, windows))))
     from ddltrace.analyses.gpu_memcpy import bandwidth_series
 
     series = bandwidth_series(gpu.copy_rows())

@@ -361,3 +361,22 @@ def copy_bandwidth_figure(series: pd.DataFrame, title: str) -> Figure:
     ax.set_title(title)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8)
     return fig
+
+
+def nvml_figure(series: pd.DataFrame, windows: dict[str, tuple[int, int]]) -> Figure:
+    """NVML's utilisation of each GPU over time (%, ``series`` as :func:`~ddltrace.analyses.gpu_counters.
+    nvml_series` gives it), with each device's window in the trace shaded."""
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    util = series[series["counter"].isin(["util_percent", "mem_util_percent"])]
+    t0 = int(min([int(util["t_ns"].min())] + [lo for lo, _ in windows.values()]))
+    for (device, counter), part in util.groupby(["device", "counter"], sort=True):
+        ax.step((part["t_ns"].to_numpy(float) - t0) / 1e9, part["value"].to_numpy(float), where="post",
+                linewidth=0.9, label=f"{device} {'kernels' if counter == 'util_percent' else 'memory'}")
+    for lo, hi in windows.values():
+        ax.axvspan((lo - t0) / 1e9, (hi - t0) / 1e9, color="#E5E5E5", alpha=0.5, linewidth=0)
+    ax.set_ylim(0, 105)
+    ax.set_xlabel("time (s; shaded: the devices' windows in the trace)")
+    ax.set_ylabel("NVML utilisation (%)")
+    ax.set_title("GPU utilisation sampled by NVML")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8)
+    return fig
