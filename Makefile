@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 
-.PHONY: install system-deps test test-faults-heavy test-damaged-heavy test-frameworks framework-traces lint demo demo-live sample-traces sample-store benchmarks clean
+.PHONY: install system-deps test test-faults-heavy test-damaged-heavy test-frameworks framework-traces lint demo demo-live demo-cluster sample-traces sample-store benchmarks clean
 
 # Debian packages some tests drive for real: chromium (the report rendered headless), iproute2 (network
 # namespaces and tc for the network probe), iperf3 and fio (reference tools of the benchmarks). Installed
@@ -110,6 +110,13 @@ demo-live: install
 	$(VENV)/bin/ddltrace report demo-live/w1/store demo-live/w2/store demo-live/w4/store \
 	  --profile demo-live/profile.json --out demo-live/report
 	@echo "open demo-live/report/report.html"
+
+# The cluster demo: the reference job on a simulated 3-node cluster (network, UTS and PID namespaces on a bridge;
+# root, iproute2 and util-linux), the server alone on node0, node2's link shaped to 100 Mbit/s; the report names
+# the slow link (docs/COLLECTORS.md; about 15 s).
+demo-cluster: install
+	$(PY) scripts/demo_cluster.py --out demo-cluster
+	@echo "open demo-cluster/report/report.html"
 
 benchmarks: install
 	for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

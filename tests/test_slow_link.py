@@ -27,8 +27,7 @@ SIZE = 2 << 20  # bytes per message
 REPS = 4  # messages per ordered pair of ranks
 RATE_BIT = 100e6  # node 2's shaped link
 
-# every ordered pair in turn, a barrier between: one transfer at a time, explicit sources (docs/COLLECTORS.md:
-# ANY_SOURCE receives can hang across the simulated nodes)
+# every ordered pair in turn, a barrier between: one transfer at a time, explicit sources
 JOB = textwrap.dedent("""
     import sys
     import numpy as np
