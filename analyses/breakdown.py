@@ -27,6 +27,11 @@ import numpy as np
 import pandas as pd
 
 from ddltrace.analyses.phases import PHASES, RankPhases
+
+# A lane whose name ends with ANNOTATION_LANE_SUFFIX holds annotations of a device stream (Kineto's
+# ``gpu_user_annotation`` spans, on "gpu:0/stream 7/annotations"): region marks, no work of their own, so neither
+# host nor device time. It is defined with the schema, which the importers read without pandas.
+from ddltrace.arrow_timeline import ANNOTATION_LANE_SUFFIX
 from ddltrace.timeline import CATEGORIES
 
 #: Within a lane, a higher category wins (innermost call first).
@@ -37,9 +42,6 @@ EXPOSED_COMM = ("comm", "wait")
 #: Lane names of a device's streams start with one of these (Kineto and XPlane name them "gpu:<device>/<stream>";
 #: Kineto's other accelerators "mtia:<n>/...", "xpu:<n>/...", "hpu:<n>/..."; an XPlane TPU plane "tpu:<n>/...").
 DEVICE_LANE_PREFIXES = ("gpu:", "tpu:", "mtia:", "xpu:", "hpu:")
-#: A lane whose name ends so holds annotations of a device stream (Kineto's ``gpu_user_annotation`` spans, on
-#: "gpu:0/stream 7/annotations"): region marks, no work of their own, so neither host nor device time.
-ANNOTATION_LANE_SUFFIX = "/annotations"
 
 
 def _names(lanes: pd.Series) -> pd.Series:

@@ -34,27 +34,27 @@ import time
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ddltrace import __version__
-from ddltrace.errors import DamagedStoreWarning, SchemaError, StoreError
-from ddltrace.timeline import (
+from ddltrace.arrow_timeline import (
     CATEGORIES,
-    CATEGORY_DTYPE,
-    COUNTER_DTYPES,
-    LATER_COLUMNS,
-    TIMELINE_DTYPES,
-    empty_counters,
-    empty_timeline,
-    make_counters,
-    make_timeline,
-    time_order,
+    COUNTERS_SCHEMA,
+    TIMELINE_SCHEMA,
+    in_time_order,
+    numbers,
+    texts_of,
+    timeline_valid,
+    values_of,
 )
+from ddltrace.errors import DamagedStoreWarning, SchemaError, StoreError
+
+if TYPE_CHECKING:  # pandas is imported where a DataFrame is read or given: writing an Arrow table needs none
+    import pandas as pd
 
 #: Version of the on-disk layout; a store with a higher number is refused.
 SCHEMA_VERSION = 1
@@ -100,22 +100,49 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
 COMPRESS_FROM_ROWS = 256
 
 
-def _atomic_write_parquet(path: Path, frame: pd.DataFrame) -> None:
+def _atomic_write_parquet(path: Path, table: pa.Table) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.fchmod(fd, 0o666 & ~_UMASK)
     os.close(fd)
     try:
-        table = pa.Table.from_pandas(frame, preserve_index=False)
         # times delta-encoded (sorted, they shrink to a few bits each); no min/max statistics (nothing reads them)
-        times = [c for c in ("start_ns", "dur_ns", "t_ns") if c in frame.columns]
-        pq.write_table(table, tmp, compression="zstd" if len(frame) >= COMPRESS_FROM_ROWS else "none",
+        times = [c for c in ("start_ns", "dur_ns", "t_ns") if c in table.column_names]
+        pq.write_table(table, tmp, compression="zstd" if table.num_rows >= COMPRESS_FROM_ROWS else "none",
                        write_statistics=False,
-                       use_dictionary=[c for c in frame.columns if c not in times],
+                       use_dictionary=[c for c in table.column_names if c not in times],
                        column_encoding=dict.fromkeys(times, "DELTA_BINARY_PACKED"))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _timeline_table(timeline: pd.DataFrame | pa.Table) -> pa.Table:
+    """A rank's timeline as the Arrow table the store writes: an Arrow table in the schema as it is (checked by
+    :func:`~ddltrace.arrow_timeline.timeline_valid`, without pandas), anything else through
+    :func:`~ddltrace.timeline.make_timeline`, which names every violation in a :class:`SchemaError`."""
+    if isinstance(timeline, pa.Table) and timeline_valid(timeline):
+        return timeline.replace_schema_metadata(TIMELINE_SCHEMA.metadata)
+    from ddltrace.timeline import frame_of_table, table_of_frame
+
+    return table_of_frame(frame_of_table(timeline) if isinstance(timeline, pa.Table) else timeline)
+
+
+def _counters_table(counters: pd.DataFrame | pa.Table) -> pa.Table:
+    """Sampled values as the Arrow table the store writes (validated by :func:`~ddltrace.timeline.make_counters`
+    unless already an Arrow table in the schema)."""
+    if isinstance(counters, pa.Table) and counters.schema.equals(COUNTERS_SCHEMA, check_metadata=False) \
+            and not any(counters.column(c).null_count for c in counters.column_names[:3]):
+        return counters.replace_schema_metadata(COUNTERS_SCHEMA.metadata)
+    from ddltrace.timeline import make_counters
+
+    frame = make_counters(counters.to_pandas() if isinstance(counters, pa.Table) else counters)
+    return pa.Table.from_pandas(frame, preserve_index=False).cast(COUNTERS_SCHEMA)
+
+
+def _rows_of(table: pa.Table, selected: np.ndarray) -> pa.Table:
+    """The rows of ``table`` where ``selected`` is True (the table itself when all are)."""
+    return table if selected.all() else table.take(numbers(np.flatnonzero(selected), pa.int64()))
 
 
 def _test_write_delay() -> None:
@@ -314,35 +341,35 @@ class TraceStore:
 
     # -- writing --------------------------------------------------------------------------------------
 
-    def add_rank(self, rank: int, timeline: pd.DataFrame, counters: pd.DataFrame | None = None,
+    def add_rank(self, rank: int, timeline: pd.DataFrame | pa.Table, counters: pd.DataFrame | pa.Table | None = None,
                  *, save: bool = True, **info: Any) -> None:
         """Write (or replace) one rank's timeline and counters, then list it in the manifest.
 
-        ``timeline`` is validated (rows of other ranks are an error); ``info`` goes into the rank's
-        manifest entry (host, role, ended="normal"/"abrupt", ...).
+        ``timeline`` (a DataFrame, or an Arrow table of :mod:`ddltrace.arrow_timeline`, written without pandas)
+        is validated (rows of other ranks are an error); ``info`` goes into the rank's manifest entry (host,
+        role, ended="normal"/"abrupt", ...).
         """
         _test_write_delay()
-        timeline = make_timeline(timeline)
-        if len(timeline) and (timeline["rank"].to_numpy() != rank).any():
-            raise SchemaError("timeline", [f"rows of rank {sorted(set(timeline['rank']) - {rank})} "
+        table = _timeline_table(timeline)
+        ranks = values_of(table.column("rank"))[0]
+        if len(ranks) and (ranks != rank).any():
+            raise SchemaError("timeline", [f"rows of rank {sorted(set(ranks.tolist()) - {rank})} "
                                            f"passed to add_rank({rank})"])
-        start = timeline["start_ns"].to_numpy()
-        order = time_order(start, pd.factorize(timeline["lane"], sort=True)[0])
-        if order is not None:
-            timeline = timeline.take(order).reset_index(drop=True)
-            start = start[order]
-        _atomic_write_parquet(_rank_file(self.path / "timeline", rank), timeline)
-        entry = {"events": int(len(timeline))}
-        if len(timeline):
+        table = in_time_order(table)
+        _atomic_write_parquet(_rank_file(self.path / "timeline", rank), table)
+        entry = {"events": table.num_rows}
+        if table.num_rows:
+            start = values_of(table.column("start_ns"))[0]
             entry["start_ns"] = int(start.min())
-            entry["end_ns"] = int((start + timeline["dur_ns"].to_numpy()).max())
+            entry["end_ns"] = int((start + values_of(table.column("dur_ns"))[0]).max())
         if counters is not None:
-            counters = make_counters(counters)
-            for crank, part in counters.groupby("rank", sort=True):
+            counters = _counters_table(counters)
+            counter_ranks = values_of(counters.column("rank"))[0]
+            for crank in np.unique(counter_ranks).tolist():
                 if crank not in (rank, _MACHINE):
                     raise SchemaError("counters", [f"rows of rank {crank} passed to add_rank({rank})"])
-                self._write_counters(int(crank), part)
-            entry["counter_samples"] = int((counters["rank"] == rank).sum())
+                self._write_counters(crank, _rows_of(counters, counter_ranks == crank))
+            entry["counter_samples"] = int((counter_ranks == rank).sum())
         old = self.manifest["ranks"].get(str(rank), {})
         old.update(entry)
         old.update(info)
@@ -350,19 +377,34 @@ class TraceStore:
         if save:
             self.save_manifest()
 
+    def written_table(self, rank: int) -> pa.Table:
+        """The timeline file of a rank this writer wrote, as written (an Arrow table, not checked again: readers
+        use :meth:`timeline`)."""
+        return pq.read_table(_rank_file(self.path / "timeline", rank))
+
     def add_counters(self, counters: pd.DataFrame, *, save: bool = True) -> None:
         """Append sampled values (any ranks, -1 for the machine) to the store."""
+        import pandas as pd
+
+        from ddltrace.timeline import make_counters
+
         counters = make_counters(counters)
         for crank, part in counters.groupby("rank", sort=True):
             existing = self.counters([int(crank)]) if int(crank) in self.counter_ranks else None
             if existing is not None and len(existing):
                 part = pd.concat([existing, part], ignore_index=True)
-            self._write_counters(int(crank), part)
+            self._write_counters(int(crank), _counters_table(part))
         if save:
             self.save_manifest()
 
-    def _write_counters(self, rank: int, part: pd.DataFrame) -> None:
-        part = part.sort_values(["t_ns", "name"], kind="stable").reset_index(drop=True)
+    def _write_counters(self, rank: int, part: pa.Table) -> None:
+        """Write one rank's counters file, its rows by time, then name (stable)."""
+        t_ns = values_of(part.column("t_ns"))[0]
+        names = np.array(texts_of(part.column("name")), dtype=object)
+        step = np.diff(t_ns)
+        if (step < 0).any() or ((step == 0) & (names[1:] < names[:-1])).any():
+            order = np.lexsort((np.unique(names, return_inverse=True)[1].reshape(-1), t_ns))
+            part = part.take(numbers(order, pa.int64()))
         _atomic_write_parquet(_rank_file(self.path / "counters", rank), part)
         listed = set(self.manifest.setdefault("counter_ranks", []))
         listed.add(rank)
@@ -377,6 +419,10 @@ class TraceStore:
         return [r for r in listed if type(r) is int and r >= _MACHINE] if isinstance(listed, list) else []
 
     def _read(self, folder: str, rank: int, dtypes: Mapping[str, Any]) -> pd.DataFrame:
+        import pandas as pd
+
+        from ddltrace.timeline import LATER_COLUMNS, TIMELINE_DTYPES
+
         path = _rank_file(self.path / folder, rank)
         try:
             frame = pq.read_table(path).to_pandas()
@@ -399,6 +445,8 @@ class TraceStore:
 
     def _read_timeline(self, rank: int) -> pd.DataFrame:
         """One rank's timeline, checked against what the store promises (:func:`_timeline_problem`)."""
+        from ddltrace.timeline import CATEGORY_DTYPE, TIMELINE_DTYPES
+
         frame = self._read("timeline", rank, TIMELINE_DTYPES)
         problem = _timeline_problem(frame, rank, self.rank_info(rank))
         if problem:
@@ -437,6 +485,10 @@ class TraceStore:
 
     def timeline(self, ranks: Iterable[int] | None = None) -> pd.DataFrame:
         """The timeline of the given ranks (all when None), concatenated and sorted by rank then start."""
+        import pandas as pd
+
+        from ddltrace.timeline import empty_timeline
+
         parts = [frame for _, frame in self.iter_timeline(ranks)]
         if not parts:
             return empty_timeline()
@@ -448,6 +500,10 @@ class TraceStore:
         A damaged counters file (unreadable, rows of another rank, times or values of the wrong type) is left
         out and named in a :class:`DamagedStoreWarning`: counters never stop a timeline from being read.
         """
+        import pandas as pd
+
+        from ddltrace.timeline import COUNTER_DTYPES, empty_counters
+
         available = [r for r in self.counter_ranks if r not in self._damaged_counters]
         wanted = available if ranks is None else [r for r in ranks if r in available]
         parts = []
@@ -521,6 +577,7 @@ def _rows(mask: np.ndarray) -> str:
 
 def _has_missing(series: pd.Series) -> bool:
     """Whether an integer column has missing values (a NumPy integer column cannot: not looked at)."""
+
     return not isinstance(series.dtype, np.dtype) and bool(series.isna().any())
 
 
@@ -531,6 +588,8 @@ def _timeline_problem(frame: pd.DataFrame, rank: int, entry: Mapping[str, Any]) 
     category is in the closed set; no duration is negative; no interval ends past int64 ns; and the rows
     lie within the rank's span in the manifest (``start_ns`` to ``end_ns``, written from the same rows).
     """
+    import pandas as pd
+
     ranks = frame["rank"]
     if not pd.api.types.is_integer_dtype(ranks.dtype) or _has_missing(ranks):
         return f"column 'rank' is {ranks.dtype}, not integer ranks"
@@ -573,6 +632,8 @@ def _timeline_problem(frame: pd.DataFrame, rank: int, entry: Mapping[str, Any]) 
 
 def _counters_problem(frame: pd.DataFrame, rank: int) -> str | None:
     """What is wrong with one counters file (None when nothing): its rank column and the types of t_ns, value."""
+    import pandas as pd
+
     ranks = frame["rank"]
     if not pd.api.types.is_integer_dtype(ranks.dtype) or ranks.isna().any() or (ranks.to_numpy() != rank).any():
         return f"rows of another rank than {rank}" if rank != _MACHINE else "rows of a rank, not of the machine (-1)"
@@ -607,6 +668,8 @@ def write_store(path: str | os.PathLike, timeline: pd.DataFrame, counters: pd.Da
     The store is built in a temporary folder beside ``path`` and moved into place at the end; with
     ``overwrite`` an existing store is replaced only once the new one is complete.
     """
+    from ddltrace.timeline import empty_timeline, make_counters, make_timeline
+
     path = Path(path)
     if path.exists() and not overwrite:
         raise StoreError(f"{path}: already exists (choose another --out, or remove it)")

@@ -38,20 +38,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ddltrace.arrow_timeline import (  # noqa: F401  (the schema's names, also read from here)
+    CATEGORIES,
+    CATEGORY_MEANINGS,
+    NULLABLE_INTEGER_COLUMNS,
+    time_order,
+)
 from ddltrace.errors import SchemaError
 
-#: The closed set of categories, with what each one means.
-CATEGORY_MEANINGS: dict[str, str] = {
-    "compute": "computation on the rank (forward, backward, update, kernels)",
-    "comm": "moving payload between ranks (send, receive, collectives' data movement)",
-    "wait": "blocked on a peer's data (MPI_Wait*, a blocking receive waiting for its sender)",
-    "barrier": "synchronisation without payload (MPI_Barrier, fences)",
-    "io": "disk and data loading",
-    "memcpy": "host-device copies",
-    "idle": "nothing recorded to run",
-    "other": "recorded, but none of the above",
-}
-CATEGORIES: tuple[str, ...] = tuple(CATEGORY_MEANINGS)
 CATEGORY_DTYPE = pd.CategoricalDtype(list(CATEGORIES), ordered=False)
 
 #: Timeline columns and their pandas dtypes, in order.
@@ -83,8 +77,6 @@ COUNTER_DTYPES: dict[str, Any] = {
     "value": "float64",
 }
 
-#: The optional integer columns (missing where the source does not give them).
-NULLABLE_INTEGER_COLUMNS = ("bytes", "peer", "step", "tag", "comm", "request", "correlation")
 _STRING_COLUMNS = {"lane": "main", "name": "", "source": ""}
 _MAX_LISTED = 20
 
@@ -290,16 +282,6 @@ def _coerce(df: pd.DataFrame, dtypes: Mapping[str, Any], what: str, validate) ->
     return out
 
 
-def time_order(start_ns: np.ndarray, lane_rank: np.ndarray) -> np.ndarray | None:
-    """The stable permutation that puts rows in the store's order (by start, then by lane name), None when
-    they already are; ``lane_rank`` is each row's lane's place among the lane names sorted."""
-    start_ns, lane_rank = np.asarray(start_ns), np.asarray(lane_rank)
-    step = np.diff(start_ns)
-    if ((step > 0) | ((step == 0) & (np.diff(lane_rank) >= 0))).all():
-        return None
-    return np.lexsort((lane_rank, start_ns))
-
-
 def _in_schema(columns: Mapping[str, Any]) -> bool:
     """Whether ``columns`` holds exactly the timeline's columns, each already at its dtype and length."""
     if len(columns.keys()) != len(TIMELINE_DTYPES) or set(columns.keys()) != set(TIMELINE_DTYPES):
@@ -383,3 +365,25 @@ def empty_timeline() -> pd.DataFrame:
 def empty_counters() -> pd.DataFrame:
     """A counters table with no rows and every column at its dtype."""
     return make_counters()
+
+
+def frame_of_table(table) -> pd.DataFrame:
+    """The timeline DataFrame of an Arrow table in :data:`~ddltrace.arrow_timeline.TIMELINE_SCHEMA` (what
+    :func:`make_timeline` gives for the same columns); a table whose values break the schema is a
+    :class:`SchemaError` naming each violation."""
+    from ddltrace.arrow_timeline import timeline_valid
+
+    frame = table.to_pandas()
+    if timeline_valid(table):
+        return frame.assign(category=frame["category"].astype(CATEGORY_DTYPE))
+    return make_timeline(frame)
+
+
+def table_of_frame(frame: pd.DataFrame):
+    """The Arrow table (:data:`~ddltrace.arrow_timeline.TIMELINE_SCHEMA`) of a timeline DataFrame, validated."""
+    import pyarrow as pa
+
+    from ddltrace.arrow_timeline import TIMELINE_SCHEMA
+
+    frame = make_timeline(frame)
+    return pa.Table.from_pandas(frame, preserve_index=False).cast(TIMELINE_SCHEMA)

@@ -15,9 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
 
 METHOD = ("matched messages: each rank's offset to rank {ref} bounded by its send/receive pairs (a receive cannot "
           "end before its send started), midpoint of the bounds; uncertainty half their gap")
@@ -46,16 +50,30 @@ def _point_to_point(timeline: pd.DataFrame) -> pd.Series:
     return timeline["peer"].notna() & timeline["name"].isin(MPI_SENDS | MPI_RECVS)
 
 
-def has_point_to_point(timeline: pd.DataFrame) -> bool:
-    """Whether a rank's timeline holds any send or receive :func:`mpi_messages` could pair (the importing
-    command reads back for alignment only the ranks that do)."""
-    return bool(timeline["peer"].notna().any() and _point_to_point(timeline).any())
+def has_point_to_point(table: pa.Table) -> bool:
+    """Whether a rank's timeline (an Arrow table, :mod:`ddltrace.arrow_timeline`) holds any send or receive
+    :func:`mpi_messages` could pair (the importing command reads back for alignment only the ranks that do)."""
+    peer = table.column("peer")
+    if peer.null_count == len(peer):
+        return False
+    calls = MPI_SENDS | MPI_RECVS
+    return any(p is not None and name in calls
+               for p, name in zip(peer.to_pylist(), table.column("name").to_pylist(), strict=True))
+
+
+def no_messages():
+    """A frame of no matched messages (src, dst, send_ns, recv_ns)."""
+    import pandas as pd
+
+    return pd.DataFrame(columns=["src", "dst", "send_ns", "recv_ns"])
 
 
 def mpi_messages(timelines: Iterable[tuple[int, pd.DataFrame]]) -> pd.DataFrame:
     """Send/receive pairs from MPI point-to-point calls that carry ``peer`` (and ``tag``): the n-th send from
     a to b with tag t is the n-th receive on b from a with tag t (MPI's non-overtaking rule). Only blocking
     receives give a pair (an Irecv returns before the data arrives)."""
+    import pandas as pd
+
     sends, recvs = [], []
     for rank, tl in timelines:
         sel = _point_to_point(tl)
@@ -71,7 +89,7 @@ def mpi_messages(timelines: Iterable[tuple[int, pd.DataFrame]]) -> pd.DataFrame:
         sends.append(frame[is_send])
         recvs.append(frame[~is_send])
     if not sends or not recvs:
-        return pd.DataFrame(columns=["src", "dst", "send_ns", "recv_ns"])
+        return no_messages()
     s = pd.concat(sends).sort_values("start", kind="stable")
     r = pd.concat(recvs).sort_values("start", kind="stable")
     s = s.assign(src=s["rank"], dst=s["peer"])
@@ -100,6 +118,8 @@ def _shortest(n: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray, orig
 
 def estimate_offsets(messages: pd.DataFrame, ranks: Iterable[int], reference: int | None = None) -> Alignment:
     """Each rank's clock offset to ``reference`` (the lowest rank by default) from matched messages."""
+    import pandas as pd
+
     ranks = sorted(set(int(r) for r in ranks))
     reference = ranks[0] if reference is None else reference
     result = Alignment(reference=reference)

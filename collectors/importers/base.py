@@ -15,39 +15,100 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
+from ddltrace.arrow_timeline import (
+    CATEGORIES,
+    category_column,
+    counters_table,
+    numbers,
+    string_array,
+    time_order,
+    timeline_table,
+    timeline_valid,
+    values_of,
+)
 from ddltrace.collectors.importers.categories import Categorizer
 from ddltrace.collectors.importers.source import ByteSource
 from ddltrace.errors import DdltraceError
-from ddltrace.timeline import (
-    CATEGORIES,
-    CATEGORY_DTYPE,
-    NULLABLE_INTEGER_COLUMNS,
-    TIMELINE_DTYPES,
-    make_timeline,
-    time_order,
-)
 
 RANK_FROM = ("auto", "name", "dir", "order")
 
 
-@dataclass
 class RankPart:
     """One rank's events from one file. ``rank`` is an int, or an identity tuple such as ("ps", 0) that the
     importing command numbers after the workers. ``clock`` says what the times are: "epoch" (ns since the
     Unix epoch, from the host's wall clock), "relative" (ns since a per-file start), or "shared" (one clock
     for every rank of the file). ``messages``, where the format pairs a receive with its send: one row per
     message, ``src`` and ``dst`` ranks (or identities), ``send_ns`` on the sender's clock (the message cannot
-    have left earlier) and ``recv_ns`` on the receiver's (it had arrived by then), for clock alignment."""
+    have left earlier) and ``recv_ns`` on the receiver's (it had arrived by then), for clock alignment.
 
-    rank: int | tuple
-    timeline: pd.DataFrame
-    counters: pd.DataFrame | None = None
-    info: dict = field(default_factory=dict)
-    clock: str = "epoch"
-    messages: pd.DataFrame | None = None
+    The timeline and counters are held as given, an Arrow table (:mod:`ddltrace.arrow_timeline`, what
+    :func:`build_timeline` makes) or a pandas DataFrame: :attr:`table` and :attr:`counter_table` give the
+    Arrow form (``ddltrace import`` writes it without pandas), :attr:`timeline` and :attr:`counters` the
+    DataFrame (made on first use)."""
+
+    def __init__(self, rank: int | tuple, timeline, counters=None, info: dict | None = None, clock: str = "epoch",
+                 messages=None):
+        self.rank = rank
+        self.timeline = timeline
+        self.counters = counters
+        self.info = {} if info is None else info
+        self.clock = clock
+        self.messages = messages
+
+    def __repr__(self) -> str:
+        return f"RankPart(rank={self.rank!r}, rows={self.rows}, clock={self.clock!r}, info={self.info!r})"
+
+    @property
+    def timeline(self):
+        """The timeline as a pandas DataFrame (:mod:`ddltrace.timeline`)."""
+        if isinstance(self._timeline, pa.Table):
+            from ddltrace.timeline import frame_of_table
+
+            self._timeline = frame_of_table(self._timeline)
+        return self._timeline
+
+    @timeline.setter
+    def timeline(self, value) -> None:
+        self._timeline = value
+
+    @property
+    def table(self) -> pa.Table:
+        """The timeline as an Arrow table in :data:`~ddltrace.arrow_timeline.TIMELINE_SCHEMA`."""
+        if isinstance(self._timeline, pa.Table):
+            return self._timeline
+        from ddltrace.timeline import table_of_frame
+
+        return table_of_frame(self._timeline)
+
+    @property
+    def rows(self) -> int:
+        """How many intervals the timeline holds."""
+        return self._timeline.num_rows if isinstance(self._timeline, pa.Table) else len(self._timeline)
+
+    @property
+    def counters(self):
+        """The counters as a pandas DataFrame (:mod:`ddltrace.timeline`), None when there are none."""
+        if isinstance(self._counters, pa.Table):
+            from ddltrace.timeline import make_counters
+
+            self._counters = make_counters(self._counters.to_pandas())
+        return self._counters
+
+    @counters.setter
+    def counters(self, value) -> None:
+        self._counters = value
+
+    @property
+    def counter_table(self) -> pa.Table | None:
+        """The counters as an Arrow table (:data:`~ddltrace.arrow_timeline.COUNTERS_SCHEMA`), None when none."""
+        if self._counters is None or isinstance(self._counters, pa.Table):
+            return self._counters
+        from ddltrace.arrow_timeline import COUNTERS_SCHEMA
+        from ddltrace.timeline import make_counters
+
+        return pa.Table.from_pandas(make_counters(self._counters), preserve_index=False).cast(COUNTERS_SCHEMA)
 
 
 @dataclass
@@ -144,56 +205,57 @@ def rank_from_path(path: Path, mode: str, ctx: ImportContext, default: int | Non
                         f"(try --rank-from order)")
 
 
-def strings(codes: np.ndarray, table: list[str]) -> pd.Series:
-    """A str column from integer codes into ``table`` (taken in Arrow, not per row in Python)."""
-    return pd.Series(pa.array(table, pa.large_string()).take(pa.array(np.asarray(codes, dtype=np.int64))),
-                     dtype="str")
-
-
-def missing(n: int, dtype: str) -> pd.api.extensions.ExtensionArray:
-    """A nullable integer column of ``n`` missing values."""
-    return pd.arrays.IntegerArray(np.zeros(n, dtype=dtype.lower()), np.ones(n, dtype=bool))
-
-
 def build_timeline(*, rank: int, lane_codes: np.ndarray, lane_table: list[str], key_codes: np.ndarray,
                    key_table: list[tuple[str, str]], start_ns: np.ndarray, dur_ns: np.ndarray, fmt: str,
                    ctx: ImportContext, name_table: list[str] | None = None,
-                   extra: dict[str, Any] | None = None) -> pd.DataFrame:
-    """A validated timeline from coded columns, in the store's order (by start, then lane): each (cat, name)
-    key is categorised once by the rules, and the rows are ordered by their codes, before any string is made."""
-    order = time_order(start_ns, np.unique(lane_table, return_inverse=True)[1][lane_codes] if len(lane_codes)
-                       else lane_codes)
+                   extra: dict[str, Any] | None = None) -> pa.Table:
+    """A validated timeline (an Arrow table, :mod:`ddltrace.arrow_timeline`) from coded columns, in the store's
+    order (by start, then lane): each (cat, name) key is categorised once by the rules, and the rows are ordered
+    by their codes, before any string is made. ``extra`` holds more columns (bytes, peer, step, ...): Arrow
+    arrays (:func:`~ddltrace.arrow_timeline.nullable`), or pandas' nullable integer arrays."""
+    lane_codes, key_codes = np.asarray(lane_codes, dtype=np.int64), np.asarray(key_codes, dtype=np.int64)
+    order = time_order(start_ns, np.unique(lane_table, return_inverse=True)[1].reshape(-1)[lane_codes]
+                       if len(lane_codes) else lane_codes)
+    extra = {column: values if isinstance(values, pa.Array) else pa.array(values, from_pandas=True)
+             for column, values in (extra or {}).items()}  # (pandas' arrays, from a reader that uses pandas)
     if order is not None:
         lane_codes, key_codes, start_ns, dur_ns = lane_codes[order], key_codes[order], start_ns[order], dur_ns[order]
-        extra = {column: (values if isinstance(values, np.ndarray | pd.api.extensions.ExtensionArray)
-                          else pd.array(values))[order] for column, values in (extra or {}).items()}
+        extra = {column: _taken(values, order) for column, values in extra.items()}
     counts = np.bincount(key_codes, minlength=len(key_table)) if len(key_codes) else np.zeros(len(key_table))
     category_index = {c: i for i, c in enumerate(CATEGORIES)}
     key_category = np.array([category_index[ctx.categorizer.category(fmt, cat, name, int(n))]
                              for (cat, name), n in zip(key_table, counts, strict=True)], dtype=np.int8)
     names = name_table if name_table is not None else [name for _, name in key_table]
-    cats = key_category[key_codes] if len(key_codes) else np.empty(0, dtype=np.int8)
-    columns = {
+    table = timeline_table({
         "rank": np.full(len(start_ns), rank, dtype=np.int32),
-        "lane": strings(lane_codes, lane_table),
-        "name": strings(key_codes, names),
-        "category": pd.Categorical.from_codes(cats, dtype=CATEGORY_DTYPE),
+        "lane": string_array(lane_codes, lane_table),
+        "name": string_array(key_codes, names),
+        "category": category_column(key_category[key_codes] if len(key_codes) else np.empty(0, dtype=np.int8)),
         "start_ns": np.asarray(start_ns, dtype=np.int64),
         "dur_ns": np.asarray(dur_ns, dtype=np.int64),
-        "source": strings(np.zeros(len(start_ns), dtype=np.int64), [fmt]),
-    }
-    for column in NULLABLE_INTEGER_COLUMNS:
-        columns[column] = missing(len(start_ns), TIMELINE_DTYPES[column])
-    columns.update(extra or {})
-    return make_timeline(columns)
+        "source": string_array(np.zeros(len(start_ns), dtype=np.int64), [fmt]),
+        **extra,
+    })
+    if not timeline_valid(table):  # the full checks name every violation
+        from ddltrace.timeline import frame_of_table
+
+        frame_of_table(table)
+    return table
 
 
-def counters_frame(rows: list[tuple[int, str, int, float]]):
-    """Counters from (rank, name, t_ns, value) rows, None when there are none."""
+def _taken(values: pa.Array, order: np.ndarray) -> pa.Array:
+    """An integer column's rows in the given order, through NumPy on its buffers (Arrow's ``take`` imports
+    ``pyarrow.compute``, 35 ms of every import's start)."""
+    if values.null_count == len(values):
+        return values
+    data, missing = values_of(values)
+    return numbers(data[order], values.type, None if missing is None else missing[order])
+
+
+def counters_frame(rows: list[tuple[int, str, int, float]]) -> pa.Table | None:
+    """Counters from (rank, name, t_ns, value) rows (an Arrow table), None when there are none."""
     if not rows:
         return None
-    from ddltrace.timeline import make_counters
-
     rank, name, t_ns, value = zip(*rows, strict=True)
-    return make_counters({"rank": np.array(rank, dtype=np.int32), "name": pd.Series(name, dtype="str"),
-                          "t_ns": np.array(t_ns, dtype=np.int64), "value": np.array(value, dtype=np.float64)})
+    return counters_table(np.array(rank, dtype=np.int32), list(name), np.array(t_ns, dtype=np.int64),
+                          np.array(value, dtype=np.float64))

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from ddltrace.arrow_timeline import CATEGORIES
 from ddltrace.errors import DdltraceError
-from ddltrace.timeline import CATEGORIES
 
 SHIPPED_RULES = "categories.toml"
 

@@ -6,8 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import pandas as pd
+import pyarrow as pa
 
+from ddltrace.arrow_timeline import numbers
 from ddltrace.collectors.importers.base import ImportContext, RankPart, build_timeline, counters_frame
 from ddltrace.collectors.importers.chrome import ChromeTrace
 
@@ -53,15 +54,14 @@ def chrome_part(trace: ChromeTrace, *, fmt: str, rank: int | tuple, ctx: ImportC
     table = [n if n is not None else "" for n in lane_names]
     extra = {}
     if row_steps is not None:
-        extra["step"] = pd.arrays.IntegerArray(np.maximum(row_steps, 0).astype(np.int64), row_steps < 0)
+        extra["step"] = numbers(np.maximum(row_steps, 0), pa.int64(), row_steps < 0)
     if row_correlation is not None:
-        extra["correlation"] = pd.arrays.IntegerArray(np.maximum(row_correlation, 0).astype(np.int64),
-                                                      row_correlation < 0)
+        extra["correlation"] = numbers(np.maximum(row_correlation, 0), pa.int64(), row_correlation < 0)
     timeline = build_timeline(rank=0 if isinstance(rank, tuple) else rank, lane_codes=lane_codes,
                               lane_table=table, key_codes=key_codes, key_table=trace.keys,
                               start_ns=ts + offset_ns, dur_ns=dur, fmt=fmt, ctx=ctx, extra=extra)
     if ctx.report is not None:
-        ctx.report.intervals += len(timeline)
+        ctx.report.intervals += timeline.num_rows
     counter_rank = rank if isinstance(rank, int) else 0  # renumbered with the rank when it is an identity
     counter_rows = [(counter_rank, name, t_ns + offset_ns, value) for _pid, name, t_ns, value in trace.counters]
     return RankPart(rank=rank, timeline=timeline, counters=counters_frame(counter_rows),

@@ -12,8 +12,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
+import pyarrow as pa
 
+from ddltrace.arrow_timeline import numbers
 from ddltrace.collectors.importers.base import ImportContext, Importer, RankPart, build_timeline, register
 from ddltrace.collectors.importers.source import ByteSource
 from ddltrace.errors import DdltraceError
@@ -61,7 +62,8 @@ def _task_part(task, ctx: ImportContext, path: Path) -> RankPart:
     durs = [max(wtime - mtime, 0.0)] + [v[0] for v in funcs.values()]
     dur_ns = np.rint(np.array(durs) * 1e9).astype(np.int64)
     starts = start_ns + np.concatenate([[0], np.cumsum(dur_ns)[:-1]]).astype(np.int64)
-    nbytes = pd.array([pd.NA] + [int(v[1]) for v in funcs.values()], dtype="Int64")
+    nbytes = numbers(np.array([0] + [int(v[1]) for v in funcs.values()], dtype=np.int64), pa.int64(),
+                     np.arange(len(names)) == 0)  # "compute" moves no payload
     timeline = build_timeline(rank=rank, lane_codes=np.zeros(len(names), dtype=np.int64),
                               lane_table=["ipm totals"], key_codes=np.arange(len(names)),
                               key_table=[("", n) for n in names], start_ns=starts, dur_ns=dur_ns, fmt="ipm",
@@ -94,7 +96,7 @@ def read(path: Path, ctx: ImportContext):
                     element.clear()
                 if ctx.report is not None:
                     ctx.report.events += 1
-                    ctx.report.intervals += len(part.timeline)
+                    ctx.report.intervals += part.rows
                 yield part
         parser.close()
     except ET.ParseError as exc:

@@ -17,9 +17,8 @@ from typing import Any
 
 import msgspec
 import numpy as np
-import pandas as pd
 
-from ddltrace.analyses.breakdown import ANNOTATION_LANE_SUFFIX
+from ddltrace.arrow_timeline import ANNOTATION_LANE_SUFFIX
 from ddltrace.collectors.importers.base import ImportContext, Importer, rank_from_path, register
 from ddltrace.collectors.importers.chrome import read_chrome
 from ddltrace.collectors.importers.convert import chrome_part, record
@@ -246,18 +245,44 @@ def row_steps(trace, gpu_lane: np.ndarray) -> np.ndarray | None:
     when = trace.ts_us.copy()
     if on_gpu.any():
         when[on_gpu] = np.nan
-        flows = trace.flows
-        if flows:
-            start = flows["start"]
-            launches = pd.DataFrame({"id": flows["id"][start], "launch": flows["ts"][start]})
-            arrivals = pd.DataFrame({"id": flows["id"][~start], "lane": flows["lane"][~start],
-                                     "ts": flows["ts"][~start]})
-            linked = arrivals.merge(launches.drop_duplicates("id"), on="id").drop_duplicates(["lane", "ts"])
-            rows = np.flatnonzero(on_gpu)
-            gpu = pd.DataFrame({"row": rows, "lane": trace.lane_key[rows], "ts": trace.ts_us[rows]})
-            found = gpu.merge(linked, on=["lane", "ts"])
-            when[found["row"].to_numpy()] = found["launch"].to_numpy()
+        rows = np.flatnonzero(on_gpu)
+        if trace.flows:
+            found, launch = _launches(trace.flows, trace.lane_key[rows], trace.ts_us[rows])
+            when[rows[found]] = launch
     return step_at(when)
+
+
+def _launches(flows: dict[str, np.ndarray], lane: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which of the device events at (``lane``, ``ts``) a flow arrow ends on, and the time (µs) its launch began:
+    an arrow's end (``f``) is linked to the first start (``s``) of the same id, and of the ends at one (lane, ts)
+    the first so linked counts."""
+    start = flows["start"]
+    launch_ids, launch_ts = flows["id"][start], flows["ts"][start]
+    end_ids, end_lane, end_ts = flows["id"][~start], flows["lane"][~start], flows["ts"][~start]
+    if launch_ids.dtype.kind in "iu" and end_ids.dtype.kind in "iu":
+        ids, first = np.unique(launch_ids, return_index=True)
+        at = np.clip(np.searchsorted(ids, end_ids), 0, max(len(ids) - 1, 0))
+        linked = (at < len(ids)) & (ids[at] == end_ids) if len(ids) else np.zeros(len(end_ids), bool)
+        launch_of_end = launch_ts[first[at]] if len(ids) else np.zeros(len(end_ids))
+    else:  # ids of mixed types: matched as Python values
+        first_of: dict = {}
+        for i, identity in enumerate(launch_ids.tolist()):
+            first_of.setdefault(identity, i)
+        index = np.array([first_of.get(identity, -1) for identity in end_ids.tolist()], dtype=np.int64)
+        linked = index >= 0
+        launch_of_end = launch_ts[np.maximum(index, 0)] if len(launch_ts) else np.zeros(len(index))
+    end_lane, end_ts, launch_of_end = end_lane[linked], end_ts[linked], launch_of_end[linked]
+    _, ts_code = np.unique(np.concatenate([end_ts, ts]), return_inverse=True)
+    ts_code = ts_code.reshape(-1)
+    width = int(ts_code.max()) + 1 if len(ts_code) else 1
+    end_key = end_lane.astype(np.int64) * width + ts_code[:len(end_ts)]
+    event_key = lane.astype(np.int64) * width + ts_code[len(end_ts):]
+    keys, first_end = np.unique(end_key, return_index=True)
+    if not len(keys):
+        return np.zeros(len(lane), bool), np.empty(0)
+    at = np.clip(np.searchsorted(keys, event_key), 0, len(keys) - 1)
+    found = keys[at] == event_key
+    return found, launch_of_end[first_end[at[found]]]
 
 
 def read(path: Path, ctx: ImportContext):

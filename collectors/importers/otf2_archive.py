@@ -19,8 +19,9 @@ import re
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
+import pyarrow as pa
 
+from ddltrace.arrow_timeline import optional_integers
 from ddltrace.collectors.importers.base import ImportContext, Importer, RankPart, build_timeline, register
 from ddltrace.errors import DdltraceError
 
@@ -161,9 +162,9 @@ def read(path: Path, ctx: ImportContext):
             key_codes=key_codes, key_table=[("", n) for n in names],
             start_ns=np.array([r[2] for r in rows], dtype=np.int64),
             dur_ns=np.array([r[3] for r in rows], dtype=np.int64), fmt="otf2", ctx=ctx,
-            extra={"bytes": pd.array([r[4] for r in rows], dtype="Int64"),
-                   "peer": pd.array([r[5] for r in rows], dtype="Int32"),
-                   "tag": pd.array([r[6] for r in rows], dtype="Int32")})
+            extra={"bytes": optional_integers([r[4] for r in rows], pa.int64()),
+                   "peer": optional_integers([r[5] for r in rows], pa.int32()),
+                   "tag": optional_integers([r[6] for r in rows], pa.int32())})
         if ctx.report is not None:
             ctx.report.intervals += len(timeline)
         yield RankPart(rank=rank, timeline=timeline, clock="shared",

@@ -26,8 +26,9 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
+import pyarrow as pa
 
+from ddltrace.arrow_timeline import optional_integers
 from ddltrace.collectors.importers import protowire as pw
 from ddltrace.collectors.importers.base import (
     ImportContext,
@@ -353,20 +354,28 @@ def _read_tree(tree: dict, path: Path, ctx: ImportContext, what: str):
             rank=0 if isinstance(ranks[ident], tuple) else ranks[ident], lane_codes=lane_codes,
             lane_table=list(lanes), key_codes=key_codes, key_table=[("Op", k) for k in keys],
             start_ns=starts, dur_ns=durs, fmt=FORMAT, ctx=ctx,
-            extra={"bytes": pd.array([r[5] for r in mine], dtype="Int64"),
-                   "peer": pd.array([peer_code[r[6]] if r[6] is not None else None for r in mine], dtype="Int32"),
-                   "tag": pd.array([r[7] for r in mine], dtype="Int32")})
+            extra={"bytes": optional_integers([r[5] for r in mine], pa.int64()),
+                   "peer": optional_integers([peer_code[r[6]] if r[6] is not None else None for r in mine],
+                                             pa.int32()),
+                   "tag": optional_integers([r[7] for r in mine], pa.int32())})
         if report is not None:
             report.intervals += len(timeline)
         job, task = ident
         info = {"format": FORMAT, "file": str(path), "role": job, "task": task, "device_job": f"/job:{job}/task:{task}",
                 "time_base": "ns since the Unix epoch (each task's wall clock)"}
-        used = {str(v) for v in timeline["peer"].dropna().tolist() if v < 0}
+        used = {str(v) for v in timeline.column("peer").to_pylist() if v is not None and v < 0}
         if used:
             info["peer_identities"] = {k: v for k, v in placeholders.items() if k in used}
         msgs = messages.get(ident)
-        frame = pd.DataFrame(msgs, columns=["src", "dst", "send_ns", "recv_ns"]) if msgs else None
+        frame = _messages_frame(msgs) if msgs else None
         yield RankPart(rank=ranks[ident], timeline=timeline, info=info, clock="epoch", messages=frame)
+
+
+def _messages_frame(messages: list[tuple]):
+    """The matched messages (src, dst, send_ns, recv_ns) as the frame clock alignment reads."""
+    import pandas as pd
+
+    return pd.DataFrame(messages, columns=["src", "dst", "send_ns", "recv_ns"])
 
 
 register(Importer(FORMAT, "TensorFlow 1.x RunMetadata.step_stats as protobuf text (RecvTensor bytes and peers)",

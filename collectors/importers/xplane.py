@@ -21,8 +21,9 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
+import pyarrow as pa
 
+from ddltrace.arrow_timeline import numbers
 from ddltrace.collectors.importers import protowire as pw
 from ddltrace.collectors.importers.base import (
     ImportContext,
@@ -234,8 +235,8 @@ def read(path: Path, ctx: ImportContext):
                               key_codes=np.array(key_codes, dtype=np.int64), key_table=list(keys),
                               start_ns=starts_ps // 1000 + start_ns,
                               dur_ns=np.array(durs, dtype=np.int64) // 1000, fmt="tf2", ctx=ctx,
-                              extra={"step": pd.arrays.IntegerArray(np.maximum(step_arr, 0), step_arr < 0),
-                                     "correlation": pd.arrays.IntegerArray(np.maximum(corr_arr, 0), corr_arr < 0)})
+                              extra={"step": numbers(np.maximum(step_arr, 0), pa.int64(), step_arr < 0),
+                                     "correlation": numbers(np.maximum(corr_arr, 0), pa.int64(), corr_arr < 0)})
     yield RankPart(rank=rank, timeline=timeline, clock=clock,
                    info={"format": "tf2-xplane", "file": str(path),
                          "time_base": "ns since the epoch" if clock == "epoch" else "ns since the profile started"})

@@ -290,24 +290,32 @@ def _import(args, out: Path) -> int:
 
 def _set_rank(part, rank: int) -> None:
     """Give a part (its rows and counters) the rank the command chose for it."""
-    part.timeline = part.timeline.assign(rank=rank).astype({"rank": "int32"})
-    if part.counters is not None:
-        part.counters = part.counters.assign(rank=rank).astype({"rank": "int32"})
+    import numpy as np
+    import pyarrow as pa
+
+    def renumbered(table):
+        column = pa.array(np.full(table.num_rows, rank, dtype=np.int32))
+        return table.set_column(table.schema.get_field_index("rank"), "rank", column)
+
+    part.timeline = renumbered(part.table)
+    if part.counter_table is not None:
+        part.counters = renumbered(part.counter_table)
     part.rank = rank
 
 
 def _add(store, part, clocks: dict, exchanging: set[int]) -> None:
-    """Write a part's rank, merging with what earlier files gave the same rank; note it in ``exchanging`` when
-    it holds MPI sends or receives that clock alignment could pair."""
-    import pandas as pd
+    """Write a part's rank (as the Arrow table the importer made: no pandas), merging with what earlier files
+    gave the same rank; note it in ``exchanging`` when it holds MPI sends or receives that clock alignment could
+    pair."""
+    import pyarrow as pa
 
     from ddltrace.collectors.importers.align import has_point_to_point
 
     rank = int(part.rank)
     info = {k: v for k, v in part.info.items() if v is not None}
-    timeline = part.timeline
+    timeline = part.table
     if rank in store.ranks:
-        timeline = pd.concat([store.timeline([rank]), timeline], ignore_index=True)
+        timeline = pa.concat_tables([store.written_table(rank), timeline])
         old = store.rank_info(rank)
         files = old.get("files", [old.get("file")])
         info["files"] = [*files, info.pop("file", None)]
@@ -315,22 +323,22 @@ def _add(store, part, clocks: dict, exchanging: set[int]) -> None:
             info["format"] = f"{old['format']}+{info.get('format')}"
         if old.get("peer_identities") or info.get("peer_identities"):
             info["peer_identities"] = {**old.get("peer_identities", {}), **info.get("peer_identities", {})}
-    store.add_rank(rank, timeline, part.counters, save=False, **info)
+    store.add_rank(rank, timeline, part.counter_table, save=False, **info)
     clocks.setdefault(part.clock, set()).add(rank)
-    if has_point_to_point(part.timeline):
+    if has_point_to_point(part.table):
         exchanging.add(rank)
 
 
 def _resolve_peers(store, numbered: dict[tuple, int]) -> None:
     """Peers that named a task numbered after the workers (a ps task: a negative placeholder and the task in
     the rank's ``peer_identities``) get that task's rank."""
-    import pandas as pd
-
     for rank in store.ranks:
         info = store.rank_info(rank)
         placeholders = info.pop("peer_identities", None)
         if not placeholders:
             continue
+        import pandas as pd
+
         mapping = {int(code): numbered.get(tuple(identity)) for code, identity in placeholders.items()}
         timeline = store.timeline([rank])
         resolved = [mapping.get(int(v), pd.NA) if pd.notna(v) and v < 0 else v for v in timeline["peer"]]
@@ -338,11 +346,11 @@ def _resolve_peers(store, numbered: dict[tuple, int]) -> None:
 
 
 def _resolve_messages(messages: list, numbered: dict[tuple, int]):
-    """The importers' matched messages with identities (ps tasks) replaced by their ranks."""
+    """The importers' matched messages with identities (ps tasks) replaced by their ranks (None when none)."""
+    if not messages:
+        return None
     import pandas as pd
 
-    if not messages:
-        return pd.DataFrame(columns=["src", "dst", "send_ns", "recv_ns"])
     frame = pd.concat(messages, ignore_index=True)
     for column in ("src", "dst"):
         frame[column] = [numbered.get(v, -1) if isinstance(v, tuple) else int(v) for v in frame[column]]
@@ -352,21 +360,26 @@ def _resolve_messages(messages: list, numbered: dict[tuple, int]):
 def _align_clocks(store, mode: str, messages, exchanging: set[int]) -> None:
     """Shift each rank's times by its offset to the lowest rank, estimated from matched send/receive pairs
     (``collectors/importers/align.py``), when the ranks come from different hosts or when asked. The pairs
-    are the importers' ``messages`` and the MPI sends/receives of the ``exchanging`` ranks, the only ranks
-    read back (an IPM profile, or any trace without them, is not read again)."""
-    import pandas as pd
-
-    from ddltrace.collectors.importers.align import METHOD, estimate_offsets, mpi_messages
-
+    are the importers' ``messages`` (None: none) and the MPI sends/receives of the ``exchanging`` ranks, the
+    only ranks read back. With neither (an IPM profile, a trace of one process per host without MPI calls)
+    there is nothing to align by: the manifest's notes say so, and nothing is read again."""
     hosts = {store.rank_info(r).get("host") for r in store.ranks} - {None, ""}
     notes = store.manifest.setdefault("notes", [])
     if mode == "none" or (mode == "auto" and len(hosts) < 2) or len(store.ranks) < 2:
         return
-    mpi = mpi_messages(store.iter_timeline(sorted(exchanging)))
-    found = [m for m in (messages, mpi) if len(m)]
-    pairs = pd.concat(found, ignore_index=True) if found else messages
-    result = estimate_offsets(pairs, store.ranks)
     why = f"ranks on {len(hosts)} hosts" if mode == "auto" else "--align messages"
+    if messages is None and not exchanging:
+        notes.append(f"clock alignment ({why}): not attempted, the input holds no send/receive pairs to bound the "
+                     "clocks by (no matched messages, no MPI send or receive naming its peer); times left as recorded")
+        return
+    import pandas as pd
+
+    from ddltrace.collectors.importers.align import METHOD, estimate_offsets, mpi_messages, no_messages
+
+    mpi = mpi_messages(store.iter_timeline(sorted(exchanging)))
+    found = [m for m in (messages, mpi) if m is not None and len(m)]
+    pairs = pd.concat(found, ignore_index=True) if found else no_messages()
+    result = estimate_offsets(pairs, store.ranks)
     if not result.consistent:
         notes.append(f"clock alignment ({why}): the {result.messages} matched messages' bounds contradict each "
                      "other (clock drift during the trace, or mismatched pairs); times left as recorded")
@@ -453,6 +466,9 @@ def _print_summary(out: Path, reports, elapsed: float, store, folder_notes: list
 
         print(f"  {uncategorised_text(store.manifest['uncategorised'])}")
     print(f"  clock: {store.manifest['clock']['method']}")
+    for note in store.manifest.get("notes", []):
+        if note.startswith("clock alignment"):
+            print(f"  {note}")
 
 
 def _print_explain(categorizer) -> None:
