@@ -43,7 +43,10 @@ class _Version(argparse.Action):
         parser.exit()
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
+    """The command's parser, with every verb; with ``verb`` (a verb's name) only that verb's module is imported
+    and registered (what :func:`main` does when the command line names one: a verb's run does not pay for
+    importing the other verbs' modules)."""
     parser = _Parser(
         prog="ddltrace",
         description="Profile distributed deep-learning training and say why it does not scale.",
@@ -52,10 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action=_Version, help="show the version and exit")
     parser.add_argument("--debug", action="store_true", help="show the full traceback on errors")
     subparsers = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
-    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{commands.__name__}.{info.name}")
+    names = sorted(info.name for info in pkgutil.iter_modules(commands.__path__) if not info.name.startswith("_"))
+    for name in [verb] if verb in names else names:
+        module = importlib.import_module(f"{commands.__name__}.{name}")
         module.register(subparsers)
     return parser
 
@@ -70,7 +72,8 @@ def _show_warning(message, category, filename, lineno, file=None, line=None, _de
 
 def main(argv: list[str] | None = None) -> int:
     warnings.showwarning = _show_warning
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    parser = build_parser(next((word for word in words if not word.startswith("-")), None))
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
