@@ -38,8 +38,9 @@ import re
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
+import pyarrow as pa
 
+from ddltrace.arrow_timeline import numbers
 from ddltrace.collectors.importers.base import (
     ImportContext,
     Importer,
@@ -91,8 +92,8 @@ class _Rows:
     def part(self, path: Path, rank, info: dict) -> RankPart:
         start = np.array(self.start, dtype=np.int64)
         corr, nbytes = np.array(self.corr, dtype=np.int64), np.array(self.bytes, dtype=np.int64)
-        extra = {"correlation": pd.arrays.IntegerArray(np.maximum(corr, 0), corr < 0),
-                 "bytes": pd.arrays.IntegerArray(np.maximum(nbytes, 0), nbytes < 0)}
+        extra = {"correlation": numbers(np.maximum(corr, 0), pa.int64(), corr < 0),
+                 "bytes": numbers(np.maximum(nbytes, 0), pa.int64(), nbytes < 0)}
         timeline = build_timeline(
             rank=0 if isinstance(rank, tuple) else rank, lane_codes=np.array(self.lane, dtype=np.int64),
             lane_table=list(self.lanes), key_codes=np.array(self.key, dtype=np.int64), key_table=list(self.keys),
