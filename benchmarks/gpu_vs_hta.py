@@ -14,7 +14,9 @@ tool runs in a fresh process (module imports included; HTA in its own venv ``.ve
 
 HTA also runs ``get_cuda_kernel_launch_stats`` and ``get_queue_length_summary``; under each trace, per rank:
 launch count, mean CPU / GPU duration and launch delay (µs), runtime and launch-delay outliers (ddltrace / HTA),
-and per stream the queue length's change count, mean over the changes and maximum.
+and per stream the queue length's change count, mean over the changes and maximum; and
+``get_memory_bw_summary``: per rank and kind of copy (HTA's names), the count and mean bandwidth (GB/s) of both
+(ddltrace's mean only where the store holds the copies' bytes: the Kineto importer does not put them there yet).
 
 Printed per trace and rank: idle / compute / non-compute share of the GPU window and the comm-comp overlap of
 both tools, with the difference in percentage points (ddltrace minus HTA), then each tool's wall time (s) and
@@ -71,6 +73,13 @@ for (rank, stream), q in (queues.iterrows() if queues is not None else []):
     rows[int(rank)].setdefault("queues", {})[f"stream {stream}"] = {
         "changes": int(q[("queue_length", "count")]), "mean": float(q[("queue_length", "mean")]),
         "max": int(q[("queue_length", "max")])}
+try:
+    memory = analyzer.get_memory_bw_summary(ranks=ranks)
+except Exception:  # a trace with no copy
+    memory = None
+for (rank, name), m in (memory.iterrows() if memory is not None else []):
+    rows[int(rank)].setdefault("memory", {})[name] = {"count": int(m[("memory_bw_gbps", "count")]),
+                                                       "mean_gbps": float(m[("memory_bw_gbps", "mean")])}
 print(json.dumps(rows))
 """
 
@@ -104,6 +113,11 @@ for x in run.gpu.launch_table().to_dict("records"):
 for q in run.gpu.queue_table().to_dict("records"):
     rows[q["rank"]].setdefault("queues", {})[q["stream"]] = {"changes": q["changes"], "mean": q["mean_hta"],
                                                               "max": q["max"]}
+hta_names = {"H2D": "Memcpy HtoD", "D2H": "Memcpy DtoH", "D2D": "Memcpy DtoD", "fill": "Memset"}
+for c in run.gpu.copy_table().to_dict("records"):
+    mean = c["mean_bandwidth"] / 1e9 if c["mean_bandwidth"] == c["mean_bandwidth"] else None
+    rows[c["rank"]].setdefault("memory", {})[hta_names.get(c["direction"], c["direction"])] = {
+        "count": c["copies"], "mean_gbps": mean}
 print(json.dumps(rows))
 """
 
@@ -151,6 +165,18 @@ def _print_launches(r: dict) -> None:
                 f"{b.get(k, '-')}" for k in ("changes", "mean", "max")))
 
 
+def _print_copies(r: dict) -> None:
+    """Copies per kind (HTA's names) of both tools: count and mean bandwidth (GB/s; ddltrace's only where the
+    store holds the copies' bytes)."""
+    for rank, h in sorted(r["hta"].items(), key=lambda kv: int(kv[0])):
+        mine, theirs = r["ours"].get(rank, {}).get("memory", {}), h.get("memory", {})
+        for kind in sorted(set(mine) | set(theirs)):
+            a, b = mine.get(kind, {}), theirs.get(kind, {})
+            mean = a.get("mean_gbps")
+            print(f"{'':<36} {rank:>4}  copies {kind}: count {a.get('count', 0)} / {b.get('count', 0)}, mean GB/s "
+                  f"{'-' if mean is None else f'{mean:.6g}'} / {b.get('mean_gbps', float('nan')):.6g}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("traces", nargs="*", help="folders of /work/shared/hta_traces (default: all with GPU work)")
@@ -179,6 +205,7 @@ def main() -> None:
                         + f"  {o.get('events')} / {h.get('events')}")
             if r["hta"] is not None and r["ours"] is not None:
                 _print_launches(r)
+                _print_copies(r)
             print(f"{'':<36} wall s: ddltrace {r['ours_s']:.2f}, HTA {r['hta_s']:.2f}, HTA / ddltrace "
                   f"{r['hta_s'] / r['ours_s']:.2f}x")
     both = [r for r in results if r["hta"] is not None and r["ours"] is not None]

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from gpu_truth import events, file_bytes, idle_truth, late_store, ns, with_file_bytes
+from hta_reference import NEEDS_HTA, hta_figures
 from shared_data import SHARED, corpus, needs
 
 from ddltrace.analyses.gpu_collectives import BUS_FACTORS, late_arrivals, parse_name, summary
@@ -179,3 +180,16 @@ def test_idle_waiting_for_the_host_from_the_files_launches(tmp_path):
         assert got["idle_ns"] == pytest.approx(idle, abs=2000)
         assert got["host_wait_ns"] == pytest.approx(host, abs=2000)
         assert 0 < got["host_wait_ns"] < got["idle_ns"]
+
+
+@NEEDS_HTA
+@present[NCCL_DATA]
+def test_hta_gives_the_same_copy_counts_and_mean_bandwidth(tmp_path):
+    """HTA's get_memory_bw_summary on the same file: its copies per kind and their mean bandwidth (HTA averages
+    Kineto's own per-copy "memory bandwidth (GB/s)"; ddltrace bytes / duration of each, with the file's bytes)."""
+    hta = hta_figures(NCCL_DATA.parent)["0"]["memory"]
+    store = with_file_bytes(imported(tmp_path, NCCL_DATA.parent, "nccl"), [NCCL_DATA], tmp_path / "sized")
+    table = analyze_store(store).gpu.copy_table().set_index("direction")
+    assert table.loc["D2D", "copies"] == hta["Memcpy DtoD"]["count"] == 960
+    assert table.loc["fill", "copies"] == hta["Memset"]["count"]
+    assert table.loc["D2D", "mean_bandwidth"] / 1e9 == pytest.approx(hta["Memcpy DtoD"]["mean_gbps"], rel=1e-3)
