@@ -9,9 +9,11 @@ MXNet's ``CopyCPU2GPU``), ``D2H``, ``D2D``, ``P2P`` (between devices), ``fill`` 
 
 Per rank, device and direction (:func:`copy_summary`): copies, their summed duration (ns), the union of their
 intervals (ns, concurrent copies counted once), bytes, the effective bandwidth = bytes / summed duration
-(bytes/s), HTA's mean of the copies' own bandwidths (bytes / duration of each, bytes/s), and the peak of the
-time series; ``vs_pcie`` = effective bandwidth over the calibrated PCIe bandwidth where a hardware profile gives
-one. No bandwidth where the store holds no bytes for the copies.
+(bytes/s), the mean of the copies' own bandwidths (bytes / duration of each, bytes/s; HTA's summary mean where
+the copies of a kind never overlap) and the peak of the time series; ``vs_pcie`` = effective bandwidth over the
+calibrated bandwidth of that direction where a hardware profile gives one (``gpu0_h2d`` and ``gpu0_d2h`` of
+``ddltrace calibrate``: pinned copies of 256 MiB or more). No bandwidth where the store holds no bytes for the
+copies.
 
 The time series (:func:`bandwidth_series`, HTA's definition): each copy moves its bytes at bytes / duration over
 its interval; the series is the sum of the copies running at each instant (bytes/s), per direction, changing

@@ -44,7 +44,7 @@ COLLECTIVES = ("Collectives by kind (communication kernels, matched across ranks
 LATE = ("Late arrivals at the collectives (per rank: the matched instances it started last at, and the wait of the "
         "other ranks' kernels for it)")
 COPIES = ("Memory copies per direction (name says the direction; time: summed durations; bandwidth: bytes / summed "
-          "duration; mean: of each copy's bytes / duration, HTA's; peak: of the summed bandwidth of concurrent "
+          "duration; mean: of each copy's bytes / duration; peak: of the summed bandwidth of concurrent "
           "copies over time; vs calibrated: against the profile's pinned host-device copy bandwidth)")
 NVML = ("NVML counters in each device's window in the trace (the sampler's gpuI_ counters of the machine, GPU I = "
         "device gpu:I; samples taken from the device's first work to its last; trace busy: the union of its work "

@@ -158,8 +158,8 @@ def test_copies_per_direction_and_hta_mean_bandwidth(tmp_path):
             timed = [e for e in mine if e["dur"] > 0]
             assert got["bandwidth"] == pytest.approx(sum(int(e["args"]["bytes"]) for e in timed)
                                                      / (sum(ns(e["dur"]) for e in timed) / 1e9), rel=1e-6)
-            # HTA's mean of each copy's bandwidth (HTA reads Kineto's "memory bandwidth (GB/s)", which Kineto computed
-            # from durations finer than this file's whole µs: the same figure on the durations as written)
+            # the mean of each copy's bandwidth on the durations as written (Kineto's own "memory bandwidth (GB/s)",
+            # which HTA reads, was computed from durations finer than this file's whole µs)
             each = [int(e["args"]["bytes"]) / (ns(e["dur"]) / 1e9) for e in timed]
             assert got["mean_bandwidth"] == pytest.approx(np.mean(each), rel=1e-6)
             assert got["peak_bandwidth"] >= max(each) * (1 - 1e-9)
@@ -185,8 +185,9 @@ def test_idle_waiting_for_the_host_from_the_files_launches(tmp_path):
 @NEEDS_HTA
 @present[NCCL_DATA]
 def test_hta_gives_the_same_copy_counts_and_mean_bandwidth(tmp_path):
-    """HTA's get_memory_bw_summary on the same file: its copies per kind and their mean bandwidth (HTA averages
-    Kineto's own per-copy "memory bandwidth (GB/s)"; ddltrace bytes / duration of each, with the file's bytes)."""
+    """HTA's get_memory_bw_summary on the same file: its copies per kind and their mean bandwidth (HTA's points are
+    Kineto's own per-copy "memory bandwidth (GB/s)" where the copies of a kind do not overlap, as here; ddltrace
+    takes bytes / duration of each, with the file's bytes)."""
     hta = hta_figures(NCCL_DATA.parent)["0"]["memory"]
     store = with_file_bytes(imported(tmp_path, NCCL_DATA.parent, "nccl"), [NCCL_DATA], tmp_path / "sized")
     table = analyze_store(store).gpu.copy_table().set_index("direction")
