@@ -101,7 +101,8 @@ class AgentLink:
                     length = os.fstat(fh.fileno()).st_size
                     rel = os.path.relpath(path, root)
                     _send(self.sock, {"op": "file", "name": f"{tag}/{rel}", "size": length})
-                    sent = self.sock.sendfile(fh, 0, length)  # the kernel copies (zero-copy where it can)
+                    # the kernel copies (zero-copy where it can); a count of 0 would mean "to the end of the file"
+                    sent = self.sock.sendfile(fh, 0, length) if length else 0
                     if sent < length:  # the file was cut meanwhile: keep the framing
                         self.sock.sendall(b"\0" * (length - sent))
                 files, size = files + 1, size + length
