@@ -72,12 +72,12 @@ class LocalDaskCluster:
         path = self.folder / f"{name}.log"
         return path.read_text()[-2000:] if path.exists() else "(no log)"
 
-    def busy_worker(self) -> tuple[str, list[str]] | None:
-        """(name, task keys) of a worker holding tasks now, per the scheduler; None when none does."""
+    def busy_worker(self) -> tuple[str, str] | None:
+        """(name, address) of a worker holding a task now, per the scheduler; None when none does."""
         names = {addr: w["name"] for addr, w in self.client.scheduler_info(n_workers=-1)["workers"].items()}
         for addr, keys in self.client.processing().items():
             if keys and addr in names:
-                return names[addr], list(keys)
+                return names[addr], addr
         return None
 
     def kill(self, name: str) -> int:
@@ -87,18 +87,19 @@ class LocalDaskCluster:
         return process.wait(timeout=30)
 
     def close(self) -> None:
-        if self.client is not None:  # the scheduler stops its workers and itself; signals for what is left
+        """Ask the scheduler to stop its workers and itself; then SIGTERM, then SIGKILL, what is still running."""
+        if self.client is not None:
             with contextlib.suppress(Exception):
                 self.client.shutdown()
             self.client.close()
-        for process in [*self.workers.values(), self.scheduler]:
-            if process is not None and process.poll() is None:
-                process.terminate()
-        for process in [*self.workers.values(), self.scheduler]:
-            if process is None:
-                continue
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
+        processes = [p for p in [*self.workers.values(), self.scheduler] if p is not None]
+        for stop, grace_s in ((None, 2), (subprocess.Popen.terminate, 3), (subprocess.Popen.kill, 10)):
+            running = [p for p in processes if p.poll() is None]
+            if not running:
+                return
+            for process in running:
+                if stop is not None:
+                    stop(process)
+            deadline = time.monotonic() + grace_s
+            while any(p.poll() is None for p in running) and time.monotonic() < deadline:
+                time.sleep(0.05)

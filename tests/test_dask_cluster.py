@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -149,3 +151,69 @@ def test_report_on_the_cluster_gives_the_findings_of_the_local_report(cluster, s
     local, remote = (json.loads((tmp_path / name / "findings.json").read_text()) for name in ("jobs", "scheduler"))
     local.pop("generated", None), remote.pop("generated", None)
     assert remote == local and remote["findings"]
+
+
+# -- workers that die ------------------------------------------------------------------------------------------
+
+#: Seconds each task waits before it reads its rank (ddltrace.executor's test hook), so that a worker is killed
+#: while it holds one.
+TASK_DELAY_S = 0.5
+
+
+@pytest.fixture(scope="module")
+def slow_cluster(tmp_path_factory):
+    """Three workers whose tasks each wait TASK_DELAY_S first (the env var is the workers', not this process's)."""
+    from ddltrace.executor import TEST_DELAY_ENV
+
+    with LocalDaskCluster(tmp_path_factory.mktemp("dask-slow"), workers=3,
+                          env={TEST_DELAY_ENV: str(TASK_DELAY_S)}) as running:
+        yield running
+
+
+def _analyze_killing_a_worker(cluster, store: Path) -> tuple[dict, str, str]:
+    """``ddltrace analyze --json --scheduler`` in its own process; once the scheduler says a worker holds a task,
+    that worker is sent SIGKILL. The JSON printed, stderr, and the dead worker's address."""
+    child = subprocess.Popen([sys.executable, "-m", "ddltrace", "analyze", str(store), "--json", "--scheduler",
+                              cluster.address], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        while (busy := cluster.busy_worker()) is None:
+            assert child.poll() is None, "analyze ended before any worker held a task"
+            time.sleep(0.05)
+        name, address = busy
+        assert cluster.kill(name) == -signal.SIGKILL
+        out, err = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 0, err
+    return json.loads(out), err, address
+
+
+def test_a_worker_killed_while_it_holds_a_task_changes_nothing(slow_cluster, stores, capsys):
+    """The dead worker's tasks are run again on the others (the scheduler's doing): the findings, breakdown,
+    wait states, ... equal the local run's, and the last progress line counts the two workers left."""
+    rc, local, _ = analyze(capsys, stores / "ps", "--json")
+    result, err, _ = _analyze_killing_a_worker(slow_cluster, stores / "ps")
+    assert result == json.loads(local)
+    assert err.strip().splitlines()[-1].endswith(f"on 2 workers of the Dask cluster at {slow_cluster.address}")
+
+
+def test_a_rank_whose_task_the_cluster_gives_up_is_named_and_the_rest_reported(slow_cluster, stores, capsys):
+    """With the scheduler's allowed-failures at 0, the first worker death gives its tasks up (KilledWorker): those
+    ranks are named as unreadable, with why, and every other rank's breakdown is the local run's."""
+
+    def no_retries(dask_scheduler):  # nested: pickled by value, the scheduler cannot import this module
+        dask_scheduler.allowed_failures = 0
+
+    slow_cluster.client.run_on_scheduler(no_retries)
+    rc, local, _ = analyze(capsys, stores / "ps", "--json")
+    result, err, killed = _analyze_killing_a_worker(slow_cluster, stores / "ps")
+    missing = result["stores"][0]["missing_ranks"]
+    assert 1 <= len(missing) < 7  # the dead worker's tasks (it held one or two), not the others
+    for m in missing:
+        assert f"rank {m['rank']}: its task was given up by the Dask scheduler: the 1 worker that ran it died " \
+               f"while running it (the last {killed};" in m["reason"] and m["reason"] in err
+    given_up = {m["rank"] for m in missing}
+    expected = [row for row in json.loads(local)["stores"][0]["breakdown_ns"] if row["rank"] not in given_up]
+    assert result["stores"][0]["breakdown_ns"] == expected and len(expected) == 7 - len(given_up)
