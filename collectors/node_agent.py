@@ -18,8 +18,12 @@ every node writes (as the PMPI record folder is). Pids are those of the node's P
 (host, pid) key.
 
 Test hook: ``DDLTRACE_TEST_NODE_CLOCK_OFFSET_NS="HOST:NS[,HOST:NS]"`` shifts the clock of every collector on
-node HOST by NS ns (the PMPI runtime's and the agent's), to test clock alignment across the simulated
-cluster's nodes, which share one kernel clock. For tests only.
+node HOST by NS ns (the PMPI runtime's, the agent's and the framework bootstrap's mark), to test clock
+alignment across the simulated cluster's nodes, which share one kernel clock. For tests only.
+
+With ``--link HOST:PORT --token T`` the agent also keeps a TCP link to the launching process: a clock
+ping-pong at its start and end, and the node's part sent at the end when the record folder is on the node's
+own disk (collectors/node_link.py).
 """
 
 from __future__ import annotations
