@@ -109,35 +109,37 @@ def match_instances(kernels: pd.DataFrame, world_size: int, link_bytes_per_s: fl
     keys = ["group", "collective", "step_key", "seq"]
     shared = k[~single].groupby(keys, sort=False).ngroup()
     k.loc[~single, "instance"] = shared.to_numpy()
-    rows = []
-    for _, part in k.groupby("instance", sort=False):
-        start = part["start_ns"].to_numpy(np.int64)
-        dur = part["dur_ns"].to_numpy(np.int64)
-        late = int(np.argmax(start))
-        lead = int(start[late] - np.delete(start, late).max()) if len(start) > 1 else 0
-        size = part["bytes"].dropna()
-        n_bytes = int(size.max()) if len(size) else None
-        collective = part["collective"].iloc[0]
-        duration = int(dur.min())
-        algbw = busbw = ratio = float("nan")
-        if n_bytes is not None and duration > 0 and world_size >= 2 and collective in BUS_FACTORS:
-            algbw = n_bytes / (duration / 1e9)
-            busbw = algbw * BUS_FACTORS[collective](world_size)
-            if link_bytes_per_s:
-                ratio = busbw / link_bytes_per_s
-        rows.append([part["group"].iloc[0], collective,
-                     int(part["step_key"].iloc[0]) if use_steps else None, int(part["seq"].iloc[0]),
-                     _one(part["algorithm"]), _one(part["protocol"]), len(part), int(start.min()),
-                     int(start.max() - start.min()), int(part["rank"].iloc[late]) if len(part) > 1 else None,
-                     lead, int((start.max() - start).sum()), duration, int(dur.max()), n_bytes, algbw, busbw, ratio])
-    out = pd.DataFrame(rows, columns=COLUMNS)
-    return out.sort_values("first_start_ns", kind="stable", ignore_index=True)
+    # latest start first within each instance: its first row is the late arriver, its second the next latest
+    k = k.sort_values(["instance", "start_ns", "rank"], ascending=[True, False, True], kind="stable")
+    g = k.groupby("instance", sort=False)
+    out = g.agg(group=("group", "first"), collective=("collective", "first"), step=("step_key", "first"),
+                seq=("seq", "first"), ranks=("rank", "size"), first_start_ns=("start_ns", "min"),
+                latest_ns=("start_ns", "first"), late=("rank", "first"), start_sum=("start_ns", "sum"),
+                duration_ns=("dur_ns", "min"), max_duration_ns=("dur_ns", "max"), bytes=("bytes", "max"))
+    second = g["start_ns"].nth(1)
+    second.index = k.loc[second.index, "instance"].to_numpy()
+    out["lead_ns"] = (out["latest_ns"] - second.reindex(out.index).fillna(out["latest_ns"])).astype(np.int64)
+    out["skew_ns"] = out["latest_ns"] - out["first_start_ns"]
+    out["wait_ns"] = out["ranks"] * out["latest_ns"] - out["start_sum"]
+    out["late_rank"] = out["late"].astype("Int64").where(out["ranks"] > 1)
+    out["step"] = out["step"].astype("Int64") if use_steps else None
+    for column in ("algorithm", "protocol"):
+        out[column] = _agreed(k, column).reindex(out.index).fillna("")
+    size = out["bytes"].astype("Float64")
+    factor = pd.Series([BUS_FACTORS[c](world_size) if c in BUS_FACTORS and world_size >= 2 else np.nan
+                        for c in out["collective"]], index=out.index, dtype=float)
+    algbw = (size / (out["duration_ns"].where(out["duration_ns"] > 0) / 1e9)).astype(float)
+    out["algbw"] = algbw.where(factor.notna())
+    out["busbw"] = algbw * factor
+    out["busbw_vs_link"] = out["busbw"] / link_bytes_per_s if link_bytes_per_s else np.nan
+    out["bytes"] = out["bytes"].astype("Int64")
+    return out[COLUMNS].sort_values("first_start_ns", kind="stable", ignore_index=True)
 
 
-def _one(values: pd.Series) -> str:
-    """The value all ranks agree on, or the distinct values joined with '/'."""
-    seen = sorted(set(values) - {""})
-    return "/".join(seen)
+def _agreed(kernels: pd.DataFrame, column: str) -> pd.Series:
+    """Per instance, the value of ``column`` all its ranks agree on, or the distinct values joined with '/'."""
+    seen = kernels.loc[kernels[column] != "", ["instance", column]].drop_duplicates().sort_values(column)
+    return seen.groupby("instance", sort=False)[column].agg("/".join)
 
 
 SUMMARY_COLUMNS = ["collective", "algorithm", "instances", "matched", "time_ns", "bytes", "busbw_median",
