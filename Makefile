@@ -54,7 +54,8 @@ test-damaged-heavy: install
 
 # The framework tier (docs/FRAMEWORKS.md): real PyTorch, MXNet and TensorFlow jobs under `ddltrace run
 # --framework`, each framework in its own venv under .venvs/ (about 4 GB of disk in all: torch 1.0, mxnet 0.3, tf 1.6, horovod 1.1;
-# the first build takes about 10 minutes, the tests about 2 minutes on 2 cores). Not part of `make test`.
+# the first build takes about 10 minutes, the tests about 3 minutes on 2 cores, with torchrun across 2 simulated
+# nodes when root and iproute2 are there). Not part of `make test`.
 FW_VENVS = .venvs/torch/.installed .venvs/mxnet/.installed .venvs/tf/.installed .venvs/horovod/.installed
 .venvs/torch/.installed:
 	$(PYTHON) -m venv .venvs/torch && .venvs/torch/bin/pip install -q torch==2.13.0 numpy && touch $@

@@ -130,6 +130,7 @@ class Gatherer:
         self._lock = threading.Lock()
         self._server = socket.create_server((bind, 0), backlog=128)
         self._threads: list[threading.Thread] = []
+        self._greeting = 0  # connections accepted whose hello is not read yet
         self._closing = False
         self.port = self._server.getsockname()[1]
         self._acceptor = threading.Thread(target=self._accept, daemon=True)
@@ -144,12 +145,14 @@ class Gatherer:
             thread = threading.Thread(target=self._serve, args=(conn, peer[0]), daemon=True)
             with self._lock:
                 self._threads.append(thread)
+                self._greeting += 1
             thread.start()
 
     def _serve(self, conn: socket.socket, peer: str) -> None:
         node: dict = {"peer": peer, "state": "connected", "files": 0, "bytes": 0}
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         buf = bytearray(CHUNK)
+        greeting = True
         try:
             conn.settimeout(IDLE_S)
             hello = _recv(conn)
@@ -159,6 +162,8 @@ class Gatherer:
                         state="running")
             with self._lock:
                 self.nodes[node["host"]] = node
+                self._greeting -= 1
+                greeting = False
             conn.settimeout(None)  # the job may run for days: the connection idles until the node's end
             while True:
                 op = conn.recv(1, socket.MSG_PEEK)
@@ -179,9 +184,12 @@ class Gatherer:
                     _send(conn, {"op": "ok"})
                     return
         except (OSError, ValueError, KeyError, ConnectionError) as exc:
-            if node["state"] != "complete":
+            if node["state"] not in ("complete", "lost"):
                 node.update(state="lost", error=f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
         finally:
+            if greeting:
+                with self._lock:
+                    self._greeting -= 1
             conn.close()
 
     def _receive_file(self, conn: socket.socket, node: dict, name: str, size: int, buf: bytearray) -> None:
@@ -210,7 +218,8 @@ class Gatherer:
         last = -1
         while time.monotonic() < deadline:
             with self._lock:
-                pending = [n for n in self.nodes.values() if n["state"] in ("running", "gathering")]
+                pending = [n for n in self.nodes.values() if n["state"] in ("running", "gathering")] \
+                    or self._greeting
                 progress = sum(n["bytes"] for n in self.nodes.values())
             if not pending:
                 break
@@ -222,7 +231,7 @@ class Gatherer:
             for node in self.nodes.values():
                 if node["state"] in ("running", "gathering"):
                     node.update(state="lost", error=f"no word from the node for {timeout_s:g} s after the job")
-            return dict(self.nodes)
+            return {host: dict(node) for host, node in self.nodes.items()}
 
     def close(self) -> None:
         self._closing = True
