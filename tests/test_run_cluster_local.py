@@ -92,8 +92,12 @@ def test_a_killed_node_is_named_with_its_part_and_merge_joins_it(tmp_path, capsy
         shutil.copytree(part, copied)  # what a user does: copy the folder from the node
     store = TraceStore.open(local / "store")
     assert store.ranks == [0, 1], out
-    assert store.run["missing_nodes"] == {victim: str(local / part.relative_to(disks[1]))}
+    part_on_node = str(local / part.relative_to(disks[1]))  # the same folder, as the node sees it
+    assert store.run["missing_nodes"] == {victim: part_on_node}
     assert any(n.startswith(f"missing node {victim}:") and "ddltrace merge" in n for n in store.manifest["notes"])
+    assert main(["info", str(local / "store")]) == 0
+    info = capsys.readouterr().out
+    assert f"missing     node {victim}: its part was not gathered; it is on that node in {part_on_node}" in info
     assert main(["merge", str(local / "store"), str(copied), "--out", str(tmp_path / "joined")]) == 0
     joined = TraceStore.open(tmp_path / "joined")
     assert joined.ranks == [0, 1, 2, 3]

@@ -33,7 +33,9 @@ def run(args) -> int:
     uncategorised = store.manifest.get("uncategorised")
     nodes = _nodes(store)
     if args.json:
+        missing = store.run.get("missing_nodes")
         json.dump({**summary.to_dict(), **({"uncategorised": uncategorised} if uncategorised else {}),
+                   **({"missing_nodes": missing} if missing else {}),
                    "nodes": [n.to_dict() for n in nodes]}, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     else:
@@ -83,6 +85,11 @@ def render(summary: StoreSummary, nodes: list | None = None) -> str:
         if run.get(key):
             lines.append(f"{key:<12}{one_line(str(run[key]))}")
     lines.append(f"world size  {summary.world_size} ranks ({len(summary.ranks)} recorded)")
+    missing = run.get("missing_nodes") if isinstance(run.get("missing_nodes"), dict) else {}
+    for host, folder in sorted(missing.items()):  # node-local parts not gathered (docs/COLLECTORS.md)
+        lines.append(f"missing     node {one_line(str(host))}: its part was not gathered; it is on that node in "
+                     f"{one_line(str(folder))} (copy it here, then `ddltrace merge {one_line(summary.path)} "
+                     "FOLDER --out NEW`)")
     if summary.damaged:
         lines.append(f"damaged     rank {', '.join(map(str, sorted(summary.damaged)))} left out (the warnings "
                      "above say why); the figures below are of the other ranks")
