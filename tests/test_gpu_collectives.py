@@ -194,3 +194,17 @@ def test_hta_gives_the_same_copy_counts_and_mean_bandwidth(tmp_path):
     assert table.loc["D2D", "copies"] == hta["Memcpy DtoD"]["count"] == 960
     assert table.loc["fill", "copies"] == hta["Memset"]["count"]
     assert table.loc["D2D", "mean_bandwidth"] / 1e9 == pytest.approx(hta["Memcpy DtoD"]["mean_gbps"], rel=1e-3)
+
+
+def test_the_same_collectives_when_the_ranks_are_read_in_parallel(tmp_path, capsys):
+    """The cross-rank step reduces the ranks' small tables: reading the 4 ranks in 2 processes (--jobs 2) gives
+    the instances, late arrivals, idle and copies of reading them in one."""
+    store = late_store(tmp_path / "late")
+    docs = []
+    for extra in ([], ["--jobs", "2"]):
+        capsys.readouterr()
+        assert main(["analyze", str(store), "--json", "--quiet", *extra]) == 0
+        docs.append(json.loads(capsys.readouterr().out)["stores"][0]["gpu"])
+    for key in ("collectives", "late_arrivals", "idle", "copies"):
+        assert docs[0][key] == docs[1][key], key
+    assert len(docs[0]["collectives"]) == 20 and docs[0]["late_arrivals"][0]["rank"] == 2
