@@ -359,3 +359,15 @@ def test_cntk_detail_csv_empty_is_one_line(tmp_path):
     path.write_text("")
     with pytest.raises(DdltraceError, match="x_detail_0.csv: empty CSV"):
         list(get_importer("cntk-csv").read(path, ImportContext(Categorizer())))
+
+
+def test_every_shipped_rule_pattern_is_a_regular_expression():
+    """The shipped rules' patterns are compiled when first used (an import pays for its formats' only): each one
+    compiles, so no import finds a bad one late."""
+    import re
+
+    from ddltrace.collectors.importers.categories import shipped_rules
+
+    patterns = [p.pattern for rule in shipped_rules() for p in (rule.cat, rule.name) if p is not None]
+    assert len(patterns) > 50
+    assert all(isinstance(re.compile(p), re.Pattern) for p in patterns)

@@ -27,8 +27,8 @@ class Rule:
 
     id: str
     formats: tuple[str, ...]
-    cat: re.Pattern | None
-    name: re.Pattern | None
+    cat: re.Pattern | _OnFirstSearch | None
+    name: re.Pattern | _OnFirstSearch | None
     category: str
     origin: str  # file the rule came from
     uncategorised: bool = False  # a catch-all for what no rule before it knew: its events are reported
@@ -41,19 +41,37 @@ class Rule:
         return self.name is None or bool(self.name.search(name))
 
 
-def _compile(pattern, where: str) -> re.Pattern | None:
+class _OnFirstSearch:
+    """A regular expression compiled when first searched with: of the shipped rules, an import uses the few of its
+    formats (compiling all 150 patterns would cost 20 ms of each import's start)."""
+
+    def __init__(self, pattern: str):
+        self.pattern = pattern
+        self._compiled: re.Pattern | None = None
+
+    def search(self, text: str) -> re.Match | None:
+        if self._compiled is None:
+            self._compiled = re.compile(self.pattern)
+        return self._compiled.search(text)
+
+
+def _compile(pattern, where: str, checked: bool) -> re.Pattern | _OnFirstSearch | None:
     if pattern is None:
         return None
     if not isinstance(pattern, str):
         raise DdltraceError(f"{where}: pattern must be a string, not {type(pattern).__name__}")
+    if checked:  # the shipped file, whose every pattern a test compiles
+        return _OnFirstSearch(pattern)
     try:
         return re.compile(pattern)
     except re.error as exc:
         raise DdltraceError(f"{where}: bad regular expression {pattern!r} ({exc})") from exc
 
 
-def load_rules(text: str, origin: str) -> tuple[list[Rule], bool]:
-    """Parse a rules file's text; returns (rules, replace). Raises DdltraceError naming the bad rule."""
+def load_rules(text: str, origin: str, *, checked: bool = False) -> tuple[list[Rule], bool]:
+    """Parse a rules file's text; returns (rules, replace). Raises DdltraceError naming the bad rule. The
+    patterns of a ``checked`` file (the shipped rules) are compiled when first used, a user's at once (a bad
+    one is named here)."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -77,14 +95,15 @@ def load_rules(text: str, origin: str) -> tuple[list[Rule], bool]:
         if isinstance(formats, str):
             formats = [formats]
         rules.append(Rule(id=str(entry.get("id", f"rule-{i}")), formats=tuple(formats),
-                          cat=_compile(entry.get("cat"), where), name=_compile(entry.get("name"), where),
+                          cat=_compile(entry.get("cat"), where, checked),
+                          name=_compile(entry.get("name"), where, checked),
                           category=category, origin=origin, uncategorised=flag))
     return rules, bool(data.get("replace", False))
 
 
 def shipped_rules() -> list[Rule]:
     text = resources.files(__package__).joinpath(SHIPPED_RULES).read_text()
-    return load_rules(text, f"ddltrace/collectors/importers/{SHIPPED_RULES}")[0]
+    return load_rules(text, f"ddltrace/collectors/importers/{SHIPPED_RULES}", checked=True)[0]
 
 
 class Categorizer:

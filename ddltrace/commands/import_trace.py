@@ -314,7 +314,7 @@ def _add(store, part, clocks: dict, exchanging: set[int]) -> None:
     rank = int(part.rank)
     info = {k: v for k, v in part.info.items() if v is not None}
     timeline = part.table
-    if rank in store.ranks:
+    if str(rank) in store.manifest["ranks"]:  # (not store.ranks: that sorts every rank, each time)
         timeline = pa.concat_tables([store.written_table(rank), timeline])
         old = store.rank_info(rank)
         files = old.get("files", [old.get("file")])
@@ -323,7 +323,7 @@ def _add(store, part, clocks: dict, exchanging: set[int]) -> None:
             info["format"] = f"{old['format']}+{info.get('format')}"
         if old.get("peer_identities") or info.get("peer_identities"):
             info["peer_identities"] = {**old.get("peer_identities", {}), **info.get("peer_identities", {})}
-    store.add_rank(rank, timeline, part.counter_table, save=False, **info)
+    store.add_rank(rank, timeline, part.counter_table, save=False, group=True, **info)  # small ranks: one file
     clocks.setdefault(part.clock, set()).add(rank)
     if has_point_to_point(part.table):
         exchanging.add(rank)
