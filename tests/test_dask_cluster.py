@@ -162,19 +162,20 @@ TASK_DELAY_S = 0.5
 
 @pytest.fixture(scope="module")
 def slow_cluster(tmp_path_factory):
-    """Three workers whose tasks each wait TASK_DELAY_S first (the env var is the workers', not this process's)."""
+    """Four workers whose tasks each wait TASK_DELAY_S first (the env var is the workers', not this process's); the
+    tests below kill one each."""
     from ddltrace.executor import TEST_DELAY_ENV
 
-    with LocalDaskCluster(tmp_path_factory.mktemp("dask-slow"), workers=3,
+    with LocalDaskCluster(tmp_path_factory.mktemp("dask-slow"), workers=4,
                           env={TEST_DELAY_ENV: str(TASK_DELAY_S)}) as running:
         yield running
 
 
-def _analyze_killing_a_worker(cluster, store: Path) -> tuple[dict, str, str]:
-    """``ddltrace analyze --json --scheduler`` in its own process; once the scheduler says a worker holds a task,
-    that worker is sent SIGKILL. The JSON printed, stderr, and the dead worker's address."""
-    child = subprocess.Popen([sys.executable, "-m", "ddltrace", "analyze", str(store), "--json", "--scheduler",
-                              cluster.address], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _run_killing_a_worker(cluster, *argv: str) -> tuple[str, str, str]:
+    """``ddltrace ARGV --scheduler`` in its own process; once the scheduler says a worker holds a task, that worker
+    is sent SIGKILL. Stdout, stderr, and the dead worker's address."""
+    child = subprocess.Popen([sys.executable, "-m", "ddltrace", *argv, "--scheduler", cluster.address],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         while (busy := cluster.busy_worker()) is None:
             assert child.poll() is None, "analyze ended before any worker held a task"
@@ -187,26 +188,37 @@ def _analyze_killing_a_worker(cluster, store: Path) -> tuple[dict, str, str]:
             child.kill()
             child.wait()
     assert child.returncode == 0, err
+    return out, err, address
+
+
+def _analyze_killing_a_worker(cluster, store: Path) -> tuple[dict, str, str]:
+    out, err, address = _run_killing_a_worker(cluster, "analyze", str(store), "--json")
     return json.loads(out), err, address
+
+
+def _no_retries(cluster) -> None:
+    """The scheduler's allowed-failures set to 0: the first death of a worker gives its tasks up."""
+
+    def no_retries(dask_scheduler):  # nested: pickled by value, the scheduler cannot import this module
+        dask_scheduler.allowed_failures = 0
+
+    cluster.client.run_on_scheduler(no_retries)
 
 
 def test_a_worker_killed_while_it_holds_a_task_changes_nothing(slow_cluster, stores, capsys):
     """The dead worker's tasks are run again on the others (the scheduler's doing): the findings, breakdown,
-    wait states, ... equal the local run's, and the last progress line counts the two workers left."""
+    wait states, ... equal the local run's, and the last progress line counts the workers left."""
     rc, local, _ = analyze(capsys, stores / "ps", "--json")
     result, err, _ = _analyze_killing_a_worker(slow_cluster, stores / "ps")
     assert result == json.loads(local)
-    assert err.strip().splitlines()[-1].endswith(f"on 2 workers of the Dask cluster at {slow_cluster.address}")
+    alive = sum(process.poll() is None for process in slow_cluster.workers.values())
+    assert err.strip().splitlines()[-1].endswith(f"on {alive} workers of the Dask cluster at {slow_cluster.address}")
 
 
 def test_a_rank_whose_task_the_cluster_gives_up_is_named_and_the_rest_reported(slow_cluster, stores, capsys):
     """With the scheduler's allowed-failures at 0, the first worker death gives its tasks up (KilledWorker): those
     ranks are named as unreadable, with why, and every other rank's breakdown is the local run's."""
-
-    def no_retries(dask_scheduler):  # nested: pickled by value, the scheduler cannot import this module
-        dask_scheduler.allowed_failures = 0
-
-    slow_cluster.client.run_on_scheduler(no_retries)
+    _no_retries(slow_cluster)
     rc, local, _ = analyze(capsys, stores / "ps", "--json")
     result, err, killed = _analyze_killing_a_worker(slow_cluster, stores / "ps")
     missing = result["stores"][0]["missing_ranks"]
@@ -217,3 +229,29 @@ def test_a_rank_whose_task_the_cluster_gives_up_is_named_and_the_rest_reported(s
     given_up = {m["rank"] for m in missing}
     expected = [row for row in json.loads(local)["stores"][0]["breakdown_ns"] if row["rank"] not in given_up]
     assert result["stores"][0]["breakdown_ns"] == expected and len(expected) == 7 - len(given_up)
+
+
+def test_a_file_whose_task_the_cluster_gives_up_is_named_and_the_rest_imported(slow_cluster, tmp_path):
+    """import --scheduler with allowed-failures 0, a worker killed while it reads: the files it held are named
+    among the problems (unreadable, with the dead worker), and the store holds the other files' rows exactly as a
+    local import of those files alone gives them."""
+    _no_retries(slow_cluster)
+    folder = tmp_path / "in"
+    shutil.copytree(DATA / "torch_gloo", folder / "torch")
+    shutil.copytree(DATA / "mxnet_dist_sync", folder / "mxnet")
+    out, _, killed = _run_killing_a_worker(slow_cluster, "import", str(folder), "--out", str(tmp_path / "remote"))
+    lines = out.splitlines()
+    given_up = [lines[i - 2].split()[0] for i, line in enumerate(lines)
+                if "problem:" in line and f"the task reading it was given up by the Dask scheduler: the 1 worker "
+                                          f"that ran it died while running it (the last {killed};" in line]
+    assert 1 <= len(given_up) < 4, out
+    kept = tmp_path / "kept"
+    for path in sorted(folder.rglob("*.gz")):
+        if str(path) not in given_up:
+            (kept / path.relative_to(folder)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, kept / path.relative_to(folder))
+    assert main(["import", str(kept), "--out", str(tmp_path / "local"), "--jobs", "1"]) == 0
+    remote, local = TraceStore.open(tmp_path / "remote"), TraceStore.open(tmp_path / "local")
+    assert remote.ranks == local.ranks
+    for rank in local.ranks:
+        assert remote.timeline([rank]).equals(local.timeline([rank])), rank

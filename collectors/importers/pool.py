@@ -116,6 +116,14 @@ def read_file(task: FileTask, categorizer: Categorizer, rank_from: str,
         return [], ctx.report, mine, DdltraceError(str(exc))
 
 
+def given_up(args: tuple, why: str) -> tuple[list[RankPart], FileReport, Categorizer, DdltraceError]:
+    """What :func:`read_file` hands back for a file whose task the cluster gave up (its workers died reading it):
+    no parts, and the error naming the file (``on_failure`` of :mod:`ddltrace.executor`)."""
+    task, categorizer, _ = args
+    error = DdltraceError(f"{task.path}: the task reading it {why}")
+    return [], FileReport(task.report.path, task.report.format), categorizer.fresh(), error
+
+
 def _parts_or_raise(parts: list[RankPart], error: DdltraceError | None) -> list[RankPart]:
     if error is not None:
         raise error

@@ -182,7 +182,7 @@ def _import(args, out: Path) -> int:
     from ddltrace.collectors.importers import Categorizer, detect, get_importer
     from ddltrace.collectors.importers import source as source_module
     from ddltrace.collectors.importers.base import FileReport
-    from ddltrace.collectors.importers.pool import FileTask, read_files
+    from ddltrace.collectors.importers.pool import FileTask, given_up, read_files
     from ddltrace.collectors.importers.tb_profile import host_ranks
     from ddltrace.executor import DaskMapper, usable_cpus
     from ddltrace.store import TraceStore, publish
@@ -220,7 +220,7 @@ def _import(args, out: Path) -> int:
     mapper = None
     try:
         if args.scheduler:
-            mapper = DaskMapper(args.scheduler, progress.tasks)
+            mapper = DaskMapper(args.scheduler, progress.tasks, on_failure=given_up)
         clocks, formats, deferred, detailed, messages = {}, Counter(), [], set(), []
         exchanging: set[int] = set()  # ranks with MPI sends/receives naming a peer: alignment reads only these
         world_sizes = []
