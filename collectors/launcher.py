@@ -40,7 +40,7 @@ import psutil
 from ddltrace.collectors import frameworks, node_agent, node_clock, node_link, record_sets
 from ddltrace.collectors.clock import clock_manifest
 from ddltrace.collectors.gpu_sampler import GpuSampler
-from ddltrace.collectors.mpi_env import local_env, mpi_flavour, mpiexec_command
+from ddltrace.collectors.mpi_env import find_tool, local_env, mpi_flavour, mpiexec_command
 from ddltrace.collectors.pmpi.build import build_wrapper
 from ddltrace.collectors.pmpi.records import OUTSIDE_MPI, RankRecords, read_records, to_timeline
 from ddltrace.collectors.pyspy_stacks import PySpyRecorder
@@ -196,7 +196,7 @@ def _command(cfg: RunConfig, lib: Path | None, records: Path | None, fw_env: dic
     starts first runs the node agent's shim (collectors/node_agent.py), which starts one agent per node."""
     if cfg.np is None and not cfg.launcher:
         return list(cfg.argv), {**os.environ, **fw_env}, ""
-    extra = {"LD_PRELOAD": ":".join(filter(None, [str(lib), os.environ.get("LD_PRELOAD", "")])),
+    extra = {"LD_PRELOAD": ":".join(filter(None, [str(lib or ""), os.environ.get("LD_PRELOAD", "")])),
              "DDLTRACE_PMPI_DIR": str(records)}
     if cfg.launcher:
         prefix = shlex.split(cfg.launcher)
@@ -234,7 +234,7 @@ def run_job(cfg: RunConfig) -> RunResult:
         cfg.framework = frameworks.canonical(cfg.framework)
     with StoreLock(out):  # before any work: a second writer of --out stops here, before its job runs
         mpi = cfg.np is not None or bool(cfg.launcher)
-        lib = build_wrapper(_mpicc_of(cfg.launcher)) if mpi else None
+        lib = _wrapper(cfg) if mpi else None
         work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
         # ranks on this machine only (--np): records in shared memory (no disk writes, cheaper page faults);
         # a launcher may start ranks on other nodes: records beside the store, on its (shared) file system
@@ -256,6 +256,15 @@ def run_job(cfg: RunConfig) -> RunResult:
                       f"with `ddltrace recover {records} --out {out}`", file=cfg.stream, flush=True)
 
 
+def _wrapper(cfg: RunConfig) -> Path | None:
+    """The PMPI wrapper for the job's MPI (built on first use); None for a --launcher job where no MPI
+    compiler is found (a framework or plain job across nodes need not use MPI: it runs without the wrapper)."""
+    mpicc = _mpicc_of(cfg.launcher) or find_tool("mpicc")
+    if mpicc is None and cfg.launcher:
+        return None
+    return build_wrapper(mpicc)
+
+
 def _run(cfg: RunConfig, out: Path, mpi: bool, lib: Path | None, work: Path, records: Path) -> RunResult:
     fw_env = frameworks.job_env(cfg.framework, work / "framework", cfg.steps) if cfg.framework else {}
     # the node agents' link: clock ping-pong, and the gather of parts left on node-local disk
@@ -263,14 +272,14 @@ def _run(cfg: RunConfig, out: Path, mpi: bool, lib: Path | None, work: Path, rec
     link = (f"{cfg.launcher_addr or node_link.default_address()}:{gatherer.port}", gatherer.token) \
         if gatherer is not None else None
     try:
-        return _run_job(cfg, out, mpi, work, records, fw_env, gatherer,
+        return _run_job(cfg, out, mpi, lib, work, records, fw_env, gatherer,
                         _command(cfg, lib, records if mpi else None, fw_env, link))
     finally:
         if gatherer is not None:
             gatherer.close()
 
 
-def _run_job(cfg, out, mpi, work, records, fw_env, gatherer, command) -> RunResult:
+def _run_job(cfg, out, mpi, lib, work, records, fw_env, gatherer, command) -> RunResult:
     cmd, env, flavour = command
     stream = cfg.stream
     show = cfg.progress and stream.isatty()
@@ -339,6 +348,9 @@ def _run_job(cfg, out, mpi, work, records, fw_env, gatherer, command) -> RunResu
         gpu_rows = gpu.stop() if gpu is not None else []
         stacks = pyspy.stop() if pyspy is not None else {}
         notes = ([] if gpu is None or gpu.available else [gpu.reason]) + (pyspy.notes if pyspy is not None else [])
+        if mpi and lib is None:
+            notes.append(f"no MPI compiler (mpicc) beside the launcher, this Python or on PATH: the PMPI wrapper "
+                         f"was not built, so MPI calls are not recorded ({cfg.launcher} started the job as it is)")
         if interrupted:
             notes.append("interrupted (Ctrl-C / SIGTERM): the job was stopped; ranks still running were marked "
                          "abrupt")

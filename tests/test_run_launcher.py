@@ -1,0 +1,31 @@
+"""``ddltrace run --launcher`` with a launcher that is not MPI's (here ``env``, which runs the command on this
+machine) and no MPI compiler to be found: the job runs without the PMPI wrapper (a framework or plain job
+across nodes need not use MPI), the notes say MPI calls are not recorded, the process the launcher started is
+a rank, and its node agent's link to the launching process completes with a clock offset measured within its
+uncertainty (one machine: the true offset is 0). No root needed."""
+
+from __future__ import annotations
+
+import sys
+
+from ddltrace.cli import main
+from ddltrace.collectors import launcher
+from ddltrace.store import TraceStore
+
+
+def test_a_launcher_job_without_mpi_runs_without_the_wrapper(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(launcher, "_mpicc_of", lambda _launcher: None)
+    monkeypatch.setattr(launcher, "find_tool", lambda _name: None)
+    store = tmp_path / "store"
+    assert main(["run", "--no-progress", "--launcher", "env", "--launcher-addr", "127.0.0.1", "--out", str(store),
+                 "--", sys.executable, "-c", "import time; time.sleep(0.5)"]) == 0
+    printed = capsys.readouterr()
+    s = TraceStore.open(store)
+    assert s.ranks == [0] and s.rank_info(0)["role"] == "process"
+    assert any("the PMPI wrapper was not built, so MPI calls are not recorded" in n for n in s.manifest["notes"])
+    (host, link), = s.run["node_links"].items()
+    assert link["state"] == "complete" and link["shared"] is True and link["files"] == 0, printed.out
+    clock = s.manifest["clock"]
+    assert abs(clock["node_offsets_ns"][host]) <= clock["node_uncertainty_ns"][host]
+    assert abs(clock["node_end_offsets_ns"][host]) <= clock["node_end_uncertainty_ns"][host]
+    assert "rss_bytes" in set(s.counters([0])["name"])
