@@ -74,7 +74,7 @@ class GpuAnalysis:
         self.kernels.append(gpu_kernels.top_kernels(rank, work))
         self.overlap.append(gpu_overlap.comm_comp_overlap(rank, work))
         self.kernel_sums.append(work.groupby(["category", "name"])["dur_ns"].sum().rename(rank))
-        self.collective_kernels.append(gpu_collectives.rank_collectives(rank, work))
+        self.collective_kernels.append(gpu_collectives.rank_collectives(rank, work, timeline))
         self.copies.append(gpu_memcpy.rank_copies(rank, work))
         pairs = gpu_launch.launch_pairs(timeline, work)
         self.idle.append(gpu_idle.idle_breakdown(rank, work, pairs))

@@ -6,10 +6,12 @@ algorithm, bus bandwidth (nccl-tests' definitions) and the start skew across ran
 the collective (``allreduce``, ``allgather``, ``reducescatter``, ``broadcast``, ``reduce``, ``alltoall``;
 ``sendrecv``, ``send``, ``recv`` are point-to-point), NCCL's algorithm (``RING``, ``TREE``, ``NVLS``, ``COLLNET``...)
 and protocol (``LL``, ``LL128``, ``SIMPLE``) where the name holds them (``ncclKernel_AllReduce_RING_LL_Sum_float``,
-``ncclDevKernel_AllGather_RING_LL``); a kernel whose name says no collective (``ncclDevKernel_Generic``) is kind
-``unknown``. Its payload is the timeline's ``bytes`` (nccl-tests' *size*: the whole buffer of an all-reduce,
-broadcast or reduce; the gathered output of an all-gather, the input of a reduce-scatter, the send buffer of an
-all-to-all), its process group the timeline's ``comm``, where the importer gives them.
+``ncclDevKernel_AllGather_RING_LL``). A kernel whose name says no collective (``ncclDevKernel_Generic`` of NCCL
+2.19 on and RCCL) takes the collective of the host operation that launched it (c10d's ``nccl:all_reduce`` around
+the runtime call of the same correlation id), else is kind ``unknown``. Its payload is the timeline's ``bytes``
+(nccl-tests' *size*: the whole buffer of an all-reduce, broadcast or reduce; the gathered output of an all-gather,
+the input of a reduce-scatter, the send buffer of an all-to-all), its process group the timeline's ``comm``, where
+the importer gives them.
 
 **Across ranks (reduce)**: :func:`match_instances` matches the kernels of the ranks into instances by
 (process group, collective, step, sequence): the n-th kernel of that collective of that group in that training
@@ -76,21 +78,67 @@ def parse_name(name: str) -> tuple[str, str, str]:
     return collective, algorithm, protocol
 
 
-def rank_collectives(rank: int, work: pd.DataFrame) -> pd.DataFrame:
+def rank_collectives(rank: int, work: pd.DataFrame, timeline: pd.DataFrame | None = None) -> pd.DataFrame:
     """The communication kernels of one rank's device ``work`` with their collective, algorithm, protocol,
     group (the ``comm`` column as text, "" where none), step, start, duration (ns) and bytes (<NA> where none).
-    Columns :data:`RANK_COLUMNS`: the small table the cross-rank step reads."""
+    Columns :data:`RANK_COLUMNS`: the small table the cross-rank step reads. A kernel whose name says no
+    collective takes the one its host operation says, where ``timeline`` (the rank's) links it to its launch
+    (:func:`host_collectives`)."""
     comm = work[work["category"] == "comm"]
     parsed = [parse_name(n) for n in comm["name"]]
+    collective = np.array([p[0] for p in parsed], dtype=object)
+    unknown = collective == "unknown"
+    if unknown.any() and timeline is not None and "correlation" in timeline:
+        said = host_collectives(timeline, comm["correlation"][unknown])
+        collective[unknown] = np.where(said != "", said, "unknown")
     group = comm["comm"].astype("string").fillna("").to_numpy(object) if "comm" in comm else ""
     return pd.DataFrame({
         "rank": rank, "device": comm["device"].to_numpy(object), "stream": comm["stream"].to_numpy(object),
-        "name": comm["name"].to_numpy(object), "collective": [p[0] for p in parsed],
+        "name": comm["name"].to_numpy(object), "collective": collective,
         "algorithm": [p[1] for p in parsed], "protocol": [p[2] for p in parsed], "group": group,
         "step": comm["step"].array, "start_ns": comm["start_ns"].to_numpy(np.int64),
         "dur_ns": comm["dur_ns"].to_numpy(np.int64),
         "bytes": comm["bytes"].array if "bytes" in comm else pd.array([pd.NA] * len(comm), dtype="Int64"),
     }, columns=RANK_COLUMNS)
+
+
+#: How many enclosing host operations are looked through for one that names a collective.
+_DEPTH = 8
+
+
+def host_collectives(timeline: pd.DataFrame, correlations: pd.Series) -> np.ndarray:
+    """For each correlation id of a kernel whose name says no collective (NCCL's ``ncclDevKernel_Generic``, RCCL):
+    the collective named by the innermost host operation around the runtime call that launched it, on the
+    launch's own thread (c10d's ``nccl:all_reduce``, ``c10d::allreduce_``, ``nccl:_all_gather_base``); "" where
+    there is no launch with that id or no such operation."""
+    from ddltrace.analyses.breakdown import device_lanes
+
+    out = np.full(len(correlations), "", dtype=object)
+    host = timeline[~device_lanes(timeline["lane"])]
+    ids = correlations.astype("Int64")
+    launches = host[host["correlation"].isin(ids.dropna())].drop_duplicates("correlation")
+    if not len(launches):
+        return out
+    names = pd.Series(host["name"].unique())
+    said = names.map(lambda n: parse_name(n)[0])
+    named = dict(zip(names[said != "unknown"], said[said != "unknown"], strict=True))
+    ops = host[host["name"].isin(named)]
+    found = {}
+    for lane, at in launches.groupby("lane", sort=False):
+        mine = ops[ops["lane"] == lane].sort_values("start_ns", kind="stable")
+        start = mine["start_ns"].to_numpy(np.int64)
+        end = start + mine["dur_ns"].to_numpy(np.int64)
+        what = mine["name"].map(named).to_numpy(object)
+        for corr, t0, dur in zip(at["correlation"], at["start_ns"], at["dur_ns"], strict=True):
+            i = int(np.searchsorted(start, t0, side="right")) - 1
+            for j in range(i, max(i - _DEPTH, -1), -1):
+                if end[j] >= t0 + dur:
+                    found[int(corr)] = what[j]
+                    break
+    for i, corr in enumerate(ids):
+        if corr is not pd.NA and int(corr) in found:
+            out[i] = found[int(corr)]
+    return out
 
 
 def match_instances(kernels: pd.DataFrame, world_size: int, link_bytes_per_s: float | None = None) -> pd.DataFrame:

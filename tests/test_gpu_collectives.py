@@ -208,3 +208,32 @@ def test_the_same_collectives_when_the_ranks_are_read_in_parallel(tmp_path, caps
     for key in ("collectives", "late_arrivals", "idle", "copies"):
         assert docs[0][key] == docs[1][key], key
     assert len(docs[0]["collectives"]) == 20 and docs[0]["late_arrivals"][0]["rank"] == 2
+
+
+MI300 = corpus("tracelens_mi300_resnet_ckpt", "resnet_act_checkpoint.json.gz")
+
+
+@needs(MI300)
+def test_generic_kernels_take_the_collective_of_their_host_operation(tmp_path):
+    """RCCL's ncclDevKernel_Generic says no collective; where c10d copied its args onto the kernel, the file itself
+    says which (args "Collective name"): the host operation around its launch must say the same. Kernels whose
+    launch is not in the file stay unknown."""
+    run = analyze_store(imported(tmp_path, MI300.parent, "mi300"))
+    evs, info = events(MI300)
+    launched = {e["args"]["correlation"] for e in evs if e.get("cat") == "cuda_runtime"
+                and "correlation" in e.get("args", {})}
+    generic = sorted((e for e in evs if e.get("cat") == "kernel" and "ncclDevKernel_Generic" in e["name"]),
+                     key=lambda e: Decimal(e["ts"]))
+    kernels = run.gpu.collective_kernel_table().sort_values("start_ns")
+    assert len(kernels) == len(generic) == 17
+    said = [e["args"].get("Collective name") for e in generic]
+    got = list(kernels["collective"])
+    checked = unknown = 0
+    for e, want, mine in zip(generic, said, got, strict=True):
+        if e["args"]["correlation"] not in launched:
+            assert mine == "unknown"
+            unknown += 1
+        else:  # every launched one carries c10d's args here: 6 all-reduces, 6 broadcasts
+            assert mine == want
+            checked += 1
+    assert (checked, unknown) == (12, 5)
