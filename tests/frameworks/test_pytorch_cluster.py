@@ -1,6 +1,8 @@
 """A real torch 2.13 gloo DDP job across 2 simulated nodes (collectors/cluster.py): `torchrun --nnodes 2` with
 c10d rendezvous on node 0, started on each node by MPICH's hydra as a plain process starter, under
-`ddltrace run --framework pytorch --launcher ...`. Each node's worker becomes its rank with its node's host;
+`ddltrace run --framework pytorch --launcher ...`, the store's folder on each node's own disk (node-local
+`--out`: each node's profiles and samples are gathered at the end). Each node's worker becomes its rank with
+its node's host;
 the node agents' clock ping-pong with the launching process removes a clock offset injected on node 1 (test
 hook), within its stated uncertainty, and puts node 1's framework events back on the common clock.
 
@@ -24,8 +26,11 @@ pytestmark = [pytest.mark.skipif(cl.missing_tools() is not None, reason=str(cl.m
 
 def test_torchrun_across_two_nodes(framework_python, tmp_path, monkeypatch):
     python = framework_python("pytorch")
-    store = tmp_path / "store"
+    local = tmp_path / "local"
+    local.mkdir()
+    store = local / "store"
     with cl.Cluster(2) as cluster:
+        cluster.local_disk(local)
         monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth0")  # gloo's address: the node's own interface
         monkeypatch.setenv("DDLTRACE_TEST_NODE_CLOCK_OFFSET_NS", f"{cluster.nodes[1].host}:{OFFSET_NS}")
         result = ddltrace_run("--framework", "pytorch", "--steps", "3-6", "--launcher",
@@ -41,6 +46,11 @@ def test_torchrun_across_two_nodes(framework_python, tmp_path, monkeypatch):
     assert sorted(s.rank_info(r)["host"] for r in s.ranks) == hosts
     assert all(s.rank_info(r)["backend"] == "gloo" for r in s.ranks)
     assert set(s.run["nodes"]) == set(hosts)
+    # each node's part (its worker's profile, its agent's samples) came over the node agent's link
+    links = s.run["node_links"]
+    assert {h: (link["state"], link["shared"]) for h, link in links.items()} == dict.fromkeys(hosts,
+                                                                                              ("complete", False))
+    assert all(link["files"] >= 3 for link in links.values())
     names = set(s.counters([-1])["name"])
     assert {f"cpu_percent@{h}" for h in hosts} <= names and {f"net_eth0_sent_bytes@{h}" for h in hosts} <= names
     clock = s.manifest["clock"]
