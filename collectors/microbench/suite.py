@@ -31,7 +31,9 @@ TCP_GOODPUT = 1448 / 1514
 @dataclass
 class Options:
     """What to run: ``quick`` (under 30 s), the sections, the network peer (None: a loopback server),
-    the directory for the disk file, the disk file's size (None: 32 MiB quick, 1 GiB full)."""
+    the directory for the disk file, the disk file's size (None: 32 MiB quick, 1 GiB full), ``cpu_window``
+    the seconds each timed run of the compute curves lasts at least (None: 5 ms quick, 50 ms full; longer than
+    a CPU quota's period, the curves see the quota's average rate, as a job does, not its unthrottled bursts)."""
 
     quick: bool = False
     sections: tuple[str, ...] = SECTIONS
@@ -39,6 +41,7 @@ class Options:
     disk_path: str | None = None
     disk_bytes: int | None = None
     net_timeout: float = 5.0
+    cpu_window: float | None = None
     progress: Callable[[str], None] = field(default=lambda msg: None)
 
 
@@ -85,6 +88,9 @@ def run_cpu(p: dict, opts: Options) -> None:
     if ccompile.load_kernels() is None:
         p["notes"].append(ccompile.last_note() + "; the numpy forms ran")
     min_time, repeats = (0.005, 3) if quick else (0.05, 5)
+    if opts.cpu_window is not None:
+        min_time = opts.cpu_window
+        p["notes"].append(f"compute curves: each timed run lasts at least {opts.cpu_window:g} s (--cpu-window)")
     sizes = feedforward.segment_sizes(quick)
     curves = feedforward.muladd_curves(sizes, min_time, repeats, opts.progress)
     curves.update(feedforward.neuron_curves(feedforward.segment_sizes(quick, neurons=True), min_time, repeats,

@@ -166,7 +166,11 @@ def run_server(comm, args, protocol: Protocol, workers: int, n_w: int, start_ns:
         pull_ns, pulls = pull_ns + time.time_ns() - t0, pulls + 1
 
     while done < workers:
-        comm.Recv(rbuf, source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=status)
+        if args.server_receive == "probe":  # the message's source first, then a receive from that rank only
+            comm.Probe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=status)
+            comm.Recv(rbuf, source=status.Get_source(), tag=status.Get_tag(), status=status)
+        else:
+            comm.Recv(rbuf, source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=status)
         source, tag = status.Get_source(), status.Get_tag()
         if tag == TAG_PULL:
             if ps.may_serve_pull(source):

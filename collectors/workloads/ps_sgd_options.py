@@ -34,6 +34,10 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
                    help="storage latency per read call, shared storage (default 0 s)")
     p.add_argument("--read-block", type=integer(1, unit="B"), default=65536, metavar="BYTES",
                    help="bytes per read call (64 KiB)")
+    p.add_argument("--server-receive", choices=["any", "probe"], default="any",
+                   help="how the server takes the next message: any: MPI_Recv(MPI_ANY_SOURCE); probe: MPI_Probe("
+                        "MPI_ANY_SOURCE), then MPI_Recv from that rank (MPICH's UCX over TCP between hosts stalls on "
+                        "the first form; default any)")
     p.add_argument("--compute", choices=["real", "emulated"], default="real",
                    help="real: numpy forward/backward; emulated: sleep --sample-time per sample (default real)")
     p.add_argument("--sample-time", type=number(0, None, "s"), default=50e-6, metavar="SECONDS",
@@ -44,7 +48,7 @@ def job_argv(args: argparse.Namespace) -> list[str]:
     """The command-line options that reproduce ``args`` (for the launcher)."""
     argv = ["--out", str(args.out)]
     for name in ("data", "samples", "seed", "hidden", "batch", "epochs", "lr", "init", "server_cost", "straggler",
-                 "slowdown", "read_delay", "read_block", "compute", "sample_time"):
+                 "slowdown", "read_delay", "read_block", "server_receive", "compute", "sample_time"):
         value = getattr(args, name)
         if value is not None:
             argv += ["--" + name.replace("_", "-"), repr(value) if isinstance(value, float) else str(value)]

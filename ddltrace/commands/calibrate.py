@@ -30,6 +30,9 @@ def register(subparsers) -> None:
                    help="disk file size in MiB (default: 32 quick, 1024)")
     p.add_argument("--net-timeout", type=number(0.001, 3600, unit="s"), default=5.0, metavar="S",
                    help="seconds to wait for the peer at any step (default: 5)")
+    p.add_argument("--cpu-window", type=number(0.001, 10, unit="s"), metavar="S",
+                   help="each timed run of the compute curves lasts at least S seconds (default 0.005 quick, "
+                        "0.05): make it several periods of a CPU quota for the curves to see the quota's rate")
     p.add_argument("--json", action="store_true", help="print the profile as JSON instead of the summary table")
     p.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"),
                    help="compare two profiles instead of measuring")
@@ -76,7 +79,8 @@ def run(args) -> int:
     progress = _Progress()
     opts = suite.Options(quick=args.quick, sections=suite.parse_sections(args.only), peer=args.peer,
                          disk_path=args.disk_path, disk_bytes=args.disk_size * 2**20 if args.disk_size else None,
-                         net_timeout=args.net_timeout, progress=progress)
+                         net_timeout=args.net_timeout, cpu_window=args.cpu_window,
+                         progress=progress)
     try:
         profile = suite.calibrate(opts)
     finally:

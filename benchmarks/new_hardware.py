@@ -1,0 +1,361 @@
+"""Predict the reference job on a machine B from its runs on A and B's calibration, then run it on B and compare.
+
+Run (root, cgroup v1, iproute2, MPICH; about 10 minutes on an idle 2-core machine):
+``.venv/bin/python benchmarks/new_hardware.py [--out DIR] [--b quota,net] [--shapes compute,server]
+[--workers 1,2,4] [--repeats 1]``
+
+A is this machine as it is; each B is the same machine made slower in a known way:
+
+- ``quota``: every rank of the job, and ``ddltrace calibrate``, in a cgroup of its own with ``--share`` of a core
+  (cgroup v1 CFS quota, period ``--period`` 10 ms), A's network (:mod:`ddltrace.collectors.cpu_quota`). A quota
+  throttles in bursts of its period; calibrate times each run of its compute curves over ``--cpu-window`` (50 ms,
+  five periods), so it sees the rate the job sees, not the unthrottled bursts.
+- ``net``: every rank on a node of its own of the simulated cluster (:mod:`ddltrace.collectors.cluster`), each
+  node's link shaped to ``--rate`` (200 Mbit/s, tbf, both directions), A's CPU; calibrate runs on node 0 against
+  a probe server on node 1 (the same links).
+
+For each B and each shape of the reference job (``ddltrace workload ps-sgd``'s job, real numpy compute:
+``compute``, the job as it is; ``server``: ``--server-cost`` seconds of server time per gradient, a server-bound
+job): calibrate A, calibrate inside B, run the job at each w on A and then on B (alternating: the machine is
+shared, its load drifts), ``model fit A's STORES --dnn mlp-2-10k-2 --servers 1 --profile A.json``, ``model predict
+--profile B.json`` at each w, and compare the prediction with B's measured computation phase (the slowest
+worker's steady state, read from the trace store as the fit reads A's). Printed per row: the prediction with its
+95 % interval, the measured phase, the error, the term that binds on B (predicted), B / A measured and
+predicted, and whether the knee predicted on B is on the side of each w that the runs show. The load average
+(1 min) before and after each run says how busy the shared machine was. ``--repeats N`` repeats everything and
+prints the errors' spread.
+
+On two real machines: run the job at several w on A under ``ddltrace run`` and calibrate both machines, then
+``benchmarks/new_hardware.py --profile-a A.json --runs-a A-w1/store A-w2/store A-w4/store --profile-b B.json
+[--runs-b B-w1/store ...]`` fits, predicts B at the w of A's runs (or ``--workers``) and compares with B's runs
+where given. Results go to ``OUT/results.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ddltrace.analyses.fit_hashemi import measurements_from_store
+from ddltrace.errors import DdltraceError
+
+PYTHON = sys.executable
+DDLTRACE = str(Path(sys.executable).with_name("ddltrace"))
+JOB = [PYTHON, "-m", "ddltrace.collectors.workloads.ps_sgd"]
+DNN = "mlp-2-10k-2"
+#: the job's options common to every run (one epoch of 8192 samples, batch 64: 128 batches on one worker)
+COMMON = ["--samples", "8192", "--epochs", "1", "--batch", "64", "--hidden", "10000", "--init", "parallel",
+          "--server-receive", "probe"]
+SHAPES = {"compute": ["--compute", "real"], "server": ["--compute", "real", "--server-cost", "0.01"]}
+CALIBRATE = ["calibrate", "--quick", "--only", "cpu,mem,net"]
+
+
+def _check(proc: subprocess.CompletedProcess, what: str) -> None:
+    if proc.returncode != 0:
+        raise DdltraceError(f"{what} failed (exit {proc.returncode}): {(proc.stderr or proc.stdout)[-800:]}")
+
+
+def _load() -> float:
+    return os.getloadavg()[0]
+
+
+# -- machines ------------------------------------------------------------------------------------------------
+
+class MachineA:
+    """This machine as it is."""
+
+    name = "A"
+    description = "this machine as it is"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def calibrate(self, out: Path, window: float) -> None:
+        _check(subprocess.run([DDLTRACE, *CALIBRATE, "--cpu-window", str(window), "--out", str(out)],
+                              capture_output=True, text=True, timeout=600), f"calibrate on {self.name}")
+
+    def run(self, w: int, job: list[str], store: Path) -> None:
+        _check(subprocess.run([DDLTRACE, "run", "--no-progress", "--np", str(w + 1), "--out", str(store), "--",
+                               *job], capture_output=True, text=True, timeout=300), f"the job on {self.name}, w={w}")
+
+
+class QuotaB(MachineA):
+    """Every process of the job (each rank) and calibrate with ``share`` of a core."""
+
+    name = "quota"
+
+    def __init__(self, share: float, period_s: float):
+        from ddltrace.collectors.cpu_quota import CpuQuota
+
+        self.quota = CpuQuota(share, period_s)
+        self.description = (f"each rank in a cgroup of its own, CFS quota {self.quota.quota_us} us per "
+                            f"{self.quota.period_us} us ({share:g} of a core); A's network")
+
+    def __enter__(self):
+        self.quota.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.quota.close()
+
+    def calibrate(self, out: Path, window: float) -> None:
+        _check(subprocess.run(self.quota.wrap([DDLTRACE, *CALIBRATE, "--cpu-window", str(window), "--out",
+                                               str(out)]), capture_output=True, text=True, timeout=300),
+               "calibrate under the CPU quota")
+
+    def run(self, w: int, job: list[str], store: Path) -> None:
+        super().run(w, self.quota.wrap(job), store)
+
+
+class NetB(MachineA):
+    """Every rank on a node of its own, each node's link shaped to ``rate_bit`` bit/s."""
+
+    name = "net"
+
+    def __init__(self, rate_bit: float):
+        self.rate_bit = rate_bit
+        self.description = f"each rank on its own simulated node, links {rate_bit / 1e6:g} Mbit/s (tbf); A's CPU"
+
+    def _cluster(self, n: int):
+        from ddltrace.collectors import cluster as cl
+
+        return cl.Cluster(n, rates_bit=dict.fromkeys(range(n), self.rate_bit))
+
+    def calibrate(self, out: Path, window: float) -> None:
+        with self._cluster(2) as c:
+            server = c.nodes[1].popen([PYTHON, "-m", "ddltrace.collectors.microbench.network", c.nodes[1].addr, "0"],
+                                      stdout=subprocess.PIPE, text=True)
+            try:
+                line = server.stdout.readline().strip()
+                if not line.startswith("listening on "):
+                    raise DdltraceError(f"the probe server on {c.nodes[1].host} did not start ({line!r})")
+                peer = line.removeprefix("listening on ")
+                _check(c.nodes[0].run([DDLTRACE, *CALIBRATE, "--cpu-window", str(window), "--peer", peer,
+                                       "--net-timeout", "30", "--out", str(out.resolve())],
+                                      capture_output=True, text=True, timeout=300),
+                       "calibrate on a node of the shaped cluster")
+            finally:
+                server.kill()
+                server.wait()
+
+    def run(self, w: int, job: list[str], store: Path) -> None:
+        from ddltrace.collectors.mpi_env import find_tool
+
+        with self._cluster(w + 1) as c:
+            launcher = c.mpiexec(find_tool("mpiexec"), ppn=1)
+            _check(subprocess.run([DDLTRACE, "run", "--no-progress", "--launcher", launcher, "--out", str(store),
+                                   "--", *job], capture_output=True, text=True, timeout=300),
+                   f"the job on the shaped cluster, w={w}")
+
+
+# -- the flow --------------------------------------------------------------------------------------------------
+
+def run_series(machine, shape: str, workers: list[int], folder: Path) -> dict[int, dict]:
+    """The job at each w on ``machine``: per w its store, phase (s) and the load average around the run."""
+    out = {}
+    for w in workers:
+        run_dir = folder / f"{machine.name}-{shape}-w{w}"
+        subprocess.run(["rm", "-rf", str(run_dir)], check=True)
+        run_dir.mkdir(parents=True)
+        job = [*JOB, "--out", str(run_dir), *COMMON, *SHAPES[shape]]
+        before = _load()
+        t0 = time.perf_counter()
+        machine.run(w, job, run_dir / "store")
+        wall = time.perf_counter() - t0
+        row = measurements_from_store(run_dir / "store", servers=1)
+        truth = json.loads((run_dir / "ground_truth.json").read_text())
+        out[w] = {"store": str(run_dir / "store"), "phase_s": float(row["phase_s"]), "train_s": truth["train_s"],
+                  "compute_per_sample_s": truth["compute_per_sample_s"]["measured"], "wall_s": wall,
+                  "load_before": before, "load_after": _load()}
+        print(f"  {machine.name} {shape} w={w}: phase {out[w]['phase_s']:.3f} s (job's clock {truth['train_s']:.3f} s,"
+              f" compute {1e6 * out[w]['compute_per_sample_s']:.0f} us/sample), load {before:.1f} -> "
+              f"{out[w]['load_after']:.1f}", flush=True)
+    return out
+
+
+def fit_and_predict(profile_a: Path, stores_a: list[str], profile_b: Path, workers: list[int], folder: Path) -> dict:
+    """``model fit`` on A's stores with A's profile, ``model predict --profile B.json --json`` at ``workers``."""
+    model = folder / "model.json"
+    _check(subprocess.run([DDLTRACE, "model", "fit", *stores_a, "--dnn", DNN, "--servers", "1", "--profile",
+                           str(profile_a), "--out", str(model)], capture_output=True, text=True, timeout=300),
+           "model fit")
+    done = subprocess.run([DDLTRACE, "model", "predict", str(model), "--workers", ",".join(map(str, workers)),
+                           "--profile", str(profile_b), "--json"], capture_output=True, text=True, timeout=300)
+    _check(done, "model predict")
+    return json.loads(done.stdout)
+
+
+def knee_sides(measured: dict[int, float], knee: dict) -> list[dict]:
+    """For each measured w after the first: whether the runs show it below the knee (the phase fell by at least
+    half of the ideal 1 - w_prev / w from the previous w) and whether the knee predicted on B says so."""
+    w_star = knee.get("w") if knee.get("w") is not None else float("inf")
+    out, ws = [], sorted(measured)
+    for prev, w in zip(ws, ws[1:], strict=False):
+        gain = 1 - measured[w] / measured[prev]
+        below_measured = gain >= 0.5 * (1 - prev / w)
+        below_predicted = w <= w_star
+        out.append({"w": w, "gain": gain, "below_measured": below_measured, "below_predicted": below_predicted,
+                    "agree": below_measured == below_predicted})
+    return out
+
+
+def compare(prediction: dict, a: dict[int, dict] | None, b: dict[int, dict] | None) -> dict:
+    rows = []
+    for row in prediction["rows"]:
+        w = int(row["w"])
+        item = {"w": w, "predicted_s": row["profile_s"], "low_s": row["profile_low_s"],
+                "high_s": row["profile_high_s"], "bound_by": row["profile_bound_by"],
+                "a_predicted_s": row["predicted_s"]}
+        if b and w in b:
+            item["measured_s"] = b[w]["phase_s"]
+            item["error"] = (row["profile_s"] - b[w]["phase_s"]) / b[w]["phase_s"]
+        if a and w in a and b and w in b:
+            item["ratio_measured"] = b[w]["phase_s"] / a[w]["phase_s"]
+            item["ratio_predicted"] = row["profile_s"] / row["predicted_s"]
+        rows.append(item)
+    knee = prediction["knee"]["profile"]
+    sides = knee_sides({w: r["phase_s"] for w, r in b.items()}, knee) if b and len(b) > 1 else []
+    return {"rows": rows, "knee": knee, "knee_sides": sides, "factors": prediction["transfer"]["factors"],
+            "best_w": prediction["transfer"].get("best_w")}
+
+
+def print_comparison(title: str, result: dict) -> None:
+    print(f"\n{title}")
+    f = result["factors"]
+    print("  factors B / A: " + ", ".join(f"{k} {f[k]:.2f}" for k in ("c_p", "c_u", "r_m", "r_net", "lat_net")))
+    knee = result["knee"]
+    where = f"w* = {knee['w']:.1f} ({knee['cause']})" if knee.get("w") is not None else \
+        f"w* >= {knee.get('at_least', float('nan')):.1f} ({knee['cause']})"
+    print(f"  knee on B predicted: {where}; best w on B: {result['best_w']}")
+    print("  w   predicted on B [95 %]        measured on B  error     bound on B       B/A measured  B/A predicted")
+    for r in result["rows"]:
+        measured = f"{r['measured_s']:10.3f} s" if "measured_s" in r else " " * 12
+        error = f"{100 * r['error']:+7.1f} %" if "error" in r else " " * 9
+        ratios = (f"{r['ratio_measured']:12.2f}  {r['ratio_predicted']:12.2f}" if "ratio_measured" in r else "")
+        print(f"  {r['w']:<3d} {r['predicted_s']:8.3f} s [{r['low_s']:7.3f}, {r['high_s']:7.3f}]  {measured}  "
+              f"{error}  {r['bound_by']:<15s}  {ratios}")
+    for side in result["knee_sides"]:
+        print(f"  w={side['w']}: phase fell {100 * side['gain']:.0f} % from the previous w: "
+              f"{'below' if side['below_measured'] else 'at or past'} the knee; predicted "
+              f"{'below' if side['below_predicted'] else 'past'}: {'agree' if side['agree'] else 'DISAGREE'}")
+
+
+def simulated(args) -> list[dict]:
+    out = Path(args.out)
+    workers = [int(w) for w in args.workers.split(",")]
+    results = []
+    for repeat in range(args.repeats):
+        for b_name in args.b.split(","):
+            machine_b = QuotaB(args.share, args.period) if b_name == "quota" else NetB(args.rate * 1e6)
+            for shape in args.shapes.split(","):
+                folder = out / f"r{repeat}" / f"{b_name}-{shape}"
+                folder.mkdir(parents=True, exist_ok=True)
+                print(f"\n== repeat {repeat + 1}, B = {b_name} ({machine_b.description}), shape {shape} "
+                      f"({' '.join(SHAPES[shape])}), load {_load():.1f}", flush=True)
+                a, runs_a, runs_b = MachineA(), {}, {}
+                with machine_b:  # A and B alternate, so that both see about the same load of the shared machine
+                    a.calibrate(folder / "A.json", args.cpu_window)
+                    machine_b.calibrate(folder / "B.json", args.cpu_window)
+                    for w in workers:
+                        runs_a.update(run_series(a, shape, [w], folder))
+                        runs_b.update(run_series(machine_b, shape, [w], folder))
+                    throttled = machine_b.quota.throttled() if b_name == "quota" else None
+                prediction = fit_and_predict(folder / "A.json", [runs_a[w]["store"] for w in workers],
+                                             folder / "B.json", workers, folder)
+                result = compare(prediction, runs_a, runs_b)
+                result.update({"repeat": repeat, "b": b_name, "b_description": machine_b.description,
+                               "shape": shape, "job": [*COMMON, *SHAPES[shape]], "a_runs": runs_a, "b_runs": runs_b,
+                               "throttled": throttled, "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+                               "host": socket.gethostname(), "cores": os.cpu_count()})
+                print_comparison(f"B = {b_name}, shape {shape}, repeat {repeat + 1}", result)
+                results.append(result)
+                (out / "results.json").write_text(json.dumps(results, indent=1))
+    return results
+
+
+def summary(results: list[dict]) -> None:
+    """Per B, shape and w: the errors of the repeats (median, min, max) and the knee's agreement."""
+    print("\nsummary over the repeats (error = predicted / measured - 1)")
+    keys = sorted({(r["b"], r["shape"]) for r in results})
+    for b, shape in keys:
+        mine = [r for r in results if (r["b"], r["shape"]) == (b, shape)]
+        for w in sorted({row["w"] for r in mine for row in r["rows"]}):
+            errors = [100 * row["error"] for r in mine for row in r["rows"] if row["w"] == w and "error" in row]
+            if errors:
+                print(f"  {b:<6s} {shape:<8s} w={w}: error median {statistics.median(errors):+.1f} %, "
+                      f"range {min(errors):+.1f} .. {max(errors):+.1f} % over {len(errors)} repeat(s)")
+        sides = [s["agree"] for r in mine for s in r["knee_sides"]]
+        if sides:
+            print(f"  {b:<6s} {shape:<8s} knee on the right side: {sum(sides)} of {len(sides)}")
+
+
+def two_machines(args) -> list[dict]:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    a_rows = {int(r["w"]): {"phase_s": float(r["phase_s"]), "store": s}
+              for s in args.runs_a for r in [measurements_from_store(s, servers=args.servers)]}
+    b_rows = {int(r["w"]): {"phase_s": float(r["phase_s"]), "store": s}
+              for s in (args.runs_b or []) for r in [measurements_from_store(s, servers=args.servers)]}
+    workers = [int(w) for w in args.workers.split(",")] if args.workers_given else sorted(a_rows | b_rows)
+    prediction = fit_and_predict(Path(args.profile_a), list(args.runs_a), Path(args.profile_b), workers, out)
+    result = compare(prediction, a_rows, b_rows)
+    result.update({"b": "B", "shape": "given", "a_runs": a_rows, "b_runs": b_rows})
+    print_comparison(f"B = {args.profile_b}", result)
+    (out / "results.json").write_text(json.dumps([result], indent=1))
+    return [result]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="/tmp/ddltrace-new-hardware", help="folder for runs, profiles, results")
+    parser.add_argument("--b", default="quota,net", help="the B's to make: quota, net (default both)")
+    parser.add_argument("--shapes", default="compute,server", help=f"job shapes among {', '.join(SHAPES)}")
+    parser.add_argument("--workers", default=None, help="worker counts (default 1,2,4)")
+    parser.add_argument("--repeats", type=int, default=1, help="repeat everything N times (default 1)")
+    parser.add_argument("--share", type=float, default=0.5, help="quota: share of a core per process (default 0.5)")
+    parser.add_argument("--period", type=float, default=0.010, help="quota: CFS period in s (default 0.010)")
+    parser.add_argument("--rate", type=float, default=200.0, help="net: link rate in Mbit/s (default 200)")
+    parser.add_argument("--cpu-window", type=float, default=0.05,
+                        help="calibrate --cpu-window on every machine, s (default 0.05: five quota periods)")
+    parser.add_argument("--profile-a", help="two real machines: A's profile (calibrate on A)")
+    parser.add_argument("--runs-a", nargs="+", help="two real machines: A's trace stores of the job at 2+ w")
+    parser.add_argument("--profile-b", help="two real machines: B's profile (calibrate on B)")
+    parser.add_argument("--runs-b", nargs="+", help="two real machines: B's trace stores, to compare with")
+    parser.add_argument("--servers", type=int, default=1, help="two real machines: server ranks (default 1)")
+    args = parser.parse_args(argv)
+    args.workers_given = args.workers is not None
+    args.workers = args.workers or "1,2,4"
+    try:
+        if args.profile_a or args.runs_a or args.profile_b:
+            if not (args.profile_a and args.runs_a and args.profile_b):
+                raise DdltraceError("two real machines need --profile-a, --runs-a and --profile-b")
+            results = two_machines(args)
+        else:
+            results = simulated(args)
+        summary(results)
+    except DdltraceError as exc:
+        print(f"new_hardware: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        with contextlib.suppress(Exception):
+            from ddltrace.collectors import cluster as cl
+            from ddltrace.collectors import cpu_quota
+
+            cpu_quota.remove_stale()
+            cl.remove_stale()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
