@@ -138,7 +138,7 @@ def test_matched_instances_name_the_late_rank_and_the_skew(tmp_path):
 
 
 @present[NCCL_JOB]
-def test_copies_per_direction_and_hta_mean_bandwidth(tmp_path):
+def test_copies_per_direction_bytes_and_bandwidth(tmp_path, capsys):
     store = with_file_bytes(imported(tmp_path, NCCL_JOB, "tf"), sorted(NCCL_JOB.glob("*.json.gz")),
                             tmp_path / "sized")
     run = analyze_store(store)
@@ -163,9 +163,18 @@ def test_copies_per_direction_and_hta_mean_bandwidth(tmp_path):
             each = [int(e["args"]["bytes"]) / (ns(e["dur"]) / 1e9) for e in timed]
             assert got["mean_bandwidth"] == pytest.approx(np.mean(each), rel=1e-6)
             assert got["peak_bandwidth"] >= max(each) * (1 - 1e-9)
-    run.copy_bytes_per_s = {"H2D": 12e9}
-    h2d = run.gpu.copy_table(run.copy_bytes_per_s).set_index(["rank", "direction"]).loc[(0, "H2D")]
-    assert h2d["vs_pcie"] == pytest.approx(h2d["bandwidth"] / 12e9)
+    # against the profile's calibrated copy bandwidths (ddltrace calibrate's gpu0_h2d / gpu0_d2h, B/s)
+    profile = tmp_path / "hw.json"
+    profile.write_text(json.dumps({"constants": {"r_net": {"value": 1e-9, "unit": "s/B"},
+                                                 "gpu0_h2d": {"value": 12e9, "unit": "B/s"},
+                                                 "gpu0_d2h": {"value": 13e9, "unit": "B/s"}}}))
+    capsys.readouterr()
+    assert main(["analyze", "--json", "--quiet", "--profile", str(profile), str(store)]) == 0
+    copies = {(c["rank"], c["direction"]): c for c in json.loads(capsys.readouterr().out)["stores"][0]["gpu"]["copies"]}
+    for (rank, direction), calibrated in (((0, "H2D"), 12e9), ((1, "D2H"), 13e9)):
+        want = table.loc[(rank, direction), "bandwidth"] / calibrated
+        assert copies[(rank, direction)]["vs_pcie"] == pytest.approx(want)
+    assert copies[(0, "D2D")]["vs_pcie"] is None  # no calibrated figure for device-to-device copies
 
 
 @present[NCCL_JOB]
