@@ -208,6 +208,8 @@ def run_agent(folder: str, hz: float, pyspy_hz: int | None = None, poll_s: float
             if pid not in attached and _python_rank(pid):
                 attached.add(pid)
                 pyspy.attach(pid)
+    if node_link is not None:  # its ranks have ended: the launching process waits while this node writes
+        node_link.keep_alive()
     rows = system.stop() + gpu.stop()
     cpu_sampling, wall_sampling = _cpu_s() - cpu0, time.monotonic() - wall0
     stacks = pyspy.stop() if pyspy is not None else {}

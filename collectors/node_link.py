@@ -11,8 +11,10 @@ for :data:`IDLE_S` s.
 
 Messages: a 4-byte big-endian length, then a JSON header; a ``file`` header is followed by its ``size`` raw
 bytes. The agent sends ``hello`` (host, token, where its part lies, whether the launcher's record folder is
-visible there), pings (``P``, answered by the launcher's clock as 8 bytes), its files, and ``done`` with
-both clock measurements; the launcher answers ``done`` with ``ok``.
+visible there), pings (``P``, answered by the launcher's clock as 8 bytes), ``alive`` every :data:`ALIVE_S` s
+from the end of its ranks until it is done (writing a long run's samples may take longer than the launcher
+waits for a silent node), its files, and ``done`` with both clock measurements; the launcher answers ``done``
+with ``ok``.
 
 Clock: the agent sends ``P`` at its time t1, the launcher answers its time t2, the agent receives at t3:
 offset = t2 - (t1 + t3) / 2 is the launcher's clock minus the node's (ns), uncertain by half the round trip;
@@ -33,6 +35,7 @@ from pathlib import Path
 
 CHUNK = 1 << 20  # bytes per read and write of a file in transit (the bounded buffer)
 IDLE_S = 30.0  # a node that sends nothing for this long during the gather is given up
+ALIVE_S = 2.0  # while a node writes its part, it says so this often
 ROUNDS = 10
 _LEN = struct.Struct(">I")
 _NS = struct.Struct(">q")
@@ -72,16 +75,31 @@ class AgentLink:
         self.sock = socket.create_connection((name, int(port)), timeout=timeout_s)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.clock = clock
+        self._lock = threading.Lock()  # one message at a time: the keep-alive thread sends too
+        self._quiet = threading.Event()
+        self._alive: threading.Thread | None = None
         _send(self.sock, {"op": "hello", "token": token, "host": host, "part": part, "shared": shared})
+
+    def keep_alive(self, every_s: float = ALIVE_S) -> None:
+        """Say every ``every_s`` s that this node is still at work (writing its part after its ranks ended),
+        until :meth:`finish`: the launching process waits for a node as long as it hears from it."""
+        def beat() -> None:
+            while not self._quiet.wait(every_s):
+                with self._lock:
+                    _send(self.sock, {"op": "alive"})
+
+        self._alive = threading.Thread(target=beat, daemon=True)
+        self._alive.start()
 
     def ping_pong(self, rounds: int = ROUNDS) -> dict:
         """The launcher's clock minus this node's (ns), from the round with the shortest round trip."""
         best = None
         for _ in range(rounds):
-            t1 = self.clock()
-            self.sock.sendall(b"P")
-            (t2,) = _NS.unpack(_recv_exact(self.sock, _NS.size))
-            t3 = self.clock()
+            with self._lock:
+                t1 = self.clock()
+                self.sock.sendall(b"P")
+                (t2,) = _NS.unpack(_recv_exact(self.sock, _NS.size))
+                t3 = self.clock()
             if best is None or t3 - t1 < best[2] - best[0]:
                 best = (t1, t2, t3)
         t1, t2, t3 = best
@@ -97,7 +115,7 @@ class AgentLink:
                     fh = open(path, "rb")  # noqa: SIM115 (closed below; a file may vanish meanwhile)
                 except OSError:
                     continue
-                with fh:
+                with fh, self._lock:
                     length = os.fstat(fh.fileno()).st_size
                     rel = os.path.relpath(path, root)
                     _send(self.sock, {"op": "file", "name": f"{tag}/{rel}", "size": length})
@@ -110,6 +128,9 @@ class AgentLink:
 
     def finish(self, summary: dict) -> None:
         """Say the node's part is complete (with ``summary``: the clock measurements) and wait for the ack."""
+        self._quiet.set()
+        if self._alive is not None:
+            self._alive.join()
         self.sock.settimeout(IDLE_S)
         _send(self.sock, {"op": "done", **summary})
         if _recv(self.sock).get("op") != "ok":
@@ -149,7 +170,7 @@ class Gatherer:
             thread.start()
 
     def _serve(self, conn: socket.socket, peer: str) -> None:
-        node: dict = {"peer": peer, "state": "connected", "files": 0, "bytes": 0}
+        node: dict = {"peer": peer, "state": "connected", "files": 0, "bytes": 0, "heard": 0}
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         buf = bytearray(CHUNK)
         greeting = True
@@ -175,6 +196,7 @@ class Gatherer:
                     continue
                 conn.settimeout(IDLE_S)
                 header = _recv(conn)
+                node["heard"] += 1
                 if header.get("op") == "file":
                     node["state"] = "gathering"
                     self._receive_file(conn, node, str(header["name"]), int(header["size"]), buf)
@@ -208,19 +230,21 @@ class Gatherer:
                     raise ConnectionError(f"connection closed in the middle of {name}")
                 fh.write(view[:n])
                 left -= n
+                node["heard"] += 1
         node["files"] += 1
         node["bytes"] += size
 
     def wait(self, timeout_s: float) -> dict[str, dict]:
         """Wait until every node that said hello has completed or is lost, at most ``timeout_s`` s without
-        progress (bytes arriving); then stop listening. The nodes, by host."""
+        word from the pending nodes (a message, a piece of a file, a keep-alive); then stop listening. The
+        nodes, by host."""
         deadline = time.monotonic() + timeout_s
         last = -1
         while time.monotonic() < deadline:
             with self._lock:
                 pending = [n for n in self.nodes.values() if n["state"] in ("running", "gathering")] \
                     or self._greeting
-                progress = sum(n["bytes"] for n in self.nodes.values())
+                progress = sum(n["heard"] for n in self.nodes.values())
             if not pending:
                 break
             if progress != last:
@@ -231,7 +255,7 @@ class Gatherer:
             for node in self.nodes.values():
                 if node["state"] in ("running", "gathering"):
                     node.update(state="lost", error=f"no word from the node for {timeout_s:g} s after the job")
-            return {host: dict(node) for host, node in self.nodes.items()}
+            return {host: {k: v for k, v in node.items() if k != "heard"} for host, node in self.nodes.items()}
 
     def close(self) -> None:
         self._closing = True

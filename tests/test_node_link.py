@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import threading
 import time
 
 import pytest
@@ -81,3 +82,16 @@ def test_a_node_that_stops_in_a_file_or_says_nothing_is_lost(gatherer):
     silent.close()
     assert nodes["n3"]["state"] == "lost" and "rank-00003.pmpi" in nodes["n3"]["error"]
     assert nodes["n4"]["state"] == "lost" and "no word from the node for 0.5 s" in nodes["n4"]["error"]
+
+
+def test_a_node_at_work_after_its_ranks_is_waited_for(gatherer, tmp_path):
+    """Its keep-alives hold the launcher's wait open longer than a silent node would get."""
+    link = AgentLink(f"127.0.0.1:{gatherer.port}", gatherer.token, "n5", str(tmp_path), True, time.time_ns)
+    link.keep_alive(every_s=0.1)
+    start = link.ping_pong()
+    done = threading.Timer(1.5, link.finish, args=({"clock_start": start},))  # "writing" for 1.5 s
+    done.start()
+    t0 = time.monotonic()
+    nodes = gatherer.wait(0.5)
+    done.join()
+    assert nodes["n5"]["state"] == "complete" and time.monotonic() - t0 >= 1.4
