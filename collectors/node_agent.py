@@ -175,19 +175,6 @@ def run_agent(folder: str, hz: float, pyspy_hz: int | None = None, poll_s: float
     records = os.path.dirname(os.path.dirname(folder))  # folder: RECORDS/nodes/HOST
     # the launcher's run description is there unless the record folder is on this node's own disk
     shared = os.path.exists(os.path.join(records, "ddltrace-run.json"))
-    node_link, clock, link_notes = None, {}, []
-    if link is not None:
-        from ddltrace.collectors.node_link import AgentLink
-
-        try:
-            node_link = AgentLink(link[0], link[1], host, os.path.dirname(records), shared,
-                                  lambda: time.time_ns() + offset)
-            clock["clock_start"] = node_link.ping_pong()
-        except (OSError, ValueError) as exc:
-            node_link = None
-            stays = "" if shared else f"; this node's part stays in {os.path.dirname(records)}"
-            link_notes.append(f"{host}: cannot reach the launching process at {link[0]} ({exc}): no clock "
-                              f"ping-pong{stays}")
     cpu0, wall0 = _cpu_s(), time.monotonic()
     system = SystemSampler(hz, roots=lambda: registered(folder)[0]).start()
     from ddltrace.collectors.gpu_sampler import GpuSampler
@@ -198,6 +185,8 @@ def run_agent(folder: str, hz: float, pyspy_hz: int | None = None, poll_s: float
         from ddltrace.collectors.pyspy_stacks import PySpyRecorder
 
         pyspy = PySpyRecorder(os.path.join(folder, "pyspy"), pyspy_hz)
+    # the link once sampling runs: a launcher that cannot be reached costs no samples
+    node_link, clock, link_notes = _open_link(link, host, records, shared, offset) if link else (None, {}, [])
     idle, attached = 0, set()
     while not stop.wait(poll_s):
         alive = registered(folder)[0]
@@ -241,6 +230,22 @@ def run_agent(folder: str, hz: float, pyspy_hz: int | None = None, poll_s: float
     os.replace(tmp, os.path.join(folder, "agent.json"))
     if node_link is not None:
         _report(node_link, clock, records, shared)
+
+
+def _open_link(link: tuple[str, str], host: str, records: str, shared: bool, offset: int):
+    """(the link to the launching process or None, {"clock_start": ...}, notes)."""
+    import time
+
+    from ddltrace.collectors.node_link import AgentLink
+
+    try:
+        node_link = AgentLink(link[0], link[1], host, os.path.dirname(records), shared,
+                              lambda: time.time_ns() + offset, timeout_s=5.0)
+        return node_link, {"clock_start": node_link.ping_pong()}, []
+    except (OSError, ValueError) as exc:
+        stays = "" if shared else f"; this node's part stays in {os.path.dirname(records)}"
+        return None, {}, [f"{host}: cannot reach the launching process at {link[0]} ({exc}): no clock ping-pong"
+                          f"{stays}"]
 
 
 def _report(node_link, clock: dict, records: str, shared: bool) -> None:

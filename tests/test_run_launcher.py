@@ -29,3 +29,15 @@ def test_a_launcher_job_without_mpi_runs_without_the_wrapper(tmp_path, monkeypat
     assert abs(clock["node_offsets_ns"][host]) <= clock["node_uncertainty_ns"][host]
     assert abs(clock["node_end_offsets_ns"][host]) <= clock["node_end_uncertainty_ns"][host]
     assert "rss_bytes" in set(s.counters([0])["name"])
+
+
+def test_a_node_that_cannot_reach_the_launching_process_still_samples(tmp_path):
+    """The address given does not answer (TEST-NET-1, as a firewalled login node): the agent samples all the
+    same, its notes say why there is no clock ping-pong, and the run writes its store (a shared folder here)."""
+    store = tmp_path / "store"
+    assert main(["run", "--no-progress", "--launcher", "env", "--launcher-addr", "192.0.2.1", "--out", str(store),
+                 "--", sys.executable, "-c", "import time; time.sleep(0.5)"]) == 0
+    s = TraceStore.open(store)
+    assert any("cannot reach the launching process at 192.0.2.1:" in n for n in s.manifest["notes"])
+    assert "node_links" not in s.run and "node_offsets_ns" not in (s.manifest.get("clock") or {})
+    assert "rss_bytes" in set(s.counters([0])["name"])
