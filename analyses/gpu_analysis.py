@@ -12,7 +12,8 @@ launch and its kernel (the timeline's ``correlation`` column, from Kineto): wher
 as not made.
 
 Each rank is read once (the map): the per-rank figures, and the small tables the cross-rank figures need (the
-communication kernels, the copies). :meth:`GpuAnalysis.collectives` matches the ranks' kernels (the reduce).
+communication kernels; the copies per direction, and the copy-bandwidth series of the rank with the highest
+peak). :meth:`GpuAnalysis.collectives` matches the ranks' kernels (the reduce).
 """
 
 from __future__ import annotations
@@ -54,8 +55,10 @@ class GpuAnalysis:
     queue_series: tuple[int, pd.DataFrame] | None = None
     #: per rank, its communication kernels (:func:`~ddltrace.analyses.gpu_collectives.rank_collectives`)
     collective_kernels: list = field(default_factory=list)
-    #: per rank, its copies and fills (:func:`~ddltrace.analyses.gpu_memcpy.rank_copies`)
+    #: per rank, its copies and fills per device and direction (:func:`~ddltrace.analyses.gpu_memcpy.copy_summary`)
     copies: list = field(default_factory=list)
+    #: (rank, its copy-bandwidth series) of the rank with the highest peak, for the report's figure
+    copy_series: tuple[int, pd.DataFrame] | None = None
     idle: list = field(default_factory=list)
 
     def add_rank(self, rank: int, timeline: pd.DataFrame) -> None:
@@ -75,7 +78,12 @@ class GpuAnalysis:
         self.overlap.append(gpu_overlap.comm_comp_overlap(rank, work))
         self.kernel_sums.append(work.groupby(["category", "name"])["dur_ns"].sum().rename(rank))
         self.collective_kernels.append(gpu_collectives.rank_collectives(rank, work, timeline))
-        self.copies.append(gpu_memcpy.rank_copies(rank, work))
+        copies = gpu_memcpy.rank_copies(rank, work)
+        self.copies.append(gpu_memcpy.copy_summary(copies))
+        series = gpu_memcpy.bandwidth_series(copies)
+        if len(series) and (self.copy_series is None
+                            or series["bytes_per_s"].max() > self.copy_series[1]["bytes_per_s"].max()):
+            self.copy_series = (rank, series)
         pairs = gpu_launch.launch_pairs(timeline, work)
         self.idle.append(gpu_idle.idle_breakdown(rank, work, pairs))
         if len(pairs):
@@ -100,6 +108,10 @@ class GpuAnalysis:
                 self.queue_series is None
                 or other.queue_series[1]["queue_length"].max() > self.queue_series[1]["queue_length"].max()):
             self.queue_series = other.queue_series
+        if other.copy_series is not None and (
+                self.copy_series is None
+                or other.copy_series[1]["bytes_per_s"].max() > self.copy_series[1]["bytes_per_s"].max()):
+            self.copy_series = other.copy_series
 
     @staticmethod
     def _frame(parts: list, columns: list[str]) -> pd.DataFrame:
@@ -146,13 +158,10 @@ class GpuAnalysis:
         match_instances`); ``world_size``: the job's ranks, for the bus-bandwidth factor."""
         return gpu_collectives.match_instances(self.collective_kernel_table(), world_size, link_bytes_per_s)
 
-    def copy_rows(self) -> pd.DataFrame:
-        """The copies and fills of every rank (:func:`~ddltrace.analyses.gpu_memcpy.rank_copies`)."""
-        return self._frame(self.copies, ["rank", "device", "direction", "start_ns", "end_ns", "dur_ns", "bytes"])
-
     def copy_table(self, calibrated: dict[str, float] | None = None) -> pd.DataFrame:
-        """Copies per rank, device and direction (:func:`~ddltrace.analyses.gpu_memcpy.copy_summary`)."""
-        return gpu_memcpy.copy_summary(self.copy_rows(), calibrated)
+        """Copies per rank, device and direction (:func:`~ddltrace.analyses.gpu_memcpy.copy_summary`), against
+        the ``calibrated`` bandwidths by direction (bytes/s) where given."""
+        return gpu_memcpy.against(self._frame(self.copies, gpu_memcpy.COLUMNS), calibrated)
 
     def across_ranks(self, k: int = gpu_kernels.TOP_K) -> pd.DataFrame:
         """See :func:`~ddltrace.analyses.gpu_kernels.across_ranks`."""

@@ -76,6 +76,13 @@ def bandwidth_series(copies: pd.DataFrame) -> pd.DataFrame:
     return steps[SERIES_COLUMNS]
 
 
+def against(table: pd.DataFrame, calibrated: dict[str, float] | None) -> pd.DataFrame:
+    """``table`` (:data:`COLUMNS`) with ``vs_pcie`` = bandwidth over the ``calibrated`` bandwidth (bytes/s) of its
+    direction (``H2D``, ``D2H``), NaN where there is none."""
+    reference = table["direction"].map(calibrated or {}).astype(float)
+    return table.assign(vs_pcie=table["bandwidth"].astype(float) / reference)
+
+
 def copy_summary(copies: pd.DataFrame, calibrated: dict[str, float] | None = None) -> pd.DataFrame:
     """Per rank, device and direction: :data:`COLUMNS` (see the module docstring; NaN bandwidth where no copy
     has a known size). ``calibrated``: the calibrated bandwidth (bytes/s) by direction (``H2D``, ``D2H``)."""
@@ -87,15 +94,13 @@ def copy_summary(copies: pd.DataFrame, calibrated: dict[str, float] | None = Non
     for (rank, device, kind), part in groups:
         known = part[part["bytes"].notna() & (part["dur_ns"] > 0)]
         total = int(known["bytes"].sum()) if len(known) else None
-        bandwidth = mean = peak = ratio = float("nan")
+        bandwidth = mean = peak = float("nan")
         if total is not None and kind != "fill":
             bandwidth = total / (known["dur_ns"].sum() / 1e9)
             mean = float((known["bytes"].to_numpy(np.float64) / (known["dur_ns"].to_numpy(np.float64) / 1e9)).mean())
             mine = series[(series["rank"] == rank) & (series["device"] == device) & (series["direction"] == kind)]
             peak = float(mine["bytes_per_s"].max())
-            if calibrated and calibrated.get(kind):
-                ratio = bandwidth / calibrated[kind]
         rows.append([rank, device, kind, len(part), int(part["dur_ns"].sum()),
                      union_ns(part["start_ns"].to_numpy(np.int64), part["end_ns"].to_numpy(np.int64)), total,
-                     bandwidth, mean, peak, ratio])
-    return pd.DataFrame(rows, columns=COLUMNS)
+                     bandwidth, mean, peak, float("nan")])
+    return against(pd.DataFrame(rows, columns=COLUMNS), calibrated)

@@ -163,6 +163,10 @@ def test_copies_per_direction_bytes_and_bandwidth(tmp_path, capsys):
             each = [int(e["args"]["bytes"]) / (ns(e["dur"]) / 1e9) for e in timed]
             assert got["mean_bandwidth"] == pytest.approx(np.mean(each), rel=1e-6)
             assert got["peak_bandwidth"] >= max(each) * (1 - 1e-9)
+    # the report's figure: the series of the rank with the highest peak
+    rank, series = run.gpu.copy_series
+    assert series["bytes_per_s"].max() == pytest.approx(table["peak_bandwidth"].max())
+    assert rank == table["peak_bandwidth"].idxmax()[0] and (series["rank"] == rank).all()
     # against the profile's calibrated copy bandwidths (ddltrace calibrate's gpu0_h2d / gpu0_d2h, B/s)
     profile = tmp_path / "hw.json"
     profile.write_text(json.dumps({"constants": {"r_net": {"value": 1e-9, "unit": "s/B"},

@@ -279,16 +279,12 @@ def _gpu_figures(run, label: str) -> list[Figure]:
                           "The NVML sampler's utilisation of each GPU (kernels: share of the sample period a kernel "
                           "ran; memory: share the memory was busy), with each device's window in the trace shaded.",
                           figures.png_bytes(figures.nvml_figure(run.nvml, windows))))
-    from ddltrace.analyses.gpu_memcpy import bandwidth_series
-
-    series = bandwidth_series(gpu.copy_rows())
-    if len(series):
-        rank = int(series.groupby("rank")["bytes_per_s"].max().idxmax())
+    if gpu.copy_series is not None:
+        rank, series = gpu.copy_series
         out.append(Figure(f"gpu_copies{label}", "Memory-copy bandwidth over time",
                           f"The summed bandwidth of the copies running at each instant on rank {rank} (the rank "
                           "with the highest peak), per device and direction (HTA's memory bandwidth time series).",
-                          figures.png_bytes(figures.copy_bandwidth_figure(series[series["rank"] == rank],
-                                                                          f"Copy bandwidth, rank {rank}"))))
+                          figures.png_bytes(figures.copy_bandwidth_figure(series, f"Copy bandwidth, rank {rank}"))))
     return out
 
 
