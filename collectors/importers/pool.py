@@ -9,13 +9,10 @@ job (or one file) reads in this process, part by part, as before.
 
 from __future__ import annotations
 
-import multiprocessing
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, fields, replace
 from itertools import repeat
 from pathlib import Path
@@ -48,12 +45,17 @@ def read_files(tasks: list[FileTask], categorizer: Categorizer, rank_from: str, 
     if mapper is not None:
         yield from _read_mapped(tasks, categorizer, rank_from, mapper)
         return
-    if jobs <= 1 or len(tasks) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+    if jobs <= 1 or len(tasks) <= 1 or sys.platform == "win32":  # (no fork there)
         for task in tasks:
             ctx = ImportContext(categorizer, rank_from, task.index, task.report)
             source_module.progress_hook = lambda source: on_progress(source.path, source.consumed)
             yield task, (lambda task=task, ctx=ctx: task.importer.read(task.path, ctx))
         return
+    import multiprocessing  # here: one file, or one job, needs neither these modules nor their 20-40 ms of imports
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import TimeoutError as FutureTimeout
+    from concurrent.futures.process import BrokenProcessPool
+
     context = multiprocessing.get_context("fork")
     global _WORK
     _WORK = (tasks, categorizer, rank_from, context.SimpleQueue())
