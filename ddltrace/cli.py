@@ -33,7 +33,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 class _Version(argparse.Action):
-    """``--version``: the installed version, looked up only when asked for (``ddltrace.__version__``)."""
+    """``--version``: the version (``ddltrace.__version__``)."""
 
     def __init__(self, option_strings, dest, **kwargs):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
