@@ -31,8 +31,10 @@ Test hook: ``DDLTRACE_TEST_TASK_DELAY_S=SECONDS`` in a worker's environment make
 
 from __future__ import annotations
 
+import logging
 import math
 import os
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -91,15 +93,16 @@ class _Mapper:
         """Called with the number of tasks before the first is submitted."""
 
     def _submit(self, fn: Callable, args: tuple):
-        """A future (``result(timeout=...)``, ``done()``) of ``run_task(fn, *args)``."""
+        """A future (``result()``, ``done()``, ``add_done_callback()``) of ``run_task(fn, *args)``."""
         raise NotImplementedError
 
     def _given_up(self, exc: BaseException) -> str | None:
         """Why the task was given up, when ``exc`` says the cluster gave it up (its workers died), else None."""
         return None
 
-    def _broken(self, exc: BaseException) -> str | None:
-        """What broke, when ``exc`` says the processes running the tasks are gone, else None."""
+    def _broken(self, exc: BaseException, call: str) -> str | None:
+        """The one line saying what broke, when ``exc`` says the processes running the tasks (or the connection to
+        them) are gone, else None; ``call`` is the call waited for (``summarise_rank(/store, 3)``)."""
         return None
 
     def __call__(self, fn: Callable, *iterables: Iterable) -> Iterator:
@@ -115,23 +118,24 @@ class _Mapper:
                 out.append((items[next_item], self._submit(fn, items[next_item])))
                 next_item += 1
             args, future = out.popleft()
-            while True:
-                try:
-                    result = future.result(timeout=PROGRESS_EVERY_S)
-                    break
-                except TimeoutError:
-                    last = self._report(done + sum(f.done() for _, f in out), len(items), last)
-                except Exception as exc:
-                    broken = self._broken(exc)
-                    if broken is not None:
-                        raise DdltraceError(f"{_call_text(fn, args)}: {broken}") from exc
-                    why = self._given_up(exc)
-                    if why is None:
-                        raise
-                    if self.on_failure is None:
-                        raise DdltraceError(f"{_call_text(fn, args)}: {why}") from exc
-                    result = self.on_failure(args, why)
-                    break
+            # waited for through a callback, not result(timeout=...): distributed's timed result() can lose a
+            # result that arrives as the timeout ends (an UnboundLocalError inside distributed.utils.sync)
+            finished = threading.Event()
+            future.add_done_callback(lambda _, finished=finished: finished.set())
+            while not finished.wait(PROGRESS_EVERY_S):
+                last = self._report(done + sum(f.done() for _, f in out), len(items), last)
+            try:
+                result = future.result()
+            except Exception as exc:
+                broken = self._broken(exc, _call_text(fn, args))
+                if broken is not None:
+                    raise DdltraceError(broken) from exc
+                why = self._given_up(exc)
+                if why is None:
+                    raise
+                if self.on_failure is None:
+                    raise DdltraceError(f"{_call_text(fn, args)}: {why}") from exc
+                result = self.on_failure(args, why)
             done += 1
             last = self._report(done, len(items), last, final=done == len(items))
             yield result
@@ -157,11 +161,14 @@ class _InProcess:
     def __init__(self, fn: Callable, args: tuple):
         self._value = run_task(fn, *args)
 
-    def result(self, timeout: float | None = None):
+    def result(self):
         return self._value
 
     def done(self) -> bool:
         return True
+
+    def add_done_callback(self, callback: Callable) -> None:
+        callback(self)
 
 
 class LocalMapper(_Mapper):
@@ -198,12 +205,12 @@ class LocalMapper(_Mapper):
             self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=multiprocessing.get_context("fork"))
         return self._pool.submit(run_task, fn, *args)
 
-    def _broken(self, exc: BaseException) -> str | None:
+    def _broken(self, exc: BaseException, call: str) -> str | None:
         from concurrent.futures.process import BrokenProcessPool
 
         if isinstance(exc, BrokenProcessPool):
-            return ("a worker process died without a word while this task or one beside it ran (a library crashed, "
-                    "or memory ran out); --jobs 1 runs the tasks one by one in this process")
+            return (f"{call}: a worker process died without a word while this task or one beside it ran (a library "
+                    "crashed, or memory ran out); --jobs 1 runs the tasks one by one in this process")
         return None
 
     def close(self) -> None:
@@ -225,9 +232,16 @@ class DaskMapper(_Mapper):
             from distributed import Client
         except ImportError as exc:
             raise DdltraceError("--scheduler needs Dask distributed: pip install 'ddltrace[dask]'") from exc
+        # distributed's own log lines (a lost connection's traceback as the client closes) would bury the one line
+        # this command says about it: only its critical ones are shown while the client lives
+        self._levels = {name: logging.getLogger(name).level for name in list(logging.root.manager.loggerDict)
+                        if name.split(".")[0] == "distributed"}
+        for name in self._levels:
+            logging.getLogger(name).setLevel(logging.CRITICAL)
         try:
             self.client = Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
         except (OSError, TimeoutError, ValueError) as exc:
+            self._restore_logging()
             raise DdltraceError(f"--scheduler {address}: no Dask scheduler answers there ({exc})") from exc
 
     def _workers(self) -> dict:
@@ -258,8 +272,23 @@ class DaskMapper(_Mapper):
                     f"{exc.allowed_failures})")
         return None
 
+    def _broken(self, exc: BaseException, call: str) -> str | None:
+        from distributed.client import FutureCancelledError
+
+        if not isinstance(exc, FutureCancelledError):
+            return None
+        if exc.reason == "scheduler-connection-lost":
+            return (f"--scheduler {self.address}: the connection to the Dask scheduler was lost while the tasks ran; "
+                    "run the command again once the scheduler answers")
+        return f"--scheduler {self.address}: the tasks were cancelled on the cluster ({exc.reason})"
+
     def close(self) -> None:
         self.client.close()
+        self._restore_logging()
+
+    def _restore_logging(self) -> None:
+        for name, level in self._levels.items():
+            logging.getLogger(name).setLevel(level)
 
 
 def mapper_for(scheduler: str | None, jobs: int, progress: Progress | None = None,

@@ -88,12 +88,15 @@ class LocalDaskCluster:
 
     def close(self) -> None:
         """Ask the scheduler to stop its workers and itself; then SIGTERM, then SIGKILL, what is still running."""
+        asked = False
         if self.client is not None:
-            with contextlib.suppress(Exception):
-                self.client.shutdown()
-            self.client.close()
+            if self.scheduler is not None and self.scheduler.poll() is None:  # else shutdown waits to reconnect
+                with contextlib.suppress(Exception):
+                    self.client.shutdown()
+                    asked = True
+            self.client.close(timeout=5)
         processes = [p for p in [*self.workers.values(), self.scheduler] if p is not None]
-        for stop, grace_s in ((None, 2), (subprocess.Popen.terminate, 3), (subprocess.Popen.kill, 10)):
+        for stop, grace_s in ((None, 2 if asked else 0), (subprocess.Popen.terminate, 3), (subprocess.Popen.kill, 10)):
             running = [p for p in processes if p.poll() is None]
             if not running:
                 return

@@ -255,3 +255,29 @@ def test_a_file_whose_task_the_cluster_gives_up_is_named_and_the_rest_imported(s
     assert remote.ranks == local.ranks
     for rank in local.ranks:
         assert remote.timeline([rank]).equals(local.timeline([rank])), rank
+
+
+def test_a_scheduler_lost_mid_run_is_one_line(tmp_path):
+    """The scheduler SIGKILLed while a worker holds a task of ``analyze --scheduler``: exit 2 and one line naming
+    the address and what happened, no traceback."""
+    from ddltrace.analyses.synthetic import write_ps_store
+    from ddltrace.executor import TEST_DELAY_ENV
+
+    write_ps_store(tmp_path / "ps", workers=2, steps=4)
+    with LocalDaskCluster(tmp_path / "cluster", workers=1, env={TEST_DELAY_ENV: str(TASK_DELAY_S)}) as cluster:
+        child = subprocess.Popen([sys.executable, "-m", "ddltrace", "analyze", str(tmp_path / "ps"), "--scheduler",
+                                  cluster.address], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            while cluster.busy_worker() is None:
+                assert child.poll() is None, "analyze ended before any worker held a task"
+                time.sleep(0.05)
+            cluster.scheduler.send_signal(signal.SIGKILL)
+            out, err = child.communicate(timeout=120)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    lines = [line for line in err.splitlines() if not line.startswith("ddltrace analyze: ")]  # progress lines
+    assert child.returncode == 2 and out == ""
+    assert lines == [f"ddltrace: error: --scheduler {cluster.address}: the connection to the Dask scheduler was lost "
+                     "while the tasks ran; run the command again once the scheduler answers"]
