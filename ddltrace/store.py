@@ -218,6 +218,7 @@ class TraceStore:
         self._damaged_counters: set[int] = set()
         #: Small ranks held by this writer to be written together (:meth:`write_held`), by rank.
         self._held: dict[int, pa.Table] = {}
+        self._held_rows = 0
 
     # -- opening and creating -------------------------------------------------------------------------
 
@@ -389,16 +390,23 @@ class TraceStore:
         (:meth:`save_manifest` calls it); reading it before then reads what is held.
         """
         _test_write_delay()
+        listed = self.manifest["ranks"].get(str(rank))
+        shared = listed.get("timeline_file") if isinstance(listed, dict) else None
+        if shared is not None:  # its rows would stay in that file too: a dataset reader would see them twice
+            raise StoreError(f"{self.path}: rank {rank} is written in timeline/{shared} with other ranks; it cannot "
+                             "be written again in this store")
         table = _timeline_table(timeline)
         ranks = values_of(table.column("rank"))[0]
         if len(ranks) and (ranks != rank).any():
             raise SchemaError("timeline", [f"rows of rank {sorted(set(ranks.tolist()) - {rank})} "
                                            f"passed to add_rank({rank})"])
         table = in_time_order(table)
-        self._held.pop(rank, None)
+        replaced = self._held.pop(rank, None)
+        self._held_rows -= replaced.num_rows if replaced is not None else 0
         if group and counters is None and 0 < table.num_rows < GROUP_BELOW_ROWS \
-                and sum(t.num_rows for t in self._held.values()) + table.num_rows <= GROUP_MAX_ROWS:
+                and self._held_rows + table.num_rows <= GROUP_MAX_ROWS:
             self._held[rank] = table
+            self._held_rows += table.num_rows
         else:
             _atomic_write_parquet(_rank_file(self.path / "timeline", rank), table)
         entry = {"events": table.num_rows}
@@ -415,8 +423,6 @@ class TraceStore:
                 self._write_counters(crank, _rows_of(counters, counter_ranks == crank))
             entry["counter_samples"] = int((counter_ranks == rank).sum())
         old = self.manifest["ranks"].get(str(rank), {})
-        for key in ("timeline_file", "rows"):  # in its own file now, or held
-            old.pop(key, None)
         old.update(entry)
         old.update(info)
         self.manifest["ranks"][str(rank)] = old
@@ -427,7 +433,7 @@ class TraceStore:
         """Write the small ranks held for grouping: at least :data:`GROUP_FROM_RANKS` of them into one file
         ``timeline/ranks-FIRST-LAST.parquet``, one after the other in rank order, which their manifest entries name
         with their rows (``timeline_file``, ``rows``: [first, end)); fewer, each into its own file."""
-        held, self._held = dict(sorted(self._held.items())), {}
+        held, self._held, self._held_rows = dict(sorted(self._held.items())), {}, 0
         if not held:
             return
         if len(held) < GROUP_FROM_RANKS:

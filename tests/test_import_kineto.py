@@ -464,3 +464,32 @@ def test_distributed_rank_as_integral_float_is_used(tmp_path, capsys):
                                                   "tid": 1, "ts": 1_700_000_000_000_000, "dur": 10}]}))
     store, printed = _import(tmp_path, trace, capsys=capsys)
     assert store.ranks == [2] and "problem" not in printed
+
+
+@pytest.mark.parametrize("ids", ["integers", "mixed"])
+def test_launch_links_are_the_pandas_merge_they_replaced(ids):
+    """kineto._launches (NumPy) gives each device event the launch time the former pandas merges gave: an
+    arrow's end linked to the first start of its id, of several ends at one (lane, ts) the first linked one; ids
+    of mixed types (ints and strings) matched as Python values."""
+    import numpy as np
+    import pandas as pd
+
+    from ddltrace.collectors.importers.kineto import _launches
+
+    rng = np.random.default_rng(7)
+    n = 400
+    flow_ids = rng.integers(0, 120, n)
+    flows = {"start": rng.random(n) < 0.5, "id": flow_ids if ids == "integers" else
+             np.array([int(i) if i % 3 else f"x{i}" for i in flow_ids], dtype=object),
+             "lane": rng.integers(0, 3, n).astype(np.int32), "ts": rng.integers(0, 60, n) / 4.0}
+    lane, ts = rng.integers(0, 3, 300).astype(np.int32), rng.integers(0, 60, 300) / 4.0
+    start = flows["start"]
+    launches = pd.DataFrame({"id": flows["id"][start], "launch": flows["ts"][start]})
+    arrivals = pd.DataFrame({"id": flows["id"][~start], "lane": flows["lane"][~start], "ts": flows["ts"][~start]})
+    linked = arrivals.merge(launches.drop_duplicates("id"), on="id").drop_duplicates(["lane", "ts"])
+    device = pd.DataFrame({"row": np.arange(len(lane)), "lane": lane, "ts": ts})
+    expected = device.merge(linked, on=["lane", "ts"]).sort_values("row")
+    found, launch = _launches(flows, lane, ts)
+    assert 0 < found.sum() < len(lane)
+    assert np.flatnonzero(found).tolist() == expected["row"].tolist()
+    assert launch.tolist() == expected["launch"].tolist()

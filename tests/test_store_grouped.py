@@ -14,7 +14,7 @@ import pytest
 from shared_data import corpus, needs
 
 from ddltrace.cli import main
-from ddltrace.errors import DamagedStoreWarning
+from ddltrace.errors import DamagedStoreWarning, StoreError
 from ddltrace.store import GROUP_FROM_RANKS, TraceStore, merge_stores, verify_written
 from ddltrace.timeline import make_timeline
 
@@ -78,6 +78,8 @@ def test_a_held_rank_reads_before_it_is_written_and_a_new_timeline_replaces_it(t
     pd.testing.assert_frame_equal(again.timeline([6]), rows_for(6))
     merged = merge_stores(again, _grouped(tmp_path / "t", GROUP_FROM_RANKS), tmp_path / "m", renumber=True)
     assert len(merged.timeline()) == len(again.timeline()) + 4 * GROUP_FROM_RANKS
+    with pytest.raises(StoreError, match="rank 6 is written in timeline/ranks-00000-00065.parquet with other ranks"):
+        again.add_rank(6, rows_for(6))  # its rows would be in the dataset twice
 
 
 @pytest.mark.parametrize(("rows", "why"), [([1000, 1004], "holds 256 rows, not the rows 1000 to 1004"),
