@@ -805,20 +805,35 @@ def staging_path(path: Path) -> Path:
 
 
 def verify_written(store: TraceStore, ranks: Iterable[int]) -> None:
-    """Check a store just written before anything it was made from is deleted: its manifest reads back,
-    it lists every rank of ``ranks``, and each rank's timeline file holds the rows the manifest counts."""
+    """Check a store just written before anything it was made from is deleted (or it is published): its manifest
+    reads back, it lists every rank of ``ranks``, and each rank's timeline file holds the rows the manifest counts
+    (read from the files' footers; a shared file of small ranks holds exactly the rows its ranks' entries name,
+    one after the other)."""
     reread = TraceStore.open(store.path)
     missing = sorted(set(ranks) - set(reread.ranks))
     if missing:
         raise StoreError(f"{store.path}: ranks {_ranges(missing)} were not written")
+    shared: dict[Path, list[tuple[int, int]]] = {}
     for rank in reread.ranks:
         path, span = reread.timeline_source(rank)
-        try:
-            rows = pq.read_metadata(path).num_rows if span is None else _read_rows(path, span).num_rows
-        except (OSError, pa.ArrowException, StoreError) as exc:
-            raise StoreError(f"{path}: unreadable after writing ({exc})") from exc
+        if span is not None:
+            shared.setdefault(path, []).append(span)
+            continue
+        rows = _written_rows(path)
         if rows != reread.rank_info(rank).get("events"):
             raise StoreError(f"{path}: {rows} rows written, the manifest counts {reread.rank_info(rank).get('events')}")
+    for path, spans in shared.items():
+        rows, spans = _written_rows(path), sorted(spans)
+        ends = [0, *(end for _, end in spans)]
+        if [first for first, _ in spans] != ends[:-1] or ends[-1] != rows:
+            raise StoreError(f"{path}: {rows} rows written, its ranks' entries name {ends[-1]} (or leave gaps)")
+
+
+def _written_rows(path: Path) -> int:
+    try:
+        return pq.read_metadata(path).num_rows
+    except (OSError, pa.ArrowException) as exc:
+        raise StoreError(f"{path}: unreadable after writing ({exc})") from exc
 
 
 def publish(staging: Path, path: Path, *, replace: bool = False) -> None:

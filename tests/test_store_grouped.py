@@ -10,6 +10,7 @@ import warnings
 
 import pandas as pd
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 from shared_data import corpus, needs
 
@@ -109,3 +110,12 @@ def test_a_rank_entry_naming_a_file_outside_the_store_or_rows_not_its_own_is_ref
         damaged = TraceStore.open(store.path)
     assert any("rank 7" in str(w.message) and key in str(w.message) for w in caught)
     assert 7 not in damaged.ranks and len(damaged.ranks) == GROUP_FROM_RANKS - 1
+
+
+def test_the_read_back_check_finds_a_shared_file_short_of_its_ranks_rows(tmp_path):
+    store = _grouped(tmp_path / "s", GROUP_FROM_RANKS)
+    verify_written(store, range(GROUP_FROM_RANKS))
+    shared = store.path / "timeline" / "ranks-00000-00063.parquet"
+    pq.write_table(pq.read_table(shared).slice(0, 200), shared)
+    with pytest.raises(StoreError, match="200 rows written, its ranks' entries name 256"):
+        verify_written(store, range(GROUP_FROM_RANKS))

@@ -185,7 +185,7 @@ def _import(args, out: Path) -> int:
     from ddltrace.collectors.importers.pool import FileTask, given_up, read_files
     from ddltrace.collectors.importers.tb_profile import host_ranks
     from ddltrace.executor import DaskMapper, usable_cpus
-    from ddltrace.store import TraceStore, publish
+    from ddltrace.store import TraceStore, publish, verify_written
 
     files, found_in_folders, folder_notes = _expand(args.paths)
     session_ranks: dict = {}  # TensorBoard session files: (rank, host) from the hosts, not the files' positions
@@ -272,6 +272,7 @@ def _import(args, out: Path) -> int:
         _note_uncategorised(store, categorizer)
         _align_clocks(store, args.align, _resolve_messages(messages, numbered), exchanging)
         store.save_manifest()
+        verify_written(store, store.ranks)  # every rank's rows on disk as the manifest counts them, before publishing
         publish(staging, out, replace=args.force)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
