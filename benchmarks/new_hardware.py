@@ -14,16 +14,19 @@ A is this machine as it is; each B is the same machine made slower in a known wa
   node's link shaped to ``--rate`` (200 Mbit/s, tbf, both directions), A's CPU; calibrate runs on node 0 against
   a probe server on node 1 (the same links).
 
-For each B and each shape of the reference job (``ddltrace workload ps-sgd``'s job, real numpy compute:
-``compute``, the job as it is; ``server``: ``--server-cost`` seconds of server time per gradient, a server-bound
-job): calibrate A, calibrate inside B, run the job at each w on A and then on B (alternating: the machine is
-shared, its load drifts), ``model fit A's STORES --dnn mlp-2-10k-2 --servers 1 --profile A.json``, ``model predict
---profile B.json`` at each w, and compare the prediction with B's measured computation phase (the slowest
+A's and B's calibrations run one right after the other, and the runs alternate between A and B at each w.
+
+For each B and each shape of the reference job (``ddltrace workload ps-sgd``'s job, real numpy compute: ``compute``,
+the job as it is; ``server``: ``--server-cost`` seconds of server time per gradient, a server-bound job;
+``emulated`` and ``emulated-server``: the same with the workers' compute a sleep, for the net B only: a quota cannot
+slow a sleep): calibrate A, calibrate inside B, run the job at each w on A and then on B (alternating: the machine
+is shared, its load drifts), ``model fit A's STORES --dnn mlp-2-10k-2 --servers 1 --profile A.json``, ``model
+predict --profile B.json`` at each w, and compare the prediction with B's measured computation phase (the slowest
 worker's steady state, read from the trace store as the fit reads A's). Printed per row: the prediction with its
-95 % interval, the measured phase, the error, the term that binds on B (predicted), B / A measured and
-predicted, and whether the knee predicted on B is on the side of each w that the runs show. The load average
-(1 min) before and after each run says how busy the shared machine was. ``--repeats N`` repeats everything and
-prints the errors' spread.
+interval (95 %), the measured phase, the error, the term that binds on B (predicted), B / A measured, and
+whether the knee predicted on B is on the side of each w that the runs show. The load average (1 min) before and
+after each run says how busy the shared machine was. ``--repeats N`` repeats everything and prints the errors'
+spread.
 
 On two real machines: run the job at several w on A under ``ddltrace run`` and calibrate both machines, then
 ``benchmarks/new_hardware.py --profile-a A.json --runs-a A-w1/store A-w2/store A-w4/store --profile-b B.json
@@ -37,6 +40,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -51,10 +55,14 @@ PYTHON = sys.executable
 DDLTRACE = str(Path(sys.executable).with_name("ddltrace"))
 JOB = [PYTHON, "-m", "ddltrace.collectors.workloads.ps_sgd"]
 DNN = "mlp-2-10k-2"
-#: the job's options common to every run (one epoch of 8192 samples, batch 64: 128 batches on one worker)
-COMMON = ["--samples", "8192", "--epochs", "1", "--batch", "64", "--hidden", "10000", "--init", "parallel",
+#: the job's options common to every run (one epoch of 4096 samples, batch 64: 64 batches on one worker)
+COMMON = ["--samples", "4096", "--epochs", "1", "--batch", "64", "--hidden", "10000", "--init", "parallel",
           "--server-receive", "probe"]
-SHAPES = {"compute": ["--compute", "real"], "server": ["--compute", "real", "--server-cost", "0.01"]}
+SHAPES = {"compute": ["--compute", "real"], "server": ["--compute", "real", "--server-cost", "0.01"],
+          # the workers' compute a sleep of 0.5 ms per sample, as if each had a core of its own (the 2-core
+          # machine cannot give 4 workers one each): the model's premise holds on A; only for the net B
+          "emulated": ["--compute", "emulated", "--sample-time", "0.0005"],
+          "emulated-server": ["--compute", "emulated", "--sample-time", "0.0005", "--server-cost", "0.01"]}
 CALIBRATE = ["calibrate", "--quick", "--only", "cpu,mem,net"]
 
 
@@ -81,9 +89,13 @@ class MachineA:
     def __exit__(self, *exc):
         return None
 
-    def calibrate(self, out: Path, window: float) -> None:
-        _check(subprocess.run([DDLTRACE, *CALIBRATE, "--cpu-window", str(window), "--out", str(out)],
-                              capture_output=True, text=True, timeout=600), f"calibrate on {self.name}")
+    def calibrate(self, out: Path, window: float) -> list[str]:
+        """The command that calibrates this machine into ``out`` (started by :func:`calibrate_both`)."""
+        return [DDLTRACE, *CALIBRATE, "--cpu-window", str(window), "--out", str(out)]
+
+    @contextlib.contextmanager
+    def calibrating(self, out: Path, window: float):
+        yield self.calibrate(out, window)
 
     def run(self, w: int, job: list[str], store: Path) -> None:
         _check(subprocess.run([DDLTRACE, "run", "--no-progress", "--np", str(w + 1), "--out", str(store), "--",
@@ -109,10 +121,8 @@ class QuotaB(MachineA):
     def __exit__(self, *exc):
         self.quota.close()
 
-    def calibrate(self, out: Path, window: float) -> None:
-        _check(subprocess.run(self.quota.wrap([DDLTRACE, *CALIBRATE, "--cpu-window", str(window), "--out",
-                                               str(out)]), capture_output=True, text=True, timeout=300),
-               "calibrate under the CPU quota")
+    def calibrate(self, out: Path, window: float) -> list[str]:
+        return self.quota.wrap(super().calibrate(out, window))
 
     def run(self, w: int, job: list[str], store: Path) -> None:
         super().run(w, self.quota.wrap(job), store)
@@ -132,7 +142,10 @@ class NetB(MachineA):
 
         return cl.Cluster(n, rates_bit=dict.fromkeys(range(n), self.rate_bit))
 
-    def calibrate(self, out: Path, window: float) -> None:
+    @contextlib.contextmanager
+    def calibrating(self, out: Path, window: float):
+        """Yields the command that calibrates a node of a 2-node shaped cluster against a probe server on the
+        other node (the cluster lives until the block ends)."""
         with self._cluster(2) as c:
             server = c.nodes[1].popen([PYTHON, "-m", "ddltrace.collectors.microbench.network", c.nodes[1].addr, "0"],
                                       stdout=subprocess.PIPE, text=True)
@@ -140,11 +153,8 @@ class NetB(MachineA):
                 line = server.stdout.readline().strip()
                 if not line.startswith("listening on "):
                     raise DdltraceError(f"the probe server on {c.nodes[1].host} did not start ({line!r})")
-                peer = line.removeprefix("listening on ")
-                _check(c.nodes[0].run([DDLTRACE, *CALIBRATE, "--cpu-window", str(window), "--peer", peer,
-                                       "--net-timeout", "30", "--out", str(out.resolve())],
-                                      capture_output=True, text=True, timeout=300),
-                       "calibrate on a node of the shaped cluster")
+                yield c.nodes[0].enter([*super().calibrate(out.resolve(), window), "--net-timeout", "30",
+                                        "--peer", line.removeprefix("listening on ")])
             finally:
                 server.kill()
                 server.wait()
@@ -157,6 +167,14 @@ class NetB(MachineA):
             _check(subprocess.run([DDLTRACE, "run", "--no-progress", "--launcher", launcher, "--out", str(store),
                                    "--", *job], capture_output=True, text=True, timeout=300),
                    f"the job on the shaped cluster, w={w}")
+
+
+def calibrate_both(a, b, folder: Path, window: float) -> None:
+    """Calibrate A, then B at once after it, into folder/A.json and folder/B.json. (Both at the same time was
+    tried, to give them the same load: on this shared machine it made B's compute factor wrong by 2-3 times.)"""
+    for machine, name in ((a, "A.json"), (b, "B.json")):
+        with machine.calibrating(folder / name, window) as cmd:
+            _check(subprocess.run(cmd, capture_output=True, text=True, timeout=600), f"calibrate on {machine.name}")
 
 
 # -- the flow --------------------------------------------------------------------------------------------------
@@ -184,16 +202,22 @@ def run_series(machine, shape: str, workers: list[int], folder: Path) -> dict[in
     return out
 
 
-def fit_and_predict(profile_a: Path, stores_a: list[str], profile_b: Path, workers: list[int], folder: Path) -> dict:
-    """``model fit`` on A's stores with A's profile, ``model predict --profile B.json --json`` at ``workers``."""
+def fit_and_predict(profile_a: Path, stores_a: list[str], profile_b: Path, workers: list[int], folder: Path
+                    ) -> tuple[dict, dict]:
+    """``model fit`` on A's stores with A's profile, ``model predict --profile B.json --json`` at ``workers``: the
+    prediction as Hashemi's model has it (network and worker overlap), and with ``--serial-comm``."""
     model = folder / "model.json"
     _check(subprocess.run([DDLTRACE, "model", "fit", *stores_a, "--dnn", DNN, "--servers", "1", "--profile",
                            str(profile_a), "--out", str(model)], capture_output=True, text=True, timeout=300),
            "model fit")
-    done = subprocess.run([DDLTRACE, "model", "predict", str(model), "--workers", ",".join(map(str, workers)),
-                           "--profile", str(profile_b), "--json"], capture_output=True, text=True, timeout=300)
-    _check(done, "model predict")
-    return json.loads(done.stdout)
+    out = []
+    for extra in ([], ["--serial-comm"]):
+        done = subprocess.run([DDLTRACE, "model", "predict", str(model), "--workers", ",".join(map(str, workers)),
+                               "--profile", str(profile_b), "--json", *extra], capture_output=True, text=True,
+                              timeout=300)
+        _check(done, "model predict")
+        out.append(json.loads(done.stdout))
+    return out[0], out[1]
 
 
 def knee_sides(measured: dict[int, float], knee: dict) -> list[dict]:
@@ -210,45 +234,63 @@ def knee_sides(measured: dict[int, float], knee: dict) -> list[dict]:
     return out
 
 
-def compare(prediction: dict, a: dict[int, dict] | None, b: dict[int, dict] | None) -> dict:
+def compare(prediction: dict, serial: dict, a: dict[int, dict] | None, b: dict[int, dict] | None) -> dict:
+    """Per w: the prediction on B (Hashemi's max; and ``serial_*`` with --serial-comm) against B's measured phase."""
     rows = []
-    for row in prediction["rows"]:
+    for row, srow in zip(prediction["rows"], serial["rows"], strict=True):
         w = int(row["w"])
         item = {"w": w, "predicted_s": row["profile_s"], "low_s": row["profile_low_s"],
                 "high_s": row["profile_high_s"], "bound_by": row["profile_bound_by"],
-                "a_predicted_s": row["predicted_s"]}
+                "a_predicted_s": row["predicted_s"], "serial_s": srow["profile_s"],
+                "serial_low_s": srow["profile_low_s"], "serial_high_s": srow["profile_high_s"],
+                "serial_bound_by": srow["profile_bound_by"]}
         if b and w in b:
             item["measured_s"] = b[w]["phase_s"]
             item["error"] = (row["profile_s"] - b[w]["phase_s"]) / b[w]["phase_s"]
+            item["serial_error"] = (srow["profile_s"] - b[w]["phase_s"]) / b[w]["phase_s"]
         if a and w in a and b and w in b:
             item["ratio_measured"] = b[w]["phase_s"] / a[w]["phase_s"]
             item["ratio_predicted"] = row["profile_s"] / row["predicted_s"]
         rows.append(item)
-    knee = prediction["knee"]["profile"]
-    sides = knee_sides({w: r["phase_s"] for w, r in b.items()}, knee) if b and len(b) > 1 else []
-    return {"rows": rows, "knee": knee, "knee_sides": sides, "factors": prediction["transfer"]["factors"],
-            "best_w": prediction["transfer"].get("best_w")}
+    knee, serial_knee = prediction["knee"]["profile"], serial["knee"]["profile"]
+    measured = {w: r["phase_s"] for w, r in b.items()} if b else {}
+    return {"rows": rows, "knee": knee, "knee_sides": knee_sides(measured, knee) if len(measured) > 1 else [],
+            "serial_knee": serial_knee,
+            "serial_knee_sides": knee_sides(measured, serial_knee) if len(measured) > 1 else [],
+            "factors": prediction["transfer"]["factors"], "serial_factors": serial["transfer"]["factors"],
+            "best_w": prediction["transfer"].get("best_w"), "serial_best_w": serial["transfer"].get("best_w")}
+
+
+def _knee_text(knee: dict) -> str:
+    if knee.get("w") is not None:
+        return f"w* = {knee['w']:.1f} ({knee['cause']})"
+    return f"w* >= {knee.get('at_least') or float('inf'):.1f} ({knee['cause']})"
 
 
 def print_comparison(title: str, result: dict) -> None:
     print(f"\n{title}")
-    f = result["factors"]
-    print("  factors B / A: " + ", ".join(f"{k} {f[k]:.2f}" for k in ("c_p", "c_u", "r_m", "r_net", "lat_net")))
-    knee = result["knee"]
-    where = f"w* = {knee['w']:.1f} ({knee['cause']})" if knee.get("w") is not None else \
-        f"w* >= {knee.get('at_least', float('nan')):.1f} ({knee['cause']})"
-    print(f"  knee on B predicted: {where}; best w on B: {result['best_w']}")
-    print("  w   predicted on B [95 %]        measured on B  error     bound on B       B/A measured  B/A predicted")
+    for label, f in (("", result["factors"]), (" (--serial-comm)", result["serial_factors"])):
+        print(f"  factors B / A{label}: " + ", ".join(f"{k} {f[k]:.2f}" for k in ("c_p", "c_u", "r_m", "r_net",
+                                                                                  "lat_net")))
+    print(f"  knee on B predicted: {_knee_text(result['knee'])}, with --serial-comm {_knee_text(result['serial_knee'])}"
+          f"; best w on B: {result['best_w']}, {result['serial_best_w']}")
+    print("  w   measured on B  predicted (max) [95 %]          error    bound           "
+          "--serial-comm [95 %]            error    bound           B/A measured")
     for r in result["rows"]:
-        measured = f"{r['measured_s']:10.3f} s" if "measured_s" in r else " " * 12
-        error = f"{100 * r['error']:+7.1f} %" if "error" in r else " " * 9
-        ratios = (f"{r['ratio_measured']:12.2f}  {r['ratio_predicted']:12.2f}" if "ratio_measured" in r else "")
-        print(f"  {r['w']:<3d} {r['predicted_s']:8.3f} s [{r['low_s']:7.3f}, {r['high_s']:7.3f}]  {measured}  "
-              f"{error}  {r['bound_by']:<15s}  {ratios}")
-    for side in result["knee_sides"]:
-        print(f"  w={side['w']}: phase fell {100 * side['gain']:.0f} % from the previous w: "
-              f"{'below' if side['below_measured'] else 'at or past'} the knee; predicted "
-              f"{'below' if side['below_predicted'] else 'past'}: {'agree' if side['agree'] else 'DISAGREE'}")
+        measured = f"{r['measured_s']:8.3f} s" if "measured_s" in r else " " * 10
+        cells = []
+        for key, err, bound in (("", "error", "bound_by"), ("serial_", "serial_error", "serial_bound_by")):
+            pred = r["predicted_s" if not key else "serial_s"]
+            lo, hi = r[f"{key}low_s"], r[f"{key}high_s"]
+            error = f"{100 * r[err]:+6.1f} %" if err in r else " " * 8
+            cells.append(f"{pred:7.3f} s [{lo:6.3f}, {hi:6.3f}]  {error}  {r[bound]:<14s}")
+        ratio = f"{r['ratio_measured']:6.2f}" if "ratio_measured" in r else ""
+        print(f"  {r['w']:<3d} {measured}     {'   '.join(cells)}  {ratio}")
+    for label, sides in (("max", result["knee_sides"]), ("serial", result["serial_knee_sides"])):
+        for side in sides:
+            print(f"  knee ({label}) w={side['w']}: phase fell {100 * side['gain']:.0f} % from the previous w: "
+                  f"{'below' if side['below_measured'] else 'at or past'} the knee; predicted "
+                  f"{'below' if side['below_predicted'] else 'past'}: {'agree' if side['agree'] else 'DISAGREE'}")
 
 
 def simulated(args) -> list[dict]:
@@ -265,15 +307,14 @@ def simulated(args) -> list[dict]:
                       f"({' '.join(SHAPES[shape])}), load {_load():.1f}", flush=True)
                 a, runs_a, runs_b = MachineA(), {}, {}
                 with machine_b:  # A and B alternate, so that both see about the same load of the shared machine
-                    a.calibrate(folder / "A.json", args.cpu_window)
-                    machine_b.calibrate(folder / "B.json", args.cpu_window)
+                    calibrate_both(a, machine_b, folder, args.cpu_window)
                     for w in workers:
                         runs_a.update(run_series(a, shape, [w], folder))
                         runs_b.update(run_series(machine_b, shape, [w], folder))
                     throttled = machine_b.quota.throttled() if b_name == "quota" else None
-                prediction = fit_and_predict(folder / "A.json", [runs_a[w]["store"] for w in workers],
-                                             folder / "B.json", workers, folder)
-                result = compare(prediction, runs_a, runs_b)
+                prediction, serial = fit_and_predict(folder / "A.json", [runs_a[w]["store"] for w in workers],
+                                                     folder / "B.json", workers, folder)
+                result = compare(prediction, serial, runs_a, runs_b)
                 result.update({"repeat": repeat, "b": b_name, "b_description": machine_b.description,
                                "shape": shape, "job": [*COMMON, *SHAPES[shape]], "a_runs": runs_a, "b_runs": runs_b,
                                "throttled": throttled, "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
@@ -291,13 +332,15 @@ def summary(results: list[dict]) -> None:
     for b, shape in keys:
         mine = [r for r in results if (r["b"], r["shape"]) == (b, shape)]
         for w in sorted({row["w"] for r in mine for row in r["rows"]}):
-            errors = [100 * row["error"] for r in mine for row in r["rows"] if row["w"] == w and "error" in row]
-            if errors:
-                print(f"  {b:<6s} {shape:<8s} w={w}: error median {statistics.median(errors):+.1f} %, "
-                      f"range {min(errors):+.1f} .. {max(errors):+.1f} % over {len(errors)} repeat(s)")
-        sides = [s["agree"] for r in mine for s in r["knee_sides"]]
-        if sides:
-            print(f"  {b:<6s} {shape:<8s} knee on the right side: {sum(sides)} of {len(sides)}")
+            for label, key in (("max", "error"), ("serial", "serial_error")):
+                errors = [100 * row[key] for r in mine for row in r["rows"] if row["w"] == w and key in row]
+                if errors:
+                    print(f"  {b:<6s} {shape:<8s} w={w} {label:<6s}: error median {statistics.median(errors):+.1f} %,"
+                          f" range {min(errors):+.1f} .. {max(errors):+.1f} % over {len(errors)} repeat(s)")
+        for label, key in (("max", "knee_sides"), ("serial", "serial_knee_sides")):
+            sides = [s["agree"] for r in mine for s in r[key]]
+            if sides:
+                print(f"  {b:<6s} {shape:<8s} knee ({label}) on the right side: {sum(sides)} of {len(sides)}")
 
 
 def two_machines(args) -> list[dict]:
@@ -308,8 +351,8 @@ def two_machines(args) -> list[dict]:
     b_rows = {int(r["w"]): {"phase_s": float(r["phase_s"]), "store": s}
               for s in (args.runs_b or []) for r in [measurements_from_store(s, servers=args.servers)]}
     workers = [int(w) for w in args.workers.split(",")] if args.workers_given else sorted(a_rows | b_rows)
-    prediction = fit_and_predict(Path(args.profile_a), list(args.runs_a), Path(args.profile_b), workers, out)
-    result = compare(prediction, a_rows, b_rows)
+    prediction, serial = fit_and_predict(Path(args.profile_a), list(args.runs_a), Path(args.profile_b), workers, out)
+    result = compare(prediction, serial, a_rows, b_rows)
     result.update({"b": "B", "shape": "given", "a_runs": a_rows, "b_runs": b_rows})
     print_comparison(f"B = {args.profile_b}", result)
     (out / "results.json").write_text(json.dumps([result], indent=1))
@@ -334,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs-b", nargs="+", help="two real machines: B's trace stores, to compare with")
     parser.add_argument("--servers", type=int, default=1, help="two real machines: server ranks (default 1)")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the with blocks remove cgroups and namespaces
     args.workers_given = args.workers is not None
     args.workers = args.workers or "1,2,4"
     try:

@@ -89,6 +89,10 @@ def register(subparsers) -> None:
                    help="predict another machine: the fitted costs carried from the profile the model was fitted "
                         "with ('model fit --profile A.json') to this one ('ddltrace calibrate' there); --what-if "
                         "then changes B's constants")
+    q.add_argument("--serial-comm", action="store_true",
+                   help="with --profile: the workers pull, compute and push one after another and the server has "
+                        "one link (ps-sgd): the time B's network adds to each transfer goes into c_p and c_u, "
+                        "instead of Hashemi's max(network, worker), which assumes they overlap")
     q.add_argument("--plot", metavar="PNG", help="write a plot of predicted vs measured")
     q.add_argument("--json", action="store_true", help="print the table as JSON")
     q.set_defaults(func=run_predict)
@@ -242,7 +246,7 @@ def describe_fit(fit, job: str = "") -> str:
 BEST_TOLERANCE = 0.05
 
 
-def _on_profile(model: dict, source: str, profile_path: str, constants, wl) -> dict:
+def _on_profile(model: dict, source: str, profile_path: str, constants, wl, serial: bool = False) -> dict:
     """The model's constants carried to the machine of ``profile_path``: constants, factors, notes, records."""
     from ddltrace.models import transfer
 
@@ -252,8 +256,9 @@ def _on_profile(model: dict, source: str, profile_path: str, constants, wl) -> d
                             "carry its costs from; refit with 'ddltrace model fit ... --profile A.json'")
     on_b = transfer.profile_record(load_json(profile_path, "hardware profile"), profile_path, wl.s)
     counts = model.get("work_per_sample") or {"muladds": 1.0, "neurons": 0.0}
-    k_b, factors, notes = transfer.transfer(constants, wl, counts, fitted_on, on_b)
-    return {"a": fitted_on, "b": on_b, "counts": counts, "constants": k_b, "factors": factors, "notes": notes}
+    k_b, factors, notes = transfer.transfer(constants, wl, counts, fitted_on, on_b, serial=serial)
+    return {"a": fitted_on, "b": on_b, "counts": counts, "constants": k_b, "factors": factors, "notes": notes,
+            "serial": serial}
 
 
 def _knee(model: dict, wl, k, c_u_factor: float = 1.0) -> tuple[float, str, float | None]:
@@ -273,7 +278,7 @@ def _knee(model: dict, wl, k, c_u_factor: float = 1.0) -> tuple[float, str, floa
 
 
 def _predict_table(model: dict, source: str, workers: list[int], batch: float | None,
-                   what_if: dict, profile: str | None = None) -> pd.DataFrame:
+                   what_if: dict, profile: str | None = None, serial: bool = False) -> pd.DataFrame:
     import pandas as pd
 
     from ddltrace.analyses.fit_hashemi import constants_from_model
@@ -291,7 +296,7 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
         raise DdltraceError(f"{source}: the model lacks the batch size or the data set size; give --batch")
     wl = hashemi.Workload(d=float(d), b=float(b), n_f=workload.get("n_f") or 0.0, n_w=workload.get("n_w") or 0.0,
                           epochs=float(epochs), s=workload.get("s") or 8.0)
-    moved = _on_profile(model, source, profile, constants, wl) if profile else None
+    moved = _on_profile(model, source, profile, constants, wl, serial) if profile else None
     target = moved["constants"] if moved else constants
     try:
         changed = target.scaled(what_if) if what_if else None
@@ -325,13 +330,13 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
     if moved:
         confidence = float(model.get("confidence") or 0.95)
         low, high = transfer.interval(model["constants"], constants, wl, moved["counts"], moved["a"], moved["b"],
-                                      workers, confidence)
+                                      workers, confidence, serial=serial)
         table["profile_low_s"], table["profile_high_s"] = low, high
         fastest = table["profile_s"].min()
         best = table[table["profile_s"] <= (1 + BEST_TOLERANCE) * fastest]["w"].min()
         table.attrs["transfer"] = {"profile": profile, "fitted_on": moved["a"]["source"],
                                    "factors": moved["factors"], "notes": moved["notes"], "confidence": confidence,
-                                   "best_w": int(best), "draws": transfer.DRAWS}
+                                   "best_w": int(best), "draws": transfer.DRAWS, "serial_comm": serial}
     table.attrs["knees"] = knees
     return table
 
@@ -348,6 +353,9 @@ def _describe_transfer(table: pd.DataFrame) -> list[str]:
              f"lat_net x{f['lat_net']:.4g}; storage r_d x{f['r_d']:.4g}",
              f"  interval: {pct} % of {info['draws']} draws over the fit's standard errors and both profiles' "
              "uncertainties (log-normal, the relative uncertainty one standard deviation of the log)"]
+    if info.get("serial_comm"):
+        lines.insert(3, "  --serial-comm: c_p also gains B's extra time of the two transfers of n_w values per batch, "
+                        "c_u the server link's per update (the factors above include them)")
     lines += [f"  note: {note}" for note in info["notes"]]
     return lines
 
@@ -356,7 +364,9 @@ def run_predict(args) -> int:
     model = load_json(args.model, "model")
     workers = parse_int_list(args.workers, "--workers")
     what_if = parse_what_if(args.what_if)
-    table = _predict_table(model, args.model, workers, args.batch, what_if, args.profile)
+    if args.serial_comm and not args.profile:
+        raise DdltraceError("--serial-comm: only with --profile B.json (it says how the costs carry to B)")
+    table = _predict_table(model, args.model, workers, args.batch, what_if, args.profile, args.serial_comm)
     moved = "transfer" in table.attrs
     if args.plot:
         _plot(table, args.plot, args.what_if)

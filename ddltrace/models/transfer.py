@@ -12,7 +12,9 @@ constants it depends on (docs/MODELS.md, "Predicting another machine", states ea
 - c_b and c_u: forming or applying one update is a pass over the n_w weights, so they scale as C_muladd at
   ``ws = n_w s``;
 - r_m, w_m, r_net, lat_net, r_d: the model's value times B's over A's (B's own value where the fit held A's);
-- kappa (the contention extension) is a ratio and is kept.
+- kappa (the contention extension) is a ratio and is kept;
+- with ``serial`` (workers that do not overlap their transfers with compute, a server with one link), c_p and c_u
+  also gain the time B's network adds to the transfers A's fit absorbed in them (:func:`transfer`).
 
 The interval is a Monte Carlo over the fit's standard errors (a constant the runs only bound is drawn uniformly
 between 0 and its bound) and both profiles' uncertainties, each taken as one standard deviation of the log of the
@@ -164,9 +166,18 @@ def per_sample_work(record: Mapping, counts: Mapping, working_set: float, z: Map
 
 
 def transfer(k: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Mapping,
-             z_a: Mapping | None = None, z_b: Mapping | None = None) -> tuple[Constants, dict, list[str]]:
+             z_a: Mapping | None = None, z_b: Mapping | None = None,
+             serial: bool = False) -> tuple[Constants, dict, list[str]]:
     """The model's constants ``k`` (fitted on A) carried to B: (constants on B, factor of each constant B / A,
-    notes on what could not be carried)."""
+    notes on what could not be carried).
+
+    ``serial``: the workers pull the weights, compute and push the gradient one after another (no overlap, as the
+    ps-sgd job does) and the server has one link. Then the fit on A put the workers' exposed transfers into c_p
+    and the server's into c_u, at A's network; on B each gains what B's network adds over A's: c_p the two
+    transfers of n_w values per batch, ``(2 s n_w dr_net + 2 dlat_net) / b`` per sample, and c_u the server's link
+    time per update, ``s n_w dr_net`` (a gradient in, the weights out: the two directions of one full-duplex
+    link overlap), with dr_net = r_net(B) - r_net(A) in the model's terms. Hashemi's T_phase takes the max of
+    the network and the worker's term, which holds only when they overlap."""
     z_a, z_b = z_a or {}, z_b or {}
     job_set = hashemi.working_set_bytes(wl.b, wl.n_f, wl.n_w, wl.s)
     weights_set = max(wl.n_w * wl.s, 1.0)
@@ -189,6 +200,12 @@ def transfer(k: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Mapping
         else:
             factors[name] = vb / va
     values = {name: getattr(k, name) * factors.get(name, 1.0) for name in hashemi.NAMES}
+    if serial:
+        d_r_net, d_lat = values["r_net"] - k.r_net, values["lat_net"] - k.lat_net
+        values["c_p"] = max(0.0, values["c_p"] + (2 * wl.s * wl.n_w * d_r_net + 2 * d_lat) / wl.b)
+        values["c_u"] = max(0.0, values["c_u"] + wl.s * wl.n_w * d_r_net)
+        for name in ("c_p", "c_u"):
+            factors[name] = values[name] / getattr(k, name) if getattr(k, name) > 0 else factors[name]
     return replace(k, **values), factors, notes
 
 
@@ -207,7 +224,7 @@ def _fit_draw(entries: Mapping, k: Constants, rng: np.random.Generator) -> Const
 
 def interval(entries: Mapping, k: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Mapping,
              workers: Sequence[float], confidence: float, draws: int = DRAWS, seed: int = 0,
-             what_if: Mapping | None = None) -> tuple[np.ndarray, np.ndarray]:
+             what_if: Mapping | None = None, serial: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(low, high) seconds of the computation phase (all epochs) on B at each worker count: the central
     ``confidence`` share of ``draws`` predictions with the fit's and both profiles' uncertainties."""
     rng = np.random.default_rng(seed)
@@ -217,7 +234,7 @@ def interval(entries: Mapping, k: Constants, wl: Workload, counts: Mapping, a: M
     for i in range(draws):
         z_a = {name: rng.standard_normal() for name in names}
         z_b = {name: rng.standard_normal() for name in names}
-        on_b, _, _ = transfer(_fit_draw(entries, k, rng), wl, counts, a, b, z_a, z_b)
+        on_b, _, _ = transfer(_fit_draw(entries, k, rng), wl, counts, a, b, z_a, z_b, serial)
         if what_if:
             on_b = on_b.scaled(what_if)
         out[i] = wl.epochs * np.atleast_1d(hashemi.t_phase(ws, wl, on_b))
