@@ -13,7 +13,7 @@ time, so the results not yet handed back never hold more than those few. Two kin
   file system); the store is read by the workers, not sent by this process.
 
 Progress: ``progress(done, total, where)`` is called at most every :data:`PROGRESS_EVERY_S` while tasks run and
-once at the end; ``where`` says where the tasks run ("2 worker processes of this machine", "3 workers of the Dask
+once at the end; ``where`` says where the tasks run ("in 2 processes of this machine", "on 3 workers of the Dask
 cluster at tcp://...", counted when called: workers come and go).
 
 A worker that dies: on a Dask cluster the scheduler notices the lost connection (or the nanny's report), and
@@ -185,7 +185,7 @@ class LocalMapper(_Mapper):
 
     @property
     def where(self) -> str:
-        return "this process" if self._here else f"{self.jobs} worker processes of this machine"
+        return "in this process" if self._here else f"in {self.jobs} processes of this machine"
 
     @property
     def slots(self) -> int:
@@ -251,7 +251,7 @@ class DaskMapper(_Mapper):
     @property
     def where(self) -> str:
         count = len(self._workers())
-        return f"{count} worker{'s' if count != 1 else ''} of the Dask cluster at {self.address}"
+        return f"on {count} worker{'s' if count != 1 else ''} of the Dask cluster at {self.address}"
 
     @property
     def slots(self) -> int:

@@ -144,7 +144,7 @@ def _analyze(store, listed: int, quiet: bool, verb: str, mapper):
     started = last = time.perf_counter()
 
     def say(message: str) -> None:
-        where = f" on {mapper.where}" if hasattr(mapper, "where") else ""
+        where = f" {mapper.where}" if hasattr(mapper, "where") else ""
         print(f"ddltrace {verb}: {store.path}: {message}{where}", file=sys.stderr, flush=True)
 
     say(f"reading {len(store.ranks)} ranks ({listed:,} events) rank by rank")

@@ -146,7 +146,7 @@ class _Progress:
     def tasks(self, done: int, total: int, where: str) -> None:
         """``done`` of ``total`` files read by the tasks running ``where`` (a Dask cluster's workers)."""
         if self.enabled:
-            print(f"\rimporting: {done} of {total} files done on {where}", end="", file=sys.stderr, flush=True)
+            print(f"\rimporting: {done} of {total} files done {where}", end="", file=sys.stderr, flush=True)
             self.shown = True
 
     def file_done(self, path: Path) -> None:
