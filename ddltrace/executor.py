@@ -243,6 +243,35 @@ class DaskMapper(_Mapper):
         except (OSError, TimeoutError, ValueError) as exc:
             self._restore_logging()
             raise DdltraceError(f"--scheduler {address}: no Dask scheduler answers there ({exc})") from exc
+        try:
+            self._check_versions()
+        except BaseException:
+            self.close()
+            raise
+
+    def _check_versions(self) -> None:
+        """The scheduler (it unpickles the tasks) and every worker import this ddltrace's version: a worker that
+        cannot would break its connection on the first task, and the tasks would wait for ever."""
+        from ddltrace import __version__
+
+        # a lambda is pickled by value: it reaches a process without ddltrace, and says so there
+        def version():
+            return __import__("ddltrace").__version__
+
+        found = {}
+        try:
+            found["the scheduler"] = self.client.run_on_scheduler(version)
+            found.update({f"the worker at {a}": v for a, v in self.client.run(version, on_error="return").items()})
+        except Exception as exc:  # the scheduler's
+            found["the scheduler"] = exc
+        wrong = {where: v for where, v in found.items() if v != __version__}
+        if wrong:
+            where, what = next(iter(wrong.items()))
+            what = f"cannot import ddltrace ({what})" if isinstance(what, BaseException) else f"has ddltrace {what}"
+            more = f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""
+            raise DdltraceError(f"--scheduler {self.address}: {where}{more} {what}, while this command runs ddltrace "
+                                f"{__version__}: install the same ddltrace with its dask extra where the scheduler "
+                                "and the workers run")
 
     def _workers(self) -> dict:
         return self.client.scheduler_info(n_workers=-1).get("workers", {}) if self.client.status == "running" \

@@ -25,9 +25,12 @@ START_TIMEOUT_S = 60
 
 
 class LocalDaskCluster:
-    def __init__(self, folder: Path, workers: int = 2, env: dict[str, str] | None = None):
+    def __init__(self, folder: Path, workers: int = 2, env: dict[str, str] | None = None,
+                 scheduler_env: dict[str, str] | None = None):
+        """``env``: added to the workers' environment; ``scheduler_env``: to the scheduler's."""
         self.folder, self.count = Path(folder), workers
         self.env = {**os.environ, **(env or {})}
+        self.scheduler_env = {**os.environ, **(scheduler_env or {})}
         self.scheduler: subprocess.Popen | None = None
         self.workers: dict[str, subprocess.Popen] = {}  # by worker name
         self.address = ""
@@ -48,7 +51,8 @@ class LocalDaskCluster:
     def _start(self) -> None:
         info = self.folder / "scheduler.json"
         self.scheduler = self._spawn("scheduler", [DASK, "scheduler", "--host", "127.0.0.1", "--port", "0",
-                                                   "--no-dashboard", "--scheduler-file", str(info)])
+                                                   "--no-dashboard", "--scheduler-file", str(info)],
+                                     self.scheduler_env)
         deadline = time.monotonic() + START_TIMEOUT_S
         while not (info.exists() and info.stat().st_size):
             if self.scheduler.poll() is not None or time.monotonic() > deadline:
@@ -59,14 +63,15 @@ class LocalDaskCluster:
             name = f"w{i}"
             self.workers[name] = self._spawn(name, [
                 DASK, "worker", self.address, "--name", name, "--nthreads", "1", "--no-nanny", "--no-dashboard",
-                "--host", "127.0.0.1", "--memory-limit", "0", "--local-directory", str(self.folder / name)])
+                "--host", "127.0.0.1", "--memory-limit", "0", "--local-directory", str(self.folder / name)],
+                self.env)
         self.client = distributed.Client(self.address, timeout=START_TIMEOUT_S, set_as_default=False)
         self.client.wait_for_workers(self.count, timeout=START_TIMEOUT_S)
 
-    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
         log = open(self.folder / f"{name}.log", "w")  # noqa: SIM115 - the process holds it open
         with log:
-            return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
+            return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
     def _log(self, name: str) -> str:
         path = self.folder / f"{name}.log"

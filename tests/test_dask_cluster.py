@@ -18,6 +18,7 @@ import pytest
 pytest.importorskip("distributed")
 from dask_cluster import LocalDaskCluster  # noqa: E402
 
+import ddltrace
 from ddltrace.cli import main
 from ddltrace.store import TraceStore
 
@@ -281,3 +282,21 @@ def test_a_scheduler_lost_mid_run_is_one_line(tmp_path):
     assert child.returncode == 2 and out == ""
     assert lines == [f"ddltrace: error: --scheduler {cluster.address}: the connection to the Dask scheduler was lost "
                      "while the tasks ran; run the command again once the scheduler answers"]
+
+
+def test_workers_without_ddltrace_are_one_line_before_any_task(tmp_path, stores):
+    """Workers whose Python finds another 'ddltrace' first (a package that fails to import, put in front by
+    PYTHONPATH): exit 2 and one line naming a worker and what it lacks, before any task is sent (a task sent there
+    would break the worker's connection and wait for ever)."""
+    fake = tmp_path / "elsewhere" / "ddltrace"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('raise ImportError("not this ddltrace")\n')
+    with LocalDaskCluster(tmp_path / "cluster", workers=1, env={"PYTHONPATH": str(fake.parent)}) as cluster:
+        child = subprocess.run([sys.executable, "-m", "ddltrace", "analyze", str(stores / "ps"), "--scheduler",
+                                cluster.address], capture_output=True, text=True, timeout=120)
+        worker = next(iter(cluster.client.scheduler_info()["workers"]))
+    assert child.returncode == 2 and child.stdout == ""
+    assert child.stderr.splitlines() == [
+        f"ddltrace: error: --scheduler {cluster.address}: the worker at {worker} cannot import ddltrace (not this "
+        f"ddltrace), while this command runs ddltrace {ddltrace.__version__}: install the same ddltrace with its dask "
+        "extra where the scheduler and the workers run"]
