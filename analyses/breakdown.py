@@ -32,7 +32,7 @@ from ddltrace.analyses.phases import PHASES, RankPhases
 # ``gpu_user_annotation`` spans, on "gpu:0/stream 7/annotations"): region marks, no work of their own, so neither
 # host nor device time. It is defined with the schema, which the importers read without pandas.
 from ddltrace.arrow_timeline import ANNOTATION_LANE_SUFFIX
-from ddltrace.timeline import CATEGORIES
+from ddltrace.timeline import CATEGORIES, category_codes
 
 #: Within a lane, a higher category wins (innermost call first).
 LANE_PRIORITY = ("idle", "other", "compute", "io", "memcpy", "comm", "wait", "barrier")  # lowest to highest
@@ -44,20 +44,24 @@ EXPOSED_COMM = ("comm", "wait")
 DEVICE_LANE_PREFIXES = ("gpu:", "tpu:", "mtia:", "xpu:", "hpu:")
 
 
-def _names(lanes: pd.Series) -> pd.Series:
-    return lanes.astype("object").fillna("").astype(str)
+def _lane_flags(lanes: pd.Series, flag) -> np.ndarray:
+    """``flag(names)`` (a vectorised test on an array of lane names) for each row, computed once per distinct lane
+    (a rank has a few lanes and up to millions of rows)."""
+    codes, uniques = pd.factorize(lanes.astype("object"), use_na_sentinel=False)
+    names = pd.Series(uniques, dtype="object").fillna("").astype(str)
+    return np.asarray(flag(names), dtype=bool)[codes] if len(codes) else np.zeros(0, dtype=bool)
 
 
 def annotation_lanes(lanes: pd.Series) -> np.ndarray:
     """True for each row on a stream's annotation lane (its name ends with :data:`ANNOTATION_LANE_SUFFIX`)."""
-    return _names(lanes).str.endswith(ANNOTATION_LANE_SUFFIX).to_numpy(bool)
+    return _lane_flags(lanes, lambda names: names.str.endswith(ANNOTATION_LANE_SUFFIX).to_numpy(bool))
 
 
 def device_lanes(lanes: pd.Series) -> np.ndarray:
     """True for each row whose lane is a device's (its name starts with one of :data:`DEVICE_LANE_PREFIXES`),
     an annotation lane (:func:`annotation_lanes`) excepted."""
-    names = _names(lanes)
-    return (names.str.startswith(DEVICE_LANE_PREFIXES) & ~names.str.endswith(ANNOTATION_LANE_SUFFIX)).to_numpy(bool)
+    return _lane_flags(lanes, lambda names: (names.str.startswith(DEVICE_LANE_PREFIXES)
+                                             & ~names.str.endswith(ANNOTATION_LANE_SUFFIX)).to_numpy(bool))
 
 
 def host_lanes(lanes: pd.Series) -> np.ndarray:
@@ -65,40 +69,57 @@ def host_lanes(lanes: pd.Series) -> np.ndarray:
     return ~device_lanes(lanes) & ~annotation_lanes(lanes)
 
 
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """The distinct values of an int64 array, sorted (``np.unique`` without its hashing pass)."""
+    values = np.sort(values)
+    if len(values) < 2:
+        return values
+    keep = np.empty(len(values), dtype=bool)
+    keep[0] = True
+    np.not_equal(values[1:], values[:-1], out=keep[1:])
+    return values[keep]
+
+
 def classify(timeline: pd.DataFrame, cuts, gap: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Split the span of ``cuts`` (sorted ns boundaries; the first and last bound the rank) into segments.
 
     ``gap`` is the category of time no row covers (default: compute on a rank of MPI calls only, else idle).
     Returns ``edges`` (ns, increasing) and ``codes`` (index into CATEGORIES of each segment between two edges).
+    Vectorised: per lane and category one pass of ``np.bincount`` over the rows, no Python loop per row.
     """
     cuts = np.asarray(cuts, dtype=np.int64)
     lo, hi = int(cuts[0]), int(cuts[-1])
     starts = np.clip(timeline["start_ns"].to_numpy(np.int64), lo, hi)
     ends = np.clip(starts + timeline["dur_ns"].to_numpy(np.int64), lo, hi)
-    edges = np.unique(np.concatenate([cuts, starts, ends]))
+    edges = sorted_unique(np.concatenate([cuts, starts, ends]))
     nseg = max(len(edges) - 1, 0)
     si, ei = np.searchsorted(edges, starts), np.searchsorted(edges, ends)
-    categories = timeline["category"].astype("object").to_numpy()
-    lanes = timeline["lane"].astype("object").to_numpy()
+    categories = category_codes(timeline["category"])
+    lanes, _ = pd.factorize(timeline["lane"].astype("object"))  # a missing lane (-1) is no lane's
     combined = np.full(nseg, -1, dtype=np.int16)
     any_compute = np.zeros(nseg, dtype=bool)
-    for lane in pd.unique(lanes):
-        in_lane = lanes == lane
+    order = np.lexsort((categories, lanes))  # rows grouped by lane, then category
+    group = lanes[order].astype(np.int64) * 64 + categories[order]
+    bounds = np.flatnonzero(np.diff(group)) + 1 if len(group) else np.zeros(0, dtype=np.int64)
+    by_lane: dict[int, dict[int, np.ndarray]] = {}
+    for rows in np.split(order, bounds) if len(order) else []:
+        lane, code = int(lanes[rows[0]]), int(categories[rows[0]])
+        if lane >= 0 and code >= 0:
+            by_lane.setdefault(lane, {})[code] = rows
+    for groups in by_lane.values():
         lane_code = np.full(nseg, -1, dtype=np.int16)
         for category in LANE_PRIORITY:
-            rows = in_lane & (categories == category)
-            if not rows.any():
+            rows = groups.get(CODE[category])
+            if rows is None:
                 continue
-            diff = np.zeros(nseg + 1, dtype=np.int64)
-            np.add.at(diff, si[rows], 1)
-            np.add.at(diff, ei[rows], -1)
+            diff = np.bincount(si[rows], minlength=nseg + 1) - np.bincount(ei[rows], minlength=nseg + 1)
             lane_code[np.cumsum(diff)[:-1] > 0] = CODE[category]
         any_compute |= lane_code == CODE["compute"]
         higher = _rank_of(lane_code) > _rank_of(combined)
         combined[higher] = lane_code[higher]
     combined[any_compute] = CODE["compute"]
     if gap is None:
-        gap = "idle" if (categories == "compute").any() else "compute"
+        gap = "idle" if (categories == CODE["compute"]).any() else "compute"
     combined[combined < 0] = CODE[gap]
     return edges, combined
 
@@ -119,8 +140,10 @@ def rank_breakdown(timeline: pd.DataFrame, phases: RankPhases, gap: str | None =
     edges, codes = classify(timeline, bounds, gap)
     lengths = np.diff(edges)
     phase_idx = np.clip(np.searchsorted(bounds[1:3], edges[:-1], side="right"), 0, 2)
+    key = phase_idx * len(CATEGORIES) + codes.astype(np.int64)
     sums = np.zeros((len(PHASES), len(CATEGORIES)), dtype=np.int64)
-    np.add.at(sums, (phase_idx, codes.astype(np.int64)), lengths)
+    for k in np.unique(key):  # at most 24 (phase, category) pairs: exact integer sums, one pass each
+        sums[divmod(int(k), len(CATEGORIES))] = lengths[key == k].sum()
     frame = pd.DataFrame(sums, columns=list(CATEGORIES))
     frame.insert(0, "phase", list(PHASES))
     frame.insert(0, "rank", phases.rank)

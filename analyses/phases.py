@@ -37,12 +37,14 @@ import numpy as np
 import pandas as pd
 
 from ddltrace.analyses.wait_states import COLLECTIVES, P2P, base_name
+from ddltrace.timeline import CATEGORIES, category_codes
 
 INIT_NAMES = frozenset({"MPI_Init", "MPI_Init_thread"})
 FINALIZE_NAMES = frozenset({"MPI_Finalize"})
 PATTERN_CATEGORIES = ("comm", "wait", "barrier")
 SYNC_CATEGORIES = ("wait", "barrier")
 PHASES = ("init", "steady", "final")
+CODE = {c: i for i, c in enumerate(CATEGORIES)}
 
 MAX_PERIOD = 32
 MIN_CYCLES = 3
@@ -123,27 +125,30 @@ def whole_run(timeline: pd.DataFrame) -> RankPhases | None:
 
 
 def segment_rank(timeline: pd.DataFrame) -> RankPhases | None:
-    """Phases and steps of one rank's timeline (rows of one rank); None when the rank has no events."""
+    """Phases and steps of one rank's timeline (rows of one rank); None when the rank has no events.
+
+    Vectorised: names, tags and categories are compared as integer codes (each distinct name looked at once),
+    so the cost per row is a few numpy operations, not a Python call."""
     if not len(timeline):
         return None
     rank = int(timeline["rank"].iloc[0])
-    frame = timeline.sort_values("start_ns", kind="stable")
-    starts = frame["start_ns"].to_numpy(np.int64)
-    ends = starts + frame["dur_ns"].to_numpy(np.int64)
-    names = frame["name"].to_numpy(dtype=object)
-    categories = frame["category"].astype("object").to_numpy()
+    order = np.argsort(timeline["start_ns"].to_numpy(np.int64), kind="stable")
+    starts = timeline["start_ns"].to_numpy(np.int64)[order]
+    ends = starts + timeline["dur_ns"].to_numpy(np.int64)[order]
+    name_codes, names = pd.factorize(timeline["name"].astype("object").to_numpy()[order], use_na_sentinel=False)
+    categories = category_codes(timeline["category"])[order]
     start, end = int(starts.min()), int(ends.max())
 
-    is_init = np.isin(names, list(INIT_NAMES))
-    is_final = np.isin(names, list(FINALIZE_NAMES))
+    is_init = np.isin(names, list(INIT_NAMES))[name_codes]
+    is_final = np.isin(names, list(FINALIZE_NAMES))[name_codes]
     after_init = int(ends[is_init].max()) if is_init.any() else start
     before_final = int(starts[is_final].min()) if is_final.any() else end
     if before_final <= after_init:  # an aggregated profile laid out as a timeline: Init and Finalize say nothing
         after_init, before_final = start, end
 
-    steps = frame["step"]
+    steps = timeline["step"]
     if steps.notna().any():
-        marked = frame[steps.notna()]
+        marked = timeline[steps.notna()]
         m_end = marked["start_ns"] + marked["dur_ns"]
         grouped = pd.DataFrame({"step": marked["step"].astype("int64"), "start": marked["start_ns"],
                                 "end": m_end}).groupby("step", sort=True).agg(start=("start", "min"),
@@ -153,9 +158,11 @@ def segment_rank(timeline: pd.DataFrame) -> RankPhases | None:
         step_frame = _steps_frame(grouped.index, grouped["start"], grouped["end"])
         return _finish(rank, start, init_end, steady_end, end, starts, ends, categories, "markers", 0, step_frame)
 
-    pattern = np.isin(categories, PATTERN_CATEGORIES) & ~is_init & ~is_final
-    tags = frame["tag"].astype("Int64").astype("string").fillna("").to_numpy(dtype=object)
-    calls = np.array([f"{n}#{t}" for n, t in zip(names[pattern], tags[pattern], strict=True)], dtype=object)
+    pattern = np.isin(categories, [CODE[c] for c in PATTERN_CATEGORIES]) & ~is_init & ~is_final
+    tags = timeline["tag"].to_numpy(dtype=np.float64, na_value=np.nan)[order]
+    tag_codes = pd.factorize(tags, use_na_sentinel=False)[0]
+    calls = pd.factorize(name_codes[pattern].astype(np.int64) * (int(tag_codes.max(initial=0)) + 1)
+                         + tag_codes[pattern])[0]  # name#tag of each call, as a code in order of appearance
     found = _periodic_region(calls, starts[pattern], ends[pattern])
     if found is not None:
         a, b, p, offset = found
@@ -172,9 +179,10 @@ def segment_rank(timeline: pd.DataFrame) -> RankPhases | None:
             step_frame = _steps_frame(np.arange(len(cut)), step_starts, step_ends)
             return _finish(rank, start, init_end, steady_end, end, starts, ends, categories, "pattern", p,
                            step_frame)
-    base = np.fromiter((base_name(n) for n in names), dtype=object, count=len(names))
-    p2p = np.isin(base, list(P2P)) & ~is_init & ~is_final
-    collective = (np.isin(base, list(COLLECTIVES)) | (categories == "barrier")) & ~is_init & ~is_final
+    base = np.array([base_name(n) if isinstance(n, str) else n for n in names], dtype=object)
+    p2p = np.isin(base, list(P2P))[name_codes] & ~is_init & ~is_final
+    collective = (np.isin(base, list(COLLECTIVES))[name_codes] | (categories == CODE["barrier"])) \
+        & ~is_init & ~is_final
     if p2p.sum() >= MIN_CYCLES and collective.any():
         first, last = np.quantile(starts[p2p], [0.1, 0.9])
         opening, closing = collective & (starts <= first), collective & (starts >= last)
@@ -196,14 +204,16 @@ def _finish(rank, start, init_end, steady_end, end, starts, ends, categories, me
 
 
 def _init_work_end(start: int, init_end: int, starts, ends, categories) -> int:
-    """Start of the trailing run of barrier/wait rows that closes initialisation (ns)."""
-    inside = np.flatnonzero((ends <= init_end) & (starts >= start))
-    work_end = init_end
-    for i in inside[::-1]:
-        if categories[i] not in SYNC_CATEGORIES or work_end - ends[i] > SYNC_GAP_NS:
-            break
-        work_end = min(work_end, int(starts[i]))
-    return work_end
+    """Start of the trailing run of barrier/wait rows that closes initialisation (ns). ``categories``: codes
+    into CATEGORIES. Walking back from the end of initialisation, a row continues the run while it is a
+    barrier/wait row ending no more than :data:`SYNC_GAP_NS` before the run's start so far."""
+    inside = np.flatnonzero((ends <= init_end) & (starts >= start))[::-1]
+    if not len(inside):
+        return init_end
+    reached = np.minimum.accumulate(np.concatenate([[init_end], starts[inside]]))  # the run's start after k rows
+    sync = np.isin(categories[inside], [CODE[c] for c in SYNC_CATEGORIES])
+    stop = ~sync | (reached[:-1] - ends[inside] > SYNC_GAP_NS)
+    return int(reached[int(np.argmax(stop)) if stop.any() else len(inside)])
 
 
 def _periodic_region(names: np.ndarray, starts: np.ndarray, ends: np.ndarray):

@@ -70,12 +70,13 @@ def mpi_calls(timeline: pd.DataFrame) -> pd.DataFrame:
     Columns rank, name (base name), start_ns, end_ns, peer, tag, comm, request, bytes (int64; -1 where missing).
     Call it rank by rank while streaming a store and concatenate: memory stays at the MPI calls.
     """
-    names = timeline["name"].astype("object").str.removesuffix("_c")
-    keep = names.isin(RELEVANT).to_numpy()
+    codes, uniques = pd.factorize(timeline["name"].astype("object").to_numpy(), use_na_sentinel=False)
+    base = np.array([base_name(n) if isinstance(n, str) else n for n in uniques], dtype=object)  # once per name
+    keep = np.isin(base, list(RELEVANT))[codes] if len(codes) else np.zeros(0, dtype=bool)
     part = timeline[keep]
     out = pd.DataFrame({
         "rank": part["rank"].to_numpy(np.int64),
-        "name": names[keep].to_numpy(dtype=object),
+        "name": base[codes[keep]],
         "start_ns": part["start_ns"].to_numpy(np.int64),
         "end_ns": (part["start_ns"] + part["dur_ns"]).to_numpy(np.int64),
     })

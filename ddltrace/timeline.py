@@ -47,6 +47,7 @@ from ddltrace.arrow_timeline import (  # noqa: F401  (the schema's names, also r
 from ddltrace.errors import SchemaError
 
 CATEGORY_DTYPE = pd.CategoricalDtype(list(CATEGORIES), ordered=False)
+_CODE = {c: i for i, c in enumerate(CATEGORIES)}
 
 #: Timeline columns and their pandas dtypes, in order.
 TIMELINE_DTYPES: dict[str, Any] = {
@@ -387,3 +388,13 @@ def table_of_frame(frame: pd.DataFrame):
 
     frame = make_timeline(frame)
     return pa.Table.from_pandas(frame, preserve_index=False).cast(TIMELINE_SCHEMA)
+
+
+def category_codes(categories: pd.Series) -> np.ndarray:
+    """Index into CATEGORIES of each row's category (-1 where missing), without a Python call per row."""
+    if isinstance(categories.dtype, pd.CategoricalDtype):
+        lookup = np.array([_CODE.get(c, -1) for c in categories.cat.categories] + [-1], dtype=np.int16)
+        return lookup[categories.cat.codes.to_numpy()]
+    codes, uniques = pd.factorize(categories.astype("object"))
+    lookup = np.array([_CODE.get(c, -1) for c in uniques] + [-1], dtype=np.int16)
+    return lookup[codes]
