@@ -47,8 +47,8 @@ DEVICE_LANE_PREFIXES = ("gpu:", "tpu:", "mtia:", "xpu:", "hpu:")
 def _lane_flags(lanes: pd.Series, flag) -> np.ndarray:
     """``flag(names)`` (a vectorised test on an array of lane names) for each row, computed once per distinct lane
     (a rank has a few lanes and up to millions of rows)."""
-    codes, uniques = pd.factorize(lanes.astype("object"), use_na_sentinel=False)
-    names = pd.Series(uniques, dtype="object").fillna("").astype(str)
+    codes, uniques = pd.factorize(lanes, use_na_sentinel=False)
+    names = pd.Series(np.asarray(uniques, dtype=object), dtype="object").fillna("").astype(str)
     return np.asarray(flag(names), dtype=bool)[codes] if len(codes) else np.zeros(0, dtype=bool)
 
 
@@ -95,11 +95,12 @@ def classify(timeline: pd.DataFrame, cuts, gap: str | None = None) -> tuple[np.n
     nseg = max(len(edges) - 1, 0)
     si, ei = np.searchsorted(edges, starts), np.searchsorted(edges, ends)
     categories = category_codes(timeline["category"])
-    lanes, _ = pd.factorize(timeline["lane"].astype("object"))  # a missing lane (-1) is no lane's
+    lanes, _ = pd.factorize(timeline["lane"])  # a missing lane (-1) is no lane's
     combined = np.full(nseg, -1, dtype=np.int16)
     any_compute = np.zeros(nseg, dtype=bool)
-    order = np.lexsort((categories, lanes))  # rows grouped by lane, then category
-    group = lanes[order].astype(np.int64) * 64 + categories[order]
+    group = (lanes.astype(np.int64) + 1) * 16 + categories + 1  # rows grouped by lane, then category
+    order = np.argsort(group.astype(np.int16) if group.max(initial=0) < 2**15 else group, kind="stable")
+    group = group[order]
     bounds = np.flatnonzero(np.diff(group)) + 1 if len(group) else np.zeros(0, dtype=np.int64)
     by_lane: dict[int, dict[int, np.ndarray]] = {}
     for rows in np.split(order, bounds) if len(order) else []:
@@ -141,9 +142,12 @@ def rank_breakdown(timeline: pd.DataFrame, phases: RankPhases, gap: str | None =
     lengths = np.diff(edges)
     phase_idx = np.clip(np.searchsorted(bounds[1:3], edges[:-1], side="right"), 0, 2)
     key = phase_idx * len(CATEGORIES) + codes.astype(np.int64)
-    sums = np.zeros((len(PHASES), len(CATEGORIES)), dtype=np.int64)
-    for k in np.unique(key):  # at most 24 (phase, category) pairs: exact integer sums, one pass each
-        sums[divmod(int(k), len(CATEGORIES))] = lengths[key == k].sum()
+    cells = len(PHASES) * len(CATEGORIES)
+    if edges[-1] - edges[0] < 2**53:  # every partial sum an integer below 2**53 ns: float64 adds it exactly
+        sums = np.rint(np.bincount(key, weights=lengths, minlength=cells)).astype(np.int64)
+    else:
+        sums = np.array([lengths[key == k].sum() for k in range(cells)], dtype=np.int64)
+    sums = sums.reshape(len(PHASES), len(CATEGORIES))
     frame = pd.DataFrame(sums, columns=list(CATEGORIES))
     frame.insert(0, "phase", list(PHASES))
     frame.insert(0, "rank", phases.rank)

@@ -47,12 +47,12 @@ def server_load(run, server: int) -> dict | None:
     if phases is None or phases.steady_ns <= 0:
         return None
     lo, hi = phases.init_end_ns, phases.steady_end_ns
-    mine = run.calls[run.calls["rank"] == server]
+    mine = run.rank_calls(server)
     blocked = _clipped(mine[mine["name"].isin(BLOCKING)], lo, hi)
     busy_ns = phases.steady_ns - blocked
     received = mine[mine["name"].isin(RECV_BLOCKING | RECV_NONBLOCKING) & (mine["start_ns"] >= lo)
                     & (mine["start_ns"] < hi)]
-    states = run.wait_states
+    states = run.wait_state_summary
     workers = [w for w in run.worker_ranks if w in run.phases and run.phases[w].steady_ns > 0]
     suffered = states[(states["peer"] == server) & states["rank"].isin(workers) & (states["phase"] == "steady")
                       & states["pattern"].isin(["late_sender", "late_receiver"])]

@@ -38,7 +38,7 @@ def detect(runs, th) -> list[Finding]:
     """Scalasca wait-state patterns costing at least wait_states.share_max of the steady state."""
     findings = []
     for run in runs:
-        states = run.wait_states
+        states = run.wait_state_summary
         ranks = [r for r in run.worker_ranks if r in run.phases]
         steady = states[(states["phase"] == "steady") & states["rank"].isin(ranks)]
         total = sum(run.phases[r].steady_ns for r in ranks)
@@ -53,7 +53,7 @@ def detect(runs, th) -> list[Finding]:
             partners = part[part["peer"] >= 0].groupby("peer")["time_ns"].sum()
             evidence = {"time_total": Quantity(float(part["time_ns"].sum()), "ns"),
                         "share_of_steady_state": Quantity(float(share), "fraction"),
-                        "instances": Quantity(len(part), "calls"),
+                        "instances": Quantity(int(part["instances"].sum()), "calls"),
                         "worst_rank": Quantity(int(per_rank.index[0]), "rank"),
                         "worst_rank_time": Quantity(float(per_rank.iloc[0]), "ns"),
                         "time_per_worker": Quantity(lost, "ns")}

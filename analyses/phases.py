@@ -132,10 +132,12 @@ def segment_rank(timeline: pd.DataFrame) -> RankPhases | None:
     if not len(timeline):
         return None
     rank = int(timeline["rank"].iloc[0])
-    order = np.argsort(timeline["start_ns"].to_numpy(np.int64), kind="stable")
-    starts = timeline["start_ns"].to_numpy(np.int64)[order]
+    starts = timeline["start_ns"].to_numpy(np.int64)
+    order = np.arange(len(starts)) if np.all(starts[1:] >= starts[:-1]) else np.argsort(starts, kind="stable")
+    starts = starts[order]
     ends = starts + timeline["dur_ns"].to_numpy(np.int64)[order]
-    name_codes, names = pd.factorize(timeline["name"].astype("object").to_numpy()[order], use_na_sentinel=False)
+    name_codes, names = pd.factorize(timeline["name"], use_na_sentinel=False)
+    name_codes, names = name_codes[order], np.asarray(names, dtype=object)
     categories = category_codes(timeline["category"])[order]
     start, end = int(starts.min()), int(ends.max())
 
@@ -230,16 +232,26 @@ def _periodic_region(names: np.ndarray, starts: np.ndarray, ends: np.ndarray):
         return None
     p = min(q for q, s in scores.items() if s >= PERIOD_TOLERANCE * best)
     windows = np.lib.stride_tricks.sliding_window_view(codes, p)
-    grams, counts = np.unique(windows, axis=0, return_counts=True)
+    base = int(codes.max()) + 1
+    keys = _window_keys(codes, p, base)
+    if keys is None:  # too many distinct calls to number each run of p calls by one integer
+        grams, counts = np.unique(windows, axis=0, return_counts=True)
+    else:  # the same runs in the same (lexicographic) order, counted on integers
+        _, first, counts = np.unique(keys, return_index=True, return_counts=True)
+        grams = windows[first]
     # the most frequent run of p names that does not repeat a shorter one (B B is a period-1 run, not a cycle of 2)
-    primitive = [i for i in np.argsort(-counts, kind="stable")
-                 if not any(np.array_equal(np.roll(grams[i], d), grams[i]) for d in range(1, p))]
-    if not primitive:
+    primitive = (i for i in np.argsort(-counts, kind="stable")
+                 if not any(np.array_equal(np.roll(grams[i], d), grams[i]) for d in range(1, p)))
+    chosen = next(primitive, None)
+    if chosen is None:
         return None
-    cycle = grams[primitive[0]]
-    good = np.zeros(len(windows), dtype=bool)
-    for k in range(p):  # a window is a cycle when it is a rotation of the most frequent one
-        good |= np.all(windows == np.roll(cycle, k), axis=1)
+    cycle = grams[chosen]
+    if keys is None:
+        good = np.zeros(len(windows), dtype=bool)
+        for k in range(p):  # a window is a cycle when it is a rotation of the most frequent one
+            good |= np.all(windows == np.roll(cycle, k), axis=1)
+    else:
+        good = np.isin(keys, [_window_keys(np.roll(cycle, k), p, base)[0] for k in range(p)])
     span = (MIN_CYCLES - 1) * p
     if len(good) <= span:
         return None
@@ -250,9 +262,9 @@ def _periodic_region(names: np.ndarray, starts: np.ndarray, ends: np.ndarray):
     if not len(runs):
         return None
     a, b = int(runs[0]), int(runs[-1]) + MIN_CYCLES * p - 1
-    members = set(cycle.tolist())
-    while a > 0 and codes[a - 1] in members:  # the same calls in a less regular order still are steady state
-        a -= 1
+    # the same calls in a less regular order still are steady state: back to the last call outside the cycle
+    outside = np.flatnonzero(~np.isin(codes[:a], cycle))
+    a = int(outside[-1]) + 1 if len(outside) else 0
     # cut each cycle before the call that follows the longest gap (the compute of a compute-communicate cycle)
     gaps = starts[a + 1:b + 1] - ends[a:b]
     offset = 0
@@ -260,3 +272,14 @@ def _periodic_region(names: np.ndarray, starts: np.ndarray, ends: np.ndarray):
         per_slot = [np.median(gaps[(k - 1) % p::p]) for k in range(p)]  # gap before the k-th call of a cycle
         offset = int(np.argmax(per_slot))
     return a, b, p, offset
+
+
+def _window_keys(codes: np.ndarray, p: int, base: int) -> np.ndarray | None:
+    """Each run of ``p`` consecutive codes (codes from 0 to ``base`` - 1) as one integer, ordered as the runs are
+    ordered lexicographically; None when the numbers would not fit in 63 bits."""
+    if p * np.log2(max(base, 2)) >= 62:
+        return None
+    keys = np.zeros(len(codes) - p + 1, dtype=np.int64)
+    for j in range(p):
+        keys = keys * base + codes[j:len(codes) - p + 1 + j]
+    return keys

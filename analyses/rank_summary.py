@@ -19,7 +19,7 @@ import pandas as pd
 from ddltrace.analyses.breakdown import device_lanes, host_lanes, rank_breakdown
 from ddltrace.analyses.gpu_analysis import GpuAnalysis
 from ddltrace.analyses.phases import RankPhases, segment_rank, whole_run
-from ddltrace.analyses.wait_states import mpi_calls
+from ddltrace.analyses.wait_states import COLLECTIVES, P2P, mpi_calls
 from ddltrace.errors import StoreError
 from ddltrace.store import TraceStore
 
@@ -32,7 +32,8 @@ class RankSummary:
     None for a rank with no events. ``breakdown`` has one row per phase (:func:`~ddltrace.analyses.breakdown.
     rank_breakdown`); ``host_breakdown`` and ``device_breakdown`` are set for a rank with a device only.
     ``calls`` holds the rank's MPI calls (:func:`~ddltrace.analyses.wait_states.mpi_calls`), what wait-state
-    matching needs across ranks; ``gpu`` the rank's GPU figures; ``events`` the rows read.
+    matching needs across ranks (the reduce passes them to :class:`~ddltrace.analyses.wait_exchange.
+    WaitStateExchange` and drops them); ``gpu`` the rank's GPU figures; ``events`` the rows read.
     """
 
     rank: int
@@ -44,6 +45,11 @@ class RankSummary:
     device_breakdown: pd.DataFrame | None = None
     calls: pd.DataFrame | None = None
     gpu: GpuAnalysis = field(default_factory=GpuAnalysis)
+    #: whether the rank holds point-to-point calls naming a partner, and collective calls
+    has_messages: bool = False
+    has_collectives: bool = False
+    #: the partners of its point-to-point calls within its steady state (a star of them: a parameter server)
+    steady_peers: set[int] = field(default_factory=set)
 
 
 def summarise_rank(store: str | os.PathLike | TraceStore, rank: int) -> RankSummary:
@@ -71,7 +77,12 @@ def summarise_timeline(rank: int, timeline: pd.DataFrame, aggregate: bool = Fals
     if on_device.any():
         out.host_breakdown = rank_breakdown(timeline[host_lanes(timeline["lane"])], found)
         out.device_breakdown = rank_breakdown(timeline[on_device], found, gap="idle")
-    out.calls = mpi_calls(timeline)
+    out.calls = calls = mpi_calls(timeline)
+    p2p = calls[calls["name"].isin(P2P) & (calls["peer"] >= 0)]
+    out.has_messages = bool(len(p2p))
+    out.has_collectives = bool(calls["name"].isin(COLLECTIVES).any())
+    steady = (p2p["start_ns"] >= found.init_end_ns) & (p2p["end_ns"] <= found.steady_end_ns)
+    out.steady_peers = set(p2p.loc[steady, "peer"].tolist())
     out.gpu.add_rank(rank, timeline)
     return out
 

@@ -134,9 +134,10 @@ FIT = Requirement("Hashemi model fit", frozenset({"timeline"}), min_stores=2,
                   series="runs of one job at two or more worker counts")
 
 
-def capabilities(store, calls) -> tuple[frozenset[str], str]:
-    """(capabilities, what the store holds in words) of ``store``; ``calls`` are its MPI calls
-    (:func:`~ddltrace.analyses.wait_states.mpi_calls` of every rank)."""
+def capabilities(store, message_ranks: int = 0, collective_ranks: int = 0) -> tuple[frozenset[str], str]:
+    """(capabilities, what the store holds in words) of ``store``; ``message_ranks`` and ``collective_ranks``
+    count its ranks with point-to-point calls that name a partner, and with collective calls (from each rank's
+    :func:`~ddltrace.analyses.wait_states.mpi_calls`)."""
     ranks = list(store.ranks)
     aggregate = [r for r in ranks if store.rank_info(r).get("aggregate")]
     have: set[str] = set()
@@ -146,12 +147,9 @@ def capabilities(store, calls) -> tuple[frozenset[str], str]:
         have.add("hosts")
     if ranks and not aggregate:
         have.add("timeline")
-        p2p = calls[calls["peer"] >= 0] if len(calls) else calls
-        from ddltrace.analyses.wait_states import COLLECTIVES, P2P
-
-        if len(p2p) and p2p[p2p["name"].isin(P2P)]["rank"].nunique() >= 2:
+        if message_ranks >= 2:
             have.add("messages")
-        if len(calls) and calls[calls["name"].isin(COLLECTIVES)]["rank"].nunique() >= 2:
+        if collective_ranks >= 2:
             have.add("collectives")
         if have & {"messages", "collectives"}:
             have.add("mpi_calls")

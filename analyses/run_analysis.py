@@ -24,7 +24,7 @@ from ddltrace.analyses.breakdown import average_and_slowest, breakdown_table
 from ddltrace.analyses.gpu_analysis import GpuAnalysis
 from ddltrace.analyses.phases import RankPhases
 from ddltrace.analyses.requirements import ANALYSES, GPU_ALL, GPU_ANALYSES, Skipped, capabilities, check
-from ddltrace.analyses.wait_states import P2P, mpi_calls, summarize, wait_states
+from ddltrace.analyses.wait_states import mpi_calls, summarize, wait_states
 from ddltrace.errors import DamagedStoreWarning, StoreError
 from ddltrace.store import TraceStore, _shown
 from ddltrace.timeline import CATEGORIES, empty_timeline
@@ -40,11 +40,14 @@ class RunAnalysis:
     store: TraceStore
     phases: dict[int, RankPhases]
     breakdown: pd.DataFrame
-    calls: pd.DataFrame
+    #: wait-state time and instances per rank, pattern, partner and phase (:mod:`~ddltrace.analyses.wait_exchange`)
+    wait_state_summary: pd.DataFrame
     roles: dict[int, str] = field(default_factory=dict)
     host_breakdown: pd.DataFrame | None = None
     device_breakdown: pd.DataFrame | None = None
     gpu: GpuAnalysis = field(default_factory=GpuAnalysis)
+    #: how many ranks hold point-to-point calls with a partner, and collective calls
+    mpi_ranks: tuple[int, int] = (0, 0)
     #: the network's calibrated payload bandwidth (bytes/s, 1 / r_net of a hardware profile), when one is given
     link_bytes_per_s: float | None = None
     #: the calibrated host-device copy bandwidths (bytes/s) by direction ("H2D", "D2H") of a hardware profile
@@ -52,8 +55,22 @@ class RunAnalysis:
     _tables: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
 
     @cached_property
+    def calls(self) -> pd.DataFrame:
+        """The MPI calls of every rank (:func:`~ddltrace.analyses.wait_states.mpi_calls`), read again from the store
+        when asked for: memory in proportion to the job's calls (the per-node traffic reads them)."""
+        parts = [mpi_calls(frame) for _, frame in self.store.iter_timeline(self.ranks)]
+        return pd.concat(parts, ignore_index=True) if parts else mpi_calls(empty_timeline())
+
+    def rank_calls(self, rank: int) -> pd.DataFrame:
+        """The MPI calls of one rank, read again from the store (once)."""
+        key = f"calls:{rank}"
+        if key not in self._tables:
+            self._tables[key] = mpi_calls(self.store.timeline([rank]))
+        return self._tables[key]
+
+    @cached_property
     def _capabilities(self) -> tuple[frozenset[str], str]:
-        have, holding = capabilities(self.store, self.calls)
+        have, holding = capabilities(self.store, *self.mpi_ranks)
         from ddltrace.analyses.detect_staleness import staleness_log
 
         log = staleness_log(self)
@@ -180,7 +197,8 @@ class RunAnalysis:
     @cached_property
     def wait_states(self) -> pd.DataFrame:
         """Every wait-state instance, with the phase of the waiting rank it falls in (none when the store does not
-        hold the MPI calls on a timeline that matching needs)."""
+        hold the MPI calls on a timeline that matching needs). Made from :attr:`calls`, all ranks in memory at
+        once: the analyses use :attr:`wait_state_summary`, its sums made rank by rank."""
         states = wait_states(self.calls if self.can("wait_states") else self.calls.iloc[0:0])
         phase = np.empty(len(states), dtype=object)
         for rank, idx in states.groupby("rank").groups.items():
@@ -190,8 +208,8 @@ class RunAnalysis:
 
     def wait_state_table(self, phase: str | None = None) -> pd.DataFrame:
         """Wait-state time (ns) per rank and pattern, optionally in one phase."""
-        states = self.wait_states if phase is None else self.wait_states[self.wait_states["phase"] == phase]
-        return summarize(states, self.ranks)
+        states = self.wait_state_summary
+        return summarize(states if phase is None else states[states["phase"] == phase], self.ranks)
 
     @property
     def run_span_ns(self) -> int:
@@ -228,32 +246,44 @@ def reduce_summaries(store: TraceStore, summaries: Iterable, total: int | None =
     """The :class:`RunAnalysis` of ``store`` from its ranks' summaries (an iterable, consumed once, in any order):
     the reduce step of :func:`analyze_store`. A damaged rank is recorded in ``store.damaged`` and named in a
     :class:`~ddltrace.errors.DamagedStoreWarning`; when no rank could be read the :class:`StoreError` names them."""
+    from ddltrace.analyses.wait_exchange import WaitStateExchange, empty_summary
+
     phases: dict[int, RankPhases] = {}
-    breakdowns, host, device, calls, gpus, damaged = {}, {}, {}, {}, {}, []
+    breakdowns, host, device, gpus, peers, damaged = {}, {}, {}, {}, {}, []
+    message_ranks = collective_ranks = 0
     done = events = 0
-    for summary in summaries:
-        done += 1
-        events += summary.events
-        if summary.damaged is not None:
-            damaged.append((summary.rank, summary.damaged))
-        elif summary.phases is not None:
-            rank = summary.rank
-            phases[rank] = summary.phases
-            breakdowns[rank] = summary.breakdown
-            if summary.device_breakdown is not None:
-                host[rank], device[rank] = summary.host_breakdown, summary.device_breakdown
-            calls[rank] = summary.calls
-            gpus[rank] = summary.gpu
-        if progress is not None:
-            progress(done, total if total is not None else done, events)
-    for rank, why in sorted(damaged):
-        store.damaged[rank] = why
-    if damaged and not store.ranks:
-        held = [why for _, why in sorted(damaged)]
-        raise StoreError(f"{store.path}: no rank can be read ({held[0]}" +
-                         (f"; and {len(held) - 1} more)" if len(held) > 1 else ")"))
-    for _, why in sorted(damaged):
-        warnings.warn(why, DamagedStoreWarning, stacklevel=2)
+    with WaitStateExchange() as exchange:
+        for summary in summaries:
+            done += 1
+            events += summary.events
+            if summary.damaged is not None:
+                damaged.append((summary.rank, summary.damaged))
+            elif summary.phases is not None:
+                rank = summary.rank
+                phases[rank] = summary.phases
+                breakdowns[rank] = summary.breakdown
+                if summary.device_breakdown is not None:
+                    host[rank], device[rank] = summary.host_breakdown, summary.device_breakdown
+                gpus[rank] = summary.gpu
+                if summary.steady_peers:
+                    peers[rank] = summary.steady_peers
+                message_ranks += summary.has_messages
+                collective_ranks += summary.has_collectives
+                exchange.add(rank, summary.calls)
+                summary.calls = None  # in the scratch folder now
+            if progress is not None:
+                progress(done, total if total is not None else done, events)
+        for rank, why in sorted(damaged):
+            store.damaged[rank] = why
+        if damaged and not store.ranks:
+            held = [why for _, why in sorted(damaged)]
+            raise StoreError(f"{store.path}: no rank can be read ({held[0]}" +
+                             (f"; and {len(held) - 1} more)" if len(held) > 1 else ")"))
+        for _, why in sorted(damaged):
+            warnings.warn(why, DamagedStoreWarning, stacklevel=2)
+        phases = dict(sorted(phases.items()))
+        matched = ANALYSES["wait_states"].needs <= capabilities(store, message_ranks, collective_ranks)[0]
+        waits = exchange.summary(phases) if matched else empty_summary()
     gpu = GpuAnalysis()
     for rank in sorted(gpus):
         gpu.merge(gpus[rank])
@@ -263,11 +293,9 @@ def reduce_summaries(store: TraceStore, summaries: Iterable, total: int | None =
         return pd.concat([parts[r] for r in sorted(parts)], ignore_index=True) if parts else \
             pd.DataFrame(columns=columns)
 
-    phases = dict(sorted(phases.items()))
-    all_calls = pd.concat([calls[r] for r in sorted(calls)], ignore_index=True) if calls else \
-        mpi_calls(empty_timeline())
-    roles = _roles(store, phases, all_calls)
-    return RunAnalysis(store, phases, joined(breakdowns), all_calls, roles, joined(host), joined(device), gpu)
+    roles = _roles(store, dict(sorted(peers.items())))
+    return RunAnalysis(store, phases, joined(breakdowns), waits, roles, joined(host), joined(device), gpu,
+                       (message_ranks, collective_ranks))
 
 
 def not_made(runs: list[RunAnalysis]) -> list[Skipped]:
@@ -297,13 +325,15 @@ _SAID_ROLES = {"worker": "worker", "chief": "worker", "server": "server", "ps": 
                "parameter server": "server", "scheduler": "helper", "evaluator": "helper"}
 
 
-def _roles(store: TraceStore, phases: dict[int, RankPhases], calls: pd.DataFrame) -> dict[int, str]:
+def _roles(store: TraceStore, peers: dict[int, set[int]]) -> dict[int, str]:
     """'server' / 'worker' / 'helper' per rank: from the manifest when the collector or job said so, else inferred.
 
     Said: a rank's role "server" / "ps" / "worker" / "chief" (TensorFlow's first worker), "scheduler" (MXNet's)
     or "evaluator" (helpers, neither training nor serving), or the workload's ``server_rank``. Inferred: in the steady
     state, a star of point-to-point messages (every rank but one talks only to that one, and there are at least
-    two others) has the parameter server at its centre.
+    two others) has the parameter server at its centre. ``peers``: each rank's partners in point-to-point calls
+    within its steady state (:attr:`~ddltrace.analyses.rank_summary.RankSummary.steady_peers`; ranks with none
+    left out).
     """
     roles = {}
     for rank in store.ranks:
@@ -316,19 +346,13 @@ def _roles(store: TraceStore, phases: dict[int, RankPhases], calls: pd.DataFrame
     if config.get("server_rank") is not None and len(store.ranks) > 1:
         server = int(config["server_rank"])
         return {r: ("server" if r == server else "worker") for r in store.ranks}
-    p2p = calls[calls["name"].isin(P2P) & (calls["peer"] >= 0)]
-    keep = np.zeros(len(p2p), dtype=bool)
-    for rank, p in phases.items():
-        keep |= ((p2p["rank"] == rank) & (p2p["start_ns"] >= p.init_end_ns) & (p2p["end_ns"] <= p.steady_end_ns)) \
-            .to_numpy()
-    peers = p2p[keep].groupby("rank")["peer"].agg(lambda s: set(s.tolist()))
     if len(peers) < 3:
         return {}
-    centres = {next(iter(s)) for s in peers if len(s) == 1}
+    centres = {next(iter(s)) for s in peers.values() if len(s) == 1}
     if len(centres) == 1:
         centre = centres.pop()
-        others = [r for r in peers.index if r != centre]
-        if centre in peers.index and all(peers[r] == {centre} for r in others) and set(others) <= peers[centre]:
+        others = [r for r in peers if r != centre]
+        if centre in peers and all(peers[r] == {centre} for r in others) and set(others) <= peers[centre]:
             return {r: ("server" if r == centre else "worker") for r in store.ranks}
     return {}
 

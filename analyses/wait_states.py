@@ -70,7 +70,7 @@ def mpi_calls(timeline: pd.DataFrame) -> pd.DataFrame:
     Columns rank, name (base name), start_ns, end_ns, peer, tag, comm, request, bytes (int64; -1 where missing).
     Call it rank by rank while streaming a store and concatenate: memory stays at the MPI calls.
     """
-    codes, uniques = pd.factorize(timeline["name"].astype("object").to_numpy(), use_na_sentinel=False)
+    codes, uniques = pd.factorize(timeline["name"], use_na_sentinel=False)
     base = np.array([base_name(n) if isinstance(n, str) else n for n in uniques], dtype=object)  # once per name
     keep = np.isin(base, list(RELEVANT))[codes] if len(codes) else np.zeros(0, dtype=bool)
     part = timeline[keep]
@@ -91,7 +91,7 @@ def wait_states(calls: pd.DataFrame) -> pd.DataFrame:
     if not len(calls):
         return pd.DataFrame({c: pd.Series(dtype="object" if c in ("pattern", "name") else "int64") for c in COLUMNS})
     calls = calls.reset_index(drop=True)
-    parts = [_point_to_point(calls), _collectives(calls)]
+    parts = [point_to_point(calls), _collectives(calls)]
     out = pd.concat([p for p in parts if len(p)], ignore_index=True) if any(len(p) for p in parts) else None
     if out is None:
         return wait_states(calls.iloc[0:0])
@@ -149,7 +149,7 @@ def completions(calls: pd.DataFrame) -> pd.DataFrame:
     return _completions(calls).set_index("post")
 
 
-def _point_to_point(calls: pd.DataFrame) -> pd.DataFrame:
+def point_to_point(calls: pd.DataFrame) -> pd.DataFrame:
     pairs = match_messages(calls)
     if pairs is None:
         return pd.DataFrame(columns=COLUMNS)
@@ -187,16 +187,65 @@ def _point_to_point(calls: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=COLUMNS)
 
 
-def _collectives(calls: pd.DataFrame) -> pd.DataFrame:
+def collective_rows(calls: pd.DataFrame) -> pd.DataFrame:
+    """The collective calls of ``calls`` with their ``instance``: the k-th collective call of a rank on a
+    communicator is instance k of that communicator (computed within each rank: the ranks may come one by one)."""
     coll = calls[calls["name"].isin(COLLECTIVES)]
+    coll = coll.sort_values("start_ns", kind="stable")
+    return coll.assign(instance=coll.groupby(["comm", "rank"], sort=False).cumcount())
+
+
+#: Per collective instance (communicator, k), over the ranks: how many took part, its name (or "mixed" when the
+#: ranks disagree), the latest entry, the earliest leave, the root's entry and the earliest entry of the others
+#: (rooted collectives; :data:`NONE_LATE` / :data:`NONE_EARLY` where none). Each is a sum, max or min over the
+#: ranks: folded rank by rank (:func:`merge_aggregates`), in int64 ns (exact on clocks since the epoch).
+AGGREGATE_COLUMNS = ["n", "name", "max_enter", "min_leave", "root_enter", "others_enter"]
+NONE_LATE, NONE_EARLY = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+
+
+def instance_aggregates(coll: pd.DataFrame) -> pd.DataFrame:
+    """:data:`AGGREGATE_COLUMNS` of the instances in ``coll`` (rows of :func:`collective_rows`, of any ranks),
+    indexed by (comm, instance)."""
+    rooted = (coll["peer"] >= 0).to_numpy()
+    is_root = rooted & (coll["rank"] == coll["peer"]).to_numpy()
+    start = coll["start_ns"].to_numpy(np.int64)
+    frame = pd.DataFrame({"comm": coll["comm"].to_numpy(), "instance": coll["instance"].to_numpy(),
+                          "name": coll["name"].to_numpy(dtype=object), "start": start,
+                          "end": coll["end_ns"].to_numpy(np.int64), "root": np.where(is_root, start, NONE_LATE),
+                          "other": np.where(rooted & ~is_root, start, NONE_EARLY)})
+    return _fold(frame.groupby(["comm", "instance"], sort=False), "size")
+
+
+def _fold(group, count: str) -> pd.DataFrame:
+    out = group.agg(n=("start" if count == "size" else "n", count), kinds=("name", "nunique"),
+                    name=("name", "first"), max_enter=("start" if count == "size" else "max_enter", "max"),
+                    min_leave=("end" if count == "size" else "min_leave", "min"),
+                    root_enter=("root" if count == "size" else "root_enter", "max"),
+                    others_enter=("other" if count == "size" else "others_enter", "min"))
+    out["name"] = out["name"].where(out.pop("kinds") == 1, "mixed")
+    return out[AGGREGATE_COLUMNS]
+
+
+def merge_aggregates(a: pd.DataFrame | None, b: pd.DataFrame) -> pd.DataFrame:
+    """The aggregates of the ranks behind ``a`` and those behind ``b`` together (``a`` None: ``b``)."""
+    if a is None or not len(a):
+        return b
+    if not len(b):
+        return a
+    return _fold(pd.concat([a, b]).groupby(level=[0, 1], sort=False), "sum")
+
+
+def collective_wait_states(coll: pd.DataFrame, aggregates: pd.DataFrame) -> pd.DataFrame:
+    """The collective wait states of the rows ``coll`` (of :func:`collective_rows`; any subset of ranks) given the
+    :func:`instance_aggregates` of all ranks: columns :data:`COLUMNS`, zero times included."""
     if not len(coll):
         return pd.DataFrame(columns=COLUMNS)
-    coll = coll.sort_values("start_ns", kind="stable")
-    coll = coll.assign(instance=coll.groupby(["comm", "rank"], sort=False).cumcount())
-    group = coll.groupby(["comm", "instance"], sort=False)
-    coll = coll.assign(n=group["rank"].transform("size"), kinds=group["name"].transform("nunique"),
-                       max_enter=group["start_ns"].transform("max"), min_leave=group["end_ns"].transform("min"))
-    coll = coll[(coll["n"] > 1) & (coll["kinds"] == 1)]
+    agg = aggregates.reindex(pd.MultiIndex.from_arrays([coll["comm"], coll["instance"]]))
+    agg.index = coll.index
+    coll = coll.assign(n=agg["n"].to_numpy(), same=(agg["name"] != "mixed").to_numpy(),
+                       max_enter=agg["max_enter"].to_numpy(), min_leave=agg["min_leave"].to_numpy(),
+                       root_enter=agg["root_enter"].to_numpy(), others_enter=agg["others_enter"].to_numpy())
+    coll = coll[(coll["n"] > 1) & coll["same"]]
     out = []
 
     def emit(pattern, rows, time, peer):
@@ -204,24 +253,28 @@ def _collectives(calls: pd.DataFrame) -> pd.DataFrame:
                                  "enter_ns": rows["start_ns"], "time_ns": time, "comm": rows["comm"]}))
 
     barrier = coll[coll["name"].isin(BARRIER)]
-    emit("wait_at_barrier", barrier, np.minimum(barrier["max_enter"], barrier["end_ns"]) - barrier["start_ns"], -1)
-    emit("barrier_completion", barrier, barrier["end_ns"] - barrier["min_leave"], -1)
+    emit("wait_at_barrier", barrier,
+         np.minimum(barrier["max_enter"], barrier["end_ns"]).astype("int64") - barrier["start_ns"], -1)
+    emit("barrier_completion", barrier, barrier["end_ns"] - barrier["min_leave"].astype("int64"), -1)
     nxn = coll[coll["name"].isin(N_TO_N)]
-    emit("wait_at_nxn", nxn, np.minimum(nxn["max_enter"], nxn["end_ns"]) - nxn["start_ns"], -1)
+    emit("wait_at_nxn", nxn, np.minimum(nxn["max_enter"], nxn["end_ns"]).astype("int64") - nxn["start_ns"], -1)
 
     rooted = coll[coll["name"].isin(N_TO_1 | ONE_TO_N) & (coll["peer"] >= 0)]
     if len(rooted):
         is_root = rooted["rank"] == rooted["peer"]
-        root_enter = rooted["start_ns"].where(is_root).groupby([rooted["comm"], rooted["instance"]]).transform("max")
-        others_enter = rooted["start_ns"].where(~is_root).groupby([rooted["comm"], rooted["instance"]]) \
-            .transform("min")
         reduce_root = rooted[is_root & rooted["name"].isin(N_TO_1)]
-        first_other = others_enter[reduce_root.index]
-        emit("early_reduce", reduce_root,
-             (np.minimum(first_other, reduce_root["end_ns"]) - reduce_root["start_ns"]).fillna(0).astype("int64"),
-             -1)
+        others = reduce_root["others_enter"].astype("int64")
+        emit("early_reduce", reduce_root, np.where(others == NONE_EARLY, 0, np.minimum(
+            others, reduce_root["end_ns"]) - reduce_root["start_ns"]), -1)
         bcast = rooted[~is_root & rooted["name"].isin(ONE_TO_N)]
-        root_at = root_enter[bcast.index]
-        emit("late_broadcast", bcast,
-             (np.minimum(root_at, bcast["end_ns"]) - bcast["start_ns"]).fillna(0).astype("int64"), bcast["peer"])
+        root = bcast["root_enter"].astype("int64")
+        emit("late_broadcast", bcast, np.where(root == NONE_LATE, 0, np.minimum(root, bcast["end_ns"])
+                                               - bcast["start_ns"]), bcast["peer"])
     return pd.concat(out, ignore_index=True)
+
+
+def _collectives(calls: pd.DataFrame) -> pd.DataFrame:
+    coll = collective_rows(calls)
+    if not len(coll):
+        return pd.DataFrame(columns=COLUMNS)
+    return collective_wait_states(coll, instance_aggregates(coll))

@@ -70,4 +70,16 @@ def test_the_summary_of_a_rank_is_that_rank_of_the_analysis(rank):
     summary = summarise_rank(str(STORE), rank)
     pd.testing.assert_frame_equal(summary.breakdown, run.breakdown[run.breakdown["rank"] == rank]
                                   .reset_index(drop=True))
-    assert summary.phases.to_record() == run.phases[rank].to_record()
+    pd.testing.assert_series_equal(pd.Series(summary.phases.to_record()), pd.Series(run.phases[rank].to_record()))
+
+
+@pytest.mark.parametrize("folder", ["hardsync-w4", "seq-w8", "server-saturated-w4"])
+def test_wait_states_summed_rank_by_rank_are_those_matched_on_all_calls_at_once(folder):
+    """The wait states matched rank by rank through the scratch folder (bounded memory) against those of
+    wait_states() on every rank's calls held at once, pattern by pattern, rank by rank, partner and phase."""
+    from ddltrace.analyses.wait_exchange import summarise_states
+
+    run = analyze_store(REPO / "sample_traces/ps-sgd" / folder / "store")
+    at_once = summarise_states(run.wait_states)
+    assert len(at_once) > 3
+    pd.testing.assert_frame_equal(run.wait_state_summary.reset_index(drop=True), at_once.reset_index(drop=True))
