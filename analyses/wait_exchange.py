@@ -31,25 +31,36 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ddltrace.analyses.phases import RankPhases
+from ddltrace.analyses.phases import PHASES, RankPhases
 from ddltrace.analyses.wait_states import (
+    BARRIER,
+    COLLECTIVE_NAMES,
+    COLLECTIVES,
     COLUMNS,
+    N_TO_1,
+    N_TO_N,
+    NONE_EARLY,
+    NONE_LATE,
+    ONE_TO_N,
     P2P,
+    PATTERNS,
     RECV_BLOCKING,
     RECV_NONBLOCKING,
     RELEVANT,
     SEND_BLOCKING,
     SEND_NONBLOCKING,
+    WAITS,
+    InstanceFold,
     collective_rows,
     collective_wait_states,
-    instance_aggregates,
-    merge_aggregates,
     point_to_point,
 )
 
 #: The names of the MPI calls kept, numbered for the scratch files.
 NAMES = np.array(sorted(RELEVANT), dtype=object)
 _CODE = {n: i for i, n in enumerate(NAMES)}
+#: Names read back as a categorical of these (cheap to build and compare, unlike a column of strings).
+_NAME_TYPE = pd.CategoricalDtype(list(NAMES))
 #: One point-to-point call as a partner needs it.
 INBOX = np.dtype([("rank", "<i4"), ("name", "i1"), ("start_ns", "<i8"), ("peer", "<i4"), ("tag", "<i4"),
                   ("comm", "<i8")], align=False)
@@ -69,7 +80,8 @@ class WaitStateExchange:
         self._made = scratch is None
         self.folder = Path(tempfile.mkdtemp(prefix="ddltrace-waits-") if scratch is None else scratch)
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.aggregates: pd.DataFrame | None = None
+        self.fold = InstanceFold()
+        self._aggregates: pd.DataFrame | None = None
         self.ranks: list[int] = []
 
     def close(self) -> None:
@@ -85,11 +97,12 @@ class WaitStateExchange:
     def add(self, rank: int, calls: pd.DataFrame) -> None:
         """Take one rank's calls (:func:`~ddltrace.analyses.wait_states.mpi_calls` of that rank)."""
         self.ranks.append(rank)
-        codes = np.array([_CODE[n] for n in calls["name"]], dtype=np.int8) if len(calls) < 64 else \
-            pd.Series(calls["name"].to_numpy(dtype=object)).map(_CODE).to_numpy(np.int8)
+        found, uniques = pd.factorize(calls["name"].to_numpy(dtype=object))
+        codes = np.array([_CODE[n] for n in uniques], dtype=np.int8)[found] if len(found) else \
+            np.zeros(0, dtype=np.int8)
         np.savez(self.folder / f"calls-{rank}.npz", name=codes,
                  **{c: calls[c].to_numpy(np.int64) for c in _NUMERIC})
-        partnered = np.isin(calls["name"].to_numpy(dtype=object), _PARTNERED) & (calls["peer"].to_numpy() >= 0)
+        partnered = np.isin(codes, [_CODE[n] for n in _PARTNERED]) & (calls["peer"].to_numpy() >= 0)
         if partnered.any():
             out = np.empty(int(partnered.sum()), dtype=INBOX)
             out["rank"], out["name"] = rank, codes[partnered]
@@ -101,21 +114,21 @@ class WaitStateExchange:
             for part in np.split(out, bounds):
                 with open(self.folder / f"inbox-{int(part['peer'][0])}.bin", "ab") as fh:
                     fh.write(part.tobytes())
-        coll = collective_rows(calls)
-        if len(coll):
-            self.aggregates = merge_aggregates(self.aggregates, instance_aggregates(coll))
+        self.fold.add(collective_rows(calls))
 
     def _calls(self, rank: int) -> pd.DataFrame:
         with np.load(self.folder / f"calls-{rank}.npz") as saved:
             frame = pd.DataFrame({"rank": np.full(len(saved["name"]), rank, dtype=np.int64),
-                                  "name": NAMES[saved["name"]], **{c: saved[c] for c in _NUMERIC}})
+                                  "name": pd.Categorical.from_codes(saved["name"], dtype=_NAME_TYPE),
+                                  **{c: saved[c] for c in _NUMERIC}})
         return frame[["rank", "name", "start_ns", "end_ns", "peer", "tag", "comm", "request", "bytes"]]
 
     def _inbox(self, rank: int) -> pd.DataFrame:
         path = self.folder / f"inbox-{rank}.bin"
         rows = np.fromfile(path, dtype=INBOX) if path.exists() else np.empty(0, dtype=INBOX)
         minus = np.full(len(rows), -1, dtype=np.int64)
-        return pd.DataFrame({"rank": rows["rank"].astype(np.int64), "name": NAMES[rows["name"]],
+        return pd.DataFrame({"rank": rows["rank"].astype(np.int64),
+                             "name": pd.Categorical.from_codes(rows["name"], dtype=_NAME_TYPE),
                              "start_ns": rows["start_ns"], "end_ns": rows["start_ns"],
                              "peer": rows["peer"].astype(np.int64), "tag": rows["tag"].astype(np.int64),
                              "comm": rows["comm"], "request": minus, "bytes": minus})
@@ -127,12 +140,13 @@ class WaitStateExchange:
         own = self._calls(rank)
         parts = []
         if own["name"].isin(P2P).any():
-            both = pd.concat([own, self._inbox(rank)], ignore_index=True)
-            p2p = point_to_point(both)
+            p2p = point_to_point(pd.concat([own, self._inbox(rank)], ignore_index=True))
             parts.append(p2p[p2p["rank"] == rank])
         coll = collective_rows(own)
-        if len(coll) and self.aggregates is not None:
-            parts.append(collective_wait_states(coll, self.aggregates))
+        if len(coll):
+            if self._aggregates is None:
+                self._aggregates = self.fold.frame()
+            parts.append(collective_wait_states(coll, self._aggregates))
         parts = [p for p in parts if len(p)]
         if not parts:
             return pd.DataFrame({c: pd.Series(dtype="object" if c in ("pattern", "name") else "int64")
@@ -145,6 +159,13 @@ class WaitStateExchange:
         ``phases``; a rank without phases gets phase None), over every rank added."""
         out = []
         for rank in sorted(self.ranks):
+            with np.load(self.folder / f"calls-{rank}.npz") as saved:
+                own = {c: saved[c] for c in ("name", *_NUMERIC)}
+            if _completes_nothing(own):  # the common case, in numpy: see blocking_states
+                path = self.folder / f"inbox-{rank}.bin"
+                inbox = np.fromfile(path, dtype=INBOX) if path.exists() else np.empty(0, dtype=INBOX)
+                out.append(blocking_states(rank, own, inbox, self.fold, phases.get(rank)))
+                continue
             states = self.rank_states(rank)
             if not len(states):
                 continue
@@ -153,8 +174,130 @@ class WaitStateExchange:
             out.append(summarise_states(states.assign(phase=phase)))
         if not out:
             return empty_summary()
+        out = [part for part in out if len(part)]
+        if not out:
+            return empty_summary()
         return pd.concat(out).sort_values(["pattern", "rank", "peer", "phase"], kind="stable") \
             .reset_index(drop=True)
+
+
+def _codes(names) -> np.ndarray:
+    return np.array(sorted(_CODE[n] for n in names), dtype=np.int8)
+
+
+_RECVS, _SENDS = _codes(RECV_BLOCKING | RECV_NONBLOCKING), _codes(SEND_BLOCKING | SEND_NONBLOCKING)
+_BLOCKING = {"late_sender": _codes(RECV_BLOCKING), "late_receiver": _codes(SEND_BLOCKING)}
+_POSTS, _WAITS = _codes(SEND_NONBLOCKING | RECV_NONBLOCKING), _codes(WAITS)
+_KIND = {name: _codes(names) for name, names in (("barrier", BARRIER), ("nxn", N_TO_N), ("n_to_1", N_TO_1),
+                                                 ("one_to_n", ONE_TO_N), ("collective", COLLECTIVES))}
+_COLLECTIVE_CODE = np.array([COLLECTIVE_NAMES.index(n) if n in COLLECTIVES else -1 for n in NAMES], np.int16)
+_PATTERN = {p: i for i, p in enumerate(PATTERNS)}
+_PHASES = np.array([*PHASES, None], dtype=object)
+
+
+def _completes_nothing(own: dict) -> bool:
+    """Whether no non-blocking call of one rank's calls (the arrays of ``calls-N.npz``) is completed by a Wait* (a
+    request on both sides): then only blocking calls wait, and :func:`blocking_states` gives the instances."""
+    with_request = own["request"] >= 0
+    return not (np.isin(own["name"], _POSTS)[with_request].any() and np.isin(own["name"], _WAITS)[with_request].any())
+
+
+def _fifo_seq(group: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Each row's number within its group (ids in ``group``), in order of ``start`` then of the row: MPI's
+    non-overtaking order, as :func:`~ddltrace.analyses.wait_states.match_messages` and ``collective_rows``
+    number them."""
+    order = np.lexsort((np.arange(len(start)), start, group))
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = group[order][1:] != group[order][:-1]
+    run_start = np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))
+    seq = np.empty(len(order), dtype=np.int64)
+    seq[order] = np.arange(len(order)) - run_start
+    return seq
+
+
+def _channel_keys(comm, partner, tag, seq) -> np.ndarray:
+    """One int64 per (comm, partner, tag, seq) of the rows of both sides concatenated (equal tuples, equal keys)."""
+    key = np.zeros(len(comm), dtype=np.int64)
+    for column in (comm, partner, tag, seq):
+        codes, uniques = pd.factorize(column)
+        key = key * len(uniques) + codes
+    return key
+
+
+def blocking_states(rank: int, own: dict, inbox: np.ndarray, fold: InstanceFold,
+                    phases: RankPhases | None) -> pd.DataFrame:
+    """The wait-state summary (:data:`SUMMARY_COLUMNS`) of ``rank`` when its non-blocking calls complete nothing
+    (:func:`_completes_nothing`), in numpy: each blocking receive (send) matched on (comm, partner, tag, FIFO
+    number) with the partner's send (receive) from the inbox, ``min(partner's entry, leave) - entry`` (Late Sender,
+    Late Receiver); each collective with its instance's figures (``fold``). The same instances as
+    :meth:`WaitStateExchange.rank_states` (a non-blocking call that nothing completes waits nowhere)."""
+    name, start, end = own["name"], own["start_ns"], own["end_ns"]
+    peer, tag, comm = own["peer"], own["tag"], own["comm"]
+    pattern, partner, enter, time = [], [], [], []
+    for kind, mine, theirs in (("late_sender", _RECVS, _SENDS), ("late_receiver", _SENDS, _RECVS)):
+        rows = np.flatnonzero(np.isin(name, mine) & (peer >= 0))
+        other = inbox[np.isin(inbox["name"], theirs)]
+        if not len(rows) or not len(other):
+            continue
+        n = len(rows)
+        c = np.concatenate([comm[rows], other["comm"]])
+        p = np.concatenate([peer[rows], other["rank"].astype(np.int64)])
+        t = np.concatenate([tag[rows], other["tag"].astype(np.int64)])
+        channel = _channel_keys(c, p, t, np.zeros(len(c), dtype=np.int64))
+        seq = np.concatenate([_fifo_seq(channel[:n], start[rows]), _fifo_seq(channel[n:], other["start_ns"])])
+        key = _channel_keys(c, p, t, seq)
+        blocking = np.isin(name[rows], _BLOCKING[kind])
+        _, here, there = np.intersect1d(key[:n][blocking], key[n:], assume_unique=True, return_indices=True)
+        matched = rows[blocking][here]
+        pattern.append(np.full(len(matched), _PATTERN[kind]))
+        partner.append(peer[matched])
+        enter.append(start[matched])
+        time.append(np.minimum(other["start_ns"][there], end[matched]) - start[matched])
+    coll = np.flatnonzero(np.isin(name, _KIND["collective"]))
+    for c in np.unique(comm[coll]):
+        rows = coll[comm[coll] == c]
+        rows = rows[np.argsort(start[rows], kind="stable")]  # the rank's k-th collective on c: instance k
+        agg = fold.comms[int(c)]
+        valid = (agg["n"][:len(rows)] > 1) & (agg["name"][:len(rows)] == _COLLECTIVE_CODE[name[rows]])
+        k = np.flatnonzero(valid)
+        rows = rows[valid]
+        s, e, kind = start[rows], end[rows], name[rows]
+        waits = np.minimum(agg["max_enter"][k], e) - s
+        for label, mask, value, who in (
+                ("wait_at_barrier", np.isin(kind, _KIND["barrier"]), waits, -1),
+                ("barrier_completion", np.isin(kind, _KIND["barrier"]), e - agg["min_leave"][k], -1),
+                ("wait_at_nxn", np.isin(kind, _KIND["nxn"]), waits, -1)):
+            pattern.append(np.full(int(mask.sum()), _PATTERN[label]))
+            partner.append(np.full(int(mask.sum()), who, dtype=np.int64))
+            enter.append(s[mask])
+            time.append(value[mask])
+        rooted = peer[rows] >= 0
+        is_root = rooted & (peer[rows] == rank)
+        others, root = agg["others_enter"][k], agg["root_enter"][k]
+        early = is_root & np.isin(kind, _KIND["n_to_1"])
+        late = rooted & ~is_root & np.isin(kind, _KIND["one_to_n"])
+        for label, mask, value, who in (
+                ("early_reduce", early, np.where(others == NONE_EARLY, 0, np.minimum(others, e) - s),
+                 np.full(len(rows), -1, dtype=np.int64)),
+                ("late_broadcast", late, np.where(root == NONE_LATE, 0, np.minimum(root, e) - s), peer[rows])):
+            pattern.append(np.full(int(mask.sum()), _PATTERN[label]))
+            partner.append(who[mask])
+            enter.append(s[mask])
+            time.append(value[mask])
+    if not pattern:
+        return empty_summary()
+    pattern, partner, enter, time = (np.concatenate(x) for x in (pattern, partner, enter, time))
+    keep = time > 0
+    phase = np.full(int(keep.sum()), len(PHASES)) if phases is None else \
+        np.searchsorted([phases.init_end_ns, phases.steady_end_ns], enter[keep], side="right")
+    frame = pd.DataFrame({"pattern": pattern[keep], "peer": partner[keep], "phase": phase, "time_ns": time[keep]})
+    grouped = frame.groupby(["pattern", "peer", "phase"], sort=False)["time_ns"].agg(["size", "sum"]).reset_index()
+    return pd.DataFrame({"pattern": np.array(list(PATTERNS), dtype=object)[grouped["pattern"].to_numpy()],
+                         "rank": np.full(len(grouped), rank, dtype=np.int64),
+                         "peer": grouped["peer"].to_numpy(np.int64),
+                         "phase": _PHASES[grouped["phase"].to_numpy()],
+                         "instances": grouped["size"].to_numpy(np.int64),
+                         "time_ns": grouped["sum"].to_numpy(np.int64)})
 
 
 def summarise_states(states: pd.DataFrame) -> pd.DataFrame:

@@ -198,41 +198,73 @@ def collective_rows(calls: pd.DataFrame) -> pd.DataFrame:
 #: Per collective instance (communicator, k), over the ranks: how many took part, its name (or "mixed" when the
 #: ranks disagree), the latest entry, the earliest leave, the root's entry and the earliest entry of the others
 #: (rooted collectives; :data:`NONE_LATE` / :data:`NONE_EARLY` where none). Each is a sum, max or min over the
-#: ranks: folded rank by rank (:func:`merge_aggregates`), in int64 ns (exact on clocks since the epoch).
+#: ranks: folded rank by rank (:class:`InstanceFold`), in int64 ns (exact on clocks since the epoch).
 AGGREGATE_COLUMNS = ["n", "name", "max_enter", "min_leave", "root_enter", "others_enter"]
 NONE_LATE, NONE_EARLY = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+COLLECTIVE_NAMES = sorted(COLLECTIVES)
+_NO_NAME, _MIXED = -1, -2
 
 
-def instance_aggregates(coll: pd.DataFrame) -> pd.DataFrame:
-    """:data:`AGGREGATE_COLUMNS` of the instances in ``coll`` (rows of :func:`collective_rows`, of any ranks),
-    indexed by (comm, instance)."""
-    rooted = (coll["peer"] >= 0).to_numpy()
-    is_root = rooted & (coll["rank"] == coll["peer"]).to_numpy()
-    start = coll["start_ns"].to_numpy(np.int64)
-    frame = pd.DataFrame({"comm": coll["comm"].to_numpy(), "instance": coll["instance"].to_numpy(),
-                          "name": coll["name"].to_numpy(dtype=object), "start": start,
-                          "end": coll["end_ns"].to_numpy(np.int64), "root": np.where(is_root, start, NONE_LATE),
-                          "other": np.where(rooted & ~is_root, start, NONE_EARLY)})
-    return _fold(frame.groupby(["comm", "instance"], sort=False), "size")
+class InstanceFold:
+    """The :data:`AGGREGATE_COLUMNS` of the collective instances, folded one rank at a time (:meth:`add`): memory
+    in proportion to a rank's collective calls, not the job's. A rank's k-th collective on a communicator is
+    instance k, so folding a rank is one vectorised operation per communicator and figure."""
 
+    def __init__(self):
+        self.comms: dict[int, dict[str, np.ndarray]] = {}
 
-def _fold(group, count: str) -> pd.DataFrame:
-    out = group.agg(n=("start" if count == "size" else "n", count), kinds=("name", "nunique"),
-                    name=("name", "first"), max_enter=("start" if count == "size" else "max_enter", "max"),
-                    min_leave=("end" if count == "size" else "min_leave", "min"),
-                    root_enter=("root" if count == "size" else "root_enter", "max"),
-                    others_enter=("other" if count == "size" else "others_enter", "min"))
-    out["name"] = out["name"].where(out.pop("kinds") == 1, "mixed")
-    return out[AGGREGATE_COLUMNS]
+    def add(self, coll: pd.DataFrame) -> None:
+        """Fold the rows of :func:`collective_rows` of one rank."""
+        if not len(coll):
+            return
+        code = {n: i for i, n in enumerate(COLLECTIVE_NAMES)}
+        names = np.array([code[n] for n in pd.unique(coll["name"])], dtype=np.int16)
+        name_codes = names[pd.factorize(coll["name"])[0]]
+        comm, start = coll["comm"].to_numpy(np.int64), coll["start_ns"].to_numpy(np.int64)
+        end, instance = coll["end_ns"].to_numpy(np.int64), coll["instance"].to_numpy(np.int64)
+        rooted = coll["peer"].to_numpy() >= 0
+        is_root = rooted & (coll["rank"].to_numpy() == coll["peer"].to_numpy())
+        for c in np.unique(comm):
+            rows = np.flatnonzero(comm == c)
+            rows = rows[np.argsort(instance[rows], kind="stable")]  # instance k is the rank's k-th: 0, 1, ...
+            m = len(rows)
+            agg = self._grow(int(c), m)
+            mine = name_codes[rows]
+            agg["n"][:m] += 1
+            unset = agg["name"][:m] == _NO_NAME
+            agg["name"][:m] = np.where(unset, mine, np.where(agg["name"][:m] == mine, mine, _MIXED))
+            np.maximum(agg["max_enter"][:m], start[rows], out=agg["max_enter"][:m])
+            np.minimum(agg["min_leave"][:m], end[rows], out=agg["min_leave"][:m])
+            np.maximum(agg["root_enter"][:m], np.where(is_root[rows], start[rows], NONE_LATE),
+                       out=agg["root_enter"][:m])
+            np.minimum(agg["others_enter"][:m], np.where(rooted[rows] & ~is_root[rows], start[rows], NONE_EARLY),
+                       out=agg["others_enter"][:m])
 
+    def _grow(self, comm: int, m: int) -> dict[str, np.ndarray]:
+        agg = self.comms.get(comm)
+        have = 0 if agg is None else len(agg["n"])
+        if have >= m:
+            return agg
+        blank = {"n": np.zeros(m - have, np.int64), "name": np.full(m - have, _NO_NAME, np.int16),
+                 "max_enter": np.full(m - have, NONE_LATE), "min_leave": np.full(m - have, NONE_EARLY),
+                 "root_enter": np.full(m - have, NONE_LATE), "others_enter": np.full(m - have, NONE_EARLY)}
+        self.comms[comm] = blank if agg is None else {k: np.concatenate([agg[k], blank[k]]) for k in agg}
+        return self.comms[comm]
 
-def merge_aggregates(a: pd.DataFrame | None, b: pd.DataFrame) -> pd.DataFrame:
-    """The aggregates of the ranks behind ``a`` and those behind ``b`` together (``a`` None: ``b``)."""
-    if a is None or not len(a):
-        return b
-    if not len(b):
-        return a
-    return _fold(pd.concat([a, b]).groupby(level=[0, 1], sort=False), "sum")
+    def frame(self) -> pd.DataFrame:
+        """The figures, one row per instance, indexed by (comm, instance); name "mixed" where the ranks disagree."""
+        parts = []
+        labels = np.array([*COLLECTIVE_NAMES, "mixed"], dtype=object)  # index -2 is "mixed"
+        for comm, agg in self.comms.items():
+            part = pd.DataFrame({k: agg[k] for k in AGGREGATE_COLUMNS})
+            part["name"] = labels[np.where(agg["name"] == _MIXED, len(labels) - 1, agg["name"])]
+            part.index = pd.MultiIndex.from_arrays([np.full(len(part), comm), np.arange(len(part))],
+                                                   names=["comm", "instance"])
+            parts.append(part)
+        if not parts:
+            return pd.DataFrame(columns=AGGREGATE_COLUMNS, index=pd.MultiIndex.from_arrays(
+                [[], []], names=["comm", "instance"]))
+        return pd.concat(parts)
 
 
 def collective_wait_states(coll: pd.DataFrame, aggregates: pd.DataFrame) -> pd.DataFrame:
@@ -277,4 +309,7 @@ def _collectives(calls: pd.DataFrame) -> pd.DataFrame:
     coll = collective_rows(calls)
     if not len(coll):
         return pd.DataFrame(columns=COLUMNS)
-    return collective_wait_states(coll, instance_aggregates(coll))
+    fold = InstanceFold()
+    for _, part in coll.groupby("rank", sort=True):
+        fold.add(part)
+    return collective_wait_states(coll, fold.frame())

@@ -83,3 +83,15 @@ def test_wait_states_summed_rank_by_rank_are_those_matched_on_all_calls_at_once(
     at_once = summarise_states(run.wait_states)
     assert len(at_once) > 3
     pd.testing.assert_frame_equal(run.wait_state_summary.reset_index(drop=True), at_once.reset_index(drop=True))
+
+
+def test_the_ring_benchmarks_wait_states_are_those_matched_on_all_calls_at_once(tmp_path):
+    """The synthetic ring of the scaling benchmark (blocking sends and receives, barriers, all-reduces): its
+    summed wait states equal those of every call matched at once."""
+    from ddltrace.analyses.synthetic_ring import write_ring_store
+    from ddltrace.analyses.wait_exchange import summarise_states
+
+    run = analyze_store(write_ring_store(tmp_path / "ring", 6, 3_000).path)
+    at_once = summarise_states(run.wait_states)
+    assert set(at_once["pattern"]) >= {"late_sender", "late_receiver", "wait_at_barrier", "wait_at_nxn"}
+    pd.testing.assert_frame_equal(run.wait_state_summary.reset_index(drop=True), at_once.reset_index(drop=True))

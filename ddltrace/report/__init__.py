@@ -121,7 +121,7 @@ def build_report(stores: list[str | os.PathLike], out: str | os.PathLike, *, pro
     say("running the detectors")
     found, skipped = findings_module.detect(runs, thresholds)  # costliest first: the verdict names the first
     say("drawing the figures")
-    report = assemble(runs, found, profile, model)
+    report = assemble(runs, found, profile, model, mapper)
     report.not_made = run_analysis.not_made(runs) + skipped
     report.missing = [(r.name, list(r.store.missing(32).items()), r.store.missing_count(), r.store.world_size)
                       for r in runs if r.store.missing_count()]
@@ -158,19 +158,67 @@ def verdict(findings: list, runs: list) -> list[str]:
             f"({format_percent(shares[top])}), then {runner_up} ({format_percent(shares[runner_up])})."]
 
 
-def scan(run, limit: int = 15) -> tuple[dict[int, tuple[np.ndarray, np.ndarray]], pd.DataFrame]:
-    """One pass over the store, rank by rank: each rank's category segments (for the timelines) and the event
-    names with the most recorded time (calls, total, mean per call), largest first."""
-    from ddltrace.analyses.breakdown import classify
+def timeline_windows(run) -> dict[str, tuple[int, int]]:
+    """The time windows (ns) the per-rank timeline figures show: the whole run, the initialisation zoomed (when
+    there is one) and three steady-state steps (when steps were found); none when the input has no timeline."""
+    if not run.phases or not run.can("timeline_figures"):
+        return {}
+    lo = min(p.start_ns for p in run.phases.values())
+    hi = max(p.end_ns for p in run.phases.values())
+    init_end = max(p.init_end_ns for p in run.phases.values())
+    windows = {"whole": (lo, hi)}
+    if init_end > lo:
+        windows["init"] = (lo, init_end + max((init_end - lo) // 20, 1))
+    steps = _steady_window(run)
+    if steps:
+        windows["steps"] = steps
+    return windows
 
-    segments = {}
+
+def scan_rank(store_path: str, windows: dict[str, tuple[int, int]], span: tuple[int, int] | None,
+              rank: int) -> tuple[int, dict[str, np.ndarray], pd.DataFrame] | None:
+    """One rank of the report's second pass (picklable, for any mapper): its row of each timeline figure, the
+    category of each of :data:`~ddltrace.report.figures.PIXEL_COLUMNS` columns of each window in ``windows``
+    (computed over the rank's ``span``, its first to last event; none when None), and its calls and recorded time
+    (ns) per event name and category. None for a rank that cannot be read (the analysis named it)."""
+    from ddltrace.analyses.breakdown import classify
+    from ddltrace.analyses.rank_summary import _open
+    from ddltrace.errors import StoreError
+
+    try:
+        frame = _open(store_path)._read_timeline(rank)
+    except StoreError:
+        return None
+    rows = {}
+    if span is not None and windows:
+        segments = classify(frame, list(span))
+        rows = {key: figures.category_columns(*segments, np.linspace(a, b, figures.PIXEL_COLUMNS + 1))
+                .astype(np.int8) for key, (a, b) in windows.items()}
+    totals = frame.groupby(["name", "category"], observed=True)["dur_ns"].agg(["count", "sum"])
+    return rank, rows, totals
+
+
+def scan(run, limit: int = 15, mapper=map) -> tuple[dict[str, dict[int, np.ndarray]], pd.DataFrame]:
+    """The report's second pass over the store, rank by rank (``mapper`` as in
+    :func:`~ddltrace.analyses.run_analysis.analyze_store`): each window's row of pixels per rank (for the
+    timelines; see :func:`timeline_windows`) and the event names with the most recorded time (calls, total, mean
+    per call), largest first. Memory: one rank's events and a few KB of pixels per rank and window."""
+    from functools import partial
+
+    from ddltrace.analyses import rank_summary
+
+    windows = timeline_windows(run)
+    rank_summary.keep_open(run.store)
+    spans = {r: (p.start_ns, p.end_ns) for r, p in run.phases.items()}
+    pixels: dict[str, dict[int, np.ndarray]] = {key: {} for key in windows}
     totals: dict[tuple[str, str], list[int]] = {}
-    timed = run.can("timeline_figures")
-    for rank, frame in run.store.iter_timeline():
-        phases = run.phases.get(rank)
-        if phases is not None and timed:
-            segments[rank] = classify(frame, [phases.start_ns, phases.end_ns])
-        grouped = frame.groupby(["name", "category"], observed=True)["dur_ns"].agg(["count", "sum"])
+    ranks = run.store.ranks
+    for result in mapper(partial(scan_rank, str(run.store.path), windows), [spans.get(r) for r in ranks], ranks):
+        if not isinstance(result, tuple):  # a rank that cannot be read, or whose task was given up
+            continue
+        rank, rows, grouped = result
+        for key, row in rows.items():
+            pixels[key][rank] = row
         for (name, category), count, total in zip(grouped.index, grouped["count"], grouped["sum"], strict=True):
             entry = totals.setdefault((name, str(category)), [0, 0])
             entry[0] += int(count)
@@ -179,10 +227,10 @@ def scan(run, limit: int = 15) -> tuple[dict[int, tuple[np.ndarray, np.ndarray]]
     table = pd.DataFrame(rows, columns=["name", "category", "calls", "total_ns"])
     table["total"] = table["total_ns"].map(format_ns)
     table["mean per call"] = (table["total_ns"] / table["calls"].clip(lower=1)).map(format_ns)
-    return segments, table.drop(columns="total_ns").set_index("name")
+    return pixels, table.drop(columns="total_ns").set_index("name")
 
 
-def _run_figures(run, segments: dict, label: str) -> list[Figure]:
+def _run_figures(run, pixels: dict[str, dict[int, np.ndarray]], label: str) -> list[Figure]:
     out: list[Figure] = []
     table = run.table("all")
     if len(table):
@@ -190,26 +238,24 @@ def _run_figures(run, segments: dict, label: str) -> list[Figure]:
                           "Share of each rank's time per category over the whole run, as IPM shows it "
                           "(Hashemi et al., figure 5).",
                           figures.png_bytes(figures.shares_figure(table, f"Time per category, {run.workers} workers"))))
-    if segments and run.can("timeline_figures"):
-        lo = min(p.start_ns for p in run.phases.values())
-        hi = max(p.end_ns for p in run.phases.values())
+    windows = timeline_windows(run)
+    if pixels.get("whole"):
         init_end = max(p.init_end_ns for p in run.phases.values())
         out.append(Figure(f"timeline{label}", "Per-rank timeline, whole run",
                           "Every instant of every rank in one category (TAU / Vampir's view, Hashemi et al. "
                           "figures 6-8); the dashed line ends initialisation.",
-                          figures.png_bytes(figures.timeline_figure(segments, (lo, hi), "Whole run",
+                          figures.png_bytes(figures.timeline_figure(pixels["whole"], windows["whole"], "Whole run",
                                                                     {"end of init": init_end}))))
-        if init_end > lo:
-            pad = max((init_end - lo) // 20, 1)
+        if "init" in windows:
             out.append(Figure(f"timeline_init{label}", "Initialisation, zoomed",
                               "The initialisation phase of every rank.",
-                              figures.png_bytes(figures.timeline_figure(segments, (lo, init_end + pad),
+                              figures.png_bytes(figures.timeline_figure(pixels["init"], windows["init"],
                                                                         "Initialisation"))))
-        window = _steady_window(run)
-        if window:
+        if "steps" in windows:
             out.append(Figure(f"timeline_steps{label}", "A few steady-state steps, zoomed",
                               "Three steps in the middle of the steady state.",
-                              figures.png_bytes(figures.timeline_figure(segments, window, "Steady-state steps"))))
+                              figures.png_bytes(figures.timeline_figure(pixels["steps"], windows["steps"],
+                                                                        "Steady-state steps"))))
     pair = run.average_and_slowest(run.main_phase)
     if len(pair) == 2:
         where = "the steady state" if run.main_phase == "steady" else "the whole run"
@@ -415,14 +461,17 @@ _FIGURE_FOR = (  # finding id fragment -> figure key prefix that shows it (the f
 )
 
 
-def assemble(runs: list, findings: list, profile: str | None = None, model: str | None = None) -> Report:
-    """Build the :class:`Report` of ``runs`` (sorted by workers) and their findings."""
+def assemble(runs: list, findings: list, profile: str | None = None, model: str | None = None,
+             mapper=None) -> Report:
+    """Build the :class:`Report` of ``runs`` (sorted by workers) and their findings; ``mapper`` reads the ranks
+    for the figures (as in :func:`~ddltrace.analyses.run_analysis.analyze_store`; None: in this process)."""
+    mapper = mapper or map
     main = runs[-1]
     figs: list[Figure] = []
     series_figs, series = _series_figures(runs, findings, model)
     figs.extend(series_figs)
-    segments, top = scan(main)
-    figs.extend(_run_figures(main, segments, ""))
+    pixels, top = scan(main, mapper=mapper)
+    figs.extend(_run_figures(main, pixels, ""))
     if profile:
         fig = _profile_figure(profile)
         if fig:

@@ -97,22 +97,21 @@ def category_columns(edges: np.ndarray, codes: np.ndarray, grid: np.ndarray) -> 
     return np.where(share.max(axis=0) > 0, best, -1)
 
 
-def timeline_figure(rank_segments: dict[int, tuple[np.ndarray, np.ndarray]], window: tuple[int, int],
-                    title: str, marks: dict[str, float] | None = None) -> Figure:
+def timeline_figure(rank_rows: dict[int, np.ndarray], window: tuple[int, int], title: str,
+                    marks: dict[str, float] | None = None) -> Figure:
     """Per-rank timeline (TAU / Vampir's view, paper 002 figures 6-8) over ``window`` (ns).
 
-    ``rank_segments`` maps a rank to (edges, codes) from :func:`ddltrace.analyses.breakdown.classify`: every
-    instant of the rank gets one category. Each rank is drawn as a row of :data:`PIXEL_COLUMNS` columns, each in
-    the category that filled most of its time, so 64+ ranks of dense traces stay readable and cheap to draw.
-    ``marks`` draws labelled vertical lines (ns).
+    ``rank_rows`` maps a rank to its row of :data:`PIXEL_COLUMNS` columns over ``window``, each the category
+    (index into CATEGORIES; -1: nothing recorded) that filled most of its time (:func:`category_columns` of the
+    rank's segments from :func:`ddltrace.analyses.breakdown.classify`), so 64+ ranks of dense traces stay readable
+    and cheap to draw, and a rank's events need not be held to draw it. ``marks`` draws labelled vertical lines (ns).
     """
     lo, hi = window
-    ranks = sorted(rank_segments)
-    grid = np.linspace(lo, hi, PIXEL_COLUMNS + 1)
+    ranks = sorted(rank_rows)
     palette = np.array([matplotlib.colors.to_rgba(CATEGORY_COLORS[c]) for c in CATEGORIES] + [(1, 1, 1, 0)])
     image = np.empty((len(ranks), PIXEL_COLUMNS), dtype=int)
     for row, rank in enumerate(ranks):
-        image[row] = category_columns(*rank_segments[rank], grid)
+        image[row] = rank_rows[rank]
     height = min(9.0, 1.4 + 0.22 * len(ranks))
     fig, ax = plt.subplots(figsize=(9, height))
     span_ms = (hi - lo) / 1e6

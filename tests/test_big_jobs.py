@@ -1,0 +1,60 @@
+"""Big jobs (issue 16): analyze's peak memory grows by a few KB per rank, not with the job's events, and a big
+store shows progress before its results.
+
+Real processes: ``ddltrace analyze`` runs as a subprocess on synthetic ring stores (analyses/synthetic_ring.py) of
+16 and 64 ranks with the same events per rank; its peak RSS comes from ``wait4``. Before the wait states were
+matched rank by rank, every rank's MPI calls were held at once: about 70 bytes per call, 1.4 MB more per rank
+here (20,000 calls each), far above the bound checked.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ddltrace.analyses.synthetic_ring import write_ring_store
+
+EVENTS_PER_RANK = 20_000
+#: The most peak RSS a rank may add (bytes): its phases, steps, breakdown rows and GPU figures are a few KB; the
+#: rest is the allocator's noise spread over the 48 ranks added.
+PER_RANK_BOUND = 100 * 1024
+
+
+@pytest.fixture(scope="module")
+def rings(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("rings")
+    return {n: write_ring_store(folder / f"ring-{n}", n, EVENTS_PER_RANK).path for n in (16, 64)}
+
+
+def _peak_rss(*argv) -> tuple[int, str]:
+    child = subprocess.Popen([sys.executable, "-m", "ddltrace", *map(str, argv)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+    out, err = child.stdout.read(), child.stderr.read()
+    _, status, usage = os.wait4(child.pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, err.decode()[-2000:]
+    return usage.ru_maxrss * 1024, out.decode()
+
+
+def test_peak_memory_grows_by_a_few_kb_per_rank_not_with_the_events(rings):
+    small, out_small = _peak_rss("analyze", rings[16], "--json", "--quiet", "--jobs", "1")
+    big, out_big = _peak_rss("analyze", rings[64], "--json", "--quiet", "--jobs", "1")
+    assert '"wait_states_ns"' in out_big and "late_sender" in out_big  # the ring's receives wait for real
+    per_rank = (big - small) / (64 - 16)
+    events_per_rank_bytes = EVENTS_PER_RANK * 70  # what holding every rank's calls cost
+    assert per_rank < PER_RANK_BOUND < events_per_rank_bytes, \
+        f"peak RSS {small / 2**20:.0f} MiB at 16 ranks, {big / 2**20:.0f} MiB at 64: {per_rank / 1024:.0f} KiB/rank"
+
+
+def test_a_big_store_prints_progress_before_its_results(rings):
+    """Progress and results in one pipe, in the order written: the first line is the progress line naming the
+    ranks to read, the last progress line (all ranks read) comes before the first line of the results."""
+    done = subprocess.run([sys.executable, "-m", "ddltrace", "analyze", str(rings[64])], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, check=True)
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("ddltrace analyze: ") and "reading 64 ranks (1,280,000 events)" in lines[0]
+    finished = next(i for i, line in enumerate(lines) if "64 of 64 ranks read, 1,280,000 events" in line)
+    results = next(i for i, line in enumerate(lines) if line.startswith("ddltrace analyze: 1 store"))
+    assert 0 < finished < results
