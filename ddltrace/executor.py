@@ -2,9 +2,10 @@
 tasks on an existing Dask distributed cluster (``--scheduler ADDRESS``).
 
 A mapper is called like :func:`map`: ``mapper(fn, *iterables)`` yields ``fn(*args)`` for each ``args`` of
-``zip(*iterables)``, in that order, whatever order the work finishes in. ``fn`` and its arguments must pickle
-(a module-level function; a store's path, not an open store). At most a few tasks per worker are out at a
-time, so the results not yet handed back never hold more than those few. Two kinds:
+``zip(*iterables)``, in that order whatever order the work finishes in (``ordered=False``: as each finishes, so
+that a slow item holds no other back; ``analyze``'s reduce takes the ranks in any order). ``fn`` and its
+arguments must pickle (a module-level function; a store's path, not an open store). At most a few tasks per worker
+are out at a time, finished results held back included, so memory never holds more than those few. Two kinds:
 
 - :class:`LocalMapper`: ``jobs`` forked processes of this machine (``jobs`` 1: in this process, one item after the
   other).
@@ -34,9 +35,8 @@ from __future__ import annotations
 import logging
 import math
 import os
-import threading
+import queue
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -68,8 +68,8 @@ class _Mapper:
     #: Whether the tasks run on other machines (a cluster's workers), which read the paths they are given.
     remote = False
 
-    def __init__(self, progress: Progress | None = None, on_failure: OnFailure | None = None):
-        self.progress, self.on_failure = progress, on_failure
+    def __init__(self, progress: Progress | None = None, on_failure: OnFailure | None = None, ordered: bool = True):
+        self.progress, self.on_failure, self.ordered = progress, on_failure, ordered
 
     def __enter__(self):
         return self
@@ -108,37 +108,52 @@ class _Mapper:
     def __call__(self, fn: Callable, *iterables: Iterable) -> Iterator:
         items = list(zip(*iterables, strict=False))
         self._begin(len(items))
-        out: deque = deque()
-        done = next_item = 0
+        # each task says when it is done through a callback, not result(timeout=...): distributed's timed result()
+        # can lose a result that arrives as the timeout ends (an UnboundLocalError inside distributed.utils.sync)
+        finished: queue.SimpleQueue[int] = queue.SimpleQueue()
+        running: dict[int, Any] = {}  # futures of the tasks out, by item
+        held: dict[int, Any] = {}  # results finished before an earlier item's (ordered only)
+        submitted = handed = done = 0
         last = sized = -math.inf
-        while next_item < len(items) or out:
+        while handed < len(items):
             if time.monotonic() - sized >= PROGRESS_EVERY_S:  # workers come and go: the window follows them
                 window, sized = max(1, self.slots * TASKS_PER_WORKER), time.monotonic()
-            while next_item < len(items) and len(out) < window:
-                out.append((items[next_item], self._submit(fn, items[next_item])))
-                next_item += 1
-            args, future = out.popleft()
-            # waited for through a callback, not result(timeout=...): distributed's timed result() can lose a
-            # result that arrives as the timeout ends (an UnboundLocalError inside distributed.utils.sync)
-            finished = threading.Event()
-            future.add_done_callback(lambda _, finished=finished: finished.set())
-            while not finished.wait(PROGRESS_EVERY_S):
-                last = self._report(done + sum(f.done() for _, f in out), len(items), last)
+            while submitted < len(items) and len(running) + len(held) < window:
+                future = self._submit(fn, items[submitted])
+                running[submitted] = future
+                future.add_done_callback(lambda _, index=submitted: finished.put(index))
+                submitted += 1
             try:
-                result = future.result()
-            except Exception as exc:
-                broken = self._broken(exc, _call_text(fn, args))
-                if broken is not None:
-                    raise DdltraceError(broken) from exc
-                why = self._given_up(exc)
-                if why is None:
-                    raise
-                if self.on_failure is None:
-                    raise DdltraceError(f"{_call_text(fn, args)}: {why}") from exc
-                result = self.on_failure(args, why)
+                index = finished.get(timeout=PROGRESS_EVERY_S)
+            except queue.Empty:
+                last = self._report(done, len(items), last)
+                continue
+            result = self._outcome(fn, items[index], running.pop(index))
             done += 1
             last = self._report(done, len(items), last, final=done == len(items))
-            yield result
+            if not self.ordered:
+                handed += 1
+                yield result
+                continue
+            held[index] = result
+            while handed in held:
+                handed += 1
+                yield held.pop(handed - 1)
+
+    def _outcome(self, fn: Callable, args: tuple, future):
+        """The result of a finished task, ``on_failure``'s for one the cluster gave up; else the error."""
+        try:
+            return future.result()
+        except Exception as exc:
+            broken = self._broken(exc, _call_text(fn, args))
+            if broken is not None:
+                raise DdltraceError(broken) from exc
+            why = self._given_up(exc)
+            if why is None:
+                raise
+            if self.on_failure is None:
+                raise DdltraceError(f"{_call_text(fn, args)}: {why}") from exc
+            return self.on_failure(args, why)
 
     def _report(self, done: int, total: int, last: float, final: bool = False) -> float:
         now = time.monotonic()
@@ -175,10 +190,11 @@ class LocalMapper(_Mapper):
     """``jobs`` processes of this machine, forked when the tasks start (they share the modules already loaded);
     ``jobs`` 1, or no ``fork`` on this system: in this process."""
 
-    def __init__(self, jobs: int, progress: Progress | None = None, on_failure: OnFailure | None = None):
+    def __init__(self, jobs: int, progress: Progress | None = None, on_failure: OnFailure | None = None,
+                 ordered: bool = True):
         import multiprocessing
 
-        super().__init__(progress, on_failure)
+        super().__init__(progress, on_failure, ordered)
         self.jobs = jobs if "fork" in multiprocessing.get_all_start_methods() else 1
         self._pool = None
         self._here = self.jobs <= 1
@@ -225,8 +241,9 @@ class DaskMapper(_Mapper):
 
     remote = True
 
-    def __init__(self, address: str, progress: Progress | None = None, on_failure: OnFailure | None = None):
-        super().__init__(progress, on_failure)
+    def __init__(self, address: str, progress: Progress | None = None, on_failure: OnFailure | None = None,
+                 ordered: bool = True):
+        super().__init__(progress, on_failure, ordered)
         self.address = address
         try:
             from distributed import Client
@@ -321,11 +338,11 @@ class DaskMapper(_Mapper):
 
 
 def mapper_for(scheduler: str | None, jobs: int, progress: Progress | None = None,
-               on_failure: OnFailure | None = None) -> _Mapper:
+               on_failure: OnFailure | None = None, ordered: bool = True) -> _Mapper:
     """The Dask mapper of ``--scheduler`` when given, else ``jobs`` local processes."""
     if scheduler:
-        return DaskMapper(scheduler, progress, on_failure)
-    return LocalMapper(jobs, progress, on_failure)
+        return DaskMapper(scheduler, progress, on_failure, ordered)
+    return LocalMapper(jobs, progress, on_failure, ordered)
 
 
 def usable_cpus() -> int:

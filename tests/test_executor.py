@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import time
+from itertools import repeat
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +23,18 @@ def _slow_square(x: int) -> tuple[int, int]:
     return x * x, os.getpid()
 
 
+def _first_waits_for_the_second(marker: str, x: int) -> int:
+    """Item 0 finishes only once item 1 has (it waits for the file item 1 writes): finishing order 1 before 0."""
+    path = Path(marker)
+    if x == 1:
+        path.write_text("done")
+    if x == 0:
+        deadline = time.monotonic() + 60
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    return x
+
+
 def _dies_on_three(x: int) -> int:
     if x == 3:
         os._exit(9)
@@ -34,6 +48,16 @@ def test_results_come_in_the_items_order_from_other_processes():
     assert [r for r, _ in results] == [x * x for x in range(8)]
     assert os.getpid() not in {pid for _, pid in results}
     assert seen[-1] == (8, 8, "in 2 processes of this machine")
+
+
+def test_unordered_results_come_as_they_finish(tmp_path):
+    """ordered=False (analyze's): item 1 is handed back before item 0, which cannot finish before it; ordered, the
+    same work comes back in the items' order."""
+    for ordered, first in ((False, 1), (True, 0)):
+        marker = tmp_path / f"marker-{ordered}"
+        with LocalMapper(2, ordered=ordered) as mapper:
+            results = list(mapper(_first_waits_for_the_second, repeat(str(marker)), range(6)))
+        assert results[0] == first and sorted(results) == list(range(6))
 
 
 def test_one_item_or_one_job_runs_in_this_process():

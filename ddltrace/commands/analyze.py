@@ -96,15 +96,16 @@ def _unreadable(args: tuple, why: str):
 def rank_mapper(args):
     """A context giving the mapper (:mod:`ddltrace.executor`) that summarises the ranks as ``--jobs`` or
     ``--scheduler`` say, or None when neither is given (:func:`analyze_with_progress` then chooses by the store's
-    size). A rank whose task is given up (its workers died while reading it, Dask's ``allowed-failures`` times) is
-    named as unreadable, like a damaged file, and the other ranks are reported."""
+    size). The summaries come as they finish (the reduce takes them in any order). A rank whose task is given up
+    (its workers died while reading it, Dask's ``allowed-failures`` times) is named as unreadable, like a damaged
+    file, and the other ranks are reported."""
     import contextlib
 
     from ddltrace.executor import mapper_for
 
     if not (args.jobs or args.scheduler):
         return contextlib.nullcontext()
-    return mapper_for(args.scheduler, args.jobs or 1, on_failure=_unreadable)
+    return mapper_for(args.scheduler, args.jobs or 1, on_failure=_unreadable, ordered=False)
 
 
 #: A store this big gets progress lines on stderr while it is read (ranks or events, from its manifest).
@@ -129,7 +130,7 @@ def analyze_with_progress(path, quiet: bool = False, verb: str = "analyze", mapp
         return _analyze(store, listed, quiet, verb, map)
     from ddltrace.executor import LocalMapper, usable_cpus
 
-    with LocalMapper(min(usable_cpus(), DEFAULT_MAX_JOBS), on_failure=_unreadable) as local:
+    with LocalMapper(min(usable_cpus(), DEFAULT_MAX_JOBS), on_failure=_unreadable, ordered=False) as local:
         return _analyze(store, listed, quiet, verb, local)
 
 
