@@ -1,7 +1,7 @@
 """``ddltrace analyze`` on a local Dask cluster of 1 and then 2 worker processes against the local path: the
 speed-up from the second worker and the Dask path's overhead at one worker (issue 16).
 
-The store (synthetic MPI ranks, benchmarks/report_scale.py's generator) is written once, outside the timing. Then
+The store (synthetic MPI ranks in a ring, analyses/synthetic_ring.py) is written once, outside the timing. Then
 each way is timed end to end, as a user runs it: a fresh ``ddltrace analyze --json`` process, from its start to its
 exit (interpreter, imports, connecting to the scheduler, the ranks' tasks, the cross-rank steps, the JSON):
 
@@ -33,27 +33,17 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import psutil
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 from dask_cluster import LocalDaskCluster  # noqa: E402
-from report_scale import synthetic_rank  # noqa: E402
 
 from ddltrace.analyses.run_analysis import analyze_store  # noqa: E402
+from ddltrace.analyses.synthetic_ring import write_ring_store  # noqa: E402
 from ddltrace.executor import DaskMapper, LocalMapper  # noqa: E402
 from ddltrace.store import TraceStore  # noqa: E402
-
-
-def write_store(path: Path, ranks: int, events: int) -> TraceStore:
-    store = TraceStore.create(path, run={"command": "synthetic", "world_size": ranks})
-    rng = np.random.default_rng(1)
-    for rank in range(ranks):
-        store.add_rank(rank, synthetic_rank(rank, ranks, events // ranks, rng), save=False)
-    store.save_manifest()
-    return store
 
 
 def timed_analyze(store: Path, how: list[str], workers: list[int]) -> tuple[float, float, float, str]:
@@ -91,7 +81,7 @@ def main() -> int:
     reference = None
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        store = write_store(tmp / "store", args.ranks, args.events).path
+        store = write_ring_store(tmp / "store", args.ranks, args.events // args.ranks).path
         events = args.ranks * (args.events // args.ranks)
         load_before = os.getloadavg()
         for workers in (1, 2):
