@@ -144,8 +144,9 @@ def test_correlation_ids_are_the_files(key, imported):
 def test_launch_delays_are_the_files(key, imported):
     """analyze's launch statistics (count, CPU and GPU durations, launch delay: mean, median, maximum) are
     the file's pairs, to the ns the ps truncation allows."""
+    store = imported(key)
     pairs = launch_truth(TRACES[key])
-    run = analyze_store(imported(key))
+    run = analyze_store(store)
     table = run.gpu.launch_table()
     if not pairs:
         assert table.empty
