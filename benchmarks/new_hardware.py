@@ -133,14 +133,26 @@ class NetB(MachineA):
 
     name = "net"
 
-    def __init__(self, rate_bit: float):
-        self.rate_bit = rate_bit
-        self.description = f"each rank on its own simulated node, links {rate_bit / 1e6:g} Mbit/s (tbf); A's CPU"
+    def __init__(self, rate_bit: float, burst: int | None = None):
+        self.rate_bit, self.burst = rate_bit, burst
+        self.description = (f"each rank on its own simulated node, links {rate_bit / 1e6:g} Mbit/s (tbf, burst "
+                            f"{f'{burst} B' if burst else 'the cluster default: 10 ms of the rate'}); A's CPU")
 
+    @contextlib.contextmanager
     def _cluster(self, n: int):
+        """``n`` nodes, each link shaped to the rate: by the cluster (a 10 ms burst), or here with ``burst``."""
         from ddltrace.collectors import cluster as cl
 
-        return cl.Cluster(n, rates_bit=dict.fromkeys(range(n), self.rate_bit))
+        with cl.Cluster(n, rates_bit=None if self.burst else dict.fromkeys(range(n), self.rate_bit)) as c:
+            if self.burst:
+                tbf = ["tbf", "rate", f"{int(self.rate_bit)}bit", "burst", str(self.burst), "limit",
+                       str(4 * max(self.burst, 65536))]
+                for node in c.nodes:  # both ends of the node's veth, as Cluster.shape does
+                    for argv in (["tc", "qdisc", "replace", "dev", node.veth, "root", *tbf],
+                                 ["ip", "netns", "exec", node.netns, "tc", "qdisc", "replace", "dev", "eth0", "root",
+                                  *tbf]):
+                        _check(subprocess.run(argv, capture_output=True, text=True, timeout=60), " ".join(argv))
+            yield c
 
     @contextlib.contextmanager
     def calibrating(self, out: Path, window: float):
@@ -299,7 +311,8 @@ def simulated(args) -> list[dict]:
     results = []
     for repeat in range(args.repeats):
         for b_name in args.b.split(","):
-            machine_b = QuotaB(args.share, args.period) if b_name == "quota" else NetB(args.rate * 1e6)
+            machine_b = (QuotaB(args.share, args.period) if b_name == "quota"
+                         else NetB(args.rate * 1e6, args.burst))
             for shape in args.shapes.split(","):
                 folder = out / f"r{repeat}" / f"{b_name}-{shape}"
                 folder.mkdir(parents=True, exist_ok=True)
@@ -369,6 +382,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--share", type=float, default=0.5, help="quota: share of a core per process (default 0.5)")
     parser.add_argument("--period", type=float, default=0.010, help="quota: CFS period in s (default 0.010)")
     parser.add_argument("--rate", type=float, default=200.0, help="net: link rate in Mbit/s (default 200)")
+    parser.add_argument("--burst", type=int, default=None,
+                        help="net: tbf burst in bytes (default: the cluster's, 10 ms of the rate: 250 kB at 200 "
+                             "Mbit/s, most of a 320 kB weight message passes at once after a pause)")
     parser.add_argument("--cpu-window", type=float, default=0.05,
                         help="calibrate --cpu-window on every machine, s (default 0.05: five quota periods)")
     parser.add_argument("--profile-a", help="two real machines: A's profile (calibrate on A)")

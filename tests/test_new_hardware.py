@@ -1,13 +1,12 @@
 """A model fitted on real runs of the reference job on this machine (A) predicts the job on a slower machine B that
-it has not seen: B is this machine with every process under a CPU quota (collectors/cpu_quota.py), calibrated
-inside the quota (issue 17, item 3; the full figures: benchmarks/new_hardware.py, docs/MODELS.md).
+it has not seen: B is this machine with slow links between the ranks (the simulated cluster), calibrated inside B
+(issue 17, item 3; the full figures, and the CPU-quota B: benchmarks/new_hardware.py, docs/MODELS.md). The CPU
+quota (collectors/cpu_quota.py) is checked for its cleanup.
 
-Needs root, the cgroup v1 cpu controller and MPICH; skips with the reason where any is missing."""
+Needs root, the cgroup v1 cpu controller or iproute2 and util-linux, and MPICH; skips with the reason."""
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,37 +14,17 @@ from pathlib import Path
 import pytest
 
 from ddltrace.analyses.fit_hashemi import measurements_from_store
+from ddltrace.collectors import cluster as cl
 from ddltrace.collectors import cpu_quota
-from ddltrace.collectors.mpi_env import find_tool
+from ddltrace.collectors.mpi_env import find_tool, mpi_flavour
 
-DDLTRACE = str(Path(sys.executable).with_name("ddltrace"))
-JOB = [sys.executable, "-m", "ddltrace.collectors.workloads.ps_sgd", "--samples", "2048", "--epochs", "1",
-       "--batch", "64", "--init", "parallel", "--compute", "real"]
-#: B's share of a core: low enough to bind on this 2-core machine even when other processes take half of a core
-SHARE = 0.25
-#: the prediction's tolerance on B's measured phase: the machine is shared, A's and B's runs and calibrations
-#: are taken seconds apart under a load that drifts (the benchmark repeats and reports the spread)
-TOLERANCE = 0.30
+JOB = [sys.executable, "-m", "ddltrace.collectors.workloads.ps_sgd"]
+MPIEXEC = find_tool("mpiexec")
 
-pytestmark = [pytest.mark.skipif(cpu_quota.missing() is not None, reason=str(cpu_quota.missing())),
-              pytest.mark.skipif(find_tool("mpiexec") is None, reason="MPI (the mpich wheel) not installed")]
+pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="MPI (the mpich wheel) not installed")
 
 
-def _run(argv: list[str], what: str) -> str:
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, f"{what}: {done.stderr[-1500:]}"
-    return done.stdout
-
-
-def _job(tmp: Path, name: str, w: int, wrap=lambda argv: argv) -> float:
-    """The job at w workers under ``ddltrace run``: its computation phase read from the store (s)."""
-    out = tmp / name
-    out.mkdir()
-    _run([DDLTRACE, "run", "--no-progress", "--np", str(w + 1), "--out", str(out / "store"), "--",
-          *wrap([*JOB, "--out", str(out)])], f"job {name}")
-    return float(measurements_from_store(out / "store", servers=1)["phase_s"])
-
-
+@pytest.mark.skipif(cpu_quota.missing() is not None, reason=str(cpu_quota.missing()))
 def test_quota_cleans_up_its_cgroups_and_processes(tmp_path):
     with cpu_quota.CpuQuota(0.5) as quota:
         sleeper = subprocess.Popen(quota.wrap(["sleep", "300"]))
@@ -64,27 +43,33 @@ def test_quota_cleans_up_its_cgroups_and_processes(tmp_path):
     assert not root.exists()
 
 
-def test_prediction_on_a_cpu_quota_machine_matches_its_run(tmp_path):
-    profile_a, profile_b = tmp_path / "A.json", tmp_path / "B.json"
-    calibrate = ["calibrate", "--quick", "--only", "cpu", "--cpu-window", "0.03"]
-    with cpu_quota.CpuQuota(SHARE) as quota:
-        _run([DDLTRACE, *calibrate, "--out", str(profile_a)], "calibrate on A")
-        _run(quota.wrap([DDLTRACE, *calibrate, "--out", str(profile_b)]), "calibrate inside the quota")
-        a1 = _job(tmp_path, "a1", 1)
-        b1 = _job(tmp_path, "b1", 1, quota.wrap)
-        _job(tmp_path, "a2", 2)  # the fit needs a second worker count
-        throttled = quota.throttled()
-    assert any(g["nr_throttled"] > 0 for g in throttled.values()), throttled
-    model = tmp_path / "model.json"
-    _run([DDLTRACE, "model", "fit", str(tmp_path / "a1" / "store"), str(tmp_path / "a2" / "store"), "--dnn",
-          "mlp-2-10k-2", "--servers", "1", "--profile", str(profile_a), "--out", str(model)], "model fit")
-    doc = json.loads(_run([DDLTRACE, "model", "predict", str(model), "--workers", "1", "--profile", str(profile_b),
-                           "--json"], "model predict"))
-    (row,) = doc["rows"]
-    assert row["measured_s"] == pytest.approx(a1)  # the model's own record of A's run at w = 1
-    factor = doc["transfer"]["factors"]["c_p"]
-    # the quota slowed both the job and the calibration (the runs of --cpu-window see it, not only bursts)
-    assert b1 > 1.3 * a1 and factor > 1.3, (a1, b1, factor, os.getloadavg())
-    error = row["profile_s"] / b1 - 1
-    assert abs(error) <= TOLERANCE, (f"predicted {row['profile_s']:.3f} s on B, measured {b1:.3f} s "
-                                     f"(A {a1:.3f} s, factor {factor:.2f}, load {os.getloadavg()})")
+@pytest.mark.skipif(cl.missing_tools() is not None, reason=str(cl.missing_tools()))
+@pytest.mark.skipif(MPIEXEC is not None and mpi_flavour(MPIEXEC) != "mpich",
+                    reason="the simulated cluster is entered through MPICH's hydra")
+def test_prediction_on_a_slow_network_machine_matches_its_run(tmp_path):
+    """B = every rank on a node of its own with 200 Mbit/s links (benchmarks/new_hardware.py's net B, no tbf burst
+    past 32 KiB). The workers' compute is a 0.1 ms sleep per sample, 6.4 ms per batch against 25.6 ms for the two
+    320 kB transfers at the rate, so that B's phase is mostly its network, which ps-sgd does not overlap with its
+    compute (--serial-comm). The tolerance, 25 %, covers the compute factor's drift between two calibrations on
+    this shared machine (a factor of 2 where it should be 1 moves the prediction by 20 %; one run here read 4.8
+    and was still within 7 %)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import new_hardware as nh
+
+    job = [*JOB, "--samples", "2048", "--epochs", "1", "--batch", "64", "--init", "parallel",
+           "--compute", "emulated", "--sample-time", "0.0001"]
+    a, b = nh.MachineA(), nh.NetB(200e6, burst=32768)
+    nh.calibrate_both(a, b, tmp_path, 0.005)
+    phase = {}
+    for name, machine, w in (("a1", a, 1), ("b1", b, 1), ("a2", a, 2)):
+        (tmp_path / name).mkdir()
+        machine.run(w, [*job, "--out", str(tmp_path / name)], tmp_path / name / "store")
+        phase[name] = float(measurements_from_store(tmp_path / name / "store", servers=1)["phase_s"])
+    paper, serial = nh.fit_and_predict(tmp_path / "A.json", [str(tmp_path / n / "store") for n in ("a1", "a2")],
+                                       tmp_path / "B.json", [1], tmp_path)
+    assert paper["rows"][0]["measured_s"] == pytest.approx(phase["a1"])  # the model's record of A's run
+    assert phase["b1"] > 1.5 * phase["a1"], phase  # the links really slowed the job
+    serial_error = serial["rows"][0]["profile_s"] / phase["b1"] - 1
+    why = (f"B measured {phase['b1']:.3f} s (A {phase['a1']:.3f} s); predicted {paper['rows'][0]['profile_s']:.3f} s "
+           f"(max), {serial['rows'][0]['profile_s']:.3f} s (--serial-comm); factors {serial['transfer']['factors']}")
+    assert abs(serial_error) <= 0.25, why

@@ -90,9 +90,9 @@ def register(subparsers) -> None:
                         "with ('model fit --profile A.json') to this one ('ddltrace calibrate' there); --what-if "
                         "then changes B's constants")
     q.add_argument("--serial-comm", action="store_true",
-                   help="with --profile: the workers pull, compute and push one after another and the server has "
-                        "one link (ps-sgd): the time B's network adds to each transfer goes into c_p and c_u, "
-                        "instead of Hashemi's max(network, worker), which assumes they overlap")
+                   help="with --profile: the workers pull, compute and push one after another (ps-sgd): the time "
+                        "B's network adds to their transfers goes into c_p, instead of only into the network term "
+                        "of Hashemi's max(network, worker), which assumes they overlap")
     q.add_argument("--plot", metavar="PNG", help="write a plot of predicted vs measured")
     q.add_argument("--json", action="store_true", help="print the table as JSON")
     q.set_defaults(func=run_predict)
@@ -354,8 +354,8 @@ def _describe_transfer(table: pd.DataFrame) -> list[str]:
              f"  interval: {pct} % of {info['draws']} draws over the fit's standard errors and both profiles' "
              "uncertainties (log-normal, the relative uncertainty one standard deviation of the log)"]
     if info.get("serial_comm"):
-        lines.insert(3, "  --serial-comm: c_p also gains B's extra time of the two transfers of n_w values per batch, "
-                        "c_u the server link's per update (the factors above include them)")
+        lines.insert(3, "  --serial-comm: c_p also gains B's extra time of the two transfers of n_w values per batch "
+                        "(its factor above includes it)")
     lines += [f"  note: {note}" for note in info["notes"]]
     return lines
 

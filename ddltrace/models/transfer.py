@@ -13,8 +13,8 @@ constants it depends on (docs/MODELS.md, "Predicting another machine", states ea
   ``ws = n_w s``;
 - r_m, w_m, r_net, lat_net, r_d: the model's value times B's over A's (B's own value where the fit held A's);
 - kappa (the contention extension) is a ratio and is kept;
-- with ``serial`` (workers that do not overlap their transfers with compute, a server with one link), c_p and c_u
-  also gain the time B's network adds to the transfers A's fit absorbed in them (:func:`transfer`).
+- with ``serial`` (workers that do not overlap their transfers with compute), c_p also gains the time B's network
+  adds to the transfers A's fit absorbed in it (:func:`transfer`).
 
 The interval is a Monte Carlo over the fit's standard errors (a constant the runs only bound is drawn uniformly
 between 0 and its bound) and both profiles' uncertainties, each taken as one standard deviation of the log of the
@@ -172,12 +172,12 @@ def transfer(k: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Mapping
     notes on what could not be carried).
 
     ``serial``: the workers pull the weights, compute and push the gradient one after another (no overlap, as the
-    ps-sgd job does) and the server has one link. Then the fit on A put the workers' exposed transfers into c_p
-    and the server's into c_u, at A's network; on B each gains what B's network adds over A's: c_p the two
-    transfers of n_w values per batch, ``(2 s n_w dr_net + 2 dlat_net) / b`` per sample, and c_u the server's link
-    time per update, ``s n_w dr_net`` (a gradient in, the weights out: the two directions of one full-duplex
-    link overlap), with dr_net = r_net(B) - r_net(A) in the model's terms. Hashemi's T_phase takes the max of
-    the network and the worker's term, which holds only when they overlap."""
+    ps-sgd job does). Then the fit on A put the workers' exposed transfers into c_p, at A's network; on B c_p gains
+    what B's network adds to the two transfers of n_w values per batch, ``(2 s n_w dr_net + 2 dlat_net) / b`` per
+    sample, with dr_net = r_net(B) - r_net(A) in the model's terms. Hashemi's T_phase takes the max of the network
+    and the worker's term, which holds only when they overlap. (c_u is not given the server link's time per
+    update: T_net's 2 T_send already charges each transfer, and charging it again in w c_u predicted a server
+    limit at w = 4 that runs on 200 Mbit/s links did not show: docs/MODELS.md.)"""
     z_a, z_b = z_a or {}, z_b or {}
     job_set = hashemi.working_set_bytes(wl.b, wl.n_f, wl.n_w, wl.s)
     weights_set = max(wl.n_w * wl.s, 1.0)
@@ -203,9 +203,7 @@ def transfer(k: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Mapping
     if serial:
         d_r_net, d_lat = values["r_net"] - k.r_net, values["lat_net"] - k.lat_net
         values["c_p"] = max(0.0, values["c_p"] + (2 * wl.s * wl.n_w * d_r_net + 2 * d_lat) / wl.b)
-        values["c_u"] = max(0.0, values["c_u"] + wl.s * wl.n_w * d_r_net)
-        for name in ("c_p", "c_u"):
-            factors[name] = values[name] / getattr(k, name) if getattr(k, name) > 0 else factors[name]
+        factors["c_p"] = values["c_p"] / k.c_p if k.c_p > 0 else factors["c_p"]
     return replace(k, **values), factors, notes
 
 
