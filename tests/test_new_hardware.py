@@ -7,6 +7,7 @@ Needs root, the cgroup v1 cpu controller or iproute2 and util-linux, and MPICH; 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -73,3 +74,11 @@ def test_prediction_on_a_slow_network_machine_matches_its_run(tmp_path):
     why = (f"B measured {phase['b1']:.3f} s (A {phase['a1']:.3f} s); predicted {paper['rows'][0]['profile_s']:.3f} s "
            f"(max), {serial['rows'][0]['profile_s']:.3f} s (--serial-comm); factors {serial['transfer']['factors']}")
     assert abs(serial_error) <= 0.25, why
+    # the same comparison as a user on two real machines runs it, from the stores and the two profiles
+    assert nh.main(["--out", str(tmp_path / "two"), "--profile-a", str(tmp_path / "A.json"), "--runs-a",
+                    str(tmp_path / "a1" / "store"), str(tmp_path / "a2" / "store"), "--profile-b",
+                    str(tmp_path / "B.json"), "--runs-b", str(tmp_path / "b1" / "store")]) == 0
+    (given,) = json.loads((tmp_path / "two" / "results.json").read_text())
+    row = next(r for r in given["rows"] if r["w"] == 1)
+    assert row["measured_s"] == pytest.approx(phase["b1"])
+    assert row["serial_error"] == pytest.approx(serial_error, rel=1e-9)
