@@ -290,18 +290,18 @@ class DaskMapper(_Mapper):
                                 f"{__version__}: install the same ddltrace with its dask extra where the scheduler "
                                 "and the workers run")
 
-    def _workers(self) -> dict:
-        return self.client.scheduler_info(n_workers=-1).get("workers", {}) if self.client.status == "running" \
-            else {}
+    def _threads(self) -> dict:
+        """Threads per worker address, as the scheduler knows them now (none once the connection is gone)."""
+        return self.client.nthreads() if self.client.status == "running" else {}
 
     @property
     def where(self) -> str:
-        count = len(self._workers())
+        count = len(self._threads())
         return f"on {count} worker{'s' if count != 1 else ''} of the Dask cluster at {self.address}"
 
     @property
     def slots(self) -> int:
-        return max(1, sum(w.get("nthreads", 1) for w in self._workers().values()))
+        return max(1, sum(self._threads().values()))
 
     def _submit(self, fn: Callable, args: tuple):
         # pure=False: each call is its own task, run again if asked again (a store may change between runs)
