@@ -1,14 +1,15 @@
 """A slow link between nodes: one pair of nodes moving data far slower than the others.
 
 It measures, from the matched point-to-point messages between ranks on different hosts
-(:mod:`~ddltrace.analyses.node_traffic`: transfer time from when both sides had entered to the end of the
-receive), the peak bandwidth of each pair of nodes: the highest bytes / transfer time of its messages of at least
-``slow_link.min_bytes`` (64 KiB), what the link showed it can carry (a loaded CPU, connection set-up or other
-traffic slow a transfer down, never up). A pair is slow when its peak is below ``slow_link.ratio_max`` (0.05) of
-the fastest pair's, or, when a hardware profile is given (``ddltrace analyze --profile``, ``r_net`` from
-``ddltrace calibrate``), below ``slow_link.profile_ratio`` (0.5) of the calibrated bandwidth 1 / r_net. Comparing
-with the fastest pair (not the median) finds a node whose own link is slow: every pair through it is slow, which
-on three nodes is two pairs of three.
+(:mod:`~ddltrace.analyses.node_traffic`: flight time from the send's entry to the end of the receive), the peak
+bandwidth of each pair of nodes: the highest bytes / flight time of its messages of at least ``slow_link.min_bytes``
+(64 KiB), what the link showed it can carry (a loaded CPU, a late receiver, connection set-up or other traffic slow
+a flight down, never up; timed from the receive's entry instead, a message the sender had already put in flight
+looks faster than the link). A pair is slow when its peak is below ``slow_link.ratio_max`` (0.05) of the fastest
+pair's, or, when a hardware profile is given (``ddltrace analyze --profile``, ``r_net`` from ``ddltrace
+calibrate``), below ``slow_link.profile_ratio`` (0.5) of the calibrated bandwidth 1 / r_net. Comparing with the
+fastest pair (not the median) finds a node whose own link is slow: every pair through it is slow, which on three
+nodes is two pairs of three.
 
 When every pair through one node is slow and some pair not through it is not, the finding names that node's link
 (a slow uplink, NIC or switch port slows every pair through it); otherwise it names the slow pairs.

@@ -9,7 +9,14 @@ import json
 import pytest
 
 from ddltrace.analyses.findings import detect
-from ddltrace.analyses.node_traffic import collective_traffic, node_table, p2p_traffic, rank_hosts, transfers
+from ddltrace.analyses.node_traffic import (
+    collective_traffic,
+    node_table,
+    p2p_traffic,
+    pair_bandwidth,
+    rank_hosts,
+    transfers,
+)
 from ddltrace.analyses.run_analysis import analyze_store
 from ddltrace.analyses.thresholds import Thresholds
 from ddltrace.cli import main
@@ -91,3 +98,23 @@ def test_one_host_gets_no_node_view(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["stores"][0]["nodes"] == []
     assert any(s["analysis"] == "node_traffic" for s in out["not_made"])
+
+
+def test_a_late_receiver_does_not_make_a_slow_link_look_fast(tmp_path):
+    """The payload of a message is on its way from the send's entry: a receiver entering after it had arrived (here
+    C -> A at 10 MB/s, the receive entered 401 ms after the send and done 1 ms later) must not time the link at the
+    receive's 1 ms (4 GB/s, faster than the 1 GB/s pair A - B, which hid the slow link of make demo-cluster)."""
+    hosts = {0: "A", 1: "B", 2: "C"}
+    rows = [_row(0, "MPI_Send", 0, 4 * MS, peer=1, nbytes=INTER), _row(1, "MPI_Recv", 0, 4 * MS, peer=0, nbytes=INTER),
+            _row(2, "MPI_Send", 10 * MS, 410 * MS, peer=0, nbytes=INTER),
+            _row(0, "MPI_Recv", 411 * MS, 412 * MS, peer=2, nbytes=INTER)]
+    info = {r: {"host": h} for r, h in hosts.items()}
+    run = analyze_store(write_store(tmp_path / "late", make_timeline(rows), run={"world_size": 3},
+                                    rank_info=info).path)
+    moves = transfers(run.calls, hosts).set_index(["src", "dst"])
+    assert moves.loc[(2, 0), "time_ns"] == 1 * MS and moves.loc[(2, 0), "flight_ns"] == 402 * MS
+    bw = pair_bandwidth(transfers(run.calls, hosts), 65536).set_index(["host_a", "host_b"])
+    assert bw.loc[("A", "C"), "peak_bytes_per_s"] == pytest.approx(INTER / 402e-3)
+    assert bw.loc[("A", "B"), "peak_bytes_per_s"] == pytest.approx(INTER / 4e-3)
+    found = [f for f in detect([run], Thresholds())[0] if f.id == "slow_link"]
+    assert len(found) == 1 and "Slow link between nodes A - C" in found[0].title, found
