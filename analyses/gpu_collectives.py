@@ -6,11 +6,13 @@ algorithm, bus bandwidth (nccl-tests' definitions) and the start skew across ran
 the collective (``allreduce``, ``allgather``, ``reducescatter``, ``broadcast``, ``reduce``, ``alltoall``;
 ``sendrecv``, ``send``, ``recv`` are point-to-point), NCCL's algorithm (``RING``, ``TREE``, ``NVLS``, ``COLLNET``...)
 and protocol (``LL``, ``LL128``, ``SIMPLE``) where the name holds them (``ncclKernel_AllReduce_RING_LL_Sum_float``,
-``ncclDevKernel_AllGather_RING_LL``). A kernel whose name says no collective (``ncclDevKernel_Generic`` of NCCL
-2.19 on and RCCL) takes the collective of the host operation that launched it (c10d's ``nccl:all_reduce`` around
-the runtime call of the same correlation id), else is kind ``unknown``. Its payload is the timeline's ``bytes``
-(nccl-tests' *size*: the whole buffer of an all-reduce, broadcast or reduce; the gathered output of an all-gather,
-the input of a reduce-scatter, the send buffer of an all-to-all), its process group the timeline's ``comm``, where
+``ncclDevKernel_AllGather_RING_LL``), or c10d's collective name the Kineto importer appended to a kernel's name
+from its args (``ncclDevKernel_Generic(...) [allreduce]``). A kernel whose name says no collective
+(``ncclDevKernel_Generic`` of NCCL 2.19 on and RCCL) takes the collective of the host operation that launched
+it (c10d's ``nccl:all_reduce`` around the runtime call of the same correlation id), else is kind ``unknown``. Its
+payload is the timeline's ``bytes`` (nccl-tests' *size*: the whole buffer of an all-reduce, broadcast or reduce;
+the gathered output of an all-gather, the input of a reduce-scatter, the send buffer of an all-to-all; the Kineto
+importer takes it from c10d's args), its process group the timeline's ``comm`` (c10d's process group), where
 the importer gives them.
 
 **Across ranks (reduce)**: :func:`match_instances` matches the kernels of the ranks into instances by
@@ -70,6 +72,8 @@ def parse_name(name: str) -> tuple[str, str, str]:
     """(collective, algorithm, protocol) of a communication kernel's name; ``unknown`` and "" where it says none:
     ``"ncclKernel_AllReduce_RING_LL_Sum_float(...)"`` -> ``("allreduce", "RING", "LL")``."""
     head = name.split("(", 1)[0]
+    if name.endswith("]") and " [" in name:  # "ncclDevKernel_Generic(...) [allreduce]": c10d's name, appended
+        head += "_" + name.rsplit(" [", 1)[1]  # by the Kineto importer from the kernel's args
     flat = _TOKENS.sub("", head).lower()
     collective = next((c for c in COLLECTIVES if c in flat), "unknown")
     tokens = {t.upper() for t in _TOKENS.split(head)}

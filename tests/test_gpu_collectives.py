@@ -3,22 +3,25 @@ waiting for the host (analyses/gpu_idle.py), each figure checked against one com
 
 Real traces: HTA's nccl_parser_config (one rank of a 2-rank NCCL job: all-reduce and broadcast kernels with c10d's
 args), trace_filter (two ranks of one 128-rank job: point-to-point SendRecv kernels, copies of every direction) and
-TraceLens' B200 trace (an all-gather in a group of 8). The Kineto importer does not yet put a kernel's or a copy's
-payload in the timeline's ``bytes`` column: :func:`with_file_bytes` puts there what the file's args say (c10d's
-``In/Out msg nelems`` x the dtype's size, a copy's ``bytes``), so that the bandwidth figures are checked on the
-real sizes and durations. Cross-rank matching is checked on the two real ranks (nothing to match: their kernels
+TraceLens' B200 trace (an all-gather in a group of 8). The Kineto importer puts a kernel's and a copy's payload in
+the timeline's ``bytes`` column and a collective's process group in ``comm``: both are checked against what the
+file's args say (:func:`gpu_truth.file_bytes`: c10d's ``In/Out msg nelems`` x the dtype's size, a copy's
+``bytes``), and the bandwidth figures on those sizes and the real durations. Cross-rank matching is checked on
+the two real ranks (nothing to match: their kernels
 are point-to-point) and on a written 4-rank store whose rank 2 arrives late at every all-reduce.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
-from gpu_truth import events, file_bytes, idle_truth, late_store, ns, with_file_bytes
+from gpu_truth import events, file_bytes, idle_truth, late_store, ns
 from hta_reference import NEEDS_HTA, hta_figures
 from shared_data import SHARED, corpus, needs
 
@@ -50,21 +53,18 @@ def test_collective_and_algorithm_are_what_the_kernel_names_say(tmp_path):
         ("allgather", "RING", "LL")
     assert parse_name("ncclDevKernel_ReduceScatter_Sum_f32_TREE_LL128") == ("reducescatter", "TREE", "LL128")
     assert parse_name("ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)") == ("unknown", "", "")
+    assert parse_name("ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>) [_allgather_base]")[0] == "allgather"
 
 
 @present[NCCL_DATA]
 def test_one_rank_instances_and_bus_bandwidth_from_the_files_sizes(tmp_path, capsys):
     store = imported(tmp_path, NCCL_DATA.parent, "nccl")
-    run = analyze_store(store)
-    assert {"device_comm", "device_copies"} <= run.capabilities and "device_bytes" not in run.capabilities
-    skipped = {s.analysis: s for s in not_made([run])}
-    assert "timeline's bytes column" in skipped["gpu_collective_bandwidth"].needs
-    assert "two or more ranks" in skipped["gpu_collective_skew"].needs
-    assert run.collectives()["busbw"].isna().all()  # no size, no bandwidth
-
-    sized = analyze_store(with_file_bytes(store, [NCCL_DATA], tmp_path / "sized"))
+    sized = analyze_store(store)
     capsys.readouterr()
-    assert "device_bytes" in sized.capabilities
+    assert {"device_comm", "device_copies", "device_bytes"} <= sized.capabilities
+    skipped = {s.analysis: s for s in not_made([sized])}
+    assert "gpu_collective_bandwidth" not in skipped
+    assert "two or more ranks" in skipped["gpu_collective_skew"].needs
     instances = sized.collectives()
     evs, info = events(NCCL_DATA)
     nccl = sorted((e for e in evs if e.get("cat") == "kernel" and "nccl" in e["name"].lower()),
@@ -75,6 +75,7 @@ def test_one_rank_instances_and_bus_bandwidth_from_the_files_sizes(tmp_path, cap
     for (_, got), e in zip(instances.iterrows(), nccl, strict=True):
         kind = e["args"]["Collective name"]
         assert got["collective"] == kind and got["algorithm"] == "RING" and got["protocol"] == "LL"
+        assert got["group"] == e["args"]["Process Group Name"] == "0"  # c10d's default group
         assert got["duration_ns"] == pytest.approx(ns(e["dur"]), abs=1)
         size = file_bytes(e)
         factor = 2 * (n - 1) / n if kind == "allreduce" else 1.0
@@ -87,10 +88,10 @@ def test_one_rank_instances_and_bus_bandwidth_from_the_files_sizes(tmp_path, cap
         assert table.loc[kind, "time_ns"] == pytest.approx(sum(ns(e["dur"]) for e in mine), abs=len(mine))
         assert table.loc[kind, "bytes"] == sum(file_bytes(e) for e in mine)
     # analyze shows them, and --json gives every instance (bandwidths in bytes/s)
-    assert main(["analyze", str(tmp_path / "sized"), "--json"]) == 0
+    assert main(["analyze", str(store), "--json"]) == 0
     gpu = json.loads(capsys.readouterr().out)["stores"][0]["gpu"]
     assert [c["busbw"] for c in gpu["collectives"]] == pytest.approx(list(instances["busbw"]))
-    assert main(["analyze", str(tmp_path / "sized")]) == 0
+    assert main(["analyze", str(store)]) == 0
     assert "Collectives by kind" in capsys.readouterr().out
     # against a calibrated link of 10 GB/s
     sized.link_bytes_per_s = 1e10
@@ -99,12 +100,12 @@ def test_one_rank_instances_and_bus_bandwidth_from_the_files_sizes(tmp_path, cap
 
 @needs(B200)
 def test_all_gather_of_eight_ranks_takes_nccl_tests_factor(tmp_path):
-    store = with_file_bytes(imported(tmp_path, B200.parent, "b200"), [B200], tmp_path / "sized")
-    run = analyze_store(store)
+    run = analyze_store(imported(tmp_path, B200.parent, "b200"))
     (_, got), = run.collectives().iterrows()
     e = next(e for e in events(B200)[0] if e.get("cat") == "kernel" and "nccl" in e["name"].lower())
     n = int(e["args"]["Group size"])
     assert n == run.store.world_size == 8 and got["collective"] == "allgather"
+    assert got["group"] == e["args"]["Process Group Name"] == "3"  # a group of its own, not the default one
     assert got["bytes"] == int(e["args"]["Out msg nelems"]) * 2  # BFloat16: the gathered output
     assert got["busbw"] == pytest.approx(got["bytes"] / (ns(e["dur"]) / 1e9) * (n - 1) / n, rel=1e-6)
     assert BUS_FACTORS["allgather"](8) == 7 / 8 and BUS_FACTORS["allreduce"](8) == 14 / 8
@@ -139,8 +140,7 @@ def test_matched_instances_name_the_late_rank_and_the_skew(tmp_path):
 
 @present[NCCL_JOB]
 def test_copies_per_direction_bytes_and_bandwidth(tmp_path, capsys):
-    store = with_file_bytes(imported(tmp_path, NCCL_JOB, "tf"), sorted(NCCL_JOB.glob("*.json.gz")),
-                            tmp_path / "sized")
+    store = imported(tmp_path, NCCL_JOB, "tf")
     run = analyze_store(store)
     table = run.gpu.copy_table().set_index(["rank", "direction"])
     said = {"HtoD": "H2D", "DtoH": "D2H", "DtoD": "D2D", "Memset": "fill"}
@@ -202,8 +202,7 @@ def test_hta_gives_the_same_copy_counts_and_mean_bandwidth(tmp_path):
     Kineto's own per-copy "memory bandwidth (GB/s)" where the copies of a kind do not overlap, as here; ddltrace
     takes bytes / duration of each, with the file's bytes)."""
     hta = hta_figures(NCCL_DATA.parent)["0"]["memory"]
-    store = with_file_bytes(imported(tmp_path, NCCL_DATA.parent, "nccl"), [NCCL_DATA], tmp_path / "sized")
-    table = analyze_store(store).gpu.copy_table().set_index("direction")
+    table = analyze_store(imported(tmp_path, NCCL_DATA.parent, "nccl")).gpu.copy_table().set_index("direction")
     assert table.loc["D2D", "copies"] == hta["Memcpy DtoD"]["count"] == 960
     assert table.loc["fill", "copies"] == hta["Memset"]["count"]
     assert table.loc["D2D", "mean_bandwidth"] / 1e9 == pytest.approx(hta["Memcpy DtoD"]["mean_gbps"], rel=1e-3)
@@ -250,3 +249,35 @@ def test_generic_kernels_take_the_collective_of_their_host_operation(tmp_path):
             assert mine == want
             checked += 1
     assert (checked, unknown) == (12, 5)
+
+
+@needs(MI300)
+def test_generic_kernels_are_typed_from_their_own_args_without_their_launch(tmp_path):
+    """The same file with every runtime call (the kernels' launches) and flow arrow removed: no host operation says
+    which collective a ncclDevKernel_Generic ran, yet the importer names it from the kernel's own args (c10d's
+    "Collective name" appended to the kernel's name), with its size and process group; the kernels without
+    those args stay unknown."""
+    with gzip.open(MI300, "rt") as fh:
+        doc = json.load(fh)
+    doc["traceEvents"] = [e for e in doc["traceEvents"]
+                          if e.get("cat") != "cuda_runtime" and e.get("ph") not in ("s", "f")]
+    unlaunched = tmp_path / "unlaunched" / "resnet_act_checkpoint.json.gz"
+    unlaunched.parent.mkdir()
+    with gzip.open(unlaunched, "wt") as fh:
+        json.dump(doc, fh)
+    run = analyze_store(imported(tmp_path, unlaunched.parent, "mi300"))
+    generic = sorted((e for e in events(MI300)[0] if e.get("cat") == "kernel"
+                      and e["name"].startswith("ncclDevKernel_Generic")), key=lambda e: Decimal(e["ts"]))
+    kernels = run.gpu.collective_kernel_table().sort_values("start_ns", kind="stable")
+    assert len(kernels) == len(generic) == 17
+    typed = 0
+    for e, (_, got) in zip(generic, kernels.iterrows(), strict=True):
+        said = e["args"].get("Collective name")
+        assert got["collective"] == (said or "unknown")
+        if said:
+            typed += 1
+            assert got["name"] == f"{e['name']} [{said}]"
+            assert got["bytes"] == file_bytes(e) and got["group"] == e["args"]["Process Group Name"]
+        else:
+            assert got["name"] == e["name"] and got["bytes"] is pd.NA
+    assert typed == 12

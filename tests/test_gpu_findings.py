@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gpu_truth import events, idle_truth, late_store, ns, with_file_bytes
+from gpu_truth import events, idle_truth, late_store, ns
 from shared_data import SHARED, corpus, needs
 from test_gpu_analyses import kineto_truth
 
@@ -123,7 +123,7 @@ def test_no_straggler_where_no_collective_is_matched(nccl_job):
 
 @present[NCCL_DATA]
 def test_collectives_below_the_calibrated_link(tmp_path, capsys):
-    store = with_file_bytes(imported(tmp_path, NCCL_DATA.parent, "nccl"), [NCCL_DATA], tmp_path / "sized")
+    store = imported(tmp_path, NCCL_DATA.parent, "nccl")  # the importer gives each kernel its size
     evs, info = events(NCCL_DATA)
     n = info["world_size"]
     large = []

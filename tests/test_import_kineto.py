@@ -10,8 +10,10 @@ from __future__ import annotations
 import gzip
 import json
 from collections import defaultdict
+from decimal import Decimal
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from shared_data import SHARED, corpus, needs
 
@@ -289,7 +291,7 @@ def test_device_args_read_on_the_field_by_field_path(tmp_path, capsys):
     store, _ = _import(tmp_path, trace, capsys=capsys)
     tl = store.timeline()
     gpu = tl[tl["lane"] == "gpu:1/stream 5"]
-    assert sorted(gpu["name"]) == ["gemm_0", "gemm_1", "gemm_2", "odd_a2a"]
+    assert sorted(gpu["name"]) == ["gemm_0", "gemm_1", "gemm_2", "odd_a2a [all_to_all]"]
     assert gpu.groupby(gpu["category"].astype(str))["dur_ns"].sum().to_dict() == {"compute": 12_000, "comm": 6_000}
 
 
@@ -493,3 +495,87 @@ def test_launch_links_are_the_pandas_merge_they_replaced(ids):
     assert 0 < found.sum() < len(lane)
     assert np.flatnonzero(found).tolist() == expected["row"].tolist()
     assert launch.tolist() == expected["launch"].tolist()
+
+
+#: (cat, name, args, bytes, comm) of device events: a kernel's nccl-tests size from c10d's element counts and dtype
+#: (all-gather: the gathered output; reduce-scatter: the input; all-to-all: the send buffer), a copy's or fill's
+#: bytes; the process group's number, or a hash of a group's name that is not a number.
+_SIZED = [
+    ("kernel", "ncclDevKernel_AllGather_RING_LL", {"Collective name": "_allgather_base", "Process Group Name": "3",
+     "In msg nelems": 100, "Out msg nelems": 800, "dtype": "BFloat16", "Group size": 8}, 1600, 3),
+    ("kernel", "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", {"Collective name": "reduce_scatter_tensor_coalesced",
+     "Process Group Name": "0", "In msg nelems": 800, "Out msg nelems": 100, "dtype": "Float"}, 3200, 0),
+    ("kernel", "ncclDevKernel_Generic", {"Collective name": "all_to_all", "Process Group Name": "0",
+     "In msg nelems": 64, "Out msg nelems": 96, "dtype": "Double"}, 512, 0),
+    ("kernel", "ncclDevKernel_AllReduce_Sum_f8", {"Collective name": "allreduce", "Process Group Name": "0",
+     "In msg nelems": 10, "Out msg nelems": 10, "dtype": "NoSuchType"}, None, 0),
+    ("kernel", "ncclDevKernel_Broadcast_RING_LL", {"Collective name": "broadcast", "Process Group Name": "tp",
+     "In msg nelems": -1, "Out msg nelems": 5, "dtype": "Float"}, None, "hash"),
+    ("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", {"bytes": 4096}, 4096, None),
+    ("gpu_memset", "Memset (Device)", {"bytes": 12}, 12, None),
+    ("gpu_memcpy", "Memcpy DtoH (Device -> Pinned)", {"bytes": True}, None, None),
+    ("gpu_memcpy", "Memcpy DtoD (Device -> Device)", {"bytes": -5}, None, None),
+]
+
+
+@pytest.mark.parametrize("path", ["fast", "field-by-field"])
+def test_bytes_and_process_group_from_the_device_events_args(tmp_path, capsys, path):
+    """Each device event's ``bytes`` and ``comm`` are what its args say (:data:`_SIZED`), on the reader's fast path
+    and on its field-by-field path (a host event whose args are not an object); host events get none."""
+    t0 = 1_700_000_000_000_000
+    events = [{"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": 7, "ts": t0 + 10 * i, "dur": 4,
+               "args": {"device": 0, "stream": 7, **args}} for i, (cat, name, args, _, _) in enumerate(_SIZED)]
+    events.append({"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 77, "tid": 77, "ts": t0,
+                   "dur": 50, "args": [1] if path == "field-by-field" else {"In msg nelems": 3, "dtype": "Float"}})
+    trace = tmp_path / "rank0.pt.trace.json"
+    trace.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    tl = _import(tmp_path, trace, capsys=capsys)[0].timeline().sort_values("start_ns", kind="stable")
+    gpu, host = tl[tl["lane"] == "gpu:0/stream 7"], tl[tl["lane"] != "gpu:0/stream 7"]
+    assert list(gpu["bytes"].astype(object).where(gpu["bytes"].notna(), None)) == [s[3] for s in _SIZED]
+    comm = list(gpu["comm"].astype(object).where(gpu["comm"].notna(), None))
+    assert comm[:4] == [s[4] for s in _SIZED[:4]] and comm[5:] == [None] * 4
+    assert isinstance(comm[4], int) and comm[4] >= 0 and comm[4] not in (0, 3)  # "tp": a hash of the name
+    assert host["bytes"].isna().all() and host["comm"].isna().all()
+    assert gpu["name"].iloc[2] == "ncclDevKernel_Generic [all_to_all]"  # its name said no collective
+    assert list(gpu["name"].iloc[[0, 1, 3, 4]]) == [_SIZED[i][1] for i in (0, 1, 3, 4)]
+
+
+def test_a_group_named_not_by_a_number_has_the_same_id_on_every_rank(tmp_path, capsys):
+    """Two ranks' files whose kernels name the group "tp_group": one ``comm`` for both."""
+    paths = []
+    for rank in (0, 1):
+        path = tmp_path / f"rank{rank}.pt.trace.json"
+        path.write_text(json.dumps({"schemaVersion": 1, "distributedInfo": {"rank": rank, "world_size": 2},
+                                    "traceEvents": [{"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce",
+                                                     "pid": 0, "tid": 7, "ts": 1_700_000_000_000_000, "dur": 3,
+                                                     "args": {"device": 0, "stream": 7,
+                                                              "Process Group Name": "tp_group"}}]}))
+        paths.append(path)
+    tl = _import(tmp_path, *paths, capsys=capsys)[0].timeline()
+    assert tl["comm"].notna().all() and tl["comm"].nunique() == 1 and tl["bytes"].isna().all()
+
+
+@pytest.mark.skipif(not (HTA / "nccl_parser_config").exists(), reason="shared HTA traces absent")
+def test_bytes_of_every_collective_and_copy_of_a_real_file(tmp_path, capsys):
+    """HTA's nccl_parser_config: each kernel's bytes the larger of c10d's in and out element counts times the
+    dtype's size (all-reduces of Float, broadcasts of Float and Long), each copy's and fill's its args' bytes; the
+    process group c10d's "0". (The file's times are relative to its baseTimeNanoseconds, which the store adds.)"""
+    path = HTA / "nccl_parser_config" / "nccl_data.json.gz"
+    size = {"Float": 4, "Long": 8}
+    want = {}
+    with gzip.open(path, "rt") as fh:
+        doc = json.load(fh, parse_float=Decimal)  # the times' exact decimals
+    for e in doc["traceEvents"]:
+        args = e.get("args", {})
+        if e.get("ph") == "X" and "In msg nelems" in args and e["cat"] == "kernel":
+            want[(int(e["ts"] * 1000), e["name"])] = (max(args["In msg nelems"], args["Out msg nelems"])
+                                                        * size[args["dtype"]], int(args["Process Group Name"]))
+        elif e.get("ph") == "X" and e.get("cat") in ("gpu_memcpy", "gpu_memset"):
+            want[(int(e["ts"] * 1000), e["name"])] = (args["bytes"], None)
+    store, _ = _import(tmp_path, path, capsys=capsys)
+    tl = store.timeline()
+    sized = tl[tl["bytes"].notna()]
+    got = {(t - doc["baseTimeNanoseconds"], n): (int(b), None if c is pd.NA else int(c))
+           for t, n, b, c in zip(sized["start_ns"], sized["name"], sized["bytes"], sized["comm"], strict=True)}
+    assert len(want) == 21 + 960 + 114 and got == want
+    assert (tl["comm"].notna() == tl["bytes"].notna() & tl["name"].str.startswith("nccl")).all()

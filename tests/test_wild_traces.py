@@ -38,6 +38,7 @@ from interval_truth import union_ns
 from shared_data import CORPUS_DIRS
 
 from ddltrace.cli import main
+from ddltrace.collectors.importers.kineto import ANNOTATION_CAT, HOST_CATS
 from ddltrace.store import TraceStore
 
 ROOTS = {"shared": CORPUS_DIRS[0] if CORPUS_DIRS[0].is_dir() else None, "repo": CORPUS_DIRS[1]}
@@ -177,6 +178,10 @@ def _ns(us) -> int:
     return int((Decimal(us) * 1000).to_integral_value())
 
 
+#: Words of a collective in a kernel's name (lower-cased, without separators).
+_NAMED_COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce", "send", "recv")
+
+
 @cache
 def _chrome(path: Path) -> dict:
     """What a Chrome-trace file holds, read here: phase counts, process names, and its intervals (X, B/E per
@@ -193,10 +198,19 @@ def _chrome(path: Path) -> dict:
         args = e.get("args")
         return {k: args[k] for k in ("device", "stream") if k in args} if isinstance(args, dict) else {}
 
+    def named(e) -> str:  # Kineto: a device event whose name says no collective gets the one its args name
+        name, args = e.get("name", ""), e.get("args")
+        device = str(e.get("cat", "")).lower() not in HOST_CATS | {ANNOTATION_CAT}
+        said = args.get("Collective name") if isinstance(args, dict) and device else None
+        flat = re.sub(r"[^a-z0-9]+", "", str(name).lower())
+        if isinstance(said, str) and said and not any(w in flat for w in _NAMED_COLLECTIVES):
+            return f"{name} [{said}]"
+        return name
+
     for e in events:
         ph = e.get("ph")
         if ph == "X":
-            intervals.append((e.get("name", ""), e.get("cat", ""), e.get("pid"), e.get("tid"), _ns(e["ts"]),
+            intervals.append((named(e), e.get("cat", ""), e.get("pid"), e.get("tid"), _ns(e["ts"]),
                               _ns(e.get("dur", 0)), where(e)))
         elif ph == "B":
             open_sync[e.get("pid"), e.get("tid")].append(e)

@@ -11,6 +11,7 @@ metadata (``M``) events still puts its kernels on their GPU streams. ``gpu_user_
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,8 @@ def _is_int(value) -> bool:
 
 
 class DeviceArgsFields(msgspec.Struct, gc=False):
-    """The ``args`` keys of a device event that say where it ran and whether it is part of a collective, and
+    """The ``args`` keys of a device event that say where it ran, whether it is part of a collective and how
+    much it moves (c10d's element counts and dtype on a collective's kernels, a copy's or fill's ``bytes``), and
     the ``correlation`` id that links a runtime launch to the device activity it launched (both carry it); the
     rest of the object is skipped undecoded."""
 
@@ -75,6 +77,50 @@ class DeviceArgsFields(msgspec.Struct, gc=False):
     stream: Any = msgspec.UNSET
     collective: Any = msgspec.field(default=msgspec.UNSET, name="Collective name")
     group: Any = msgspec.field(default=msgspec.UNSET, name="Process Group Name")
+    in_nelems: Any = msgspec.field(default=msgspec.UNSET, name="In msg nelems")
+    out_nelems: Any = msgspec.field(default=msgspec.UNSET, name="Out msg nelems")
+    dtype: Any = msgspec.UNSET
+    bytes: Any = msgspec.UNSET
+
+
+#: Size in bytes of c10d's dtype names (``c10::ScalarType`` as ``record_param_comms`` writes it).
+DTYPE_BYTES = {
+    "Byte": 1, "Char": 1, "Bool": 1, "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Float8_e4m3fnuz": 1,
+    "Float8_e5m2fnuz": 1, "Float8_e8m0fnu": 1, "QInt8": 1, "QUInt8": 1, "UInt8": 1, "Int8": 1,
+    "Short": 2, "Half": 2, "BFloat16": 2, "UInt16": 2, "Int16": 2, "ComplexHalf": 4,
+    "Int": 4, "Float": 4, "UInt32": 4, "QInt32": 4, "Int32": 4,
+    "Long": 8, "Double": 8, "UInt64": 8, "ComplexFloat": 8, "Int64": 8, "ComplexDouble": 16,
+}
+#: Words of a kernel's name (lower-cased, without separators) that say which collective it runs; a kernel whose
+#: name holds none (``ncclDevKernel_Generic``) gets c10d's ``Collective name`` appended to it.
+_NAMED_COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce", "send", "recv")
+_SEPARATORS = re.compile(r"[^a-z0-9]+")
+_INT64_MAX = (1 << 63) - 1
+
+
+def collective_bytes(args: DeviceArgsFields) -> int | None:
+    """nccl-tests' *size* of a collective kernel from c10d's args: the larger of ``In msg nelems`` and ``Out msg
+    nelems`` (the whole buffer of an all-reduce, broadcast or reduce; the gathered output of an all-gather, the
+    input of a reduce-scatter) times the size of ``dtype``; an all-to-all's send buffer (``In msg nelems``).
+    None where the args do not give both counts as non-negative integers and a known dtype."""
+    size = DTYPE_BYTES.get(args.dtype) if isinstance(args.dtype, str) else None
+    nin, nout = args.in_nelems, args.out_nelems
+    if size is None or not (_is_int(nin) and _is_int(nout)) or nin < 0 or nout < 0:
+        return None
+    said = args.collective if isinstance(args.collective, str) else ""
+    elements = nin if "alltoall" in _SEPARATORS.sub("", said.lower()) else max(nin, nout)
+    return elements * size if elements * size <= _INT64_MAX else None
+
+
+def group_id(name) -> int | None:
+    """The timeline's ``comm`` of a process group from c10d's ``Process Group Name``: the group's number (c10d
+    numbers groups in the order they are made, which every rank shares: "0" is the default group), or, for a
+    name that is not a number, a 63-bit hash of it (the same on every rank). None where there is no name."""
+    if not isinstance(name, str) or not name:
+        return None
+    if name.isascii() and name.isdigit() and int(name) <= _INT64_MAX:
+        return int(name)
+    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little") & _INT64_MAX
 
 
 _DECODE_ARGS = msgspec.json.Decoder(DeviceArgsFields)
@@ -89,6 +135,9 @@ class DeviceArgs:
 
     def __init__(self):
         self.correlations: list[np.ndarray] = []  # each event's correlation id (-1: none), in the reader's order
+        self.sizes: dict[int, int] = {}  # index of an event in the reader's order -> its bytes
+        self.groups: dict[int, int] = {}  # index of an event in the reader's order -> its process group's id
+        self._count = 0  # events amended so far
         self.lanes: set[tuple] = set()  # (device, stream) of every device event placed from its args
         self.moved: dict[tuple, tuple] = {}  # (pid, tid) as written -> (device, stream), where they differ
         self._seen: set[str] = set()  # cats as written
@@ -115,12 +164,13 @@ class DeviceArgs:
             elif cat.lower() == ANNOTATION_CAT:
                 self._marks.add(cat)
         self.correlations.append(_correlations([e.args for e in events]))
-        host, marks = self._host, self._marks
-        for event in [e for e in events if e.cat not in host]:
+        host, marks, first = self._host, self._marks, self._count
+        self._count += len(events)
+        for i, event in [(i, e) for i, e in enumerate(events, first) if e.cat not in host]:
             if event.cat in marks:
                 event.tid = (_ANNOTATES, event.tid)
             elif event.args is not None:
-                self._amend(event)
+                self._amend(i, event)
 
     def row_correlation(self, rows: int) -> np.ndarray:
         """The correlation id of each of the trace's ``rows`` intervals (-1: none); the ``X`` events come first,
@@ -128,7 +178,15 @@ class DeviceArgs:
         ids = np.concatenate(self.correlations) if self.correlations else np.empty(0, np.int64)
         return np.concatenate([ids, np.full(rows - len(ids), -1, np.int64)])
 
-    def _amend(self, event) -> None:
+    def row_values(self, values: dict[int, int], rows: int) -> np.ndarray:
+        """The ``values`` (``sizes``, ``groups``) of each of the trace's ``rows`` intervals, -1 where none (in the
+        order of :meth:`row_correlation`)."""
+        out = np.full(rows, -1, dtype=np.int64)
+        if values:
+            out[np.fromiter(values, np.int64, len(values))] = np.fromiter(values.values(), np.int64, len(values))
+        return out
+
+    def _amend(self, index: int, event) -> None:
         args = event.args
         if isinstance(args, msgspec.Raw):  # an event read field by field: args as written
             try:
@@ -145,6 +203,17 @@ class DeviceArgs:
             self.lanes.add((device, stream))
         if args.collective is not msgspec.UNSET or args.group is not msgspec.UNSET:
             event.cat += COLLECTIVE_TAG
+            size, group = collective_bytes(args), group_id(args.group)
+            if group is not None:
+                self.groups[index] = group
+            said = args.collective
+            if isinstance(said, str) and said and isinstance(event.name, str) and not any(
+                    word in _SEPARATORS.sub("", event.name.lower()) for word in _NAMED_COLLECTIVES):
+                event.name = f"{event.name} [{said}]"  # ncclDevKernel_Generic: the collective its args name
+        else:
+            size = args.bytes if _is_int(args.bytes) and 0 <= args.bytes <= _INT64_MAX else None
+        if size is not None:
+            self.sizes[index] = size
 
 
 def _correlations(args: list) -> np.ndarray:
@@ -315,7 +384,9 @@ def read(path: Path, ctx: ImportContext):
     gpu_lane = np.array([(lane_name(pid, tid) or "").startswith("gpu:") for pid, tid in trace.lanes], dtype=bool)
     yield chrome_part(trace, fmt="kineto", rank=rank, ctx=ctx, lane_name=lane_name, offset_ns=offset, clock=clock,
                       info=extra, row_steps=row_steps(trace, gpu_lane), drop_reason="profiler bookkeeping spans",
-                      row_correlation=device_args.row_correlation(len(trace.ts_ns)))
+                      row_correlation=device_args.row_correlation(len(trace.ts_ns)),
+                      row_columns={"bytes": device_args.row_values(device_args.sizes, len(trace.ts_ns)),
+                                   "comm": device_args.row_values(device_args.groups, len(trace.ts_ns))})
 
 
 register(Importer("kineto", "PyTorch profiler / Kineto trace JSON (.json, .json.gz)", sniff, read))
