@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ddltrace.store import TraceStore, write_store
+from ddltrace.store import write_store
 
 #: c10d's dtype names and their sizes in bytes
 DTYPE_BYTES = {"Float": 4, "Half": 2, "BFloat16": 2, "Double": 8, "Int": 4, "Long": 8, "Byte": 1, "Char": 1}
@@ -41,26 +41,6 @@ def file_bytes(e: dict) -> int | None:
     if "In msg nelems" in args:
         return max(int(args["In msg nelems"]), int(args["Out msg nelems"])) * DTYPE_BYTES[args["dtype"]]
     return None
-
-
-def with_file_bytes(store: Path, files: list[Path], out: Path) -> Path:
-    """``store`` written again at ``out`` with each device row's ``bytes`` taken from its event in ``files``
-    (found by rank, start and duration, in ns)."""
-    source = TraceStore.open(store)
-    sizes = {}
-    for path in files:
-        evs, info = events(path)
-        for e in evs:
-            if e.get("cat") in DEVICE_CATS and (b := file_bytes(e)) is not None:
-                sizes[(info.get("rank", 0), ns(e["ts"]) + info["base_ns"], ns(e["dur"]))] = b
-    timeline = source.timeline()
-    keys = zip(timeline["rank"], timeline["start_ns"], timeline["dur_ns"], strict=True)
-    on_device = timeline["lane"].str.startswith("gpu:").to_numpy()
-    timeline["bytes"] = pd.array([sizes.get(k) if d else None for k, d in zip(keys, on_device, strict=True)],
-                                 dtype="Int64")
-    assert timeline["bytes"].notna().sum() == len(sizes)  # every sized event of the files found its row
-    write_store(out, timeline, run=source.run, rank_info={r: source.rank_info(r) for r in source.ranks})
-    return out
 
 
 #: the runtime calls that launch device work (as HTA's launch statistics pair them)
