@@ -53,12 +53,12 @@ def device_work(timeline: pd.DataFrame) -> pd.DataFrame:
     rows = rows[rows["category"].astype(str).isin(WORK)]
     if not len(rows):
         return pd.DataFrame({c: pd.Series([], dtype=d) for c, d in WORK_COLUMNS.items()})
-    lanes = rows["lane"].astype(str)
-    parts = lanes.str.partition("/")
+    codes, lanes = pd.factorize(rows["lane"].astype(str))  # split each distinct lane once, not each row
+    device, stream = (np.array(part, dtype=object)[codes] for part in zip(*map(split_lane, lanes), strict=True))
     start = rows["start_ns"].to_numpy(np.int64)
     dur = rows["dur_ns"].to_numpy(np.int64)
     return pd.DataFrame({
-        "device": parts[0].to_numpy(object), "stream": parts[2].to_numpy(object),
+        "device": device, "stream": stream,
         "name": rows["name"].astype(str).to_numpy(object), "category": rows["category"].astype(str).to_numpy(object),
         "start_ns": start, "end_ns": start + dur, "dur_ns": dur,
         **{column: rows[column].array if column in rows else pd.array([pd.NA] * len(rows), dtype="Int64")

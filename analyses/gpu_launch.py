@@ -58,20 +58,36 @@ def launch_pairs(timeline: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
     if "correlation" not in timeline or not len(work) or work["correlation"].isna().all():
         return pd.DataFrame(columns=PAIR_COLUMNS)
     host = timeline[~device_lanes(timeline["lane"]) & timeline["correlation"].notna()]
-    launches = pd.DataFrame({"correlation": host["correlation"].to_numpy(np.int64),
-                             "launch": host["name"].to_numpy(object),
-                             "launch_start_ns": host["start_ns"].to_numpy(np.int64),
-                             "cpu_duration_ns": host["dur_ns"].to_numpy(np.int64)})
     work = work[work["correlation"].notna()]
-    device = pd.DataFrame({"correlation": work["correlation"].to_numpy(np.int64),
-                           "device": work["device"].to_numpy(object), "stream": work["stream"].to_numpy(object),
-                           "kernel": work["name"].to_numpy(object), "gpu_start_ns": work["start_ns"].to_numpy(np.int64),
-                           "gpu_duration_ns": work["dur_ns"].to_numpy(np.int64)})
-    pairs = launches.merge(device, on="correlation", how="inner")
-    pairs = pairs[pairs["launch"].isin(LAUNCH_NAMES) | (pairs["launch"] == pairs["kernel"])].reset_index(drop=True)
-    delay = pairs["gpu_start_ns"] - (pairs["launch_start_ns"] + pairs["cpu_duration_ns"])
-    pairs["launch_delay_ns"] = delay.clip(lower=0)
+    left, right = _inner_join(host["correlation"].to_numpy(np.int64), work["correlation"].to_numpy(np.int64))
+    names = host["name"]
+    keep = names.isin(LAUNCH_NAMES).to_numpy(bool)[left]
+    named = ~keep  # the XPlane launches: a host row named as the device work it launched
+    if named.any():
+        keep[named] = names.take(left[named]).to_numpy(object) == work["name"].take(right[named]).to_numpy(object)
+    left, right = left[keep], right[keep]
+    launch_start = host["start_ns"].to_numpy(np.int64)[left]
+    cpu = host["dur_ns"].to_numpy(np.int64)[left]
+    gpu_start = work["start_ns"].to_numpy(np.int64)[right]
+    pairs = pd.DataFrame({
+        "device": work["device"].to_numpy(object)[right], "stream": work["stream"].to_numpy(object)[right],
+        "launch": names.take(left).to_numpy(object), "kernel": work["name"].to_numpy(object)[right],
+        "correlation": work["correlation"].to_numpy(np.int64)[right], "launch_start_ns": launch_start,
+        "cpu_duration_ns": cpu, "gpu_start_ns": gpu_start, "gpu_duration_ns": work["dur_ns"].to_numpy(np.int64)[right],
+        "launch_delay_ns": np.clip(gpu_start - (launch_start + cpu), 0, None)})
     return pairs[PAIR_COLUMNS]
+
+
+def _inner_join(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions (i, j) of every pair with ``left[i] == right[j]``, in the order of ``left``, then of ``right``
+    among the rows of one key (the rows of pandas' inner ``merge``), by a sort of ``right`` and a binary search."""
+    order = np.argsort(right, kind="stable")
+    keys = right[order]
+    lo, hi = np.searchsorted(keys, left, "left"), np.searchsorted(keys, left, "right")
+    counts = hi - lo
+    i = np.repeat(np.arange(len(left)), counts)
+    first = np.repeat(lo - (np.cumsum(counts) - counts), counts)  # offset of each pair's match in keys
+    return i, order[first + np.arange(len(i))]
 
 
 def launch_stats(rank: int, pairs: pd.DataFrame) -> pd.DataFrame:

@@ -50,9 +50,11 @@ def rank_copies(rank: int, work: pd.DataFrame) -> pd.DataFrame:
     """The copies and fills of one rank's device ``work`` with their direction: rank, device, direction,
     start_ns, end_ns, dur_ns, bytes (<NA> where unknown)."""
     rows = work[work["category"] == "memcpy"]
+    codes, names = pd.factorize(rows["name"])  # the direction of each distinct name, not of each copy
+    said = np.array([direction(n) for n in names] + ["other"], dtype=object)
     return pd.DataFrame({
         "rank": rank, "device": rows["device"].to_numpy(object),
-        "direction": [direction(n) for n in rows["name"]], "start_ns": rows["start_ns"].to_numpy(np.int64),
+        "direction": said[codes], "start_ns": rows["start_ns"].to_numpy(np.int64),
         "end_ns": rows["end_ns"].to_numpy(np.int64), "dur_ns": rows["dur_ns"].to_numpy(np.int64),
         "bytes": rows["bytes"].array if "bytes" in rows else pd.array([pd.NA] * len(rows), dtype="Int64")})
 

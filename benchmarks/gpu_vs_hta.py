@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -44,14 +45,25 @@ DEFAULT_TRACES = ["trace_filter", "trace_diff/control", "trace_diff/test", "nccl
                   "negative_queue_length_values_check", "df_index_resolver", "amd_trace"]
 
 _HTA_CHILD = r"""
+import time
+steps, t0 = {}, time.perf_counter()
+def lap(name):  # seconds of each step, in this process
+    global t0
+    now = time.perf_counter()
+    steps[name], t0 = now - t0, now
 import json, logging, sys, warnings
 warnings.simplefilter("ignore")
 logging.disable(logging.CRITICAL)
 from hta.trace_analysis import TraceAnalysis
+lap("imports")
 analyzer = TraceAnalysis(trace_dir=sys.argv[1], include_last_profiler_step=sys.argv[2] == "all")
+lap("read")
 b = analyzer.get_temporal_breakdown(visualize=False)
+lap("temporal")
 o = analyzer.get_comm_comp_overlap(visualize=False)
+lap("overlap")
 k = analyzer.get_gpu_kernel_breakdown(visualize=False)
+lap("kernels")
 rows = {int(r["rank"]): {"idle": float(r["idle_time_pctg"]), "compute": float(r["compute_time_pctg"]),
                          "non_compute": float(r["non_compute_time_pctg"])} for _, r in b.iterrows()}
 for _, r in o.iterrows():
@@ -62,13 +74,18 @@ for rank, df in analyzer.t.traces.items():  # the device events HTA kept (it dro
     rows[int(rank)]["events"] = int(on_device["cat"].map(lambda c: cats[c] in ("kernel", "gpu_memcpy",
                                                                                 "gpu_memset")).sum())
 ranks = sorted(analyzer.t.traces)
-for rank, df in analyzer.get_cuda_kernel_launch_stats(ranks=ranks, visualize=False).items():  # times in us
+lap("(benchmark's own)")
+launch_stats = analyzer.get_cuda_kernel_launch_stats(ranks=ranks, visualize=False)
+lap("launch")
+for rank, df in launch_stats.items():  # times in us
     rows[int(rank)]["launches"] = {"count": len(df), "cpu_mean_us": float(df["cpu_duration"].mean()),
                                    "gpu_mean_us": float(df["gpu_duration"].mean()),
                                    "delay_mean_us": float(df["launch_delay"].mean()),
                                    "runtime_outliers": int((df["cpu_duration"] > 50).sum()),
                                    "delay_outliers": int((df["launch_delay"] > 100).sum())} if len(df) else None
+lap("(benchmark's own)")
 queues = analyzer.get_queue_length_summary(ranks=ranks)
+lap("queue")
 for (rank, stream), q in (queues.iterrows() if queues is not None else []):
     rows[int(rank)].setdefault("queues", {})[f"stream {stream}"] = {
         "changes": int(q[("queue_length", "count")]), "mean": float(q[("queue_length", "mean")]),
@@ -77,33 +94,40 @@ try:
     memory = analyzer.get_memory_bw_summary(ranks=ranks)
 except Exception:  # a trace with no copy
     memory = None
+lap("memcpy")
 for (rank, name), m in (memory.iterrows() if memory is not None else []):
     rows[int(rank)].setdefault("memory", {})[name] = {"count": int(m[("memory_bw_gbps", "count")]),
                                                        "mean_gbps": float(m[("memory_bw_gbps", "mean")])}
+print(json.dumps(steps))
 print(json.dumps(rows))
 """
 
 _DDLTRACE_CHILD = r"""
+import time
+steps, t0 = {}, time.perf_counter()
+def lap(name):  # seconds of each step, in this process
+    global t0
+    now = time.perf_counter()
+    steps[name], t0 = now - t0, now
 import json, sys
 from ddltrace.cli import main
 from ddltrace.analyses.run_analysis import analyze_store
-from ddltrace.analyses.gpu_lanes import device_work
-from ddltrace.analyses.gpu_overlap import comm_comp_overlap
-from ddltrace.analyses.gpu_temporal import temporal_breakdown
 import contextlib, io
+lap("imports")
 with contextlib.redirect_stdout(io.StringIO()):
     assert main(["import", sys.argv[1], "--out", sys.argv[2], "--progress", "never"]) == 0
+lap("read")
 run = analyze_store(sys.argv[2])
+lap("analyze")
 assert run.gpu.device_ranks
-rows = {}
-for rank, timeline in run.store.iter_timeline():
-    work = device_work(timeline)
-    t = temporal_breakdown(rank, work, per_stream=False)
-    o = comm_comp_overlap(rank, work)
-    for _, r in t.iterrows():
-        rows[rank] = {k: 100 * r[f"share_{k}"] for k in ("idle", "compute", "non_compute")}
-        rows[rank]["overlap"] = 100 * float(o["overlap"].iloc[0]) if len(o) else None
-        rows[rank]["events"] = len(work)
+rows = {}  # the figures analyze made (one device per rank in these traces), not computed again here
+events = run.gpu.class_table().groupby("rank")["kernels"].sum()
+overlap = {int(r["rank"]): 100 * float(r["overlap"]) for r in run.gpu.overlap_table().to_dict("records")}
+for r in run.gpu.temporal_table().to_dict("records"):
+    rank = int(r["rank"])
+    rows[rank] = {k: 100 * r[f"share_{k}"] for k in ("idle", "compute", "non_compute")}
+    rows[rank]["overlap"] = overlap.get(rank)
+    rows[rank]["events"] = int(events[rank])
 for x in run.gpu.launch_table().to_dict("records"):
     rows[x["rank"]]["launches"] = {"count": x["launches"], "cpu_mean_us": x["cpu_duration_mean_ns"] / 1e3,
                                    "gpu_mean_us": x["gpu_duration_mean_ns"] / 1e3,
@@ -118,17 +142,55 @@ for c in run.gpu.copy_table().to_dict("records"):
     mean = c["mean_bandwidth"] / 1e9 if c["mean_bandwidth"] == c["mean_bandwidth"] else None
     rows[c["rank"]].setdefault("memory", {})[hta_names.get(c["direction"], c["direction"])] = {
         "count": c["copies"], "mean_gbps": mean}
+lap("(benchmark's own)")
+print(json.dumps(steps))
 print(json.dumps(rows))
 """
 
+#: ddltrace's GPU analyses one by one on a store already written (what ``analyze`` runs for each rank, in
+#: :meth:`~ddltrace.analyses.gpu_analysis.GpuAnalysis.add_rank`), seconds each summed over the ranks: not part of
+#: the end-to-end time, a second process after it, to say where analyze's time goes.
+_DDLTRACE_PER_ANALYSIS = r"""
+import json, sys, time
+from ddltrace.store import TraceStore
+from ddltrace.analyses import (gpu_collectives, gpu_idle, gpu_kernels, gpu_launch, gpu_memcpy, gpu_overlap,
+                               gpu_queue, gpu_temporal)
+from ddltrace.analyses.gpu_lanes import device_work, has_streams
+steps = {}
+def timed(name, f, *args):
+    t0 = time.perf_counter()
+    out = f(*args)
+    steps[name] = steps.get(name, 0.0) + time.perf_counter() - t0
+    return out
+for rank, timeline in TraceStore.open(sys.argv[1]).iter_timeline():
+    work = timed("device work", device_work, timeline)
+    timed("temporal", gpu_temporal.temporal_breakdown, rank, work, has_streams(work))
+    timed("overlap", gpu_overlap.comm_comp_overlap, rank, work)
+    timed("kernels", lambda: (gpu_kernels.by_class(rank, work), gpu_kernels.top_kernels(rank, work),
+                              work.groupby(["category", "name"])["dur_ns"].sum()))
+    pairs = timed("launch", gpu_launch.launch_pairs, timeline, work)
+    timed("launch", lambda: (gpu_launch.launch_stats(rank, pairs), gpu_launch.worst_launches(rank, pairs)))
+    window = int((timeline["start_ns"] + timeline["dur_ns"]).max() - timeline["start_ns"].min())
+    timed("queue", lambda: gpu_queue.queue_summary(rank, gpu_queue.queue_length_series(pairs), window))
+    timed("idle", gpu_idle.idle_breakdown, rank, work, pairs)
+    timed("memcpy", lambda: (lambda c: (gpu_memcpy.copy_summary(c), gpu_memcpy.bandwidth_series(c)))(
+        gpu_memcpy.rank_copies(rank, work)))
+    timed("collectives", gpu_collectives.rank_collectives, rank, work, timeline)
+print(json.dumps(steps))
+print("{}")
+"""
 
-def _timed(argv: list[str]) -> tuple[float, dict | None, str]:
+
+def _timed(argv: list[str]) -> tuple[float, dict | None, dict, str]:
+    """Wall time (s) of a fresh process running ``argv``, its result (its last line), its steps' seconds (the line
+    before) and its error (its last line of stderr, or "")."""
     t0 = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True, cwd=tempfile.gettempdir())
     wall = time.perf_counter() - t0
     if done.returncode != 0:
-        return wall, None, (done.stderr.strip().splitlines() or ["(no message)"])[-1]
-    return wall, json.loads(done.stdout.strip().splitlines()[-1]), ""
+        return wall, None, {}, (done.stderr.strip().splitlines() or ["(no message)"])[-1]
+    lines = done.stdout.strip().splitlines()
+    return wall, json.loads(lines[-1]), json.loads(lines[-2]), ""
 
 
 def compare(folder: Path, hta_python: Path, tmp: Path) -> dict:
@@ -136,10 +198,15 @@ def compare(folder: Path, hta_python: Path, tmp: Path) -> dict:
     job.mkdir()
     for f in folder.glob("*.json*"):
         shutil.copy(f, job / f.name)
-    hta_s, hta, hta_err = _timed([str(hta_python), "-c", _HTA_CHILD, str(job), "all"])
+    hta_s, hta, hta_steps, hta_err = _timed([str(hta_python), "-c", _HTA_CHILD, str(job), "all"])
     store = tmp / (folder.name + "-store")
-    ours_s, ours, ours_err = _timed([sys.executable, "-c", _DDLTRACE_CHILD, str(job), str(store)])
+    ours_s, ours, ours_steps, ours_err = _timed([sys.executable, "-c", _DDLTRACE_CHILD, str(job), str(store)])
+    per_analysis = _timed([sys.executable, "-c", _DDLTRACE_PER_ANALYSIS, str(store)])[2] if ours else {}
+    for steps, wall in ((hta_steps, hta_s), (ours_steps, ours_s)):
+        if steps:  # the interpreter's start and exit: the wall time the process's own clock did not see
+            steps["interpreter"] = wall - sum(steps.values())
     return {"trace": str(folder.relative_to(SHARED)), "hta_s": hta_s, "ours_s": ours_s, "hta": hta, "ours": ours,
+            "hta_steps": hta_steps, "ours_steps": ours_steps, "ours_per_analysis": per_analysis,
             "hta_error": hta_err, "ours_error": ours_err}
 
 
@@ -177,6 +244,46 @@ def _print_copies(r: dict) -> None:
                   f"{'-' if mean is None else f'{mean:.6g}'} / {b.get('mean_gbps', float('nan')):.6g}")
 
 
+def _sums(results: list[dict], key: str) -> dict[str, float]:
+    total: dict[str, float] = {}
+    for r in results:
+        for step, seconds in r[key].items():
+            total[step] = total.get(step, 0.0) + seconds
+    return total
+
+
+def _print_steps(results: list[dict]) -> None:
+    """Where each tool's time goes, summed over the traces (s): the steps of its end-to-end process, then each GPU
+    analysis that both have (HTA: its call after TraceAnalysis read the trace; ddltrace: the analysis alone, in
+    a second process on the store, summed over the ranks)."""
+    ours, hta = _sums(results, "ours_steps"), _sums(results, "hta_steps")
+    print("where the time goes, all traces (s): ddltrace " + ", ".join(f"{k} {v:.2f}" for k, v in ours.items())
+          + "; HTA " + ", ".join(f"{k} {v:.2f}" for k, v in hta.items()))
+    print("  (ddltrace's read: the Kineto import into a store on disk; analyze: the store read back and every "
+          "analysis of `analyze`; HTA's read: TraceAnalysis(trace_dir); interpreter: start and exit)")
+    alone = _sums(results, "ours_per_analysis")
+    both = [k for k in ("temporal", "overlap", "kernels", "launch", "queue", "memcpy") if k in alone and k in hta]
+    print("per GPU analysis, all traces (s, module imports and trace reading left out): "
+          + ", ".join(f"{k} {alone[k]:.3f} / {hta[k]:.3f} ({hta[k] / alone[k]:.0f}x)" for k in both)
+          + " (ddltrace / HTA (HTA / ddltrace)); ddltrace's alone: " + ", ".join(
+              f"{k} {alone[k]:.3f}" for k in ("device work", "idle", "collectives") if k in alone))
+
+
+def compile_ddltrace() -> str:
+    """Compile ddltrace's modules to their bytecode cache once, before any timing, as pip does for HTA's when it
+    installs it: an editable install has none, and with ``PYTHONDONTWRITEBYTECODE`` set every fresh process would
+    compile them again (0.5 s a process here). Returns what was done, in words."""
+    import compileall
+
+    import ddltrace.analyses
+    import ddltrace.collectors
+
+    folders = [*ddltrace.__path__, *ddltrace.analyses.__path__, *ddltrace.collectors.__path__]
+    ok = all(compileall.compile_dir(f, quiet=1) for f in dict.fromkeys(folders))
+    return "ddltrace's modules compiled to bytecode beforehand (HTA's were by pip)" if ok else \
+        "compiling ddltrace's modules failed: its processes compile them"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("traces", nargs="*", help="folders of /work/shared/hta_traces (default: all with GPU work)")
@@ -187,6 +294,8 @@ def main() -> None:
         raise SystemExit(f"HTA not found at {args.hta_python}: make it with python3 -m venv .venvs/hta && "
                          ".venvs/hta/bin/pip install HolisticTraceAnalysis 'pandas<3'")
     results = []
+    print(compile_ddltrace())
+    load_before = os.getloadavg()
     print("per rank: ddltrace, HTA, difference (percentage points); shares of the GPU window (all device work); "
           "overlap: share of communication-kernel time under compute kernels")
     print(f"{'trace':<36} {'rank':>4}  {'idle % (ours HTA diff)':<22}  {'compute %':<22}  {'non-compute %':<22}  "
@@ -208,11 +317,16 @@ def main() -> None:
                 _print_copies(r)
             print(f"{'':<36} wall s: ddltrace {r['ours_s']:.2f}, HTA {r['hta_s']:.2f}, HTA / ddltrace "
                   f"{r['hta_s'] / r['ours_s']:.2f}x")
+            for tool, key in (("ddltrace", "ours_steps"), ("HTA", "hta_steps")):
+                if r[key]:
+                    print(f"{'':<36}   {tool} s: " + ", ".join(f"{k} {v:.2f}" for k, v in r[key].items()))
     both = [r for r in results if r["hta"] is not None and r["ours"] is not None]
     if both:
         hta_s, ours_s = sum(r["hta_s"] for r in both), sum(r["ours_s"] for r in both)
         print(f"all traces both tools read ({len(both)}): ddltrace {ours_s:.2f} s, HTA {hta_s:.2f} s, "
-              f"HTA / ddltrace {hta_s / ours_s:.2f}x (fresh processes, module imports included)")
+              f"HTA / ddltrace {hta_s / ours_s:.2f}x (fresh processes, module imports included; load average "
+              f"{load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after, {os.cpu_count()} CPUs)")
+        _print_steps(both)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 
