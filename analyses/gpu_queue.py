@@ -40,15 +40,19 @@ def queue_length_series(pairs: pd.DataFrame) -> pd.DataFrame:
     run's clock), from one rank's launch ``pairs``."""
     if not len(pairs):
         return pd.DataFrame(columns=SERIES_COLUMNS)
-    n = len(pairs)
-    steps = pd.DataFrame({
-        "device": np.concatenate([pairs["device"].to_numpy(object)] * 2),
-        "stream": np.concatenate([pairs["stream"].to_numpy(object)] * 2),
-        "t_ns": np.concatenate([pairs["launch_start_ns"].to_numpy(np.int64), pairs["gpu_start_ns"].to_numpy(np.int64)]),
-        "change": np.repeat(np.array([1, -1], np.int64), n),
-    })
-    steps = steps.sort_values(["device", "stream", "t_ns"], kind="stable", ignore_index=True)
-    steps["queue_length"] = steps.groupby(["device", "stream"], sort=False)["change"].cumsum()
+    device = np.concatenate([pairs["device"].to_numpy(object)] * 2)
+    stream = np.concatenate([pairs["stream"].to_numpy(object)] * 2)
+    t = np.concatenate([pairs["launch_start_ns"].to_numpy(np.int64), pairs["gpu_start_ns"].to_numpy(np.int64)])
+    change = np.repeat(np.array([1, -1], np.int64), len(pairs))
+    d, s = pd.factorize(device, sort=True)[0], pd.factorize(stream, sort=True)[0]
+    order = np.lexsort((t, s, d))  # by device, stream and time; stable: launches before starts at equal times
+    d, s, change = d[order], s[order], change[order]
+    total = np.cumsum(change)
+    first = np.ones(len(order), bool)  # the first change of each stream
+    first[1:] = (d[1:] != d[:-1]) | (s[1:] != s[:-1])
+    before = np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))  # each row's stream's first row
+    queue = total - (total - change)[before]  # the running sum within the stream
+    steps = pd.DataFrame({"device": device[order], "stream": stream[order], "t_ns": t[order], "queue_length": queue})
     return steps[SERIES_COLUMNS]
 
 

@@ -10,7 +10,15 @@ tool runs in a fresh process (module imports included; HTA in its own venv ``.ve
 * HTA: ``TraceAnalysis(trace_dir)``, ``get_temporal_breakdown``, ``get_comm_comp_overlap`` and
   ``get_gpu_kernel_breakdown``;
 * ddltrace: ``ddltrace import`` of the folder into a store, then ``analyze_store`` (every analysis of
-  ``ddltrace analyze``, the GPU ones included), then the GPU figures over HTA's window.
+  ``ddltrace analyze``, the GPU ones included); the figures printed are the ones it made.
+
+ddltrace's modules are compiled to their bytecode cache before any timing (an editable install has none, and
+with ``PYTHONDONTWRITEBYTECODE`` set each process would compile them again; pip compiled HTA's when it installed
+it). Each process times its own steps (module imports, reading the trace, each analysis for HTA, ``analyze`` for
+ddltrace; "interpreter" is the rest of the wall time: start and exit), and a second ddltrace process, not counted
+in the end-to-end time, times each GPU analysis alone on the store, so that the two tools' analyses can be
+compared without the reading and the imports. The load average before and after is printed: the wall times
+vary with the other jobs of the machine, the figures do not.
 
 HTA also runs ``get_cuda_kernel_launch_stats`` and ``get_queue_length_summary``; under each trace, per rank:
 launch count, mean CPU / GPU duration and launch delay (µs), runtime and launch-delay outliers (ddltrace / HTA),
