@@ -58,3 +58,15 @@ def test_a_big_store_prints_progress_before_its_results(rings):
     finished = next(i for i, line in enumerate(lines) if "64 of 64 ranks read, 1,280,000 events" in line)
     results = next(i for i, line in enumerate(lines) if line.startswith("ddltrace analyze: 1 store"))
     assert 0 < finished < results
+
+
+def test_a_report_of_a_run_too_big_for_perfetto_says_so_instead_of_writing_the_trace(rings, tmp_path, monkeypatch):
+    """A 10^8-event run would make a 15 GB trace.json: above TRACE_MAX_EVENTS the report writes none and its pages
+    say why and how to export a few ranks."""
+    import ddltrace.report as report
+
+    monkeypatch.setattr(report, "TRACE_MAX_EVENTS", 100_000)  # the 16-rank ring holds 320,000
+    files = report.build_report([rings[16]], tmp_path / "out")
+    assert files.trace is None and not (tmp_path / "out" / "trace.json").exists()
+    said = "the run holds 320,000 events, more than the 100,000"
+    assert said in files.markdown.read_text() and said in files.html.read_text()

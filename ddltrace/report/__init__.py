@@ -56,6 +56,8 @@ class Report:
     #: The store exported beside the report as ``trace.json`` (Chrome trace JSON for Perfetto UI), and its w.
     trace_store: object | None = None
     trace_workers: int | None = None
+    #: Why no trace.json was written beside the report (None when it was, or when there is no run to export)
+    trace_left_out: str | None = None
     #: The ranks each store holds no usable timeline for: (store, [(rank, why)], how many in all, world size).
     missing: list[tuple[str, list[tuple[int, str]], int, int]] = field(default_factory=list)
     #: The GPU section: (store, [(title, table of formatted cells)]) for each store with device work.
@@ -65,6 +67,9 @@ class Report:
 
 #: The Chrome trace JSON of the report's run (the one with the most workers), written beside the report.
 TRACE_FILE = "trace.json"
+#: A run of more events than this gets no trace.json (about 150 bytes of JSON an event: 10^8 events would be
+#: 15 GB, which neither the disk nor Perfetto UI wants); ``ddltrace export --ranks`` writes a few ranks instead.
+TRACE_MAX_EVENTS = 5_000_000
 
 
 @dataclass
@@ -507,9 +512,16 @@ def assemble(runs: list, findings: list, profile: str | None = None, model: str 
         tables.insert(0, ("Scaling series (s)", series))
     title = "ddltrace report: " + (Path(main.name).name if len(runs) == 1
                                    else f"{len(runs)} runs, w = {', '.join(str(r.workers) for r in runs)}")
+    events = sum(int(main.store.rank_info(r).get("events", 0) or 0) for r in main.store.ranks)
+    left_out = None
+    if events > TRACE_MAX_EVENTS:
+        left_out = (f"No {TRACE_FILE} beside this report: the run holds {events:,} events, more than the "
+                    f"{TRACE_MAX_EVENTS:,} a Chrome trace for Perfetto UI is written for; 'ddltrace export STORE "
+                    "--chrome OUT --ranks 0-3' writes a few ranks.")
     return Report(title=title, verdict=verdict(findings, runs), findings=findings, finding_figures=finding_figures,
                   figures=figs, tables=tables, stores=[r.name for r in runs],
-                  workers={r.name: r.workers for r in runs}, trace_store=main.store, trace_workers=main.workers)
+                  workers={r.name: r.workers for r in runs}, trace_store=None if left_out else main.store,
+                  trace_workers=main.workers, trace_left_out=left_out)
 
 
 def side_by_side(run) -> pd.DataFrame:

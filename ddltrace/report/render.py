@@ -253,7 +253,7 @@ _PERFETTO_JS = """
 def _html_perfetto(report) -> list[str]:
     """The 'Open in Perfetto UI' button for trace.json beside the page, and the way by hand."""
     if report.trace_store is None:
-        return []
+        return [f'<p class="perfetto">{_e(report.trace_left_out)}</p>'] if report.trace_left_out else []
     from ddltrace.report import TRACE_FILE
 
     which = f" of the w = {report.trace_workers} run" if report.trace_workers else ""
@@ -333,6 +333,8 @@ def markdown(report) -> str:
              f"ddltrace {__version__}, {report.created}; stores: "
              + ", ".join(f"`{s.replace('`', '')}`" for s in report.stores), "",
              "> " + " ".join(_md_escape(s) for s in report.verdict), ""]
+    if report.trace_left_out:
+        lines += [_md_escape(report.trace_left_out), ""]
     if report.trace_store is not None:
         from ddltrace.report import TRACE_FILE
 
