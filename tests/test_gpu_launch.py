@@ -290,3 +290,22 @@ def test_json_lists_the_worst_launches(nccl, capsys):
             rows = [w for w in worst if w["rank"] == rank and w["by"] == by]
             assert [w[f"{by}_ns"] for w in rows] == sorted(values, reverse=True)[:10]
             assert all(w["kernel"] and w["launch"] in LAUNCH_NAMES for w in rows)
+
+
+def test_the_launch_join_gives_pandas_inner_merge_rows_in_its_order():
+    """launch_pairs joins by a sort and a binary search (``_inner_join``): the same (host row, device row) pairs as
+    pandas' inner merge, in its order (host rows in order, then device rows in order), duplicates on both sides
+    and keys on one side only included."""
+    import numpy as np
+
+    from ddltrace.analyses.gpu_launch import _inner_join
+
+    rng = np.random.default_rng(15)
+    host, device = rng.integers(0, 40, 300), rng.integers(10, 60, 200)
+    left, right = _inner_join(host, device)
+    merged = pd.DataFrame({"key": host, "i": np.arange(len(host))}).merge(
+        pd.DataFrame({"key": device, "j": np.arange(len(device))}), on="key", how="inner")
+    assert len(left) == len(merged) > len(host) // 2
+    assert (left == merged["i"].to_numpy()).all() and (right == merged["j"].to_numpy()).all()
+    assert (host[left] == device[right]).all()
+    assert _inner_join(host, device[:0])[0].size == 0
