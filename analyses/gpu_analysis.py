@@ -79,8 +79,8 @@ class GpuAnalysis:
         self.kernel_sums.append(work.groupby(["category", "name"])["dur_ns"].sum().rename(rank))
         self.collective_kernels.append(gpu_collectives.rank_collectives(rank, work, timeline))
         copies = gpu_memcpy.rank_copies(rank, work)
-        self.copies.append(gpu_memcpy.copy_summary(copies))
         series = gpu_memcpy.bandwidth_series(copies)
+        self.copies.append(gpu_memcpy.copy_summary(copies, series=series))
         if len(series) and (self.copy_series is None
                             or series["bytes_per_s"].max() > self.copy_series[1]["bytes_per_s"].max()):
             self.copy_series = (rank, series)

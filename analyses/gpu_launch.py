@@ -117,5 +117,6 @@ WORST_COLUMNS = ["rank", "by", *PAIR_COLUMNS]
 def worst_launches(rank: int, pairs: pd.DataFrame, k: int = 10) -> pd.DataFrame:
     """The ``k`` launches with the longest launch delay and the ``k`` with the longest CPU duration (column ``by``:
     ``launch_delay`` or ``cpu_duration``), longest first: which kernels the outliers are."""
-    parts = [pairs.nlargest(k, f"{by}_ns", keep="first").assign(by=by) for by in ("launch_delay", "cpu_duration")]
+    parts = [pairs.take(np.argsort(-pairs[f"{by}_ns"].to_numpy(np.int64), kind="stable")[:k]).assign(by=by)
+             for by in ("launch_delay", "cpu_duration")]  # longest first, ties in the pairs' order (nlargest's)
     return pd.concat(parts, ignore_index=True).assign(rank=rank)[WORST_COLUMNS]

@@ -85,11 +85,13 @@ def against(table: pd.DataFrame, calibrated: dict[str, float] | None) -> pd.Data
     return table.assign(vs_pcie=table["bandwidth"].astype(float) / reference)
 
 
-def copy_summary(copies: pd.DataFrame, calibrated: dict[str, float] | None = None) -> pd.DataFrame:
+def copy_summary(copies: pd.DataFrame, calibrated: dict[str, float] | None = None,
+                 series: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per rank, device and direction: :data:`COLUMNS` (see the module docstring; NaN bandwidth where no copy
-    has a known size). ``calibrated``: the calibrated bandwidth (bytes/s) by direction (``H2D``, ``D2H``)."""
+    has a known size). ``calibrated``: the calibrated bandwidth (bytes/s) by direction (``H2D``, ``D2H``);
+    ``series``: :func:`bandwidth_series` of ``copies`` where the caller has it already (else it is made here)."""
     rows = []
-    series = bandwidth_series(copies)
+    series = bandwidth_series(copies) if series is None else series
     order = {d: i for i, d in enumerate(DIRECTIONS)}
     groups = sorted(copies.groupby(["rank", "device", "direction"], sort=False),
                     key=lambda g: (g[0][0], g[0][1], order[g[0][2]]))

@@ -181,7 +181,7 @@ for rank, timeline in TraceStore.open(sys.argv[1]).iter_timeline():
     window = int((timeline["start_ns"] + timeline["dur_ns"]).max() - timeline["start_ns"].min())
     timed("queue", lambda: gpu_queue.queue_summary(rank, gpu_queue.queue_length_series(pairs), window))
     timed("idle", gpu_idle.idle_breakdown, rank, work, pairs)
-    timed("memcpy", lambda: (lambda c: (gpu_memcpy.copy_summary(c), gpu_memcpy.bandwidth_series(c)))(
+    timed("memcpy", lambda: (lambda c: gpu_memcpy.copy_summary(c, series=gpu_memcpy.bandwidth_series(c)))(
         gpu_memcpy.rank_copies(rank, work)))
     timed("collectives", gpu_collectives.rank_collectives, rank, work, timeline)
 print(json.dumps(steps))
