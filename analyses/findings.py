@@ -102,7 +102,7 @@ def _plain(value):
 
 
 Detector = Callable[[list, Any], list[Finding]]
-#: Registered detectors, by id, in registration order.
+#: Registered detectors, by id, in registration order (see :func:`load_detectors` for theirs).
 DETECTORS: dict[str, Detector] = {}
 #: What each registered detector needs from its input, by id.
 REQUIREMENTS: dict[str, Requirement] = {}
@@ -123,12 +123,20 @@ def detector(name: str, title: str, needs: frozenset[str] | set[str] = frozenset
 
 
 def load_detectors() -> dict[str, Detector]:
-    """Import every ``detect_*`` module of this package (which registers its detectors) and return the registry."""
+    """Import every ``detect_*`` module of this package (which registers its detectors) and return the registry in
+    the order of the modules' names, each module's own detectors in the order it registers them.
+
+    Not in the registry's order: that is the order in which the process first imported the modules (a test module,
+    :mod:`~ddltrace.analyses.run_analysis` or the report importing one beforehand puts it first), and the order of
+    the findings of equal cost and of the analyses not made must be the same in every process (a local run, a
+    cluster's client).
+    """
     package = importlib.import_module(__name__.rpartition(".")[0])
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
         if info.name.startswith("detect_"):
             importlib.import_module(f"{package.__name__}.{info.name}")
-    return DETECTORS
+    # sorted() is stable: a module's detectors keep the order it registers them in
+    return dict(sorted(DETECTORS.items(), key=lambda item: item[1].__module__))
 
 
 #: Ids (prefixes) of findings that are symptoms: the time they measure is lost to a cause another detector names

@@ -206,12 +206,29 @@ def _no_retries(cluster) -> None:
     cluster.client.run_on_scheduler(no_retries)
 
 
+def _differences(remote: dict, local: dict) -> str:
+    """The items of two ``analyze --json`` results that differ, in full: of a list, each entry that differs."""
+    from itertools import zip_longest
+
+    lines = []
+    for key in sorted(remote.keys() | local.keys()):
+        a, b = remote.get(key), local.get(key)
+        if a == b:
+            continue
+        if isinstance(a, list) and isinstance(b, list):
+            lines += [f"{key}[{i}]: on the cluster {json.dumps(x)}, locally {json.dumps(y)}"
+                      for i, (x, y) in enumerate(zip_longest(a, b)) if x != y]
+        else:
+            lines.append(f"{key}: on the cluster {json.dumps(a)}, locally {json.dumps(b)}")
+    return "\n".join(lines)
+
+
 def test_a_worker_killed_while_it_holds_a_task_changes_nothing(slow_cluster, stores, capsys):
     """The dead worker's tasks are run again on the others (the scheduler's doing): the findings, breakdown,
     wait states, ... equal the local run's, and the last progress line counts the workers left."""
     rc, local, _ = analyze(capsys, stores / "ps", "--json")
     result, err, _ = _analyze_killing_a_worker(slow_cluster, stores / "ps")
-    assert result == json.loads(local)
+    assert result == json.loads(local), _differences(result, json.loads(local))
     alive = sum(process.poll() is None for process in slow_cluster.workers.values())
     assert err.strip().splitlines()[-1].endswith(f"on {alive} workers of the Dask cluster at {slow_cluster.address}")
 

@@ -204,6 +204,24 @@ def test_every_detector_is_documented():
         assert f"`{key}`" in docs, key
 
 
+def test_the_order_of_findings_and_analyses_not_made_does_not_depend_on_which_detector_was_imported_first(tmp_path):
+    """Two fresh processes analyse one store: one imports detect_staleness and detect_sequential_init first (as a
+    test module, the report or a cluster's client may), the other nothing. The same JSON, the analyses not made in
+    the same order (they were in the order the detectors were first imported: a local run and the client of a
+    Dask cluster listed them differently)."""
+    write_ps_store(tmp_path / "ps", workers=3, steps=4)
+    argv = ["analyze", str(tmp_path / "ps"), "--json"]
+    first = ("import ddltrace.analyses.detect_staleness, ddltrace.analyses.detect_sequential_init\n"
+             f"from ddltrace.cli import main\nraise SystemExit(main({argv!r}))")
+    outputs = [subprocess.run(command, capture_output=True, text=True, check=True).stdout for command in
+               ([sys.executable, "-c", first], [sys.executable, "-m", "ddltrace", *argv])]
+    imported_first, fresh = (json.loads(out) for out in outputs)
+    not_made = [s["analysis"] for s in fresh["not_made"]]
+    assert [s["analysis"] for s in imported_first["not_made"]] == not_made
+    assert not_made.index("cache_cliff") < not_made.index("staleness")  # the detectors' modules' order
+    assert imported_first == fresh
+
+
 def test_line_fit_significance():
     fit = _fit([0, 1, 2, 3, 4], [0.0, 1.0, 2.1, 2.9, 4.0])
     assert fit.slope == pytest.approx(0.99) and fit.rvalue ** 2 > 0.99 and fit.pvalue < 1e-3
