@@ -220,7 +220,8 @@ class RunAnalysis:
 
 
 def analyze_store(store: TraceStore | str | os.PathLike, mapper: Callable = map,
-                  progress: Callable[[int, int, int], None] | None = None) -> RunAnalysis:
+                  progress: Callable[[int, int, int], None] | None = None,
+                  matching: Callable[[int, int], None] | None = None) -> RunAnalysis:
     """Phases, breakdown (all lanes; for a rank with a device, also its host lanes and its device lanes, each on
     their own) and MPI calls of every rank, reading one rank at a time. A rank of per-call aggregates gets no
     phases (:func:`~ddltrace.analyses.phases.whole_run`).
@@ -228,7 +229,8 @@ def analyze_store(store: TraceStore | str | os.PathLike, mapper: Callable = map,
     Map and reduce: ``mapper(function, ranks)`` (``builtins.map``, a process pool's ``imap``, or one that runs
     tasks on a cluster) applies :func:`~ddltrace.analyses.rank_summary.summarise_rank`, bound to the store's path,
     to every rank and yields the :class:`~ddltrace.analyses.rank_summary.RankSummary` of each (in any order);
-    :func:`reduce_summaries` folds them as they come. ``progress(done, total, events)`` is called after each rank.
+    :func:`reduce_summaries` folds them as they come. ``progress(done, total, events)`` is called after each rank
+    is read, ``matching(done, total)`` as the ranks' wait states are matched (ranks matched, ranks to match).
     """
     from ddltrace.analyses import rank_summary
 
@@ -238,11 +240,12 @@ def analyze_store(store: TraceStore | str | os.PathLike, mapper: Callable = map,
     ranks = store.ranks
     # the absolute path: a mapper's workers may run in another folder (a Dask cluster's)
     summaries = mapper(partial(rank_summary.summarise_rank, os.path.abspath(store.path)), ranks)
-    return reduce_summaries(store, summaries, total=len(ranks), progress=progress)
+    return reduce_summaries(store, summaries, total=len(ranks), progress=progress, matching=matching)
 
 
 def reduce_summaries(store: TraceStore, summaries: Iterable, total: int | None = None,
-                     progress: Callable[[int, int, int], None] | None = None) -> RunAnalysis:
+                     progress: Callable[[int, int, int], None] | None = None,
+                     matching: Callable[[int, int], None] | None = None) -> RunAnalysis:
     """The :class:`RunAnalysis` of ``store`` from its ranks' summaries (an iterable, consumed once, in any order):
     the reduce step of :func:`analyze_store`. A damaged rank is recorded in ``store.damaged`` and named in a
     :class:`~ddltrace.errors.DamagedStoreWarning`; when no rank could be read the :class:`StoreError` names them."""
@@ -283,7 +286,7 @@ def reduce_summaries(store: TraceStore, summaries: Iterable, total: int | None =
             warnings.warn(why, DamagedStoreWarning, stacklevel=2)
         phases = dict(sorted(phases.items()))
         matched = ANALYSES["wait_states"].needs <= capabilities(store, message_ranks, collective_ranks)[0]
-        waits = exchange.summary(phases) if matched else empty_summary()
+        waits = exchange.summary(phases, matching) if matched else empty_summary()
     gpu = GpuAnalysis()
     for rank in sorted(gpus):
         gpu.merge(gpus[rank])

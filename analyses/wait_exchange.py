@@ -24,8 +24,9 @@ phase. The instances are exactly those of :func:`~ddltrace.analyses.wait_states.
 
 from __future__ import annotations
 
-import shutil
+import contextlib
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +56,7 @@ from ddltrace.analyses.wait_states import (
     collective_wait_states,
     point_to_point,
 )
+from ddltrace.interrupts import sigterm_unwinds
 
 #: The names of the MPI calls kept, numbered for the scratch files.
 NAMES = np.array(sorted(RELEVANT), dtype=object)
@@ -74,21 +76,26 @@ class WaitStateExchange:
     """The scratch folder and the collective figures of one store's wait-state matching (see the module).
 
     Use: :meth:`add` each rank's calls, then :meth:`summary` (every rank's states, added up). ``scratch`` is the
-    folder to write in (default: a temporary folder, removed by :meth:`close`)."""
+    folder to write in (default: a temporary folder ``ddltrace-waits-*`` in ``$TMPDIR``, removed by :meth:`close`).
+    Used as a context, the temporary folder is removed however the block ends: an exception, Ctrl-C, or a SIGTERM
+    (:func:`~ddltrace.interrupts.sigterm_unwinds` is in force within it)."""
 
     def __init__(self, scratch: str | Path | None = None):
-        self._made = scratch is None
-        self.folder = Path(tempfile.mkdtemp(prefix="ddltrace-waits-") if scratch is None else scratch)
+        self._temporary = tempfile.TemporaryDirectory(prefix="ddltrace-waits-") if scratch is None else None
+        self.folder = Path(self._temporary.name if scratch is None else scratch)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.fold = InstanceFold()
         self._aggregates: pd.DataFrame | None = None
         self.ranks: list[int] = []
+        self._signals = contextlib.ExitStack()
 
     def close(self) -> None:
-        if self._made:
-            shutil.rmtree(self.folder, ignore_errors=True)
+        if self._temporary is not None:
+            self._temporary.cleanup()
+        self._signals.close()
 
     def __enter__(self) -> WaitStateExchange:
+        self._signals.enter_context(sigterm_unwinds())
         return self
 
     def __exit__(self, *exc) -> None:
@@ -154,11 +161,16 @@ class WaitStateExchange:
         states = pd.concat(parts, ignore_index=True)
         return states[states["time_ns"] > 0][COLUMNS]
 
-    def summary(self, phases: dict[int, RankPhases]) -> pd.DataFrame:
+    def summary(self, phases: dict[int, RankPhases],
+                progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
         """Wait-state time (ns) and instances per rank, pattern, partner and phase of the waiting rank (phases
-        ``phases``; a rank without phases gets phase None), over every rank added."""
+        ``phases``; a rank without phases gets phase None), over every rank added. ``progress(done, total)`` is
+        called before the first rank is matched and after each rank (ranks matched, ranks to match)."""
         out = []
-        for rank in sorted(self.ranks):
+        ranks = sorted(self.ranks)
+        for done, rank in enumerate(ranks):
+            if progress is not None:
+                progress(done, len(ranks))
             with np.load(self.folder / f"calls-{rank}.npz") as saved:
                 own = {c: saved[c] for c in ("name", *_NUMERIC)}
             if _completes_nothing(own):  # the common case, in numpy: see blocking_states
@@ -172,6 +184,8 @@ class WaitStateExchange:
             phase = phases[rank].phase_of(states["enter_ns"]) if rank in phases else \
                 np.full(len(states), None, dtype=object)
             out.append(summarise_states(states.assign(phase=phase)))
+        if progress is not None:
+            progress(len(ranks), len(ranks))
         if not out:
             return empty_summary()
         out = [part for part in out if len(part)]

@@ -5,7 +5,8 @@ parser and sets ``func`` (called with the parsed arguments, returns the exit cod
 listing that package, so a new verb is a new module and nothing else.
 
 Exit codes: 0 success, 1 the analysis found problems (when asked to fail on them), 2 bad input: one line
-naming the file or thing and what is wrong, no traceback (``--debug`` shows it).
+naming the file or thing and what is wrong, no traceback (``--debug`` shows it); 130 stopped by Ctrl-C, 143 by
+SIGTERM where the verb cleans up on it (:mod:`ddltrace.interrupts`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import argparse
 import gc
 import importlib
 import pkgutil
+import signal
 import sys
 import traceback
 import warnings
@@ -21,6 +23,7 @@ import warnings
 import ddltrace
 from ddltrace import commands
 from ddltrace.errors import DamagedStoreWarning, DdltraceError, one_line
+from ddltrace.interrupts import Terminated
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -85,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"ddltrace: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except Terminated:
+        print("ddltrace: terminated (SIGTERM)", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         print("ddltrace: interrupted", file=sys.stderr)
         return 130

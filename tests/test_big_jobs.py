@@ -10,6 +10,7 @@ here (20,000 calls each), far above the bound checked.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -56,8 +57,30 @@ def test_a_big_store_prints_progress_before_its_results(rings):
     lines = done.stdout.splitlines()
     assert lines[0].startswith("ddltrace analyze: ") and "reading 64 ranks (1,280,000 events)" in lines[0]
     finished = next(i for i, line in enumerate(lines) if "64 of 64 ranks read, 1,280,000 events" in line)
+    matching = next(i for i, line in enumerate(lines) if "matching the wait states of 64 ranks" in line)
+    matched = next(i for i, line in enumerate(lines) if "64 of 64 ranks matched" in line)
     results = next(i for i, line in enumerate(lines) if line.startswith("ddltrace analyze: 1 store"))
-    assert 0 < finished < results
+    assert 0 < finished < matching < matched < results
+
+
+@pytest.mark.parametrize("stop, code", [(signal.SIGTERM, 128 + signal.SIGTERM), (signal.SIGINT, 130)])
+def test_analyze_stopped_while_matching_removes_its_scratch_folder(rings, tmp_path, stop, code):
+    """``ddltrace analyze`` is sent SIGTERM (or SIGINT) as soon as it says it matches the wait states: its scratch
+    folder (``ddltrace-waits-*`` in its own $TMPDIR), there when the signal is sent, is gone when it has exited,
+    and it exits with the signal's code and one line. Before, SIGTERM ended it at once and left the folder."""
+    child = subprocess.Popen([sys.executable, "-m", "ddltrace", "analyze", str(rings[64]), "--jobs", "1"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "TMPDIR": str(tmp_path)})
+    for line in child.stderr:
+        if "matching the wait states of 64 ranks" in line:
+            break
+    scratch = list(tmp_path.glob("ddltrace-waits-*"))
+    child.send_signal(stop)
+    rest = child.stderr.read()
+    assert child.wait(timeout=60) == code, rest
+    assert len(scratch) == 1  # the folder the matching works in, there when the signal is sent
+    assert list(tmp_path.glob("ddltrace-waits-*")) == [], rest
+    assert rest.strip().splitlines()[-1] in ("ddltrace: terminated (SIGTERM)", "ddltrace: interrupted")
 
 
 def test_a_report_of_a_run_too_big_for_perfetto_says_so_instead_of_writing_the_trace(rings, tmp_path, monkeypatch):

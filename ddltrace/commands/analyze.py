@@ -119,7 +119,9 @@ def analyze_with_progress(path, quiet: bool = False, verb: str = "analyze", mapp
     ``mapper`` (:mod:`ddltrace.executor`; None: in this process for a store of under :data:`POOL_MIN_EVENTS`
     events, else by one process per CPU); for a big store (see :data:`PROGRESS_RANKS`), or on a Dask cluster, a
     line on stderr before the first rank is read and then every :data:`PROGRESS_EVERY_S` seconds: ranks read,
-    events read and their rate (events per second of wall time), and where the tasks run (the cluster's workers)."""
+    events read and their rate (events per second of wall time), and where the tasks run (the cluster's workers);
+    then, as the wait states are matched (in this process), ranks matched of all and their rate (ranks per second
+    of wall time)."""
     from ddltrace.store import TraceStore
 
     store = path if isinstance(path, TraceStore) else TraceStore.open(path)
@@ -144,8 +146,8 @@ def _analyze(store, listed: int, quiet: bool, verb: str, mapper):
         return analyze_store(store, mapper=mapper)
     started = last = time.perf_counter()
 
-    def say(message: str) -> None:
-        where = f" {mapper.where}" if hasattr(mapper, "where") else ""
+    def say(message: str, here: bool = False) -> None:
+        where = " in this process" if here else f" {mapper.where}" if hasattr(mapper, "where") else ""
         print(f"ddltrace {verb}: {store.path}: {message}{where}", file=sys.stderr, flush=True)
 
     say(f"reading {len(store.ranks)} ranks ({listed:,} events) rank by rank")
@@ -158,7 +160,17 @@ def _analyze(store, listed: int, quiet: bool, verb: str, mapper):
             say(f"{done} of {total} ranks read, {events:,} events, {events / max(now - started, 1e-9):,.0f} "
                 f"events/s")
 
-    return analyze_store(store, mapper=mapper, progress=progress)
+    def matching(done: int, total: int) -> None:
+        nonlocal last, started
+        now = time.perf_counter()
+        if done == 0:
+            started = last = now
+            say(f"matching the wait states of {total} ranks, rank by rank", here=True)
+        elif done == total or now - last >= PROGRESS_EVERY_S:
+            last = now
+            say(f"{done} of {total} ranks matched, {done / max(now - started, 1e-9):,.1f} ranks/s", here=True)
+
+    return analyze_store(store, mapper=mapper, progress=progress, matching=matching)
 
 
 def run(args) -> int:
