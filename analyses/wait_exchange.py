@@ -6,8 +6,8 @@ only against the matching send's entry on another rank, a barrier's wait only ag
 Holding every rank's MPI calls to match them costs memory in proportion to the whole job (10^8 calls: gigabytes).
 Here each rank's calls pass once, as the ranks' summaries arrive:
 
-* its calls are written to a scratch folder (``calls-N.npz``, the columns of
-  :func:`~ddltrace.analyses.wait_states.mpi_calls`, names as codes);
+* its calls are written to a scratch folder (``calls-N.bin``: one :data:`CALL` row of 57 bytes per call, the
+  columns of :func:`~ddltrace.analyses.wait_states.mpi_calls`, names as codes), in one write;
 * for each partner it exchanges point-to-point messages with, the columns the partner needs of its sends and
   receives to that partner (rank, name, entry, peer, tag, communicator: 29 bytes a call) are appended to the
   partner's inbox (``inbox-M.bin``), in the rank's order;
@@ -18,7 +18,9 @@ Here each rank's calls pass once, as the ranks' summaries arrive:
 Then, rank by rank, :meth:`WaitStateExchange.rank_states` matches the rank's own calls with its inbox (the FIFO
 sequence numbers of a channel depend only on the sender's sends or the receiver's receives, all of which are
 there) and the collective figures, keeps the instances of that rank, and adds them up per pattern, partner and
-phase. The instances are exactly those of :func:`~ddltrace.analyses.wait_states.wait_states` on all ranks' calls
+phase: in numpy for a rank whose non-blocking calls complete nothing (:func:`blocking_states`: look-up tables of
+the name codes, one int64 key per channel and FIFO number, sums per sorted run of keys), through pandas
+otherwise. The instances are exactly those of :func:`~ddltrace.analyses.wait_states.wait_states` on all ranks' calls
 (tests/test_analyze_mapreduce.py compares them).
 """
 
@@ -66,6 +68,9 @@ _NAME_TYPE = pd.CategoricalDtype(list(NAMES))
 #: One point-to-point call as a partner needs it.
 INBOX = np.dtype([("rank", "<i4"), ("name", "i1"), ("start_ns", "<i8"), ("peer", "<i4"), ("tag", "<i4"),
                   ("comm", "<i8")], align=False)
+#: One MPI call of a rank as the scratch file ``calls-N.bin`` holds it (57 bytes).
+CALL = np.dtype([("name", "i1"), *((c, "<i8") for c in ("start_ns", "end_ns", "peer", "tag", "comm", "request",
+                                                           "bytes"))])
 #: The columns of a wait-state summary: time (ns) and instances per rank, pattern, partner (-1: none) and phase.
 SUMMARY_COLUMNS = ["pattern", "rank", "peer", "phase", "instances", "time_ns"]
 _NUMERIC = ["start_ns", "end_ns", "peer", "tag", "comm", "request", "bytes"]
@@ -107,27 +112,38 @@ class WaitStateExchange:
         found, uniques = pd.factorize(calls["name"].to_numpy(dtype=object))
         codes = np.array([_CODE[n] for n in uniques], dtype=np.int8)[found] if len(found) else \
             np.zeros(0, dtype=np.int8)
-        np.savez(self.folder / f"calls-{rank}.npz", name=codes,
-                 **{c: calls[c].to_numpy(np.int64) for c in _NUMERIC})
-        partnered = np.isin(codes, [_CODE[n] for n in _PARTNERED]) & (calls["peer"].to_numpy() >= 0)
+        own = np.empty(len(codes), dtype=CALL)
+        own["name"] = codes
+        for c in _NUMERIC:
+            own[c] = calls[c].to_numpy(np.int64)
+        own.tofile(self.folder / f"calls-{rank}.bin")
+        partnered = _IS["partnered"][codes] & (own["peer"] >= 0)
         if partnered.any():
-            out = np.empty(int(partnered.sum()), dtype=INBOX)
-            out["rank"], out["name"] = rank, codes[partnered]
-            for c in ("start_ns", "peer", "tag", "comm"):
-                out[c] = calls[c].to_numpy(np.int64)[partnered]
-            order = np.argsort(out["peer"], kind="stable")  # grouped by partner, in the rank's order within
-            out = out[order]
+            mine = own[partnered]
+            out = np.empty(len(mine), dtype=INBOX)
+            out["rank"] = rank
+            for c in ("name", "start_ns", "peer", "tag", "comm"):
+                out[c] = mine[c]
+            out = out[np.argsort(out["peer"], kind="stable")]  # grouped by partner, in the rank's order within
             bounds = np.flatnonzero(np.diff(out["peer"])) + 1
             for part in np.split(out, bounds):
                 with open(self.folder / f"inbox-{int(part['peer'][0])}.bin", "ab") as fh:
                     fh.write(part.tobytes())
-        self.fold.add(collective_rows(calls))
+        coll = np.flatnonzero(_COLLECTIVE_CODE[codes] >= 0)
+        if len(coll):
+            mine = own[coll]
+            self.fold.add_rank(rank, _COLLECTIVE_CODE[mine["name"]], mine["comm"], mine["start_ns"],
+                               mine["end_ns"], mine["peer"])
+
+    def _own(self, rank: int) -> np.ndarray:
+        """One rank's calls as :meth:`add` wrote them (:data:`CALL` rows)."""
+        return np.fromfile(self.folder / f"calls-{rank}.bin", dtype=CALL)
 
     def _calls(self, rank: int) -> pd.DataFrame:
-        with np.load(self.folder / f"calls-{rank}.npz") as saved:
-            frame = pd.DataFrame({"rank": np.full(len(saved["name"]), rank, dtype=np.int64),
-                                  "name": pd.Categorical.from_codes(saved["name"], dtype=_NAME_TYPE),
-                                  **{c: saved[c] for c in _NUMERIC}})
+        saved = self._own(rank)
+        frame = pd.DataFrame({"rank": np.full(len(saved), rank, dtype=np.int64),
+                              "name": pd.Categorical.from_codes(saved["name"], dtype=_NAME_TYPE),
+                              **{c: saved[c] for c in _NUMERIC}})
         return frame[["rank", "name", "start_ns", "end_ns", "peer", "tag", "comm", "request", "bytes"]]
 
     def _inbox(self, rank: int) -> pd.DataFrame:
@@ -166,17 +182,16 @@ class WaitStateExchange:
         """Wait-state time (ns) and instances per rank, pattern, partner and phase of the waiting rank (phases
         ``phases``; a rank without phases gets phase None), over every rank added. ``progress(done, total)`` is
         called before the first rank is matched and after each rank (ranks matched, ranks to match)."""
-        out = []
+        out, fast = [], []
         ranks = sorted(self.ranks)
         for done, rank in enumerate(ranks):
             if progress is not None:
                 progress(done, len(ranks))
-            with np.load(self.folder / f"calls-{rank}.npz") as saved:
-                own = {c: saved[c] for c in ("name", *_NUMERIC)}
+            own = self._own(rank)
             if _completes_nothing(own):  # the common case, in numpy: see blocking_states
                 path = self.folder / f"inbox-{rank}.bin"
                 inbox = np.fromfile(path, dtype=INBOX) if path.exists() else np.empty(0, dtype=INBOX)
-                out.append(blocking_states(rank, own, inbox, self.fold, phases.get(rank)))
+                fast.append(blocking_states(rank, own, inbox, self.fold, phases.get(rank)))
                 continue
             states = self.rank_states(rank)
             if not len(states):
@@ -186,8 +201,8 @@ class WaitStateExchange:
             out.append(summarise_states(states.assign(phase=phase)))
         if progress is not None:
             progress(len(ranks), len(ranks))
-        if not out:
-            return empty_summary()
+        if fast:
+            out.append(_summary_frame(*(np.concatenate(column) for column in zip(*fast, strict=True))))
         out = [part for part in out if len(part)]
         if not out:
             return empty_summary()
@@ -195,32 +210,35 @@ class WaitStateExchange:
             .reset_index(drop=True)
 
 
-def _codes(names) -> np.ndarray:
-    return np.array(sorted(_CODE[n] for n in names), dtype=np.int8)
+def _table(names) -> np.ndarray:
+    """Whether each name code (an index into :data:`NAMES`) is one of ``names``: a look-up table."""
+    return np.isin(NAMES, list(names))
 
 
-_RECVS, _SENDS = _codes(RECV_BLOCKING | RECV_NONBLOCKING), _codes(SEND_BLOCKING | SEND_NONBLOCKING)
-_BLOCKING = {"late_sender": _codes(RECV_BLOCKING), "late_receiver": _codes(SEND_BLOCKING)}
-_POSTS, _WAITS = _codes(SEND_NONBLOCKING | RECV_NONBLOCKING), _codes(WAITS)
-_KIND = {name: _codes(names) for name, names in (("barrier", BARRIER), ("nxn", N_TO_N), ("n_to_1", N_TO_1),
-                                                 ("one_to_n", ONE_TO_N), ("collective", COLLECTIVES))}
+#: Per group of names, a table of the name codes in it (``_IS[group][codes]``: a mask, one look-up per call).
+_IS = {group: _table(names) for group, names in (
+    ("recv", RECV_BLOCKING | RECV_NONBLOCKING), ("send", SEND_BLOCKING | SEND_NONBLOCKING),
+    ("late_sender", RECV_BLOCKING), ("late_receiver", SEND_BLOCKING), ("post", SEND_NONBLOCKING | RECV_NONBLOCKING),
+    ("wait", WAITS), ("barrier", BARRIER), ("nxn", N_TO_N), ("n_to_1", N_TO_1), ("one_to_n", ONE_TO_N),
+    ("partnered", _PARTNERED))}
 _COLLECTIVE_CODE = np.array([COLLECTIVE_NAMES.index(n) if n in COLLECTIVES else -1 for n in NAMES], np.int16)
 _PATTERN = {p: i for i, p in enumerate(PATTERNS)}
+_PATTERNS = np.array(list(PATTERNS), dtype=object)
 _PHASES = np.array([*PHASES, None], dtype=object)
 
 
-def _completes_nothing(own: dict) -> bool:
-    """Whether no non-blocking call of one rank's calls (the arrays of ``calls-N.npz``) is completed by a Wait* (a
-    request on both sides): then only blocking calls wait, and :func:`blocking_states` gives the instances."""
-    with_request = own["request"] >= 0
-    return not (np.isin(own["name"], _POSTS)[with_request].any() and np.isin(own["name"], _WAITS)[with_request].any())
+def _completes_nothing(own: np.ndarray) -> bool:
+    """Whether no non-blocking call of one rank's calls (:data:`CALL` rows) is completed by a Wait* (a request on
+    both sides): then only blocking calls wait, and :func:`blocking_states` gives the instances."""
+    name = own["name"][own["request"] >= 0]
+    return not (_IS["post"][name].any() and _IS["wait"][name].any())
 
 
 def _fifo_seq(group: np.ndarray, start: np.ndarray) -> np.ndarray:
     """Each row's number within its group (ids in ``group``), in order of ``start`` then of the row: MPI's
     non-overtaking order, as :func:`~ddltrace.analyses.wait_states.match_messages` and ``collective_rows``
     number them."""
-    order = np.lexsort((np.arange(len(start)), start, group))
+    order = np.lexsort((start, group))  # lexsort is stable: ties keep the rows' order
     first = np.ones(len(order), dtype=bool)
     first[1:] = group[order][1:] != group[order][:-1]
     run_start = np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))
@@ -229,45 +247,44 @@ def _fifo_seq(group: np.ndarray, start: np.ndarray) -> np.ndarray:
     return seq
 
 
-def _channel_keys(comm, partner, tag, seq) -> np.ndarray:
-    """One int64 per (comm, partner, tag, seq) of the rows of both sides concatenated (equal tuples, equal keys)."""
+def _channels(comm, partner, tag) -> np.ndarray:
+    """One int64 per (comm, partner, tag) of the rows of both sides concatenated (equal tuples, equal ids)."""
     key = np.zeros(len(comm), dtype=np.int64)
-    for column in (comm, partner, tag, seq):
+    for column in (comm, partner, tag):
         codes, uniques = pd.factorize(column)
         key = key * len(uniques) + codes
     return key
 
 
-def blocking_states(rank: int, own: dict, inbox: np.ndarray, fold: InstanceFold,
-                    phases: RankPhases | None) -> pd.DataFrame:
-    """The wait-state summary (:data:`SUMMARY_COLUMNS`) of ``rank`` when its non-blocking calls complete nothing
-    (:func:`_completes_nothing`), in numpy: each blocking receive (send) matched on (comm, partner, tag, FIFO
-    number) with the partner's send (receive) from the inbox, ``min(partner's entry, leave) - entry`` (Late Sender,
-    Late Receiver); each collective with its instance's figures (``fold``). The same instances as
-    :meth:`WaitStateExchange.rank_states` (a non-blocking call that nothing completes waits nowhere)."""
+def blocking_states(rank: int, own: np.ndarray, inbox: np.ndarray, fold: InstanceFold,
+                    phases: RankPhases | None) -> tuple[np.ndarray, ...]:
+    """The wait-state sums of ``rank`` when its non-blocking calls complete nothing (:func:`_completes_nothing`),
+    in numpy: each blocking receive (send) matched on (comm, partner, tag, FIFO number) with the partner's send
+    (receive) from the inbox, ``min(partner's entry, leave) - entry`` (Late Sender, Late Receiver); each collective
+    with its instance's figures (``fold``). The same instances as :meth:`WaitStateExchange.rank_states` (a
+    non-blocking call that nothing completes waits nowhere). Returns the arrays of :func:`_summary_frame`."""
     name, start, end = own["name"], own["start_ns"], own["end_ns"]
     peer, tag, comm = own["peer"], own["tag"], own["comm"]
     pattern, partner, enter, time = [], [], [], []
-    for kind, mine, theirs in (("late_sender", _RECVS, _SENDS), ("late_receiver", _SENDS, _RECVS)):
-        rows = np.flatnonzero(np.isin(name, mine) & (peer >= 0))
-        other = inbox[np.isin(inbox["name"], theirs)]
+    for kind, mine, theirs in (("late_sender", "recv", "send"), ("late_receiver", "send", "recv")):
+        rows = np.flatnonzero(_IS[mine][name] & (peer >= 0))
+        other = inbox[_IS[theirs][inbox["name"]]]
         if not len(rows) or not len(other):
             continue
         n = len(rows)
-        c = np.concatenate([comm[rows], other["comm"]])
-        p = np.concatenate([peer[rows], other["rank"].astype(np.int64)])
-        t = np.concatenate([tag[rows], other["tag"].astype(np.int64)])
-        channel = _channel_keys(c, p, t, np.zeros(len(c), dtype=np.int64))
+        channel = _channels(np.concatenate([comm[rows], other["comm"]]),
+                            np.concatenate([peer[rows], other["rank"].astype(np.int64)]),
+                            np.concatenate([tag[rows], other["tag"].astype(np.int64)]))
         seq = np.concatenate([_fifo_seq(channel[:n], start[rows]), _fifo_seq(channel[n:], other["start_ns"])])
-        key = _channel_keys(c, p, t, seq)
-        blocking = np.isin(name[rows], _BLOCKING[kind])
+        key = channel * (int(seq.max()) + 1) + seq  # one int64 per (channel, FIFO number)
+        blocking = _IS[kind][name[rows]]
         _, here, there = np.intersect1d(key[:n][blocking], key[n:], assume_unique=True, return_indices=True)
         matched = rows[blocking][here]
         pattern.append(np.full(len(matched), _PATTERN[kind]))
         partner.append(peer[matched])
         enter.append(start[matched])
         time.append(np.minimum(other["start_ns"][there], end[matched]) - start[matched])
-    coll = np.flatnonzero(np.isin(name, _KIND["collective"]))
+    coll = np.flatnonzero(_COLLECTIVE_CODE[name] >= 0)
     for c in np.unique(comm[coll]):
         rows = coll[comm[coll] == c]
         rows = rows[np.argsort(start[rows], kind="stable")]  # the rank's k-th collective on c: instance k
@@ -277,19 +294,19 @@ def blocking_states(rank: int, own: dict, inbox: np.ndarray, fold: InstanceFold,
         rows = rows[valid]
         s, e, kind = start[rows], end[rows], name[rows]
         waits = np.minimum(agg["max_enter"][k], e) - s
-        for label, mask, value, who in (
-                ("wait_at_barrier", np.isin(kind, _KIND["barrier"]), waits, -1),
-                ("barrier_completion", np.isin(kind, _KIND["barrier"]), e - agg["min_leave"][k], -1),
-                ("wait_at_nxn", np.isin(kind, _KIND["nxn"]), waits, -1)):
+        barrier = _IS["barrier"][kind]
+        for label, mask, value in (("wait_at_barrier", barrier, waits),
+                                   ("barrier_completion", barrier, e - agg["min_leave"][k]),
+                                   ("wait_at_nxn", _IS["nxn"][kind], waits)):
             pattern.append(np.full(int(mask.sum()), _PATTERN[label]))
-            partner.append(np.full(int(mask.sum()), who, dtype=np.int64))
+            partner.append(np.full(int(mask.sum()), -1, dtype=np.int64))
             enter.append(s[mask])
             time.append(value[mask])
         rooted = peer[rows] >= 0
         is_root = rooted & (peer[rows] == rank)
         others, root = agg["others_enter"][k], agg["root_enter"][k]
-        early = is_root & np.isin(kind, _KIND["n_to_1"])
-        late = rooted & ~is_root & np.isin(kind, _KIND["one_to_n"])
+        early = is_root & _IS["n_to_1"][kind]
+        late = rooted & ~is_root & _IS["one_to_n"][kind]
         for label, mask, value, who in (
                 ("early_reduce", early, np.where(others == NONE_EARLY, 0, np.minimum(others, e) - s),
                  np.full(len(rows), -1, dtype=np.int64)),
@@ -299,19 +316,32 @@ def blocking_states(rank: int, own: dict, inbox: np.ndarray, fold: InstanceFold,
             enter.append(s[mask])
             time.append(value[mask])
     if not pattern:
-        return empty_summary()
+        return tuple(np.zeros(0, dtype=np.int64) for _ in range(6))
     pattern, partner, enter, time = (np.concatenate(x) for x in (pattern, partner, enter, time))
     keep = time > 0
-    phase = np.full(int(keep.sum()), len(PHASES)) if phases is None else \
-        np.searchsorted([phases.init_end_ns, phases.steady_end_ns], enter[keep], side="right")
-    frame = pd.DataFrame({"pattern": pattern[keep], "peer": partner[keep], "phase": phase, "time_ns": time[keep]})
-    grouped = frame.groupby(["pattern", "peer", "phase"], sort=False)["time_ns"].agg(["size", "sum"]).reset_index()
-    return pd.DataFrame({"pattern": np.array(list(PATTERNS), dtype=object)[grouped["pattern"].to_numpy()],
-                         "rank": np.full(len(grouped), rank, dtype=np.int64),
-                         "peer": grouped["peer"].to_numpy(np.int64),
-                         "phase": _PHASES[grouped["phase"].to_numpy()],
-                         "instances": grouped["size"].to_numpy(np.int64),
-                         "time_ns": grouped["sum"].to_numpy(np.int64)})
+    pattern, partner, enter, time = pattern[keep], partner[keep], enter[keep], time[keep]
+    phase = np.full(len(time), len(PHASES)) if phases is None else \
+        np.searchsorted([phases.init_end_ns, phases.steady_end_ns], enter, side="right")
+    # one group per (pattern, partner, phase): sorted on one int64 key, counted and summed per run (exact int64)
+    peers, peer_code = np.unique(partner, return_inverse=True)
+    key = (pattern.astype(np.int64) * len(peers) + peer_code) * (len(PHASES) + 1) + phase
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else np.zeros(0, dtype=np.int64)
+    instances = np.diff(np.r_[first, len(key)])
+    sums = np.add.reduceat(time[order], first) if len(first) else np.zeros(0, dtype=np.int64)
+    pick = order[first]
+    return (pattern[pick], np.full(len(first), rank, dtype=np.int64), partner[pick], phase[pick],
+            instances.astype(np.int64), sums.astype(np.int64))
+
+
+def _summary_frame(pattern, rank, peer, phase, instances, time_ns) -> pd.DataFrame:
+    """The summary rows (:data:`SUMMARY_COLUMNS`) of arrays: pattern and phase as codes (indices into
+    :data:`~ddltrace.analyses.wait_states.PATTERNS` and :data:`~ddltrace.analyses.phases.PHASES`, its length:
+    no phase)."""
+    return pd.DataFrame({"pattern": _PATTERNS[pattern], "rank": rank.astype(np.int64),
+                         "peer": peer.astype(np.int64), "phase": _PHASES[phase],
+                         "instances": instances.astype(np.int64), "time_ns": time_ns.astype(np.int64)})
 
 
 def summarise_states(states: pd.DataFrame) -> pd.DataFrame:

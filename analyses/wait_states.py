@@ -227,18 +227,33 @@ class InstanceFold:
         for c in np.unique(comm):
             rows = np.flatnonzero(comm == c)
             rows = rows[np.argsort(instance[rows], kind="stable")]  # instance k is the rank's k-th: 0, 1, ...
-            m = len(rows)
-            agg = self._grow(int(c), m)
-            mine = name_codes[rows]
-            agg["n"][:m] += 1
-            unset = agg["name"][:m] == _NO_NAME
-            agg["name"][:m] = np.where(unset, mine, np.where(agg["name"][:m] == mine, mine, _MIXED))
-            np.maximum(agg["max_enter"][:m], start[rows], out=agg["max_enter"][:m])
-            np.minimum(agg["min_leave"][:m], end[rows], out=agg["min_leave"][:m])
-            np.maximum(agg["root_enter"][:m], np.where(is_root[rows], start[rows], NONE_LATE),
-                       out=agg["root_enter"][:m])
-            np.minimum(agg["others_enter"][:m], np.where(rooted[rows] & ~is_root[rows], start[rows], NONE_EARLY),
-                       out=agg["others_enter"][:m])
+            self._fold(int(c), name_codes[rows], start[rows], end[rows], rooted[rows], is_root[rows])
+
+    def add_rank(self, rank: int, names: np.ndarray, comm: np.ndarray, start: np.ndarray, end: np.ndarray,
+                 peer: np.ndarray) -> None:
+        """Fold the collective calls of one rank given as arrays (``names``: indices into
+        :data:`COLLECTIVE_NAMES`; times in ns), in numpy: the same as :meth:`add` of their
+        :func:`collective_rows`."""
+        order = np.argsort(start, kind="stable")  # a rank's k-th collective on a communicator: instance k
+        rooted = peer >= 0
+        is_root = rooted & (peer == rank)
+        for c in np.unique(comm):
+            rows = order[comm[order] == c]
+            self._fold(int(c), names[rows], start[rows], end[rows], rooted[rows], is_root[rows])
+
+    def _fold(self, comm: int, mine: np.ndarray, start: np.ndarray, end: np.ndarray, rooted: np.ndarray,
+              is_root: np.ndarray) -> None:
+        """Fold one rank's instances 0, 1, ... of communicator ``comm`` (one row each, in order)."""
+        m = len(mine)
+        agg = self._grow(comm, m)
+        agg["n"][:m] += 1
+        unset = agg["name"][:m] == _NO_NAME
+        agg["name"][:m] = np.where(unset, mine, np.where(agg["name"][:m] == mine, mine, _MIXED))
+        np.maximum(agg["max_enter"][:m], start, out=agg["max_enter"][:m])
+        np.minimum(agg["min_leave"][:m], end, out=agg["min_leave"][:m])
+        np.maximum(agg["root_enter"][:m], np.where(is_root, start, NONE_LATE), out=agg["root_enter"][:m])
+        np.minimum(agg["others_enter"][:m], np.where(rooted & ~is_root, start, NONE_EARLY),
+                   out=agg["others_enter"][:m])
 
     def _grow(self, comm: int, m: int) -> dict[str, np.ndarray]:
         agg = self.comms.get(comm)
