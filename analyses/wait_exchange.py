@@ -6,8 +6,9 @@ only against the matching send's entry on another rank, a barrier's wait only ag
 Holding every rank's MPI calls to match them costs memory in proportion to the whole job (10^8 calls: gigabytes).
 Here each rank's calls pass once, as the ranks' summaries arrive:
 
-* its calls are written to a scratch folder (``calls-N.bin``: one :data:`CALL` row of 57 bytes per call, the
-  columns of :func:`~ddltrace.analyses.wait_states.mpi_calls`, names as codes), in one write;
+* its calls are written to a scratch folder (``calls-N.bin``: the columns of
+  :func:`~ddltrace.analyses.wait_states.mpi_calls` one after the other, int64, then the names as int8 codes:
+  57 bytes per call), in one file opened once;
 * for each partner it exchanges point-to-point messages with, the columns the partner needs of its sends and
   receives to that partner (rank, name, entry, peer, tag, communicator: 29 bytes a call) are appended to the
   partner's inbox (``inbox-M.bin``), in the rank's order;
@@ -68,9 +69,6 @@ _NAME_TYPE = pd.CategoricalDtype(list(NAMES))
 #: One point-to-point call as a partner needs it.
 INBOX = np.dtype([("rank", "<i4"), ("name", "i1"), ("start_ns", "<i8"), ("peer", "<i4"), ("tag", "<i4"),
                   ("comm", "<i8")], align=False)
-#: One MPI call of a rank as the scratch file ``calls-N.bin`` holds it (57 bytes).
-CALL = np.dtype([("name", "i1"), *((c, "<i8") for c in ("start_ns", "end_ns", "peer", "tag", "comm", "request",
-                                                           "bytes"))])
 #: The columns of a wait-state summary: time (ns) and instances per rank, pattern, partner (-1: none) and phase.
 SUMMARY_COLUMNS = ["pattern", "rank", "peer", "phase", "instances", "time_ns"]
 _NUMERIC = ["start_ns", "end_ns", "peer", "tag", "comm", "request", "bytes"]
@@ -112,18 +110,16 @@ class WaitStateExchange:
         found, uniques = pd.factorize(calls["name"].to_numpy(dtype=object))
         codes = np.array([_CODE[n] for n in uniques], dtype=np.int8)[found] if len(found) else \
             np.zeros(0, dtype=np.int8)
-        own = np.empty(len(codes), dtype=CALL)
-        own["name"] = codes
-        for c in _NUMERIC:
-            own[c] = calls[c].to_numpy(np.int64)
-        own.tofile(self.folder / f"calls-{rank}.bin")
+        own = {"name": codes, **{c: calls[c].to_numpy(np.int64) for c in _NUMERIC}}
+        with open(self.folder / f"calls-{rank}.bin", "wb") as fh:
+            for c in (*_NUMERIC, "name"):  # the int64 columns first: each read back aligned
+                fh.write(memoryview(np.ascontiguousarray(own[c])).cast("B"))
         partnered = _IS["partnered"][codes] & (own["peer"] >= 0)
         if partnered.any():
-            mine = own[partnered]
-            out = np.empty(len(mine), dtype=INBOX)
+            out = np.empty(int(partnered.sum()), dtype=INBOX)
             out["rank"] = rank
             for c in ("name", "start_ns", "peer", "tag", "comm"):
-                out[c] = mine[c]
+                out[c] = own[c][partnered]
             out = out[np.argsort(out["peer"], kind="stable")]  # grouped by partner, in the rank's order within
             bounds = np.flatnonzero(np.diff(out["peer"])) + 1
             for part in np.split(out, bounds):
@@ -131,13 +127,16 @@ class WaitStateExchange:
                     fh.write(part.tobytes())
         coll = np.flatnonzero(_COLLECTIVE_CODE[codes] >= 0)
         if len(coll):
-            mine = own[coll]
-            self.fold.add_rank(rank, _COLLECTIVE_CODE[mine["name"]], mine["comm"], mine["start_ns"],
-                               mine["end_ns"], mine["peer"])
+            self.fold.add_rank(rank, _COLLECTIVE_CODE[codes[coll]], own["comm"][coll], own["start_ns"][coll],
+                               own["end_ns"][coll], own["peer"][coll])
 
-    def _own(self, rank: int) -> np.ndarray:
-        """One rank's calls as :meth:`add` wrote them (:data:`CALL` rows)."""
-        return np.fromfile(self.folder / f"calls-{rank}.bin", dtype=CALL)
+    def _own(self, rank: int) -> dict[str, np.ndarray]:
+        """One rank's calls as :meth:`add` wrote them: a column per name."""
+        raw = np.fromfile(self.folder / f"calls-{rank}.bin", dtype=np.uint8)
+        n = len(raw) // (1 + 8 * len(_NUMERIC))
+        own = {c: raw[8 * n * i:8 * n * (i + 1)].view(np.int64) for i, c in enumerate(_NUMERIC)}
+        own["name"] = raw[8 * n * len(_NUMERIC):].view(np.int8)
+        return own
 
     def _calls(self, rank: int) -> pd.DataFrame:
         saved = self._own(rank)
@@ -227,9 +226,9 @@ _PATTERNS = np.array(list(PATTERNS), dtype=object)
 _PHASES = np.array([*PHASES, None], dtype=object)
 
 
-def _completes_nothing(own: np.ndarray) -> bool:
-    """Whether no non-blocking call of one rank's calls (:data:`CALL` rows) is completed by a Wait* (a request on
-    both sides): then only blocking calls wait, and :func:`blocking_states` gives the instances."""
+def _completes_nothing(own: dict[str, np.ndarray]) -> bool:
+    """Whether no non-blocking call of one rank's calls (:meth:`WaitStateExchange._own`) is completed by a Wait*
+    (a request on both sides): then only blocking calls wait, and :func:`blocking_states` gives the instances."""
     name = own["name"][own["request"] >= 0]
     return not (_IS["post"][name].any() and _IS["wait"][name].any())
 
@@ -256,7 +255,7 @@ def _channels(comm, partner, tag) -> np.ndarray:
     return key
 
 
-def blocking_states(rank: int, own: np.ndarray, inbox: np.ndarray, fold: InstanceFold,
+def blocking_states(rank: int, own: dict[str, np.ndarray], inbox: np.ndarray, fold: InstanceFold,
                     phases: RankPhases | None) -> tuple[np.ndarray, ...]:
     """The wait-state sums of ``rank`` when its non-blocking calls complete nothing (:func:`_completes_nothing`),
     in numpy: each blocking receive (send) matched on (comm, partner, tag, FIFO number) with the partner's send
