@@ -107,7 +107,7 @@ class WaitStateExchange:
     def add(self, rank: int, calls: pd.DataFrame) -> None:
         """Take one rank's calls (:func:`~ddltrace.analyses.wait_states.mpi_calls` of that rank)."""
         self.ranks.append(rank)
-        found, uniques = pd.factorize(calls["name"].to_numpy(dtype=object))
+        found, uniques = pd.factorize(calls["name"])
         codes = np.array([_CODE[n] for n in uniques], dtype=np.int8)[found] if len(found) else \
             np.zeros(0, dtype=np.int8)
         own = {"name": codes, **{c: calls[c].to_numpy(np.int64) for c in _NUMERIC}}
@@ -247,12 +247,20 @@ def _fifo_seq(group: np.ndarray, start: np.ndarray) -> np.ndarray:
 
 
 def _channels(comm, partner, tag) -> np.ndarray:
-    """One int64 per (comm, partner, tag) of the rows of both sides concatenated (equal tuples, equal ids)."""
-    key = np.zeros(len(comm), dtype=np.int64)
+    """One int64 per (comm, partner, tag) of the rows of both sides concatenated (equal tuples, equal ids): the
+    columns as digits of a mixed-radix number, each from its smallest value (a column whose range would overflow
+    the number is numbered by its distinct values instead). The ids are below ``max(2**31, rows)``, so that a FIFO
+    number can be added as one more digit."""
+    key, span = np.zeros(len(comm), dtype=np.int64), 1
     for column in (comm, partner, tag):
+        lo, hi = int(column.min()), int(column.max())
+        if span * (hi - lo + 1) < 2**62:
+            key, span = key * (hi - lo + 1) + (column - lo), span * (hi - lo + 1)
+            continue
+        key, known = pd.factorize(key)  # fewer than rows each: the product fits
         codes, uniques = pd.factorize(column)
-        key = key * len(uniques) + codes
-    return key
+        key, span = key * len(uniques) + codes, len(known) * len(uniques)
+    return key if span < 2**31 else pd.factorize(key)[0].astype(np.int64)
 
 
 def blocking_states(rank: int, own: dict[str, np.ndarray], inbox: np.ndarray, fold: InstanceFold,
