@@ -38,6 +38,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ddltrace.collectors.scoped import Scoped
 from ddltrace.errors import DdltraceError
 
 HOSTS_FILE = Path("/etc/hosts")
@@ -127,7 +128,7 @@ class Node:
         return [int(p) for p in _run("ip", "netns", "pids", self.netns, check=False).stdout.split()]
 
 
-class Cluster:
+class Cluster(Scoped):
     """``n`` simulated nodes, made on ``with`` and removed after it (also at exit, also when a test fails).
 
     ``rates_bit`` maps a node's index to the rate of its link in bit/s (tbf, both directions); ``prefix`` is
@@ -159,15 +160,7 @@ class Cluster:
     def __enter__(self) -> Cluster:
         remove_stale()
         atexit.register(self.close)
-        try:
-            self._make()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+        return super().__enter__()
 
     def _make(self) -> None:
         _run("ip", "link", "add", self.bridge, "type", "bridge")

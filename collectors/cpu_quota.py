@@ -27,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ddltrace.collectors.scoped import Scoped
 from ddltrace.errors import DdltraceError
 
 CPU_ROOT = Path("/sys/fs/cgroup/cpu")
@@ -52,7 +53,7 @@ def missing() -> str | None:
     return None
 
 
-class CpuQuota:
+class CpuQuota(Scoped):
     """Every process started through :attr:`wrapper` gets ``share`` (0 < share <= 1) of one core, in bursts of
     ``period_s`` seconds (1 ms to 1 s)."""
 
@@ -74,20 +75,15 @@ class CpuQuota:
     def __enter__(self) -> CpuQuota:
         remove_stale()
         atexit.register(self.close)
-        try:
-            self.root.mkdir()
-            self._dir = Path(tempfile.mkdtemp(prefix=f"{self.tag}-"))
-            self.wrapper = self._dir / "in-quota"
-            self.wrapper.write_text(_WRAPPER.format(tag=self.tag, root=self.root, period=self.period_us,
-                                                    quota=self.quota_us, share=self.quota_us / self.period_us))
-            self.wrapper.chmod(0o755)
-        except BaseException:
-            self.close()
-            raise
-        return self
+        return super().__enter__()
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def _make(self) -> None:
+        self.root.mkdir()
+        self._dir = Path(tempfile.mkdtemp(prefix=f"{self.tag}-"))
+        self.wrapper = self._dir / "in-quota"
+        self.wrapper.write_text(_WRAPPER.format(tag=self.tag, root=self.root, period=self.period_us,
+                                                quota=self.quota_us, share=self.quota_us / self.period_us))
+        self.wrapper.chmod(0o755)
 
     def wrap(self, argv: list[str]) -> list[str]:
         """``argv`` run under the quota."""

@@ -20,11 +20,13 @@ from pathlib import Path
 
 import distributed
 
+from ddltrace.collectors.scoped import Scoped
+
 DASK = str(Path(sys.executable).with_name("dask"))
 START_TIMEOUT_S = 60
 
 
-class LocalDaskCluster:
+class LocalDaskCluster(Scoped):
     def __init__(self, folder: Path, workers: int = 2, env: dict[str, str] | None = None,
                  scheduler_env: dict[str, str] | None = None):
         """``env``: added to the workers' environment; ``scheduler_env``: to the scheduler's."""
@@ -38,17 +40,9 @@ class LocalDaskCluster:
 
     def __enter__(self) -> LocalDaskCluster:
         self.folder.mkdir(parents=True, exist_ok=True)
-        try:
-            self._start()
-        except BaseException:
-            self.close()
-            raise
-        return self
+        return super().__enter__()
 
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def _start(self) -> None:
+    def _make(self) -> None:
         info = self.folder / "scheduler.json"
         self.scheduler = self._spawn("scheduler", [DASK, "scheduler", "--host", "127.0.0.1", "--port", "0",
                                                    "--no-dashboard", "--scheduler-file", str(info)],
