@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from shared_data import SHARED
+from xplane_wire import xplane_lines
 
 from ddltrace.analyses.phases import segment_rank
 from ddltrace.cli import main
@@ -33,19 +34,12 @@ def _device_lines(path: Path) -> dict:
         name = next(pw.text(v) for n, _k, v in plane_fields if n == 2)
         if not name.startswith("/device:GPU:"):
             continue
-        for line in (pw.message(v) for n, _k, v in plane_fields if n == 3):
-            line_name, display, base_ns, events = "", "", 0, []
-            for n, _k, v in pw.fields(line):
-                if n == 2:
-                    line_name = pw.text(v)
-                elif n == 11:
-                    display = pw.text(v)
-                elif n == 3:
-                    base_ns = pw.signed(v)
-                elif n == 4:
-                    event = {en: pw.signed(ev) for en, _ek, ev in pw.fields(pw.message(v)) if en in (2, 3)}
-                    events.append((base_ns * 1000 + event.get(2, 0), event.get(3, 0)))
-            lines[name.removeprefix("/device:").lower(), display or line_name] += events
+        for line_name, base_ns, events in xplane_lines(plane_fields):
+            spans = []
+            for event in events:
+                e = {en: pw.signed(ev) for en, _ek, ev in event if en in (2, 3)}
+                spans.append((base_ns * 1000 + e.get(2, 0), e.get(3, 0)))
+            lines[name.removeprefix("/device:").lower(), line_name] += spans
     return lines
 
 

@@ -15,6 +15,7 @@ from statistics import mean, median
 
 import pytest
 from shared_data import SHARED, corpus
+from xplane_wire import xplane_lines
 
 from ddltrace.analyses.gpu_launch import LAUNCH_NAMES
 from ddltrace.analyses.run_analysis import analyze_store
@@ -60,18 +61,7 @@ def events_with_correlation(path: Path) -> tuple[dict, dict]:
         plane_name = next((pw.text(v) for n, _k, v in fields if n == 2), "")
         names = {k: _name(m) for k, m in _entries(fields, 4).items()}
         corr_ids = {k for k, m in _entries(fields, 5).items() if _name(m) == "correlation_id"}
-        for line in (pw.message(v) for n, _k, v in fields if n == 3):
-            line_name, display, base_ns, events = "", "", 0, []
-            for n, _k, v in pw.fields(line):
-                if n == 2:
-                    line_name = pw.text(v)
-                elif n == 11:
-                    display = pw.text(v)
-                elif n == 3:
-                    base_ns = pw.signed(v)
-                elif n == 4:
-                    events.append(list(pw.fields(pw.message(v))))
-            line_name = display or line_name
+        for line_name, base_ns, events in xplane_lines(fields):
             if plane_name.startswith("/device:") and line_name in DERIVED:
                 continue
             for event in events:
