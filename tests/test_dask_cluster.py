@@ -17,6 +17,7 @@ import pytest
 
 pytest.importorskip("distributed")
 from dask_cluster import LocalDaskCluster  # noqa: E402
+from mixed_imports import assert_same_stores, mixed_folder  # noqa: E402
 
 import ddltrace
 from ddltrace.cli import main
@@ -35,10 +36,7 @@ def test_import_on_the_cluster_gives_the_store_of_the_local_import(cluster, tmp_
     """Files of two formats and a broken one, named by a relative path and read by the cluster's tasks (which are
     given absolute paths): the same ranks, rows, manifest notes and printed summary as --jobs 1 (in this process);
     the broken file's problem names it as the command line did."""
-    folder = tmp_path / "in"
-    shutil.copytree(DATA / "torch_gloo", folder / "torch")
-    shutil.copytree(DATA / "mxnet_dist_sync", folder / "mxnet")
-    (folder / "broken.pt.trace.json").write_text('{"schemaVersion": 1, "traceEvents": [{"ph": "X", "na')
+    mixed_folder(tmp_path / "in")
     monkeypatch.chdir(tmp_path)
     printed, stores = {}, {}
     for how in (["--jobs", "1"], ["--scheduler", cluster.address, "--progress", "always"]):
@@ -48,13 +46,7 @@ def test_import_on_the_cluster_gives_the_store_of_the_local_import(cluster, tmp_
         printed[how[0]] = [line for line in captured.out.splitlines() if not line.startswith("imported")]
         stores[how[0]] = TraceStore.open(out)
     assert "files done on 2 workers of the Dask cluster at " + cluster.address in captured.err
-    local, remote = stores["--jobs"], stores["--scheduler"]
-    assert local.ranks == remote.ranks and len(local.ranks) >= 2
-    for rank in local.ranks:
-        a, b = local.timeline([rank]), remote.timeline([rank])
-        assert len(a) > 10 and a.equals(b), rank
-        assert local.rank_info(rank) == remote.rank_info(rank)
-    assert local.manifest["notes"] == remote.manifest["notes"]
+    assert_same_stores(stores["--jobs"], stores["--scheduler"])
     assert printed["--jobs"] == printed["--scheduler"]
     broken = [line for line in printed["--scheduler"] if "broken.pt.trace.json" in line and "problem" in line]
     assert broken and str(tmp_path) not in "".join(printed["--scheduler"])

@@ -12,6 +12,7 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
+from nvml_standin import OneGpuNvml
 
 from ddltrace.analyses.run_analysis import analyze_store, not_made
 from ddltrace.cli import main
@@ -27,26 +28,12 @@ RECORDED = [(0, 0, 900, 61_000, 345, 20, 10), (0, 0, 900, 62_000, 345, 25, 12), 
             60_000, 3_000), (0, 0, 30_300, 70_000, 345, 30, 15)]
 
 
-class ReplayedNvml:
+class ReplayedNvml(OneGpuNvml):
     """pynvml's calls the sampler makes, answering each sample with the next recorded reading."""
-
-    NVML_CLOCK_SM, NVML_PCIE_UTIL_TX_BYTES, NVML_PCIE_UTIL_RX_BYTES = 1, 0, 1
 
     def __init__(self, readings):
         self.readings = list(readings)
         self.now = None
-
-    def nvmlInit(self):
-        pass
-
-    def nvmlShutdown(self):
-        pass
-
-    def nvmlDeviceGetCount(self):
-        return 1
-
-    def nvmlDeviceGetHandleByIndex(self, i):
-        return i
 
     def nvmlDeviceGetName(self, h):
         return b"NVIDIA A100-SXM4-40GB"

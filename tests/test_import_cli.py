@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from mixed_imports import assert_same_stores, mixed_folder
 from shared_data import SHARED
 
 from ddltrace.cli import main
@@ -101,11 +102,7 @@ def test_files_read_in_several_processes_give_the_store_one_process_gives(tmp_pa
     same ranks (merged in command-line order), an aggregate after its detailed trace, and an unreadable file."""
     import shutil
 
-    data = Path(__file__).parent / "data"
-    folder = tmp_path / "in"
-    shutil.copytree(data / "torch_gloo", folder / "torch")
-    shutil.copytree(data / "mxnet_dist_sync", folder / "mxnet")
-    (folder / "broken.pt.trace.json").write_text('{"schemaVersion": 1, "traceEvents": [{"ph": "X", "na')
+    folder = mixed_folder(tmp_path / "in")
     if CNTK.exists():
         for path in sorted(CNTK.glob("*_1.*")):  # rank 1's detail trace and its summary (an aggregate)
             shutil.copy(path, folder / path.name)
@@ -115,13 +112,7 @@ def test_files_read_in_several_processes_give_the_store_one_process_gives(tmp_pa
         assert main(["import", str(folder), "--out", str(out), "--jobs", str(jobs), "--explain"]) == 0
         printed[jobs] = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("imported")]
         stores[jobs] = TraceStore.open(out)
-    one, three = stores[1], stores[3]
-    assert one.ranks == three.ranks and len(one.ranks) >= 2
-    for rank in one.ranks:
-        a, b = one.timeline([rank]), three.timeline([rank])
-        assert len(a) > 10 and a.equals(b), rank
-        assert one.rank_info(rank) == three.rank_info(rank)
-    assert one.manifest["notes"] == three.manifest["notes"]
+    assert_same_stores(stores[1], stores[3])
     assert printed[1] == printed[3]
     assert any("broken.pt.trace.json" in line and "problem" in line for line in printed[3])
     assert any(line.startswith("  kineto ") for line in printed[3])  # --explain rows from the workers' files

@@ -12,6 +12,7 @@ import time
 
 import psutil
 import pytest
+from nvml_standin import OneGpuNvml
 
 from ddltrace.collectors.gpu_sampler import GpuSampler
 from ddltrace.collectors.launcher import RunConfig, run_job
@@ -107,11 +108,9 @@ def test_pyspy_refused_is_said_and_the_run_goes_on(tmp_path, monkeypatch):
     assert store.rank_info(0)["ended"] == "normal" and len(store.timeline()) == 1
 
 
-class _FakeNvml:
+class _FakeNvml(OneGpuNvml):
     """An NVML stand-in with fixed readings, to check names and unit conversions (the real library needs
     an NVIDIA driver; on such a machine the launcher uses it unchanged)."""
-
-    NVML_CLOCK_SM, NVML_PCIE_UTIL_TX_BYTES, NVML_PCIE_UTIL_RX_BYTES = 1, 0, 1
 
     class _Util:
         gpu, memory = 87, 40
@@ -121,18 +120,6 @@ class _FakeNvml:
 
     class _Proc:
         pid, usedGpuMemory = 4242, 2**30
-
-    def nvmlInit(self):
-        pass
-
-    def nvmlShutdown(self):
-        pass
-
-    def nvmlDeviceGetCount(self):
-        return 1
-
-    def nvmlDeviceGetHandleByIndex(self, i):
-        return f"handle{i}"
 
     def nvmlDeviceGetName(self, h):
         return b"Fake GPU"
