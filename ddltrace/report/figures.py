@@ -270,8 +270,14 @@ def queue_figure(series: pd.DataFrame, cap: int, title: str, streams: int = 8) -
     return fig
 
 
-def _device_labels(table: pd.DataFrame) -> list[str]:
-    return [f"{r} {d}" for r, d in zip(table["rank"], table["device"], strict=True)]
+def _label_device_rows(ax, table: pd.DataFrame, xlabel: str, title: str) -> None:
+    """Name the bars of ``ax``, one row per device of ``table`` at y = 0, 1, ... (its rank and device), the first
+    at the top; set the x label and title, and put the legend outside, on the right."""
+    ax.set_yticks(np.arange(len(table)), [f"{r} {d}" for r, d in zip(table["rank"], table["device"], strict=True)])
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
 
 
 def gpu_idle_figure(temporal: pd.DataFrame, idle: pd.DataFrame) -> Figure:
@@ -290,11 +296,8 @@ def gpu_idle_figure(temporal: pd.DataFrame, idle: pd.DataFrame) -> Figure:
         width = values.to_numpy(float) / 1e6
         ax.barh(y, width, left=left, color=color, label=label)
         left += width
-    ax.set_yticks(y, _device_labels(merged))
-    ax.invert_yaxis()
-    ax.set_xlabel("time in the device's window (ms)")
-    ax.set_title("GPU time per device: busy, and idle waiting for the host")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    _label_device_rows(ax, merged, "time in the device's window (ms)",
+                       "GPU time per device: busy, and idle waiting for the host")
     return fig
 
 
@@ -306,11 +309,7 @@ def gpu_overlap_figure(overlap: pd.DataFrame) -> Figure:
     exposed = (overlap["comm_ns"] - overlap["overlap_ns"]).to_numpy(float) / 1e6
     ax.barh(y, hidden, color=CATEGORY_COLORS["compute"], label="overlapped by compute kernels")
     ax.barh(y, exposed, left=hidden, color=CATEGORY_COLORS["comm"], label="exposed")
-    ax.set_yticks(y, _device_labels(overlap))
-    ax.invert_yaxis()
-    ax.set_xlabel("communication-kernel time (ms)")
-    ax.set_title("Communication kernels: overlapped and exposed")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    _label_device_rows(ax, overlap, "communication-kernel time (ms)", "Communication kernels: overlapped and exposed")
     return fig
 
 
