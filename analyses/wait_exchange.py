@@ -140,7 +140,7 @@ class WaitStateExchange:
 
     def _calls(self, rank: int) -> pd.DataFrame:
         saved = self._own(rank)
-        frame = pd.DataFrame({"rank": np.full(len(saved), rank, dtype=np.int64),
+        frame = pd.DataFrame({"rank": np.full(len(saved["name"]), rank, dtype=np.int64),
                               "name": pd.Categorical.from_codes(saved["name"], dtype=_NAME_TYPE),
                               **{c: saved[c] for c in _NUMERIC}})
         return frame[["rank", "name", "start_ns", "end_ns", "peer", "tag", "comm", "request", "bytes"]]
