@@ -222,15 +222,22 @@ class Gatherer:
             raise ValueError(f"a file outside the run's folders: {name!r}")
         target.parent.mkdir(parents=True, exist_ok=True)
         view = memoryview(buf)
-        with open(target, "wb") as fh:
-            left = size
-            while left:
-                n = conn.recv_into(view[:min(CHUNK, left)])
-                if not n:
-                    raise ConnectionError(f"connection closed in the middle of {name}")
-                fh.write(view[:n])
-                left -= n
-                node["heard"] += 1
+        # written beside the target and renamed once whole: a connection cut mid-file leaves no truncated
+        # record file for the recovery to take as the rank's (the whole part stays on the node's disk)
+        partial = target.with_name(f".{target.name}.partial")
+        try:
+            with open(partial, "wb") as fh:
+                left = size
+                while left:
+                    n = conn.recv_into(view[:min(CHUNK, left)])
+                    if not n:
+                        raise ConnectionError(f"connection closed in the middle of {name}")
+                    fh.write(view[:n])
+                    left -= n
+                    node["heard"] += 1
+            os.replace(partial, target)
+        finally:
+            partial.unlink(missing_ok=True)
         node["files"] += 1
         node["bytes"] += size
 

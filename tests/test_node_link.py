@@ -72,7 +72,7 @@ def test_a_file_name_leaving_the_runs_folders_is_refused(gatherer, tmp_path):
     assert not (tmp_path.parent / "escaped").exists() and not (tmp_path / "escaped").exists()
 
 
-def test_a_node_that_stops_in_a_file_or_says_nothing_is_lost(gatherer):
+def test_a_node_that_stops_in_a_file_or_says_nothing_is_lost(gatherer, tmp_path):
     cut = _raw(gatherer, {"token": gatherer.token, "host": "n3", "part": "/local/run", "shared": False})
     _send(cut, {"op": "file", "name": "records/rank-00003.pmpi", "size": 1000})
     cut.sendall(b"x" * 10)
@@ -82,6 +82,8 @@ def test_a_node_that_stops_in_a_file_or_says_nothing_is_lost(gatherer):
     silent.close()
     assert nodes["n3"]["state"] == "lost" and "rank-00003.pmpi" in nodes["n3"]["error"]
     assert nodes["n4"]["state"] == "lost" and "no word from the node for 0.5 s" in nodes["n4"]["error"]
+    # the cut file is not left truncated where the recovery would take it for rank 3's records
+    assert not list((tmp_path / "records").glob("*rank-00003*"))
 
 
 def test_a_node_at_work_after_its_ranks_is_waited_for(gatherer, tmp_path):
