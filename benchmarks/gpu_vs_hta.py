@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/gpu_vs_hta.py [--hta-python PY] [TRACE_DIR ...]
 
-Default traces: every folder of /work/shared/hta_traces with GPU work (one job per folder; HTA reads every file
+Default traces: every folder of ../shared/hta_traces with GPU work (one job per folder; HTA reads every file
 of a folder, so each trace is copied alone into a folder of its own, or with its ranks for trace_filter). Each
 tool runs in a fresh process (module imports included; HTA in its own venv ``.venvs/hta``, made with
 ``python3 -m venv .venvs/hta && .venvs/hta/bin/pip install HolisticTraceAnalysis 'pandas<3'``):
@@ -46,19 +46,26 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from shared_traces import SHARED as SHARED_ROOT  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path("/work/shared/hta_traces")
+SHARED = SHARED_ROOT / "hta_traces"
 DEFAULT_HTA_PYTHON = ROOT / ".venvs" / "hta" / "bin" / "python"
 DEFAULT_TRACES = ["trace_filter", "trace_diff/control", "trace_diff/test", "nccl_parser_config",
                   "negative_queue_length_values_check", "df_index_resolver", "amd_trace"]
 
-_HTA_CHILD = r"""
+#: The start of each timed child: ``lap(name)`` records the seconds since the last lap under ``name``.
+_LAP = r"""
 import time
 steps, t0 = {}, time.perf_counter()
 def lap(name):  # seconds of each step, in this process
     global t0
     now = time.perf_counter()
     steps[name], t0 = now - t0, now
+"""
+
+_HTA_CHILD = _LAP + r"""
 import json, logging, sys, warnings
 warnings.simplefilter("ignore")
 logging.disable(logging.CRITICAL)
@@ -110,13 +117,7 @@ print(json.dumps(steps))
 print(json.dumps(rows))
 """
 
-_DDLTRACE_CHILD = r"""
-import time
-steps, t0 = {}, time.perf_counter()
-def lap(name):  # seconds of each step, in this process
-    global t0
-    now = time.perf_counter()
-    steps[name], t0 = now - t0, now
+_DDLTRACE_CHILD = _LAP + r"""
 import json, sys
 from ddltrace.cli import main
 from ddltrace.analyses.run_analysis import analyze_store
@@ -294,7 +295,7 @@ def compile_ddltrace() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("traces", nargs="*", help="folders of /work/shared/hta_traces (default: all with GPU work)")
+    parser.add_argument("traces", nargs="*", help="folders of ../shared/hta_traces (default: all with GPU work)")
     parser.add_argument("--hta-python", type=Path, default=DEFAULT_HTA_PYTHON)
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/hta_multirank.py [--ranks 8] [--repeat 3] [--data /work/data/htascale] [--keep]
 
 The folder (written before and outside any timing, into ``--data``, outside the repository; deleted at the end
-unless ``--keep``): the real PyTorch trace /work/shared/hta_traces/df_index_resolver (216,092 events: CPU ops,
+unless ``--keep``): the real PyTorch trace ../shared/hta_traces/df_index_resolver (216,092 events: CPU ops,
 ``cudaLaunchKernel`` runtime events with correlation ids, kernels on CUDA streams with NCCL all-reduce kernels,
 copies, ``ac2g`` flow events) written once per rank as ``rank<N>.json.gz``, each with its ``distributedInfo`` rank
 set to N and ``world_size`` to the number of ranks, and every timestamp shifted by N microseconds; 8 ranks make

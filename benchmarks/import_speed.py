@@ -32,8 +32,11 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from shared_traces import SHARED  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_TRACE = Path("/work/shared/hta_traces/df_index_resolver/df_index_resolver.json.gz")
+DEFAULT_TRACE = SHARED / "hta_traces" / "df_index_resolver" / "df_index_resolver.json.gz"
 DEFAULT_HTA_PYTHON = ROOT / ".venvs" / "hta" / "bin" / "python"
 
 _HTA_CHILD = r"""

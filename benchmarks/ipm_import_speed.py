@@ -37,8 +37,11 @@ import tempfile
 import time
 from pathlib import Path
 
-CANDIDATES = [Path("/work/shared/mpi_traces/ipm-xml/pin1008.xml"),
-              Path("/work/shared/wild_traces/ipm_hunold_1494937738/hunold.1494937738.200810.ipm.xml")]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from shared_traces import SHARED  # noqa: E402
+
+CANDIDATES = [SHARED / "mpi_traces" / "ipm-xml" / "pin1008.xml",
+              SHARED / "wild_traces" / "ipm_hunold_1494937738" / "hunold.1494937738.200810.ipm.xml"]
 
 _REFERENCE = "import sys, xml.etree.ElementTree as ET; ET.parse(sys.argv[1])"
 
