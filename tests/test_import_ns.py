@@ -103,3 +103,13 @@ def test_begin_end_and_counters_exact(tmp_path):
     assert sorted(zip(trace.ts_ns.tolist(), trace.dur_ns.tolist(), strict=True)) == [
         (base + 47, 866), (base + 999, 2)]
     assert trace.counters == [(1, "mem.used", base + 1, 3.0)]
+
+
+def test_us_to_ns_exponents_beyond_the_decimal_context_are_out_of_range():
+    """A text whose exponent is beyond decimal's context (the fuzzer's ``-1e999`` glued to digits) is out of range,
+    not a decimal.Overflow."""
+    from ddltrace.collectors.importers.exact_time import OK, OUT_OF_RANGE, us_to_ns
+
+    ns, status = us_to_ns([b"-1e99999999", b"1E9999999", b"2.5e1"])
+    assert ns.tolist() == [0, 0, 25000]
+    assert status.tolist() == [OUT_OF_RANGE, OUT_OF_RANGE, OK]

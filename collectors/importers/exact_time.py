@@ -134,7 +134,7 @@ def _decimal(text: bytes) -> tuple[int, int]:
         value = Decimal(text.decode("ascii"))
     except (InvalidOperation, UnicodeDecodeError):
         return 0, NOT_A_NUMBER
-    if not value.is_finite() or abs(value) >= MAX_US:
+    if not value.is_finite() or value.copy_abs() >= MAX_US:  # copy_abs: no context, so no Overflow
         return 0, OUT_OF_RANGE
     ns = int((value * 1000).to_integral_value(ROUND_HALF_UP))
     return (ns, OK) if abs(ns) < MAX_NS else (0, OUT_OF_RANGE)
