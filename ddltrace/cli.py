@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
-import pkgutil
+import os
 import signal
 import sys
 import traceback
@@ -26,6 +26,8 @@ from ddltrace.errors import DamagedStoreWarning, DdltraceError, one_line
 from ddltrace.interrupts import Terminated
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
+#: Verbs whose module has another name (``import`` is a Python keyword); every other verb's module is its name.
+_MODULE_OF_VERB = {"import": "import_trace"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -58,8 +60,10 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action=_Version, help="show the version and exit")
     parser.add_argument("--debug", action="store_true", help="show the full traceback on errors")
     subparsers = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
-    names = sorted(info.name for info in pkgutil.iter_modules(commands.__path__) if not info.name.startswith("_"))
-    for name in [verb] if verb in names else names:
+    names = sorted(entry[:-3] for entry in os.listdir(commands.__path__[0])
+                   if entry.endswith(".py") and not entry.startswith("_"))
+    module_name = _MODULE_OF_VERB.get(verb, verb)
+    for name in [module_name] if module_name in names else names:
         module = importlib.import_module(f"{commands.__name__}.{name}")
         module.register(subparsers)
     return parser

@@ -82,3 +82,33 @@ def test_light_constants_match_their_modules():
     assert model.STORAGE_KINDS == hashemi.STORAGE_KINDS
     assert optimize.READ_BOUNDS == yan.READ_BOUNDS
     assert plan.DEFAULT_K == ralp.DEFAULT_K
+
+
+_IMPORT_CHILD = r"""
+import json, sys
+from ddltrace.cli import main
+code = main(["import", sys.argv[1], "--out", sys.argv[2]])
+print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
+"""
+
+
+def test_a_verb_run_loads_only_its_own_module_and_what_its_work_needs(tmp_path):
+    """``ddltrace import`` of a Kineto file: no other verb's module (the verb ``import`` lives in ``import_trace``:
+    the lookup by name once missed it and registered all 14 verbs, analyses and models included), and none of
+    the libraries only other formats or analyses need."""
+    trace = tmp_path / "rank0.pt.trace.json"
+    trace.write_text(json.dumps({
+        "schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1, "backend": "nccl"},
+        "traceEvents": [
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 5},
+            {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 12, "dur": 3,
+             "args": {"device": 0, "stream": 7, "correlation": 1}}]}))
+    child = subprocess.run([sys.executable, "-c", _IMPORT_CHILD, str(trace), str(tmp_path / "store")],
+                           capture_output=True, text=True, check=True)
+    report = json.loads(child.stdout.strip().splitlines()[-1])
+    assert report["code"] == 0 and (tmp_path / "store" / "manifest.json").exists()
+    modules = set(report["modules"])
+    assert {m for m in modules if m.startswith("ddltrace.commands.")} == {"ddltrace.commands.import_trace"}
+    unneeded = {"pandas", "scipy", "matplotlib", "ddltrace.analyses", "ddltrace.models", "xml.etree.ElementTree",
+                "sqlite3", "numpy.ma"}
+    assert modules & unneeded == set()

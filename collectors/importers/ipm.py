@@ -8,7 +8,6 @@ The rank's manifest entry says ``aggregate: true``.
 
 from __future__ import annotations
 
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
@@ -75,6 +74,8 @@ def _task_part(task, ctx: ImportContext, path: Path) -> RankPart:
 
 
 def read(path: Path, ctx: ImportContext):
+    import xml.etree.ElementTree as ET  # here, not at the top: every import run loads the importers' modules
+
     source = ByteSource(path)
     parser = ET.XMLPullParser(events=("end",))
     tasks = 0

@@ -11,7 +11,6 @@ metadata (``M``) events still puts its kernels on their GPU streams. ``gpu_user_
 
 from __future__ import annotations
 
-import hashlib
 import re
 from pathlib import Path
 from typing import Any
@@ -120,6 +119,8 @@ def group_id(name) -> int | None:
         return None
     if name.isascii() and name.isdigit() and int(name) <= _INT64_MAX:
         return int(name)
+    import hashlib  # here: only names that are not numbers need it
+
     return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little") & _INT64_MAX
 
 
@@ -245,7 +246,8 @@ def _cpu_lanes(trace) -> set:
     if not len(trace.key):
         return set()
     cpu_key = np.array([cat.lower() in HOST_CATS for cat, _ in trace.keys], dtype=bool)
-    return {trace.lanes[i] for i in np.unique(trace.lane_key[cpu_key[trace.key]])}
+    used = np.bincount(trace.lane_key[cpu_key[trace.key]], minlength=len(trace.lanes))  # not np.unique: it
+    return {trace.lanes[i] for i in np.flatnonzero(used)}  # imports numpy.ma, 10 ms of every import's start
 
 
 def _lane_namer(trace, device_lanes: set):

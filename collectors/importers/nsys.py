@@ -23,10 +23,10 @@ synchronisation and event activity.
 from __future__ import annotations
 
 import re
-import sqlite3
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -40,6 +40,9 @@ from ddltrace.collectors.importers.base import (
 )
 from ddltrace.collectors.importers.source import ByteSource
 from ddltrace.errors import DdltraceError
+
+if TYPE_CHECKING:
+    import sqlite3
 
 FORMAT = "nsys"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -74,6 +77,8 @@ def _database(path: Path):
                     out.write(chunk)
             if source.problems:
                 raise DdltraceError(f"{path}: {source.problems[0]}")
+        import sqlite3  # here, not at the top: every import run loads the importers' modules
+
         db = sqlite3.connect(f"{target.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
         try:
             yield db
@@ -206,6 +211,8 @@ class _Reader:
 def read(path: Path, ctx: ImportContext):
     """One rank per process when the threads of two or more processes name their MPI ranks (``nsys profile
     mpirun ...``; a process naming none becomes an identity numbered after them), else one rank: the file's."""
+    import sqlite3
+
     try:
         with _database(path) as db:
             reader = _Reader(db, ctx)
