@@ -44,6 +44,36 @@ def test_quota_cleans_up_its_cgroups_and_processes(tmp_path):
     assert not root.exists()
 
 
+def _new_hardware():
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import new_hardware
+
+    return new_hardware
+
+
+@pytest.mark.skipif(cl.missing_tools() is not None, reason=str(cl.missing_tools()))
+def test_net_b_links_hold_no_bucket_near_a_weights_message():
+    """The benchmark's net B by default: both ends of every node's link shaped to the rate with a token bucket
+    below an eighth of the job's 320 kB weights message (mlp-2-10k-2's n_w = 40,000 doubles). With the cluster's
+    default bucket (10 ms of the rate, 250 kB) a message after the compute gap passed 78 % at once: B's w = 1 phase
+    grew by 8.6 ms per batch where the two transfers at the rate take 25.6 ms, and the prediction from calibrate's
+    rate (a stream, which drains the bucket) was +124 % (/work/runs/nh1.log)."""
+    from ddltrace.models.dnn import load_dnn
+
+    nh = _new_hardware()
+    message = 8 * load_dnn(nh.DNN).parameters
+    assert message > 300_000
+    with nh.NetB(200e6)._cluster(2) as c:
+        for node in c.nodes:
+            for argv in (["tc", "-j", "qdisc", "show", "dev", node.veth],
+                         ["ip", "netns", "exec", node.netns, "tc", "-j", "qdisc", "show", "dev", "eth0"]):
+                (qdisc,) = [q for q in json.loads(subprocess.run(argv, capture_output=True, text=True,
+                                                                 check=True).stdout) if q.get("root")]
+                assert qdisc["kind"] == "tbf"
+                assert qdisc["options"]["rate"] == 25_000_000  # bytes/s
+                assert qdisc["options"]["burst"] <= message / 8, (argv, qdisc)
+
+
 @pytest.mark.skipif(cl.missing_tools() is not None, reason=str(cl.missing_tools()))
 @pytest.mark.skipif(MPIEXEC is not None and mpi_flavour(MPIEXEC) != "mpich",
                     reason="the simulated cluster is entered through MPICH's hydra")
@@ -54,9 +84,7 @@ def test_prediction_on_a_slow_network_machine_matches_its_run(tmp_path):
     compute (--serial-comm). The tolerance, 25 %, covers the compute factor's drift between two calibrations on
     this shared machine (a factor of 2 where it should be 1 moves the prediction by 20 %; one run here read 4.8
     and was still within 7 %)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    import new_hardware as nh
-
+    nh = _new_hardware()
     job = [*JOB, "--samples", "2048", "--epochs", "1", "--batch", "64", "--init", "parallel",
            "--compute", "emulated", "--sample-time", "0.0001"]
     a, b = nh.MachineA(), nh.NetB(200e6, burst=32768)
