@@ -62,13 +62,13 @@ def join_part(store_path: str | Path, part: str | Path, out: str | Path) -> Trac
             pyspy=False, out=str(out), work=str(work), start_ns=run.get("start_ns"), host=host,
             end_ns=run.get("end_ns"), exit_code=run.get("exit_code"), interrupted=run.get("interrupted")))
         part_store = recover_store(records, Path(tmp) / "part", stream=io.StringIO(), local=False).store
-        merged = merge_stores(store, part_store, out)
-    _fix_manifest(merged, store, part_store, host, part)
-    return merged
+        return merge_stores(store, part_store, out,
+                            amend=lambda merged: _fix_manifest(merged, store, part_store, host, part))
 
 
 def _fix_manifest(merged: TraceStore, store: TraceStore, part_store: TraceStore, host: str, part: Path) -> None:
-    """The merged manifest: the node no longer missing, its ranks' clock offsets, the hosts and nodes."""
+    """The merged manifest (before it is written): the node no longer missing, its ranks' clock offsets, the
+    hosts and nodes."""
     run = merged.manifest["run"]
     missing = {h: p for h, p in (store.run.get("missing_nodes") or {}).items() if h != host}
     if missing:
@@ -91,4 +91,3 @@ def _fix_manifest(merged: TraceStore, store: TraceStore, part_store: TraceStore,
     notes += [n for n in part_store.manifest.get("notes", [])
               if not n.startswith("recovered by") and "wrote no record file" not in n]
     merged.manifest["notes"] = [*notes, f"node {host}: its part joined by `ddltrace merge` from {part}"]
-    merged.save_manifest()

@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -917,11 +917,13 @@ class StoreLock:
 
 
 def merge_stores(first: TraceStore, second: TraceStore, out: str | os.PathLike, *,
-                 renumber: bool = False) -> TraceStore:
+                 renumber: bool = False, amend: Callable[[TraceStore], None] | None = None) -> TraceStore:
     """Merge two stores of one job into a new store at ``out``.
 
     Ranks present in both are an error unless ``renumber``, which shifts the second store's ranks past
-    the first's. Run metadata of the first wins; both sources are recorded in the manifest.
+    the first's. Run metadata of the first wins; both sources are recorded in the manifest. ``amend(store)``
+    may change the merged store's manifest before it is written and the store published, so that no reader ever
+    sees the store without it.
     """
     offset = 0
     overlap = set(first.ranks) & set(second.ranks)
@@ -934,11 +936,12 @@ def merge_stores(first: TraceStore, second: TraceStore, out: str | os.PathLike, 
     if out.exists():
         raise StoreError(f"{out}: already exists (choose another output)")
     with StoreLock(out):
-        _merge_into(first, second, out, offset)
+        _merge_into(first, second, out, offset, amend)
     return TraceStore.open(out)
 
 
-def _merge_into(first: TraceStore, second: TraceStore, out: Path, offset: int) -> None:
+def _merge_into(first: TraceStore, second: TraceStore, out: Path, offset: int,
+                amend: Callable[[TraceStore], None] | None) -> None:
     staging = staging_path(out)
     try:
         run = {**second.run, **first.run}
@@ -956,6 +959,8 @@ def _merge_into(first: TraceStore, second: TraceStore, out: Path, offset: int) -
                                                 "timeline_file", "rows")})
             if _MACHINE in source.counter_ranks:
                 merged.add_counters(source.counters([_MACHINE]), save=False)
+        if amend is not None:
+            amend(merged)
         merged.save_manifest()
         publish(staging, out)
     except BaseException:

@@ -8,14 +8,17 @@ Needs root, iproute2, util-linux and MPICH; skips with the reason where any is m
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 from cluster_jobs import MPIEXEC, NEEDS_CLUSTER, run_on_cluster
 
+from ddltrace import store as store_module
 from ddltrace.cli import main
 from ddltrace.collectors import cluster as cl
 from ddltrace.store import TraceStore
@@ -66,7 +69,7 @@ def test_node_local_parts_are_gathered_at_the_end(tmp_path):
     assert "missing_nodes" not in store.run
 
 
-def test_a_killed_node_is_named_with_its_part_and_merge_joins_it(tmp_path, capsys):
+def test_a_killed_node_is_named_with_its_part_and_merge_joins_it(tmp_path, capsys, monkeypatch):
     (tmp_path / "job.py").write_text(JOB)
     local = tmp_path / "local"
     local.mkdir()
@@ -98,8 +101,17 @@ def test_a_killed_node_is_named_with_its_part_and_merge_joins_it(tmp_path, capsy
     assert main(["info", str(local / "store")]) == 0
     info = capsys.readouterr().out
     assert f"missing     node {victim}: its part was not gathered; it is on that node in {part_on_node}" in info
+    published, real_publish = [], store_module.publish  # each store's manifest as it is published
+
+    def publish(staging, path, **kwargs):
+        published.append((Path(path), json.loads((staging / "manifest.json").read_text())))
+        return real_publish(staging, path, **kwargs)
+
+    monkeypatch.setattr("ddltrace.store.publish", publish)
     assert main(["merge", str(local / "store"), str(copied), "--out", str(tmp_path / "joined")]) == 0
     joined = TraceStore.open(tmp_path / "joined")
+    manifest = dict(published)[tmp_path / "joined"]
+    assert "missing_nodes" not in manifest["run"] and manifest["clock"]["offsets_ns"].keys() >= {"2", "3"}
     assert joined.ranks == [0, 1, 2, 3]
     assert [joined.rank_info(r)["host"] for r in (2, 3)] == [victim, victim]
     for rank in (2, 3):  # the killed node's ranks, from its part: their all-reduces, to their death
