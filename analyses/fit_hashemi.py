@@ -603,7 +603,21 @@ def measurements_from_store(path: str | Path, *, batch: float | None = None, sam
     return {"label": str(path), "job": job_identity(run), "w": float(len(workers)), "b": float(b),
             "d": None if d is None else float(d), "epochs": None if e is None else float(e),
             "phase_s": phase, "init_s": init, "phases_by": ",".join(sorted(methods)),
-            "server_busy_s": max(servers_busy) if servers_busy else math.nan}
+            "server_busy_s": max(servers_busy) if servers_busy else math.nan,
+            "ranks": float(len(store.ranks)), "cpu_share": cpu_share(store, workers, window[0], window[1])}
+
+
+def cpu_share(store, ranks: Sequence[int], start_ns: int, end_ns: int) -> float:
+    """The share of a core (0-1) the ``ranks`` had in the steady state: the mean of their processes' sampled
+    ``cpu_percent`` (100 = one core; each sample is the share since the one before) over the samples taken
+    between ``start_ns`` and ``end_ns``, divided by 100; NaN when the store has no such samples. A rank that
+    never blocks (MPI ranks polling for messages) uses all of its allowance, so this is the share it got."""
+    if start_ns is None or end_ns is None:
+        return math.nan
+    counters = store.counters([r for r in ranks if r >= 0])
+    taken = counters[(counters["name"] == "cpu_percent") & (counters["t_ns"] > start_ns)
+                     & (counters["t_ns"] <= end_ns)]
+    return float(taken["value"].mean()) / 100.0 if len(taken) else math.nan
 
 
 def _mpi_init_end(frame: pd.DataFrame, start_ns: int) -> int:

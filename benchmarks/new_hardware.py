@@ -261,7 +261,9 @@ def compare(prediction: dict, serial: dict, a: dict[int, dict] | None, b: dict[i
                 "high_s": row["profile_high_s"], "bound_by": row["profile_bound_by"],
                 "a_predicted_s": row["predicted_s"], "serial_s": srow["profile_s"],
                 "serial_low_s": srow["profile_low_s"], "serial_high_s": srow["profile_high_s"],
-                "serial_bound_by": srow["profile_bound_by"]}
+                "serial_bound_by": srow["profile_bound_by"], "share_a": row.get("share_a"),
+                "share_b": row.get("share_b"), "c_p_factor": row.get("profile_c_p_factor"),
+                "c_u_factor": row.get("profile_c_u_factor")}
         if b and w in b:
             item["measured_s"] = b[w]["phase_s"]
             item["error"] = (row["profile_s"] - b[w]["phase_s"]) / b[w]["phase_s"]
@@ -276,6 +278,7 @@ def compare(prediction: dict, serial: dict, a: dict[int, dict] | None, b: dict[i
             "serial_knee": serial_knee,
             "serial_knee_sides": knee_sides(measured, serial_knee) if len(measured) > 1 else [],
             "factors": prediction["transfer"]["factors"], "serial_factors": serial["transfer"]["factors"],
+            "server_split": prediction["transfer"].get("server_split"),
             "best_w": prediction["transfer"].get("best_w"), "serial_best_w": serial["transfer"].get("best_w")}
 
 
@@ -288,8 +291,17 @@ def _knee_text(knee: dict) -> str:
 def print_comparison(title: str, result: dict) -> None:
     print(f"\n{title}")
     for label, f in (("", result["factors"]), (" (--serial-comm)", result["serial_factors"])):
-        print(f"  factors B / A{label}: " + ", ".join(f"{k} {f[k]:.2f}" for k in ("c_p", "c_u", "r_m", "r_net",
-                                                                                  "lat_net")))
+        print(f"  factors B / A{label} (shares equal): " + ", ".join(f"{k} {f[k]:.2f}" for k in
+                                                                    ("c_p", "c_u", "r_m", "r_net", "lat_net")))
+    split = result.get("server_split")
+    if split:
+        print(f"  c_u on A: the server's {1e3 * split['server_s']:.3g} ms per update, "
+              f"{100 * split['cpu_fraction']:.0f} % CPU ({split['how']}); the fit's other "
+              f"{1e3 * split['rest_s']:.3g} ms carried as compute")
+    for r in result["rows"]:
+        if r.get("share_a") is not None:
+            print(f"  w={r['w']}: a rank's share of a core on A {r['share_a']:.2f}, on B {r['share_b']:.2f}: factors "
+                  f"c_p {r['c_p_factor']:.2f}, c_u {r['c_u_factor']:.2f}")
     print(f"  knee on B predicted: {_knee_text(result['knee'])}, with --serial-comm {_knee_text(result['serial_knee'])}"
           f"; best w on B: {result['best_w']}, {result['serial_best_w']}")
     print("  w   measured on B  predicted (max) [95 %]          error    bound           "

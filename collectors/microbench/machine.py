@@ -68,6 +68,60 @@ def vector_bits() -> int:
     return 128
 
 
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def _quota_cores(own: str, root: Path) -> tuple[float | None, str | None]:
+    """The tightest CPU quota (cores) on the cgroup ``own`` and its ancestors under ``root``: cgroup v1
+    ``cpu.cfs_quota_us / cpu.cfs_period_us`` (-1: none), v2 ``cpu.max`` ("max 100000": none); with the file."""
+    best, where = None, None
+    path = root / own.lstrip("/")
+    while True:
+        try:
+            if (path / "cpu.max").exists():
+                quota, period = (path / "cpu.max").read_text().split()[:2]
+                cores = None if quota == "max" else int(quota) / int(period)
+                name = path / "cpu.max"
+            else:
+                quota_us = int((path / "cpu.cfs_quota_us").read_text())
+                cores = quota_us / int((path / "cpu.cfs_period_us").read_text()) if quota_us > 0 else None
+                name = path / "cpu.cfs_quota_us"
+        except (OSError, ValueError, ZeroDivisionError):
+            cores, name = None, None
+        if cores is not None and (best is None or cores < best):
+            best, where = cores, str(name)
+        if path == root or root not in path.parents:
+            return best, where
+        path = path.parent
+
+
+def cpu_allowance(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = CGROUP_ROOT) -> dict:
+    """The CPU this process may use: ``cores`` (its affinity mask) and ``quota_cores`` (the tightest CFS quota of
+    its cgroup and their ancestors, in cores: 0.5 is half a core's time; None without one), with the file the
+    quota came from. A quota caps a share of the time, not a core's speed: the transfer to another machine
+    (``ddltrace.models.transfer``) needs both."""
+    quota, where = None, None
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        _, controllers, own = line.split(":", 2)
+        if controllers == "":  # cgroup v2: the unified hierarchy (under 'unified' on a hybrid v1 machine)
+            base = root / "unified" if (root / "unified" / "cgroup.controllers").exists() else root
+        elif "cpu" in controllers.split(","):
+            base = next((root / name for name in (controllers, "cpu", "cpu,cpuacct") if (root / name).is_dir()),
+                        None)
+            if base is None:
+                continue
+        else:
+            continue
+        cores, source = _quota_cores(own, base)
+        if cores is not None and (quota is None or cores < quota):
+            quota, where = cores, source
+    return {"cores": usable_cores(), "quota_cores": quota, "quota_source": where}
+
+
 def describe() -> dict:
     """CPU model, cores, cache sizes, memory, kernel, Python: what the profile records about the machine."""
     import psutil
@@ -82,6 +136,7 @@ def describe() -> dict:
         "logical_cpus": os.cpu_count(),
         "physical_cores": psutil.cpu_count(logical=False),
         "usable_cores": usable_cores(),
+        "cpu_allowance": cpu_allowance(),
         "cache_bytes": cache_sizes(),
         "vector_bits": vector_bits(),
         "fma": "fma" in info.get("flags", "").split() or platform.machine() == "aarch64",

@@ -247,7 +247,9 @@ BEST_TOLERANCE = 0.05
 
 
 def _on_profile(model: dict, source: str, profile_path: str, constants, wl, serial: bool = False) -> dict:
-    """The model's constants carried to the machine of ``profile_path``: constants, factors, notes, records."""
+    """The model's constants carried to the machine of ``profile_path``: the w-independent factors (each rank's
+    share of a core taken as equal on A and B), notes, the profiles' records and A's runs (``at(w)`` gives the
+    constants, factors and shares at w workers)."""
     from ddltrace.models import transfer
 
     fitted_on = model.get("profile")
@@ -256,9 +258,16 @@ def _on_profile(model: dict, source: str, profile_path: str, constants, wl, seri
                             "carry its costs from; refit with 'ddltrace model fit ... --profile A.json'")
     on_b = transfer.profile_record(load_json(profile_path, "hardware profile"), profile_path, wl.s)
     counts = model.get("work_per_sample") or {"muladds": 1.0, "neurons": 0.0}
+    runs = model.get("measurements") or []
     k_b, factors, notes = transfer.transfer(constants, wl, counts, fitted_on, on_b, serial=serial)
+
+    def at(w: float) -> tuple:
+        k_w, factors_w, _ = transfer.transfer(constants, wl, counts, fitted_on, on_b, serial=serial, w=w, runs=runs)
+        return k_w, factors_w, transfer.cpu_shares(fitted_on, on_b, runs, w)
+
+    split = transfer.server_split(constants.c_u, fitted_on, runs)
     return {"a": fitted_on, "b": on_b, "counts": counts, "constants": k_b, "factors": factors, "notes": notes,
-            "serial": serial}
+            "serial": serial, "runs": runs, "at": at, "server_split": split}
 
 
 def _knee(model: dict, wl, k, c_u_factor: float = 1.0) -> tuple[float, str, float | None]:
@@ -306,7 +315,12 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
     rows = []
     knees = {"model": _knee(model, wl, constants)}
     if moved:
-        knees["profile"] = _knee(model, wl, moved["constants"], moved["factors"]["c_u"])
+        w_star, cause = transfer.knee_on(constants, wl, moved["counts"], moved["a"], moved["b"], serial,
+                                         moved["runs"])
+        at_least = None
+        if constants.c_u == 0:  # only bounded by the runs: the knee at the bound, carried at the largest w asked
+            _, _, at_least = _knee(model, wl, moved["at"](max(workers))[0], moved["at"](max(workers))[1]["c_u"])
+        knees["profile"] = (w_star, cause, at_least)
     if changed is not None:
         knees["what_if"] = _knee(model, wl, changed)
     for w in workers:
@@ -315,10 +329,13 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
                "bound_by": hashemi.bound_by(terms), "comp_s": wl.epochs * terms["comp"],
                "mem_s": wl.epochs * terms["mem"], "net_s": wl.epochs * terms["net"]}
         if moved:
-            on_b = hashemi.phase_terms(w, wl, moved["constants"])
-            row.update(profile_s=wl.epochs * hashemi.t_phase(w, wl, moved["constants"]),
+            k_w, factors_w, shares = moved["at"](w)
+            on_b = hashemi.phase_terms(w, wl, k_w)
+            row.update(profile_s=wl.epochs * hashemi.t_phase(w, wl, k_w),
                        profile_bound_by=hashemi.bound_by(on_b), profile_comp_s=wl.epochs * on_b["comp"],
-                       profile_mem_s=wl.epochs * on_b["mem"], profile_net_s=wl.epochs * on_b["net"])
+                       profile_mem_s=wl.epochs * on_b["mem"], profile_net_s=wl.epochs * on_b["net"],
+                       profile_c_p_factor=factors_w["c_p"], profile_c_u_factor=factors_w["c_u"],
+                       share_a=shares["share_a"], share_b=shares["share_b"], share_a_from=shares["share_a_from"])
         if changed is not None:
             row["what_if_s"] = wl.epochs * hashemi.t_phase(w, wl, changed)
             row["what_if_bound_by"] = hashemi.bound_by(hashemi.phase_terms(w, wl, changed))
@@ -330,12 +347,13 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
     if moved:
         confidence = float(model.get("confidence") or 0.95)
         low, high = transfer.interval(model["constants"], constants, wl, moved["counts"], moved["a"], moved["b"],
-                                      workers, confidence, serial=serial)
+                                      workers, confidence, serial=serial, runs=moved["runs"])
         table["profile_low_s"], table["profile_high_s"] = low, high
         fastest = table["profile_s"].min()
         best = table[table["profile_s"] <= (1 + BEST_TOLERANCE) * fastest]["w"].min()
         table.attrs["transfer"] = {"profile": profile, "fitted_on": moved["a"]["source"],
-                                   "factors": moved["factors"], "notes": moved["notes"], "confidence": confidence,
+                                   "factors": moved["factors"], "server_split": moved["server_split"],
+                                   "notes": moved["notes"], "confidence": confidence,
                                    "best_w": int(best), "draws": transfer.DRAWS, "serial_comm": serial}
     table.attrs["knees"] = knees
     return table
@@ -345,10 +363,20 @@ def _describe_transfer(table: pd.DataFrame) -> list[str]:
     info = table.attrs["transfer"]
     f = info["factors"]
     pct = int(round(100 * info["confidence"]))
-    lines = [f"carried from {info['fitted_on']} (A, the fit's profile) to {info['profile']} (B), factor B / A:",
+    split = info["server_split"]
+    lines = [f"carried from {info['fitted_on']} (A, the fit's profile) to {info['profile']} (B), factor B / A "
+             "with a rank's share of a core equal on both:",
              f"  compute per sample (c_p, t_phase_min) x{f['c_p']:.4g}: feed-forward work at the job's working set "
              "(C_muladd, C_act, C_err)",
-             f"  per batch and per update (c_b, c_u) x{f['c_u']:.4g}: C_muladd over the weights",
+             f"  per batch (c_b) x{f['c_b']:.4g}: C_muladd over the weights; per update (c_u) x{f['c_u']:.4g}: the "
+             f"server's busy {1e3 * split['server_s']:.3g} ms per update ({100 * split['cpu_fraction']:.0f} % CPU, "
+             f"as C_muladd over the weights; {split['how']}), the fit's other {1e3 * split['rest_s']:.3g} ms as the "
+             "per-sample work",
+             "  each CPU-bound factor at w also times (alone_B / alone_A) share_A(w) / share_B(w), a rank's share of a "
+             "core (alone: calibrate's own, min(1, quota)); per w:",
+             *[f"    w={row['w']}: share on A {row['share_a']:.3g} ({row['share_a_from']}), on B {row['share_b']:.3g}; "
+               f"c_p x{row['profile_c_p_factor']:.4g}, c_u x{row['profile_c_u_factor']:.4g}"
+               for row in table.to_dict("records")],
              f"  memory r_m x{f['r_m']:.4g}, w_m x{f['w_m']:.4g}; network r_net x{f['r_net']:.4g}, "
              f"lat_net x{f['lat_net']:.4g}; storage r_d x{f['r_d']:.4g}",
              f"  interval: {pct} % of {info['draws']} draws over the fit's standard errors and both profiles' "

@@ -87,6 +87,7 @@ def profile_record(profile: Any, source: str, s: float) -> dict:
     machine = profile.get("machine")
     if isinstance(machine, Mapping):
         record["machine"] = " ".join(str(machine[k]) for k in ("hostname", "cpu_model") if machine.get(k))
+        record["allowance"] = _allowance(machine, source)
     for name in (*CPU, *HELD):
         entry = table.get(name)
         if entry is None:
@@ -109,6 +110,16 @@ def profile_record(profile: Any, source: str, s: float) -> dict:
                 record["curves"][name] = {"curve": chosen,
                                           "points": _points(curves[chosen], f"{source}: curve {chosen}")}
     return record
+
+
+def _allowance(machine: Mapping, source: str) -> dict:
+    """The CPU calibrate ran under (``machine.cpu_allowance``: cores of its affinity, CFS quota in cores), else
+    the profile's usable cores and no quota (a profile made before calibrate recorded its allowance)."""
+    raw = machine.get("cpu_allowance") if isinstance(machine.get("cpu_allowance"), Mapping) else {}
+    cores = raw.get("cores", machine.get("usable_cores"))
+    quota = raw.get("quota_cores")
+    return {"cores": None if cores is None else _number(cores, f"{source}: machine cpu_allowance cores"),
+            "quota_cores": None if quota is None else _number(quota, f"{source}: machine cpu_allowance quota")}
 
 
 def work_counts(dnn) -> dict:
@@ -165,11 +176,101 @@ def per_sample_work(record: Mapping, counts: Mapping, working_set: float, z: Map
     return work
 
 
+def _alone(record: Mapping) -> float:
+    """The share of a core calibrate's one thread had on the profile's machine: min(1, its quota in cores)."""
+    quota = (record.get("allowance") or {}).get("quota_cores")
+    return min(1.0, quota) if quota else 1.0
+
+
+def _servers(runs: Sequence[Mapping]) -> float:
+    extra = [float(r["ranks"]) - float(r["w"]) for r in runs if _finite(r.get("ranks")) and _finite(r.get("w"))]
+    return float(np.median(extra)) if extra else 1.0
+
+
+def _finite(x: Any) -> bool:
+    try:
+        return math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
+
+
+def share_on_a(a: Mapping, runs: Sequence[Mapping], w: float) -> tuple[float, str]:
+    """The share of a core (0-1) a rank had on A at ``w`` workers, and how it is known: the runs' sampled
+    ``cpu_share`` at that w (median), else ``min(alone, cores / (w + servers))`` with A's cores and every rank
+    busy (MPI ranks poll for their messages), capped at the share calibrate's thread had."""
+    alone = _alone(a)
+    shares = [float(r["cpu_share"]) for r in runs
+              if _finite(r.get("cpu_share")) and _finite(r.get("w")) and float(r["w"]) == float(w)]
+    if shares:
+        return min(alone, float(np.median(shares))), "measured"
+    cores = (a.get("allowance") or {}).get("cores")
+    if not cores:
+        return alone, "assumed (A's cores unknown)"
+    return min(alone, cores / (w + _servers(runs))), f"estimated ({cores:g} cores, w + {_servers(runs):g} ranks)"
+
+
+def cpu_shares(a: Mapping, b: Mapping, runs: Sequence[Mapping], w: float) -> dict:
+    """A rank's share of a core on A and on B at ``w`` workers, and what it does to a CPU-bound cost.
+
+    On B a rank gets ``share_B = min(alone_B, share_A * cores_B / cores_A)``: B's quota caps it, and B's cores
+    shared by the same ranks (and the same load beside them) as A's. The calibrated constants were measured by
+    one thread with ``alone`` = min(1, quota) of a core, so a CPU-bound cost carries by the calibrated ratio
+    times ``multiplier = (alone_B / alone_A) * share_A / share_B``: the core's own speed ratio, and the share the
+    rank has on each machine. Without quotas and with as many cores, the multiplier is 1."""
+    share_a, how = share_on_a(a, runs, w)
+    cores_a = (a.get("allowance") or {}).get("cores")
+    cores_b = (b.get("allowance") or {}).get("cores")
+    ratio = cores_b / cores_a if cores_a and cores_b else 1.0
+    share_b = min(_alone(b), share_a * ratio)
+    return {"w": float(w), "share_a": share_a, "share_a_from": how, "share_b": share_b,
+            "alone_a": _alone(a), "alone_b": _alone(b),
+            "multiplier": (_alone(b) / _alone(a)) * share_a / share_b if share_b > 0 else 1.0}
+
+
+def server_split(c_u: float, a: Mapping, runs: Sequence[Mapping]) -> dict:
+    """What the fitted c_u (s/update) holds, from the server's trace on A: ``server_s``, the server's measured busy
+    time per update (median over the runs, at most c_u), of which ``cpu_fraction`` is CPU, and ``rest_s`` =
+    c_u - server_s, what the fit put in c_u beyond the server's work (the runs' plateau was not the server's: on
+    a machine with fewer cores than ranks, the workers' contention for them), carried like the workers' compute.
+
+    The CPU fraction comes from how the server's busy time per update grew as the ranks' share of a core fell
+    across A's runs: busy = cpu / share + rest (least squares over the runs); a sleep or a wait on a device does
+    not grow. Without two runs at shares 20 % apart, all of it is taken for CPU."""
+    per_update, inverse = [], []
+    for r in runs:
+        if not (_finite(r.get("server_busy_s")) and _finite(r.get("d")) and _finite(r.get("b"))):
+            continue
+        updates = float(r["d"]) * float(r.get("epochs") or 1.0) / float(r["b"])
+        per_update.append(float(r["server_busy_s"]) / updates)
+        share, _ = share_on_a(a, runs, float(r["w"]))
+        inverse.append(1.0 / share if share > 0 else math.nan)
+    if not per_update or c_u <= 0:
+        return {"server_s": c_u, "rest_s": 0.0, "cpu_fraction": 1.0,
+                "how": "no server busy time in the runs: all of c_u is the server's, all CPU"}
+    server = min(c_u, float(np.median(per_update)))
+    x, y = np.asarray(inverse), np.asarray(per_update)
+    ok = np.isfinite(x)
+    if ok.sum() >= 2 and x[ok].max() >= 1.2 * x[ok].min():
+        slope, intercept = np.polyfit(x[ok], y[ok], 1)
+        cpu, off = max(0.0, float(slope)), max(0.0, float(intercept))
+        fraction = cpu / (cpu + off) if cpu + off > 0 else 1.0
+        how = (f"server busy {1e3 * cpu:.3g} ms / share + {1e3 * off:.3g} ms per update over {int(ok.sum())} runs")
+    else:
+        fraction, how = 1.0, "the runs' shares do not differ enough to tell CPU from waiting: all taken for CPU"
+    return {"server_s": server, "rest_s": c_u - server, "cpu_fraction": fraction, "how": how}
+
+
 def transfer(k: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Mapping,
              z_a: Mapping | None = None, z_b: Mapping | None = None,
-             serial: bool = False) -> tuple[Constants, dict, list[str]]:
-    """The model's constants ``k`` (fitted on A) carried to B: (constants on B, factor of each constant B / A,
-    notes on what could not be carried).
+             serial: bool = False, w: float | None = None,
+             runs: Sequence[Mapping] = ()) -> tuple[Constants, dict, list[str]]:
+    """The model's constants ``k`` (fitted on A) carried to B at ``w`` workers: (constants on B, factor of each
+    constant B / A, notes on what could not be carried).
+
+    The CPU-bound costs carry by the calibrated work ratio times :func:`cpu_shares`' multiplier at ``w`` (1 when
+    ``w`` is None): c_p, t_phase_min by the per-sample work, c_b by a pass over the weights, and c_u split by
+    :func:`server_split` (``runs``: the model's measurements on A): the server's CPU time by the weights pass,
+    its other time kept, what the fit put in c_u beyond the server's work by the per-sample work.
 
     ``serial``: the workers pull the weights, compute and push the gradient one after another (no overlap, as the
     ps-sgd job does). Then the fit on A put the workers' exposed transfers into c_p, at A's network; on B c_p gains
@@ -181,12 +282,19 @@ def transfer(k: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Mapping
     z_a, z_b = z_a or {}, z_b or {}
     job_set = hashemi.working_set_bytes(wl.b, wl.n_f, wl.n_w, wl.s)
     weights_set = max(wl.n_w * wl.s, 1.0)
-    factors = {}
     sample = per_sample_work(b, counts, job_set, z_b) / per_sample_work(a, counts, job_set, z_a)
     update = (per_sample_work(b, {"muladds": 1.0}, weights_set, z_b)
               / per_sample_work(a, {"muladds": 1.0}, weights_set, z_a))
-    factors.update(dict.fromkeys(PER_SAMPLE, sample))
-    factors.update(dict.fromkeys(PER_UPDATE, update))
+    m = cpu_shares(a, b, runs, w)["multiplier"] if w is not None else 1.0
+    factors = dict.fromkeys(PER_SAMPLE, sample * m)
+    factors["c_b"] = update * m
+    split = server_split(k.c_u, a, runs)
+    if k.c_u > 0:
+        f = split["cpu_fraction"]
+        c_u_b = split["server_s"] * (f * update * m + 1.0 - f) + split["rest_s"] * sample * m
+        factors["c_u"] = c_u_b / k.c_u
+    else:
+        factors["c_u"] = update * m
     notes = []
     for name in HELD:
         value = getattr(k, name)
@@ -207,6 +315,18 @@ def transfer(k: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Mapping
     return replace(k, **values), factors, notes
 
 
+def knee_on(k: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Mapping, serial: bool = False,
+            runs: Sequence[Mapping] = (), most: int = 1024) -> tuple[float, str]:
+    """The knee on B (workers, cause) when the carried constants depend on w: the first w = 1, 2, ... ``most``
+    that is at or past the knee of the constants carried at that w (Hashemi's w* of those); inf, 'none' if none."""
+    for w in range(1, most + 1):
+        on_b, _, _ = transfer(k, wl, counts, a, b, serial=serial, w=w, runs=runs)
+        w_star, cause = hashemi.knee(wl, on_b)
+        if w_star <= w:
+            return w_star, cause
+    return math.inf, "none"
+
+
 def _fit_draw(entries: Mapping, k: Constants, rng: np.random.Generator) -> Constants:
     """One draw of the fitted constants: normal on their standard errors, uniform below an only-bounded one."""
     values = {}
@@ -222,7 +342,8 @@ def _fit_draw(entries: Mapping, k: Constants, rng: np.random.Generator) -> Const
 
 def interval(entries: Mapping, k: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Mapping,
              workers: Sequence[float], confidence: float, draws: int = DRAWS, seed: int = 0,
-             what_if: Mapping | None = None, serial: bool = False) -> tuple[np.ndarray, np.ndarray]:
+             what_if: Mapping | None = None, serial: bool = False,
+             runs: Sequence[Mapping] = ()) -> tuple[np.ndarray, np.ndarray]:
     """(low, high) seconds of the computation phase (all epochs) on B at each worker count: the central
     ``confidence`` share of ``draws`` predictions with the fit's and both profiles' uncertainties."""
     rng = np.random.default_rng(seed)
@@ -232,10 +353,12 @@ def interval(entries: Mapping, k: Constants, wl: Workload, counts: Mapping, a: M
     for i in range(draws):
         z_a = {name: rng.standard_normal() for name in names}
         z_b = {name: rng.standard_normal() for name in names}
-        on_b, _, _ = transfer(_fit_draw(entries, k, rng), wl, counts, a, b, z_a, z_b, serial)
-        if what_if:
-            on_b = on_b.scaled(what_if)
-        out[i] = wl.epochs * np.atleast_1d(hashemi.t_phase(ws, wl, on_b))
+        drawn = _fit_draw(entries, k, rng)
+        for j, w in enumerate(ws):
+            on_b, _, _ = transfer(drawn, wl, counts, a, b, z_a, z_b, serial, w=w, runs=runs)
+            if what_if:
+                on_b = on_b.scaled(what_if)
+            out[i, j] = wl.epochs * hashemi.t_phase(w, wl, on_b)
     tail = 50.0 * (1.0 - confidence)
     low, high = np.percentile(out, [tail, 100.0 - tail], axis=0)
     return low, high

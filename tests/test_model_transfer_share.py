@@ -1,0 +1,147 @@
+"""A CPU quota is not a slower core (issue 17): the transfer of a fitted model to B carries each rank's share of a
+core (calibrate records the allowance it ran under; A's runs record the share their ranks had), and the server's
+cost per update is split into the CPU it used and the time it waited, from the server's trace."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ddltrace.analyses.fit_hashemi import cpu_share, measurements_from_store
+from ddltrace.collectors import cpu_quota
+from ddltrace.collectors.microbench.machine import cpu_allowance
+from ddltrace.models import transfer
+from ddltrace.models.hashemi import Constants, Workload
+from ddltrace.store import TraceStore
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces" / "ps-sgd"
+WL = Workload(d=4096, b=64, n_f=2, n_w=40000, epochs=1, s=8)
+COUNTS = {"muladds": 120000.0, "neurons": 10002.0}
+#: A's shares of a core at w = 1, 2, 4 as the reference job's ranks had them on this 2-core VM (nh1's runs)
+SHARES = {1: 0.98, 2: 0.69, 4: 0.37}
+
+
+def _profile(scale: float, cores: int = 2, quota: float | None = None) -> dict:
+    """A profile record whose compute constants are ``scale`` times a base, calibrated under ``quota``."""
+    raw = {"machine": {"hostname": "vm", "usable_cores": cores,
+                       "cpu_allowance": {"cores": cores, "quota_cores": quota}},
+           "constants": {"C_muladd": {"value": 2e-11 * scale, "uncertainty": 0.0},
+                         "C_act": {"value": 1e-9 * scale, "uncertainty": 0.0},
+                         "C_err": {"value": 1e-9 * scale, "uncertainty": 0.0},
+                         "r_net": {"value": 3e-10, "uncertainty": 0.0}}}
+    return transfer.profile_record(raw, f"profile x{scale}", 8)
+
+
+def _runs(busy_per_update) -> list[dict]:
+    """A's runs at w = 1, 2, 4 with SHARES and the server's busy time per update ``busy_per_update(share)``."""
+    return [{"w": float(w), "b": 64.0, "d": 4096.0, "epochs": 1.0, "ranks": w + 1.0, "cpu_share": share,
+             "server_busy_s": 64 * busy_per_update(share)} for w, share in SHARES.items()]
+
+
+def test_cpu_allowance_reads_the_tightest_quota_of_its_cgroup_and_ancestors(tmp_path):
+    root = tmp_path / "cgroup"
+    for folder, quota in (("cpu,cpuacct/job", "50000"), ("cpu,cpuacct/job/rank1", "-1")):
+        (root / folder).mkdir(parents=True)
+        (root / folder / "cpu.cfs_quota_us").write_text(quota + "\n")
+        (root / folder / "cpu.cfs_period_us").write_text("100000\n")
+    proc = tmp_path / "cgroup.txt"
+    proc.write_text("9:memory:/x\n4:cpu,cpuacct:/job/rank1\n0::/\n")
+    got = cpu_allowance(proc, root)
+    assert got["quota_cores"] == 0.5
+    assert got["quota_source"] == str(root / "cpu,cpuacct" / "job" / "cpu.cfs_quota_us")
+    assert got["cores"] == len(__import__("os").sched_getaffinity(0))
+    # cgroup v2: cpu.max, "max" for none
+    v2 = tmp_path / "v2"
+    for folder, line in (("a", "max 100000"), ("a/b", "25000 100000")):
+        (v2 / folder).mkdir(parents=True)
+        (v2 / folder / "cpu.max").write_text(line + "\n")
+    proc.write_text("0::/a/b\n")
+    assert cpu_allowance(proc, v2)["quota_cores"] == 0.25
+    proc.write_text("0::/a\n")
+    assert cpu_allowance(proc, v2)["quota_cores"] is None
+
+
+@pytest.mark.skipif(cpu_quota.missing() is not None, reason=str(cpu_quota.missing()))
+def test_calibrate_under_a_real_quota_records_it():
+    code = "from ddltrace.collectors.microbench.machine import describe; print(describe()['cpu_allowance'])"
+    with cpu_quota.CpuQuota(0.5) as quota:
+        done = subprocess.run(quota.wrap([sys.executable, "-c", code]), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "'quota_cores': 0.5" in done.stdout
+
+
+def test_a_quota_slows_a_rank_by_its_share_not_by_calibrates_factor():
+    """B = A under a quota of half a core: calibrate's one thread saw 2x; A's ranks had SHARES. On B a rank gets
+    min(0.5, share_A): c_p carries by 2 * 0.5 * share_A / min(0.5, share_A), 1.96 at w = 1 and 1 at w = 4 where A's
+    ranks already had less than half a core."""
+    a, b = _profile(1.0), _profile(2.0, quota=0.5)
+    runs = _runs(lambda share: 1e-3 / share)
+    k = Constants(c_p=1e-4, c_u=1e-3)
+    for w, share in SHARES.items():
+        on_b, factors, _ = transfer.transfer(k, WL, COUNTS, a, b, w=w, runs=runs)
+        expected = 2.0 * 0.5 * share / min(0.5, share)
+        assert factors["c_p"] == pytest.approx(expected)
+        assert on_b.c_p == pytest.approx(k.c_p * expected)
+        shares = transfer.cpu_shares(a, b, runs, w)
+        assert (shares["share_a"], shares["share_b"], shares["share_a_from"]) == (share, min(0.5, share), "measured")
+    # a w the runs did not measure: every rank busy on A's 2 cores, w + 1 ranks
+    assert transfer.cpu_shares(a, b, runs, 8)["share_a"] == pytest.approx(2 / 9)
+    assert transfer.transfer(k, WL, COUNTS, a, b, w=8, runs=runs)[1]["c_p"] == pytest.approx(1.0)
+
+
+def test_another_cpu_without_a_quota_carries_by_the_work_ratio_at_every_w():
+    a, b = _profile(1.0), _profile(1.5)
+    runs = _runs(lambda share: 1e-3 / share)
+    k = Constants(c_p=1e-4, c_b=1e-3, c_u=1e-3)
+    for w in (1, 2, 4, 8, 64):
+        _, factors, _ = transfer.transfer(k, WL, COUNTS, a, b, w=w, runs=runs)
+        assert factors["c_p"] == pytest.approx(1.5)
+        assert factors["c_b"] == pytest.approx(1.5)
+        assert factors["c_u"] == pytest.approx(1.5)
+    # twice the cores: a rank's share on B doubles (to at most a core), so a w past A's cores gains
+    wide = _profile(1.0, cores=4)
+    _, factors, _ = transfer.transfer(k, WL, COUNTS, a, wide, w=4, runs=runs)
+    assert factors["c_p"] == pytest.approx(SHARES[4] / (2 * SHARES[4]))
+
+
+def test_the_servers_sleep_is_not_slowed_by_a_quota():
+    """The server-bound job's server sleeps 10 ms per gradient and computes 1 ms: its busy time per update on A
+    grew as 1 ms / share + 10 ms. Under the quota only the 1 ms is slowed; the fit's c_u beyond the server's
+    median busy time (the runs' plateau, not the server's work) carries like the workers' compute."""
+    a, b = _profile(1.0), _profile(2.0, quota=0.5)
+    runs = _runs(lambda share: 1e-3 / share + 10e-3)
+    busy = [1e-3 / s + 10e-3 for s in SHARES.values()]
+    split = transfer.server_split(0.0125, a, runs)
+    assert split["server_s"] == pytest.approx(float(np.median(busy)))
+    assert split["cpu_fraction"] == pytest.approx(1 / 11)
+    assert split["rest_s"] == pytest.approx(0.0125 - split["server_s"])
+    k = Constants(c_p=1e-4, c_u=0.0125)
+    for w, share in SHARES.items():
+        m = 2.0 * 0.5 * share / min(0.5, share)
+        _, factors, _ = transfer.transfer(k, WL, COUNTS, a, b, w=w, runs=runs)
+        expected = split["server_s"] * (m / 11 + 10 / 11) + split["rest_s"] * m
+        assert factors["c_u"] * 0.0125 == pytest.approx(expected)
+    # the compute-bound job's server: all of its busy time grew with 1 / share: all CPU
+    assert transfer.server_split(0.008, a, _runs(lambda share: 1e-3 / share))["cpu_fraction"] == pytest.approx(1.0)
+
+
+@pytest.mark.skipif(not (SAMPLES / "par-w2" / "store").exists(), reason="the committed sample traces are absent")
+def test_a_runs_cpu_share_is_its_workers_sampled_cpu_percent():
+    path = SAMPLES / "par-w2" / "store"
+    store = TraceStore.open(path)
+    frames = [pd.read_parquet(path / "counters" / f"rank-{r:05d}.parquet") for r in (1, 2)]
+    samples = pd.concat(frames)
+    samples = samples[samples["name"] == "cpu_percent"].sort_values("t_ns")
+    start, end = int(samples["t_ns"].iloc[1]), int(samples["t_ns"].iloc[-2])
+    inside = samples[(samples["t_ns"] > start) & (samples["t_ns"] <= end)]
+    assert len(inside) >= 3
+    assert cpu_share(store, [1, 2], start, end) == pytest.approx(inside["value"].mean() / 100)
+    assert np.isnan(cpu_share(store, [1, 2], end + 10**12, end + 2 * 10**12))
+    row = measurements_from_store(path)
+    assert row["ranks"] == 3.0
+    assert 0 < row["cpu_share"] <= 1.1
