@@ -131,6 +131,8 @@ class ImportContext:
     rank_from: str = "auto"
     file_index: int = 0
     report: FileReport | None = None
+    #: processes the file may be read with (a Chrome trace large enough: collectors/importers/chrome_split.py)
+    processes: int = 1
 
 
 @dataclass(frozen=True)

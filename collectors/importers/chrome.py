@@ -356,6 +356,40 @@ class _Builder:
                             OUT_OF_RANGE: _OUT_OF_RANGE}[status]] += 1
         return True
 
+    def state(self) -> dict:
+        """What this builder holds before :meth:`finish`, for :meth:`absorb` (picklable: it crosses processes)."""
+        return {"lanes": list(self.lane_index), "keys": list(self.key_index), "parts": self.parts,
+                "n_rows": self.n_rows, "begin_end": self.begin_end, "async_be": self.async_be, "seq": self.seq,
+                "flow_parts": self.flow_parts, "trace": self.trace, "amend": self.amend}
+
+    def absorb(self, state: dict) -> None:
+        """Add what another builder read from the text right after this one's (its :meth:`state`), as if this
+        builder had read it: its lane and key codes mapped to this one's, its begin/end order after this one's,
+        ``amend``'s records joined (``amend.absorb(other, rows_before)``), names and counters added in order."""
+        lanes = np.array([self.lane_index.setdefault(q, len(self.lane_index)) for q in state["lanes"]], np.int32)
+        keys = np.array([self.key_index.setdefault(q, len(self.key_index)) for q in state["keys"]], np.int32)
+        self.parts.extend((lanes[lane], keys[key], ts, dur) for lane, key, ts, dur in state["parts"])
+        if self.amend is not None:
+            self.amend.absorb(state["amend"], self.n_rows)
+        self.n_rows += state["n_rows"]
+        seq = self.seq
+        self.begin_end.extend((int(lanes[lane]), ts, n + seq, begins, None if key is None else int(keys[key]), name,
+                               args) for lane, ts, n, begins, key, name, args in state["begin_end"])
+        self.async_be.extend((*event[:6], event[6] + seq, event[7]) for event in state["async_be"])
+        self.seq += state["seq"]
+        self.flow_parts.extend({**flows, "lane": lanes[flows["lane"]]} for flows in state["flow_parts"])
+        t, other = self.trace, state["trace"]
+        t.read += other.read
+        t.skipped.update(other.skipped)
+        t.problems.extend(other.problems)
+        t.header.update(other.header)
+        t.process_names.update(other.process_names)
+        t.process_labels.update(other.process_labels)
+        t.thread_names.update(other.thread_names)
+        for pid, extra in other.process_args.items():
+            t.process_args.setdefault(pid, {}).update(extra)
+        t.counters.extend(other.counters)
+
     def finish(self) -> ChromeTrace:
         t = self.trace
         parts = self.parts
@@ -537,10 +571,23 @@ def _malformed_offset(exc: Exception) -> int | None:
     return int(m.group(1)) if m else None
 
 
+class Unshared(Exception):
+    """A reader sharing a file (``share``) met text only one reader can follow (no event boundary in a chunk, an
+    event larger than a piece, damage): the file is read again by one process."""
+
+
 class _Reader:
-    def __init__(self, source: ByteSource, builder: _Builder):
+    def __init__(self, source: ByteSource, builder: _Builder, share: tuple[int, int] | None = None,
+                 make: Callable[[], _Builder] | None = None):
+        """``share`` = (k, n): this reader is the k-th of n reading the same file, each decoding every n-th
+        piece (cut at the last event boundary of a piece's text, without decoding) into a builder of its own
+        from ``make``; their :meth:`_Builder.state` go to ``pieces`` as (piece number, state), and the 0-th
+        reader also reads the text after the last piece (the array's end). :mod:`.chrome_split` joins them."""
         self.source = source
         self.builder = builder
+        self.share, self.make = share, make
+        self.pieces: list[tuple[int, dict]] = []
+        self.piece = 0  # pieces cut so far (shared reading)
         self.offset = 0  # decoded-byte offset of buf[0] in the file
         self.events_at = 0  # decoded-byte offset where the events array's content begins
         self.strings_cut = 0  # strings of oversized events cut by the skimmer
@@ -602,6 +649,42 @@ class _Reader:
                 return m.end() - 1
         return None
 
+    def _share_pending(self, buf: bytes, pending: list[bytes]) -> int | None:
+        """:meth:`_decode_pending` of a shared reading: cut at the last event boundary of the last chunk; decode the
+        piece into a builder of its own if it is this reader's; where the next event starts in that chunk (None:
+        the chunk has no boundary)."""
+        last = pending[-1]
+        found = next(_boundaries(last, 0, len(last)), None)
+        if found is None:
+            return None
+        brace, m = found
+        mine, readers = self.share
+        if self.piece % readers == mine:
+            doc = b"".join([b"[", buf, *pending[:-1], memoryview(last)[:brace + 1], b"]"])
+            self.pieces.append((self.piece, self._on_own_builder(self._events_of, doc, wrapped=True)))
+        self.piece += 1
+        self.offset += len(buf) + sum(len(chunk) for chunk in pending[:-1]) + m.end() - 1
+        return m.end() - 1
+
+    def _on_own_builder(self, read: Callable, *args, **kwargs) -> dict:
+        """``read(*args)`` (:meth:`_events_of`, or :meth:`_finish`) into a new builder from ``make``: its state.
+        :class:`Unshared` when the text does not decode or any problem is met."""
+        root = self.builder, self.trace
+        self.builder = self.make()
+        self.trace = self.builder.trace
+        try:
+            result = read(*args, **kwargs)
+            if isinstance(result, tuple):  # _events_of: (events, error)
+                events, error = result
+                if error is not None:
+                    raise Unshared(f"piece {self.piece}: {error}")
+                self.builder.add(events)
+            if self.trace.problems or self.strings_cut:
+                raise Unshared(self.trace.problems[0] if self.trace.problems else "strings cut")
+            return self.builder.state()
+        finally:
+            self.builder, self.trace = root
+
     def _cut(self, buf: bytes, window: int) -> int | None:
         """Decode the longest prefix of ``buf`` ending at an event boundary (searching its last
         ``window`` bytes); return the offset where the next event starts, None if no cut decodes."""
@@ -648,7 +731,7 @@ class _Reader:
         self.builder.add(good)
         return len(buf) if final else starts[-1]  # where the last, unfinished event starts
 
-    def run(self) -> ChromeTrace:
+    def run(self) -> ChromeTrace | None:
         buf = b""
         state = "prologue"
         container = None
@@ -660,7 +743,8 @@ class _Reader:
             pending_size += len(chunk)
             if state == "events" and pending_size < PIECE_SIZE:
                 continue
-            next_event = self._decode_pending(buf, pending) if state == "events" else None
+            next_event = None if state != "events" else (
+                self._decode_pending(buf, pending) if self.share is None else self._share_pending(buf, pending))
             if next_event is not None:
                 buf = pending[-1][next_event:]
                 pending, pending_size = [], 0
@@ -702,6 +786,8 @@ class _Reader:
             if state == "events":
                 buf = self._skip_space(buf)
             if state == "events" and len(buf) >= PIECE_SIZE:
+                if self.share is not None:
+                    raise Unshared(f"no event boundary in {len(buf)} bytes")
                 cut = self._cut(buf, 1 << 20)
                 if cut is None and len(buf) >= 4 * PIECE_SIZE:
                     cut = self._salvage(buf, final=False)
@@ -719,8 +805,14 @@ class _Reader:
             raise DdltraceError(f"nothing valid could be read: {self.source.problems[0]}")
         if state == "prologue":
             self._whole_document(buf)
-        else:
+        elif self.share is None:
             self._finish(buf, container)
+        else:
+            if self.trace.problems:
+                raise Unshared(self.trace.problems[0])
+            if self.share[0] == 0:
+                self.pieces.append((self.piece, self._on_own_builder(self._finish, buf, container)))
+            return None
         return self.builder.finish()
 
     def _skip_space(self, buf: bytes) -> bytes:
@@ -915,7 +1007,7 @@ class _Reader:
 
 def read_chrome(path, *, keep_flows: str | tuple[str, ...] = (), relabel: Relabel | None = None,
                 amend: Amend | None = None, x_args: type | None = None,
-                source: ByteSource | None = None) -> ChromeTrace:
+                source: ByteSource | None = None, processes: int = 1) -> ChromeTrace:
     """Read one Chrome trace file (plain or gzip) into a :class:`ChromeTrace`.
 
     ``keep_flows`` keeps the ``s``/``f`` flow arrows of that cat or those cats (as (ph, id, lane, ts) in
@@ -925,10 +1017,20 @@ def read_chrome(path, *, keep_flows: str | tuple[str, ...] = (), relabel: Relabe
     cat, name, pid and tid in place, reading their ``args`` only where it needs them (Kineto: the device and
     stream of device events). ``x_args``, a msgspec Struct type, has ``X`` events' ``args`` decoded into it for
     ``amend`` in the same pass (None where absent; an event read on the field-by-field path still has them raw).
+    ``processes`` > 1 reads a large file with that many processes (:mod:`.chrome_split`; ``amend`` must then
+    have ``fresh()`` and ``absorb(other, rows_before)``), the same trace as one process reads.
     Raises :class:`DdltraceError` with the byte offset when nothing valid can be read.
     """
-    source = source or ByteSource(path)
-    trace = _Reader(source, _Builder(str(path), keep_flows, relabel, amend, x_args)).run()
+    trace = None
+    if processes > 1 and source is None:
+        from ddltrace.collectors.importers.chrome_split import read_split
+
+        def make() -> _Builder:
+            return _Builder(str(path), keep_flows, relabel, None if amend is None else amend.fresh(), x_args)
+
+        trace = read_split(path, _Builder(str(path), keep_flows, relabel, amend, x_args), make, processes)
+    if trace is None:
+        trace = _Reader(source or ByteSource(path), _Builder(str(path), keep_flows, relabel, amend, x_args)).run()
     if trace.read == 0 and trace.problems:
         raise DdltraceError(f"nothing valid could be read: {trace.problems[0]}")
     return trace

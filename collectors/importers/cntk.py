@@ -45,7 +45,7 @@ def sniff_json(head: bytes, path: Path) -> bool:
 
 
 def read_json(path: Path, ctx: ImportContext):
-    trace = read_chrome(path)
+    trace = read_chrome(path, processes=ctx.processes)
     record(ctx, trace)
 
     def lane(pid, tid):

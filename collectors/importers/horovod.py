@@ -24,7 +24,7 @@ def sniff(head: bytes, path: Path) -> bool:
 
 
 def read(path: Path, ctx: ImportContext):
-    trace = read_chrome(path)
+    trace = read_chrome(path, processes=ctx.processes)
     record(ctx, trace)
     start_us = None
     for args in trace.process_args.values():

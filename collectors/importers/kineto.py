@@ -145,6 +145,20 @@ class DeviceArgs:
         self._host: set[str] = set()  # those of them that are host cats
         self._marks: set[str] = set()  # those of them that are ANNOTATION_CAT
 
+    def fresh(self) -> DeviceArgs:
+        """A new, empty one (for another process's share of the file: :mod:`.chrome_split`)."""
+        return DeviceArgs()
+
+    def absorb(self, other: DeviceArgs, rows_before: int) -> None:
+        """Add what ``other`` amended in the text right after this one's, whose first event is row
+        ``rows_before`` of the file."""
+        self.correlations.extend(other.correlations)
+        self.sizes.update({index + rows_before: size for index, size in other.sizes.items()})
+        self.groups.update({index + rows_before: group for index, group in other.groups.items()})
+        self._count += other._count
+        self.lanes |= other.lanes
+        self.moved.update(other.moved)
+
     def follow_flows(self, trace) -> None:
         """Put the flow arrows that end on a lane as written on the lane its events were moved to, so that a
         kernel's launch is found (PyTorch 1.9's ``f`` arrows are on tid ``"stream 7"``)."""
@@ -358,7 +372,8 @@ def _launches(flows: dict[str, np.ndarray], lane: np.ndarray, ts: np.ndarray) ->
 
 def read(path: Path, ctx: ImportContext):
     device_args = DeviceArgs()
-    trace = read_chrome(path, keep_flows=FLOW_CATS, amend=device_args, x_args=DeviceArgsFields)
+    trace = read_chrome(path, keep_flows=FLOW_CATS, amend=device_args, x_args=DeviceArgsFields,
+                        processes=ctx.processes)
     device_args.follow_flows(trace)
     info = trace.header.get("distributedInfo")
     default, wrong = distributed_rank(info)

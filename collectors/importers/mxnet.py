@@ -28,7 +28,7 @@ def sniff(head: bytes, path: Path) -> bool:
 
 
 def read(path: Path, ctx: ImportContext):
-    trace = read_chrome(path)
+    trace = read_chrome(path, processes=ctx.processes)
     record(ctx, trace)
     thread_number: dict[tuple, int] = {}
     has_devices = any(re.match(r"^(cpu|gpu)", name) for name in trace.process_names.values())

@@ -46,8 +46,8 @@ def read_files(tasks: list[FileTask], categorizer: Categorizer, rank_from: str, 
         yield from _read_mapped(tasks, categorizer, rank_from, mapper)
         return
     if jobs <= 1 or len(tasks) <= 1 or sys.platform == "win32":  # (no fork there)
-        for task in tasks:
-            ctx = ImportContext(categorizer, rank_from, task.index, task.report)
+        for task in tasks:  # a single file may be read by all the jobs (collectors/importers/chrome_split.py)
+            ctx = ImportContext(categorizer, rank_from, task.index, task.report, jobs if len(tasks) == 1 else 1)
             source_module.progress_hook = lambda source: on_progress(source.path, source.consumed)
             yield task, (lambda task=task, ctx=ctx: task.importer.read(task.path, ctx))
         return
@@ -61,7 +61,7 @@ def read_files(tasks: list[FileTask], categorizer: Categorizer, rank_from: str, 
     _WORK = (tasks, categorizer, rank_from, context.SimpleQueue())
     progress = _WORK[3]
     try:
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=context) as pool:
             queued = deque(pool.submit(_read_whole, i) for i in range(min(len(tasks), jobs + 1)))
             for i, task in enumerate(tasks):
                 future = queued.popleft()

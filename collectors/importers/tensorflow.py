@@ -56,7 +56,7 @@ def sniff_tf2(head: bytes, path: Path) -> bool:
 
 
 def read_tf1(path: Path, ctx: ImportContext):
-    trace = read_chrome(path)
+    trace = read_chrome(path, processes=ctx.processes)
     record(ctx, trace)
     devices: dict = {}
     for pid, pname in trace.process_names.items():
@@ -133,7 +133,7 @@ def _row_steps(trace) -> np.ndarray:
 
 
 def read_tf2(path: Path, ctx: ImportContext):
-    trace = read_chrome(path, relabel=_tf2_label)
+    trace = read_chrome(path, relabel=_tf2_label, processes=ctx.processes)
     record(ctx, trace)
 
     def lane(pid, tid):

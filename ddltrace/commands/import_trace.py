@@ -79,8 +79,9 @@ def register(subparsers) -> None:
     p.add_argument("--progress", choices=["auto", "always", "never"], default="auto",
                    help="progress line on stderr (auto: inputs over 32 MiB)")
     p.add_argument("--jobs", type=integer(1, 1024), metavar="N",
-                   help="files read at once, one per process, each holding one file's ranks (default: one per "
-                        f"CPU this process may use, at most {DEFAULT_MAX_JOBS})")
+                   help="processes reading at once: files one per process, each holding one file's ranks; a "
+                        "single large Chrome-format file (Kineto, TF2, MXNet, ...) is shared by them (default: one "
+                        f"per CPU this process may use, at most {DEFAULT_MAX_JOBS})")
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="read the files as tasks on this Dask cluster (tcp://host:8786; every worker must see the "
                         "files' paths) instead of --jobs local processes; see docs/CLUSTER.md")
@@ -226,7 +227,7 @@ def _import(args, out: Path) -> int:
         world_sizes = []
         aggregate = {index for is_aggregate, index, *_ in plan if is_aggregate}
         tasks = [FileTask(index, path, importer, report) for _, index, path, importer, report in plan]
-        jobs = args.jobs or min(usable_cpus(), len(tasks), DEFAULT_MAX_JOBS)
+        jobs = args.jobs or min(usable_cpus(), DEFAULT_MAX_JOBS)
         for task, parts in read_files(tasks, categorizer, args.rank_from, jobs, progress.update, mapper):
             is_aggregate, path, importer, report = task.index in aggregate, task.path, task.importer, task.report
             try:

@@ -1,0 +1,111 @@
+"""Reading one large Chrome trace file with several processes.
+
+Each of the ``n`` processes (the caller and ``n - 1`` forked from it) inflates the whole file itself (gzip is fast:
+54 MB of text in 0.03 s) and cuts its text into the same pieces, at the last event boundary of each piece's text
+(no decoding needed to cut), but decodes only every n-th piece, each into a builder of its own (the reader of
+:mod:`.chrome` in its ``share`` mode). The pieces' builders are joined in file order (:meth:`_Builder.absorb`): the
+same :class:`ChromeTrace` one process reads (tests/test_chrome_split.py compares every real Chrome trace of the
+corpus). Memory stays bounded as in one process: each process holds a piece at a time, and the columns.
+
+Anything only one reader can follow (a piece that does not decode, an event larger than a piece, damage of any kind,
+a process lost) and the file is read again by one process from the start, so damage is reported as it always is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+from ddltrace.collectors.importers import source as source_module
+from ddltrace.collectors.importers.chrome import ChromeTrace, Unshared, _Builder, _Reader
+from ddltrace.collectors.importers.source import GZIP_MAGIC, ByteSource
+
+#: Files smaller than this (bytes on disk; gzip: compressed) are read by one process: below it the forks and the
+#: joining cost more than the second process gains.
+MIN_PLAIN, MIN_GZIP = 16 << 20, 1 << 20
+
+
+def worth_splitting(path: str | Path) -> bool:
+    """Whether ``path`` is large enough to be read by several processes."""
+    try:
+        with open(path, "rb") as fh:
+            compressed = fh.read(2) == GZIP_MAGIC
+        return os.path.getsize(path) >= (MIN_GZIP if compressed else MIN_PLAIN)
+    except OSError:
+        return False
+
+
+def read_split(path: str | Path, root: _Builder, make: Callable[[], _Builder], processes: int) -> ChromeTrace | None:
+    """``path`` read by ``processes`` processes into ``root`` (untouched unless this succeeds); None when it must be
+    read by one process (too small, or anything :class:`Unshared`)."""
+    if processes < 2 or not hasattr(os, "fork") or not worth_splitting(path):
+        return None
+    workers: list[tuple[int, int]] = []
+    try:
+        for k in range(1, processes):
+            read_end, write_end = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child's coverage is not collected
+                os.close(read_end)
+                _worker(path, make, (k, processes), write_end)
+            os.close(write_end)
+            workers.append((pid, read_end))
+        try:
+            reader = _Reader(ByteSource(path), root, share=(0, processes), make=make)
+            reader.run()
+            pieces = reader.pieces
+        except Unshared:
+            pieces = None
+        while workers:
+            theirs = _collect(workers[0][1])
+            _reap(workers[:1])
+            workers.pop(0)
+            pieces = None if pieces is None or theirs is None else pieces + theirs
+    finally:
+        for pid, read_end in workers:  # an error or an interrupt in this process: the others are of no more use
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                os.close(read_end)
+        _reap(workers)
+    if pieces is None:
+        return None
+    for _, state in sorted(pieces, key=lambda piece: piece[0]):
+        root.absorb(state)
+    return root.finish()
+
+
+def _worker(path, make: Callable[[], _Builder], share: tuple[int, int], write_end: int) -> None:
+    """A forked reader: its pieces' states, pickled, to ``write_end`` (nothing when it could not read them). It
+    never returns: whatever happens, the process ends here."""
+    try:
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to handle (it kills this process)
+            source_module.progress_hook = None  # the caller shows the progress
+            reader = _Reader(ByteSource(path), make(), share=share, make=make)
+            reader.run()
+            payload = pickle.dumps(reader.pieces, protocol=pickle.HIGHEST_PROTOCOL)
+        except BaseException:  # noqa: BLE001 - any failure means: read the file in one process
+            payload = b""
+        with contextlib.suppress(OSError), os.fdopen(write_end, "wb") as out:  # (the caller may be gone)
+            out.write(payload)
+    finally:
+        os._exit(0)
+
+
+def _collect(read_end: int) -> list[tuple[int, dict]] | None:
+    """A worker's pieces; None when it sent nothing (it failed, or was killed)."""
+    with os.fdopen(read_end, "rb") as pipe:
+        payload = pipe.read()
+    return pickle.loads(payload) if payload else None
+
+
+def _reap(workers: list[tuple[int, int]]) -> None:
+    for pid, _ in workers:
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
