@@ -72,13 +72,15 @@ class HashemiFit:
     batch size, as c_p and c_b cannot then be told apart); ``fixed``: values to hold fixed instead;
     ``confidence`` of the intervals; ``divergence_threshold``: relative error that flags a run;
     ``c_u_from_trace``: hold c_u at the server's measured busy time per update (``server_busy_s`` of the runs
-    over their d E / b updates, the median over the runs) instead of fitting it.
+    over their d E / b updates, the median over the runs) instead of fitting it; ``serial``: the workers do not
+    overlap their transfers with compute (the closed-loop model of :mod:`ddltrace.models.hashemi`).
     """
 
     def __init__(self, *, d: float | None = None, n_f: float = 0.0, n_w: float = 0.0, s: float = 8.0,
                  epochs: float = 1.0, storage: str = "shared", profile: Mapping[str, float] | None = None,
                  free: Sequence[str] = ("c_p", "c_b", "c_u"), fixed: Mapping[str, float] | None = None,
-                 confidence: float = 0.95, divergence_threshold: float = 0.10, c_u_from_trace: bool = False):
+                 confidence: float = 0.95, divergence_threshold: float = 0.10, c_u_from_trace: bool = False,
+                 serial: bool = False):
         self.d = d
         self.n_f = n_f
         self.n_w = n_w
@@ -91,6 +93,7 @@ class HashemiFit:
         self.confidence = confidence
         self.divergence_threshold = divergence_threshold
         self.c_u_from_trace = c_u_from_trace
+        self.serial = serial
 
     # -- the model of one run ----------------------------------------------------------------------------
 
@@ -101,7 +104,8 @@ class HashemiFit:
             raise DdltraceError("measurements: the number of samples d is unknown (give --samples or a 'd' column)")
         epochs = row.get("epochs")
         epochs = self.epochs if epochs is None or (isinstance(epochs, float) and math.isnan(epochs)) else epochs
-        return Workload(d=float(d), b=float(row["b"]), n_f=self.n_f, n_w=self.n_w, epochs=float(epochs), s=self.s)
+        return Workload(d=float(d), b=float(row["b"]), n_f=self.n_f, n_w=self.n_w, epochs=float(epochs), s=self.s,
+                        serial=self.serial)
 
     def _groups(self, frame: pd.DataFrame) -> list[tuple[np.ndarray, np.ndarray, Workload]]:
         """Rows grouped by workload (same b, d, epochs): (row positions, workers, workload)."""
@@ -424,7 +428,7 @@ class HashemiFit:
             "model": "hashemi-asgd",
             "confidence": self.confidence,
             "workload": {"d": self.d, "n_f": self.n_f, "n_w": self.n_w, "s": self.s, "epochs": self.epochs,
-                         "storage": self.storage},
+                         "storage": self.storage, "serial": self.serial},
             "constants": constants,
             "knee": {"w": _nan_none(self.knee_), "cause": self.knee_cause_, "batch": self.knee_batch_},
             "rms_relative_error": self.rms_relative_error_,

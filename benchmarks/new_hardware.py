@@ -222,17 +222,17 @@ def run_series(machine, shape: str, workers: list[int], folder: Path) -> dict[in
 
 def fit_and_predict(profile_a: Path, stores_a: list[str], profile_b: Path, workers: list[int], folder: Path
                     ) -> tuple[dict, dict]:
-    """``model fit`` on A's stores with A's profile, ``model predict --profile B.json --json`` at ``workers``: the
-    prediction as Hashemi's model has it (network and worker overlap), and with ``--serial-comm``."""
-    model = folder / "model.json"
-    _check(subprocess.run([DDLTRACE, "model", "fit", *stores_a, "--dnn", DNN, "--servers", "1", "--profile",
-                           str(profile_a), "--out", str(model)], capture_output=True, text=True, timeout=300),
-           "model fit")
+    """``model fit`` on A's stores with A's profile, then ``model predict --profile B.json --json`` at ``workers``:
+    Hashemi's model (network and worker overlap, their max), and the closed loop (``model fit --serial-comm``:
+    the workers pull, compute and push one after another, as ps-sgd's do)."""
     out = []
-    for extra in ([], ["--serial-comm"]):
+    for extra, name in (([], "model.json"), (["--serial-comm"], "model-serial.json")):
+        model = folder / name
+        _check(subprocess.run([DDLTRACE, "model", "fit", *stores_a, "--dnn", DNN, "--servers", "1", "--profile",
+                               str(profile_a), "--out", str(model), *extra], capture_output=True, text=True,
+                              timeout=300), "model fit")
         done = subprocess.run([DDLTRACE, "model", "predict", str(model), "--workers", ",".join(map(str, workers)),
-                               "--profile", str(profile_b), "--json", *extra], capture_output=True, text=True,
-                              timeout=300)
+                               "--profile", str(profile_b), "--json"], capture_output=True, text=True, timeout=300)
         _check(done, "model predict")
         out.append(json.loads(done.stdout))
     return out[0], out[1]

@@ -71,6 +71,10 @@ def register(subparsers) -> None:
     f.add_argument("--c-u-from-trace", action="store_true",
                    help="hold c_u at the server rank's measured busy time per update instead of fitting it "
                         "(predicts the knee from runs below it)")
+    f.add_argument("--serial-comm", action="store_true",
+                   help="the workers pull, compute and push one after another (ps-sgd): fit the closed-loop model "
+                        "(the worker, then the server and its link as queues: mean value analysis) instead of "
+                        "Hashemi's max(network, worker), which assumes they overlap; recorded in the model")
     f.add_argument("--threshold", type=positive(), default=0.10,
                    help="relative divergence that flags a run (default 0.10)")
     f.add_argument("--out", metavar="FILE", help="write the fitted model as JSON")
@@ -90,9 +94,9 @@ def register(subparsers) -> None:
                         "with ('model fit --profile A.json') to this one ('ddltrace calibrate' there); --what-if "
                         "then changes B's constants")
     q.add_argument("--serial-comm", action="store_true",
-                   help="with --profile: the workers pull, compute and push one after another (ps-sgd): the time "
-                        "B's network adds to their transfers goes into c_p, instead of only into the network term "
-                        "of Hashemi's max(network, worker), which assumes they overlap")
+                   help="with --profile, for a model fitted with Hashemi's max: the workers pull, compute and push "
+                        "one after another (ps-sgd): the time B's network adds to their transfers goes into c_p. "
+                        "A model fitted with 'model fit --serial-comm' is the closed loop already")
     q.add_argument("--plot", metavar="PNG", help="write a plot of predicted vs measured")
     q.add_argument("--json", action="store_true", help="print the table as JSON")
     q.set_defaults(func=run_predict)
@@ -151,7 +155,8 @@ def run_fit(args) -> int:
     free = [name.strip() for name in args.free.split(",") if name.strip()]
     fit = HashemiFit(d=args.samples, n_f=n_f or 0.0, n_w=n_w or 0.0, s=s or 8.0, epochs=args.epochs or 1.0,
                      storage=args.storage, profile=profile, free=free, fixed=_fixed(args.fix),
-                     divergence_threshold=args.threshold, c_u_from_trace=args.c_u_from_trace).fit(frame)
+                     divergence_threshold=args.threshold, c_u_from_trace=args.c_u_from_trace,
+                     serial=args.serial_comm).fit(frame)
     model = fit.to_dict()
     model["job"] = job
     # the profile the fit held, kept in the model: 'model predict --profile B.json' carries the costs from it
@@ -304,6 +309,7 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
     if not b or not d:
         raise DdltraceError(f"{source}: the model lacks the batch size or the data set size; give --batch")
     wl = hashemi.Workload(d=float(d), b=float(b), n_f=workload.get("n_f") or 0.0, n_w=workload.get("n_w") or 0.0,
+                          serial=bool(workload.get("serial")),
                           epochs=float(epochs), s=workload.get("s") or 8.0)
     moved = _on_profile(model, source, profile, constants, wl, serial) if profile else None
     target = moved["constants"] if moved else constants

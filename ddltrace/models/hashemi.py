@@ -11,6 +11,15 @@ samples per worker::
     T_phase(d, w)   = max(T_net(d/w, w), T_comp(d/w) + T_mem(d/w), T_phase_min)   (the floor is a max)
     T_total(d, w)   = T_init(w) + E * T_phase(d, w)
 
+Workers that do not overlap (``Workload.serial``: pull the weights, compute, push the gradient, one after
+another, as the reference ps-sgd job does) are a closed loop, not Hashemi's max: each of the w workers spends
+``Z = b (c_p + c_b / b + mem per sample)`` on its own per batch, then waits for and holds the server, which
+sends the weights and takes the push over its link (``t = r_net s n_w + lat_net`` per message) and applies
+it (``c_u``): :func:`server_service`. Mean value analysis (Reiser and Lavenberg, J. ACM 27(2), 1980, with the
+service time at each population) gives the cycle per batch at w workers, and ``T_phase = (d / b) cycle(w) / w``:
+at w = 1 everything in a row, ``Z + c_u + 2 t``; at large w ``(d / b)`` times the server's service time. The knee
+is the saturation point ``w* = (Z + S(1)) / S(w -> inf)``.
+
 The initialisation term follows the updated model of section 5.3: every worker reads the whole file and keeps
 1/w of it, so ``T_init = w * T_disk(d)`` on shared storage read one worker after another ("shared"),
 ``T_disk(d)`` on local disks read in parallel ("local"), and ``T_disk(d / w)`` for the original model's
@@ -30,7 +39,8 @@ STORAGE_KINDS = ("shared", "local", "partitioned")
 @dataclass(frozen=True)
 class Workload:
     """What is trained: ``d`` samples, batch size ``b``, ``n_f`` features per sample, ``n_w`` weights,
-    ``epochs`` passes over the data, ``s`` bytes per value (8 for double)."""
+    ``epochs`` passes over the data, ``s`` bytes per value (8 for double); ``serial``: the workers pull, compute
+    and push one after another (the closed-loop model) instead of overlapping their transfers (Hashemi's max)."""
 
     d: float
     b: float
@@ -38,6 +48,7 @@ class Workload:
     n_w: float = 0.0
     epochs: float = 1.0
     s: float = 8.0
+    serial: bool = False
 
     def __post_init__(self):
         for name in ("d", "b"):
@@ -123,16 +134,65 @@ def t_init(w: float, wl: Workload, k: Constants, storage: str = "shared") -> flo
     raise ValueError(f"storage must be one of {', '.join(STORAGE_KINDS)}, got {storage!r}")
 
 
+def serial_stations(wl: Workload, k: Constants) -> tuple[float, float]:
+    """The closed loop of workers that do not overlap: (Z, each worker's own seconds per batch; t, seconds of one
+    message of n_w values on a link)."""
+    think = t_comp(wl.b, wl, k) + t_mem(wl.b, wl, k)
+    return think, k.r_net * wl.s * wl.n_w + k.lat_net
+
+
+def server_service(n: int, c_u: float, message: float) -> float:
+    """Seconds the server is held per update with ``n`` workers in the loop: it sends the weights with a send that
+    blocks for a message's time on its link (and with that link busy, the acknowledgements of incoming data wait
+    behind it, so nothing flows in meanwhile), then receives a push and applies it. Alone (n = 1) the push comes
+    only after the worker's compute: ``c_u + 2 t``. With other workers, their pushes flow in while the server
+    applies the previous one: ``t + max(c_u, t)`` (what the reference job's server showed on 200 Mbit/s links:
+    docs/MODELS.md)."""
+    return c_u + 2 * message if n <= 1 else message + max(c_u, message)
+
+
+def _mva_cycle(n: int, think: float, c_u: float, message: float) -> float:
+    """Seconds of one worker's cycle (its own time, then its wait and service at the server) with ``n`` workers:
+    mean value analysis of the closed loop (one queue, its service time at each population from
+    :func:`server_service`), n steps."""
+    queue, cycle = 0.0, think + server_service(1, c_u, message)
+    for m in range(1, n + 1):
+        residence = server_service(m, c_u, message) * (1.0 + queue)
+        cycle = think + residence
+        queue = m * residence / cycle if cycle > 0 else 0.0
+    return cycle
+
+
+def serial_cycle(w: float, wl: Workload, k: Constants) -> float:
+    """Seconds of one worker's cycle per batch at w workers (linear between the integers around a fractional w)."""
+    think, message = serial_stations(wl, k)
+    lo = max(1, math.floor(w))
+    low = _mva_cycle(lo, think, k.c_u, message)
+    if w <= lo:
+        return low
+    return low + (w - lo) * (_mva_cycle(lo + 1, think, k.c_u, message) - low)
+
+
 def phase_terms(w: float, wl: Workload, k: Constants) -> dict[str, float]:
     """The competing terms of one pass over the data on w workers, in seconds: net, comp, mem, worker
-    (comp + mem) and floor."""
+    (comp + mem) and floor. With ``wl.serial``, 'net' is the rest of the closed loop's cycle (the transfers and
+    the waits at the server and its link) and the phase is worker + net, not their max."""
     n = wl.d / w
     comp, mem = t_comp(n, wl, k), t_mem(n, wl, k)
+    if wl.serial:
+        net = wl.d / wl.b * serial_cycle(w, wl, k) / w - (comp + mem)
+        return {"net": max(0.0, net), "comp": comp, "mem": mem, "worker": comp + mem, "floor": k.t_phase_min,
+                "serial": True, "past_knee": w > knee(wl, k)[0]}
     return {"net": t_net(n, w, wl, k), "comp": comp, "mem": mem, "worker": comp + mem, "floor": k.t_phase_min}
 
 
 def bound_by(terms: dict[str, float]) -> str:
-    """Which term sets the phase time: 'server/network', 'worker' or 'floor'."""
+    """Which term sets the phase time: 'server/network', 'worker' or 'floor' (for the closed loop: the server and
+    its link past the knee, else the worker)."""
+    if terms.get("serial"):
+        if terms["floor"] >= terms["worker"] + terms["net"]:
+            return "floor"
+        return "server/network" if terms["past_knee"] else "worker"
     best = max(("net", "worker", "floor"), key=lambda name: terms[name])
     return {"net": "server/network", "worker": "worker", "floor": "floor"}[best]
 
@@ -143,9 +203,20 @@ def knee(wl: Workload, k: Constants) -> tuple[float, str]:
     The server term overtakes the worker's compute where (d/b) c_u + (d/w)(2 r_net s n_w + lat_net)/b equals
     (d/w)(c_p + c_b/b + mem per sample): ``w* = (b A - (2 r_net s n_w + lat_net)) / c_u`` with A the worker's
     time per sample; the floor is reached at ``w = d A / T_phase_min``. Returns the smaller, with its cause
-    ('server' or 'floor'); ``inf`` when neither ever binds.
+    ('server' or 'floor'); ``inf`` when neither ever binds. For the closed loop (``wl.serial``): the saturation
+    point ``(Z + S(1)) / S(inf)`` of :func:`server_service` ('server', or 'network' when a message takes longer
+    than the update).
     """
     per_sample = k.c_p + k.c_b / wl.b + wl.s * (k.r_m * wl.n_f + (k.r_m + k.w_m) * wl.n_w / wl.b)
+    if wl.serial:  # the closed loop saturates at (Z + S(1)) / S(inf)
+        think, message = serial_stations(wl, k)
+        busy = server_service(2, k.c_u, message)
+        w_server = (think + server_service(1, k.c_u, message)) / busy if busy > 0 else math.inf
+        cause = "server" if k.c_u >= message else "network"
+        w_floor = wl.d * per_sample / k.t_phase_min if k.t_phase_min > 0 else math.inf
+        if math.isinf(w_server) and math.isinf(w_floor):
+            return math.inf, "none"
+        return (w_server, cause) if w_server <= w_floor else (w_floor, "floor")
     send_per_batch = 2 * k.r_net * wl.s * wl.n_w + 2 * k.lat_net
     w_server = (wl.b * per_sample - send_per_batch) / k.c_u if k.c_u > 0 else math.inf
     if w_server <= 0:
@@ -159,8 +230,14 @@ def knee(wl: Workload, k: Constants) -> tuple[float, str]:
 def t_phase(w, wl: Workload, k: Constants):
     """Seconds of one pass over the data (the computation phase, one epoch) on w workers (a number or an
     array), with the floor and, when ``kappa > 0``, the contention extension past the knee."""
-    terms = phase_terms(w, wl, k)
-    base = np.maximum(np.maximum(terms["net"], terms["worker"]), terms["floor"])
+    if wl.serial:
+        ws = np.atleast_1d(np.asarray(w, dtype=float))
+        cycles = np.array([serial_cycle(x, wl, k) for x in ws])
+        base = np.maximum(wl.d / wl.b * cycles / ws, k.t_phase_min)
+        base = base if np.ndim(w) else base[0]
+    else:
+        terms = phase_terms(w, wl, k)
+        base = np.maximum(np.maximum(terms["net"], terms["worker"]), terms["floor"])
     if k.kappa > 0:
         w_star, _ = knee(wl, k)
         base = base * (1 + k.kappa * np.maximum(0.0, np.asarray(w, dtype=float) - w_star))

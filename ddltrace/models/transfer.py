@@ -308,7 +308,7 @@ def transfer(k: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Mapping
         else:
             factors[name] = vb / va
     values = {name: getattr(k, name) * factors.get(name, 1.0) for name in hashemi.NAMES}
-    if serial:
+    if serial and not wl.serial:  # a closed-loop model (wl.serial) has the transfers in its cycle already
         d_r_net, d_lat = values["r_net"] - k.r_net, values["lat_net"] - k.lat_net
         values["c_p"] = max(0.0, values["c_p"] + (2 * wl.s * wl.n_w * d_r_net + 2 * d_lat) / wl.b)
         factors["c_p"] = values["c_p"] / k.c_p if k.c_p > 0 else factors["c_p"]
