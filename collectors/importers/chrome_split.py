@@ -59,14 +59,14 @@ def read_split(path: str | Path, root: _Builder, make: Callable[[], _Builder], p
             reader.run()
             pieces = reader.pieces
         except Unshared:
-            pieces = None
-        while workers:
+            pieces = None  # the other readers' pieces are of no use: they are stopped below
+        while workers and pieces is not None:
             theirs = _collect(workers[0][1])
             _reap(workers[:1])
             workers.pop(0)
             pieces = None if pieces is None or theirs is None else pieces + theirs
     finally:
-        for pid, read_end in workers:  # an error or an interrupt in this process: the others are of no more use
+        for pid, read_end in workers:  # unshared, an error or an interrupt in this process: no use for the others
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
                 os.close(read_end)
