@@ -238,17 +238,23 @@ def fit_and_predict(profile_a: Path, stores_a: list[str], profile_b: Path, worke
     return out[0], out[1]
 
 
-def knee_sides(measured: dict[int, float], knee: dict) -> list[dict]:
+def _scales(before: float, after: float, w_before: int, w: int) -> bool:
+    """Whether going from ``w_before`` to ``w`` workers is below the knee: the phase fell by at least half of
+    the ideal ``1 - w_before / w``."""
+    return 1 - after / before >= 0.5 * (1 - w_before / w)
+
+
+def knee_sides(measured: dict[int, float], predicted: dict[int, float]) -> list[dict]:
     """For each measured w after the first: whether the runs show it below the knee (the phase fell by at least
-    half of the ideal 1 - w_prev / w from the previous w) and whether the knee predicted on B says so."""
-    w_star = knee.get("w") if knee.get("w") is not None else float("inf")
+    half of the ideal from the previous w) and whether the prediction on B says so, judged the same way on its
+    phases at the same w."""
     out, ws = [], sorted(measured)
     for prev, w in zip(ws, ws[1:], strict=False):
-        gain = 1 - measured[w] / measured[prev]
-        below_measured = gain >= 0.5 * (1 - prev / w)
-        below_predicted = w <= w_star
-        out.append({"w": w, "gain": gain, "below_measured": below_measured, "below_predicted": below_predicted,
-                    "agree": below_measured == below_predicted})
+        below_measured = _scales(measured[prev], measured[w], prev, w)
+        below_predicted = _scales(predicted[prev], predicted[w], prev, w)
+        out.append({"w": w, "gain": 1 - measured[w] / measured[prev],
+                    "predicted_gain": 1 - predicted[w] / predicted[prev], "below_measured": below_measured,
+                    "below_predicted": below_predicted, "agree": below_measured == below_predicted})
     return out
 
 
@@ -274,9 +280,11 @@ def compare(prediction: dict, serial: dict, a: dict[int, dict] | None, b: dict[i
         rows.append(item)
     knee, serial_knee = prediction["knee"]["profile"], serial["knee"]["profile"]
     measured = {w: r["phase_s"] for w, r in b.items()} if b else {}
-    return {"rows": rows, "knee": knee, "knee_sides": knee_sides(measured, knee) if len(measured) > 1 else [],
-            "serial_knee": serial_knee,
-            "serial_knee_sides": knee_sides(measured, serial_knee) if len(measured) > 1 else [],
+    paper = {r["w"]: r["predicted_s"] for r in rows}
+    closed = {r["w"]: r["serial_s"] for r in rows}
+    sides = len(measured) > 1 and set(measured) <= set(paper)
+    return {"rows": rows, "knee": knee, "knee_sides": knee_sides(measured, paper) if sides else [],
+            "serial_knee": serial_knee, "serial_knee_sides": knee_sides(measured, closed) if sides else [],
             "factors": prediction["transfer"]["factors"], "serial_factors": serial["transfer"]["factors"],
             "server_split": prediction["transfer"].get("server_split"),
             "best_w": prediction["transfer"].get("best_w"), "serial_best_w": serial["transfer"].get("best_w")}
@@ -290,7 +298,7 @@ def _knee_text(knee: dict) -> str:
 
 def print_comparison(title: str, result: dict) -> None:
     print(f"\n{title}")
-    for label, f in (("", result["factors"]), (" (--serial-comm)", result["serial_factors"])):
+    for label, f in (("", result["factors"]), (" (closed loop)", result["serial_factors"])):
         print(f"  factors B / A{label} (shares equal): " + ", ".join(f"{k} {f[k]:.2f}" for k in
                                                                     ("c_p", "c_u", "r_m", "r_net", "lat_net")))
     split = result.get("server_split")
@@ -302,10 +310,11 @@ def print_comparison(title: str, result: dict) -> None:
         if r.get("share_a") is not None:
             print(f"  w={r['w']}: a rank's share of a core on A {r['share_a']:.2f}, on B {r['share_b']:.2f}: factors "
                   f"c_p {r['c_p_factor']:.2f}, c_u {r['c_u_factor']:.2f}")
-    print(f"  knee on B predicted: {_knee_text(result['knee'])}, with --serial-comm {_knee_text(result['serial_knee'])}"
+    print(f"  knee on B predicted (the first w from which one more worker gains less than half its ideal share): "
+          f"{_knee_text(result['knee'])}, closed loop {_knee_text(result['serial_knee'])}"
           f"; best w on B: {result['best_w']}, {result['serial_best_w']}")
     print("  w   measured on B  predicted (max) [95 %]          error    bound           "
-          "--serial-comm [95 %]            error    bound           B/A measured")
+          "closed loop [95 %]              error    bound           B/A measured")
     for r in result["rows"]:
         measured = f"{r['measured_s']:8.3f} s" if "measured_s" in r else " " * 10
         cells = []
@@ -319,8 +328,9 @@ def print_comparison(title: str, result: dict) -> None:
     for label, sides in (("max", result["knee_sides"]), ("serial", result["serial_knee_sides"])):
         for side in sides:
             print(f"  knee ({label}) w={side['w']}: phase fell {100 * side['gain']:.0f} % from the previous w: "
-                  f"{'below' if side['below_measured'] else 'at or past'} the knee; predicted "
-                  f"{'below' if side['below_predicted'] else 'past'}: {'agree' if side['agree'] else 'DISAGREE'}")
+                  f"{'below' if side['below_measured'] else 'at or past'} the knee; predicted to fall "
+                  f"{100 * side['predicted_gain']:.0f} %: {'below' if side['below_predicted'] else 'past'}: "
+                  f"{'agree' if side['agree'] else 'DISAGREE'}")
 
 
 def simulated(args) -> list[dict]:

@@ -317,13 +317,22 @@ def transfer(k: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Mapping
 
 def knee_on(k: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Mapping, serial: bool = False,
             runs: Sequence[Mapping] = (), most: int = 1024) -> tuple[float, str]:
-    """The knee on B (workers, cause) when the carried constants depend on w: the first w = 1, 2, ... ``most``
-    that is at or past the knee of the constants carried at that w (Hashemi's w* of those); inf, 'none' if none."""
-    for w in range(1, most + 1):
+    """The knee on B (workers, cause) when the carried constants depend on w (each rank's share of a core): the
+    first w = 1, 2, ... ``most`` from which one more worker gains less than half of its ideal share of the phase,
+    ``T(w + 1) > T(w) (1 - 0.5 / (w + 1))``; the cause is the term that binds at w + 1 on B. For constants that do
+    not depend on w it is Hashemi's w* rounded down (the phase falls ideally below it and not at all past it).
+    inf, 'none' when every worker up to ``most`` still gains."""
+    def phase(w: int) -> tuple[float, Constants]:
         on_b, _, _ = transfer(k, wl, counts, a, b, serial=serial, w=w, runs=runs)
-        w_star, cause = hashemi.knee(wl, on_b)
-        if w_star <= w:
-            return w_star, cause
+        return hashemi.t_phase(w, wl, on_b), on_b
+
+    now, _ = phase(1)
+    for w in range(1, most):
+        nxt, on_b = phase(w + 1)
+        if nxt > now * (1 - 0.5 / (w + 1)):
+            bound = hashemi.bound_by(hashemi.phase_terms(w + 1, wl, on_b))
+            return float(w), {"server/network": "server", "worker": "worker", "floor": "floor"}[bound]
+        now = nxt
     return math.inf, "none"
 
 
