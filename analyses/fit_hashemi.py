@@ -588,10 +588,12 @@ def measurements_from_store(path: str | Path, *, batch: float | None = None, sam
     e = setting(epochs, ("epochs",), ("--epochs",))
     phase, init, methods = 0.0, 0.0, set()
     window = [None, None]
+    messages = []
     for rank, frame in store.iter_timeline(workers):
         phases = segment_rank(frame)
         if phases is None:
             continue
+        messages.append(_messages(frame, phases.init_end_ns, phases.steady_end_ns))
         if phases.method == "mpi":
             raise DdltraceError(f"{path}: rank {rank} shows no steps and no repeating pattern; the computation "
                                 "phase cannot be told from initialisation (the collector must mark steps)")
@@ -608,7 +610,26 @@ def measurements_from_store(path: str | Path, *, batch: float | None = None, sam
             "d": None if d is None else float(d), "epochs": None if e is None else float(e),
             "phase_s": phase, "init_s": init, "phases_by": ",".join(sorted(methods)),
             "server_busy_s": max(servers_busy) if servers_busy else math.nan,
-            "ranks": float(len(store.ranks)), "cpu_share": cpu_share(store, workers, window[0], window[1])}
+            "ranks": float(len(store.ranks)), "cpu_share": cpu_share(store, workers, window[0], window[1]),
+            "server_cpu_share": cpu_share(store, [r for r in store.ranks if r not in workers], window[0], window[1]),
+            "sent_per_batch": _per_batch([m[0] for m in messages], d, e, b, len(workers)),
+            "received_per_batch": _per_batch([m[1] for m in messages], d, e, b, len(workers))}
+
+
+def _messages(frame: pd.DataFrame, start_ns: int, end_ns: int) -> tuple[int, int]:
+    """Messages a rank sent and received point to point in its steady state (MPI_Send, MPI_Recv and their kin)."""
+    from ddltrace.analyses import wait_states as ws
+
+    names = frame[(frame["start_ns"] >= start_ns) & (frame["start_ns"] < end_ns)]["name"].astype(str).map(ws.base_name)
+    sends = names.isin(ws.SEND_BLOCKING | ws.SEND_NONBLOCKING).sum()
+    return int(sends), int(names.isin(ws.RECV_BLOCKING | ws.RECV_NONBLOCKING).sum())
+
+
+def _per_batch(messages: list[int], d: float | None, epochs: float | None, b: float, workers: int) -> float:
+    """The median worker's point-to-point calls per batch (its d E / (w b) batches), NaN when d is unknown."""
+    if not messages or not d:
+        return math.nan
+    return float(np.median(messages)) / (float(d) * float(epochs or 1.0) / (float(b) * workers))
 
 
 def cpu_share(store, ranks: Sequence[int], start_ns: int, end_ns: int) -> float:

@@ -26,10 +26,10 @@ COUNTS = {"muladds": 120000.0, "neurons": 10002.0}
 SHARES = {1: 0.98, 2: 0.69, 4: 0.37}
 
 
-def _profile(scale: float, cores: int = 2, quota: float | None = None) -> dict:
+def _profile(scale: float, cores: int = 2, quota: float | None = None, period: float | None = None) -> dict:
     """A profile record whose compute constants are ``scale`` times a base, calibrated under ``quota``."""
     raw = {"machine": {"hostname": "vm", "usable_cores": cores,
-                       "cpu_allowance": {"cores": cores, "quota_cores": quota}},
+                       "cpu_allowance": {"cores": cores, "quota_cores": quota, "quota_period_s": period}},
            "constants": {"C_muladd": {"value": 2e-11 * scale, "uncertainty": 0.0},
                          "C_act": {"value": 1e-9 * scale, "uncertainty": 0.0},
                          "C_err": {"value": 1e-9 * scale, "uncertainty": 0.0},
@@ -53,6 +53,7 @@ def test_cpu_allowance_reads_the_tightest_quota_of_its_cgroup_and_ancestors(tmp_
     proc.write_text("9:memory:/x\n4:cpu,cpuacct:/job/rank1\n0::/\n")
     got = cpu_allowance(proc, root)
     assert got["quota_cores"] == 0.5
+    assert got["quota_period_s"] == 0.1
     assert got["quota_source"] == str(root / "cpu,cpuacct" / "job" / "cpu.cfs_quota_us")
     assert got["cores"] == len(__import__("os").sched_getaffinity(0))
     # cgroup v2: cpu.max, "max" for none
@@ -72,7 +73,7 @@ def test_calibrate_under_a_real_quota_records_it():
     with cpu_quota.CpuQuota(0.5) as quota:
         done = subprocess.run(quota.wrap([sys.executable, "-c", code]), capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert "'quota_cores': 0.5" in done.stdout
+    assert "'quota_cores': 0.5, 'quota_period_s': 0.01" in done.stdout
 
 
 def test_a_quota_slows_a_rank_by_its_share_not_by_calibrates_factor():
@@ -145,3 +146,34 @@ def test_a_runs_cpu_share_is_its_workers_sampled_cpu_percent():
     row = measurements_from_store(path)
     assert row["ranks"] == 3.0
     assert 0 < row["cpu_share"] <= 1.1
+    # the workers' messages per batch: sends (a pull request and the gradient) and receives (the weights)
+    worker = pd.read_parquet(path / "timeline" / "rank-00001.parquet")
+    names = worker["name"].astype(str).str.removesuffix("_c")
+    batches = row["d"] * row["epochs"] / (row["b"] * row["w"])
+    assert row["sent_per_batch"] == pytest.approx(2.0, abs=0.1)
+    assert row["received_per_batch"] == pytest.approx(1.0, abs=0.1)
+    assert row["sent_per_batch"] <= (names == "MPI_Send").sum() / batches
+
+
+def test_a_message_waits_for_a_receiver_the_quota_throttled():
+    """Ranks that poll while they wait spend their quota polling and are throttled for the rest of the period: at
+    half a core of a 10 ms period, a rank that would use a whole core is off half the time in 5 ms stretches, so
+    a message waits 1.25 ms on average; one that would use less than its quota is never throttled."""
+    a, b = _profile(1.0), _profile(2.0, quota=0.5, period=0.010)
+    assert transfer.quota_wait(b, 1.0) == pytest.approx(1.25e-3)
+    assert transfer.quota_wait(b, 0.8) == pytest.approx((1 - 0.5 / 0.8) ** 2 * 0.005)
+    assert transfer.quota_wait(b, 0.4) == 0.0
+    assert transfer.quota_wait(a, 1.0) == 0.0
+    # ps-sgd: per batch a worker receives the weights (1) and sends a pull request and its gradient (2); the
+    # compute-bound job's server polls (its share 0.98 at w = 1), the server-bound one's sleeps (0.45)
+    k = Constants(c_p=1e-4, c_u=1e-3)
+    for server_share, expected in ((0.98, 1.25e-3 + 2 * (1 - 0.5 / 0.98) ** 2 * 0.005), (0.45, 1.25e-3)):
+        runs = [dict(r, sent_per_batch=2.0, received_per_batch=1.0, server_cpu_share=server_share)
+                for r in _runs(lambda share: 1e-3 / share)]
+        for r in runs:
+            r["cpu_share"] = 1.0 if r["w"] == 1 else r["cpu_share"]
+        on_b, factors, _ = transfer.transfer(k, WL, COUNTS, a, b, w=1, runs=runs)
+        assert on_b.c_b == pytest.approx(expected)
+        assert factors["c_b_quota_wait_s"] == pytest.approx(expected)
+    # w = 4: A's ranks had 0.37 of a core, under the quota: nothing waits
+    assert transfer.transfer(k, WL, COUNTS, a, b, w=4, runs=runs)[0].c_b == 0.0

@@ -71,10 +71,10 @@ def vector_bits() -> int:
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
-def _quota_cores(own: str, root: Path) -> tuple[float | None, str | None]:
-    """The tightest CPU quota (cores) on the cgroup ``own`` and its ancestors under ``root``: cgroup v1
-    ``cpu.cfs_quota_us / cpu.cfs_period_us`` (-1: none), v2 ``cpu.max`` ("max 100000": none); with the file."""
-    best, where = None, None
+def _quota_cores(own: str, root: Path) -> tuple[float | None, float | None, str | None]:
+    """The tightest CPU quota (cores) on the cgroup ``own`` and its ancestors under ``root``, its period (s) and
+    file: cgroup v1 ``cpu.cfs_quota_us / cpu.cfs_period_us`` (-1: none), v2 ``cpu.max`` ("max 100000": none)."""
+    best, best_period, where = None, None, None
     path = root / own.lstrip("/")
     while True:
         try:
@@ -83,24 +83,24 @@ def _quota_cores(own: str, root: Path) -> tuple[float | None, str | None]:
                 cores = None if quota == "max" else int(quota) / int(period)
                 name = path / "cpu.max"
             else:
-                quota_us = int((path / "cpu.cfs_quota_us").read_text())
-                cores = quota_us / int((path / "cpu.cfs_period_us").read_text()) if quota_us > 0 else None
+                quota, period = (path / "cpu.cfs_quota_us").read_text(), (path / "cpu.cfs_period_us").read_text()
+                cores = int(quota) / int(period) if int(quota) > 0 else None
                 name = path / "cpu.cfs_quota_us"
         except (OSError, ValueError, ZeroDivisionError):
             cores, name = None, None
         if cores is not None and (best is None or cores < best):
-            best, where = cores, str(name)
+            best, best_period, where = cores, int(period) / 1e6, str(name)
         if path == root or root not in path.parents:
-            return best, where
+            return best, best_period, where
         path = path.parent
 
 
 def cpu_allowance(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = CGROUP_ROOT) -> dict:
     """The CPU this process may use: ``cores`` (its affinity mask) and ``quota_cores`` (the tightest CFS quota of
-    its cgroup and their ancestors, in cores: 0.5 is half a core's time; None without one), with the file the
-    quota came from. A quota caps a share of the time, not a core's speed: the transfer to another machine
-    (``ddltrace.models.transfer``) needs both."""
-    quota, where = None, None
+    its cgroup and their ancestors, in cores: 0.5 is half a core's time; None without one), ``quota_period_s``
+    (the CFS period it is granted in) and the file the quota came from. A quota caps a share of the time, not a
+    core's speed: the transfer to another machine (``ddltrace.models.transfer``) needs both."""
+    quota, period, where = None, None, None
     try:
         lines = proc_cgroup.read_text().splitlines()
     except OSError:
@@ -116,10 +116,10 @@ def cpu_allowance(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = CG
                 continue
         else:
             continue
-        cores, source = _quota_cores(own, base)
+        cores, every, source = _quota_cores(own, base)
         if cores is not None and (quota is None or cores < quota):
-            quota, where = cores, source
-    return {"cores": usable_cores(), "quota_cores": quota, "quota_source": where}
+            quota, period, where = cores, every, source
+    return {"cores": usable_cores(), "quota_cores": quota, "quota_period_s": period, "quota_source": where}
 
 
 def describe() -> dict:

@@ -117,9 +117,11 @@ def _allowance(machine: Mapping, source: str) -> dict:
     the profile's usable cores and no quota (a profile made before calibrate recorded its allowance)."""
     raw = machine.get("cpu_allowance") if isinstance(machine.get("cpu_allowance"), Mapping) else {}
     cores = raw.get("cores", machine.get("usable_cores"))
-    quota = raw.get("quota_cores")
+    quota, period = raw.get("quota_cores"), raw.get("quota_period_s")
     return {"cores": None if cores is None else _number(cores, f"{source}: machine cpu_allowance cores"),
-            "quota_cores": None if quota is None else _number(quota, f"{source}: machine cpu_allowance quota")}
+            "quota_cores": None if quota is None else _number(quota, f"{source}: machine cpu_allowance quota"),
+            "quota_period_s": None if period is None else _number(period, f"{source}: machine cpu_allowance "
+                                                                            "quota_period_s")}
 
 
 def work_counts(dnn) -> dict:
@@ -222,9 +224,42 @@ def cpu_shares(a: Mapping, b: Mapping, runs: Sequence[Mapping], w: float) -> dic
     cores_b = (b.get("allowance") or {}).get("cores")
     ratio = cores_b / cores_a if cores_a and cores_b else 1.0
     share_b = min(_alone(b), share_a * ratio)
-    return {"w": float(w), "share_a": share_a, "share_a_from": how, "share_b": share_b,
+    return {"w": float(w), "share_a": share_a, "share_a_from": how, "share_b": share_b, "cores_ratio": ratio,
             "alone_a": _alone(a), "alone_b": _alone(b),
             "multiplier": (_alone(b) / _alone(a)) * share_a / share_b if share_b > 0 else 1.0}
+
+
+def quota_wait(record: Mapping, wanted: float) -> float:
+    """Mean seconds a message waits for a receiver under the profile's CFS quota q (period P) when the receiver
+    would use ``wanted`` of a core: it polls while it waits, so it spends its quota polling and is throttled for
+    the rest of each period, ``1 - q / wanted`` of the time in stretches of that share of P; a message that arrives
+    then waits for the next period, ``(1 - q / wanted)^2 P / 2`` on average. 0 when the quota does not bind."""
+    allowance = record.get("allowance") or {}
+    quota, period = allowance.get("quota_cores"), allowance.get("quota_period_s")
+    if not quota or not period or wanted <= quota:
+        return 0.0
+    return (1.0 - quota / wanted) ** 2 * period / 2.0
+
+
+def _median(runs: Sequence[Mapping], key: str, w: float | None = None) -> float | None:
+    values = [float(r[key]) for r in runs if _finite(r.get(key)) and (w is None or float(r["w"]) == float(w))]
+    return float(np.median(values)) if values else None
+
+
+def quota_wait_per_batch(a: Mapping, b: Mapping, runs: Sequence[Mapping], shares: Mapping) -> float:
+    """Seconds a batch gains on B over A from messages that find their receiver throttled (:func:`quota_wait`):
+    the messages a worker receives per batch (A's trace) wait on the worker, wanting its share on A; those it
+    sends wait on the server, wanting the server's sampled share on A (a server that sleeps wants less than its
+    quota and is never throttled); each on B with B's cores, less the same on A."""
+    received, sent = _median(runs, "received_per_batch"), _median(runs, "sent_per_batch")
+    server = _median(runs, "server_cpu_share", shares["w"])
+    server = server if server is not None else shares["share_a"]
+    extra = 0.0
+    for count, share_a in ((received, shares["share_a"]), (sent, server)):
+        if count:
+            wanted = min(1.0, share_a * shares["cores_ratio"])
+            extra += count * (quota_wait(b, wanted) - quota_wait(a, min(1.0, share_a)))
+    return extra
 
 
 def server_split(c_u: float, a: Mapping, runs: Sequence[Mapping]) -> dict:
@@ -285,7 +320,8 @@ def transfer(k: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Mapping
     sample = per_sample_work(b, counts, job_set, z_b) / per_sample_work(a, counts, job_set, z_a)
     update = (per_sample_work(b, {"muladds": 1.0}, weights_set, z_b)
               / per_sample_work(a, {"muladds": 1.0}, weights_set, z_a))
-    m = cpu_shares(a, b, runs, w)["multiplier"] if w is not None else 1.0
+    shares = cpu_shares(a, b, runs, w) if w is not None else None
+    m = shares["multiplier"] if shares else 1.0
     factors = dict.fromkeys(PER_SAMPLE, sample * m)
     factors["c_b"] = update * m
     split = server_split(k.c_u, a, runs)
@@ -308,6 +344,10 @@ def transfer(k: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Mapping
         else:
             factors[name] = vb / va
     values = {name: getattr(k, name) * factors.get(name, 1.0) for name in hashemi.NAMES}
+    if shares:  # each message of a batch may find its receiver throttled by a quota: a per-batch cost
+        extra = quota_wait_per_batch(a, b, runs, shares)
+        values["c_b"] = max(0.0, values["c_b"] + extra)
+        factors["c_b_quota_wait_s"] = extra
     if serial and not wl.serial:  # a closed-loop model (wl.serial) has the transfers in its cycle already
         d_r_net, d_lat = values["r_net"] - k.r_net, values["lat_net"] - k.lat_net
         values["c_p"] = max(0.0, values["c_p"] + (2 * wl.s * wl.n_w * d_r_net + 2 * d_lat) / wl.b)
