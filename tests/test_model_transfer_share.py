@@ -4,6 +4,7 @@ cost per update is split into the CPU it used and the time it waited, from the s
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -68,12 +69,20 @@ def test_cpu_allowance_reads_the_tightest_quota_of_its_cgroup_and_ancestors(tmp_
 
 
 @pytest.mark.skipif(cpu_quota.missing() is not None, reason=str(cpu_quota.missing()))
-def test_calibrate_under_a_real_quota_records_it():
-    code = "from ddltrace.collectors.microbench.machine import describe; print(describe()['cpu_allowance'])"
+def test_calibrate_under_a_real_quota_records_it(tmp_path):
+    """calibrate's cpu section inside a quota of half a core: the profile records the quota, its period, and the
+    share its one-thread curves had (CPU time over wall time), which cannot pass the quota."""
+    out = tmp_path / "B.json"
+    ddltrace = str(Path(sys.executable).with_name("ddltrace"))
     with cpu_quota.CpuQuota(0.5) as quota:
-        done = subprocess.run(quota.wrap([sys.executable, "-c", code]), capture_output=True, text=True, timeout=60)
+        done = subprocess.run(quota.wrap([ddltrace, "calibrate", "--quick", "--only", "cpu", "--out", str(out)]),
+                              capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert "'quota_cores': 0.5, 'quota_period_s': 0.01" in done.stdout
+    allowance = json.loads(out.read_text())["machine"]["cpu_allowance"]
+    assert (allowance["quota_cores"], allowance["quota_period_s"]) == (0.5, 0.01)
+    assert 0 < allowance["share_seen"] <= 0.5 * 1.05
+    record = transfer.profile_record(json.loads(out.read_text()), str(out), 8)
+    assert record["allowance"]["share_seen"] == allowance["share_seen"]
 
 
 def test_a_quota_slows_a_rank_by_its_share_not_by_calibrates_factor():
@@ -177,3 +186,17 @@ def test_a_message_waits_for_a_receiver_the_quota_throttled():
         assert factors["c_b_quota_wait_s"] == pytest.approx(expected)
     # w = 4: A's ranks had 0.37 of a core, under the quota: nothing waits
     assert transfer.transfer(k, WL, COUNTS, a, b, w=4, runs=runs)[0].c_b == 0.0
+
+
+def test_the_share_calibrate_saw_divides_out():
+    """A calibration that had 0.45 of a core (its one-thread curves' CPU time over their wall time) read the
+    compute 2.2x slower on the same core: the cores' ratio is 2.2 x 0.45 = 0.99, and a rank with a core on A and
+    half a core on B is slowed 2x at w = 1."""
+    a = _profile(1.0)
+    raw = {"machine": {"usable_cores": 2, "cpu_allowance": {"cores": 2, "quota_cores": 0.5, "share_seen": 0.45}},
+           "constants": {name: {"value": v * 2.2, "uncertainty": 0.0}
+                         for name, v in (("C_muladd", 2e-11), ("C_act", 1e-9), ("C_err", 1e-9))}}
+    b = transfer.profile_record(raw, "B", 8)
+    runs = [dict(r, cpu_share=1.0) for r in _runs(lambda share: 1e-3 / share)]
+    _, factors, _ = transfer.transfer(Constants(c_p=1e-4), WL, COUNTS, a, b, w=1, runs=runs)
+    assert factors["c_p"] == pytest.approx(2.2 * 0.45 / 0.5)

@@ -341,6 +341,7 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
                        profile_bound_by=hashemi.bound_by(on_b), profile_comp_s=wl.epochs * on_b["comp"],
                        profile_mem_s=wl.epochs * on_b["mem"], profile_net_s=wl.epochs * on_b["net"],
                        profile_c_p_factor=factors_w["c_p"], profile_c_u_factor=factors_w["c_u"],
+                       profile_quota_wait_s=factors_w.get("c_b_quota_wait_s", 0.0),
                        share_a=shares["share_a"], share_b=shares["share_b"], share_a_from=shares["share_a_from"])
         if changed is not None:
             row["what_if_s"] = wl.epochs * hashemi.t_phase(w, wl, changed)
@@ -381,7 +382,8 @@ def _describe_transfer(table: pd.DataFrame) -> list[str]:
              "  each CPU-bound factor at w also times (alone_B / alone_A) share_A(w) / share_B(w), a rank's share of a "
              "core (alone: calibrate's own, min(1, quota)); per w:",
              *[f"    w={row['w']}: share on A {row['share_a']:.3g} ({row['share_a_from']}), on B {row['share_b']:.3g}; "
-               f"c_p x{row['profile_c_p_factor']:.4g}, c_u x{row['profile_c_u_factor']:.4g}"
+               f"c_p x{row['profile_c_p_factor']:.4g}, c_u x{row['profile_c_u_factor']:.4g}; B's quota makes each "
+               f"batch wait {1e3 * row['profile_quota_wait_s']:.3g} ms more for throttled receivers"
                for row in table.to_dict("records")],
              f"  memory r_m x{f['r_m']:.4g}, w_m x{f['w_m']:.4g}; network r_net x{f['r_net']:.4g}, "
              f"lat_net x{f['lat_net']:.4g}; storage r_d x{f['r_d']:.4g}",

@@ -117,8 +117,9 @@ def _allowance(machine: Mapping, source: str) -> dict:
     the profile's usable cores and no quota (a profile made before calibrate recorded its allowance)."""
     raw = machine.get("cpu_allowance") if isinstance(machine.get("cpu_allowance"), Mapping) else {}
     cores = raw.get("cores", machine.get("usable_cores"))
-    quota, period = raw.get("quota_cores"), raw.get("quota_period_s")
+    quota, period, seen = raw.get("quota_cores"), raw.get("quota_period_s"), raw.get("share_seen")
     return {"cores": None if cores is None else _number(cores, f"{source}: machine cpu_allowance cores"),
+            "share_seen": None if seen is None else _number(seen, f"{source}: machine cpu_allowance share_seen"),
             "quota_cores": None if quota is None else _number(quota, f"{source}: machine cpu_allowance quota"),
             "quota_period_s": None if period is None else _number(period, f"{source}: machine cpu_allowance "
                                                                             "quota_period_s")}
@@ -178,10 +179,17 @@ def per_sample_work(record: Mapping, counts: Mapping, working_set: float, z: Map
     return work
 
 
-def _alone(record: Mapping) -> float:
-    """The share of a core calibrate's one thread had on the profile's machine: min(1, its quota in cores)."""
+def _cap(record: Mapping) -> float:
+    """The most of a core a rank may have on the profile's machine: min(1, its quota in cores)."""
     quota = (record.get("allowance") or {}).get("quota_cores")
     return min(1.0, quota) if quota else 1.0
+
+
+def _alone(record: Mapping) -> float:
+    """The share of a core calibrate's one thread had on the profile's machine: the CPU time of its one-thread
+    compute curves over their wall time (``share_seen``) where it measured it, else min(1, its quota in cores)."""
+    seen = (record.get("allowance") or {}).get("share_seen")
+    return min(1.0, seen) if seen else _cap(record)
 
 
 def _servers(runs: Sequence[Mapping]) -> float:
@@ -199,8 +207,8 @@ def _finite(x: Any) -> bool:
 def share_on_a(a: Mapping, runs: Sequence[Mapping], w: float) -> tuple[float, str]:
     """The share of a core (0-1) a rank had on A at ``w`` workers, and how it is known: the runs' sampled
     ``cpu_share`` at that w (median), else ``min(alone, cores / (w + servers))`` with A's cores and every rank
-    busy (MPI ranks poll for their messages), capped at the share calibrate's thread had."""
-    alone = _alone(a)
+    busy (MPI ranks poll for their messages), capped by A's quota."""
+    alone = _cap(a)
     shares = [float(r["cpu_share"]) for r in runs
               if _finite(r.get("cpu_share")) and _finite(r.get("w")) and float(r["w"]) == float(w)]
     if shares:
@@ -214,16 +222,17 @@ def share_on_a(a: Mapping, runs: Sequence[Mapping], w: float) -> tuple[float, st
 def cpu_shares(a: Mapping, b: Mapping, runs: Sequence[Mapping], w: float) -> dict:
     """A rank's share of a core on A and on B at ``w`` workers, and what it does to a CPU-bound cost.
 
-    On B a rank gets ``share_B = min(alone_B, share_A * cores_B / cores_A)``: B's quota caps it, and B's cores
-    shared by the same ranks (and the same load beside them) as A's. The calibrated constants were measured by
-    one thread with ``alone`` = min(1, quota) of a core, so a CPU-bound cost carries by the calibrated ratio
-    times ``multiplier = (alone_B / alone_A) * share_A / share_B``: the core's own speed ratio, and the share the
-    rank has on each machine. Without quotas and with as many cores, the multiplier is 1."""
+    On B a rank gets ``share_B = min(q_B, share_A * cores_B / cores_A)``: B's quota (at most a core) caps it, and
+    B's cores shared by the same ranks (and the same load beside them) as A's. The calibrated constants were
+    measured by one thread with ``alone`` of a core (the CPU time of its one-thread curves over their wall time,
+    else min(1, quota)), so a CPU-bound cost carries by the calibrated ratio times ``multiplier = (alone_B /
+    alone_A) * share_A / share_B``: the cores' own speed ratio, and the share the rank has on each machine.
+    Without quotas, with as many cores and calibrations that had a core each, the multiplier is 1."""
     share_a, how = share_on_a(a, runs, w)
     cores_a = (a.get("allowance") or {}).get("cores")
     cores_b = (b.get("allowance") or {}).get("cores")
     ratio = cores_b / cores_a if cores_a and cores_b else 1.0
-    share_b = min(_alone(b), share_a * ratio)
+    share_b = min(_cap(b), share_a * ratio)
     return {"w": float(w), "share_a": share_a, "share_a_from": how, "share_b": share_b, "cores_ratio": ratio,
             "alone_a": _alone(a), "alone_b": _alone(b),
             "multiplier": (_alone(b) / _alone(a)) * share_a / share_b if share_b > 0 else 1.0}
