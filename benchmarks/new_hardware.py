@@ -212,10 +212,12 @@ def run_series(machine, shape: str, workers: list[int], folder: Path) -> dict[in
         row = measurements_from_store(run_dir / "store", servers=1)
         truth = json.loads((run_dir / "ground_truth.json").read_text())
         out[w] = {"store": str(run_dir / "store"), "phase_s": float(row["phase_s"]), "train_s": truth["train_s"],
+                  "cpu_share": float(row["cpu_share"]),
                   "compute_per_sample_s": truth["compute_per_sample_s"]["measured"], "wall_s": wall,
                   "load_before": before, "load_after": _load()}
         print(f"  {machine.name} {shape} w={w}: phase {out[w]['phase_s']:.3f} s (job's clock {truth['train_s']:.3f} s,"
-              f" compute {1e6 * out[w]['compute_per_sample_s']:.0f} us/sample), load {before:.1f} -> "
+              f" compute {1e6 * out[w]['compute_per_sample_s']:.0f} us/sample, a worker's share of a core "
+              f"{out[w]['cpu_share']:.2f}), load {before:.1f} -> "
               f"{out[w]['load_after']:.1f}", flush=True)
     return out
 
@@ -274,6 +276,8 @@ def compare(prediction: dict, serial: dict, a: dict[int, dict] | None, b: dict[i
             item["measured_s"] = b[w]["phase_s"]
             item["error"] = (row["profile_s"] - b[w]["phase_s"]) / b[w]["phase_s"]
             item["serial_error"] = (srow["profile_s"] - b[w]["phase_s"]) / b[w]["phase_s"]
+        if b and w in b and "cpu_share" in b[w]:
+            item["share_b_measured"] = b[w]["cpu_share"]
         if a and w in a and b and w in b:
             item["ratio_measured"] = b[w]["phase_s"] / a[w]["phase_s"]
             item["ratio_predicted"] = row["profile_s"] / row["predicted_s"]
@@ -308,8 +312,9 @@ def print_comparison(title: str, result: dict) -> None:
               f"{1e3 * split['rest_s']:.3g} ms carried as compute")
     for r in result["rows"]:
         if r.get("share_a") is not None:
-            print(f"  w={r['w']}: a rank's share of a core on A {r['share_a']:.2f}, on B {r['share_b']:.2f}: factors "
-                  f"c_p {r['c_p_factor']:.2f}, c_u {r['c_u_factor']:.2f}")
+            seen = f" (B's run measured {r['share_b_measured']:.2f})" if r.get("share_b_measured") is not None else ""
+            print(f"  w={r['w']}: a rank's share of a core on A {r['share_a']:.2f}, on B {r['share_b']:.2f}{seen}: "
+                  f"factors c_p {r['c_p_factor']:.2f}, c_u {r['c_u_factor']:.2f}")
     print(f"  knee on B predicted (the first w from which one more worker gains less than half its ideal share): "
           f"{_knee_text(result['knee'])}, closed loop {_knee_text(result['serial_knee'])}"
           f"; best w on B: {result['best_w']}, {result['serial_best_w']}")
