@@ -83,6 +83,13 @@ def test_calibrate_under_a_real_quota_records_it(tmp_path):
     assert 0 < allowance["share_seen"] <= 0.5 * 1.05
     record = transfer.profile_record(json.loads(out.read_text()), str(out), 8)
     assert record["allowance"]["share_seen"] == allowance["share_seen"]
+    # every point of the compute curves carries the CPU share its runs had (a point of a few ms may fall inside one
+    # unthrottled stretch of the period, or mostly in throttled ones: that is what it corrects)
+    shares = [pt["cpu_share"] for name, curve in json.loads(out.read_text())["curves"].items()
+              if name.startswith(("C_muladd", "C_act", "C_err")) for pt in curve["points"]]
+    assert shares and all(0 < x <= 1.05 for x in shares)
+    assert min(shares) < 0.9  # the quota throttled some of them
+    assert record["cpu_seconds"] is True
 
 
 def test_a_quota_slows_a_rank_by_its_share_not_by_calibrates_factor():
@@ -200,3 +207,35 @@ def test_the_share_calibrate_saw_divides_out():
     runs = [dict(r, cpu_share=1.0) for r in _runs(lambda share: 1e-3 / share)]
     _, factors, _ = transfer.transfer(Constants(c_p=1e-4), WL, COUNTS, a, b, w=1, runs=runs)
     assert factors["c_p"] == pytest.approx(2.2 * 0.45 / 0.5)
+
+
+def test_curves_timed_with_their_cpu_share_compare_the_cores():
+    """B's curves read 2.6x A's in wall time, with each point's runs at 0.38 of a core (a quota's luck): in CPU
+    seconds, the same core (0.99x). A rank with a core on A and half a core on B is slowed 2x at w = 1."""
+    def raw(scale: float, share: float, quota: float | None) -> dict:
+        curves = {f"{name}_f64": {"points": [{"x": x, "y": y * scale, "spread": 0.0, "cpu_share": share}
+                                             for x, y in ((16384, base), (1 << 20, 1.5 * base))]}
+                  for name, base in (("C_muladd_gemm", 2e-11), ("C_act_sigmoid_numpy", 1e-9),
+                                     ("C_err_sigmoid_numpy", 1e-9))}
+        constants = {name: {"value": base * scale, "uncertainty": 0.0, "alias_of": f"{src}_f32"}
+                     for name, src, base in (("C_muladd", "C_muladd_gemm", 2e-11),
+                                             ("C_act", "C_act_sigmoid_numpy", 1e-9),
+                                             ("C_err", "C_err_sigmoid_numpy", 1e-9))}
+        return {"machine": {"usable_cores": 2, "cpu_allowance": {"cores": 2, "quota_cores": quota,
+                                                                  "share_seen": 0.5 if quota else 1.0}},
+                "constants": constants, "curves": curves}
+    a = transfer.profile_record(raw(1.0, 1.0, None), "A", 8)
+    b = transfer.profile_record(raw(2.6, 0.38, 0.5), "B", 8)
+    assert a["cpu_seconds"] and b["cpu_seconds"]
+    runs = [dict(r, cpu_share=1.0) for r in _runs(lambda share: 1e-3 / share)]
+    _, factors, _ = transfer.transfer(Constants(c_p=1e-4), WL, COUNTS, a, b, w=1, runs=runs)
+    assert factors["c_p"] == pytest.approx(2.6 * 0.38 / 0.5)
+    # the same curves without the shares: calibrate's share_seen (0.5) divides out instead
+    plain = raw(2.6, 0.38, 0.5)
+    for curve in plain["curves"].values():
+        for point in curve["points"]:
+            del point["cpu_share"]
+    old = transfer.profile_record(plain, "B without shares", 8)
+    assert not old["cpu_seconds"]
+    _, factors, _ = transfer.transfer(Constants(c_p=1e-4), WL, COUNTS, a, old, w=1, runs=runs)
+    assert factors["c_p"] == pytest.approx(2.6 * 0.5 / 0.5)

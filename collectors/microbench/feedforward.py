@@ -15,6 +15,7 @@ here: these are per-core constants (C_interf(H) says what sharing the machine co
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,13 +46,16 @@ def segment_sizes(quick: bool, neurons: bool = False) -> list[int]:
 
 @dataclass
 class Point:
-    """One point of a curve: ``segment_bytes`` of data, ``value`` seconds per operation (median), ``spread``."""
+    """One point of a curve: ``segment_bytes`` of data, ``value`` seconds per operation (median), ``spread``;
+    ``cpu_share``: the calling thread's CPU time over the wall time of its runs (one thread: the share of a core it had,
+    below 1 under a CPU quota or beside other work)."""
 
     segment_bytes: int
     value: float
     spread: float
     other_cpu_s: float
     busy_runs: int
+    cpu_share: float = math.nan
 
 
 def _ptr(arr: np.ndarray) -> int:
@@ -107,9 +111,11 @@ def _curve(make, sizes: list[int], min_time: float, repeats: int) -> list[Point]
     points = []
     for size in sizes:
         work, ops = make(size)
+        wall, cpu = time.perf_counter(), time.thread_time()
         meas = repeat(per_call_timer(work, min_time), repeats=repeats)
+        share = (time.thread_time() - cpu) / max(time.perf_counter() - wall, 1e-9)
         points.append(Point(size, meas.value / ops, meas.spread / ops, float(np.nansum(meas.other_cpu_s)),
-                            meas.busy_runs))
+                            meas.busy_runs, share))
     return points
 
 

@@ -93,19 +93,19 @@ def run_cpu(p: dict, opts: Options) -> None:
         p["notes"].append(f"compute curves: each timed run lasts at least {opts.cpu_window:g} s (--cpu-window)")
     sizes = feedforward.segment_sizes(quick)
     curves = feedforward.muladd_curves(sizes, min_time, repeats, opts.progress)
-    wall0, cpu0 = time.perf_counter(), time.process_time()
+    wall0, cpu0 = time.perf_counter(), time.thread_time()
     curves.update(feedforward.neuron_curves(feedforward.segment_sizes(quick, neurons=True), min_time, repeats,
                                             opts.progress))
     # the neuron curves run one thread (numpy element-wise, C loops): their CPU time over their wall time is the
     # share of a core calibrate had (a quota's, or what the load left), which the transfer to another machine
     # divides out to compare the cores themselves (ddltrace.models.transfer)
-    seen = (time.process_time() - cpu0) / max(time.perf_counter() - wall0, 1e-9)
+    seen = (time.thread_time() - cpu0) / max(time.perf_counter() - wall0, 1e-9)
     p["machine"].setdefault("cpu_allowance", {})["share_seen"] = min(1.0, seen)
     for name, points in curves.items():
         unit = "s/muladd" if name.startswith("C_muladd") else "s/neuron"
         prof.add_curve(p, name, "segment_bytes", "B", unit,
-                       [{"x": pt.segment_bytes, "y": pt.value, "spread": pt.spread, "busy_runs": pt.busy_runs}
-                        for pt in points])
+                       [{"x": pt.segment_bytes, "y": pt.value, "spread": pt.spread, "busy_runs": pt.busy_runs,
+                         "cpu_share": round(pt.cpu_share, 4)} for pt in points])
         what = name.split("_")
         pin = feedforward.in_cache_point(points)
         prof.add_constant(p, name, pin.value, max(pin.spread, 1e-3 * pin.value), unit,

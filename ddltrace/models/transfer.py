@@ -54,7 +54,7 @@ def _number(raw: Any, where: str, *, zero: bool = False) -> float:
     return value
 
 
-def _points(raw: Any, where: str) -> list[list[float]]:
+def _points(raw: Any, where: str, cpu: bool = False) -> list[list[float]]:
     """[[x, y, spread], ...] sorted by x from calibrate's ``{"points": [{"x", "y", "spread"}]}`` or [[x, y], ...]."""
     items = raw.get("points") if isinstance(raw, Mapping) else raw
     if not isinstance(items, list) or not items:
@@ -63,6 +63,8 @@ def _points(raw: Any, where: str) -> list[list[float]]:
     for i, pt in enumerate(items):
         if isinstance(pt, Mapping):
             x, y, spread = pt.get("x"), pt.get("y"), pt.get("spread", 0.0)
+            if cpu:  # seconds of CPU per operation: the core's speed, whatever share of it the runs had
+                y, spread = float(y) * float(pt["cpu_share"]), float(spread) * float(pt["cpu_share"])
         elif isinstance(pt, list | tuple) and len(pt) in (2, 3):
             x, y, spread = pt[0], pt[1], (pt[2] if len(pt) == 3 else 0.0)
         else:
@@ -70,6 +72,13 @@ def _points(raw: Any, where: str) -> list[list[float]]:
         out.append([_number(x, f"{where} point {i} x", zero=True), _number(y, f"{where} point {i} y"),
                     _number(spread, f"{where} point {i} spread", zero=True)])
     return sorted(out)
+
+
+def _cpu_timed(raw: Any) -> bool:
+    """Whether every point of a calibrate curve carries the CPU share its runs had (``cpu_share``)."""
+    items = raw.get("points") if isinstance(raw, Mapping) else None
+    return bool(items) and all(isinstance(pt, Mapping) and _finite(pt.get("cpu_share")) and
+                               float(pt["cpu_share"]) > 0 for pt in items)
 
 
 def profile_record(profile: Any, source: str, s: float) -> dict:
@@ -107,8 +116,15 @@ def profile_record(profile: Any, source: str, s: float) -> dict:
             wanted = alias[:-4] + precision if alias[-4:] in ("_f32", "_f64") else alias
             chosen = wanted if wanted in curves else (alias if alias in curves else None)
             if chosen:
-                record["curves"][name] = {"curve": chosen,
-                                          "points": _points(curves[chosen], f"{source}: curve {chosen}")}
+                record["curves"][name] = {"curve": chosen, "raw": curves[chosen]}
+    # curves whose points carry their runs' CPU share become seconds of CPU per operation (the core's speed), with
+    # calibrate's own share of a core divided out: only when all of the job's compute curves do
+    timed = [name for name in CPU if name in record["constants"]]
+    record["cpu_seconds"] = bool(timed) and all(name in record["curves"] and "raw" in record["curves"][name]
+                                                and _cpu_timed(record["curves"][name]["raw"]) for name in timed)
+    for curve in record["curves"].values():
+        if "raw" in curve:
+            curve["points"] = _points(curve.pop("raw"), f"{source}: curve {curve['curve']}", record["cpu_seconds"])
     return record
 
 
@@ -186,8 +202,11 @@ def _cap(record: Mapping) -> float:
 
 
 def _alone(record: Mapping) -> float:
-    """The share of a core calibrate's one thread had on the profile's machine: the CPU time of its one-thread
-    compute curves over their wall time (``share_seen``) where it measured it, else min(1, its quota in cores)."""
+    """The share of a core calibrate's one thread had on the profile's machine: 1 where its curves are in CPU
+    seconds (each point's ``cpu_share``), else the CPU time of its one-thread compute curves over their wall time
+    (``share_seen``) where it measured it, else min(1, its quota in cores)."""
+    if record.get("cpu_seconds"):
+        return 1.0
     seen = (record.get("allowance") or {}).get("share_seen")
     return min(1.0, seen) if seen else _cap(record)
 
