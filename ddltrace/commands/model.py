@@ -264,7 +264,7 @@ def _on_profile(model: dict, source: str, profile_path: str, constants, wl, seri
     on_b = transfer.profile_record(load_json(profile_path, "hardware profile"), profile_path, wl.s)
     counts = model.get("work_per_sample") or {"muladds": 1.0, "neurons": 0.0}
     runs = model.get("measurements") or []
-    k_b, factors, notes = transfer.transfer(constants, wl, counts, fitted_on, on_b, serial=serial)
+    k_b, factors, notes = transfer.transfer(constants, wl, counts, fitted_on, on_b, serial=serial, runs=runs)
 
     def at(w: float) -> tuple:
         k_w, factors_w, _ = transfer.transfer(constants, wl, counts, fitted_on, on_b, serial=serial, w=w, runs=runs)
@@ -357,8 +357,10 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
                                       workers, confidence, serial=serial, runs=moved["runs"])
         table["profile_low_s"], table["profile_high_s"] = low, high
         fastest = table["profile_s"].min()
+        shares_1 = transfer.cpu_shares(moved["a"], moved["b"], moved["runs"], 1)
         best = table[table["profile_s"] <= (1 + BEST_TOLERANCE) * fastest]["w"].min()
         table.attrs["transfer"] = {"profile": profile, "fitted_on": moved["a"]["source"],
+                                   "alone": [shares_1["alone_a"], shares_1["alone_b"]],
                                    "factors": moved["factors"], "server_split": moved["server_split"],
                                    "notes": moved["notes"], "confidence": confidence,
                                    "best_w": int(best), "draws": transfer.DRAWS, "serial_comm": serial}
@@ -380,7 +382,8 @@ def _describe_transfer(table: pd.DataFrame) -> list[str]:
              f"as C_muladd over the weights; {split['how']}), the fit's other {1e3 * split['rest_s']:.3g} ms as the "
              "per-sample work",
              "  each CPU-bound factor at w also times (alone_B / alone_A) share_A(w) / share_B(w), a rank's share of a "
-             "core (alone: calibrate's own, min(1, quota)); per w:",
+             f"core (alone: calibrate's own, A {info['alone'][0]:.3g}, B {info['alone'][1]:.3g}; 1 where its curves "
+             "are in CPU seconds); per w:",
              *[f"    w={row['w']}: share on A {row['share_a']:.3g} ({row['share_a_from']}), on B {row['share_b']:.3g}; "
                f"c_p x{row['profile_c_p_factor']:.4g}, c_u x{row['profile_c_u_factor']:.4g}; B's quota makes each "
                f"batch wait {1e3 * row['profile_quota_wait_s']:.3g} ms more for throttled receivers"
