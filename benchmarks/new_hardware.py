@@ -66,9 +66,9 @@ SHAPES = {"compute": ["--compute", "real"], "server": ["--compute", "real", "--s
           "emulated-server": ["--compute", "emulated", "--sample-time", "0.0005", "--server-cost", "0.01"]}
 CALIBRATE = ["calibrate", "--quick", "--only", "cpu,mem,net"]
 #: the net B's tbf bucket (bytes): about a tenth of one 320 kB weights message. A real 200 Mbit/s link has no bucket;
-#: the cluster's default (10 ms of the rate, 250 kB) let 78 % of every message pass at once after the compute gap,
-#: so the job saw about a third of the rate's transfer time while calibrate's stream, which drains the bucket,
-#: saw the rate (docs/MODELS.md).
+#: the cluster's default then (10 ms of the rate, 250 kB; now 1 ms) let 78 % of every message pass at once after the
+#: compute gap, so the job saw about a third of the rate's transfer time while calibrate's stream, which drains the
+#: bucket, saw the rate (docs/MODELS.md).
 BURST = 32 * 1024
 
 
@@ -142,22 +142,16 @@ class NetB(MachineA):
     def __init__(self, rate_bit: float, burst: int | None = BURST):
         self.rate_bit, self.burst = rate_bit, burst
         self.description = (f"each rank on its own simulated node, links {rate_bit / 1e6:g} Mbit/s (tbf, burst "
-                            f"{f'{burst} B' if burst else 'the cluster default: 10 ms of the rate'}); A's CPU")
+                            f"{f'{burst} B' if burst else 'the cluster default: 1 ms of the rate'}); A's CPU")
 
     @contextlib.contextmanager
     def _cluster(self, n: int):
-        """``n`` nodes, each link shaped to the rate: by the cluster (a 10 ms burst), or here with ``burst``."""
+        """``n`` nodes, each link shaped to the rate with a bucket of ``burst`` bytes (None: the cluster's default)."""
         from ddltrace.collectors import cluster as cl
 
-        with cl.Cluster(n, rates_bit=None if self.burst else dict.fromkeys(range(n), self.rate_bit)) as c:
-            if self.burst:
-                tbf = ["tbf", "rate", f"{int(self.rate_bit)}bit", "burst", str(self.burst), "limit",
-                       str(4 * max(self.burst, 65536))]
-                for node in c.nodes:  # both ends of the node's veth, as Cluster.shape does
-                    for argv in (["tc", "qdisc", "replace", "dev", node.veth, "root", *tbf],
-                                 ["ip", "netns", "exec", node.netns, "tc", "qdisc", "replace", "dev", "eth0", "root",
-                                  *tbf]):
-                        _check(subprocess.run(argv, capture_output=True, text=True, timeout=60), " ".join(argv))
+        with cl.Cluster(n) as c:
+            for index in range(n):
+                c.shape(index, self.rate_bit, self.burst)
             yield c
 
     @contextlib.contextmanager
@@ -417,8 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=200.0, help="net: link rate in Mbit/s (default 200)")
     parser.add_argument("--burst", type=int, default=BURST,
                         help=f"net: tbf burst in bytes (default {BURST}, about a tenth of a weights message; 0: the "
-                             "cluster's, 10 ms of the rate: 250 kB at 200 Mbit/s, most of a 320 kB message passes "
-                             "at once after a pause)")
+                             "cluster's, 1 ms of the rate, 25 kB at 200 Mbit/s)")
     parser.add_argument("--cpu-window", type=float, default=0.05,
                         help="calibrate --cpu-window on every machine, s (default 0.05: five quota periods)")
     parser.add_argument("--profile-a", help="two real machines: A's profile (calibrate on A)")

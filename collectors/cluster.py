@@ -46,6 +46,8 @@ _PREFIX = "ddlc"  # every namespace and link name starts with this, then the own
 _NAME = re.compile(rf"^({_PREFIX}([0-9a-f]+)-[0-9a-f]+)(?:n\d+|br)?$")  # tag: prefix, owner pid, sequence (hex)
 _MARK = "# ddltrace simulated cluster"
 TOOLS = ("ip", "tc", "unshare", "nsenter")
+#: A shaped link's tbf bucket by default, in seconds of its rate (:meth:`Cluster.shape`).
+BURST_S = 0.001
 _SEQUENCE = itertools.count()
 
 # the init of a node: set its host name, mount its own /dev/shm, say it is ready, then reap orphans forever
@@ -224,12 +226,14 @@ class Cluster(Scoped):
 
     # -- using ----------------------------------------------------------------------------------------------
 
-    def shape(self, index: int, rate_bit: float) -> None:
-        """Limit node ``index``'s link to ``rate_bit`` bit/s in both directions (tbf; burst 10 ms of the rate,
-        at least 16 KiB)."""
+    def shape(self, index: int, rate_bit: float, burst: int | None = None) -> None:
+        """Limit node ``index``'s link to ``rate_bit`` bit/s in both directions (tbf). ``burst``: the bucket in
+        bytes, by default :data:`BURST_S` of the rate (at least 16 KiB): what may pass at once faster than the
+        rate after a silence, so a message much larger than it sees the rate (a 10 ms bucket, 125 kB at 100
+        Mbit/s, let a 320 kB message through at twice the rate). The queue holds 4 buckets, at least 256 KiB."""
         node = self.nodes[index]
-        burst = max(16 * 1024, int(rate_bit / 8 / 100))
-        tbf = ["tbf", "rate", f"{int(rate_bit)}bit", "burst", str(burst), "limit", str(4 * burst)]
+        burst = burst or max(16 * 1024, int(rate_bit / 8 * BURST_S))
+        tbf = ["tbf", "rate", f"{int(rate_bit)}bit", "burst", str(burst), "limit", str(4 * max(burst, 64 * 1024))]
         _run("tc", "qdisc", "replace", "dev", node.veth, "root", *tbf)
         _run("ip", "netns", "exec", node.netns, "tc", "qdisc", "replace", "dev", "eth0", "root", *tbf)
         self.rates_bit[index] = rate_bit
