@@ -292,3 +292,46 @@ def test_no_gpu_is_one_line():
     if gpus:
         pytest.skip(f"this machine has a GPU: {gpus[0]['name']}")
     assert note.startswith("no GPU: ") and "\n" not in note
+
+
+class _Throttled:
+    """A call of ``busy`` seconds of this thread's CPU under a simulated CFS quota: ``quota`` seconds of CPU per
+    ``period``, then asleep until the period ends (no CPU, as a throttled thread); the first call finds the
+    period's quota spent, as a call may under a real quota."""
+
+    def __init__(self, busy: float = 1e-4, quota: float = 5e-3, period: float = 1e-2):
+        import time
+
+        self.time, self.busy, self.quota, self.period = time, busy, quota, period
+        self.start, self.used = time.perf_counter(), quota
+
+    def __call__(self) -> None:
+        t = self.time
+        if self.used >= self.quota or t.perf_counter() - self.start >= self.period:
+            t.sleep(max(0.0, self.start + self.period - t.perf_counter()))
+            self.start, self.used = t.perf_counter(), 0.0
+        c = t.thread_time()
+        while t.thread_time() - c < self.busy:
+            pass
+        self.used += self.busy
+
+
+def test_a_point_under_a_quota_is_its_runs_own_cpu_time():
+    """A call throttled when the runs are sized no longer shortens them: each run lasts min_time of CPU (many
+    periods), and the point's CPU seconds per call are its runs' own CPU time, the call's 100 us of CPU. Before,
+    a run sized from the throttled call (10 ms) held 2 calls and ran unthrottled, and its wall time x the point's
+    share (the sizing call's sleep included) read a small fraction of the call's CPU time."""
+    (point,) = feedforward._curve(lambda size: (_Throttled(), 1), [4096], min_time=0.02, repeats=3)
+    assert point.value * point.cpu_share == pytest.approx(1e-4, rel=0.2)  # main: 0.1-0.5 of it
+    assert point.cpu_value == pytest.approx(1e-4, rel=0.2)
+    assert point.value > 1.5 * point.cpu_value  # the wall time of runs of many periods: throttled half of it
+    assert 0 < point.cpu_share < 0.75
+    assert point.cpu_spread >= 0
+
+
+def test_per_call_timer_sizes_runs_by_cpu_time():
+    cpu: list[float] = []
+    timed = measure.per_call_timer(_Throttled(), 0.02, cpu)
+    wall = timed()
+    assert len(cpu) == 1 and cpu[0] == pytest.approx(1e-4, rel=0.2)
+    assert wall > cpu[0]  # a run of 20 ms of CPU under 5 ms per 10 ms period is throttled

@@ -41,8 +41,11 @@ def _derived(a: dict, factors: dict, cpu_relative: float | None = None) -> dict:
     for name, curve in b["curves"].items():
         if name.startswith(CPU_PREFIXES):
             for point in curve["points"]:
-                point["y"] *= k
-                point["spread"] = point["y"] * cpu_relative if cpu_relative is not None else point["spread"] * k
+                for y, spread in (("y", "spread"), ("cpu_y", "cpu_spread")):  # wall and CPU seconds alike
+                    if y in point:
+                        point[y] *= k
+                        point[spread] = (point[y] * cpu_relative if cpu_relative is not None
+                                         else point.get(spread, 0.0) * k)
     return b
 
 

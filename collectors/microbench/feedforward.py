@@ -15,14 +15,13 @@ here: these are per-core constants (C_interf(H) says what sharing the machine co
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from ddltrace.collectors.microbench import ccompile
 from ddltrace.collectors.microbench.machine import cache_sizes, llc_bytes
-from ddltrace.collectors.microbench.measure import blas_threads, per_call_timer, repeat
+from ddltrace.collectors.microbench.measure import blas_threads, per_call_timer, repeat, robust_spread
 
 DTYPES = {"f32": np.float32, "f64": np.float64}
 BATCH = 64
@@ -46,9 +45,11 @@ def segment_sizes(quick: bool, neurons: bool = False) -> list[int]:
 
 @dataclass
 class Point:
-    """One point of a curve: ``segment_bytes`` of data, ``value`` seconds per operation (median), ``spread``;
-    ``cpu_share``: the calling thread's CPU time over the wall time of its runs (one thread: the share of a core it had,
-    below 1 under a CPU quota or beside other work)."""
+    """One point of a curve: ``segment_bytes`` of data, ``value`` wall seconds per operation (median of the runs),
+    ``spread``; ``cpu_value``, ``cpu_spread``: the same in the calling thread's CPU seconds per operation (median of
+    the runs' own CPU time: the core's speed, whatever share of it the runs had); ``cpu_share``: the thread's CPU
+    time over the wall time of its runs (one thread: the share of a core it had, below 1 under a CPU quota or beside
+    other work)."""
 
     segment_bytes: int
     value: float
@@ -56,6 +57,8 @@ class Point:
     other_cpu_s: float
     busy_runs: int
     cpu_share: float = math.nan
+    cpu_value: float = math.nan
+    cpu_spread: float = math.nan
 
 
 def _ptr(arr: np.ndarray) -> int:
@@ -111,11 +114,11 @@ def _curve(make, sizes: list[int], min_time: float, repeats: int) -> list[Point]
     points = []
     for size in sizes:
         work, ops = make(size)
-        wall, cpu = time.perf_counter(), time.thread_time()
-        meas = repeat(per_call_timer(work, min_time), repeats=repeats)
-        share = (time.thread_time() - cpu) / max(time.perf_counter() - wall, 1e-9)
+        cpu: list[float] = []  # each run's CPU seconds per call: its own, not its wall time x the point's share
+        meas = repeat(per_call_timer(work, min_time, cpu), repeats=repeats)
+        share = sum(cpu) / max(sum(meas.values), 1e-12)
         points.append(Point(size, meas.value / ops, meas.spread / ops, float(np.nansum(meas.other_cpu_s)),
-                            meas.busy_runs, share))
+                            meas.busy_runs, share, float(np.median(cpu)) / ops, robust_spread(cpu) / ops))
     return points
 
 

@@ -135,19 +135,32 @@ def repeat(run: Callable[[], float], repeats: int = 3, unit: str = "s", extra: i
     return Measurement(float(np.median(values)), robust_spread(values), unit, values, others, busy)
 
 
-def per_call_timer(fn: Callable[[], object], min_time: float) -> Callable[[], float]:
-    """A timer for :func:`repeat`: calls ``fn`` once (warm-up, and to size the run), then each call of the
-    returned function times enough calls of ``fn`` to last about ``min_time`` and returns seconds per call."""
-    t0 = time.perf_counter()
+def per_call_timer(fn: Callable[[], object], min_time: float,
+                   cpu_per_call: list[float] | None = None) -> Callable[[], float]:
+    """A timer for :func:`repeat`: calls ``fn`` once (warm-up), then sizes a run from the calling thread's CPU
+    time of further calls (at least a tenth of ``min_time`` of it), so that each run of the returned function
+    lasts about ``min_time`` seconds of this thread's CPU time, and returns wall seconds per call; with
+    ``cpu_per_call``, each run also appends its CPU seconds per call there.
+
+    Sizing from CPU time, not wall time: under a CPU quota a call's wall time includes however long the quota
+    throttled it, so a run sized from one throttled call lasted a fraction of a period and ran unthrottled
+    (a run of a few milliseconds fits in one period's quota), whatever the quota."""
     fn()
-    once = max(time.perf_counter() - t0, 1e-7)
-    reps = max(1, int(math.ceil(min_time / once)))
+    used, calls, c0 = 0.0, 0, time.thread_time()
+    while used < min_time / 10 or calls == 0:
+        fn()
+        calls += 1
+        used = time.thread_time() - c0
+    reps = max(1, int(math.ceil(min_time / max(used / calls, 1e-9))))
 
     def timed() -> float:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         for _ in range(reps):
             fn()
-        return (time.perf_counter() - t0) / reps
+        wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
+        if cpu_per_call is not None:
+            cpu_per_call.append(cpu / reps)
+        return wall / reps
 
     return timed
 

@@ -105,7 +105,8 @@ def run_cpu(p: dict, opts: Options) -> None:
         unit = "s/muladd" if name.startswith("C_muladd") else "s/neuron"
         prof.add_curve(p, name, "segment_bytes", "B", unit,
                        [{"x": pt.segment_bytes, "y": pt.value, "spread": pt.spread, "busy_runs": pt.busy_runs,
-                         "cpu_share": round(pt.cpu_share, 4)} for pt in points])
+                         "cpu_share": round(pt.cpu_share, 4), "cpu_y": pt.cpu_value,
+                         "cpu_spread": pt.cpu_spread} for pt in points])
         what = name.split("_")
         pin = feedforward.in_cache_point(points)
         prof.add_constant(p, name, pin.value, max(pin.spread, 1e-3 * pin.value), unit,

@@ -63,7 +63,9 @@ def _points(raw: Any, where: str, cpu: bool = False) -> list[list[float]]:
     for i, pt in enumerate(items):
         if isinstance(pt, Mapping):
             x, y, spread = pt.get("x"), pt.get("y"), pt.get("spread", 0.0)
-            if cpu:  # seconds of CPU per operation: the core's speed, whatever share of it the runs had
+            if cpu and _finite(pt.get("cpu_y")):  # seconds of CPU per operation, each run's own: the core's speed
+                y, spread = pt["cpu_y"], pt.get("cpu_spread", 0.0)
+            elif cpu:  # a profile before cpu_y: the runs' wall time x the point's share
                 y, spread = float(y) * float(pt["cpu_share"]), float(spread) * float(pt["cpu_share"])
         elif isinstance(pt, list | tuple) and len(pt) in (2, 3):
             x, y, spread = pt[0], pt[1], (pt[2] if len(pt) == 3 else 0.0)
