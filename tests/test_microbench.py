@@ -335,3 +335,33 @@ def test_per_call_timer_sizes_runs_by_cpu_time():
     wall = timed()
     assert len(cpu) == 1 and cpu[0] == pytest.approx(1e-4, rel=0.2)
     assert wall > cpu[0]  # a run of 20 ms of CPU under 5 ms per 10 ms period is throttled
+
+
+def test_merge_rounds_takes_each_points_median_and_what_the_rounds_disagree_by(tmp_path):
+    """Three calibrations of one machine, the second caught in a slow stretch (1.5x at C_act): the merged profile
+    has each compute point's median, a spread at least the median's standard error over the rounds, the rounds
+    kept; memory and the rest as in the first round; it saves and loads as a profile."""
+    def one(scale: float, clock: float) -> dict:
+        p = prof.new_profile({"hostname": "h"}, quick=True, sections=["cpu"])
+        prof.add_constant(p, "C_act_sigmoid_numpy_f64", 5e-9 * scale, 1e-11, "s/neuron", "d", "m")
+        prof.add_constant(p, "core_clock_hz", clock, 1e6, "Hz", "d", "m")
+        prof.add_curve(p, "C_act_sigmoid_numpy_f64", "segment_bytes", "B", "s/neuron",
+                       [{"x": x, "y": 1e-8 * scale * k, "spread": 1e-11, "cpu_share": 0.5, "cpu_y": 5e-9 * scale * k,
+                         "cpu_spread": 1e-11} for x, k in ((16384, 1.0), (524288, 1.1))])
+        return p
+    rounds = [one(1.0, 3e9), one(1.5, 2e9), one(1.02, 1e9)]
+    merged = prof.merge_rounds(rounds)
+    points = merged["curves"]["C_act_sigmoid_numpy_f64"]["points"]
+    cpu = [5e-9 * s for s in (1.0, 1.5, 1.02)]
+    assert points[0]["cpu_y"] == pytest.approx(5.1e-9)
+    assert points[1]["cpu_y"] == pytest.approx(5.1e-9 * 1.1)
+    assert points[0]["y"] == pytest.approx(1.02e-8)
+    assert points[0]["rounds"] == pytest.approx(cpu)
+    assert points[0]["cpu_spread"] == pytest.approx(1.2533 * np.std(cpu, ddof=1) / math.sqrt(3))
+    assert points[0]["cpu_spread"] > 10 * 1e-11
+    assert merged["constants"]["C_act_sigmoid_numpy_f64"]["value"] == pytest.approx(5.1e-9)
+    assert merged["constants"]["core_clock_hz"]["value"] == 3e9  # not a compute constant: the first round's
+    assert rounds[0]["curves"]["C_act_sigmoid_numpy_f64"]["points"][0]["cpu_y"] == 5e-9  # the rounds untouched
+    assert "median of 3 calibrations" in merged["notes"][-1]
+    again = prof.load(prof.save(merged, tmp_path / "merged.json"))
+    assert again["curves"]["C_act_sigmoid_numpy_f64"]["points"][0]["cpu_y"] == pytest.approx(5.1e-9)

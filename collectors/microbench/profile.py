@@ -187,3 +187,54 @@ def compare(a: dict, b: dict) -> list[tuple[str, str, str, str, str]]:
         rows.append((name, format_value(ca["value"], ca["unit"]), format_value(cb["value"], cb["unit"]),
                      f"{ratio:.3g} x", verdict))
     return rows
+
+
+COMPUTE_PREFIXES = ("C_muladd", "C_act", "C_err")
+"""The compute curves and constants :func:`merge_rounds` takes the median of (the feed-forward constants)."""
+
+
+def _median_of(values: list[float], within: list[float]) -> tuple[float, float]:
+    """The median of one quantity measured in several rounds, and its uncertainty: the larger of the rounds' own
+    spreads (their median) and the standard error of a median of n rounds, 1.2533 x their standard deviation /
+    sqrt(n), what the rounds disagree by."""
+    import numpy as np
+
+    arr = np.asarray(values, dtype=float)
+    between = 1.2533 * float(np.std(arr, ddof=1)) / math.sqrt(arr.size) if arr.size > 1 else 0.0
+    return float(np.median(arr)), max(between, float(np.median(within)) if within else 0.0)
+
+
+def merge_rounds(profiles: list[dict]) -> dict:
+    """One profile from several calibrations of one machine (rounds): the first round's profile with every compute
+    curve point (C_muladd_*, C_act_*, C_err_*: ``y``, ``cpu_y``, ``cpu_share``) and compute constant the median of
+    the rounds that have it at the same x, its spread what the rounds disagree by (:func:`_median_of`) when that
+    exceeds the rounds' own. The rounds of each point are kept (``rounds``: their cpu_y, else y)."""
+    import copy
+
+    if not profiles:
+        raise DdltraceError("merge_rounds: no profile to merge")
+    out = copy.deepcopy(profiles[0])
+    for name, curve in out.get("curves", {}).items():
+        if not name.startswith(COMPUTE_PREFIXES):
+            continue
+        for i, point in enumerate(curve["points"]):
+            same = [p["curves"][name]["points"][i] for p in profiles
+                    if name in p.get("curves", {}) and len(p["curves"][name]["points"]) > i
+                    and p["curves"][name]["points"][i]["x"] == point["x"]]
+            point["y"], point["spread"] = _median_of([pt["y"] for pt in same], [pt["spread"] for pt in same])
+            if all("cpu_y" in pt for pt in same):
+                point["cpu_y"], point["cpu_spread"] = _median_of([pt["cpu_y"] for pt in same],
+                                                                 [pt.get("cpu_spread", 0.0) for pt in same])
+            if all("cpu_share" in pt for pt in same):
+                point["cpu_share"] = _median_of([pt["cpu_share"] for pt in same], [])[0]
+            point["rounds"] = [pt.get("cpu_y", pt["y"]) for pt in same]
+    for name, entry in out.get("constants", {}).items():
+        if not name.startswith(COMPUTE_PREFIXES):
+            continue
+        same = [p["constants"][name] for p in profiles if name in p.get("constants", {})]
+        entry["value"], entry["uncertainty"] = _median_of([c["value"] for c in same],
+                                                          [c["uncertainty"] for c in same])
+    out.setdefault("notes", []).append(
+        f"compute curves and constants: the median of {len(profiles)} calibrations (rounds), each point's spread "
+        "at least what the rounds disagree by")
+    return out
