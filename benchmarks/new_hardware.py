@@ -20,7 +20,9 @@ A's and B's calibrations run one right after the other, and the runs alternate b
 For each B and each shape of the reference job (``ddltrace workload ps-sgd``'s job, real numpy compute: ``compute``,
 the job as it is; ``server``: ``--server-cost`` seconds of server time per gradient, a server-bound job;
 ``emulated`` and ``emulated-server``: the same with the workers' compute a sleep, for the net B only: a quota cannot
-slow a sleep): calibrate A, calibrate inside B, run the job at each w on A and then on B (alternating: the machine
+slow a sleep): calibrate A, calibrate inside B, again in ``--rounds`` rounds (the cpu section; each compute point
+the median of the rounds: this VM's core is up to 1.5x slower per CPU second in stretches that one round's point
+catches whole or not), run the job at each w on A and then on B (alternating: the machine
 is shared, its load drifts), ``model fit A's STORES --dnn mlp-2-10k-2 --servers 1 --profile A.json``, ``model
 predict --profile B.json`` at each w, and compare the prediction with B's measured computation phase (the slowest
 worker's steady state, read from the trace store as the fit reads A's). Printed per row: the prediction with its
@@ -31,8 +33,9 @@ spread.
 
 On two real machines: run the job at several w on A under ``ddltrace run`` and calibrate both machines, then
 ``benchmarks/new_hardware.py --profile-a A.json --runs-a A-w1/store A-w2/store A-w4/store --profile-b B.json
-[--runs-b B-w1/store ...]`` fits, predicts B at the w of A's runs (or ``--workers``) and compares with B's runs
-where given. Results go to ``OUT/results.json``.
+[--runs-b B-w1/store ...]`` (several profiles after ``--profile-a`` or ``--profile-b``: rounds of one
+machine's calibration, each compute point their median) fits, predicts B at the w of A's runs (or
+``--workers``) and compares with B's runs where given. Results go to ``OUT/results.json``.
 """
 
 from __future__ import annotations
@@ -402,6 +405,17 @@ def summary(results: list[dict]) -> None:
                 print(f"  {b:<6s} {shape:<8s} knee ({label}) on the right side: {sum(sides)} of {len(sides)}")
 
 
+def one_profile(paths: list[str], out: Path, name: str) -> Path:
+    """A machine's profile from one calibration, or from several (rounds, taken alternately with the other
+    machine's where both are at hand): each compute point their median (``profile.merge_rounds``), saved as
+    ``out/NAME.json``."""
+    if len(paths) == 1:
+        return Path(paths[0])
+    from ddltrace.collectors.microbench import profile as prof
+
+    return prof.save(prof.merge_rounds([prof.load(p) for p in paths]), out / f"{name}.json")
+
+
 def two_machines(args) -> list[dict]:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -410,10 +424,11 @@ def two_machines(args) -> list[dict]:
     b_rows = {int(r["w"]): {"phase_s": float(r["phase_s"]), "store": s}
               for s in (args.runs_b or []) for r in [measurements_from_store(s, servers=args.servers)]}
     workers = [int(w) for w in args.workers.split(",")] if args.workers_given else sorted(a_rows | b_rows)
-    prediction, serial = fit_and_predict(Path(args.profile_a), list(args.runs_a), Path(args.profile_b), workers, out)
+    profile_a, profile_b = one_profile(args.profile_a, out, "A"), one_profile(args.profile_b, out, "B")
+    prediction, serial = fit_and_predict(profile_a, list(args.runs_a), profile_b, workers, out)
     result = compare(prediction, serial, a_rows, b_rows)
     result.update({"b": "B", "shape": "given", "a_runs": a_rows, "b_runs": b_rows})
-    print_comparison(f"B = {args.profile_b}", result)
+    print_comparison(f"B = {' '.join(args.profile_b)}", result)
     (out / "results.json").write_text(json.dumps([result], indent=1))
     return [result]
 
@@ -436,9 +451,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3,
                         help="calibrate A and B alternately this many times (the cpu section again after the first) "
                              "and keep each compute point's median over the rounds (default 3)")
-    parser.add_argument("--profile-a", help="two real machines: A's profile (calibrate on A)")
+    parser.add_argument("--profile-a", nargs="+", help="two real machines: A's profile (calibrate on A); several: "
+                                                       "rounds, each compute point their median")
     parser.add_argument("--runs-a", nargs="+", help="two real machines: A's trace stores of the job at 2+ w")
-    parser.add_argument("--profile-b", help="two real machines: B's profile (calibrate on B)")
+    parser.add_argument("--profile-b", nargs="+", help="two real machines: B's profile (calibrate on B); several: "
+                                                       "rounds, each compute point their median")
     parser.add_argument("--runs-b", nargs="+", help="two real machines: B's trace stores, to compare with")
     parser.add_argument("--servers", type=int, default=1, help="two real machines: server ranks (default 1)")
     args = parser.parse_args(argv)

@@ -110,3 +110,11 @@ def test_prediction_on_a_slow_network_machine_matches_its_run(tmp_path):
     row = next(r for r in given["rows"] if r["w"] == 1)
     assert row["measured_s"] == pytest.approx(phase["b1"])
     assert row["serial_error"] == pytest.approx(serial_error, rel=1e-9)
+    # B's calibration given as rounds (here one round twice): merged point by point, the same prediction
+    assert nh.main(["--out", str(tmp_path / "rounds"), "--profile-a", str(tmp_path / "A.json"), "--runs-a",
+                    str(tmp_path / "a1" / "store"), str(tmp_path / "a2" / "store"), "--profile-b",
+                    str(tmp_path / "B.json"), str(tmp_path / "B.json"), "--runs-b",
+                    str(tmp_path / "b1" / "store")]) == 0
+    assert "median of 2 calibrations" in json.loads((tmp_path / "rounds" / "B.json").read_text())["notes"][-1]
+    (rounds,) = json.loads((tmp_path / "rounds" / "results.json").read_text())
+    assert next(r for r in rounds["rows"] if r["w"] == 1)["serial_s"] == pytest.approx(row["serial_s"], rel=1e-9)
