@@ -59,8 +59,8 @@ PYTHON = sys.executable
 DDLTRACE = str(Path(sys.executable).with_name("ddltrace"))
 JOB = [PYTHON, "-m", "ddltrace.collectors.workloads.ps_sgd"]
 DNN = "mlp-2-10k-2"
-#: the job's options common to every run (one epoch of 4096 samples, batch 64: 64 batches on one worker)
-COMMON = ["--samples", "4096", "--epochs", "1", "--batch", "64", "--hidden", "10000", "--init", "parallel",
+#: the job's options besides its samples (one epoch, batch 64: 64 batches of 4096 samples on one worker)
+COMMON = ["--epochs", "1", "--batch", "64", "--hidden", "10000", "--init", "parallel",
           "--server-receive", "probe"]
 SHAPES = {"compute": ["--compute", "real"], "server": ["--compute", "real", "--server-cost", "0.01"],
           # the workers' compute a sleep of 0.5 ms per sample, as if each had a core of its own (the 2-core
@@ -213,14 +213,19 @@ def calibrate_both(a, b, folder: Path, window: float, rounds: int = 1) -> None:
 
 # -- the flow --------------------------------------------------------------------------------------------------
 
-def run_series(machine, shape: str, workers: list[int], folder: Path) -> dict[int, dict]:
+def job_args(shape: str, samples: int) -> list[str]:
+    """The reference job's arguments for ``shape`` with ``samples`` samples per epoch."""
+    return ["--samples", str(samples), *COMMON, *SHAPES[shape]]
+
+
+def run_series(machine, shape: str, workers: list[int], folder: Path, samples: int = 4096) -> dict[int, dict]:
     """The job at each w on ``machine``: per w its store, phase (s) and the load average around the run."""
     out = {}
     for w in workers:
         run_dir = folder / f"{machine.name}-{shape}-w{w}"
         subprocess.run(["rm", "-rf", str(run_dir)], check=True)
         run_dir.mkdir(parents=True)
-        job = [*JOB, "--out", str(run_dir), *COMMON, *SHAPES[shape]]
+        job = [*JOB, "--out", str(run_dir), *job_args(shape, samples)]
         before = _load()
         t0 = time.perf_counter()
         machine.run(w, job, run_dir / "store")
@@ -371,14 +376,14 @@ def simulated(args) -> list[dict]:
                 with machine_b:  # A and B alternate, so that both see about the same load of the shared machine
                     calibrate_both(a, machine_b, folder, args.cpu_window, args.rounds)
                     for w in workers:
-                        runs_a.update(run_series(a, shape, [w], folder))
-                        runs_b.update(run_series(machine_b, shape, [w], folder))
+                        runs_a.update(run_series(a, shape, [w], folder, args.samples))
+                        runs_b.update(run_series(machine_b, shape, [w], folder, args.samples))
                     throttled = machine_b.quota.throttled() if b_name == "quota" else None
                 prediction, serial = fit_and_predict(folder / "A.json", [runs_a[w]["store"] for w in workers],
                                                      folder / "B.json", workers, folder)
                 result = compare(prediction, serial, runs_a, runs_b)
                 result.update({"repeat": repeat, "b": b_name, "b_description": machine_b.description,
-                               "shape": shape, "job": [*COMMON, *SHAPES[shape]], "a_runs": runs_a, "b_runs": runs_b,
+                               "shape": shape, "job": job_args(shape, args.samples), "a_runs": runs_a, "b_runs": runs_b,
                                "throttled": throttled, "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
                                "host": socket.gethostname(), "cores": os.cpu_count()})
                 print_comparison(f"B = {b_name}, shape {shape}, repeat {repeat + 1}", result)
@@ -439,6 +444,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--b", default="quota,net", help="the B's to make: quota, net (default both)")
     parser.add_argument("--shapes", default="compute,server", help=f"job shapes among {', '.join(SHAPES)}")
     parser.add_argument("--workers", default=None, help="worker counts (default 1,2,4)")
+    parser.add_argument("--samples", type=int, default=4096,
+                        help="the job's samples per epoch (default 4096; more: longer phases, which average this VM's "
+                             "slow stretches of its core)")
     parser.add_argument("--repeats", type=int, default=1, help="repeat everything N times (default 1)")
     parser.add_argument("--share", type=float, default=0.5, help="quota: share of a core per process (default 0.5)")
     parser.add_argument("--period", type=float, default=0.010, help="quota: CFS period in s (default 0.010)")
