@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 import pytest
+from ctrl_c import default_sigint
 
 from ddltrace.analyses.synthetic_ring import write_ring_store
 
@@ -70,7 +71,7 @@ def test_analyze_stopped_while_matching_removes_its_scratch_folder(rings, tmp_pa
     and it exits with the signal's code and one line. Before, SIGTERM ended it at once and left the folder."""
     child = subprocess.Popen([sys.executable, "-m", "ddltrace", "analyze", str(rings[64]), "--jobs", "1"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                             env={**os.environ, "TMPDIR": str(tmp_path)})
+                             env={**os.environ, "TMPDIR": str(tmp_path)}, preexec_fn=default_sigint)
     for line in child.stderr:
         if "matching the wait states of 64 ranks" in line:
             break

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
+from ctrl_c import default_sigint
 from shared_data import CORPUS_DIRS, REPO, SHARED
 
 from ddltrace.collectors.importers import Categorizer, chrome, chrome_split, detect
@@ -129,7 +130,7 @@ def test_ctrl_c_during_a_shared_reading_stops_every_reader_and_writes_no_store(t
     assert big.stat().st_size > chrome_split.MIN_PLAIN
     command = subprocess.Popen([sys.executable, "-m", "ddltrace", "import", str(big), "--out", str(tmp_path / "s"),
                                 "--jobs", "2", "--format", "chrome"], stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
+                               start_new_session=True, preexec_fn=default_sigint)
     parent, readers, deadline = psutil.Process(command.pid), [], time.monotonic() + 60
     while not readers and time.monotonic() < deadline and command.poll() is None:
         readers = parent.children()
