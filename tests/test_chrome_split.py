@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import pickle
 import re
 from pathlib import Path
 
@@ -95,6 +96,23 @@ def test_a_damaged_file_is_read_again_by_one_process_with_the_same_problems(tmp_
 def test_a_reader_process_lost_means_one_process_reads_the_file(small_pieces, monkeypatch):
     path = REPO / "tests" / "data" / "torch_gloo" / "rank0.pt.trace.json.gz"
     monkeypatch.setattr(chrome_split, "_worker", lambda *args: os._exit(1))  # each forked reader dies at once
+    split = []
+    real = chrome_split.read_split
+    monkeypatch.setattr(chrome_split, "read_split", lambda *args: split.append(real(*args)) or split[-1])
+    _same(_read(path, 1), _read(path, 2))
+    assert split == [None]
+
+
+def test_a_reader_killed_while_sending_its_pieces_means_one_process_reads_the_file(small_pieces, monkeypatch):
+    """What a reader killed halfway through writing its pieces leaves in the pipe (the start of a pickle) is
+    taken as nothing sent: the file is read by one process, not a traceback."""
+    path = REPO / "tests" / "data" / "torch_gloo" / "rank0.pt.trace.json.gz"
+
+    def cut_short(path, make, share, write_end):
+        os.write(write_end, pickle.dumps([(1, {"piece": list(range(1000))})])[:100])
+        os._exit(0)
+
+    monkeypatch.setattr(chrome_split, "_worker", cut_short)
     split = []
     real = chrome_split.read_split
     monkeypatch.setattr(chrome_split, "read_split", lambda *args: split.append(real(*args)) or split[-1])

@@ -97,10 +97,13 @@ def _worker(path, make: Callable[[], _Builder], share: tuple[int, int], write_en
 
 
 def _collect(read_end: int) -> list[tuple[int, dict]] | None:
-    """A worker's pieces; None when it sent nothing (it failed, or was killed)."""
+    """A worker's pieces; None when it sent nothing whole (it failed, or was killed before or while writing)."""
     with os.fdopen(read_end, "rb") as pipe:
         payload = pipe.read()
-    return pickle.loads(payload) if payload else None
+    try:
+        return pickle.loads(payload) if payload else None
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError):  # cut short mid-write
+        return None
 
 
 def _reap(workers: list[tuple[int, int]]) -> None:
