@@ -90,17 +90,21 @@ def optional_integers(values: list, arrow_type: pa.DataType) -> pa.Array:
 
 
 def string_array(codes: np.ndarray, table: list[str]) -> pa.Array:
-    """A large-string Arrow array of ``table[code]`` for each of ``codes``."""
+    """A large-string Arrow array of ``table[code]`` for each of ``codes``: Arrow's ``take`` from the table (10x
+    faster than joining the rows' bytes in Python), called through ``pyarrow._compute``, which ``pyarrow.compute``
+    re-exports: importing the latter builds a wrapper for every compute function, 50 ms of each import's start."""
+    from pyarrow._compute import call_function
+
     encoded = [text.encode() for text in table]
     codes = np.asarray(codes, dtype=np.int64)
-    offsets = np.zeros(len(codes) + 1, dtype=np.int64)
-    if len(codes):
-        np.cumsum(np.array([len(b) for b in encoded], dtype=np.int64)[codes], out=offsets[1:])
-    if len(encoded) == 1:
+    if len(encoded) == 1:  # one value (the source column): its bytes repeated
+        offsets = np.arange(len(codes) + 1, dtype=np.int64) * len(encoded[0])
         data = encoded[0] * len(codes)
-    else:  # (the object array and its list: 16 bytes a row while joined; the codes as Python ints took 44)
-        data = b"".join(np.array(encoded, dtype=object)[codes].tolist())
-    return pa.LargeStringArray.from_buffers(len(codes), pa.py_buffer(offsets), pa.py_buffer(data))
+        return pa.LargeStringArray.from_buffers(len(codes), pa.py_buffer(offsets), pa.py_buffer(data))
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)), out=offsets[1:])
+    values = pa.LargeStringArray.from_buffers(len(encoded), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded)))
+    return call_function("take", [values, numbers(codes, pa.int64())])
 
 
 def _chunk(column: pa.Array | pa.ChunkedArray) -> pa.Array:

@@ -45,6 +45,7 @@ def small_pieces(monkeypatch):
     monkeypatch.setattr(chrome_split, "MIN_PLAIN", 0)
     monkeypatch.setattr(chrome_split, "MIN_GZIP", 0)
     monkeypatch.setattr(chrome, "PIECE_SIZE", 64 << 10)
+    monkeypatch.setattr(chrome, "SHARED_PIECE_SIZE", 64 << 10)
     monkeypatch.setattr(source_module, "READ_SIZE", 64 << 10)
     monkeypatch.setattr(source_module, "GZIP_READ_SIZE", 4 << 10)
 
@@ -108,11 +109,94 @@ def test_a_reader_killed_while_sending_its_pieces_means_one_process_reads_the_fi
     taken as nothing sent: the file is read by one process, not a traceback."""
     path = REPO / "tests" / "data" / "torch_gloo" / "rank0.pt.trace.json.gz"
 
-    def cut_short(path, make, share, write_end):
+    def cut_short(path, make, share, claims, write_end):
         os.write(write_end, pickle.dumps([(1, {"piece": list(range(1000))})])[:100])
         os._exit(0)
 
     monkeypatch.setattr(chrome_split, "_worker", cut_short)
+    split = []
+    real = chrome_split.read_split
+    monkeypatch.setattr(chrome_split, "read_split", lambda *args: split.append(real(*args)) or split[-1])
+    _same(_read(path, 1), _read(path, 2))
+    assert split == [None]
+
+
+def test_a_reader_with_less_of_the_machine_decodes_fewer_pieces_and_the_result_is_the_same(small_pieces,
+                                                                                        monkeypatch):
+    """Pieces go to the reader that reaches them first, not every n-th to each: a forked reader slowed down (as by
+    another job on its core) leaves most pieces to the caller, and the joined trace is the one process's."""
+    import time
+
+    path = SHARED / "hta_traces" / "trace_filter" / "sampled_rank-0.json.gz"  # 1.8 MB of text: 27 pieces
+    real_worker, real_collect, sent = chrome_split._worker, chrome_split._collect, []
+
+    def slow_worker(path, make, share, claims, write_end):
+        real_worker(path, make, share, lambda piece: time.sleep(0.02) or claims(piece), write_end)
+
+    def collect(read_end):
+        pieces = real_collect(read_end)
+        sent.append(None if pieces is None else len(pieces))
+        return pieces
+
+    monkeypatch.setattr(chrome_split, "_worker", slow_worker)
+    monkeypatch.setattr(chrome_split, "_collect", collect)
+    split = []
+    real = chrome_split.read_split
+    monkeypatch.setattr(chrome_split, "read_split", lambda *args: split.append(real(*args)) or split[-1])
+    _same(_read(path, 1), _read(path, 2))
+    assert split[0] is not None and sent[0] is not None
+    total = _pieces_of(path)
+    assert total >= 8 and sent[0] < total / 4, (sent[0], total)  # (every other piece: half)
+
+
+def _pieces_of(path: Path) -> int:
+    """How many pieces a shared reading of ``path`` cuts (with the fixture's piece size)."""
+    from ddltrace.collectors.importers.chrome import _Builder, _Reader
+    from ddltrace.collectors.importers.source import ByteSource
+
+    reader = _Reader(ByteSource(path), _Builder(str(path)), share=(0, 1), make=lambda: _Builder(str(path)))
+    reader.run()
+    return reader.piece
+
+
+def test_each_piece_is_claimed_by_exactly_one_of_several_processes():
+    """Three forked processes claim pieces 0..299 in order at once, through one claim pipe: each piece is taken
+    once, by one of them."""
+    import time
+
+    claims, taken = chrome_split._Claims(), []
+    children = []
+    for _ in range(3):
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child's coverage is not collected
+            mine = [piece for piece in range(300) if claims(piece) and not time.sleep(0.001)]  # (a piece's work)
+            os.write(write_end, pickle.dumps(mine))
+            os._exit(0)
+        os.close(write_end)
+        children.append((pid, read_end))
+    for pid, read_end in children:
+        with os.fdopen(read_end, "rb") as pipe:
+            taken.append(pickle.loads(pipe.read()))
+        os.waitpid(pid, 0)
+    claims.close()
+    assert sorted(piece for mine in taken for piece in mine) == list(range(300)), [len(mine) for mine in taken]
+
+
+def test_a_reader_lost_holding_the_claim_token_means_one_process_reads_the_file(small_pieces, monkeypatch):
+    """A reader that dies between taking the claim token and putting it back leaves the others nothing to claim
+    with: after ``CLAIM_WAIT_S`` the caller reads the file alone, with the one process's result."""
+    path = REPO / "tests" / "data" / "torch_gloo" / "rank0.pt.trace.json.gz"
+
+    def dies_holding_the_token(path, make, share, claims, write_end):
+        import select
+
+        while select.select([claims.read_end], [], [])[0] and len(os.read(claims.read_end, 8)) != 8:
+            pass  # (the pipe is non-blocking for every reader: wait for the token, take it)
+        os._exit(0)
+
+    monkeypatch.setattr(chrome_split, "_worker", dies_holding_the_token)
+    monkeypatch.setattr(chrome_split, "CLAIM_WAIT_S", 0.5)
     split = []
     real = chrome_split.read_split
     monkeypatch.setattr(chrome_split, "read_split", lambda *args: split.append(real(*args)) or split[-1])
