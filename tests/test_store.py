@@ -151,3 +151,30 @@ def test_create_refuses_existing_path(tmp_path):
     with pytest.raises(StoreError, match="already exists"):
         TraceStore.create(tmp_path / "s")
     assert TraceStore.create(tmp_path / "s", exist_ok=True).ranks == []
+
+
+def test_times_and_correlation_ids_are_delta_encoded_and_read_back_as_written(tmp_path):
+    """The Kineto trace's correlation ids (one per launch and its kernel) are written delta-encoded, not as a
+    dictionary as long as the column, and read back equal to the ids in the file."""
+    import gzip
+
+    import msgspec
+    import pyarrow.parquet as pq
+    from shared_data import SHARED
+
+    from ddltrace.cli import main
+
+    trace = SHARED / "hta_traces" / "trace_filter" / "sampled_rank-0.json.gz"
+    assert main(["import", str(trace), "--out", str(tmp_path / "s"), "--progress", "never"]) == 0
+    path = next((tmp_path / "s" / "timeline").glob("*.parquet"))
+    metadata = pq.ParquetFile(path).metadata
+    columns = {metadata.row_group(0).column(i).path_in_schema: metadata.row_group(0).column(i)
+               for i in range(metadata.num_columns)}
+    for name in ("start_ns", "dur_ns", "correlation"):
+        assert "DELTA_BINARY_PACKED" in columns[name].encodings, (name, columns[name].encodings)
+        assert not any("DICTIONARY" in e for e in columns[name].encodings), (name, columns[name].encodings)
+    events = msgspec.json.decode(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    written = {e["args"]["correlation"] for e in events
+               if e.get("ph") == "X" and isinstance(e.get("args"), dict) and "correlation" in e["args"]}
+    read = set(pq.read_table(path, columns=["correlation"]).column(0).drop_null().to_pylist())
+    assert written and read == written
