@@ -20,19 +20,16 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-import re
 import shutil
-import signal
 import tempfile
-import time
 from pathlib import Path
 
+from ddltrace.collectors import cgroup_v1
 from ddltrace.collectors.scoped import Scoped
 from ddltrace.errors import DdltraceError
 
 CPU_ROOT = Path("/sys/fs/cgroup/cpu")
 _PREFIX = "ddlquota"
-_NAME = re.compile(rf"^{_PREFIX}(\d+)-\d+$")
 _COUNT = iter(range(1 << 30))
 
 _WRAPPER = """#!/bin/sh
@@ -101,42 +98,12 @@ class CpuQuota(Scoped):
     def close(self) -> None:
         """Kill what is left in the cgroups, remove them and the wrapper (safe to call twice)."""
         atexit.unregister(self.close)
-        _remove(self.root)
+        cgroup_v1.remove_group(self.root)
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
 
 
-def _remove(root: Path) -> None:
-    if not root.exists():
-        return
-    groups = sorted((p for p in root.iterdir() if p.is_dir()), reverse=True) + [root]
-    for _ in range(20):
-        left = False
-        for group in groups:
-            with contextlib.suppress(OSError):
-                for pid in (group / "cgroup.procs").read_text().split():
-                    left = True
-                    with contextlib.suppress(OSError):
-                        os.kill(int(pid), signal.SIGKILL)
-        if not left:
-            break
-        time.sleep(0.05)
-    for group in groups:
-        with contextlib.suppress(OSError):
-            group.rmdir()
-
-
 def remove_stale() -> list[str]:
     """Remove the cgroups that quotas of processes no longer alive left behind; their names."""
-    gone = []
-    if not CPU_ROOT.exists():
-        return gone
-    for path in CPU_ROOT.iterdir():
-        found = _NAME.match(path.name)
-        if found and path.is_dir() and not Path(f"/proc/{found.group(1)}").exists():
-            _remove(path)
-            gone.append(path.name)
-            for folder in Path(tempfile.gettempdir()).glob(f"{path.name}-*"):
-                shutil.rmtree(folder, ignore_errors=True)
-    return gone
+    return cgroup_v1.remove_stale(CPU_ROOT, _PREFIX)

@@ -5,7 +5,11 @@ then an integer label (``x0<TAB>x1<TAB>label``). It is generated deterministical
 are standard normal, the label is 1 where ``x0 - 0.5 * x1 + 0.3 * noise > 0`` (learnable, not separable).
 
 Reading goes through :class:`StorageReader`, which reads ``block`` bytes per call and sleeps ``delay``
-seconds per call: the per-read latency of a shared file system. Two readers, as in the paper:
+seconds per call: the per-read latency of a shared file system. With ``cold``, it first drops the file's pages from
+the page cache (``fdatasync``, then ``posix_fadvise(POSIX_FADV_DONTNEED)``), so that every read reaches the disk, as
+each node's read of shared storage does, instead of the pages an earlier worker on this machine left cached; the
+bytes the reader's process then fetched from the device (``/proc/self/io`` read_bytes, readahead included) are
+counted. Two readers, as in the paper:
 
 - :func:`read_sequential`: the worker reads the whole file and keeps a random 1/w of its lines (CNTK's
   reader; the caller makes workers take turns);
@@ -40,26 +44,33 @@ def make_dataset(path: str | Path, samples: int, seed: int) -> Path:
 
 @dataclass
 class ReadStats:
-    """What one reader did: bytes read, read calls, lines kept, time spent (ns, wall clock)."""
+    """What one reader did: bytes read, read calls, lines kept, time spent (ns, wall clock), and for a cold reader
+    the bytes its process fetched from the device meanwhile (None: not cold, or /proc/self/io unreadable)."""
 
     bytes: int = 0
     reads: int = 0
     lines: int = 0
     start_ns: int = 0
     end_ns: int = 0
+    device_bytes: int | None = None
 
 
 class StorageReader:
-    """Reads a file ``block`` bytes per call, sleeping ``delay`` seconds per call (shared-storage latency)."""
+    """Reads a file ``block`` bytes per call, sleeping ``delay`` seconds per call (shared-storage latency); with
+    ``cold``, from the disk, the file's cached pages dropped first."""
 
-    def __init__(self, path: str | Path, block: int, delay: float):
-        self.path, self.block, self.delay = Path(path), block, delay
+    def __init__(self, path: str | Path, block: int, delay: float, cold: bool = False):
+        self.path, self.block, self.delay, self.cold = Path(path), block, delay, cold
         self.stats = ReadStats()
 
     def read_range(self, begin: int, end: int) -> bytes:
         """Bytes [begin, end) of the file, read block by block."""
         parts = []
         with open(self.path, "rb", buffering=0) as f:
+            if self.cold:
+                os.fdatasync(f.fileno())  # DONTNEED drops clean pages only: a file just written is written out first
+                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+                before = _device_bytes()
             f.seek(begin)
             pos = begin
             while pos < end:
@@ -73,7 +84,18 @@ class StorageReader:
                 pos += len(chunk)
         data = b"".join(parts)
         self.stats.bytes += len(data)
+        if self.cold and before is not None and (after := _device_bytes()) is not None:
+            self.stats.device_bytes = (self.stats.device_bytes or 0) + after - before
         return data
+
+
+def _device_bytes() -> int | None:
+    """Bytes this process has caused to be fetched from storage (``read_bytes`` of /proc/self/io), or None."""
+    try:
+        with open("/proc/self/io") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("read_bytes:"))
+    except (OSError, StopIteration, ValueError):
+        return None
 
 
 def parse_lines(text: bytes) -> tuple[np.ndarray, np.ndarray]:

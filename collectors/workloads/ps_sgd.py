@@ -81,7 +81,7 @@ class Worker:
 
     def read(self, path: Path, comm) -> dataset.ReadStats:
         """Initialisation's reading: sequential workers take turns (a token from the previous worker)."""
-        reader = dataset.StorageReader(path, self.args.read_block, self.args.read_delay)
+        reader = dataset.StorageReader(path, self.args.read_block, self.args.read_delay, self.args.cold_read)
         if self.args.init == "parallel":
             self.x, self.y = dataset.read_parallel(reader, self.index, self.workers)
             return reader.stats
@@ -141,7 +141,7 @@ def _init_record(rank: int, role: str, start_ns: int, stats: dataset.ReadStats |
     stats = stats or dataset.ReadStats(start_ns=start_ns, end_ns=start_ns)
     return {"rank": rank, "role": role, "start_ns": start_ns, "read_start_ns": stats.start_ns,
             "read_end_ns": stats.end_ns, "end_ns": end_ns, "bytes": stats.bytes, "reads": stats.reads,
-            "lines": stats.lines}
+            "lines": stats.lines, "device_bytes": stats.device_bytes}
 
 
 def run_server(comm, args, protocol: Protocol, workers: int, n_w: int, start_ns: int) -> dict:

@@ -32,6 +32,10 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slowdown", type=number(1), default=3.0, help="the straggler's compute time factor (default 3)")
     p.add_argument("--read-delay", type=number(0, None, "s"), default=0.0, metavar="SECONDS",
                    help="storage latency per read call, shared storage (default 0 s)")
+    p.add_argument("--cold-read", action="store_true",
+                   help="drop the data file's pages from the page cache (fdatasync, posix_fadvise DONTNEED) before "
+                        "each worker reads it, so that every read reaches the disk as on shared storage (default: "
+                        "reads served from the page cache once the file is cached)")
     p.add_argument("--read-block", type=integer(1, unit="B"), default=65536, metavar="BYTES",
                    help="bytes per read call (64 KiB)")
     p.add_argument("--server-receive", choices=["any", "probe"], default="any",
@@ -52,4 +56,6 @@ def job_argv(args: argparse.Namespace) -> list[str]:
         value = getattr(args, name)
         if value is not None:
             argv += ["--" + name.replace("_", "-"), repr(value) if isinstance(value, float) else str(value)]
+    if args.cold_read:
+        argv.append("--cold-read")
     return argv + ["--sync", *args.sync]

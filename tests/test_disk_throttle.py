@@ -1,0 +1,146 @@
+"""The slower disk of issue 17's machine B (collectors/disk_throttle.py): the cgroup v1 blkio throttle really slows
+cold reads of this machine's disk to its rate, page-cache hits pass, the reference job's ``--cold-read`` makes its
+initialisation see the throttle, and the cgroup, its wrapper and the processes left in it are removed (a dead
+owner's by the next throttle).
+
+Needs root and the cgroup v1 blkio controller, and a temp dir on a block device; skips with the reason. Each test
+reads a few MiB at a few MiB/s: about a second."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ddltrace.collectors import disk_throttle
+from ddltrace.collectors.workloads import dataset
+from ddltrace.errors import DdltraceError
+
+MiB = 2**20
+
+
+def _unusable() -> str | None:
+    why = disk_throttle.missing()
+    if why:
+        return why
+    try:
+        disk_throttle.device_of(os.environ.get("TMPDIR", "/tmp"))
+    except DdltraceError as exc:
+        return str(exc)
+    return None
+
+
+needs_blkio = pytest.mark.skipif(_unusable() is not None, reason=str(_unusable()))
+
+#: Reads the file with the job's reader, cold then warm, in the process the wrapper put in the cgroup.
+READ = """
+import json, sys, time
+from ddltrace.collectors.workloads import dataset
+out = {}
+for name, cold in (("cold", True), ("warm", False)):
+    reader = dataset.StorageReader(sys.argv[1], 65536, 0.0, cold)
+    t0 = time.perf_counter()
+    data = reader.read_range(0, 1 << 40)
+    out[name] = {"bytes": len(data), "s": time.perf_counter() - t0, "device_bytes": reader.stats.device_bytes}
+print(json.dumps(out))
+"""
+
+
+def _read(argv: list[str], path: Path) -> dict:
+    done = subprocess.run([*argv, sys.executable, "-c", READ, str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _file(path: Path, size: int) -> Path:
+    path.write_bytes(os.urandom(size))
+    return path
+
+
+@needs_blkio
+def test_a_cold_read_under_the_throttle_runs_at_its_rate_and_a_cached_one_does_not(tmp_path):
+    rate, size = 3 * MiB, 3 * MiB
+    path = _file(tmp_path / "data", size)
+    free = _read([], path)  # the same reads outside the throttle: the disk itself is much faster than the rate
+    with disk_throttle.DiskThrottle(tmp_path, rate) as throttle:
+        slow = _read(throttle.wrap([]), path)
+        done = throttle.bytes_done()
+    assert free["cold"]["device_bytes"] >= size and free["cold"]["bytes"] == size
+    assert size / free["cold"]["s"] > 3 * rate, free
+    cold = slow["cold"]
+    assert cold["bytes"] == size and cold["device_bytes"] >= size  # every byte came from the disk ...
+    assert done["Read"] >= size  # ... through the throttled cgroup, which the kernel counted
+    assert 0.6 * rate <= size / cold["s"] <= 1.1 * rate, cold  # at the rate: not above it, not far below
+    assert size / slow["warm"]["s"] > 3 * rate, slow  # page-cache hits are not throttled
+
+
+@needs_blkio
+def test_the_jobs_cold_read_option_makes_its_initialisation_read_the_throttled_disk(tmp_path):
+    data = dataset.make_dataset(tmp_path / "data.tsv", 8192, 0)
+    size, rate = data.stat().st_size, 256 * 1024
+    job = [sys.executable, "-m", "ddltrace.collectors.workloads.ps_sgd", "--data", str(data), "--samples", "8192",
+           "--epochs", "1", "--batch", "256", "--hidden", "10", "--compute", "emulated", "--sample-time", "0"]
+    runs = {}
+    # once outside the throttle first: everything a throttled process reads from the disk is slowed, its Python
+    # modules too where they are not cached yet (a fresh virtual environment's numpy took 90 s at this rate)
+    subprocess.run([*job, "--out", str(tmp_path / "warm")], capture_output=True, timeout=120, check=True)
+    with disk_throttle.DiskThrottle(tmp_path, rate) as throttle:
+        for name, extra in (("cold", ["--cold-read"]), ("cached", [])):
+            out = tmp_path / name
+            done = subprocess.run(throttle.wrap([*job, "--out", str(out), *extra]), capture_output=True, text=True,
+                                  timeout=120)
+            assert done.returncode == 0, done.stderr
+            runs[name] = json.loads((out / "ground_truth.json").read_text())
+    cold, cached = (runs[k]["init"][0] for k in ("cold", "cached"))
+    assert runs["cold"]["config"]["cold_read"] is True and runs["cached"]["config"]["cold_read"] is False
+    assert cold["bytes"] == size and cold["device_bytes"] >= size  # the whole file came from the disk
+    assert cached["device_bytes"] is None  # not cold: not counted
+    read_s = (cold["read_end_ns"] - cold["read_start_ns"]) / 1e9
+    assert read_s >= 0.8 * size / rate, (read_s, size / rate)  # the throttle's rate bound the cold read
+    assert (cached["read_end_ns"] - cached["read_start_ns"]) / 1e9 < 0.5 * size / rate  # the cached one passed
+
+
+@needs_blkio
+def test_the_throttle_removes_its_cgroup_its_wrapper_and_what_is_left_in_it(tmp_path):
+    with disk_throttle.DiskThrottle(tmp_path, MiB) as throttle:
+        sleeper = subprocess.Popen(throttle.wrap(["sleep", "300"]))
+        procs = throttle.root / "cgroup.procs"
+        for _ in range(100):  # the wrapper enters the cgroup, then execs sleep
+            if str(sleeper.pid) in procs.read_text().split():
+                break
+            time.sleep(0.05)
+        assert str(sleeper.pid) in procs.read_text().split()
+        limit = (throttle.root / "blkio.throttle.read_bps_device").read_text().split()
+        assert limit == [disk_throttle.device_of(tmp_path), str(MiB)]
+        root, wrapper = throttle.root, throttle.wrapper
+    assert sleeper.wait(timeout=10) == -9  # killed with the cgroup
+    assert not root.exists() and not wrapper.exists()
+
+
+@needs_blkio
+def test_a_dead_owners_throttle_is_removed_by_the_next_one(tmp_path):
+    owner = ("import os, signal, sys\nfrom ddltrace.collectors.disk_throttle import DiskThrottle\n"
+             "t = DiskThrottle(sys.argv[1], 1 << 20).__enter__()\nprint(t.root, t.wrapper, flush=True)\n"
+             "os.kill(os.getpid(), signal.SIGKILL)\n")
+    done = subprocess.run([sys.executable, "-c", owner, str(tmp_path)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == -9, done.stderr
+    root, wrapper = map(Path, done.stdout.split())
+    assert root.is_dir() and wrapper.exists()  # the killed owner could not clean up
+    with disk_throttle.DiskThrottle(tmp_path, MiB):
+        assert not root.exists() and not wrapper.parent.exists()
+
+
+def test_no_block_device_or_no_blkio_controller_is_one_clear_error(monkeypatch, tmp_path):
+    with pytest.raises(DdltraceError, match=r"^/proc/self: on device 0:\d+, which is no block device"):
+        disk_throttle.device_of("/proc/self")
+    monkeypatch.setattr(disk_throttle, "BLKIO_ROOT", tmp_path / "no-blkio")
+    with pytest.raises(DdltraceError, match="blkio") as err:
+        disk_throttle.DiskThrottle(tmp_path, MiB)
+    assert "\n" not in str(err.value)
+    with pytest.raises(DdltraceError, match="rate must be a whole number"):
+        disk_throttle.DiskThrottle(tmp_path, 0)
