@@ -14,6 +14,12 @@ A is this machine as it is; each B is the same machine made slower in a known wa
   node's link shaped to ``--rate`` (200 Mbit/s, tbf, both directions, a bucket of ``--burst`` 32 KiB: a real link
   has none, and a bucket near a message's size lets the job's messages pass faster than the rate calibrate
   measures), A's CPU; calibrate runs on node 0 against a probe server on node 1 (the same links).
+- ``disk``: the job's ranks and calibrate in one cgroup whose reads of the disk under ``--out`` are throttled to
+  ``--disk-rate`` KiB/s (cgroup v1 blkio, :mod:`ddltrace.collectors.disk_throttle`), A's CPU and network; only the
+  ``cold-init`` shape: sequential initialisation (the workers read the whole file in turn, Hashemi's shared storage)
+  from the disk (``--cold-read``), little compute. Calibrate's disk section runs on A and inside B apart
+  (A-disk.json, B-disk.json), the fit learns r_d from A's initialisations, and B's initialisation is predicted and
+  compared beside the phase (:func:`init_on_b`).
 
 A's and B's calibrations run one right after the other, and the runs alternate between A and B at each w.
 
@@ -43,6 +49,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import signal
 import socket
@@ -66,13 +73,18 @@ SHAPES = {"compute": ["--compute", "real"], "server": ["--compute", "real", "--s
           # the workers' compute a sleep of 0.5 ms per sample, as if each had a core of its own (the 2-core
           # machine cannot give 4 workers one each): the model's premise holds on A; only for the net B
           "emulated": ["--compute", "emulated", "--sample-time", "0.0005"],
-          "emulated-server": ["--compute", "emulated", "--sample-time", "0.0005", "--server-cost", "0.01"]}
+          "emulated-server": ["--compute", "emulated", "--sample-time", "0.0005", "--server-cost", "0.01"],
+          # for the disk B only: the workers read the whole file one after another (Hashemi's shared storage), each
+          # from the disk (--cold-read), and compute little (a 0.1 ms sleep per sample): the initialisation dominates
+          "cold-init": ["--compute", "emulated", "--sample-time", "0.0001", "--init", "sequential", "--cold-read"]}
 CALIBRATE = ["calibrate", "--quick", "--only", "cpu,mem,net"]
 #: the net B's tbf bucket (bytes): about a tenth of one 320 kB weights message. A real 200 Mbit/s link has no bucket;
 #: the cluster's default then (10 ms of the rate, 250 kB; now 1 ms) let 78 % of every message pass at once after the
 #: compute gap, so the job saw about a third of the rate's transfer time while calibrate's stream, which drains the
 #: bucket, saw the rate (docs/MODELS.md).
 BURST = 32 * 1024
+#: calibrate's disk file for the disk B (MiB): read three times at the throttle's rate
+DISK_MIB = 1
 
 
 def _check(proc: subprocess.CompletedProcess, what: str) -> None:
@@ -182,6 +194,116 @@ class NetB(MachineA):
             _check(subprocess.run([DDLTRACE, "run", "--no-progress", "--launcher", launcher, "--out", str(store),
                                    "--", *job], capture_output=True, text=True, timeout=300),
                    f"the job on the shaped cluster, w={w}")
+
+
+class DiskB(MachineA):
+    """Every rank of the job, and calibrate, in one cgroup whose reads of the disk that ``folder`` lies on are
+    throttled to ``read_bps`` bytes per second (:mod:`ddltrace.collectors.disk_throttle`); A's CPU and network.
+    Only reads that reach the disk are slowed: the job reads cold (the ``cold-init`` shape's ``--cold-read``)."""
+
+    name = "disk"
+
+    def __init__(self, folder: Path, read_bps: int):
+        from ddltrace.collectors.disk_throttle import DiskThrottle
+
+        folder.mkdir(parents=True, exist_ok=True)
+        self.throttle = DiskThrottle(folder, read_bps)
+        self.description = (f"reads of disk {self.throttle.device} throttled to {read_bps / 2**10:g} KiB/s for the "
+                            "job's ranks and calibrate (cgroup v1 blkio, one cgroup); A's CPU and network")
+
+    def __enter__(self):
+        self.throttle.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.throttle.close()
+
+    def calibrate(self, out: Path, window: float) -> list[str]:
+        return self.throttle.wrap(super().calibrate(out, window))
+
+    def run(self, w: int, job: list[str], store: Path) -> None:
+        super().run(w, self.throttle.wrap(job), store)
+
+    def calibrate_disks(self, a: MachineA, folder: Path) -> None:
+        """calibrate's disk section on A, then inside B, into folder/A-disk.json and B-disk.json: r_d from O_DIRECT
+        reads of a file of DISK_MIB MiB in ``folder``, on the throttled disk. Kept apart from A.json: a profile's
+        r_d is held by the fit, which would then not learn the job's own reading from A's initialisations."""
+        for machine, key in ((a, "A"), (self, "B")):
+            cmd = [DDLTRACE, "calibrate", "--quick", "--only", "disk", "--disk-path", str(folder), "--disk-size",
+                   str(DISK_MIB), "--out", str(folder / f"{key}-disk.json")]
+            _check(subprocess.run(self.throttle.wrap(cmd) if machine is self else cmd, capture_output=True,
+                                  text=True, timeout=600), f"calibrate's disk section on {machine.name}")
+
+
+def _r_d(path: Path) -> tuple[float, float]:
+    """(r_d, its uncertainty), seconds per byte, from a calibrate profile's disk section."""
+    entry = json.loads(path.read_text()).get("constants", {}).get("r_d")
+    if not isinstance(entry, dict) or not entry.get("value"):
+        raise DdltraceError(f"{path}: no r_d (calibrate's disk section did not run)")
+    return float(entry["value"]), float(entry.get("uncertainty") or 0.0)
+
+
+def _ground_truth(store: str) -> dict:
+    return json.loads((Path(store).parent / "ground_truth.json").read_text())
+
+
+def init_on_b(model_path: Path, disk_a: Path, disk_b: Path, runs_a: dict[int, dict], runs_b: dict[int, dict]
+              ) -> dict:
+    """Per w, B's initialisation predicted and measured (s), with Hashemi's shared storage, T_init = w T_disk.
+
+    The fit of A's initialisations (``r_d`` fitted with A's profile lacking one: T_disk = r_d s n_f d) learnt a
+    worker's whole read on A, device and reader together (the job reads text in 64 KiB calls and parses it: its
+    bytes are not s n_f per sample, and on A the parsing outweighs the disk). On B the reader is A's (A's CPU),
+    and the device adds (r_d(B) - r_d(A)) for each byte it serves: ``T_disk(B) = T_disk(A) + (r_d(B) - r_d(A)) D``,
+    D the bytes a worker fetched from the device on A (its ground truth's ``device_bytes``, median). Scaling the
+    whole fitted r_d by r_d(B) / r_d(A), as the transfer does for a profile's r_d, is printed beside: it takes the
+    parsing for disk time. The interval: the fit's r_d interval and both r_d's uncertainties (1.96 sigma,
+    independent). Measured: ``init_s`` of each store, read as the fit reads A's (the slowest worker, from the end
+    of MPI_Init to its first step); the phase is compared by :func:`compare`."""
+    model = json.loads(model_path.read_text())
+    entry, workload = model["constants"]["r_d"], model["workload"]
+    if entry.get("source") != "fitted":
+        raise DdltraceError(f"{model_path}: r_d was not fitted from A's initialisations ({entry.get('source')})")
+    d = workload.get("d") or float(statistics.median(r["d"] for r in model["measurements"]))
+    model_bytes = workload["s"] * workload["n_f"] * d
+    (ra, ua), (rb, ub) = _r_d(disk_a), _r_d(disk_b)
+    device = [r["device_bytes"] for run in runs_a.values() for r in _ground_truth(run["store"])["init"]
+              if r.get("device_bytes") is not None]
+    if not device:
+        raise DdltraceError("A's runs recorded no device_bytes: the job did not read cold (--cold-read)")
+    d_bytes = float(statistics.median(device))
+    delta, delta_err = rb - ra, 1.96 * math.hypot(ua, ub)
+    lo, hi = (x if x is not None else entry["value"] for x in (entry.get("ci") or [None, None]))
+    rows = []
+    for w in sorted(runs_b.keys() | runs_a.keys()):
+        row = {"w": w, "predicted_s": w * (entry["value"] * model_bytes + delta * d_bytes),
+               "low_s": w * (lo * model_bytes + (delta - delta_err) * d_bytes),
+               "high_s": w * (hi * model_bytes + (delta + delta_err) * d_bytes),
+               "scaled_s": w * entry["value"] * model_bytes * rb / ra}
+        if w in runs_a:
+            row["a_s"] = float(measurements_from_store(runs_a[w]["store"], servers=1)["init_s"])
+        if w in runs_b:
+            row["measured_s"] = float(measurements_from_store(runs_b[w]["store"], servers=1)["init_s"])
+            row["error"] = row["predicted_s"] / row["measured_s"] - 1
+            row["b_job_init_s"] = _ground_truth(runs_b[w]["store"])["init_s"]
+        rows.append(row)
+    return {"r_d_fit": entry["value"], "r_d_fit_ci": [lo, hi], "model_bytes": model_bytes, "r_d_a": ra,
+            "r_d_b": rb, "r_d_a_uncertainty": ua, "r_d_b_uncertainty": ub, "device_bytes": d_bytes, "rows": rows}
+
+
+def print_init(result: dict) -> None:
+    init = result["init"]
+    print(f"  initialisation (shared storage, T_init = w T_disk): the fit of A's read a worker's T_disk = "
+          f"{1e3 * init['r_d_fit'] * init['model_bytes']:.1f} ms (r_d {init['r_d_fit']:.3g} s/B x s n_f d = "
+          f"{init['model_bytes']:.0f} B); disk r_d A {init['r_d_a']:.3g}, B {init['r_d_b']:.3g} s/B "
+          f"({1 / init['r_d_b'] / 2**10:.0f} KiB/s); a worker fetched {init['device_bytes']:.0f} B from the device")
+    print("  w   A measured   B measured   predicted [95 %]               error    r_d scaled B/A (whole read)")
+    for r in init["rows"]:
+        a = f"{r['a_s']:8.3f} s" if "a_s" in r else " " * 10
+        b = f"{r['measured_s']:8.3f} s" if "measured_s" in r else " " * 10
+        error = f"{100 * r['error']:+6.1f} %" if "error" in r else " " * 8
+        print(f"  {r['w']:<3d} {a}   {b}   {r['predicted_s']:7.3f} s [{r['low_s']:6.3f}, {r['high_s']:6.3f}]  "
+              f"{error}  {r['scaled_s']:9.3f} s")
 
 
 def calibrate_both(a, b, folder: Path, window: float, rounds: int = 1) -> None:
@@ -366,8 +488,9 @@ def simulated(args) -> list[dict]:
     for repeat in range(args.repeats):
         for b_name in args.b.split(","):
             machine_b = (QuotaB(args.share, args.period) if b_name == "quota"
+                         else DiskB(out, int(args.disk_rate * 2**10)) if b_name == "disk"
                          else NetB(args.rate * 1e6, args.burst or None))
-            for shape in args.shapes.split(","):
+            for shape in ["cold-init"] if b_name == "disk" else args.shapes.split(","):
                 folder = out / f"r{repeat}" / f"{b_name}-{shape}"
                 folder.mkdir(parents=True, exist_ok=True)
                 print(f"\n== repeat {repeat + 1}, B = {b_name} ({machine_b.description}), shape {shape} "
@@ -375,10 +498,14 @@ def simulated(args) -> list[dict]:
                 a, runs_a, runs_b = MachineA(), {}, {}
                 with machine_b:  # A and B alternate, so that both see about the same load of the shared machine
                     calibrate_both(a, machine_b, folder, args.cpu_window, args.rounds)
+                    if b_name == "disk":
+                        machine_b.calibrate_disks(a, folder)
                     for w in workers:
                         runs_a.update(run_series(a, shape, [w], folder, args.samples))
                         runs_b.update(run_series(machine_b, shape, [w], folder, args.samples))
                     throttled = machine_b.quota.throttled() if b_name == "quota" else None
+                    if b_name == "disk":  # bytes the throttled cgroup read and wrote on the disk
+                        throttled = machine_b.throttle.bytes_done()
                 prediction, serial = fit_and_predict(folder / "A.json", [runs_a[w]["store"] for w in workers],
                                                      folder / "B.json", workers, folder)
                 result = compare(prediction, serial, runs_a, runs_b)
@@ -386,7 +513,12 @@ def simulated(args) -> list[dict]:
                                "shape": shape, "job": job_args(shape, args.samples), "a_runs": runs_a, "b_runs": runs_b,
                                "throttled": throttled, "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
                                "host": socket.gethostname(), "cores": os.cpu_count()})
+                if b_name == "disk":
+                    result["init"] = init_on_b(folder / "model.json", folder / "A-disk.json", folder / "B-disk.json",
+                                               runs_a, runs_b)
                 print_comparison(f"B = {b_name}, shape {shape}, repeat {repeat + 1}", result)
+                if b_name == "disk":
+                    print_init(result)
                 results.append(result)
                 (out / "results.json").write_text(json.dumps(results, indent=1))
     return results
@@ -441,7 +573,8 @@ def two_machines(args) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="/tmp/ddltrace-new-hardware", help="folder for runs, profiles, results")
-    parser.add_argument("--b", default="quota,net", help="the B's to make: quota, net (default both)")
+    parser.add_argument("--b", default="quota,net",
+                        help="the B's to make: quota, net, disk (default quota,net; disk runs the cold-init shape)")
     parser.add_argument("--shapes", default="compute,server", help=f"job shapes among {', '.join(SHAPES)}")
     parser.add_argument("--workers", default=None, help="worker counts (default 1,2,4)")
     parser.add_argument("--samples", type=int, default=4096,
@@ -451,6 +584,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--share", type=float, default=0.5, help="quota: share of a core per process (default 0.5)")
     parser.add_argument("--period", type=float, default=0.010, help="quota: CFS period in s (default 0.010)")
     parser.add_argument("--rate", type=float, default=200.0, help="net: link rate in Mbit/s (default 200)")
+    parser.add_argument("--disk-rate", type=float, default=256.0,
+                        help="disk: read rate of the throttled disk in KiB/s (default 256)")
     parser.add_argument("--burst", type=int, default=BURST,
                         help=f"net: tbf burst in bytes (default {BURST}, about a tenth of a weights message; 0: the "
                              "cluster's, 1 ms of the rate, 25 kB at 200 Mbit/s)")
@@ -484,9 +619,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         with contextlib.suppress(Exception):
             from ddltrace.collectors import cluster as cl
-            from ddltrace.collectors import cpu_quota
+            from ddltrace.collectors import cpu_quota, disk_throttle
 
             cpu_quota.remove_stale()
+            disk_throttle.remove_stale()
             cl.remove_stale()
     return 0
 

@@ -37,7 +37,10 @@ def make_dataset(path: str | Path, samples: int, seed: int) -> Path:
     lines = [f"{a:.6f}\t{b:.6f}\t{c}\n" for a, b, c in zip(x[:, 0], x[:, 1], label, strict=True)]
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text("".join(lines))
+    with open(tmp, "w") as f:
+        f.write("".join(lines))
+        f.flush()
+        os.fsync(f.fileno())  # on the disk before it is renamed, and no dirty pages left for a cold reader's flush
     os.replace(tmp, path)
     return path
 
