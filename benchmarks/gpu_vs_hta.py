@@ -26,6 +26,10 @@ and per stream the queue length's change count, mean over the changes and maximu
 ``get_memory_bw_summary``: per rank and kind of copy (HTA's names), the count and mean bandwidth (GB/s) of both
 (ddltrace's mean only where the store holds the copies' bytes: the Kineto importer does not put them there yet).
 
+Last, the floor the 10x target meets: the fastest of three fresh interpreters that only import pandas (what every
+analysis of ``analyze`` reads the store with), and that only import what ``ddltrace import`` needs, times the number
+of traces, against HTA's total / 10.
+
 Printed per trace and rank: idle / compute / non-compute share of the GPU window and the comm-comp overlap of
 both tools, with the difference in percentage points (ddltrace minus HTA), then each tool's wall time (s) and
 their ratio, and the device events each counted (HTA keeps only those it can join to a CPU launch by correlation
@@ -278,6 +282,25 @@ def _print_steps(results: list[dict]) -> None:
               f"{k} {alone[k]:.3f}" for k in ("device work", "idle", "collectives") if k in alone))
 
 
+def _fresh_import_s(modules: str, repeat: int = 3) -> float:
+    """Seconds of the fastest of ``repeat`` fresh interpreters that only import ``modules`` and exit."""
+    return min(_timed([sys.executable, "-c", f"import {modules}; print('{{}}'); print('{{}}')"])[0]
+               for _ in range(repeat))
+
+
+def _print_floor(both: list[dict], hta_s: float) -> None:
+    """What the 10x target leaves a fresh process: HTA's time / 10 per trace, against a fresh interpreter that
+    only imports pandas (every analysis of ``analyze`` reads the store as a DataFrame) and one that only imports
+    what ``ddltrace import`` needs (numpy, pyarrow.parquet, msgspec)."""
+    pandas_s, import_s = _fresh_import_s("pandas"), _fresh_import_s("numpy, pyarrow.parquet, msgspec")
+    n, budget = len(both), hta_s / 10
+    print(f"floor (fastest of 3 fresh interpreters, start to exit): importing pandas {pandas_s:.3f} s, importing "
+          f"numpy + pyarrow.parquet + msgspec {import_s:.3f} s; for {n} traces, one process each: {n * pandas_s:.2f} s "
+          f"and {n * import_s:.2f} s, against HTA / 10 = {budget:.2f} s for all "
+          + ("(a path that imports pandas cannot be 10x faster than HTA on these traces)" if n * pandas_s > budget
+             else "(the imports alone leave room for the 10x target)"))
+
+
 def compile_ddltrace() -> str:
     """Compile ddltrace's modules to their bytecode cache once, before any timing, as pip does for HTA's when it
     installs it: an editable install has none, and with ``PYTHONDONTWRITEBYTECODE`` set every fresh process would
@@ -336,6 +359,7 @@ def main() -> None:
               f"HTA / ddltrace {hta_s / ours_s:.2f}x (fresh processes, module imports included; load average "
               f"{load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after, {os.cpu_count()} CPUs)")
         _print_steps(both)
+        _print_floor(both, hta_s)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 
