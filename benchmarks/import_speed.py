@@ -197,6 +197,10 @@ def compare(trace: Path, hta_python: Path, repeat: int) -> None:
                   f"ratio {hta_fresh / ours_fresh:.1f} x")
             print(f"  (CPU time, user + system, fastest of {repeat}: ddltrace {ours_cpu:.2f} s, HTA {hta_cpu:.2f} s, "
                   f"ratio {hta_cpu / ours_cpu:.1f} x)")
+            floor = min(_wall([sys.executable, "-c", "import numpy, pyarrow.parquet, msgspec"])[0]
+                        for _ in range(repeat))
+            print(f"  (10x means {hta_fresh / 10:.3f} s; a fresh interpreter that only imports numpy, pyarrow.parquet "
+                  f"and msgspec takes {floor:.3f} s of it, fastest of {repeat}: the rest is reading and writing)")
         else:
             print(f"  ddltrace import: {ours_fresh:.2f} s (CPU time {ours_cpu:.2f} s)   HTA: n/a")
         print("\nin-process (module imports left out of every measure, HTA's included):")
