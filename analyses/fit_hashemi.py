@@ -39,7 +39,7 @@ from ddltrace.errors import DdltraceError
 from ddltrace.models import hashemi
 from ddltrace.models.hashemi import Constants, Workload
 
-FITTABLE = ("c_p", "c_b", "c_u", "t_phase_min", "kappa")
+FITTABLE = ("c_p", "c_b", "c_u", "t_phase_min", "kappa", "t_slice")
 #: Terms that only act past a knee: kept only when leave-one-out errors say the runs support them.
 KNEE_TERMS = ("c_u", "t_phase_min", "kappa")
 PROFILE_CONSTANTS = ("r_d", "r_m", "w_m", "r_net", "lat_net")
@@ -73,14 +73,20 @@ class HashemiFit:
     ``confidence`` of the intervals; ``divergence_threshold``: relative error that flags a run;
     ``c_u_from_trace``: hold c_u at the server's measured busy time per update (``server_busy_s`` of the runs
     over their d E / b updates, the median over the runs) instead of fitting it; ``serial``: the workers do not
-    overlap their transfers with compute (the closed-loop model of :mod:`ddltrace.models.hashemi`).
+    overlap their transfers with compute (the closed-loop model of :mod:`ddltrace.models.hashemi`);
+    ``cpu_shares``: each run's workers had their sampled share of a core (``cpu_share``; ranks polling for their
+    messages, as MPI's do, use all they get): c_p and c_b are fitted as CPU seconds of a whole core, a run's
+    worker taking ``1 / share`` as long, each message of a batch waits for a receiver off its core
+    (:func:`ddltrace.models.hashemi.at_share`, its round ``t_slice`` fitted), and c_u is the server's measured
+    busy time per update (``c_u_from_trace``): on fewer cores than ranks the runs' plateau is the ranks' wait for
+    the cores, which a free c_u takes whole, leaving c_p at 0.
     """
 
     def __init__(self, *, d: float | None = None, n_f: float = 0.0, n_w: float = 0.0, s: float = 8.0,
                  epochs: float = 1.0, storage: str = "shared", profile: Mapping[str, float] | None = None,
                  free: Sequence[str] = ("c_p", "c_b", "c_u"), fixed: Mapping[str, float] | None = None,
                  confidence: float = 0.95, divergence_threshold: float = 0.10, c_u_from_trace: bool = False,
-                 serial: bool = False):
+                 serial: bool = False, cpu_shares: bool = False):
         self.d = d
         self.n_f = n_f
         self.n_w = n_w
@@ -94,6 +100,7 @@ class HashemiFit:
         self.divergence_threshold = divergence_threshold
         self.c_u_from_trace = c_u_from_trace
         self.serial = serial
+        self.cpu_shares = cpu_shares
 
     # -- the model of one run ----------------------------------------------------------------------------
 
@@ -105,7 +112,7 @@ class HashemiFit:
         epochs = row.get("epochs")
         epochs = self.epochs if epochs is None or (isinstance(epochs, float) and math.isnan(epochs)) else epochs
         return Workload(d=float(d), b=float(row["b"]), n_f=self.n_f, n_w=self.n_w, epochs=float(epochs), s=self.s,
-                        serial=self.serial)
+                        serial=self.serial, cpu_shares=self.cpu_shares)
 
     def _groups(self, frame: pd.DataFrame) -> list[tuple[np.ndarray, np.ndarray, Workload]]:
         """Rows grouped by workload (same b, d, epochs): (row positions, workers, workload)."""
@@ -119,8 +126,19 @@ class HashemiFit:
     def _predict_rows(self, frame: pd.DataFrame, k: Constants, groups: list | None = None) -> np.ndarray:
         out = np.empty(len(frame))
         for pos, w, wl in groups or self._groups(frame):
-            out[pos] = wl.epochs * np.asarray(hashemi.t_phase(w, wl, k))
+            if self.cpu_shares:
+                for i, x in zip(pos, w, strict=True):
+                    out[i] = wl.epochs * hashemi.t_phase(x, wl, self._row_constants(frame.iloc[i], k))
+            else:
+                out[pos] = wl.epochs * np.asarray(hashemi.t_phase(w, wl, k))
         return out
+
+    def _row_constants(self, row: Mapping[str, Any], k: Constants) -> Constants:
+        """The constants of one run: with ``cpu_shares``, at its workers' share of a core and its messages per
+        batch (:func:`ddltrace.models.hashemi.at_share`); else ``k``."""
+        if not self.cpu_shares:
+            return k
+        return hashemi.at_share(k, float(row["cpu_share"]), run_messages(row))
 
     def _measured_c_u(self, frame: pd.DataFrame, notes: list[str]) -> float:
         """c_u from the server's trace: busy seconds over the run's d E / b updates, median over the runs."""
@@ -164,7 +182,7 @@ class HashemiFit:
         per_sample = float(np.median(frame["phase_s"] * frame["w"])) / samples
         batch = float(np.median(frame["b"]))
         guess = {"c_p": per_sample * 0.7, "c_b": per_sample * batch * 0.1, "t_phase_min": float(measured.min()) * 0.5,
-                 "kappa": 0.01}
+                 "kappa": 0.01, "t_slice": 0.01}
         server_guesses = [per_sample * batch / w for w in (1.0, 4.0, 16.0, 64.0, 256.0)] if "c_u" in names else [0]
         starts = [np.maximum(np.asarray(start, dtype=float), 1e-30)] if start is not None else [
             np.array([c_u if n == "c_u" else guess[n] for n in names]) for c_u in server_guesses]
@@ -212,10 +230,22 @@ class HashemiFit:
         if unknown:
             raise DdltraceError(f"cannot fit {', '.join(unknown)}: fittable constants are {', '.join(FITTABLE)}")
         notes: list[str] = []
-        measured = {"c_u": self._measured_c_u(frame, notes)} if self.c_u_from_trace else {}
+        if self.cpu_shares:
+            lacking = [] if "cpu_share" not in frame.columns else frame.index[~(frame["cpu_share"] > 0)].tolist()
+            if "cpu_share" not in frame.columns or lacking:
+                which = "the runs carry" if "cpu_share" not in frame.columns else f"run(s) {lacking} carry"
+                raise DdltraceError(f"--cpu-shares: {which} no workers' CPU share (the stores have no sampled "
+                                    "cpu_percent: record the run with the process counters)")
+            if frame["cpu_share"].max() < 0.5:
+                notes.append(f"--cpu-shares: the workers used at most {frame['cpu_share'].max():.2f} of a core in "
+                             "every run: if they sleep or wait on something else rather than poll, their share "
+                             "is not what held them, and c_p is not their CPU time")
+        measured = {"c_u": self._measured_c_u(frame, notes)} if self.c_u_from_trace or self.cpu_shares else {}
         base = self._base_constants(measured)
         self.measured_ = measured
         names = [n for n in self.free if n not in {**(self.fixed or {}), **measured}]
+        if self.cpu_shares and "t_slice" not in names and "t_slice" not in (self.fixed or {}):
+            names.append("t_slice")
         if "c_b" in names and frame["b"].nunique() < 2:
             names.remove("c_b")
             notes.append(f"c_b held at {base.c_b:g} s: every run has batch size {frame['b'].iloc[0]:g}, so the "
@@ -378,9 +408,10 @@ class HashemiFit:
         rows = []
         for row in frame.to_dict("records"):
             wl = self._workload(row)
-            terms = hashemi.phase_terms(row["w"], wl, k)
-            pred = wl.epochs * hashemi.t_phase(row["w"], wl, k)
-            w_star, _ = hashemi.knee(wl, k)
+            at = self._row_constants(row, k)
+            terms = hashemi.phase_terms(row["w"], wl, at)
+            pred = wl.epochs * hashemi.t_phase(row["w"], wl, at)
+            w_star, _ = hashemi.knee(wl, at)
             rows.append({"label": row["label"], "term": "phase", "w": row["w"], "b": row["b"],
                          "measured_s": row["phase_s"], "predicted_s": pred, "net_s": wl.epochs * terms["net"],
                          "comp_s": wl.epochs * terms["comp"], "mem_s": wl.epochs * terms["mem"],
@@ -401,7 +432,7 @@ class HashemiFit:
         """The fitted model as plain JSON-able data (what ``ddltrace model fit --out`` writes)."""
         self._check_fitted()
         units = {"c_p": "s/sample", "c_b": "s/batch", "c_u": "s/update", "t_phase_min": "s", "kappa": "1/worker",
-                 "r_d": "s/B", "r_m": "s/B", "w_m": "s/B", "r_net": "s/B", "lat_net": "s"}
+                 "r_d": "s/B", "r_m": "s/B", "w_m": "s/B", "r_net": "s/B", "lat_net": "s", "t_slice": "s"}
         constants = {}
         for name, value in asdict(self.constants_).items():
             entry = {"value": value, "unit": units.get(name, "")}
@@ -428,7 +459,7 @@ class HashemiFit:
             "model": "hashemi-asgd",
             "confidence": self.confidence,
             "workload": {"d": self.d, "n_f": self.n_f, "n_w": self.n_w, "s": self.s, "epochs": self.epochs,
-                         "storage": self.storage, "serial": self.serial},
+                         "storage": self.storage, "serial": self.serial, "cpu_shares": self.cpu_shares},
             "constants": constants,
             "knee": {"w": _nan_none(self.knee_), "cause": self.knee_cause_, "batch": self.knee_batch_},
             "rms_relative_error": self.rms_relative_error_,
@@ -438,6 +469,16 @@ class HashemiFit:
             "divergence_threshold": self.divergence_threshold,
             "notes": list(self.notes_),
         }
+
+
+def run_messages(row: Mapping[str, Any]) -> float:
+    """A worker's point-to-point messages per batch in a run (sent plus received; 0 when not recorded)."""
+    total = 0.0
+    for key in ("sent_per_batch", "received_per_batch"):
+        value = row.get(key)
+        if value is not None and np.isfinite(float(value)):
+            total += float(value)
+    return total
 
 
 def _nan_none(x: float | None) -> float | None:

@@ -366,12 +366,15 @@ def run_series(machine, shape: str, workers: list[int], folder: Path, samples: i
 
 
 def fit_and_predict(profile_a: Path, stores_a: list[str], profile_b: Path, workers: list[int], folder: Path
-                    ) -> tuple[dict, dict]:
+                    ) -> tuple[dict, dict, dict]:
     """``model fit`` on A's stores with A's profile, then ``model predict --profile B.json --json`` at ``workers``:
     Hashemi's model (network and worker overlap, their max), and the closed loop (``model fit --serial-comm``:
-    the workers pull, compute and push one after another, as ps-sgd's do)."""
+    the workers pull, compute and push one after another, as ps-sgd's do), and the closed loop in CPU seconds
+    (``--cpu-shares``: each run's workers at their share of a core, c_u the server's measured time; on B, where
+    the quota holds every rank, the loop played out over the quota's periods)."""
     out = []
-    for extra, name in (([], "model.json"), (["--serial-comm"], "model-serial.json")):
+    for extra, name in (([], "model.json"), (["--serial-comm"], "model-serial.json"),
+                        (["--serial-comm", "--cpu-shares"], "model-shares.json")):
         model = folder / name
         _check(subprocess.run([DDLTRACE, "model", "fit", *stores_a, "--dnn", DNN, "--servers", "1", "--profile",
                                str(profile_a), "--out", str(model), *extra], capture_output=True, text=True,
@@ -380,7 +383,7 @@ def fit_and_predict(profile_a: Path, stores_a: list[str], profile_b: Path, worke
                                "--profile", str(profile_b), "--json"], capture_output=True, text=True, timeout=300)
         _check(done, "model predict")
         out.append(json.loads(done.stdout))
-    return out[0], out[1]
+    return out[0], out[1], out[2]
 
 
 def _scales(before: float, after: float, w_before: int, w: int) -> bool:
@@ -403,10 +406,12 @@ def knee_sides(measured: dict[int, float], predicted: dict[int, float]) -> list[
     return out
 
 
-def compare(prediction: dict, serial: dict, a: dict[int, dict] | None, b: dict[int, dict] | None) -> dict:
-    """Per w: the prediction on B (Hashemi's max; and ``serial_*`` with --serial-comm) against B's measured phase."""
+def compare(prediction: dict, serial: dict, a: dict[int, dict] | None, b: dict[int, dict] | None,
+            shares: dict | None = None) -> dict:
+    """Per w: the prediction on B (Hashemi's max; ``serial_*`` with --serial-comm; ``shares_*`` with --serial-comm
+    --cpu-shares) against B's measured phase."""
     rows = []
-    for row, srow in zip(prediction["rows"], serial["rows"], strict=True):
+    for i, (row, srow) in enumerate(zip(prediction["rows"], serial["rows"], strict=True)):
         w = int(row["w"])
         item = {"w": w, "predicted_s": row["profile_s"], "low_s": row["profile_low_s"],
                 "high_s": row["profile_high_s"], "bound_by": row["profile_bound_by"],
@@ -415,8 +420,17 @@ def compare(prediction: dict, serial: dict, a: dict[int, dict] | None, b: dict[i
                 "serial_bound_by": srow["profile_bound_by"], "share_a": row.get("share_a"),
                 "share_b": row.get("share_b"), "c_p_factor": row.get("profile_c_p_factor"),
                 "c_u_factor": row.get("profile_c_u_factor")}
+        if shares:
+            crow = shares["rows"][i]
+            item.update(shares_s=crow["profile_s"], shares_low_s=crow["profile_low_s"],
+                        shares_high_s=crow["profile_high_s"], shares_bound_by=crow["profile_bound_by"],
+                        shares_quota_loop=crow.get("quota_loop_s") is not None,
+                        shares_mean_value_s=crow.get("mean_value_s", crow["profile_s"]),
+                        shares_a_predicted_s=crow["predicted_s"])
         if b and w in b:
             item["measured_s"] = b[w]["phase_s"]
+            if shares:
+                item["shares_error"] = (item["shares_s"] - b[w]["phase_s"]) / b[w]["phase_s"]
             item["error"] = (row["profile_s"] - b[w]["phase_s"]) / b[w]["phase_s"]
             item["serial_error"] = (srow["profile_s"] - b[w]["phase_s"]) / b[w]["phase_s"]
         if b and w in b and "cpu_share" in b[w]:
@@ -430,7 +444,13 @@ def compare(prediction: dict, serial: dict, a: dict[int, dict] | None, b: dict[i
     paper = {r["w"]: r["predicted_s"] for r in rows}
     closed = {r["w"]: r["serial_s"] for r in rows}
     sides = len(measured) > 1 and set(measured) <= set(paper)
-    return {"rows": rows, "knee": knee, "knee_sides": knee_sides(measured, paper) if sides else [],
+    extra = {}
+    if shares:
+        cpu = {r["w"]: r["shares_s"] for r in rows}
+        extra = {"shares_knee": shares["knee"]["profile"], "shares_knee_sides": knee_sides(measured, cpu) if sides
+                 else [], "shares_best_w": shares["transfer"].get("best_w"),
+                 "shares_factors": shares["transfer"]["factors"]}
+    return {**extra, "rows": rows, "knee": knee, "knee_sides": knee_sides(measured, paper) if sides else [],
             "serial_knee": serial_knee, "serial_knee_sides": knee_sides(measured, closed) if sides else [],
             "factors": prediction["transfer"]["factors"], "serial_factors": serial["transfer"]["factors"],
             "server_split": prediction["transfer"].get("server_split"),
@@ -461,19 +481,29 @@ def print_comparison(title: str, result: dict) -> None:
     print(f"  knee on B predicted (the first w from which one more worker gains less than half its ideal share): "
           f"{_knee_text(result['knee'])}, closed loop {_knee_text(result['serial_knee'])}"
           f"; best w on B: {result['best_w']}, {result['serial_best_w']}")
+    if result.get("shares_knee"):
+        print(f"  closed loop in CPU seconds (--cpu-shares): knee on B {_knee_text(result['shares_knee'])}, best w "
+              f"{result['shares_best_w']}; L: the quota holds every rank, the loop played out over its periods")
     print("  w   measured on B  predicted (max) [95 %]          error    bound           "
-          "closed loop [95 %]              error    bound           B/A measured")
+          "closed loop [95 %]              error    bound           "
+          + ("CPU shares [95 %]                error    bound             " if result.get("shares_knee") else "")
+          + "B/A measured")
     for r in result["rows"]:
         measured = f"{r['measured_s']:8.3f} s" if "measured_s" in r else " " * 10
         cells = []
-        for key, err, bound in (("", "error", "bound_by"), ("serial_", "serial_error", "serial_bound_by")):
-            pred = r["predicted_s" if not key else "serial_s"]
+        kinds = [("", "error", "bound_by"), ("serial_", "serial_error", "serial_bound_by")]
+        if "shares_s" in r:
+            kinds.append(("shares_", "shares_error", "shares_bound_by"))
+        for key, err, bound in kinds:
+            pred = r["predicted_s" if not key else f"{key}s"]
             lo, hi = r[f"{key}low_s"], r[f"{key}high_s"]
             error = f"{100 * r[err]:+6.1f} %" if err in r else " " * 8
-            cells.append(f"{pred:7.3f} s [{lo:6.3f}, {hi:6.3f}]  {error}  {r[bound]:<14s}")
+            loop = " L" if key == "shares_" and r.get("shares_quota_loop") else "  "
+            cells.append(f"{pred:7.3f} s [{lo:6.3f}, {hi:6.3f}]  {error}  {r[bound]:<14s}{loop}")
         ratio = f"{r['ratio_measured']:6.2f}" if "ratio_measured" in r else ""
         print(f"  {r['w']:<3d} {measured}     {'   '.join(cells)}  {ratio}")
-    for label, sides in (("max", result["knee_sides"]), ("serial", result["serial_knee_sides"])):
+    for label, sides in (("max", result["knee_sides"]), ("serial", result["serial_knee_sides"]),
+                         ("cpu shares", result.get("shares_knee_sides", []))):
         for side in sides:
             print(f"  knee ({label}) w={side['w']}: phase fell {100 * side['gain']:.0f} % from the previous w: "
                   f"{'below' if side['below_measured'] else 'at or past'} the knee; predicted to fall "
@@ -506,9 +536,10 @@ def simulated(args) -> list[dict]:
                     throttled = machine_b.quota.throttled() if b_name == "quota" else None
                     if b_name == "disk":  # bytes the throttled cgroup read and wrote on the disk
                         throttled = machine_b.throttle.bytes_done()
-                prediction, serial = fit_and_predict(folder / "A.json", [runs_a[w]["store"] for w in workers],
-                                                     folder / "B.json", workers, folder)
-                result = compare(prediction, serial, runs_a, runs_b)
+                prediction, serial, shares = fit_and_predict(folder / "A.json",
+                                                             [runs_a[w]["store"] for w in workers],
+                                                             folder / "B.json", workers, folder)
+                result = compare(prediction, serial, runs_a, runs_b, shares)
                 result.update({"repeat": repeat, "b": b_name, "b_description": machine_b.description,
                                "shape": shape, "job": job_args(shape, args.samples), "a_runs": runs_a, "b_runs": runs_b,
                                "throttled": throttled, "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
@@ -531,15 +562,20 @@ def summary(results: list[dict]) -> None:
     for b, shape in keys:
         mine = [r for r in results if (r["b"], r["shape"]) == (b, shape)]
         for w in sorted({row["w"] for r in mine for row in r["rows"]}):
-            for label, key in (("max", "error"), ("serial", "serial_error")):
+            for label, key in (("max", "error"), ("serial", "serial_error"), ("shares", "shares_error")):
                 errors = [100 * row[key] for r in mine for row in r["rows"] if row["w"] == w and key in row]
                 if errors:
                     print(f"  {b:<6s} {shape:<8s} w={w} {label:<6s}: error median {statistics.median(errors):+.1f} %,"
                           f" range {min(errors):+.1f} .. {max(errors):+.1f} % over {len(errors)} repeat(s)")
-        for label, key in (("max", "knee_sides"), ("serial", "serial_knee_sides")):
-            sides = [s["agree"] for r in mine for s in r[key]]
+        for label, key in (("max", "knee_sides"), ("serial", "serial_knee_sides"), ("shares", "shares_knee_sides")):
+            sides = [s["agree"] for r in mine for s in r.get(key, [])]
             if sides:
                 print(f"  {b:<6s} {shape:<8s} knee ({label}) on the right side: {sum(sides)} of {len(sides)}")
+    for label, key in (("max", "error"), ("serial", "serial_error"), ("shares", "shares_error")):
+        errors = [abs(row[key]) for r in results for row in r["rows"] if key in row]
+        if errors:
+            print(f"  {label}: {sum(e <= 0.10 for e in errors)} of {len(errors)} predictions within 10 %, "
+                  f"{sum(e <= 0.05 for e in errors)} within 5 %")
 
 
 def one_profile(paths: list[str], out: Path, name: str) -> Path:
@@ -562,8 +598,8 @@ def two_machines(args) -> list[dict]:
               for s in (args.runs_b or []) for r in [measurements_from_store(s, servers=args.servers)]}
     workers = [int(w) for w in args.workers.split(",")] if args.workers_given else sorted(a_rows | b_rows)
     profile_a, profile_b = one_profile(args.profile_a, out, "A"), one_profile(args.profile_b, out, "B")
-    prediction, serial = fit_and_predict(profile_a, list(args.runs_a), profile_b, workers, out)
-    result = compare(prediction, serial, a_rows, b_rows)
+    prediction, serial, shares = fit_and_predict(profile_a, list(args.runs_a), profile_b, workers, out)
+    result = compare(prediction, serial, a_rows, b_rows, shares)
     result.update({"b": "B", "shape": "given", "a_runs": a_rows, "b_runs": b_rows})
     print_comparison(f"B = {' '.join(args.profile_b)}", result)
     (out / "results.json").write_text(json.dumps([result], indent=1))

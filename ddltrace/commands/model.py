@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # pandas and the model are imported where used: the CLI start
     import pandas as pd
 
 UNITS = {"c_p": "s/sample", "c_b": "s/batch", "c_u": "s/update", "t_phase_min": "s", "kappa": "1/worker",
-         "r_d": "s/B", "r_m": "s/B", "w_m": "s/B", "r_net": "s/B", "lat_net": "s"}
+         "r_d": "s/B", "r_m": "s/B", "w_m": "s/B", "r_net": "s/B", "lat_net": "s", "t_slice": "s"}
 
 #: ``--storage``'s choices: models/hashemi.py's STORAGE_KINDS, named here so that the CLI starts without numpy
 #: (tests/test_cli_startup.py checks that the two agree).
@@ -75,6 +75,10 @@ def register(subparsers) -> None:
                    help="the workers pull, compute and push one after another (ps-sgd): fit the closed-loop model "
                         "(the worker, then the server and its link as queues: mean value analysis) instead of "
                         "Hashemi's max(network, worker), which assumes they overlap; recorded in the model")
+    f.add_argument("--cpu-shares", action="store_true",
+                   help="with --serial-comm: fit c_p and c_b in CPU seconds of a whole core, each run's workers at "
+                        "their sampled share of a core, each message waiting for a rank off its core (the round "
+                        "t_slice fitted), c_u the server's measured busy time per update; recorded in the model")
     f.add_argument("--threshold", type=positive(), default=0.10,
                    help="relative divergence that flags a run (default 0.10)")
     f.add_argument("--out", metavar="FILE", help="write the fitted model as JSON")
@@ -138,6 +142,9 @@ def run_fit(args) -> int:
     from ddltrace.analyses.fit_hashemi import PROFILE_CONSTANTS, HashemiFit
     from ddltrace.models import transfer
 
+    if args.cpu_shares and not args.serial_comm:
+        raise DdltraceError("--cpu-shares: only with --serial-comm (the closed loop, whose workers poll while they "
+                            "wait)")
     frame, job = _measurements(args)
     profile, raw_profile = {}, None
     if args.profile:
@@ -156,7 +163,7 @@ def run_fit(args) -> int:
     fit = HashemiFit(d=args.samples, n_f=n_f or 0.0, n_w=n_w or 0.0, s=s or 8.0, epochs=args.epochs or 1.0,
                      storage=args.storage, profile=profile, free=free, fixed=_fixed(args.fix),
                      divergence_threshold=args.threshold, c_u_from_trace=args.c_u_from_trace,
-                     serial=args.serial_comm).fit(frame)
+                     serial=args.serial_comm, cpu_shares=args.cpu_shares).fit(frame)
     model = fit.to_dict()
     model["job"] = job
     # the profile the fit held, kept in the model: 'model predict --profile B.json' carries the costs from it
@@ -293,6 +300,7 @@ def _knee(model: dict, wl, k, c_u_factor: float = 1.0) -> tuple[float, str, floa
 
 def _predict_table(model: dict, source: str, workers: list[int], batch: float | None,
                    what_if: dict, profile: str | None = None, serial: bool = False) -> pd.DataFrame:
+    import numpy as np
     import pandas as pd
 
     from ddltrace.analyses.fit_hashemi import constants_from_model
@@ -309,7 +317,7 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
     if not b or not d:
         raise DdltraceError(f"{source}: the model lacks the batch size or the data set size; give --batch")
     wl = hashemi.Workload(d=float(d), b=float(b), n_f=workload.get("n_f") or 0.0, n_w=workload.get("n_w") or 0.0,
-                          serial=bool(workload.get("serial")),
+                          serial=bool(workload.get("serial")), cpu_shares=bool(workload.get("cpu_shares")),
                           epochs=float(epochs), s=workload.get("s") or 8.0)
     moved = _on_profile(model, source, profile, constants, wl, serial) if profile else None
     target = moved["constants"] if moved else constants
@@ -330,13 +338,19 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
     if changed is not None:
         knees["what_if"] = _knee(model, wl, changed)
     for w in workers:
-        terms = hashemi.phase_terms(w, wl, constants)
-        row = {"w": w, "b": wl.b, "predicted_s": wl.epochs * hashemi.t_phase(w, wl, constants),
+        on_a = transfer.on_a(constants, wl, model.get("profile") or {}, model.get("measurements") or [], w)
+        terms = hashemi.phase_terms(w, wl, on_a)
+        row = {"w": w, "b": wl.b, "predicted_s": wl.epochs * hashemi.t_phase(w, wl, on_a),
                "bound_by": hashemi.bound_by(terms), "comp_s": wl.epochs * terms["comp"],
                "mem_s": wl.epochs * terms["mem"], "net_s": wl.epochs * terms["net"]}
         if moved:
             k_w, factors_w, shares = moved["at"](w)
             on_b = hashemi.phase_terms(w, wl, k_w)
+            loop = transfer.quota_loop(k_w, wl, moved["b"], moved["runs"], shares, moved["server_split"], w,
+                                       factors_w.get("c_b_quota_wait_s", 0.0)) if wl.cpu_shares else None
+            if loop:  # the quota holds every rank: the loop played out over the quota's periods (docs/MODELS.md)
+                row.update(quota_loop_s=loop["phase_s"], quota_loop_low_s=loop["low_s"],
+                           quota_loop_high_s=loop["high_s"])
             row.update(profile_s=wl.epochs * hashemi.t_phase(w, wl, k_w),
                        profile_bound_by=hashemi.bound_by(on_b), profile_comp_s=wl.epochs * on_b["comp"],
                        profile_mem_s=wl.epochs * on_b["mem"], profile_net_s=wl.epochs * on_b["net"],
@@ -356,6 +370,16 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
         low, high = transfer.interval(model["constants"], constants, wl, moved["counts"], moved["a"], moved["b"],
                                       workers, confidence, serial=serial, runs=moved["runs"])
         table["profile_low_s"], table["profile_high_s"] = low, high
+        if "quota_loop_s" in table:  # the quota loop's mean; the interval also spans its spread over the periods
+            played = table["quota_loop_s"].notna()
+            analytic = table.loc[played, "profile_s"]
+            scale = table.loc[played, "quota_loop_s"] / analytic
+            table["mean_value_s"] = table["profile_s"]
+            table.loc[played, "profile_low_s"] = np.minimum(table.loc[played, "profile_low_s"] * scale,
+                                                            table.loc[played, "quota_loop_low_s"])
+            table.loc[played, "profile_high_s"] = np.maximum(table.loc[played, "profile_high_s"] * scale,
+                                                             table.loc[played, "quota_loop_high_s"])
+            table.loc[played, "profile_s"] = table.loc[played, "quota_loop_s"]
         fastest = table["profile_s"].min()
         shares_1 = transfer.cpu_shares(moved["a"], moved["b"], moved["runs"], 1)
         best = table[table["profile_s"] <= (1 + BEST_TOLERANCE) * fastest]["w"].min()
@@ -392,11 +416,23 @@ def _describe_transfer(table: pd.DataFrame) -> list[str]:
              f"lat_net x{f['lat_net']:.4g}; storage r_d x{f['r_d']:.4g}",
              f"  interval: {pct} % of {info['draws']} draws over the fit's standard errors and both profiles' "
              "uncertainties (log-normal, the relative uncertainty one standard deviation of the log)"]
+    played = [row for row in table.to_dict("records") if _finite(row.get("quota_loop_s"))]
+    if played:
+        lines.append("  where B's quota holds every rank (w = " + ", ".join(str(r["w"]) for r in played) + "), the "
+                     "closed loop is played out over the quota's periods for 12 random starts of the ranks' periods "
+                     "(on B: their mean; the interval also spans them): " + "; ".join(
+                         f"w={r['w']}: {_seconds(r['quota_loop_s'])} [{_seconds(r['quota_loop_low_s'])}, "
+                         f"{_seconds(r['quota_loop_high_s'])}], mean value analysis {_seconds(r['mean_value_s'])}"
+                         for r in played))
     if info.get("serial_comm"):
         lines.insert(3, "  --serial-comm: c_p also gains B's extra time of the two transfers of n_w values per batch "
                         "(its factor above includes it)")
     lines += [f"  note: {note}" for note in info["notes"]]
     return lines
+
+
+def _finite(x) -> bool:
+    return isinstance(x, float | int) and math.isfinite(x)
 
 
 def run_predict(args) -> int:

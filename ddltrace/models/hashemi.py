@@ -40,7 +40,9 @@ STORAGE_KINDS = ("shared", "local", "partitioned")
 class Workload:
     """What is trained: ``d`` samples, batch size ``b``, ``n_f`` features per sample, ``n_w`` weights,
     ``epochs`` passes over the data, ``s`` bytes per value (8 for double); ``serial``: the workers pull, compute
-    and push one after another (the closed-loop model) instead of overlapping their transfers (Hashemi's max)."""
+    and push one after another (the closed-loop model) instead of overlapping their transfers (Hashemi's max);
+    ``cpu_shares``: c_p and c_b are CPU seconds of a whole core, and a rank's wall-time constants at its share of
+    a core come from :func:`at_share` (the caller applies it: ``model fit --cpu-shares``)."""
 
     d: float
     b: float
@@ -49,6 +51,7 @@ class Workload:
     epochs: float = 1.0
     s: float = 8.0
     serial: bool = False
+    cpu_shares: bool = False
 
     def __post_init__(self):
         for name in ("d", "b"):
@@ -62,7 +65,9 @@ class Workload:
 @dataclass(frozen=True)
 class Constants:
     """The model's constants (seconds, seconds per byte). ``kappa`` is the described contention extension:
-    past the knee the phase time is multiplied by ``1 + kappa * (w - w*)``; zero is the paper's model."""
+    past the knee the phase time is multiplied by ``1 + kappa * (w - w*)``; zero is the paper's model. ``t_slice``
+    (seconds) is not the paper's: the length of the scheduler's round as the runs saw it, for models whose ranks
+    share cores (:func:`at_share`)."""
 
     c_p: float = 0.0
     c_b: float = 0.0
@@ -74,6 +79,7 @@ class Constants:
     lat_net: float = 0.0
     t_phase_min: float = 0.0
     kappa: float = 0.0
+    t_slice: float = 0.0
 
     def scaled(self, changes: dict[str, tuple[str, float]]) -> Constants:
         """A what-if copy: ``{'r_net': ('scale', 0.1), 'c_u': ('set', 2e-5)}``."""
@@ -132,6 +138,25 @@ def t_init(w: float, wl: Workload, k: Constants, storage: str = "shared") -> flo
     if storage == "partitioned":
         return t_disk(wl.d / w, wl, k)
     raise ValueError(f"storage must be one of {', '.join(STORAGE_KINDS)}, got {storage!r}")
+
+
+def off_core_wait(share: float, period: float) -> float:
+    """Mean seconds a message waits for a receiver that has ``share`` (0-1] of a core: the receiver polls while it
+    waits (MPI ranks do), so it would use a whole core, and it is off its core ``1 - share`` of the time in
+    stretches of ``(1 - share) period`` (``period``: the scheduler's round among ranks sharing cores, or a CFS
+    quota's period); a message arriving then waits half a stretch: ``(1 - share)^2 period / 2``."""
+    share = min(1.0, max(share, 0.0))
+    return (1.0 - share) ** 2 * period / 2.0
+
+
+def at_share(k: Constants, share: float, messages: float = 0.0, period: float | None = None) -> Constants:
+    """The wall-time constants of a rank with ``share`` (0-1] of a core, from constants whose c_p and c_b are CPU
+    seconds of a whole core: its work per sample and per batch takes ``1 / share`` as long, and each of the
+    ``messages`` it takes part in per batch waits :func:`off_core_wait` for a receiver off its core, with the
+    rounds of ``period`` seconds (default ``k.t_slice``), added to c_b."""
+    share = min(1.0, share) if share > 0 else 1.0
+    wait = messages * off_core_wait(share, k.t_slice if period is None else period)
+    return replace(k, c_p=k.c_p / share, c_b=k.c_b / share + wait, t_slice=0.0)
 
 
 def serial_stations(wl: Workload, k: Constants) -> tuple[float, float]:

@@ -292,6 +292,63 @@ def quota_wait_per_batch(a: Mapping, b: Mapping, runs: Sequence[Mapping], shares
     return extra
 
 
+def messages_per_batch(runs: Sequence[Mapping]) -> float:
+    """A worker's point-to-point messages per batch in A's runs (sent plus received, medians; 0 unknown)."""
+    return sum(_median(runs, key) or 0.0 for key in ("sent_per_batch", "received_per_batch"))
+
+
+def on_a(k: Constants, wl: Workload, a: Mapping, runs: Sequence[Mapping], w: float) -> Constants:
+    """A model's wall-time constants on A at ``w`` workers: for a model fitted in CPU seconds (``wl.cpu_shares``)
+    at the share of a core A's ranks had there (:func:`share_on_a`), with its messages' waits for ranks off
+    their cores (:func:`ddltrace.models.hashemi.at_share`); else ``k``."""
+    if not wl.cpu_shares:
+        return k
+    return hashemi.at_share(k, share_on_a(a, runs, w)[0], messages_per_batch(runs))
+
+
+def off_core_period(b: Mapping, shares: Mapping, t_slice: float) -> tuple[float, str]:
+    """The round (seconds) in which a rank on B is off its core, and why: B's CFS quota period where the quota
+    is what holds the rank (its share on B is the quota's), else the scheduler's round among ranks sharing the
+    cores, taken as A's (``t_slice``, fitted on A's runs)."""
+    period = (b.get("allowance") or {}).get("quota_period_s")
+    if period and _cap(b) < 1.0 and shares["share_b"] >= _cap(b) - 1e-9:
+        return float(period), "B's quota period"
+    return t_slice, "the scheduler's round fitted on A"
+
+
+def quota_loop(k_b: Constants, wl: Workload, b: Mapping, runs: Sequence[Mapping], shares: Mapping,
+               split: Mapping, w: int, wait_s: float = 0.0, draws: int = 12) -> dict | None:
+    """The closed loop on B played out under B's CFS quota (:mod:`ddltrace.models.quota_loop`), where the quota is
+    what holds every rank at ``w`` (their share on B is the quota's, and their quotas add up to no more than B's
+    cores); None elsewhere (no quota, contended cores, or a model that is not the closed loop). For models fitted
+    with ``--cpu-shares``, whose c_p is the workers' CPU and c_u the server's measured time (a free fit on fewer
+    cores than ranks puts the workers' compute into c_u, which the loop would then play out as the server's).
+
+    From the constants carried to B at w (``k_b``, wall time at B's share, with ``wait_s`` seconds per batch of
+    waits for throttled receivers in c_b, which the loop plays out instead): a worker's CPU per batch
+    ``(b c_p + c_b - wait_s + memory) share_B``, a message's time on B's link, and the server's update split as on
+    A (:func:`server_split`): its sleep kept, the rest CPU ``(c_u - sleep) share_B``. Returns the phase (all
+    epochs, seconds) for each of ``draws`` random starts of the ranks' quota periods, their mean and range."""
+    from ddltrace.models import quota_loop
+
+    allowance = b.get("allowance") or {}
+    quota, period, cores = allowance.get("quota_cores"), allowance.get("quota_period_s"), allowance.get("cores")
+    ranks = w + _servers(runs)
+    if not (wl.serial and quota and period and quota < 1.0 and shares["share_b"] >= quota - 1e-9):
+        return None
+    if cores and ranks * quota > cores + 1e-9:
+        return None
+    share = shares["share_b"]
+    compute = (wl.b * k_b.c_p + max(0.0, k_b.c_b - wait_s) + hashemi.t_mem(wl.b, wl, k_b)) * share
+    message = k_b.r_net * wl.s * wl.n_w + k_b.lat_net
+    sleep = min(k_b.c_u, split["server_s"] * (1.0 - split["cpu_fraction"]))
+    cycles = quota_loop.cycles(int(w), compute, message, (k_b.c_u - sleep) * share, sleep, quota, period, draws)
+    phases = wl.epochs * wl.d / (wl.b * w) * cycles
+    return {"phase_s": float(phases.mean()), "low_s": float(phases.min()), "high_s": float(phases.max()),
+            "compute_cpu_s": compute, "message_s": message, "server_sleep_s": sleep, "draws": draws,
+            "quota": quota, "period_s": period}
+
+
 def server_split(c_u: float, a: Mapping, runs: Sequence[Mapping]) -> dict:
     """What the fitted c_u (s/update) holds, from the server's trace on A: ``server_s``, the server's measured busy
     time per update (median over the runs, at most c_u), of which ``cpu_fraction`` is CPU, and ``rest_s`` =
@@ -337,6 +394,11 @@ def transfer(k: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Mapping
     :func:`server_split` (``runs``: the model's measurements on A): the server's CPU time by the weights pass,
     its other time kept, what the fit put in c_u beyond the server's work by the per-sample work.
 
+    ``wl.cpu_shares`` (a model fitted with ``--cpu-shares``): c_p and c_b are CPU seconds of a whole core; at ``w``
+    they are first put at A's share there, so the multiplier carries them to B's, and each message of a batch
+    waits for a receiver off its core on B (:func:`off_core_period`: B's quota period where the quota holds the
+    rank, else the scheduler's round fitted on A), instead of the quota's wait on B less A's.
+
     ``serial``: the workers pull the weights, compute and push the gradient one after another (no overlap, as the
     ps-sgd job does). Then the fit on A put the workers' exposed transfers into c_p, at A's network; on B c_p gains
     what B's network adds to the two transfers of n_w values per batch, ``(2 s n_w dr_net + 2 dlat_net) / b`` per
@@ -345,6 +407,9 @@ def transfer(k: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Mapping
     update: T_net's 2 T_send already charges each transfer, and charging it again in w c_u predicted a server
     limit at w = 4 that runs on 200 Mbit/s links did not show: docs/MODELS.md.)"""
     z_a, z_b = z_a or {}, z_b or {}
+    t_slice = k.t_slice
+    if wl.cpu_shares:  # c_p, c_b in CPU seconds: A's wall time at its share at w; the waits are B's own (below)
+        k = hashemi.at_share(k, share_on_a(a, runs, w)[0] if w is not None else 1.0)
     job_set = hashemi.working_set_bytes(wl.b, wl.n_f, wl.n_w, wl.s)
     weights_set = max(wl.n_w * wl.s, 1.0)
     sample = per_sample_work(b, counts, job_set, z_b) / per_sample_work(a, counts, job_set, z_a)
@@ -374,7 +439,12 @@ def transfer(k: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Mapping
         else:
             factors[name] = vb / va
     values = {name: getattr(k, name) * factors.get(name, 1.0) for name in hashemi.NAMES}
-    if shares:  # each message of a batch may find its receiver throttled by a quota: a per-batch cost
+    if shares and wl.cpu_shares:  # each message waits for a receiver off its core on B, as the fit had it on A
+        period, _ = off_core_period(b, shares, t_slice)
+        extra = messages_per_batch(runs) * hashemi.off_core_wait(shares["share_b"], period)
+        values["c_b"] = values["c_b"] + extra
+        factors["c_b_quota_wait_s"] = extra
+    elif shares:  # each message of a batch may find its receiver throttled by a quota: a per-batch cost
         extra = quota_wait_per_batch(a, b, runs, shares)
         values["c_b"] = max(0.0, values["c_b"] + extra)
         factors["c_b_quota_wait_s"] = extra
