@@ -7,7 +7,7 @@ does not. So a rank is not a core ``q`` times as fast: a worker whose compute of
 its budget runs it at full speed, a message waits for a throttled receiver until its period ends, and the whole
 loop locks onto the periods. How long a batch takes then depends on where each rank's period starts (its timer
 is armed when the cgroup first runs), which differs from run to run: the reference job's w = 1 batch on the quota
-B took 10.9-21.3 ms over nine runs with the same shares. This module plays the loop out, step by step of
+B took 10.9-21.3 ms over ten runs with the same shares. This module plays the loop out, step by step of
 ``P / 100``, for random period starts, and gives the mean cycle and its spread over them.
 
 Per batch a worker sends a pull request (a small message: put in the server's queue when the worker runs), waits

@@ -1,0 +1,114 @@
+"""The closed loop in CPU seconds (``model fit --serial-comm --cpu-shares``) and the quota loop (issue 17).
+
+On a machine with fewer cores than ranks the reference job's phases are flat in w: the ranks wait for the cores.
+The closed loop fitted freely put all of it into c_u (the server) and c_p at 0, so a B that slows compute carried
+the workers' compute as the server's. Fitted with each run's sampled share of a core, c_p is the workers' CPU per
+sample. And under a CFS quota a rank is not a core half as fast: it runs in its periods' budgets, so a compute
+that fits in the budget runs at full speed and the loop locks onto the periods, differently for each start of
+the ranks' periods (the quota B's w = 1 batch took 10.9-21.3 ms over ten runs with the same shares)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analyses.fit_hashemi import HashemiFit, measurements_from_store, measurements_from_stores
+from ddltrace.cli import main
+from ddltrace.models import quota_loop
+
+DATA = Path(__file__).resolve().parent.parent / "sample_traces" / "ps-sgd-quota"
+A_STORES = [str(DATA / f"A-compute-w{w}" / "store") for w in (1, 2, 4)]
+PERIOD = 0.010
+
+
+def test_the_quota_loop_without_a_quota_is_the_closed_loop_in_a_row():
+    compute, message, server_cpu, sleep = 5.2e-3, 1e-4, 3e-4, 2e-3
+    got = quota_loop.cycles(1, compute, message, server_cpu, sleep, 1.0, PERIOD, draws=3)
+    # one worker with a core of its own: its compute, the weights, the push and the update, in a row (each step of
+    # the loop is a hundredth of the period)
+    assert got == pytest.approx(np.full(3, compute + 2 * message + server_cpu + sleep), abs=5 * PERIOD / 100)
+
+
+def test_a_compute_that_fits_in_the_quota_runs_at_full_speed_and_the_loop_locks_onto_the_periods():
+    # the server-bound shape: the worker computes 4 ms, the server sleeps 14 ms per update; half a core each
+    compute, message, server_cpu, sleep, quota = 4e-3, 5e-5, 1e-4, 14e-3, 0.5
+    got = quota_loop.cycles(1, compute, message, server_cpu, sleep, quota, PERIOD, draws=12)
+    step = PERIOD / 100
+    alone = compute + 2 * message + server_cpu + sleep
+    as_half_a_core = (compute + 2 * message + server_cpu) / quota + sleep
+    assert (got >= alone - step).all()
+    # the worker polls its budget away while the server sleeps, waits for its next period and computes there at
+    # full speed: at best two whole periods a batch, shorter than a core half as fast would take
+    assert got.min() == pytest.approx(2 * PERIOD, abs=2 * step)
+    assert got.min() < as_half_a_core - 10 * step
+    # and at worse starts of the ranks' periods, whole periods more (the batch locks onto them)
+    assert got.max() >= 2.5 * PERIOD - 2 * step
+
+
+def test_where_the_ranks_periods_start_moves_the_batch():
+    # the compute-bound shape at w = 1: 5.2 ms of compute per batch, just over the 5 ms budget, a busy server
+    got = quota_loop.cycles(1, 5.2e-3, 1e-4, 3e-4, 0.0, 0.5, PERIOD, draws=12)
+    assert got.max() / got.min() > 1.3
+    assert got.min() > 5.2e-3 / 0.5  # the compute itself crosses a throttled stretch every time
+
+
+def test_the_cpu_shares_fit_finds_the_workers_cpu_on_real_runs():
+    runs = measurements_from_stores(A_STORES, servers=1)
+    truth = json.loads((DATA / "A-compute-w1" / "ground_truth.json").read_text())
+    at_w1 = runs[runs["w"] == 1].iloc[0]
+    cpu_per_sample = truth["compute_per_sample_s"]["measured"] * at_w1["cpu_share"]  # s of CPU per sample
+    settings = {"d": 16384, "n_f": 2, "n_w": 40000, "profile": {"r_net": 2.4e-10, "lat_net": 1e-5}}
+    free = HashemiFit(**settings, serial=True).fit(runs)
+    shares = HashemiFit(**settings, serial=True, cpu_shares=True).fit(runs)
+    # fitted freely, the closed loop takes the ranks' wait for the 2 cores as the server's: c_p near 0
+    assert free.constants_.c_p < 0.1 * cpu_per_sample
+    assert free.constants_.c_u > 3 * shares.constants_.c_u
+    # at each run's share of a core, c_p is the workers' own CPU per sample, and the round of the ranks' wait for
+    # the cores is a few of the scheduler's slices
+    assert shares.constants_.c_p == pytest.approx(cpu_per_sample, rel=0.3)
+    assert 1e-3 < shares.constants_.t_slice < 0.1
+    busy = np.median(runs["server_busy_s"] / (runs["d"] / runs["b"]))
+    assert shares.constants_.c_u == pytest.approx(busy)
+    assert shares.rms_relative_error_ < 0.1
+
+
+def test_predict_plays_the_loop_where_the_quota_holds_every_rank(tmp_path, capsys):
+    model = tmp_path / "model.json"
+    assert main(["model", "fit", *A_STORES, "--dnn", "mlp-2-10k-2", "--servers", "1", "--profile",
+                 str(DATA / "A.json"), "--serial-comm", "--cpu-shares", "--out", str(model)]) == 0
+    fitted = json.loads(model.read_text())
+    assert fitted["workload"]["cpu_shares"] is True
+    capsys.readouterr()
+    assert main(["model", "predict", str(model), "--workers", "1,2,4", "--profile", str(DATA / "B.json"),
+                 "--json"]) == 0
+    rows = {row["w"]: row for row in json.loads(capsys.readouterr().out)["rows"]}
+    # B's quota (half a core) holds every rank at w = 1 and 2 (3 ranks x 0.5 <= 2 cores), not at w = 4 (A's
+    # ranks had 0.39 of a core there)
+    assert rows[1].get("quota_loop_s") and rows[2].get("quota_loop_s")
+    assert rows[4].get("quota_loop_s") is None
+    for w in (1, 2):
+        assert rows[w]["profile_s"] == rows[w]["quota_loop_s"]
+        assert rows[w]["profile_low_s"] <= rows[w]["quota_loop_low_s"] < rows[w]["quota_loop_high_s"] <= \
+            rows[w]["profile_high_s"]
+    # B's own run at w = 1 lies within the interval, which spans the starts of the ranks' periods
+    b_w1 = measurements_from_store(DATA / "quota-compute-w1" / "store", servers=1)["phase_s"]
+    assert rows[1]["profile_low_s"] <= b_w1 <= rows[1]["profile_high_s"]
+    # a model fitted without --cpu-shares is carried as before (no loop)
+    plain = tmp_path / "plain.json"
+    assert main(["model", "fit", *A_STORES, "--dnn", "mlp-2-10k-2", "--servers", "1", "--profile",
+                 str(DATA / "A.json"), "--serial-comm", "--out", str(plain)]) == 0
+    capsys.readouterr()
+    assert main(["model", "predict", str(plain), "--workers", "1,2", "--profile", str(DATA / "B.json"),
+                 "--json"]) == 0
+    assert all(row.get("quota_loop_s") is None for row in json.loads(capsys.readouterr().out)["rows"])
+
+
+def test_cpu_shares_needs_the_closed_loop_and_the_runs_shares(tmp_path, capsys):
+    assert main(["model", "fit", *A_STORES, "--servers", "1", "--n-w", "40000", "--cpu-shares"]) == 2
+    assert "--cpu-shares: only with --serial-comm" in capsys.readouterr().err
+    runs = measurements_from_stores(A_STORES, servers=1).drop(columns=["cpu_share"])
+    with pytest.raises(Exception, match="no workers' CPU share"):
+        HashemiFit(d=16384, n_w=40000, serial=True, cpu_shares=True).fit(runs)
