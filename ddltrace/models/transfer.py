@@ -326,8 +326,10 @@ def quota_loop(k_b: Constants, wl: Workload, b: Mapping, runs: Sequence[Mapping]
 
     From the constants carried to B at w (``k_b``, wall time at B's share, with ``wait_s`` seconds per batch of
     waits for throttled receivers in c_b, which the loop plays out instead): a worker's CPU per batch
-    ``(b c_p + c_b - wait_s + memory) share_B``, a message's time on B's link, and the server's update split as on
-    A (:func:`server_split`): its sleep kept, the rest CPU ``(c_u - sleep) share_B``. Returns the phase (all
+    ``(b c_p + c_b - wait_s + memory) share_B``, a message's time on B's link while both ranks run (the profile's
+    ``(r_net s n_w + lat_net) share_B``: calibrate's probe ran under B's quota, throttled like any rank, and the
+    loop throttles the transfers itself), and the server's update split as on A (:func:`server_split`): its sleep
+    kept, the rest CPU ``(c_u - sleep) share_B``. Returns the phase (all
     epochs, seconds) for each of ``draws`` random starts of the ranks' quota periods, their mean and range."""
     from ddltrace.models import quota_loop
 
@@ -340,7 +342,7 @@ def quota_loop(k_b: Constants, wl: Workload, b: Mapping, runs: Sequence[Mapping]
         return None
     share = shares["share_b"]
     compute = (wl.b * k_b.c_p + max(0.0, k_b.c_b - wait_s) + hashemi.t_mem(wl.b, wl, k_b)) * share
-    message = k_b.r_net * wl.s * wl.n_w + k_b.lat_net
+    message = (k_b.r_net * wl.s * wl.n_w + k_b.lat_net) * share
     sleep = min(k_b.c_u, split["server_s"] * (1.0 - split["cpu_fraction"]))
     cycles = quota_loop.cycles(int(w), compute, message, (k_b.c_u - sleep) * share, sleep, quota, period, draws)
     phases = wl.epochs * wl.d / (wl.b * w) * cycles
