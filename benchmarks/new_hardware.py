@@ -14,12 +14,13 @@ A is this machine as it is; each B is the same machine made slower in a known wa
   node's link shaped to ``--rate`` (200 Mbit/s, tbf, both directions, a bucket of ``--burst`` 32 KiB: a real link
   has none, and a bucket near a message's size lets the job's messages pass faster than the rate calibrate
   measures), A's CPU; calibrate runs on node 0 against a probe server on node 1 (the same links).
-- ``disk``: the job's ranks and calibrate in one cgroup whose reads of the disk under ``--out`` are throttled to
-  ``--disk-rate`` KiB/s (cgroup v1 blkio, :mod:`ddltrace.collectors.disk_throttle`), A's CPU and network; only the
-  ``cold-init`` shape: sequential initialisation (the workers read the whole file in turn, Hashemi's shared storage)
-  from the disk (``--cold-read``), little compute. Calibrate's disk section runs on A and inside B apart
-  (A-disk.json, B-disk.json), the fit learns r_d from A's initialisations, and B's initialisation is predicted and
-  compared beside the phase (:func:`init_on_b`).
+- ``disk``: the job's ranks and calibrate in one cgroup whose reads of the data disk are throttled to ``--disk-rate``
+  KiB/s (cgroup v1 blkio, :mod:`ddltrace.collectors.disk_throttle`; the data disk: ext4 on a loop device in a file
+  under ``--out``, read by A's runs too, unthrottled: :mod:`ddltrace.collectors.loop_disk`), A's CPU and network;
+  only the ``cold-init`` shape: sequential initialisation (the workers read the whole file in turn, Hashemi's
+  shared storage) from the disk (``--cold-read``), little compute. Calibrate's disk section runs on A and inside B
+  apart (A-disk.json, B-disk.json), the fit learns r_d from A's initialisations, and B's initialisation is
+  predicted and compared beside the phase (:func:`init_on_b`).
 
 A's and B's calibrations run one right after the other, and the runs alternate between A and B at each w.
 
@@ -197,26 +198,50 @@ class NetB(MachineA):
 
 
 class DiskB(MachineA):
-    """Every rank of the job, and calibrate, in one cgroup whose reads of the disk that ``folder`` lies on are
-    throttled to ``read_bps`` bytes per second (:mod:`ddltrace.collectors.disk_throttle`); A's CPU and network.
-    Only reads that reach the disk are slowed: the job reads cold (the ``cold-init`` shape's ``--cold-read``)."""
+    """Every rank of the job, and calibrate, in one cgroup whose reads of the data disk are throttled to
+    ``read_bps`` bytes per second (:mod:`ddltrace.collectors.disk_throttle`); A's CPU and network. The data disk is
+    a disk of its own, ext4 on a loop device in a file under ``folder`` (:mod:`ddltrace.collectors.loop_disk`),
+    which A's runs read too, unthrottled: a throttle of the root disk also slowed the ranks' reads of their own
+    code, which this VM's kernel keeps paging out of the page cache. Only reads that reach the disk are slowed:
+    the job reads cold (the ``cold-init`` shape's ``--cold-read``)."""
 
     name = "disk"
 
     def __init__(self, folder: Path, read_bps: int):
-        from ddltrace.collectors.disk_throttle import DiskThrottle
+        from ddltrace.collectors import disk_throttle, loop_disk
 
+        for why in (disk_throttle.missing(), loop_disk.missing()):
+            if why:
+                raise DdltraceError(why)
         folder.mkdir(parents=True, exist_ok=True)
-        self.throttle = DiskThrottle(folder, read_bps)
-        self.description = (f"reads of disk {self.throttle.device} throttled to {read_bps / 2**10:g} KiB/s for the "
-                            "job's ranks and calibrate (cgroup v1 blkio, one cgroup); A's CPU and network")
+        self.folder, self.read_bps = folder, read_bps
+        self.disk = self.throttle = None
+        self.description = (f"its data disk (ext4 on a loop device, a file on the root disk) read at "
+                            f"{read_bps / 2**10:g} KiB/s by the job's ranks and calibrate (cgroup v1 blkio, one "
+                            "cgroup); A's CPU and network, and A reads the same data disk unthrottled")
 
     def __enter__(self):
-        self.throttle.__enter__()
+        from ddltrace.collectors.disk_throttle import DiskThrottle
+        from ddltrace.collectors.loop_disk import LoopDisk
+
+        self.disk = LoopDisk(self.folder).__enter__()
+        try:
+            self.throttle = DiskThrottle(self.disk.mount, self.read_bps).__enter__()
+        except BaseException:
+            self.disk.close()
+            raise
         return self
 
     def __exit__(self, *exc):
-        self.throttle.close()
+        for part in (self.throttle, self.disk):
+            if part is not None:
+                part.close()
+
+    def data_file(self, samples: int) -> Path:
+        """The job's data set on the data disk, made (outside B) where missing: A's runs and B's read this file."""
+        from ddltrace.collectors.workloads import dataset
+
+        return dataset.make_dataset(self.disk.mount / f"ps_sgd_data_{samples}_0.tsv", samples, 0)
 
     def calibrate(self, out: Path, window: float) -> list[str]:
         return self.throttle.wrap(super().calibrate(out, window))
@@ -226,11 +251,11 @@ class DiskB(MachineA):
 
     def calibrate_disks(self, a: MachineA, folder: Path) -> None:
         """calibrate's disk section on A, then inside B, into folder/A-disk.json and B-disk.json: r_d from O_DIRECT
-        reads of a file of DISK_MIB MiB in ``folder``, on the throttled disk. Kept apart from A.json: a profile's
+        reads of a file of DISK_MIB MiB on the data disk. Kept apart from A.json: a profile's
         r_d is held by the fit, which would then not learn the job's own reading from A's initialisations."""
         for machine, key in ((a, "A"), (self, "B")):
-            cmd = [DDLTRACE, "calibrate", "--quick", "--only", "disk", "--disk-path", str(folder), "--disk-size",
-                   str(DISK_MIB), "--out", str(folder / f"{key}-disk.json")]
+            cmd = [DDLTRACE, "calibrate", "--quick", "--only", "disk", "--disk-path", str(self.disk.mount),
+                   "--disk-size", str(DISK_MIB), "--out", str(folder / f"{key}-disk.json")]
             _check(subprocess.run(self.throttle.wrap(cmd) if machine is self else cmd, capture_output=True,
                                   text=True, timeout=600), f"calibrate's disk section on {machine.name}")
 
@@ -340,14 +365,16 @@ def job_args(shape: str, samples: int) -> list[str]:
     return ["--samples", str(samples), *COMMON, *SHAPES[shape]]
 
 
-def run_series(machine, shape: str, workers: list[int], folder: Path, samples: int = 4096) -> dict[int, dict]:
-    """The job at each w on ``machine``: per w its store, phase (s) and the load average around the run."""
+def run_series(machine, shape: str, workers: list[int], folder: Path, samples: int = 4096,
+               data: Path | None = None) -> dict[int, dict]:
+    """The job at each w on ``machine`` (reading ``data``, where given): per w its store, phase (s) and the load
+    average around the run."""
     out = {}
     for w in workers:
         run_dir = folder / f"{machine.name}-{shape}-w{w}"
         subprocess.run(["rm", "-rf", str(run_dir)], check=True)
         run_dir.mkdir(parents=True)
-        job = [*JOB, "--out", str(run_dir), *job_args(shape, samples)]
+        job = [*JOB, "--out", str(run_dir), *job_args(shape, samples), *(["--data", str(data)] if data else [])]
         before = _load()
         t0 = time.perf_counter()
         machine.run(w, job, run_dir / "store")
@@ -528,11 +555,12 @@ def simulated(args) -> list[dict]:
                 a, runs_a, runs_b = MachineA(), {}, {}
                 with machine_b:  # A and B alternate, so that both see about the same load of the shared machine
                     calibrate_both(a, machine_b, folder, args.cpu_window, args.rounds)
+                    data = machine_b.data_file(args.samples) if b_name == "disk" else None
                     if b_name == "disk":
                         machine_b.calibrate_disks(a, folder)
                     for w in workers:
-                        runs_a.update(run_series(a, shape, [w], folder, args.samples))
-                        runs_b.update(run_series(machine_b, shape, [w], folder, args.samples))
+                        runs_a.update(run_series(a, shape, [w], folder, args.samples, data))
+                        runs_b.update(run_series(machine_b, shape, [w], folder, args.samples, data))
                     throttled = machine_b.quota.throttled() if b_name == "quota" else None
                     if b_name == "disk":  # bytes the throttled cgroup read and wrote on the disk
                         throttled = machine_b.throttle.bytes_done()
@@ -576,6 +604,15 @@ def summary(results: list[dict]) -> None:
         if errors:
             print(f"  {label}: {sum(e <= 0.10 for e in errors)} of {len(errors)} predictions within 10 %, "
                   f"{sum(e <= 0.05 for e in errors)} within 5 %")
+
+
+def init_summary(results: list[dict]) -> None:
+    """Per w, the errors of the disk B's predicted initialisation over the repeats (median, min, max)."""
+    rows = [row for r in results for row in (r.get("init") or {}).get("rows", []) if "error" in row]
+    for w in sorted({row["w"] for row in rows}):
+        errors = [100 * row["error"] for row in rows if row["w"] == w]
+        print(f"  disk   cold-init w={w} init  : error median {statistics.median(errors):+.1f} %, range "
+              f"{min(errors):+.1f} .. {max(errors):+.1f} % over {len(errors)} repeat(s)")
 
 
 def one_profile(paths: list[str], out: Path, name: str) -> Path:
@@ -649,16 +686,18 @@ def main(argv: list[str] | None = None) -> int:
         else:
             results = simulated(args)
         summary(results)
+        init_summary(results)
     except DdltraceError as exc:
         print(f"new_hardware: {exc}", file=sys.stderr)
         return 2
     finally:
         with contextlib.suppress(Exception):
             from ddltrace.collectors import cluster as cl
-            from ddltrace.collectors import cpu_quota, disk_throttle
+            from ddltrace.collectors import cpu_quota, disk_throttle, loop_disk
 
             cpu_quota.remove_stale()
             disk_throttle.remove_stale()
+            loop_disk.remove_stale(args.out)
             cl.remove_stale()
     return 0
 
