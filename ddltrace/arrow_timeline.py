@@ -11,7 +11,9 @@ does, and the caller sends it to :func:`ddltrace.timeline.validate_timeline`, wh
 
 from __future__ import annotations
 
+import functools
 import json
+import types
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,27 +38,16 @@ ANNOTATION_LANE_SUFFIX = "/annotations"
 
 #: The optional integer columns (missing where the source does not give them).
 NULLABLE_INTEGER_COLUMNS = ("bytes", "peer", "step", "tag", "comm", "request", "correlation")
-_CATEGORY_TYPE = pa.dictionary(pa.int8(), pa.string())
-#: Timeline columns in order: (name, Arrow type, pandas dtype name as pyarrow records it).
-_TIMELINE = (
-    ("rank", pa.int32(), "int32"), ("lane", pa.large_string(), "str"), ("name", pa.large_string(), "str"),
-    ("category", _CATEGORY_TYPE, "int8"), ("start_ns", pa.int64(), "int64"), ("dur_ns", pa.int64(), "int64"),
-    ("bytes", pa.int64(), "Int64"), ("peer", pa.int32(), "Int32"), ("step", pa.int64(), "Int64"),
-    ("tag", pa.int32(), "Int32"), ("comm", pa.int64(), "Int64"), ("request", pa.int64(), "Int64"),
-    ("correlation", pa.int64(), "Int64"), ("source", pa.large_string(), "str"),
-)
-_COUNTERS = (("rank", pa.int32(), "int32"), ("name", pa.large_string(), "str"), ("t_ns", pa.int64(), "int64"),
-             ("value", pa.float64(), "float64"))
 #: Columns whose values are checked for a missing one (the nullable integers may miss values).
 _NEVER_MISSING = ("rank", "lane", "name", "category", "start_ns", "dur_ns", "source")
 
 
-def _pandas_metadata(columns) -> bytes:
+def _pandas_metadata(columns, category_type) -> bytes:
     """What ``pyarrow.Table.from_pandas`` records of a DataFrame of these columns (no index), so that
     ``to_pandas`` gives back the pandas dtypes (nullable integers, str, the category set)."""
     def entry(name, arrow_type, numpy_type):
         kind = {"str": "object", "Int64": "int64", "Int32": "int32"}.get(numpy_type, numpy_type)
-        if arrow_type == _CATEGORY_TYPE:
+        if arrow_type == category_type:
             return {"name": name, "field_name": name, "pandas_type": "categorical", "numpy_type": "int8",
                     "metadata": {"num_categories": len(CATEGORIES), "ordered": False}}
         return {"name": name, "field_name": name, "pandas_type": kind, "numpy_type": numpy_type, "metadata": None}
@@ -64,10 +55,41 @@ def _pandas_metadata(columns) -> bytes:
                        "attributes": {}, "creator": {"library": "pyarrow", "version": pa.__version__}}).encode()
 
 
-TIMELINE_SCHEMA = pa.schema([(name, arrow_type) for name, arrow_type, _ in _TIMELINE],
-                            metadata={b"pandas": _pandas_metadata(_TIMELINE)})
-COUNTERS_SCHEMA = pa.schema([(name, arrow_type) for name, arrow_type, _ in _COUNTERS],
-                            metadata={b"pandas": _pandas_metadata(_COUNTERS)})
+@functools.cache
+def _arrow() -> types.SimpleNamespace:
+    """The schema's Arrow objects, made at their first use (pyarrow may be deferred until the readers of a large
+    file are forked: :mod:`ddltrace.deferred_import`): ``category_type``, ``timeline`` and ``counters`` (the
+    schemas, read as :data:`TIMELINE_SCHEMA` and :data:`COUNTERS_SCHEMA`), ``category_values`` (the categories'
+    dictionary)."""
+    category_type = pa.dictionary(pa.int8(), pa.string())
+    timeline = (  # (name, Arrow type, pandas dtype name as pyarrow records it)
+        ("rank", pa.int32(), "int32"), ("lane", pa.large_string(), "str"), ("name", pa.large_string(), "str"),
+        ("category", category_type, "int8"), ("start_ns", pa.int64(), "int64"), ("dur_ns", pa.int64(), "int64"),
+        ("bytes", pa.int64(), "Int64"), ("peer", pa.int32(), "Int32"), ("step", pa.int64(), "Int64"),
+        ("tag", pa.int32(), "Int32"), ("comm", pa.int64(), "Int64"), ("request", pa.int64(), "Int64"),
+        ("correlation", pa.int64(), "Int64"), ("source", pa.large_string(), "str"),
+    )
+    counters = (("rank", pa.int32(), "int32"), ("name", pa.large_string(), "str"), ("t_ns", pa.int64(), "int64"),
+                ("value", pa.float64(), "float64"))
+    return types.SimpleNamespace(
+        category_type=category_type,
+        timeline=pa.schema([(name, arrow_type) for name, arrow_type, _ in timeline],
+                           metadata={b"pandas": _pandas_metadata(timeline, category_type)}),
+        counters=pa.schema([(name, arrow_type) for name, arrow_type, _ in counters],
+                           metadata={b"pandas": _pandas_metadata(counters, category_type)}),
+        category_values=pa.StringArray.from_buffers(
+            len(CATEGORIES), pa.py_buffer(np.cumsum([0, *(len(c) for c in CATEGORIES)], dtype=np.int32)),
+            pa.py_buffer("".join(CATEGORIES).encode())))
+
+
+def __getattr__(name: str):
+    """:data:`TIMELINE_SCHEMA` and :data:`COUNTERS_SCHEMA`, made at their first use (:func:`_arrow`)."""
+    if name == "TIMELINE_SCHEMA":
+        return _arrow().timeline
+    if name == "COUNTERS_SCHEMA":
+        return _arrow().counters
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 # pyarrow imports pandas in every ``pa.array()`` and ``to_numpy()`` (to ask whether the values are pandas'), so the
 # arrays here are made from buffers, and read back as views of them.
@@ -141,11 +163,6 @@ def texts_of(column: pa.Array | pa.ChunkedArray, rows: np.ndarray | None = None)
             for i in (range(len(array)) if rows is None else np.asarray(rows).tolist())]
 
 
-_CATEGORY_VALUES = pa.StringArray.from_buffers(
-    len(CATEGORIES), pa.py_buffer(np.cumsum([0, *(len(c) for c in CATEGORIES)], dtype=np.int32)),
-    pa.py_buffer("".join(CATEGORIES).encode()))
-
-
 def time_order(start_ns: np.ndarray, lane_rank: np.ndarray) -> np.ndarray | None:
     """The stable permutation that puts rows in the store's order (by start, then by lane name), None when
     they already are; ``lane_rank`` is each row's lane's place among the lane names sorted."""
@@ -158,7 +175,7 @@ def time_order(start_ns: np.ndarray, lane_rank: np.ndarray) -> np.ndarray | None
 
 def category_column(codes: np.ndarray) -> pa.DictionaryArray:
     """The category column from int8 codes into :data:`CATEGORIES`."""
-    return pa.DictionaryArray.from_arrays(numbers(codes, pa.int8()), _CATEGORY_VALUES)
+    return pa.DictionaryArray.from_arrays(numbers(codes, pa.int8()), _arrow().category_values)
 
 
 def timeline_table(columns: Mapping[str, Any]) -> pa.Table:
@@ -167,7 +184,8 @@ def timeline_table(columns: Mapping[str, Any]) -> pa.Table:
     ``source`` when not given is "". Values are not checked here: :func:`timeline_valid` does."""
     n = len(columns["start_ns"])
     arrays = []
-    for field in TIMELINE_SCHEMA:
+    schema = _arrow().timeline
+    for field in schema:
         values = columns.get(field.name)
         if values is None:
             values = pa.nulls(n, field.type) if field.name != "source" else string_array(np.zeros(n, np.int64), [""])
@@ -178,7 +196,7 @@ def timeline_table(columns: Mapping[str, Any]) -> pa.Table:
         elif values.type != field.type:
             values = values.cast(field.type)
         arrays.append(values)
-    return pa.Table.from_arrays(arrays, schema=TIMELINE_SCHEMA)
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def counters_table(rank: np.ndarray, name: list[str], t_ns: np.ndarray, value: np.ndarray) -> pa.Table:
@@ -186,7 +204,7 @@ def counters_table(rank: np.ndarray, name: list[str], t_ns: np.ndarray, value: n
     names: dict[str, int] = {}
     codes = np.array([names.setdefault(n, len(names)) for n in name], dtype=np.int64)
     return pa.Table.from_arrays([numbers(rank, pa.int32()), string_array(codes, list(names)),
-                                 numbers(t_ns, pa.int64()), numbers(value, pa.float64())], schema=COUNTERS_SCHEMA)
+                                 numbers(t_ns, pa.int64()), numbers(value, pa.float64())], schema=_arrow().counters)
 
 
 def timeline_valid(table: pa.Table) -> bool:
@@ -194,11 +212,11 @@ def timeline_valid(table: pa.Table) -> bool:
     :func:`ddltrace.timeline.validate_timeline`'s checks: no missing rank, lane, name, category, start, duration
     or source; the category dictionary the closed set; no negative rank, duration or byte count. False sends
     the table to the full checks, which name each violation."""
-    if not table.schema.equals(TIMELINE_SCHEMA, check_metadata=False):
+    if not table.schema.equals(_arrow().timeline, check_metadata=False):
         return False
     if any(table.column(column).null_count for column in _NEVER_MISSING):
         return False
-    if not all(chunk.dictionary.equals(_CATEGORY_VALUES) for chunk in table.column("category").chunks):
+    if not all(chunk.dictionary.equals(_arrow().category_values) for chunk in table.column("category").chunks):
         return False
     for column in ("rank", "dur_ns", "bytes"):
         values, missing = values_of(table.column(column))

@@ -43,13 +43,10 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from ddltrace import __version__
+from ddltrace import __version__, arrow_timeline
 from ddltrace.arrow_timeline import (
     CATEGORIES,
-    COUNTERS_SCHEMA,
-    TIMELINE_SCHEMA,
     in_time_order,
     numbers,
     texts_of,
@@ -118,6 +115,8 @@ COMPRESS_FROM_ROWS = 256
 
 
 def _atomic_write_parquet(path: Path, table: pa.Table, row_group_size: int | None = None) -> None:
+    import pyarrow.parquet as pq
+
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.fchmod(fd, 0o666 & ~_UMASK)
     os.close(fd)
@@ -142,6 +141,8 @@ def _parquet_options(table: pa.Table) -> dict:
 
 def _read_rows(path: Path, rows: tuple[int, int]) -> pa.Table:
     """Rows [first, end) of a Parquet file, read from the row groups that hold them only."""
+    import pyarrow.parquet as pq
+
     first, end = rows
     with pq.ParquetFile(path) as parquet:
         sizes = [parquet.metadata.row_group(i).num_rows for i in range(parquet.num_row_groups)]
@@ -158,7 +159,7 @@ def _timeline_table(timeline: pd.DataFrame | pa.Table) -> pa.Table:
     :func:`~ddltrace.arrow_timeline.timeline_valid`, without pandas), anything else through
     :func:`~ddltrace.timeline.make_timeline`, which names every violation in a :class:`SchemaError`."""
     if isinstance(timeline, pa.Table) and timeline_valid(timeline):
-        return timeline.replace_schema_metadata(TIMELINE_SCHEMA.metadata)
+        return timeline.replace_schema_metadata(arrow_timeline.TIMELINE_SCHEMA.metadata)
     from ddltrace.timeline import frame_of_table, table_of_frame
 
     return table_of_frame(frame_of_table(timeline) if isinstance(timeline, pa.Table) else timeline)
@@ -167,13 +168,13 @@ def _timeline_table(timeline: pd.DataFrame | pa.Table) -> pa.Table:
 def _counters_table(counters: pd.DataFrame | pa.Table) -> pa.Table:
     """Sampled values as the Arrow table the store writes (validated by :func:`~ddltrace.timeline.make_counters`
     unless already an Arrow table in the schema)."""
-    if isinstance(counters, pa.Table) and counters.schema.equals(COUNTERS_SCHEMA, check_metadata=False) \
+    if isinstance(counters, pa.Table) and counters.schema.equals(arrow_timeline.COUNTERS_SCHEMA, check_metadata=False) \
             and not any(counters.column(c).null_count for c in counters.column_names[:3]):
-        return counters.replace_schema_metadata(COUNTERS_SCHEMA.metadata)
+        return counters.replace_schema_metadata(arrow_timeline.COUNTERS_SCHEMA.metadata)
     from ddltrace.timeline import make_counters
 
     frame = make_counters(counters.to_pandas() if isinstance(counters, pa.Table) else counters)
-    return pa.Table.from_pandas(frame, preserve_index=False).cast(COUNTERS_SCHEMA)
+    return pa.Table.from_pandas(frame, preserve_index=False).cast(arrow_timeline.COUNTERS_SCHEMA)
 
 
 def _rows_of(table: pa.Table, selected: np.ndarray) -> pa.Table:
@@ -466,6 +467,8 @@ class TraceStore:
     def written_table(self, rank: int) -> pa.Table:
         """The timeline of a rank this writer wrote (or holds), as written (an Arrow table, not checked again:
         readers use :meth:`timeline`)."""
+        import pyarrow.parquet as pq
+
         if rank in self._held:
             return self._held[rank]
         path, rows = self.timeline_source(rank)
@@ -509,6 +512,7 @@ class TraceStore:
 
     def _read(self, folder: str, rank: int, dtypes: Mapping[str, Any]) -> pd.DataFrame:
         import pandas as pd
+        import pyarrow.parquet as pq
 
         from ddltrace.timeline import LATER_COLUMNS, TIMELINE_DTYPES
 
@@ -832,6 +836,8 @@ def verify_written(store: TraceStore, ranks: Iterable[int]) -> None:
 
 
 def _written_rows(path: Path) -> int:
+    import pyarrow.parquet as pq
+
     try:
         return pq.read_metadata(path).num_rows
     except (OSError, pa.ArrowException) as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from ddltrace import store as store_module
@@ -39,8 +40,8 @@ def test_round_trip_keeps_values_and_dtypes(tiny_store, tmp_path):
 
 def test_reads_are_lazy_and_per_rank(tiny_store, monkeypatch):
     opened = []
-    real = store_module.pq.read_table
-    monkeypatch.setattr(store_module.pq, "read_table", lambda path, *a, **k: opened.append(str(path)) or
+    real = pq.read_table
+    monkeypatch.setattr(pq, "read_table", lambda path, *a, **k: opened.append(str(path)) or
                         real(path, *a, **k))
     frame = tiny_store.timeline([2])
     assert set(frame["rank"]) == {2}
@@ -95,7 +96,7 @@ def test_interrupted_file_write_leaves_no_valid_partial_file(tmp_path, monkeypat
     def die(*args, **kwargs):
         raise OSError("disk full (simulated)")
 
-    monkeypatch.setattr(store_module.pq, "write_table", die)
+    monkeypatch.setattr(pq, "write_table", die)
     with pytest.raises(OSError):
         store.add_rank(0, make_timeline(rows_for(0, n=2)))
     files = sorted(p.name for p in (store.path / "timeline").iterdir())

@@ -31,6 +31,9 @@ from ddltrace.collectors.importers.source import GZIP_MAGIC, ByteSource
 #: Files smaller than this (bytes on disk; gzip: compressed) are read by one process: below it the forks and the
 #: joining cost more than the second process gains.
 MIN_PLAIN, MIN_GZIP = 16 << 20, 1 << 20
+#: Called in the calling process once its readers are forked, before it reads its own pieces: work it has to do
+#: anyway, done while the others read (``ddltrace import`` loads pyarrow there: :mod:`ddltrace.deferred_import`).
+while_readers_start: Callable[[], None] | None = None
 #: Seconds a reader waits for the claim token (held for microseconds by the reader that has it): longer means a
 #: reader died holding it, and the file is read by one process.
 CLAIM_WAIT_S = 10.0
@@ -62,6 +65,8 @@ def read_split(path: str | Path, root: _Builder, make: Callable[[], _Builder], p
                 _worker(path, make, (k, processes), claims, write_end)
             os.close(write_end)
             workers.append((pid, read_end))
+        if while_readers_start is not None:
+            while_readers_start()
         try:
             reader = _Reader(ByteSource(path), root, share=(0, processes), make=make, claim=claims)
             reader.run()

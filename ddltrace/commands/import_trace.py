@@ -168,6 +168,9 @@ _CLOCK_METHODS = {
 
 
 def run(args) -> int:
+    from ddltrace import deferred_import
+
+    deferred_import.defer("pyarrow")  # loaded while a large file's readers read (chrome_split), or at first use
     from ddltrace.store import StoreLock
 
     out = Path(args.out)
@@ -180,7 +183,7 @@ def run(args) -> int:
 
 def _import(args, out: Path) -> int:
     """Read the files and write the store at ``out`` (the caller holds its lock)."""
-    from ddltrace.collectors.importers import Categorizer, detect, get_importer
+    from ddltrace.collectors.importers import Categorizer, chrome_split, detect, get_importer
     from ddltrace.collectors.importers import source as source_module
     from ddltrace.collectors.importers.base import FileReport
     from ddltrace.collectors.importers.pool import FileTask, given_up, read_files
@@ -219,6 +222,7 @@ def _import(args, out: Path) -> int:
     store = TraceStore.create(staging, run={"command": "ddltrace import " + " ".join(args.paths)})
     started = time.perf_counter()
     mapper = None
+    chrome_split.while_readers_start = _load_arrow
     try:
         if args.scheduler:
             mapper = DaskMapper(args.scheduler, progress.tasks, on_failure=given_up)
@@ -280,6 +284,7 @@ def _import(args, out: Path) -> int:
         raise
     finally:
         source_module.progress_hook = None
+        chrome_split.while_readers_start = None
         progress.close()
         if mapper is not None:
             mapper.close()
@@ -288,6 +293,13 @@ def _import(args, out: Path) -> int:
     if args.explain:
         _print_explain(categorizer)
     return 0
+
+
+def _load_arrow() -> None:
+    """pyarrow and pyarrow.parquet (0.045 s), loaded while the forked readers of a large file read."""
+    import importlib
+
+    importlib.import_module("pyarrow.parquet")
 
 
 def _set_rank(part, rank: int) -> None:
