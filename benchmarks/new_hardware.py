@@ -30,8 +30,10 @@ the job as it is; ``server``: ``--server-cost`` seconds of server time per gradi
 slow a sleep): calibrate A, calibrate inside B, again in ``--rounds`` rounds (the cpu section; each compute point
 the median of the rounds: this VM's core is up to 1.5x slower per CPU second in stretches that one round's point
 catches whole or not), run the job at each w on A and then on B (alternating: the machine
-is shared, its load drifts), ``model fit A's STORES --dnn mlp-2-10k-2 --servers 1 --profile A.json``, ``model
-predict --profile B.json`` at each w, and compare the prediction with B's measured computation phase (the slowest
+is shared, its load drifts), ``model fit A's STORES --dnn mlp-2-10k-2 --servers 1 --profile A.json`` three ways
+(Hashemi's max; the closed loop, ``--serial-comm``; the closed loop in CPU seconds, ``--serial-comm --cpu-shares``,
+which on a quota B plays the loop out over the quota's periods), ``model predict --profile B.json`` at each w, and
+compare the prediction with B's measured computation phase (the slowest
 worker's steady state, read from the trace store as the fit reads A's). Printed per row: the prediction with its
 interval (95 %), the measured phase, the error, the term that binds on B (predicted), B / A measured, and
 whether the knee predicted on B is on the side of each w that the runs show. The load average (1 min) before and
