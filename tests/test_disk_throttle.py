@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from ddltrace.analyses.fit_hashemi import measurements_from_store
 from ddltrace.collectors import disk_throttle, loop_disk
 from ddltrace.collectors.mpi_env import find_tool, mpiexec_command
 from ddltrace.collectors.workloads import dataset
@@ -42,6 +44,7 @@ needs_loop = pytest.mark.skipif(loop_disk.missing() is not None, reason=str(loop
 #: Reads the file with the job's reader, cold then warm, in the process the wrapper put in the cgroup.
 READ = """
 import json, sys, time
+from ddltrace.analyses.fit_hashemi import measurements_from_store
 from ddltrace.collectors.workloads import dataset
 out = {}
 for name, cold in (("cold", True), ("warm", False)):
@@ -184,3 +187,46 @@ def test_a_dead_owners_loop_disk_is_removed_by_the_next_one(tmp_path):
     with loop_disk.LoopDisk(tmp_path):
         assert not os.path.ismount(mount) and not Path(mount).exists() and not Path(image).exists()
         assert image not in loop_disk._attached()
+
+
+def _new_hardware():
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import new_hardware
+
+    return new_hardware
+
+
+@needs_blkio
+@needs_loop
+@pytest.mark.skipif(find_tool("mpiexec") is None, reason="MPI (the mpich wheel) not installed")
+def test_the_disk_bs_initialisation_is_predicted_from_as_runs_and_both_disks_r_d(tmp_path):
+    """benchmarks/new_hardware.py's disk B, small: A's runs at w = 1, 2 and B's at w = 2 (4,096 samples, a data disk
+    read at 512 KiB/s on B), calibrate's disk section on both, the fit of A's initialisations, B's predicted."""
+    nh = _new_hardware()
+    a, runs_a = nh.MachineA(), {}
+    with nh.DiskB(tmp_path, 512 * 1024) as b:
+        data = b.data_file(4096)
+        size = data.stat().st_size
+        b.calibrate_disks(a, tmp_path)
+        runs_a = nh.run_series(a, "cold-init", [1, 2], tmp_path, 4096, data)
+        runs_b = nh.run_series(b, "cold-init", [2], tmp_path, 4096, data)
+    model = tmp_path / "model.json"
+    done = subprocess.run([nh.DDLTRACE, "model", "fit", runs_a[1]["store"], runs_a[2]["store"], "--dnn", nh.DNN,
+                           "--servers", "1", "--out", str(model)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = nh.init_on_b(model, tmp_path / "A-disk.json", tmp_path / "B-disk.json", runs_a, runs_b)
+    row = next(r for r in result["rows"] if r["w"] == 2)
+    # the numbers are the inputs': B's initialisation as the fit reads A's, the prediction from the files' values
+    measured = float(measurements_from_store(runs_b[2]["store"], servers=1)["init_s"])
+    fitted = json.loads(model.read_text())
+    r_d = {k: json.loads((tmp_path / f"{k}-disk.json").read_text())["constants"]["r_d"]["value"] for k in "AB"}
+    device = [r["device_bytes"] for run in runs_a.values() for r in json.loads(
+        (Path(run["store"]).parent / "ground_truth.json").read_text())["init"] if r["role"] == "worker"]
+    assert fitted["constants"]["r_d"]["source"] == "fitted" and device and min(device) >= size
+    t_disk_a = fitted["constants"]["r_d"]["value"] * 8 * 2 * 4096  # s n_f d of mlp-2-10k-2 in doubles
+    assert row["measured_s"] == pytest.approx(measured)
+    assert row["predicted_s"] == pytest.approx(2 * (t_disk_a + (r_d["B"] - r_d["A"]) * statistics.median(device)))
+    assert 1 / r_d["B"] == pytest.approx(512 * 1024, rel=0.1)  # calibrate inside B saw the throttle's rate
+    assert measured > 3 * row["a_s"], row  # the slower disk really slowed the initialisation
+    assert abs(row["error"]) <= 0.15, result  # diskb-2: -3.2 .. +6.5 % over w = 1, 2, 4 and three repeats
+    assert row["scaled_s"] > 100 * measured  # the fitted r_d x B's / A's takes A's parsing for disk time
