@@ -112,3 +112,17 @@ def test_cpu_shares_needs_the_closed_loop_and_the_runs_shares(tmp_path, capsys):
     runs = measurements_from_stores(A_STORES, servers=1).drop(columns=["cpu_share"])
     with pytest.raises(Exception, match="no workers' CPU share"):
         HashemiFit(d=16384, n_w=40000, serial=True, cpu_shares=True).fit(runs)
+
+
+def test_without_a_profile_more_workers_than_the_runs_share_the_cores_the_runs_showed(tmp_path, capsys):
+    model = tmp_path / "model.json"
+    assert main(["model", "fit", *A_STORES, "--dnn", "mlp-2-10k-2", "--servers", "1", "--serial-comm",
+                 "--cpu-shares", "--out", str(model)]) == 0
+    capsys.readouterr()
+    assert main(["model", "predict", str(model), "--workers", "4,8", "--what-if", "c_p=2x", "--json"]) == 0
+    rows = {row["w"]: row for row in json.loads(capsys.readouterr().out)["rows"]}
+    # the runs' ranks had 0.39 of a core at w = 4 (5 ranks on the 2 cores): 8 workers share the same 2 cores, so
+    # the phase cannot halve (a core each would make it a sixth); the what-if is taken at the same shares
+    assert rows[8]["predicted_s"] > 0.6 * rows[4]["predicted_s"]
+    assert rows[8]["what_if_s"] > 0.6 * rows[4]["what_if_s"]
+    assert rows[4]["what_if_s"] > 1.3 * rows[4]["predicted_s"]

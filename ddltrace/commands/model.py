@@ -358,8 +358,10 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
                        profile_quota_wait_s=factors_w.get("c_b_quota_wait_s", 0.0),
                        share_a=shares["share_a"], share_b=shares["share_b"], share_a_from=shares["share_a_from"])
         if changed is not None:
-            row["what_if_s"] = wl.epochs * hashemi.t_phase(w, wl, changed)
-            row["what_if_bound_by"] = hashemi.bound_by(hashemi.phase_terms(w, wl, changed))
+            at_w = changed if moved else transfer.on_a(changed, wl, model.get("profile") or {},
+                                                       model.get("measurements") or [], w)
+            row["what_if_s"] = wl.epochs * hashemi.t_phase(w, wl, at_w)
+            row["what_if_bound_by"] = hashemi.bound_by(hashemi.phase_terms(w, wl, at_w))
         if len(measured):
             match = measured[(measured["w"] == w) & (measured["b"] == wl.b)]
             row["measured_s"] = float(match["phase_s"].mean()) if len(match) else math.nan

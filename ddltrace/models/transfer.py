@@ -236,8 +236,20 @@ def share_on_a(a: Mapping, runs: Sequence[Mapping], w: float) -> tuple[float, st
         return min(alone, float(np.median(shares))), "measured"
     cores = (a.get("allowance") or {}).get("cores")
     if not cores:
-        return alone, "assumed (A's cores unknown)"
+        cores = _cores_seen(runs)
+        if not cores:
+            return alone, "assumed (A's cores unknown)"
+        return (min(alone, cores / (w + _servers(runs))),
+                f"estimated ({cores:.3g} cores, as the runs' shares showed them, w + {_servers(runs):g} ranks)")
     return min(alone, cores / (w + _servers(runs))), f"estimated ({cores:g} cores, w + {_servers(runs):g} ranks)"
+
+
+def _cores_seen(runs: Sequence[Mapping]) -> float | None:
+    """The cores A's runs shared, where their ranks had less than a core each: a rank's sampled share times the
+    ranks (the median over those runs); None when every run's ranks had a core each, or no run says."""
+    seen = [float(r["cpu_share"]) * float(r["ranks"]) for r in runs
+            if _finite(r.get("cpu_share")) and _finite(r.get("ranks")) and float(r["cpu_share"]) < 0.9]
+    return float(np.median(seen)) if seen else None
 
 
 def cpu_shares(a: Mapping, b: Mapping, runs: Sequence[Mapping], w: float) -> dict:
