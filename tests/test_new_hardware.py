@@ -94,8 +94,8 @@ def test_prediction_on_a_slow_network_machine_matches_its_run(tmp_path):
         (tmp_path / name).mkdir()
         machine.run(w, [*job, "--out", str(tmp_path / name)], tmp_path / name / "store")
         phase[name] = float(measurements_from_store(tmp_path / name / "store", servers=1)["phase_s"])
-    paper, serial = nh.fit_and_predict(tmp_path / "A.json", [str(tmp_path / n / "store") for n in ("a1", "a2")],
-                                       tmp_path / "B.json", [1], tmp_path)
+    paper, serial, _ = nh.fit_and_predict(tmp_path / "A.json", [str(tmp_path / n / "store") for n in ("a1", "a2")],
+                                          tmp_path / "B.json", [1], tmp_path)
     assert paper["rows"][0]["measured_s"] == pytest.approx(phase["a1"])  # the model's record of A's run
     assert phase["b1"] > 1.5 * phase["a1"], phase  # the links really slowed the job
     serial_error = serial["rows"][0]["profile_s"] / phase["b1"] - 1
