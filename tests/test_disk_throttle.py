@@ -228,5 +228,7 @@ def test_the_disk_bs_initialisation_is_predicted_from_as_runs_and_both_disks_r_d
     assert row["predicted_s"] == pytest.approx(2 * (t_disk_a + (r_d["B"] - r_d["A"]) * statistics.median(device)))
     assert 1 / r_d["B"] == pytest.approx(512 * 1024, rel=0.1)  # calibrate inside B saw the throttle's rate
     assert measured > 3 * row["a_s"], row  # the slower disk really slowed the initialisation
-    assert abs(row["error"]) <= 0.15, result  # diskb-2: -3.2 .. +6.5 % over w = 1, 2, 4 and three repeats
+    # over by about (w - 1) x A's part of a read (the throttle gives the next worker back the previous one's parsing,
+    # docs/MODELS.md): +5-10 % expected at this rate; diskb-2 (256 KiB/s) -3.2 .. +6.5 %, diskb-3 (1 MiB/s) up to +27 %
+    assert abs(row["error"]) <= 0.20, result
     assert row["scaled_s"] > 100 * measured  # the fitted r_d x B's / A's takes A's parsing for disk time
