@@ -44,7 +44,9 @@ On two real machines: run the job at several w on A under ``ddltrace run`` and c
 ``benchmarks/new_hardware.py --profile-a A.json --runs-a A-w1/store A-w2/store A-w4/store --profile-b B.json
 [--runs-b B-w1/store ...]`` (several profiles after ``--profile-a`` or ``--profile-b``: rounds of one
 machine's calibration, each compute point their median) fits, predicts B at the w of A's runs (or
-``--workers``) and compares with B's runs where given. Results go to ``OUT/results.json``.
+``--workers``) and compares with B's runs where given; with ``--disk-a A-disk.json --disk-b B-disk.json``
+(``calibrate --only disk`` on each, the profiles above without it, the job run with ``--cold-read``, its
+ground_truth.json beside each store) B's initialisation too. Results go to ``OUT/results.json``.
 """
 
 from __future__ import annotations
@@ -290,7 +292,8 @@ def init_on_b(model_path: Path, disk_a: Path, disk_b: Path, runs_a: dict[int, di
     model = json.loads(model_path.read_text())
     entry, workload = model["constants"]["r_d"], model["workload"]
     if entry.get("source") != "fitted":
-        raise DdltraceError(f"{model_path}: r_d was not fitted from A's initialisations ({entry.get('source')})")
+        raise DdltraceError(f"{model_path}: r_d was not fitted from A's initialisations ({entry.get('source')}): give "
+                            "A's profile without the disk section and that section apart")
     d = workload.get("d") or float(statistics.median(r["d"] for r in model["measurements"]))
     model_bytes = workload["s"] * workload["n_f"] * d
     (ra, ua), (rb, ub) = _r_d(disk_a), _r_d(disk_b)
@@ -609,11 +612,12 @@ def summary(results: list[dict]) -> None:
 
 
 def init_summary(results: list[dict]) -> None:
-    """Per w, the errors of the disk B's predicted initialisation over the repeats (median, min, max)."""
-    rows = [row for r in results for row in (r.get("init") or {}).get("rows", []) if "error" in row]
-    for w in sorted({row["w"] for row in rows}):
-        errors = [100 * row["error"] for row in rows if row["w"] == w]
-        print(f"  disk   cold-init w={w} init  : error median {statistics.median(errors):+.1f} %, range "
+    """Per B, shape and w, the errors of B's predicted initialisation over the repeats (median, min, max)."""
+    rows = [(r["b"], r["shape"], row) for r in results for row in (r.get("init") or {}).get("rows", [])
+            if "error" in row]
+    for b, shape, w in sorted({(b, shape, row["w"]) for b, shape, row in rows}):
+        errors = [100 * row["error"] for b2, s2, row in rows if (b2, s2, row["w"]) == (b, shape, w)]
+        print(f"  {b:<6s} {shape:<8s} w={w} init  : error median {statistics.median(errors):+.1f} %, range "
               f"{min(errors):+.1f} .. {max(errors):+.1f} % over {len(errors)} repeat(s)")
 
 
@@ -640,7 +644,13 @@ def two_machines(args) -> list[dict]:
     prediction, serial, shares = fit_and_predict(profile_a, list(args.runs_a), profile_b, workers, out)
     result = compare(prediction, serial, a_rows, b_rows, shares)
     result.update({"b": "B", "shape": "given", "a_runs": a_rows, "b_runs": b_rows})
+    if args.disk_a or args.disk_b:
+        if not (args.disk_a and args.disk_b):
+            raise DdltraceError("B's initialisation needs both --disk-a and --disk-b (calibrate --only disk on each)")
+        result["init"] = init_on_b(out / "model.json", Path(args.disk_a), Path(args.disk_b), a_rows, b_rows)
     print_comparison(f"B = {' '.join(args.profile_b)}", result)
+    if result.get("init"):
+        print_init(result)
     (out / "results.json").write_text(json.dumps([result], indent=1))
     return [result]
 
@@ -676,6 +686,9 @@ def main(argv: list[str] | None = None) -> int:
                                                        "rounds, each compute point their median")
     parser.add_argument("--runs-b", nargs="+", help="two real machines: B's trace stores, to compare with")
     parser.add_argument("--servers", type=int, default=1, help="two real machines: server ranks (default 1)")
+    parser.add_argument("--disk-a", help="two real machines: A's disk section (calibrate --only disk), to predict B's "
+                                         "initialisation; --profile-a then without r_d, --runs-a read cold")
+    parser.add_argument("--disk-b", help="two real machines: B's disk section (calibrate --only disk)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the with blocks remove cgroups and namespaces
     args.workers_given = args.workers is not None
