@@ -227,7 +227,9 @@ def test_the_disk_bs_initialisation_is_predicted_from_as_runs_and_both_disks_r_d
     assert row["measured_s"] == pytest.approx(measured)
     assert row["predicted_s"] == pytest.approx(2 * (t_disk_a + (r_d["B"] - r_d["A"]) * statistics.median(device)))
     assert 1 / r_d["B"] == pytest.approx(512 * 1024, rel=0.1)  # calibrate inside B saw the throttle's rate
-    assert measured > 3 * row["a_s"], row  # the slower disk really slowed the initialisation
+    # the slower disk really slowed it: two whole-file reads at the rate, less at most one throttle slice (0.1 s) that
+    # blk-throttle gives back across the gap between them (docs/MODELS.md)
+    assert measured >= 2 * statistics.median(device) * r_d["B"] - 0.1, row
     # over by about (w - 1) x A's part of a read (the throttle gives the next worker back the previous one's parsing,
     # docs/MODELS.md): +5-10 % expected at this rate; diskb-2 (256 KiB/s) -3.2 .. +6.5 %, diskb-3 (1 MiB/s) up to +27 %
     assert abs(row["error"]) <= 0.20, result
