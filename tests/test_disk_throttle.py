@@ -48,6 +48,7 @@ from ddltrace.analyses.fit_hashemi import measurements_from_store
 from ddltrace.collectors.workloads import dataset
 out = {}
 for name, cold in (("cold", True), ("warm", False)):
+    time.sleep(0.3)  # longer than the throttle's slice: nothing accrued during start-up is given back
     reader = dataset.StorageReader(sys.argv[1], 65536, 0.0, cold)
     t0 = time.perf_counter()
     data = reader.read_range(0, 1 << 40)
@@ -62,14 +63,16 @@ def _read(argv: list[str], path: Path) -> dict:
     return json.loads(done.stdout)
 
 
-#: blk-throttle's slice (s): a cgroup idle for less than one spends the rate it accrued meanwhile at once
-SLICE_S = 0.1
+#: the most of a read's time blk-throttle was seen to give back to a cgroup after a pause shorter than its 100-ms
+#: slice (0.127 s), with a margin
+GIVEN_BACK_S = 0.2
 
 
 def _at_rate(seconds: float, size: int, rate: int) -> bool:
-    """Whether ``size`` bytes read in ``seconds`` went at ``rate``: not faster than the rate less one slice given back
-    (the reading process's start-up pauses its cgroup's reads), not slower than 0.6 of it (a busy machine)."""
-    return size / rate - SLICE_S <= seconds <= size / (0.6 * rate)
+    """Whether ``size`` bytes read in ``seconds`` went at ``rate``: not above it (5 % for the clock), not below 0.6 of
+    it (a busy machine). The read must start after a pause longer than blk-throttle's slice (100 ms): a cgroup idle
+    for less than a slice spends at once the rate it accrued meanwhile (docs/MODELS.md, the disk B)."""
+    return 0.95 * size / rate <= seconds <= size / (0.6 * rate)
 
 
 def _file(path: Path, size: int) -> Path:
@@ -115,11 +118,14 @@ def test_the_jobs_cold_read_makes_each_workers_read_of_its_sequential_initialisa
     one_read = size / rate  # seconds to read the file at the throttle's rate
     workers = [r for r in runs["cold"]["init"] if r["role"] == "worker"]
     assert len(workers) == 2
+    reads = [(r["read_end_ns"] - r["read_start_ns"]) / 1e9 for r in workers]
     for r in workers:
         assert r["bytes"] == size and r["device_bytes"] >= size  # each read the whole file from the disk ...
-        assert (r["read_end_ns"] - r["read_start_ns"]) / 1e9 >= 0.8 * one_read  # ... at the throttle's rate
+    # ... at the throttle's rate: the first on a fresh slice, the second after the first's parsing, a gap shorter
+    # than blk-throttle's 100-ms slice whose accrued rate it spends at once (0.06-0.13 s seen; docs/MODELS.md)
+    assert reads[0] >= 0.95 * one_read and reads[1] >= one_read - GIVEN_BACK_S, reads
     assert workers[1]["read_start_ns"] >= workers[0]["read_end_ns"]  # one after another: T_init = w T_disk
-    assert runs["cold"]["init_s"] >= 2 * 0.8 * one_read
+    assert runs["cold"]["init_s"] >= 2 * one_read - GIVEN_BACK_S
     (cached,) = runs["cached"]["init"]
     assert cached["device_bytes"] is None  # not cold: not counted
     assert (cached["read_end_ns"] - cached["read_start_ns"]) / 1e9 < 0.5 * one_read  # page-cache hits passed
@@ -237,9 +243,9 @@ def test_the_disk_bs_initialisation_is_predicted_from_as_runs_and_both_disks_r_d
     assert row["measured_s"] == pytest.approx(measured)
     assert row["predicted_s"] == pytest.approx(2 * (t_disk_a + (r_d["B"] - r_d["A"]) * statistics.median(device)))
     assert 1 / r_d["B"] == pytest.approx(512 * 1024, rel=0.1)  # calibrate inside B saw the throttle's rate
-    # the slower disk really slowed it: two whole-file reads at the rate, less at most one throttle slice (0.1 s) that
-    # blk-throttle gives back across the gap between them (docs/MODELS.md)
-    assert measured >= 2 * statistics.median(device) * r_d["B"] - 0.1, row
+    # the slower disk really slowed it: two whole-file reads at the rate, less what blk-throttle gives back across the
+    # gap between them
+    assert measured >= 2 * statistics.median(device) * r_d["B"] - GIVEN_BACK_S, row
     # over by about (w - 1) x A's part of a read (the throttle gives the next worker back the previous one's parsing,
     # docs/MODELS.md): +5-10 % expected at this rate; diskb-2 (256 KiB/s) -3.2 .. +6.5 %, diskb-3 (1 MiB/s) up to +27 %
     assert abs(row["error"]) <= 0.20, result
