@@ -112,3 +112,35 @@ def test_a_verb_run_loads_only_its_own_module_and_what_its_work_needs(tmp_path):
     unneeded = {"pandas", "scipy", "matplotlib", "ddltrace.analyses", "ddltrace.models", "xml.etree.ElementTree",
                 "sqlite3", "numpy.ma"}
     assert modules & unneeded == set()
+
+
+def _command(tmp_path, before: str, *argv: str) -> subprocess.CompletedProcess:
+    """``ddltrace ARGV`` through :func:`ddltrace.cli.command` in a fresh interpreter, after ``before`` ran."""
+    code = (f"import sys\n{before}\nfrom ddltrace.cli import command\n"
+            f"sys.argv = ['ddltrace', *{list(argv)!r}]\ncommand()")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+
+
+def test_the_command_exits_after_its_exit_handlers_ran_and_its_output_was_flushed(tmp_path):
+    """The command ends without Python's teardown (os._exit), but only after the exit handlers (a quota's cgroup
+    removal, temporary folders) ran and the output was flushed: a handler's file is written, the whole output of
+    ``import`` (printed through a pipe, so block-buffered) arrives, and the exit code is the verb's."""
+    from shared_data import REPO
+
+    trace = REPO / "tests" / "data" / "torch_gloo" / "rank0.pt.trace.json.gz"
+    done = _command(tmp_path, "import atexit; atexit.register(lambda: open('handler-ran', 'w').write('yes'))",
+                    "import", str(trace), "--out", "s", "--progress", "never")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "handler-ran").read_text() == "yes"
+    assert done.stdout.startswith("imported 1 file(s)") and "clock:" in done.stdout.splitlines()[-1]
+    bad = _command(tmp_path, "", "info", "no-such-store")
+    assert bad.returncode == 2 and bad.stderr.startswith("ddltrace: error:")
+
+
+def test_the_command_waits_for_a_thread_still_running(tmp_path):
+    """A thread still running when the verb returns is waited for (Python's own exit), not cut off."""
+    done = _command(tmp_path, "import threading, time\n"
+                    "threading.Thread(target=lambda: (time.sleep(0.3), open('thread-done', 'w').write('yes'))).start()",
+                    "info", "no-such-store")  # (a verb that returns: --version exits inside argparse)
+    assert done.returncode == 2 and done.stderr.startswith("ddltrace: error:")
+    assert (tmp_path / "thread-done").read_text() == "yes"
