@@ -11,7 +11,7 @@ tool runs in a fresh process (module imports included; HTA in its own venv ``.ve
   ``get_gpu_kernel_breakdown``;
 * ddltrace: ``ddltrace import`` of the folder into a store, then ``analyze_store`` (every analysis of
   ``ddltrace analyze``, the GPU ones included); the figures printed are the ones it made. The process exits as
-  the ``ddltrace`` command does (the objects left frozen first: :func:`ddltrace.cli.command`).
+  the ``ddltrace`` command does (:func:`ddltrace.cli.end`).
 
 ddltrace's modules are compiled to their bytecode cache before any timing (an editable install has none, and
 with ``PYTHONDONTWRITEBYTECODE`` set each process would compile them again; pip compiled HTA's when it installed
@@ -159,8 +159,8 @@ for c in run.gpu.copy_table().to_dict("records"):
 lap("(benchmark's own)")
 print(json.dumps(steps))
 print(json.dumps(rows))
-import gc
-gc.freeze()  # as the ddltrace command does before it exits (ddltrace.cli.command)
+from ddltrace.cli import end
+end(0)  # as the ddltrace command exits
 """
 
 #: ddltrace's GPU analyses one by one on a store already written (what ``analyze`` runs for each rank, in

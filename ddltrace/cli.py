@@ -22,6 +22,7 @@ import sys
 import threading
 import traceback
 import warnings
+from typing import NoReturn
 
 import ddltrace
 from ddltrace import commands
@@ -107,12 +108,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def command() -> None:
     """The ``ddltrace`` command (the console script and ``python -m ddltrace``): :func:`main` on the command line,
-    then exit without tearing the interpreter down: the exit handlers run (a CPU quota's or a disk throttle's
-    cgroups removed, logging flushed, temporary folders removed), the standard streams are flushed, and the process
-    ends (``os._exit``) without freeing module by module what NumPy, pyarrow and pandas hold: 0.015-0.1 s of each
-    command's exit (pyarrow alone 0.02 s). Where a thread the verb started is still running, the exit is Python's
-    own, which waits for it."""
-    code = main()
+    then :func:`end`."""
+    end(main())
+
+
+def end(code: int) -> NoReturn:
+    """Exit with ``code`` without tearing the interpreter down: the exit handlers run (a CPU quota's or a disk
+    throttle's cgroups removed, logging flushed, temporary folders removed), the standard streams are flushed, and
+    the process ends (``os._exit``) without freeing module by module what NumPy, pyarrow and pandas hold: 0.01-0.1 s
+    of each command's exit. Where a thread is still running, the exit is Python's own, which waits for it."""
     gc.freeze()  # (the objects left are never collected again: the exit handlers do not walk them)
     if threading.active_count() > 1:
         sys.exit(code)
