@@ -157,10 +157,14 @@ def texts_of(column: pa.Array | pa.ChunkedArray, rows: np.ndarray | None = None)
     buffers = array.buffers()
     if len(array) == 0:
         return []
-    offsets = np.frombuffer(buffers[1], np.int64)[array.offset:array.offset + len(array) + 1].tolist()
+    offsets = np.frombuffer(buffers[1], np.int64)[array.offset:array.offset + len(array) + 1]
     data = memoryview(buffers[2]) if buffers[2] is not None else memoryview(b"")
-    return [str(data[offsets[i]:offsets[i + 1]], "utf-8")
-            for i in (range(len(array)) if rows is None else np.asarray(rows).tolist())]
+    if rows is None:
+        starts, ends = offsets[:-1].tolist(), offsets[1:].tolist()
+    else:  # (only the rows' offsets made Python ints: in_time_order asks for a few rows of a long column)
+        rows = np.asarray(rows, dtype=np.int64)
+        starts, ends = offsets[rows].tolist(), offsets[rows + 1].tolist()
+    return [str(data[a:b], "utf-8") for a, b in zip(starts, ends, strict=True)]
 
 
 def time_order(start_ns: np.ndarray, lane_rank: np.ndarray) -> np.ndarray | None:
