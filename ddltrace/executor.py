@@ -32,7 +32,6 @@ Test hook: ``DDLTRACE_TEST_TASK_DELAY_S=SECONDS`` in a worker's environment make
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import queue
@@ -249,6 +248,8 @@ class DaskMapper(_Mapper):
             from distributed import Client
         except ImportError as exc:
             raise DdltraceError("--scheduler needs Dask distributed: pip install 'ddltrace[dask]'") from exc
+        import logging
+
         # distributed's own log lines (a lost connection's traceback as the client closes) would bury the one line
         # this command says about it: only its critical ones are shown while the client lives
         self._levels = {name: logging.getLogger(name).level for name in list(logging.root.manager.loggerDict)
@@ -333,6 +334,8 @@ class DaskMapper(_Mapper):
         self._restore_logging()
 
     def _restore_logging(self) -> None:
+        import logging
+
         for name, level in self._levels.items():
             logging.getLogger(name).setLevel(level)
 

@@ -60,11 +60,11 @@ def test_import_forks_a_large_files_readers_before_loading_pyarrow(tmp_path):
         from ddltrace.cli import main
         at = {{}}
         import ddltrace.commands.import_trace  # (imports nothing of pyarrow)
-        real_load = ddltrace.commands.import_trace._load_arrow
-        def load():
+        real_while = ddltrace.commands.import_trace._while_readers_read
+        def while_readers_read(*args):
             at["forked"] = deferred_import.deferred("pyarrow")
-            real_load()
-        ddltrace.commands.import_trace._load_arrow = load
+            real_while(*args)
+        ddltrace.commands.import_trace._while_readers_read = while_readers_read
         code = main(["import", {str(trace)!r}, "--out", {str(tmp_path / "s")!r}, "--jobs", "2",
                      "--progress", "never"])
         alone = main(["import", {str(trace)!r}, "--out", {str(tmp_path / "one")!r}, "--jobs", "1",

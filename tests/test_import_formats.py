@@ -371,3 +371,21 @@ def test_every_shipped_rule_pattern_is_a_regular_expression():
     patterns = [p.pattern for rule in shipped_rules() for p in (rule.cat, rule.name) if p is not None]
     assert len(patterns) > 50
     assert all(isinstance(re.compile(p), re.Pattern) for p in patterns)
+
+
+def test_preparing_a_format_compiles_its_rules_patterns_only_and_decides_the_same():
+    """``Categorizer.prepare(fmt)`` (run while a large file's readers read) compiles the patterns of the rules that
+    apply to ``fmt``, not the others', and the categories decided are those of an unprepared categorizer."""
+    from ddltrace.collectors.importers.categories import _OnFirstSearch
+
+    prepared, lazy = Categorizer(), Categorizer()
+    prepared.prepare("kineto")
+    compiled = {id(p) for r in prepared.rules for p in (r.cat, r.name)
+                if isinstance(p, _OnFirstSearch) and p._compiled is not None}
+    mine = {id(p) for r in prepared.rules if "*" in r.formats or "kineto" in r.formats for p in (r.cat, r.name)
+            if isinstance(p, _OnFirstSearch)}
+    assert compiled == mine and len(mine) > 5
+    events = [("kernel", "ncclKernel_AllReduce_RING_LL_Sum_float"), ("kernel", "volta_sgemm_128x64_nn"),
+              ("cuda_runtime", "cudaLaunchKernel"), ("gpu_memcpy", "Memcpy DtoD (Device -> Device)"),
+              ("cpu_op", "aten::mm"), ("user_annotation", "ProfilerStep#3")]
+    assert [prepared.category("kineto", c, n) for c, n in events] == [lazy.category("kineto", c, n) for c, n in events]
