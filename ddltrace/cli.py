@@ -20,7 +20,6 @@ import os
 import signal
 import sys
 import threading
-import traceback
 import warnings
 from typing import NoReturn
 
@@ -93,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except DdltraceError as exc:
         if args.debug:
+            import traceback  # (2 ms of every start otherwise)
+
             traceback.print_exc()
         print(f"ddltrace: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
