@@ -1,8 +1,10 @@
-"""Removing the cgroup v1 groups a collector made (:mod:`.cpu_quota`, :mod:`.disk_throttle`): every process still
-in them killed, then the groups removed, children first; and the groups of owners no longer alive."""
+"""The cgroup v1 groups a collector makes for a job (:mod:`.cpu_quota`, :mod:`.disk_throttle`): :class:`GroupOwner`
+holds one for a ``with`` block; removing one kills every process still in it, then removes the groups, children
+first; the groups of owners no longer alive are removed by the next owner."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import re
@@ -11,6 +13,34 @@ import signal
 import tempfile
 import time
 from pathlib import Path
+
+from ddltrace.collectors.scoped import Scoped
+
+
+class GroupOwner(Scoped):
+    """A cgroup ``root`` under ``controller`` named ``<prefix><owner pid>-<n>``, with the folder ``_dir`` of the
+    wrapper script that puts processes in it, for the length of a ``with`` block: the groups left by owners no
+    longer alive are removed first, and this one (every process in it killed) at the block's end and at
+    interpreter exit. Subclasses set ``controller``, ``prefix``, ``root`` and ``_dir`` and make the group in
+    :meth:`_make`."""
+
+    controller: Path
+    prefix: str
+    root: Path
+    _dir: Path | None = None
+
+    def __enter__(self):
+        remove_stale(self.controller, self.prefix)
+        atexit.register(self.close)
+        return super().__enter__()
+
+    def close(self) -> None:
+        """Kill what is left in the group, remove it and the wrapper (safe to call twice)."""
+        atexit.unregister(self.close)
+        remove_group(self.root)
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
 
 
 def remove_group(root: Path) -> None:

@@ -17,15 +17,12 @@ killed, when the ``with`` block ends, at interpreter exit, and, for an owner tha
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
 from ddltrace.collectors import cgroup_v1
-from ddltrace.collectors.scoped import Scoped
 from ddltrace.errors import DdltraceError
 
 CPU_ROOT = Path("/sys/fs/cgroup/cpu")
@@ -50,7 +47,7 @@ def missing() -> str | None:
     return None
 
 
-class CpuQuota(Scoped):
+class CpuQuota(cgroup_v1.GroupOwner):
     """Every process started through :attr:`wrapper` gets ``share`` (0 < share <= 1) of one core, in bursts of
     ``period_s`` seconds (1 ms to 1 s)."""
 
@@ -65,14 +62,10 @@ class CpuQuota(Scoped):
         self.share, self.period_us = share, int(round(period_s * 1e6))
         self.quota_us = max(1000, int(round(self.period_us * share)))  # the kernel's smallest quota is 1 ms
         self.tag = f"{_PREFIX}{os.getpid()}-{next(_COUNT)}"
+        self.controller, self.prefix = CPU_ROOT, _PREFIX
         self.root = CPU_ROOT / self.tag
         self._dir: Path | None = None
         self.wrapper: Path | None = None
-
-    def __enter__(self) -> CpuQuota:
-        remove_stale()
-        atexit.register(self.close)
-        return super().__enter__()
 
     def _make(self) -> None:
         self.root.mkdir()
@@ -94,14 +87,6 @@ class CpuQuota(Scoped):
                 out[group.name] = {k: int(v) for k, v in (line.split() for line in
                                                           (group / "cpu.stat").read_text().splitlines())}
         return out
-
-    def close(self) -> None:
-        """Kill what is left in the cgroups, remove them and the wrapper (safe to call twice)."""
-        atexit.unregister(self.close)
-        cgroup_v1.remove_group(self.root)
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
 
 
 def remove_stale() -> list[str]:

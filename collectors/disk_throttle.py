@@ -17,15 +17,12 @@ in it killed, when the ``with`` block ends, at interpreter exit, and, for an own
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
 from ddltrace.collectors import cgroup_v1
-from ddltrace.collectors.scoped import Scoped
 from ddltrace.errors import DdltraceError
 
 BLKIO_ROOT = Path("/sys/fs/cgroup/blkio")
@@ -66,7 +63,7 @@ def device_of(path: str | os.PathLike) -> str:
     return number
 
 
-class DiskThrottle(Scoped):
+class DiskThrottle(cgroup_v1.GroupOwner):
     """Every process started through :attr:`wrapper` reads the disk that ``path`` lies on at ``read_bps`` bytes per
     second at most, all of them together (and writes it at ``write_bps``, where given)."""
 
@@ -81,14 +78,10 @@ class DiskThrottle(Scoped):
         self.device = device_of(path)
         self.path, self.read_bps, self.write_bps = Path(path), int(read_bps), write_bps and int(write_bps)
         self.tag = f"{_PREFIX}{os.getpid()}-{next(_COUNT)}"
+        self.controller, self.prefix = BLKIO_ROOT, _PREFIX
         self.root = BLKIO_ROOT / self.tag
         self._dir: Path | None = None
         self.wrapper: Path | None = None
-
-    def __enter__(self) -> DiskThrottle:
-        remove_stale()
-        atexit.register(self.close)
-        return super().__enter__()
 
     def _make(self) -> None:
         self.root.mkdir()
@@ -120,14 +113,6 @@ class DiskThrottle(Scoped):
                 if len(fields) == 3 and fields[0] == self.device and fields[1] in out:
                     out[fields[1]] = int(fields[2])
         return out
-
-    def close(self) -> None:
-        """Kill what is left in the cgroup, remove it and the wrapper (safe to call twice)."""
-        atexit.unregister(self.close)
-        cgroup_v1.remove_group(self.root)
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
 
 
 def remove_stale() -> list[str]:
