@@ -16,23 +16,38 @@ from pathlib import Path
 
 from ddltrace.collectors.scoped import Scoped
 
+_COUNT = iter(range(1 << 30))
+
 
 class GroupOwner(Scoped):
-    """A cgroup ``root`` under ``controller`` named ``<prefix><owner pid>-<n>``, with the folder ``_dir`` of the
-    wrapper script that puts processes in it, for the length of a ``with`` block: the groups left by owners no
-    longer alive are removed first, and this one (every process in it killed) at the block's end and at
-    interpreter exit. Subclasses set ``controller``, ``prefix``, ``root`` and ``_dir`` and make the group in
+    """A cgroup ``root`` under ``controller`` named ``<prefix><owner pid>-<n>`` (``tag``), with the wrapper script
+    that puts processes in it (:attr:`wrapper`, in a folder of its own), for the length of a ``with`` block: the
+    groups left by owners no longer alive are removed first, and this one (every process in it killed) at the
+    block's end and at interpreter exit. Subclasses make the group and call :meth:`_write_wrapper` in
     :meth:`_make`."""
 
-    controller: Path
-    prefix: str
-    root: Path
-    _dir: Path | None = None
+    def __init__(self, controller: Path, prefix: str):
+        self.controller, self.prefix = controller, prefix
+        self.tag = f"{prefix}{os.getpid()}-{next(_COUNT)}"
+        self.root = controller / self.tag
+        self._dir: Path | None = None
+        self.wrapper: Path | None = None
 
     def __enter__(self):
         remove_stale(self.controller, self.prefix)
         atexit.register(self.close)
         return super().__enter__()
+
+    def _write_wrapper(self, name: str, text: str) -> None:
+        """The wrapper script ``name`` holding ``text``, executable, in a temporary folder named after the tag."""
+        self._dir = Path(tempfile.mkdtemp(prefix=f"{self.tag}-"))
+        self.wrapper = self._dir / name
+        self.wrapper.write_text(text)
+        self.wrapper.chmod(0o755)
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        """``argv`` run inside the group."""
+        return [str(self.wrapper), *argv]
 
     def close(self) -> None:
         """Kill what is left in the group, remove it and the wrapper (safe to call twice)."""

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from pathlib import Path
 
 from ddltrace.collectors import cgroup_v1
@@ -27,7 +26,6 @@ from ddltrace.errors import DdltraceError
 
 CPU_ROOT = Path("/sys/fs/cgroup/cpu")
 _PREFIX = "ddlquota"
-_COUNT = iter(range(1 << 30))
 
 _WRAPPER = """#!/bin/sh
 # ddltrace CPU quota {tag}: run "$@" in a cgroup of its own with {share:g} of a core (period {period} us)
@@ -61,23 +59,12 @@ class CpuQuota(cgroup_v1.GroupOwner):
             raise DdltraceError(why)
         self.share, self.period_us = share, int(round(period_s * 1e6))
         self.quota_us = max(1000, int(round(self.period_us * share)))  # the kernel's smallest quota is 1 ms
-        self.tag = f"{_PREFIX}{os.getpid()}-{next(_COUNT)}"
-        self.controller, self.prefix = CPU_ROOT, _PREFIX
-        self.root = CPU_ROOT / self.tag
-        self._dir: Path | None = None
-        self.wrapper: Path | None = None
+        super().__init__(CPU_ROOT, _PREFIX)
 
     def _make(self) -> None:
         self.root.mkdir()
-        self._dir = Path(tempfile.mkdtemp(prefix=f"{self.tag}-"))
-        self.wrapper = self._dir / "in-quota"
-        self.wrapper.write_text(_WRAPPER.format(tag=self.tag, root=self.root, period=self.period_us,
-                                                quota=self.quota_us, share=self.quota_us / self.period_us))
-        self.wrapper.chmod(0o755)
-
-    def wrap(self, argv: list[str]) -> list[str]:
-        """``argv`` run under the quota."""
-        return [str(self.wrapper), *argv]
+        self._write_wrapper("in-quota", _WRAPPER.format(tag=self.tag, root=self.root, period=self.period_us,
+                                                        quota=self.quota_us, share=self.quota_us / self.period_us))
 
     def throttled(self) -> dict[str, dict[str, int]]:
         """Per cgroup made so far: the kernel's cpu.stat (nr_periods, nr_throttled, throttled_time in ns)."""

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from pathlib import Path
 
 from ddltrace.collectors import cgroup_v1
@@ -27,7 +26,6 @@ from ddltrace.errors import DdltraceError
 
 BLKIO_ROOT = Path("/sys/fs/cgroup/blkio")
 _PREFIX = "ddlblkio"
-_COUNT = iter(range(1 << 30))
 
 _WRAPPER = """#!/bin/sh
 # ddltrace disk throttle {tag}: run "$@" with the reads of {device} at {read_bps} B/s (writes: {write_bps})
@@ -77,11 +75,7 @@ class DiskThrottle(cgroup_v1.GroupOwner):
             raise DdltraceError(why)
         self.device = device_of(path)
         self.path, self.read_bps, self.write_bps = Path(path), int(read_bps), write_bps and int(write_bps)
-        self.tag = f"{_PREFIX}{os.getpid()}-{next(_COUNT)}"
-        self.controller, self.prefix = BLKIO_ROOT, _PREFIX
-        self.root = BLKIO_ROOT / self.tag
-        self._dir: Path | None = None
-        self.wrapper: Path | None = None
+        super().__init__(BLKIO_ROOT, _PREFIX)
 
     def _make(self) -> None:
         self.root.mkdir()
@@ -93,15 +87,9 @@ class DiskThrottle(cgroup_v1.GroupOwner):
                 except OSError as exc:
                     raise DdltraceError(f"disk throttle: the kernel refused {name} {self.device} {rate} "
                                         f"({exc.strerror})") from None
-        self._dir = Path(tempfile.mkdtemp(prefix=f"{self.tag}-"))
-        self.wrapper = self._dir / "in-throttle"
-        self.wrapper.write_text(_WRAPPER.format(tag=self.tag, root=self.root, device=self.device,
-                                                read_bps=self.read_bps, write_bps=self.write_bps or "not limited"))
-        self.wrapper.chmod(0o755)
-
-    def wrap(self, argv: list[str]) -> list[str]:
-        """``argv`` run under the throttle."""
-        return [str(self.wrapper), *argv]
+        self._write_wrapper("in-throttle", _WRAPPER.format(tag=self.tag, root=self.root, device=self.device,
+                                                           read_bps=self.read_bps,
+                                                           write_bps=self.write_bps or "not limited"))
 
     def bytes_done(self) -> dict[str, int]:
         """The bytes the cgroup's processes have read and written on the throttled device so far

@@ -148,14 +148,20 @@ def test_the_throttle_removes_its_cgroup_its_wrapper_and_what_is_left_in_it(tmp_
     assert not root.exists() and not wrapper.exists()
 
 
+def _killed_owner(make: str, shows: str, folder: Path) -> list[str]:
+    """What a process that made ``make`` (Python, given ``sys.argv[1]`` = ``folder``) printed of it (``shows``)
+    before it was killed (SIGKILL) without cleaning up."""
+    owner = (f"import os, signal, sys\nfrom ddltrace.collectors import disk_throttle, loop_disk\n"
+             f"made = {make}.__enter__()\nprint({shows}, flush=True)\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    done = subprocess.run([sys.executable, "-c", owner, str(folder)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -9, done.stderr
+    return done.stdout.split()
+
+
 @needs_blkio
 def test_a_dead_owners_throttle_is_removed_by_the_next_one(tmp_path):
-    owner = ("import os, signal, sys\nfrom ddltrace.collectors.disk_throttle import DiskThrottle\n"
-             "t = DiskThrottle(sys.argv[1], 1 << 20).__enter__()\nprint(t.root, t.wrapper, flush=True)\n"
-             "os.kill(os.getpid(), signal.SIGKILL)\n")
-    done = subprocess.run([sys.executable, "-c", owner, str(tmp_path)], capture_output=True, text=True, timeout=30)
-    assert done.returncode == -9, done.stderr
-    root, wrapper = map(Path, done.stdout.split())
+    root, wrapper = map(Path, _killed_owner("disk_throttle.DiskThrottle(sys.argv[1], 1 << 20)",
+                                            "made.root, made.wrapper", tmp_path))
     assert root.is_dir() and wrapper.exists()  # the killed owner could not clean up
     with disk_throttle.DiskThrottle(tmp_path, MiB):
         assert not root.exists() and not wrapper.parent.exists()
@@ -193,12 +199,7 @@ def test_a_loop_disk_is_a_device_of_its_own_that_a_throttle_slows_alone(tmp_path
 
 @needs_loop
 def test_a_dead_owners_loop_disk_is_removed_by_the_next_one(tmp_path):
-    owner = ("import os, signal, sys\nfrom ddltrace.collectors.loop_disk import LoopDisk\n"
-             "d = LoopDisk(sys.argv[1]).__enter__()\nprint(d.image, d.mount, d.device, flush=True)\n"
-             "os.kill(os.getpid(), signal.SIGKILL)\n")
-    done = subprocess.run([sys.executable, "-c", owner, str(tmp_path)], capture_output=True, text=True, timeout=60)
-    assert done.returncode == -9, done.stderr
-    image, mount, _ = done.stdout.split()
+    image, mount = _killed_owner("loop_disk.LoopDisk(sys.argv[1])", "made.image, made.mount", tmp_path)
     assert os.path.ismount(mount) and Path(image).exists()  # the killed owner could not clean up
     with loop_disk.LoopDisk(tmp_path):
         assert not os.path.ismount(mount) and not Path(mount).exists() and not Path(image).exists()
