@@ -172,8 +172,10 @@ def run(args) -> int:
     from ddltrace import deferred_import
 
     deferred_import.defer("pyarrow")  # loaded while a large file's readers read (chrome_split), or at first use
+    from ddltrace.heap_reuse import keep_freed_memory
     from ddltrace.store import StoreLock
 
+    keep_freed_memory()  # a third fewer page faults (the module says why)
     out = Path(args.out)
     if out.exists() and not args.force:
         raise DdltraceError(f"{out}: already exists (choose another --out, or add --force)")
