@@ -2,7 +2,7 @@
 
 Run (root, cgroup v1, iproute2, MPICH; about 10 minutes on an idle 2-core machine):
 ``.venv/bin/python benchmarks/new_hardware.py [--out DIR] [--b quota,net] [--shapes compute,server]
-[--workers 1,2,4] [--repeats 1]``
+[--workers 1,2,4] [--repeats 1] [--b-runs 3]``
 
 A is this machine as it is; each B is the same machine made slower in a known way:
 
@@ -36,14 +36,17 @@ which on a quota B plays the loop out over the quota's periods), ``model predict
 compare the prediction with B's measured computation phase (the slowest
 worker's steady state, read from the trace store as the fit reads A's). Printed per row: the prediction with its
 interval (95 %), the measured phase, the error, the term that binds on B (predicted), B / A measured, and
-whether the knee predicted on B is on the side of each w that the runs show. The load average (1 min) before and
-after each run says how busy the shared machine was. ``--repeats N`` repeats everything and prints the errors'
-spread.
+whether the knee predicted on B is on the side of each w that the runs show. B's measured phase at a w is the
+median of ``--b-runs`` runs of the job on B (default 3: one run of B is one draw, and on a quota its w = 1 phase moves
+by tens of per cent between runs); below each row, B's runs, their range and each model's error against each run
+(:func:`b_median`). The load average (1 min) before and after each run says how busy the shared machine was.
+``--repeats N`` repeats everything and prints the errors' spread.
 
 On two real machines: run the job at several w on A under ``ddltrace run`` and calibrate both machines, then
 ``benchmarks/new_hardware.py --profile-a A.json --runs-a A-w1/store A-w2/store A-w4/store --profile-b B.json
-[--runs-b B-w1/store ...]`` (several profiles after ``--profile-a`` or ``--profile-b``: rounds of one
-machine's calibration, each compute point their median) fits, predicts B at the w of A's runs (or
+[--runs-b B-w1/store ...]`` (several B stores at a w: B's runs there, compared through their median; several
+profiles after ``--profile-a`` or ``--profile-b``: rounds of one machine's calibration, each compute point their
+median) fits, predicts B at the w of A's runs (or
 ``--workers``) and compares with B's runs where given; with ``--disk-a A-disk.json --disk-b B-disk.json``
 (``calibrate --only disk`` on each, the profiles above without it, the job run with ``--cold-read``, its
 ground_truth.json beside each store) B's initialisation too. Results go to ``OUT/results.json``.
@@ -54,7 +57,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import signal
 import socket
@@ -264,61 +266,37 @@ class DiskB(MachineA):
                                   text=True, timeout=600), f"calibrate's disk section on {machine.name}")
 
 
-def _r_d(path: Path) -> tuple[float, float]:
-    """(r_d, its uncertainty), seconds per byte, from a calibrate profile's disk section."""
-    entry = json.loads(path.read_text()).get("constants", {}).get("r_d")
-    if not isinstance(entry, dict) or not entry.get("value"):
-        raise DdltraceError(f"{path}: no r_d (calibrate's disk section did not run)")
-    return float(entry["value"]), float(entry.get("uncertainty") or 0.0)
-
-
 def _ground_truth(store: str) -> dict:
     return json.loads((Path(store).parent / "ground_truth.json").read_text())
 
 
 def init_on_b(model_path: Path, disk_a: Path, disk_b: Path, runs_a: dict[int, dict], runs_b: dict[int, dict]
               ) -> dict:
-    """Per w, B's initialisation predicted and measured (s), with Hashemi's shared storage, T_init = w T_disk.
+    """Per w, B's initialisation predicted (:func:`ddltrace.models.init_transfer.init_on_b`, the carry that ``model
+    predict --profile B.json`` prints: ``T_disk(B) = T_disk(A) + (r_d(B) - r_d(A)) D``, D the bytes a worker fetched
+    from the device on A, from A's stores' ground_truth.json) beside the measured: ``init_s`` of each store, read as
+    the fit reads A's (the slowest worker, from the end of MPI_Init to its first step); B's the median over its runs
+    at w (:func:`b_median`). The model (``model fit`` of A's stores, r_d fitted from their initialisations) gets A's
+    disk section here, as ``model fit --disk-profile`` records it."""
+    from ddltrace.models import init_transfer
+    from ddltrace.models.quantities import load_json
 
-    The fit of A's initialisations (``r_d`` fitted with A's profile lacking one: T_disk = r_d s n_f d) learnt a
-    worker's whole read on A, device and reader together (the job reads text in 64 KiB calls and parses it: its
-    bytes are not s n_f per sample, and on A the parsing outweighs the disk). On B the reader is A's (A's CPU),
-    and the device adds (r_d(B) - r_d(A)) for each byte it serves: ``T_disk(B) = T_disk(A) + (r_d(B) - r_d(A)) D``,
-    D the bytes a worker fetched from the device on A (its ground truth's ``device_bytes``, median). Scaling the
-    whole fitted r_d by r_d(B) / r_d(A), as the transfer does for a profile's r_d, is printed beside: it takes the
-    parsing for disk time. The interval: the fit's r_d interval and both r_d's uncertainties (1.96 sigma,
-    independent). Measured: ``init_s`` of each store, read as the fit reads A's (the slowest worker, from the end
-    of MPI_Init to its first step); the phase is compared by :func:`compare`."""
-    model = json.loads(model_path.read_text())
-    entry, workload = model["constants"]["r_d"], model["workload"]
-    if entry.get("source") != "fitted":
-        raise DdltraceError(f"{model_path}: r_d was not fitted from A's initialisations ({entry.get('source')}): give "
-                            "A's profile without the disk section and that section apart")
-    d = workload.get("d") or float(statistics.median(r["d"] for r in model["measurements"]))
-    model_bytes = workload["s"] * workload["n_f"] * d
-    (ra, ua), (rb, ub) = _r_d(disk_a), _r_d(disk_b)
-    device = [r["device_bytes"] for run in runs_a.values() for r in _ground_truth(run["store"])["init"]
-              if r.get("device_bytes") is not None]
-    if not device:
-        raise DdltraceError("A's runs recorded no device_bytes: the job did not read cold (--cold-read)")
-    d_bytes = float(statistics.median(device))
-    delta, delta_err = rb - ra, 1.96 * math.hypot(ua, ub)
-    lo, hi = (x if x is not None else entry["value"] for x in (entry.get("ci") or [None, None]))
-    rows = []
-    for w in sorted(runs_b.keys() | runs_a.keys()):
-        row = {"w": w, "predicted_s": w * (entry["value"] * model_bytes + delta * d_bytes),
-               "low_s": w * (lo * model_bytes + (delta - delta_err) * d_bytes),
-               "high_s": w * (hi * model_bytes + (delta + delta_err) * d_bytes),
-               "scaled_s": w * entry["value"] * model_bytes * rb / ra}
+    model = load_json(model_path, "model")
+    model[init_transfer.KEY] = {"a": init_transfer.disk_r_d(load_json(disk_a, "disk profile"), str(disk_a)),
+                                "device_bytes": init_transfer.device_bytes(run["store"] for run in runs_a.values())}
+    result = init_transfer.init_on_b(model, init_transfer.disk_r_d(load_json(disk_b, "disk profile"), str(disk_b)),
+                                     runs_b.keys() | runs_a.keys())
+    for row in result["rows"]:
+        w = row["w"]
         if w in runs_a:
             row["a_s"] = float(measurements_from_store(runs_a[w]["store"], servers=1)["init_s"])
         if w in runs_b:
-            row["measured_s"] = float(measurements_from_store(runs_b[w]["store"], servers=1)["init_s"])
+            stores = runs_b[w].get("stores") or [runs_b[w]["store"]]
+            row["measured_runs_s"] = [float(measurements_from_store(s, servers=1)["init_s"]) for s in stores]
+            row["measured_s"] = statistics.median(row["measured_runs_s"])
             row["error"] = row["predicted_s"] / row["measured_s"] - 1
-            row["b_job_init_s"] = _ground_truth(runs_b[w]["store"])["init_s"]
-        rows.append(row)
-    return {"r_d_fit": entry["value"], "r_d_fit_ci": [lo, hi], "model_bytes": model_bytes, "r_d_a": ra,
-            "r_d_b": rb, "r_d_a_uncertainty": ua, "r_d_b_uncertainty": ub, "device_bytes": d_bytes, "rows": rows}
+            row["b_job_init_s"] = statistics.median(_ground_truth(s)["init_s"] for s in stores)
+    return result
 
 
 def print_init(result: dict) -> None:
@@ -334,6 +312,10 @@ def print_init(result: dict) -> None:
         error = f"{100 * r['error']:+6.1f} %" if "error" in r else " " * 8
         print(f"  {r['w']:<3d} {a}   {b}   {r['predicted_s']:7.3f} s [{r['low_s']:6.3f}, {r['high_s']:6.3f}]  "
               f"{error}  {r['scaled_s']:9.3f} s")
+        if len(r.get("measured_runs_s") or []) > 1:
+            print(f"      B's {len(r['measured_runs_s'])} runs (s): "
+                  + ", ".join(f"{x:.3f}" for x in r["measured_runs_s"]) + " (B measured: their median); error per run "
+                  + " / ".join(f"{100 * (r['predicted_s'] / x - 1):+.1f}" for x in r["measured_runs_s"]) + " %")
 
 
 def calibrate_both(a, b, folder: Path, window: float, rounds: int = 1) -> None:
@@ -371,12 +353,12 @@ def job_args(shape: str, samples: int) -> list[str]:
 
 
 def run_series(machine, shape: str, workers: list[int], folder: Path, samples: int = 4096,
-               data: Path | None = None) -> dict[int, dict]:
+               data: Path | None = None, run: int = 1) -> dict[int, dict]:
     """The job at each w on ``machine`` (reading ``data``, where given): per w its store, phase (s) and the load
-    average around the run."""
+    average around the run. ``run`` > 1: a further run at the same w, in a folder of its own (``-runN``)."""
     out = {}
     for w in workers:
-        run_dir = folder / f"{machine.name}-{shape}-w{w}"
+        run_dir = folder / f"{machine.name}-{shape}-w{w}{f'-run{run}' if run > 1 else ''}"
         subprocess.run(["rm", "-rf", str(run_dir)], check=True)
         run_dir.mkdir(parents=True)
         job = [*JOB, "--out", str(run_dir), *job_args(shape, samples), *(["--data", str(data)] if data else [])]
@@ -390,11 +372,32 @@ def run_series(machine, shape: str, workers: list[int], folder: Path, samples: i
                   "cpu_share": float(row["cpu_share"]),
                   "compute_per_sample_s": truth["compute_per_sample_s"]["measured"], "wall_s": wall,
                   "load_before": before, "load_after": _load()}
-        print(f"  {machine.name} {shape} w={w}: phase {out[w]['phase_s']:.3f} s (job's clock {truth['train_s']:.3f} s,"
+        which = f"{machine.name} {shape} w={w}{f' run {run}' if run > 1 else ''}"
+        print(f"  {which}: phase {out[w]['phase_s']:.3f} s (job's clock {truth['train_s']:.3f} s,"
               f" compute {1e6 * out[w]['compute_per_sample_s']:.0f} us/sample, a worker's share of a core "
               f"{out[w]['cpu_share']:.2f}), load {before:.1f} -> "
               f"{out[w]['load_after']:.1f}", flush=True)
     return out
+
+
+def b_median(runs: list[dict]) -> dict:
+    """B's runs of the job at one w as one row: ``phase_s`` the median of their phases (s; of two, their mean), with
+    ``phases_s`` (each run's, in the order run), ``min_s``, ``max_s`` and ``spread`` ((max - min) / median); the
+    worker's share of a core (``cpu_share``) likewise the median; ``store`` the first run's, ``stores`` all, ``runs``
+    each run's own row. One run of B is one draw: on a quota its w = 1 phase moved by up to 30 % between runs with
+    the same shares (docs/MODELS.md)."""
+    if not runs:
+        raise DdltraceError("B's runs at a w: none")
+    phases = [float(r["phase_s"]) for r in runs]
+    median = statistics.median(phases)
+    row = {**runs[0], "phase_s": median, "phases_s": phases, "min_s": min(phases), "max_s": max(phases),
+           "spread": (max(phases) - min(phases)) / median, "stores": [r["store"] for r in runs], "runs": runs}
+    if "load_after" in runs[-1]:
+        row["load_after"] = runs[-1]["load_after"]  # the load after B's last run
+    shares = [float(r["cpu_share"]) for r in runs if r.get("cpu_share") is not None]
+    if len(shares) == len(runs):
+        row["cpu_share"] = statistics.median(shares)
+    return row
 
 
 def fit_and_predict(profile_a: Path, stores_a: list[str], profile_b: Path, workers: list[int], folder: Path
@@ -460,11 +463,15 @@ def compare(prediction: dict, serial: dict, a: dict[int, dict] | None, b: dict[i
                         shares_mean_value_s=crow.get("mean_value_s", crow["profile_s"]),
                         shares_a_predicted_s=crow["predicted_s"])
         if b and w in b:
-            item["measured_s"] = b[w]["phase_s"]
-            if shares:
-                item["shares_error"] = (item["shares_s"] - b[w]["phase_s"]) / b[w]["phase_s"]
-            item["error"] = (row["profile_s"] - b[w]["phase_s"]) / b[w]["phase_s"]
-            item["serial_error"] = (srow["profile_s"] - b[w]["phase_s"]) / b[w]["phase_s"]
+            item["measured_s"] = b[w]["phase_s"]  # B's median over its runs at w (b_median), or its one run
+            runs = b[w].get("phases_s") or [b[w]["phase_s"]]
+            item.update(measured_runs_s=runs, measured_min_s=min(runs), measured_max_s=max(runs),
+                        measured_spread=(max(runs) - min(runs)) / b[w]["phase_s"])
+            for key, pred in (("", row["profile_s"]), ("serial_", srow["profile_s"]),
+                              ("shares_", item.get("shares_s"))):
+                if pred is not None:
+                    item[f"{key}error"] = (pred - b[w]["phase_s"]) / b[w]["phase_s"]
+                    item[f"{key}run_errors"] = [(pred - phase) / phase for phase in runs]
         if b and w in b and "cpu_share" in b[w]:
             item["share_b_measured"] = b[w]["cpu_share"]
         if a and w in a and b and w in b:
@@ -516,6 +523,10 @@ def print_comparison(title: str, result: dict) -> None:
     if result.get("shares_knee"):
         print(f"  closed loop in CPU seconds (--cpu-shares): knee on B {_knee_text(result['shares_knee'])}, best w "
               f"{result['shares_best_w']}; L: the quota holds every rank, the loop played out over its periods")
+    runs = max((len(r.get("measured_runs_s") or []) for r in result["rows"]), default=0)
+    if runs > 1:
+        print(f"  measured on B: the median of B's runs at w (up to {runs}); the errors against it, and below each "
+              "row B's runs (s), their range ((max - min) / median) and each model's error against each run")
     print("  w   measured on B  predicted (max) [95 %]          error    bound           "
           "closed loop [95 %]              error    bound           "
           + ("CPU shares [95 %]                error    bound             " if result.get("shares_knee") else "")
@@ -534,13 +545,29 @@ def print_comparison(title: str, result: dict) -> None:
             cells.append(f"{pred:7.3f} s [{lo:6.3f}, {hi:6.3f}]  {error}  {r[bound]:<14s}{loop}")
         ratio = f"{r['ratio_measured']:6.2f}" if "ratio_measured" in r else ""
         print(f"  {r['w']:<3d} {measured}     {'   '.join(cells)}  {ratio}")
+        if len(r.get("measured_runs_s") or []) > 1:
+            print("      " + runs_text(r))
     for label, sides in (("max", result["knee_sides"]), ("serial", result["serial_knee_sides"]),
                          ("cpu shares", result.get("shares_knee_sides", []))):
         for side in sides:
-            print(f"  knee ({label}) w={side['w']}: phase fell {100 * side['gain']:.0f} % from the previous w: "
+            print(f"  knee ({label}) w={side['w']}: B's phase (median) fell {100 * side['gain']:.0f} % from the "
+                  "previous w: "
                   f"{'below' if side['below_measured'] else 'at or past'} the knee; predicted to fall "
                   f"{100 * side['predicted_gain']:.0f} %: {'below' if side['below_predicted'] else 'past'}: "
                   f"{'agree' if side['agree'] else 'DISAGREE'}")
+
+
+def runs_text(row: dict) -> str:
+    """One line: B's runs at a w (s), their median and range, and each model's error against each run."""
+    phases = row["measured_runs_s"]
+    text = (f"B's {len(phases)} runs: {', '.join(f'{p:.3f}' for p in phases)} s; median {row['measured_s']:.3f} s, "
+            f"range {row['measured_min_s']:.3f}-{row['measured_max_s']:.3f} s ({100 * row['measured_spread']:.0f} % "
+            "of the median); error per run:")
+    for label, key in (("max", "run_errors"), ("closed loop", "serial_run_errors"),
+                       ("CPU shares", "shares_run_errors")):
+        if row.get(key):
+            text += f" {label} {' / '.join(f'{100 * e:+.0f}' for e in row[key])} %;"
+    return text.rstrip(";")
 
 
 def simulated(args) -> list[dict]:
@@ -563,9 +590,10 @@ def simulated(args) -> list[dict]:
                     data = machine_b.data_file(args.samples) if b_name == "disk" else None
                     if b_name == "disk":
                         machine_b.calibrate_disks(a, folder)
-                    for w in workers:
+                    for w in workers:  # A once (the fit's run), then B's runs (their median is compared)
                         runs_a.update(run_series(a, shape, [w], folder, args.samples, data))
-                        runs_b.update(run_series(machine_b, shape, [w], folder, args.samples, data))
+                        runs_b[w] = b_median([run_series(machine_b, shape, [w], folder, args.samples, data, n)[w]
+                                              for n in range(1, args.b_runs + 1)])
                     throttled = machine_b.quota.throttled() if b_name == "quota" else None
                     if b_name == "disk":  # bytes the throttled cgroup read and wrote on the disk
                         throttled = machine_b.throttle.bytes_done()
@@ -590,25 +618,37 @@ def simulated(args) -> list[dict]:
 
 def summary(results: list[dict]) -> None:
     """Per B, shape and w: the errors of the repeats (median, min, max) and the knee's agreement."""
-    print("\nsummary over the repeats (error = predicted / measured - 1)")
+    print("\nsummary over the repeats (error = predicted / measured - 1; measured: the median of B's runs at w, and "
+          "each run; the knee judged on the medians)")
     keys = sorted({(r["b"], r["shape"]) for r in results})
     for b, shape in keys:
         mine = [r for r in results if (r["b"], r["shape"]) == (b, shape)]
         for w in sorted({row["w"] for r in mine for row in r["rows"]}):
+            spreads = [100 * row["measured_spread"] for r in mine for row in r["rows"]
+                       if row["w"] == w and len(row.get("measured_runs_s") or []) > 1]
+            if spreads:
+                print(f"  {b:<6s} {shape:<8s} w={w} B's runs: range (max - min) / median "
+                      f"{', '.join(f'{x:.0f}' for x in spreads)} % (per repeat)")
             for label, key in (("max", "error"), ("serial", "serial_error"), ("shares", "shares_error")):
                 errors = [100 * row[key] for r in mine for row in r["rows"] if row["w"] == w and key in row]
+                runs = [100 * e for r in mine for row in r["rows"] if row["w"] == w for e in row.get(
+                    key.replace("error", "run_errors"), [])]
                 if errors:
-                    print(f"  {b:<6s} {shape:<8s} w={w} {label:<6s}: error median {statistics.median(errors):+.1f} %,"
-                          f" range {min(errors):+.1f} .. {max(errors):+.1f} % over {len(errors)} repeat(s)")
+                    print(f"  {b:<6s} {shape:<8s} w={w} {label:<6s}: error against B's median "
+                          f"{statistics.median(errors):+.1f} %, range {min(errors):+.1f} .. {max(errors):+.1f} % over "
+                          f"{len(errors)} repeat(s); against each of B's {len(runs)} runs {min(runs):+.1f} .. "
+                          f"{max(runs):+.1f} %")
         for label, key in (("max", "knee_sides"), ("serial", "serial_knee_sides"), ("shares", "shares_knee_sides")):
             sides = [s["agree"] for r in mine for s in r.get(key, [])]
             if sides:
                 print(f"  {b:<6s} {shape:<8s} knee ({label}) on the right side: {sum(sides)} of {len(sides)}")
     for label, key in (("max", "error"), ("serial", "serial_error"), ("shares", "shares_error")):
         errors = [abs(row[key]) for r in results for row in r["rows"] if key in row]
+        runs = [abs(e) for r in results for row in r["rows"] for e in row.get(key.replace("error", "run_errors"), [])]
         if errors:
-            print(f"  {label}: {sum(e <= 0.10 for e in errors)} of {len(errors)} predictions within 10 %, "
-                  f"{sum(e <= 0.05 for e in errors)} within 5 %")
+            print(f"  {label}: {sum(e <= 0.10 for e in errors)} of {len(errors)} predictions within 10 % of B's median"
+                  f", {sum(e <= 0.05 for e in errors)} within 5 %; of B's single runs {sum(e <= 0.10 for e in runs)} "
+                  f"of {len(runs)} within 10 %, {sum(e <= 0.05 for e in runs)} within 5 %")
 
 
 def init_summary(results: list[dict]) -> None:
@@ -632,13 +672,23 @@ def one_profile(paths: list[str], out: Path, name: str) -> Path:
     return prof.save(prof.merge_rounds([prof.load(p) for p in paths]), out / f"{name}.json")
 
 
+def b_rows_from_stores(stores: list[str], servers: int = 1) -> dict[int, dict]:
+    """B's stores (several at a w: runs of the same job, compared through their median) as :func:`b_median`'s rows
+    per w, each phase read as the fit reads A's."""
+    by_w: dict[int, list[dict]] = {}
+    for store in stores:
+        row = measurements_from_store(store, servers=servers)
+        by_w.setdefault(int(row["w"]), []).append({"phase_s": float(row["phase_s"]), "store": str(store),
+                                                   "cpu_share": float(row["cpu_share"])})
+    return {w: b_median(runs) for w, runs in sorted(by_w.items())}
+
+
 def two_machines(args) -> list[dict]:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     a_rows = {int(r["w"]): {"phase_s": float(r["phase_s"]), "store": s}
               for s in args.runs_a for r in [measurements_from_store(s, servers=args.servers)]}
-    b_rows = {int(r["w"]): {"phase_s": float(r["phase_s"]), "store": s}
-              for s in (args.runs_b or []) for r in [measurements_from_store(s, servers=args.servers)]}
+    b_rows = b_rows_from_stores(args.runs_b or [], args.servers)
     workers = [int(w) for w in args.workers.split(",")] if args.workers_given else sorted(a_rows | b_rows)
     profile_a, profile_b = one_profile(args.profile_a, out, "A"), one_profile(args.profile_b, out, "B")
     prediction, serial, shares = fit_and_predict(profile_a, list(args.runs_a), profile_b, workers, out)
@@ -666,6 +716,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the job's samples per epoch (default 4096; more: longer phases, which average this VM's "
                              "slow stretches of its core)")
     parser.add_argument("--repeats", type=int, default=1, help="repeat everything N times (default 1)")
+    parser.add_argument("--b-runs", type=int, default=3,
+                        help="run the job on B this many times at each w and compare the predictions with the median "
+                             "of B's phases, each run's error printed too (default 3: one run of B is one draw)")
     parser.add_argument("--share", type=float, default=0.5, help="quota: share of a core per process (default 0.5)")
     parser.add_argument("--period", type=float, default=0.010, help="quota: CFS period in s (default 0.010)")
     parser.add_argument("--rate", type=float, default=200.0, help="net: link rate in Mbit/s (default 200)")

@@ -54,6 +54,10 @@ def register(subparsers) -> None:
                                                  "[, init_s, d, epochs, label]")
     f.add_argument("--profile", metavar="FILE", help="hardware profile from 'ddltrace calibrate' (r_m, w_m, r_net, "
                                                      "lat_net, r_d are held fixed)")
+    f.add_argument("--disk-profile", metavar="A-disk.json",
+                   help="A's disk section apart ('ddltrace calibrate --only disk'; --profile then without r_d, so "
+                        "that the fit learns A's whole read from the initialisations): kept in the model, with the "
+                        "bytes A's workers fetched from the device, to carry the initialisation to B's disk")
     f.add_argument("--dnn", metavar="DNN", help="DNN description (file or bundled name) for n_w, n_f and s")
     f.add_argument("--n-w", type=positive(), help="weights n_w (default: the DNN's parameters, or the run's n_w)")
     f.add_argument("--n-f", type=positive(), help="features per sample n_f")
@@ -97,6 +101,9 @@ def register(subparsers) -> None:
                    help="predict another machine: the fitted costs carried from the profile the model was fitted "
                         "with ('model fit --profile A.json') to this one ('ddltrace calibrate' there); --what-if "
                         "then changes B's constants")
+    q.add_argument("--disk-profile", metavar="B-disk.json",
+                   help="with --profile: B's disk section apart ('ddltrace calibrate --only disk' on B; default: the "
+                        "--profile's r_d), for B's initialisation")
     q.add_argument("--serial-comm", action="store_true",
                    help="with --profile, for a model fitted with Hashemi's max: the workers pull, compute and push "
                         "one after another (ps-sgd): the time B's network adds to their transfers goes into c_p. "
@@ -140,7 +147,7 @@ def _measurements(args) -> tuple[pd.DataFrame, str]:
 
 def run_fit(args) -> int:
     from ddltrace.analyses.fit_hashemi import PROFILE_CONSTANTS, HashemiFit
-    from ddltrace.models import transfer
+    from ddltrace.models import init_transfer, transfer
 
     if args.cpu_shares and not args.serial_comm:
         raise DdltraceError("--cpu-shares: only with --serial-comm (the closed loop, whose workers poll while they "
@@ -169,6 +176,10 @@ def run_fit(args) -> int:
     # the profile the fit held, kept in the model: 'model predict --profile B.json' carries the costs from it
     model["profile"] = transfer.profile_record(raw_profile, args.profile, s or 8.0) if raw_profile else None
     model["work_per_sample"] = work
+    model[init_transfer.KEY] = {
+        "a": init_transfer.disk_r_d(load_json(args.disk_profile, "disk profile"), args.disk_profile)
+        if args.disk_profile else None,
+        "device_bytes": init_transfer.device_bytes(args.stores, args.storage)}
     if profile and not (n_w or 0) > 0:
         model["notes"].append("n_w is unknown (give --dnn or --n-w): the memory and network terms are zero")
         fit.notes_.append(model["notes"][-1])
@@ -437,14 +448,36 @@ def _finite(x) -> bool:
     return isinstance(x, float | int) and math.isfinite(x)
 
 
+def _init_on_b(model: dict, source: str, profile: str, disk_profile: str | None, workers: list[int]) -> dict | None:
+    """B's initialisation carried through r_d (ddltrace.models.init_transfer), or ``{"missing": why}`` where the
+    model or B's profile lacks what it needs; None where A's runs measured no initialisation."""
+    from ddltrace.models import init_transfer
+
+    if not any(_finite(r.get("init_s")) for r in model.get("measurements") or []):
+        return None
+    why = init_transfer.missing(model)
+    if why:
+        return {"missing": f"{source}: {why}"}
+    try:
+        r_d_b = init_transfer.disk_r_d(load_json(disk_profile or profile, "hardware profile"), disk_profile or profile)
+    except DdltraceError as exc:
+        if disk_profile:  # given for its disk section: without one it is bad input
+            raise
+        return {"missing": f"{exc} (or give B's disk section apart: --disk-profile B-disk.json)"}
+    return init_transfer.init_on_b(model, r_d_b, workers)
+
+
 def run_predict(args) -> int:
     model = load_json(args.model, "model")
     workers = parse_int_list(args.workers, "--workers")
     what_if = parse_what_if(args.what_if)
     if args.serial_comm and not args.profile:
         raise DdltraceError("--serial-comm: only with --profile B.json (it says how the costs carry to B)")
+    if args.disk_profile and not args.profile:
+        raise DdltraceError("--disk-profile: only with --profile B.json (it is B's disk section)")
     table = _predict_table(model, args.model, workers, args.batch, what_if, args.profile, args.serial_comm)
     moved = "transfer" in table.attrs
+    init = _init_on_b(model, args.model, args.profile, args.disk_profile, workers) if moved else None
     if args.plot:
         _plot(table, args.plot, args.what_if)
     if args.json:
@@ -455,6 +488,8 @@ def run_predict(args) -> int:
         out = {"model": args.model, "what_if": args.what_if, "knee": knees, "rows": records}
         if moved:
             out["transfer"] = table.attrs["transfer"]
+        if init is not None:
+            out["init_on_b"] = init
         json.dump(out, sys.stdout, indent=2)
         print()
         return 0
@@ -494,6 +529,12 @@ def run_predict(args) -> int:
         print(f"best worker count on B: {best} (the fewest of those asked within "
               f"{100 * BEST_TOLERANCE:.0f} % of the fastest predicted phase)")
         print("\n".join(_describe_transfer(table)))
+    if init is not None and "missing" in init:
+        print(f"initialisation on B: not predicted: {init['missing']}")
+    elif init is not None:
+        from ddltrace.models import init_transfer
+
+        print("\n".join(init_transfer.describe(init)))
     if args.plot:
         print(f"\nplot written to {args.plot}")
     return 0
