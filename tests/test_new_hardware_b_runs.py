@@ -63,6 +63,12 @@ def test_b_runs_are_compared_through_their_median_with_each_runs_error_kept(tmp_
     assert f"B's 3 runs: {', '.join(f'{p:.3f}' for p in phases)} s; median {sorted(phases)[1]:.3f} s" in printed
     assert f"({100 * b[1]['spread']:.0f} % of the median)" in printed
     assert "max " + " / ".join(f"{100 * (predicted / p - 1):+.0f}" for p in phases) + " %" in printed
+    result.update(b="quota", shape="compute")
+    nh.summary([result])
+    printed = capsys.readouterr().out
+    within = sum(abs(predicted / p - 1) <= 0.10 for p in phases)
+    assert (f"max: {int(abs(row['error']) <= 0.10)} of 1 predictions within 10 % of B's median" in printed
+            and f"of B's single runs {within} of 3 within 10 %" in printed), printed
     # the knee is judged on the medians (B's w = 2 here is A's run, only to give the knee a second w)
     b2 = {**b, 2: nh.b_median([{"phase_s": a[2]["phase_s"], "store": a[2]["store"]}])}
     sides = nh.compare(prediction, prediction, a, b2)["knee_sides"]
