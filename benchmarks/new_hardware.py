@@ -514,7 +514,9 @@ def print_comparison(title: str, result: dict) -> None:
               f"{1e3 * split['rest_s']:.3g} ms carried as compute")
     for r in result["rows"]:
         if r.get("share_a") is not None:
-            seen = f" (B's run measured {r['share_b_measured']:.2f})" if r.get("share_b_measured") is not None else ""
+            runs = len(r.get("measured_runs_s") or [])
+            seen = (f" (B's run{'s measured, median,' if runs > 1 else ' measured'} {r['share_b_measured']:.2f})"
+                    if r.get("share_b_measured") is not None else "")
             print(f"  w={r['w']}: a rank's share of a core on A {r['share_a']:.2f}, on B {r['share_b']:.2f}{seen}: "
                   f"factors c_p {r['c_p_factor']:.2f}, c_u {r['c_u_factor']:.2f}")
     print(f"  knee on B predicted (the first w from which one more worker gains less than half its ideal share): "
@@ -744,6 +746,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--disk-b", help="two real machines: B's disk section (calibrate --only disk)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the with blocks remove cgroups and namespaces
+    if args.b_runs < 1:
+        parser.error("--b-runs: at least 1")
     args.workers_given = args.workers is not None
     args.workers = args.workers or "1,2,4"
     try:
