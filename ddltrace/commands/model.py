@@ -193,6 +193,13 @@ def run_fit(args) -> int:
         print()
         return 0
     print(describe_fit(fit, job))
+    if args.disk_profile:  # what 'model predict --profile B.json' will carry the initialisation with, or why not
+        why = init_transfer.missing(model)
+        disk = model[init_transfer.KEY]
+        print(f"\ninitialisation to carry to B's disk: not possible: {why}" if why else
+              f"\ninitialisation to carry to B's disk: A's r_d {disk['a']['r_d']:.4g} s/B ({args.disk_profile}), a "
+              f"worker fetched {disk['device_bytes']['bytes']:.0f} B from A's device (median over "
+              f"{disk['device_bytes']['workers']} workers)")
     if args.out:
         print(f"\nmodel written to {args.out}")
     return 0
@@ -448,9 +455,10 @@ def _finite(x) -> bool:
     return isinstance(x, float | int) and math.isfinite(x)
 
 
-def _init_on_b(model: dict, source: str, profile: str, disk_profile: str | None, workers: list[int]) -> dict | None:
-    """B's initialisation carried through r_d (ddltrace.models.init_transfer), or ``{"missing": why}`` where the
-    model or B's profile lacks what it needs; None where A's runs measured no initialisation."""
+def _init_on_b(model: dict, source: str, profile: str, disk_b: dict | None, workers: list[int]) -> dict | None:
+    """B's initialisation carried through r_d (ddltrace.models.init_transfer; ``disk_b``: B's disk section given
+    apart, else the profile's), or ``{"missing": why}`` where the model or B's profile lacks what it needs; None
+    where A's runs measured no initialisation."""
     from ddltrace.models import init_transfer
 
     if not any(_finite(r.get("init_s")) for r in model.get("measurements") or []):
@@ -458,13 +466,12 @@ def _init_on_b(model: dict, source: str, profile: str, disk_profile: str | None,
     why = init_transfer.missing(model)
     if why:
         return {"missing": f"{source}: {why}"}
-    try:
-        r_d_b = init_transfer.disk_r_d(load_json(disk_profile or profile, "hardware profile"), disk_profile or profile)
-    except DdltraceError as exc:
-        if disk_profile:  # given for its disk section: without one it is bad input
-            raise
-        return {"missing": f"{exc} (or give B's disk section apart: --disk-profile B-disk.json)"}
-    return init_transfer.init_on_b(model, r_d_b, workers)
+    if disk_b is None:
+        try:
+            disk_b = init_transfer.disk_r_d(load_json(profile, "hardware profile"), profile)
+        except DdltraceError as exc:
+            return {"missing": f"{exc} (or give B's disk section apart: --disk-profile B-disk.json)"}
+    return init_transfer.init_on_b(model, disk_b, workers)
 
 
 def run_predict(args) -> int:
@@ -473,11 +480,16 @@ def run_predict(args) -> int:
     what_if = parse_what_if(args.what_if)
     if args.serial_comm and not args.profile:
         raise DdltraceError("--serial-comm: only with --profile B.json (it says how the costs carry to B)")
-    if args.disk_profile and not args.profile:
-        raise DdltraceError("--disk-profile: only with --profile B.json (it is B's disk section)")
+    disk_b = None
+    if args.disk_profile:  # given for its disk section: without one it is bad input
+        from ddltrace.models import init_transfer
+
+        if not args.profile:
+            raise DdltraceError("--disk-profile: only with --profile B.json (it is B's disk section)")
+        disk_b = init_transfer.disk_r_d(load_json(args.disk_profile, "disk profile"), args.disk_profile)
     table = _predict_table(model, args.model, workers, args.batch, what_if, args.profile, args.serial_comm)
     moved = "transfer" in table.attrs
-    init = _init_on_b(model, args.model, args.profile, args.disk_profile, workers) if moved else None
+    init = _init_on_b(model, args.model, args.profile, disk_b, workers) if moved else None
     if args.plot:
         _plot(table, args.plot, args.what_if)
     if args.json:
