@@ -114,24 +114,20 @@ def _phase(tag: str, names: str, args_type: type | None = None) -> type:
     return type(f"_Phase_{ord(tag)}", (_Tagged,), namespace, tag=tag)
 
 
-#: Phases the fast path knows; an event of any other phase sends its piece to the field-by-field path.
-_PHASES = [_phase(ph, names) for ph, names in _PHASE_FIELDS.items()]
-_DECODE_FAST = msgspec.json.Decoder(list[Union[tuple(_PHASES)]],  # noqa: UP007 (a runtime union of types)
-                                   float_hook=exact_time.float_text)
-#: The same, keeping the ``args`` of ``X`` events (for a reader given ``relabel`` or ``amend``).
-_DECODE_FAST_X_ARGS = msgspec.json.Decoder(list[Union[tuple(  # noqa: UP007
-    _phase(ph, names + " args" if ph == "X" else names) for ph, names in _PHASE_FIELDS.items())]],
-    float_hook=exact_time.float_text)
-
-
 @functools.cache
-def _decode_fast_x_args_as(args_type: type) -> msgspec.json.Decoder:
-    """The fast path's decoder with ``X`` events' ``args`` decoded into ``args_type`` (a msgspec Struct: only its
-    fields are built, the rest of the object skipped in the same pass as the event)."""
-    return msgspec.json.Decoder(list[Union[tuple(  # noqa: UP007
-        _phase(ph, names + " args", args_type) if ph == "X" else _phase(ph, names)
-        for ph, names in _PHASE_FIELDS.items())]],
-        float_hook=exact_time.float_text)
+def _fast_decoder(x_args: type | None, flows: bool) -> msgspec.json.Decoder:
+    """The fast path's decoder: the phases it knows (an event of any other phase sends its piece to the
+    field-by-field path), each decoding the fields of :data:`_PHASE_FIELDS`; ``X`` events' ``args`` also, into
+    ``x_args`` (``msgspec.Raw``: kept undecoded; a msgspec Struct: only its fields built, the rest of the object
+    skipped in the same pass as the event), none for None; the flow arrows' (``s``/``f``) fields only where
+    ``flows`` are kept (else they are counted, like instants)."""
+    def fields(ph: str, names: str) -> type:
+        if ph == "X" and x_args is not None:
+            return _phase(ph, names + " args", None if x_args is msgspec.Raw else x_args)
+        return _phase(ph, names if flows or ph not in "sf" else "")
+
+    return msgspec.json.Decoder(list[Union[tuple(fields(ph, names) for ph, names in _PHASE_FIELDS.items())]],  # noqa: UP007
+                                float_hook=exact_time.float_text)
 
 
 #: What a decoder raises on text that is not (UTF-8) JSON, or nested deeper than msgspec follows.
@@ -221,8 +217,9 @@ class _Builder:
         self.keep_flows = (keep_flows,) if isinstance(keep_flows, str) else tuple(keep_flows or ())
         self.relabel = relabel
         self.amend = amend
-        self.decoder = (_decode_fast_x_args_as(x_args) if x_args is not None
-                        else _DECODE_FAST_X_ARGS if relabel is not None or amend is not None else _DECODE_FAST)
+        self.decoder = _fast_decoder(x_args if x_args is not None else
+                                     msgspec.Raw if relabel is not None or amend is not None else None,
+                                     bool(self.keep_flows))
         self.lane_index: dict[tuple, int] = {}
         self.key_index: dict[tuple, int] = {}
         self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []

@@ -49,8 +49,6 @@ COLLECTIVE_TAG = " [collective args]"
 ANNOTATION_CAT = "gpu_user_annotation"
 #: The tid an annotation span gets: (this, the tid it was written with), named by the lane namer.
 _ANNOTATES = "annotates"
-#: Cats of the flow arrows from a kernel's launch to the kernel: "ac2g" since PyTorch 1.10, "async" in 1.8/1.9.
-FLOW_CATS = ("ac2g", "async")
 #: Largest rank a store holds (its rank column is int32).
 MAX_RANK = (1 << 31) - 1
 #: Timestamps above this (µs) are since the Unix epoch (2001-09-09), below it relative to baseTimeNanoseconds.
@@ -140,7 +138,6 @@ class DeviceArgs:
         self.groups: dict[int, int] = {}  # index of an event in the reader's order -> its process group's id
         self._count = 0  # events amended so far
         self.lanes: set[tuple] = set()  # (device, stream) of every device event placed from its args
-        self.moved: dict[tuple, tuple] = {}  # (pid, tid) as written -> (device, stream), where they differ
         self._seen: set[str] = set()  # cats as written
         self._host: set[str] = set()  # those of them that are host cats
         self._marks: set[str] = set()  # those of them that are ANNOTATION_CAT
@@ -157,19 +154,6 @@ class DeviceArgs:
         self.groups.update({index + rows_before: group for index, group in other.groups.items()})
         self._count += other._count
         self.lanes |= other.lanes
-        self.moved.update(other.moved)
-
-    def follow_flows(self, trace) -> None:
-        """Put the flow arrows that end on a lane as written on the lane its events were moved to, so that a
-        kernel's launch is found (PyTorch 1.9's ``f`` arrows are on tid ``"stream 7"``)."""
-        if not self.moved or not trace.flows:
-            return
-        index = {lane: i for i, lane in enumerate(trace.lanes)}
-        remap = np.arange(len(trace.lanes))
-        for old, new in self.moved.items():
-            if old in index and new in index:
-                remap[index[old]] = index[new]
-        trace.flows["lane"] = remap[trace.flows["lane"]]
 
     def __call__(self, events: list) -> None:
         for cat in {e.cat for e in events} - self._seen:
@@ -211,9 +195,7 @@ class DeviceArgs:
             if args is None:
                 return
         device, stream = args.device, args.stream
-        if _is_int(device) and (_is_int(stream) or isinstance(stream, str)):
-            if event.pid != device or event.tid != stream:  # PyTorch 1.9: tid "stream 7"
-                self.moved[(event.pid, event.tid)] = (device, stream)
+        if _is_int(device) and (_is_int(stream) or isinstance(stream, str)):  # (PyTorch 1.9 wrote tid "stream 7")
             event.pid, event.tid = device, stream
             self.lanes.add((device, stream))
         if args.collective is not msgspec.UNSET or args.group is not msgspec.UNSET:
@@ -306,14 +288,19 @@ def distributed_rank(info) -> tuple[int | None, str | None]:
     return None, f"distributedInfo.rank {info['rank']!r} is not a rank (an integer from 0 to {MAX_RANK})"
 
 
-def row_steps(trace, gpu_lane: np.ndarray) -> np.ndarray | None:
-    """The training step of every interval (-1: none): host events by the ``ProfilerStep#N`` span their
-    start falls in, GPU events by the time the host launched them (Kineto's ``ac2g`` flow arrows link each
-    kernel to its launch); None when the trace marks no steps."""
+def row_steps(trace, gpu_lane: np.ndarray, correlation: np.ndarray) -> np.ndarray | None:
+    """The training step of every interval (-1: none): host events by the host's ``ProfilerStep#N`` span their
+    start falls in (not by a stream's copy of the span, ``gpu_user_annotation``, which marks the device's time),
+    device events by the time the host launched them: the start of the earliest host event of the same
+    ``correlation`` id (the runtime call; -1: none), which is where Kineto's flow arrows from launch to kernel
+    begin (the arrows themselves are not read: every Kineto trace of the corpus gives the same launch by both
+    wherever it has arrows, and some have none, or none for a few of their kernels); None when the trace marks no
+    steps."""
     numbers = {k: int(m.group(1)) for k, (_cat, name) in enumerate(trace.keys) if (m := _STEP.match(name))}
     if not numbers:
         return None
-    is_step = np.isin(trace.key, list(numbers))
+    on_gpu = gpu_lane[trace.lane_key] if len(trace.lane_key) else np.zeros(0, dtype=bool)
+    is_step = np.isin(trace.key, list(numbers)) & ~on_gpu
     starts = trace.ts_us[is_step]
     order = np.argsort(starts, kind="stable")
     starts = starts[order]
@@ -326,55 +313,33 @@ def row_steps(trace, gpu_lane: np.ndarray) -> np.ndarray | None:
         inside = (idx >= 0) & (t < ends[safe]) & ~np.isnan(t)
         return np.where(inside, nums[safe], -1)
 
-    on_gpu = gpu_lane[trace.lane_key] if len(trace.lane_key) else np.zeros(0, dtype=bool)
     when = trace.ts_us.copy()
     if on_gpu.any():
         when[on_gpu] = np.nan
-        rows = np.flatnonzero(on_gpu)
-        if trace.flows:
-            found, launch = _launches(trace.flows, trace.lane_key[rows], trace.ts_us[rows])
-            when[rows[found]] = launch
+        rows = np.flatnonzero(on_gpu & (correlation >= 0))
+        found, launch = _launches(correlation, ~on_gpu & (correlation >= 0), trace.ts_us, rows)
+        when[rows[found]] = launch
     return step_at(when)
 
 
-def _launches(flows: dict[str, np.ndarray], lane: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Which of the device events at (``lane``, ``ts``) a flow arrow ends on, and the time (µs) its launch began:
-    an arrow's end (``f``) is linked to the first start (``s``) of the same id, and of the ends at one (lane, ts)
-    the first so linked counts."""
-    start = flows["start"]
-    launch_ids, launch_ts = flows["id"][start], flows["ts"][start]
-    end_ids, end_lane, end_ts = flows["id"][~start], flows["lane"][~start], flows["ts"][~start]
-    if launch_ids.dtype.kind in "iu" and end_ids.dtype.kind in "iu":
-        ids, first = np.unique(launch_ids, return_index=True)
-        at = np.clip(np.searchsorted(ids, end_ids), 0, max(len(ids) - 1, 0))
-        linked = (at < len(ids)) & (ids[at] == end_ids) if len(ids) else np.zeros(len(end_ids), bool)
-        launch_of_end = launch_ts[first[at]] if len(ids) else np.zeros(len(end_ids))
-    else:  # ids of mixed types: matched as Python values
-        first_of: dict = {}
-        for i, identity in enumerate(launch_ids.tolist()):
-            first_of.setdefault(identity, i)
-        index = np.array([first_of.get(identity, -1) for identity in end_ids.tolist()], dtype=np.int64)
-        linked = index >= 0
-        launch_of_end = launch_ts[np.maximum(index, 0)] if len(launch_ts) else np.zeros(len(index))
-    end_lane, end_ts, launch_of_end = end_lane[linked], end_ts[linked], launch_of_end[linked]
-    _, ts_code = np.unique(np.concatenate([end_ts, ts]), return_inverse=True)
-    ts_code = ts_code.reshape(-1)
-    width = int(ts_code.max()) + 1 if len(ts_code) else 1
-    end_key = end_lane.astype(np.int64) * width + ts_code[:len(end_ts)]
-    event_key = lane.astype(np.int64) * width + ts_code[len(end_ts):]
-    keys, first_end = np.unique(end_key, return_index=True)
-    if not len(keys):
-        return np.zeros(len(lane), bool), np.empty(0)
-    at = np.clip(np.searchsorted(keys, event_key), 0, len(keys) - 1)
-    found = keys[at] == event_key
-    return found, launch_of_end[first_end[at[found]]]
+def _launches(correlation: np.ndarray, host: np.ndarray, ts: np.ndarray, rows: np.ndarray,
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """Which of the device ``rows`` a ``host`` row shares its correlation id with, and the earliest start (µs) of
+    those host rows for each found."""
+    ids, starts = correlation[host], ts[host]
+    order = np.lexsort((starts, ids))
+    ids, starts = ids[order], starts[order]
+    distinct, first = np.unique(ids, return_index=True)
+    if not len(distinct):
+        return np.zeros(len(rows), bool), np.empty(0)
+    at = np.clip(np.searchsorted(distinct, correlation[rows]), 0, len(distinct) - 1)
+    found = distinct[at] == correlation[rows]
+    return found, starts[first[at[found]]]
 
 
 def read(path: Path, ctx: ImportContext):
     device_args = DeviceArgs()
-    trace = read_chrome(path, keep_flows=FLOW_CATS, amend=device_args, x_args=DeviceArgsFields,
-                        processes=ctx.processes)
-    device_args.follow_flows(trace)
+    trace = read_chrome(path, amend=device_args, x_args=DeviceArgsFields, processes=ctx.processes)
     info = trace.header.get("distributedInfo")
     default, wrong = distributed_rank(info)
     rank = rank_from_path(path, ctx.rank_from, ctx, default)
@@ -399,9 +364,10 @@ def read(path: Path, ctx: ImportContext):
         extra.update({"backend": backend if isinstance(backend, str) else None, "world_size": world_size})
     lane_name = _lane_namer(trace, device_args.lanes)
     gpu_lane = np.array([(lane_name(pid, tid) or "").startswith("gpu:") for pid, tid in trace.lanes], dtype=bool)
+    correlation = device_args.row_correlation(len(trace.ts_ns))
     yield chrome_part(trace, fmt="kineto", rank=rank, ctx=ctx, lane_name=lane_name, offset_ns=offset, clock=clock,
-                      info=extra, row_steps=row_steps(trace, gpu_lane), drop_reason="profiler bookkeeping spans",
-                      row_correlation=device_args.row_correlation(len(trace.ts_ns)),
+                      info=extra, row_steps=row_steps(trace, gpu_lane, correlation),
+                      drop_reason="profiler bookkeeping spans", row_correlation=correlation,
                       row_columns={"bytes": device_args.row_values(device_args.sizes, len(trace.ts_ns)),
                                    "comm": device_args.row_values(device_args.groups, len(trace.ts_ns))})
 
