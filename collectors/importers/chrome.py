@@ -60,7 +60,6 @@ _MALFORMED_AT = re.compile(r"\(byte (\d+)\)")
 _MAX_LISTED = 10  # damaged pieces described one by one; the rest are counted
 _KNOWN_PHASES = set("XBEbeniIsftCMNODPRcpv(),{}")  # every phase the format defines
 _LANE_AND_KEY = attrgetter("pid", "tid", "cat", "name")
-_LANE = attrgetter("pid", "tid")
 _TIMED = frozenset("BEbeC")  # phases whose ts the builder reads one event at a time
 _OUT_OF_RANGE = "times out of range (not finite, or beyond 2**53 µs)"
 #: (cat, name, args) of an event to the (cat, name) it is filed under.
@@ -97,9 +96,8 @@ _FIELD_TYPES = {name: (Event.__annotations__[name], default)
                 for name, default in zip(Event.__struct_fields__, Event.__struct_defaults__, strict=True)}
 _PHASE_FIELDS = {
     "X": "name cat pid tid ts dur", "B": "name cat pid tid ts args", "E": "name cat pid tid ts args",
-    "b": "name cat pid tid ts id", "e": "name cat pid tid ts id", "s": "cat pid tid ts id", "f": "cat pid tid ts id",
-    "C": "name pid ts args", "M": "name pid tid args",
-    **{ph: "" for ph in "tiInNODPR"},  # counted, nothing more
+    "b": "name cat pid tid ts id", "e": "name cat pid tid ts id", "C": "name pid ts args", "M": "name pid tid args",
+    **{ph: "" for ph in "sftiInNODPR"},  # counted, nothing more (flow arrows, instants, objects, samples, marks)
 }
 
 
@@ -115,16 +113,15 @@ def _phase(tag: str, names: str, args_type: type | None = None) -> type:
 
 
 @functools.cache
-def _fast_decoder(x_args: type | None, flows: bool) -> msgspec.json.Decoder:
+def _fast_decoder(x_args: type | None) -> msgspec.json.Decoder:
     """The fast path's decoder: the phases it knows (an event of any other phase sends its piece to the
     field-by-field path), each decoding the fields of :data:`_PHASE_FIELDS`; ``X`` events' ``args`` also, into
     ``x_args`` (``msgspec.Raw``: kept undecoded; a msgspec Struct: only its fields built, the rest of the object
-    skipped in the same pass as the event), none for None; the flow arrows' (``s``/``f``) fields only where
-    ``flows`` are kept (else they are counted, like instants)."""
+    skipped in the same pass as the event), none for None."""
     def fields(ph: str, names: str) -> type:
         if ph == "X" and x_args is not None:
             return _phase(ph, names + " args", None if x_args is msgspec.Raw else x_args)
-        return _phase(ph, names if flows or ph not in "sf" else "")
+        return _phase(ph, names)
 
     return msgspec.json.Decoder(list[Union[tuple(fields(ph, names) for ph, names in _PHASE_FIELDS.items())]],  # noqa: UP007
                                 float_hook=exact_time.float_text)
@@ -190,8 +187,6 @@ class ChromeTrace:
     process_args: dict[Any, dict] = field(default_factory=dict)
     thread_names: dict[tuple[Any, Any], str] = field(default_factory=dict)
     counters: list[tuple[Any, str, int, float]] = field(default_factory=list)
-    #: kept flow arrows, as arrays: "start" (bool: s, else f), "id", "lane" (lane index), "ts" (µs)
-    flows: dict[str, np.ndarray] = field(default_factory=dict)
     read: int = 0
     skipped: Counter = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
@@ -210,23 +205,19 @@ class ChromeTrace:
 class _Builder:
     """Folds decoded events into columns; B/E and b/e are paired at the end."""
 
-    def __init__(self, path: str, keep_flows: str | tuple[str, ...] = (), relabel: Relabel | None = None,
-                 amend: Amend | None = None, x_args: type | None = None):
+    def __init__(self, path: str, relabel: Relabel | None = None, amend: Amend | None = None,
+                 x_args: type | None = None):
         self.trace = ChromeTrace(path=path)
-        # the cats of flow arrows to keep (e.g. Kineto's "ac2g"), () for none
-        self.keep_flows = (keep_flows,) if isinstance(keep_flows, str) else tuple(keep_flows or ())
         self.relabel = relabel
         self.amend = amend
         self.decoder = _fast_decoder(x_args if x_args is not None else
-                                     msgspec.Raw if relabel is not None or amend is not None else None,
-                                     bool(self.keep_flows))
+                                     msgspec.Raw if relabel is not None or amend is not None else None)
         self.lane_index: dict[tuple, int] = {}
         self.key_index: dict[tuple, int] = {}
         self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self.begin_end: list[tuple] = []  # (lane, ts, seq, is_begin, key or None, args or None)
         self.async_be: list[tuple] = []
         self.seq = 0
-        self.flow_parts: list[dict[str, np.ndarray]] = []
         self.n_rows = 0
 
     def add(self, events: list[Event]) -> None:
@@ -269,30 +260,9 @@ class _Builder:
         key = np.array([keys.setdefault(q[2:], len(keys)) for q in distinct], dtype=np.int32)
         return lane[codes], key[codes]
 
-    def _lane_codes(self, events: list) -> np.ndarray:
-        """The lane codes of ``events`` (for events without a key)."""
-        distinct, codes = _distinct(events, _LANE)
-        lanes = self.lane_index
-        return np.array([lanes.setdefault(q, len(lanes)) for q in distinct], dtype=np.int32)[codes]
-
     def _others(self, events: list[Event]) -> None:
         t = self.trace
         phases = Counter([e.ph for e in events])
-        if self.keep_flows and (phases["s"] or phases["f"]):
-            wanted = self.keep_flows
-            flows = [e for e in events if (e.ph == "s" or e.ph == "f") and e.cat in wanted and e.ts is not None]
-            ts_ns, status = us_to_ns([e.ts for e in flows])
-            in_range = status == OK  # else not a time: the arrow is dropped
-            if not in_range.all():
-                flows = [e for e, ok in zip(flows, in_range, strict=True) if ok]
-                ts_ns = ts_ns[in_range]
-            ts = ts_ns / 1000.0
-            if flows:
-                ids = np.array([e.id for e in flows])
-                self.flow_parts.append({
-                    "start": np.array([e.ph == "s" for e in flows], dtype=bool),
-                    "id": ids if ids.dtype.kind in "iu" else ids.astype(object),
-                    "lane": self._lane_codes(flows), "ts": ts})
         for ph in ("s", "t", "f"):
             if phases[ph]:
                 t.skipped["flow arrows (s/t/f)"] += phases.pop(ph)
@@ -361,7 +331,7 @@ class _Builder:
         """What this builder holds before :meth:`finish`, for :meth:`absorb` (picklable: it crosses processes)."""
         return {"lanes": list(self.lane_index), "keys": list(self.key_index), "parts": self.parts,
                 "n_rows": self.n_rows, "begin_end": self.begin_end, "async_be": self.async_be, "seq": self.seq,
-                "flow_parts": self.flow_parts, "trace": self.trace, "amend": self.amend}
+                "trace": self.trace, "amend": self.amend}
 
     def absorb(self, state: dict) -> None:
         """Add what another builder read from the text right after this one's (its :meth:`state`), as if this
@@ -378,7 +348,6 @@ class _Builder:
                                args) for lane, ts, n, begins, key, name, args in state["begin_end"])
         self.async_be.extend((*event[:6], event[6] + seq, event[7]) for event in state["async_be"])
         self.seq += state["seq"]
-        self.flow_parts.extend({**flows, "lane": lanes[flows["lane"]]} for flows in state["flow_parts"])
         t, other = self.trace, state["trace"]
         t.read += other.read
         t.skipped.update(other.skipped)
@@ -410,8 +379,6 @@ class _Builder:
             t.key = np.concatenate([p[1] for p in parts])
             t.ts_ns = np.concatenate([p[2] for p in parts])
             t.dur_ns = np.concatenate([p[3] for p in parts])
-        if self.flow_parts:
-            t.flows = {k: np.concatenate([f[k] for f in self.flow_parts]) for k in self.flow_parts[0]}
         t.lanes = list(self.lane_index)
         t.keys = list(self.key_index)
         self._cut_names()
@@ -1008,13 +975,11 @@ class _Reader:
                                        f"the last {len(rest)} bytes were skipped")
 
 
-def read_chrome(path, *, keep_flows: str | tuple[str, ...] = (), relabel: Relabel | None = None,
+def read_chrome(path, *, relabel: Relabel | None = None,
                 amend: Amend | None = None, x_args: type | None = None,
                 source: ByteSource | None = None, processes: int = 1) -> ChromeTrace:
     """Read one Chrome trace file (plain or gzip) into a :class:`ChromeTrace`.
 
-    ``keep_flows`` keeps the ``s``/``f`` flow arrows of that cat or those cats (as (ph, id, lane, ts) in
-    ``flows``).
     ``relabel(cat, name, args)`` gives each ``X`` event that has ``args`` its (cat, name), for dialects that say
     in ``args`` what an event is (slower: those ``args`` are decoded). ``amend(events)`` may change ``X`` events'
     cat, name, pid and tid in place, reading their ``args`` only where it needs them (Kineto: the device and
@@ -1029,11 +994,11 @@ def read_chrome(path, *, keep_flows: str | tuple[str, ...] = (), relabel: Relabe
         from ddltrace.collectors.importers.chrome_split import read_split
 
         def make() -> _Builder:
-            return _Builder(str(path), keep_flows, relabel, None if amend is None else amend.fresh(), x_args)
+            return _Builder(str(path), relabel, None if amend is None else amend.fresh(), x_args)
 
-        trace = read_split(path, _Builder(str(path), keep_flows, relabel, amend, x_args), make, processes)
+        trace = read_split(path, _Builder(str(path), relabel, amend, x_args), make, processes)
     if trace is None:
-        trace = _Reader(source or ByteSource(path), _Builder(str(path), keep_flows, relabel, amend, x_args)).run()
+        trace = _Reader(source or ByteSource(path), _Builder(str(path), relabel, amend, x_args)).run()
     if trace.read == 0 and trace.problems:
         raise DdltraceError(f"nothing valid could be read: {trace.problems[0]}")
     return trace
