@@ -293,9 +293,9 @@ def row_steps(trace, gpu_lane: np.ndarray, correlation: np.ndarray) -> np.ndarra
     start falls in (not by a stream's copy of the span, ``gpu_user_annotation``, which marks the device's time),
     device events by the time the host launched them: the start of the earliest host event of the same
     ``correlation`` id (the runtime call; -1: none), which is where Kineto's flow arrows from launch to kernel
-    begin (the arrows themselves are not read: every Kineto trace of the corpus gives the same launch by both
-    wherever it has arrows, and some have none, or none for a few of their kernels); None when the trace marks no
-    steps."""
+    begin (the arrows themselves are not read: on every Kineto trace of the corpus with both, each row gets the
+    step it got by the arrows, and some traces have no arrows, or none for a few of their kernels; docs/IMPORTERS.md,
+    "Kineto steps"); None when the trace marks no steps."""
     numbers = {k: int(m.group(1)) for k, (_cat, name) in enumerate(trace.keys) if (m := _STEP.match(name))}
     if not numbers:
         return None
