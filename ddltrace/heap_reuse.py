@@ -8,7 +8,9 @@ the inflated text, each decoded piece's columns, the joined table, the Arrow col
 in the heap up to :data:`MMAP_THRESHOLD` and the heap not trimmed below :data:`TRIM_THRESHOLD`, a block freed is used
 again: 23,000 faults (the median of 30 runs each way, interleaved; benchmarks/import_speed.py prints the count),
 0.03 s less CPU time. The memory stays the process's until it exits; the import's peak is unchanged (the blocks are
-reused, not added). Readers forked afterwards inherit the setting.
+reused, not added). Readers forked afterwards inherit the setting. ``ddltrace analyze`` and ``report`` set it too:
+``analyze`` of that trace's store faulted 38,400 times before, 26,800 after, 0.08 s less system time (median of 12
+fresh processes each way, interleaved: wall 0.907 -> 0.818 s).
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -33,3 +34,20 @@ def test_kept_blocks_are_reused_instead_of_faulting_in_new_pages():
     touched = sum(range(1, 17)) << 20 >> 12  # pages of the 16 blocks: each a fresh mapping by default
     assert default > touched // 2
     assert int(kept) < default // 4  # only the heap's growth to the largest block faults
+
+
+@pytest.mark.parametrize("verb", ["import", "analyze"])
+def test_the_commands_that_read_traces_keep_freed_memory(tmp_path, monkeypatch, capsys, verb):
+    """``import`` and ``analyze`` set it before they read (``report`` does as ``analyze`` does); recorded here
+    instead of set, so that this test process keeps glibc's defaults."""
+    from ddltrace import heap_reuse
+    from ddltrace.cli import main
+
+    calls = []
+    monkeypatch.setattr(heap_reuse, "keep_freed_memory", lambda: calls.append(verb) or True)
+    store = Path(__file__).resolve().parent.parent / "sample_traces" / "ps-sgd" / "seq-w2" / "store"
+    trace = Path(__file__).resolve().parent / "data" / "torch_gloo"
+    argv = (["analyze", str(store), "--quiet"] if verb == "analyze"
+            else ["import", str(trace), "--out", str(tmp_path / "store")])
+    assert main(argv) == 0
+    assert calls == [verb]

@@ -178,6 +178,9 @@ def run(args) -> int:
 
     from ddltrace.analyses.run_analysis import not_made
     from ddltrace.analyses.scaling import scaling_table
+    from ddltrace.heap_reuse import keep_freed_memory
+
+    keep_freed_memory()  # a third fewer page faults in the analyses' frames (the module says why)
 
     thresholds = Thresholds()
     if args.config:
