@@ -174,12 +174,14 @@ def _analyze(store, listed: int, quiet: bool, verb: str, mapper):
 
 
 def run(args) -> int:
-    import pandas as pd
+    from ddltrace import quiet_gc
 
-    from ddltrace.analyses.run_analysis import not_made
-    from ddltrace.analyses.scaling import scaling_table
-    from ddltrace.heap_reuse import keep_freed_memory
+    with quiet_gc.loading():  # (the module says why)
+        import pandas as pd
 
+        from ddltrace.analyses.run_analysis import not_made
+        from ddltrace.analyses.scaling import scaling_table
+        from ddltrace.heap_reuse import keep_freed_memory
     keep_freed_memory()  # a third fewer page faults in the analyses' frames (the module says why)
 
     thresholds = Thresholds()

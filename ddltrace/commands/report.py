@@ -24,8 +24,11 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from ddltrace.heap_reuse import keep_freed_memory
-    from ddltrace.report import build_report  # matplotlib loads only when a report is drawn
+    from ddltrace import quiet_gc
+
+    with quiet_gc.loading():  # (the module says why)
+        from ddltrace.heap_reuse import keep_freed_memory
+        from ddltrace.report import build_report  # matplotlib loads only when a report is drawn
 
     keep_freed_memory()  # fewer page faults in the analyses' frames and the figures (the module says why)
 
