@@ -10,8 +10,9 @@ tool runs in a fresh process (module imports included; HTA in its own venv ``.ve
 * HTA: ``TraceAnalysis(trace_dir)``, ``get_temporal_breakdown``, ``get_comm_comp_overlap`` and
   ``get_gpu_kernel_breakdown``;
 * ddltrace: ``ddltrace import`` of the folder into a store, then ``analyze_store`` (every analysis of
-  ``ddltrace analyze``, the GPU ones included); the figures printed are the ones it made. The process exits as
-  the ``ddltrace`` command does (:func:`ddltrace.cli.end`).
+  ``ddltrace analyze``, the GPU ones included); the figures printed are the ones it made. The modules load with
+  the garbage collector held off, and the process exits, as the ``ddltrace`` command does
+  (:mod:`ddltrace.quiet_gc`, :func:`ddltrace.cli.end`).
 
 ddltrace's modules are compiled to their bytecode cache before any timing (an editable install has none, and
 with ``PYTHONDONTWRITEBYTECODE`` set each process would compile them again; pip compiled HTA's when it installed
@@ -124,8 +125,10 @@ print(json.dumps(rows))
 
 _DDLTRACE_CHILD = _LAP + r"""
 import json, sys
-from ddltrace.cli import main
-from ddltrace.analyses.run_analysis import analyze_store
+from ddltrace import quiet_gc
+with quiet_gc.loading():  # as `ddltrace analyze` loads them
+    from ddltrace.cli import main
+    from ddltrace.analyses.run_analysis import analyze_store
 import contextlib, io
 lap("imports")
 with contextlib.redirect_stdout(io.StringIO()):
