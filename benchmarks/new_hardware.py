@@ -68,6 +68,7 @@ from pathlib import Path
 
 from ddltrace.analyses.fit_hashemi import measurements_from_store
 from ddltrace.errors import DdltraceError
+from ddltrace.store import atomic_output
 
 PYTHON = sys.executable
 DDLTRACE = str(Path(sys.executable).with_name("ddltrace"))
@@ -614,7 +615,7 @@ def simulated(args) -> list[dict]:
                 if b_name == "disk":
                     print_init(result)
                 results.append(result)
-                (out / "results.json").write_text(json.dumps(results, indent=1))
+                _write_results(out, results)
     return results
 
 
@@ -703,8 +704,14 @@ def two_machines(args) -> list[dict]:
     print_comparison(f"B = {' '.join(args.profile_b)}", result)
     if result.get("init"):
         print_init(result)
-    (out / "results.json").write_text(json.dumps([result], indent=1))
+    _write_results(out, [result])
     return [result]
+
+
+def _write_results(out: Path, results: list) -> None:
+    """``OUT/results.json``, replaced whole (a kill mid-write leaves the previous one, with every earlier result)."""
+    with atomic_output(out / "results.json") as fh:
+        fh.write(json.dumps(results, indent=1).encode())
 
 
 def main(argv: list[str] | None = None) -> int:

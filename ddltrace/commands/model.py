@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ddltrace.errors import DdltraceError
@@ -184,8 +183,11 @@ def run_fit(args) -> int:
         model["notes"].append("n_w is unknown (give --dnn or --n-w): the memory and network terms are zero")
         fit.notes_.append(model["notes"][-1])
     if args.out:
-        try:
-            Path(args.out).write_text(json.dumps(model, indent=2, allow_nan=False) + "\n")
+        from ddltrace.store import atomic_output
+
+        try:  # (a kill or a full disk leaves the old file, never a cut one)
+            with atomic_output(args.out) as out:
+                out.write((json.dumps(model, indent=2, allow_nan=False) + "\n").encode())
         except OSError as exc:
             raise DdltraceError(f"{args.out}: cannot write the model ({exc.strerror})") from None
     if args.json:
@@ -413,6 +415,8 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
 
 
 def _describe_transfer(table: pd.DataFrame) -> list[str]:
+    from ddltrace.models import quota_loop
+
     info = table.attrs["transfer"]
     f = info["factors"]
     pct = int(round(100 * info["confidence"]))
@@ -439,8 +443,8 @@ def _describe_transfer(table: pd.DataFrame) -> list[str]:
     played = [row for row in table.to_dict("records") if _finite(row.get("quota_loop_s"))]
     if played:
         lines.append("  where B's quota holds every rank (w = " + ", ".join(str(r["w"]) for r in played) + "), the "
-                     "closed loop is played out over the quota's periods for 12 random starts of the ranks' periods "
-                     "(on B: their mean; the interval also spans them): " + "; ".join(
+                     f"closed loop is played out over the quota's periods for {quota_loop.STARTS} random starts "
+                     "of the ranks' periods (on B: their mean; the interval also spans them): " + "; ".join(
                          f"w={r['w']}: {_seconds(r['quota_loop_s'])} [{_seconds(r['quota_loop_low_s'])}, "
                          f"{_seconds(r['quota_loop_high_s'])}], mean value analysis {_seconds(r['mean_value_s'])}"
                          for r in played))

@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 
+#: Random starts of the ranks' periods the loop is played out for, by default.
+STARTS = 12
+
 
 def cycle(w: int, compute: float, message: float, server_cpu: float, server_sleep: float, quota: float,
           period: float, starts: np.ndarray, batches: int = 24) -> float:
@@ -93,7 +96,7 @@ def cycle(w: int, compute: float, message: float, server_cpu: float, server_slee
 
 
 def cycles(w: int, compute: float, message: float, server_cpu: float, server_sleep: float, quota: float,
-           period: float, draws: int = 12, seed: int = 0) -> np.ndarray:
+           period: float, draws: int = STARTS, seed: int = 0) -> np.ndarray:
     """Seconds per batch of a worker for ``draws`` random starts of the ranks' periods (uniform in a period)."""
     rng = np.random.default_rng(seed)
     return np.array([cycle(w, compute, message, server_cpu, server_sleep, quota, period,

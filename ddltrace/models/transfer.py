@@ -329,7 +329,7 @@ def off_core_period(b: Mapping, shares: Mapping, t_slice: float) -> tuple[float,
 
 
 def quota_loop(k_b: Constants, wl: Workload, b: Mapping, runs: Sequence[Mapping], shares: Mapping,
-               split: Mapping, w: int, wait_s: float = 0.0, draws: int = 12) -> dict | None:
+               split: Mapping, w: int, wait_s: float = 0.0) -> dict | None:
     """The closed loop on B played out under B's CFS quota (:mod:`ddltrace.models.quota_loop`), where the quota is
     what holds every rank at ``w`` (their share on B is the quota's, and their quotas add up to no more than B's
     cores); None elsewhere (no quota, contended cores, or a model that is not the closed loop). For models fitted
@@ -341,8 +341,8 @@ def quota_loop(k_b: Constants, wl: Workload, b: Mapping, runs: Sequence[Mapping]
     ``(b c_p + c_b - wait_s + memory) share_B``, a message's time on B's link while both ranks run (the profile's
     ``(r_net s n_w + lat_net) share_B``: calibrate's probe ran under B's quota, throttled like any rank, and the
     loop throttles the transfers itself), and the server's update split as on A (:func:`server_split`): its sleep
-    kept, the rest CPU ``(c_u - sleep) share_B``. Returns the phase (all
-    epochs, seconds) for each of ``draws`` random starts of the ranks' quota periods, their mean and range."""
+    kept, the rest CPU ``(c_u - sleep) share_B``. Returns the phase (all epochs, seconds) for each of
+    :data:`~ddltrace.models.quota_loop.STARTS` random starts of the ranks' quota periods, their mean and range."""
     from ddltrace.models import quota_loop
 
     allowance = b.get("allowance") or {}
@@ -356,10 +356,10 @@ def quota_loop(k_b: Constants, wl: Workload, b: Mapping, runs: Sequence[Mapping]
     compute = (wl.b * k_b.c_p + max(0.0, k_b.c_b - wait_s) + hashemi.t_mem(wl.b, wl, k_b)) * share
     message = (k_b.r_net * wl.s * wl.n_w + k_b.lat_net) * share
     sleep = min(k_b.c_u, split["server_s"] * (1.0 - split["cpu_fraction"]))
-    cycles = quota_loop.cycles(int(w), compute, message, (k_b.c_u - sleep) * share, sleep, quota, period, draws)
+    cycles = quota_loop.cycles(int(w), compute, message, (k_b.c_u - sleep) * share, sleep, quota, period)
     phases = wl.epochs * wl.d / (wl.b * w) * cycles
     return {"phase_s": float(phases.mean()), "low_s": float(phases.min()), "high_s": float(phases.max()),
-            "compute_cpu_s": compute, "message_s": message, "server_sleep_s": sleep, "draws": draws,
+            "compute_cpu_s": compute, "message_s": message, "server_sleep_s": sleep, "draws": quota_loop.STARTS,
             "quota": quota, "period_s": period}
 
 
