@@ -50,12 +50,13 @@ class GroupOwner(Scoped):
         return [str(self.wrapper), *argv]
 
     def close(self) -> None:
-        """Kill what is left in the group, remove it and the wrapper (safe to call twice)."""
-        atexit.unregister(self.close)
+        """Kill what is left in the group, remove it and the wrapper (safe to call twice; the exit hook stays until
+        everything is removed, so a Ctrl-C during the removal still leaves it to the exit)."""
         remove_group(self.root)
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
+        atexit.unregister(self.close)
 
 
 def remove_group(root: Path) -> None:

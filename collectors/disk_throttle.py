@@ -74,7 +74,7 @@ class DiskThrottle(cgroup_v1.GroupOwner):
         if why:
             raise DdltraceError(why)
         self.device = device_of(path)
-        self.path, self.read_bps, self.write_bps = Path(path), int(read_bps), write_bps and int(write_bps)
+        self.read_bps, self.write_bps = read_bps, write_bps
         super().__init__(BLKIO_ROOT, _PREFIX)
 
     def _make(self) -> None:

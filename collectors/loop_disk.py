@@ -77,10 +77,11 @@ class LoopDisk(Scoped):
         _run(["mount", self.device, str(self.mount)], "mounting it")
 
     def close(self) -> None:
-        """Unmount, detach, remove the file and the mount point (safe to call twice)."""
-        atexit.unregister(self.close)
+        """Unmount, detach, remove the file and the mount point (safe to call twice; the exit hook stays until
+        everything is removed, so a Ctrl-C during the removal still leaves it to the exit)."""
         _remove(self.image, self.device, self.mount)
         self.device = self.mount = None
+        atexit.unregister(self.close)
 
 
 def _remove(image: Path, device: str | None, mount: Path | None) -> None:

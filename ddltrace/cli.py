@@ -29,6 +29,8 @@ from ddltrace.errors import DamagedStoreWarning, DdltraceError, one_line
 from ddltrace.interrupts import Terminated
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
+#: The exit code when the standard output could not be written at the end (Python's own for this case).
+EXIT_FLUSH_FAILED = 120
 #: Verbs whose module has another name (``import`` is a Python keyword); every other verb's module is its name.
 _MODULE_OF_VERB = {"import": "import_trace"}
 
@@ -123,8 +125,14 @@ def end(code: int) -> NoReturn:
         sys.exit(code)
     atexit._run_exitfuncs()  # what Python's own exit runs first; the rest of its teardown frees memory
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
+        try:
             stream.flush()
+        except (BrokenPipeError, ValueError):  # the reader went away (| head), or the stream was closed
+            pass
+        except OSError as exc:  # a full disk or an I/O error: the output is cut, which the exit code must say
+            with contextlib.suppress(OSError):
+                os.write(2, f"ddltrace: the output could not be written ({exc.strerror})\n".encode())
+            os._exit(EXIT_FLUSH_FAILED)
     os._exit(code)
 
 

@@ -8,6 +8,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from ddltrace.cli import build_parser
 
 HEAVY = ("pandas", "pyarrow", "scipy", "matplotlib", "numpy")
@@ -138,9 +140,30 @@ def test_the_command_exits_after_its_exit_handlers_ran_and_its_output_was_flushe
 
 
 def test_the_command_waits_for_a_thread_still_running(tmp_path):
-    """A thread still running when the verb returns is waited for (Python's own exit), not cut off."""
+    """A thread still running when the verb returns is waited for (Python's own exit), not cut off (it sleeps 1.5
+    s: the verb returns in about 0.3 s)."""
     done = _command(tmp_path, "import threading, time\n"
-                    "threading.Thread(target=lambda: (time.sleep(0.3), open('thread-done', 'w').write('yes'))).start()",
+                    "threading.Thread(target=lambda: (time.sleep(1.5), open('thread-done', 'w').write('yes'))).start()",
                     "info", "no-such-store")  # (a verb that returns: --version exits inside argparse)
     assert done.returncode == 2 and done.stderr.startswith("ddltrace: error:")
     assert (tmp_path / "thread-done").read_text() == "yes"
+
+
+def test_output_that_cannot_be_written_is_an_error_not_a_silent_success(tmp_path):
+    """stdout on a full disk (/dev/full): the final flush fails, and the command says so and exits 120 (Python's
+    own code for it), never 0 with the output cut."""
+    import os
+
+    from shared_data import REPO
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    code = ("import sys\nfrom ddltrace.cli import command\n"
+            f"sys.argv = ['ddltrace', 'info', {str(REPO / 'sample_traces' / 'ps-sgd' / 'seq-w2' / 'store')!r}]\n"
+            "command()")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # (block-buffered: written at the end)
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-c", code], stdout=full, stderr=subprocess.PIPE, text=True,
+                              timeout=120, cwd=tmp_path, env=env)
+    assert done.returncode == 120, done.stderr
+    assert "the output could not be written" in done.stderr

@@ -44,7 +44,6 @@ needs_loop = pytest.mark.skipif(loop_disk.missing() is not None, reason=str(loop
 #: Reads the file with the job's reader, cold then warm, in the process the wrapper put in the cgroup.
 READ = """
 import json, sys, time
-from ddltrace.analyses.fit_hashemi import measurements_from_store
 from ddltrace.collectors.workloads import dataset
 out = {}
 for name, cold in (("cold", True), ("warm", False)):
@@ -220,7 +219,7 @@ def test_the_disk_bs_initialisation_is_predicted_from_as_runs_and_both_disks_r_d
     """benchmarks/new_hardware.py's disk B, small: A's runs at w = 1, 2 and B's at w = 2 (4,096 samples, a data disk
     read at 512 KiB/s on B), calibrate's disk section on both, the fit of A's initialisations, B's predicted."""
     nh = _new_hardware()
-    a, runs_a = nh.MachineA(), {}
+    a = nh.MachineA()
     with nh.DiskB(tmp_path, 512 * 1024) as b:
         data = b.data_file(4096)
         size = data.stat().st_size
