@@ -58,9 +58,8 @@ def _pandas_metadata(columns, category_type) -> bytes:
 @functools.cache
 def _arrow() -> types.SimpleNamespace:
     """The schema's Arrow objects, made at their first use (pyarrow may be deferred until the readers of a large
-    file are forked: :mod:`ddltrace.deferred_import`): ``category_type``, ``timeline`` and ``counters`` (the
-    schemas, read as :data:`TIMELINE_SCHEMA` and :data:`COUNTERS_SCHEMA`), ``category_values`` (the categories'
-    dictionary)."""
+    file are forked: :mod:`ddltrace.deferred_import`): ``timeline`` and ``counters`` (the schemas, read as
+    :data:`TIMELINE_SCHEMA` and :data:`COUNTERS_SCHEMA`), ``category_values`` (the categories' dictionary)."""
     category_type = pa.dictionary(pa.int8(), pa.string())
     timeline = (  # (name, Arrow type, pandas dtype name as pyarrow records it)
         ("rank", pa.int32(), "int32"), ("lane", pa.large_string(), "str"), ("name", pa.large_string(), "str"),
@@ -72,7 +71,6 @@ def _arrow() -> types.SimpleNamespace:
     counters = (("rank", pa.int32(), "int32"), ("name", pa.large_string(), "str"), ("t_ns", pa.int64(), "int64"),
                 ("value", pa.float64(), "float64"))
     return types.SimpleNamespace(
-        category_type=category_type,
         timeline=pa.schema([(name, arrow_type) for name, arrow_type, _ in timeline],
                            metadata={b"pandas": _pandas_metadata(timeline, category_type)}),
         counters=pa.schema([(name, arrow_type) for name, arrow_type, _ in counters],

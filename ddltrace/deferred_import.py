@@ -3,7 +3,8 @@
 ``ddltrace import`` defers pyarrow (with pyarrow.parquet, 45 ms of its start here): a large trace file is read by
 processes forked from the command (:mod:`ddltrace.collectors.importers.chrome_split`), and a reader decodes JSON
 into NumPy columns without pyarrow. With pyarrow deferred, the readers are forked before it is loaded, and the
-command loads it while they read (:func:`load`, from the reading's ``while_readers_start`` hook) instead of before.
+command loads it while they read (importing pyarrow.parquet, which reads the stand-in's ``__path__``, from the
+reading's ``while_readers_start`` hook) instead of before.
 
 :func:`defer` puts a stand-in module in ``sys.modules``: ``import pyarrow as pa`` binds it without loading
 anything, and the first attribute read from it (``pa.Table``, or an ``import pyarrow.parquet``, which reads the

@@ -864,7 +864,11 @@ def _swap_into_place(staging: Path, path: Path) -> None:
     old = path.with_name(f".{path.name}.old")
     shutil.rmtree(old, ignore_errors=True)
     os.replace(path, old)
-    os.replace(staging, path)
+    try:
+        os.replace(staging, path)
+    except BaseException:  # (a Ctrl-C or an error between the two renames: the old store goes back in its place)
+        os.replace(old, path)
+        raise
     if old.is_dir() and not old.is_symlink():
         shutil.rmtree(old, ignore_errors=True)
     else:
