@@ -149,13 +149,13 @@ def off_core_wait(share: float, period: float) -> float:
     return (1.0 - share) ** 2 * period / 2.0
 
 
-def at_share(k: Constants, share: float, messages: float = 0.0, period: float | None = None) -> Constants:
+def at_share(k: Constants, share: float, messages: float = 0.0) -> Constants:
     """The wall-time constants of a rank with ``share`` (0-1] of a core, from constants whose c_p and c_b are CPU
     seconds of a whole core: its work per sample and per batch takes ``1 / share`` as long, and each of the
     ``messages`` it takes part in per batch waits :func:`off_core_wait` for a receiver off its core, with the
-    rounds of ``period`` seconds (default ``k.t_slice``), added to c_b."""
+    rounds of ``k.t_slice`` seconds, added to c_b."""
     share = min(1.0, share) if share > 0 else 1.0
-    wait = messages * off_core_wait(share, k.t_slice if period is None else period)
+    wait = messages * off_core_wait(share, k.t_slice)
     return replace(k, c_p=k.c_p / share, c_b=k.c_b / share + wait, t_slice=0.0)
 
 

@@ -280,7 +280,7 @@ def quota_wait(record: Mapping, wanted: float) -> float:
     quota, period = allowance.get("quota_cores"), allowance.get("quota_period_s")
     if not quota or not period or wanted <= quota:
         return 0.0
-    return (1.0 - quota / wanted) ** 2 * period / 2.0
+    return hashemi.off_core_wait(quota / wanted, period)
 
 
 def _median(runs: Sequence[Mapping], key: str, w: float | None = None) -> float | None:
