@@ -35,13 +35,11 @@ def make_dataset(path: str | Path, samples: int, seed: int) -> Path:
     x = rng.normal(size=(samples, 2))
     label = (x[:, 0] - 0.5 * x[:, 1] + 0.3 * rng.normal(size=samples) > 0).astype(int)
     lines = [f"{a:.6f}\t{b:.6f}\t{c}\n" for a, b, c in zip(x[:, 0], x[:, 1], label, strict=True)]
+    from ddltrace.store import atomic_output  # (here: a rank that only reads the file loads no pyarrow)
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        f.write("".join(lines))
-        f.flush()
-        os.fsync(f.fileno())  # on the disk before it is renamed, and no dirty pages left for a cold reader's flush
-    os.replace(tmp, path)
+    with atomic_output(path) as f:  # synced before the rename: no dirty pages left for a cold reader's flush
+        f.write("".join(lines).encode())
     return path
 
 
