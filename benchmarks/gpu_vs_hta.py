@@ -329,6 +329,7 @@ def main() -> None:
     parser.add_argument("--hta-python", type=Path, default=DEFAULT_HTA_PYTHON)
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
+    args.hta_python = args.hta_python.absolute()  # the children run elsewhere; absolute() keeps the venv's link
     if not args.hta_python.exists():
         raise SystemExit(f"HTA not found at {args.hta_python}: make it with python3 -m venv .venvs/hta && "
                          ".venvs/hta/bin/pip install HolisticTraceAnalysis 'pandas<3'")
