@@ -2,10 +2,11 @@
 reads it, and what the store holds for them (its device capabilities, :mod:`ddltrace.analyses.requirements`).
 
 Each question has its module: :mod:`~ddltrace.analyses.gpu_temporal` (idle / compute / non-compute per device
-and stream), :mod:`~ddltrace.analyses.gpu_kernels` (time by class and by kernel, and across ranks),
-:mod:`~ddltrace.analyses.gpu_overlap` (communication-computation overlap), :mod:`~ddltrace.analyses.gpu_launch`
-(CUDA launch statistics), :mod:`~ddltrace.analyses.gpu_queue` (queue length per stream),
-:mod:`~ddltrace.analyses.gpu_idle` (idle time waiting for the host),
+and stream), :mod:`~ddltrace.analyses.gpu_launched` (the same and the overlap over the work launched in the
+trace, HTA's set, where it is not all the work), :mod:`~ddltrace.analyses.gpu_kernels` (time by class and by
+kernel, and across ranks), :mod:`~ddltrace.analyses.gpu_overlap` (communication-computation overlap),
+:mod:`~ddltrace.analyses.gpu_launch` (CUDA launch statistics), :mod:`~ddltrace.analyses.gpu_queue` (queue length
+per stream), :mod:`~ddltrace.analyses.gpu_idle` (idle time waiting for the host),
 :mod:`~ddltrace.analyses.gpu_collectives` (collective instances across ranks) and
 :mod:`~ddltrace.analyses.gpu_memcpy` (memory copies). Launches and queues need the correlation ids between a CPU
 launch and its kernel (the timeline's ``correlation`` column, from Kineto): where no rank has them they are listed
@@ -27,6 +28,7 @@ from ddltrace.analyses import (
     gpu_idle,
     gpu_kernels,
     gpu_launch,
+    gpu_launched,
     gpu_memcpy,
     gpu_overlap,
     gpu_queue,
@@ -60,6 +62,8 @@ class GpuAnalysis:
     #: (rank, its copy-bandwidth series) of the rank with the highest peak, for the report's figure
     copy_series: tuple[int, pd.DataFrame] | None = None
     idle: list = field(default_factory=list)
+    #: per rank, the breakdown and overlap of the work launched in the trace (:mod:`~ddltrace.analyses.gpu_launched`)
+    launched: list = field(default_factory=list)
 
     def add_rank(self, rank: int, timeline: pd.DataFrame) -> None:
         """Measure one rank's device work (nothing when it has none)."""
@@ -76,6 +80,7 @@ class GpuAnalysis:
         self.classes.append(gpu_kernels.by_class(rank, work))
         self.kernels.append(gpu_kernels.top_kernels(rank, work))
         self.overlap.append(gpu_overlap.comm_comp_overlap(rank, work))
+        self.launched.append(gpu_launched.launched_breakdown(rank, timeline, work))
         self.kernel_sums.append(work.groupby(["category", "name"])["dur_ns"].sum().rename(rank))
         self.collective_kernels.append(gpu_collectives.rank_collectives(rank, work, timeline))
         copies = gpu_memcpy.rank_copies(rank, work)
@@ -131,6 +136,11 @@ class GpuAnalysis:
 
     def overlap_table(self) -> pd.DataFrame:
         return self._frame(self.overlap, gpu_overlap.COLUMNS)
+
+    def launched_table(self) -> pd.DataFrame:
+        """Temporal breakdown and overlap per device over the work launched in the trace (HTA's set), on the
+        devices where some work has no launch (:mod:`~ddltrace.analyses.gpu_launched`); empty where none."""
+        return self._frame(self.launched, gpu_launched.COLUMNS)
 
     def launch_table(self) -> pd.DataFrame:
         """CUDA launch statistics, one row per rank with correlated launches (:mod:`~ddltrace.analyses.gpu_launch`)."""

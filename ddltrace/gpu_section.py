@@ -15,6 +15,11 @@ TOP_SHOWN = 5
 TEMPORAL = ("Temporal breakdown per device (HTA's definition; window: the device's first work to its last; idle: "
             "no kernel, copy or collective on any stream; compute: compute kernels run; non-compute: only "
             "communication or memory kernels run)")
+LAUNCHED = ("Temporal breakdown and overlap over the device work launched in the trace (HTA's set: HTA keeps "
+            "only the kernels, copies and fills whose correlation id is on a host event started by the end of the "
+            "last ProfilerStep), on the devices where some work has no launch in the trace (launched before it "
+            "began or by a thread not recorded); window: the first launched work's start to the last's end; "
+            "without launch: events and their summed durations, of the device's)")
 STREAMS = "Per stream (each stream's own work, against its device's window)"
 CLASSES = ("Kernel time by class (sum of kernel durations, concurrent kernels each counted; share of the device's "
            "summed kernel time)")
@@ -126,6 +131,19 @@ def _temporal(table: pd.DataFrame, with_stream: bool) -> pd.DataFrame:
                                        "compute", "non-compute"])
 
 
+def _launched(table: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for t in table.to_dict("records"):
+        shares = ["-"] * 4 if t["window_ns"] != t["window_ns"] else [
+            f"{format_percent(t[f'share_{k}'])} ({format_ns(t[f'{k}_ns'])})" for k in ("idle", "compute", "non_compute")
+        ] + ["-" if t["overlap"] != t["overlap"] else format_percent(t["overlap"])]
+        rows.append([t["rank"], t["device"], f"{t['unlaunched_events']} of {t['events']} ("
+                     f"{format_ns(t['unlaunched_ns'])} of {format_ns(t['work_ns'])})",
+                     "-" if t["window_ns"] != t["window_ns"] else format_ns(t["window_ns"]), *shares])
+    return pd.DataFrame(rows, columns=["rank", "device", "without launch", "window", "idle", "compute", "non-compute",
+                                       "overlap"])
+
+
 def gpu_tables(run, top: int = TOP_SHOWN) -> list[tuple[str, pd.DataFrame]]:
     """The GPU section of one store as (title, table of formatted cells, units in each cell): empty when the
     store has no device work. ``top``: kernels shown per rank and device."""
@@ -133,6 +151,9 @@ def gpu_tables(run, top: int = TOP_SHOWN) -> list[tuple[str, pd.DataFrame]]:
     if not gpu.device_ranks:
         return []
     tables = [(TEMPORAL, _temporal(gpu.temporal_table(), False))]
+    launched = gpu.launched_table()
+    if len(launched):
+        tables.append((LAUNCHED, _launched(launched)))
     if "streams" in run.capabilities:
         tables.append((STREAMS, _temporal(gpu.temporal_table(streams=True), True)))
     classes = gpu.class_table()
@@ -231,7 +252,8 @@ def gpu_json(run) -> dict:
         return frame.astype(object).where(frame.notna(), None).to_dict(orient="records")
 
     return {
-        "definitions": {"temporal": TEMPORAL, "streams": STREAMS, "classes": CLASSES,
+        "definitions": {"temporal": TEMPORAL, "launched": LAUNCHED + "; times in ns, shares as fractions",
+                        "streams": STREAMS, "classes": CLASSES,
                         "kernels": "top 10 kernels per rank and device by summed duration, the rest as (others)",
                         "across_ranks": ACROSS, "overlap": OVERLAP, "launches": LAUNCHES, "queues": QUEUES,
                         "worst_launches": "per rank, the 10 launches with the longest launch delay (by: launch_delay) "
@@ -241,6 +263,7 @@ def gpu_json(run) -> dict:
                         "nvml": NVML + "; values in the unit column"},
         "device_ranks": gpu.device_ranks,
         "temporal": records(gpu.temporal_table()),
+        "temporal_launched": records(gpu.launched_table()),
         "temporal_streams": records(gpu.temporal_table(streams=True)) if "streams" in run.capabilities else [],
         "kernel_classes": records(gpu.class_table()),
         "kernels": records(gpu.kernel_table()),
