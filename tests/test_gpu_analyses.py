@@ -1,7 +1,8 @@
 """The GPU analyses (analyses/gpu_*.py) on real traces, each figure checked against one computed here from the
 file itself: two ranks of one NCCL job (HTA's trace_filter), a TensorFlow 2 XPlane with 8 device planes, an
-MXNet GPU profile (no stream ids), Kineto files of other PyTorch versions (annotations on the streams), and a
-CPU-only Kineto trace (no device at all).
+MXNet GPU profile (no stream ids), Kineto files of other PyTorch versions (annotations on the streams), a
+CPU-only Kineto trace (no device at all), and two of HTA's traces with device work that has no launch in the file
+(the figures over HTA's set, the work launched in the trace, beside those over all device work).
 
 Truth from the Kineto JSON: device work = events of cat kernel / gpu_memcpy / gpu_memset (Kernel / Memcpy /
 Memset in PyTorch 1.8 and 1.9; not gpu_user_annotation), read with exact decimals; their device from
@@ -27,23 +28,39 @@ from ddltrace.cli import main
 
 SHARED = SHARED
 NCCL_JOB = SHARED / "hta_traces" / "trace_filter"
+#: HTA's traces with device work that has no launch in the file (872 of 7,747 and 614 of 15,632 device events)
+UNLAUNCHED = SHARED / "hta_traces" / "negative_queue_length_values_check"
+UNLAUNCHED_TOO = SHARED / "hta_traces" / "trace_diff" / "test"
 XPLANE = SHARED / "gpu_traces" / "tf2_gpu_multiworker.xplane.pb"
 MXNET = SHARED / "gpu_traces" / "mxnet_gpu_mnist_cnn_profile.json"
 CPU_ONLY = SHARED / "hta_traces" / "cpu_only"
 needs = {p: pytest.mark.skipif(not p.exists(), reason=f"{p} is not here (the shared real traces)")
-         for p in (NCCL_JOB, XPLANE, MXNET, CPU_ONLY)}
+         for p in (NCCL_JOB, XPLANE, MXNET, CPU_ONLY, UNLAUNCHED, UNLAUNCHED_TOO)}
 DEVICE_WORK = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}  # PyTorch 1.8/1.9: Kernel, Memcpy, Memset
 
 
-def kineto_truth(path: Path) -> dict:
+def kineto_truth(path: Path, launched_only: bool = False) -> dict:
     """Per device of the file: window, busy, compute and comm unions, compute-and-comm overlap (ns), summed
-    duration per kernel name, and the rank."""
+    duration per kernel name, the device events counted and those left out, and the rank. ``launched_only``: over
+    HTA's set only, the device events whose ``args.correlation`` is on a host event (any other event with
+    one) that starts by the end of the last ProfilerStep span (where the file has two or more)."""
     with (gzip.open(path, "rt") if path.suffix == ".gz" else path.open()) as fh:
         doc = json.load(fh, parse_float=Decimal)
+    events = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    on_device = [e for e in events if str(e.get("cat", "")).lower() in DEVICE_WORK]
+    host = [e for e in events if str(e.get("cat", "")).lower() not in DEVICE_WORK]
+    steps = [e for e in host if "ProfilerStep" in e["name"]]
+    left_out = defaultdict(lambda: [0, 0])
+    if launched_only and len({e["name"] for e in steps}) >= 2:
+        last_end = max(e["ts"] + e["dur"] for e in steps)
+        ids = {e["args"]["correlation"] for e in host if "correlation" in e.get("args", {}) and e["ts"] <= last_end}
+        for e in on_device:
+            if e.get("args", {}).get("correlation") not in ids:
+                device = left_out[f"gpu:{e['args'].get('device', e['pid'])}"]
+                device[0], device[1] = device[0] + 1, device[1] + int(e["dur"] * 1000)
+        on_device = [e for e in on_device if e.get("args", {}).get("correlation") in ids]
     work = defaultdict(list)
-    for e in doc["traceEvents"]:
-        if e.get("ph") != "X" or str(e.get("cat", "")).lower() not in DEVICE_WORK:
-            continue
+    for e in on_device:
         args = e.get("args", {})
         start, end = int(e["ts"] * 1000), int((e["ts"] + e["dur"]) * 1000)
         name = e["name"]
@@ -66,7 +83,8 @@ def kineto_truth(path: Path) -> dict:
                        "comm": union_ns(comm),
                        "overlap": union_ns(comm) + union_ns(comp) - union_ns(comm + comp), "sums": dict(sums),
                        "classes": {k: sum(e - s for kk, _, s, e in rows if kk == k) for k in ("compute", "comm",
-                                                                                              "memcpy")}}
+                                                                                              "memcpy")},
+                       "events": len(rows), "left_out": tuple(left_out[device])}
     return {"rank": doc.get("distributedInfo", {}).get("rank"), "devices": out}
 
 
@@ -158,6 +176,7 @@ def test_analyze_shows_the_gpu_section_with_launches_and_queues(nccl_run, capsys
     text = capsys.readouterr().out
     assert "Temporal breakdown per device (HTA's definition" in text
     assert "Communication-computation overlap" in text
+    assert "launched in the trace (HTA's set" not in text  # every kernel of trace_filter has its launch
     assert "CUDA launch statistics (HTA's definitions" in text and "Queue length per stream (HTA's" in text
     assert main(["analyze", str(store), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -168,6 +187,7 @@ def test_analyze_shows_the_gpu_section_with_launches_and_queues(nccl_run, capsys
     assert row["idle_ns"] == pytest.approx(want["window"] - want["busy"], abs=50)
     assert not {"gpu_launches", "gpu_temporal"} & {s["analysis"] for s in doc["not_made"]}
     assert [r["rank"] for r in gpu["launches"]] == [0, 1] and gpu["queues"]
+    assert gpu["temporal_launched"] == []
 
 
 @needs[NCCL_JOB]
@@ -265,6 +285,74 @@ def test_hta_gives_the_same_temporal_breakdown_and_overlap(nccl_run):
         for key in ("idle", "compute", "non_compute"):
             assert 100 * ours[f"share_{key}"] == pytest.approx(h[key], abs=0.5)
         assert 100 * overlap.loc[int(rank), "overlap"] == pytest.approx(h["overlap"], abs=0.5)
+
+
+@pytest.fixture(scope="module")
+def unlaunched_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpu") / "unlaunched"
+    assert main(["import", str(UNLAUNCHED), "--out", str(out), "--progress", "never"]) == 0
+    (path,) = UNLAUNCHED.glob("*.json.gz")
+    return out, analyze_store(out), kineto_truth(path, launched_only=True), kineto_truth(path)
+
+
+@needs[UNLAUNCHED]
+def test_breakdown_and_overlap_over_the_work_launched_in_the_trace(unlaunched_run):
+    """HTA's set from the file: the device events whose correlation id is on a host event started by the end of
+    the last ProfilerStep; its window, unions and overlap, beside those of all device work."""
+    _, run, launched, everything = unlaunched_run
+    (device, want), = launched["devices"].items()
+    table = run.gpu.launched_table().set_index(["rank", "device"])
+    assert list(table.index) == [(launched["rank"], device)]
+    got = table.loc[(launched["rank"], device)]
+    assert (got["unlaunched_events"], got["events"]) == (want["left_out"][0], everything["devices"][device]["events"])
+    assert got["events"] - got["unlaunched_events"] == want["events"] and want["left_out"][0] > 0
+    assert got["unlaunched_ns"] == pytest.approx(want["left_out"][1], abs=want["left_out"][0])
+    assert got["window_ns"] == pytest.approx(want["window"], abs=2)
+    assert got["idle_ns"] == pytest.approx(want["window"] - want["busy"], abs=50)
+    assert got["compute_ns"] == pytest.approx(want["compute"], abs=50)
+    assert got["non_compute_ns"] == pytest.approx(want["busy"] - want["compute"], abs=50)
+    assert got["overlap"] == pytest.approx(want["overlap"] / want["comm"], abs=1e-6)
+    # and the figures over all device work are the file's over every device event, a different window
+    whole = run.gpu.temporal_table().set_index(["rank", "device"]).loc[(launched["rank"], device)]
+    assert whole["window_ns"] == pytest.approx(everything["devices"][device]["window"], abs=2)
+    assert abs(whole["share_idle"] - got["share_idle"]) > 0.01
+
+
+@needs[UNLAUNCHED]
+def test_analyze_shows_the_launched_set_beside_all_device_work(unlaunched_run, capsys):
+    store, _, launched, _ = unlaunched_run
+    (device, want), = launched["devices"].items()
+    capsys.readouterr()
+    assert main(["analyze", str(store)]) == 0
+    text = capsys.readouterr().out
+    assert "Temporal breakdown per device (HTA's definition" in text
+    assert "Temporal breakdown and overlap over the device work launched in the trace (HTA's set" in text
+    assert f"{want['left_out'][0]} of {want['events'] + want['left_out'][0]} (" in text
+    assert main(["analyze", str(store), "--json"]) == 0
+    gpu = json.loads(capsys.readouterr().out)["stores"][0]["gpu"]
+    (row,) = gpu["temporal_launched"]
+    assert row["device"] == device and row["idle_ns"] == pytest.approx(want["window"] - want["busy"], abs=50)
+    assert "launched" in gpu["definitions"]
+
+
+@pytest.mark.parametrize("folder", [pytest.param(p, marks=needs[p]) for p in (UNLAUNCHED, UNLAUNCHED_TOO)],
+                         ids=["negative_queue_length_values_check", "trace_diff-test"])
+@NEEDS_HTA
+def test_hta_gives_the_same_figures_over_the_launched_work(folder, tmp_path):
+    """HTA's own figures (include_last_profiler_step=True) are ddltrace's over the launched work, its device
+    events are those ddltrace keeps; over all device work they differ by more than the 0.5 points."""
+    hta = hta_figures(folder)
+    out = tmp_path / "store"
+    assert main(["import", str(folder), "--out", str(out), "--progress", "never"]) == 0
+    run = analyze_store(out)
+    (rank, h), = hta.items()
+    ours = run.gpu.launched_table().set_index("rank").loc[int(rank)]
+    assert ours["events"] - ours["unlaunched_events"] == h["events"]
+    for key in ("idle", "compute", "non_compute"):
+        assert 100 * ours[f"share_{key}"] == pytest.approx(h[key], abs=0.5)
+    assert 100 * ours["overlap"] == pytest.approx(h["overlap"], abs=0.5)
+    whole = run.gpu.temporal_table().set_index("rank").loc[int(rank)]
+    assert max(abs(100 * whole[f"share_{k}"] - h[k]) for k in ("idle", "compute", "non_compute")) > 0.5
 
 
 WILD = [SHARED / "wild_traces" / "hta_ns_resolution_rank0", SHARED / "wild_traces" / "kineto_tb_resnet50_w0",
