@@ -37,7 +37,9 @@ both tools, with the difference in percentage points (ddltrace minus HTA), then 
 their ratio, and the device events each counted (HTA keeps only those it can join to a CPU launch by correlation
 id). The window: all device work. HTA runs with ``include_last_profiler_step=True`` (it then keeps every
 kernel launched by a CPU event that started before the last ProfilerStep ended); by default it drops the kernels
-launched in the last ProfilerStep, a window ddltrace's temporal breakdown does not take.
+launched in the last ProfilerStep, a window ddltrace's temporal breakdown does not take. Where some device work
+has no launch in the trace, a second line compares HTA's figures with ddltrace's over the work launched in the
+trace (HTA's set, :mod:`ddltrace.analyses.gpu_launched`), with the events and time left out.
 """
 
 from __future__ import annotations
@@ -145,6 +147,12 @@ for r in run.gpu.temporal_table().to_dict("records"):
     rows[rank] = {k: 100 * r[f"share_{k}"] for k in ("idle", "compute", "non_compute")}
     rows[rank]["overlap"] = overlap.get(rank)
     rows[rank]["events"] = int(events[rank])
+for r in run.gpu.launched_table().to_dict("records"):  # only where some device work has no launch in the trace
+    rows[int(r["rank"])]["launched"] = {
+        **{k: 100 * r[f"share_{k}"] for k in ("idle", "compute", "non_compute")},
+        "overlap": None if r["overlap"] != r["overlap"] else 100 * r["overlap"],
+        "events": int(r["events"] - r["unlaunched_events"]), "unlaunched_events": int(r["unlaunched_events"]),
+        "unlaunched_ms": r["unlaunched_ns"] / 1e6, "work_ms": r["work_ns"] / 1e6}
 for x in run.gpu.launch_table().to_dict("records"):
     rows[x["rank"]]["launches"] = {"count": x["launches"], "cpu_mean_us": x["cpu_duration_mean_ns"] / 1e3,
                                    "gpu_mean_us": x["gpu_duration_mean_ns"] / 1e3,
@@ -352,6 +360,12 @@ def main() -> None:
                     print(f"{r['trace']:<36} {rank:>4}  " + "  ".join(
                         f"{_pp(o.get(k), h.get(k)):<22}" for k in ("idle", "compute", "non_compute", "overlap"))
                         + f"  {o.get('events')} / {h.get('events')}")
+                    if o.get("launched"):  # the same over HTA's set, the work launched in the trace
+                        la = o["launched"]
+                        print(f"{'  launched in the trace (HTA set)':<36} {rank:>4}  " + "  ".join(
+                            f"{_pp(la.get(k), h.get(k)):<22}" for k in ("idle", "compute", "non_compute", "overlap"))
+                            + f"  {la['events']} / {h.get('events')} ({la['unlaunched_events']} events, "
+                              f"{la['unlaunched_ms']:.1f} of {la['work_ms']:.1f} ms without launch)")
             if r["hta"] is not None and r["ours"] is not None:
                 _print_launches(r)
                 _print_copies(r)
