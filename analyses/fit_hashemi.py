@@ -36,7 +36,7 @@ from scipy import stats
 from scipy.optimize import least_squares
 
 from ddltrace.errors import DdltraceError
-from ddltrace.models import hashemi
+from ddltrace.models import hashemi, transfer
 from ddltrace.models.hashemi import Constants, Workload
 
 FITTABLE = ("c_p", "c_b", "c_u", "t_phase_min", "kappa", "t_slice")
@@ -79,14 +79,17 @@ class HashemiFit:
     worker taking ``1 / share`` as long, each message of a batch waits for a receiver off its core
     (:func:`ddltrace.models.hashemi.at_share`, its round ``t_slice`` fitted), and c_u is the server's measured
     busy time per update (``c_u_from_trace``): on fewer cores than ranks the runs' plateau is the ranks' wait for
-    the cores, which a free c_u takes whole, leaving c_p at 0.
+    the cores, which a free c_u takes whole, leaving c_p at 0. Its knee is that of the phases predicted at the
+    ranks' share at each w (:func:`ddltrace.models.transfer.knee_over_w`, as ``model predict`` gives it), with
+    ``machine``, A's profile record (:func:`ddltrace.models.transfer.profile_record`: the cores of its CPU
+    allowance), for the share at a w the runs did not measure.
     """
 
     def __init__(self, *, d: float | None = None, n_f: float = 0.0, n_w: float = 0.0, s: float = 8.0,
                  epochs: float = 1.0, storage: str = "shared", profile: Mapping[str, float] | None = None,
                  free: Sequence[str] = ("c_p", "c_b", "c_u"), fixed: Mapping[str, float] | None = None,
                  confidence: float = 0.95, divergence_threshold: float = 0.10, c_u_from_trace: bool = False,
-                 serial: bool = False, cpu_shares: bool = False):
+                 serial: bool = False, cpu_shares: bool = False, machine: Mapping[str, Any] | None = None):
         self.d = d
         self.n_f = n_f
         self.n_w = n_w
@@ -101,6 +104,7 @@ class HashemiFit:
         self.c_u_from_trace = c_u_from_trace
         self.serial = serial
         self.cpu_shares = cpu_shares
+        self.machine = machine
 
     # -- the model of one run ----------------------------------------------------------------------------
 
@@ -317,7 +321,12 @@ class HashemiFit:
                          "profile with r_d, or n_f and runs at 2+ worker counts to fit it)")
         wl = self._workload(frame.iloc[int(np.argmax(frame["b"].map(frame["b"].value_counts())))].to_dict())
         self.workload_ = wl
-        self.knee_, self.knee_cause_ = hashemi.knee(wl, self.constants_)
+        if self.cpu_shares:  # the constants at w depend on the ranks' shares there: the knee of the predicted phases
+            runs = frame.to_dict("records")
+            self.knee_, self.knee_cause_ = transfer.knee_over_w(
+                lambda w: transfer.phase_at(self.constants_, wl, w, self.machine or {}, runs), wl)
+        else:
+            self.knee_, self.knee_cause_ = hashemi.knee(wl, self.constants_)
         self.knee_batch_ = wl.b
         bound = self.unconstrained_.get("c_u", self.unsupported_.get("c_u"))
         if bound:

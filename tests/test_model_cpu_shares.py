@@ -125,3 +125,43 @@ def test_without_a_profile_more_workers_than_the_runs_share_the_cores_the_runs_s
     assert rows[8]["predicted_s"] > 0.6 * rows[4]["predicted_s"]
     assert rows[8]["what_if_s"] > 0.6 * rows[4]["what_if_s"]
     assert rows[4]["what_if_s"] > 1.3 * rows[4]["predicted_s"]
+
+
+def _knee_of(phases: dict[int, float]) -> float:
+    """The knee by the rule model predict states, from predicted phases at w = 1, 2, ...: the first w from which one
+    more worker gains less than half of its ideal share, T(w + 1) > T(w) (1 - 0.5 / (w + 1))."""
+    for w in sorted(phases)[:-1]:
+        if phases[w + 1] > phases[w] * (1 - 0.5 / (w + 1)):
+            return float(w)
+    raise AssertionError(f"no knee within the predicted w: {phases}")
+
+
+def test_the_knee_and_the_what_if_are_the_predictions_own_at_the_shares(tmp_path, capsys):
+    """A model in CPU seconds: the knee printed (model.json's and predict's, on A and on B) and the what-if on B are
+    computed from the constants at each w at the ranks' shares, as the predicted phases are: on these runs A's
+    phases are flat in w (the ranks wait for the 2 cores), so A's knee is at 1 worker, not Hashemi's w* of the
+    constants at a whole core (6.5)."""
+    model = tmp_path / "model.json"
+    assert main(["model", "fit", *A_STORES, "--dnn", "mlp-2-10k-2", "--servers", "1", "--profile",
+                 str(DATA / "A.json"), "--serial-comm", "--cpu-shares", "--out", str(model)]) == 0
+    fitted = json.loads(model.read_text())
+    doubled = tmp_path / "doubled.json"  # the same model with c_p twice: what the what-if c_p=2x must predict
+    fitted["constants"]["c_p"]["value"] *= 2
+    doubled.write_text(json.dumps(fitted))
+    workers = list(range(1, 9))
+    predict = ["--workers", ",".join(map(str, workers)), "--profile", str(DATA / "B.json"), "--json"]
+    capsys.readouterr()
+    assert main(["model", "predict", str(model), *predict, "--what-if", "c_p=2x"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert main(["model", "predict", str(doubled), *predict]) == 0
+    twice = json.loads(capsys.readouterr().out)
+    rows = {row["w"]: row for row in out["rows"]}
+    on_a = {w: rows[w]["predicted_s"] for w in workers}
+    on_b = {w: rows[w]["profile_s"] for w in workers}
+    assert out["knee"]["model"]["w"] == _knee_of(on_a) == json.loads(model.read_text())["knee"]["w"]
+    assert out["knee"]["profile"]["w"] == _knee_of(on_b)
+    # the what-if on B is the prediction of the changed model on B, at every w and in its knee
+    changed = {row["w"]: row["profile_s"] for row in twice["rows"]}
+    assert [rows[w]["what_if_s"] for w in workers] == pytest.approx([changed[w] for w in workers], rel=1e-9)
+    assert out["knee"]["what_if"]["w"] == _knee_of(changed) == twice["knee"]["profile"]["w"]
+    assert rows[1]["what_if_s"] > 1.5 * rows[1]["profile_s"]

@@ -166,14 +166,15 @@ def run_fit(args) -> int:
         s = s if s is not None else float(dnn.bytes_per_value)
         work = transfer.work_counts(dnn)
     free = [name.strip() for name in args.free.split(",") if name.strip()]
+    # the profile the fit held, kept in the model: 'model predict --profile B.json' carries the costs from it
+    machine = transfer.profile_record(raw_profile, args.profile, s or 8.0) if raw_profile else None
     fit = HashemiFit(d=args.samples, n_f=n_f or 0.0, n_w=n_w or 0.0, s=s or 8.0, epochs=args.epochs or 1.0,
                      storage=args.storage, profile=profile, free=free, fixed=_fixed(args.fix),
                      divergence_threshold=args.threshold, c_u_from_trace=args.c_u_from_trace,
-                     serial=args.serial_comm, cpu_shares=args.cpu_shares).fit(frame)
+                     serial=args.serial_comm, cpu_shares=args.cpu_shares, machine=machine).fit(frame)
     model = fit.to_dict()
     model["job"] = job
-    # the profile the fit held, kept in the model: 'model predict --profile B.json' carries the costs from it
-    model["profile"] = transfer.profile_record(raw_profile, args.profile, s or 8.0) if raw_profile else None
+    model["profile"] = machine
     model["work_per_sample"] = work
     model[init_transfer.KEY] = {
         "a": init_transfer.disk_r_d(load_json(args.disk_profile, "disk profile"), args.disk_profile)
@@ -279,9 +280,9 @@ BEST_TOLERANCE = 0.05
 
 
 def _on_profile(model: dict, source: str, profile_path: str, constants, wl, serial: bool = False) -> dict:
-    """The model's constants carried to the machine of ``profile_path``: the w-independent factors (each rank's
-    share of a core taken as equal on A and B), notes, the profiles' records and A's runs (``at(w)`` gives the
-    constants, factors and shares at w workers)."""
+    """What carrying the model to the machine of ``profile_path`` needs: the profiles' records ``a`` and ``b``, A's
+    runs, the DNN's work per sample, the server's split of c_u, and the w-independent factors (each rank's share of
+    a core taken as equal on A and B) with their notes, for the description."""
     from ddltrace.models import transfer
 
     fitted_on = model.get("profile")
@@ -291,15 +292,9 @@ def _on_profile(model: dict, source: str, profile_path: str, constants, wl, seri
     on_b = transfer.profile_record(load_json(profile_path, "hardware profile"), profile_path, wl.s)
     counts = model.get("work_per_sample") or {"muladds": 1.0, "neurons": 0.0}
     runs = model.get("measurements") or []
-    k_b, factors, notes = transfer.transfer(constants, wl, counts, fitted_on, on_b, serial=serial, runs=runs)
-
-    def at(w: float) -> tuple:
-        k_w, factors_w, _ = transfer.transfer(constants, wl, counts, fitted_on, on_b, serial=serial, w=w, runs=runs)
-        return k_w, factors_w, transfer.cpu_shares(fitted_on, on_b, runs, w)
-
-    split = transfer.server_split(constants.c_u, fitted_on, runs)
-    return {"a": fitted_on, "b": on_b, "counts": counts, "constants": k_b, "factors": factors, "notes": notes,
-            "serial": serial, "runs": runs, "at": at, "server_split": split}
+    _, factors, notes = transfer.transfer(constants, wl, counts, fitted_on, on_b, serial=serial, runs=runs)
+    return {"a": fitted_on, "b": on_b, "counts": counts, "factors": factors, "notes": notes, "runs": runs,
+            "server_split": transfer.server_split(constants.c_u, fitted_on, runs)}
 
 
 def _knee(model: dict, wl, k, c_u_factor: float = 1.0) -> tuple[float, str, float | None]:
@@ -339,49 +334,64 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
     wl = hashemi.Workload(d=float(d), b=float(b), n_f=workload.get("n_f") or 0.0, n_w=workload.get("n_w") or 0.0,
                           serial=bool(workload.get("serial")), cpu_shares=bool(workload.get("cpu_shares")),
                           epochs=float(epochs), s=workload.get("s") or 8.0)
+    unknown = [name for name in what_if if name not in hashemi.NAMES]
+    if unknown:
+        raise DdltraceError(f"--what-if: {unknown[0]!r} is not a constant of the model ({', '.join(hashemi.NAMES)})")
     moved = _on_profile(model, source, profile, constants, wl, serial) if profile else None
-    target = moved["constants"] if moved else constants
-    try:
-        changed = target.scaled(what_if) if what_if else None
-    except KeyError as exc:
-        raise DdltraceError(f"--what-if: {exc.args[0]!r} is not a constant of the model "
-                            f"({', '.join(hashemi.NAMES)})") from None
-    rows = []
-    knees = {"model": _knee(model, wl, constants)}
+    runs = model.get("measurements") or []
+
+    predictions: dict[tuple, dict] = {}
+
+    def at(w: int, on_b: bool = False, changed: bool = False) -> dict:
+        """The prediction at w (transfer.phase_at) on A or carried to B, with the what-if or without; each once (the
+        rows and the knees share them)."""
+        key = (w, on_b, changed)
+        if key not in predictions:
+            change = what_if if changed else None
+            predictions[key] = (transfer.phase_at(constants, wl, w, moved["a"], runs, moved["b"], moved["counts"],
+                                                  serial, change) if on_b else
+                                transfer.phase_at(constants, wl, w, model.get("profile") or {}, runs, what_if=change))
+        return predictions[key]
+
+    def knee_on_a(changed: bool = False) -> tuple[float, str, float | None]:
+        if wl.cpu_shares:  # the constants depend on w (the ranks' shares): the knee of the predicted phases
+            return (*transfer.knee_over_w(lambda w: at(w, changed=changed), wl), None)
+        return _knee(model, wl, at(1, changed=changed)["constants"])
+
+    knees = {"model": knee_on_a()}
     if moved:
-        w_star, cause = transfer.knee_on(constants, wl, moved["counts"], moved["a"], moved["b"], serial,
-                                         moved["runs"])
         at_least = None
         if constants.c_u == 0:  # only bounded by the runs: the knee at the bound, carried at the largest w asked
-            _, _, at_least = _knee(model, wl, moved["at"](max(workers))[0], moved["at"](max(workers))[1]["c_u"])
-        knees["profile"] = (w_star, cause, at_least)
-    if changed is not None:
-        knees["what_if"] = _knee(model, wl, changed)
+            largest = at(max(workers), on_b=True)
+            _, _, at_least = _knee(model, wl, largest["constants"], largest["factors"]["c_u"])
+        knees["profile"] = (*transfer.knee_over_w(lambda w: at(w, on_b=True), wl), at_least)
+    if what_if:
+        knees["what_if"] = ((*transfer.knee_over_w(lambda w: at(w, on_b=True, changed=True), wl), None) if moved
+                            else knee_on_a(changed=True))
+    rows = []
     for w in workers:
-        on_a = transfer.on_a(constants, wl, model.get("profile") or {}, model.get("measurements") or [], w)
-        terms = hashemi.phase_terms(w, wl, on_a)
-        row = {"w": w, "b": wl.b, "predicted_s": wl.epochs * hashemi.t_phase(w, wl, on_a),
-               "bound_by": hashemi.bound_by(terms), "comp_s": wl.epochs * terms["comp"],
-               "mem_s": wl.epochs * terms["mem"], "net_s": wl.epochs * terms["net"]}
+        here = at(w)
+        terms = hashemi.phase_terms(w, wl, here["constants"])
+        row = {"w": w, "b": wl.b, "predicted_s": here["phase_s"], "bound_by": hashemi.bound_by(terms),
+               "comp_s": wl.epochs * terms["comp"], "mem_s": wl.epochs * terms["mem"],
+               "net_s": wl.epochs * terms["net"]}
         if moved:
-            k_w, factors_w, shares = moved["at"](w)
-            on_b = hashemi.phase_terms(w, wl, k_w)
-            loop = transfer.quota_loop(k_w, wl, moved["b"], moved["runs"], shares, moved["server_split"], w,
-                                       factors_w.get("c_b_quota_wait_s", 0.0)) if wl.cpu_shares else None
+            there = at(w, on_b=True)
+            on_b_terms = hashemi.phase_terms(w, wl, there["constants"])
+            factors_w, shares, loop = there["factors"], there["shares"], there["loop"]
             if loop:  # the quota holds every rank: the loop played out over the quota's periods (docs/MODELS.md)
                 row.update(quota_loop_s=loop["phase_s"], quota_loop_low_s=loop["low_s"],
-                           quota_loop_high_s=loop["high_s"])
-            row.update(profile_s=wl.epochs * hashemi.t_phase(w, wl, k_w),
-                       profile_bound_by=hashemi.bound_by(on_b), profile_comp_s=wl.epochs * on_b["comp"],
-                       profile_mem_s=wl.epochs * on_b["mem"], profile_net_s=wl.epochs * on_b["net"],
+                           quota_loop_high_s=loop["high_s"], mean_value_s=there["analytic_s"])
+            row.update(profile_s=there["phase_s"],
+                       profile_bound_by=hashemi.bound_by(on_b_terms), profile_comp_s=wl.epochs * on_b_terms["comp"],
+                       profile_mem_s=wl.epochs * on_b_terms["mem"], profile_net_s=wl.epochs * on_b_terms["net"],
                        profile_c_p_factor=factors_w["c_p"], profile_c_u_factor=factors_w["c_u"],
                        profile_quota_wait_s=factors_w.get("c_b_quota_wait_s", 0.0),
                        share_a=shares["share_a"], share_b=shares["share_b"], share_a_from=shares["share_a_from"])
-        if changed is not None:
-            at_w = changed if moved else transfer.on_a(changed, wl, model.get("profile") or {},
-                                                       model.get("measurements") or [], w)
-            row["what_if_s"] = wl.epochs * hashemi.t_phase(w, wl, at_w)
-            row["what_if_bound_by"] = hashemi.bound_by(hashemi.phase_terms(w, wl, at_w))
+        if what_if:
+            changed = at(w, on_b=bool(moved), changed=True)
+            row["what_if_s"] = changed["phase_s"]
+            row["what_if_bound_by"] = hashemi.bound_by(hashemi.phase_terms(w, wl, changed["constants"]))
         if len(measured):
             match = measured[(measured["w"] == w) & (measured["b"] == wl.b)]
             row["measured_s"] = float(match["phase_s"].mean()) if len(match) else math.nan
@@ -390,20 +400,18 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
     if moved:
         confidence = float(model.get("confidence") or 0.95)
         low, high = transfer.interval(model["constants"], constants, wl, moved["counts"], moved["a"], moved["b"],
-                                      workers, confidence, serial=serial, runs=moved["runs"])
+                                      workers, confidence, serial=serial, runs=runs)
         table["profile_low_s"], table["profile_high_s"] = low, high
-        if "quota_loop_s" in table:  # the quota loop's mean; the interval also spans its spread over the periods
+        if "quota_loop_s" in table:  # the interval of the analytic phase moved onto the loop's mean, with its spread
             played = table["quota_loop_s"].notna()
-            analytic = table.loc[played, "profile_s"]
-            scale = table.loc[played, "quota_loop_s"] / analytic
-            table["mean_value_s"] = table["profile_s"]
+            scale = table.loc[played, "quota_loop_s"] / table.loc[played, "mean_value_s"]
             table.loc[played, "profile_low_s"] = np.minimum(table.loc[played, "profile_low_s"] * scale,
                                                             table.loc[played, "quota_loop_low_s"])
             table.loc[played, "profile_high_s"] = np.maximum(table.loc[played, "profile_high_s"] * scale,
                                                              table.loc[played, "quota_loop_high_s"])
-            table.loc[played, "profile_s"] = table.loc[played, "quota_loop_s"]
+            table.loc[~played, "mean_value_s"] = table.loc[~played, "profile_s"]
         fastest = table["profile_s"].min()
-        shares_1 = transfer.cpu_shares(moved["a"], moved["b"], moved["runs"], 1)
+        shares_1 = transfer.cpu_shares(moved["a"], moved["b"], runs, 1)
         best = table[table["profile_s"] <= (1 + BEST_TOLERANCE) * fastest]["w"].min()
         table.attrs["transfer"] = {"profile": profile, "fitted_on": moved["a"]["source"],
                                    "alone": [shares_1["alone_a"], shares_1["alone_b"]],

@@ -24,7 +24,7 @@ constant (log-normal: uncertainty over value); a curve moves as a whole by its i
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -309,13 +309,41 @@ def messages_per_batch(runs: Sequence[Mapping]) -> float:
     return sum(_median(runs, key) or 0.0 for key in ("sent_per_batch", "received_per_batch"))
 
 
-def on_a(k: Constants, wl: Workload, a: Mapping, runs: Sequence[Mapping], w: float) -> Constants:
-    """A model's wall-time constants on A at ``w`` workers: for a model fitted in CPU seconds (``wl.cpu_shares``)
-    at the share of a core A's ranks had there (:func:`share_on_a`), with its messages' waits for ranks off
-    their cores (:func:`ddltrace.models.hashemi.at_share`); else ``k``."""
-    if not wl.cpu_shares:
-        return k
-    return hashemi.at_share(k, share_on_a(a, runs, w)[0], messages_per_batch(runs))
+def constants_at(k: Constants, wl: Workload, w: float, a: Mapping, runs: Sequence[Mapping], b: Mapping | None = None,
+                 counts: Mapping | None = None, serial: bool = False,
+                 what_if: Mapping | None = None) -> tuple[Constants, dict]:
+    """The model's constants at ``w`` workers as every figure of a prediction uses them (the phase, the knee and the
+    what-if alike): (constants, factors B / A, empty on A).
+
+    On A (``b`` None) the fitted ``k``, for a model fitted in CPU seconds (``wl.cpu_shares``) at the share of a core
+    A's ranks had there (:func:`share_on_a`) with its messages' waits for ranks off their cores
+    (:func:`ddltrace.models.hashemi.at_share`); on B, ``k`` carried by :func:`transfer` at w (``counts``: the DNN's
+    work per sample, :func:`work_counts`). ``what_if`` (``Constants.scaled``: a factor or a value) then changes these
+    constants at w, wall time at the ranks' share (seconds, seconds per byte)."""
+    if b is None:
+        at, factors = k, {}
+        if wl.cpu_shares:
+            at = hashemi.at_share(k, share_on_a(a, runs, w)[0], messages_per_batch(runs))
+    else:
+        at, factors, _ = transfer(k, wl, counts or {"muladds": 1.0}, a, b, serial=serial, w=w, runs=runs)
+    return (at.scaled(what_if) if what_if else at), factors
+
+
+def phase_at(k: Constants, wl: Workload, w: int, a: Mapping, runs: Sequence[Mapping], b: Mapping | None = None,
+             counts: Mapping | None = None, serial: bool = False, what_if: Mapping | None = None) -> dict:
+    """The predicted computation phase at ``w`` workers from :func:`constants_at` (same arguments): ``phase_s``
+    (seconds, all epochs) is Hashemi's (``analytic_s``) or, on B where its quota holds every rank, the quota loop's
+    mean (:func:`quota_loop`, a ``--cpu-shares`` model); with ``constants``, ``factors``, ``shares`` (on B,
+    :func:`cpu_shares`) and ``loop`` (None where not played)."""
+    k_w, factors = constants_at(k, wl, w, a, runs, b, counts, serial, what_if)
+    analytic = wl.epochs * hashemi.t_phase(w, wl, k_w)
+    shares = cpu_shares(a, b, runs, w) if b is not None else None
+    loop = None
+    if b is not None and wl.cpu_shares:
+        loop = quota_loop(k_w, wl, b, runs, shares, server_split(k.c_u, a, runs), w,
+                          factors.get("c_b_quota_wait_s", 0.0))
+    return {"phase_s": loop["phase_s"] if loop else analytic, "analytic_s": analytic, "constants": k_w,
+            "factors": factors, "shares": shares, "loop": loop}
 
 
 def off_core_period(b: Mapping, shares: Mapping, t_slice: float) -> tuple[float, str]:
@@ -469,24 +497,20 @@ def transfer(k: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Mapping
     return replace(k, **values), factors, notes
 
 
-def knee_on(k: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Mapping, serial: bool = False,
-            runs: Sequence[Mapping] = (), most: int = 1024) -> tuple[float, str]:
-    """The knee on B (workers, cause) when the carried constants depend on w (each rank's share of a core): the
-    first w = 1, 2, ... ``most`` from which one more worker gains less than half of its ideal share of the phase,
-    ``T(w + 1) > T(w) (1 - 0.5 / (w + 1))``; the cause is the term that binds at w + 1 on B. For constants that do
-    not depend on w it is Hashemi's w* rounded down (the phase falls ideally below it and not at all past it).
-    inf, 'none' when every worker up to ``most`` still gains."""
-    def phase(w: int) -> tuple[float, Constants]:
-        on_b, _, _ = transfer(k, wl, counts, a, b, serial=serial, w=w, runs=runs)
-        return hashemi.t_phase(w, wl, on_b), on_b
-
-    now, _ = phase(1)
+def knee_over_w(phase: Callable[[int], Mapping], wl: Workload, most: int = 1024) -> tuple[float, str]:
+    """The knee (workers, cause) of a model whose constants depend on w (each rank's share of a core, on B or in CPU
+    seconds): the first w = 1, 2, ... ``most`` from which one more worker gains less than half of its ideal share
+    of the phase, ``T(w + 1) > T(w) (1 - 0.5 / (w + 1))``, with ``phase(w)`` the prediction at w
+    (:func:`phase_at`: ``phase_s`` and the ``constants`` there); the cause is the term that binds at w + 1. For
+    constants that do not depend on w it is Hashemi's w* rounded down (the phase falls ideally below it and not at
+    all past it). inf, 'none' when every worker up to ``most`` still gains."""
+    now = phase(1)["phase_s"]
     for w in range(1, most):
-        nxt, on_b = phase(w + 1)
-        if nxt > now * (1 - 0.5 / (w + 1)):
-            bound = hashemi.bound_by(hashemi.phase_terms(w + 1, wl, on_b))
+        nxt = phase(w + 1)
+        if nxt["phase_s"] > now * (1 - 0.5 / (w + 1)):
+            bound = hashemi.bound_by(hashemi.phase_terms(w + 1, wl, nxt["constants"]))
             return float(w), {"server/network": "server", "worker": "worker", "floor": "floor"}[bound]
-        now = nxt
+        now = nxt["phase_s"]
     return math.inf, "none"
 
 
