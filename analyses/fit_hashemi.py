@@ -129,20 +129,22 @@ class HashemiFit:
 
     def _predict_rows(self, frame: pd.DataFrame, k: Constants, groups: list | None = None) -> np.ndarray:
         out = np.empty(len(frame))
+        runs = frame.to_dict("records") if self.cpu_shares else []
         for pos, w, wl in groups or self._groups(frame):
             if self.cpu_shares:
                 for i, x in zip(pos, w, strict=True):
-                    out[i] = wl.epochs * hashemi.t_phase(x, wl, self._row_constants(frame.iloc[i], k))
+                    out[i] = wl.epochs * hashemi.t_phase(x, wl, self._row_constants(runs[i], k, runs))
             else:
                 out[pos] = wl.epochs * np.asarray(hashemi.t_phase(w, wl, k))
         return out
 
-    def _row_constants(self, row: Mapping[str, Any], k: Constants) -> Constants:
-        """The constants of one run: with ``cpu_shares``, at its workers' share of a core and its messages per
-        batch (:func:`ddltrace.models.hashemi.at_share`); else ``k``."""
+    def _row_constants(self, row: Mapping[str, Any], k: Constants, runs: Sequence[Mapping[str, Any]]) -> Constants:
+        """The constants of one run: with ``cpu_shares``, at its workers' share of a core and the messages per batch
+        at its w among ``runs`` (:func:`ddltrace.models.transfer.messages_per_batch`, as the prediction at w takes
+        them; :func:`ddltrace.models.hashemi.at_share`); else ``k``."""
         if not self.cpu_shares:
             return k
-        return hashemi.at_share(k, float(row["cpu_share"]), run_messages(row))
+        return hashemi.at_share(k, float(row["cpu_share"]), transfer.messages_per_batch(runs, float(row["w"])))
 
     def _measured_c_u(self, frame: pd.DataFrame, notes: list[str]) -> float:
         """c_u from the server's trace: busy seconds over the run's d E / b updates, median over the runs."""
@@ -415,9 +417,10 @@ class HashemiFit:
         frame = _records(measurements)
         k = constants or self.constants_
         rows = []
-        for row in frame.to_dict("records"):
+        runs = frame.to_dict("records")
+        for row in runs:
             wl = self._workload(row)
-            at = self._row_constants(row, k)
+            at = self._row_constants(row, k, runs)
             terms = hashemi.phase_terms(row["w"], wl, at)
             pred = wl.epochs * hashemi.t_phase(row["w"], wl, at)
             w_star, _ = hashemi.knee(wl, at)
@@ -478,16 +481,6 @@ class HashemiFit:
             "divergence_threshold": self.divergence_threshold,
             "notes": list(self.notes_),
         }
-
-
-def run_messages(row: Mapping[str, Any]) -> float:
-    """A worker's point-to-point messages per batch in a run (sent plus received; 0 when not recorded)."""
-    total = 0.0
-    for key in ("sent_per_batch", "received_per_batch"):
-        value = row.get(key)
-        if value is not None and np.isfinite(float(value)):
-            total += float(value)
-    return total
 
 
 def _nan_none(x: float | None) -> float | None:

@@ -165,3 +165,23 @@ def test_the_knee_and_the_what_if_are_the_predictions_own_at_the_shares(tmp_path
     assert [rows[w]["what_if_s"] for w in workers] == pytest.approx([changed[w] for w in workers], rel=1e-9)
     assert out["knee"]["what_if"]["w"] == _knee_of(changed) == twice["knee"]["profile"]["w"]
     assert rows[1]["what_if_s"] > 1.5 * rows[1]["profile_s"]
+
+
+def test_the_fit_of_a_run_and_the_prediction_at_its_w_count_the_same_messages():
+    """One count of a worker's messages per batch (transfer.messages_per_batch): the runs at that w, else all runs.
+    The real runs with w = 4's count raised to 4 sends a batch (as if its trace had counted one more): the fit of
+    that run and the model's prediction at w = 4 take the same waits, so the prediction is the fit's there; at a w
+    no run measured, the median over the runs (3 messages)."""
+    from ddltrace.models import transfer
+
+    runs = measurements_from_stores(A_STORES, servers=1)
+    runs.loc[runs["w"] == 4, "sent_per_batch"] = 4.0
+    records = runs.to_dict("records")
+    assert transfer.messages_per_batch(records, 4) == 5.0
+    assert transfer.messages_per_batch(records, 8) == 3.0
+    fit = HashemiFit(d=16384, n_f=2, n_w=40000, profile={"r_net": 2.4e-10, "lat_net": 1e-5}, serial=True,
+                     cpu_shares=True).fit(runs)
+    fitted = fit.divergence_.query("term == 'phase'").set_index("w")["predicted_s"]
+    for w in (1, 2, 4):
+        predicted = transfer.phase_at(fit.constants_, fit.workload_, w, {}, records)["phase_s"]
+        assert predicted == pytest.approx(fitted[w], rel=1e-12)

@@ -293,7 +293,8 @@ def quota_wait_per_batch(a: Mapping, b: Mapping, runs: Sequence[Mapping], shares
     the messages a worker receives per batch (A's trace) wait on the worker, wanting its share on A; those it
     sends wait on the server, wanting the server's sampled share on A (a server that sleeps wants less than its
     quota and is never throttled); each on B with B's cores, less the same on A."""
-    received, sent = _median(runs, "received_per_batch"), _median(runs, "sent_per_batch")
+    received = messages_per_batch(runs, shares["w"], ("received_per_batch",))
+    sent = messages_per_batch(runs, shares["w"], ("sent_per_batch",))
     server = _median(runs, "server_cpu_share", shares["w"])
     server = server if server is not None else shares["share_a"]
     extra = 0.0
@@ -304,9 +305,19 @@ def quota_wait_per_batch(a: Mapping, b: Mapping, runs: Sequence[Mapping], shares
     return extra
 
 
-def messages_per_batch(runs: Sequence[Mapping]) -> float:
-    """A worker's point-to-point messages per batch in A's runs (sent plus received, medians; 0 unknown)."""
-    return sum(_median(runs, key) or 0.0 for key in ("sent_per_batch", "received_per_batch"))
+def messages_per_batch(runs: Sequence[Mapping], w: float,
+                       kinds: Sequence[str] = ("sent_per_batch", "received_per_batch")) -> float:
+    """A worker's point-to-point messages per batch at ``w`` workers in A's runs (of ``kinds``, by default sent plus
+    received; 0 unknown), the one count the fit of a run and the prediction at w both use: the median over the
+    runs at that w, else over all runs. A run's count is what its workers did at its w, so the fit models each run
+    with its own (one run at a w) and the prediction at a measured w is the fit's there; at a w no run measured, the
+    job's protocol, which does not change with w (ps-sgd: a pull request and a gradient sent, the weights received),
+    is the median over the runs."""
+    total = 0.0
+    for key in kinds:
+        count = _median(runs, key, w)
+        total += (count if count is not None else _median(runs, key)) or 0.0
+    return total
 
 
 def constants_at(k: Constants, wl: Workload, w: float, a: Mapping, runs: Sequence[Mapping], b: Mapping | None = None,
@@ -323,7 +334,7 @@ def constants_at(k: Constants, wl: Workload, w: float, a: Mapping, runs: Sequenc
     if b is None:
         at, factors = k, {}
         if wl.cpu_shares:
-            at = hashemi.at_share(k, share_on_a(a, runs, w)[0], messages_per_batch(runs))
+            at = hashemi.at_share(k, share_on_a(a, runs, w)[0], messages_per_batch(runs, w))
     else:
         at, factors, _ = transfer(k, wl, counts or {"muladds": 1.0}, a, b, serial=serial, w=w, runs=runs)
     return (at.scaled(what_if) if what_if else at), factors
@@ -483,7 +494,7 @@ def transfer(k: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Mapping
     values = {name: getattr(k, name) * factors.get(name, 1.0) for name in hashemi.NAMES}
     if shares and wl.cpu_shares:  # each message waits for a receiver off its core on B, as the fit had it on A
         period, _ = off_core_period(b, shares, t_slice)
-        extra = messages_per_batch(runs) * hashemi.off_core_wait(shares["share_b"], period)
+        extra = messages_per_batch(runs, w) * hashemi.off_core_wait(shares["share_b"], period)
         values["c_b"] = values["c_b"] + extra
         factors["c_b_quota_wait_s"] = extra
     elif shares:  # each message of a batch may find its receiver throttled by a quota: a per-batch cost
