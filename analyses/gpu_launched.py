@@ -6,10 +6,15 @@ _filter_irrelevant_gpu_kernels``, an inner join; ``include_last_profiler_step=Tr
 ``benchmarks/gpu_vs_hta.py`` runs it). Where a trace holds kernels launched before it began or by a thread not
 recorded, HTA's figures are over fewer kernels and a shorter window. Its rule, per rank:
 
-* only where the trace names two or more ProfilerStep spans (``ProfilerStep#N``); elsewhere it keeps all work;
-* the last step's end: the latest end of the non-device-work events whose name holds ``ProfilerStep``;
-* a device event with a correlation id is kept where a host event with that id starts by the last step's end;
-  one with no id (HTA files it with the CPU events) where it starts by then itself.
+* only where the trace names two or more ProfilerStep spans (``ProfilerStep#N``); elsewhere it keeps all work
+  (HTA counts the names over all the ranks it reads, ddltrace over the rank's own: the same where each rank's
+  trace names its steps);
+* a device event with a correlation id is kept where a host event carries that id, wherever it is in the trace;
+  one with no id (HTA files it with the CPU events) is kept. HTA means to keep only the launches that start by the
+  end of the last ProfilerStep, but compares their start, shifted to the trace's first event, with the step's
+  end not shifted (its ``end`` column is made before ``_align_all_ranks``): on a trace whose clock is the epoch
+  (Kineto's) the bound never applies, and ddltrace takes none (``tests/test_gpu_analyses.py`` checks both
+  against HTA on a trace whose last step is cut short).
 
 The figures are HTA's definitions over the kept work, per device: window = its first kept work's start to its last
 kept work's end (ns), idle / compute / non-compute shares of that window, overlap = communication time under
@@ -39,19 +44,17 @@ def launched(timeline: pd.DataFrame, work: pd.DataFrame) -> np.ndarray | None:
     no correlation ids."""
     if "correlation" not in timeline or not len(work) or work["correlation"].isna().all():
         return None
-    names = timeline["name"].astype(str)
     on_device = device_lanes(timeline["lane"])
-    is_work = on_device & timeline["category"].astype(str).isin(WORK).to_numpy(bool)  # HTA's GPU events
-    steps = names.str.contains("ProfilerStep", regex=False).to_numpy(bool) & ~is_work
-    if names[steps].nunique() < 2:
-        return None
-    last_end = int((timeline["start_ns"] + timeline["dur_ns"]).to_numpy(np.int64)[steps].max())
     host = ~on_device & timeline["correlation"].notna().to_numpy(bool)
-    host &= timeline["start_ns"].to_numpy(np.int64) <= last_end
     ids = timeline["correlation"].to_numpy(np.int64, na_value=-1)[host]
     correlation = work["correlation"]
-    return np.where(correlation.isna().to_numpy(bool), work["start_ns"].to_numpy(np.int64) <= last_end,
-                    np.isin(correlation.to_numpy(np.int64, na_value=-1), ids))
+    keep = correlation.isna().to_numpy(bool) | np.isin(correlation.to_numpy(np.int64, na_value=-1), ids)
+    if keep.all():  # nothing for HTA's filter to drop
+        return keep
+    names = timeline["name"].astype(str)
+    is_work = on_device & timeline["category"].isin(WORK).to_numpy(bool)  # HTA's GPU events
+    steps = names.str.contains("ProfilerStep", regex=False).to_numpy(bool) & ~is_work
+    return keep if names[steps].nunique() >= 2 else None
 
 
 def launched_breakdown(rank: int, timeline: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:

@@ -180,8 +180,8 @@ end(0)  # as the ddltrace command exits
 _DDLTRACE_PER_ANALYSIS = r"""
 import json, sys, time
 from ddltrace.store import TraceStore
-from ddltrace.analyses import (gpu_collectives, gpu_idle, gpu_kernels, gpu_launch, gpu_memcpy, gpu_overlap,
-                               gpu_queue, gpu_temporal)
+from ddltrace.analyses import (gpu_collectives, gpu_idle, gpu_kernels, gpu_launch, gpu_launched, gpu_memcpy,
+                               gpu_overlap, gpu_queue, gpu_temporal)
 from ddltrace.analyses.gpu_lanes import device_work, has_streams
 steps = {}
 def timed(name, f, *args):
@@ -193,6 +193,7 @@ for rank, timeline in TraceStore.open(sys.argv[1]).iter_timeline():
     work = timed("device work", device_work, timeline)
     timed("temporal", gpu_temporal.temporal_breakdown, rank, work, has_streams(work))
     timed("overlap", gpu_overlap.comm_comp_overlap, rank, work)
+    timed("launched", gpu_launched.launched_breakdown, rank, timeline, work)
     timed("kernels", lambda: (gpu_kernels.by_class(rank, work), gpu_kernels.top_kernels(rank, work),
                               work.groupby(["category", "name"])["dur_ns"].sum()))
     pairs = timed("launch", gpu_launch.launch_pairs, timeline, work)
@@ -293,7 +294,7 @@ def _print_steps(results: list[dict]) -> None:
     print("per GPU analysis, all traces (s, module imports and trace reading left out): "
           + ", ".join(f"{k} {alone[k]:.3f} / {hta[k]:.3f} ({hta[k] / alone[k]:.0f}x)" for k in both)
           + " (ddltrace / HTA (HTA / ddltrace)); ddltrace's alone: " + ", ".join(
-              f"{k} {alone[k]:.3f}" for k in ("device work", "idle", "collectives") if k in alone))
+              f"{k} {alone[k]:.3f}" for k in ("device work", "launched", "idle", "collectives") if k in alone))
 
 
 def _fresh_import_s(modules: str, repeat: int = 3) -> float:

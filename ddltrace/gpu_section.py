@@ -15,9 +15,9 @@ TOP_SHOWN = 5
 TEMPORAL = ("Temporal breakdown per device (HTA's definition; window: the device's first work to its last; idle: "
             "no kernel, copy or collective on any stream; compute: compute kernels run; non-compute: only "
             "communication or memory kernels run)")
-LAUNCHED = ("Temporal breakdown and overlap over the device work launched in the trace (HTA's set: HTA keeps "
-            "only the kernels, copies and fills whose correlation id is on a host event started by the end of the "
-            "last ProfilerStep), on the devices where some work has no launch in the trace (launched before it "
+LAUNCHED = ("Temporal breakdown and overlap over the device work launched in the trace (HTA's set: where the "
+            "trace names two or more ProfilerSteps, HTA keeps only the kernels, copies and fills whose correlation "
+            "id is on a host event), on the devices where some work has no launch in the trace (launched before it "
             "began or by a thread not recorded); window: the first launched work's start to the last's end; "
             "without launch: events and their summed durations, of the device's)")
 STREAMS = "Per stream (each stream's own work, against its device's window)"

@@ -42,8 +42,8 @@ DEVICE_WORK = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}  # PyTo
 def kineto_truth(path: Path, launched_only: bool = False) -> dict:
     """Per device of the file: window, busy, compute and comm unions, compute-and-comm overlap (ns), summed
     duration per kernel name, the device events counted and those left out, and the rank. ``launched_only``: over
-    HTA's set only, the device events whose ``args.correlation`` is on a host event (any other event with
-    one) that starts by the end of the last ProfilerStep span (where the file has two or more)."""
+    HTA's set only, where the file names two or more ProfilerStep spans: the device events whose
+    ``args.correlation`` is on a host event (any other event with one), wherever it is."""
     with (gzip.open(path, "rt") if path.suffix == ".gz" else path.open()) as fh:
         doc = json.load(fh, parse_float=Decimal)
     events = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
@@ -52,8 +52,7 @@ def kineto_truth(path: Path, launched_only: bool = False) -> dict:
     steps = [e for e in host if "ProfilerStep" in e["name"]]
     left_out = defaultdict(lambda: [0, 0])
     if launched_only and len({e["name"] for e in steps}) >= 2:
-        last_end = max(e["ts"] + e["dur"] for e in steps)
-        ids = {e["args"]["correlation"] for e in host if "correlation" in e.get("args", {}) and e["ts"] <= last_end}
+        ids = {e["args"]["correlation"] for e in host if "correlation" in e.get("args", {})}
         for e in on_device:
             if e.get("args", {}).get("correlation") not in ids:
                 device = left_out[f"gpu:{e['args'].get('device', e['pid'])}"]
@@ -297,8 +296,8 @@ def unlaunched_run(tmp_path_factory):
 
 @needs[UNLAUNCHED]
 def test_breakdown_and_overlap_over_the_work_launched_in_the_trace(unlaunched_run):
-    """HTA's set from the file: the device events whose correlation id is on a host event started by the end of
-    the last ProfilerStep; its window, unions and overlap, beside those of all device work."""
+    """HTA's set from the file: the device events whose correlation id is on a host event; its window, unions and
+    overlap, beside those of all device work."""
     _, run, launched, everything = unlaunched_run
     (device, want), = launched["devices"].items()
     table = run.gpu.launched_table().set_index(["rank", "device"])
@@ -353,6 +352,66 @@ def test_hta_gives_the_same_figures_over_the_launched_work(folder, tmp_path):
     assert 100 * ours["overlap"] == pytest.approx(h["overlap"], abs=0.5)
     whole = run.gpu.temporal_table().set_index("rank").loc[int(rank)]
     assert max(abs(100 * whole[f"share_{k}"] - h[k]) for k in ("idle", "compute", "non_compute")) > 0.5
+
+
+@pytest.fixture(scope="module")
+def edited_steps(tmp_path_factory):
+    """Two copies of negative_queue_length_values_check (a folder each) with its ProfilerStep spans edited, and the
+    run of each one's store: ``last_step_halved``, the last one lasts half as long (the launches of its second half
+    are then after the last step's end: HTA means to drop their kernels but does not, below); ``one_step_named``,
+    all but the first renamed ``Iteration#N`` (one ProfilerStep left: HTA keeps all device work)."""
+    tmp, runs = tmp_path_factory.mktemp("steps"), {}
+    (path,) = UNLAUNCHED.glob("*.json.gz")
+    with gzip.open(path, "rt") as fh:
+        doc = json.load(fh)
+    steps = sorted((e for e in doc["traceEvents"] if "ProfilerStep" in e.get("name", "")), key=lambda e: e["ts"])
+    for edit in ("last_step_halved", "one_step_named"):
+        if edit == "last_step_halved":
+            steps[-1]["dur"] //= 2
+        else:
+            steps[-1]["dur"] *= 2
+            for e in steps[1:]:
+                e["name"] = e["name"].replace("ProfilerStep", "Iteration")
+        folder = tmp / edit
+        folder.mkdir()
+        with gzip.open(folder / path.name, "wt", compresslevel=1) as fh:
+            json.dump(doc, fh)
+        assert main(["import", str(folder), "--out", str(tmp / f"{edit}-store"), "--progress", "never"]) == 0
+        runs[edit] = folder, analyze_store(tmp / f"{edit}-store")
+    return runs
+
+
+@needs[UNLAUNCHED]
+def test_launched_work_follows_the_files_profiler_steps(edited_steps, unlaunched_run):
+    """The kept work does not end with the last ProfilerStep (HTA 0.5's bound never applies on an epoch clock): a
+    shorter last step keeps the same work; with one ProfilerStep name only, HTA keeps all work: no figure."""
+    _, run = edited_steps["last_step_halved"]
+    _, before, want, _ = unlaunched_run
+    (device, want), = want["devices"].items()
+    got = run.gpu.launched_table().set_index("device").loc[device]
+    assert got["unlaunched_events"] == want["left_out"][0] > 0
+    assert got["window_ns"] == pytest.approx(want["window"], abs=2)
+    assert got["idle_ns"] == pytest.approx(want["window"] - want["busy"], abs=50)
+    assert got["overlap"] == pytest.approx(want["overlap"] / want["comm"], abs=1e-6)
+    _, run = edited_steps["one_step_named"]
+    assert not len(run.gpu.launched_table()) and len(before.gpu.launched_table()) == 1
+
+
+@needs[UNLAUNCHED]
+@NEEDS_HTA
+@pytest.mark.parametrize("edit", ["last_step_halved", "one_step_named"])
+def test_hta_keeps_the_same_work_on_edited_steps(edit, edited_steps):
+    """HTA's own set on the edited copies is ddltrace's: the same device events, the same figures."""
+    folder, run = edited_steps[edit]
+    (rank, h), = hta_figures(folder).items()
+    launched = run.gpu.launched_table().set_index("rank")
+    # one ProfilerStep: HTA keeps all the device work, the figures over all of it are its figures
+    ours = launched.loc[int(rank)] if len(launched) else run.gpu.temporal_table().set_index("rank").loc[int(rank)]
+    events = ours["events"] - ours["unlaunched_events"] if len(launched) else \
+        run.gpu.class_table().groupby("rank")["kernels"].sum()[int(rank)]
+    assert events == h["events"]
+    for key in ("idle", "compute", "non_compute"):
+        assert 100 * ours[f"share_{key}"] == pytest.approx(h[key], abs=0.5)
 
 
 WILD = [SHARED / "wild_traces" / "hta_ns_resolution_rank0", SHARED / "wild_traces" / "kineto_tb_resnet50_w0",
