@@ -319,7 +319,11 @@ def test_breakdown_and_overlap_over_the_work_launched_in_the_trace(unlaunched_ru
 
 @needs[UNLAUNCHED]
 def test_analyze_shows_the_launched_set_beside_all_device_work(unlaunched_run, capsys):
-    store, _, launched, _ = unlaunched_run
+    from ddltrace.gpu_section import LAUNCHED, TEMPORAL, gpu_tables
+
+    store, run, launched, _ = unlaunched_run
+    titles = [title for title, _ in gpu_tables(run)]  # the report's GPU section too
+    assert titles.index(LAUNCHED) == titles.index(TEMPORAL) + 1
     (device, want), = launched["devices"].items()
     capsys.readouterr()
     assert main(["analyze", str(store)]) == 0
