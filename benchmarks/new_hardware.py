@@ -267,42 +267,35 @@ class DiskB(MachineA):
                                   text=True, timeout=600), f"calibrate's disk section on {machine.name}")
 
 
-def _ground_truth(store: str) -> dict:
-    return json.loads((Path(store).parent / "ground_truth.json").read_text())
-
-
-def init_on_b(model_path: Path, disk_a: Path, disk_b: Path, runs_a: dict[int, dict], runs_b: dict[int, dict]
-              ) -> dict:
-    """Per w, B's initialisation predicted (:func:`ddltrace.models.init_transfer.init_on_b`, the carry that ``model
-    predict --profile B.json`` prints: ``T_disk(B) = T_disk(A) + (r_d(B) - r_d(A)) D``, D the bytes a worker fetched
-    from the device on A, from A's stores' ground_truth.json) beside the measured: ``init_s`` of each store, read as
-    the fit reads A's (the slowest worker, from the end of MPI_Init to its first step); B's the median over its runs
-    at w (:func:`b_median`). The model (``model fit`` of A's stores, r_d fitted from their initialisations) gets A's
-    disk section here, as ``model fit --disk-profile`` records it."""
-    from ddltrace.models import init_transfer
-    from ddltrace.models.quantities import load_json
-
-    model = load_json(model_path, "model")
-    model[init_transfer.KEY] = {"a": init_transfer.disk_r_d(load_json(disk_a, "disk profile"), str(disk_a)),
-                                "device_bytes": init_transfer.device_bytes(run["store"] for run in runs_a.values())}
-    result = init_transfer.init_on_b(model, init_transfer.disk_r_d(load_json(disk_b, "disk profile"), str(disk_b)),
-                                     runs_b.keys() | runs_a.keys())
+def init_on_b(prediction: dict, runs_a: dict[int, dict], runs_b: dict[int, dict]) -> dict:
+    """Per w, B's initialisation as ``model predict --profile B.json --disk-profile B-disk.json --json`` gives it
+    (its ``init_on_b``: :mod:`ddltrace.models.init_transfer` on the model fitted with ``--disk-profile A-disk.json``,
+    ``T_disk(B) = T_disk(A) + (r_d(B) - r_d(A)) D``) beside the measured ``init_s`` of the runs (s, read as the fit
+    reads A's: the slowest worker, from the end of MPI_Init to its first step), B's the median over its runs at w
+    (a :func:`b_median` row, or one run's row of :func:`run_series`). What the carry lacks is a DdltraceError naming
+    it."""
+    result = prediction.get("init_on_b")
+    if result is None:
+        raise DdltraceError("B's initialisation: A's runs measured no initialisation")
+    if "missing" in result:
+        raise DdltraceError(f"B's initialisation: {result['missing']}")
     for row in result["rows"]:
         w = row["w"]
         if w in runs_a:
-            row["a_s"] = float(measurements_from_store(runs_a[w]["store"], servers=1)["init_s"])
+            row["a_s"] = runs_a[w]["init_s"]
         if w in runs_b:
-            stores = runs_b[w].get("stores") or [runs_b[w]["store"]]
-            row["measured_runs_s"] = [float(measurements_from_store(s, servers=1)["init_s"]) for s in stores]
+            row["measured_runs_s"] = [run["init_s"] for run in runs_b[w].get("runs", [runs_b[w]])]
             row["measured_s"] = statistics.median(row["measured_runs_s"])
             row["error"] = row["predicted_s"] / row["measured_s"] - 1
-            row["b_job_init_s"] = statistics.median(_ground_truth(s)["init_s"] for s in stores)
     return result
 
 
 def print_init(result: dict) -> None:
+    from ddltrace.models.init_transfer import READS
+
     init = result["init"]
-    print(f"  initialisation (shared storage, T_init = w T_disk): the fit of A's read a worker's T_disk = "
+    print(f"  initialisation ({init['storage']} storage, T_init = {READS[init['storage']]} x T_disk): the fit of "
+          "A's read a worker's T_disk = "
           f"{1e3 * init['r_d_fit'] * init['model_bytes']:.1f} ms (r_d {init['r_d_fit']:.3g} s/B x s n_f d = "
           f"{init['model_bytes']:.0f} B); disk r_d A {init['r_d_a']:.3g}, B {init['r_d_b']:.3g} s/B "
           f"({1 / init['r_d_b'] / 2**10:.0f} KiB/s); a worker fetched {init['device_bytes']:.0f} B from the device")
@@ -369,7 +362,8 @@ def run_series(machine, shape: str, workers: list[int], folder: Path, samples: i
         wall = time.perf_counter() - t0
         row = measurements_from_store(run_dir / "store", servers=1)
         truth = json.loads((run_dir / "ground_truth.json").read_text())
-        out[w] = {"store": str(run_dir / "store"), "phase_s": float(row["phase_s"]), "train_s": truth["train_s"],
+        out[w] = {"store": str(run_dir / "store"), "phase_s": float(row["phase_s"]), "init_s": float(row["init_s"]),
+                  "train_s": truth["train_s"],
                   "cpu_share": float(row["cpu_share"]),
                   "compute_per_sample_s": truth["compute_per_sample_s"]["measured"], "wall_s": wall,
                   "load_before": before, "load_after": _load()}
@@ -401,22 +395,26 @@ def b_median(runs: list[dict]) -> dict:
     return row
 
 
-def fit_and_predict(profile_a: Path, stores_a: list[str], profile_b: Path, workers: list[int], folder: Path
-                    ) -> tuple[dict, dict, dict]:
-    """``model fit`` on A's stores with A's profile, then ``model predict --profile B.json --json`` at ``workers``:
-    Hashemi's model (network and worker overlap, their max), and the closed loop (``model fit --serial-comm``:
-    the workers pull, compute and push one after another, as ps-sgd's do), and the closed loop in CPU seconds
-    (``--cpu-shares``: each run's workers at their share of a core, c_u the server's measured time; on B, where
-    the quota holds every rank, the loop played out over the quota's periods)."""
+def fit_and_predict(profile_a: Path, stores_a: list[str], profile_b: Path, workers: list[int], folder: Path,
+                    servers: int = 1, disks: tuple[Path, Path] | None = None) -> tuple[dict, dict, dict]:
+    """``model fit`` on A's stores (``servers`` server ranks) with A's profile, then ``model predict --profile B.json
+    --json`` at ``workers``: Hashemi's model (network and worker overlap, their max), and the closed loop (``model
+    fit --serial-comm``: the workers pull, compute and push one after another, as ps-sgd's do), and the closed loop
+    in CPU seconds (``--cpu-shares``: each run's workers at their share of a core, c_u the server's measured time;
+    on B, where the quota holds every rank, the loop played out over the quota's periods). ``disks``: A's and B's
+    disk sections apart (``calibrate --only disk``), given to ``model fit --disk-profile`` and ``model predict
+    --disk-profile``, which then carry B's initialisation (``init_on_b`` of each prediction)."""
+    disk_a, disk_b = (["--disk-profile", str(path)] for path in disks) if disks else ([], [])
     out = []
     for extra, name in (([], "model.json"), (["--serial-comm"], "model-serial.json"),
                         (["--serial-comm", "--cpu-shares"], "model-shares.json")):
         model = folder / name
-        _check(subprocess.run([DDLTRACE, "model", "fit", *stores_a, "--dnn", DNN, "--servers", "1", "--profile",
-                               str(profile_a), "--out", str(model), *extra], capture_output=True, text=True,
-                              timeout=300), "model fit")
+        _check(subprocess.run([DDLTRACE, "model", "fit", *stores_a, "--dnn", DNN, "--servers", str(servers),
+                               "--profile", str(profile_a), "--out", str(model), *disk_a, *extra],
+                              capture_output=True, text=True, timeout=300), "model fit")
         done = subprocess.run([DDLTRACE, "model", "predict", str(model), "--workers", ",".join(map(str, workers)),
-                               "--profile", str(profile_b), "--json"], capture_output=True, text=True, timeout=300)
+                               "--profile", str(profile_b), *disk_b, "--json"], capture_output=True, text=True,
+                              timeout=300)
         _check(done, "model predict")
         out.append(json.loads(done.stdout))
     return out[0], out[1], out[2]
@@ -600,17 +598,17 @@ def simulated(args) -> list[dict]:
                     throttled = machine_b.quota.throttled() if b_name == "quota" else None
                     if b_name == "disk":  # bytes the throttled cgroup read and wrote on the disk
                         throttled = machine_b.throttle.bytes_done()
+                disks = (folder / "A-disk.json", folder / "B-disk.json") if b_name == "disk" else None
                 prediction, serial, shares = fit_and_predict(folder / "A.json",
                                                              [runs_a[w]["store"] for w in workers],
-                                                             folder / "B.json", workers, folder)
+                                                             folder / "B.json", workers, folder, disks=disks)
                 result = compare(prediction, serial, runs_a, runs_b, shares)
                 result.update({"repeat": repeat, "b": b_name, "b_description": machine_b.description,
                                "shape": shape, "job": job_args(shape, args.samples), "a_runs": runs_a, "b_runs": runs_b,
                                "throttled": throttled, "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
                                "host": socket.gethostname(), "cores": os.cpu_count()})
                 if b_name == "disk":
-                    result["init"] = init_on_b(folder / "model.json", folder / "A-disk.json", folder / "B-disk.json",
-                                               runs_a, runs_b)
+                    result["init"] = init_on_b(prediction, runs_a, runs_b)
                 print_comparison(f"B = {b_name}, shape {shape}, repeat {repeat + 1}", result)
                 if b_name == "disk":
                     print_init(result)
@@ -681,26 +679,28 @@ def b_rows_from_stores(stores: list[str], servers: int = 1) -> dict[int, dict]:
     by_w: dict[int, list[dict]] = {}
     for store in stores:
         row = measurements_from_store(store, servers=servers)
-        by_w.setdefault(int(row["w"]), []).append({"phase_s": float(row["phase_s"]), "store": str(store),
-                                                   "cpu_share": float(row["cpu_share"])})
+        by_w.setdefault(int(row["w"]), []).append({"phase_s": float(row["phase_s"]), "init_s": float(row["init_s"]),
+                                                   "store": str(store), "cpu_share": float(row["cpu_share"])})
     return {w: b_median(runs) for w, runs in sorted(by_w.items())}
 
 
 def two_machines(args) -> list[dict]:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    a_rows = {int(r["w"]): {"phase_s": float(r["phase_s"]), "store": s}
+    a_rows = {int(r["w"]): {"phase_s": float(r["phase_s"]), "init_s": float(r["init_s"]), "store": s}
               for s in args.runs_a for r in [measurements_from_store(s, servers=args.servers)]}
     b_rows = b_rows_from_stores(args.runs_b or [], args.servers)
     workers = [int(w) for w in args.workers.split(",")] if args.workers_given else sorted(a_rows | b_rows)
     profile_a, profile_b = one_profile(args.profile_a, out, "A"), one_profile(args.profile_b, out, "B")
-    prediction, serial, shares = fit_and_predict(profile_a, list(args.runs_a), profile_b, workers, out)
+    if bool(args.disk_a) != bool(args.disk_b):
+        raise DdltraceError("B's initialisation needs both --disk-a and --disk-b (calibrate --only disk on each)")
+    disks = (Path(args.disk_a), Path(args.disk_b)) if args.disk_a else None
+    prediction, serial, shares = fit_and_predict(profile_a, list(args.runs_a), profile_b, workers, out,
+                                                 args.servers, disks)
     result = compare(prediction, serial, a_rows, b_rows, shares)
     result.update({"b": "B", "shape": "given", "a_runs": a_rows, "b_runs": b_rows})
-    if args.disk_a or args.disk_b:
-        if not (args.disk_a and args.disk_b):
-            raise DdltraceError("B's initialisation needs both --disk-a and --disk-b (calibrate --only disk on each)")
-        result["init"] = init_on_b(out / "model.json", Path(args.disk_a), Path(args.disk_b), a_rows, b_rows)
+    if disks:
+        result["init"] = init_on_b(prediction, a_rows, b_rows)
     print_comparison(f"B = {' '.join(args.profile_b)}", result)
     if result.get("init"):
         print_init(result)

@@ -6,12 +6,16 @@ and inside B, whose data disk read at 256 KiB/s)."""
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+from scipy import stats
 
+from ddltrace.analyses.fit_hashemi import measurements_from_store
 from ddltrace.cli import main
 
 DISK = Path(__file__).resolve().parent.parent / "sample_traces" / "ps-sgd-disk"
@@ -62,13 +66,55 @@ def test_predict_prints_bs_initialisation_carried_through_r_d(models, capsys):
         assert low < value < high
     # diskb-2's B measured 0.737, 1.390, 2.735 s at w = 1, 2, 4 in this repeat (docs/MODELS.md): within 5 %
     assert list(expected.values()) == pytest.approx([0.737, 1.390, 2.735], rel=0.05)
-    # the benchmark carries it with the same module: the same figures from the same files
+
+
+def test_the_benchmark_prints_the_initialisation_model_predict_carries(tmp_path, capsys):
+    """benchmarks/new_hardware.py on two machines with the disk sections apart (--disk-a, --disk-b) fits and predicts
+    through 'model fit --disk-profile' and 'model predict --disk-profile' (the same carry, not one of its own), and
+    prints each figure of its initialisation columns as the files give it: here A's stores stand for B's runs too,
+    so that the measured and error columns are filled."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
     import new_hardware
 
-    bench = new_hardware.init_on_b(model, DISK / "A-disk.json", DISK / "B-disk.json",
-                                   {w: {"store": s} for w, s in zip((1, 2, 4), STORES, strict=True)}, {})
-    assert [r["predicted_s"] for r in bench["rows"]] == pytest.approx(list(expected.values()), rel=1e-12)
+    capsys.readouterr()
+    assert new_hardware.main(["--out", str(tmp_path), "--profile-a", str(DISK / "A.json"), "--runs-a", *STORES,
+                              "--profile-b", str(DISK / "B.json"), "--runs-b", *STORES, "--disk-a",
+                              str(DISK / "A-disk.json"), "--disk-b", str(DISK / "B-disk.json")]) == 0
+    out = capsys.readouterr().out
+    # from the files: A's initialisations as the fit reads them; T_init = w r_d s n_f d fitted through the origin
+    # (shared storage; mlp-2-10k-2 in doubles, 2 features, 8,192 samples); both disks' r_d; D the median of the
+    # bytes A's workers fetched from the device
+    init = {w: measurements_from_store(s, servers=1)["init_s"] for w, s in zip((1, 2, 4), STORES, strict=True)}
+    size = 8 * 2 * 8192
+    r_d = sum(w * size * t for w, t in init.items()) / sum((w * size) ** 2 for w in init)
+    x = np.array([w * size for w in init])
+    resid = np.array(list(init.values())) - r_d * x
+    half = stats.t.ppf(0.975, 2) * math.sqrt(resid @ resid / 2 / (x @ x))  # the fit's 95 % interval of r_d
+    entries = {k: json.loads((DISK / f"{k}-disk.json").read_text())["constants"]["r_d"] for k in "AB"}
+    disks = {k: entry["value"] for k, entry in entries.items()}
+    spread = stats.norm.ppf(0.975) * math.hypot(entries["A"]["uncertainty"], entries["B"]["uncertainty"])
+    device = statistics.median(r["device_bytes"] for s in STORES for r in json.loads(
+        (Path(s).parent / "ground_truth.json").read_text())["init"] if r["role"] == "worker")
+    lines = out[out.index("  initialisation (shared storage, T_init = w x T_disk)"):].splitlines()
+    assert (f"T_disk = {1e3 * r_d * size:.1f} ms (r_d {r_d:.3g} s/B x s n_f d = {size} B); disk r_d A "
+            f"{disks['A']:.3g}, B {disks['B']:.3g} s/B ({1 / disks['B'] / 2**10:.0f} KiB/s); a worker fetched "
+            f"{device:.0f} B from the device") in lines[0]
+    for w, measured in init.items():
+        predicted = w * (r_d * size + (disks["B"] - disks["A"]) * device)
+        (line,) = [x for x in lines[2:5] if x.split()[:1] == [str(w)]]
+        words = line.replace("[", " ").replace(",", " ").replace("]", " ").split()
+        assert words[1:5] == [f"{measured:.3f}", "s", f"{measured:.3f}", "s"], line
+        assert words[5:7] == [f"{predicted:.3f}", "s"], line
+        delta = disks["B"] - disks["A"]
+        assert words[7:9] == [f"{w * (max(0.0, r_d - half) * size + (delta - spread) * device):.3f}",
+                              f"{w * ((r_d + half) * size + (delta + spread) * device):.3f}"], line
+        assert words[9:11] == [f"{100 * (predicted / measured - 1):+.1f}", "%"], line
+        assert words[11:13] == [f"{w * r_d * size * disks['B'] / disks['A']:.3f}", "s"], line
+    # and results.json keeps the figures model predict gave
+    (result,) = json.loads((tmp_path / "results.json").read_text())
+    model = tmp_path / "model.json"
+    assert [r["predicted_s"] for r in result["init"]["rows"]] == pytest.approx(list(_from_the_files(model).values()),
+                                                                              rel=1e-12)
 
 
 def test_predict_says_what_bs_initialisation_lacks(models, capsys):

@@ -31,6 +31,8 @@ from ddltrace.errors import DdltraceError
 
 #: Where a model keeps what this carry needs besides its fitted r_d (``model fit --disk-profile``).
 KEY = "disk"
+#: m(w), the reads of the whole data set in T_init(w) = m(w) T_disk, for each storage kind (section 5.3).
+READS = {"shared": "w", "local": "1", "partitioned": "1/w"}
 
 
 def disk_r_d(profile: Any, source: str) -> dict:
@@ -129,7 +131,7 @@ def describe(result: Mapping) -> list[str]:
     """The text lines of :func:`init_on_b`'s result, each number with its unit."""
     pct = int(round(100 * result["confidence"]))
     lines = [f"initialisation on B (storage {result['storage']}: T_init = "
-             f"{ {'shared': 'w', 'local': '1', 'partitioned': '1/w'}[result['storage']]} x T_disk), carried "
+             f"{READS[result['storage']]} x T_disk), carried "
              f"through r_d: T_disk(B) = T_disk(A) + (r_d(B) - r_d(A)) D",
              f"  T_disk(A) = {1e3 * result['t_disk_a_s']:.4g} ms (the fit of A's initialisations: r_d "
              f"{result['r_d_fit']:.4g} s/B x s n_f d = {result['model_bytes']:.0f} B); r_d(A) {result['r_d_a']:.4g} "
