@@ -443,11 +443,9 @@ class HashemiFit:
     def to_dict(self) -> dict:
         """The fitted model as plain JSON-able data (what ``ddltrace model fit --out`` writes)."""
         self._check_fitted()
-        units = {"c_p": "s/sample", "c_b": "s/batch", "c_u": "s/update", "t_phase_min": "s", "kappa": "1/worker",
-                 "r_d": "s/B", "r_m": "s/B", "w_m": "s/B", "r_net": "s/B", "lat_net": "s", "t_slice": "s"}
         constants = {}
         for name, value in asdict(self.constants_).items():
-            entry = {"value": value, "unit": units.get(name, "")}
+            entry = {"value": value, "unit": hashemi.UNITS[name]}
             if name in self.unsupported_:
                 entry.update(source="not supported by the runs (held at 0)", fitted_value=self.unsupported_[name])
             elif name in self.unconstrained_:

@@ -27,9 +27,6 @@ from ddltrace.units import format_ns, format_percent
 if TYPE_CHECKING:  # pandas and the model are imported where used: the CLI starts without them
     import pandas as pd
 
-UNITS = {"c_p": "s/sample", "c_b": "s/batch", "c_u": "s/update", "t_phase_min": "s", "kappa": "1/worker",
-         "r_d": "s/B", "r_m": "s/B", "w_m": "s/B", "r_net": "s/B", "lat_net": "s", "t_slice": "s"}
-
 #: ``--storage``'s choices: models/hashemi.py's STORAGE_KINDS, named here so that the CLI starts without numpy
 #: (tests/test_cli_startup.py checks that the two agree).
 STORAGE_KINDS = ("shared", "local", "partitioned")
@@ -224,7 +221,7 @@ def describe_fit(fit, job: str = "") -> str:
         entry = values[name]
         if entry["source"] == "default (0)":
             continue
-        text = f"  {name:<12} {entry['value']:.4e} {UNITS[name]:<9}"
+        text = f"  {name:<12} {entry['value']:.4e} {entry['unit']:<9}"
         ci = entry.get("ci")
         if ci and ci[0] is not None:
             text += f"  [{ci[0]:.4e}, {ci[1]:.4e}]  {entry['source']}"
@@ -423,7 +420,7 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
 
 
 def _describe_transfer(table: pd.DataFrame) -> list[str]:
-    from ddltrace.models import quota_loop
+    from ddltrace.models import quota_loop, transfer
 
     info = table.attrs["transfer"]
     f = info["factors"]
@@ -448,7 +445,7 @@ def _describe_transfer(table: pd.DataFrame) -> list[str]:
              f"lat_net x{f['lat_net']:.4g}; storage r_d x{f['r_d']:.4g}",
              f"  interval: {pct} % of {info['draws']} draws over the fit's standard errors and both profiles' "
              "uncertainties (log-normal, the relative uncertainty one standard deviation of the log)"]
-    played = [row for row in table.to_dict("records") if _finite(row.get("quota_loop_s"))]
+    played = [row for row in table.to_dict("records") if transfer.is_finite(row.get("quota_loop_s"))]
     if played:
         lines.append("  where B's quota holds every rank (w = " + ", ".join(str(r["w"]) for r in played) + "), the "
                      f"closed loop is played out over the quota's periods for {quota_loop.STARTS} random starts "
@@ -463,17 +460,13 @@ def _describe_transfer(table: pd.DataFrame) -> list[str]:
     return lines
 
 
-def _finite(x) -> bool:
-    return isinstance(x, float | int) and math.isfinite(x)
-
-
 def _init_on_b(model: dict, source: str, profile: str, disk_b: dict | None, workers: list[int]) -> dict | None:
     """B's initialisation carried through r_d (ddltrace.models.init_transfer; ``disk_b``: B's disk section given
     apart, else the profile's), or ``{"missing": why}`` where the model or B's profile lacks what it needs; None
     where A's runs measured no initialisation."""
-    from ddltrace.models import init_transfer
+    from ddltrace.models import init_transfer, transfer
 
-    if not any(_finite(r.get("init_s")) for r in model.get("measurements") or []):
+    if not any(transfer.is_finite(r.get("init_s")) for r in model.get("measurements") or []):
         return None
     why = init_transfer.missing(model)
     if why:

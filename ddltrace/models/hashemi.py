@@ -92,6 +92,9 @@ class Constants:
 
 
 NAMES = tuple(Constants.__dataclass_fields__)
+#: The unit of each constant (model.json's ``unit``, the fit's report).
+UNITS = {"c_p": "s/sample", "c_b": "s/batch", "c_u": "s/update", "r_d": "s/B", "r_m": "s/B", "w_m": "s/B",
+         "r_net": "s/B", "lat_net": "s", "t_phase_min": "s", "kappa": "1/worker", "t_slice": "s"}
 
 
 def t_processing(n: float, c_p: float) -> float:

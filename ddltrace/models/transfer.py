@@ -63,7 +63,7 @@ def _points(raw: Any, where: str, cpu: bool = False) -> list[list[float]]:
     for i, pt in enumerate(items):
         if isinstance(pt, Mapping):
             x, y, spread = pt.get("x"), pt.get("y"), pt.get("spread", 0.0)
-            if cpu and _finite(pt.get("cpu_y")):  # seconds of CPU per operation, each run's own: the core's speed
+            if cpu and is_finite(pt.get("cpu_y")):  # seconds of CPU per operation, each run's own: the core's speed
                 y, spread = pt["cpu_y"], pt.get("cpu_spread", 0.0)
             elif cpu:  # a profile before cpu_y: the runs' wall time x the point's share
                 y, spread = float(y) * float(pt["cpu_share"]), float(spread) * float(pt["cpu_share"])
@@ -79,7 +79,7 @@ def _points(raw: Any, where: str, cpu: bool = False) -> list[list[float]]:
 def _cpu_timed(raw: Any) -> bool:
     """Whether every point of a calibrate curve carries the CPU share its runs had (``cpu_share``)."""
     items = raw.get("points") if isinstance(raw, Mapping) else None
-    return bool(items) and all(isinstance(pt, Mapping) and _finite(pt.get("cpu_share")) and
+    return bool(items) and all(isinstance(pt, Mapping) and is_finite(pt.get("cpu_share")) and
                                float(pt["cpu_share"]) > 0 for pt in items)
 
 
@@ -214,11 +214,12 @@ def _alone(record: Mapping) -> float:
 
 
 def _servers(runs: Sequence[Mapping]) -> float:
-    extra = [float(r["ranks"]) - float(r["w"]) for r in runs if _finite(r.get("ranks")) and _finite(r.get("w"))]
+    extra = [float(r["ranks"]) - float(r["w"]) for r in runs if is_finite(r.get("ranks")) and is_finite(r.get("w"))]
     return float(np.median(extra)) if extra else 1.0
 
 
-def _finite(x: Any) -> bool:
+def is_finite(x: Any) -> bool:
+    """Whether ``x`` is a finite number or reads as one (None, NaN, infinities and non-numbers are not)."""
     try:
         return math.isfinite(float(x))
     except (TypeError, ValueError):
@@ -231,7 +232,7 @@ def share_on_a(a: Mapping, runs: Sequence[Mapping], w: float) -> tuple[float, st
     busy (MPI ranks poll for their messages), capped by A's quota."""
     alone = _cap(a)
     shares = [float(r["cpu_share"]) for r in runs
-              if _finite(r.get("cpu_share")) and _finite(r.get("w")) and float(r["w"]) == float(w)]
+              if is_finite(r.get("cpu_share")) and is_finite(r.get("w")) and float(r["w"]) == float(w)]
     if shares:
         return min(alone, float(np.median(shares))), "measured"
     cores = (a.get("allowance") or {}).get("cores")
@@ -248,7 +249,7 @@ def _cores_seen(runs: Sequence[Mapping]) -> float | None:
     """The cores A's runs shared, where their ranks had less than a core each: a rank's sampled share times the
     ranks (the median over those runs); None when every run's ranks had a core each, or no run says."""
     seen = [float(r["cpu_share"]) * float(r["ranks"]) for r in runs
-            if _finite(r.get("cpu_share")) and _finite(r.get("ranks")) and float(r["cpu_share"]) < 0.9]
+            if is_finite(r.get("cpu_share")) and is_finite(r.get("ranks")) and float(r["cpu_share"]) < 0.9]
     return float(np.median(seen)) if seen else None
 
 
@@ -284,7 +285,7 @@ def quota_wait(record: Mapping, wanted: float) -> float:
 
 
 def _median(runs: Sequence[Mapping], key: str, w: float | None = None) -> float | None:
-    values = [float(r[key]) for r in runs if _finite(r.get(key)) and (w is None or float(r["w"]) == float(w))]
+    values = [float(r[key]) for r in runs if is_finite(r.get(key)) and (w is None or float(r["w"]) == float(w))]
     return float(np.median(values)) if values else None
 
 
@@ -413,7 +414,7 @@ def server_split(c_u: float, a: Mapping, runs: Sequence[Mapping]) -> dict:
     not grow. Without two runs at shares 20 % apart, all of it is taken for CPU."""
     per_update, inverse = [], []
     for r in runs:
-        if not (_finite(r.get("server_busy_s")) and _finite(r.get("d")) and _finite(r.get("b"))):
+        if not (is_finite(r.get("server_busy_s")) and is_finite(r.get("d")) and is_finite(r.get("b"))):
             continue
         updates = float(r["d"]) * float(r.get("epochs") or 1.0) / float(r["b"])
         per_update.append(float(r["server_busy_s"]) / updates)
