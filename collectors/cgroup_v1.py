@@ -1,6 +1,7 @@
 """The cgroup v1 groups a collector makes for a job (:mod:`.cpu_quota`, :mod:`.disk_throttle`): :class:`GroupOwner`
 holds one for a ``with`` block; removing one kills every process still in it, then removes the groups, children
-first; the groups of owners no longer alive are removed by the next owner."""
+first; the groups of owners no longer alive are removed by the next owner. The owner's name (:func:`owner_tag`,
+:func:`owner_gone`) also names the loop disks of :mod:`.loop_disk`."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ class GroupOwner(Scoped):
 
     def __init__(self, controller: Path, prefix: str):
         self.controller, self.prefix = controller, prefix
-        self.tag = f"{prefix}{os.getpid()}-{next(_COUNT)}"
+        self.tag = owner_tag(prefix)
         self.root = controller / self.tag
         self._dir: Path | None = None
         self.wrapper: Path | None = None
@@ -59,6 +60,18 @@ class GroupOwner(Scoped):
         atexit.unregister(self.close)
 
 
+def owner_tag(prefix: str) -> str:
+    """A name ``<prefix><owner pid>-<n>`` for something this process makes and removes (unique in the process): a
+    later owner tells from it whether its owner is still alive (:func:`owner_gone`)."""
+    return f"{prefix}{os.getpid()}-{next(_COUNT)}"
+
+
+def owner_gone(name: str, prefix: str) -> bool:
+    """Whether ``name`` is an :func:`owner_tag` of ``prefix`` whose owner process is no longer alive."""
+    found = re.match(rf"^{re.escape(prefix)}(\d+)-\d+$", name)
+    return bool(found) and not Path(f"/proc/{found.group(1)}").exists()
+
+
 def remove_group(root: Path) -> None:
     """Kill every process in ``root`` and in its child groups, then remove them (nothing when ``root`` is gone)."""
     if not root.exists():
@@ -86,10 +99,8 @@ def remove_stale(controller: Path, prefix: str) -> list[str]:
     gone = []
     if not controller.exists():
         return gone
-    name = re.compile(rf"^{re.escape(prefix)}(\d+)-\d+$")
     for path in controller.iterdir():
-        found = name.match(path.name)
-        if found and path.is_dir() and not Path(f"/proc/{found.group(1)}").exists():
+        if path.is_dir() and owner_gone(path.name, prefix):
             remove_group(path)
             gone.append(path.name)
             for folder in Path(tempfile.gettempdir()).glob(f"{path.name}-*"):

@@ -17,18 +17,16 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-import re
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
+from ddltrace.collectors.cgroup_v1 import owner_gone, owner_tag
 from ddltrace.collectors.scoped import Scoped
 from ddltrace.errors import DdltraceError
 
 _PREFIX = "ddlloop"
-_NAME = re.compile(rf"^\.{_PREFIX}(\d+)-\d+\.img$")
-_COUNT = iter(range(1 << 30))
 TOOLS = ("losetup", "mkfs.ext4", "mount", "umount")
 
 
@@ -58,7 +56,7 @@ class LoopDisk(Scoped):
         if not Path(folder).is_dir():
             raise DdltraceError(f"{folder}: no such folder for the loop disk's file")
         self.size_mib = size_mib
-        self.tag = f"{_PREFIX}{os.getpid()}-{next(_COUNT)}"
+        self.tag = owner_tag(_PREFIX)
         self.image = Path(folder).resolve() / f".{self.tag}.img"
         self.device: str | None = None
         self.mount: Path | None = None
@@ -111,15 +109,15 @@ def remove_stale(folder: str | os.PathLike) -> list[str]:
     attached = _attached()
     images = {Path(path) for path in attached} | {p.resolve() for p in Path(folder).glob(f".{_PREFIX}*.img")}
     for image in sorted(images):
-        found = _NAME.match(image.name)
-        if not found or Path(f"/proc/{found.group(1)}").exists():
+        tag = image.name[1:].removesuffix(".img")
+        if not (image.name.startswith(".") and image.name.endswith(".img") and owner_gone(tag, _PREFIX)):
             continue
         device = attached.get(str(image))
         mounts = [Path(line.split()[1]) for line in Path("/proc/mounts").read_text().splitlines()
                   if device and line.split()[0] == device]
         for mount in mounts or [None]:
             _remove(image, device, mount)
-        for left in Path(tempfile.gettempdir()).glob(f"{image.name[1:].removesuffix('.img')}-*"):
+        for left in Path(tempfile.gettempdir()).glob(f"{tag}-*"):
             with contextlib.suppress(OSError):
                 left.rmdir()
         gone.append(image.name)

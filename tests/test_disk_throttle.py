@@ -252,3 +252,21 @@ def test_the_disk_bs_initialisation_is_predicted_from_as_runs_and_both_disks_r_d
     # docs/MODELS.md): +5-10 % expected at this rate; diskb-2 (256 KiB/s) -3.2 .. +6.5 %, diskb-3 (1 MiB/s) up to +27 %
     assert abs(row["error"]) <= 0.20, result
     assert row["scaled_s"] > 100 * measured  # the fitted r_d x B's / A's takes A's parsing for disk time
+
+
+def test_a_loop_disk_left_by_a_dead_owner_is_removed_and_a_live_ones_kept(tmp_path):
+    """The loop disks are named as the cgroups are (collectors/cgroup_v1.py: ``<prefix><owner pid>-<n>``): the
+    next owner removes what an owner no longer alive left, and nothing of a live one's or of another name."""
+    from ddltrace.collectors import cgroup_v1
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    live = cgroup_v1.owner_tag("ddlloop")
+    assert live.startswith(f"ddlloop{os.getpid()}-") and not cgroup_v1.owner_gone(live, "ddlloop")
+    assert cgroup_v1.owner_gone(f"ddlloop{dead.pid}-0", "ddlloop")
+    assert not cgroup_v1.owner_gone(f"ddlc{dead.pid}-0", "ddlloop")
+    for name in (f".ddlloop{dead.pid}-0.img", f".{live}.img", f"ddlloop{dead.pid}-1.img", f".ddlloop{dead.pid}-2.raw"):
+        (tmp_path / name).write_bytes(b"")
+    assert loop_disk.remove_stale(tmp_path) == [f".ddlloop{dead.pid}-0.img"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f".{live}.img", f"ddlloop{dead.pid}-1.img",
+                                                                 f".ddlloop{dead.pid}-2.raw"])

@@ -80,7 +80,9 @@ def _open(path: Path, flags: int) -> tuple[int, bool]:
     return os.open(path, flags, 0o600), False
 
 
-def _drop_cache(fd: int) -> None:
+def drop_cache(fd: int) -> None:
+    """Drop the open file's pages from the page cache, so that the next reads reach the disk: written out first
+    (``fdatasync``: DONTNEED drops clean pages only), then ``posix_fadvise(POSIX_FADV_DONTNEED)``."""
     os.fdatasync(fd)
     if hasattr(os, "posix_fadvise"):
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
@@ -109,7 +111,7 @@ def _write_file(path: Path, file_bytes: int, buf: mmap.mmap) -> tuple[float, boo
         os.fsync(fd)
         elapsed = time.perf_counter() - t0
         if not direct:
-            _drop_cache(fd)
+            drop_cache(fd)
     finally:
         os.close(fd)
     return elapsed / written, direct
@@ -119,7 +121,7 @@ def _read_file(path: Path, buf: mmap.mmap) -> float:
     fd, direct = _open(path, os.O_RDONLY)
     try:
         if not direct:
-            _drop_cache(fd)
+            drop_cache(fd)
         t0, total = time.perf_counter(), 0
         while True:
             n = os.readv(fd, [buf])
@@ -138,7 +140,7 @@ def _random_reads(path: Path, file_bytes: int, seconds: float) -> float:
     blocks = file_bytes // RANDOM_BLOCK
     try:
         if not direct:
-            _drop_cache(fd)
+            drop_cache(fd)
         count, t0 = 0, time.perf_counter()
         while True:
             os.preadv(fd, [buf], rng.randrange(blocks) * RANDOM_BLOCK)

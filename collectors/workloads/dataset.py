@@ -18,12 +18,13 @@ counted. Two readers, as in the paper:
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from ddltrace.collectors.microbench.disk import drop_cache
 
 
 def make_dataset(path: str | Path, samples: int, seed: int) -> Path:
@@ -69,8 +70,7 @@ class StorageReader:
         parts = []
         with open(self.path, "rb", buffering=0) as f:
             if self.cold:
-                os.fdatasync(f.fileno())  # DONTNEED drops clean pages only: a file just written is written out first
-                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+                drop_cache(f.fileno())
                 before = _device_bytes()
             f.seek(begin)
             pos = begin
