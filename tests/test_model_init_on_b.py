@@ -135,3 +135,18 @@ def test_predict_says_what_bs_initialisation_lacks(models, capsys):
                                    str(DISK / "B.json"), "--disk-profile", str(DISK / "A.json")])
     assert code == 2 and err.strip().splitlines() == [f"ddltrace: error: {DISK / 'A.json'}: no disk section (r_d, "
                                                       "s/B; 'ddltrace calibrate --only disk' measures it)"]
+
+
+def test_fit_prints_the_disk_section_it_keeps_for_the_carry(tmp_path, capsys):
+    """'model fit --disk-profile A-disk.json' prints A's r_d and the bytes a worker fetched from A's device: the
+    disk section's value and the median of the workers' device_bytes in the ground_truth.json beside A's stores."""
+    entries = [r for s in STORES for r in json.loads((Path(s).parent / "ground_truth.json").read_text())["init"]
+               if r["role"] == "worker"]
+    r_d = json.loads((DISK / "A-disk.json").read_text())["constants"]["r_d"]["value"]
+    code, out, _ = _run(capsys, ["model", "fit", *STORES, "--dnn", "mlp-2-10k-2", "--servers", "1", "--profile",
+                                 str(DISK / "A.json"), "--disk-profile", str(DISK / "A-disk.json")])
+    assert code == 0
+    assert (f"initialisation to carry to B's disk: A's r_d {r_d:.4g} s/B ({DISK / 'A-disk.json'}), a worker fetched "
+            f"{statistics.median(r['device_bytes'] for r in entries):.0f} B from A's device (median over "
+            f"{len(entries)} workers)") in out.splitlines()
+    assert len(entries) == 1 + 2 + 4
