@@ -185,3 +185,23 @@ def test_the_fit_of_a_run_and_the_prediction_at_its_w_count_the_same_messages():
     for w in (1, 2, 4):
         predicted = transfer.phase_at(fit.constants_, fit.workload_, w, {}, records)["phase_s"]
         assert predicted == pytest.approx(fitted[w], rel=1e-12)
+
+
+def test_a_what_if_on_the_schedulers_round_changes_the_waits_it_draws():
+    """t_slice is spent in the constants at w (the messages' waits for ranks off their cores, in c_b): a what-if on
+    it is the model with that round, on A and carried to B, where the ranks share the cores (w = 4)."""
+    from dataclasses import replace
+
+    from ddltrace.models import transfer
+
+    runs = measurements_from_stores(A_STORES, servers=1)
+    records = runs.to_dict("records")
+    fit = HashemiFit(d=16384, n_f=2, n_w=40000, profile={"r_net": 2.4e-10, "lat_net": 1e-5}, serial=True,
+                     cpu_shares=True).fit(runs)
+    k, wl = fit.constants_, fit.workload_
+    a, b = (transfer.profile_record(json.loads((DATA / f"{x}.json").read_text()), x, 8) for x in "AB")
+    for on_b in ({}, {"b": b, "counts": {"muladds": 120000.0, "neurons": 10002.0}}):
+        changed = transfer.phase_at(k, wl, 4, a, records, what_if={"t_slice": ("scale", 3.0)}, **on_b)["phase_s"]
+        model = transfer.phase_at(replace(k, t_slice=3 * k.t_slice), wl, 4, a, records, **on_b)["phase_s"]
+        assert changed == pytest.approx(model, rel=1e-12)
+        assert changed > 1.01 * transfer.phase_at(k, wl, 4, a, records, **on_b)["phase_s"]

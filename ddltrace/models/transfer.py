@@ -331,7 +331,11 @@ def constants_at(k: Constants, wl: Workload, w: float, a: Mapping, runs: Sequenc
     A's ranks had there (:func:`share_on_a`) with its messages' waits for ranks off their cores
     (:func:`ddltrace.models.hashemi.at_share`); on B, ``k`` carried by :func:`transfer` at w (``counts``: the DNN's
     work per sample, :func:`work_counts`). ``what_if`` (``Constants.scaled``: a factor or a value) then changes these
-    constants at w, wall time at the ranks' share (seconds, seconds per byte)."""
+    constants at w, wall time at the ranks' share (seconds, seconds per byte); its ``t_slice``, the round the
+    messages' waits for ranks off their cores are drawn from, changes the model's before the waits are."""
+    what_if = dict(what_if or {})
+    if "t_slice" in what_if:
+        k = k.scaled({"t_slice": what_if.pop("t_slice")})
     if b is None:
         at, factors = k, {}
         if wl.cpu_shares:
