@@ -277,9 +277,9 @@ BEST_TOLERANCE = 0.05
 
 
 def _on_profile(model: dict, source: str, profile_path: str, constants, wl, serial: bool = False) -> dict:
-    """What carrying the model to the machine of ``profile_path`` needs: the profiles' records ``a`` and ``b``, A's
-    runs, the DNN's work per sample, the server's split of c_u, and the w-independent factors (each rank's share of
-    a core taken as equal on A and B) with their notes, for the description."""
+    """What carrying the model to the machine of ``profile_path`` needs: the profiles' records ``a`` and ``b``, the
+    DNN's work per sample, the server's split of c_u, and the w-independent factors (each rank's share of a core
+    taken as equal on A and B) with their notes, for the description."""
     from ddltrace.models import transfer
 
     fitted_on = model.get("profile")
@@ -290,7 +290,7 @@ def _on_profile(model: dict, source: str, profile_path: str, constants, wl, seri
     counts = model.get("work_per_sample") or {"muladds": 1.0, "neurons": 0.0}
     runs = model.get("measurements") or []
     _, factors, notes = transfer.transfer(constants, wl, counts, fitted_on, on_b, serial=serial, runs=runs)
-    return {"a": fitted_on, "b": on_b, "counts": counts, "factors": factors, "notes": notes, "runs": runs,
+    return {"a": fitted_on, "b": on_b, "counts": counts, "factors": factors, "notes": notes,
             "server_split": transfer.server_split(constants.c_u, fitted_on, runs)}
 
 
