@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ddltrace.cli import main
@@ -184,6 +185,46 @@ def test_a_model_without_a_profile_or_a_profile_without_compute_is_refused(fitte
     assert main(["model", "predict", str(model_path), "--workers", "1", "--profile",
                  str(tmp_path / "no-cpu.json")]) == 2
     assert "no-cpu.json: the profile has no C_muladd" in capsys.readouterr().err
+
+
+
+def _work_per_sample(model: dict, batch: float) -> float:
+    """Seconds of feed-forward work per sample on A at the job's working set at ``batch``, from the curves the
+    model recorded (model.json's profile): the DNN's multiply-adds and neurons times the curves there."""
+    wl, counts, curves = model["workload"], model["work_per_sample"], model["profile"]["curves"]
+    working_set = (batch * (wl["n_f"] + 1) + wl["n_w"]) * wl["s"]  # the batch with its labels, and the weights
+
+    def at(name):
+        points = np.asarray(curves[name]["points"], dtype=float)
+        return float(np.interp(working_set, points[:, 0], points[:, 1]))
+
+    return counts["muladds"] * at("C_muladd") + counts["neurons"] * (at("C_act") + at("C_err"))
+
+
+def test_batch_sizes_on_b_move_the_per_sample_costs_along_as_curves(fitted, capsys):
+    root, a, model_path = fitted
+    b_path = root / "B.json"
+    b_path.write_text(json.dumps(_derived(a, FACTORS)))
+    model = json.loads(model_path.read_text())
+    fit_b = model["knee"]["batch"]
+    sizes = sorted({16, int(fit_b), 4096})
+    sweep = _predict(model_path, b_path, capsys, "--batches", ",".join(map(str, sizes)))["batches"]
+    assert sweep["fit_b"] == fit_b
+    rows = {(r["b"], r["w"]): r for r in sweep["rows"]}
+    assert sorted(rows) == sorted((b, w) for b in sizes for w in WORKERS)
+    for b in sizes:  # each batch as --batch alone gives it: the same prediction on B, and c_p moved by A's curves
+        alone = _predict(model_path, b_path, capsys, "--batch", str(b))
+        moved = _work_per_sample(model, b) / _work_per_sample(model, fit_b)
+        assert alone["batch"]["c_p_factor"] == pytest.approx(moved, rel=1e-9)
+        for row in alone["rows"]:
+            assert rows[(b, row["w"])]["profile_s"] == pytest.approx(row["profile_s"], rel=1e-12)
+            assert rows[(b, row["w"])]["c_p_batch_factor"] == alone["batch"]["c_p_factor"]
+    fastest = min(r["profile_s"] for r in sweep["rows"])
+    near = [(r["w"], r["b"]) for r in sweep["rows"] if r["profile_s"] <= 1.05 * fastest]
+    assert (sweep["best"]["w"], sweep["best"]["b"]) == min(near)
+    capsys.readouterr()
+    assert main(["model", "predict", str(model_path), "--workers", "1", "--batches", "32,64"]) == 2
+    assert "--batches: only with --profile" in capsys.readouterr().err
 
 
 # -- optimize --profile B.json --baseline A.json ----------------------------------------------------------------

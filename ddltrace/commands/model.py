@@ -90,7 +90,11 @@ def register(subparsers) -> None:
                                    "counts, beside the measured runs, and with constants changed (--what-if).")
     q.add_argument("model", metavar="MODEL", help="model JSON written by 'ddltrace model fit --out'")
     q.add_argument("--workers", required=True, help="worker counts, e.g. 1,2,4,8,16,32,64")
-    q.add_argument("--batch", type=positive(), help="batch size (default: the model's)")
+    q.add_argument("--batch", type=positive(), help="batch size (default: the model's); the per-sample costs move to "
+                                                    "its working set by the fit's profile's compute curves")
+    q.add_argument("--batches", metavar="LIST",
+                   help="with --profile: B's phase at each of these batch sizes (e.g. 32,64,128,256) and each "
+                        "--workers, and the best pair of the two")
     q.add_argument("--what-if", action="append", default=[], metavar="NAME=VALUE",
                    help="change a constant: r_net=0.1x (ten times faster network), c_u=2e-5 (seconds); repeatable")
     q.add_argument("--profile", metavar="B.json",
@@ -310,9 +314,10 @@ def _knee(model: dict, wl, k, c_u_factor: float = 1.0) -> tuple[float, str, floa
     return w_star, cause, at_least
 
 
-def _predict_table(model: dict, source: str, workers: list[int], batch: float | None,
-                   what_if: dict, profile: str | None = None, serial: bool = False) -> pd.DataFrame:
-    import numpy as np
+def _workload(model: dict, source: str, batch: float | None) -> tuple:
+    """(the fitted constants at ``batch``, the Workload there, the batch they were fitted at, the factor the
+    per-sample costs took to get there: :func:`ddltrace.models.transfer.at_batch` on the fit's profile, 1 where the
+    model has none or the batch is the fit's)."""
     import pandas as pd
 
     from ddltrace.analyses.fit_hashemi import constants_from_model
@@ -320,7 +325,8 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
 
     constants, workload = constants_from_model(model, source)
     measured = pd.DataFrame(model.get("measurements") or [])
-    b = batch or (model.get("knee") or {}).get("batch") or (float(measured["b"].mode()[0]) if len(measured) else None)
+    fit_b = (model.get("knee") or {}).get("batch") or (float(measured["b"].mode()[0]) if len(measured) else None)
+    b = batch or fit_b
     d = workload.get("d") or (float(measured["d"].dropna().median()) if "d" in measured and
                               measured["d"].notna().any() else None)
     epochs = workload.get("epochs") or 1.0
@@ -331,6 +337,75 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
     wl = hashemi.Workload(d=float(d), b=float(b), n_f=workload.get("n_f") or 0.0, n_w=workload.get("n_w") or 0.0,
                           serial=bool(workload.get("serial")), cpu_shares=bool(workload.get("cpu_shares")),
                           epochs=float(epochs), s=workload.get("s") or 8.0)
+    factor, fitted_on = 1.0, model.get("profile")
+    if fit_b and isinstance(fitted_on, dict):
+        counts = model.get("work_per_sample") or {"muladds": 1.0, "neurons": 0.0}
+        constants, factor = transfer.at_batch(constants, wl, float(fit_b), fitted_on, counts)
+    return constants, wl, float(fit_b or b), factor
+
+
+def _entries_at(entries: dict, factor: float) -> dict:
+    """The model's fitted entries with the per-sample costs' standard errors and bounds times ``factor`` (their
+    values at another batch, :func:`_workload`), for the interval's draws."""
+    from ddltrace.models.transfer import PER_SAMPLE
+
+    scaled = {}
+    for name, entry in entries.items():
+        if name in PER_SAMPLE and isinstance(entry, dict) and factor != 1.0:
+            entry = {**entry, **{key: entry[key] * factor for key in ("stderr", "upper_bound") if entry.get(key)}}
+        scaled[name] = entry
+    return scaled
+
+
+def _batch_sweep(model: dict, source: str, workers: list[int], batches: list[int], profile: str,
+                 serial: bool) -> dict:
+    """B's computation phase (seconds, all epochs) at each batch size and worker count: per batch, the fitted
+    costs moved to its working set on A (:func:`_workload`) and carried to B at each w as the prediction carries
+    them (:func:`ddltrace.models.transfer.phase_at`); the best pair is the fewest workers, then the smallest batch,
+    within :data:`BEST_TOLERANCE` of the fastest. The epochs are the model's at every batch."""
+    from ddltrace.models import hashemi, transfer
+
+    rows = []
+    for b in batches:
+        constants, wl, fit_b, factor = _workload(model, source, float(b))
+        moved = _on_profile(model, source, profile, constants, wl, serial)
+        for w in workers:
+            there = transfer.phase_at(constants, wl, w, moved["a"], moved["runs"], moved["b"], moved["counts"],
+                                      serial)
+            rows.append({"b": b, "w": w, "profile_s": there["phase_s"],
+                         "profile_bound_by": hashemi.bound_by(hashemi.phase_terms(w, wl, there["constants"])),
+                         "c_p_batch_factor": factor,
+                         "working_set_bytes": hashemi.working_set_bytes(b, wl.n_f, wl.n_w, wl.s)})
+    fastest = min(r["profile_s"] for r in rows)
+    best = min((r for r in rows if r["profile_s"] <= (1 + BEST_TOLERANCE) * fastest), key=lambda r: (r["w"], r["b"]))
+    return {"fit_b": fit_b, "rows": rows, "best": {"w": best["w"], "b": best["b"], "profile_s": best["profile_s"]}}
+
+
+def _print_batch_sweep(sweep: dict, workers: list[int]) -> None:
+    print(f"\nbatch sizes on B (computation phase, all epochs; the per-sample costs at each batch's working set by "
+          f"the fit's profile's compute curves, relative to batch {sweep['fit_b']:g}, then carried to B):")
+    print(f"{'batch':>7}  {'working set':>12}  {'c_p x':>6}  " + "  ".join(f"{f'w={w}':>9}" for w in workers))
+    for b in dict.fromkeys(r["b"] for r in sweep["rows"]):
+        mine = {r["w"]: r for r in sweep["rows"] if r["b"] == b}
+        first = next(iter(mine.values()))
+        print(f"{b:>7}  {first['working_set_bytes'] / 2**20:>8.3g} MiB  {first['c_p_batch_factor']:>6.3g}  "
+              + "  ".join(f"{_seconds(mine[w]['profile_s']):>9}" for w in workers))
+    best = sweep["best"]
+    print(f"best on B over the batches and workers asked: w = {best['w']} at batch {best['b']}, "
+          f"{_seconds(best['profile_s'])} (the fewest workers, then the smallest batch, within "
+          f"{100 * BEST_TOLERANCE:.0f} % of the fastest predicted phase); the model keeps the epochs fixed: a larger "
+          "batch may need more of them to converge, which it does not predict")
+
+
+def _predict_table(model: dict, source: str, workers: list[int], batch: float | None,
+                   what_if: dict, profile: str | None = None, serial: bool = False) -> pd.DataFrame:
+    import numpy as np
+    import pandas as pd
+
+    from ddltrace.models import hashemi, transfer
+
+    constants, wl, fit_b, batch_factor = _workload(model, source, batch)
+    measured = pd.DataFrame(model.get("measurements") or [])
     unknown = [name for name in what_if if name not in hashemi.NAMES]
     if unknown:
         raise DdltraceError(f"--what-if: {unknown[0]!r} is not a constant of the model ({', '.join(hashemi.NAMES)})")
@@ -396,8 +471,9 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
     table = pd.DataFrame(rows)
     if moved:
         confidence = float(model.get("confidence") or 0.95)
-        low, high = transfer.interval(model["constants"], constants, wl, moved["counts"], moved["a"], moved["b"],
-                                      workers, confidence, serial=serial, runs=runs)
+        entries = _entries_at(model["constants"], batch_factor)
+        low, high = transfer.interval(entries, constants, wl, moved["counts"], moved["a"], moved["b"], workers,
+                                      confidence, serial=serial, runs=runs)
         table["profile_low_s"], table["profile_high_s"] = low, high
         if "quota_loop_s" in table:  # the interval of the analytic phase moved onto the loop's mean, with its spread
             played = table["quota_loop_s"].notna()
@@ -416,6 +492,7 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
                                    "notes": moved["notes"], "confidence": confidence,
                                    "best_w": int(best), "draws": transfer.DRAWS, "serial_comm": serial}
     table.attrs["knees"] = knees
+    table.attrs["batch"] = {"fit_b": fit_b, "c_p_factor": batch_factor}
     return table
 
 
@@ -492,9 +569,13 @@ def run_predict(args) -> int:
         if not args.profile:
             raise DdltraceError("--disk-profile: only with --profile B.json (it is B's disk section)")
         disk_b = init_transfer.disk_r_d(load_json(args.disk_profile, "disk profile"), args.disk_profile)
+    if args.batches and not args.profile:
+        raise DdltraceError("--batches: only with --profile B.json (the batch sizes are compared on B)")
+    batches = parse_int_list(args.batches, "--batches") if args.batches else []
     table = _predict_table(model, args.model, workers, args.batch, what_if, args.profile, args.serial_comm)
     moved = "transfer" in table.attrs
     init = _init_on_b(model, args.model, args.profile, disk_b, workers) if moved else None
+    sweep = _batch_sweep(model, args.model, workers, batches, args.profile, args.serial_comm) if batches else None
     if args.plot:
         _plot(table, args.plot, args.what_if)
     if args.json:
@@ -507,6 +588,9 @@ def run_predict(args) -> int:
             out["transfer"] = table.attrs["transfer"]
         if init is not None:
             out["init_on_b"] = init
+        if sweep:
+            out["batches"] = sweep
+        out["batch"] = table.attrs["batch"]
         json.dump(out, sys.stdout, indent=2)
         print()
         return 0
@@ -521,7 +605,11 @@ def run_predict(args) -> int:
         header += f"  {'on B':>10}  {f'{pct} % interval':>23}  {'bound by on B':<15}"
     if what_if:
         header += f"  {'what-if':>10}  {'bound by':<15}"
-    print(f"computation phase (all epochs) at batch {table['b'].iloc[0]:g}" + (f"; {where}" if label else ""))
+    batch = table.attrs["batch"]
+    moved_batch = (f" (the fit's batch {batch['fit_b']:g}; c_p x{batch['c_p_factor']:.4g} at this batch's working set "
+                   "by the fit's profile's compute curves)" if table["b"].iloc[0] != batch["fit_b"] else "")
+    print(f"computation phase (all epochs) at batch {table['b'].iloc[0]:g}{moved_batch}"
+          + (f"; {where}" if label else ""))
     print(header)
     for row in table.to_dict("records"):
         line = f"{row['w']:>7}  {_seconds(row['predicted_s']):>10}  {row['bound_by']:<15}"
@@ -552,6 +640,8 @@ def run_predict(args) -> int:
         from ddltrace.models import init_transfer
 
         print("\n".join(init_transfer.describe(init)))
+    if sweep:
+        _print_batch_sweep(sweep, workers)
     if args.plot:
         print(f"\nplot written to {args.plot}")
     return 0

@@ -197,6 +197,19 @@ def per_sample_work(record: Mapping, counts: Mapping, working_set: float, z: Map
     return work
 
 
+def at_batch(k: Constants, wl: Workload, fit_b: float, a: Mapping, counts: Mapping) -> tuple[Constants, float]:
+    """The constants on A at the batch ``wl.b`` of a model fitted at batch ``fit_b``: (constants, factor). The
+    per-sample costs (c_p, t_phase_min) take A's feed-forward work per sample at the job's working set at ``wl.b``
+    over that at ``fit_b`` (:func:`per_sample_work` on A's curves: the cache cliff of Hashemi's section 4.4; 1
+    where A's profile has plain constants, no curves); c_b, c_u and the transfers are per batch or per update, so
+    a batch changes how many there are per epoch, which the model counts, not their cost."""
+    if wl.b == fit_b:
+        return k, 1.0
+    now, fitted = (hashemi.working_set_bytes(x, wl.n_f, wl.n_w, wl.s) for x in (wl.b, fit_b))
+    factor = per_sample_work(a, counts, now) / per_sample_work(a, counts, fitted)
+    return replace(k, **{name: getattr(k, name) * factor for name in PER_SAMPLE}), factor
+
+
 def _cap(record: Mapping) -> float:
     """The most of a core a rank may have on the profile's machine: min(1, its quota in cores)."""
     quota = (record.get("allowance") or {}).get("quota_cores")
