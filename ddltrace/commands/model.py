@@ -365,12 +365,12 @@ def _batch_sweep(model: dict, source: str, workers: list[int], batches: list[int
     within :data:`BEST_TOLERANCE` of the fastest. The epochs are the model's at every batch."""
     from ddltrace.models import hashemi, transfer
 
-    rows = []
+    rows, runs = [], model.get("measurements") or []
     for b in batches:
         constants, wl, fit_b, factor = _workload(model, source, float(b))
         moved = _on_profile(model, source, profile, constants, wl, serial)
         for w in workers:
-            there = transfer.phase_at(constants, wl, w, moved["a"], moved["runs"], moved["b"], moved["counts"],
+            there = transfer.phase_at(constants, wl, w, moved["a"], runs, moved["b"], moved["counts"],
                                       serial)
             rows.append({"b": b, "w": w, "profile_s": there["phase_s"],
                          "profile_bound_by": hashemi.bound_by(hashemi.phase_terms(w, wl, there["constants"])),
