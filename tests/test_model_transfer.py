@@ -225,6 +225,17 @@ def test_batch_sizes_on_b_move_the_per_sample_costs_along_as_curves(fitted, caps
     capsys.readouterr()
     assert main(["model", "predict", str(model_path), "--workers", "1", "--batches", "32,64"]) == 2
     assert "--batches: only with --profile" in capsys.readouterr().err
+    # a model fitted with a profile that has no compute section: the per-sample costs stay as fitted at any batch
+    no_cpu = copy.deepcopy(a)
+    no_cpu["constants"] = {k: v for k, v in a["constants"].items() if not k.startswith(CPU_PREFIXES)}
+    no_cpu["curves"] = {k: v for k, v in a["curves"].items() if not k.startswith(CPU_PREFIXES)}
+    (root / "A-no-cpu.json").write_text(json.dumps(no_cpu))
+    stores = [str(SAMPLES / f"par-w{w}" / "store") for w in (1, 2, 4)]
+    assert main(["model", "fit", *stores, "--profile", str(root / "A-no-cpu.json"), "--out",
+                 str(root / "model-no-cpu.json")]) == 0
+    capsys.readouterr()
+    assert main(["model", "predict", str(root / "model-no-cpu.json"), "--workers", "1", "--batch", "16", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["batch"]["c_p_factor"] == 1.0
 
 
 # -- optimize --profile B.json --baseline A.json ----------------------------------------------------------------

@@ -202,8 +202,9 @@ def at_batch(k: Constants, wl: Workload, fit_b: float, a: Mapping, counts: Mappi
     per-sample costs (c_p, t_phase_min) take A's feed-forward work per sample at the job's working set at ``wl.b``
     over that at ``fit_b`` (:func:`per_sample_work` on A's curves: the cache cliff of Hashemi's section 4.4; 1
     where A's profile has plain constants, no curves); c_b, c_u and the transfers are per batch or per update, so
-    a batch changes how many there are per epoch, which the model counts, not their cost."""
-    if wl.b == fit_b:
+    a batch changes how many there are per epoch, which the model counts, not their cost. A profile without C_muladd
+    moves nothing (factor 1)."""
+    if wl.b == fit_b or cpu_cost(a, "C_muladd", 0.0) is None:  # no compute section: nothing to move it by
         return k, 1.0
     now, fitted = (hashemi.working_set_bytes(x, wl.n_f, wl.n_w, wl.s) for x in (wl.b, fit_b))
     factor = per_sample_work(a, counts, now) / per_sample_work(a, counts, fitted)
