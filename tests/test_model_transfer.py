@@ -208,12 +208,18 @@ def test_batch_sizes_on_b_move_the_per_sample_costs_along_as_curves(fitted, caps
     model = json.loads(model_path.read_text())
     fit_b = model["knee"]["batch"]
     sizes = sorted({16, int(fit_b), 4096})
-    sweep = _predict(model_path, b_path, capsys, "--batches", ",".join(map(str, sizes)))["batches"]
+    def predict(*extra: str) -> dict:  # two worker counts: each call draws the interval at each
+        capsys.readouterr()
+        assert main(["model", "predict", str(model_path), "--workers", "1,8", "--profile", str(b_path), "--json",
+                     *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    sweep = predict("--batches", ",".join(map(str, sizes)))["batches"]
     assert sweep["fit_b"] == fit_b
     rows = {(r["b"], r["w"]): r for r in sweep["rows"]}
-    assert sorted(rows) == sorted((b, w) for b in sizes for w in WORKERS)
+    assert sorted(rows) == sorted((b, w) for b in sizes for w in (1, 8))
     for b in sizes:  # each batch as --batch alone gives it: the same prediction on B, and c_p moved by A's curves
-        alone = _predict(model_path, b_path, capsys, "--batch", str(b))
+        alone = predict("--batch", str(b))
         moved = _work_per_sample(model, b) / _work_per_sample(model, fit_b)
         assert alone["batch"]["c_p_factor"] == pytest.approx(moved, rel=1e-9)
         for row in alone["rows"]:
