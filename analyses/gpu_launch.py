@@ -57,23 +57,26 @@ def launch_pairs(timeline: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
     per pair, as HTA's inner join: a launch whose activity is not in the trace is left out)."""
     if "correlation" not in timeline or not len(work) or work["correlation"].isna().all():
         return pd.DataFrame(columns=PAIR_COLUMNS)
-    host = timeline[~device_lanes(timeline["lane"]) & timeline["correlation"].notna()]
-    work = work[work["correlation"].notna()]
-    left, right = _inner_join(host["correlation"].to_numpy(np.int64), work["correlation"].to_numpy(np.int64))
-    names = host["name"]
-    keep = names.isin(LAUNCH_NAMES).to_numpy(bool)[left]
+    host = np.flatnonzero(~device_lanes(timeline["lane"]) & timeline["correlation"].notna().to_numpy(bool))
+    done = np.flatnonzero(work["correlation"].notna().to_numpy(bool))
+    left, right = _inner_join(timeline["correlation"].to_numpy(np.int64, na_value=-1)[host],
+                              work["correlation"].to_numpy(np.int64, na_value=-1)[done])
+    host, done = host[left], done[right]  # row positions of each pair in the timeline and in the work
+    launch = timeline["name"].take(host)
+    kernel = work["name"].take(done)
+    keep = launch.isin(LAUNCH_NAMES).to_numpy(bool, copy=True)
     named = ~keep  # the XPlane launches: a host row named as the device work it launched
     if named.any():
-        keep[named] = names.take(left[named]).to_numpy(object) == work["name"].take(right[named]).to_numpy(object)
-    left, right = left[keep], right[keep]
-    launch_start = host["start_ns"].to_numpy(np.int64)[left]
-    cpu = host["dur_ns"].to_numpy(np.int64)[left]
-    gpu_start = work["start_ns"].to_numpy(np.int64)[right]
+        keep[named] = launch.to_numpy(object)[named] == kernel.to_numpy(object)[named]
+    host, done, launch, kernel = host[keep], done[keep], launch.array[keep], kernel.array[keep]
+    launch_start = timeline["start_ns"].to_numpy(np.int64)[host]
+    cpu = timeline["dur_ns"].to_numpy(np.int64)[host]
+    gpu_start = work["start_ns"].to_numpy(np.int64)[done]
     pairs = pd.DataFrame({
-        "device": work["device"].to_numpy(object)[right], "stream": work["stream"].to_numpy(object)[right],
-        "launch": names.take(left).to_numpy(object), "kernel": work["name"].to_numpy(object)[right],
-        "correlation": work["correlation"].to_numpy(np.int64)[right], "launch_start_ns": launch_start,
-        "cpu_duration_ns": cpu, "gpu_start_ns": gpu_start, "gpu_duration_ns": work["dur_ns"].to_numpy(np.int64)[right],
+        "device": work["device"].array.take(done), "stream": work["stream"].array.take(done), "launch": launch,
+        "kernel": kernel, "correlation": work["correlation"].to_numpy(np.int64, na_value=-1)[done],
+        "launch_start_ns": launch_start, "cpu_duration_ns": cpu, "gpu_start_ns": gpu_start,
+        "gpu_duration_ns": work["dur_ns"].to_numpy(np.int64)[done],
         "launch_delay_ns": np.clip(gpu_start - (launch_start + cpu), 0, None)})
     return pairs[PAIR_COLUMNS]
 
