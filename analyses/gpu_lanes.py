@@ -48,21 +48,21 @@ def device_work(timeline: pd.DataFrame) -> pd.DataFrame:
     ``step`` (the training step the importer linked the row to, <NA> where none), ``correlation`` (the id linking
     the row to its host launch, <NA> where the trace gives none), ``bytes`` (payload bytes of a copy or a
     collective) and ``comm`` (a collective's process group), <NA> where the importer gives none."""
-    on_device = device_lanes(timeline["lane"]) if len(timeline) else np.zeros(0, bool)
-    rows = timeline[on_device]
-    rows = rows[rows["category"].astype(str).isin(WORK)]
+    rows = np.zeros(0, np.int64)
+    if len(timeline):  # positions of the work rows; only their columns are taken, not the whole frame's
+        rows = np.flatnonzero(device_lanes(timeline["lane"]) & timeline["category"].isin(WORK).to_numpy(bool))
     if not len(rows):
         return pd.DataFrame({c: pd.Series([], dtype=d) for c, d in WORK_COLUMNS.items()})
-    codes, lanes = pd.factorize(rows["lane"].astype(str))  # split each distinct lane once, not each row
+    codes, lanes = pd.factorize(timeline["lane"].take(rows).astype(str))  # split each distinct lane once
     device, stream = (np.array(part, dtype=object)[codes] for part in zip(*map(split_lane, lanes), strict=True))
-    start = rows["start_ns"].to_numpy(np.int64)
-    dur = rows["dur_ns"].to_numpy(np.int64)
+    start = timeline["start_ns"].to_numpy(np.int64)[rows]
+    dur = timeline["dur_ns"].to_numpy(np.int64)[rows]
     return pd.DataFrame({
-        "device": device, "stream": stream,
-        "name": rows["name"].astype(str).to_numpy(object), "category": rows["category"].astype(str).to_numpy(object),
+        "device": device, "stream": stream, "name": timeline["name"].take(rows).astype(str).to_numpy(object),
+        "category": timeline["category"].take(rows).astype(str).to_numpy(object),
         "start_ns": start, "end_ns": start + dur, "dur_ns": dur,
-        **{column: rows[column].array if column in rows else pd.array([pd.NA] * len(rows), dtype="Int64")
-           for column in ("step", "correlation", "bytes", "comm")},
+        **{column: timeline[column].array.take(rows) if column in timeline
+           else pd.array([pd.NA] * len(rows), dtype="Int64") for column in ("step", "correlation", "bytes", "comm")},
     })
 
 
