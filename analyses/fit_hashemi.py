@@ -645,12 +645,15 @@ def measurements_from_store(path: str | Path, *, batch: float | None = None, sam
         window[1] = phases.steady_end_ns if window[1] is None else max(window[1], phases.steady_end_ns)
     if phase <= 0:
         raise DdltraceError(f"{path}: the workers' computation phase spans no time")
-    servers_busy = [server_busy_s(frame, window[0], window[1])
-                    for _, frame in store.iter_timeline([r for r in store.ranks if r not in workers])]
+    servers_busy, servers_wait = [], []
+    for _, frame in store.iter_timeline([r for r in store.ranks if r not in workers]):
+        servers_busy.append(server_busy_s(frame, window[0], window[1]))
+        servers_wait.append(server_update_wait_s(frame, window[0], window[1]))
     return {"label": str(path), "job": job_identity(run), "w": float(len(workers)), "b": float(b),
             "d": None if d is None else float(d), "epochs": None if e is None else float(e),
             "phase_s": phase, "init_s": init, "phases_by": ",".join(sorted(methods)),
             "server_busy_s": max(servers_busy) if servers_busy else math.nan,
+            "server_update_wait_s": max(servers_wait, default=math.nan),
             "ranks": float(len(store.ranks)), "cpu_share": cpu_share(store, workers, window[0], window[1]),
             "server_cpu_share": cpu_share(store, [r for r in store.ranks if r not in workers], window[0], window[1]),
             "sent_per_batch": _per_batch([m[0] for m in messages], d, e, b, len(workers)),
@@ -709,6 +712,23 @@ def server_busy_s(frame: pd.DataFrame, start_ns: int, end_ns: int) -> float:
     ends = starts + busy["dur_ns"].to_numpy(np.int64)
     clipped = np.clip(np.minimum(ends, end_ns) - np.maximum(starts, start_ns), 0, None)
     return float(clipped.sum()) / 1e9
+
+
+def server_update_wait_s(frame: pd.DataFrame, start_ns: int, end_ns: int) -> float:
+    """Mean seconds a server rank spends in each blocking receive of an update (a message of at least half the size
+    of the largest it receives) that starts between the workers' first and last step; NaN where it has none. About
+    a message's time on the link where each update flows in only once the server asks for it, near 0 where it came
+    in while the server sent or applied others: the reference job's runs on 200 Mbit/s links did either at w = 4,
+    and the closed loop models the first (docs/MODELS.md, "The net B's w = 4, measured")."""
+    from ddltrace.analyses import wait_states as ws
+
+    inside = frame[(frame["start_ns"] >= start_ns) & (frame["start_ns"] < end_ns)]
+    received = inside[inside["name"].astype(str).map(ws.base_name).isin(ws.RECV_BLOCKING)]
+    size = received["bytes"].astype("Float64").to_numpy(float, na_value=math.nan)
+    if not np.isfinite(size).any():
+        return math.nan
+    updates = size >= 0.5 * np.nanmax(size)
+    return float(received["dur_ns"].to_numpy(np.int64)[updates].mean()) / 1e9
 
 
 def measurements_from_stores(paths: Sequence[str | Path], **overrides: Any) -> pd.DataFrame:

@@ -364,7 +364,7 @@ def run_series(machine, shape: str, workers: list[int], folder: Path, samples: i
         truth = json.loads((run_dir / "ground_truth.json").read_text())
         out[w] = {"store": str(run_dir / "store"), "phase_s": float(row["phase_s"]), "init_s": float(row["init_s"]),
                   "train_s": truth["train_s"],
-                  "cpu_share": float(row["cpu_share"]),
+                  "cpu_share": float(row["cpu_share"]), "update_wait_s": float(row["server_update_wait_s"]),
                   "compute_per_sample_s": truth["compute_per_sample_s"]["measured"], "wall_s": wall,
                   "load_before": before, "load_after": _load()}
         which = f"{machine.name} {shape} w={w}{f' run {run}' if run > 1 else ''}"
@@ -473,6 +473,10 @@ def compare(prediction: dict, serial: dict, a: dict[int, dict] | None, b: dict[i
                     item[f"{key}run_errors"] = [(pred - phase) / phase for phase in runs]
         if b and w in b and "cpu_share" in b[w]:
             item["share_b_measured"] = b[w]["cpu_share"]
+        if b and w in b:  # the server's mean wait per update it received, each of B's runs (s)
+            waits = [run.get("update_wait_s") for run in b[w].get("runs", [b[w]])]
+            if all(x is not None and x == x for x in waits):
+                item["update_waits_s"] = waits
         if a and w in a and b and w in b:
             item["ratio_measured"] = b[w]["phase_s"] / a[w]["phase_s"]
             item["ratio_predicted"] = row["profile_s"] / row["predicted_s"]
@@ -548,6 +552,11 @@ def print_comparison(title: str, result: dict) -> None:
         print(f"  {r['w']:<3d} {measured}     {'   '.join(cells)}  {ratio}")
         if len(r.get("measured_runs_s") or []) > 1:
             print("      " + runs_text(r))
+        if r.get("update_waits_s"):
+            waits = ", ".join(f"{1e3 * x:.2f}" for x in r["update_waits_s"])
+            print(f"      the server's mean wait per update it received on B: {waits} ms (about a message's time on "
+                  "B's link where the updates flowed in only once asked for, as the closed loop has it; near 0 where "
+                  "they came in while the server sent or applied others)")
     for label, sides in (("max", result["knee_sides"]), ("serial", result["serial_knee_sides"]),
                          ("cpu shares", result.get("shares_knee_sides", []))):
         for side in sides:
@@ -680,7 +689,8 @@ def b_rows_from_stores(stores: list[str], servers: int = 1) -> dict[int, dict]:
     for store in stores:
         row = measurements_from_store(store, servers=servers)
         by_w.setdefault(int(row["w"]), []).append({"phase_s": float(row["phase_s"]), "init_s": float(row["init_s"]),
-                                                   "store": str(store), "cpu_share": float(row["cpu_share"])})
+                                                   "store": str(store), "cpu_share": float(row["cpu_share"]),
+                                                   "update_wait_s": float(row["server_update_wait_s"])})
     return {w: b_median(runs) for w, runs in sorted(by_w.items())}
 
 

@@ -58,8 +58,12 @@ def test_b_runs_are_compared_through_their_median_with_each_runs_error_kept(tmp_
     assert row["error"] == pytest.approx(predicted / sorted(phases)[1] - 1)
     assert row["run_errors"] == pytest.approx([predicted / p - 1 for p in phases])
     assert "measured_s" not in result["rows"][1]  # B ran at w = 1 only
+    waits = [float(measurements_from_store(s, servers=1)["server_update_wait_s"]) for s in stores]
+    assert row["update_waits_s"] == waits
     nh.print_comparison("quota B", result)
     printed = capsys.readouterr().out
+    listed = ", ".join(f"{1e3 * x:.2f}" for x in waits)
+    assert f"the server's mean wait per update it received on B: {listed} ms" in printed
     assert f"B's 3 runs: {', '.join(f'{p:.3f}' for p in phases)} s; median {sorted(phases)[1]:.3f} s" in printed
     assert f"({100 * b[1]['spread']:.0f} % of the median)" in printed
     assert "max " + " / ".join(f"{100 * (predicted / p - 1):+.0f}" for p in phases) + " %" in printed
@@ -73,3 +77,19 @@ def test_b_runs_are_compared_through_their_median_with_each_runs_error_kept(tmp_
     b2 = {**b, 2: nh.b_median([{"phase_s": a[2]["phase_s"], "store": a[2]["store"]}])}
     sides = nh.compare(prediction, prediction, a, b2)["knee_sides"]
     assert sides[0]["gain"] == pytest.approx(1 - a[2]["phase_s"] / sorted(phases)[1])
+
+
+def test_the_servers_wait_per_update_is_its_receives_of_the_gradients():
+    """``server_update_wait_s``: the mean time of the server's blocking receives of updates (the largest messages it
+    receives; ps-sgd's gradients of n_w = 40,000 doubles, not its pull requests), checked against the store."""
+    from ddltrace.analyses.fit_hashemi import server_update_wait_s
+    from ddltrace.store import TraceStore
+
+    for name in ("A-compute-w1", "A-compute-w4", "quota-compute-w1"):
+        (_, frame), = TraceStore.open(QUOTA / name / "store").iter_timeline([0])
+        received = frame[frame["name"].isin(["MPI_Recv", "MPI_Recv_c"])]
+        updates = received[received["bytes"] >= received["bytes"].max() / 2]
+        assert updates["bytes"].min() >= 40_000 * 8 and len(updates) < len(received)  # the pulls are left out
+        start, end = int(frame["start_ns"].min()), int((frame["start_ns"] + frame["dur_ns"]).max())
+        assert server_update_wait_s(frame, start, end + 1) == pytest.approx(updates["dur_ns"].mean() / 1e9)
+        assert server_update_wait_s(frame, end + 1, end + 2) != server_update_wait_s(frame, end + 1, end + 2)  # NaN
