@@ -360,11 +360,8 @@ def run_series(machine, shape: str, workers: list[int], folder: Path, samples: i
         t0 = time.perf_counter()
         machine.run(w, job, run_dir / "store")
         wall = time.perf_counter() - t0
-        row = measurements_from_store(run_dir / "store", servers=1)
         truth = json.loads((run_dir / "ground_truth.json").read_text())
-        out[w] = {"store": str(run_dir / "store"), "phase_s": float(row["phase_s"]), "init_s": float(row["init_s"]),
-                  "train_s": truth["train_s"],
-                  "cpu_share": float(row["cpu_share"]), "update_wait_s": float(row["server_update_wait_s"]),
+        out[w] = {**run_row(run_dir / "store"), "train_s": truth["train_s"],
                   "compute_per_sample_s": truth["compute_per_sample_s"]["measured"], "wall_s": wall,
                   "load_before": before, "load_after": _load()}
         which = f"{machine.name} {shape} w={w}{f' run {run}' if run > 1 else ''}"
@@ -682,23 +679,29 @@ def one_profile(paths: list[str], out: Path, name: str) -> Path:
     return prof.save(prof.merge_rounds([prof.load(p) for p in paths]), out / f"{name}.json")
 
 
+def run_row(store: str | Path, servers: int = 1) -> dict:
+    """One run's figures, read from its store as the fit reads A's (:func:`measurements_from_store`): its workers
+    ``w``, phase and initialisation (s), a worker's share of a core, the server's mean wait per update it received
+    (s)."""
+    row = measurements_from_store(store, servers=servers)
+    return {"store": str(store), "w": int(row["w"]), "phase_s": float(row["phase_s"]), "init_s": float(row["init_s"]),
+            "cpu_share": float(row["cpu_share"]), "update_wait_s": float(row["server_update_wait_s"])}
+
+
 def b_rows_from_stores(stores: list[str], servers: int = 1) -> dict[int, dict]:
     """B's stores (several at a w: runs of the same job, compared through their median) as :func:`b_median`'s rows
-    per w, each phase read as the fit reads A's."""
+    per w (:func:`run_row`)."""
     by_w: dict[int, list[dict]] = {}
     for store in stores:
-        row = measurements_from_store(store, servers=servers)
-        by_w.setdefault(int(row["w"]), []).append({"phase_s": float(row["phase_s"]), "init_s": float(row["init_s"]),
-                                                   "store": str(store), "cpu_share": float(row["cpu_share"]),
-                                                   "update_wait_s": float(row["server_update_wait_s"])})
+        row = run_row(store, servers)
+        by_w.setdefault(row["w"], []).append(row)
     return {w: b_median(runs) for w, runs in sorted(by_w.items())}
 
 
 def two_machines(args) -> list[dict]:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    a_rows = {int(r["w"]): {"phase_s": float(r["phase_s"]), "init_s": float(r["init_s"]), "store": s}
-              for s in args.runs_a for r in [measurements_from_store(s, servers=args.servers)]}
+    a_rows = {row["w"]: row for row in (run_row(store, args.servers) for store in args.runs_a)}
     b_rows = b_rows_from_stores(args.runs_b or [], args.servers)
     workers = [int(w) for w in args.workers.split(",")] if args.workers_given else sorted(a_rows | b_rows)
     profile_a, profile_b = one_profile(args.profile_a, out, "A"), one_profile(args.profile_b, out, "B")

@@ -134,12 +134,13 @@ def _temporal(table: pd.DataFrame, with_stream: bool) -> pd.DataFrame:
 def _launched(table: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for t in table.to_dict("records"):
-        shares = ["-"] * 4 if t["window_ns"] != t["window_ns"] else [
-            f"{format_percent(t[f'share_{k}'])} ({format_ns(t[f'{k}_ns'])})" for k in ("idle", "compute", "non_compute")
-        ] + ["-" if t["overlap"] != t["overlap"] else format_percent(t["overlap"])]
+        kept = t["window_ns"] == t["window_ns"]  # NaN where none of the device's work is kept
+        shares = [f"{format_percent(t[f'share_{k}'])} ({format_ns(t[f'{k}_ns'])})"
+                  for k in ("idle", "compute", "non_compute")] if kept else ["-"] * 3
+        overlap = format_percent(t["overlap"]) if kept and t["overlap"] == t["overlap"] else "-"
         rows.append([t["rank"], t["device"], f"{t['unlaunched_events']} of {t['events']} ("
                      f"{format_ns(t['unlaunched_ns'])} of {format_ns(t['work_ns'])})",
-                     "-" if t["window_ns"] != t["window_ns"] else format_ns(t["window_ns"]), *shares])
+                     format_ns(t["window_ns"]) if kept else "-", *shares, overlap])
     return pd.DataFrame(rows, columns=["rank", "device", "without launch", "window", "idle", "compute", "non-compute",
                                        "overlap"])
 

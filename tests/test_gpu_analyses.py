@@ -331,6 +331,10 @@ def test_analyze_shows_the_launched_set_beside_all_device_work(unlaunched_run, c
     assert "Temporal breakdown per device (HTA's definition" in text
     assert "Temporal breakdown and overlap over the device work launched in the trace (HTA's set" in text
     assert f"{want['left_out'][0]} of {want['events'] + want['left_out'][0]} (" in text
+    from ddltrace.units import format_percent  # the shares printed are the file's
+
+    assert format_percent((want["window"] - want["busy"]) / want["window"]) in text
+    assert format_percent(want["overlap"] / want["comm"]) in text
     assert main(["analyze", str(store), "--json"]) == 0
     gpu = json.loads(capsys.readouterr().out)["stores"][0]["gpu"]
     (row,) = gpu["temporal_launched"]

@@ -228,6 +228,21 @@ def test_batch_sizes_on_b_move_the_per_sample_costs_along_as_curves(fitted, caps
     fastest = min(r["profile_s"] for r in sweep["rows"])
     near = [(r["w"], r["b"]) for r in sweep["rows"] if r["profile_s"] <= 1.05 * fastest]
     assert (sweep["best"]["w"], sweep["best"]["b"]) == min(near)
+    # the text: a row per batch, its working set (the batch with its labels and the weights) and each w's phase
+    from ddltrace.units import format_ns
+
+    capsys.readouterr()
+    assert main(["model", "predict", str(model_path), "--workers", "1,8", "--profile", str(b_path), "--batches",
+                 ",".join(map(str, sizes))]) == 0
+    text = capsys.readouterr().out
+    wl = model["workload"]
+    for b in sizes:
+        mib = (b * (wl["n_f"] + 1) + wl["n_w"]) * wl["s"] / 2**20
+        cells = "  ".join(f"{format_ns(rows[(b, w)]['profile_s'] * 1e9):>9}" for w in (1, 8))
+        assert f"{b:>7}  {mib:>8.3g} MiB  {rows[(b, 1)]['c_p_batch_factor']:>6.3g}  {cells}" in text, text
+    best = sweep["best"]
+    assert (f"best on B over the batches and workers asked: w = {best['w']} at batch {best['b']}, "
+            f"{format_ns(best['profile_s'] * 1e9)}") in text
     capsys.readouterr()
     assert main(["model", "predict", str(model_path), "--workers", "1", "--batches", "32,64"]) == 2
     assert "--batches: only with --profile" in capsys.readouterr().err

@@ -366,9 +366,10 @@ def _batch_sweep(model: dict, source: str, workers: list[int], batches: list[int
     from ddltrace.models import hashemi, transfer
 
     rows, runs = [], model.get("measurements") or []
+    constants, wl, _, _ = _workload(model, source, None)
+    moved = _on_profile(model, source, profile, constants, wl, serial)  # A's and B's records: the same at every b
     for b in batches:
         constants, wl, fit_b, factor = _workload(model, source, float(b))
-        moved = _on_profile(model, source, profile, constants, wl, serial)
         for w in workers:
             there = transfer.phase_at(constants, wl, w, moved["a"], runs, moved["b"], moved["counts"],
                                       serial)

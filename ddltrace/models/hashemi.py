@@ -132,15 +132,18 @@ def t_net(n: float, w: float, wl: Workload, k: Constants) -> float:
     return 2 * t_send(n, wl, k) + w * k.c_u * n / wl.b
 
 
+def reads(w: float, storage: str = "shared") -> float:
+    """m(w) of T_init = m(w) T_disk(d), the updated model of section 5.3: w on shared storage (the workers read the
+    whole file one after another), 1 on local disks (in parallel), 1 / w for the original partitioned read."""
+    if storage not in STORAGE_KINDS:
+        raise ValueError(f"storage must be one of {', '.join(STORAGE_KINDS)}, got {storage!r}")
+    return {"shared": w, "local": 1.0, "partitioned": 1.0 / w}[storage]
+
+
 def t_init(w: float, wl: Workload, k: Constants, storage: str = "shared") -> float:
-    """Initialisation (reading the data) on w workers, per the updated model of section 5.3."""
-    if storage == "shared":
-        return w * t_disk(wl.d, wl, k)
-    if storage == "local":
-        return t_disk(wl.d, wl, k)
-    if storage == "partitioned":
-        return t_disk(wl.d / w, wl, k)
-    raise ValueError(f"storage must be one of {', '.join(STORAGE_KINDS)}, got {storage!r}")
+    """Initialisation (reading the data) on w workers, per the updated model of section 5.3: :func:`reads`
+    times a worker's read of the whole data set."""
+    return reads(w, storage) * t_disk(wl.d, wl, k)
 
 
 def off_core_wait(share: float, period: float) -> float:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ddltrace.errors import DdltraceError
+from ddltrace.models import hashemi
 
 #: Where a model keeps what this carry needs besides its fitted r_d (``model fit --disk-profile``).
 KEY = "disk"
@@ -116,7 +117,7 @@ def init_on_b(model: Mapping, r_d_b: Mapping, workers: Iterable[int]) -> dict:
     t_disk = float(entry["value"]) * model_bytes
     rows = []
     for w in sorted(set(workers)):
-        m = {"shared": w, "local": 1, "partitioned": 1 / w}[storage]
+        m = hashemi.reads(w, storage)
         rows.append({"w": w, "predicted_s": m * (t_disk + delta * device),
                      "low_s": m * (lo * model_bytes + (delta - delta_err) * device),
                      "high_s": m * (hi * model_bytes + (delta + delta_err) * device),
