@@ -10,6 +10,7 @@ the ranks' periods (the quota B's w = 1 batch took 10.9-21.3 ms over ten runs wi
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +54,24 @@ def test_where_the_ranks_periods_start_moves_the_batch():
     got = quota_loop.cycles(1, 5.2e-3, 1e-4, 3e-4, 0.0, 0.5, PERIOD, draws=12)
     assert got.max() / got.min() > 1.3
     assert got.min() > 5.2e-3 / 0.5  # the compute itself crosses a throttled stretch every time
+
+
+
+
+def test_periods_half_a_period_apart_lock_the_loop_and_are_left_out():
+    # three workers at half a core each, the first one's period starting half a period after the server's: the two
+    # poll in turns and never run together, so the weights never pass in the loop (the real ranks' socket buffers
+    # carry them): NaN, where the same start 0.15 of a period earlier plays out
+    compute, message, server_cpu, period = 4.8e-3, 9e-5, 4e-4, 0.002
+    others = [0.1 * period, 0.2 * period]
+    locked = quota_loop.cycle(3, compute, message, server_cpu, 0.0, 0.5, period, np.array([0.0, 0.5 * period, *others]))
+    assert math.isnan(locked)
+    played = quota_loop.cycle(3, compute, message, server_cpu, 0.0, 0.5, period,
+                              np.array([0.0, 0.35 * period, *others]))
+    assert compute / 0.5 < played < 20 * period
+    # the starts of a real B's knee (w = 3 at a period of 2 ms, where the loop used to raise): one of twelve locks
+    draws = quota_loop.cycles(3, compute, message, server_cpu, 0.0, 0.5, period)
+    assert np.isnan(draws).sum() == 1 and np.isfinite(draws).sum() == quota_loop.STARTS - 1
 
 
 def test_the_cpu_shares_fit_finds_the_workers_cpu_on_real_runs():

@@ -454,7 +454,8 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
             factors_w, shares, loop = there["factors"], there["shares"], there["loop"]
             if loop:  # the quota holds every rank: the loop played out over the quota's periods (docs/MODELS.md)
                 row.update(quota_loop_s=loop["phase_s"], quota_loop_low_s=loop["low_s"],
-                           quota_loop_high_s=loop["high_s"], mean_value_s=there["analytic_s"])
+                           quota_loop_high_s=loop["high_s"], quota_loop_locked=loop["locked"],
+                           mean_value_s=there["analytic_s"])
             row.update(profile_s=there["phase_s"],
                        profile_bound_by=hashemi.bound_by(on_b_terms), profile_comp_s=wl.epochs * on_b_terms["comp"],
                        profile_mem_s=wl.epochs * on_b_terms["mem"], profile_net_s=wl.epochs * on_b_terms["net"],
@@ -530,6 +531,8 @@ def _describe_transfer(table: pd.DataFrame) -> list[str]:
                      "of the ranks' periods (on B: their mean; the interval also spans them): " + "; ".join(
                          f"w={r['w']}: {_seconds(r['quota_loop_s'])} [{_seconds(r['quota_loop_low_s'])}, "
                          f"{_seconds(r['quota_loop_high_s'])}], mean value analysis {_seconds(r['mean_value_s'])}"
+                         + (f" ({r['quota_loop_locked']:.0f} of the starts left out: they lock the loop, a message's "
+                            "two ranks never running together)" if r["quota_loop_locked"] else "")
                          for r in played))
     if info.get("serial_comm"):
         lines.insert(3, "  --serial-comm: c_p also gains B's extra time of the two transfers of n_w values per batch "

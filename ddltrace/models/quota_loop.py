@@ -16,9 +16,16 @@ of CPU) and pushes its gradient (``message`` seconds with both running, once the
 takes its queue in order: a pull is answered with the weights, a push is received, applied (``server_cpu``
 seconds of CPU) and followed by ``server_sleep`` seconds asleep. The cores are not contended (the ranks' quotas
 add up to no more than the cores): each rank runs whenever its quota lets it.
+
+A message needs both ranks running, so two polling ranks whose periods start half a period apart at a quota of
+half a core run in turns and never together: the loop locks. The real ranks do not (the kernel's socket buffers
+carry a message between their turns), so a start that locks the loop is one this model cannot play out: it is
+left out of the mean and counted (:func:`cycle` gives NaN for it).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -29,7 +36,8 @@ STARTS = 12
 def cycle(w: int, compute: float, message: float, server_cpu: float, server_sleep: float, quota: float,
           period: float, starts: np.ndarray, batches: int = 24) -> float:
     """Seconds per batch of one worker (the mean over the workers, after the first two batches) with the ranks'
-    periods starting at ``starts`` (seconds, the server's first, then each worker's)."""
+    periods starting at ``starts`` (seconds, the server's first, then each worker's); NaN where the loop locks
+    (nothing moves for two periods: a message whose two ranks never run together)."""
     dt = period / 100.0
     n = w + 1
     full = quota * period
@@ -40,6 +48,7 @@ def cycle(w: int, compute: float, message: float, server_cpu: float, server_slee
     queue: list[tuple[str, int]] = []
     done = [0] * n
     t, t0, done0 = 0.0, None, 0
+    moved_at = 0.0  # when a rank last moved on: a message, compute, the server's update or sleep, a request queued
     limit = 10 * batches * (compute + server_cpu + server_sleep + 2 * message + period) * max(1, w) / quota
     while t < limit:
         for r in range(n):
@@ -55,6 +64,7 @@ def cycle(w: int, compute: float, message: float, server_cpu: float, server_slee
             who = server[2]
             if running[0] and running[who] and (server[0] == "recv" or state[who][0] == "wait"):
                 server[1] -= dt
+                moved_at = t
                 if server[1] <= 0:
                     if server[0] == "send":
                         state[who][:] = ["cpu", compute]
@@ -66,10 +76,12 @@ def cycle(w: int, compute: float, message: float, server_cpu: float, server_slee
         elif server[0] == "cpu":
             if running[0]:
                 server[1] -= dt
+                moved_at = t
             if server[1] <= 0:
                 server[:] = ["sleep", server_sleep, 0] if server_sleep > 0 else ["idle", 0.0, 0]
         elif server[0] == "sleep":
             server[1] -= dt
+            moved_at = t
             if server[1] <= 0:
                 server[:] = ["idle", 0.0, 0]
         for r in range(1, n):
@@ -78,8 +90,10 @@ def cycle(w: int, compute: float, message: float, server_cpu: float, server_slee
             if state[r][0] == "pull":
                 queue.append(("pull", r))
                 state[r][0] = "wait"
+                moved_at = t
             elif state[r][0] == "cpu":
                 state[r][1] -= dt
+                moved_at = t
                 if state[r][1] <= 0:
                     state[r][:] = ["push", 0.0]
                     queue.append(("push", r))
@@ -92,12 +106,15 @@ def cycle(w: int, compute: float, message: float, server_cpu: float, server_slee
             t0, done0 = t, sum(done[1:])
         if least >= batches:
             return w * (t - t0) / (sum(done[1:]) - done0)
+        if t - moved_at > 2 * period:
+            return math.nan
     raise RuntimeError("the quota loop did not finish its batches: a rank never runs (quota 0?)")
 
 
 def cycles(w: int, compute: float, message: float, server_cpu: float, server_sleep: float, quota: float,
            period: float, draws: int = STARTS, seed: int = 0) -> np.ndarray:
-    """Seconds per batch of a worker for ``draws`` random starts of the ranks' periods (uniform in a period)."""
+    """Seconds per batch of a worker for ``draws`` random starts of the ranks' periods (uniform in a period); NaN
+    for a start that locks the loop (:func:`cycle`)."""
     rng = np.random.default_rng(seed)
     return np.array([cycle(w, compute, message, server_cpu, server_sleep, quota, period,
                            rng.uniform(0.0, period, w + 1)) for _ in range(draws)])

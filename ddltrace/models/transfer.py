@@ -399,8 +399,10 @@ def quota_loop(k_b: Constants, wl: Workload, b: Mapping, runs: Sequence[Mapping]
     ``(b c_p + c_b - wait_s + memory) share_B``, a message's time on B's link while both ranks run (the profile's
     ``(r_net s n_w + lat_net) share_B``: calibrate's probe ran under B's quota, throttled like any rank, and the
     loop throttles the transfers itself), and the server's update split as on A (:func:`server_split`): its sleep
-    kept, the rest CPU ``(c_u - sleep) share_B``. Returns the phase (all epochs, seconds) for each of
-    :data:`~ddltrace.models.quota_loop.STARTS` random starts of the ranks' quota periods, their mean and range."""
+    kept, the rest CPU ``(c_u - sleep) share_B``. Returns the phase (all epochs, seconds) over
+    :data:`~ddltrace.models.quota_loop.STARTS` random starts of the ranks' quota periods, their mean and range,
+    leaving out (``locked``: how many) the starts that lock the loop (:mod:`~ddltrace.models.quota_loop`); None
+    where every start locks it."""
     from ddltrace.models import quota_loop
 
     allowance = b.get("allowance") or {}
@@ -415,10 +417,13 @@ def quota_loop(k_b: Constants, wl: Workload, b: Mapping, runs: Sequence[Mapping]
     message = (k_b.r_net * wl.s * wl.n_w + k_b.lat_net) * share
     sleep = min(k_b.c_u, split["server_s"] * (1.0 - split["cpu_fraction"]))
     cycles = quota_loop.cycles(int(w), compute, message, (k_b.c_u - sleep) * share, sleep, quota, period)
-    phases = wl.epochs * wl.d / (wl.b * w) * cycles
+    played = cycles[np.isfinite(cycles)]  # a start that locks the loop is one it cannot play out
+    if not len(played):
+        return None
+    phases = wl.epochs * wl.d / (wl.b * w) * played
     return {"phase_s": float(phases.mean()), "low_s": float(phases.min()), "high_s": float(phases.max()),
-            "compute_cpu_s": compute, "message_s": message, "server_sleep_s": sleep, "draws": quota_loop.STARTS,
-            "quota": quota, "period_s": period}
+            "compute_cpu_s": compute, "message_s": message, "server_sleep_s": sleep, "draws": len(played),
+            "locked": len(cycles) - len(played), "quota": quota, "period_s": period}
 
 
 def server_split(c_u: float, a: Mapping, runs: Sequence[Mapping]) -> dict:
