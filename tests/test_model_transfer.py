@@ -281,7 +281,11 @@ def test_optimize_on_b_beside_a(fitted, capsys):
     root, a, _ = fitted
     a_path, b_path, vague = root / "A.json", root / "B-yan.json", root / "B-yan-vague.json"
     b_path.write_text(json.dumps(_slower(a, 2.0, cpu_relative=0.0)))
-    vague.write_text(json.dumps(_slower(a, 2.0, cpu_relative=0.3)))
+    uncertain = _slower(a, 2.0, cpu_relative=0.3)
+    for entry in uncertain["constants"].values():  # every term uncertain, whichever binds with this A's constants
+        if isinstance(entry, dict) and isinstance(entry.get("value"), int | float):
+            entry["uncertainty"] = max(entry.get("uncertainty") or 0.0, 0.3 * abs(entry["value"]))
+    vague.write_text(json.dumps(uncertain))
     out = _optimize(b_path, a_path, capsys)
     # every term of T_epoch is twice as slow on B: the same configurations and layouts win, each in twice the time
     assert out["baseline"]["best"] == out["ranked"][0]["config"]
