@@ -9,17 +9,17 @@ tool runs in a fresh process (module imports included; HTA in its own venv ``.ve
 
 * HTA: ``TraceAnalysis(trace_dir)``, ``get_temporal_breakdown``, ``get_comm_comp_overlap`` and
   ``get_gpu_kernel_breakdown``;
-* ddltrace: ``ddltrace import`` of the folder into a store, then ``analyze_store`` (every analysis of
-  ``ddltrace analyze``, the GPU ones included); the figures printed are the ones it made. The modules load with
-  the garbage collector held off, and the process exits, as the ``ddltrace`` command does
-  (:mod:`ddltrace.quiet_gc`, :func:`ddltrace.cli.end`).
+* ddltrace: the command a user runs, ``ddltrace analyze FOLDER --json --quiet`` (the folder imported into a
+  temporary store, then every analysis of ``analyze``, the GPU ones included, the findings and the JSON); the
+  figures printed are the ones in its JSON.
 
 ddltrace's modules are compiled to their bytecode cache before any timing (an editable install has none, and
 with ``PYTHONDONTWRITEBYTECODE`` set each process would compile them again; pip compiled HTA's when it installed
-it). Each process times its own steps (module imports, reading the trace, each analysis for HTA, ``analyze`` for
-ddltrace; "interpreter" is the rest of the wall time: start and exit), and a second ddltrace process, not counted
-in the end-to-end time, times each GPU analysis alone on the store, so that the two tools' analyses can be
-compared without the reading and the imports. The load average before and after is printed: the wall times
+it). HTA's process times its own steps (module imports, reading the trace, each analysis; "interpreter" is the
+rest of the wall time: start and exit); for ddltrace, two more processes not counted in the end-to-end time say
+where its time goes: one times the module imports, the import into a store and ``analyze_store`` of it (without
+the findings and the JSON), one times each GPU analysis alone on that store, so that the two tools' analyses can
+be compared without the reading and the imports. The load average before and after is printed: the wall times
 vary with the other jobs of the machine, the figures do not.
 
 HTA also runs ``get_cuda_kernel_launch_stats`` and ``get_queue_length_summary``; under each trace, per rank:
@@ -60,6 +60,7 @@ from shared_traces import SHARED as SHARED_ROOT  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = SHARED_ROOT / "hta_traces"
 DEFAULT_HTA_PYTHON = ROOT / ".venvs" / "hta" / "bin" / "python"
+DDLTRACE = Path(sys.executable).parent / "ddltrace"
 DEFAULT_TRACES = ["trace_filter", "trace_diff/control", "trace_diff/test", "nccl_parser_config",
                   "negative_queue_length_values_check", "df_index_resolver", "amd_trace"]
 
@@ -125,7 +126,9 @@ print(json.dumps(steps))
 print(json.dumps(rows))
 """
 
-_DDLTRACE_CHILD = _LAP + r"""
+#: Where ddltrace's time goes, in a second process not counted in the end-to-end time: the module imports, the
+#: import into a store (kept for the per-analysis process below) and ``analyze_store`` of it.
+_DDLTRACE_STEPS = _LAP + r"""
 import json, sys
 from ddltrace import quiet_gc
 with quiet_gc.loading():  # as `ddltrace analyze` loads them
@@ -136,43 +139,54 @@ lap("imports")
 with contextlib.redirect_stdout(io.StringIO()):
     assert main(["import", sys.argv[1], "--out", sys.argv[2], "--progress", "never"]) == 0
 lap("read")
-run = analyze_store(sys.argv[2])
+assert analyze_store(sys.argv[2]).gpu.device_ranks
 lap("analyze")
-assert run.gpu.device_ranks
-rows = {}  # the figures analyze made (one device per rank in these traces), not computed again here
-events = run.gpu.class_table().groupby("rank")["kernels"].sum()
-overlap = {int(r["rank"]): 100 * float(r["overlap"]) for r in run.gpu.overlap_table().to_dict("records")}
-for r in run.gpu.temporal_table().to_dict("records"):
-    rank = int(r["rank"])
-    rows[rank] = {k: 100 * r[f"share_{k}"] for k in ("idle", "compute", "non_compute")}
-    rows[rank]["overlap"] = overlap.get(rank)
-    rows[rank]["events"] = int(events[rank])
-for r in run.gpu.launched_table().to_dict("records"):  # only where some device work has no launch in the trace
-    rows[int(r["rank"])]["launched"] = {
-        **{k: 100 * r[f"share_{k}"] for k in ("idle", "compute", "non_compute")},
-        "overlap": None if r["overlap"] != r["overlap"] else 100 * r["overlap"],
-        "events": int(r["events"] - r["unlaunched_events"]), "unlaunched_events": int(r["unlaunched_events"]),
-        "unlaunched_ms": r["unlaunched_ns"] / 1e6, "work_ms": r["work_ns"] / 1e6}
-for x in run.gpu.launch_table().to_dict("records"):
-    rows[x["rank"]]["launches"] = {"count": x["launches"], "cpu_mean_us": x["cpu_duration_mean_ns"] / 1e3,
-                                   "gpu_mean_us": x["gpu_duration_mean_ns"] / 1e3,
-                                   "delay_mean_us": x["launch_delay_mean_ns"] / 1e3,
-                                   "runtime_outliers": x["runtime_outliers"],
-                                   "delay_outliers": x["launch_delay_outliers"]}
-for q in run.gpu.queue_table().to_dict("records"):
-    rows[q["rank"]].setdefault("queues", {})[q["stream"]] = {"changes": q["changes"], "mean": q["mean_hta"],
-                                                              "max": q["max"]}
-hta_names = {"H2D": "Memcpy HtoD", "D2H": "Memcpy DtoH", "D2D": "Memcpy DtoD", "fill": "Memset"}
-for c in run.gpu.copy_table().to_dict("records"):
-    mean = c["mean_bandwidth"] / 1e9 if c["mean_bandwidth"] == c["mean_bandwidth"] else None
-    rows[c["rank"]].setdefault("memory", {})[hta_names.get(c["direction"], c["direction"])] = {
-        "count": c["copies"], "mean_gbps": mean}
-lap("(benchmark's own)")
 print(json.dumps(steps))
-print(json.dumps(rows))
+print("{}")
 from ddltrace.cli import end
 end(0)  # as the ddltrace command exits
 """
+
+_HTA_NAMES = {"H2D": "Memcpy HtoD", "D2H": "Memcpy DtoH", "D2D": "Memcpy DtoD", "fill": "Memset"}
+
+
+def _percent(x) -> float | None:
+    return None if x is None else 100 * x
+
+
+def ours_figures(gpu: dict) -> dict:
+    """Per rank, the figures compared with HTA's, from the ``gpu`` table of ``ddltrace analyze --json`` (one device
+    per rank in these traces): shares of the window and the overlap in percent, device events, launch statistics
+    (µs), queues per stream and copies per HTA kind (GB/s)."""
+    rows: dict = {}
+    events: dict = {}
+    for c in gpu["kernel_classes"]:
+        events[c["rank"]] = events.get(c["rank"], 0) + c["kernels"]
+    overlap = {r["rank"]: _percent(r["overlap"]) for r in gpu["overlap"]}
+    for r in gpu["temporal"]:
+        rank = str(r["rank"])
+        rows[rank] = {k: 100 * r[f"share_{k}"] for k in ("idle", "compute", "non_compute")}
+        rows[rank].update(overlap=overlap.get(r["rank"]), events=events[r["rank"]])
+    for r in gpu["temporal_launched"]:  # only where some device work has no launch in the trace
+        rows[str(r["rank"])]["launched"] = {
+            **{k: 100 * r[f"share_{k}"] for k in ("idle", "compute", "non_compute")},
+            "overlap": _percent(r["overlap"]), "events": r["events"] - r["unlaunched_events"],
+            "unlaunched_events": r["unlaunched_events"], "unlaunched_ms": r["unlaunched_ns"] / 1e6,
+            "work_ms": r["work_ns"] / 1e6}
+    for x in gpu["launches"]:
+        rows[str(x["rank"])]["launches"] = {
+            "count": x["launches"], "cpu_mean_us": x["cpu_duration_mean_ns"] / 1e3,
+            "gpu_mean_us": x["gpu_duration_mean_ns"] / 1e3, "delay_mean_us": x["launch_delay_mean_ns"] / 1e3,
+            "runtime_outliers": x["runtime_outliers"], "delay_outliers": x["launch_delay_outliers"]}
+    for q in gpu["queues"]:
+        rows[str(q["rank"])].setdefault("queues", {})[q["stream"]] = {
+            "changes": q["changes"], "mean": q["mean_hta"], "max": q["max"]}
+    for c in gpu["copies"]:
+        mean = c["mean_bandwidth"]
+        rows[str(c["rank"])].setdefault("memory", {})[_HTA_NAMES.get(c["direction"], c["direction"])] = {
+            "count": c["copies"], "mean_gbps": None if mean is None else mean / 1e9}
+    return rows
+
 
 #: ddltrace's GPU analyses one by one on a store already written (what ``analyze`` runs for each rank, in
 #: :meth:`~ddltrace.analyses.gpu_analysis.GpuAnalysis.add_rank`), seconds each summed over the ranks: not part of
@@ -227,10 +241,18 @@ def compare(folder: Path, hta_python: Path, tmp: Path) -> dict:
     for f in folder.glob("*.json*"):
         shutil.copy(f, job / f.name)
     hta_s, hta, hta_steps, hta_err = _timed([str(hta_python), "-c", _HTA_CHILD, str(job), "all"])
+    t0 = time.perf_counter()  # ddltrace end to end: the command a user runs on the trace folder
+    done = subprocess.run([str(DDLTRACE), "analyze", str(job), "--json", "--quiet"], capture_output=True, text=True,
+                          cwd=tempfile.gettempdir())
+    ours_s = time.perf_counter() - t0
+    ours, ours_err = None, (done.stderr.strip().splitlines() or ["(no message)"])[-1] if done.returncode else ""
+    if not done.returncode:
+        ours = ours_figures(json.loads(done.stdout)["stores"][0]["gpu"])
     store = tmp / (folder.name + "-store")
-    ours_s, ours, ours_steps, ours_err = _timed([sys.executable, "-c", _DDLTRACE_CHILD, str(job), str(store)])
-    per_analysis = _timed([sys.executable, "-c", _DDLTRACE_PER_ANALYSIS, str(store)])[2] if ours else {}
-    for steps, wall in ((hta_steps, hta_s), (ours_steps, ours_s)):
+    steps_s, _, ours_steps, _ = _timed([sys.executable, "-c", _DDLTRACE_STEPS, str(job), str(store)]) if ours else \
+        (0.0, None, {}, "")
+    per_analysis = _timed([sys.executable, "-c", _DDLTRACE_PER_ANALYSIS, str(store)])[2] if ours_steps else {}
+    for steps, wall in ((hta_steps, hta_s), (ours_steps, steps_s)):
         if steps:  # the interpreter's start and exit: the wall time the process's own clock did not see
             steps["interpreter"] = wall - sum(steps.values())
     return {"trace": str(folder.relative_to(SHARED)), "hta_s": hta_s, "ours_s": ours_s, "hta": hta, "ours": ours,
@@ -281,14 +303,16 @@ def _sums(results: list[dict], key: str) -> dict[str, float]:
 
 
 def _print_steps(results: list[dict]) -> None:
-    """Where each tool's time goes, summed over the traces (s): the steps of its end-to-end process, then each GPU
-    analysis that both have (HTA: its call after TraceAnalysis read the trace; ddltrace: the analysis alone, in
-    a second process on the store, summed over the ranks)."""
+    """Where each tool's time goes, summed over the traces (s): HTA's steps in its end-to-end process, ddltrace's in
+    a process of its own (import, then analyze_store: what ``analyze`` does before its findings and output), then
+    each GPU analysis that both have (HTA: its call after TraceAnalysis read the trace; ddltrace: the analysis
+    alone, in a third process on the store, summed over the ranks)."""
     ours, hta = _sums(results, "ours_steps"), _sums(results, "hta_steps")
     print("where the time goes, all traces (s): ddltrace " + ", ".join(f"{k} {v:.2f}" for k, v in ours.items())
           + "; HTA " + ", ".join(f"{k} {v:.2f}" for k, v in hta.items()))
-    print("  (ddltrace's read: the Kineto import into a store on disk; analyze: the store read back and every "
-          "analysis of `analyze`; HTA's read: TraceAnalysis(trace_dir); interpreter: start and exit)")
+    print("  (ddltrace's, in a process apart: read: the Kineto import into a store on disk; analyze: the store read "
+          "back and every analysis of `analyze`, without the findings and the JSON; HTA's read: "
+          "TraceAnalysis(trace_dir); interpreter: start and exit)")
     alone = _sums(results, "ours_per_analysis")
     both = [k for k in ("temporal", "overlap", "kernels", "launch", "queue", "memcpy") if k in alone and k in hta]
     print("per GPU analysis, all traces (s, module imports and trace reading left out): "

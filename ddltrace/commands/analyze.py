@@ -45,7 +45,9 @@ def register(subparsers) -> None:
                     "timeline, matched messages, ...) are listed with the reason.",
         epilog="Thresholds: " + ", ".join(f"{k}={t.value:g}" for k, t in DEFAULTS.items())
                + ". See docs/ANALYSES.md for what each detector measures and why its default is what it is.")
-    p.add_argument("stores", nargs="+", metavar="STORE", help="trace store(s) written by ddltrace run / import")
+    p.add_argument("stores", nargs="+", metavar="STORE",
+                   help="trace store(s) written by ddltrace run / import, or trace files or folders (anything "
+                        "ddltrace import reads), imported into a temporary store first")
     p.add_argument("--json", action="store_true", help="print JSON (findings, phases, breakdown, scaling)")
     p.add_argument("--fail-on", choices=["warning", "error"],
                    help="exit 1 when a finding reaches this severity (for CI)")
@@ -182,14 +184,17 @@ def run(args) -> int:
         from ddltrace.analyses.run_analysis import not_made
         from ddltrace.analyses.scaling import scaling_table
         from ddltrace.heap_reuse import keep_freed_memory
+        from ddltrace.trace_inputs import as_stores
     keep_freed_memory()  # a third fewer page faults in the analyses' frames (the module says why)
 
     thresholds = Thresholds()
     if args.config:
         thresholds = thresholds.with_config(args.config)
     thresholds = thresholds.with_assignments(args.threshold)
-    with rank_mapper(args) as mapper:
-        runs = [analyze_with_progress(path, args.quiet, mapper=mapper) for path in args.stores]
+    with as_stores(args.stores, "analyze", args.quiet) as (stores, labels), rank_mapper(args) as mapper:
+        runs = [analyze_with_progress(path, args.quiet, mapper=mapper) for path in stores]
+    for path, r in zip(stores, runs, strict=True):
+        r.label = labels.get(path)
     if args.profile:
         from ddltrace.gpu_section import copy_bandwidths
         from ddltrace.node_section import link_bandwidth

@@ -13,7 +13,9 @@ def register(subparsers) -> None:
         description="Analyse one or more trace stores (several stores of one job at different worker counts "
                     "make a scaling series) and write report.html (self-contained, figures embedded), "
                     "report.md with the figures as PNG files beside it, and findings.json.")
-    p.add_argument("stores", nargs="+", metavar="STORE", help="trace store folder(s)")
+    p.add_argument("stores", nargs="+", metavar="STORE",
+                   help="trace store folder(s), or trace files or folders (anything ddltrace import reads), "
+                        "imported into a temporary store first")
     p.add_argument("--out", default="ddltrace-report", metavar="DIR", help="output folder (default: %(default)s)")
     p.add_argument("--profile", metavar="PROFILE", help="hardware profile from 'ddltrace calibrate' (JSON)")
     p.add_argument("--model", metavar="MODEL", help="fitted model from 'ddltrace model fit --out' (JSON): drawn "
@@ -29,14 +31,15 @@ def run(args) -> int:
     with quiet_gc.loading():  # (the module says why)
         from ddltrace.heap_reuse import keep_freed_memory
         from ddltrace.report import build_report  # matplotlib loads only when a report is drawn
+        from ddltrace.trace_inputs import as_stores
 
     keep_freed_memory()  # fewer page faults in the analyses' frames and the figures (the module says why)
 
     def progress(message: str) -> None:
         print(f"ddltrace report: {message}", file=sys.stderr, flush=True)
 
-    with rank_mapper(args) as mapper:
-        files = build_report(args.stores, args.out, profile=args.profile, model=args.model,
+    with as_stores(args.stores, "report", args.quiet) as (stores, labels), rank_mapper(args) as mapper:
+        files = build_report(stores, args.out, profile=args.profile, model=args.model, labels=labels,
                              progress=None if args.quiet else progress, mapper=mapper)
     print(f"report: {files.html}")
     print(f"        {files.markdown} ({len(files.figures)} figures beside it)")

@@ -91,12 +91,14 @@ def _analyses():
 
 def build_report(stores: list[str | os.PathLike], out: str | os.PathLike, *, profile: str | None = None,
                  model: str | None = None, thresholds=None,
-                 progress: Callable[[str], None] | None = None, mapper=None) -> ReportFiles:
+                 progress: Callable[[str], None] | None = None, mapper=None,
+                 labels: dict[str, str] | None = None) -> ReportFiles:
     """Analyse ``stores`` and write the report into the folder ``out`` (created if needed).
 
     ``profile`` is a hardware profile (``ddltrace calibrate``), ``model`` a fitted model (``ddltrace model fit``).
     ``mapper`` summarises the ranks (:mod:`ddltrace.executor`: local processes, a Dask cluster's tasks; None: as
-    :func:`~ddltrace.commands.analyze.analyze_with_progress` chooses by the store's size).
+    :func:`~ddltrace.commands.analyze.analyze_with_progress` chooses by the store's size). ``labels``: a store's
+    path -> what the report calls its run (the trace a temporary store was imported from), else the path.
     """
     from ddltrace.commands.analyze import analyze_with_progress
 
@@ -110,9 +112,11 @@ def build_report(stores: list[str | os.PathLike], out: str | os.PathLike, *, pro
     if thresholds is None:
         thresholds = thresholds_module.Thresholds()
     runs = []
-    for i, store in enumerate(opened, 1):
-        say(f"analysing {store.path} ({i}/{len(opened)})")
+    for i, (store, given) in enumerate(zip(opened, stores, strict=True), 1):
+        label = (labels or {}).get(str(given))
+        say(f"analysing {label or store.path} ({i}/{len(opened)})")
         runs.append(analyze_with_progress(store, quiet=progress is None, verb="report", mapper=mapper))
+        runs[-1].label = label
     runs.sort(key=lambda r: (r.workers, r.name))
     if profile:
         from ddltrace.gpu_section import copy_bandwidths

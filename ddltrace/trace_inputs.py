@@ -1,0 +1,69 @@
+"""Trace files where a store is expected: ``analyze`` and ``report`` take a trace file or folder (anything ``ddltrace
+import`` reads: a Kineto trace, a folder of ranks' traces, an OTF2 archive, ...) as well as a trace store, and
+import it into a temporary store first, as ``ddltrace import PATH --out STORE`` would (its summary on stderr).
+
+A folder is a store when it holds ``manifest.json`` or a store's own folders (``timeline/``, ``counters/``: a store
+whose manifest is missing gets the store's error, not an import). The temporary stores are removed when the
+command ends, however it ends; ``ddltrace import`` keeps one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from ddltrace.store import MANIFEST
+
+#: The folders only a trace store has.
+_STORE_FOLDERS = ("timeline", "counters")
+
+
+def is_trace_input(path: str) -> bool:
+    """Whether ``path`` is trace files to import, not a store (a missing path is left to the store's error)."""
+    p = Path(path)
+    if p.is_file():
+        return True
+    return p.is_dir() and not (p / MANIFEST).exists() and not any((p / f).is_dir() for f in _STORE_FOLDERS)
+
+
+@contextlib.contextmanager
+def as_stores(paths: list[str], verb: str, quiet: bool) -> Iterator[tuple[list[str], dict[str, str]]]:
+    """(``paths`` with each trace input replaced by a temporary store of it, removed on leaving; each temporary
+    store's path -> the trace it holds, what the output calls the run). A line on stderr says which were imported,
+    and the import's summary follows it unless ``quiet``."""
+    temporary: Path | None = None
+    stores, labels = [], {}
+    try:
+        for i, path in enumerate(paths):
+            if not is_trace_input(path):
+                stores.append(path)
+                continue
+            if temporary is None:
+                temporary = Path(tempfile.mkdtemp(prefix=f"ddltrace-{verb}-"))
+            out = temporary / f"store-{i}"
+            if not quiet:
+                print(f"ddltrace {verb}: {path} is a trace, not a store: importing it into a temporary store "
+                      f"('ddltrace import {path} --out STORE' keeps one)", file=sys.stderr, flush=True)
+            _import(path, out, quiet)
+            stores.append(str(out))
+            labels[str(out)] = path
+        yield stores, labels
+    finally:
+        if temporary is not None:
+            shutil.rmtree(temporary, ignore_errors=True)
+
+
+def _import(path: str, out: Path, quiet: bool) -> None:
+    """``ddltrace import PATH --out OUT`` with its defaults, its summary on stderr (stdout is the command's own)."""
+    from ddltrace.cli import build_parser
+    from ddltrace.commands import import_trace
+
+    args = build_parser("import").parse_args(["import", path, "--out", str(out),
+                                              *(["--progress", "never"] if quiet else [])])
+    with contextlib.redirect_stdout(io.StringIO() if quiet else sys.stderr):
+        import_trace.run(args)

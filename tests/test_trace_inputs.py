@@ -1,0 +1,77 @@
+"""`ddltrace analyze TRACE` and `ddltrace report TRACE`: a trace file or folder where a store is expected is imported
+into a temporary store first (ddltrace/trace_inputs.py): the same figures as import + analyze, the run named by the
+trace, nothing left behind, and a store that lost its manifest still gets the store's error."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from ddltrace.cli import main
+
+TORCH = Path(__file__).parent / "data" / "torch_gloo"
+
+
+@pytest.fixture
+def own_tmp(tmp_path, monkeypatch):
+    """The temporary folder the command's stores go to, to see that they are removed."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def _json(capsys, *argv: str, named: tuple[str, str] = ("", "")) -> dict:
+    """The command's JSON, with ``named[0]`` written ``named[1]`` wherever it names it."""
+    capsys.readouterr()
+    assert main(list(argv)) == 0
+    return json.loads(capsys.readouterr().out.replace(*named))
+
+
+def test_analyze_of_a_trace_folder_is_import_then_analyze(tmp_path, own_tmp, capsys):
+    store = tmp_path / "store"
+    assert main(["import", str(TORCH), "--out", str(store), "--progress", "never"]) == 0
+    from_store = _json(capsys, "analyze", str(store), "--json", named=(str(store), str(TORCH)))
+    from_trace = _json(capsys, "analyze", str(TORCH), "--json")
+    assert [r["store"] for r in from_trace["stores"]] == [str(TORCH)]
+    assert from_trace == from_store  # every figure, and the run named by the trace wherever the store's path was
+    assert not list(own_tmp.iterdir())  # the temporary store is gone
+    main(["analyze", str(TORCH)])
+    out, err = capsys.readouterr()
+    assert f"{TORCH} is a trace, not a store: importing it into a temporary store" in err
+    assert "imported 2 file(s) into " in err and "ranks 0, 1" in err  # import's summary on stderr
+    assert "imported" not in out  # stdout is analyze's own
+    assert f"Breakdown of {TORCH} " in out
+
+
+def test_report_of_a_trace_file_names_the_file(tmp_path, own_tmp, capsys):
+    trace = TORCH / "rank0.pt.trace.json.gz"
+    assert main(["report", str(trace), "--out", str(tmp_path / "report"), "--quiet"]) == 0
+    markdown = (tmp_path / "report" / "report.md").read_text()
+    assert str(trace) in markdown and str(own_tmp) not in markdown
+    assert not list(own_tmp.iterdir())
+
+
+def test_a_store_without_its_manifest_is_not_imported(tmp_path, own_tmp, capsys):
+    store = tmp_path / "store"
+    assert main(["import", str(TORCH), "--out", str(store), "--progress", "never"]) == 0
+    (store / "manifest.json").unlink()
+    capsys.readouterr()
+    assert main(["analyze", str(store)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"ddltrace: error: {store}: not a trace store (no manifest.json)"
+    assert not list(own_tmp.iterdir())
+
+
+def test_a_folder_with_no_trace_is_one_line_and_leaves_nothing(tmp_path, own_tmp, capsys):
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "readme.txt").write_text("not a trace")
+    capsys.readouterr()
+    assert main(["analyze", str(folder)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("ddltrace: error: ") and "readme.txt" in err[-1]
+    assert not list(own_tmp.iterdir())
