@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from shared_data import SHARED
 
 from ddltrace.cli import main
 
@@ -74,4 +75,18 @@ def test_a_folder_with_no_trace_is_one_line_and_leaves_nothing(tmp_path, own_tmp
     assert main(["analyze", str(folder)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("ddltrace: error: ") and "readme.txt" in err[-1]
+    assert not list(own_tmp.iterdir())
+
+
+IPM = SHARED / "mpi_traces" / "ipm-xml"
+
+
+@pytest.mark.skipif(not IPM.is_dir(), reason=f"{IPM} absent (the workplace's shared traces)")
+def test_a_store_read_while_the_output_is_written_is_still_there(tmp_path, own_tmp, capsys):
+    # IPM's 27 hosts: the per-node section reads the ranks' MPI calls from the store while the text is written,
+    # after the analyses: the temporary store must outlive the output (it was removed before and analyze failed)
+    capsys.readouterr()
+    assert main(["analyze", str(IPM), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert f"Breakdown of {IPM} " in out and "per node" in out.lower()
     assert not list(own_tmp.iterdir())

@@ -191,29 +191,30 @@ def run(args) -> int:
     if args.config:
         thresholds = thresholds.with_config(args.config)
     thresholds = thresholds.with_assignments(args.threshold)
-    with as_stores(args.stores, "analyze", args.quiet) as (stores, labels), rank_mapper(args) as mapper:
-        runs = [analyze_with_progress(path, args.quiet, mapper=mapper) for path in stores]
-    for path, r in zip(stores, runs, strict=True):
-        r.label = labels.get(path)
-    if args.profile:
-        from ddltrace.gpu_section import copy_bandwidths
-        from ddltrace.node_section import link_bandwidth
+    with as_stores(args.stores, "analyze", args.quiet) as (stores, labels):  # the analyses read the stores to the end
+        with rank_mapper(args) as mapper:
+            runs = [analyze_with_progress(path, args.quiet, mapper=mapper) for path in stores]
+        for path, r in zip(stores, runs, strict=True):
+            r.label = labels.get(path)
+        if args.profile:
+            from ddltrace.gpu_section import copy_bandwidths
+            from ddltrace.node_section import link_bandwidth
 
-        link = link_bandwidth(args.profile)
-        copies = copy_bandwidths(args.profile)
-        for r in runs:
-            r.link_bytes_per_s = link
-            r.copy_bytes_per_s = copies
-    findings, skipped = detect(runs, thresholds)
-    skipped = not_made(runs) + skipped
-    scaling_runs = [r for r in runs if r.can("scaling")]
-    scaling = scaling_table(scaling_runs) if len(scaling_runs) > 1 else pd.DataFrame()
-    if args.json:
-        json.dump(to_json(runs, findings, scaling, thresholds, args.phase, skipped), sys.stdout, indent=2,
-                  allow_nan=False)
-        sys.stdout.write("\n")
-    else:
-        sys.stdout.write(render(runs, findings, scaling, args.phase, skipped))
+            link = link_bandwidth(args.profile)
+            copies = copy_bandwidths(args.profile)
+            for r in runs:
+                r.link_bytes_per_s = link
+                r.copy_bytes_per_s = copies
+        findings, skipped = detect(runs, thresholds)
+        skipped = not_made(runs) + skipped
+        scaling_runs = [r for r in runs if r.can("scaling")]
+        scaling = scaling_table(scaling_runs) if len(scaling_runs) > 1 else pd.DataFrame()
+        if args.json:
+            json.dump(to_json(runs, findings, scaling, thresholds, args.phase, skipped), sys.stdout, indent=2,
+                      allow_nan=False)
+            sys.stdout.write("\n")
+        else:
+            sys.stdout.write(render(runs, findings, scaling, args.phase, skipped))
     if args.fail_on and any(severity_rank(f.severity) >= severity_rank(args.fail_on) for f in findings):
         return 1
     return 0
