@@ -191,7 +191,11 @@ def match_instances(kernels: pd.DataFrame, world_size: int, link_bytes_per_s: fl
 def _agreed(kernels: pd.DataFrame, column: str) -> pd.Series:
     """Per instance, the value of ``column`` all its ranks agree on, or the distinct values joined with '/'."""
     seen = kernels.loc[kernels[column] != "", ["instance", column]].drop_duplicates().sort_values(column)
-    return seen.groupby("instance", sort=False)[column].agg("/".join)
+    several = seen["instance"].duplicated(keep=False).to_numpy()
+    agreed = seen[~several].set_index("instance")[column]  # most instances: one value, joined by no Python call
+    if not several.any():
+        return agreed
+    return pd.concat([agreed, seen[several].groupby("instance", sort=False)[column].agg("/".join)])
 
 
 SUMMARY_COLUMNS = ["collective", "algorithm", "instances", "matched", "time_ns", "bytes", "busbw_median",

@@ -52,8 +52,6 @@ class RunAnalysis:
     link_bytes_per_s: float | None = None
     #: the calibrated host-device copy bandwidths (bytes/s) by direction ("H2D", "D2H") of a hardware profile
     copy_bytes_per_s: dict[str, float] | None = None
-    #: what the output calls the run: the trace a temporary store was imported from (:mod:`ddltrace.trace_inputs`)
-    label: str | None = None
     _tables: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
 
     @cached_property
@@ -123,8 +121,8 @@ class RunAnalysis:
 
     @property
     def name(self) -> str:
-        """The run's name in the output: its store's path, or the trace it was imported from."""
-        return self.label or str(self.store.path)
+        """The run's name in the output: its store's path, or the trace a temporary store holds."""
+        return self.store.label or str(self.store.path)
 
     @cached_property
     def config(self) -> dict:

@@ -216,6 +216,8 @@ class TraceStore:
     def __init__(self, path: Path, manifest: dict):
         self.path = Path(path)
         self.manifest = manifest
+        #: The trace a temporary store holds (:mod:`ddltrace.trace_inputs`): what the output calls it, else None
+        self.label: str | None = None
         #: Ranks left out, each with the one line saying why (a damaged file or manifest entry).
         self.damaged: dict[int, str] = {}
         self._damaged_counters: set[int] = set()
@@ -323,8 +325,9 @@ class TraceStore:
             if len(found) >= limit:
                 break
             if rank not in listed:
-                found[rank] = f"{self.path / MANIFEST}: rank {rank} of the world of {self.world_size} has no usable " \
-                              "entry in the manifest"
+                found[rank] = (f"{self.label}: rank {rank} of the world of {self.world_size} is not in the trace"
+                               if self.label else f"{self.path / MANIFEST}: rank {rank} of the world of "
+                               f"{self.world_size} has no usable entry in the manifest")
         return dict(sorted(found.items())[:limit])
 
     def missing_count(self) -> int:

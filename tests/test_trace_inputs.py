@@ -90,3 +90,16 @@ def test_a_store_read_while_the_output_is_written_is_still_there(tmp_path, own_t
     out = capsys.readouterr().out
     assert f"Breakdown of {IPM} " in out and "per node" in out.lower()
     assert not list(own_tmp.iterdir())
+
+
+TRACE_FILTER = SHARED / "hta_traces" / "trace_filter"
+
+
+@pytest.mark.skipif(not TRACE_FILTER.is_dir(), reason=f"{TRACE_FILTER} absent (the workplace's shared traces)")
+def test_the_ranks_a_trace_lacks_are_named_by_the_trace(own_tmp, capsys):
+    # HTA's trace_filter: ranks 0 and 1 of a world of 128 (distributedInfo), the other 126 not in the files
+    out = _json(capsys, "analyze", str(TRACE_FILTER), "--json")["stores"][0]
+    assert out["missing_count"] == 126
+    assert out["missing_ranks"][0] == {"rank": 2, "reason": f"{TRACE_FILTER}: rank 2 of the world of 128 is not in "
+                                                            "the trace"}
+    assert str(own_tmp) not in json.dumps(out)

@@ -113,10 +113,9 @@ def build_report(stores: list[str | os.PathLike], out: str | os.PathLike, *, pro
         thresholds = thresholds_module.Thresholds()
     runs = []
     for i, (store, given) in enumerate(zip(opened, stores, strict=True), 1):
-        label = (labels or {}).get(str(given))
-        say(f"analysing {label or store.path} ({i}/{len(opened)})")
+        store.label = (labels or {}).get(str(given))
+        say(f"analysing {store.label or store.path} ({i}/{len(opened)})")
         runs.append(analyze_with_progress(store, quiet=progress is None, verb="report", mapper=mapper))
-        runs[-1].label = label
     runs.sort(key=lambda r: (r.workers, r.name))
     if profile:
         from ddltrace.gpu_section import copy_bandwidths
