@@ -39,7 +39,10 @@ id). The window: all device work. HTA runs with ``include_last_profiler_step=Tru
 kernel launched by a CPU event that started before the last ProfilerStep ended); by default it drops the kernels
 launched in the last ProfilerStep, a window ddltrace's temporal breakdown does not take. Where some device work
 has no launch in the trace, a second line compares HTA's figures with ddltrace's over the work launched in the
-trace (HTA's set, :mod:`ddltrace.analyses.gpu_launched`), with the events and time left out.
+trace (HTA's set, :mod:`ddltrace.analyses.gpu_launched`), with the events and time left out. Where the figures
+differ on the same device events, HTA runs again, untimed, with its rounding of nanosecond times to whole
+microseconds switched off (``HTA_DISABLE_NS_ROUNDING=1``; it rounds starts up and ends down, "due to issue with
+events overlapping", PyTorch PR 122425), and a line compares ddltrace with that.
 """
 
 from __future__ import annotations
@@ -61,6 +64,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = SHARED_ROOT / "hta_traces"
 DEFAULT_HTA_PYTHON = ROOT / ".venvs" / "hta" / "bin" / "python"
 DDLTRACE = Path(sys.executable).parent / "ddltrace"
+#: HTA rounds a trace's nanosecond times to whole microseconds as it reads them (start up, end down:
+#: ``hta/common/trace_parser.py``, ``round_down_time_stamps``) unless this is set.
+HTA_NO_ROUNDING = "HTA_DISABLE_NS_ROUNDING"
 DEFAULT_TRACES = ["trace_filter", "trace_diff/control", "trace_diff/test", "nccl_parser_config",
                   "negative_queue_length_values_check", "df_index_resolver", "amd_trace"]
 
@@ -252,12 +258,25 @@ def compare(folder: Path, hta_python: Path, tmp: Path) -> dict:
     steps_s, _, ours_steps, _ = _timed([sys.executable, "-c", _DDLTRACE_STEPS, str(job), str(store)]) if ours else \
         (0.0, None, {}, "")
     per_analysis = _timed([sys.executable, "-c", _DDLTRACE_PER_ANALYSIS, str(store)])[2] if ours_steps else {}
+    hta_exact = None  # where the figures differ on the same events: HTA again, on the file's own times (untimed)
+    if hta and ours and any(_rounded_apart(ours.get(rank, {}), h) for rank, h in hta.items()):
+        done = subprocess.run([str(hta_python), "-c", _HTA_CHILD, str(job), "all"], capture_output=True, text=True,
+                              cwd=tempfile.gettempdir(), env={**os.environ, HTA_NO_ROUNDING: "1"})
+        hta_exact = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None
     for steps, wall in ((hta_steps, hta_s), (ours_steps, steps_s)):
         if steps:  # the interpreter's start and exit: the wall time the process's own clock did not see
             steps["interpreter"] = wall - sum(steps.values())
     return {"trace": str(folder.relative_to(SHARED)), "hta_s": hta_s, "ours_s": ours_s, "hta": hta, "ours": ours,
+            "hta_exact": hta_exact,
             "hta_steps": hta_steps, "ours_steps": ours_steps, "ours_per_analysis": per_analysis,
             "hta_error": hta_err, "ours_error": ours_err}
+
+
+def _rounded_apart(ours: dict, hta: dict) -> bool:
+    """Whether a rank's figures differ (over 0.005 points) on the same device events: HTA's whole microseconds."""
+    return ours.get("events") == hta.get("events") and any(
+        ours.get(k) is not None and hta.get(k) is not None and abs(ours[k] - hta[k]) > 0.005
+        for k in ("idle", "compute", "non_compute", "overlap"))
 
 
 def _pp(ours, hta) -> str:
@@ -266,18 +285,19 @@ def _pp(ours, hta) -> str:
     return f"{ours:6.2f} {hta:6.2f} {ours - hta:+6.2f}"
 
 
-def _print_launches(r: dict) -> None:
-    """CUDA launch statistics and queue length per stream of both tools (ddltrace / HTA)."""
-    for rank, h in sorted(r["hta"].items(), key=lambda kv: int(kv[0])):
+def _print_launches(r: dict, key: str = "hta", said: str = "") -> None:
+    """CUDA launch statistics and queue length per stream of both tools (ddltrace / HTA; ``key``: HTA's run,
+    ``said`` what is different about it)."""
+    for rank, h in sorted((r[key] or {}).items(), key=lambda kv: int(kv[0])):
         o = r["ours"].get(rank, {})
         mine, theirs = o.get("launches") or {}, h.get("launches") or {}
         if mine or theirs:
-            print(f"{'':<36} {rank:>4}  launches " + ", ".join(
+            print(f"{said:<36} {rank:>4}  launches " + ", ".join(
                 f"{k} {mine.get(k, 0):.6g} / {theirs.get(k, 0):.6g}" for k in (
                     "count", "cpu_mean_us", "gpu_mean_us", "delay_mean_us", "runtime_outliers", "delay_outliers")))
         for stream in sorted(set(o.get("queues", {})) | set(h.get("queues", {}))):
             a, b = o.get("queues", {}).get(stream, {}), h.get("queues", {}).get(stream, {})
-            print(f"{'':<36} {rank:>4}  queue {stream}: " + ", ".join(
+            print(f"{said:<36} {rank:>4}  queue {stream}: " + ", ".join(
                 f"{k} {a.get(k, '-'):.6g} / {b.get(k, '-'):.6g}" if k in a and k in b else f"{k} {a.get(k, '-')} / "
                 f"{b.get(k, '-')}" for k in ("changes", "mean", "max")))
 
@@ -385,6 +405,11 @@ def main() -> None:
                     print(f"{r['trace']:<36} {rank:>4}  " + "  ".join(
                         f"{_pp(o.get(k), h.get(k)):<22}" for k in ("idle", "compute", "non_compute", "overlap"))
                         + f"  {o.get('events')} / {h.get('events')}")
+                    exact = (r["hta_exact"] or {}).get(rank)
+                    if exact:  # HTA on the file's nanoseconds: its rounding to whole microseconds switched off
+                        print(f"{'  HTA, ' + HTA_NO_ROUNDING + '=1':<36} {rank:>4}  " + "  ".join(
+                            f"{_pp(o.get(k), exact.get(k)):<22}" for k in ("idle", "compute", "non_compute", "overlap"))
+                            + f"  {o.get('events')} / {exact.get('events')}")
                     if o.get("launched"):  # the same over HTA's set, the work launched in the trace
                         la = o["launched"]
                         print(f"{'  launched in the trace (HTA set)':<36} {rank:>4}  " + "  ".join(
@@ -393,6 +418,7 @@ def main() -> None:
                               f"{la['unlaunched_ms']:.1f} of {la['work_ms']:.1f} ms without launch)")
             if r["hta"] is not None and r["ours"] is not None:
                 _print_launches(r)
+                _print_launches(r, "hta_exact", f"  HTA, {HTA_NO_ROUNDING}=1")
                 _print_copies(r)
             print(f"{'':<36} wall s: ddltrace {r['ours_s']:.2f}, HTA {r['hta_s']:.2f}, HTA / ddltrace "
                   f"{r['hta_s'] / r['ours_s']:.2f}x")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -21,9 +22,10 @@ NEEDS_HTA = pytest.mark.skipif(not HTA_PYTHON.exists(), reason=f"HTA is not inst
 
 
 @functools.cache
-def hta_figures(folder: Path) -> dict:
+def hta_figures(folder: Path, rounding: bool = True) -> dict:
     """Per rank (a str key), what benchmarks/gpu_vs_hta.py's HTA child computes on the ``*.json.gz`` of
-    ``folder``: temporal breakdown, overlap, launch statistics and queue lengths."""
+    ``folder``: temporal breakdown, overlap, launch statistics and queue lengths. ``rounding=False``: with HTA's
+    rounding of nanosecond times to whole microseconds switched off (``HTA_DISABLE_NS_ROUNDING=1``)."""
     spec = importlib.util.spec_from_file_location("gpu_vs_hta", REPO / "benchmarks" / "gpu_vs_hta.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
@@ -31,5 +33,6 @@ def hta_figures(folder: Path) -> dict:
         for f in folder.glob("*.json.gz"):
             shutil.copy(f, Path(tmp) / f.name)
         done = subprocess.run([str(HTA_PYTHON), "-c", bench._HTA_CHILD, tmp, "all"], capture_output=True,
-                              text=True, check=True)
+                              text=True, check=True,
+                              env={**os.environ, **({} if rounding else {bench.HTA_NO_ROUNDING: "1"})})
     return json.loads(done.stdout.strip().splitlines()[-1])
