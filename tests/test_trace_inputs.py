@@ -103,3 +103,28 @@ def test_the_ranks_a_trace_lacks_are_named_by_the_trace(own_tmp, capsys):
     assert out["missing_ranks"][0] == {"rank": 2, "reason": f"{TRACE_FILTER}: rank 2 of the world of 128 is not in "
                                                             "the trace"}
     assert str(own_tmp) not in json.dumps(out)
+
+
+BIG_TRACE = SHARED / "hta_traces" / "df_index_resolver"
+
+
+@pytest.mark.skipif(not BIG_TRACE.is_dir(), reason=f"{BIG_TRACE} absent (the workplace's shared traces)")
+def test_a_sigterm_while_the_trace_is_read_removes_the_temporary_store(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    ddltrace = Path(sys.executable).parent / "ddltrace"
+    job = subprocess.Popen([str(ddltrace), "analyze", str(BIG_TRACE)], env=env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob("ddltrace-analyze-*")) and job.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    job.send_signal(signal.SIGTERM)  # while the trace is imported or analysed (a second or so of work)
+    _, err = job.communicate(timeout=60)
+    assert job.returncode == 143, err
+    assert err.strip().splitlines()[-1] == "ddltrace: terminated (SIGTERM)"
+    assert not list(tmp_path.iterdir())
