@@ -157,3 +157,25 @@ def test_a_folder_of_unknown_files_names_them_and_why(tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1
     assert "results.json: not a trace format ddltrace knows" in err and "notes.txt" in err
     assert not (tmp_path / "store").exists()
+
+
+BIG_TRACE = SHARED / "hta_traces" / "df_index_resolver"
+
+
+@pytest.mark.skipif(not BIG_TRACE.is_dir(), reason=f"{BIG_TRACE} absent (the workplace's shared traces)")
+def test_a_sigterm_during_the_import_leaves_no_unfinished_store(tmp_path):
+    import os
+    import signal
+    import time
+
+    out = tmp_path / "x.store"
+    job = subprocess.Popen([str(VENV_DDLTRACE), "import", str(BIG_TRACE), "--out", str(out)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob(".x.store.*.tmp")) and job.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    job.send_signal(signal.SIGTERM)  # while the store is being written (its staging folder exists)
+    _, err = job.communicate(timeout=60)
+    assert job.returncode == 143, err
+    assert err.strip().splitlines()[-1] == "ddltrace: terminated (SIGTERM)"
+    assert os.listdir(tmp_path) == []  # neither the staging folder nor the lock file left

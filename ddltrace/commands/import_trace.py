@@ -173,6 +173,7 @@ def run(args) -> int:
 
     deferred_import.defer("pyarrow")  # loaded while a large file's readers read (chrome_split), or at first use
     from ddltrace.heap_reuse import keep_freed_memory
+    from ddltrace.interrupts import sigterm_unwinds
     from ddltrace.store import StoreLock
 
     keep_freed_memory()  # a third fewer page faults (the module says why)
@@ -180,7 +181,9 @@ def run(args) -> int:
     if out.exists() and not args.force:
         raise DdltraceError(f"{out}: already exists (choose another --out, or add --force)")
     out.parent.mkdir(parents=True, exist_ok=True)
-    with StoreLock(out, replace=args.force):  # before any work: a second writer of --out stops here
+    # the lock before any work: a second writer of --out stops here; a SIGTERM removes the unfinished store as
+    # Ctrl-C does
+    with sigterm_unwinds(), StoreLock(out, replace=args.force):
         return _import(args, out)
 
 
@@ -220,14 +223,14 @@ def _import(args, out: Path) -> int:
         plan.append((importer.name.endswith("summary") or importer.name == "ipm", index, path, importer, report))
     plan.sort(key=lambda item: (item[0], item[1]))  # aggregates after detailed traces of the same ranks
 
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    staging.rmdir()
-    store = TraceStore.create(staging, run={"command": "ddltrace import " + " ".join(args.paths)})
     started = time.perf_counter()
     mapper = None
     chrome_split.while_readers_start = functools.partial(_while_readers_read, categorizer,
                                                          {importer.name for *_, importer, _ in plan})
-    try:
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:  # from the staging folder's making on: a Ctrl-C or a SIGTERM at any point removes it
+        staging.rmdir()
+        store = TraceStore.create(staging, run={"command": "ddltrace import " + " ".join(args.paths)})
         if args.scheduler:
             mapper = DaskMapper(args.scheduler, progress.tasks, on_failure=given_up)
         clocks, formats, deferred, detailed, messages = {}, Counter(), [], set(), []
