@@ -24,6 +24,7 @@ constant (log-normal: uncertainty over value); a curve moves as a whole by its i
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -229,7 +230,7 @@ def _alone(record: Mapping) -> float:
 
 def _servers(runs: Sequence[Mapping]) -> float:
     extra = [float(r["ranks"]) - float(r["w"]) for r in runs if is_finite(r.get("ranks")) and is_finite(r.get("w"))]
-    return float(np.median(extra)) if extra else 1.0
+    return statistics.median(extra) if extra else 1.0
 
 
 def is_finite(x: Any) -> bool:
@@ -248,7 +249,7 @@ def share_on_a(a: Mapping, runs: Sequence[Mapping], w: float) -> tuple[float, st
     shares = [float(r["cpu_share"]) for r in runs
               if is_finite(r.get("cpu_share")) and is_finite(r.get("w")) and float(r["w"]) == float(w)]
     if shares:
-        return min(alone, float(np.median(shares))), "measured"
+        return min(alone, statistics.median(shares)), "measured"
     cores = (a.get("allowance") or {}).get("cores")
     if not cores:
         cores = _cores_seen(runs)
@@ -264,7 +265,7 @@ def _cores_seen(runs: Sequence[Mapping]) -> float | None:
     ranks (the median over those runs); None when every run's ranks had a core each, or no run says."""
     seen = [float(r["cpu_share"]) * float(r["ranks"]) for r in runs
             if is_finite(r.get("cpu_share")) and is_finite(r.get("ranks")) and float(r["cpu_share"]) < 0.9]
-    return float(np.median(seen)) if seen else None
+    return statistics.median(seen) if seen else None
 
 
 def cpu_shares(a: Mapping, b: Mapping, runs: Sequence[Mapping], w: float) -> dict:
@@ -300,7 +301,7 @@ def quota_wait(record: Mapping, wanted: float) -> float:
 
 def _median(runs: Sequence[Mapping], key: str, w: float | None = None) -> float | None:
     values = [float(r[key]) for r in runs if is_finite(r.get(key)) and (w is None or float(r["w"]) == float(w))]
-    return float(np.median(values)) if values else None
+    return statistics.median(values) if values else None
 
 
 def quota_wait_per_batch(a: Mapping, b: Mapping, runs: Sequence[Mapping], shares: Mapping) -> float:
@@ -426,11 +427,24 @@ def quota_loop(k_b: Constants, wl: Workload, b: Mapping, runs: Sequence[Mapping]
             "locked": len(cycles) - len(played), "quota": quota, "period_s": period}
 
 
-def server_split(c_u: float, a: Mapping, runs: Sequence[Mapping]) -> dict:
+def server_split(c_u: float, a: Mapping, runs: Sequence[Mapping], measured: Mapping | None = None) -> dict:
     """What the fitted c_u (s/update) holds, from the server's trace on A: ``server_s``, the server's measured busy
     time per update (median over the runs, at most c_u), of which ``cpu_fraction`` is CPU, and ``rest_s`` =
     c_u - server_s, what the fit put in c_u beyond the server's work (the runs' plateau was not the server's: on
     a machine with fewer cores than ranks, the workers' contention for them), carried like the workers' compute.
+    ``measured``: :func:`server_measured` of ``a`` and ``runs``, where the caller has it (it does not depend on
+    c_u)."""
+    m = measured or server_measured(a, runs)
+    if m["busy_s"] is None or c_u <= 0:
+        return {"server_s": c_u, "rest_s": 0.0, "cpu_fraction": 1.0,
+                "how": "no server busy time in the runs: all of c_u is the server's, all CPU"}
+    server = min(c_u, m["busy_s"])
+    return {"server_s": server, "rest_s": c_u - server, "cpu_fraction": m["cpu_fraction"], "how": m["how"]}
+
+
+def server_measured(a: Mapping, runs: Sequence[Mapping]) -> dict:
+    """The server's busy time per update on A (``busy_s``: the median over the runs, None where no run has it) and
+    the share of it that is CPU (``cpu_fraction``, and ``how`` it was found).
 
     The CPU fraction comes from how the server's busy time per update grew as the ranks' share of a core fell
     across A's runs: busy = cpu / share + rest (least squares over the runs); a sleep or a wait on a device does
@@ -443,10 +457,8 @@ def server_split(c_u: float, a: Mapping, runs: Sequence[Mapping]) -> dict:
         per_update.append(float(r["server_busy_s"]) / updates)
         share, _ = share_on_a(a, runs, float(r["w"]))
         inverse.append(1.0 / share if share > 0 else math.nan)
-    if not per_update or c_u <= 0:
-        return {"server_s": c_u, "rest_s": 0.0, "cpu_fraction": 1.0,
-                "how": "no server busy time in the runs: all of c_u is the server's, all CPU"}
-    server = min(c_u, float(np.median(per_update)))
+    if not per_update:
+        return {"busy_s": None, "cpu_fraction": 1.0, "how": ""}
     x, y = np.asarray(inverse), np.asarray(per_update)
     ok = np.isfinite(x)
     if ok.sum() >= 2 and x[ok].max() >= 1.2 * x[ok].min():
@@ -456,15 +468,16 @@ def server_split(c_u: float, a: Mapping, runs: Sequence[Mapping]) -> dict:
         how = (f"server busy {1e3 * cpu:.3g} ms / share + {1e3 * off:.3g} ms per update over {int(ok.sum())} runs")
     else:
         fraction, how = 1.0, "the runs' shares do not differ enough to tell CPU from waiting: all taken for CPU"
-    return {"server_s": server, "rest_s": c_u - server, "cpu_fraction": fraction, "how": how}
+    return {"busy_s": statistics.median(per_update), "cpu_fraction": fraction, "how": how}
 
 
 def transfer(k: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Mapping,
              z_a: Mapping | None = None, z_b: Mapping | None = None,
              serial: bool = False, w: float | None = None,
-             runs: Sequence[Mapping] = ()) -> tuple[Constants, dict, list[str]]:
+             runs: Sequence[Mapping] = (), server: Mapping | None = None) -> tuple[Constants, dict, list[str]]:
     """The model's constants ``k`` (fitted on A) carried to B at ``w`` workers: (constants on B, factor of each
-    constant B / A, notes on what could not be carried).
+    constant B / A, notes on what could not be carried). ``server``: :func:`server_measured` of ``a`` and ``runs``
+    where the caller has it (:func:`interval` carries thousands of draws with the same runs).
 
     The CPU-bound costs carry by the calibrated work ratio times :func:`cpu_shares`' multiplier at ``w`` (1 when
     ``w`` is None): c_p, t_phase_min by the per-sample work, c_b by a pass over the weights, and c_u split by
@@ -496,7 +509,7 @@ def transfer(k: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Mapping
     m = shares["multiplier"] if shares else 1.0
     factors = dict.fromkeys(PER_SAMPLE, sample * m)
     factors["c_b"] = update * m
-    split = server_split(k.c_u, a, runs)
+    split = server_split(k.c_u, a, runs, server)
     if k.c_u > 0:
         f = split["cpu_fraction"]
         c_u_b = split["server_s"] * (f * update * m + 1.0 - f) + split["rest_s"] * sample * m
@@ -572,12 +585,13 @@ def interval(entries: Mapping, k: Constants, wl: Workload, counts: Mapping, a: M
     ws = np.asarray(workers, dtype=float)
     out = np.empty((draws, len(ws)))
     names = (*CPU, *HELD)
+    server = server_measured(a, runs)
     for i in range(draws):
         z_a = {name: rng.standard_normal() for name in names}
         z_b = {name: rng.standard_normal() for name in names}
         drawn = _fit_draw(entries, k, rng)
         for j, w in enumerate(ws):
-            on_b, _, _ = transfer(drawn, wl, counts, a, b, z_a, z_b, serial, w=w, runs=runs)
+            on_b, _, _ = transfer(drawn, wl, counts, a, b, z_a, z_b, serial, w=w, runs=runs, server=server)
             if what_if:
                 on_b = on_b.scaled(what_if)
             out[i, j] = wl.epochs * hashemi.t_phase(w, wl, on_b)
