@@ -6,7 +6,9 @@ listing that package, so a new verb is a new module and nothing else.
 
 Exit codes: 0 success, 1 the analysis found problems (when asked to fail on them), 2 bad input: one line
 naming the file or thing and what is wrong, no traceback (``--debug`` shows it); 130 stopped by Ctrl-C, 143 by
-SIGTERM where the verb cleans up on it (:mod:`ddltrace.interrupts`).
+SIGTERM, which every verb but those of :data:`_OWN_SIGTERM` meets as it meets Ctrl-C: its ``with`` blocks and
+``finally`` clauses run, so that what it was writing (a staging folder, a temporary store) is removed
+(:mod:`ddltrace.interrupts`).
 """
 
 from __future__ import annotations
@@ -26,13 +28,17 @@ from typing import NoReturn
 import ddltrace
 from ddltrace import commands
 from ddltrace.errors import DamagedStoreWarning, DdltraceError, one_line
-from ddltrace.interrupts import Terminated
+from ddltrace.interrupts import Terminated, sigterm_unwinds
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
 #: The exit code when the standard output could not be written at the end (Python's own for this case).
 EXIT_FLUSH_FAILED = 120
 #: Verbs whose module has another name (``import`` is a Python keyword); every other verb's module is its name.
 _MODULE_OF_VERB = {"import": "import_trace"}
+#: Verbs that keep Python's default for SIGTERM: ``run`` handles it itself (it stops the job, then writes the
+#: store), and ``workload`` is the job's rank, which must end on SIGTERM even while it waits inside MPI (a Python
+#: handler runs only once the MPI call returns).
+_OWN_SIGTERM = frozenset({"run", "workload"})
 
 
 class _Parser(argparse.ArgumentParser):
@@ -91,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_BAD_INPUT
     try:
-        return int(args.func(args) or 0)
+        with contextlib.nullcontext() if args.verb in _OWN_SIGTERM else sigterm_unwinds():
+            return int(args.func(args) or 0)
     except DdltraceError as exc:
         if args.debug:
             import traceback  # (2 ms of every start otherwise)

@@ -4,8 +4,8 @@ import it into a temporary store first, as ``ddltrace import PATH --out STORE`` 
 
 A folder is a store when it holds ``manifest.json`` or a store's own folders (``timeline/``, ``counters/``: a store
 whose manifest is missing gets the store's error, not an import). The temporary stores are removed when the
-command ends, however it ends (an error, Ctrl-C, a SIGTERM: :func:`~ddltrace.interrupts.sigterm_unwinds`);
-``ddltrace import`` keeps one.
+command ends, however it ends (an error, Ctrl-C, a SIGTERM: :mod:`ddltrace.cli`); ``ddltrace import`` keeps
+one.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from ddltrace.interrupts import sigterm_unwinds
 from ddltrace.store import MANIFEST
 
 #: The folders only a trace store has.
@@ -40,25 +39,24 @@ def as_stores(paths: list[str], verb: str, quiet: bool) -> Iterator[tuple[list[s
     and the import's summary follows it unless ``quiet``."""
     temporary: Path | None = None
     stores, labels = [], {}
-    with sigterm_unwinds():
-        try:
-            for i, path in enumerate(paths):
-                if not is_trace_input(path):
-                    stores.append(path)
-                    continue
-                if temporary is None:
-                    temporary = Path(tempfile.mkdtemp(prefix=f"ddltrace-{verb}-"))
-                out = temporary / f"store-{i}"
-                if not quiet:
-                    print(f"ddltrace {verb}: {path} is a trace, not a store: importing it into a temporary store "
-                          f"('ddltrace import {path} --out STORE' keeps one)", file=sys.stderr, flush=True)
-                _import(path, out, quiet)
-                stores.append(str(out))
-                labels[str(out)] = path
-            yield stores, labels
-        finally:
-            if temporary is not None:
-                shutil.rmtree(temporary, ignore_errors=True)
+    try:
+        for i, path in enumerate(paths):
+            if not is_trace_input(path):
+                stores.append(path)
+                continue
+            if temporary is None:
+                temporary = Path(tempfile.mkdtemp(prefix=f"ddltrace-{verb}-"))
+            out = temporary / f"store-{i}"
+            if not quiet:
+                print(f"ddltrace {verb}: {path} is a trace, not a store: importing it into a temporary store "
+                      f"('ddltrace import {path} --out STORE' keeps one)", file=sys.stderr, flush=True)
+            _import(path, out, quiet)
+            stores.append(str(out))
+            labels[str(out)] = path
+        yield stores, labels
+    finally:
+        if temporary is not None:
+            shutil.rmtree(temporary, ignore_errors=True)
 
 
 def _import(path: str, out: Path, quiet: bool) -> None:

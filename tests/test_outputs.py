@@ -87,3 +87,29 @@ def test_report_into_a_read_only_folder_is_one_line_before_the_analysis(tiny_sto
         locked.chmod(0o755)
     assert_one_error_line(result, f"{locked}: cannot write the report there (Permission denied)")
     assert "analysing" not in result.stderr and not (locked / "r").exists()
+
+
+def test_a_sigterm_during_the_export_leaves_no_partial_file(tmp_path):
+    """SIGTERM is met as Ctrl-C is (ddltrace/cli.py): the export's temporary file is removed and the command exits
+    143; Python's default ended it at once and left the file (.trace.json.XXXX.tmp) beside --out."""
+    import signal
+    import time
+
+    from shared_data import SHARED
+
+    trace = SHARED / "hta_traces" / "df_index_resolver"
+    if not trace.is_dir():
+        pytest.skip(f"{trace} absent (the workplace's shared traces)")
+    store, out = tmp_path / "store", tmp_path / "out"
+    assert cli("import", trace, "--out", store).returncode == 0
+    out.mkdir()
+    job = subprocess.Popen([*DDLTRACE, "export", str(store), "--chrome", str(out / "trace.json")],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not list(out.glob(".trace.json.*")) and job.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    job.send_signal(signal.SIGTERM)  # while the file is written
+    _, err = job.communicate(timeout=60)
+    assert job.returncode == 143, err
+    assert err.strip().splitlines()[-1] == "ddltrace: terminated (SIGTERM)"
+    assert os.listdir(out) == []

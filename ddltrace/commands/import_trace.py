@@ -173,7 +173,6 @@ def run(args) -> int:
 
     deferred_import.defer("pyarrow")  # loaded while a large file's readers read (chrome_split), or at first use
     from ddltrace.heap_reuse import keep_freed_memory
-    from ddltrace.interrupts import sigterm_unwinds
     from ddltrace.store import StoreLock
 
     keep_freed_memory()  # a third fewer page faults (the module says why)
@@ -181,9 +180,7 @@ def run(args) -> int:
     if out.exists() and not args.force:
         raise DdltraceError(f"{out}: already exists (choose another --out, or add --force)")
     out.parent.mkdir(parents=True, exist_ok=True)
-    # the lock before any work: a second writer of --out stops here; a SIGTERM removes the unfinished store as
-    # Ctrl-C does
-    with sigterm_unwinds(), StoreLock(out, replace=args.force):
+    with StoreLock(out, replace=args.force):  # before any work: a second writer of --out stops here
         return _import(args, out)
 
 
