@@ -36,8 +36,8 @@ EXIT_FLUSH_FAILED = 120
 #: Verbs whose module has another name (``import`` is a Python keyword); every other verb's module is its name.
 _MODULE_OF_VERB = {"import": "import_trace"}
 #: Verbs that keep Python's default for SIGTERM: ``run`` handles it itself (it stops the job, then writes the
-#: store), and ``workload`` is the job's rank, which must end on SIGTERM even while it waits inside MPI (a Python
-#: handler runs only once the MPI call returns).
+#: store), and ``workload`` launches the job through ``run``'s launcher (``--trace``) or mpiexec, which an exception
+#: in the parent would kill outright (``subprocess.run`` sends SIGKILL), leaving the ranks behind.
 _OWN_SIGTERM = frozenset({"run", "workload"})
 
 
