@@ -63,6 +63,23 @@ def test_export_on_a_full_disk_is_one_line_and_leaves_nothing(tiny_store, full_d
     assert list(full_disk.iterdir()) == []
 
 
+def test_import_on_a_full_disk_is_one_line_and_leaves_nothing(full_disk):
+    from pathlib import Path
+
+    torch = Path(__file__).parent / "data" / "torch_gloo"  # 22 kB gzipped, more than 16 KiB as a store
+    out = full_disk / "store"
+    result = cli("import", torch, "--out", out)
+    assert_one_error_line(result, f"{out}: cannot write the store (", "No space left on device",
+                          "nothing was written")
+    assert list(full_disk.iterdir()) == []  # neither the staging folder nor the lock
+    # analyze on a trace imports it into a temporary store in TMPDIR: the same line, nothing left there
+    result = subprocess.run([*DDLTRACE, "analyze", str(torch), "--quiet"], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "TMPDIR": str(full_disk)})
+    assert_one_error_line(result, f"{full_disk}/ddltrace-analyze-", "cannot write the store (",
+                          "No space left on device")
+    assert list(full_disk.iterdir()) == []
+
+
 def test_a_failed_report_leaves_no_empty_out(tiny_store, tmp_path):
     for rank in tiny_store.ranks:  # every rank's file damaged: the analysis fails after the stores are opened
         (tiny_store.path / "timeline" / f"rank-{rank:05d}.parquet").write_bytes(b"PAR1 not really")

@@ -4,6 +4,7 @@ any Chrome trace) into a trace store, one rank at a time."""
 from __future__ import annotations
 
 import argparse
+import errno
 import functools
 import os
 import shutil
@@ -17,6 +18,8 @@ from ddltrace.errors import DdltraceError
 from ddltrace.options import integer
 from ddltrace.units import format_bytes
 
+#: A write the store's disk refuses (full, over quota, read-only, file too large): one line naming --out, exit 2.
+_DISK_REFUSED = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
 #: Files read at once by default: each reader holds one file's ranks, so memory grows with it.
 DEFAULT_MAX_JOBS = 8
 
@@ -283,6 +286,13 @@ def _import(args, out: Path) -> int:
         store.save_manifest()
         verify_written(store, store.ranks)  # every rank's rows on disk as the manifest counts them, before publishing
         publish(staging, out, replace=args.force)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        if exc.errno in _DISK_REFUSED:  # the store's disk, not a trace: one line
+            from ddltrace.outputs import refused
+
+            raise refused(exc, out, "the store") from None
+        raise
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
