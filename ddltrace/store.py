@@ -944,8 +944,8 @@ def merge_stores(first: TraceStore, second: TraceStore, out: str | os.PathLike, 
     overlap = set(first.ranks) & set(second.ranks)
     if overlap:
         if not renumber:
-            raise StoreError(f"{second.path}: ranks {_ranges(sorted(overlap))} are also in {first.path} "
-                             "(use renumber=True to append them as new ranks)")
+            raise StoreError(f"{second.path}: ranks {_ranges(sorted(overlap))} are also in {first.path}: two "
+                             "parts of one job hold different ranks")
         offset = max(first.ranks) + 1
     out = Path(out)
     if out.exists():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -87,3 +88,14 @@ def test_truncated_store_file_is_reported_by_name(tiny_store):
     assert result.returncode == 0  # the other ranks are shown; the damaged one is named and left out
     assert "warning:" in result.stderr and "rank-00003.parquet: corrupt Parquet file" in result.stderr
     assert "rank 3 left out" in result.stderr and "(3 recorded)" in result.stdout
+
+
+def test_merging_a_store_with_itself_is_one_line_a_user_can_act_on(tmp_path, capsys):
+    """The CLI has no renumbering: its error names the overlap and says why, not a Python keyword argument."""
+    store = Path(__file__).resolve().parents[1] / "sample_traces" / "ps-sgd" / "par-w2" / "store"
+    capsys.readouterr()
+    assert main(["merge", str(store), str(store), "--out", str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"ddltrace: error: {store}: ranks 0-2 are also in {store}: two parts of one job hold different "
+                   "ranks")
+    assert not (tmp_path / "m").exists()
