@@ -18,8 +18,11 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from ddltrace.errors import DdltraceError
 from ddltrace.store import MANIFEST
 
+#: The options of ``ddltrace import`` its errors may tell the user to give, which ``analyze`` and ``report`` lack.
+_IMPORT_OPTIONS = ("--format", "--rank-from", "--rules", "--align")
 #: The folders only a trace store has.
 _STORE_FOLDERS = ("timeline", "counters")
 
@@ -50,7 +53,13 @@ def as_stores(paths: list[str], verb: str, quiet: bool) -> Iterator[tuple[list[s
             if not quiet:
                 print(f"ddltrace {verb}: {path} is a trace, not a store: importing it into a temporary store "
                       f"('ddltrace import {path} --out STORE' keeps one)", file=sys.stderr, flush=True)
-            _import(path, out, quiet)
+            try:
+                _import(path, out, quiet)
+            except DdltraceError as exc:
+                if not any(option in str(exc) for option in _IMPORT_OPTIONS):
+                    raise
+                raise DdltraceError(f"{exc} (ddltrace {verb} imports a trace with import's defaults: give "
+                                    f"'ddltrace import {path} --out STORE' the options, then {verb} STORE)") from None
             stores.append(str(out))
             labels[str(out)] = path
         yield stores, labels

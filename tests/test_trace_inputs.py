@@ -128,3 +128,15 @@ def test_a_sigterm_while_the_trace_is_read_removes_the_temporary_store(tmp_path)
     assert job.returncode == 143, err
     assert err.strip().splitlines()[-1] == "ddltrace: terminated (SIGTERM)"
     assert not list(tmp_path.iterdir())
+
+
+def test_an_import_hint_names_the_command_that_has_the_option(tmp_path, own_tmp, capsys):
+    # import's error tells the user to name the format with --format, an option analyze does not have
+    (tmp_path / "e.json").write_text("")
+    capsys.readouterr()
+    assert main(["analyze", str(tmp_path / "e.json"), "--quiet"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "it is empty); name it with --format (" in line
+    assert line.endswith(f"(ddltrace analyze imports a trace with import's defaults: give 'ddltrace import "
+                         f"{tmp_path / 'e.json'} --out STORE' the options, then analyze STORE)")
+    assert not list(own_tmp.iterdir())
