@@ -303,8 +303,10 @@ def render_run(r: RunAnalysis, phase: str) -> list[str]:
         phase = "all"
     table = r.table(phase)
     phases = r.phase_table
-    out = [f"Breakdown of {r.name} (w = {r.workers} worker{'s' if r.workers != 1 else ''}, {len(r.ranks)} ranks; "
-           f"shares of {'the whole run' if phase == 'all' else 'the ' + phase + ' phase'})", *note]
+    ranks = len(r.ranks)
+    out = [f"Breakdown of {r.name} (w = {r.workers} worker{'s' if r.workers != 1 else ''}, {ranks} "
+           f"rank{'s' if ranks != 1 else ''}; shares of "
+           f"{'the whole run' if phase == 'all' else 'the ' + phase + ' phase'})", *note]
     if not len(table):
         return out + ["  (no events)"]
     timed = r.can("phases")
