@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shlex
 import shutil
 import signal
@@ -47,7 +46,8 @@ from ddltrace.collectors.pyspy_stacks import PySpyRecorder
 from ddltrace.collectors.system_sampler import MACHINE, SystemSampler
 from ddltrace.errors import DdltraceError
 from ddltrace.options import SAMPLE_HZ
-from ddltrace.store import StoreLock, TraceStore, publish, staging_path, verify_written
+from ddltrace.outputs import os_reason
+from ddltrace.store import StoreLock, TraceStore, building, publish, verify_written
 from ddltrace.timeline import make_counters, make_timeline
 from ddltrace.units import format_ns
 
@@ -422,31 +422,21 @@ def _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, i
     if end_ns is None:
         end_ns = max([start_ns] + [int(max(rr.records["t0"].max(), rr.records["t1"].max())) - rr.test_offset_ns
                                    for rr in rank_records if len(rr.records)])
-    staging = staging_path(out)
     try:
-        store = _write(cfg, staging, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_code, interrupted,
-                       sample_rows, stacks, notes, root_pid, collectors, gpus, fw_dir, progress, nodes, links or {})
-        progress.phase = "verifying the store"
-        verify_written(store, [rr.rank for rr in rank_records])
-        progress.phase = _RENAMING
-        publish(staging, out)
-    except OSError as exc:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise DdltraceError(f"{out}: cannot write the store ({_reason(exc)})") from exc
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        with building(out) as staging:  # a full disk is its one line; the records stay for recover
+            store = _write(cfg, staging, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_code, interrupted,
+                           sample_rows, stacks, notes, root_pid, collectors, gpus, fw_dir, progress, nodes,
+                           links or {})
+            progress.phase = "verifying the store"
+            verify_written(store, [rr.rank for rr in rank_records])
+            progress.phase = _RENAMING
+            publish(staging, out)
+    except OSError as exc:  # any other write refused
+        raise DdltraceError(f"{out}: cannot write the store ({os_reason(exc)})") from exc
     store.path = out
     return RunResult(store=store, exit_code=exit_code, interrupted=interrupted, elapsed_ns=end_ns - start_ns,
                      ranks={r: store.rank_info(r).get("ended", "unknown") for r in store.ranks},
                      calls=store.manifest["run"]["mpi_calls"], notes=notes)
-
-
-def _reason(exc: OSError) -> str:
-    """The system's words for an OSError, also for pyarrow's ("... [errno 28] ...")."""
-    found = re.search(r"\[errno (\d+)\]", str(exc))
-    number = exc.errno or (int(found.group(1)) if found else None)
-    return os.strerror(number) if number else str(exc)
 
 
 def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_code, interrupted, sample_rows,

@@ -7,13 +7,16 @@ disk or the folder refuses.
 - :func:`output_folder` builds a folder's files in a temporary sibling and moves them into place only when every
   one is written: a failed or interrupted write (a full disk) leaves neither partial files nor an empty folder.
 - :func:`write_file` writes one file's bytes through to the disk.
-- :func:`refused` turns the ``OSError`` of a write into the :class:`DdltraceError` line naming the output.
+- :func:`refused` turns the ``OSError`` of a write into the :class:`DdltraceError` line naming the output, in the
+  system's words (:func:`os_reason`, also for pyarrow's errors).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -45,9 +48,25 @@ def check_writable(folder: str | os.PathLike, what: str) -> None:
         raise DdltraceError(f"{where}: cannot write {what} there ({exc.strerror or exc})") from None
 
 
+#: Writes the disk refuses (full, over quota, read-only, file too large), whatever the output.
+DISK_REFUSED = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
+
+
+def os_errno(exc: OSError) -> int | None:
+    """The errno of an OSError, also of pyarrow's, which says it in its text ("... [errno 28] ...")."""
+    found = re.search(r"\[errno (\d+)\]", str(exc))
+    return exc.errno or (int(found.group(1)) if found else None)
+
+
+def os_reason(exc: OSError) -> str:
+    """The system's words for an OSError (:func:`os_errno`), else its text."""
+    number = os_errno(exc)
+    return os.strerror(number) if number else str(exc)
+
+
 def refused(exc: OSError, output: str | os.PathLike, what: str) -> DdltraceError:
     """The one line for an ``OSError`` met while writing ``what`` to ``output`` (nothing of it is left)."""
-    return DdltraceError(f"{output}: cannot write {what} ({exc.strerror or exc}); nothing was written")
+    return DdltraceError(f"{output}: cannot write {what} ({os_reason(exc)}); nothing was written")
 
 
 @contextlib.contextmanager

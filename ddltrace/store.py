@@ -54,6 +54,7 @@ from ddltrace.arrow_timeline import (
     values_of,
 )
 from ddltrace.errors import DamagedStoreWarning, SchemaError, StoreError
+from ddltrace.outputs import DISK_REFUSED, os_errno, refused
 
 if TYPE_CHECKING:  # pandas is imported where a DataFrame is read or given: writing an Arrow table needs none
     import pandas as pd
@@ -787,30 +788,35 @@ def write_store(path: str | os.PathLike, timeline: pd.DataFrame, counters: pd.Da
     path.parent.mkdir(parents=True, exist_ok=True)
     timeline = make_timeline(timeline)
     counters = make_counters(counters) if counters is not None else None
-    with StoreLock(path, replace=overwrite):
-        staging = staging_path(path)
-        try:
-            store = TraceStore.create(staging, run, clock)
-            ranks = sorted(set(int(r) for r in timeline["rank"]) | set((rank_info or {}).keys()))
-            by_rank = dict(tuple(timeline.groupby("rank", sort=True))) if len(timeline) else {}
-            for rank in ranks:
-                part = by_rank.get(rank, empty_timeline())
-                store.add_rank(rank, part, save=False, **dict((rank_info or {}).get(rank, {})))
-            if counters is not None and len(counters):
-                store.add_counters(counters, save=False)
-            store.save_manifest()
-            publish(staging, path, replace=overwrite)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
+    with StoreLock(path, replace=overwrite), building(path) as staging:
+        store = TraceStore.create(staging, run, clock)
+        ranks = sorted(set(int(r) for r in timeline["rank"]) | set((rank_info or {}).keys()))
+        by_rank = dict(tuple(timeline.groupby("rank", sort=True))) if len(timeline) else {}
+        for rank in ranks:
+            part = by_rank.get(rank, empty_timeline())
+            store.add_rank(rank, part, save=False, **dict((rank_info or {}).get(rank, {})))
+        if counters is not None and len(counters):
+            store.add_counters(counters, save=False)
+        store.save_manifest()
+        publish(staging, path, replace=overwrite)
     return TraceStore.open(path)
 
 
-def staging_path(path: Path) -> Path:
-    """A fresh name beside ``path`` (same file system, so :func:`publish` is one rename) to build a store in."""
+@contextlib.contextmanager
+def building(path: Path) -> Iterator[Path]:
+    """A fresh folder name beside ``path`` (same file system, so :func:`publish` is one rename) to build a store
+    in. The block builds and publishes it; where the block does not finish (an error, Ctrl-C, SIGTERM) whatever it
+    built is removed, from the name's making on, and a write the disk refuses
+    (:data:`~ddltrace.outputs.DISK_REFUSED`) is :func:`~ddltrace.outputs.refused`'s line naming ``path``."""
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    staging.rmdir()
-    return staging
+    try:
+        staging.rmdir()  # (the name only: TraceStore.create makes the folder)
+        yield staging
+    except BaseException as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(exc, OSError) and os_errno(exc) in DISK_REFUSED:
+            raise refused(exc, path, "the store") from None
+        raise
 
 
 def verify_written(store: TraceStore, ranks: Iterable[int]) -> None:
@@ -957,8 +963,7 @@ def merge_stores(first: TraceStore, second: TraceStore, out: str | os.PathLike, 
 
 def _merge_into(first: TraceStore, second: TraceStore, out: Path, offset: int,
                 amend: Callable[[TraceStore], None] | None) -> None:
-    staging = staging_path(out)
-    try:
+    with building(out) as staging:
         run = {**second.run, **first.run}
         run["world_size"] = len(first.ranks) + len(second.ranks)
         merged = TraceStore.create(staging, run, first.manifest.get("clock"))
@@ -978,6 +983,4 @@ def _merge_into(first: TraceStore, second: TraceStore, out: Path, offset: int,
             amend(merged)
         merged.save_manifest()
         publish(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+

@@ -80,6 +80,18 @@ def test_import_on_a_full_disk_is_one_line_and_leaves_nothing(full_disk):
     assert list(full_disk.iterdir()) == []
 
 
+def test_merge_on_a_full_disk_is_one_line_and_leaves_nothing(full_disk, tmp_path):
+    from pathlib import Path
+
+    torch = Path(__file__).parent / "data" / "torch_gloo"
+    for rank in (0, 1):  # two stores of one job, a rank each
+        assert cli("import", torch / f"rank{rank}.pt.trace.json.gz", "--out", tmp_path / f"r{rank}").returncode == 0
+    out = full_disk / "merged"
+    result = cli("merge", tmp_path / "r0", tmp_path / "r1", "--out", out)
+    assert_one_error_line(result, f"{out}: cannot write the store (No space left on device); nothing was written")
+    assert list(full_disk.iterdir()) == []
+
+
 def test_a_failed_report_leaves_no_empty_out(tiny_store, tmp_path):
     for rank in tiny_store.ranks:  # every rank's file damaged: the analysis fails after the stores are opened
         (tiny_store.path / "timeline" / f"rank-{rank:05d}.parquet").write_bytes(b"PAR1 not really")

@@ -4,12 +4,9 @@ any Chrome trace) into a trace store, one rank at a time."""
 from __future__ import annotations
 
 import argparse
-import errno
 import functools
 import os
-import shutil
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -18,8 +15,6 @@ from ddltrace.errors import DdltraceError
 from ddltrace.options import integer
 from ddltrace.units import format_bytes
 
-#: A write the store's disk refuses (full, over quota, read-only, file too large): one line naming --out, exit 2.
-_DISK_REFUSED = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
 #: Files read at once by default: each reader holds one file's ranks, so memory grows with it.
 DEFAULT_MAX_JOBS = 8
 
@@ -195,7 +190,7 @@ def _import(args, out: Path) -> int:
     from ddltrace.collectors.importers.pool import FileTask, given_up, read_files
     from ddltrace.collectors.importers.tb_profile import host_ranks
     from ddltrace.executor import DaskMapper, usable_cpus
-    from ddltrace.store import TraceStore, publish, verify_written
+    from ddltrace.store import TraceStore, building, publish, verify_written
 
     files, found_in_folders, folder_notes = _expand(args.paths)
     session_ranks: dict = {}  # TensorBoard session files: (rank, host) from the hosts, not the files' positions
@@ -227,75 +222,64 @@ def _import(args, out: Path) -> int:
     mapper = None
     chrome_split.while_readers_start = functools.partial(_while_readers_read, categorizer,
                                                          {importer.name for *_, importer, _ in plan})
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    try:  # from the staging folder's making on: a Ctrl-C or a SIGTERM at any point removes it
-        staging.rmdir()
-        store = TraceStore.create(staging, run={"command": "ddltrace import " + " ".join(args.paths)})
-        if args.scheduler:
-            mapper = DaskMapper(args.scheduler, progress.tasks, on_failure=given_up)
-        clocks, formats, deferred, detailed, messages = {}, Counter(), [], set(), []
-        exchanging: set[int] = set()  # ranks with MPI sends/receives naming a peer: alignment reads only these
-        world_sizes = []
-        aggregate = {index for is_aggregate, index, *_ in plan if is_aggregate}
-        tasks = [FileTask(index, path, importer, report) for _, index, path, importer, report in plan]
-        jobs = args.jobs or min(usable_cpus(), DEFAULT_MAX_JOBS)
-        for task, parts in read_files(tasks, categorizer, args.rank_from, jobs, progress.update, mapper):
-            is_aggregate, path, importer, report = task.index in aggregate, task.path, task.importer, task.report
-            try:
-                for part in parts():
-                    if part.messages is not None and len(part.messages):
-                        messages.append(part.messages)
-                    if path in session_ranks:
-                        _set_rank(part, session_ranks[path][0])
-                        part.info["host"] = session_ranks[path][1]
-                    if isinstance(part.rank, tuple):
-                        deferred.append(part)
-                        continue
-                    if is_aggregate and part.rank in detailed:
-                        report.skipped["aggregate profile of a rank whose detailed trace was imported"] += 1
-                        continue
-                    if not is_aggregate:
-                        detailed.add(part.rank)
-                    _add(store, part, clocks, exchanging)
-                    formats[importer.name] += 1
-                    if part.info.get("world_size"):
-                        world_sizes.append(int(part.info["world_size"]))
-            except DdltraceError as exc:
-                report.skipped["unreadable file"] += 1
-                report.problems.append(str(exc))
-            progress.file_done(path)
-        next_rank = max(store.ranks, default=-1) + 1
-        numbered: dict[tuple, int] = {}
-        for part in sorted(deferred, key=lambda p: p.rank):
-            if part.rank not in numbered:
-                numbered[part.rank] = next_rank
-                next_rank += 1
-            rank = numbered[part.rank]
-            part.info["identity"] = "/".join(map(str, part.rank))
-            _set_rank(part, rank)
-            _add(store, part, clocks, exchanging)
-        if not store.ranks:
-            named = [p for r in reports for p in r.problems[:1]] or unknown
-            details = "; ".join(named[:3]) + (f"; and {len(named) - 3} more" if len(named) > 3 else "")
-            raise DdltraceError(f"nothing imported from {len(files)} file(s): {details}")
-        _resolve_peers(store, numbered)
-        _finish_manifest(store, reports, clocks, formats, world_sizes)
-        store.manifest["notes"].extend(folder_notes)
-        _note_uncategorised(store, categorizer)
-        _align_clocks(store, args.align, _resolve_messages(messages, numbered), exchanging)
-        store.save_manifest()
-        verify_written(store, store.ranks)  # every rank's rows on disk as the manifest counts them, before publishing
-        publish(staging, out, replace=args.force)
-    except OSError as exc:
-        shutil.rmtree(staging, ignore_errors=True)
-        if exc.errno in _DISK_REFUSED:  # the store's disk, not a trace: one line
-            from ddltrace.outputs import refused
-
-            raise refused(exc, out, "the store") from None
-        raise
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    try:
+        with building(out) as staging:  # a Ctrl-C, a SIGTERM or a full disk at any point removes what was built
+            store = TraceStore.create(staging, run={"command": "ddltrace import " + " ".join(args.paths)})
+            if args.scheduler:
+                mapper = DaskMapper(args.scheduler, progress.tasks, on_failure=given_up)
+            clocks, formats, deferred, detailed, messages = {}, Counter(), [], set(), []
+            exchanging: set[int] = set()  # ranks with MPI sends/receives naming a peer: alignment reads only these
+            world_sizes = []
+            aggregate = {index for is_aggregate, index, *_ in plan if is_aggregate}
+            tasks = [FileTask(index, path, importer, report) for _, index, path, importer, report in plan]
+            jobs = args.jobs or min(usable_cpus(), DEFAULT_MAX_JOBS)
+            for task, parts in read_files(tasks, categorizer, args.rank_from, jobs, progress.update, mapper):
+                is_aggregate, path, importer, report = task.index in aggregate, task.path, task.importer, task.report
+                try:
+                    for part in parts():
+                        if part.messages is not None and len(part.messages):
+                            messages.append(part.messages)
+                        if path in session_ranks:
+                            _set_rank(part, session_ranks[path][0])
+                            part.info["host"] = session_ranks[path][1]
+                        if isinstance(part.rank, tuple):
+                            deferred.append(part)
+                            continue
+                        if is_aggregate and part.rank in detailed:
+                            report.skipped["aggregate profile of a rank whose detailed trace was imported"] += 1
+                            continue
+                        if not is_aggregate:
+                            detailed.add(part.rank)
+                        _add(store, part, clocks, exchanging)
+                        formats[importer.name] += 1
+                        if part.info.get("world_size"):
+                            world_sizes.append(int(part.info["world_size"]))
+                except DdltraceError as exc:
+                    report.skipped["unreadable file"] += 1
+                    report.problems.append(str(exc))
+                progress.file_done(path)
+            next_rank = max(store.ranks, default=-1) + 1
+            numbered: dict[tuple, int] = {}
+            for part in sorted(deferred, key=lambda p: p.rank):
+                if part.rank not in numbered:
+                    numbered[part.rank] = next_rank
+                    next_rank += 1
+                rank = numbered[part.rank]
+                part.info["identity"] = "/".join(map(str, part.rank))
+                _set_rank(part, rank)
+                _add(store, part, clocks, exchanging)
+            if not store.ranks:
+                named = [p for r in reports for p in r.problems[:1]] or unknown
+                details = "; ".join(named[:3]) + (f"; and {len(named) - 3} more" if len(named) > 3 else "")
+                raise DdltraceError(f"nothing imported from {len(files)} file(s): {details}")
+            _resolve_peers(store, numbered)
+            _finish_manifest(store, reports, clocks, formats, world_sizes)
+            store.manifest["notes"].extend(folder_notes)
+            _note_uncategorised(store, categorizer)
+            _align_clocks(store, args.align, _resolve_messages(messages, numbered), exchanging)
+            store.save_manifest()
+            verify_written(store, store.ranks)  # every rank's rows as the manifest counts them, before publishing
+            publish(staging, out, replace=args.force)
     finally:
         source_module.progress_hook = None
         chrome_split.while_readers_start = None
