@@ -224,3 +224,25 @@ def test_a_what_if_on_the_schedulers_round_changes_the_waits_it_draws():
         model = transfer.phase_at(replace(k, t_slice=3 * k.t_slice), wl, 4, a, records, **on_b)["phase_s"]
         assert changed == pytest.approx(model, rel=1e-12)
         assert changed > 1.01 * transfer.phase_at(k, wl, 4, a, records, **on_b)["phase_s"]
+
+
+def test_predict_counts_the_starts_that_lock_the_loop(tmp_path, capsys):
+    """The quota B of the committed runs with a period of 2 ms (a B's quota_period_s, as in a run that found it):
+    at w = 3 one of the twelve starts of the ranks' periods locks the loop (model predict raised there): the row
+    counts it and the printed line says so, the mean being of the others."""
+    model, b = tmp_path / "model.json", tmp_path / "B-2ms.json"
+    assert main(["model", "fit", *A_STORES, "--dnn", "mlp-2-10k-2", "--servers", "1", "--profile",
+                 str(DATA / "A.json"), "--serial-comm", "--cpu-shares", "--out", str(model)]) == 0
+    profile = json.loads((DATA / "B.json").read_text())
+    profile["machine"]["cpu_allowance"]["quota_period_s"] = 0.002
+    b.write_text(json.dumps(profile))
+    predict = ["model", "predict", str(model), "--workers", "1,2,3", "--profile", str(b)]
+    capsys.readouterr()
+    assert main([*predict, "--json"]) == 0
+    rows = {row["w"]: row for row in json.loads(capsys.readouterr().out)["rows"]}
+    assert [rows[w]["quota_loop_locked"] for w in (1, 2, 3)] == [0, 0, 1]
+    assert rows[3]["quota_loop_low_s"] <= rows[3]["quota_loop_s"] <= rows[3]["quota_loop_high_s"]
+    assert main(predict) == 0
+    text = capsys.readouterr().out
+    assert text.count("of the starts left out") == 1
+    assert "(1 of the starts left out: they lock the loop, a message's two ranks never running together)" in text
