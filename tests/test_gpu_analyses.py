@@ -465,3 +465,27 @@ def test_hta_on_the_files_nanoseconds_gives_ddltraces_figures(tmp_path):
         apart = max(abs(mine[k] - h[k]) for k in mine)
         assert h["events"] == int(ours.class_table()["kernels"].sum())
         assert apart > 0.4 if rounding else apart < most
+
+
+@needs[NCCL_JOB]
+def test_the_benchmarks_figures_are_the_files(nccl_run, capsys):
+    """benchmarks/gpu_vs_hta.py prints ddltrace's figures from `ddltrace analyze FOLDER --json` (ours_figures):
+    per rank, the shares and the overlap in percent and the device events, each the file's."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_vs_hta", Path(__file__).resolve().parents[1] / "benchmarks"
+                                                  / "gpu_vs_hta.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    _, _, truths = nccl_run
+    capsys.readouterr()
+    assert main(["analyze", str(NCCL_JOB), "--json", "--quiet"]) == 0
+    figures = bench.ours_figures(json.loads(capsys.readouterr().out)["stores"][0]["gpu"])
+    for truth in truths:
+        (want,) = truth["devices"].values()
+        got = figures[str(truth["rank"])]
+        assert got["idle"] == pytest.approx(100 * (want["window"] - want["busy"]) / want["window"], abs=1e-4)
+        assert got["compute"] == pytest.approx(100 * want["compute"] / want["window"], abs=1e-4)
+        assert got["non_compute"] == pytest.approx(100 * (want["busy"] - want["compute"]) / want["window"], abs=1e-4)
+        assert got["overlap"] == pytest.approx(100 * want["overlap"] / want["comm"], abs=1e-4)
+        assert got["events"] == want["events"]
