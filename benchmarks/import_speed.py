@@ -2,8 +2,8 @@
 
     .venv/bin/python benchmarks/import_speed.py [--trace FILE] [--hta-python PY] [--repeat N] [--synthetic]
 
-Each tool runs in its own fresh process, one after the other (HTA in its own venv: ``.venvs/hta``, made with
-``pip install HolisticTraceAnalysis 'pandas<3'``). Printed first: what a user waits for, the wall time of a fresh
+Each tool runs in its own fresh process, one after the other (HTA in its own venv: ``.venvs/hta``, made by
+``make hta``). Printed first: what a user waits for, the wall time of a fresh
 process from start to exit, interpreter start and module imports included: ``ddltrace import TRACE --out STORE``
 (the installed command) against ``python -c "from hta.trace_analysis import TraceAnalysis;
 TraceAnalysis(trace_dir=...)"``, with the machine's load average and whether Python may cache bytecode
@@ -174,8 +174,7 @@ def compare(trace: Path, hta_python: Path, repeat: int) -> None:
           f"{platform.python_version()}), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     have_hta = hta_python.exists()
     if not have_hta:
-        print(f"HTA not found at {hta_python}: make it with python3 -m venv .venvs/hta && "
-              ".venvs/hta/bin/pip install HolisticTraceAnalysis 'pandas<3'")
+        print(f"HTA not found at {hta_python}: make it with 'make hta'")
     ours_runs, store_runs, hta_runs = [], [], []
     fresh_ours, fresh_hta = [], []
     load_before = os.getloadavg()

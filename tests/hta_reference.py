@@ -1,5 +1,5 @@
 """HTA's own figures for the tests that compare with it: HTA (HolisticTraceAnalysis) runs in its own venv,
-.venvs/hta (benchmarks/gpu_vs_hta.py says how to make it), through the benchmark's child script; the tests skip,
+.venvs/hta (``make hta``), through the benchmark's child script; the tests skip,
 saying so, where it is absent. Each trace folder is given to HTA once per test session."""
 
 from __future__ import annotations
@@ -16,9 +16,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-HTA_PYTHON = REPO / ".venvs" / "hta" / "bin" / "python"
-NEEDS_HTA = pytest.mark.skipif(not HTA_PYTHON.exists(), reason=f"HTA is not installed at {HTA_PYTHON} (see "
-                                                                f"benchmarks/gpu_vs_hta.py for how to make it)")
+HTA_VENV = REPO / ".venvs" / "hta"
+HTA_PYTHON = HTA_VENV / "bin" / "python"
+#: HTA's package in its venv (a venv whose install failed half-way has a python but no ``hta``).
+HTA_INSTALLED = HTA_PYTHON.exists() and any(HTA_VENV.glob("lib/python*/site-packages/hta/__init__.py"))
+NEEDS_HTA = pytest.mark.skipif(not HTA_INSTALLED, reason=f"HTA is not installed in {HTA_VENV} ('make hta' makes "
+                                                         f"it; 'make test' tries to)")
 
 
 @functools.cache
