@@ -303,11 +303,29 @@ def _chrome_case(folder: Path, store_path: Path):
     if fmt.startswith("rocprofv3"):  # rocprofiler-sdk's own JSON, not Chrome trace events (test_rocprofv3_*)
         return None
     trace = _chrome(files[0])
-    if fmt == "tf1":  # /stream:all repeats every stream's ops (TF1's own union view), one copy of each is kept
-        trace = {**trace, "intervals": [iv for iv in trace["intervals"]
-                                        if "/stream:all" not in trace["procs"].get(iv[2], "")]}
+    if fmt == "tf1":  # /stream:all repeats every stream's ops (TF1's own union view), one copy of each is kept;
+        trace = {**trace, "intervals": _tf1_once(trace)}  # /memcpy repeats the streams' copies
     timeline = store.timeline()
     return fmt, trace, timeline, _match(trace["intervals"], timeline, _offset_ns(fmt, trace))
+
+
+def _tf1_once(trace: dict) -> list:
+    """A TF1 file's intervals with each op once: none of ``/stream:all`` (every kernel again), and none of a
+    GPU's ``/memcpy`` that is also on one of that GPU's ``/stream:N`` (TF1's GPU tracer saves each copy to both)."""
+    procs = trace["procs"]
+    def device(iv, rest):
+        m = re.search(rf"^(.*)/{rest} Compute$", procs.get(iv[2], ""))
+        return m.group(1) if m else None
+    on_streams = Counter((device(iv, r"stream:\d+"), iv[0], iv[4], iv[5]) for iv in trace["intervals"])
+    out = []
+    for iv in trace["intervals"]:
+        gpu = device(iv, "memcpy")
+        if gpu is not None and on_streams[gpu, iv[0], iv[4], iv[5]] > 0:
+            on_streams[gpu, iv[0], iv[4], iv[5]] -= 1
+            continue
+        if "/stream:all" not in procs.get(iv[2], ""):
+            out.append(iv)
+    return out
 
 
 def _chrome_or_skip(folder, runs):

@@ -3,10 +3,12 @@ and the 2.x profiler's trace-viewer JSON (TensorBoard's, or the old ``<host>.tra
 
 TF1: pids are "<device> Compute" / "<device> Tensors" processes (the same device can appear twice: merged by
 name), tids are packing lanes, ``ts`` µs since the epoch. ``/stream:all`` duplicates every GPU kernel and is
-dropped. A GPU's ``/stream:N`` and ``/memcpy`` processes are its device lanes; the GPU's own process holds the
-executor's op times (host work: lanes ``host/gpu:0 executor/lane N``, :func:`tf1_lane_prefix`). The producing
-worker is the ``/job:worker/task:k`` device with most ops; work on other tasks' devices
-(parameter servers) becomes those tasks' ranks, numbered after the workers.
+dropped; ``/memcpy`` repeats every copy of the streams: a copy there that is also on a stream is dropped and
+its stream's copy is a copy whatever its name (:func:`_memcpy_twins`). A GPU's ``/stream:N`` and ``/memcpy``
+processes are its device lanes; the GPU's own process holds the executor's op times (host work: lanes
+``host/gpu:0 executor/lane N``, :func:`tf1_lane_prefix`). The producing worker is the ``/job:worker/task:k``
+device with most ops; work on other tasks' devices (parameter servers) becomes those tasks' ranks, numbered after
+the workers.
 
 TF2: pids are devices named by ``process_name`` (``/host:CPU``, ``/device:GPU:0``), ``ts`` is µs since the
 profile started (no absolute time in the JSON). On device planes the derived lines (Steps, TensorFlow Ops/Name
@@ -78,6 +80,7 @@ def read_tf1(path: Path, ctx: ImportContext):
         if no_device:
             ctx.report.skipped["events outside a '<device> Compute' process"] += no_device
     producer = max((i for i in ops if i[0] in ("worker", "localhost")), key=lambda i: ops[i], default=None)
+    twin = _memcpy_twins(trace, devices, row_pid)
 
     def lane(pid, tid):
         m = devices.get(pid)
@@ -90,7 +93,10 @@ def read_tf1(path: Path, ctx: ImportContext):
 
     for ident in ident_list:
         job, task = ident
-        rows = np.flatnonzero(row_code == ident_code[ident])
+        mine = row_code == ident_code[ident]
+        rows = np.flatnonzero(mine & ~twin)
+        if ctx.report is not None and (mine & twin).any():
+            ctx.report.skipped[_MEMCPY_TWIN] += int((mine & twin).sum())
         if not len(rows):
             continue
         if job in ("worker", "localhost"):
@@ -100,6 +106,53 @@ def read_tf1(path: Path, ctx: ImportContext):
         yield chrome_part(trace, fmt="tf1", rank=rank, ctx=ctx, lane_name=lane, rows=rows, clock="epoch",
                           info={"role": job, "task": task, "device_job": f"/job:{job}/task:{task}"},
                           drop_reason="duplicate GPU events (/stream:all)")
+
+
+_MEMCPY_TWIN = "duplicate GPU copies (/memcpy: TF1 records each copy there and on its stream)"
+#: The cat a TF1 copy on a stream gets (its own cat is "Op", its name often the op that asked for it): memcpy by the
+#: rule ``tf1-gpu-copy`` of categories.toml.
+TF1_COPY_CAT = "gpu_memcpy"
+
+
+def _memcpy_twins(trace, devices: dict, row_pid: np.ndarray) -> np.ndarray:
+    """Per interval: True for a copy on a GPU's ``/memcpy`` process that is also on one of that GPU's
+    ``/stream:N`` processes (same name, start and duration). TF1's GPU tracer saves every memcpy record twice,
+    to ``/gpu:N/memcpy`` and to the stream it ran on (``gpu_tracer.cc``: ``collector->Save(memcpy_device, ns);
+    collector->Save(stream_device + stream_id, nscopy)``), as it saves every kernel to ``/stream:all``: kept
+    both ways, each copy was counted twice. The twin on the stream is kept, on its stream, with the cat
+    :data:`TF1_COPY_CAT` (``trace.keys`` and ``trace.key`` are changed here): TF1 names a copy by the op it
+    serves (``MatMul``), so its name alone would make it a kernel. A ``/memcpy`` copy with no twin is kept."""
+    twin = np.zeros(len(row_pid), dtype=bool)
+    where = {}  # pid -> (device, "memcpy" | "stream")
+    for pid, m in devices.items():
+        rest = m.group("rest") or ""
+        device = (m.group("job"), m.group("task"), m.group("kind").lower(), m.group("index"))
+        if rest == "/memcpy":
+            where[pid] = (device, "memcpy")
+        elif re.fullmatch(r"/stream:\d+", rest):
+            where[pid] = (device, "stream")
+    if not len(row_pid) or "memcpy" not in {kind for _d, kind in where.values()}:
+        return twin
+    names = [name for _cat, name in trace.keys]
+    kind = [where.get(p, (None, ""))[1] for p in row_pid]
+    on_streams: dict[tuple, list[int]] = {}
+    for j in (j for j, k in enumerate(kind) if k == "stream"):
+        key = (where[row_pid[j]][0], names[trace.key[j]], int(trace.ts_ns[j]), int(trace.dur_ns[j]))
+        on_streams.setdefault(key, []).append(j)
+    codes = {k: i for i, k in enumerate(trace.keys)}
+    new_key = trace.key.copy()
+    for i in (i for i, k in enumerate(kind) if k == "memcpy"):
+        same = on_streams.get((where[row_pid[i]][0], names[trace.key[i]], int(trace.ts_ns[i]), int(trace.dur_ns[i])))
+        if same:
+            twin[i] = True
+            j = same.pop(0)
+            copy_key = (TF1_COPY_CAT, names[trace.key[j]])
+            if copy_key not in codes:
+                codes[copy_key] = len(trace.keys)
+                trace.keys.append(copy_key)
+            new_key[j] = codes[copy_key]
+    trace.key = new_key
+    return twin
 
 
 def _tf2_label(cat: str, name: str, args: dict) -> tuple[str, str]:
