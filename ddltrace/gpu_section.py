@@ -48,7 +48,8 @@ COLLECTIVES = ("Collectives by kind (communication kernels, matched across ranks
                "latest minus earliest start of a matched instance; wait: the early arrivers' summed wait)")
 LATE = ("Late arrivals at the collectives (per rank: the matched instances it started last at, and the wait of the "
         "other ranks' kernels for it)")
-COPIES = ("Memory copies per direction (name says the direction; time: summed durations; bandwidth: bytes / summed "
+COPIES = ("Memory copies per direction (name says the direction; time: summed durations; bytes: of the copies whose "
+          "size the trace gives, '(n of N)' where some have none; bandwidth: those bytes / those copies' summed "
           "duration; mean: of each copy's bytes / duration; peak: of the summed bandwidth of concurrent "
           "copies over time; vs calibrated: against the profile's pinned host-device copy bandwidth)")
 NVML = ("NVML counters in each device's window in the trace (the sampler's gpuI_ counters of the machine, GPU I = "
@@ -65,6 +66,14 @@ def copy_bandwidths(path: str) -> dict[str, float] | None:
     found = {d: float(constants[k]) for d, k in (("H2D", "gpu0_h2d"), ("D2H", "gpu0_d2h"))
              if isinstance(constants.get(k), float) and constants[k] > 0}
     return found or None
+
+
+def _copy_bytes(row: dict) -> str:
+    """A copy row's bytes, with how many of its copies they are of where the trace sizes only some."""
+    if row["bytes"] is None or row["bytes"] != row["bytes"]:
+        return "-"
+    text = format_bytes(row["bytes"])
+    return text if row["sized"] == row["copies"] else f"{text} ({row['sized']} of {row['copies']})"
 
 
 def _rate(bytes_per_s: float) -> str:
@@ -200,7 +209,7 @@ def gpu_tables(run, top: int = TOP_SHOWN) -> list[tuple[str, pd.DataFrame]]:
     if len(copies):
         tables.append((COPIES, pd.DataFrame(
             [[c["rank"], c["device"], c["direction"], c["copies"], format_ns(c["time_ns"]),
-              "-" if c["bytes"] is None or c["bytes"] != c["bytes"] else format_bytes(c["bytes"]),
+              _copy_bytes(c),
               _rate(c["bandwidth"]), _rate(c["mean_bandwidth"]), _rate(c["peak_bandwidth"]),
               "-" if c["vs_pcie"] != c["vs_pcie"] else format_percent(c["vs_pcie"])]
              for c in copies.to_dict("records")],

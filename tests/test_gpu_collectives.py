@@ -281,3 +281,24 @@ def test_generic_kernels_are_typed_from_their_own_args_without_their_launch(tmp_
         else:
             assert got["name"] == e["name"] and got["bytes"] is pd.NA
     assert typed == 12
+
+
+@needs(MI300)
+def test_copy_bandwidth_says_which_copies_its_bytes_are_of(tmp_path, capsys):
+    """TraceLens' MI300 trace gives ``args.bytes`` for 366 of its 550 device-to-device copies. The bytes and the
+    bandwidth are of those 366 (their bytes / their summed duration), and the row says so: ``sized`` in --json,
+    "(366 of 550)" in the text, beside the time of all 550; checked against the file."""
+    copies = [e for e in events(MI300)[0] if e.get("cat") == "gpu_memcpy" and "DtoD" in e["name"]]
+    sized = [e for e in copies if e["args"].get("bytes") and e["dur"] > 0]
+    assert (len(sized), len(copies)) == (366, 550)
+    store = imported(tmp_path, MI300.parent, "mi300")
+    capsys.readouterr()
+    assert main(["analyze", "--json", "--quiet", str(store)]) == 0
+    d2d, = (c for c in json.loads(capsys.readouterr().out)["stores"][0]["gpu"]["copies"] if c["direction"] == "D2D")
+    assert (d2d["copies"], d2d["sized"]) == (550, 366)
+    assert d2d["time_ns"] == pytest.approx(sum(ns(e["dur"]) for e in copies), abs=len(copies))
+    assert d2d["bytes"] == sum(int(e["args"]["bytes"]) for e in sized)
+    assert d2d["bandwidth"] == pytest.approx(d2d["bytes"] / (sum(ns(e["dur"]) for e in sized) / 1e9), rel=1e-6)
+    assert main(["analyze", "--quiet", str(store)]) == 0
+    row, = (line for line in capsys.readouterr().out.splitlines() if " D2D " in line)
+    assert "66.9 MiB (366 of 550)" in row
