@@ -87,6 +87,18 @@ def p2p_traffic(calls: pd.DataFrame, hosts: dict[int, str]) -> pd.DataFrame:
     return frame.groupby(["host_a", "host_b"], as_index=False)[["calls", "bytes", "time_ns"]].sum()
 
 
+def p2p_without_partner(calls: pd.DataFrame, hosts: dict[int, str]) -> pd.DataFrame:
+    """The point-to-point calls of ranks with a host whose partner's host is unknown (no ``peer``, as in IPM's
+    per-call totals, or a partner rank without a host), per host: columns host, calls, sent (the sends' bytes),
+    time_ns (the calls' own durations). :func:`p2p_calls` cannot place them within or across nodes."""
+    p2p = calls[calls["name"].isin(P2P) & calls["rank"].isin(list(hosts))]
+    p2p = p2p[p2p["peer"].map(hosts).isna()]
+    frame = pd.DataFrame({"host": p2p["rank"].map(hosts).astype(str), "calls": 1,
+                          "sent": p2p["bytes"].clip(lower=0).where(p2p["name"].isin(SENDS), 0),
+                          "time_ns": p2p["end_ns"] - p2p["start_ns"]})
+    return frame.groupby("host", as_index=False)[["calls", "sent", "time_ns"]].sum()
+
+
 def collective_traffic(calls: pd.DataFrame, hosts: dict[int, str]) -> pd.DataFrame:
     """Collective bytes and call time per host, split by whether the instance spans hosts: columns host, scope
     ("intra-node" / "inter-node"), calls, bytes, time_ns."""
@@ -151,13 +163,16 @@ def node_table(run, min_bytes: float) -> pd.DataFrame:
     """The per-node breakdown, one row per host: its ranks; the mean over its ranks of the time in compute, comm,
     wait and barrier over the whole run (ns); its ranks' point-to-point calls within the node (bytes sent, call
     time) and with other nodes (bytes sent, bytes received, call time); its ranks' collective calls in instances
-    within the node and spanning nodes (their own bytes and time); and the effective bandwidth of the matched
-    inter-node messages of at least ``min_bytes`` to or from it (bytes per second)."""
+    within the node and spanning nodes (their own bytes and time); its ranks' point-to-point calls whose partner's
+    host is unknown (:func:`p2p_without_partner`: calls, bytes sent, call time), in neither of the two before; and
+    the effective bandwidth of the matched inter-node messages of at least ``min_bytes`` to or from it (bytes per
+    second)."""
     hosts = rank_hosts(run.store)
     names = sorted(set(hosts.values()))
     table = run.table("all")
     rows = []
     p2p = p2p_calls(run.calls, hosts)
+    unplaced = p2p_without_partner(run.calls, hosts).set_index("host")
     coll = collective_traffic(run.calls, hosts)
     moves = transfers(run.calls, hosts)
     inter = moves[(moves["host_src"] != moves["host_dst"]) & (moves["bytes"] >= min_bytes) & (moves["time_ns"] > 0)]
@@ -178,6 +193,8 @@ def node_table(run, min_bytes: float) -> pd.DataFrame:
             "p2p_intra_bytes": int(intra["sent"].sum()), "p2p_intra_ns": int(intra["time_ns"].sum()),
             "p2p_inter_sent_bytes": int(cross["sent"].sum()), "p2p_inter_received_bytes": int(cross["received"].sum()),
             "p2p_inter_ns": int(cross["time_ns"].sum()),
+            **{f"p2p_no_partner_{k}": int(unplaced[column].get(host, 0))
+               for k, column in (("calls", "calls"), ("sent_bytes", "sent"), ("ns", "time_ns"))},
             "coll_intra_bytes": int(c_in["bytes"].sum()), "coll_intra_ns": int(c_in["time_ns"].sum()),
             "coll_inter_bytes": int(c_out["bytes"].sum()), "coll_inter_ns": int(c_out["time_ns"].sum()),
             "inter_bytes_per_s": float(through["bytes"].sum()) / time * 1e9 if time > 0 else float("nan"),

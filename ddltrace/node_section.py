@@ -13,8 +13,10 @@ from ddltrace.units import format_bytes, format_ns
 TITLE = ("Per node (whole run; compute, comm, wait: mean over the node's ranks; point-to-point: its ranks' calls "
          "within the node (bytes sent in call time) and with other nodes (bytes sent / received in call time); "
          "collectives: its ranks' calls in instances within the node or spanning nodes (their bytes in call "
-         "time); bandwidth: bytes / transfer time of the matched messages of {min_bytes} or more between it and "
-         "other nodes)")
+         "time); partner unknown: its ranks' point-to-point calls that name no partner (IPM's per-call totals), "
+         "bytes sent in call time, counted neither within nor across ('-' there where no call names its partner); "
+         "bandwidth: bytes / transfer time of the matched messages of {min_bytes} or more between it and other "
+         "nodes)")
 
 
 def min_bytes(thresholds=None) -> float:
@@ -57,17 +59,23 @@ def render_nodes(run, thresholds=None) -> list[str]:
     table = node_frame(run, thresholds)
     if not len(table):
         return []
+    unplaced = bool(table["p2p_no_partner_calls"].sum())
     header = ["host", "ranks", "compute", "comm", "wait", "p2p within", "p2p across (sent / received)",
-              "coll within", "coll across", "bandwidth across"]
+              *(["p2p partner unknown"] if unplaced else []), "coll within", "coll across", "bandwidth across"]
     rows = []
     for _, row in table.iterrows():
         rate = row["inter_bytes_per_s"]
+        # a node whose point-to-point calls all name no partner has no figure within or across nodes, not 0 B
+        placed = not (row["p2p_no_partner_calls"] and row["p2p_intra_ns"] + row["p2p_inter_ns"] == 0
+                      and row["p2p_intra_bytes"] + row["p2p_inter_sent_bytes"] + row["p2p_inter_received_bytes"] == 0)
         rows.append([row["host"], ",".join(map(str, row["ranks"])),
                      *[format_ns(row[f"{c}_ns"]) if not math.isnan(row[f"{c}_ns"]) else "-"
                        for c in ("compute", "comm", "wait")],
-                     f"{format_bytes(row['p2p_intra_bytes'])} in {format_ns(row['p2p_intra_ns'])}",
+                     f"{format_bytes(row['p2p_intra_bytes'])} in {format_ns(row['p2p_intra_ns'])}" if placed else "-",
                      f"{format_bytes(row['p2p_inter_sent_bytes'])} / {format_bytes(row['p2p_inter_received_bytes'])} "
-                     f"in {format_ns(row['p2p_inter_ns'])}",
+                     f"in {format_ns(row['p2p_inter_ns'])}" if placed else "-",
+                     *([f"{format_bytes(row['p2p_no_partner_sent_bytes'])} in {format_ns(row['p2p_no_partner_ns'])}"]
+                       if unplaced else []),
                      *[f"{format_bytes(row[f'{k}_bytes'])} in {format_ns(row[f'{k}_ns'])}"
                        for k in ("coll_intra", "coll_inter")],
                      f"{rate / 1e6:.3g} MB/s" if math.isfinite(rate) else "-"])

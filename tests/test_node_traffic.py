@@ -5,8 +5,11 @@ an Irecv + Wait, one collective across both hosts and one within B. The real clu
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
+from collections import Counter
 
 import pytest
+from shared_data import corpus, needs
 
 from ddltrace.analyses.findings import detect
 from ddltrace.analyses.node_traffic import (
@@ -118,3 +121,41 @@ def test_a_late_receiver_does_not_make_a_slow_link_look_fast(tmp_path):
     assert bw.loc[("A", "B"), "peak_bytes_per_s"] == pytest.approx(INTER / 4e-3)
     found = [f for f in detect([run], Thresholds())[0] if f.id == "slow_link"]
     assert len(found) == 1 and "Slow link between nodes A - C" in found[0].title, found
+
+
+IPM = corpus("ipm_hunold_1494937738", "hunold.1494937738.200810.ipm.xml")
+IPM_P2P = {"MPI_Send", "MPI_Isend", "MPI_Recv", "MPI_Irecv"}  # the file's point-to-point calls (no Sendrecv)
+
+
+@needs(IPM)
+def test_point_to_point_calls_naming_no_partner_are_not_printed_as_zero(capsys):
+    """IPM's per-call totals name no partner: per node, the point-to-point bytes and time within and across
+    nodes are unknown ('-'), not 0 B in 0 ns, and the calls are counted under "partner unknown": per host, the
+    sum over its ranks of the file's MPI_Send bytes (and Isend's) and of its point-to-point calls' time (its
+    <func> totals, read here with ElementTree); the same bytes as the file's per-partner <hent> entries."""
+    sent, time_s, by_partner = Counter(), Counter(), Counter()
+    for task in ET.parse(IPM).getroot().iter("task"):
+        host = task.findtext("host").strip()
+        for func in task.iter("func"):
+            if func.get("name") in IPM_P2P:
+                time_s[host] += float(func.text)
+                if "send" in func.get("name").lower():
+                    sent[host] += float(func.get("bytes"))
+        for hent in task.iter("hent"):
+            if hent.get("call") in ("MPI_Send", "MPI_Isend"):
+                by_partner[host] += float(hent.get("bytes")) * int(hent.get("count"))
+    assert len(sent) == 4 and all(v > 4e8 for v in sent.values())
+    assert main(["analyze", str(IPM), "--json", "--quiet"]) == 0
+    nodes = {n["host"]: n for n in json.loads(capsys.readouterr().out)["stores"][0]["nodes"]}
+    assert set(nodes) == set(sent)
+    for host, node in nodes.items():
+        assert node["p2p_no_partner_sent_bytes"] == pytest.approx(sent[host], rel=1e-4)
+        assert node["p2p_no_partner_sent_bytes"] == pytest.approx(by_partner[host], rel=1e-3)
+        assert node["p2p_no_partner_ns"] == pytest.approx(time_s[host] * 1e9, rel=1e-6)
+        assert node["p2p_no_partner_calls"] > 0
+    assert main(["analyze", str(IPM), "--quiet"]) == 0
+    text = capsys.readouterr().out
+    rows = [line.split() for line in text.splitlines() if line.startswith("  jupiter")]
+    assert len(rows) == 4
+    for row in rows:  # host ranks compute comm wait: then p2p within, across: '-', not '0 B in 0 ns'
+        assert row[8:10] == ["-", "-"], row
