@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 
 import pytest
 
@@ -123,6 +124,21 @@ def test_corrupt_gzip_keeps_what_was_decoded(tmp_path):
     trace = read_chrome(path)
     assert 0 < trace.read < 20000
     assert any("gzip" in p for p in trace.problems)
+
+
+def test_corrupt_gzip_crc_keeps_every_event_inflated_before_it(tmp_path):
+    """Only the member's CRC is wrong: every byte inflates, so every event is kept (the reader lost the last
+    16 KiB step's inflated events, hundreds of them, with the exception the checksum raised)."""
+    events = [{"ph": "X", "name": f"e{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1} for i in range(20000)]
+    data = bytearray(gzip.compress(json.dumps({"traceEvents": events}).encode(), compresslevel=1))
+    data[-8] ^= 0xFF  # the CRC-32 of the gzip trailer
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(bytes(data))
+    trace = read_chrome(path)
+    assert trace.read == 20000 and sorted(_by_name(trace)) == sorted(f"e{i}" for i in range(20000))
+    found = (re.search(r"corrupt gzip data at compressed byte (\d+)", p) for p in trace.problems)
+    where = [int(m.group(1)) for m in found if m]
+    assert len(where) == 1 and len(data) - 8 <= where[0] < len(data) - 4, trace.problems  # in the CRC's 4 bytes
 
 
 def test_wrong_types_negative_durations_and_unknown_phases_are_counted(tmp_path):

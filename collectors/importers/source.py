@@ -101,7 +101,7 @@ class ByteSource:
                     yield block
                 return
             inflater = _zlib.decompressobj(16 + zlib.MAX_WBITS)
-            offset = 0
+            offset = member_start = member_out = 0  # where the gzip member starts, what it gave so far
             while True:
                 block = fh.read(GZIP_READ_SIZE)
                 if not block:
@@ -115,11 +115,16 @@ class ByteSource:
                 while block:
                     try:
                         out = inflater.decompress(block, READ_SIZE)
-                    except (zlib.error, _zlib.error) as exc:
-                        problem(f"corrupt gzip data near compressed byte {offset - len(block)} ({exc}); "
-                                "kept what was decoded")
+                    except (zlib.error, _zlib.error):
+                        # the bytes this step inflated before the damage went with the exception: inflate the
+                        # member again up to the damage, in small steps, and keep what it gives past member_out
+                        where, error = yield from _inflate_up_to_damage(self.path, member_start, member_out,
+                                                                    offset - len(block))
+                        problem(f"corrupt gzip data at compressed byte {where} ({error}); kept what was decoded "
+                                "before it")
                         return
                     if out:
+                        member_out += len(out)
                         yield out
                     block = inflater.unconsumed_tail
                     if inflater.eof and inflater.unused_data:  # concatenated gzip members
@@ -128,3 +133,29 @@ class ByteSource:
                             problem(f"{len(block)} bytes of trailing garbage after the gzip stream ignored")
                             return
                         inflater = _zlib.decompressobj(16 + zlib.MAX_WBITS)
+                        member_start, member_out = offset - len(block), 0
+
+
+def _inflate_up_to_damage(path: Path, start: int, given: int, damaged_step: int) -> Iterator[bytes]:
+    """Inflate the gzip member at file offset ``start`` again: in large steps up to ``damaged_step`` (the file
+    offset of the step that failed), then one compressed byte at a time, yielding what it gives past its first
+    ``given`` bytes (those were yielded already) until the damage; returns (the file offset of the damaged byte,
+    the inflater's error). The failed step of 16 KiB inflates to several hundred KiB: without this, a corrupt
+    CRC (the member's last 8 bytes) lost all of it."""
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    seen = 0
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        offset = start
+        while step := fh.read(min(GZIP_READ_SIZE, damaged_step - offset) if offset < damaged_step else 1):
+            while step:
+                try:
+                    out = inflater.decompress(step, READ_SIZE)
+                except zlib.error as exc:
+                    return offset, str(exc)
+                if seen + len(out) > given:
+                    yield out[max(given - seen, 0):]
+                seen += len(out)
+                step = inflater.unconsumed_tail
+            offset = fh.tell()
+    return offset, "the damage was not found again"
