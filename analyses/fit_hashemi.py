@@ -236,6 +236,10 @@ class HashemiFit:
         if unknown:
             raise DdltraceError(f"cannot fit {', '.join(unknown)}: fittable constants are {', '.join(FITTABLE)}")
         notes: list[str] = []
+        if "workers_read" in frame.columns:  # a store with a worker's timeline damaged or missing
+            notes += [f"{label}: the phase is the slowest of the {read:g} of its {w:g} workers whose timelines "
+                      "could be read" for label, w, read in zip(frame["label"], frame["w"], frame["workers_read"],
+                                                                strict=True) if read < w]
         if self.cpu_shares:
             lacking = [] if "cpu_share" not in frame.columns else frame.index[~(frame["cpu_share"] > 0)].tolist()
             if "cpu_share" not in frame.columns or lacking:
@@ -582,9 +586,12 @@ def measurements_from_store(path: str | Path, *, batch: float | None = None, sam
                             epochs: float | None = None, servers: int | None = None) -> dict:
     """One run's measurements from a trace store.
 
-    - ``w``: the ranks that are not servers: ranks 0..servers-1 are servers when ``servers`` is given, else the
-      ranks whose manifest role is 'server' or 'ps', else the center of a star (:func:`star_center`: the rank
-      every other rank, and only it, exchanges messages with), else none;
+    - ``w``: the ranks of the run (its world size) that are not servers: ranks 0..servers-1 are servers when
+      ``servers`` is given, else the ranks whose manifest role is 'server' or 'ps', else the center of a star
+      (:func:`star_center`: the rank every other rank, and only it, exchanges messages with), else none. A worker
+      whose timeline is damaged or missing still counts (each worker did its d / w samples); the phases come from
+      the workers read (``workers_read``). Where the lost ranks could have been the server (no roles, no star
+      among the ranks read) the store is refused: give ``servers``;
     - ``b``, ``d``, ``epochs``: given here, else from the run metadata (``batch_size``/``batch``, ``samples``/
       ``dataset_size``/``d``, ``epochs``), else from the run's command line (``--batch``/``--batch-size``,
       ``--samples``, ``--epochs``);
@@ -605,16 +612,17 @@ def measurements_from_store(path: str | Path, *, batch: float | None = None, sam
         raise DdltraceError(f"{path}: the {FIT.title} needs a real timeline (the phases of each "
                             f"worker); this store holds {describe_holding(store, aggregate)}")
     run = store.run
-    roles = {r: str(store.rank_info(r).get("role", "")).lower() for r in store.ranks}
+    entries = store.manifest["ranks"]
+    listed = {int(key) for key in entries if key.isascii() and key.isdigit()}
+    roles = {r: str(entries[str(r)].get("role", "")).lower() if isinstance(entries.get(str(r)), dict) else None
+             for r in sorted(listed | set(range(store.world_size)))}
     if servers is not None:
-        workers = [r for r in store.ranks if r >= servers]
+        is_server = {r: r < servers for r in roles}
     elif any(role in SERVER_ROLES for role in roles.values()):
-        workers = [r for r in store.ranks if roles[r] not in SERVER_ROLES]
+        is_server = {r: None if role is None else role in SERVER_ROLES for r, role in roles.items()}
     else:
         hub = star_center(store)
-        workers = [r for r in store.ranks if r != hub]
-    if not workers:
-        raise DdltraceError(f"{path}: no worker ranks (every rank is a server, or the store is empty)")
+        is_server = {r: r == hub if hub is not None or r in store.ranks else None for r in roles}
 
     def setting(given, keys, flags):
         if given is not None:
@@ -629,8 +637,12 @@ def measurements_from_store(path: str | Path, *, batch: float | None = None, sam
     e = setting(epochs, ("epochs",), ("--epochs",))
     phase, init, methods = 0.0, 0.0, set()
     window = [None, None]
-    messages = []
-    for rank, frame in store.iter_timeline(workers):
+    messages, workers, server_frames = [], [], []
+    for rank, frame in store.iter_timeline():  # every rank: a damaged one is named, left out and counted below
+        if is_server.get(rank) is not False:
+            server_frames.append(frame)
+            continue
+        workers.append(rank)
         phases = segment_rank(frame)
         if phases is None:
             continue
@@ -643,21 +655,31 @@ def measurements_from_store(path: str | Path, *, batch: float | None = None, sam
         init = max(init, (phases.init_end_ns - _mpi_init_end(frame, phases.start_ns)) / 1e9)
         window[0] = phases.init_end_ns if window[0] is None else min(window[0], phases.init_end_ns)
         window[1] = phases.steady_end_ns if window[1] is None else max(window[1], phases.steady_end_ns)
+    lost = [r for r in roles if r not in store.ranks]
+    unknown = [r for r in lost if is_server[r] is None]
+    if unknown:
+        raise DdltraceError(f"{path}: rank(s) {', '.join(map(str, unknown))} left out (damaged or missing), and "
+                            "without them the workers cannot be counted (no roles, no star of messages among the "
+                            "ranks read); give the number of servers (--servers N)")
+    w = len(workers) + sum(not is_server[r] for r in lost)
+    if not workers:
+        why = f"their timelines are damaged or missing: rank(s) {', '.join(map(str, lost))}" if w else \
+            "every rank is a server, or the store is empty"
+        raise DdltraceError(f"{path}: no worker rank can be read ({why})")
     if phase <= 0:
         raise DdltraceError(f"{path}: the workers' computation phase spans no time")
-    servers_busy, servers_wait = [], []
-    for _, frame in store.iter_timeline([r for r in store.ranks if r not in workers]):
-        servers_busy.append(server_busy_s(frame, window[0], window[1]))
-        servers_wait.append(server_update_wait_s(frame, window[0], window[1]))
-    return {"label": str(path), "job": job_identity(run), "w": float(len(workers)), "b": float(b),
+    servers_busy = [server_busy_s(frame, window[0], window[1]) for frame in server_frames]
+    servers_wait = [server_update_wait_s(frame, window[0], window[1]) for frame in server_frames]
+    return {"label": str(path), "job": job_identity(run), "w": float(w), "workers_read": float(len(workers)),
+            "b": float(b),
             "d": None if d is None else float(d), "epochs": None if e is None else float(e),
             "phase_s": phase, "init_s": init, "phases_by": ",".join(sorted(methods)),
             "server_busy_s": max(servers_busy) if servers_busy else math.nan,
             "server_update_wait_s": max(servers_wait, default=math.nan),
-            "ranks": float(len(store.ranks)), "cpu_share": cpu_share(store, workers, window[0], window[1]),
+            "ranks": float(len(roles)), "cpu_share": cpu_share(store, workers, window[0], window[1]),
             "server_cpu_share": cpu_share(store, [r for r in store.ranks if r not in workers], window[0], window[1]),
-            "sent_per_batch": _per_batch([m[0] for m in messages], d, e, b, len(workers)),
-            "received_per_batch": _per_batch([m[1] for m in messages], d, e, b, len(workers))}
+            "sent_per_batch": _per_batch([m[0] for m in messages], d, e, b, w),
+            "received_per_batch": _per_batch([m[1] for m in messages], d, e, b, w)}
 
 
 def _messages(frame: pd.DataFrame, start_ns: int, end_ns: int) -> tuple[int, int]:

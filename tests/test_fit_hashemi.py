@@ -178,3 +178,29 @@ def test_server_found_from_the_traffic(tmp_path):
         assert star_center(store) == 0
     runs = measurements_from_stores([tmp_path / "w2", tmp_path / "w3"])
     assert list(runs["w"]) == [2.0, 3.0] and list(runs["b"]) == [64.0, 64.0]
+
+
+def test_a_worker_whose_timeline_is_lost_still_counts(tmp_path):
+    """A 2-worker run of the committed series with one worker's timeline file gone is still a run at w = 2 (each
+    worker did d / 2 samples): its phase is the other worker's, not a 1-worker run's; where the lost rank could be
+    the server (no roles, no star left) the store is refused unless --servers says which ranks serve."""
+    import shutil
+    import warnings
+    from pathlib import Path
+
+    from ddltrace.analyses.fit_hashemi import measurements_from_store
+
+    series = Path(__file__).resolve().parent.parent / "sample_traces" / "ps-sgd"
+    whole = measurements_from_store(series / "par-w2" / "store")
+    for lost in (0, 2):
+        shutil.copytree(series / "par-w2" / "store", tmp_path / f"lost{lost}")
+        (tmp_path / f"lost{lost}" / "timeline" / f"rank-0000{lost}.parquet").unlink()
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        run = measurements_from_store(tmp_path / "lost2")
+        assert (run["w"], run["workers_read"], run["ranks"]) == (2.0, 1.0, 3.0)
+        assert run["phase_s"] <= whole["phase_s"]  # the slowest of the workers read
+        with pytest.raises(DdltraceError, match=r"lost0: rank\(s\) 0 left out .*--servers N"):
+            measurements_from_store(tmp_path / "lost0")
+        served = measurements_from_store(tmp_path / "lost0", servers=1)
+    assert (served["w"], served["workers_read"], served["phase_s"]) == (2.0, 2.0, whole["phase_s"])
