@@ -89,8 +89,9 @@ def p2p_traffic(calls: pd.DataFrame, hosts: dict[int, str]) -> pd.DataFrame:
 
 def p2p_without_partner(calls: pd.DataFrame, hosts: dict[int, str]) -> pd.DataFrame:
     """The point-to-point calls of ranks with a host whose partner's host is unknown (no ``peer``, as in IPM's
-    per-call totals, or a partner rank without a host), per host: columns host, calls, sent (the sends' bytes),
-    time_ns (the calls' own durations). :func:`p2p_calls` cannot place them within or across nodes."""
+    per-call totals, or a partner rank without a host), per host: columns host, calls (rows of the timeline: an
+    IPM row is all of a rank's calls of one name), sent (the sends' bytes), time_ns (the calls' own durations).
+    :func:`p2p_calls` cannot place them within or across nodes."""
     p2p = calls[calls["name"].isin(P2P) & calls["rank"].isin(list(hosts))]
     p2p = p2p[p2p["peer"].map(hosts).isna()]
     frame = pd.DataFrame({"host": p2p["rank"].map(hosts).astype(str), "calls": 1,
@@ -164,7 +165,8 @@ def node_table(run, min_bytes: float) -> pd.DataFrame:
     wait and barrier over the whole run (ns); its ranks' point-to-point calls within the node (bytes sent, call
     time) and with other nodes (bytes sent, bytes received, call time); its ranks' collective calls in instances
     within the node and spanning nodes (their own bytes and time); its ranks' point-to-point calls whose partner's
-    host is unknown (:func:`p2p_without_partner`: calls, bytes sent, call time), in neither of the two before; and
+    host is unknown (:func:`p2p_without_partner`: bytes sent, call time), in neither of the two before (which
+    are None, not 0, for a host none of whose point-to-point calls names its partner's host); and
     the effective bandwidth of the matched inter-node messages of at least ``min_bytes`` to or from it (bytes per
     second)."""
     hosts = rank_hosts(run.store)
@@ -190,11 +192,14 @@ def node_table(run, min_bytes: float) -> pd.DataFrame:
             "host": host, "ranks": ranks,
             **{f"{c}_ns": float(mine[c].mean()) if c in mine and len(mine) else float("nan")
                for c in ("compute", "comm", "wait", "barrier")},
-            "p2p_intra_bytes": int(intra["sent"].sum()), "p2p_intra_ns": int(intra["time_ns"].sum()),
-            "p2p_inter_sent_bytes": int(cross["sent"].sum()), "p2p_inter_received_bytes": int(cross["received"].sum()),
-            "p2p_inter_ns": int(cross["time_ns"].sum()),
-            **{f"p2p_no_partner_{k}": int(unplaced[column].get(host, 0))
-               for k, column in (("calls", "calls"), ("sent_bytes", "sent"), ("ns", "time_ns"))},
+            **({k: None for k in ("p2p_intra_bytes", "p2p_intra_ns", "p2p_inter_sent_bytes",
+                                  "p2p_inter_received_bytes", "p2p_inter_ns")}
+               if unplaced["calls"].get(host, 0) and not len(mine_p2p) else  # no call placed: unknown, not 0
+               {"p2p_intra_bytes": int(intra["sent"].sum()), "p2p_intra_ns": int(intra["time_ns"].sum()),
+                "p2p_inter_sent_bytes": int(cross["sent"].sum()),
+                "p2p_inter_received_bytes": int(cross["received"].sum()), "p2p_inter_ns": int(cross["time_ns"].sum())}),
+            "p2p_no_partner_sent_bytes": int(unplaced["sent"].get(host, 0)),
+            "p2p_no_partner_ns": int(unplaced["time_ns"].get(host, 0)),
             "coll_intra_bytes": int(c_in["bytes"].sum()), "coll_intra_ns": int(c_in["time_ns"].sum()),
             "coll_inter_bytes": int(c_out["bytes"].sum()), "coll_inter_ns": int(c_out["time_ns"].sum()),
             "inter_bytes_per_s": float(through["bytes"].sum()) / time * 1e9 if time > 0 else float("nan"),

@@ -59,15 +59,14 @@ def render_nodes(run, thresholds=None) -> list[str]:
     table = node_frame(run, thresholds)
     if not len(table):
         return []
-    unplaced = bool(table["p2p_no_partner_calls"].sum())
+    unplaced = bool(table["p2p_intra_ns"].isna().any() or table["p2p_no_partner_sent_bytes"].sum()
+                    or table["p2p_no_partner_ns"].sum())
     header = ["host", "ranks", "compute", "comm", "wait", "p2p within", "p2p across (sent / received)",
               *(["p2p partner unknown"] if unplaced else []), "coll within", "coll across", "bandwidth across"]
     rows = []
     for _, row in table.iterrows():
         rate = row["inter_bytes_per_s"]
-        # a node whose point-to-point calls all name no partner has no figure within or across nodes, not 0 B
-        placed = not (row["p2p_no_partner_calls"] and row["p2p_intra_ns"] + row["p2p_inter_ns"] == 0
-                      and row["p2p_intra_bytes"] + row["p2p_inter_sent_bytes"] + row["p2p_inter_received_bytes"] == 0)
+        placed = pd.notna(row["p2p_intra_ns"])  # None: no point-to-point call of the node names its partner
         rows.append([row["host"], ",".join(map(str, row["ranks"])),
                      *[format_ns(row[f"{c}_ns"]) if not math.isnan(row[f"{c}_ns"]) else "-"
                        for c in ("compute", "comm", "wait")],
