@@ -97,3 +97,30 @@ def test_trace_viewer_json_steps_line(tmp_path):
     assert timeline["step"].isna()[["late_kernel", "MatMul"]].all()
     device = timeline[timeline["lane"].str.startswith("gpu:")]
     assert device["dur_ns"].sum() == (300 + 100 + 10) * 1000  # the kernels, not the 800 us of Steps
+
+
+TF2_PROFILE = Path(__file__).resolve().parent / "data" / "tf2_profile" / "worker0" / "vm.xplane.pb"
+
+
+def test_a_truncated_xspace_keeps_its_complete_planes(tmp_path, capsys):
+    """The real TF 2.21 XSpace cut short: its planes before the cut are imported, the cut is named (it was
+    'not a readable XPlane protobuf' and nothing was kept, even when only the trailing host names were cut)."""
+    data = TF2_PROFILE.read_bytes()
+    planes = [pw.message(v) for n, _k, v in pw.fields(data) if n == 1]
+    assert len(planes) == 2 and data.endswith(planes[1] + data[-4:])  # host plane, Task Environment, host names
+    assert main(["import", str(TF2_PROFILE), "--out", str(tmp_path / "clean")]) == 0
+    clean = TraceStore.open(tmp_path / "clean").timeline()
+    capsys.readouterr()
+    for name, cut in (("names", len(data) - 1), ("task", len(data) - 4 - len(planes[1]) // 2)):
+        damaged = tmp_path / name / "vm.xplane.pb"
+        damaged.parent.mkdir()
+        damaged.write_bytes(data[:cut])
+        assert main(["import", str(damaged), "--out", str(tmp_path / f"{name}-store")]) == 0
+        out = capsys.readouterr().out
+        kept = len(planes) if name == "names" else 1
+        assert f"{damaged}: the XSpace is damaged after its plane {kept} (a field runs past the end" in out, out
+        timeline = TraceStore.open(tmp_path / f"{name}-store").timeline()
+        assert len(timeline) == len(clean) and list(timeline["name"]) == list(clean["name"])
+        assert list(timeline["dur_ns"]) == list(clean["dur_ns"])
+        if name == "names":  # the Task Environment plane is kept: its profile start puts times on the epoch
+            assert list(timeline["start_ns"]) == list(clean["start_ns"])

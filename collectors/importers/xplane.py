@@ -142,11 +142,19 @@ def _in_range(start_ps: int, duration_ps: int) -> bool:
 
 def read(path: Path, ctx: ImportContext):
     data = ByteSource(path).read_all()
-    try:
-        planes = [pw.message(v) for number, _kind, v in pw.fields(data) if number == 1]
-    except _BROKEN as exc:
-        raise DdltraceError(f"{path}: not a readable XPlane protobuf ({exc})") from exc
+    planes: list[bytes] = []
     skipped: Counter = Counter()
+    try:
+        for number, _kind, v in pw.fields(data):
+            if number == 1:
+                planes.append(pw.message(v))
+    except _BROKEN as exc:  # a truncated file: the planes before the damage are kept
+        if not planes:
+            raise DdltraceError(f"{path}: not a readable XPlane protobuf ({exc})") from exc
+        skipped["unreadable XPlane planes"] += 1
+        if ctx.report is not None:
+            ctx.report.problems.append(f"{path}: the XSpace is damaged after its plane {len(planes)} ({exc}: "
+                                       f"truncated?); the {len(planes)} complete plane(s) before it are kept")
     parsed = []
     for plane in planes:  # a damaged plane, line or event is skipped and counted; the rest is kept
         try:
