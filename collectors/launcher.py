@@ -403,13 +403,21 @@ def _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, i
     ``end_ns`` None (a recovery): the job's end is the last time any rank recorded. ``exit_code`` None: not
     known. ``links``: what the node agents' links said (host: collectors/node_link.py's node dict)."""
     rank_records: list[RankRecords] = []
+    unreadable: set[int] = set()
     paths = sorted(records.glob("rank-*.pmpi"))
     for i, path in enumerate(paths):
         progress.phase = f"reading record file {i + 1} of {len(paths)}"
         try:
-            rank_records.append(read_records(path))
+            rank_records.append(rr := read_records(path))
         except DdltraceError as exc:
-            notes.append(f"unreadable record file: {exc}")
+            rank = int(path.stem.removeprefix("rank-")) if path.stem.removeprefix("rank-").isdigit() else None
+            unreadable.add(rank)
+            notes.append(f"unreadable record file: {exc}" + ("" if rank is None else f"; rank {rank} left out"))
+            continue
+        if rr.lost:
+            notes.append(f"{path}: the file ends before {rr.lost:,} of the {len(rr.records) + rr.lost:,} MPI calls "
+                         f"rank {rr.rank} recorded (cut short, or a segment could not be mapped); the "
+                         f"{len(rr.records):,} it holds are kept")
     nodes: list[node_agent.NodePart] = []
     if (records / NODES).is_dir():
         progress.phase = "waiting for the node agents"
@@ -426,7 +434,7 @@ def _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, i
         with building(out) as staging:  # a full disk is its one line; the records stay for recover
             store = _write(cfg, staging, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_code, interrupted,
                            sample_rows, stacks, notes, root_pid, collectors, gpus, fw_dir, progress, nodes,
-                           links or {})
+                           links or {}, unreadable)
             progress.phase = "verifying the store"
             verify_written(store, [rr.rank for rr in rank_records])
             progress.phase = _RENAMING
@@ -440,9 +448,11 @@ def _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, i
 
 
 def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_code, interrupted, sample_rows,
-           stacks, notes, root_pid, collectors, gpus, fw_dir, progress, nodes=(), links=None) -> TraceStore:
+           stacks, notes, root_pid, collectors, gpus, fw_dir, progress, nodes=(), links=None,
+           unreadable=frozenset()) -> TraceStore:
     """Write every rank's timeline and counters, then the manifest, into the new store ``path``; ``nodes``:
-    what the node agents sampled; ``links``: what their links to this process said (clock, gather)."""
+    what the node agents sampled; ``links``: what their links to this process said (clock, gather);
+    ``unreadable``: ranks whose record file could not be read (the notes name it)."""
     links = links or {}
     pid_rank = {rr.pid: rr.rank for rr in rank_records}
     fw_parts, fw_ranks = _framework_parts(cfg, fw_dir, set(pid_rank.values()), notes)
@@ -548,7 +558,7 @@ def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_co
         store.add_rank(0, timeline, counters.get(0), save=False, host=hosts[0], pid=root_pid, ended=ended,
                        role="process", exit_code=exit_code)
         ranks[0] = ended
-    missing = sorted(set(range(world)) - set(ranks)) if mpi or fw_parts else []
+    missing = sorted(set(range(world)) - set(ranks) - set(unreadable)) if mpi or fw_parts else []
     if missing:
         notes.append(f"ranks {missing} wrote no record file (died before MPI_Init, or never started)" if mpi else
                      f"ranks {missing} of {world} wrote no framework profile")

@@ -22,11 +22,14 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pytest
 
 from ddltrace.collectors import record_sets
 from ddltrace.collectors.mpi_env import find_tool
+from ddltrace.collectors.pmpi.records import HEADER_SIZE, RECORD_DTYPE, read_records
+from ddltrace.collectors.pmpi.table import names
 from ddltrace.errors import DdltraceError
 from ddltrace.store import TraceStore
 
@@ -328,3 +331,41 @@ def test_two_runs_into_one_out(tmp_path, cleanup):
     assert first.proc.wait(timeout=LONG_S) == 0, first.stderr()
     assert stored_calls(out) == logged == {0: CALLS, 1: CALLS}
     assert not records.exists()
+
+
+@needs_mpi
+def test_recover_names_a_cut_rank_file_and_an_unreadable_one_and_keeps_the_rest(tmp_path, cleanup):
+    """A rank's record file cut short keeps the calls it holds and says how many it lost; an unreadable one is
+    named as such (not 'wrote no record file'); `recover` prints both (it printed no note: the rank was silently
+    missing, or silently short)."""
+    out, go = tmp_path / "S", tmp_path / "go"
+    run = Run(tmp_path, out, str(go))
+    cleanup["runs"].append(run)
+    cleanup["records"].append(records := run.records())
+    logged = run.logged()
+    run.proc.send_signal(signal.SIGKILL)
+    run.proc.wait()
+    go.touch()
+    wait_for(lambda: not record_sets.load(records).job_alive, "the job to end")
+    garbled = tmp_path / "garbled"
+    shutil.copytree(records, garbled)
+    cleanup["records"].append(garbled)
+    (garbled / "rank-00001.pmpi").write_bytes(b"\0" * 4096)
+    rank1 = records / "rank-00001.pmpi"
+    whole = read_records(rank1)
+    keep = len(whole.records) // 2
+    with open(rank1, "r+b") as fh:
+        fh.truncate(HEADER_SIZE + keep * RECORD_DTYPE.itemsize)
+    done = ddltrace("recover", str(records), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    lost = len(whole.records) - keep
+    assert (f"{rank1}: the file ends before {lost:,} of the {len(whole.records):,} MPI calls rank 1 recorded"
+            in done.stdout), done.stdout
+    allreduce = int(np.isin(whole.records["fn"][:keep] - 1, [i for i, n in enumerate(names())
+                                                              if re.match(r"MPI_Allreduce(_c)?$", n)]).sum())
+    assert stored_calls(out) == {0: logged[0], 1: allreduce} and 0 < allreduce < logged[1]
+    done = ddltrace("recover", str(garbled), "--out", str(tmp_path / "G"))
+    assert done.returncode == 0, done.stderr
+    assert (f"unreadable record file: {garbled / 'rank-00001.pmpi'}: not a ddltrace PMPI record file (bad magic or "
+            "too short); rank 1 left out") in done.stdout and "wrote no record file" not in done.stdout, done.stdout
+    assert stored_calls(tmp_path / "G") == {0: logged[0]}

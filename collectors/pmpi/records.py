@@ -55,6 +55,9 @@ class RankRecords:
     test_offset_ns: int
     syncs: list[ClockSync]
     records: np.ndarray = field(repr=False)
+    #: calls the rank recorded (record slots it took) that the file does not hold: it ends before them (cut
+    #: short, or a segment could not be mapped); 0 for a whole file
+    lost: int = 0
 
     @property
     def ended(self) -> str:
@@ -128,7 +131,8 @@ def read_records(path: str | Path) -> RankRecords:
     return RankRecords(path=path, rank=rank, world_size=world, pid=pid, state=state, main_tid=main_tid,
                        host=host.split(b"\0")[0].decode(errors="replace"),
                        library=library.split(b"\0")[0].decode(errors="replace"),
-                       test_offset_ns=test_offset, syncs=syncs, records=records)
+                       test_offset_ns=test_offset, syncs=syncs, records=records,
+                       lost=max(int(n_slots) - available, 0))
 
 
 def ticks_to_ns(ticks: np.ndarray, pairs: np.ndarray) -> np.ndarray:

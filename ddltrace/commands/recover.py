@@ -46,4 +46,6 @@ def run(args) -> int:
 
     result = recover_store(Path(args.records), Path(args.out))
     print(summary_line(result))
+    for note in result.notes:
+        print(f"ddltrace: note: {note}")
     return 0
