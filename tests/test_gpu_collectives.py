@@ -23,6 +23,7 @@ import pandas as pd
 import pytest
 from gpu_truth import events, file_bytes, idle_truth, late_store, ns
 from hta_reference import NEEDS_HTA, hta_figures
+from interval_truth import union_ns
 from shared_data import SHARED, corpus, needs
 
 from ddltrace.analyses.gpu_collectives import BUS_FACTORS, late_arrivals, parse_name, summary
@@ -101,7 +102,7 @@ def test_one_rank_instances_and_bus_bandwidth_from_the_files_sizes(tmp_path, cap
 @needs(B200)
 def test_all_gather_of_eight_ranks_takes_nccl_tests_factor(tmp_path):
     run = analyze_store(imported(tmp_path, B200.parent, "b200"))
-    (_, got), = run.collectives().iterrows()
+    got, = (row for _, row in run.collectives().iterrows() if row["collective"] != "allreduce")
     e = next(e for e in events(B200)[0] if e.get("cat") == "kernel" and "nccl" in e["name"].lower())
     n = int(e["args"]["Group size"])
     assert n == run.store.world_size == 8 and got["collective"] == "allgather"
@@ -109,6 +110,30 @@ def test_all_gather_of_eight_ranks_takes_nccl_tests_factor(tmp_path):
     assert got["bytes"] == int(e["args"]["Out msg nelems"]) * 2  # BFloat16: the gathered output
     assert got["busbw"] == pytest.approx(got["bytes"] / (ns(e["dur"]) / 1e9) * (n - 1) / n, rel=1e-6)
     assert BUS_FACTORS["allgather"](8) == 7 / 8 and BUS_FACTORS["allreduce"](8) == 14 / 8
+
+
+@needs(B200)
+def test_symmetric_memory_all_reduces_are_communication(tmp_path):
+    """The B200 trace's all-reduces run in PyTorch's symmetric memory (symm_mem::multimem_all_reduce_, kernel
+    multimem_all_reduce_kernel over NVLink multicast), not in NCCL: they are communication kernels, all-reduces, and
+    the device's compute time is the other kernels' union (checked against the file's kernels)."""
+    evs = events(B200)[0]
+    kernels = [e for e in evs if e.get("cat") == "kernel"]
+    symm = [e for e in kernels if "multimem_all_reduce_kernel" in e["name"]]
+    launched_by = {e["args"]["External id"] for e in evs if e.get("cat") == "cpu_op"
+                   and e["name"] == "symm_mem::multimem_all_reduce_"}
+    assert len(symm) == 73 and all(e["args"]["External id"] in launched_by for e in symm)
+    run = analyze_store(imported(tmp_path, B200.parent, "b200"))
+    allreduce = run.collectives()
+    allreduce = allreduce[allreduce["collective"] == "allreduce"]
+    assert len(allreduce) == 73
+    assert allreduce["duration_ns"].sum() == pytest.approx(sum(ns(e["dur"]) for e in symm), abs=73)
+    comm = [e for e in kernels if e in symm or "nccl" in e["name"].lower()]
+    compute = [(ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])) for e in kernels if e not in comm]
+    temporal = run.gpu.temporal_table().iloc[0]
+    assert temporal["compute_ns"] == union_ns(compute)
+    overlap = run.gpu.overlap_table().iloc[0]
+    assert overlap["comm_ns"] == union_ns([(ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])) for e in comm])
 
 
 @present[NCCL_JOB]

@@ -41,8 +41,8 @@ def _events(path: Path) -> list[dict]:
 
 def _device_work_per_lane(events: list[dict]) -> dict[str, dict]:
     """Per device lane named from args (gpu:<device>/stream <stream>): events, total duration (ns), and the
-    duration of the communication kernels (collective metadata in their args, or NCCL's names, which RCCL keeps)
-    and of the copies."""
+    duration of the communication kernels (collective metadata in their args, NCCL's names, which RCCL keeps, or
+    PyTorch's symmetric-memory all-reduce) and of the copies."""
     lanes: dict[str, dict] = defaultdict(lambda: {"events": 0, "ns": 0, "comm_ns": 0, "copy_ns": 0})
     for e in events:
         if e.get("ph") != "X" or str(e.get("cat", "")).lower() not in DEVICE_WORK:
@@ -52,7 +52,8 @@ def _device_work_per_lane(events: list[dict]) -> dict[str, dict]:
         ns = round(e["dur"] * 1000)
         lane["events"] += 1
         lane["ns"] += ns
-        if any(k in args for k in COLLECTIVE_KEYS) or e["name"].startswith("nccl"):
+        if any(k in args for k in COLLECTIVE_KEYS) or e["name"].startswith("nccl") or \
+                "multimem_all_reduce_kernel" in e["name"]:
             lane["comm_ns"] += ns
         elif "mem" in e["cat"].lower():
             lane["copy_ns"] += ns
