@@ -7,7 +7,8 @@ the device's window (:mod:`~ddltrace.analyses.gpu_temporal`). A finding when the
 from its own start); the evidence gives the early arrivers' wait at the matched collectives, and a straggler
 finding names the late rank (this finding is ranked after it: a symptom).
 
-Cost: the median device's exposed communication time.
+Cost: the median over the devices of each device's exposed communication time (the share and the time are each a
+median over the devices, not one device's pair).
 """
 
 from __future__ import annotations
@@ -49,10 +50,12 @@ def detect(runs, th) -> list[Finding]:
                                                             "ns")
         findings.append(Finding(
             id="gpu_exposed_comm",
-            title=f"Exposed communication on the GPUs: {Quantity(median, 'fraction')} of the median device's time "
-                  f"runs communication kernels with no compute kernel beside them",
+            title=f"Exposed communication on the GPUs: {Quantity(median, 'fraction')} of a device's window runs "
+                  f"communication kernels with no compute kernel beside them (the median over {len(share)} "
+                  f"device{'s' if len(share) > 1 else ''})",
             severity="warning", evidence=evidence,
             ranks=sorted({int(r) for r in overlap["rank"][share >= th["gpu.exposed_comm_min"]]}),
             phase="all", advice=ADVICE, store=run.name, cost_ns=lost,
-            cost_basis="the median device's communication-kernel time not overlapped by a compute kernel"))
+            cost_basis="the median over the devices of each device's communication-kernel time not overlapped by a "
+                       "compute kernel"))
     return findings

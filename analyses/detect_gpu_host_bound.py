@@ -8,7 +8,9 @@ median over the devices of every rank reaches ``gpu.host_wait_min`` (20 %). It s
 elsewhere between launches (the input pipeline, Python, a synchronisation: the host's own lanes say which).
 Needs the correlation ids that link launches to their kernels (Kineto).
 
-Cost: the median device's host-wait time (the device time the job gets back if the host keeps it fed).
+Cost: the median over the devices of each device's host-wait time (the device time the job gets back if the host
+keeps it fed). The share and the time are each a median over the devices: with an even count, or devices of
+unequal windows, they are not one device's pair.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ def detect(runs, th) -> list[Finding]:
         findings.append(Finding(
             id="gpu_host_bound",
             title=f"GPU idle waiting for the host{' (launch-bound)' if launch_bound else ''}: "
-                  f"{Quantity(median, 'fraction')} of the median device's time with nothing queued",
+                  f"{Quantity(median, 'fraction')} of a device's window with nothing queued (the median over "
+                  f"{len(idle)} device{'s' if len(idle) > 1 else ''})",
             severity="warning",
             evidence={"host_wait_share_median": Quantity(median, "fraction"),
                       "host_wait_share_max": Quantity(float(worst["share_host_wait"]), "fraction"),
@@ -61,6 +64,6 @@ def detect(runs, th) -> list[Finding]:
                       "launches": Quantity(int(launches["launches"].sum()), "launches")},
             ranks=sorted({int(r) for r in idle["rank"][share >= th["gpu.host_wait_min"]]}),
             phase="all", advice=LAUNCH_ADVICE if launch_bound else HOST_ADVICE, store=run.name, cost_ns=lost,
-            cost_basis="the median device's idle time waiting for the host (each idle gap up to the end of the "
-                       "launch call of the work that ends it), over its window"))
+            cost_basis="the median over the devices of each device's idle time waiting for the host, each idle gap "
+                       "up to the end of the launch call of the work that ends it"))
     return findings

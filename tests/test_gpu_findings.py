@@ -69,6 +69,8 @@ def test_devices_waiting_for_the_host(nccl_job):
         np.median([s for _, s in truth.values()]), abs=1e-5)
     assert finding.ranks == sorted(r for r, (_, s) in truth.items() if s >= 0.2) == [0, 1]
     assert "nothing queued" in finding.title and finding.advice
+    # the share and the time are each a median over the devices (here 2: neither is one device's), and say so
+    assert f"(the median over {len(truth)} devices)" in finding.title
 
 
 @present[NCCL_JOB]
