@@ -260,3 +260,19 @@ def test_the_report_table_names_the_phase_of_each_overlap(demo_report):
     steady = sorted(float(row[header.index("overlap(steady)")]) for row in body if row[0] != "0")  # rank 0: server
     assert len(steady) == 8
     assert (steady[3] + steady[4]) / 2 == pytest.approx(finding["evidence"]["overlap_median"]["value"], abs=1e-3)
+
+
+def test_a_figure_with_no_value_is_a_dash_not_none():
+    """A table cell that holds no figure (None, pandas' NA: the per-node point-to-point bytes of a trace whose calls
+    name no partner) reads '-', as the text and the caption say, not Python's 'None'; NaN stays blank."""
+    import pandas as pd
+
+    from ddltrace.report.render import _table_cells
+
+    index = pd.Index(["a", "b"], name="host")
+    frame = pd.DataFrame({"bytes": pd.array([None, 3], dtype="Int64"),
+                          "ns": pd.Series([None, 7], dtype=object, index=index),
+                          "share": [float("nan"), 0.5]}, index=index)
+    header, rows = _table_cells(frame)
+    assert header == ["host", "bytes", "ns", "share"]
+    assert rows == [["a", "-", "-", ""], ["b", "3", "7", "0.5"]]

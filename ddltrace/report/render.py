@@ -58,6 +58,8 @@ def _table_cells(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         for value in row:
             if isinstance(value, float):
                 cells.append("" if value != value else f"{value:.4g}")
+            elif value is None or value is pd.NA:  # a figure that has no value here (its caption says why)
+                cells.append("-")
             else:
                 cells.append(str(value))
         rows.append(cells)
