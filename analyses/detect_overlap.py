@@ -6,7 +6,9 @@ communication), where exposed communication is the comm and wait time not hidden
 more time goes to moving and waiting for data than to computing, so adding workers mostly adds communication.
 Rudra measured 56 % to 99 % on its configurations. Workers with no compute recorded at all (a trace whose
 importer put the computation in another category) are left out: their overlap says nothing. On per-call
-aggregates (no steady state) it is measured over the whole run (all time in MPI is exposed there).
+aggregates (no steady state) it is measured over the whole run (all time in MPI is exposed there). Made only where
+there is communication: two or more ranks, or communication time on the one rank (a single process's waits are for
+its own devices, MXNet's WaitForVar on a one-GPU job, not for other ranks' data).
 
 Cost: the median worker's exposed communication (comm + wait not hidden behind compute), the time that more
 overlap could hide.
@@ -25,7 +27,7 @@ ADVICE = ("Hide communication behind computation: send gradients layer by layer 
           "per byte sent), or compress the gradients.")
 
 
-@detector("low_overlap", "communication overlap", {"totals"})
+@detector("low_overlap", "communication overlap", {"totals", "communication"})
 def detect(runs, th) -> list[Finding]:
     """Median steady-state communication overlap below overlap.min (see the module docstring)."""
     findings = []

@@ -30,6 +30,7 @@ CAPABILITIES: dict[str, str] = {
     "timeline": "a real timeline (calls with their own start times)",
     "aggregates": "per-call totals per rank only",
     "totals": "time per category per rank",
+    "communication": "communication between ranks (two or more ranks, or communication time on a rank)",
     "messages": "point-to-point calls with their partner ranks, on two or more ranks",
     "collectives": "collective calls on two or more ranks",
     "mpi_calls": "MPI point-to-point or collective calls on two or more ranks",

@@ -78,6 +78,8 @@ class RunAnalysis:
             have = have | {"staleness_log"}
         if len(self.nvml):
             have = have | {"nvml"}
+        if self.store.world_size >= 2 or (self.table("all")["comm"] > 0).any():
+            have = have | {"communication"}  # (one rank's waits alone are on its own devices, not on other ranks)
         return have | self.gpu.capabilities(), holding
 
     @cached_property

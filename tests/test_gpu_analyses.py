@@ -260,6 +260,28 @@ def test_mxnet_gpu_lanes_are_device_lanes_without_stream_ids(tmp_path):
     assert "gpu_temporal" not in skipped
 
 
+@needs[MXNET]
+def test_one_gpu_processs_waits_are_not_exposed_communication(tmp_path):
+    """The MXNet profile is one process on one GPU: its host's waits (WaitForVar: the engine waiting for the
+    device) are not communication with other ranks, so Rudra's communication overlap is not made there and says
+    why (it was a 'low communication overlap' warning of 54 ms with advice about sending gradients)."""
+    from ddltrace.analyses.findings import detect
+    from ddltrace.analyses.thresholds import Thresholds
+
+    out = tmp_path / "mx"
+    assert main(["import", str(MXNET), "--out", str(out), "--progress", "never"]) == 0
+    doc = json.loads(MXNET.read_text())
+    names = {e["name"] for e in doc["traceEvents"] if e.get("ph") in ("B", "X")}
+    assert not [n for n in names if any(word in n for word in ("KVStore", "Push", "Pull", "nccl", "NCCL"))]
+    run = analyze_store(out)
+    table = run.table("all")
+    assert run.store.world_size == 1 and table.loc[0, "comm"] == 0 and table.loc[0, "wait"] > 50e6
+    findings, skipped = detect([run], Thresholds())
+    assert "low_overlap" not in {f.id for f in findings}
+    (said,) = [s for s in skipped if s.analysis == "low_overlap"]
+    assert said.needs == "communication between ranks (two or more ranks, or communication time on a rank)"
+
+
 @needs[CPU_ONLY]
 def test_cpu_only_trace_lists_the_gpu_analyses_as_one_line(tmp_path):
     out = tmp_path / "cpu"
