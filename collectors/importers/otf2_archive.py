@@ -16,6 +16,7 @@ import contextlib
 import ctypes
 import io
 import re
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -87,66 +88,136 @@ def _piece(rows: list, lane: int, frame: list, end_ns: int, *, child_enters: boo
     frame[5] = frame[5] or child_enters
 
 
-def read(path: Path, ctx: ImportContext):
+class _Fold:
+    """Enter/Leave and message events folded, per rank and location, into exclusive-time rows."""
+
+    def __init__(self, resolution: float, offset: int):
+        self.resolution, self.offset = resolution, offset
+        self.per_rank: dict[int, dict] = {}
+        self.skipped: Counter = Counter()
+        self.events = 0
+        self.rank_events: Counter = Counter()
+
+    def add(self, location, event) -> None:
+        self.events += 1
+        rank = _rank_of(location)
+        self.rank_events[rank] += 1
+        state = self.per_rank.setdefault(rank, {"stacks": {}, "rows": [], "host": "", "lanes": {}})
+        group = location.group
+        if not state["host"] and group.system_tree_parent is not None:
+            state["host"] = group.system_tree_parent.name
+        lane = state["lanes"].setdefault(location.name or f"location {location._ref}", len(state["lanes"]))
+        stack = state["stacks"].setdefault(lane, [])
+        kind = type(event).__name__
+        t_ns = int(round((event.time - self.offset) * 1e9 / self.resolution))
+        if kind == "Enter":
+            if stack:  # the enclosing region's piece up to here is its own time
+                _piece(state["rows"], lane, stack[-1], t_ns, child_enters=True)
+            stack.append([event.region.name, t_ns, None, None, None, False])
+        elif kind == "Leave":
+            if not stack:
+                self.skipped["Leave without an Enter"] += 1
+                return
+            _piece(state["rows"], lane, stack.pop(), t_ns, child_enters=False)
+            if stack:  # the enclosing region's own time resumes
+                stack[-1][1] = t_ns
+        elif kind in ("MpiSend", "MpiIsend", "MpiRecv", "MpiIrecv"):
+            if stack:
+                top = stack[-1]
+                top[2] = int(event.msg_length)
+                top[3] = int(event.receiver if kind in ("MpiSend", "MpiIsend") else event.sender)
+                top[4] = int(event.msg_tag)
+        else:
+            self.skipped[f"OTF2 {kind} records (not intervals)"] += 1
+
+
+def _rank_of(location) -> int:
+    """The rank of a location: the number ending its group's name ("MPI Rank 3"), else the group's id."""
+    m = _RANK.search(location.group.name or "")
+    return int(m.group(1)) if m else int(location.group._ref)
+
+
+def _read(path: Path, location_ref: int | None = None) -> tuple[_Fold, str | None, list]:
+    """The archive's events (of one location where ``location_ref`` is given) folded; the reason the event data
+    stopped early (damaged, or a location file missing), or None; and (ref, rank, name) of every location."""
     otf2, damaged = _load()
-    per_rank: dict[int, dict] = {}
     said: list[str] = []
     with contextlib.ExitStack() as opened:
         try:
             with _library_quiet(said):
                 reader = opened.enter_context(otf2.reader.open(str(path)))
                 clock = reader.definitions.clock_properties
-                resolution = float(clock.timer_resolution)
-                offset = int(clock.global_offset)
-                stream = iter(reader.events)
+                fold = _Fold(float(clock.timer_resolution), int(clock.global_offset))
+                locations = list(reader.definitions.locations)
+                events = reader.events if location_ref is None else \
+                    reader.events([loc for loc in locations if loc._ref == location_ref])
+                stream = iter(events)
         except Exception as exc:  # the C library reports any damage as a generic error
             raise DdltraceError(f"{path}: not a readable OTF2 archive ({_reason(exc, said)})") from exc
+        where = [(loc._ref, _rank_of(loc), loc.name or f"location {loc._ref}") for loc in locations]
+        declared = sum(int(loc.number_of_events or 0) for loc in locations
+                       if location_ref is None or loc._ref == location_ref)
         opened.enter_context(_library_quiet(said))
-        events = 0
         while True:
             try:
                 location, event = next(stream)
             except StopIteration:
-                break
-            except damaged as exc:  # damaged event data: keep what came before it
-                if not events:
-                    raise DdltraceError(f"{path}: not a readable OTF2 archive ({_reason(exc, said)})") from exc
-                if ctx.report is not None:
-                    ctx.report.problems.append(f"{path}: OTF2 events unreadable after event {events} "
-                                               f"({_reason(exc, said)}); the events before it are kept")
-                    ctx.report.skipped["OTF2 events after damaged data"] += 1
-                break
-            events += 1
-            group = location.group
-            m = _RANK.search(group.name or "")
-            rank = int(m.group(1)) if m else int(group._ref)
-            state = per_rank.setdefault(rank, {"stacks": {}, "rows": [], "host": "", "lanes": {}})
-            if not state["host"] and group.system_tree_parent is not None:
-                state["host"] = group.system_tree_parent.name
-            lane = state["lanes"].setdefault(location.name or f"location {location._ref}", len(state["lanes"]))
-            stack = state["stacks"].setdefault(lane, [])
-            kind = type(event).__name__
-            t_ns = int(round((event.time - offset) * 1e9 / resolution))
-            if kind == "Enter":
-                if stack:  # the enclosing region's piece up to here is its own time
-                    _piece(state["rows"], lane, stack[-1], t_ns, child_enters=True)
-                stack.append([event.region.name, t_ns, None, None, None, False])
-            elif kind == "Leave":
-                if not stack:
-                    if ctx.report is not None:
-                        ctx.report.skipped["Leave without an Enter"] += 1
-                    continue
-                _piece(state["rows"], lane, stack.pop(), t_ns, child_enters=False)
-                if stack:  # the enclosing region's own time resumes
-                    stack[-1][1] = t_ns
-            elif kind in ("MpiSend", "MpiIsend", "MpiRecv", "MpiIrecv"):
-                if stack:
-                    top = stack[-1]
-                    top[2] = int(event.msg_length)
-                    top[3] = int(event.receiver if kind in ("MpiSend", "MpiIsend") else event.sender)
-                    top[4] = int(event.msg_tag)
-            elif ctx.report is not None:
-                ctx.report.skipped[f"OTF2 {kind} records (not intervals)"] += 1
+                return fold, None, where
+            except damaged as exc:  # damaged event data: what came before it is kept
+                return fold, _reason(exc, said), where
+            if declared and fold.events > _RUNAWAY * declared + 10_000:  # the library looping on damaged data:
+                return (_Fold(fold.resolution, fold.offset),  # which of its events are real is not known
+                        f"the library read more than {_RUNAWAY} times the {declared} events the definitions "
+                        "declare: it loops on the damaged data", where)
+            fold.add(location, event)
+
+
+#: Events read beyond this many times those the definitions declare: the C library is looping on damaged data.
+_RUNAWAY = 10
+
+
+def _read_each_location(path: Path, where: list, whole: _Fold, problems: list[str]) -> _Fold:
+    """Every location read on its own into ``whole`` (an empty fold; the global reader stops every location at
+    the first damage in any): a damaged location keeps the events before its damage and is named in
+    ``problems``."""
+    for ref, rank, name in where:
+        try:
+            fold, why, _ = _read(path, ref)
+        except DdltraceError as exc:
+            fold, why = _Fold(whole.resolution, whole.offset), str(exc)
+        if why is not None:
+            problems.append(f"{path}: rank {rank} ({name}): OTF2 events unreadable after its event {fold.events} "
+                            f"({why}); " + ("the events before it are kept" if fold.events else "none kept"))
+            fold.skipped["OTF2 locations with damaged event data"] += 1
+        whole.rank_events.update(fold.rank_events)
+        whole.skipped.update(fold.skipped)
+        for r, state in fold.per_rank.items():
+            mine = whole.per_rank.setdefault(r, {"stacks": {}, "rows": [], "host": state["host"], "lanes": {}})
+            codes = [mine["lanes"].setdefault(lane, len(mine["lanes"])) for lane in state["lanes"]]
+            mine["rows"] += [(codes[row[0]], *row[1:]) for row in state["rows"]]
+            mine["stacks"].update({codes[lane]: stack for lane, stack in state["stacks"].items()})
+    return whole
+
+
+def read(path: Path, ctx: ImportContext):
+    fold, why, where = _read(path)
+    if why is not None:  # each location on its own; a rank keeps what the global reader got where that is more
+        problems: list[str] = []
+        each = _read_each_location(path, where, _Fold(fold.resolution, fold.offset), problems)
+        for rank, count in fold.rank_events.items():
+            if count > each.rank_events[rank]:
+                each.per_rank[rank], each.rank_events[rank] = fold.per_rank[rank], count
+                problems.append(f"{path}: rank {rank}: the {count} events read together with the other ranks "
+                                "before the damage are kept (more than its locations gave on their own)")
+        each.events = sum(each.rank_events.values())
+        fold = each
+        if not fold.events:
+            raise DdltraceError(f"{path}: not a readable OTF2 archive ({why})")
+        if ctx.report is not None:
+            ctx.report.problems.extend(problems)
+    per_rank, events = fold.per_rank, fold.events
+    if ctx.report is not None:
+        ctx.report.skipped.update(fold.skipped)
     if ctx.report is not None:
         ctx.report.events += events
     for rank in sorted(per_rank):
