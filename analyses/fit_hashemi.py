@@ -503,12 +503,54 @@ def constants_from_model(model: Mapping[str, Any], source: str = "model") -> tup
         raise DdltraceError(f"{source}: not a fitted ASGD model (expected \"model\": \"hashemi-asgd\"; "
                             "make one with 'ddltrace model fit')")
     try:
-        values = {name: float(entry["value"]) for name, entry in model["constants"].items()
-                  if name in hashemi.NAMES}
+        entries = dict(model["constants"])
         workload = dict(model["workload"])
     except (KeyError, TypeError, ValueError) as exc:
         raise DdltraceError(f"{source}: malformed model file ({exc})") from None
+    missing = [name for name in ("c_p", "c_b", "c_u") if name not in entries]
+    if missing:
+        raise DdltraceError(f"{source}: malformed model file (no constant {', '.join(missing)})")
+    values = {}
+    for name, entry in entries.items():
+        if name not in hashemi.NAMES:
+            continue
+        if not isinstance(entry, Mapping):
+            raise DdltraceError(f"{source}: constant {name} must be an object with a value")
+        values[name] = _model_number(entry.get("value"), f"{source}: constant {name}")
+        for key in ("stderr", "upper_bound", "fitted_value"):
+            if entry.get(key) is not None:
+                _model_number(entry[key], f"{source}: constant {name}'s {key}")
+    for key in ("d", "n_f", "n_w", "s", "epochs"):
+        if workload.get(key) is not None:
+            _model_number(workload[key], f"{source}: workload {key}")
+    for key, value in (model.get("work_per_sample") or {}).items():
+        if key != "dnn":
+            _model_number(value, f"{source}: work_per_sample {key}")
+    confidence = model.get("confidence")
+    if confidence is not None and not (isinstance(confidence, int | float) and 0 < confidence < 1):
+        raise DdltraceError(f"{source}: confidence = {confidence!r}: must be a number between 0 and 1")
+    runs = model.get("measurements") or []
+    if not isinstance(runs, list) or not all(isinstance(run, Mapping) for run in runs):
+        raise DdltraceError(f"{source}: 'measurements' must be a list of objects")
+    for i, run in enumerate(runs):
+        for key, value in run.items():
+            if key not in ("label", "job", "phases_by") and value is not None:
+                _model_number(value, f"{source}: measurements[{i}].{key}", finite=False)
+    if model.get("profile") is not None:
+        from ddltrace.models import transfer
+
+        transfer.check_record(model["profile"], f"{source}: profile")
     return Constants(**values), workload
+
+
+def _model_number(raw: Any, where: str, finite: bool = True) -> float:
+    """A number of a model file: a real number (not a bool), >= 0 and finite where ``finite`` (a NaN stands for
+    'not measured' in a run's record)."""
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        raise DdltraceError(f"{where} must be a number, got {raw!r}")
+    if finite and not (math.isfinite(raw) and raw >= 0):
+        raise DdltraceError(f"{where} = {raw!r}: must be a finite number >= 0")
+    return float(raw)
 
 
 # -- measurements from trace stores ------------------------------------------------------------------------

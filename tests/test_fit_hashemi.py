@@ -3,6 +3,8 @@ and reads runs from real trace stores."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -186,7 +188,6 @@ def test_a_worker_whose_timeline_is_lost_still_counts(tmp_path):
     the server (no roles, no star left) the store is refused unless --servers says which ranks serve."""
     import shutil
     import warnings
-    from pathlib import Path
 
     from ddltrace.analyses.fit_hashemi import measurements_from_store
 
@@ -204,3 +205,39 @@ def test_a_worker_whose_timeline_is_lost_still_counts(tmp_path):
             measurements_from_store(tmp_path / "lost0")
         served = measurements_from_store(tmp_path / "lost0", servers=1)
     assert (served["w"], served["workers_read"], served["phase_s"]) == (2.0, 2.0, whole["phase_s"])
+
+
+QUOTA = Path(__file__).resolve().parent.parent / "sample_traces" / "ps-sgd-quota"
+
+
+@pytest.mark.parametrize("damage, named", [
+    (lambda m: m["constants"]["c_u"].update(value=float("nan")), "constant c_u = nan"),
+    (lambda m: m["constants"]["c_p"].update(value=-1e-4), "constant c_p = -0.0001"),
+    (lambda m: m["constants"].pop("c_p"), "no constant c_p"),
+    (lambda m: m["constants"]["c_p"].update(stderr=-1e-6), "c_p's stderr = -1e-06"),
+    (lambda m: m.update(confidence=2), "confidence = 2"),
+    (lambda m: m["measurements"][0].update(w="two"), "measurements[0].w must be a number"),
+    (lambda m: m["profile"]["constants"]["C_muladd"].update(value=-1.0), "profile: constant C_muladd = -1.0"),
+    (lambda m: m["profile"]["allowance"].update(cores=-2), "profile: allowance cores = -2"),
+])
+def test_a_damaged_model_file_is_named_not_predicted(tmp_path, capsys, damage, named):
+    """A model fitted to the committed A runs, then one number of it damaged: `model predict --profile B.json`
+    refuses it in one line naming the file and the number (it printed NaN phases, intervals up to 21 h from a
+    negative stderr, predicted with a missing c_p as 0, or raised a traceback)."""
+    import json
+
+    from ddltrace.cli import main
+
+    model = tmp_path / "model.json"
+    stores = [str(QUOTA / f"A-compute-w{w}" / "store") for w in (1, 2, 4)]
+    assert main(["model", "fit", *stores, "--dnn", "mlp-2-10k-2", "--profile", str(QUOTA / "A.json"),
+                 "--servers", "1", "--out", str(model)]) == 0
+    predict = ["model", "predict", str(model), "--workers", "1,2,4", "--profile", str(QUOTA / "B.json")]
+    assert main(predict) == 0
+    capsys.readouterr()
+    data = json.loads(model.read_text())
+    damage(data)
+    model.write_text(json.dumps(data))
+    assert main(predict) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "model.json" in err and named in err

@@ -77,6 +77,29 @@ def _points(raw: Any, where: str, cpu: bool = False) -> list[list[float]]:
     return sorted(out)
 
 
+def check_record(record: Any, where: str) -> None:
+    """Check a profile's record as a model file keeps it (:func:`profile_record`'s output, read back): every
+    constant a finite value > 0 with an uncertainty >= 0, every curve's points, the CPU allowance's numbers."""
+    if not isinstance(record, Mapping):
+        raise DdltraceError(f"{where} must be an object")
+    constants, curves = record.get("constants", {}), record.get("curves", {})
+    if not isinstance(constants, Mapping) or not isinstance(curves, Mapping):
+        raise DdltraceError(f"{where}: 'constants' and 'curves' must be objects")
+    for name, entry in constants.items():
+        if not isinstance(entry, Mapping):
+            raise DdltraceError(f"{where}: constant {name} must be an object with a value")
+        _number(entry.get("value"), f"{where}: constant {name}")
+        _number(entry.get("uncertainty", 0.0), f"{where}: {name}'s uncertainty", zero=True)
+    for name, curve in curves.items():
+        _points(curve.get("points") if isinstance(curve, Mapping) else curve, f"{where}: curve {name}")
+    allowance = record.get("allowance") or {}
+    if not isinstance(allowance, Mapping):
+        raise DdltraceError(f"{where}: 'allowance' must be an object")
+    for key, value in allowance.items():
+        if value is not None:
+            _number(value, f"{where}: allowance {key}")
+
+
 def _cpu_timed(raw: Any) -> bool:
     """Whether every point of a calibrate curve carries the CPU share its runs had (``cpu_share``)."""
     items = raw.get("points") if isinstance(raw, Mapping) else None
