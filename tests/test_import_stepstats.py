@@ -112,12 +112,39 @@ def test_binary_run_metadata_reads_as_its_own_text(worker):
     assert binary_report.events == text_report.events and not binary_report.problems
 
 
+def _rows(path) -> tuple[dict, FileReport]:
+    ctx = ImportContext(Categorizer(), report=FileReport(str(path)))
+    parts = {p.rank: p.timeline for p in detect(path).read(path, ctx)}
+    return {rank: list(tl[["name", "start_ns", "dur_ns"]].itertuples(index=False)) for rank, tl in parts.items()}, \
+        ctx.report
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.99])
+def test_binary_run_metadata_cut_short_keeps_its_complete_nodes(tmp_path, keep):
+    """The real RunMetadata cut short (as its text form is: 'complete nodes kept'): the nodes before the cut are
+    read, exactly as in the whole file, the cut node is counted and the cut named (it was refused whole)."""
+    real = gzip.decompress((PB / "run_metadata_worker0.pb.gz").read_bytes())
+    whole = tmp_path / "whole" / "run_metadata_worker0.pb"
+    whole.parent.mkdir()
+    whole.write_bytes(real)
+    cut = tmp_path / "run_metadata_worker0.pb"
+    cut.write_bytes(real[:int(len(real) * keep)])
+    clean, _ = _rows(whole)
+    kept, report = _rows(cut)
+    assert report.problems == [f"{cut}: the protobuf ends inside a message (truncated); complete nodes kept"]
+    assert report.skipped["NodeExecStats cut short by the end of the file"] == 1
+    assert 0 < sum(map(len, kept.values())) < sum(map(len, clean.values()))
+    for rank, rows in kept.items():
+        assert set(rows) <= set(clean[rank]), rank
+
+
 def test_binary_run_metadata_damage(tmp_path):
-    """Cut short or not protobuf: one line naming the file, or the nodes that decode."""
+    """Cut short before any node, or not protobuf: one line naming the file."""
     real = gzip.decompress((PB / "run_metadata_worker0.pb.gz").read_bytes())
     cut = tmp_path / "run_metadata_worker0.pb"
-    cut.write_bytes(real[:len(real) // 2])
-    with pytest.raises(DdltraceError, match="run_metadata_worker0.pb: not a readable RunMetadata"):
+    cut.write_bytes(real[:len(real) // 100])
+    with pytest.raises(DdltraceError, match="run_metadata_worker0.pb: not a readable RunMetadata / StepStats "
+                                            r"protobuf \(cut short before its first complete node\)"):
         list(detect(cut).read(cut, ImportContext(Categorizer())))
     junk = tmp_path / "junk.pb"
     junk.write_bytes(b"\x0a\x05/job:" + b"\xff" * 20)

@@ -44,6 +44,37 @@ def fields(data: bytes) -> Iterator[tuple[int, int, int | bytes]]:
         yield number, kind, value
 
 
+def fields_to_cut(data: bytes) -> Iterator[tuple[int, int, int | bytes, bool]]:
+    """As :func:`fields`, with a flag, for a message cut short by the end of the data: a length-delimited field
+    that runs past the end is yielded with the bytes there are and True (it is the last); a number or a key cut
+    short ends the fields."""
+    pos, end = 0, len(data)
+    while pos < end:
+        try:
+            key, pos = varint(data, pos)
+            kind = key & 7
+            if kind == 0:
+                value, pos = varint(data, pos)
+            elif kind == 2:
+                size, pos = varint(data, pos)
+                if pos + size > end:
+                    yield key >> 3, kind, data[pos:], True
+                    return
+                value, pos = data[pos:pos + size], pos + size
+            elif kind in (1, 5):
+                size = 8 if kind == 1 else 4
+                if pos + size > end:
+                    return
+                value, pos = data[pos:pos + size], pos + size
+            else:
+                raise ValueError(f"unsupported wire type {kind}")
+        except ValueError as exc:
+            if "runs past the end" in str(exc):
+                return
+            raise
+        yield key >> 3, kind, value, False
+
+
 def number(v) -> int:
     """A varint field's value (ValueError when the field holds bytes: not this schema)."""
     if not isinstance(v, int):

@@ -195,16 +195,27 @@ _SCHEMA = {
 }
 
 
-def decode_binary(data: bytes, kind: str, skipped: Counter) -> dict:
+#: The messages that hold others: one cut short by the end of the file keeps what it holds before the cut.
+_CONTAINERS = {"RunMetadata", "StepStats", "DeviceStepStats"}
+
+
+def decode_binary(data: bytes, kind: str, skipped: Counter, cut: bool = False) -> dict:
     """A binary message as the text parser's tree (field name -> list of values), only the fields in
-    :data:`_SCHEMA`; a sub-message that does not decode is left out and counted in ``skipped``."""
+    :data:`_SCHEMA`; a sub-message that does not decode is left out and counted in ``skipped``. ``cut``: the
+    message is cut short by the end of the file (its last field runs past it): a container's last message is
+    read the same way, a node or value cut short is left out and counted."""
     tree: dict = {}
     schema = _SCHEMA[kind]
-    for number, _wire, value in pw.fields(data):
+    found = pw.fields_to_cut(data) if cut else ((n, w, v, False) for n, w, v in pw.fields(data))
+    for number, _wire, value, short in found:
         if number not in schema:
             continue
         name, field_kind = schema[number]
-        if field_kind == "int":
+        if short and field_kind not in _CONTAINERS:
+            skipped[f"{field_kind if field_kind in _SCHEMA else name} cut short by the end of the file"] += 1
+        elif short:
+            tree.setdefault(name, []).append(decode_binary(value, field_kind, skipped, cut=True))
+        elif field_kind == "int":
             tree.setdefault(name, []).append(pw.signed(value))
         elif field_kind == "str":
             tree.setdefault(name, []).append(pw.text(value))
@@ -239,15 +250,28 @@ def read_binary(path: Path, ctx: ImportContext):
     source = ByteSource(path)
     data = source.read_all()
     skipped: Counter = Counter()
-    try:
-        tree = decode_binary(data, "RunMetadata", skipped)
-        if not _dev_stats(tree):  # a bare StepStats
+    tree, truncated = {}, False
+    for cut in (False, True):  # whole, else cut short by the end of the file (its complete nodes kept)
+        try:
             skipped.clear()
-            tree = decode_binary(data, "StepStats", skipped)
-    except ValueError as exc:
-        raise DdltraceError(f"{path}: not a readable RunMetadata / StepStats protobuf ({exc})") from exc
+            tree = decode_binary(data, "RunMetadata", skipped, cut)
+            if not _dev_stats(tree):  # a bare StepStats
+                skipped.clear()
+                tree = decode_binary(data, "StepStats", skipped, cut)
+        except ValueError as exc:
+            if cut:
+                raise DdltraceError(f"{path}: not a readable RunMetadata / StepStats protobuf ({exc})") from exc
+            continue
+        truncated = cut
+        break
+    if truncated and not any(dev.get("node_stats") for dev in _dev_stats(tree)):
+        raise DdltraceError(f"{path}: not a readable RunMetadata / StepStats protobuf (cut short before its "
+                            "first complete node)")
     if ctx.report is not None:
         ctx.report.problems.extend(source.problems)
+        if truncated:
+            ctx.report.problems.append(f"{path}: the protobuf ends inside a message (truncated); complete nodes "
+                                       "kept")
         ctx.report.skipped.update(skipped)
     yield from _read_tree(tree, path, ctx, "binary protobuf")
 
