@@ -103,6 +103,19 @@ def test_a_damaged_export_is_one_line(tmp_path, capsys):
     assert rc == 2 and str(cut) in err and "Traceback" not in err
 
 
+@needs(SAXPY)
+def test_a_cut_gzip_export_is_one_line_that_keeps_nothing(tmp_path, capsys):
+    """The gzip of an export cut short: one line naming the file once, saying nothing was kept (it said the
+    path twice and '(kept what was decoded)' while it imported nothing)."""
+    cut = tmp_path / "cut.sqlite.gz"
+    cut.write_bytes(SAXPY.read_bytes()[:100_000])
+    rc = main(["import", str(cut), "--out", str(tmp_path / "store"), "--progress", "never"])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and err.count(str(cut)) == 1, err
+    assert (f"{cut}: not a readable Nsight Systems SQLite export (gzip stream truncated at compressed byte 100000; "
+            "a database cannot be read in part)") in err and "kept" not in err
+
+
 @needs(NBODY)
 def test_nvtx_csv_report_ranges_per_name(tmp_path, capsys):
     """The CSV report's rows: each an interval on its thread's lane, per name the count and summed ns of the

@@ -75,8 +75,10 @@ def _database(path: Path):
             with target.open("wb") as out:
                 for chunk in source.chunks():
                     out.write(chunk)
-            if source.problems:
-                raise DdltraceError(f"{path}: {source.problems[0]}")
+            if source.problems:  # what was decoded is no database: say what is wrong, not "kept"
+                why = source.problems[0].removeprefix(f"{path}: ").split(" (kept")[0].split("; kept")[0]
+                raise DdltraceError(f"{path}: not a readable Nsight Systems SQLite export ({why}; a database "
+                                    "cannot be read in part)")
         import sqlite3  # here, not at the top: every import run loads the importers' modules
 
         db = sqlite3.connect(f"{target.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
