@@ -262,3 +262,28 @@ def test_hardware_profile_from_calibrate():
     assert hw.cores == 8 and hw.interf(2) == pytest.approx(1.2) and hw.muladd(1e9) == pytest.approx(9e-10)
     with pytest.raises(DdltraceError, match="hw.json: constant r_net"):
         profile_constants({"constants": {"r_net": {"value": -1.0}}}, "hw.json")
+
+
+@pytest.mark.parametrize("damage, named", [
+    (lambda p: p["constants"]["C_nbw"].update(uncertainty=float("nan")), "C_nbw's uncertainty = nan"),
+    (lambda p: p["constants"]["C_muladd"].update(uncertainty=-1e-12), "C_muladd's uncertainty = -1e-12"),
+    (lambda p: p["constants"]["C_muladd"].update(uncertainty="big"), "C_muladd's uncertainty = 'big'"),
+    (lambda p: p["curves"]["C_interf_cache"]["points"][1].update(y=float("nan")), "curve C_interf_cache point 1"),
+])
+def test_optimize_names_a_damaged_uncertainty_or_curve_of_a_real_profile(tmp_path, capsys, damage, named):
+    """The committed quota B profile with one uncertainty or C_interf point damaged: `optimize` refuses it in one
+    line naming the profile and the constant (a NaN uncertainty printed every interval as [n/a, n/a], a negative
+    one was taken as positive, a string raised a traceback, a NaN C_interf point silently read C_interf(2) = 1)."""
+    import json
+    from pathlib import Path
+
+    from ddltrace.cli import main
+
+    quota = Path(__file__).resolve().parent.parent / "sample_traces" / "ps-sgd-quota"
+    real = json.loads((quota / "B.json").read_text())
+    command = ["optimize", "--dnn", "mnist-adam", "--machines", "4", "--samples", "6e4", "--profile"]
+    damage(real)
+    (tmp_path / "B.json").write_text(json.dumps(real))
+    assert main([*command, str(tmp_path / "B.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "B.json" in err and named in err

@@ -142,6 +142,11 @@ def profile_constants(profile: Mapping[str, Any], source: str = "profile") -> di
         value, unit = raw, ""
         if isinstance(raw, Mapping):
             value, unit = raw.get("value", raw.get("curve")), str(raw.get("unit", ""))
+            spread = raw.get("uncertainty")
+            if spread is not None and (isinstance(spread, bool) or not isinstance(spread, int | float)
+                                       or not math.isfinite(spread) or spread < 0):
+                raise DdltraceError(f"{source}: constant {name}'s uncertainty = {spread!r} must be a finite number "
+                                    ">= 0")
         if isinstance(value, bool):
             continue
         if isinstance(value, int | float):
@@ -159,6 +164,10 @@ def profile_constants(profile: Mapping[str, Any], source: str = "profile") -> di
             points = [[float(pt["x"]), float(pt["y"])] for pt in curve["points"]]
         except (KeyError, TypeError, ValueError):
             raise DdltraceError(f"{source}: curve {curve_name} has malformed points") from None
+        bad = [i for i, (x, y) in enumerate(points) if not (math.isfinite(x) and x >= 0 and math.isfinite(y) and y > 0)]
+        if bad:
+            raise DdltraceError(f"{source}: curve {curve_name} point {bad[0]} = {points[bad[0]]}: x must be a finite "
+                                "number >= 0 and y a finite number > 0")
         if key == "C_interf" and points and points[0][0] > 1:
             points.insert(0, [1.0, 1.0])
         if points:
