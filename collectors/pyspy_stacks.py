@@ -6,7 +6,9 @@ CAP_SYS_PTRACE, ``kernel.yama.ptrace_scope`` = 3) it fails at once: :class:`PySp
 
 Samples become timeline rows on lane ``python`` (source ``py-spy``, category ``other``): one row per
 interval during which the sampled stack stayed the same, named by the collapsed stack, outermost frame
-first: ``"<module> (train.py:40);load_batch (data.py:12)"``. So time per data-loading function is a
+first: ``"<module> (train.py:40);load_batch (data.py:12)"``. Idle samples (a thread asleep or blocked) are
+kept (``--idle``): py-spy's chrometrace without them keeps the last busy stack open across the idle time,
+so a sleep or a blocking read was counted to the function that ran before it. So time per data-loading function is a
 group-by on ``name``. These rows overlap the rank's MPI rows (lane ``main``): sum categories per lane.
 py-spy's times are relative to its start; the start is taken from this clock when py-spy is started
 (error: py-spy's start-up, a few ms).
@@ -50,7 +52,7 @@ class PySpyRecorder:
         out = self.out_dir / f"pyspy-{pid}.json"
         err = open(self.out_dir / f"pyspy-{pid}.stderr", "w")  # noqa: SIM115 - kept open by the child
         cmd = [self.pyspy, "record", "--pid", str(pid), "--format", "chrometrace", "--rate", str(self.rate_hz),
-               "--output", str(out), "--nonblocking"]
+               "--output", str(out), "--nonblocking", "--idle"]
         start_ns = time.time_ns()
         try:
             proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)

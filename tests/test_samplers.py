@@ -16,6 +16,7 @@ from nvml_standin import OneGpuNvml
 
 from ddltrace.collectors.gpu_sampler import GpuSampler
 from ddltrace.collectors.launcher import RunConfig, run_job
+from ddltrace.collectors.mpi_env import find_tool
 from ddltrace.collectors.pyspy_stacks import PySpyRecorder, stacks_to_rows
 from ddltrace.collectors.system_sampler import MACHINE, SystemSampler
 from ddltrace.store import TraceStore
@@ -88,6 +89,55 @@ def test_pyspy_samples_a_python_job(tmp_path):
     stacks = tl[tl["lane"] == "python"]
     assert len(stacks) and set(stacks["source"]) == {"py-spy"}
     assert stacks["name"].str.contains("load_batch (job.py:4)", regex=False).any()
+
+
+# Each rank alternates a busy function and a sleeping one and logs when each ran (time.time_ns, the clock the
+# store's rows are on). py-spy leaves idle samples out unless told --idle, and its chrometrace then keeps the
+# last busy stack open across the sleep: every sleep was attributed to the busy function, and the sleeping one
+# never appeared (hot_loop 1.51 s where the job measured 1.20 s busy and 0.80 s asleep).
+HOT_AND_IDLE_JOB = """
+import json, sys, time
+from mpi4py import MPI
+def hot_loop(sec):
+    end = time.perf_counter() + sec
+    while time.perf_counter() < end:
+        pass
+def idle_wait(sec):
+    time.sleep(sec)
+comm = MPI.COMM_WORLD
+time.sleep(1.0)  # py-spy attaches to the ranks within about 0.5 s of their start
+sleeps = []
+for _ in range(3):
+    hot_loop(0.2)
+    t = time.time_ns()
+    idle_wait(0.2)
+    sleeps.append((t, time.time_ns()))
+json.dump(sleeps, open(sys.argv[1] + f"/rank{comm.Get_rank()}.json", "w"))
+comm.Barrier()
+"""
+
+
+@pytest.mark.skipif(find_tool("mpiexec") is None, reason="no mpiexec beside this Python")
+def test_pyspy_attributes_a_sleep_to_the_sleeping_function_not_the_last_busy_one(tmp_path):
+    (tmp_path / "job.py").write_text(HOT_AND_IDLE_JOB)
+    result = run_job(RunConfig(argv=[sys.executable, str(tmp_path / "job.py"), str(tmp_path)], np=2,
+                               out=tmp_path / "store", pyspy=True, pyspy_rate_hz=100, stream=io.StringIO()))
+    if any("ptrace not permitted" in n for n in result.notes):
+        pytest.skip("ptrace is not permitted on this machine")
+    assert result.exit_code == 0
+    store = TraceStore.open(tmp_path / "store")
+    for rank, tl in store.iter_timeline():
+        stacks = tl[tl["source"] == "py-spy"]
+        sleeps = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        asleep = sum(b - a for a, b in sleeps)
+        idle = stacks[stacks["name"].str.contains("idle_wait (", regex=False)]
+        assert idle["dur_ns"].sum() > asleep / 2, (rank, stacks.groupby("name")["dur_ns"].sum())
+        # the busy function's rows inside the job's sleeps, less a margin of two 10 ms samples at each edge
+        hot = stacks[stacks["name"].str.contains("hot_loop (", regex=False)]
+        start, end = hot["start_ns"].to_numpy(), (hot["start_ns"] + hot["dur_ns"]).to_numpy()
+        inside = sum(max(0, min(e, b - 20_000_000) - max(s, a + 20_000_000))
+                     for a, b in sleeps for s, e in zip(start, end, strict=True))
+        assert inside < asleep / 4, (rank, inside, asleep)
 
 
 def test_pyspy_refused_is_said_and_the_run_goes_on(tmp_path, monkeypatch):
