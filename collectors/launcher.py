@@ -42,6 +42,7 @@ from ddltrace.collectors.gpu_sampler import GpuSampler
 from ddltrace.collectors.mpi_env import find_tool, local_env, mpi_flavour, mpiexec_command
 from ddltrace.collectors.pmpi.build import build_wrapper
 from ddltrace.collectors.pmpi.records import OUTSIDE_MPI, RankRecords, read_records, to_timeline
+from ddltrace.collectors.pmpi.table import PSEUDO
 from ddltrace.collectors.pyspy_stacks import PySpyRecorder
 from ddltrace.collectors.system_sampler import MACHINE, SystemSampler
 from ddltrace.errors import DdltraceError
@@ -54,6 +55,9 @@ from ddltrace.units import format_ns
 _GRACE_S = (5.0, 10.0)  # SIGTERM, then SIGKILL, this long after the first interrupt
 NODES = "nodes"  # the node agents' folder in the record folder: one folder per host
 GATHER_WAIT_S = 15.0  # after the job, how long the nodes' links may stay silent before a node is given up
+
+# timeline rows of the wrapper that are not MPI calls of the job: the gaps between calls, its own clock syncs
+NOT_CALLS = (OUTSIDE_MPI, *(name for name, _ in PSEUDO))
 
 
 @dataclass
@@ -521,7 +525,7 @@ def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_co
         progress.phase = f"rank {rr.rank} ({i + 1} of {len(rank_records)} ranks)"
         # a call open at death lasts at most until the job ended (on the rank's own clock)
         timeline = to_timeline(rr, end_ns=end_ns + rr.test_offset_ns if rr.ended != "normal" else None)
-        calls += int((timeline["source"] == "pmpi").sum() - (timeline["name"] == OUTSIDE_MPI).sum())
+        calls += int(((timeline["source"] == "pmpi") & ~timeline["name"].isin(NOT_CALLS)).sum())
         info = {}
         if rr.rank in framework_of:  # the same process's framework events, beside its MPI calls
             part = framework_of.pop(rr.rank)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ddltrace.cli import main
-from ddltrace.collectors.launcher import RunConfig, run_job
+from ddltrace.collectors.launcher import RunConfig, run_job, summary_line
 from ddltrace.collectors.mpi_env import find_tool
 from ddltrace.store import TraceStore
 
@@ -136,6 +136,19 @@ def test_injected_clock_offset_is_measured_and_corrected(tmp_path, monkeypatch):
         ends.append((b["start_ns"] + b["dur_ns"]).to_numpy())
     # barriers end together on the common clock (not 7 s apart); loose bound for this loaded machine
     assert np.abs(ends[0] - ends[1]).max() < 50_000_000
+
+
+@needs_mpi
+def test_the_mpi_calls_counted_are_the_jobs_not_the_clock_syncs(tmp_path):
+    # each rank makes MPI_Init_thread (mpi4py), 3 MPI_Barrier and MPI_Finalize: 5 calls; the wrapper's own clock
+    # syncs at Init and Finalize (2 records per rank, not MPI calls of the job) were counted: "14 MPI calls"
+    (tmp_path / "job.py").write_text("from mpi4py import MPI\nfor _ in range(3): MPI.COMM_WORLD.Barrier()\n")
+    result = run_job(_config(tmp_path, [sys.executable, str(tmp_path / "job.py")], np=2))
+    store = TraceStore.open(tmp_path / "store")
+    tl = store.timeline()
+    assert (tl["name"] == "MPI_Barrier").sum() == 6 and (tl["name"] == "ddltrace_clock_sync").sum() == 4
+    assert result.calls == store.run["mpi_calls"] == 10
+    assert "10 MPI calls" in summary_line(result)
 
 
 def test_non_mpi_job_is_sampled_as_a_process_tree(tmp_path):
