@@ -196,3 +196,35 @@ def test_model_fit_from_csv(tmp_path, capsys):
     (tmp_path / "bad.csv").write_text("workers,time\n1,2\n")
     assert main(["model", "fit", "--csv", str(tmp_path / "bad.csv"), "--samples", "10"]) == 2
     assert "missing column(s) w, b, phase_s" in capsys.readouterr().err
+
+
+QUOTA = Path(__file__).resolve().parent.parent / "sample_traces" / "ps-sgd-quota"
+
+
+def test_a_best_count_past_the_knee_on_b_says_the_phase_still_falls(tmp_path, capsys):
+    """A model fitted to the committed A runs, carried to a B whose network is 200 times slower (A's profile with
+    r_net x200): the network term shrinks as 1/w, so the phase keeps falling past the knee on B and the best of
+    1..16 workers is 16. The report says so, with the phases of its own rows (it printed knee 6, best 16 and no
+    word why)."""
+    model = tmp_path / "model.json"
+    stores = [str(QUOTA / f"A-compute-w{w}" / "store") for w in (1, 2, 4)]
+    assert main(["model", "fit", *stores, "--dnn", "mlp-2-10k-2", "--profile", str(QUOTA / "A.json"),
+                 "--servers", "1", "--out", str(model)]) == 0
+    b = json.loads((QUOTA / "A.json").read_text())
+    b["constants"]["r_net"]["value"] *= 200
+    b["constants"]["r_net"]["uncertainty"] *= 200
+    (tmp_path / "B.json").write_text(json.dumps(b))
+    predict = ["model", "predict", str(model), "--workers", "1,2,4,8,16", "--profile", str(tmp_path / "B.json")]
+    capsys.readouterr()
+    assert main([*predict, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    knee, best = out["knee"]["profile"]["w"], out["transfer"]["best_w"]
+    assert best > knee
+    phase = {row["w"]: row["profile_s"] for row in out["rows"]}
+    first = min(w for w in phase if w > knee)
+    assert out["transfer"]["best_past_knee"] == {"knee_w": knee, "from_w": first, "from_s": phase[first],
+                                                 "best_w": best, "best_s": phase[best]}
+    assert phase[best] < phase[first]
+    assert main(predict) == 0
+    text = capsys.readouterr().out
+    assert f"past the knee on B (w* = {knee:.3g})" in text and f"at w = {first}" in text and f"at w = {best}" in text

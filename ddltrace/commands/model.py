@@ -492,10 +492,23 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
                                    "alone": [shares_1["alone_a"], shares_1["alone_b"]],
                                    "factors": moved["factors"], "server_split": moved["server_split"],
                                    "notes": moved["notes"], "confidence": confidence,
-                                   "best_w": int(best), "draws": transfer.DRAWS, "serial_comm": serial}
+                                   "best_w": int(best), "draws": transfer.DRAWS, "serial_comm": serial,
+                                   "best_past_knee": _past_knee(table, knees["profile"][0], best)}
     table.attrs["knees"] = knees
     table.attrs["batch"] = {"fit_b": fit_b, "c_p_factor": batch_factor}
     return table
+
+
+def _past_knee(table: pd.DataFrame, knee: float, best: float) -> dict | None:
+    """Where the best worker count on B lies past the knee on B: the phase (s) at the first worker count asked
+    past the knee and at the best, which the knee's rule (one more worker gains less than half of its ideal
+    share) leaves still falling; None when the best is not past the knee."""
+    if math.isinf(knee) or not best > knee:
+        return None
+    first = table[table["w"] > knee].iloc[0]
+    at_best = table[table["w"] == best].iloc[0]
+    return {"knee_w": float(knee), "from_w": int(first["w"]), "from_s": float(first["profile_s"]),
+            "best_w": int(best), "best_s": float(at_best["profile_s"])}
 
 
 def _describe_transfer(table: pd.DataFrame) -> list[str]:
@@ -637,6 +650,12 @@ def run_predict(args) -> int:
         best = table.attrs["transfer"]["best_w"]
         print(f"best worker count on B: {best} (the fewest of those asked within "
               f"{100 * BEST_TOLERANCE:.0f} % of the fastest predicted phase)")
+        past = table.attrs["transfer"]["best_past_knee"]
+        if past and past["best_w"] > past["from_w"]:
+            print(f"  past the knee on B (w* = {past['knee_w']:.3g}) each added worker gains less than half of its "
+                  f"ideal share, but the phase still falls: {_seconds(past['from_s'])} at w = {past['from_w']}, "
+                  f"{_seconds(past['best_s'])} at w = {past['best_w']} "
+                  f"({100 * (past['best_s'] - past['from_s']) / past['from_s']:+.0f} %)")
         print("\n".join(_describe_transfer(table)))
     if init is not None and "missing" in init:
         print(f"initialisation on B: not predicted: {init['missing']}")
