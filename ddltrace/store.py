@@ -319,7 +319,8 @@ class TraceStore:
     def missing(self, limit: int = MAX_MISSING_NAMED) -> dict[int, str]:
         """Ranks of the run this store holds no usable timeline for, each with why, in rank order: a damaged file
         or manifest entry (:attr:`damaged`; a file is found damaged when the timeline is read), or no usable entry
-        in the manifest for a rank below the world size. At most ``limit`` ranks (see :meth:`missing_count`)."""
+        in the manifest for a rank below the world size, or an entry of no events (an imported file that gave
+        none). At most ``limit`` ranks (see :meth:`missing_count`)."""
         listed = {r for r in map(_rank_of_key, self.manifest["ranks"]) if r is not None}
         found = dict(self.damaged)
         for rank in range(self.world_size):
@@ -329,13 +330,23 @@ class TraceStore:
                 found[rank] = (f"{self.label}: rank {rank} of the world of {self.world_size} is not in the trace"
                                if self.label else f"{self.path / MANIFEST}: rank {rank} of the world of "
                                f"{self.world_size} has no usable entry in the manifest")
+        for rank in sorted(self._empty(listed) - found.keys()):
+            source = self.rank_info(rank).get("file")
+            problems = [n.removeprefix("import problem: ") for n in self.manifest.get("notes", [])
+                        if isinstance(n, str) and source and n.startswith(f"import problem: {source}")]
+            found[rank] = (problems[0] + f"; rank {rank} holds no events" if problems else
+                           f"{source or self.label or self.path}: rank {rank} holds no events")
         return dict(sorted(found.items())[:limit])
 
     def missing_count(self) -> int:
-        """How many ranks of the run the store holds no usable timeline for (damaged or not listed)."""
+        """How many ranks of the run the store holds no usable timeline for (damaged, not listed, or empty)."""
         world = self.world_size
         listed = {r for r in map(_rank_of_key, self.manifest["ranks"]) if r is not None and r < world}
-        return world - len(listed) + len(self.damaged.keys() & listed)
+        return world - len(listed) + len((self.damaged.keys() | self._empty(listed)) & listed)
+
+    def _empty(self, ranks: set[int]) -> set[int]:
+        """The ranks of ``ranks`` whose manifest entry says they hold no events."""
+        return {r for r in ranks if self.rank_info(r).get("events") == 0}
 
     @property
     def run(self) -> dict:

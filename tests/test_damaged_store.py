@@ -9,8 +9,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from shared_data import SHARED
 
 from ddltrace.cli import main
 
@@ -187,3 +189,33 @@ def _check_verbs(capsys, mutations) -> None:
 @example([("set", ("workload",), [1, "x"])])
 def test_mutated_manifest_is_a_result_or_one_line(capsys, mutations):
     _check_verbs(capsys, mutations)
+
+
+CNTK = SHARED / "cntk_traces"
+
+
+def test_a_rank_whose_file_gave_no_event_is_named_missing_with_the_imports_problem(tmp_path, capsys):
+    """Two CNTK ranks, rank 1's file cut to 100 bytes: the import keeps rank 0 and records rank 1 with no events;
+    analyze names rank 1 as missing with the import's problem (it was silent: 'a timeline of 2 ranks' and a
+    breakdown of rank 0 alone), in the text and the JSON, and analyses rank 0."""
+    if not CNTK.is_dir():
+        pytest.skip(f"{CNTK} is not here (the shared real traces)")
+    files = sorted(CNTK.glob("*_detail_*.json"))
+    assert [f.name[-len("detail_0.json"):] for f in files] == ["detail_0.json", "detail_1.json"]
+    traces = tmp_path / "cntk"
+    traces.mkdir()
+    shutil.copy(files[0], traces / files[0].name)
+    (traces / files[1].name).write_bytes(files[1].read_bytes()[:100])
+    store = tmp_path / "store"
+    assert main(["import", str(traces), "--out", str(store), "--progress", "never"]) == 0
+    capsys.readouterr()
+    code, out, _ = _run(capsys, "analyze", store, "--json", "--quiet")
+    assert code == 0
+    (run,) = json.loads(out)["stores"]
+    (missing,) = run["missing_ranks"]
+    assert missing["rank"] == 1 and run["missing_count"] == 1
+    assert str(traces / files[1].name) in missing["reason"] and "truncated" in missing["reason"]
+    assert missing["reason"].endswith("rank 1 holds no events")
+    assert [r["rank"] for r in run["breakdown_ns"]] == [0]
+    code, out, _ = _run(capsys, "analyze", store, "--quiet")
+    assert code == 0 and "Missing ranks in" in out and "rank 1 holds no events" in out
