@@ -287,3 +287,38 @@ def test_optimize_names_a_damaged_uncertainty_or_curve_of_a_real_profile(tmp_pat
     assert main([*command, str(tmp_path / "B.json")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "B.json" in err and named in err
+
+
+@pytest.mark.parametrize("stamp, named", [
+    ({"format": "ddltrace-dnn/1"}, "format is 'ddltrace-dnn/1'"),
+    ({"format_version": 2}, "format_version 2: this ddltrace reads version 1"),
+])
+def test_a_profile_of_another_format_or_a_later_version_is_refused(tmp_path, capsys, stamp, named):
+    """The committed quota B profile stamped as another format or a later format version: `model predict`,
+    `optimize`, `plan ps` and `calibrate --compare` each refuse it in one line (the three model verbs read it as
+    version 1, and --compare read any version)."""
+    import json
+    from pathlib import Path
+
+    from ddltrace.cli import main
+    from ddltrace.collectors.microbench import profile as prof
+    from ddltrace.models import quantities
+
+    assert (quantities.PROFILE_FORMAT, quantities.PROFILE_FORMAT_VERSION) == (prof.FORMAT, prof.FORMAT_VERSION)
+    quota = Path(__file__).resolve().parent.parent / "sample_traces" / "ps-sgd-quota"
+    stamped = tmp_path / "B.json"
+    stamped.write_text(json.dumps({**json.loads((quota / "B.json").read_text()), **stamp}))
+    model = tmp_path / "model.json"
+    stores = [str(quota / f"A-compute-w{w}" / "store") for w in (1, 2)]
+    assert main(["model", "fit", *stores, "--profile", str(quota / "A.json"), "--servers", "1",
+                 "--out", str(model)]) == 0
+    for command in (["model", "predict", str(model), "--workers", "1,2", "--profile", str(stamped)],
+                    ["optimize", "--dnn", "mnist-adam", "--machines", "4", "--samples", "6e4", "--profile",
+                     str(stamped)],
+                    ["plan", "ps", "--param-bytes", "1MB", "--workers", "2", "--compute-time", "1s", "--profile",
+                     str(stamped)],
+                    ["calibrate", "--compare", str(quota / "B.json"), str(stamped)]):
+        capsys.readouterr()
+        assert main(command) == 2, command
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "B.json" in err and named in err, (command, err)

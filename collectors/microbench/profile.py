@@ -61,6 +61,10 @@ def problems(profile: dict) -> list[str]:
     out = []
     if profile.get("format") != FORMAT:
         out.append(f"format is {profile.get('format')!r}, not {FORMAT!r}")
+    version = profile.get("format_version")
+    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= FORMAT_VERSION:
+        out.append(f"format_version {version!r}: this ddltrace reads version {FORMAT_VERSION} (a later one needs a "
+                   "later ddltrace)")
     constants = profile.get("constants")
     if not isinstance(constants, dict):
         return out + ["no constants table"]

@@ -120,6 +120,23 @@ def load_json(path: str | Path, what: str) -> Any:
         raise DdltraceError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
 
 
+#: What ``ddltrace calibrate`` writes (``collectors.microbench.profile``'s FORMAT and FORMAT_VERSION, named here so
+#: that reading a profile does not import the benchmarks).
+PROFILE_FORMAT, PROFILE_FORMAT_VERSION = "ddltrace-hardware-profile", 1
+
+
+def check_profile_format(profile: Mapping[str, Any], source: str) -> None:
+    """Refuse a profile that says it is something else, or a later version of the format than this ddltrace
+    reads; a hand-written profile that names no format is read as it is."""
+    if "format" in profile and profile["format"] != PROFILE_FORMAT:
+        raise DdltraceError(f"{source}: format is {profile['format']!r}, not a hardware profile ({PROFILE_FORMAT!r}, "
+                            "written by 'ddltrace calibrate')")
+    version = profile.get("format_version", PROFILE_FORMAT_VERSION)
+    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= PROFILE_FORMAT_VERSION:
+        raise DdltraceError(f"{source}: hardware profile format_version {version!r}: this ddltrace reads version "
+                            f"{PROFILE_FORMAT_VERSION} (a later one needs a later ddltrace)")
+
+
 def profile_constants(profile: Mapping[str, Any], source: str = "profile") -> dict[str, Any]:
     """The constants of a hardware profile as plain numbers (or curves), keyed by the papers' names, in seconds,
     bytes and bytes per second.
@@ -133,6 +150,7 @@ def profile_constants(profile: Mapping[str, Any], source: str = "profile") -> di
     """
     if not isinstance(profile, Mapping):
         raise DdltraceError(f"{source}: a hardware profile must be a JSON object")
+    check_profile_format(profile, source)
     table = profile.get("constants", profile)
     if not isinstance(table, Mapping):
         raise DdltraceError(f"{source}: 'constants' must be an object")

@@ -34,6 +34,7 @@ import numpy as np
 from ddltrace.errors import DdltraceError
 from ddltrace.models import hashemi
 from ddltrace.models.hashemi import Constants, Workload
+from ddltrace.models.quantities import check_profile_format
 
 #: The feed-forward constants (seconds per multiply-add, per neuron): curves against segment bytes.
 CPU = ("C_muladd", "C_act", "C_err")
@@ -114,6 +115,7 @@ def profile_record(profile: Any, source: str, s: float) -> dict:
     the ``_f32`` / ``_f64`` sibling of the curve the constant is an alias of) and r_m, w_m, r_net, lat_net, r_d."""
     if not isinstance(profile, Mapping):
         raise DdltraceError(f"{source}: a hardware profile must be a JSON object")
+    check_profile_format(profile, source)
     table = profile.get("constants", profile)
     curves = profile.get("curves") if isinstance(profile.get("curves"), Mapping) else {}
     if not isinstance(table, Mapping):
