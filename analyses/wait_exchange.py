@@ -41,6 +41,7 @@ from ddltrace.analyses.wait_states import (
     COLLECTIVE_NAMES,
     COLLECTIVES,
     COLUMNS,
+    MISSING,
     N_TO_1,
     N_TO_N,
     NONE_EARLY,
@@ -148,7 +149,7 @@ class WaitStateExchange:
     def _inbox(self, rank: int) -> pd.DataFrame:
         path = self.folder / f"inbox-{rank}.bin"
         rows = np.fromfile(path, dtype=INBOX) if path.exists() else np.empty(0, dtype=INBOX)
-        minus = np.full(len(rows), -1, dtype=np.int64)
+        minus = np.full(len(rows), MISSING, dtype=np.int64)
         return pd.DataFrame({"rank": rows["rank"].astype(np.int64),
                              "name": pd.Categorical.from_codes(rows["name"], dtype=_NAME_TYPE),
                              "start_ns": rows["start_ns"], "end_ns": rows["start_ns"],
@@ -229,7 +230,7 @@ _PHASES = np.array([*PHASES, None], dtype=object)
 def _completes_nothing(own: dict[str, np.ndarray]) -> bool:
     """Whether no non-blocking call of one rank's calls (:meth:`WaitStateExchange._own`) is completed by a Wait*
     (a request on both sides): then only blocking calls wait, and :func:`blocking_states` gives the instances."""
-    name = own["name"][own["request"] >= 0]
+    name = own["name"][own["request"] != MISSING]
     return not (_IS["post"][name].any() and _IS["wait"][name].any())
 
 

@@ -57,6 +57,10 @@ PATTERNS: dict[str, str] = {
     "late_broadcast": "Late Broadcast",
 }
 COLUMNS = ["pattern", "rank", "peer", "name", "enter_ns", "time_ns", "comm"]
+#: A missing peer, tag, communicator, request or byte count in :func:`mpi_calls`. Handles may be negative: MPICH's
+#: are C ints with the top bit set (a request 0xAC000000 is recorded as -1409286144), so a handle is present when it
+#: is not this value, not when it is >= 0.
+MISSING = -1
 
 
 def base_name(name: str) -> str:
@@ -67,7 +71,8 @@ def base_name(name: str) -> str:
 def mpi_calls(timeline: pd.DataFrame) -> pd.DataFrame:
     """The rows wait-state analysis needs (point-to-point, waits, collectives), in compact form.
 
-    Columns rank, name (base name), start_ns, end_ns, peer, tag, comm, request, bytes (int64; -1 where missing).
+    Columns rank, name (base name), start_ns, end_ns, peer, tag, comm, request, bytes (int64; :data:`MISSING`
+    where missing).
     Call it rank by rank while streaming a store and concatenate: memory stays at the MPI calls.
     """
     codes, uniques = pd.factorize(timeline["name"], use_na_sentinel=False)
@@ -81,7 +86,7 @@ def mpi_calls(timeline: pd.DataFrame) -> pd.DataFrame:
         "end_ns": (part["start_ns"] + part["dur_ns"]).to_numpy(np.int64),
     })
     for column in ("peer", "tag", "comm", "request", "bytes"):
-        out[column] = part[column].astype("Int64").fillna(-1).to_numpy(np.int64)
+        out[column] = part[column].astype("Int64").fillna(MISSING).to_numpy(np.int64)
     return out
 
 
@@ -111,8 +116,8 @@ def summarize(states: pd.DataFrame, ranks=None) -> pd.DataFrame:
 
 def _completions(calls: pd.DataFrame) -> pd.DataFrame:
     """For each non-blocking post (index into calls): the enter, leave and id of the Wait* that completed it."""
-    posts = calls[calls["name"].isin(SEND_NONBLOCKING | RECV_NONBLOCKING) & (calls["request"] >= 0)]
-    waits = calls[calls["name"].isin(WAITS) & (calls["request"] >= 0)]
+    posts = calls[calls["name"].isin(SEND_NONBLOCKING | RECV_NONBLOCKING) & (calls["request"] != MISSING)]
+    waits = calls[calls["name"].isin(WAITS) & (calls["request"] != MISSING)]
     if not len(posts) or not len(waits):
         return pd.DataFrame(columns=["post", "w_enter", "w_leave", "w_call", "w_name"])
     call_id = waits.groupby(["rank", "name", "start_ns", "end_ns"], sort=False).ngroup()

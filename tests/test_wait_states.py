@@ -1,11 +1,19 @@
-"""Scalasca's wait states on hand-built MPI traces whose answers are known to the nanosecond."""
+"""Scalasca's wait states on hand-built MPI traces whose answers are known to the nanosecond, and on a real job."""
 
 from __future__ import annotations
+
+import io
+import json
+import sys
 
 import pandas as pd
 import pytest
 
 from ddltrace.analyses.wait_states import PATTERNS, mpi_calls, summarize, wait_states
+from ddltrace.cli import main
+from ddltrace.collectors.launcher import RunConfig, run_job
+from ddltrace.collectors.mpi_env import find_tool
+from ddltrace.store import TraceStore
 from ddltrace.timeline import make_timeline
 
 CATEGORY = {"MPI_Barrier": "barrier", "MPI_Wait": "wait", "MPI_Waitall": "wait"}
@@ -154,3 +162,45 @@ def test_nothing_to_match_gives_an_empty_table(rows):
     out = states(rows) if rows else wait_states(mpi_calls(make_timeline(None)))
     assert out.empty and list(out.columns) == ["pattern", "rank", "peer", "name", "enter_ns", "time_ns", "comm"]
     assert isinstance(out, pd.DataFrame)
+
+
+# A late sender to a non-blocking receive, in a real job: rank 0 sends 0.1 s late three times, rank 1 waits in the
+# MPI_Wait of its MPI_Irecv and logs how long. MPICH's request handles are C ints with the top bit set (recorded as
+# negative numbers), and posts and Wait*s with a negative request were taken as having none: the Wait*s were never
+# matched to their receives, and analyze printed no late sender at all (0 of rank 1's 0.5 s).
+LATE_SENDER_JOB = """
+import json, sys, time
+import numpy as np
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+buf = np.zeros(1 << 16, dtype=np.uint8)
+waited = []
+for _ in range(3):
+    if comm.Get_rank() == 0:
+        time.sleep(0.1)
+        comm.Ssend(buf, dest=1, tag=5)
+    else:
+        req = comm.Irecv(buf, source=0, tag=5)
+        t = time.perf_counter()
+        req.Wait()
+        waited.append(time.perf_counter() - t)
+if comm.Get_rank() == 1:
+    json.dump(waited, open(sys.argv[1], "w"))
+"""
+
+
+@pytest.mark.skipif(find_tool("mpiexec") is None, reason="no mpiexec beside this Python")
+def test_a_late_sender_to_an_irecv_is_found_in_a_real_mpich_job(tmp_path, capsys):
+    (tmp_path / "job.py").write_text(LATE_SENDER_JOB)
+    result = run_job(RunConfig(argv=[sys.executable, str(tmp_path / "job.py"), str(tmp_path / "waited.json")], np=2,
+                               out=tmp_path / "store", stream=io.StringIO()))
+    assert result.exit_code == 0
+    waited_ns = sum(json.loads((tmp_path / "waited.json").read_text())) * 1e9
+    assert main(["analyze", str(tmp_path / "store"), "--json"]) == 0
+    by_rank = {row["rank"]: row for row in json.loads(capsys.readouterr().out)["stores"][0]["wait_states_ns"]}
+    # rank 1 waited about 0.1 s per message for rank 0 to send: most of its measured wait is Late Sender
+    assert waited_ns / 2 < by_rank[1]["late_sender"] <= waited_ns, (by_rank[1], waited_ns)
+    assert by_rank[0]["late_sender"] == 0
+    calls = mpi_calls(TraceStore.open(tmp_path / "store").timeline())
+    states = wait_states(calls)
+    assert (states["pattern"] == "late_sender").sum() == 3
