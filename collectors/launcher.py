@@ -55,6 +55,9 @@ from ddltrace.units import format_ns
 _GRACE_S = (5.0, 10.0)  # SIGTERM, then SIGKILL, this long after the first interrupt
 NODES = "nodes"  # the node agents' folder in the record folder: one folder per host
 GATHER_WAIT_S = 15.0  # after the job, how long the nodes' links may stay silent before a node is given up
+#: The store's note of a run stopped by Ctrl-C or SIGTERM (the ranks' lines say which ended abruptly: maybe none).
+INTERRUPTED_NOTE = ("interrupted (Ctrl-C / SIGTERM): the job was stopped; a rank that had not ended by then is "
+                    "marked abrupt")
 
 # timeline rows of the wrapper that are not MPI calls of the job: the gaps between calls, its own clock syncs
 NOT_CALLS = (OUTSIDE_MPI, *(name for name, _ in PSEUDO))
@@ -258,6 +261,8 @@ def run_job(cfg: RunConfig) -> RunResult:
             else:  # the store is not in place: the records stay the user's data
                 print(f"ddltrace: the store was not written; the records are kept in {records}: make the store "
                       f"with `ddltrace recover {records} --out {out}`", file=cfg.stream, flush=True)
+                with contextlib.suppress(OSError):  # an empty work folder beside --out (records in /dev/shm)
+                    work.rmdir()
 
 
 def _wrapper(cfg: RunConfig) -> Path | None:
@@ -356,8 +361,7 @@ def _run_job(cfg, out, mpi, lib, work, records, fw_env, gatherer, command) -> Ru
             notes.append(f"no MPI compiler (mpicc) beside the launcher, this Python or on PATH: the PMPI wrapper "
                          f"was not built, so MPI calls are not recorded ({cfg.launcher} started the job as it is)")
         if interrupted:
-            notes.append("interrupted (Ctrl-C / SIGTERM): the job was stopped; ranks still running were marked "
-                         "abrupt")
+            notes.append(INTERRUPTED_NOTE)
         collectors = (["node agents (system, gpu)"] if gpu is None else ["system"] + ["gpu"] * gpu.available) \
             + ["py-spy"] * bool(cfg.pyspy)
         links = {}
@@ -724,7 +728,7 @@ def recover_store(path: str | Path, out: str | Path, stream=None, *, local: bool
              + ("" if exit_code is not None else ", the job's exit code, its end (the last call recorded is "
                 "taken instead)")]
     if interrupted:
-        notes.append("interrupted (Ctrl-C / SIGTERM): the job was stopped; ranks still running were marked abrupt")
+        notes.append(INTERRUPTED_NOTE)
     with StoreLock(out):
         with _Interrupts(stream) as interrupts:
             progress = interrupts.start_write(out, rs.path)

@@ -159,6 +159,19 @@ def test_a_folder_of_unknown_files_names_them_and_why(tmp_path, capsys):
     assert not (tmp_path / "store").exists()
 
 
+def test_a_binary_file_of_no_known_format_shows_its_first_bytes_in_hex(tmp_path, capsys):
+    """Bytes that are not text are shown as hex in the one-line error, not as the terminal's garbage of
+    replacement characters; text stays text."""
+    (tmp_path / "blob.json").write_bytes(bytes([0xAD, 0xAB, 0x06, 0xBD, 0x87, 0x3F]) + bytes(range(200, 256)))
+    assert main(["import", str(tmp_path / "blob.json"), "--out", str(tmp_path / "store")]) == 2
+    err = capsys.readouterr().err
+    assert "blob.json: not a trace format ddltrace knows (starts with the bytes ad ab 06 bd 87 3f c8 c9" in err
+    assert "\ufffd" not in err and len(err.strip().splitlines()) == 1
+    (tmp_path / "words.json").write_text("hello, not a trace")
+    assert main(["import", str(tmp_path / "words.json"), "--out", str(tmp_path / "store")]) == 2
+    assert "(starts with 'hello, not a trace')" in capsys.readouterr().err
+
+
 BIG_TRACE = SHARED / "hta_traces" / "df_index_resolver"
 
 

@@ -172,8 +172,9 @@ def detect(path: Path) -> Importer:
     for importer in REGISTRY:
         if importer.sniff(raw if importer.binary else head, path):
             return importer
-    shown = head[:40].decode("utf-8", "replace").strip().replace("\n", " ")
-    what = (f"starts with {shown!r}" if shown else
+    shown = head[:64].decode("utf-8", "replace")[:40].strip().replace("\n", " ")
+    binary = any(c == "\ufffd" or not (c.isprintable() or c in "\r\t") for c in shown)
+    what = (f"starts with the bytes {head[:16].hex(' ')}" if binary else f"starts with {shown!r}" if shown else
             f"its first {len(head) >> 10} KiB are whitespace" if head else "it is empty")
     raise DdltraceError(f"{path}: not a trace format ddltrace knows ({what}); "
                         f"name it with --format ({', '.join(i.name for i in REGISTRY)})")
