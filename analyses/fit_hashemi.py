@@ -497,6 +497,11 @@ def _json_records(frame: pd.DataFrame) -> list[dict]:
     return out
 
 
+#: The numbers of a run's record that predictions read back from a model file (a --csv run may carry more columns).
+RUN_NUMBERS = ("w", "b", "d", "epochs", "phase_s", "init_s", "workers_read", "server_busy_s", "server_update_wait_s",
+               "ranks", "cpu_share", "server_cpu_share", "sent_per_batch", "received_per_batch")
+
+
 def constants_from_model(model: Mapping[str, Any], source: str = "model") -> tuple[Constants, dict]:
     """Read back (Constants, workload dict) from a saved model (``HashemiFit.to_dict``)."""
     if not isinstance(model, Mapping) or model.get("model") != "hashemi-asgd":
@@ -534,7 +539,7 @@ def constants_from_model(model: Mapping[str, Any], source: str = "model") -> tup
         raise DdltraceError(f"{source}: 'measurements' must be a list of objects")
     for i, run in enumerate(runs):
         for key, value in run.items():
-            if key not in ("label", "job", "phases_by") and value is not None:
+            if key in RUN_NUMBERS and value is not None:
                 _model_number(value, f"{source}: measurements[{i}].{key}", finite=False)
     if model.get("profile") is not None:
         from ddltrace.models import transfer

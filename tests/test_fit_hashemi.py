@@ -241,3 +241,16 @@ def test_a_damaged_model_file_is_named_not_predicted(tmp_path, capsys, damage, n
     assert main(predict) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "model.json" in err and named in err
+
+
+def test_a_model_fitted_from_a_csv_with_a_text_column_still_predicts(tmp_path, capsys):
+    """The model-file check reads only the run numbers predictions use: a --csv run's own text column (a note)
+    is kept in the model and does not make it damaged."""
+    from ddltrace.cli import main
+
+    (tmp_path / "runs.csv").write_text("w,b,phase_s,note\n1,64,8.7,first\n2,64,4.1,second\n4,64,2.0,third\n")
+    model = tmp_path / "model.json"
+    assert main(["model", "fit", "--csv", str(tmp_path / "runs.csv"), "--samples", "16384", "--epochs", "2",
+                 "--n-w", "40000", "--n-f", "2", "--out", str(model)]) == 0
+    assert main(["model", "predict", str(model), "--workers", "1,2"]) == 0
+    assert "4.1 s" in capsys.readouterr().out
