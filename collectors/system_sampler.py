@@ -3,7 +3,8 @@
 Counters (names carry their unit; rates are per second over the last interval):
 
 - machine (rank -1): ``cpu_percent`` (all cores, 0-100), ``cpuN_percent`` per core, ``mem_used_bytes``
-  (total minus available), ``mem_available_bytes``, ``disk_read_bytes_per_s``, ``disk_write_bytes_per_s``,
+  (total minus available), ``mem_available_bytes``, ``disk_read_bytes_per_s``, ``disk_write_bytes_per_s``
+  (the physical disks: :func:`physical_disks`),
   ``net_sent_bytes_per_s``, ``net_recv_bytes_per_s`` (all interfaces, loopback included),
   ``ctx_switches_per_s``; per network interface other than loopback present at the start,
   ``net_IFACE_sent_bytes`` and ``net_IFACE_recv_bytes`` (bytes since the sampler started; Linux only); the
@@ -102,6 +103,17 @@ def _tree_linux(root: int) -> list[int]:
     return out
 
 
+def physical_disks(sys_block: str = "/sys/block") -> set[str]:
+    """The whole disks whose reads and writes the disk counters sum: those of /sys/block that are a device, not
+    one the kernel makes on top of others (loop, device-mapper, md, zram: under /sys/devices/virtual). The bytes
+    a loop device writes reach the disk its file is on and were counted twice (20 MB written to a loop disk's
+    file system read as 40 MB); a loop device on tmpfs, and zram, write no disk."""
+    if not os.path.isdir(sys_block):
+        return set()
+    return {name for name in os.listdir(sys_block)
+            if not os.path.realpath(os.path.join(sys_block, name)).startswith("/sys/devices/virtual/")}
+
+
 _HAS_CHILDREN = _LINUX and os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
 
 
@@ -129,7 +141,7 @@ class SystemSampler:
         self.rows: list[tuple[int, str, int, float]] = []  # (pid or -1, name, t_ns, value)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._whole_disks = set(os.listdir("/sys/block")) if os.path.isdir("/sys/block") else set()
+        self._whole_disks = physical_disks()
         self._last: dict = {}
         self._interfaces0: dict[str, tuple[int, int]] = {}  # interface -> (sent, received) bytes at the start
         self._cpu: dict[int, tuple[float, float]] = {}  # pid -> (monotonic s, CPU s) at its last sample

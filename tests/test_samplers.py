@@ -14,6 +14,7 @@ import psutil
 import pytest
 from nvml_standin import OneGpuNvml
 
+from ddltrace.collectors import loop_disk
 from ddltrace.collectors.gpu_sampler import GpuSampler
 from ddltrace.collectors.launcher import RunConfig, run_job
 from ddltrace.collectors.mpi_env import find_tool
@@ -208,3 +209,53 @@ def test_gpu_sampler_names_and_units(monkeypatch):
     assert got[(MACHINE, "gpu0_pcie_tx_bytes_per_s")] == 10 * 1024.0
     assert got[(MACHINE, "gpu0_mem_used_bytes")] == 3 * 2**30 and got[(4242, "gpu0_mem_used_bytes")] == 2**30
     assert (MACHINE, "gpu0_sm_clock_mhz") not in got  # not supported: left out, no crash
+
+
+# Rank 0 writes 16 MB with fsync to a file system on a loop device whose file is on a real disk, and logs when.
+# The loop device's writes reach that disk: both were summed, and the machine's disk_write_bytes_per_s over the
+# write read twice the bytes written (40 MB for 20 MB).
+LOOP_WRITE_JOB = """
+import json, os, sys, time
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+comm.Barrier()
+if comm.Get_rank() == 0:
+    data = os.urandom(16_000_000)
+    time.sleep(0.3)
+    start = time.time_ns()
+    fd = os.open(os.path.join(sys.argv[1], "data.bin"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.write(fd, data)
+    os.fsync(fd)
+    os.close(fd)
+    json.dump([start, time.time_ns()], open(sys.argv[2], "w"))
+    time.sleep(0.3)
+comm.Barrier()
+"""
+
+
+def _on_a_physical_disk(path) -> bool:
+    number = os.stat(path).st_dev
+    link = f"/sys/dev/block/{os.major(number)}:{os.minor(number)}"
+    return os.path.exists(link) and not os.path.realpath(link).startswith("/sys/devices/virtual/")
+
+
+@pytest.mark.skipif(loop_disk.missing() is not None, reason=str(loop_disk.missing()))
+@pytest.mark.skipif(find_tool("mpiexec") is None, reason="no mpiexec beside this Python")
+def test_disk_counters_count_a_loop_disks_writes_once(tmp_path):
+    if not _on_a_physical_disk(tmp_path):
+        pytest.skip(f"{tmp_path} is not on a physical disk: a loop disk there writes no disk")
+    (tmp_path / "job.py").write_text(LOOP_WRITE_JOB)
+    with loop_disk.LoopDisk(tmp_path, size_mib=64) as disk:
+        result = run_job(RunConfig(argv=[sys.executable, str(tmp_path / "job.py"), str(disk.mount),
+                                         str(tmp_path / "wrote.json")], np=2, out=tmp_path / "store",
+                                   sample_hz=20, stream=io.StringIO()))
+    assert result.exit_code == 0
+    start, end = json.loads((tmp_path / "wrote.json").read_text())
+    counters = TraceStore.open(tmp_path / "store").counters()
+    rate = counters[(counters["rank"] == MACHINE) & (counters["name"] == "disk_write_bytes_per_s")]
+    rate = rate.sort_values("t_ns")
+    t, value = rate["t_ns"].to_numpy(), rate["value"].to_numpy()
+    # each sample is the rate over the interval since the one before: the intervals that touch the write
+    touches = (t[1:] > start) & (t[:-1] < end + 200_000_000)
+    written = float((value[1:] * (t[1:] - t[:-1]) / 1e9)[touches].sum())
+    assert 0.8 * 16e6 <= written < 1.5 * 16e6, written  # once (other writers of this disk add a little)
