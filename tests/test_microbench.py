@@ -234,6 +234,32 @@ def test_linear_fit_recovers_a_line_with_its_interval():
     assert 0 < fit.slope_ci < 1e-9
 
 
+def test_a_fitted_constants_uncertainty_is_its_standard_error_as_the_models_read_it():
+    """r_net's uncertainty in a profile is the slope's standard error (scipy's linregress on the same points), one
+    standard uncertainty as every other constant's and as the models draw it; it was the 95 % half-width, Student's
+    t times that (3.18 over five stream sizes), so its share of a prediction's interval was 3x too wide."""
+    from scipy import stats
+
+    from ddltrace.collectors.microbench import network, suite
+    from ddltrace.collectors.microbench import profile as prof
+
+    sizes = list(network.STREAM_SIZES)
+    times = [1e-4 + 4e-10 * n * (1 + e) for n, e in zip(sizes, (0.03, -0.02, 0.01, 0.02, -0.01), strict=True)]
+    point = [(n, measure.Measurement(t, 0.0, "s", [t])) for n, t in zip(sizes, times, strict=True)]
+    bw = measure.linear_fit(sizes, times)
+    lat = measure.linear_fit([1, 64, 4096], [2e-5, 2.1e-5, 2.3e-5])
+    reference = stats.linregress(sizes, times)
+    assert bw.slope == pytest.approx(reference.slope) and bw.slope_se == pytest.approx(reference.stderr)
+    assert bw.t95 == pytest.approx(stats.t.ppf(0.975, 3)) and bw.slope_ci == pytest.approx(3.182 * bw.slope_se, 1e-3)
+    p = prof.new_profile({}, False, ["net"])
+    suite.record_network(p, network.NetworkResult("peer", lat, bw, point[:3], point, {}), "loopback")
+    r_net = p["constants"]["r_net"]
+    assert r_net["value"] == pytest.approx(reference.slope)
+    assert r_net["uncertainty"] == pytest.approx(reference.stderr)
+    assert "standard error over 5 points" in r_net["method"] and "3.18 x" in r_net["method"]
+    assert p["constants"]["C_nbw"]["uncertainty"] == pytest.approx(8 * reference.stderr / reference.slope**2)
+
+
 def test_blas_threads_restores_the_count():
     _, getter = measure._blas_library()
     if getter is None:

@@ -220,13 +220,20 @@ def run_net(p: dict, opts: Options) -> None:
         record_mpi(p, opts)
 
 
+def _errors(fit) -> str:
+    """How a fitted constant's uncertainty was made: its standard error, and the 95 % half-width beside it."""
+    return (f"uncertainty: the fit's standard error over {fit.points} points (95 % confidence half-width "
+            f"{fit.t95:.2f} x that)")
+
+
 def record_network(p: dict, res: network.NetworkResult, placement: str) -> None:
     """Add lat_net, r_net and their kin from a network measurement."""
     lat = res.lat_fit
     small = res.latency_points[0][1]
     if lat.intercept > 0:
-        prof.add_constant(p, "lat_net", lat.intercept, lat.intercept_ci, "s", "network latency (one way)",
-                          f"intercept of t = lat + r n over ping-pongs of 1 B..64 KiB, 95 % CI; {placement}")
+        prof.add_constant(p, "lat_net", lat.intercept, lat.intercept_se, "s", "network latency (one way)",
+                          f"intercept of t = lat + r n over ping-pongs of 1 B..64 KiB, {_errors(lat)}; "
+                          f"{placement}")
     else:
         _meas_constant(p, "lat_net", small, "s", "network latency (one way)",
                        f"1-byte ping-pong (the fit's intercept was not positive); {placement}")
@@ -236,10 +243,10 @@ def record_network(p: dict, res: network.NetworkResult, placement: str) -> None:
     bw = res.bw_fit
     if not bw.slope > 0:
         raise DdltraceError(f"peer {res.peer}: the streaming times do not grow with the size; no bandwidth fit")
-    prof.add_constant(p, "r_net", bw.slope, bw.slope_ci, "s/B", "network time per payload byte (TCP goodput)",
+    prof.add_constant(p, "r_net", bw.slope, bw.slope_se, "s/B", "network time per payload byte (TCP goodput)",
                       f"slope of t = c + r n over streams of {res.stream_points[0][0]} B..{res.stream_points[-1][0]} B,"
-                      f" 95 % CI; {placement}")
-    prof.add_constant(p, "C_nbw", 8 / bw.slope, 8 * bw.slope_ci / bw.slope**2, "bit/s",
+                      f" {_errors(bw)}; {placement}")
+    prof.add_constant(p, "C_nbw", 8 / bw.slope, 8 * bw.slope_se / bw.slope**2, "bit/s",
                       "Yan et al.'s C_nbw: network bandwidth (payload bits per second) = 8 / r_net")
     for streams, meas in res.parallel.items():
         _meas_constant(p, f"net_bw_{streams}_streams", meas, "B/s", f"aggregate goodput of {streams} parallel streams",
@@ -262,10 +269,10 @@ def record_mpi(p: dict, opts: Options) -> None:
                    "one-way time, 2 ranks on this machine")
     fit = linear_fit(list(med), list(med.values()), relative=True)
     if fit.intercept > 0 and fit.slope > 0:
-        prof.add_constant(p, "lat_mpi", fit.intercept, fit.intercept_ci, "s", "MPI ping-pong latency (one way), "
-                          "2 local ranks", "intercept of t = lat + r n")
-        prof.add_constant(p, "r_mpi", fit.slope, fit.slope_ci, "s/B", "MPI time per byte, 2 local ranks",
-                          "slope of t = lat + r n")
+        prof.add_constant(p, "lat_mpi", fit.intercept, fit.intercept_se, "s", "MPI ping-pong latency (one way), "
+                          "2 local ranks", f"intercept of t = lat + r n, {_errors(fit)}")
+        prof.add_constant(p, "r_mpi", fit.slope, fit.slope_se, "s/B", "MPI time per byte, 2 local ranks",
+                          f"slope of t = lat + r n, {_errors(fit)}")
     else:
         p["notes"].append("MPI ping-pong: the fit t = lat + r n gave a non-positive term; only the curve is kept")
 
