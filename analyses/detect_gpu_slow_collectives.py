@@ -18,6 +18,7 @@ import numpy as np
 
 from ddltrace.analyses.findings import Finding, Quantity, detector
 from ddltrace.analyses.gpu_collectives import BUS_FACTORS
+from ddltrace.units import three_digits
 
 ADVICE = ("Check how NCCL runs: NCCL_DEBUG=INFO shows the transport (a fall-back to sockets instead of InfiniBand "
           "or NVLink, NCCL_IB_DISABLE, NCCL_P2P_DISABLE) and the algorithm; check the topology (GPU and NIC on "
@@ -49,8 +50,9 @@ def detect(runs, th) -> list[Finding]:
         kinds = ", ".join(sorted(set(slow["collective"])))
         findings.append(Finding(
             id="gpu_slow_collectives",
-            title=f"GPU collectives far below the link's bandwidth: median bus bandwidth {median / 1e9:.3g} GB/s, "
-                  f"{Quantity(median / link, 'fraction')} of the calibrated {link / 1e9:.3g} GB/s ({kinds})",
+            title=f"GPU collectives far below the link's bandwidth: median bus bandwidth "
+                  f"{three_digits(median / 1e9)} GB/s, {Quantity(median / link, 'fraction')} of the calibrated "
+                  f"{three_digits(link / 1e9)} GB/s ({kinds})",
             severity="warning",
             evidence={"busbw_median": Quantity(median / 1e9, "GB/s"),
                       "busbw_max": Quantity(float(busbw.max()) / 1e9, "GB/s"),

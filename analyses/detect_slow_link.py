@@ -25,6 +25,7 @@ import math
 
 from ddltrace.analyses.findings import Finding, Quantity, detector
 from ddltrace.analyses.node_traffic import pair_bandwidth, rank_hosts, transfers
+from ddltrace.units import three_digits
 
 ADVICE = ("Check the named node's network: its link speed and duplex (ethtool), errors and drops (ip -s link), "
           "traffic shaping (tc qdisc), the switch port, and other jobs' traffic on it; until fixed, place the ranks "
@@ -114,4 +115,4 @@ def _rate(bytes_per_s: float) -> str:
     """'11.8 MB/s (94 Mbit/s)'."""
     if not math.isfinite(bytes_per_s):
         return "n/a"
-    return f"{bytes_per_s / 1e6:.3g} MB/s ({bytes_per_s * 8 / 1e6:.3g} Mbit/s)"
+    return f"{three_digits(bytes_per_s / 1e6)} MB/s ({three_digits(bytes_per_s * 8 / 1e6)} Mbit/s)"

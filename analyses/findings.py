@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ddltrace.analyses.requirements import Requirement, Skipped, check
-from ddltrace.units import format_bytes, format_ns, format_percent
+from ddltrace.units import format_bytes, format_ns, format_percent, three_digits
 
 SEVERITIES: tuple[str, ...] = ("info", "warning", "error")
 
@@ -58,10 +58,10 @@ def format_quantity(value: float, unit: str) -> str:
     if unit == "bytes":
         return format_bytes(value)
     if unit in ("1", ""):
-        return f"{value:.3g}"
+        return three_digits(value)
     if float(value).is_integer() and abs(value) < 1e15:
         return f"{int(value)} {unit}"
-    return f"{value:.3g} {unit}"
+    return f"{three_digits(value)} {unit}"
 
 
 @dataclass

@@ -7,7 +7,7 @@ import pandas as pd
 
 from ddltrace.analyses.gpu_launch import LAUNCH_DELAY_CUTOFF_NS, RUNTIME_CUTOFF_NS
 from ddltrace.analyses.gpu_queue import MAX_QUEUE_LENGTH
-from ddltrace.units import format_bytes, format_ns, format_percent
+from ddltrace.units import format_bytes, format_ns, format_percent, three_digits
 
 MAX_ROWS = 32
 TOP_SHOWN = 5
@@ -78,7 +78,7 @@ def _copy_bytes(row: dict) -> str:
 
 def _rate(bytes_per_s: float) -> str:
     """'12.3 GB/s', '-' where unknown."""
-    return "-" if bytes_per_s != bytes_per_s else f"{bytes_per_s / 1e9:.3g} GB/s"
+    return "-" if bytes_per_s != bytes_per_s else f"{three_digits(bytes_per_s / 1e9)} GB/s"
 
 
 def _collective_tables(run) -> list[tuple[str, pd.DataFrame]]:

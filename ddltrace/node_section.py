@@ -8,7 +8,7 @@ import math
 
 import pandas as pd
 
-from ddltrace.units import format_bytes, format_ns
+from ddltrace.units import format_bytes, format_ns, three_digits
 
 TITLE = ("Per node (whole run; compute, comm, wait: mean over the node's ranks; point-to-point: its ranks' calls "
          "within the node (bytes sent in call time) and with other nodes (bytes sent / received in call time); "
@@ -77,7 +77,7 @@ def render_nodes(run, thresholds=None) -> list[str]:
                        if unplaced else []),
                      *[f"{format_bytes(row[f'{k}_bytes'])} in {format_ns(row[f'{k}_ns'])}"
                        for k in ("coll_intra", "coll_inter")],
-                     f"{rate / 1e6:.3g} MB/s" if math.isfinite(rate) else "-"])
+                     f"{three_digits(rate / 1e6)} MB/s" if math.isfinite(rate) else "-"])
     widths = [max(len(x) for x in column) for column in zip(header, *rows, strict=True)]
     lines = ["  ".join(x.ljust(w) for x, w in zip(line, widths, strict=True)).rstrip() for line in [header, *rows]]
     return ["", "  " + title(thresholds), *("  " + line for line in lines)]

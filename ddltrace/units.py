@@ -11,6 +11,8 @@ def format_ns(ns: float) -> str:
         return "n/a"
     sign = "-" if ns < 0 else ""
     ns = abs(float(ns))
+    if 999.5 <= ns < 3.6e12:  # three digits, rounded before the unit is chosen: 999.6 ms is '1 s', not '1e+03 ms'
+        ns = float(f"{ns:.3g}")
     if ns < 1e3:
         return f"{sign}{ns:.0f} ns"
     if ns < 1e6:
@@ -29,10 +31,20 @@ def format_bytes(n: float) -> str:
         return "n/a"
     n = float(n)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
+        if unit == "B" and abs(n) < 1024:
+            return f"{n:.0f} B"
+        if unit != "B" and abs(n) < 999.5:  # three digits; 1000-1023 KiB would print as '1e+03 KiB': 0.977 MiB
+            return f"{n:.3g} {unit}"
+        if unit == "TiB":
+            return f"{n:.0f} TiB"
         n /= 1024
     raise AssertionError("unreachable")
+
+
+def three_digits(value: float) -> str:
+    """``value`` to three significant digits, never in exponent form at 1000 or more ('1234' for 1234.4, where
+    '{:.3g}' writes '1.23e+03'); small values as '{:.3g}' does ('0.0123')."""
+    return f"{value:.0f}" if abs(value) >= 999.5 else f"{value:.3g}"
 
 
 def format_percent(fraction: float) -> str:
