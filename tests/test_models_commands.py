@@ -168,6 +168,17 @@ def test_model_fit_on_the_committed_scaling_series(tmp_path, capsys):
 
 
 @pytest.mark.skipif(not (SAMPLES / "par-w1" / "store").exists(), reason="the committed sample traces are absent")
+def test_a_store_given_twice_is_refused_not_fitted_twice(tmp_path, capsys):
+    """The same run named twice (another spelling of its path too) is one line and exit 2: fitted twice it added a
+    degree of freedom and narrowed every interval without a word."""
+    one = SAMPLES / "par-w1" / "store"
+    assert main(["model", "fit", str(one), f"{one}/", str(SAMPLES / "par-w2" / "store"), "--dnn", "mlp-2-10k-2",
+                 "--out", str(tmp_path / "m.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "given twice" in err[0] and not (tmp_path / "m.json").exists()
+
+
+@pytest.mark.skipif(not (SAMPLES / "par-w1" / "store").exists(), reason="the committed sample traces are absent")
 def test_server_cost_from_the_trace_names_the_divergent_run(capsys):
     from ddltrace.analyses.fit_hashemi import measurements_from_store
 

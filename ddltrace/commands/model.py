@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ddltrace.errors import DdltraceError
@@ -140,6 +141,12 @@ def _measurements(args) -> tuple[pd.DataFrame, str]:
         return frame, ""
     if not args.stores:
         raise DdltraceError("model fit: give the stores of a scaling series (or --csv FILE)")
+    seen: dict[Path, str] = {}
+    for store in args.stores:  # one run given twice would count twice: more degrees of freedom, narrower intervals
+        if Path(store).resolve() in seen:
+            raise DdltraceError(f"{store}: given twice (as {seen[Path(store).resolve()]} too): each run is one "
+                                "measurement")
+        seen[Path(store).resolve()] = store
     frame = measurements_from_stores(args.stores, batch=args.batch, samples=args.samples, epochs=args.epochs,
                                      servers=args.servers)
     return frame, str(frame["job"].iloc[0])
