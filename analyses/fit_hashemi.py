@@ -333,6 +333,8 @@ class HashemiFit:
                 lambda w: transfer.phase_at(self.constants_, wl, w, self.machine or {}, runs), wl)
         else:
             self.knee_, self.knee_cause_ = hashemi.knee(wl, self.constants_)
+        self.knee_ci_ = (self._knee_interval(wl, names, theta, cov, dof) if cov is not None and not self.cpu_shares
+                         else (math.nan, math.nan))
         self.knee_batch_ = wl.b
         bound = self.unconstrained_.get("c_u", self.unsupported_.get("c_u"))
         if bound:
@@ -367,6 +369,26 @@ class HashemiFit:
         self.constants_ = replace(self.constants_, r_d=r_d)
         self.r_d_fitted_ = True
         notes.append(f"r_d fitted from {len(y)} initialisation times with storage={self.storage!r}")
+
+    def _knee_interval(self, wl: Workload, names: list[str], theta: np.ndarray, cov: np.ndarray, dof: int,
+                       draws: int = 2000) -> tuple[float, float]:
+        """The knee's ``confidence`` interval (workers) over the fit's uncertainty: the fitted constants drawn
+        together from Student's t with the fit's covariance and ``dof`` degrees of freedom (as the constants' own
+        intervals; negative draws at 0, a constant only bounded by the runs stays at 0), Hashemi's w* of each
+        draw, their central share. inf where the upper end never binds."""
+        fitted = [j for j, name in enumerate(names) if name not in self.unconstrained_]
+        if not fitted:
+            return math.nan, math.nan
+        rng = np.random.default_rng(0)
+        normal = rng.multivariate_normal(np.zeros(len(fitted)), cov[np.ix_(fitted, fitted)], size=draws,
+                                         method="eigh")
+        drawn = theta[fitted] + normal * np.sqrt(dof / rng.chisquare(dof, size=draws))[:, None]
+        knees = [hashemi.knee(wl, replace(self.constants_, **{names[j]: max(0.0, float(v))
+                                                               for j, v in zip(fitted, row, strict=True)}))[0]
+                 for row in drawn]
+        tail = 50.0 * (1.0 - self.confidence)
+        low, high = np.percentile(knees, [tail, 100.0 - tail], method="inverted_cdf")  # (no inf - inf between draws)
+        return float(low), float(high)
 
     def _leave_one_out(self, frame: pd.DataFrame, names: list[str], base: Constants, notes: list[str]) -> pd.DataFrame:
         loo = self._loo_frame(frame, names, base)
@@ -475,7 +497,8 @@ class HashemiFit:
             "workload": {"d": self.d, "n_f": self.n_f, "n_w": self.n_w, "s": self.s, "epochs": self.epochs,
                          "storage": self.storage, "serial": self.serial, "cpu_shares": self.cpu_shares},
             "constants": constants,
-            "knee": {"w": _nan_none(self.knee_), "cause": self.knee_cause_, "batch": self.knee_batch_},
+            "knee": {"w": _nan_none(self.knee_), "cause": self.knee_cause_, "batch": self.knee_batch_,
+                     "ci": [_nan_none(x) for x in getattr(self, "knee_ci_", (math.nan, math.nan))]},
             "rms_relative_error": self.rms_relative_error_,
             "measurements": _json_records(self.measurements_),
             "leave_one_out": _json_records(self.loo_),

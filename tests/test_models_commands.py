@@ -165,6 +165,23 @@ def test_model_fit_on_the_committed_scaling_series(tmp_path, capsys):
     assert truth <= c_p["value"] <= 1.5 * truth and c_p["ci"][0] < c_p["value"] < c_p["ci"][1]
     assert [m["w"] for m in model["measurements"]] == [1.0, 2.0, 4.0, 8.0]
     assert 2 < model["knee"]["w"] < 16 and len(model["leave_one_out"]) == 4
+    # the knee is an estimate too: its interval over the fitted constants (drawn with their covariance) brackets it,
+    # and is narrower than the knees at the corners of c_p's and c_u's own intervals (they move together)
+    from dataclasses import replace
+
+    from ddltrace.models import hashemi
+
+    low, high = model["knee"]["ci"]
+    assert low < model["knee"]["w"] < high
+    assert f"w* = {model['knee']['w']:.3g} workers [95 %: {low:.3g} to {high:.3g}" in text
+    fit = replace(hashemi.Constants(), **{n: model["constants"][n]["value"] for n in ("c_p", "c_u", "r_d")})
+    c_p, c_u = model["constants"]["c_p"]["ci"], model["constants"]["c_u"]["ci"]
+    run = model["measurements"][0]  # (every run: b = 64, d = 16,384 samples, 2 epochs)
+    wl = hashemi.Workload(d=run["d"], b=model["knee"]["batch"], epochs=run["epochs"],
+                          **{k: model["workload"][k] for k in ("n_f", "n_w", "s")})
+    assert hashemi.knee(wl, fit)[0] == pytest.approx(model["knee"]["w"])
+    corners = [hashemi.knee(wl, replace(fit, c_p=p, c_u=u))[0] for p in c_p for u in c_u]
+    assert min(corners) < low and high < max(corners)
 
 
 @pytest.mark.skipif(not (SAMPLES / "par-w1" / "store").exists(), reason="the committed sample traces are absent")

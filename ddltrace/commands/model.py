@@ -248,7 +248,11 @@ def describe_fit(fit, job: str = "") -> str:
     elif math.isinf(fit.knee_):
         lines.append("\nknee: none (neither the server nor the floor ever binds)")
     else:
-        lines.append(f"\nknee: w* = {fit.knee_:.3g} workers ({fit.knee_cause_} term takes over) at batch "
+        low, high = getattr(fit, "knee_ci_", (math.nan, math.nan))
+        interval = ("" if math.isnan(low) else
+                    f" [{100 * fit.confidence:.0f} %: {low:.3g} to {'no bound' if math.isinf(high) else f'{high:.3g}'}"
+                    f", the fitted constants drawn with their covariance]")
+        lines.append(f"\nknee: w* = {fit.knee_:.3g} workers{interval} ({fit.knee_cause_} term takes over) at batch "
                      f"{fit.knee_batch_:g}")
     lines.append(f"fit: rms relative error {format_percent(fit.rms_relative_error_)} over {fit.n_runs_} runs")
     if len(fit.loo_):
