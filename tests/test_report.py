@@ -257,14 +257,16 @@ def test_the_report_table_names_the_phase_of_each_overlap(demo_report):
     rows = [re.findall(r"<t[hd]>(.*?)</t[hd]>", row) for row in table.split("<tr>")[1:]]
     header, body = rows[0], rows[1:]
     assert "overlap(run)" in header and "overlap(steady)" in header and "overlap" not in header
-    steady = sorted(float(row[header.index("overlap(steady)")]) for row in body if row[0] != "0")  # rank 0: server
+    steady = sorted(float(row[header.index("overlap(steady)")].removesuffix(" %")) / 100
+                    for row in body if row[0] != "0")  # rank 0: the server; per cent to one decimal
     assert len(steady) == 8
     assert (steady[3] + steady[4]) / 2 == pytest.approx(finding["evidence"]["overlap_median"]["value"], abs=1e-3)
 
 
 def test_a_figure_with_no_value_is_a_dash_not_none():
     """A table cell that holds no figure (None, pandas' NA: the per-node point-to-point bytes of a trace whose calls
-    name no partner) reads '-', as the text and the caption say, not Python's 'None'; NaN stays blank."""
+    name no partner; NaN: the bandwidth across nodes where no message was matched) reads '-', as the text and the
+    caption say, not Python's 'None' or a blank; a figure has its unit."""
     import pandas as pd
 
     from ddltrace.report.render import _table_cells
@@ -272,7 +274,59 @@ def test_a_figure_with_no_value_is_a_dash_not_none():
     index = pd.Index(["a", "b"], name="host")
     frame = pd.DataFrame({"bytes": pd.array([None, 3], dtype="Int64"),
                           "ns": pd.Series([None, 7], dtype=object, index=index),
-                          "share": [float("nan"), 0.5]}, index=index)
+                          "share_wait": [float("nan"), 0.5]}, index=index)
     header, rows = _table_cells(frame)
-    assert header == ["host", "bytes", "ns", "share"]
-    assert rows == [["a", "-", "-", ""], ["b", "3", "7", "0.5"]]
+    assert header == ["host", "bytes", "ns", "share_wait"]
+    assert rows == [["a", "-", "-", "-"], ["b", "3", "7", "50.0 %"]]
+
+
+def test_the_report_tables_are_analyze_figures_with_their_units(demo_report, capsys):
+    """The report's tables hold the figures of 'ddltrace analyze --json' of the same stores, each with its unit
+    and never in Python's exponent form: the per-rank table printed '6.988e+08' (ns) for rank 0's compute, and
+    the scaling series took the longest rank of each phase (the server's included) where analyze takes the
+    workers' median (2.74 s against 2.4 s of initialisation at w = 8)."""
+    from ddltrace.units import format_ns, format_percent
+
+    stores = [str(SAMPLES / f"seq-w{w}" / "store") for w in (4, 8)]
+    assert main(["analyze", *stores, "--json", "--quiet"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    tables = demo_report.markdown.read_text().split("## Tables")[1].replace("\\", "")
+    assert not re.search(r"\de[-+]\d", tables)
+
+    def rows(title: str) -> dict[str, dict[str, str]]:
+        lines = tables.split(f"### {title}")[1].split("\n\n")[1].splitlines()
+        header = [c.strip() for c in lines[0].strip("|").split("|")]
+        return {cells[0]: dict(zip(header, cells, strict=True))
+                for cells in ([c.strip() for c in line.strip("|").split("|")] for line in lines[2:])}
+
+    scaling = rows("Scaling series")
+    assert sorted(scaling) == ["4", "8"]
+    for run in doc["scaling"]:
+        row = scaling[str(run["workers"])]
+        assert [row["init_s"], row["steady_s"], row["total_s"]] == [format_ns(run[k]) for k in
+                                                                   ("init_ns", "steady_ns", "total_ns")]
+        assert row["efficiency_steady"] == format_percent(run["efficiency_steady"])
+    per_rank = rows("Time per category and rank")
+    w8 = next(s for s in doc["stores"] if s["workers"] == 8)
+    assert sorted(per_rank, key=int) == [str(r["rank"]) for r in w8["breakdown_ns"]]
+    for ref in w8["breakdown_ns"]:
+        row = per_rank[str(ref["rank"])]
+        assert row["compute"] == format_ns(ref["compute"]) and row["total_ns"] == format_ns(ref["total_ns"])
+        assert row["share_wait"] == format_percent(ref["wait"] / ref["total_ns"])
+        assert row["overlap(run)"] == format_percent(ref["overlap"])
+
+
+def test_superlinear_efficiency_stays_in_the_figure():
+    """The efficiency figure's axis reaches the highest measured efficiency: the demo's w = 2 run is 113 % efficient
+    against w = 1 (its steady state 3.80 s against 8.61 s) and was drawn above the figure's top at 110 %."""
+    import pandas as pd
+
+    from ddltrace.report import figures
+
+    steady_s = [8.61, 3.80, 2.42, 1.68]
+    series = pd.DataFrame({"workers": [1, 2, 4, 8], "steady_s": steady_s,
+                           "efficiency_steady": [8.61 / (s * w) for s, w in zip(steady_s, (1, 2, 4, 8), strict=True)]})
+    fig = figures.efficiency_figure(series, 0.234)
+    line = fig.axes[0].lines[0]
+    assert list(line.get_ydata()) == pytest.approx([100, 113.3, 88.9, 64.1], abs=0.1)
+    assert fig.axes[0].get_ylim()[1] > 113.3

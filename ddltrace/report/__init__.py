@@ -370,22 +370,17 @@ def _steady_window(run) -> tuple[int, int] | None:
 
 
 def scaling_table(runs: list) -> pd.DataFrame:
-    """One row per run: workers, init_s, steady_s, total_s (seconds; the longest rank of each phase)."""
-    rows = []
-    for run in runs:
-        phases = run.phase_table
-        rows.append({"workers": run.workers, "init_s": phases["init_ns"].max() / 1e9,
-                     "steady_s": phases["steady_ns"].max() / 1e9, "total_s": run.run_span_ns / 1e9})
-    return pd.DataFrame(rows).sort_values("workers").reset_index(drop=True)
+    """One row per run, indexed by workers: init_s, steady_s, total_s (seconds) and the steady state's efficiency
+    against the smallest run with Chang's Lemma 3.1 from its R_O, the figures of ``ddltrace analyze --json``'s
+    ``scaling`` (:func:`ddltrace.analyses.scaling.scaling_table`: phase times are medians over the workers)."""
+    from ddltrace.analyses.scaling import scaling_table as analyses_scaling
 
-
-def overhead_ratio(run) -> float:
-    """R_O of Chang's Lemma 3.1 from the trace: exposed wait, barrier and comm over the workers' steady time."""
-    table = run.table("steady")
-    workers = [r for r in run.worker_ranks if r in table.index]
-    part = table.loc[workers] if workers else table
-    total = part["total_ns"].sum()
-    return float(part[["wait", "barrier", "comm"]].sum().sum() / total) if total else float("nan")
+    table = analyses_scaling(runs).sort_values("workers")
+    return pd.DataFrame({"workers": table["workers"].astype(int), "init_s": table["init_ns"] / 1e9,
+                         "steady_s": table["steady_ns"] / 1e9, "total_s": table["total_ns"] / 1e9,
+                         "efficiency_steady": table["efficiency_steady"],
+                         "efficiency_lemma_base": table["efficiency_lemma_base"],
+                         "overhead_ratio": table["overhead_ratio"]}).reset_index(drop=True)
 
 
 def _model_curve(model_path: str, series: pd.DataFrame) -> tuple[pd.DataFrame, float | None]:
@@ -423,13 +418,14 @@ def _series_figures(runs: list, findings: list, model: str | None = None) -> tup
                   + (", the steady state beside the fitted model (dashed)" if curve is not None else "")
                   + (", with the knee w* where the server saturates" if knee else "") + ".",
                   figures.png_bytes(figures.scaling_figure(series, knee, curve)))]
-    r_o = overhead_ratio(runs[0])
+    r_o = float(series["overhead_ratio"].iloc[0])
     if r_o == r_o:
         out.append(Figure("efficiency", "Parallel efficiency",
-                          f"Measured efficiency beside Chang et al.'s Lemma 3.1 with the overhead ratio "
-                          f"R_O = {format_percent(r_o)} measured on the smallest run.",
+                          "Measured efficiency of the steady state beside Chang et al.'s Lemma 3.1 with the overhead "
+                          f"ratio R_O = {format_percent(r_o)} measured on the smallest run (the median worker's share "
+                          "of its steady state outside compute).",
                           figures.png_bytes(figures.efficiency_figure(series, r_o))))
-    return out, series
+    return out, series.set_index("workers")[["init_s", "steady_s", "total_s", "efficiency_steady"]]
 
 
 def _profile_figure(profile_path: str) -> Figure | None:
@@ -497,12 +493,15 @@ def assemble(runs: list, findings: list, profile: str | None = None, model: str 
     table = main.table("all").rename(columns={"overlap": "overlap(run)"})
     if main.main_phase != "all":
         table[f"overlap({main.main_phase})"] = steady.reindex(table.index)
-    tables = [("Time per category and rank, whole run (ns; shares and Rudra's overlap, compute / (compute + exposed "
-               "comm + wait), as fractions: overlap(run) over the rank's whole run, overlap(steady) over its steady "
-               "state, the low-overlap finding's measure)", table)]
+    phase_name = "steady state" if main.main_phase == "steady" else main.main_phase
+    steady_text = (f", overlap({main.main_phase}) over its {phase_name}, the low-overlap finding's measure"
+                   if main.main_phase != "all" else "")
+    tables = [("Time per category and rank, whole run (shares of the rank's time and Rudra's overlap, compute / "
+               f"(compute + exposed comm + wait), in per cent: overlap(run) over the rank's whole run{steady_text})",
+               table)]
     device = side_by_side(main)
     if len(device):
-        tables.append(("Host and device side by side, whole run (ns; ranks with a device: host = its CPU threads, "
+        tables.append(("Host and device side by side, whole run (ranks with a device: host = its CPU threads, "
                        "device = its gpu: streams, idle where none runs; streams' annotation spans in neither)",
                        device))
     from ddltrace.node_section import node_frame, title
@@ -510,9 +509,11 @@ def assemble(runs: list, findings: list, profile: str | None = None, model: str 
     nodes = node_frame(main)
     if len(nodes):
         tables.append((title(), nodes.set_index("host")))
-    tables.append(("Where the time goes by event name, largest first", top))
+    tables.append((f"Where the time goes by event name, largest first (the {main.workers}-worker run, all its ranks, "
+                   "whole run; total: the calls' summed durations)", top))
     if series is not None:
-        tables.insert(0, ("Scaling series (s)", series))
+        tables.insert(0, ("Scaling series (phase times: medians over the workers; the whole run: first to last "
+                          "event; efficiency of the steady state against the smallest run)", series))
     title = "ddltrace report: " + (Path(main.name).name if len(runs) == 1
                                    else f"{len(runs)} runs, w = {', '.join(str(r.workers) for r in runs)}")
     events = sum(int(main.store.rank_info(r).get("events", 0) or 0) for r in main.store.ranks)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import html as _html
+import numbers
 
 import pandas as pd
 
@@ -49,20 +50,37 @@ def _md_escape(value) -> str:
     return text
 
 
+def _cell(column: str, value) -> str:
+    """One table cell with its unit, chosen by the column's name as the analyses name their fields: a category
+    or ``*_ns`` is a duration, ``*_s`` seconds, ``*_bytes`` a byte count, ``*_bytes_per_s`` a rate, ``share_*``,
+    ``overlap*`` and ``efficiency*`` fractions shown as per cent; a list of ranks comma-separated; never Python's
+    exponent form or repr. '-' where the figure has no value (NaN, None, pandas' NA: the title says why)."""
+    from ddltrace.timeline import CATEGORIES
+    from ddltrace.units import format_bytes, format_ns, format_percent, three_digits
+
+    if isinstance(value, list | tuple):
+        return ", ".join(str(v) for v in value)
+    if value is None or value is pd.NA or (isinstance(value, float) and value != value):
+        return "-"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return str(value)
+    if column.endswith("_bytes_per_s"):
+        return f"{three_digits(value / 1e6)} MB/s"
+    if column in CATEGORIES or column.endswith("_ns"):
+        return format_ns(value)
+    if column.endswith("_s"):
+        return format_ns(value * 1e9)
+    if column.endswith("_bytes"):
+        return format_bytes(value)
+    if column.startswith(("share_", "overlap", "efficiency")):
+        return format_percent(value)
+    return str(value) if isinstance(value, numbers.Integral) else three_digits(value)
+
+
 def _table_cells(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    frame = frame.copy()
     header = [str(frame.index.name or "")] + [str(c) for c in frame.columns]
-    rows = []
-    for index, row in frame.iterrows():
-        cells = [str(index)]
-        for value in row:
-            if isinstance(value, float):
-                cells.append("" if value != value else f"{value:.4g}")
-            elif value is None or value is pd.NA:  # a figure that has no value here (its caption says why)
-                cells.append("-")
-            else:
-                cells.append(str(value))
-        rows.append(cells)
+    rows = [[str(index)] + [_cell(str(column), value) for column, value in zip(frame.columns, row, strict=True)]
+            for index, row in zip(frame.index, frame.itertuples(index=False), strict=True)]
     return header, rows
 
 
