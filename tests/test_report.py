@@ -229,6 +229,7 @@ def test_the_slowest_is_defined_and_its_busy_time_shown_beside_the_average(tmp_p
     first and marks where it ends, and its label and caption say what slowest means."""
     from ddltrace.analyses.run_analysis import analyze_store
     from ddltrace.report import figures
+    from ddltrace.units import format_ns
 
     run = analyze_store(SAMPLES / "seq-w8" / "store")
     pair = run.average_and_slowest(run.main_phase)
@@ -240,9 +241,22 @@ def test_the_slowest_is_defined_and_its_busy_time_shown_beside_the_average(tmp_p
     marks = {round(float(line.get_xdata()[0]), 3) for line in ax.lines}
     assert marks == {round(float(b), 3) for b in busy}
     texts = [t.get_text() for t in ax.texts]
-    assert f"busy {busy.iloc[1]:.4g} ms" in texts and busy.iloc[1] >= busy.iloc[0]
+    assert f"busy {format_ns(busy.iloc[1] * 1e6)}" in texts and busy.iloc[1] >= busy.iloc[0]
     # the busy categories come first: the compute bars start at 0
     assert all(patch.get_x() == 0 for patch in ax.patches[:2])
+    figures.plt.close(fig)
+
+
+def test_a_busy_time_of_seconds_is_labelled_in_seconds():
+    """The busy-time mark of a worker busy 12.3 s in the phase reads 'busy 12.3 s', not Python's '1.234e+04 ms'."""
+    import pandas as pd
+
+    from ddltrace.report import figures
+
+    pair = pd.DataFrame({"compute": [12.345e9, 13.5e9], "io": [0.0, 0.0], "wait": [1e9, 0.5e9]},
+                        index=["average", "slowest (rank 3)"])
+    fig = figures.average_slowest_figure(pair, "Steady state")
+    assert sorted(t.get_text() for t in fig.axes[0].texts) == ["busy 12.3 s", "busy 13.5 s"]
     figures.plt.close(fig)
 
 

@@ -21,6 +21,7 @@ from matplotlib.patches import Patch  # noqa: E402
 
 from ddltrace.analyses.breakdown import BUSY  # noqa: E402  (compute, io, memcpy: what ranks the slowest)
 from ddltrace.timeline import CATEGORIES  # noqa: E402
+from ddltrace.units import format_ns  # noqa: E402
 
 #: One colour per category, the same in every figure (colour-blind friendly where it matters:
 #: compute, wait and barrier are told apart by hue and lightness).
@@ -205,7 +206,7 @@ def average_slowest_figure(table: pd.DataFrame, title: str) -> Figure:
     busy = table[[c for c in BUSY if c in table]].sum(axis=1).to_numpy(dtype=float) / 1e6
     for row, value in zip(y, busy, strict=True):
         ax.plot([value, value], [row - 0.38, row + 0.38], color="black", linewidth=2)
-        ax.text(value, row - 0.4, f"busy {value:.4g} ms", fontsize=8, va="bottom", ha="center")
+        ax.text(value, row - 0.4, f"busy {format_ns(value * 1e6)}", fontsize=8, va="bottom", ha="center")
     labels = [str(label) + ("\n(most busy time)" if str(label).startswith("slowest") else "\n(mean of the workers)")
               for label in table.index]
     ax.set_yticks(y, labels)
