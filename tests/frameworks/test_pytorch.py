@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import JOBS, ddltrace_run, free_port, report_verdict
 
@@ -27,7 +29,10 @@ def test_torchrun_job_profiled_from_outside(framework_python, tmp_path, shape, l
         # Kineto's clock is the wall clock already: the mark moves it by less than a millisecond
         assert abs(info["clock_offset_ns"]) < 1_000_000
         mine = timeline[timeline["rank"] == rank]
-        assert mine["name"].str.startswith("ProfilerStep#").sum() == 5  # the window, not the whole run
+        steps = mine[mine["name"].str.startswith("ProfilerStep#")]
+        # the window, not the whole run, by the job's own step numbers (torch's own count would say 1-5)
+        assert sorted(steps["name"]) == [f"ProfilerStep#{n}" for n in range(4, 9)]
+        assert set(mine["step"].dropna()) == set(range(4, 9))
         assert set(mine.loc[mine["name"].str.contains("all_reduce|allreduce"), "category"]) == {"comm"}
         # every event lies inside the run, on the samplers' clock
         ends = mine["start_ns"] + mine["dur_ns"]
@@ -35,3 +40,28 @@ def test_torchrun_job_profiled_from_outside(framework_python, tmp_path, shape, l
     counters = s.counters()
     assert {0, 1} <= set(counters["rank"]) and (counters[counters["rank"] >= 0]["name"] == "cpu_percent").any()
     assert report_verdict(store, tmp_path / "report") == largest
+
+
+@pytest.mark.parametrize("own, window", [((1, 12), None), ((7, 8), [5, 6])])
+def test_job_running_its_own_profiler_keeps_it(framework_python, tmp_path, own, window):
+    """Torch has one profiler session per process; two at once crashed the job (SIGSEGV). The job's own
+    profiler, running before the window (1-12) or started inside it (7-8), keeps running and writes its trace;
+    the window is left out, or ends where the job's begins, and the notes say so."""
+    python = framework_python("pytorch")
+    store, own_trace = tmp_path / "store", tmp_path / "own.json"
+    result = ddltrace_run("--framework", "pytorch", "--steps", "5-9", "--out", store, "--", python,
+                          JOBS / "torch_own_profiler.py", *own, own_trace)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "job done" in result.stdout
+    events = json.loads(own_trace.read_text())["traceEvents"]
+    assert sum(e.get("name") == "Optimizer.step#SGD.step" for e in events) == own[1] - own[0] + 1
+    s = TraceStore.open(store)
+    assert s.rank_info(0).get("profiled_steps") == window
+    notes = " ".join(s.manifest["notes"])
+    if window is None:
+        assert "the job's own torch profiler runs at step 4: the window 5-9 is not profiled" in notes
+        assert "nothing profiled" not in notes
+    else:
+        assert "the job started its own torch profiler after step 6: the window 5-9 ends there" in notes
+        timeline = s.timeline()
+        assert {"ProfilerStep#5", "ProfilerStep#6"} <= set(timeline["name"])

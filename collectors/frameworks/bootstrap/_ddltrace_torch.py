@@ -4,8 +4,14 @@ A training step is one outermost ``step()`` of the job's first optimizer (global
 post-hooks, PyTorch >= 2.0; a wrapper whose step calls the wrapped optimizer's counts once): no ``prof.step()``
 needed in the script. The profiler starts one step before the window (one warm-up step, whose events are
 dropped, as torch.profiler's schedule does), records the window's steps and writes the
-Kineto trace (``trace.pt.trace.json``) when the window ends or, if the job ends inside it, at exit. The rank is
-read from the launcher (torchrun's RANK) or, for jobs that pass it in code, from ``init_process_group``.
+Kineto trace (``trace.pt.trace.json``) when the window ends or, if the job ends inside it, at exit. Its
+``ProfilerStep#N`` spans carry the job's own step numbers (N = 5..9 for the window 5-9). The rank is read from the
+launcher (torchrun's RANK) or, for jobs that pass it in code, from ``init_process_group``.
+
+Torch has one profiler session per process: a job that runs ``torch.profiler`` (or ``torch.autograd.profiler``)
+itself keeps it. The window does not start while the job's profiler runs, and when the job starts its profiler
+inside the window the window ends there (its trace is written, up to that point); both are said in the notes.
+Two sessions at once crash the process (SIGSEGV in torch 2.13).
 Standard library only, besides torch.
 """
 
@@ -35,9 +41,11 @@ class _Profiling:
         self.done = False
         self.warmup = 1 if proc.first >= 2 else 0
         self.start_after = proc.first - 1 - self.warmup  # steps completed when the profiler starts
+        self.jobs_sessions: set = set()  # the job's own profiler sessions under way (autograd profile objects)
         register_optimizer_step_pre_hook(self.before_step)
         register_optimizer_step_post_hook(self.on_step)
         self._wrap_init_process_group()
+        self._watch_profiler_sessions()
         atexit.register(self.at_exit)
         if self.start_after == 0 and proc.meta["rank"] is not None:
             self.start()
@@ -58,16 +66,61 @@ class _Profiling:
         dist.init_process_group = init_process_group
         dist.distributed_c10d.init_process_group = init_process_group
 
+    def _watch_profiler_sessions(self) -> None:
+        """Track the job's own profiler sessions: every Python profiler session, ``torch.profiler``'s and
+        ``torch.autograd.profiler``'s, is prepared by ``torch.autograd.profiler.profile._prepare_trace`` and ends
+        in its ``__exit__``. One of the job's that begins while the window records ends the window first."""
+        cls = self.torch.autograd.profiler.profile
+        prepare, exit_ = cls._prepare_trace, cls.__exit__
+        owner = self
+
+        def _prepare_trace(session, *args, **kwargs):
+            if session is not owner.session():
+                owner.jobs_sessions.add(session)
+                owner.yield_to_job()
+            return prepare(session, *args, **kwargs)
+
+        def __exit__(session, *args, **kwargs):
+            owner.jobs_sessions.discard(session)
+            return exit_(session, *args, **kwargs)
+
+        cls._prepare_trace, cls.__exit__ = _prepare_trace, __exit__
+
+    def session(self):
+        """Our profiler's session (its ``torch.autograd.profiler.profile``), None before it is prepared."""
+        return getattr(self.profiler, "profiler", None)
+
+    def yield_to_job(self) -> None:
+        """The job starts a profiler of its own: end the window now, writing what it recorded (one session at
+        a time)."""
+        if self.profiler is None or self.done:
+            return
+        self.proc.note(f"the job started its own torch profiler after step {self.steps}: the window "
+                       f"{self.proc.first}-{self.proc.last} ends there")
+        self.done = True  # counts no more steps, also when nothing was recorded yet (still warming up)
+        self.profiler.stop()
+
     def start(self) -> None:
         from torch.profiler import ProfilerActivity, profile, schedule
 
+        if self.jobs_sessions:
+            self.done = True
+            self.proc.note(f"the job's own torch profiler runs at step {self.steps + 1}: the window "
+                           f"{self.proc.first}-{self.proc.last} is not profiled (one profiler session at a time)")
+            return
         activities = [ProfilerActivity.CPU]
         if self.torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
         active = self.proc.last - self.proc.first + 1
+        offset = self.steps + 1  # the job's number of the step about to begin: ProfilerStep#offset
         self.profiler = profile(activities=activities, on_trace_ready=self.export, record_shapes=False,
-                                schedule=schedule(wait=0, warmup=self.warmup, active=active, repeat=1))
+                                schedule=schedule(skip_first=offset, wait=0, warmup=self.warmup, active=active,
+                                                  repeat=1))
+        # torch names a step ProfilerStep#<step_num> and starts at 0: from the step before ours, started and
+        # stepped (the profiler is still off there), the steps carry the job's own numbers
+        self.profiler.step_num = offset - 1
         self.profiler.start()
+        self.profiler.step()
         if self.warmup == 0:
             self.mark()
         self.proc.update(profiler_started_at_step=self.steps)
@@ -103,9 +156,11 @@ class _Profiling:
             self.mark()
 
     def export(self, prof) -> None:
+        """Write the trace (the window's end, the job's exit inside it, or the job's own profiler starting)."""
         prof.export_chrome_trace(self.proc.path(TRACE))
         self.done = True
-        self.proc.update(profiled_steps=[self.proc.first, min(self.steps, self.proc.last)],
+        last = min(self.steps, self.proc.last)
+        self.proc.update(profiled_steps=[self.proc.first, last] if last >= self.proc.first else None,
                          profiled_until_ns=time.time_ns())
         self.proc.add_file(TRACE, "kineto")
 
@@ -115,6 +170,6 @@ class _Profiling:
                 self.proc.note(f"the job ended after step {self.steps}, inside the window "
                                f"{self.proc.first}-{self.proc.last}")
             self.profiler.stop()
-        elif self.profiler is None and self.steps:
+        elif self.profiler is None and self.steps and not self.done:  # (done: the job's profiler ran instead)
             self.proc.note(f"the job ended after step {self.steps}, before the window {self.proc.first}-"
                            f"{self.proc.last}: nothing profiled")
