@@ -547,9 +547,10 @@ def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_co
         sampled = counters.get(rank)
         if fw_counters is not None and sampled is not None:
             sampled = make_counters(pd.concat([sampled, fw_counters], ignore_index=True))
-        store.add_rank(rank, timeline, sampled if sampled is not None else fw_counters, save=False, ended=ended,
+        how = "abrupt" if part.info.get("ended_by") else ended  # an uncaught exception, or a SIGTERM it caught
+        store.add_rank(rank, timeline, sampled if sampled is not None else fw_counters, save=False, ended=how,
                        **part.info)
-        ranks[rank] = ended
+        ranks[rank] = how
     for (host, pid), rank in sorted(process_ranks.items(), key=lambda item: item[1]):
         row = {"rank": [rank], "lane": ["main"], "name": [Path(cfg.argv[0]).name], "category": ["other"],
                "start_ns": [start_ns], "dur_ns": [end_ns - start_ns], "source": ["launcher"]}

@@ -65,3 +65,28 @@ def test_job_running_its_own_profiler_keeps_it(framework_python, tmp_path, own, 
         assert "the job started its own torch profiler after step 6: the window 5-9 ends there" in notes
         timeline = s.timeline()
         assert {"ProfilerStep#5", "ProfilerStep#6"} <= set(timeline["name"])
+
+
+def test_crash_on_one_rank_keeps_the_others_trace_and_names_it(framework_python, tmp_path):
+    """Rank 1 raises at step 6, inside the window 4-8; torchrun then SIGTERMs rank 0 (busy in step 6). Rank 0's
+    trace of steps 4-5 is kept (it was lost: SIGTERM killed the process before its exit hook wrote it), both
+    ranks are marked as ended abruptly and the notes say by what, rank 1's exception named."""
+    python = framework_python("pytorch")
+    store = tmp_path / "store"
+    result = ddltrace_run("--framework", "pytorch", "--steps", "4-8", "--out", store, "--", python,
+                          "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", free_port(),
+                          JOBS / "torch_ddp.py", "--steps", "12", "--fail-at", "6")
+    assert result.returncode == 1, result.stderr[-3000:]  # torchrun's own exit code for a failed worker
+    assert "RuntimeError: rank 1 fails at step 6" in result.stderr  # the job's output, as it wrote it
+    s = TraceStore.open(store)
+    assert s.ranks == [0, 1]
+    timeline = s.timeline()
+    for rank in (0, 1):
+        assert s.rank_info(rank)["ended"] == "abrupt"
+        mine = timeline[timeline["rank"] == rank]
+        assert {"ProfilerStep#4", "ProfilerStep#5"} <= set(mine["name"])
+        assert (mine["name"] == "gloo:all_reduce").sum() >= 2
+    assert s.rank_info(1)["ended_by"] == "an uncaught RuntimeError: rank 1 fails at step 6"
+    notes = s.manifest["notes"]
+    assert f"rank 1 (pid {s.rank_info(1)['pid']}) ended by an uncaught RuntimeError: rank 1 fails at step 6" in notes
+    assert any(n.startswith(f"rank 0 (pid {s.rank_info(0)['pid']}) ended by ") for n in notes)

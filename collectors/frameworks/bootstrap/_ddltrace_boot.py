@@ -13,6 +13,7 @@ A process whose framework never starts a step writes nothing (a launcher such as
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import importlib.abc
 import importlib.util
@@ -89,6 +90,7 @@ class Process:
                      "argv": list(sys.argv), **identity(), "steps": [self.first, self.last], "files": [], "marks": [],
                      "notes": [], "started_ns": time.time_ns()}
         self.folder = os.path.join(os.environ["DDLTRACE_FW_DIR"], f"{self.meta['host']}-{os.getpid()}")
+        atexit.register(self._record_exception)  # registered first, so it runs after the framework's exit hooks
 
     def path(self, name: str) -> str:
         """A file in this process's folder (created on first use)."""
@@ -118,6 +120,13 @@ class Process:
     def note(self, text: str) -> None:
         self.meta["notes"].append(text)
         self.update()
+
+    def _record_exception(self) -> None:
+        """At exit, in a process that wrote its meta: the uncaught exception it dies of, if any (Python sets
+        ``sys.last_value`` when it prints one), and when (wall ns)."""
+        error = getattr(sys, "last_value", None)
+        if error is not None and os.path.exists(os.path.join(self.folder, "meta.json")):
+            self.update(ended_by=f"an uncaught {type(error).__name__}: {error}"[:500], ended_by_ns=time.time_ns())
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):

@@ -12,12 +12,18 @@ Torch has one profiler session per process: a job that runs ``torch.profiler`` (
 itself keeps it. The window does not start while the job's profiler runs, and when the job starts its profiler
 inside the window the window ends there (its trace is written, up to that point); both are said in the notes.
 Two sessions at once crash the process (SIGSEGV in torch 2.13).
+
+A SIGTERM inside the window (how torchrun ends the other workers when one fails) writes the trace, then ends the
+process by the signal as before; the handler is installed for the window only, where the job has none.
 Standard library only, besides torch.
 """
 
 from __future__ import annotations
 
 import atexit
+import os
+import signal
+import threading
 import time
 
 from _ddltrace_boot import MARK_NAME, after_import
@@ -42,6 +48,8 @@ class _Profiling:
         self.warmup = 1 if proc.first >= 2 else 0
         self.start_after = proc.first - 1 - self.warmup  # steps completed when the profiler starts
         self.jobs_sessions: set = set()  # the job's own profiler sessions under way (autograd profile objects)
+        self.writing = False  # the trace is being written (a SIGTERM then waits for it)
+        self.term_pending = False
         register_optimizer_step_pre_hook(self.before_step)
         register_optimizer_step_post_hook(self.on_step)
         self._wrap_init_process_group()
@@ -121,6 +129,9 @@ class _Profiling:
         self.profiler.step_num = offset - 1
         self.profiler.start()
         self.profiler.step()
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) in (
+                signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, self.on_sigterm)
         if self.warmup == 0:
             self.mark()
         self.proc.update(profiler_started_at_step=self.steps)
@@ -156,13 +167,37 @@ class _Profiling:
             self.mark()
 
     def export(self, prof) -> None:
-        """Write the trace (the window's end, the job's exit inside it, or the job's own profiler starting)."""
+        """Write the trace (the window's end, the job's exit or a SIGTERM inside it, or the job's own profiler
+        starting)."""
+        self.writing = True
         prof.export_chrome_trace(self.proc.path(TRACE))
         self.done = True
         last = min(self.steps, self.proc.last)
         self.proc.update(profiled_steps=[self.proc.first, last] if last >= self.proc.first else None,
                          profiled_until_ns=time.time_ns())
         self.proc.add_file(TRACE, "kineto")
+        self.writing = False
+        if signal.getsignal(signal.SIGTERM) == self.on_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the window is over: the job's default again
+        if self.term_pending:
+            self.end_by_sigterm()
+
+    def on_sigterm(self, signum, frame) -> None:
+        """SIGTERM inside the window: write the trace (or let the write under way finish), then end by it."""
+        if self.writing:
+            self.term_pending = True
+            return
+        if self.profiler is not None and not self.done:
+            self.proc.note(f"SIGTERM after step {self.steps}, inside the window {self.proc.first}-{self.proc.last}:"
+                           " trace written before exiting")
+            self.done = True
+            self.profiler.stop()
+        self.end_by_sigterm()
+
+    def end_by_sigterm(self) -> None:
+        self.proc.update(ended_by="SIGTERM")
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
 
     def at_exit(self) -> None:
         if self.profiler is not None and not self.done:
