@@ -7,8 +7,12 @@ its median step time. For each measure it computes the robust z-score of every w
 the median so that identical ranks do not make any difference infinite. A worker is a straggler when
 z >= ``straggler.z_min`` (3.5, the usual outlier cut) and it is at least ``straggler.excess_min`` (25 %) above
 the median: a shared machine's noise is smaller than that, a slow node is not. Needs ``straggler.min_ranks`` (3)
-workers. Compute per step catches the slow rank even in a synchronous job, where every rank's step time is the
-same because the fast ones wait for it. The evidence puts the slowest worker beside the average (RALP).
+workers for that test. With exactly two workers there is no outlier test (their z-scores are +-0.67 whatever their
+difference): the slower is the straggler when its measure is at least ``straggler.excess_min`` above the other
+worker's (a 2-GPU or 2-rank job whose ranks differ by 25 % is a finding; with one worker there is nothing to
+compare, and the analysis says so). Compute per step catches the slow rank even in a synchronous job, where every
+rank's step time is the same because the fast ones wait for it. The evidence puts the slowest worker beside the
+average (RALP).
 On per-call aggregates (IPM) there are no steps and no steady state: the measure is each worker's compute over
 the whole run. Ranks that are all ranks of a slow node (:mod:`~ddltrace.analyses.detect_slow_node`: every rank of
 one node slow) are left to that finding: one cause, the node, reported once.
@@ -52,14 +56,23 @@ def measures(run) -> dict[str, tuple[list[int], np.ndarray]]:
     return out
 
 
-@detector("stragglers", "stragglers", {"totals"})
+@detector("stragglers", "stragglers", {"totals", "two_workers"})
 def detect(runs, th) -> list[Finding]:
-    """Workers whose compute per step (or step time) is a robust outlier (see the module docstring)."""
+    """Workers whose compute per step (or step time) is a robust outlier, or of two workers the one well above the
+    other (see the module docstring)."""
     findings = []
     for run in runs:
         node = slow_node(run, th)
         for what, (workers, values) in measures(run).items():
-            if len(workers) < th["straggler.min_ranks"] or not np.all(np.isfinite(values)):
+            if not np.all(np.isfinite(values)):
+                continue
+            if len(workers) == 2:
+                pair = _pair(run, what, workers, values, th)
+                if pair is not None:
+                    findings.append(pair)
+                    break
+                continue
+            if len(workers) < th["straggler.min_ranks"]:
                 continue
             z, median, mad = robust_z(values, th["straggler.mad_floor"])
             excess = values / median - 1 if median > 0 else np.zeros_like(values)
@@ -98,3 +111,27 @@ def detect(runs, th) -> list[Finding]:
             ))
             break  # one finding per run: the first measure that names a straggler
     return findings
+
+
+def _pair(run, what: str, workers: list[int], values: np.ndarray, th) -> Finding | None:
+    """Of two workers, the slower one when its measure is ``straggler.excess_min`` or more above the other's."""
+    slow, fast = (1, 0) if values[1] > values[0] else (0, 1)
+    if not values[fast] > 0 or values[slow] / values[fast] - 1 < th["straggler.excess_min"]:
+        return None
+    excess = float(values[slow] / values[fast] - 1)
+    times = max(1, len(run.phases[workers[slow]].steps))  # once for the whole compute
+    lost = float(values[slow] - values[fast]) * times
+    return Finding(
+        id="straggler",
+        title=f"Straggler: rank {workers[slow]} {Quantity(excess, 'fraction')} slower than the other worker, rank "
+              f"{workers[fast]} ({what}; two workers: no outlier test)",
+        severity="warning",
+        evidence={"slowest_rank": Quantity(int(workers[slow]), "rank"),
+                  "slowest": Quantity(float(values[slow]), "ns"),
+                  "other": Quantity(float(values[fast]), "ns"),
+                  "excess_over_other": Quantity(excess, "fraction"),
+                  "workers": Quantity(2, "ranks"),
+                  "time_lost": Quantity(lost, "ns")},
+        ranks=[int(workers[slow])], phase=run.main_phase, advice=ADVICE, store=run.name, cost_ns=lost,
+        cost_basis=f"the slower worker's {what} minus the other's"
+                   + (f", times its {times} steps" if times > 1 else ""))

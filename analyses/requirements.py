@@ -31,6 +31,7 @@ CAPABILITIES: dict[str, str] = {
     "aggregates": "per-call totals per rank only",
     "totals": "time per category per rank",
     "communication": "communication between ranks (two or more ranks, or communication time on a rank)",
+    "two_workers": "two or more workers (a worker is slow only beside another)",
     "messages": "point-to-point calls with their partner ranks, on two or more ranks",
     "collectives": "collective calls on two or more ranks",
     "mpi_calls": "MPI point-to-point or collective calls on two or more ranks",

@@ -80,6 +80,8 @@ class RunAnalysis:
             have = have | {"nvml"}
         if self.store.world_size >= 2 or (self.table("all")["comm"] > 0).any():
             have = have | {"communication"}  # (one rank's waits alone are on its own devices, not on other ranks)
+        if len(self.worker_ranks) >= 2:
+            have = have | {"two_workers"}
         return have | self.gpu.capabilities(), holding
 
     @cached_property

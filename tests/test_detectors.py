@@ -336,3 +336,45 @@ def test_samples_show_what_their_readme_says(samples):
     assert "ps_saturation" in warnings("server-saturated-w4")
     straggler = [f for f in run_detectors([samples["straggler-w4"]], TH) if f.id == "straggler"]
     assert [f.ranks for f in straggler] == [[2]]
+
+
+# Two workers, one computing twice as long before each barrier: with two workers there is no outlier test (their
+# robust z-scores are +-0.67 whatever the difference), and a 2-rank job with a 2x imbalance had no finding at all.
+TWO_WORKERS_JOB = """
+import json, sys, time
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+rank = comm.Get_rank()
+computed = 0.0
+for _ in range(8):
+    t = time.perf_counter()
+    while time.perf_counter() - t < 0.06 * (rank + 1):
+        pass
+    computed += time.perf_counter() - t
+    comm.Barrier()
+json.dump(computed, open(sys.argv[1] + f".{rank}", "w"))
+"""
+
+
+def test_of_two_workers_the_one_computing_longer_is_named(tmp_path):
+    import io
+
+    from ddltrace.collectors.launcher import RunConfig, run_job
+    from ddltrace.collectors.mpi_env import find_tool
+
+    if find_tool("mpiexec") is None:
+        pytest.skip("no mpiexec beside this Python")
+    (tmp_path / "job.py").write_text(TWO_WORKERS_JOB)
+    log = tmp_path / "computed"
+    result = run_job(RunConfig(argv=[sys.executable, str(tmp_path / "job.py"), str(log)], np=2,
+                               out=tmp_path / "store", stream=io.StringIO()))
+    assert result.exit_code == 0
+    computed = [json.loads(Path(f"{log}.{r}").read_text()) * 1e9 for r in (0, 1)]  # ns, as the job timed it
+    run = analyze_store(tmp_path / "store")
+    (found,) = [f for f in run_detectors([run], TH) if f.id == "straggler"]
+    assert found.ranks == [1] and "(compute per step; two workers" in found.title
+    steps = [len(run.phases[r].steps) for r in (0, 1)]
+    assert steps == [8, 8]  # one per barrier
+    assert found.evidence["slowest"].value == pytest.approx(computed[1] / 8, rel=0.05)
+    assert found.evidence["other"].value == pytest.approx(computed[0] / 8, rel=0.1)
+    assert found.cost_ns == pytest.approx(computed[1] - computed[0], rel=0.1)
