@@ -91,6 +91,9 @@ class _Mapper:
     def _begin(self, count: int) -> None:
         """Called with the number of tasks before the first is submitted."""
 
+    def check_visible(self, paths: Iterable[str], hint: Callable[[str], str] | None = None) -> None:
+        """That the processes running the tasks see ``paths``: this machine's do."""
+
     def _submit(self, fn: Callable, args: tuple):
         """A future (``result()``, ``done()``, ``add_done_callback()``) of ``run_task(fn, *args)``."""
         raise NotImplementedError
@@ -257,10 +260,14 @@ class DaskMapper(_Mapper):
         for name in self._levels:
             logging.getLogger(name).setLevel(logging.CRITICAL)
         try:
+            _check_scheduler(address)
             self.client = Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
-        except (OSError, TimeoutError, ValueError) as exc:
+        except DdltraceError:
             self._restore_logging()
-            raise DdltraceError(f"--scheduler {address}: no Dask scheduler answers there ({exc})") from exc
+            raise
+        except Exception as exc:  # distributed's own (OSError, TimeoutError, ...), the scheduler gone since the check
+            self._restore_logging()
+            raise DdltraceError(f"--scheduler {address}: no Dask scheduler answers there ({_text(exc)})") from exc
         try:
             self._check_versions()
         except BaseException:
@@ -290,6 +297,29 @@ class DaskMapper(_Mapper):
             raise DdltraceError(f"--scheduler {self.address}: {where}{more} {what}, while this command runs ddltrace "
                                 f"{__version__}: install the same ddltrace with its dask extra where the scheduler "
                                 "and the workers run")
+
+    def check_visible(self, paths: Iterable[str], hint: Callable[[str], str] | None = None) -> None:
+        """Every worker sees each of ``paths`` (made absolute, as the tasks get them), else one line naming the first
+        one and the workers that do not see it; ``hint(path)``: what to do about it (default: a shared file system).
+        Workers that join later are not asked."""
+        paths = [os.path.abspath(p) for p in paths]
+
+        def unseen(paths: list[str]) -> list[str]:  # pickled by value: the worker's ddltrace may be another build
+            return [p for p in paths if not __import__("os").path.exists(p)]
+
+        blind: dict[str, list[str]] = {}
+        for worker, missing in self.client.run(unseen, paths, on_error="return").items():
+            for path in missing if isinstance(missing, list) else ():
+                blind.setdefault(path, []).append(worker)
+        if not blind:
+            return
+        path, workers = next(iter(blind.items()))
+        count = len(self._threads()) or len(workers)
+        more = f" (and {len(blind) - 1} more of the {len(paths)} paths)" if len(blind) > 1 else ""
+        advice = hint(path) if hint else ("every worker must see it under the same path (a shared file system; "
+                                          "docs/CLUSTER.md)")
+        raise DdltraceError(f"--scheduler {self.address}: {len(workers)} of {count} workers ({', '.join(workers)}) "
+                            f"cannot see {path}{more}, which this command sees: {advice}")
 
     def _threads(self) -> dict:
         """Threads per worker address, as the scheduler knows them now (none once the connection is gone)."""
@@ -338,6 +368,47 @@ class DaskMapper(_Mapper):
 
         for name, level in self._levels.items():
             logging.getLogger(name).setLevel(level)
+
+
+def _check_scheduler(address: str) -> None:
+    """Ask what answers at ``address`` (Dask's ``identity``), within :data:`CONNECT_TIMEOUT_S` + 2 s in all: a Dask
+    worker, or a server that accepts the connection but does not speak Dask (an HTTP port, the dashboard's), is one
+    line here; ``distributed.Client`` would wait for their handshake without end, or fail with a traceback."""
+    import asyncio
+
+    from distributed.comm import connect
+    from distributed.security import Security
+
+    async def identity():
+        comm = await connect(address, timeout=CONNECT_TIMEOUT_S, **Security().get_connection_args("client"))
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            return await comm.read()
+        finally:
+            comm.abort()
+
+    alien = f"--scheduler {address}: what answers there does not speak Dask's protocol"
+    try:  # connect() gives up on a port that accepts nothing after CONNECT_TIMEOUT_S: this waits a little longer
+        info = asyncio.run(asyncio.wait_for(identity(), CONNECT_TIMEOUT_S + 2))
+    except TimeoutError as exc:  # (an OSError too) connected, but no handshake or no answer
+        raise DdltraceError(f"{alien} (it accepts connections, but gave no answer within {CONNECT_TIMEOUT_S + 2} "
+                            "s)") from exc
+    except (OSError, ValueError, TypeError) as exc:  # refused, no such host, a bad address, tls:// without TLS set up
+        raise DdltraceError(f"--scheduler {address}: no Dask scheduler answers there ({_text(exc)})") from exc
+    except Exception as exc:  # what it sent is not Dask's (a length of exabytes read from an HTTP reply)
+        raise DdltraceError(f"{alien} ({_text(exc)})") from exc
+    kind = info.get("type") if isinstance(info, dict) else None
+    if kind == "Scheduler":
+        return
+    if not kind:
+        raise DdltraceError(f"{alien} (its answer to 'identity': {str(info)[:200]})")
+    of = f" (its scheduler: {info['scheduler']})" if info.get("scheduler") else ""
+    raise DdltraceError(f"--scheduler {address}: a Dask {kind.lower()} answers there, not the scheduler{of}")
+
+
+def _text(exc: BaseException) -> str:
+    """An exception as a few words: its message, or its type's name when it has none."""
+    return str(exc) or type(exc).__name__
 
 
 def mapper_for(scheduler: str | None, jobs: int, progress: Progress | None = None,

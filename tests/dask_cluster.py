@@ -28,8 +28,10 @@ START_TIMEOUT_S = 60
 
 class LocalDaskCluster(Scoped):
     def __init__(self, folder: Path, workers: int = 2, env: dict[str, str] | None = None,
-                 scheduler_env: dict[str, str] | None = None):
-        """``env``: added to the workers' environment; ``scheduler_env``: to the scheduler's."""
+                 scheduler_env: dict[str, str] | None = None, worker_prefix: list[str] | None = None):
+        """``env``: added to the workers' environment; ``scheduler_env``: to the scheduler's; ``worker_prefix``: a
+        command that runs each worker's (``unshare ... sh -c '...; exec "$@"'``)."""
+        self.worker_prefix = list(worker_prefix or [])
         self.folder, self.count = Path(folder), workers
         self.env = {**os.environ, **(env or {})}
         self.scheduler_env = {**os.environ, **(scheduler_env or {})}
@@ -56,9 +58,9 @@ class LocalDaskCluster(Scoped):
         for i in range(self.count):
             name = f"w{i}"
             self.workers[name] = self._spawn(name, [
-                DASK, "worker", self.address, "--name", name, "--nthreads", "1", "--no-nanny", "--no-dashboard",
-                "--host", "127.0.0.1", "--memory-limit", "0", "--local-directory", str(self.folder / name)],
-                self.env)
+                *self.worker_prefix, DASK, "worker", self.address, "--name", name, "--nthreads", "1", "--no-nanny",
+                "--no-dashboard", "--host", "127.0.0.1", "--memory-limit", "0", "--local-directory",
+                str(self.folder / name)], self.env)
         self.client = distributed.Client(self.address, timeout=START_TIMEOUT_S, set_as_default=False)
         self.client.wait_for_workers(self.count, timeout=START_TIMEOUT_S)
 

@@ -310,3 +310,110 @@ def test_workers_without_ddltrace_are_one_line_before_any_task(tmp_path, stores)
         f"ddltrace: error: --scheduler {cluster.address}: the worker at {worker} cannot import ddltrace (not this "
         f"ddltrace), while this command runs ddltrace {ddltrace.__version__}: install the same ddltrace with its dask "
         "extra where the scheduler and the workers run"]
+
+
+# -- an address where no scheduler is, paths the workers do not see ---------------------------------------------
+
+
+def _serve(reply: bytes | None) -> tuple[str, object]:
+    """A TCP server on localhost that sends ``reply`` to each connection and closes it (None: says nothing and
+    keeps it open); its address and a function that stops it."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    held = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:  # closed
+                return
+            if reply is None:
+                held.append(conn)
+            else:
+                with conn:
+                    conn.sendall(reply)
+
+    threading.Thread(target=serve, daemon=True).start()
+
+    def stop() -> None:
+        server.close()
+        for conn in held:
+            conn.close()
+
+    return f"tcp://127.0.0.1:{server.getsockname()[1]}", stop
+
+
+def test_an_address_where_a_worker_or_no_dask_answers_is_one_line(cluster, stores, capsys):
+    """A worker's address instead of the scheduler's, and a server that answers HTTP (a dashboard's port): exit 2,
+    one line saying what answers there (the worker's scheduler named), no traceback."""
+    worker = next(iter(cluster.client.scheduler_info()["workers"]))
+    rc, out, err = analyze(capsys, stores / "ps", "--scheduler", worker)
+    assert rc == 2 and out == ""
+    assert err.splitlines() == [f"ddltrace: error: --scheduler {worker}: a Dask worker answers there, not the "
+                                f"scheduler (its scheduler: {cluster.address})"]
+    address, stop = _serve(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+    try:
+        rc, out, err = analyze(capsys, stores / "ps", "--scheduler", address)
+    finally:
+        stop()
+    assert rc == 2 and out == "" and len(err.splitlines()) == 1, err
+    assert err.startswith(f"ddltrace: error: --scheduler {address}: what answers there does not speak Dask's protocol")
+
+
+def test_a_port_that_accepts_but_never_answers_is_one_line_after_the_timeout(stores):
+    """A server that accepts the connection and says nothing (distributed's Client waits for its handshake without
+    end): exit 2 and one line once CONNECT_TIMEOUT_S (1 s here) and 2 s more have passed."""
+    address, stop = _serve(None)
+    code = ("import sys; from ddltrace import executor; executor.CONNECT_TIMEOUT_S = 1\n"
+            "from ddltrace.cli import main; sys.exit(main(sys.argv[1:]))")
+    try:
+        child = subprocess.run([sys.executable, "-c", code, "analyze", str(stores / "ps"), "--scheduler", address],
+                               capture_output=True, text=True, timeout=60)
+    finally:
+        stop()
+    assert child.returncode == 2 and child.stdout == ""
+    assert child.stderr.splitlines() == [f"ddltrace: error: --scheduler {address}: what answers there does not speak "
+                                         "Dask's protocol (it accepts connections, but gave no answer within 3 s)"]
+
+
+def _can_hide_a_folder() -> bool:
+    return shutil.which("unshare") is not None and subprocess.run(
+        ["unshare", "-rm", "true"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _can_hide_a_folder(), reason="needs unshare -rm (a mount namespace of one's own)")
+def test_paths_the_workers_cannot_see_are_one_line_naming_them(tmp_path, stores, capsys, monkeypatch):
+    """The worker runs with an empty file system mounted over a folder this command reads (a folder local to the
+    command's machine): a store there, a trace file there (import: no store left behind), and a trace that analyze
+    imports into its temporary folder there are each one line naming the path and the worker, exit 2, before any
+    task; a worker would have said 'no such trace store' of a store this command had just read."""
+    import tempfile
+
+    here = tmp_path / "only-here"
+    here.mkdir()
+    hide = ["unshare", "-rm", "sh", "-c", 'mount -t tmpfs none "$0" && exec "$@"', str(here)]
+    shutil.copytree(stores / "ps", here / "ps")
+    shutil.copytree(DATA / "torch_gloo", here / "trace")
+    with LocalDaskCluster(tmp_path / "cluster", workers=1, worker_prefix=hide) as cluster:
+        worker = next(iter(cluster.client.scheduler_info()["workers"]))
+        blind = f"ddltrace: error: --scheduler {cluster.address}: 1 of 1 workers ({worker}) cannot see"
+        rc, out, err = analyze(capsys, here / "ps", "--scheduler", cluster.address)
+        assert rc == 2 and out == ""
+        assert err.splitlines() == [f"{blind} {here / 'ps'}, which this command sees: every worker must see the "
+                                    "store under the same path (a shared file system; docs/CLUSTER.md)"]
+        rc = main(["import", str(here / "trace"), "--out", str(tmp_path / "imported"), "--scheduler",
+                   cluster.address])
+        err = capsys.readouterr().err
+        assert rc == 2 and f"{blind} {here / 'trace'}/" in err and "which this command sees" in err, err
+        assert len(err.splitlines()) == 1 and not (tmp_path / "imported").exists()
+        monkeypatch.setattr(tempfile, "tempdir", str(here))
+        rc, out, err = analyze(capsys, here / "trace", "--scheduler", cluster.address, "--quiet")
+    assert rc == 2 and out == ""
+    assert err.splitlines()[-1].startswith(f"{blind} {here}/ddltrace-analyze-")
+    assert err.splitlines()[-1].endswith(f"it is the temporary store this command imported {here / 'trace'} "
+                                         "into, on this machine: import it onto a path every worker sees ('ddltrace "
+                                         f"import {here / 'trace'} --out SHARED/STORE'), then analyze that")
+    assert not list(here.glob("ddltrace-analyze-*"))

@@ -110,6 +110,23 @@ def rank_mapper(args):
     return mapper_for(args.scheduler, args.jobs or 1, on_failure=_unreadable, ordered=False)
 
 
+def check_workers_see(mapper, stores: list[str], labels: dict[str, str], verb: str) -> None:
+    """On a Dask cluster, that every worker sees each store's path, else one line naming it (and the workers): a
+    worker would say 'no such trace store' of a store this command reads. A trace this command imported into its
+    temporary folder says how to import it where the workers see it."""
+    if mapper is None:
+        return
+
+    def hint(path: str) -> str:
+        if path not in labels:
+            return "every worker must see the store under the same path (a shared file system; docs/CLUSTER.md)"
+        return (f"it is the temporary store this command imported {labels[path]} into, on this machine: import it "
+                f"onto a path every worker sees ('ddltrace import {labels[path]} --out SHARED/STORE'), then {verb} "
+                "that")
+
+    mapper.check_visible(stores, hint)
+
+
 #: A store this big gets progress lines on stderr while it is read (ranks or events, from its manifest).
 PROGRESS_RANKS, PROGRESS_EVENTS = 64, 1_000_000
 #: Seconds between two progress lines.
@@ -193,6 +210,7 @@ def run(args) -> int:
     thresholds = thresholds.with_assignments(args.threshold)
     with as_stores(args.stores, "analyze", args.quiet) as (stores, labels):  # the analyses read the stores to the end
         with rank_mapper(args) as mapper:
+            check_workers_see(mapper, stores, labels, "analyze")
             runs = [analyze_with_progress(path, args.quiet, mapper=mapper) for path in stores]
         for path, r in zip(stores, runs, strict=True):
             r.store.label = labels.get(path)

@@ -227,6 +227,7 @@ def _import(args, out: Path) -> int:
             store = TraceStore.create(staging, run={"command": "ddltrace import " + " ".join(args.paths)})
             if args.scheduler:
                 mapper = DaskMapper(args.scheduler, progress.tasks, on_failure=given_up)
+                mapper.check_visible([path for *_, path, _, _ in plan])
             clocks, formats, deferred, detailed, messages = {}, Counter(), [], set(), []
             exchanging: set[int] = set()  # ranks with MPI sends/receives naming a peer: alignment reads only these
             world_sizes = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ddltrace.commands.analyze import add_where_options, rank_mapper
+from ddltrace.commands.analyze import add_where_options, check_workers_see, rank_mapper
 
 
 def register(subparsers) -> None:
@@ -39,6 +39,7 @@ def run(args) -> int:
         print(f"ddltrace report: {message}", file=sys.stderr, flush=True)
 
     with as_stores(args.stores, "report", args.quiet) as (stores, labels), rank_mapper(args) as mapper:
+        check_workers_see(mapper, stores, labels, "report")
         files = build_report(stores, args.out, profile=args.profile, model=args.model, labels=labels,
                              progress=None if args.quiet else progress, mapper=mapper)
     print(f"report: {files.html}")
