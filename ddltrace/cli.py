@@ -42,10 +42,43 @@ _OWN_SIGTERM = frozenset({"run", "workload"})
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, with usage errors exiting 2 on one line like every other bad input."""
+    """argparse, with usage errors exiting 2 on one line like every other bad input, and the closest verb or
+    option named where the word given is a near miss (``analyse``: did you mean 'analyze'?)."""
 
     def error(self, message: str):  # noqa: D401 - argparse's signature
-        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}{_did_you_mean(self, message)} (see --help)\n")
+
+
+def _did_you_mean(parser: argparse.ArgumentParser, message: str) -> str:
+    """``; did you mean ...?`` for an invalid choice (a verb, a subcommand, an option's value) or an unknown option
+    close to a known one (difflib's ratio at least 0.6), else ``""``. The options are those of ``parser`` and of
+    the subcommands registered under it: with a verb named, only that verb's (:func:`build_parser`)."""
+    import difflib
+    import re
+
+    choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+    if choice:
+        pairs = [(choice.group(1), re.findall(r"'([^']*)'", choice.group(2)))]
+    elif message.startswith("unrecognized arguments: "):
+        options = _option_strings(parser)
+        pairs = [(word.split("=", 1)[0], options) for word in message.split(": ", 1)[1].split()
+                 if word.startswith("--")]
+    else:
+        return ""
+    hints = [f"'{close[0]}' for '{word}'" if len(pairs) > 1 else f"'{close[0]}'"
+             for word, known in pairs if (close := difflib.get_close_matches(word, known, n=1))]
+    return f"; did you mean {', '.join(hints)}?" if hints else ""
+
+
+def _option_strings(parser: argparse.ArgumentParser) -> list[str]:
+    """The long options of ``parser`` and of every subcommand parser under it."""
+    options = []
+    for action in parser._actions:
+        options.extend(o for o in action.option_strings if o.startswith("--"))
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                options.extend(o for o in _option_strings(sub) if o not in options)
+    return options
 
 
 class _Version(argparse.Action):

@@ -99,3 +99,22 @@ def test_merging_a_store_with_itself_is_one_line_a_user_can_act_on(tmp_path, cap
     assert err == (f"ddltrace: error: {store}: ranks 0-2 are also in {store}: two parts of one job hold different "
                    "ranks")
     assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("args, hint", [
+    (["analyse", "{store}"], "did you mean 'analyze'?"),
+    (["info", "{store}", "--jsno"], "did you mean '--json'?"),
+    (["analyze", "{store}", "--thresold=ps.busy_min=0.9", "--jsn"],
+     "did you mean '--threshold' for '--thresold', '--json' for '--jsn'?"),
+    (["model", "fti"], "did you mean 'fit'?"),
+    (["analyze", "{store}", "--phase", "stedy"], "did you mean 'steady'?"),
+])
+def test_a_near_miss_of_a_verb_or_option_names_the_one_meant(args, hint, tiny_store):
+    result = run_cli(*[a.format(store=tiny_store.path) for a in args])
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1 and hint in result.stderr
+
+
+def test_a_word_like_no_verb_gets_no_suggestion():
+    result = run_cli("frobnicate")
+    assert result.returncode == 2 and "invalid choice" in result.stderr and "did you mean" not in result.stderr
