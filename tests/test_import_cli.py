@@ -192,3 +192,14 @@ def test_a_sigterm_during_the_import_leaves_no_unfinished_store(tmp_path):
     assert job.returncode == 143, err
     assert err.strip().splitlines()[-1] == "ddltrace: terminated (SIGTERM)"
     assert os.listdir(tmp_path) == []  # neither the staging folder nor the lock file left
+
+
+def test_a_trace_store_given_to_import_is_one_line_saying_to_use_it_as_it_is(tmp_path, capsys):
+    """A store named where traces are expected: one line saying what it is and which verbs take it, not an error
+    listing each of its Parquet files as 'not a trace format'."""
+    store = Path(__file__).resolve().parents[1] / "sample_traces" / "ps-sgd" / "par-w2" / "store"
+    assert main(["import", str(store), "--out", str(tmp_path / "again")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"ddltrace: error: {store}: a ddltrace trace store already, not a trace to import: give it to "
+                   "'ddltrace info', 'analyze' or 'report' as it is ('ddltrace merge' joins two stores)")
+    assert not (tmp_path / "again").exists()

@@ -94,12 +94,16 @@ def _expand(paths: list[str]) -> tuple[list[Path], set[Path], list[str]]:
     (``collectors/importers/tb_profile.py``)."""
     from ddltrace.collectors.importers import tb_profile
     from ddltrace.collectors.importers.source import not_a_file
+    from ddltrace.trace_inputs import is_trace_input
 
     files: list[Path] = []
     found_in_folders: set[Path] = set()
     notes: list[str] = []
     for text in paths:
         path = Path(text)
+        if not is_trace_input(text) and path.is_dir():
+            raise DdltraceError(f"{path}: a ddltrace trace store already, not a trace to import: give it to 'ddltrace "
+                                "info', 'analyze' or 'report' as it is ('ddltrace merge' joins two stores)")
         if path.is_dir():
             found = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
             anchors = [p.with_suffix("") for p in found if p.suffix == ".otf2"]
