@@ -131,3 +131,28 @@ def test_compare_two_profiles(tmp_path, capsys):
     assert main(["calibrate", "--compare", str(pa), str(pb)]) == 0
     text = capsys.readouterr().out
     assert "same within 2 sigma" in text and "only in B" in text and "100 ps/B (10 GB/s)" in text
+
+
+def test_compare_json_gives_each_constant_of_the_two_profiles(tmp_path, capsys):
+    """--json with --compare printed the table, which no JSON reader takes; now each constant with both values."""
+    a = prof.new_profile({"hostname": "a", "cpu_model": "A"}, True, ["mem"])
+    b = prof.new_profile({"hostname": "b", "cpu_model": "B"}, True, ["mem"])
+    prof.add_constant(a, "r_m", 1e-10, 1e-12, "s/B", "memory read time per byte")
+    prof.add_constant(b, "r_m", 1.5e-10, 1e-12, "s/B", "memory read time per byte")
+    prof.add_constant(b, "w_m", 2e-10, 1e-12, "s/B", "memory write time per byte")
+    pa, pb = prof.save(a, tmp_path / "a.json"), prof.save(b, tmp_path / "b.json")
+    assert main(["calibrate", "--compare", str(pa), str(pb), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    by_name = {c["constant"]: c for c in doc["constants"]}
+    assert (doc["a"], doc["b"]) == (str(pa), str(pb)) and set(by_name) == {"r_m", "w_m"}
+    assert by_name["r_m"]["a"] == 1e-10 and by_name["r_m"]["b"] == 1.5e-10 and by_name["r_m"]["unit"] == "s/B"
+    assert by_name["r_m"]["ratio"] == pytest.approx(1.5) and by_name["r_m"]["verdict"] == "differs"
+    assert by_name["w_m"]["a"] is None and by_name["w_m"]["verdict"] == "only in B"
+
+
+def test_quiet_leaves_stderr_empty_and_the_summary_on_stdout(tmp_path, capsys):
+    out = tmp_path / "p.json"
+    assert main(["calibrate", "--quick", "--only", "mem", "--quiet", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and "profile written to" in captured.out
+    assert "r_m" in json.loads(out.read_text())["constants"]

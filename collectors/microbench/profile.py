@@ -173,24 +173,32 @@ def table(rows: list[tuple], header: tuple) -> str:
     return "\n".join(lines)
 
 
-def compare(a: dict, b: dict) -> list[tuple[str, str, str, str, str]]:
-    """Rows (constant, a, b, b / a, verdict) for the constants of two profiles; the verdict says whether the
-    difference exceeds twice the combined uncertainty."""
-    rows = []
+def compare_constants(a: dict, b: dict) -> list[dict]:
+    """Per constant of either profile: its ``unit``, A's and B's ``value`` and ``uncertainty`` (``None`` where that
+    profile lacks it), ``ratio`` B / A, and the ``verdict``: ``differs`` where the difference exceeds twice the
+    combined uncertainty, else ``same within 2 sigma``; ``only in A`` / ``only in B``."""
+    records = []
     names = list(a["constants"]) + [n for n in b["constants"] if n not in a["constants"]]
     for name in names:
         ca, cb = a["constants"].get(name), b["constants"].get(name)
+        record = {"constant": name, "unit": (ca or cb)["unit"],
+                  "a": ca["value"] if ca else None, "a_uncertainty": ca["uncertainty"] if ca else None,
+                  "b": cb["value"] if cb else None, "b_uncertainty": cb["uncertainty"] if cb else None}
         if ca is None or cb is None:
-            fa = format_value(ca["value"], ca["unit"]) if ca else "-"
-            fb = format_value(cb["value"], cb["unit"]) if cb else "-"
-            rows.append((name, fa, fb, "", "only in A" if cb is None else "only in B"))
-            continue
-        ratio = cb["value"] / ca["value"]
-        combined = math.hypot(ca["uncertainty"], cb["uncertainty"])
-        verdict = "differs" if abs(cb["value"] - ca["value"]) > 2 * combined else "same within 2 sigma"
-        rows.append((name, format_value(ca["value"], ca["unit"]), format_value(cb["value"], cb["unit"]),
-                     f"{ratio:.3g} x", verdict))
-    return rows
+            record.update(ratio=None, verdict="only in A" if cb is None else "only in B")
+        else:
+            combined = math.hypot(ca["uncertainty"], cb["uncertainty"])
+            record.update(ratio=cb["value"] / ca["value"],
+                          verdict="differs" if abs(cb["value"] - ca["value"]) > 2 * combined else "same within 2 sigma")
+        records.append(record)
+    return records
+
+
+def compare(a: dict, b: dict) -> list[tuple[str, str, str, str, str]]:
+    """Rows (constant, a, b, b / a, verdict) for the constants of two profiles (:func:`compare_constants`)."""
+    return [(r["constant"], "-" if r["a"] is None else format_value(r["a"], r["unit"]),
+             "-" if r["b"] is None else format_value(r["b"], r["unit"]),
+             "" if r["ratio"] is None else f"{r['ratio']:.3g} x", r["verdict"]) for r in compare_constants(a, b)]
 
 
 COMPUTE_PREFIXES = ("C_muladd", "C_act", "C_err")

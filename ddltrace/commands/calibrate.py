@@ -33,7 +33,9 @@ def register(subparsers) -> None:
     p.add_argument("--cpu-window", type=number(0.001, 10, unit="s"), metavar="S",
                    help="each timed run of the compute curves lasts at least S seconds (default 0.005 quick, "
                         "0.05): make it several periods of a CPU quota for the curves to see the quota's rate")
-    p.add_argument("--json", action="store_true", help="print the profile as JSON instead of the summary table")
+    p.add_argument("--json", action="store_true", help="print the profile (with --compare: the comparison) as JSON "
+                   "instead of the summary table")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"),
                    help="compare two profiles instead of measuring")
     p.set_defaults(func=run)
@@ -42,13 +44,16 @@ def register(subparsers) -> None:
 class _Progress:
     """One status line on stderr: rewritten in place on a terminal, one line per section otherwise."""
 
-    def __init__(self, stream=None):
+    def __init__(self, stream=None, quiet: bool = False):
         self.stream = stream or sys.stderr
+        self.quiet = quiet
         self.tty = self.stream.isatty()
         self.t0 = time.perf_counter()
         self.width = 0
 
     def __call__(self, step: str) -> None:
+        if self.quiet:
+            return
         elapsed = time.perf_counter() - self.t0
         text = f"calibrate [{elapsed:5.1f} s] {step}"
         if self.tty:
@@ -70,13 +75,19 @@ def run(args) -> int:
 
     if args.compare:
         a, b = (prof.load(path) for path in args.compare)
+        if args.json:
+            import json
+
+            print(json.dumps({"a": args.compare[0], "b": args.compare[1],
+                              "constants": prof.compare_constants(a, b)}, indent=1))
+            return 0
         print(f"A: {args.compare[0]} ({a['machine'].get('hostname')}, {a['machine'].get('cpu_model')}, "
               f"{a['created_utc']})")
         print(f"B: {args.compare[1]} ({b['machine'].get('hostname')}, {b['machine'].get('cpu_model')}, "
               f"{b['created_utc']})")
         print(prof.table(prof.compare(a, b), ("constant", "A", "B", "B / A", "verdict")))
         return 0
-    progress = _Progress()
+    progress = _Progress(quiet=args.quiet)
     opts = suite.Options(quick=args.quick, sections=suite.parse_sections(args.only), peer=args.peer,
                          disk_path=args.disk_path, disk_bytes=args.disk_size * 2**20 if args.disk_size else None,
                          net_timeout=args.net_timeout, cpu_window=args.cpu_window,
