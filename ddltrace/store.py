@@ -241,11 +241,14 @@ class TraceStore:
         path = Path(path)
         if not path.exists():
             raise StoreError(f"{path}: no such trace store")
+        to_import = (f"; to read trace files: 'ddltrace import {path} --out STORE', or give them to analyze or "
+                     "report as they are")
         if not path.is_dir():
-            raise StoreError(f"{path}: not a trace store (a store is a folder with {MANIFEST})")
+            raise StoreError(f"{path}: not a trace store (a store is a folder with {MANIFEST}{to_import})")
         manifest_path = path / MANIFEST
         if not manifest_path.exists():
-            raise StoreError(f"{path}: not a trace store (no {MANIFEST})")
+            store_like = any((path / folder).is_dir() for folder in ("timeline", "counters"))
+            raise StoreError(f"{path}: not a trace store (no {MANIFEST}{'' if store_like else to_import})")
         try:
             manifest = json.loads(manifest_path.read_text())
         except PermissionError as exc:

@@ -118,3 +118,15 @@ def test_a_near_miss_of_a_verb_or_option_names_the_one_meant(args, hint, tiny_st
 def test_a_word_like_no_verb_gets_no_suggestion():
     result = run_cli("frobnicate")
     assert result.returncode == 2 and "invalid choice" in result.stderr and "did you mean" not in result.stderr
+
+
+def test_a_trace_where_a_store_is_expected_says_how_to_make_one(tmp_path):
+    """info/export on trace files (a folder of them, or one): the one line says how to make a store of them."""
+    trace = tmp_path / "traces"
+    trace.mkdir()
+    (trace / "rank0.pt.trace.json").write_text('{"traceEvents": []}')
+    for path in (trace, trace / "rank0.pt.trace.json"):
+        result = run_cli("info", str(path))
+        assert result.returncode == 2 and result.stderr.count("\n") == 1
+        assert f"{path}: not a trace store" in result.stderr
+        assert f"'ddltrace import {path} --out STORE', or give them to analyze or report" in result.stderr
