@@ -203,3 +203,16 @@ def test_a_trace_store_given_to_import_is_one_line_saying_to_use_it_as_it_is(tmp
     assert err == (f"ddltrace: error: {store}: a ddltrace trace store already, not a trace to import: give it to "
                    "'ddltrace info', 'analyze' or 'report' as it is ('ddltrace merge' joins two stores)")
     assert not (tmp_path / "again").exists()
+
+
+@pytest.mark.skipif(not BIG_TRACE.is_dir(), reason=f"{BIG_TRACE} absent (the workplace's shared traces)")
+def test_quiet_silences_the_progress_line_as_in_analyze_and_report(tmp_path):
+    """`--progress always` draws the line on stderr; `--quiet` after it (the last one given wins) leaves stderr empty;
+    the summary stays on stdout."""
+    base = [str(VENV_DDLTRACE), "import", str(BIG_TRACE), "--progress", "always"]
+    shown = subprocess.run(base + ["--out", str(tmp_path / "a")], capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0 and "importing df_index_resolver.json.gz" in shown.stderr
+    quiet = subprocess.run(base + ["--quiet", "--out", str(tmp_path / "b")], capture_output=True, text=True,
+                           timeout=120)
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    assert quiet.stdout.startswith("imported 1 file(s) into ")

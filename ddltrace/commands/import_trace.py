@@ -77,6 +77,8 @@ def register(subparsers) -> None:
     p.add_argument("--force", action="store_true", help="replace STORE if it exists")
     p.add_argument("--progress", choices=["auto", "always", "never"], default="auto",
                    help="progress line on stderr (auto: inputs over 32 MiB)")
+    p.add_argument("--quiet", dest="progress", action="store_const", const="never",
+                   help="no progress line (--progress never, as analyze's and report's --quiet)")
     p.add_argument("--jobs", type=integer(1, 1024), metavar="N",
                    help="processes reading at once: files one per process, each holding one file's ranks; a "
                         "single large Chrome-format file (Kineto, TF2, MXNet, ...) is shared by them (default: one "
