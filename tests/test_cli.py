@@ -130,3 +130,13 @@ def test_a_trace_where_a_store_is_expected_says_how_to_make_one(tmp_path):
         assert result.returncode == 2 and result.stderr.count("\n") == 1
         assert f"{path}: not a trace store" in result.stderr
         assert f"'ddltrace import {path} --out STORE', or give them to analyze or report" in result.stderr
+
+
+def test_run_leaves_stdout_to_the_job(tmp_path):
+    """`ddltrace run`'s own lines, its notes included (the GPU sampler off where NVML is missing), go to stderr:
+    a job's stdout redirected to a file holds the job's output only."""
+    result = run_cli("run", "--out", str(tmp_path / "store"), "--no-progress", "--",
+                     sys.executable, "-c", "print('the job says 42')")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "the job says 42\n"
+    assert "ddltrace: wrote " in result.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import sys
 from pathlib import Path
 
 from ddltrace.errors import DdltraceError
@@ -74,8 +75,8 @@ def run(args) -> int:
     result = run_job(RunConfig(argv=argv, out=out, np=args.np, launcher=args.launcher, sample_hz=args.sample_hz,
                                pyspy=args.pyspy, pyspy_rate_hz=args.pyspy_rate, progress=not args.no_progress,
                                framework=args.framework, steps=steps, launcher_addr=args.launcher_addr))
-    for note in result.notes:
-        print(f"ddltrace: note: {note}")
+    for note in result.notes:  # on stderr, as every line of ddltrace's own: stdout is the job's
+        print(f"ddltrace: note: {note}", file=sys.stderr)
     if result.interrupted:
         return 130
     return 0 if result.exit_code == 0 else 1
