@@ -569,8 +569,7 @@ def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_co
         ranks[0] = ended
     missing = sorted(set(range(world)) - set(ranks) - set(unreadable)) if mpi or fw_parts else []
     if missing:
-        notes.append(f"ranks {missing} wrote no record file (died before MPI_Init, or never started)" if mpi else
-                     f"ranks {missing} of {world} wrote no framework profile")
+        notes.append(no_record_note(missing, world, mpi, run.get("missing_nodes")))
     if mpi and not rank_records and not fw_parts:
         notes.append("no rank wrote a PMPI record file: the job never called MPI_Init under the wrapper "
                      "(not an MPI program, or a launcher that drops LD_PRELOAD)")
@@ -580,6 +579,17 @@ def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_co
     store.manifest["run"]["mpi_calls"] = calls
     store.save_manifest()
     return store
+
+
+def no_record_note(ranks: list[int], world: int, mpi: bool, missing_nodes: dict | None) -> str:
+    """The note on the ``ranks`` none of whose files reached the store. With nodes missing (their parts not
+    gathered: collectors/node_link.py) a rank's file may be in such a part, not lost: the note says so."""
+    what, why = ("record file", "died before MPI_Init, or never started") if mpi else ("framework profile",
+                                                                                       "never wrote one")
+    if missing_nodes:
+        return (f"ranks {ranks}: no {what} gathered (in the part of missing node(s) {', '.join(sorted(missing_nodes))}"
+                f", which `ddltrace merge` joins, or {why})")
+    return f"ranks {ranks} wrote no record file ({why})" if mpi else f"ranks {ranks} of {world} wrote no {what}"
 
 
 def _framework_parts(cfg: RunConfig, fw_dir: Path, taken: set[int],

@@ -12,16 +12,18 @@ the PMPI ping-pong)."""
 from __future__ import annotations
 
 import io
+import re
 import shlex
 import shutil
 import tempfile
 from pathlib import Path
 
 from ddltrace.collectors import record_sets
-from ddltrace.collectors.launcher import NODES, recover_store
+from ddltrace.collectors.launcher import NODES, no_record_note, recover_store
 from ddltrace.errors import DdltraceError
 from ddltrace.store import TraceStore, merge_stores
 
+_UNFILED = re.compile(r"^ranks \[([\d, ]*)\]:? (?:of \d+ )?(?:wrote no|no) (?:record file|framework profile)")
 _CLOCK_BY_RANK = ("offsets_ns", "uncertainty_ns", "finalize_offsets_ns", "finalize_uncertainty_ns", "drift_ppm")
 
 
@@ -63,12 +65,14 @@ def join_part(store_path: str | Path, part: str | Path, out: str | Path) -> Trac
             end_ns=run.get("end_ns"), exit_code=run.get("exit_code"), interrupted=run.get("interrupted")))
         part_store = recover_store(records, Path(tmp) / "part", stream=io.StringIO(), local=False).store
         return merge_stores(store, part_store, out,
-                            amend=lambda merged: _fix_manifest(merged, store, part_store, host, part))
+                            amend=lambda merged: _fix_manifest(merged, store, part_store, host, part, work))
 
 
-def _fix_manifest(merged: TraceStore, store: TraceStore, part_store: TraceStore, host: str, part: Path) -> None:
+def _fix_manifest(merged: TraceStore, store: TraceStore, part_store: TraceStore, host: str, part: Path,
+                  work: Path) -> None:
     """The merged manifest (before it is written): the node no longer missing, its ranks' clock offsets, the
-    hosts and nodes."""
+    hosts and nodes, the notes on ranks with no file only for those still without one, and the part's notes
+    naming ``part``, not ``work`` (its copy in a temporary folder)."""
     run = merged.manifest["run"]
     missing = {h: p for h, p in (store.run.get("missing_nodes") or {}).items() if h != host}
     if missing:
@@ -85,9 +89,25 @@ def _fix_manifest(merged: TraceStore, store: TraceStore, part_store: TraceStore,
         for key in _CLOCK_BY_RANK:
             if key in part_clock:
                 clock.setdefault(key, {}).update(part_clock[key])
-    notes = [n for n in store.manifest.get("notes", []) if not n.startswith(f"missing node {host}:")]
+    notes, unfiled = [], set()
+    for note in store.manifest.get("notes", []):
+        ranks = _unfiled_ranks(note)
+        if ranks is not None:
+            unfiled |= ranks
+        elif not note.startswith(f"missing node {host}:"):
+            notes.append(note)
+    left = sorted(unfiled - set(merged.ranks))
+    if left:
+        notes.append(no_record_note(left, run["world_size"], run.get("framework") == "mpi", missing))
     # the part's own notes, but not the recovery's (what the launching process held is in the run's store)
     # nor those on the ranks of other nodes
-    notes += [n for n in part_store.manifest.get("notes", [])
-              if not n.startswith("recovered by") and "wrote no record file" not in n]
+    notes += [n.replace(str(work), str(part)) for n in part_store.manifest.get("notes", [])
+              if not n.startswith("recovered by") and _unfiled_ranks(n) is None]
     merged.manifest["notes"] = [*notes, f"node {host}: its part joined by `ddltrace merge` from {part}"]
+
+
+def _unfiled_ranks(note: str) -> set[int] | None:
+    """The ranks of a note on ranks none of whose files reached the store (collectors/launcher.py's
+    ``no_record_note``), or None for another note."""
+    found = _UNFILED.match(note)
+    return {int(r) for r in found.group(1).split(",") if r.strip()} if found else None

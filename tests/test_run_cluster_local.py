@@ -9,7 +9,9 @@ Needs root, iproute2, util-linux and MPICH; skips with the reason where any is m
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -124,3 +126,56 @@ def test_a_killed_node_is_named_with_its_part_and_merge_joins_it(tmp_path, capsy
     # a folder that is not a missing node's part is refused, naming it
     assert main(["merge", str(tmp_path / "joined"), str(copied), "--out", str(tmp_path / "again")]) == 2
     assert str(copied) in capsys.readouterr().err
+
+
+def test_a_killed_node_agent_leaves_no_false_note_and_merge_restores_its_node(tmp_path, capsys):
+    """Only node 1's agent is killed (SIGKILL) while its rank runs on: the rank wrote its record file on the node's
+    disk, so no note may say it wrote none (before the merge: the part was not gathered; after it: the rank is in
+    the store), and no note may point into merge's temporary folder."""
+    (tmp_path / "job.py").write_text(JOB)
+    local = tmp_path / "local"
+    local.mkdir()
+    with cl.Cluster(2) as cluster:
+        disks = cluster.local_disk(local)
+        run = subprocess.Popen([sys.executable, "-m", "ddltrace", "run", "--no-progress", "--launcher",
+                                cluster.mpiexec(MPIEXEC, ppn=1), "--launcher-addr", cluster.host_addr,
+                                "--out", str(local / "store"), "--", sys.executable, str(tmp_path / "job.py"),
+                                "50", "2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            agent, deadline = None, time.monotonic() + 60
+            while agent is None and time.monotonic() < deadline and run.poll() is None:
+                if list(disks[1].glob(".store.*/records/rank-*.pmpi")):  # the rank is past MPI_Init
+                    agent = next((pid for pid in cluster.nodes[1].pids()
+                                  if _argv(pid)[1:2] == [str(Path(cl.__file__).parent / "node_agent.py")]), None)
+                time.sleep(0.1)
+            assert agent is not None, "node 1's agent not found"
+            os.kill(agent, signal.SIGKILL)
+            out, _ = run.communicate(timeout=120)
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+        assert run.returncode == 0, out
+        victim = cluster.nodes[1].host
+        copied = tmp_path / "node1-part"
+        shutil.copytree(next(disks[1].glob(".store.*")), copied)
+    store = TraceStore.open(local / "store")
+    assert store.ranks == [0] and list(store.run["missing_nodes"]) == [victim], out
+    notes = store.manifest["notes"]
+    assert any(n.startswith(f"missing node {victim}:") for n in notes), notes
+    assert not any("wrote no record file" in n for n in notes), notes  # it wrote one, on its node's disk
+    assert any(n.startswith("ranks [1]: no record file gathered") and victim in n for n in notes), notes
+    assert main(["merge", str(local / "store"), str(copied), "--out", str(tmp_path / "joined")]) == 0
+    joined = TraceStore.open(tmp_path / "joined")
+    assert joined.ranks == [0, 1] and joined.rank_info(1)["host"] == victim
+    assert (joined.timeline([1])["name"].str.startswith("MPI_Allreduce")).sum() == 50
+    assert not any("record file" in n for n in joined.manifest["notes"]), joined.manifest["notes"]
+    assert not any(".join." in n for n in joined.manifest["notes"]), joined.manifest["notes"]  # merge's tmp folder
+    assert any(str(copied) in n and "no samples" in n for n in joined.manifest["notes"]), joined.manifest["notes"]
+
+
+def _argv(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    except OSError:
+        return []
