@@ -898,6 +898,13 @@ def _swap_into_place(staging: Path, path: Path) -> None:
         old.unlink(missing_ok=True)
 
 
+def _replaceable(path: Path) -> bool:
+    """Whether ``--force`` may swap out ``path``: a trace store (its manifest, or a store's own folders where the
+    manifest is lost) or an empty folder; never a file or a folder of other things."""
+    return path.is_dir() and ((path / MANIFEST).exists() or any((path / folder).is_dir() for folder in
+                                                                ("timeline", "counters")) or not any(path.iterdir()))
+
+
 class StoreLock:
     """An exclusive lock on the store ``path`` while one process writes it: ``flock(2)`` on ``.NAME.lock``
     beside it (released by the kernel if the holder dies; the file names the holder). Taking it checks that
@@ -938,6 +945,11 @@ class StoreLock:
         if (self.path.exists() or self.path.is_symlink()) and not self.replace:
             self.__exit__()
             raise StoreError(f"{self.path}: already exists (choose another --out, or add --force)")
+        if self.path.exists() and not _replaceable(self.path):
+            self.__exit__()
+            what = "a file" if not self.path.is_dir() else "a folder that is not a trace store"
+            raise StoreError(f"{self.path}: {what}, which --force does not replace (only a trace store): choose "
+                             "another --out, or remove it yourself")
         # every writer stages under this lock: a staging folder here now is a dead writer's partial store
         for stale in self.path.parent.glob(f".{glob.escape(self.path.name)}.{'[a-z0-9_]' * 8}.tmp"):
             if stale.is_dir() and not stale.is_symlink():

@@ -216,3 +216,24 @@ def test_quiet_silences_the_progress_line_as_in_analyze_and_report(tmp_path):
                            timeout=120)
     assert quiet.returncode == 0 and quiet.stderr == ""
     assert quiet.stdout.startswith("imported 1 file(s) into ")
+
+
+def test_force_replaces_a_store_but_never_a_file_or_a_folder_of_other_things(tmp_path, capsys):
+    """--force swapped out whatever --out named: a typo'd --out deleted a file or a whole folder of the user's."""
+    trace = _mxnet_file(tmp_path / "profile_rank0.json", 0)
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("keep me")
+    a_folder = tmp_path / "thesis"
+    a_folder.mkdir()
+    (a_folder / "chapter1.tex").write_text("keep me too")
+    for out, what in ((a_file, "a file"), (a_folder, "a folder that is not a trace store")):
+        assert main(["import", str(trace), "--out", str(out), "--force"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == (f"ddltrace: error: {out}: {what}, which --force does not replace (only a trace store): "
+                       "choose another --out, or remove it yourself")
+    assert a_file.read_text() == "keep me" and (a_folder / "chapter1.tex").read_text() == "keep me too"
+    store = tmp_path / "store"
+    assert main(["import", str(trace), "--out", str(store)]) == 0
+    assert main(["import", str(trace), str(_mxnet_file(tmp_path / "profile_rank1.json", 1)), "--out", str(store),
+                 "--force"]) == 0
+    assert TraceStore.open(store).ranks == [0, 1]  # a store is replaced, as before

@@ -74,7 +74,8 @@ def register(subparsers) -> None:
     p.add_argument("--align", choices=["auto", "messages", "none"], default="auto",
                    help="clock alignment across ranks from matched send/receive pairs (OTF2 MPI messages, TF1 "
                         "step_stats receives): auto when the ranks' hosts differ, messages always, none never")
-    p.add_argument("--force", action="store_true", help="replace STORE if it exists")
+    p.add_argument("--force", action="store_true",
+                   help="replace STORE if it exists and is a trace store (never a file or another folder)")
     p.add_argument("--progress", choices=["auto", "always", "never"], default="auto",
                    help="progress line on stderr (auto: inputs over 32 MiB)")
     p.add_argument("--quiet", dest="progress", action="store_const", const="never",
