@@ -121,6 +121,11 @@ def test_plan_commands(capsys):
     assert "unknown size unit" in capsys.readouterr().err
     assert main(["plan", "gpus", "--overhead-ratio", "0.2", "--speedup", "9"]) == 2
     assert "out of reach" in capsys.readouterr().err
+    # --speedup alone was refused by a line saying to give --speedup; with --efficiency it was dropped unsaid
+    for extra in ([], ["--efficiency", "0.8"]):
+        assert main(["plan", "gpus", "--speedup", "3", *extra]) == 2
+        assert capsys.readouterr().err.strip() == ("ddltrace: error: plan gpus: --speedup needs --overhead-ratio R_O "
+                                                   "(the GPUs a speedup takes depend on it)")
     assert main(["plan", "placement", "--dnn", "vgg11", "--batch", "32", "--workers", "8"]) == 0
     assert "S = -3.62" in capsys.readouterr().out
     assert main(["plan", "batch", "--dnn", "vgg11", "--gpu-memory", "12GiB", "--batches", "32"]) == 2

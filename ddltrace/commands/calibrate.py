@@ -24,7 +24,8 @@ def register(subparsers) -> None:
     p.add_argument("--only", metavar="SECTIONS", help="comma-separated sections among cpu,mem,disk,net,gpu")
     p.add_argument("--peer", metavar="HOST:PORT", help="probe server for the network section (default: a "
                    "loopback server started here)")
-    p.add_argument("--out", default="hardware-profile.json", help="profile file (default: hardware-profile.json)")
+    p.add_argument("--out", metavar="FILE", default="hardware-profile.json",
+                   help="profile file to write (default: hardware-profile.json)")
     p.add_argument("--disk-path", metavar="DIR", help="directory for the disk benchmark's file (default: the temp dir)")
     p.add_argument("--disk-size", metavar="MIB", type=integer(1, 2**20, unit="MiB"),
                    help="disk file size in MiB (default: 32 quick, 1024)")

@@ -42,7 +42,8 @@ def register(subparsers) -> None:
     g.add_argument("--gpus", default="1,2,4,8,16", help="GPU counts N (default 1,2,4,8,16)")
     g.add_argument("--efficiency", type=number(0, 1, low_open=True),
                    help="target efficiency E: print the largest R_O for each N")
-    g.add_argument("--speedup", type=number(1, None, "x"), help="target speedup S: print the GPUs it takes")
+    g.add_argument("--speedup", type=number(1, None, "x"),
+                   help="target speedup S: print the GPUs it takes (with --overhead-ratio)")
     g.add_argument("--json", action="store_true", help="print JSON")
     g.set_defaults(func=run_gpus)
 
@@ -94,8 +95,11 @@ def run_gpus(args) -> int:
 
     gpus = parse_int_list(args.gpus, "--gpus")
     out: dict = {"gpus": gpus}
+    if args.speedup is not None and args.overhead_ratio is None:
+        raise DdltraceError("plan gpus: --speedup needs --overhead-ratio R_O (the GPUs a speedup takes depend on it)")
     if args.overhead_ratio is None and args.efficiency is None:
-        raise DdltraceError("plan gpus: give --overhead-ratio (and/or --efficiency, --speedup)")
+        raise DdltraceError("plan gpus: give --overhead-ratio R_O (the speedup table; with --speedup, the GPUs it "
+                            "takes) or --efficiency (the largest R_O for each GPU count)")
     if args.overhead_ratio is not None:
         r_o = args.overhead_ratio
         out["overhead_ratio"] = r_o
