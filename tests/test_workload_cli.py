@@ -43,6 +43,16 @@ def test_trace_refuses_to_overwrite_a_store(tmp_path, capsys):
     assert "store: already exists" in capsys.readouterr().err
 
 
+def test_out_naming_a_file_is_one_line(tmp_path, capsys):
+    """--out on a file was a FileExistsError traceback (exit 1) from making the folder."""
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("keep me")
+    assert main(["workload", "ps-sgd", "--np", "2", "--out", str(a_file), *FAST]) == 2
+    assert capsys.readouterr().err.strip() == (f"ddltrace: error: {a_file}: not a folder, so the ground truth cannot "
+                                               f"be written in {a_file}")
+    assert a_file.read_text() == "keep me"
+
+
 def test_workload_without_a_job_shows_help(capsys):
     assert main(["workload"]) == 2
     assert "ps-sgd" in capsys.readouterr().err

@@ -18,6 +18,7 @@ from ddltrace.collectors.mpi_env import mpiexec_command
 from ddltrace.collectors.workloads.ps_sgd_options import add_job_arguments, job_argv
 from ddltrace.errors import DdltraceError
 from ddltrace.options import integer
+from ddltrace.outputs import check_writable
 from ddltrace.units import format_ns, format_percent
 
 JOB_MODULE = "ddltrace.collectors.workloads.ps_sgd"
@@ -69,6 +70,7 @@ def run(args) -> int:
     except ValueError as exc:
         raise DdltraceError(str(exc)) from None
     out = Path(args.out)
+    check_writable(out, "the ground truth")
     out.mkdir(parents=True, exist_ok=True)
     job = [sys.executable, "-m", JOB_MODULE, *job_argv(args)]
     if args.trace:
