@@ -60,6 +60,7 @@ def test_export_command(tiny_store, tmp_path):
     (["export", "{store}", "--chrome", "/no/such/dir/t.json"], "/no/such/dir: no such directory"),
     (["export", "{store}", "--chrome", "{tmp}/t.json", "--ranks", "x"], "--ranks: 'x' is not a rank"),
     (["export", "{store}", "--chrome", "{tmp}/t.json", "--ranks", "7"], "no rank 7"),
+    (["export", "{store}", "--chrome", "{tmp}/t.json", "--ranks", "3-1"], "--ranks: '3-1' is an empty range"),
     (["info"], "the following arguments are required"),
     (["frobnicate"], "invalid choice"),
 ])

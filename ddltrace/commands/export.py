@@ -25,12 +25,14 @@ def parse_ranks(text: str | None) -> list[int] | None:
     for part in text.split(","):
         try:
             if "-" in part:
-                lo, hi = part.split("-", 1)
-                ranks.extend(range(int(lo), int(hi) + 1))
+                lo, hi = (int(end) for end in part.split("-", 1))
             else:
-                ranks.append(int(part))
+                lo = hi = int(part)
         except ValueError:
             raise DdltraceError(f"--ranks: '{part}' is not a rank or a range like 2-5") from None
+        if lo > hi:  # range() of it is empty: the export held no event and said nothing
+            raise DdltraceError(f"--ranks: '{part}' is an empty range (its first rank is above its last: {hi}-{lo}?)")
+        ranks.extend(range(lo, hi + 1))
     return ranks
 
 
