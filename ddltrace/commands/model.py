@@ -56,13 +56,19 @@ def register(subparsers) -> None:
                         "that the fit learns A's whole read from the initialisations): kept in the model, with the "
                         "bytes A's workers fetched from the device, to carry the initialisation to B's disk")
     f.add_argument("--dnn", metavar="DNN", help="DNN description (file or bundled name) for n_w, n_f and s")
-    f.add_argument("--n-w", type=positive(), help="weights n_w (default: the DNN's parameters, or the run's n_w)")
-    f.add_argument("--n-f", type=positive(), help="features per sample n_f")
-    f.add_argument("--bytes-per-value", type=positive("B"), help="s, bytes per value (default 8, or the DNN's)")
-    f.add_argument("--batch", type=positive(), help="batch size, when the stores do not record it")
-    f.add_argument("--samples", type=positive(), help="data set size d, when the stores do not record it")
-    f.add_argument("--epochs", type=positive(), help="epochs E, when the stores do not record it")
-    f.add_argument("--servers", type=integer(1), help="ranks 0..N-1 are parameter servers (default: manifest roles)")
+    f.add_argument("--n-w", type=positive(), metavar="N",
+                   help="weights n_w, a count (default: the DNN's parameters, or the run's n_w)")
+    f.add_argument("--n-f", type=positive(), metavar="N",
+                   help="features per sample n_f, a count (default: the DNN's input neurons, else 0)")
+    f.add_argument("--bytes-per-value", type=positive("B"), metavar="B",
+                   help="s, bytes per value (default 8, or the DNN's)")
+    f.add_argument("--batch", type=positive(), metavar="SAMPLES",
+                   help="batch size b in samples per worker, when the stores do not record it")
+    f.add_argument("--samples", type=positive(), metavar="N",
+                   help="data set size d in samples, when the stores do not record it")
+    f.add_argument("--epochs", type=positive(), metavar="E", help="epochs E, when the stores do not record it")
+    f.add_argument("--servers", type=integer(1), metavar="N",
+                   help="ranks 0..N-1 are parameter servers (default: manifest roles)")
     f.add_argument("--storage", choices=STORAGE_KINDS, default="shared",
                    help="how initialisation reads the data (default shared: one worker after another)")
     f.add_argument("--free", default="c_p,c_b,c_u",
@@ -80,8 +86,8 @@ def register(subparsers) -> None:
                    help="with --serial-comm: fit c_p and c_b in CPU seconds of a whole core, each run's workers at "
                         "their sampled share of a core, each message waiting for a rank off its core (the round "
                         "t_slice fitted), c_u the server's measured busy time per update; recorded in the model")
-    f.add_argument("--threshold", type=positive(), default=0.10,
-                   help="relative divergence that flags a run (default 0.10)")
+    f.add_argument("--threshold", type=positive(), default=0.10, metavar="FRACTION",
+                   help="relative divergence that flags a run (default 0.10: 10 %%)")
     f.add_argument("--out", metavar="FILE", help="write the fitted model as JSON")
     f.add_argument("--json", action="store_true", help="print the fitted model as JSON")
     f.set_defaults(func=run_fit)
