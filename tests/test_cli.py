@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -141,3 +142,22 @@ def test_run_leaves_stdout_to_the_job(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout == "the job says 42\n"
     assert "ddltrace: wrote " in result.stderr
+
+
+def test_info_says_a_rank_missing_from_an_imported_trace_is_not_in_the_files(tmp_path, capsys):
+    """df_index_resolver is rank 1 of a world of 2 (distributedInfo): rank 0 is not in the file, which info called
+    'no usable entry in the manifest', as if the store were damaged."""
+    from shared_data import SHARED
+
+    trace = SHARED / "hta_traces" / "df_index_resolver" / "df_index_resolver.json.gz"
+    if not trace.is_file():
+        pytest.skip(f"{trace} absent (the workplace's shared traces)")
+    world = json.loads(gzip.decompress(trace.read_bytes()))["distributedInfo"]
+    assert (world["rank"], world["world_size"]) == (1, 2)
+    store = tmp_path / "store"
+    assert main(["import", str(trace), "--out", str(store), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["info", str(store)]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("not listed"))
+    assert line == ("not listed  rank 0 of the world of 2: not in the files imported, whose run names that world, so "
+                    "no timeline here")

@@ -95,8 +95,10 @@ def render(summary: StoreSummary, nodes: list | None = None) -> str:
                      "above say why); the figures below are of the other ranks")
     if summary.unlisted:
         named = sorted(summary.unlisted)
+        why = ("not in the files imported, whose run names that world" if run.get("imported_files") else
+               "no usable entry in the manifest")
         lines.append(f"not listed  rank {', '.join(map(str, named[:16]))}{' ...' if len(named) > 16 else ''} of the "
-                     f"world of {summary.world_size}: no usable entry in the manifest, so no timeline here")
+                     f"world of {summary.world_size}: {why}, so no timeline here")
     lines.append(f"time span   {format_ns(summary.span_ns)}")
     lines.append(f"events      {summary.events}")
     lines.append(f"counters    {summary.counter_samples} samples"
