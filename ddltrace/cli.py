@@ -56,9 +56,10 @@ def _did_you_mean(parser: argparse.ArgumentParser, message: str) -> str:
     import difflib
     import re
 
-    choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
-    if choice:
-        pairs = [(choice.group(1), re.findall(r"'([^']*)'", choice.group(2)))]
+    choice = re.search(r"invalid choice: '?([^' ]*)'? \(choose from (.*)\)$", message)
+    if choice:  # the choices quoted (Python 3.11, 3.12) or not (later versions)
+        known = re.findall(r"'([^']*)'", choice.group(2)) or [c.strip() for c in choice.group(2).split(",")]
+        pairs = [(choice.group(1), known)]
     elif message.startswith("unrecognized arguments: "):
         options = _option_strings(parser)
         pairs = [(word.split("=", 1)[0], options) for word in message.split(": ", 1)[1].split()
