@@ -123,7 +123,9 @@ def load(path: str | Path) -> RecordSet:
     for item in path.iterdir():
         with contextlib.suppress(OSError):  # a temporary file renamed away meanwhile
             size += item.stat().st_size if item.is_file() else 0
-    return RecordSet(path=path, job=job, rank_files=files, size_bytes=size, live_ranks=_live_ranks(files))
+    started = job.get("ddltrace_started")
+    return RecordSet(path=path, job=job, rank_files=files, size_bytes=size,
+                     live_ranks=_live_ranks(files, float(started) if isinstance(started, (int, float)) else None))
 
 
 #: The live part of a record file's header (runtime.c), at byte 20: rank, world size, pid, records written, state.
@@ -145,12 +147,22 @@ def peek_header(path: Path) -> tuple[int, int, int, int, int] | None:
     return _LIVE_HEADER.unpack_from(head, 20)
 
 
-def _live_ranks(files: list[Path]) -> list[int]:
-    """Ranks whose process is alive and inside MPI (header state initialised or finalising)."""
+def _live_ranks(files: list[Path], run_started: float | None = None) -> list[int]:
+    """Ranks whose process is alive and inside MPI (header state initialised or finalising). A process with the
+    header's pid is the rank only if it started after the ``ddltrace run`` (``run_started``, s since the epoch) and
+    before the rank's file was last written: a pid of a rank in a PID namespace (a simulated node) or one reused
+    since is another process (a rank of 2026-11-24 read as alive through the host's kworker of its pid 5)."""
     live = []
     for path in files:
         header = peek_header(path)
-        if header is not None and header[4] in INSIDE_MPI and psutil.pid_exists(header[2]):
+        if header is None or header[4] not in INSIDE_MPI:
+            continue
+        try:
+            born = psutil.Process(header[2]).create_time()
+            written = path.stat().st_mtime
+        except (psutil.Error, OSError):
+            continue
+        if (run_started is None or born >= run_started - 1.0) and born <= written + 1.0:
             live.append(header[0])
     return live
 
