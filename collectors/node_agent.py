@@ -293,8 +293,9 @@ def read_nodes(folder, wait_s: float = 15.0) -> tuple[list[NodePart], list[str]]
             info = json.loads((node / "agent.json").read_text())
             samples = pd.read_parquet(node / "samples.parquet")
         except (OSError, ValueError) as exc:
-            notes.append(f"node {node.name}: its agent left no samples ({type(exc).__name__}: {exc}; its log: "
-                         f"{node / 'agent.log'})")
+            why = (f"no {os.path.basename(exc.filename)}" if isinstance(exc, FileNotFoundError) and exc.filename
+                   else f"{type(exc).__name__}: {exc}")
+            notes.append(f"node {node.name}: its agent left no samples ({why}); {_log_tail(node / 'agent.log')}")
             continue
         stacks = {int(p.stem.split("-")[1]): pd.read_parquet(p) for p in node.glob("stacks-*.parquet")}
         parts.append(NodePart(node.name, samples, info, stacks))
@@ -305,6 +306,18 @@ def read_nodes(folder, wait_s: float = 15.0) -> tuple[list[NodePart], list[str]]
             gpu_off.setdefault(str(part.info["gpu_off"]), []).append(part.host)
     notes += [f"on node(s) {', '.join(hosts)}: {reason}" for reason, hosts in gpu_off.items()]
     return parts, notes
+
+
+def _log_tail(log, limit: int = 800) -> str:
+    """What a note says of a node agent's log ``log`` (a :class:`pathlib.Path`): its last ``limit`` characters on
+    one line (the log goes with the run's records once the store is written: the note keeps what it said)."""
+    try:
+        text = log.read_text(errors="replace").strip()
+    except OSError:
+        return "it left no log"
+    if not text:
+        return "its log is empty"
+    return f"its log ended: {' | '.join(line.strip() for line in text[-limit:].splitlines() if line.strip())}"
 
 
 if __name__ == "__main__":

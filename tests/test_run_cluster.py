@@ -171,7 +171,27 @@ def test_a_node_whose_agent_dies_is_named_and_the_rest_kept(tmp_path):
     names = set(store.counters([-1])["name"])
     assert f"cpu_percent@{cluster.nodes[0].host}" in names
     assert not any(n.endswith(f"@{victim.host}") for n in names)
-    assert any(f"node {victim.host}: its agent left no samples" in n for n in store.manifest["notes"]), out
+    # the note keeps what the agent's log said (empty: killed before writing any), not its path: the log went with
+    # the run's records once the store was written
+    note = next(n for n in store.manifest["notes"] if n.startswith(f"node {victim.host}: its agent left no samples"))
+    assert note == f"node {victim.host}: its agent left no samples (no agent.json); its log is empty", note
+
+
+def test_a_node_agents_log_is_kept_in_the_note_on_its_node(tmp_path):
+    """A node whose agent died with a traceback and wrote no samples: the note carries the log's end, since the
+    record folder it is in is deleted once the store is written."""
+    from ddltrace.collectors.node_agent import read_nodes
+
+    for host in ("n0", "n1"):
+        (tmp_path / host).mkdir()
+        (tmp_path / host / "agent.lock").touch()
+    (tmp_path / "n0" / "agent.log").write_text("Traceback (most recent call last):\n  File \"x.py\", line 1\n"
+                                               "OSError: [Errno 28] No space left on device\n")
+    parts, notes = read_nodes(tmp_path, wait_s=0)
+    assert parts == []
+    assert notes == ["node n0: its agent left no samples (no agent.json); its log ended: Traceback (most recent call "
+                     "last): | File \"x.py\", line 1 | OSError: [Errno 28] No space left on device",
+                     "node n1: its agent left no samples (no agent.json); it left no log"]
 
 
 
