@@ -25,10 +25,11 @@ NEEDS_CLUSTER = [
 
 def run_on_cluster(cluster: cl.Cluster, out: Path, job: list[str], *, ppn: int, options: tuple = ()) -> str:
     """Run ``job`` with ``ppn`` ranks per node under ``ddltrace run --launcher`` into the store ``out``; what the
-    command printed (it must exit 0)."""
+    command printed, on stdout and stderr (its notes: 'py-spy: ptrace not permitted'), which must exit 0."""
     printed = io.StringIO()
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(sys, "stdout", printed)
+        mp.setattr(sys, "stderr", printed)
         code = main(["run", "--no-progress", *options, "--launcher", cluster.mpiexec(MPIEXEC, ppn=ppn),
                      "--out", str(out), "--", *job])
     assert code == 0, printed.getvalue()

@@ -76,6 +76,9 @@ def _read_all_ways(data: bytes, name: str, fmt: str) -> None:
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(mutation, min_size=1, max_size=3))
+# a byte that is not UTF-8 inside an event's string, in a file whose JSON is cut: the lenient decode of that event
+# raised UnicodeDecodeError through the import (CI, 2026-11-25); it is an invalid event, skipped and counted
+@example([("delete", 0.10448000069546273, b"3"), ("replace", 0.5, b"\x80")])
 def test_mutated_cntk_detail(mutations):
     _read_all_ways(_mutate(_real_json(), mutations), "x_detail_0.json", "cntk")
 

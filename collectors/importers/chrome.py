@@ -497,6 +497,8 @@ def _lenient_event(raw: msgspec.Raw) -> Event | str:
         obj = _DECODE_LOOSE.decode(raw)
     except msgspec.ValidationError:
         return "not a JSON object"
+    except UnicodeDecodeError:  # a string with bytes that are not UTF-8 (a damaged file)
+        return "not UTF-8 text"
     ph = obj.ph
     if not isinstance(ph, str):
         return "missing or non-string ph"
