@@ -77,10 +77,7 @@ def test_a_killed_node_is_named_with_its_part_and_merge_joins_it(tmp_path, capsy
     local.mkdir()
     with cl.Cluster(2) as cluster:
         disks = cluster.local_disk(local)
-        run = subprocess.Popen([sys.executable, "-m", "ddltrace", "run", "--no-progress", "--launcher",
-                                cluster.mpiexec(MPIEXEC, ppn=2), "--launcher-addr", cluster.host_addr,
-                                "--out", str(local / "store"), "--", sys.executable, str(tmp_path / "job.py"),
-                                "50", "30"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        run = _run_with_local_out(cluster, local, tmp_path / "job.py", ppn=2, seconds="30")
         deadline = time.monotonic() + 60
         # node 1 crashes once its ranks have done their all-reduces (their record files hold them)
         while time.monotonic() < deadline and run.poll() is None:
@@ -137,10 +134,7 @@ def test_a_killed_node_agent_leaves_no_false_note_and_merge_restores_its_node(tm
     local.mkdir()
     with cl.Cluster(2) as cluster:
         disks = cluster.local_disk(local)
-        run = subprocess.Popen([sys.executable, "-m", "ddltrace", "run", "--no-progress", "--launcher",
-                                cluster.mpiexec(MPIEXEC, ppn=1), "--launcher-addr", cluster.host_addr,
-                                "--out", str(local / "store"), "--", sys.executable, str(tmp_path / "job.py"),
-                                "50", "2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        run = _run_with_local_out(cluster, local, tmp_path / "job.py", ppn=1, seconds="2")
         try:
             agent, deadline = None, time.monotonic() + 60
             while agent is None and time.monotonic() < deadline and run.poll() is None:
@@ -172,6 +166,15 @@ def test_a_killed_node_agent_leaves_no_false_note_and_merge_restores_its_node(tm
     assert not any("record file" in n for n in joined.manifest["notes"]), joined.manifest["notes"]
     assert not any(".join." in n for n in joined.manifest["notes"]), joined.manifest["notes"]  # merge's tmp folder
     assert f"node {victim}: its agent left no samples (no agent.json); its log is empty" in joined.manifest["notes"]
+
+
+def _run_with_local_out(cluster: cl.Cluster, local: Path, job: Path, *, ppn: int, seconds: str) -> subprocess.Popen:
+    """``ddltrace run --launcher`` of ``job`` (50 all-reduces, then ``seconds`` of sleep) with ``--out`` under
+    ``local``, each node's own disk there; its output (stdout and stderr together) on the pipe."""
+    return subprocess.Popen([sys.executable, "-m", "ddltrace", "run", "--no-progress", "--launcher",
+                             cluster.mpiexec(MPIEXEC, ppn=ppn), "--launcher-addr", cluster.host_addr,
+                             "--out", str(local / "store"), "--", sys.executable, str(job), "50", seconds],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def _argv(pid: int) -> list[str]:
