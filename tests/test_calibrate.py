@@ -121,13 +121,18 @@ def test_disk_without_room_fails_before_measuring(tmp_path, capsys):
     assert not out.exists()
 
 
-def test_compare_two_profiles(tmp_path, capsys):
+def _two_profiles(folder, r_m_of_b: float):
+    """Profiles A and B saved in ``folder``: r_m 100 ps/B in A, ``r_m_of_b`` in B, and w_m in B only."""
     a = prof.new_profile({"hostname": "a", "cpu_model": "A"}, True, ["mem"])
     b = prof.new_profile({"hostname": "b", "cpu_model": "B"}, True, ["mem"])
     prof.add_constant(a, "r_m", 1e-10, 1e-12, "s/B", "memory read time per byte")
-    prof.add_constant(b, "r_m", 1.001e-10, 1e-12, "s/B", "memory read time per byte")
+    prof.add_constant(b, "r_m", r_m_of_b, 1e-12, "s/B", "memory read time per byte")
     prof.add_constant(b, "w_m", 2e-10, 1e-12, "s/B", "memory write time per byte")
-    pa, pb = prof.save(a, tmp_path / "a.json"), prof.save(b, tmp_path / "b.json")
+    return prof.save(a, folder / "a.json"), prof.save(b, folder / "b.json")
+
+
+def test_compare_two_profiles(tmp_path, capsys):
+    pa, pb = _two_profiles(tmp_path, 1.001e-10)
     assert main(["calibrate", "--compare", str(pa), str(pb)]) == 0
     text = capsys.readouterr().out
     assert "same within 2 sigma" in text and "only in B" in text and "100 ps/B (10 GB/s)" in text
@@ -135,12 +140,7 @@ def test_compare_two_profiles(tmp_path, capsys):
 
 def test_compare_json_gives_each_constant_of_the_two_profiles(tmp_path, capsys):
     """--json with --compare printed the table, which no JSON reader takes; now each constant with both values."""
-    a = prof.new_profile({"hostname": "a", "cpu_model": "A"}, True, ["mem"])
-    b = prof.new_profile({"hostname": "b", "cpu_model": "B"}, True, ["mem"])
-    prof.add_constant(a, "r_m", 1e-10, 1e-12, "s/B", "memory read time per byte")
-    prof.add_constant(b, "r_m", 1.5e-10, 1e-12, "s/B", "memory read time per byte")
-    prof.add_constant(b, "w_m", 2e-10, 1e-12, "s/B", "memory write time per byte")
-    pa, pb = prof.save(a, tmp_path / "a.json"), prof.save(b, tmp_path / "b.json")
+    pa, pb = _two_profiles(tmp_path, 1.5e-10)
     assert main(["calibrate", "--compare", str(pa), str(pb), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     by_name = {c["constant"]: c for c in doc["constants"]}
