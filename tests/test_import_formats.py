@@ -98,6 +98,28 @@ def test_cntk_summary_is_an_aggregate_with_the_summary_totals():
     assert main["dur_ns"].sum() / 1e6 == pytest.approx(epoch_total, abs=0.01)
 
 
+@pytest.mark.skipif(not CNTK.exists(), reason="shared CNTK traces absent")
+def test_cntk_summary_categories_are_the_files_rows():
+    """Each category's time is the summed Total of the summary's deepest rows of that category; the time of the
+    top row (Epoch) in no deeper row is Epoch's and Minibatch Iteration's own time: `other`, as the detail JSON's
+    importer makes it (it was counted as compute: 24.98 ms instead of the file's 24.20 ms on rank 0)."""
+    for rank in (0, 1):
+        path = next(CNTK.glob(f"*_summary_{rank}.txt"))
+        rows = {}
+        for line in path.read_text().splitlines():
+            m = re.match(r"^(\S.*?)\s*:.*\s(\S+) ms\s*$", line)
+            if m:
+                rows[m.group(1)] = float(m.group(2)) * 1e6
+        expected = {"compute": rows["__Forward + Backward"] + rows["__Weight Update"] + rows["__Post Processing"],
+                    "comm": rows["__Gradient Aggregation"], "io": rows["__Get Minibatch"],
+                    "other": rows["Epoch"] - sum(rows[n] for n in rows if n.startswith("__"))}
+        _, (part,), _ = _import(path)
+        main = part.timeline[part.timeline["lane"] == "main thread"]
+        got = main.groupby("category", observed=True)["dur_ns"].sum()
+        for category, ns in expected.items():
+            assert got.get(category, 0) == pytest.approx(ns, abs=2), (rank, category)
+
+
 @pytest.mark.skipif(not (MPI / "ipm-xml").exists(), reason="shared MPI traces absent")
 def test_ipm_ranks_and_compute_wait_barrier_ratios():
     path = next((MPI / "ipm-xml").glob("*.xml"))

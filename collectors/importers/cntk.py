@@ -139,7 +139,8 @@ def _duration_ns(text: str) -> int:
 
 def read_summary(path: Path, ctx: ImportContext):
     """Aggregates only: per thread section, the deepest rows' totals laid end to end (plus the top row's
-    unattributed remainder), so per-category sums match the summary; not a time line."""
+    unattributed remainder, "(not in a deeper event)": category ``other``, like the detail JSON's Epoch and
+    Minibatch Iteration frames), so per-category sums match the summary; not a time line."""
     text = ByteSource(path).read_all().decode("utf-8", "replace")
     sections: dict[str, list[tuple[str, int]]] = {}
     section = None
