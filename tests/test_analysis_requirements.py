@@ -50,7 +50,7 @@ def test_no_wait_states_from_per_call_aggregates(ipm64, capsys):
     assert main(["analyze", str(ipm64), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert not [f for f in doc["findings"] if f["id"].startswith("wait_state_")], doc["findings"]
-    assert all(v == 0 for row in doc["stores"][0]["wait_states_ns"] for k, v in row.items() if k != "rank")
+    assert doc["stores"][0]["wait_states_ns"] == []  # not made, so no figures (it held a row of zeros per rank)
     skipped = {s["analysis"]: s for s in doc["not_made"]}
     assert {"wait_states", "phases", "sequential_init", "ps_saturation"} <= set(skipped)
     assert "per-call totals" in skipped["wait_states"]["holds"] and "timeline" in skipped["wait_states"]["needs"]

@@ -469,7 +469,7 @@ def to_json(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFr
             "host_breakdown_ns": _records(r.lanes_table("host", shown)[list(CATEGORIES) + ["total_ns"]]),
             "device_breakdown_ns": _records(r.lanes_table("device", shown)[list(CATEGORIES) + ["total_ns"]]),
             "average_and_slowest": _records(r.average_and_slowest(shown)),
-            "wait_states_ns": _records(r.wait_state_table()),
+            "wait_states_ns": _records(r.wait_state_table()) if r.can("wait_states") else [],  # not made: none
             "gpu": gpu_json(r),
             "nodes": _clean(node_frame(r, thresholds).to_dict(orient="records")),
         })
