@@ -338,6 +338,25 @@ def test_samples_show_what_their_readme_says(samples):
     assert [f.ranks for f in straggler] == [[2]]
 
 
+def test_sample_server_steady_state_is_its_training(samples):
+    """The saturated server answers its workers in no fixed order: three regular cycles in a row ended half-way
+    through its training, and the rest (2.7 s of 4.3 s) was counted as finalisation, so its busy fraction and
+    requests served covered half the job. Held against the job's ground truth (training window, server busy)."""
+    from ddltrace.analyses.detect_ps_saturation import server_load
+
+    name = "server-saturated-w4"
+    truth = json.loads((SAMPLES / name / "ground_truth.json").read_text())
+    run = samples[name]
+    server = run.phases[0]
+    assert server.steady_ns == pytest.approx(truth["train_s"] * 1e9, rel=0.05)
+    timeline = pd.read_parquet(SAMPLES / name / "store" / "timeline" / "rank-00000.parquet")
+    training = timeline[(timeline["start_ns"] >= truth["init_end_ns"]) & (timeline["start_ns"] < truth["train_end_ns"])]
+    received = int(training["name"].str.startswith("MPI_Recv").sum())  # the requests the server answered in training
+    load = server_load(run, 0)
+    assert load["requests"] == pytest.approx(received, rel=0.05)
+    assert load["busy_fraction"] == pytest.approx(truth["server"]["busy_fraction"], abs=0.03)
+
+
 # Two workers, one computing twice as long before each barrier: with two workers there is no outlier test (their
 # robust z-scores are +-0.67 whatever the difference), and a 2-rank job with a 2x imbalance had no finding at all.
 TWO_WORKERS_JOB = """
