@@ -247,8 +247,7 @@ class TraceStore:
             raise StoreError(f"{path}: not a trace store (a store is a folder with {MANIFEST}{to_import})")
         manifest_path = path / MANIFEST
         if not manifest_path.exists():
-            store_like = any((path / folder).is_dir() for folder in ("timeline", "counters"))
-            raise StoreError(f"{path}: not a trace store (no {MANIFEST}{'' if store_like else to_import})")
+            raise StoreError(f"{path}: not a trace store (no {MANIFEST}{'' if is_store_folder(path) else to_import})")
         try:
             manifest = json.loads(manifest_path.read_text())
         except PermissionError as exc:
@@ -898,11 +897,20 @@ def _swap_into_place(staging: Path, path: Path) -> None:
         old.unlink(missing_ok=True)
 
 
+#: The folders only a trace store has.
+STORE_FOLDERS = ("timeline", "counters")
+
+
+def is_store_folder(path: Path) -> bool:
+    """Whether the folder ``path`` is a trace store, or what is left of one whose manifest is lost (its own
+    folders)."""
+    return (path / MANIFEST).exists() or any((path / folder).is_dir() for folder in STORE_FOLDERS)
+
+
 def _replaceable(path: Path) -> bool:
-    """Whether ``--force`` may swap out ``path``: a trace store (its manifest, or a store's own folders where the
-    manifest is lost) or an empty folder; never a file or a folder of other things."""
-    return path.is_dir() and ((path / MANIFEST).exists() or any((path / folder).is_dir() for folder in
-                                                                ("timeline", "counters")) or not any(path.iterdir()))
+    """Whether ``--force`` may swap out ``path``: a trace store (:func:`is_store_folder`) or an empty folder; never
+    a file or a folder of other things."""
+    return path.is_dir() and (is_store_folder(path) or not any(path.iterdir()))
 
 
 class StoreLock:

@@ -19,12 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ddltrace.errors import DdltraceError
-from ddltrace.store import MANIFEST
+from ddltrace.store import is_store_folder
 
 #: The options of ``ddltrace import`` its errors may tell the user to give, which ``analyze`` and ``report`` lack.
 _IMPORT_OPTIONS = ("--format", "--rank-from", "--rules", "--align")
-#: The folders only a trace store has.
-_STORE_FOLDERS = ("timeline", "counters")
 
 
 def is_trace_input(path: str) -> bool:
@@ -32,7 +30,7 @@ def is_trace_input(path: str) -> bool:
     p = Path(path)
     if p.is_file():
         return True
-    return p.is_dir() and not (p / MANIFEST).exists() and not any((p / f).is_dir() for f in _STORE_FOLDERS)
+    return p.is_dir() and not is_store_folder(p)
 
 
 @contextlib.contextmanager
