@@ -21,9 +21,9 @@ import os
 from pathlib import Path
 
 from ddltrace.errors import DdltraceError
+from ddltrace.models.quantities import PROFILE_FORMAT, PROFILE_FORMAT_VERSION, format_version_problem
 
-FORMAT = "ddltrace-hardware-profile"
-FORMAT_VERSION = 1
+FORMAT, FORMAT_VERSION = PROFILE_FORMAT, PROFILE_FORMAT_VERSION
 
 
 def new_profile(machine: dict, quick: bool, sections: list[str]) -> dict:
@@ -61,10 +61,9 @@ def problems(profile: dict) -> list[str]:
     out = []
     if profile.get("format") != FORMAT:
         out.append(f"format is {profile.get('format')!r}, not {FORMAT!r}")
-    version = profile.get("format_version")
-    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= FORMAT_VERSION:
-        out.append(f"format_version {version!r}: this ddltrace reads version {FORMAT_VERSION} (a later one needs a "
-                   "later ddltrace)")
+    problem = format_version_problem(profile.get("format_version"))
+    if problem:
+        out.append(problem)
     constants = profile.get("constants")
     if not isinstance(constants, dict):
         return out + ["no constants table"]

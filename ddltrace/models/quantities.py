@@ -120,9 +120,17 @@ def load_json(path: str | Path, what: str) -> Any:
         raise DdltraceError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
 
 
-#: What ``ddltrace calibrate`` writes (``collectors.microbench.profile``'s FORMAT and FORMAT_VERSION, named here so
-#: that reading a profile does not import the benchmarks).
+#: What ``ddltrace calibrate`` writes (``collectors.microbench.profile`` takes them from here, so that reading a
+#: profile does not import the benchmarks).
 PROFILE_FORMAT, PROFILE_FORMAT_VERSION = "ddltrace-hardware-profile", 1
+
+
+def format_version_problem(version: Any) -> str | None:
+    """What is wrong with a hardware profile's ``format_version`` for this ddltrace, or None."""
+    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= PROFILE_FORMAT_VERSION:
+        return (f"format_version {version!r}: this ddltrace reads version {PROFILE_FORMAT_VERSION} (a later one needs "
+                "a later ddltrace)")
+    return None
 
 
 def check_profile_format(profile: Mapping[str, Any], source: str) -> None:
@@ -131,10 +139,9 @@ def check_profile_format(profile: Mapping[str, Any], source: str) -> None:
     if "format" in profile and profile["format"] != PROFILE_FORMAT:
         raise DdltraceError(f"{source}: format is {profile['format']!r}, not a hardware profile ({PROFILE_FORMAT!r}, "
                             "written by 'ddltrace calibrate')")
-    version = profile.get("format_version", PROFILE_FORMAT_VERSION)
-    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= PROFILE_FORMAT_VERSION:
-        raise DdltraceError(f"{source}: hardware profile format_version {version!r}: this ddltrace reads version "
-                            f"{PROFILE_FORMAT_VERSION} (a later one needs a later ddltrace)")
+    problem = format_version_problem(profile.get("format_version", PROFILE_FORMAT_VERSION))
+    if problem:
+        raise DdltraceError(f"{source}: hardware profile {problem}")
 
 
 def profile_constants(profile: Mapping[str, Any], source: str = "profile") -> dict[str, Any]:
