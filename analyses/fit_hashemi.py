@@ -498,7 +498,7 @@ class HashemiFit:
                          "storage": self.storage, "serial": self.serial, "cpu_shares": self.cpu_shares},
             "constants": constants,
             "knee": {"w": _nan_none(self.knee_), "cause": self.knee_cause_, "batch": self.knee_batch_,
-                     "ci": [_nan_none(x) for x in getattr(self, "knee_ci_", (math.nan, math.nan))]},
+                     "ci": [_nan_none(x) for x in self.knee_ci_]},
             "rms_relative_error": self.rms_relative_error_,
             "measurements": _json_records(self.measurements_),
             "leave_one_out": _json_records(self.loo_),

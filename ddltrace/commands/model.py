@@ -254,7 +254,7 @@ def describe_fit(fit, job: str = "") -> str:
     elif math.isinf(fit.knee_):
         lines.append("\nknee: none (neither the server nor the floor ever binds)")
     else:
-        low, high = getattr(fit, "knee_ci_", (math.nan, math.nan))
+        low, high = fit.knee_ci_
         interval = ("" if math.isnan(low) else
                     f" [{100 * fit.confidence:.0f} %: {low:.3g} to {'no bound' if math.isinf(high) else f'{high:.3g}'}"
                     f", the fitted constants drawn with their covariance]")
