@@ -348,7 +348,8 @@ class TraceStore:
 
     def _empty(self, ranks: set[int]) -> set[int]:
         """The ranks of ``ranks`` whose manifest entry says they hold no events."""
-        return {r for r in ranks if self.rank_info(r).get("events") == 0}
+        entries = self.manifest["ranks"]  # (an entry that is not a table is a damaged rank, named as such)
+        return {r for r in ranks if isinstance(entry := entries.get(str(r)), dict) and entry.get("events") == 0}
 
     @property
     def run(self) -> dict:
