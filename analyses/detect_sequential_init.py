@@ -7,12 +7,13 @@ then rank 2, ... while the others wait in MPI_Barrier) is a line with R^2 >= ``s
 significant at ``seq_init.p_max`` (1 %), and a spread (|slope| x rank range) of at least ``seq_init.spread_min``
 (25 %) of the initialisation phase and ``seq_init.spread_min_ns`` (1 ms). The fit is over the workers when there
 are at least ``seq_init.min_ranks`` (4) of them (a parameter server sets up weights, not data), else over all
-ranks, and needs that many.
+ranks, and needs that many: on fewer ranks the detector is listed as not made, with the count.
 Ranks that start together and read in parallel finish in random order: no line, or a line too small to matter.
 
-**Across runs** (three or more stores with different w) it fits the initialisation time (median over ranks)
-against w: a finding when R^2 >= ``seq_init.series_r2_min`` (0.8), the slope is positive and significant, and the
-time at the largest w is at least ``seq_init.growth_min`` (1.5) times that at the smallest (paper 002 figure 9).
+**Across runs** (stores at three or more different w; on fewer it is listed as not made) it fits the initialisation
+time (median over ranks) against w: a finding when R^2 >= ``seq_init.series_r2_min`` (0.8), the slope is positive
+and significant, and the time at the largest w is at least ``seq_init.growth_min`` (1.5) times that at the smallest
+(paper 002 figure 9).
 
 Severity: warning; error when initialisation is at least ``seq_init.error_share`` (50 %) of the run.
 
@@ -27,7 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ddltrace.analyses.findings import Finding, Quantity, detector
+from ddltrace.analyses.findings import Finding, Quantity, detector, short_of
+from ddltrace.analyses.requirements import Skipped
+from ddltrace.units import counted
 
 ADVICE = ("Initialisation is serialised across ranks: each rank starts its own setup only when the previous one "
           "is done, while the others wait. Read the input in parallel (each rank its own byte range or shard), "
@@ -67,13 +70,15 @@ def _fit(x, y) -> LineFit | None:
     return LineFit(slope, float(y.mean() - slope * x.mean()), r, p, stderr)
 
 
-def within_run(run, th) -> list[Finding]:
+def within_run(run, th) -> list[Finding | Skipped]:
     table = run.phase_table
     workers = [r for r in run.worker_ranks if r in table.index]
-    if len(workers) >= th["seq_init.min_ranks"]:
+    least = th["seq_init.min_ranks"]
+    if len(workers) >= least:
         table = table.loc[workers]  # a parameter server initialises differently (weights, not data)
-    if len(table) < th["seq_init.min_ranks"]:
-        return []
+    if len(table) < least:
+        return [short_of("sequential_init", run.name, f"{least:g} or more ranks to fit the end of each rank's "
+                         "initialisation against its rank number (seq_init.min_ranks)", counted(len(table), "rank"))]
     ranks = table.index.to_numpy()
     t0 = table["start_ns"].min()
     init_ns = float(np.median(table["init_ns"]))
@@ -122,13 +127,16 @@ def within_run(run, th) -> list[Finding]:
     )]
 
 
-def across_runs(runs, th) -> list[Finding]:
+def across_runs(runs, th) -> list[Finding | Skipped]:
     points = {}
     for run in runs:
         if len(run.phase_table):
             points.setdefault(run.workers, []).append(float(np.median(run.phase_table["init_ns"])))
     if len(points) < 3:
-        return []
+        at = f" at w = {', '.join(map(str, sorted(points)))}" if points else ""
+        return [short_of("sequential_init", ", ".join(r.name for r in runs), "runs of one job at 3 or more worker "
+                         "counts (a line of initialisation time against w)", counted(len(runs), "store") + at,
+                         part="across runs")]
     w = np.array(sorted(points), dtype=float)
     init = np.array([np.median(points[k]) for k in sorted(points)])
     fit = _fit(w, init)
@@ -163,7 +171,8 @@ def across_runs(runs, th) -> list[Finding]:
 
 
 @detector("sequential_init", "sequential initialisation", {"timeline"})
-def detect(runs, th) -> list[Finding]:
-    """Sequential initialisation within each run and across a series of runs (see the module docstring)."""
+def detect(runs, th) -> list[Finding | Skipped]:
+    """Sequential initialisation within each run and across a series of runs (see the module docstring); a
+    :class:`Skipped` for each run with too few ranks, and for a series of too few worker counts."""
     findings = [f for run in runs for f in within_run(run, th)]
     return findings + across_runs(runs, th)

@@ -6,12 +6,15 @@ number with its unit), the ``ranks`` and ``phase`` it concerns, ``advice`` (what
 wall-clock time the job loses to it (ns), with ``cost_basis`` saying how that was measured (each detector's
 definition is in docs/ANALYSES.md). Findings are ordered by cost, the costliest first.
 
-A *detector* is a function ``detect(runs, thresholds) -> list[Finding]`` registered with :func:`detector`, which
-also declares what its input must hold (:class:`~ddltrace.analyses.requirements.Requirement`): it is called only
-with the stores that hold it, and :func:`detect` says which it could not be made from and why;
-``runs`` is a list of :class:`~ddltrace.analyses.run_analysis.RunAnalysis` (one per store; several for a scaling
-or batch-size series). Detectors live in the ``detect_*`` modules of this package; :func:`load_detectors` imports
-them all, so a new detector is a new module and nothing else.
+A *detector* is a function ``detect(runs, thresholds) -> list[Finding | Skipped]`` registered with :func:`detector`,
+which also declares what its input must hold (:class:`~ddltrace.analyses.requirements.Requirement`): it is called
+only with the stores that hold it, and :func:`detect` says which it could not be made from and why. Where a store
+holds what the detector declares but too little of it to judge by a threshold (fewer ranks than a fit needs, no
+message large enough to time a link), the detector returns a :class:`Skipped` for it (made with :func:`short_of`)
+among its findings, and :func:`detect` lists it with the others not made: no detector passes over a store in
+silence. ``runs`` is a list of :class:`~ddltrace.analyses.run_analysis.RunAnalysis` (one per store; several for a
+scaling or batch-size series). Detectors live in the ``detect_*`` modules of this package; :func:`load_detectors`
+imports them all, so a new detector is a new module and nothing else.
 """
 
 from __future__ import annotations
@@ -101,7 +104,7 @@ def _plain(value):
     return float(value) if not isinstance(value, int) else value
 
 
-Detector = Callable[[list, Any], list[Finding]]
+Detector = Callable[[list, Any], list[Finding | Skipped]]
 #: Registered detectors, by id, in registration order (see :func:`load_detectors` for theirs).
 DETECTORS: dict[str, Detector] = {}
 #: What each registered detector needs from its input, by id.
@@ -159,16 +162,28 @@ def by_cost(findings: list[Finding]) -> list[Finding]:
     return sorted(findings, key=key)
 
 
+def short_of(name: str, store: str, needs: str, holds: str, part: str = "") -> Skipped:
+    """What a detector returns for a store (or a series: ``store`` names them) that holds what it declares but too
+    little of it to judge: the detector ``name`` (``part``: which of its analyses, e.g. "across runs", in its
+    title and as ``name_part`` in its key), what it ``needs`` (with the threshold's name) and what the store
+    ``holds``, in words."""
+    title = REQUIREMENTS[name].title
+    key = name if not part else f"{name}_{part.replace(' ', '_')}"
+    return Skipped(key, f"{title} {part}" if part else title, store, needs, holds)
+
+
 def detect(runs: list, thresholds) -> tuple[list[Finding], list[Skipped]]:
     """Every registered detector on the runs that hold what it needs: the findings, costliest first, and the
-    detectors that could not be made from some store (or from the series), with the reason."""
+    detectors that could not be made from some store (or from the series), with the reason: the stores that lack
+    a capability it declares, then those it returned a :class:`Skipped` for (see the module docstring)."""
     findings: list[Finding] = []
     skipped: list[Skipped] = []
     for name, fn in load_detectors().items():
         usable, missed = check(name, REQUIREMENTS[name], runs)
         skipped.extend(missed)
         if usable:
-            findings.extend(fn(usable, thresholds))
+            for out in fn(usable, thresholds):
+                (skipped if isinstance(out, Skipped) else findings).append(out)
     return by_cost(findings), skipped
 
 

@@ -50,3 +50,8 @@ def three_digits(value: float) -> str:
 def format_percent(fraction: float) -> str:
     """A fraction (0..1) as '12.3 %'."""
     return "n/a" if fraction is None or math.isnan(fraction) else f"{100 * fraction:.1f} %"
+
+
+def counted(n: float, noun: str) -> str:
+    """'1 rank', '3 ranks', '4 ranks' for 4.0: a count with its noun, plural unless it is one."""
+    return f"{n:g} {noun}{'' if n == 1 else 's'}"

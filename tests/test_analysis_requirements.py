@@ -114,3 +114,33 @@ def test_model_fit_refuses_per_call_aggregates(ipm64, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(ipm64) in err[0] and "needs a real timeline" in err[0]
     assert "per-call totals" in err[0]
+
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces" / "ps-sgd"
+
+
+def test_too_few_ranks_for_the_initialisation_staircase_is_said(capsys):
+    """seq-w2 (a server and 2 workers): sequential initialisation's fit against the rank number needs
+    seq_init.min_ranks (4) ranks, and the store's 3 were passed over in silence. analyze's JSON and text now list
+    it as not made with the count the store holds; with the threshold at 3 it is made, and not listed."""
+    from ddltrace.analyses.thresholds import DEFAULTS
+    from ddltrace.store import TraceStore
+
+    store = SAMPLES / "seq-w2" / "store"
+    ranks = len(TraceStore.open(store).ranks)
+    least = DEFAULTS["seq_init.min_ranks"].value
+    assert ranks == 3 < least
+    capsys.readouterr()
+    assert main(["analyze", str(store), "--json"]) == 0
+    skipped = {s["analysis"]: s for s in json.loads(capsys.readouterr().out)["not_made"]}
+    within = skipped["sequential_init"]
+    assert within["title"] == "sequential initialisation" and within["store"] == str(store)
+    assert f"{least:g} or more ranks" in within["needs"] and "(seq_init.min_ranks)" in within["needs"]
+    assert within["holds"] == f"{ranks} ranks" and within["reason"].endswith(f"; the input holds {ranks} ranks")
+    across = skipped["sequential_init_across_runs"]  # one store: one worker count, the series fit needs three
+    assert "3 or more worker counts" in across["needs"] and across["holds"] == "1 store at w = 2"
+    assert main(["analyze", str(store)]) == 0
+    text = capsys.readouterr().out.split("Not made from this input", 1)[1].split("Breakdown of", 1)[0]
+    assert f"holds {ranks} ranks:\n    - sequential initialisation: needs {least:g} or more ranks" in text
+    assert main(["analyze", str(store), "--json", "--threshold", f"seq_init.min_ranks={ranks}"]) == 0
+    assert "sequential_init" not in {s["analysis"] for s in json.loads(capsys.readouterr().out)["not_made"]}
