@@ -128,6 +128,7 @@ _PATHS = st.sampled_from([
     ("ranks", "0"), ("ranks", "1"), ("ranks", "0", "events"), ("ranks", "1", "start_ns"),
     ("ranks", "1", "end_ns"), ("ranks", "0", "role"), ("ranks", "1", "aggregate"), ("ranks", "0", "host"),
     ("clock", "offsets_ns"), ("clock", "offsets_ns", "1"), ("clock", "uncertainty_ns"), ("workload", "config"),
+    ("clock", "uncertainty_ns", "1"), ("clock", "method"), ("clock", "reference_rank"), ("clock", "drift_ppm"),
     ("workload", "config", "workers"), ("workload", "config", "batch"), ("workload", "ground_truth"),
 ])
 _MUTATION = st.one_of(

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from clock_truth import check_rank_clocks
 
 from ddltrace.analyses.detect_sequential_init import _fit
 from ddltrace.analyses.detect_staleness import staleness_stats
@@ -307,6 +308,12 @@ def test_real_healthy_run_is_quiet(real_runs):
     findings = run_detectors([run], TH)
     assert ids(findings, "warning") == []
     assert "staleness" in ids(findings)  # the statistics are still reported, as a note
+
+
+def test_real_runs_clock_offsets_are_printed_as_measured(real_runs, capsys):
+    """info and analyze print each rank's clock offset and uncertainty as the run's PMPI ping-pong measured them
+    (read back from the manifest here: tests/clock_truth.py)."""
+    check_rank_clocks(capsys, real_runs["healthy"] / "store")
 
 
 # -- the committed sample traces (real runs made by the workload's script; analysis only, no job to run) --------

@@ -4,6 +4,7 @@ made by ``scripts/make_framework_traces.py tf1 --step-stats``."""
 from __future__ import annotations
 
 import gzip
+import json
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,7 @@ def test_step_stats_sniffed_and_read_per_task():
     assert len(msgs) == 4 and set(msgs["src"]) == {("ps", 0)} and (msgs["dst"] == 0).all()
 
 
-def test_step_stats_job_imports_with_peers_and_aligned_clocks(tmp_path):
+def test_step_stats_job_imports_with_peers_and_aligned_clocks(tmp_path, capsys):
     out = tmp_path / "store"
     assert main(["import", *map(str, FILES), "--out", str(out), "--align", "messages"]) == 0
     store = TraceStore.open(out)
@@ -59,6 +60,13 @@ def test_step_stats_job_imports_with_peers_and_aligned_clocks(tmp_path):
     for rank in ("1", "2"):
         assert 0 < clock["uncertainty_ns"][rank] < 20_000_000
         assert abs(clock["offsets_ns"][rank]) <= clock["uncertainty_ns"][rank]
+    # info shows them as the manifest has them, with how many messages bound them
+    capsys.readouterr()
+    assert main(["info", str(out), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["clock"]
+    assert shown["matched_messages"] == 18 and shown["groups"][0]["reference"] == "rank 0's clock"
+    assert {o["who"]: (o["offset_ns"], o["uncertainty_ns"]) for o in shown["groups"][0]["offsets"]} == {
+        r: (clock["offsets_ns"][r], clock["uncertainty_ns"][r]) for r in clock["offsets_ns"]}
     # without host names the default does not shift anything
     assert main(["import", *map(str, FILES), "--out", str(tmp_path / "plain")]) == 0
     assert TraceStore.open(tmp_path / "plain").manifest["clock"]["offsets_ns"] == {}

@@ -361,11 +361,35 @@ def render_run(r: RunAnalysis, phase: str) -> list[str]:
         if totals.sum() > 0:
             out.append("  wait states (all ranks, whole run, summed over ranks): " + ", ".join(
                 f"{k.replace('_', ' ')} {format_ns(v)}" for k, v in totals.items() if v > 0))
+    out.extend(render_clock(r))
     if timed:
         out.append("  " + "; ".join(f"{m}: {n} rank(s)" for m, n in phases["method"].value_counts().items())
                    + " (how phases were found)")
     else:
         out.append(f"  no phases or steps: this input holds {r.holding}")
+    return out
+
+
+def render_clock(r: RunAnalysis) -> list[str]:
+    """How the ranks' clocks were aligned (:mod:`ddltrace.clock_alignment`), and, where the run has wait states
+    between ranks, how their mean compares with the clocks' uncertainty: a wait between two ranks is the difference
+    of times on their two clocks, each offset wrong by up to its uncertainty, so by up to twice the largest."""
+    from ddltrace.clock_alignment import clock_alignment
+
+    clock = clock_alignment(r.store.manifest)
+    out = [f"  clocks: {clock.summary()}"]
+    bound = clock.max_uncertainty_ns
+    if bound is None or not r.can("wait_states"):
+        return out
+    states = r.wait_state_summary
+    between = states[states["peer"] >= 0]
+    instances, time_ns = int(between["instances"].sum()), int(between["time_ns"].sum())
+    if instances:
+        mean = time_ns / instances
+        out.append(f"  waits between ranks: {instances} instance(s), mean {format_ns(mean)} each; each is known to "
+                   f"within ±{format_ns(2 * bound)} (twice the largest clock uncertainty)"
+                   + ("; the mean is within that bound: these waits may be clock error" if mean <= 2 * bound
+                      else ""))
     return out
 
 
@@ -448,6 +472,7 @@ def missing_ranks(r: RunAnalysis) -> list[dict]:
 
 def to_json(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFrame, thresholds: Thresholds,
             phase: str, skipped: list[Skipped] = ()) -> dict:
+    from ddltrace.clock_alignment import clock_alignment
     from ddltrace.gpu_section import gpu_json
     from ddltrace.node_section import node_frame
     from ddltrace.timeline import CATEGORIES
@@ -472,6 +497,7 @@ def to_json(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFr
             "wait_states_ns": _records(r.wait_state_table()) if r.can("wait_states") else [],  # not made: none
             "gpu": gpu_json(r),
             "nodes": _clean(node_frame(r, thresholds).to_dict(orient="records")),
+            "clock": clock_alignment(r.store.manifest).to_dict(),
         })
     return _clean({
         "findings": [f.to_dict() for f in findings],

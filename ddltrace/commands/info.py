@@ -10,6 +10,7 @@ from ddltrace.errors import one_line
 from ddltrace.units import format_bytes, format_ns, format_percent
 
 if TYPE_CHECKING:  # the store and pandas are imported where used: the CLI starts without them
+    from ddltrace.clock_alignment import ClockAlignment
     from ddltrace.store import TraceStore
     from ddltrace.summary import StoreSummary
 
@@ -25,21 +26,24 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    from ddltrace.clock_alignment import clock_alignment
     from ddltrace.store import TraceStore
     from ddltrace.summary import summarize
 
     store = TraceStore.open(args.store)
     summary = summarize(store)
+    clock = clock_alignment(store.manifest)
     uncategorised = store.manifest.get("uncategorised")
     nodes = _nodes(store)
     if args.json:
         missing = store.run.get("missing_nodes")
         json.dump({**summary.to_dict(), **({"uncategorised": uncategorised} if uncategorised else {}),
                    **({"missing_nodes": missing} if missing else {}),
-                   "nodes": [n.to_dict() for n in nodes]}, sys.stdout, indent=2, default=str)
+                   "nodes": [n.to_dict() for n in nodes], "clock": clock.to_dict()}, sys.stdout, indent=2,
+                  default=str)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(render(summary, nodes))
+        sys.stdout.write(render(summary, nodes, clock))
         if uncategorised:
             from ddltrace.collectors.importers.categories import uncategorised_text
 
@@ -74,8 +78,9 @@ def _node_lines(nodes: list) -> list[str]:
     return lines
 
 
-def render(summary: StoreSummary, nodes: list | None = None) -> str:
-    """The human table of ``ddltrace info`` (the manifest's strings with their control characters escaped)."""
+def render(summary: StoreSummary, nodes: list | None = None, clock: ClockAlignment | None = None) -> str:
+    """The human table of ``ddltrace info`` (the manifest's strings with their control characters escaped);
+    ``clock``: how the ranks' clocks were aligned (:mod:`ddltrace.clock_alignment`), after the counters."""
     run = summary.run
     lines = [f"store       {one_line(summary.path)}"]
     if run.get("command"):
@@ -103,6 +108,8 @@ def render(summary: StoreSummary, nodes: list | None = None) -> str:
     lines.append(f"events      {summary.events}")
     lines.append(f"counters    {summary.counter_samples} samples"
                  + (f" of {len(summary.counter_names)} series" if summary.counter_names else ""))
+    if clock is not None:
+        lines.extend(clock.lines())
     abrupt = [r.rank for r in summary.ranks if r.ended == "abrupt"]
     if abrupt:
         lines.append(f"ended abruptly: rank {', '.join(map(str, abrupt))} (records up to the end are kept)")
