@@ -10,11 +10,14 @@ cycles, and ends with a short finalisation. ddltrace finds the same three phases
    barrier, MPI_Init/Finalize excluded) are read as a sequence of name#tag. The period ``p`` is the smallest shift
    under which the sequence matches itself for nearly (95 %) as many positions as the best shift; the cycle is
    the most frequent run of ``p`` names that is not a shorter run repeated. The steady state runs from the first
-   place where three cycles (any rotation of it) follow each other to the last such place, extended back and
-   forward over calls that belong to the cycle (a server's requests arrive in no fixed order, so three cycles in
-   a row may last only part of its training): it starts where the call before it ends, so the computation of the
-   first batch counts as steady state, and ends where its last call ends. Each cycle of ``p`` calls, cut just
-   before the call that follows the longest gap (the compute), is one step: a step is compute then communicate.
+   place where three cycles (any rotation of it) follow each other to the last such place, extended back over
+   calls that belong to the cycle, and forward to the last call of the cycle before which the cycle's calls
+   outnumber the calls outside it since that place (a server's requests arrive in no fixed order, so three cycles
+   in a row may last only part of its training, and each worker's end-of-work message is a call outside the
+   server's cycle while the other workers still send): it starts where the call before it ends, so the
+   computation of the first batch counts as steady state, and ends where its last call ends. Each cycle of ``p``
+   calls, cut just before the call that follows the longest gap (the compute), is one step: a step is compute
+   then communicate.
 3. **Collectives around point-to-point traffic.** With no regular pattern (a server answering workers in the order
    they come), initialisation ends where the last collective (MPI_Barrier, ...) that starts before the first 10 %
    of the rank's point-to-point calls ends, and finalisation starts at the first collective after the last 10 %.
@@ -265,9 +268,10 @@ def _periodic_region(names: np.ndarray, starts: np.ndarray, ends: np.ndarray):
     # the same calls in a less regular order still are steady state: back to the last call outside the cycle
     outside = np.flatnonzero(~np.isin(codes[:a], cycle))
     a = int(outside[-1]) + 1 if len(outside) else 0
-    # and on to the first call outside the cycle after it (a server's last requests arrive in no fixed order either)
-    outside = np.flatnonzero(~np.isin(codes[b + 1:], cycle))
-    b = b + int(outside[0]) if len(outside) else n - 1
+    # and on over calls outside the cycle while the cycle's calls outnumber them, to the last call of the cycle: a
+    # server's last requests arrive in no fixed order either, and each worker's end-of-work message is a call
+    # outside the cycle in the middle of the server's training, which goes on while the other workers still send
+    b = _last_of_cycle_majority(np.isin(codes, cycle), b)
     # cut each cycle before the call that follows the longest gap (the compute of a compute-communicate cycle)
     gaps = starts[a + 1:b + 1] - ends[a:b]
     offset = 0
@@ -275,6 +279,14 @@ def _periodic_region(names: np.ndarray, starts: np.ndarray, ends: np.ndarray):
         per_slot = [np.median(gaps[(k - 1) % p::p]) for k in range(p)]  # gap before the k-th call of a cycle
         offset = int(np.argmax(per_slot))
     return a, b, p, offset
+
+
+def _last_of_cycle_majority(in_cycle: np.ndarray, b: int) -> int:
+    """The last index ``j`` >= ``b`` of a call in the cycle (``in_cycle[j]``) such that the calls after ``b`` up to
+    ``j`` hold more calls of the cycle than outside it; ``b`` when there is none."""
+    lead = np.cumsum(np.where(in_cycle[b + 1:], 1, -1))
+    ahead = np.flatnonzero((lead > 0) & in_cycle[b + 1:])
+    return b + 1 + int(ahead[-1]) if len(ahead) else b
 
 
 def _window_keys(codes: np.ndarray, p: int, base: int) -> np.ndarray | None:

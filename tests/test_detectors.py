@@ -368,6 +368,39 @@ def test_sample_server_steady_state_is_its_training(samples):
     assert load["w_star"] == pytest.approx(compute / (truth["server"]["busy_ns"] / truth["server"]["updates"]), rel=0.1)
 
 
+def test_straggler_sample_server_trains_until_the_last_worker(samples):
+    """Each worker's end-of-work message is a call outside the server's cycle: the first (rank 1's, 2.30 s into the
+    7.26 s of training) ended the server's steady state, and the 5 s it went on serving the straggler were counted
+    as finalisation. Its steady state ends at the last gradient it receives, read here from the server's file."""
+    from ddltrace.analyses.detect_ps_saturation import server_load
+
+    name = "straggler-w4"
+    truth = json.loads((SAMPLES / name / "ground_truth.json").read_text())
+    run = samples[name]
+    server = run.phases[0]
+    timeline = pd.read_parquet(SAMPLES / name / "store" / "timeline" / "rank-00000.parquet")
+    received = timeline[timeline["name"].str.startswith("MPI_Recv")]
+    gradients = received[received["bytes"] == received["bytes"].max()]  # a gradient: the largest message received
+    last = gradients.loc[(gradients["start_ns"] + gradients["dur_ns"]).idxmax()]
+    assert int(last["peer"]) == 2  # the straggler's
+    assert server.steady_end_ns == int(last["start_ns"] + last["dur_ns"])
+    assert server.final_ns == server.end_ns - server.steady_end_ns < 0.1 * server.steady_ns
+    assert server.steady_ns == pytest.approx(truth["train_s"] * 1e9, rel=0.01)
+    # the figures read over the server's steady state, against the job's own clocks
+    load = server_load(run, 0)
+    window = received[(received["start_ns"] >= truth["init_end_ns"]) & (received["start_ns"] < truth["train_end_ns"])]
+    assert load["requests"] == pytest.approx(len(window), abs=2)
+    assert load["busy_fraction"] == pytest.approx(truth["server"]["busy_fraction"], abs=0.01)
+    compute = np.median([w["compute_ns"] / w["batches"] for w in truth["workers"].values()])
+    busy_per_update = truth["server"]["busy_ns"] / truth["server"]["updates"]
+    assert load["w_star"] == pytest.approx(compute / busy_per_update, rel=0.05)
+    # the straggler finding reads the workers' steady states, which were right: its figures against the job's clocks
+    (found,) = [f for f in run_detectors([run], TH) if f.id == "straggler"]
+    straggler = truth["workers"]["2"]
+    assert found.evidence["slowest"].value == pytest.approx(straggler["compute_ns"] / straggler["batches"], rel=0.05)
+    assert found.evidence["median"].value == pytest.approx(compute, rel=0.1)
+
+
 # Two workers, one computing twice as long before each barrier: with two workers there is no outlier test (their
 # robust z-scores are +-0.67 whatever the difference), and a 2-rank job with a 2x imbalance had no finding at all.
 TWO_WORKERS_JOB = """
