@@ -35,7 +35,9 @@ from __future__ import annotations
 import math
 import os
 import queue
+import sys
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -249,6 +251,7 @@ class DaskMapper(_Mapper):
         self.address = address
         try:
             from distributed import Client
+            from distributed.versions import VersionMismatchWarning
         except ImportError as exc:
             raise DdltraceError("--scheduler needs Dask distributed: pip install 'ddltrace[dask]'") from exc
         import logging
@@ -261,7 +264,9 @@ class DaskMapper(_Mapper):
             logging.getLogger(name).setLevel(logging.CRITICAL)
         try:
             _check_scheduler(address)
-            self.client = Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+            with warnings.catch_warnings():  # its table of versions: _check_versions says what differs, in a line
+                warnings.simplefilter("ignore", VersionMismatchWarning)
+                self.client = Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
         except DdltraceError:
             self._restore_logging()
             raise
@@ -275,9 +280,12 @@ class DaskMapper(_Mapper):
             raise
 
     def _check_versions(self) -> None:
-        """The scheduler (it unpickles the tasks) and every worker import this ddltrace's version: a worker that
-        cannot would break its connection on the first task, and the tasks would wait for ever."""
+        """The scheduler and every worker import this ddltrace's version, and have the Python and packages that
+        carry the tasks and their results as this command has them (:mod:`ddltrace.dask_versions`): a worker that
+        cannot import ddltrace would break its connection on the first task, and the tasks would wait for ever; one
+        whose pickles differ fails them. A difference in a package the tasks do not need is one line on stderr."""
         from ddltrace import __version__
+        from ddltrace.dask_versions import EXTRA_PACKAGES, ddltrace_differences, differences
 
         # a lambda is pickled by value: it reaches a process without ddltrace, and says so there
         def version():
@@ -289,7 +297,7 @@ class DaskMapper(_Mapper):
             found.update({f"the worker at {a}": v for a, v in self.client.run(version, on_error="return").items()})
         except Exception as exc:  # the scheduler's
             found["the scheduler"] = exc
-        wrong = {where: v for where, v in found.items() if v != __version__}
+        wrong = ddltrace_differences(found, __version__)
         if wrong:
             where, what = next(iter(wrong.items()))
             what = f"cannot import ddltrace ({what})" if isinstance(what, BaseException) else f"has ddltrace {what}"
@@ -297,6 +305,18 @@ class DaskMapper(_Mapper):
             raise DdltraceError(f"--scheduler {self.address}: {where}{more} {what}, while this command runs ddltrace "
                                 f"{__version__}: install the same ddltrace with its dask extra where the scheduler "
                                 "and the workers run")
+        other = differences(self.client.get_versions(packages=list(EXTRA_PACKAGES)))
+        needed = [d for d in other if d.matters]
+        if needed:
+            more = f" (and {len(needed) - 1} more)" if len(needed) > 1 else ""
+            raise DdltraceError(f"--scheduler {self.address}: {needed[0].text()}{more}: the tasks and their results "
+                                "cross between them pickled, so the scheduler needs this command's Python (to its "
+                                "minor version), dask, distributed and cloudpickle, and the workers those and its "
+                                "msgpack, numpy, pandas and pyarrow: install the same versions there")
+        if other:
+            more = f" (and {len(other) - 1} more)" if len(other) > 1 else ""
+            print(f"ddltrace: note: --scheduler {self.address}: {other[0].text()}{more}; the tasks do not depend on "
+                  "it", file=sys.stderr, flush=True)
 
     def check_visible(self, paths: Iterable[str], hint: Callable[[str], str] | None = None) -> None:
         """Every worker sees each of ``paths`` (made absolute, as the tasks get them), else one line naming the first

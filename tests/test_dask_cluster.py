@@ -312,6 +312,68 @@ def test_workers_without_ddltrace_are_one_line_before_any_task(tmp_path, stores)
         "extra where the scheduler and the workers run"]
 
 
+
+def test_a_worker_with_another_cloudpickle_is_one_line_before_any_task(tmp_path, stores):
+    """A worker whose installed cloudpickle is another version, as distributed reports it (importlib.metadata: a
+    cloudpickle 0.0.1 distribution put in front by PYTHONPATH): exit 2 and one line naming the worker, the package
+    and both versions, before any task is sent; distributed's own table of versions is not printed. The check
+    compared ddltrace's version alone, and the analysis went ahead."""
+    from importlib.metadata import version
+
+    fake = tmp_path / "elsewhere" / "cloudpickle-0.0.1.dist-info"
+    fake.mkdir(parents=True)
+    (fake / "METADATA").write_text("Metadata-Version: 2.1\nName: cloudpickle\nVersion: 0.0.1\n")
+    with LocalDaskCluster(tmp_path / "cluster", workers=1, env={"PYTHONPATH": str(fake.parent)}) as cluster:
+        child = subprocess.run([sys.executable, "-m", "ddltrace", "analyze", str(stores / "ps"), "--scheduler",
+                                cluster.address], capture_output=True, text=True, timeout=120)
+        worker = next(iter(cluster.client.scheduler_info()["workers"]))
+    assert child.returncode == 2 and child.stdout == ""
+    assert child.stderr.splitlines() == [
+        f"ddltrace: error: --scheduler {cluster.address}: the worker at {worker} has cloudpickle 0.0.1, while this "
+        f"command runs cloudpickle {version('cloudpickle')}: the tasks and their results cross between them pickled, "
+        "so the scheduler needs this command's Python (to its minor version), dask, distributed and cloudpickle, and "
+        "the workers those and its msgpack, numpy, pandas and pyarrow: install the same versions there"]
+
+
+def _report(**packages) -> dict:
+    """One process's part of ``Client.get_versions()``: this process's, with ``packages`` changed (None: removed)."""
+    from distributed.versions import get_versions
+
+    report = get_versions(packages=["pyarrow"])
+    for name, value in packages.items():
+        report["packages"][name] = value
+    return report
+
+
+def test_versions_are_compared_as_versions_and_only_what_the_tasks_need_stops_the_run():
+    """PEP 440 equality (2026.8 is 2026.8.0), Python to its minor version; a worker's pandas matters (it pickles
+    the results), the scheduler's does not (never compared); tornado is a note, not a refusal."""
+    from ddltrace.dask_versions import ddltrace_differences, differences, same_version
+
+    python = ".".join(map(str, sys.version_info))  # as distributed writes it: "3.11.9.final.0"
+    major, minor, patch = sys.version_info[:3]
+    assert same_version("python", python, f"{major}.{minor}.{patch + 1}.final.0")
+    assert not same_version("python", python, f"{major}.{minor + 1}.0.final.0")
+    assert same_version("dask", "2026.8", "2026.8.0") and not same_version("dask", "2026.8.0", "2026.8.1")
+    assert same_version("x", "not a version", "not a version") and not same_version("x", "1.0", None)
+    assert ddltrace_differences({"the scheduler": "0.1", "the worker at a": "0.1.0"}, "0.1.0") == {}
+    assert list(ddltrace_differences({"the worker at b": "0.1.1", "the worker at c": ImportError("x")}, "0.1.0")) == [
+        "the worker at b", "the worker at c"]
+
+    client = _report()
+    dask = client["packages"]["dask"]
+    same = {"client": client, "scheduler": _report(dask=dask + ".0"),  # 2026.8.0.0 is 2026.8.0
+            "workers": {"tcp://w1": _report(python=f"{major}.{minor}.{patch + 1}.final.0")}}
+    assert differences(same) == []
+    found = differences({"client": client, "scheduler": _report(pandas="0.1", tornado="0.1"),
+                         "workers": {"tcp://w1": _report(tornado="0.2", pandas=None), "tcp://w2": "UNKNOWN"}})
+    assert [(d.where, d.package, d.theirs, d.matters) for d in found] == [
+        ("the worker at tcp://w1", "pandas", None, True), ("the scheduler", "tornado", "0.1", False),
+        ("the worker at tcp://w1", "tornado", "0.2", False)]
+    assert found[0].text() == ("the worker at tcp://w1 has no pandas, while this command runs pandas "
+                              f"{client['packages']['pandas']}")
+
+
 # -- an address where no scheduler is, paths the workers do not see ---------------------------------------------
 
 
