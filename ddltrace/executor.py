@@ -342,8 +342,15 @@ class DaskMapper(_Mapper):
                             f"cannot see {path}{more}, which this command sees: {advice}")
 
     def _threads(self) -> dict:
-        """Threads per worker address, as the scheduler knows them now (none once the connection is gone)."""
-        return self.client.nthreads() if self.client.status == "running" else {}
+        """Threads per worker address, as the scheduler knows them now (none once the connection is gone: the client
+        may still say "running" while the scheduler's socket closes, and the futures out are then cancelled with the
+        reason :meth:`_broken` names)."""
+        if self.client.status != "running":
+            return {}
+        try:
+            return self.client.nthreads()
+        except OSError:  # distributed's CommClosedError: the scheduler went away between the status and the call
+            return {}
 
     @property
     def where(self) -> str:
