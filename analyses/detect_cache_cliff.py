@@ -5,7 +5,8 @@ configuration), it measures the compute time per sample: steady-state compute pe
 Per-sample time should be flat or fall as b grows (better reuse); a finding when it jumps by at least
 ``cache.jump_min`` (2x) between two adjacent batch sizes: the working set, b (n_f + 1) s + n_w s bytes, has left
 the last-level cache (paper 002 saw ~100x). When the configuration gives n_w (and n_f, s, llc_bytes), the
-evidence shows the working set on each side of the jump.
+evidence shows the working set on each side of the jump. Stores among which no two share a w with different
+batch sizes (or say none) are listed as not made, with the w and batch size of each.
 
 Cost: the extra compute of the run above the jump, (per-sample time above - below) x its batch size x the median
 worker's steps in that run.
@@ -15,7 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ddltrace.analyses.findings import Finding, Quantity, detector
+from ddltrace.analyses.findings import REQUIREMENTS, Finding, Quantity, detector, short_of
+from ddltrace.analyses.requirements import Skipped
+from ddltrace.units import counted
 
 ADVICE = ("Keep the batch below the jump (or block the computation so that a batch's activations and the weights "
           "fit in the last-level cache); compare the working set with the cache size from the hardware profile.")
@@ -43,13 +46,19 @@ def working_set_bytes(config: dict, batch: int) -> float | None:
 
 @detector("cache_cliff", "cache cliff across batch sizes", {"timeline"}, min_stores=2,
           series="runs of one job at one worker count with two or more batch sizes")
-def detect(runs, th) -> list[Finding]:
-    """A jump of per-sample compute time between adjacent batch sizes (see the module docstring)."""
+def detect(runs, th) -> list[Finding | Skipped]:
+    """A jump of per-sample compute time between adjacent batch sizes (see the module docstring); a
+    :class:`Skipped` when no two stores are of one w with different batch sizes."""
     findings = []
     groups: dict = {}
     for run in runs:
         if run.batch_size:
             groups.setdefault(run.workers, {}).setdefault(run.batch_size, run)
+    if all(len(series) < 2 for series in groups.values()):
+        held = "; ".join(f"w = {r.workers}, batch {r.batch_size or 'not given'}" for r in runs)
+        return [short_of("cache_cliff", ", ".join(r.name for r in runs),
+                         REQUIREMENTS["cache_cliff"].series + " (the batch size in the run's or workload's "
+                         "configuration)", f"{counted(len(runs), 'store')}: {held}")]
     for workers, series in groups.items():
         if len(series) < 2:
             continue

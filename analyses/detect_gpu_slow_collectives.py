@@ -6,7 +6,7 @@ It measures, over the collective instances (:mod:`~ddltrace.analyses.gpu_collect
 (nccl-tests' definition, so that it compares with a link's bandwidth whatever the collective) against the
 calibrated payload bandwidth of the network, 1 / r_net of a hardware profile (``--profile``). An instance is slow
 below ``gpu.busbw_ratio`` (0.5) of it; a finding when the median large instance is slow. Needs the payload bytes
-in the store and the profile.
+in the store and the profile; a store with no collective that large is listed as not made.
 
 Cost: over the slow instances, their duration minus the time their bytes take at the calibrated bandwidth
 (bytes x the collective's bus factor / bandwidth).
@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ddltrace.analyses.findings import Finding, Quantity, detector
+from ddltrace.analyses.findings import Finding, Quantity, detector, short_of
 from ddltrace.analyses.gpu_collectives import BUS_FACTORS
-from ddltrace.units import three_digits
+from ddltrace.analyses.requirements import Skipped
+from ddltrace.units import counted, format_bytes, three_digits
 
 ADVICE = ("Check how NCCL runs: NCCL_DEBUG=INFO shows the transport (a fall-back to sockets instead of InfiniBand "
           "or NVLink, NCCL_IB_DISABLE, NCCL_P2P_DISABLE) and the algorithm; check the topology (GPU and NIC on "
@@ -28,16 +29,21 @@ ADVICE = ("Check how NCCL runs: NCCL_DEBUG=INFO shows the transport (a fall-back
 
 @detector("gpu_slow_collectives", "GPU collectives far below the link's bandwidth",
           {"device", "device_comm", "device_bytes", "link_profile"})
-def detect(runs, th) -> list[Finding]:
+def detect(runs, th) -> list[Finding | Skipped]:
     """The median large collective's bus bandwidth below gpu.busbw_ratio of 1 / r_net (see the module
     docstring)."""
     findings = []
     for run in runs:
         link = run.link_bytes_per_s
         instances = run.collectives()
-        large = instances[instances["bytes"].notna() & instances["busbw"].notna()]
-        large = large[large["bytes"].astype(float) >= th["gpu.busbw_min_bytes"]]
+        sized = instances[instances["bytes"].notna() & instances["busbw"].notna()]
+        large = sized[sized["bytes"].astype(float) >= th["gpu.busbw_min_bytes"]]
         if not len(large):
+            most = f", the largest {format_bytes(float(sized['bytes'].astype(float).max()))}" if len(sized) else ""
+            findings.append(short_of("gpu_slow_collectives", run.name, f"collectives of "
+                                     f"{format_bytes(th['gpu.busbw_min_bytes'])} or more with a known size "
+                                     "(gpu.busbw_min_bytes)", counted(len(sized), "collective") + " with a known "
+                                     f"size{most}"))
             continue
         busbw = large["busbw"].astype(float)
         median = float(busbw.median())

@@ -5,7 +5,8 @@ It measures, from the collective instances matched across ranks (:mod:`~ddltrace
 process group, collective, step and order), the rank that starts last at each and its lead over the next latest
 rank. A
 finding when one rank is last at ``gpu.late_share_min`` (80 %) or more of at least ``gpu.late_min_instances`` (5)
-matched instances and its median lead is at least ``gpu.late_lead_min_ns`` (50 µs). Start times are compared on
+matched instances (with fewer it is listed as not made) and its median lead is at least ``gpu.late_lead_min_ns``
+(50 µs). Start times are compared on
 the run's clock: on several hosts their clocks' skew is in the lead (the importer says when it was not
 corrected).
 
@@ -15,8 +16,10 @@ than it would have without it (every rank waits for the last).
 
 from __future__ import annotations
 
-from ddltrace.analyses.findings import Finding, Quantity, detector
+from ddltrace.analyses.findings import Finding, Quantity, detector, short_of
 from ddltrace.analyses.gpu_collectives import late_arrivals
+from ddltrace.analyses.requirements import Skipped
+from ddltrace.units import counted
 
 ADVICE = ("Find what the late rank does before each collective: more work (an uneven shard, a longer sequence), "
           "a slower GPU or host (clocks, thermal throttling, other jobs), or its own host-side stalls (input "
@@ -24,19 +27,21 @@ ADVICE = ("Find what the late rank does before each collective: more work (an un
 
 
 @detector("gpu_straggler", "a straggler rank at the GPU collectives", {"device", "device_comm", "device_ranks"})
-def detect(runs, th) -> list[Finding]:
+def detect(runs, th) -> list[Finding | Skipped]:
     """One rank last at most matched collectives, well behind the others (see the module docstring)."""
     findings = []
     for run in runs:
         instances = run.collectives()
         late = late_arrivals(instances)
-        if not len(late):
+        matched = int(late.iloc[0]["instances"]) if len(late) else 0
+        if matched < th["gpu.late_min_instances"]:
+            findings.append(short_of("gpu_straggler", run.name, f"{th['gpu.late_min_instances']:g} or more collectives "
+                                     "matched across ranks (gpu.late_min_instances)",
+                                     counted(matched, "matched collective")))
             continue
         top = late.iloc[0]
-        matched = int(top["instances"])
         share = top["late"] / matched
-        if (matched < th["gpu.late_min_instances"] or share < th["gpu.late_share_min"]
-                or top["lead_median_ns"] < th["gpu.late_lead_min_ns"]):
+        if share < th["gpu.late_share_min"] or top["lead_median_ns"] < th["gpu.late_lead_min_ns"]:
             continue
         rank = int(top["rank"])
         skew = instances[instances["ranks"] >= 2]["skew_ns"]

@@ -4,7 +4,8 @@ It measures, per rank, the share of its steady state spent in the io category (d
 importer puts a framework's input-pipeline calls there: ``IteratorGetNext``, ``__Get Minibatch``, ...). A finding
 when the median over workers reaches ``io.share_max`` (25 %): a quarter of every step waiting for input means a
 faster model or more workers will not help. Initialisation I/O is the sequential-initialisation detector's business.
-On per-call aggregates (no steady state) the share is of the whole run.
+On per-call aggregates (no steady state) the share is of the whole run. A store whose workers hold no time in that
+phase is listed as not made.
 
 Cost: the median worker's I/O time in that phase (the time each step waits for input).
 """
@@ -13,20 +14,24 @@ from __future__ import annotations
 
 import numpy as np
 
-from ddltrace.analyses.findings import Finding, Quantity, detector
+from ddltrace.analyses.findings import Finding, Quantity, detector, short_of
+from ddltrace.analyses.requirements import Skipped
 
 ADVICE = ("Overlap input with compute (prefetch, more reader threads or processes), cache the decoded data set in "
           "memory or on local disk, or use a faster input format; check the storage with the disk probe.")
 
 
 @detector("io_bound", "input-bound steady state", {"totals"})
-def detect(runs, th) -> list[Finding]:
+def detect(runs, th) -> list[Finding | Skipped]:
     """Steady-state I/O share at or above io.share_max (see the module docstring)."""
     findings = []
     for run in runs:
         table = run.table(run.main_phase)
         workers = [w for w in run.worker_ranks if w in table.index and table.loc[w, "total_ns"] > 0]
         if not workers:
+            phase = "steady state" if run.main_phase == "steady" else "run"
+            findings.append(short_of("io_bound", run.name, "a worker with time in the phase measured",
+                                     f"no time on any worker in its {phase}"))
             continue
         shares = table.loc[workers, "share_io"]
         median = float(np.median(shares))

@@ -5,7 +5,8 @@ communication), where exposed communication is the comm and wait time not hidden
 (see :mod:`ddltrace.analyses.breakdown`). A finding when the median over workers is below ``overlap.min`` (50 %):
 more time goes to moving and waiting for data than to computing, so adding workers mostly adds communication.
 Rudra measured 56 % to 99 % on its configurations. Workers with no compute recorded at all (a trace whose
-importer put the computation in another category) are left out: their overlap says nothing. On per-call
+importer put the computation in another category) are left out: their overlap says nothing; a store with no
+worker left is listed as not made. On per-call
 aggregates (no steady state) it is measured over the whole run (all time in MPI is exposed there). Made only where
 there is communication: two or more ranks, or communication time on the one rank (a single process's waits are for
 its own devices, MXNet's WaitForVar on a one-GPU job, not for other ranks' data).
@@ -18,7 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ddltrace.analyses.findings import Finding, Quantity, detector
+from ddltrace.analyses.findings import Finding, Quantity, detector, short_of
+from ddltrace.analyses.requirements import Skipped
 
 #: The phase the overlap is measured over, as the finding's title says it.
 PHASE_WORDS = {"steady": "in the steady state", "all": "over the whole run"}
@@ -28,13 +30,16 @@ ADVICE = ("Hide communication behind computation: send gradients layer by layer 
 
 
 @detector("low_overlap", "communication overlap", {"totals", "communication"})
-def detect(runs, th) -> list[Finding]:
+def detect(runs, th) -> list[Finding | Skipped]:
     """Median steady-state communication overlap below overlap.min (see the module docstring)."""
     findings = []
     for run in runs:
         table = run.table(run.main_phase)
         workers = [w for w in run.worker_ranks if w in table.index and table.loc[w, "compute"] > 0]
         if not workers:
+            findings.append(short_of("low_overlap", run.name, "compute time on a worker (the overlap is compute "
+                                     "over compute plus exposed communication)",
+                                     f"no compute time on any worker {PHASE_WORDS[run.main_phase]}"))
             continue
         overlap = table.loc[workers, "overlap"]
         median = float(np.median(overlap))

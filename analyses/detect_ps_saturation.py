@@ -10,12 +10,13 @@ whose clients do not wait is well sized. It also estimates the saturation point 
 (server busy time per worker step): the number of workers at which the server's work per round equals the
 workers' compute (MODELS.md section 1).
 
-**Across runs** (three or more stores of one batch size with different w) it looks for the knee of paper 002's
-figure 9: the steady-state (computation phase) time, median over workers, should fall as w grows; the knee w* is
-the last w after which one more step in w cuts it by less than ``ps.knee_gain_min`` (10 %). A finding when the
-knee comes before the largest w and the wait per update (exposed communication + wait + barrier time of a worker
-per step, median over workers) at the largest w is at least ``ps.wait_growth_min`` (1.5) times that at the
-smallest: the workers wait more, the server is the limit. Error when past the knee the time rises again.
+**Across runs** (three or more stores of one batch size with different w; a batch size with fewer is listed as not
+made, as is a run with no server) it looks for the knee of paper 002's figure 9: the steady-state (computation
+phase) time, median over workers, should fall as w grows; the knee w* is the last w after which one more step in w
+cuts it by less than ``ps.knee_gain_min`` (10 %). A finding when the knee comes before the largest w and the wait
+per update (exposed communication + wait + barrier time of a worker per step, median over workers) at the largest w
+is at least ``ps.wait_growth_min`` (1.5) times that at the smallest: the workers wait more, the server is the limit.
+Error when past the knee the time rises again.
 
 Cost: within a run, the median worker's Late Sender + Late Receiver time on the server in the steady state; across
 runs, the growth of the wait per update (at the largest w minus at the smallest) times the median worker's
@@ -26,8 +27,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ddltrace.analyses.findings import Finding, Quantity, detector
+from ddltrace.analyses.findings import Finding, Quantity, detector, short_of
+from ddltrace.analyses.requirements import Skipped
 from ddltrace.analyses.wait_states import COLLECTIVES, RECV_BLOCKING, RECV_NONBLOCKING, WAITS
+from ddltrace.units import counted
 
 BLOCKING = RECV_BLOCKING | WAITS | COLLECTIVES
 ADVICE = ("The single parameter server is the bottleneck: add servers and shard the parameters across them "
@@ -79,12 +82,19 @@ def server_load(run, server: int) -> dict | None:
     }
 
 
-def within_run(run, th) -> list[Finding]:
+def within_run(run, th) -> list[Finding | Skipped]:
+    if not run.server_ranks:
+        return [short_of("ps_saturation", run.name, "a parameter server: a rank whose role is server (said by the "
+                         "manifest or the workload, or the centre of a star of steady-state messages)",
+                         f"no server among its {counted(len(run.ranks), 'rank')}")]
     findings = []
     for server in run.server_ranks:
         load = server_load(run, server)
-        if load is None or load["busy_fraction"] < th["ps.busy_min"] \
-                or load["client_wait_fraction"] < th["ps.client_wait_min"]:
+        if load is None:
+            findings.append(short_of("ps_saturation", run.name, "a steady state on the server (its busy fraction is "
+                                     "of its steady state)", f"none on server rank {server}"))
+            continue
+        if load["busy_fraction"] < th["ps.busy_min"] or load["client_wait_fraction"] < th["ps.client_wait_min"]:
             continue
         findings.append(Finding(
             id="ps_saturation",
@@ -126,7 +136,7 @@ def _steady_per_run(run) -> tuple[float, float, float]:
     return float(np.median(steady)), float(np.median(waits)), float(np.median(updates))
 
 
-def across_runs(runs, th) -> list[Finding]:
+def across_runs(runs, th) -> list[Finding | Skipped]:
     findings = []
     groups: dict = {}
     for run in runs:
@@ -134,6 +144,12 @@ def across_runs(runs, th) -> list[Finding]:
             groups.setdefault(run.batch_size, {}).setdefault(run.workers, run)
     for batch, series in groups.items():
         if len(series) < 3:
+            findings.append(short_of("ps_saturation", ", ".join(series[k].name for k in sorted(series)),
+                                     "runs of one job at one batch size and 3 or more worker counts (the knee of "
+                                     "the steady state against w)",
+                                     f"{counted(len(series), 'store')} at batch "
+                                     f"{batch if batch else 'unknown'}, w = {', '.join(map(str, sorted(series)))}",
+                                     part="across runs"))
             continue
         w = sorted(series)
         values = [_steady_per_run(series[k]) for k in w]
@@ -173,6 +189,7 @@ def across_runs(runs, th) -> list[Finding]:
 
 
 @detector("ps_saturation", "parameter-server saturation", {"timeline", "messages"})
-def detect(runs, th) -> list[Finding]:
-    """Parameter-server saturation within each run and across a scaling series (see the module docstring)."""
+def detect(runs, th) -> list[Finding | Skipped]:
+    """Parameter-server saturation within each run and across a scaling series (see the module docstring); a
+    :class:`Skipped` for a run with no server, a server with no steady state, a batch size of fewer than 3 w."""
     return [f for run in runs for f in within_run(run, th)] + across_runs(runs, th)

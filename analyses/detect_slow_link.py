@@ -11,6 +11,9 @@ calibrate``), below ``slow_link.profile_ratio`` (0.5) of the calibrated bandwidt
 fastest pair (not the median) finds a node whose own link is slow: every pair through it is slow, which on three
 nodes is two pairs of three.
 
+A store with no inter-node message of ``slow_link.min_bytes`` or more to time, or one pair of nodes and no profile
+to compare it with, is listed as not made.
+
 When every pair through one node is slow and some pair not through it is not, the finding names that node's link
 (a slow uplink, NIC or switch port slows every pair through it); otherwise it names the slow pairs.
 
@@ -23,9 +26,10 @@ from __future__ import annotations
 
 import math
 
-from ddltrace.analyses.findings import Finding, Quantity, detector
+from ddltrace.analyses.findings import Finding, Quantity, detector, short_of
 from ddltrace.analyses.node_traffic import pair_bandwidth, rank_hosts, transfers
-from ddltrace.units import three_digits
+from ddltrace.analyses.requirements import Skipped
+from ddltrace.units import counted, format_bytes, three_digits
 
 ADVICE = ("Check the named node's network: its link speed and duplex (ethtool), errors and drops (ip -s link), "
           "traffic shaping (tc qdisc), the switch port, and other jobs' traffic on it; until fixed, place the ranks "
@@ -33,8 +37,9 @@ ADVICE = ("Check the named node's network: its link speed and duplex (ethtool), 
 
 
 @detector("slow_link", "slow link between nodes", {"timeline", "messages", "hosts"})
-def detect(runs, th) -> list[Finding]:
-    """Pairs of nodes whose inter-node transfers run well below the others' (see the module docstring)."""
+def detect(runs, th) -> list[Finding | Skipped]:
+    """Pairs of nodes whose inter-node transfers run well below the others' (see the module docstring); a
+    :class:`Skipped` for a store with no pair to time, or one pair and nothing to compare it with."""
     findings = []
     for run in runs:
         finding = _detect_run(run, th)
@@ -43,13 +48,22 @@ def detect(runs, th) -> list[Finding]:
     return findings
 
 
-def _detect_run(run, th) -> Finding | None:
+def _detect_run(run, th) -> Finding | Skipped | None:
     hosts = rank_hosts(run.store)
     moves = transfers(run.calls, hosts)
-    bw = pair_bandwidth(moves, th["slow_link.min_bytes"]).dropna(subset=["peak_bytes_per_s"])
-    if not len(bw):
-        return None
+    least = th["slow_link.min_bytes"]
+    bw = pair_bandwidth(moves, least).dropna(subset=["peak_bytes_per_s"])
     calibrated = getattr(run, "link_bytes_per_s", None)
+    if not len(bw):
+        across = int((moves["host_src"] != moves["host_dst"]).sum())
+        return short_of("slow_link", run.name, f"matched point-to-point messages of {format_bytes(least)} or more "
+                        "between ranks on different nodes (slow_link.min_bytes), to time a link",
+                        f"{counted(across, 'matched message')} between nodes, none that large" if across else
+                        "no matched message between nodes")
+    if len(bw) == 1 and not calibrated:
+        return short_of("slow_link", run.name, "two or more pairs of nodes exchanging such messages, or the "
+                        "network's calibrated bandwidth (a hardware profile's r_net, --profile), to compare a "
+                        "link with", f"one pair of nodes ({bw['host_a'].iloc[0]} - {bw['host_b'].iloc[0]})")
     peak = bw["peak_bytes_per_s"]
     slow = peak < th["slow_link.ratio_max"] * float(peak.max())
     if calibrated:

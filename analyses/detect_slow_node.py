@@ -14,7 +14,9 @@ figure is the mean over its ranks. A node of two or more ranks is slow when
 
 The slowest such node is named with its ranks. A node of one rank is a rank, which the straggler detector
 (:mod:`~ddltrace.analyses.detect_stragglers`) judges among all ranks; when the straggler detector would name only
-ranks of the slow node, it leaves them to this finding (one cause, the node, reported once).
+ranks of the slow node, it leaves them to this finding (one cause, the node, reported once). A store whose workers
+with steps sit on fewer than two nodes, or on nodes of one such worker each, is listed as not made, with its
+nodes and workers.
 
 Cost: the node's excess compute per step (its mean minus the reference) times its ranks' median number of steps:
 what the other ranks wait for it.
@@ -25,8 +27,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ddltrace.analyses.findings import Finding, Quantity, detector
+from ddltrace.analyses.findings import Finding, Quantity, detector, short_of
 from ddltrace.analyses.node_traffic import rank_hosts
+from ddltrace.analyses.requirements import Skipped
+from ddltrace.units import counted
 
 NEEDS = frozenset({"timeline", "collectives", "hosts"})
 WAITS = ("wait_at_nxn", "wait_at_barrier")
@@ -82,11 +86,26 @@ def slow_node(run, th) -> dict | None:
     return best
 
 
+def too_few_nodes(run) -> Skipped | None:
+    """The :class:`Skipped` of a store with no node to judge: its workers with steps on fewer than two nodes, or
+    one on each (None when there is a node to judge)."""
+    per_node = node_rates(run).groupby("host")["rank"].count()
+    if len(per_node) >= 2 and (per_node >= 2).any():
+        return None
+    return short_of("slow_node", run.name, "workers with steps on two or more nodes, two or more of them on one "
+                    "node (a node of one rank is a straggler's business)",
+                    f"{counted(int(per_node.sum()), 'worker')} with steps on {counted(len(per_node), 'node')}")
+
+
 @detector("slow_node", "slow node", NEEDS)
-def detect(runs, th) -> list[Finding]:
+def detect(runs, th) -> list[Finding | Skipped]:
     """A node whose ranks all compute well beyond the other nodes' per step (see the module docstring)."""
     findings = []
     for run in runs:
+        short = too_few_nodes(run)
+        if short is not None:
+            findings.append(short)
+            continue
         node = slow_node(run, th)
         if node is None:
             continue

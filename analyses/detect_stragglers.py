@@ -2,17 +2,17 @@
 
 It measures, per worker (parameter servers excluded), its compute time per step in the steady state (the
 steady-state compute divided by its number of steps; the whole steady-state compute when no steps were found) and
-its median step time. For each measure it computes the robust z-score of every worker,
-``z = 0.6745 (x - median) / MAD`` (Iglewicz and Hoaglin), with the MAD floored at ``straggler.mad_floor`` (2 %) of
-the median so that identical ranks do not make any difference infinite. A worker is a straggler when
-z >= ``straggler.z_min`` (3.5, the usual outlier cut) and it is at least ``straggler.excess_min`` (25 %) above
-the median: a shared machine's noise is smaller than that, a slow node is not. Needs ``straggler.min_ranks`` (3)
-workers for that test. With exactly two workers there is no outlier test (their z-scores are +-0.67 whatever their
-difference): the slower is the straggler when its measure is at least ``straggler.excess_min`` above the other
-worker's (a 2-GPU or 2-rank job whose ranks differ by 25 % is a finding; with one worker there is nothing to
-compare, and the analysis says so). Compute per step catches the slow rank even in a synchronous job, where every
-rank's step time is the same because the fast ones wait for it. The evidence puts the slowest worker beside the
-average (RALP).
+its median step time. For each measure it computes the robust z-score of every worker, ``z = 0.6745 (x - median) /
+MAD`` (Iglewicz and Hoaglin), with the MAD floored at ``straggler.mad_floor`` (2 %) of the median so that identical
+ranks do not make any difference infinite. A worker is a straggler when z >= ``straggler.z_min`` (3.5, the usual
+outlier cut) and it is at least ``straggler.excess_min`` (25 %) above the median: a shared machine's noise is
+smaller than that, a slow node is not. Needs ``straggler.min_ranks`` (3) workers with a steady state for that test
+(with fewer, other than two, it is listed as not made). With exactly two workers there is no outlier test (their
+z-scores are +-0.67 whatever their difference): the slower is the straggler when its measure is at least
+``straggler.excess_min`` above the other worker's (a 2-GPU or 2-rank job whose ranks differ by 25 % is a finding;
+with one worker there is nothing to compare, and the analysis says so). Compute per step catches the slow rank even
+in a synchronous job, where every rank's step time is the same because the fast ones wait for it. The evidence puts
+the slowest worker beside the average (RALP).
 On per-call aggregates (IPM) there are no steps and no steady state: the measure is each worker's compute over
 the whole run. Ranks that are all ranks of a slow node (:mod:`~ddltrace.analyses.detect_slow_node`: every rank of
 one node slow) are left to that finding: one cause, the node, reported once.
@@ -27,7 +27,9 @@ from __future__ import annotations
 import numpy as np
 
 from ddltrace.analyses.detect_slow_node import slow_node
-from ddltrace.analyses.findings import Finding, Quantity, detector
+from ddltrace.analyses.findings import Finding, Quantity, detector, short_of
+from ddltrace.analyses.requirements import Skipped
+from ddltrace.units import counted
 
 ADVICE = ("Look at the named ranks' hosts (CPU frequency, other jobs, thermal throttling, a slower GPU or disk) "
           "and at their share of the data; balance the work (smaller shards for slow ranks), or use a protocol that "
@@ -57,13 +59,21 @@ def measures(run) -> dict[str, tuple[list[int], np.ndarray]]:
 
 
 @detector("stragglers", "stragglers", {"totals", "two_workers"})
-def detect(runs, th) -> list[Finding]:
+def detect(runs, th) -> list[Finding | Skipped]:
     """Workers whose compute per step (or step time) is a robust outlier, or of two workers the one well above the
     other (see the module docstring)."""
     findings = []
     for run in runs:
+        measured = measures(run)
+        workers = next(iter(measured.values()))[0]  # the same workers for each measure
+        if len(workers) != 2 and len(workers) < th["straggler.min_ranks"]:
+            of = f" of its {counted(len(run.worker_ranks), 'worker')}" if len(run.worker_ranks) != len(workers) else ""
+            findings.append(short_of("stragglers", run.name, f"{th['straggler.min_ranks']:g} or more workers with a "
+                                     "steady state for the outlier test (straggler.min_ranks), or exactly 2 to "
+                                     "compare", f"{counted(len(workers), 'worker')} with a steady state{of}"))
+            continue
         node = slow_node(run, th)
-        for what, (workers, values) in measures(run).items():
+        for what, (workers, values) in measured.items():
             if not np.all(np.isfinite(values)):
                 continue
             if len(workers) == 2:

@@ -5,7 +5,8 @@ ranks' total steady-state time (the average rank's share). Parameter servers are
 receive is waiting for requests, which is its job; whether it is too busy is the saturation detector's question.
 A finding when a pattern reaches ``wait_states.share_max`` (30 %): the named ranks are blocked on late partners
 for a third of the run, and the partner (the evidence names the one most waited for) is where to look.
-Initialisation's waits belong to the sequential-initialisation detector. It needs MPI calls on a real timeline:
+Initialisation's waits belong to the sequential-initialisation detector. A store whose workers have no steady
+state is listed as not made. It needs MPI calls on a real timeline:
 on per-call aggregates (IPM) the calls' order and start times are the importer's, and no wait state can be told.
 
 Cost: the pattern's steady-state time summed over the workers, divided by the number of workers (the average
@@ -14,7 +15,8 @@ worker's time in it: the wall-clock time each rank loses, not the sum over ranks
 
 from __future__ import annotations
 
-from ddltrace.analyses.findings import Finding, Quantity, detector
+from ddltrace.analyses.findings import Finding, Quantity, detector, short_of
+from ddltrace.analyses.requirements import Skipped
 from ddltrace.analyses.wait_states import PATTERNS
 
 ADVICE = {
@@ -34,7 +36,7 @@ ADVICE = {
 
 
 @detector("wait_states", "costly wait states (Scalasca's patterns)", {"timeline", "mpi_calls"})
-def detect(runs, th) -> list[Finding]:
+def detect(runs, th) -> list[Finding | Skipped]:
     """Scalasca wait-state patterns costing at least wait_states.share_max of the steady state."""
     findings = []
     for run in runs:
@@ -42,7 +44,11 @@ def detect(runs, th) -> list[Finding]:
         ranks = [r for r in run.worker_ranks if r in run.phases]
         steady = states[(states["phase"] == "steady") & states["rank"].isin(ranks)]
         total = sum(run.phases[r].steady_ns for r in ranks)
-        if not len(steady) or total <= 0:
+        if total <= 0:
+            findings.append(short_of("wait_states", run.name, "a steady state on the workers (the share is of it)",
+                                     "no steady state on any worker"))
+            continue
+        if not len(steady):
             continue
         for pattern, part in steady.groupby("pattern"):
             share = part["time_ns"].sum() / total

@@ -199,3 +199,59 @@ def check(key: str, requirement: Requirement, runs: list) -> tuple[list, list[Sk
                                f"{requirement.series} ({requirement.min_stores} or more stores)", given))
         usable = []
     return usable, skipped
+
+
+@dataclass(frozen=True)
+class NotMade:
+    """One analysis not made, said once for every store it was not made from (:func:`group`): its ``title``,
+    what it ``needs``, the ``stores`` (or series) in the order given, and ``holds``: what the input holds where
+    that is not the store's own description (a count short of a threshold, no device work), with its stores."""
+
+    title: str
+    needs: str
+    stores: tuple[str, ...]
+    holds: tuple[tuple[str, tuple[str, ...]], ...]
+
+    def line(self, several: bool, every: tuple[str, ...] = ()) -> str:
+        """'title (store, ...): needs ...; store holds ...' (the stores named when ``several`` stores are
+        reported; else 'title: needs ...; the input holds ...'; 'each holds' when all its stores hold the same)."""
+        return self.title + self.rest(several, every)
+
+    def rest(self, several: bool, every: tuple[str, ...] = ()) -> str:
+        """The line after the title: ' (store, ...): needs ...; ...'; ' (every store)' when its stores are all of
+        ``every`` (the stores reported)."""
+        where = ""
+        if several:
+            where = " (every store)" if set(self.stores) == set(every) else f" ({', '.join(self.stores)})"
+        held = "".join(f"; {self._who(stores)} {holds}" for holds, stores in self.holds)
+        return f"{where}: needs {self.needs}{held}"
+
+    def _who(self, stores: tuple[str, ...]) -> str:
+        if stores == self.stores:
+            return "the input holds" if len(stores) == 1 else "each holds"
+        return f"{', '.join(stores)} hold{'s' if len(stores) == 1 else ''}"
+
+
+def group(skipped: list[Skipped], holdings: dict[str, str]) -> list[NotMade]:
+    """The analyses not made, each once with the stores it was not made from (in the order first listed): the
+    same title and needs on several stores is one :class:`NotMade`. ``holdings``: what each store holds in words
+    (:attr:`~ddltrace.analyses.run_analysis.RunAnalysis.holding`), said once per store beside the list; a
+    reason's ``holds`` other than that (or of a series) is kept with the stores it is of."""
+    groups: dict[tuple[str, str], dict] = {}
+    for s in skipped:
+        entry = groups.setdefault((s.title, s.needs), {"stores": [], "holds": {}})
+        if s.store not in entry["stores"]:
+            entry["stores"].append(s.store)
+        if holdings.get(s.store) != s.holds:
+            named = entry["holds"].setdefault(s.holds, [])
+            if s.store not in named:
+                named.append(s.store)
+    return [NotMade(title, needs, tuple(e["stores"]), tuple((h, tuple(st)) for h, st in e["holds"].items()))
+            for (title, needs), e in groups.items()]
+
+
+def holdings_lines(skipped: list[Skipped], holdings: dict[str, str]) -> list[str]:
+    """'STORE holds ...' once for each store whose own description is the ``holds`` of one of ``skipped`` (in the
+    order of ``holdings``): what the lines of :func:`group` leave unsaid."""
+    named = {s.store for s in skipped if holdings.get(s.store) == s.holds}
+    return [f"{store} holds {holds}" for store, holds in holdings.items() if store in named]

@@ -320,8 +320,7 @@ def gpu_not_made(runs: list[RunAnalysis]) -> list[Skipped]:
     out = []
     for run in runs:
         if "device" not in run.capabilities:
-            out.append(Skipped("gpu", GPU_ALL.title, run.name, "device work on a device lane",
-                               f"{run.holding}, {run.gpu.holding()}"))
+            out.append(Skipped("gpu", GPU_ALL.title, run.name, "device work on a device lane", run.gpu.holding()))
             continue
         for key, requirement in GPU_ANALYSES.items():
             for skip in check(key, requirement, [run])[1]:

@@ -141,6 +141,64 @@ def test_too_few_ranks_for_the_initialisation_staircase_is_said(capsys):
     assert "3 or more worker counts" in across["needs"] and across["holds"] == "1 store at w = 2"
     assert main(["analyze", str(store)]) == 0
     text = capsys.readouterr().out.split("Not made from this input", 1)[1].split("Breakdown of", 1)[0]
-    assert f"holds {ranks} ranks:\n    - sequential initialisation: needs {least:g} or more ranks" in text
+    assert f"\n    - sequential initialisation: needs {least:g} or more ranks" in text
+    assert f"(seq_init.min_ranks); the input holds {ranks} ranks\n" in text
     assert main(["analyze", str(store), "--json", "--threshold", f"seq_init.min_ranks={ranks}"]) == 0
     assert "sequential_init" not in {s["analysis"] for s in json.loads(capsys.readouterr().out)["not_made"]}
+
+
+def test_stores_too_few_for_a_series_or_a_threshold_are_said(capsys):
+    """Two stores (w = 2 and 4, one batch size): cache cliff (two batch sizes at one w), parameter-server saturation
+    and sequential initialisation across runs (three worker counts) were passed over in silence, as were the
+    stragglers of a store with fewer workers than straggler.min_ranks; each is now listed with what the stores
+    hold: their w and batch size, read here from their manifests."""
+    from ddltrace.analyses.run_analysis import job_config
+    from ddltrace.store import TraceStore
+
+    paths = [SAMPLES / "seq-w2" / "store", SAMPLES / "seq-w4" / "store"]
+    stores = [TraceStore.open(p) for p in paths]
+    w = [int(job_config(s)["workers"]) for s in stores]
+    (batch,) = {int(job_config(s)["batch"]) for s in stores}
+    workers4 = len(stores[1].ranks) - 1  # all ranks but the server (the workload's server_rank)
+    assert w == [2, 4] and workers4 == 4
+    capsys.readouterr()
+    assert main(["analyze", *map(str, paths), "--json", "--threshold", "straggler.min_ranks=5"]) == 0
+    skipped = {s["analysis"]: s for s in json.loads(capsys.readouterr().out)["not_made"]}
+    series = ", ".join(map(str, paths))
+    cliff = skipped["cache_cliff"]
+    assert cliff["store"] == series and cliff["holds"] == f"2 stores: w = 2, batch {batch}; w = 4, batch {batch}"
+    ps = skipped["ps_saturation_across_runs"]
+    assert ps["title"] == "parameter-server saturation across runs" and "3 or more worker counts" in ps["needs"]
+    assert ps["holds"] == f"2 stores at batch {batch}, w = 2, 4"
+    assert skipped["sequential_init_across_runs"]["holds"] == "2 stores at w = 2, 4"
+    straggler = skipped["stragglers"]
+    assert straggler["store"] == str(paths[1]) and straggler["holds"] == f"{workers4} workers with a steady state"
+    assert "5 or more workers" in straggler["needs"] and "(straggler.min_ranks)" in straggler["needs"]
+
+
+def test_the_report_says_each_reason_once_for_all_its_stores(tmp_path):
+    """A report of three stores listed every analysis not made once per store (three "slow node: needs ranks on
+    two or more hosts", each GPU analysis twice: in "Not made" and in the GPU section). Now each analysis is one
+    line naming its stores ("every store" when all), what each store holds is said once, and findings.json keeps
+    one entry per store for machines."""
+    from ddltrace.report.render import _md_escape as md_escape
+    from ddltrace.store import TraceStore
+
+    paths = [SAMPLES / f"seq-w{w}" / "store" for w in (2, 4, 8)]
+    ranks = [len(TraceStore.open(p).ranks) for p in paths]
+    out = tmp_path / "r"
+    assert main(["report", *map(str, paths), "--out", str(out), "--quiet"]) == 0
+    md = (out / "report.md").read_text()
+    section = md.split("## Not made from this input", 1)[1].split("\n## ", 1)[0]
+    items = [line for line in section.splitlines() if line.startswith("- **")]
+    titles = [line.split("**")[1] for line in items]
+    assert len(titles) == len(set(titles)) and "slow node" in titles
+    assert "- **slow node** \\(every store\\): needs ranks on two or more hosts" in items
+    for path, n in zip(paths, ranks, strict=True):
+        assert section.count(f"{md_escape(str(path))} holds a timeline of {n} ranks.") == 1
+    (seq,) = [line for line in items if line.startswith("- **sequential initialisation** ")]
+    assert md_escape(str(paths[0])) in seq and md_escape(str(paths[1])) not in seq  # w = 2: 3 ranks, the others 5, 9
+    assert seq.endswith(f"the input holds {ranks[0]} ranks")
+    assert "GPU analyses \\(temporal" in section and "Not computed from this input" not in md  # once, not twice
+    doc = json.loads((out / "findings.json").read_text())
+    assert [s["store"] for s in doc["not_made"] if s["analysis"] == "slow_node"] == list(map(str, paths))

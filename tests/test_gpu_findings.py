@@ -23,6 +23,7 @@ from ddltrace.analyses.findings import detect
 from ddltrace.analyses.run_analysis import analyze_store
 from ddltrace.analyses.thresholds import Thresholds
 from ddltrace.cli import main
+from ddltrace.units import format_bytes
 
 NCCL_JOB = SHARED / "hta_traces" / "trace_filter"
 NCCL_DATA = SHARED / "hta_traces" / "nccl_parser_config" / "nccl_data.json.gz"
@@ -120,7 +121,8 @@ def test_a_rank_late_at_every_collective_is_the_straggler(tmp_path):
 @present[NCCL_JOB]
 def test_no_straggler_where_no_collective_is_matched(nccl_job):
     found, skipped = gpu_findings(nccl_job)  # two ranks, but point-to-point kernels only
-    assert "gpu_straggler" not in found and "gpu_straggler" not in skipped
+    assert "gpu_straggler" not in found  # and it says why, rather than nothing (it was passed over in silence)
+    assert skipped["gpu_straggler"].endswith("(gpu.late_min_instances); the input holds 0 matched collectives")
 
 
 @present[NCCL_DATA]
@@ -154,6 +156,15 @@ def test_collectives_below_the_calibrated_link(tmp_path, capsys):
     assert main(["analyze", "--json", "--profile", str(profile), str(store)]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert "gpu_slow_collectives" in {f["id"] for f in doc["findings"]}
+    # no collective as large as gpu.busbw_min_bytes: said, with the largest there is (it was passed over in silence)
+    largest = max(s for s, _, _ in large)
+    assert main(["analyze", "--json", "--profile", str(profile), str(store), "--threshold",
+                 f"gpu.busbw_min_bytes={largest + 1}"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert "gpu_slow_collectives" not in {f["id"] for f in doc["findings"]}
+    (short,) = [s for s in doc["not_made"] if s["analysis"] == "gpu_slow_collectives"]
+    assert f"collectives of {format_bytes(largest + 1)} or more with a known size (gpu.busbw_min_bytes)" \
+        == short["needs"] and short["holds"].endswith(f"with a known size, the largest {format_bytes(largest)}")
 
 
 def test_report_shows_each_gpu_finding_with_its_figure(tmp_path):

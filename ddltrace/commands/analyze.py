@@ -257,7 +257,7 @@ def render(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFra
         lines.append("No findings: nothing holds this run back by the current thresholds.")
     if skipped:
         lines.append("")
-        lines.extend(render_skipped(skipped))
+        lines.extend(render_skipped(skipped, {r.name: r.holding for r in runs}))
     for r in runs:
         lines.append("")
         lines.extend(render_run(r, phase))
@@ -293,16 +293,13 @@ def render_finding(f: Finding) -> list[str]:
     return out
 
 
-def render_skipped(skipped: list[Skipped]) -> list[str]:
-    """The analyses not made from this input, grouped by store and what it holds, each with what it needs."""
-    out = ["Not made from this input"]
-    groups: dict[tuple[str, str], list[Skipped]] = {}
-    for s in skipped:
-        groups.setdefault((s.store, s.holds), []).append(s)
-    for (store, holds), part in groups.items():
-        out.append(f"  {store} holds {holds}:")
-        out.extend(f"    - {s.title}: needs {s.needs}" for s in part)
-    return out
+def render_skipped(skipped: list[Skipped], holdings: dict[str, str]) -> list[str]:
+    """The analyses not made from this input: what each store holds (``holdings``, by store), then each analysis
+    once with what it needs (and the stores it was not made from, when there are several)."""
+    from ddltrace.analyses.requirements import group, holdings_lines
+
+    return (["Not made from this input", *(f"  {line}:" for line in holdings_lines(skipped, holdings))]
+            + [f"    - {g.line(len(holdings) > 1, tuple(holdings))}" for g in group(skipped, holdings)])
 
 
 def _ranks(ranks: list[int]) -> str:

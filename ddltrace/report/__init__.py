@@ -51,6 +51,8 @@ class Report:
     stores: list[str]
     notes: list[str] = field(default_factory=list)
     not_made: list = field(default_factory=list)  # ddltrace.analyses.requirements.Skipped
+    #: What each store holds, in words (RunAnalysis.holding), said once beside the analyses not made.
+    holdings: dict[str, str] = field(default_factory=dict)
     #: Workers w of each store's run, to say which run a finding is about.
     workers: dict[str, int] = field(default_factory=dict)
     #: The store exported beside the report as ``trace.json`` (Chrome trace JSON for Perfetto UI), and its w.
@@ -131,6 +133,7 @@ def build_report(stores: list[str | os.PathLike], out: str | os.PathLike, *, pro
     say("drawing the figures")
     report = assemble(runs, found, profile, model, mapper)
     report.not_made = run_analysis.not_made(runs) + skipped
+    report.holdings = {r.name: r.holding for r in runs}
     report.missing = [(r.name, list(r.store.missing(32).items()), r.store.missing_count(), r.store.world_size)
                       for r in runs if r.store.missing_count()]
     from ddltrace.gpu_section import gpu_tables

@@ -101,21 +101,20 @@ def html(report) -> str:
     for group in group_findings(report.findings):
         parts.extend(_html_card(report, group))
     if report.not_made:
-        parts.append("<h2>Not made from this input</h2><ul>")
-        parts.extend(f"<li><b>{_e(s.title)}</b> ({_e(s.store)}): {_e(s.reason)}</li>" for s in report.not_made)
-        parts.append("</ul>")
-    if report.gpu or _gpu_not_made(report):
+        holdings, groups = _not_made_groups(report)
+        parts.append("<h2>Not made from this input</h2>")
+        parts.extend(f"<p>{_e(line)}.</p>" for line in holdings)
+        parts.append("<ul>" + "".join(f"<li><b>{_e(g.title)}</b>{_e(g.rest(*_several(report)))}</li>"
+                                      for g in groups) + "</ul>")
+    if report.gpu:  # the GPU analyses not made are with the others (the section points there)
         parts.append("<h2>GPU</h2>")
         for store, tables in report.gpu:
             parts.append(f"<p>Store <code>{_e(store)}</code>: times with their unit, shares of the window "
                          f"named in each title.</p>")
             for title, frame in tables:
                 parts.append(f"<h3>{_e(title)}</h3>" + _html_table(frame.set_index(frame.columns[0])))
-        not_made = _gpu_not_made(report)
-        if not_made:
-            parts.append("<p><b>Not computed from this input:</b></p><ul>")
-            parts.extend(f"<li><b>{_e(s.title)}</b> ({_e(s.store)}): {_e(s.reason)}</li>" for s in not_made)
-            parts.append("</ul>")
+        if _gpu_not_made(report):
+            parts.append(f"<p>{_e(_GPU_NOT_MADE)}</p>")
     parts.append("<h2>Figures</h2>")
     for fig in report.figures:
         data = base64.b64encode(fig.png).decode()
@@ -294,9 +293,29 @@ def _html_table(frame: pd.DataFrame) -> str:
 
 
 def _gpu_not_made(report) -> list:
-    """The GPU analyses not made, each with its reason (no device work, no stream ids, no correlation ids,
-    one rank only, no communication kernel)."""
+    """The GPU analyses not made (no device work, no stream ids, no correlation ids, one rank only, no
+    communication kernel): listed with the others under "Not made from this input", pointed to from the GPU
+    section."""
     return [s for s in report.not_made if s.analysis.startswith("gpu")]
+
+
+#: What the GPU section says of the GPU analyses not made (listed once, with the others).
+_GPU_NOT_MADE = ('The GPU analyses not made from this input are listed under "Not made from this input", each '
+                 "with what it needs.")
+
+
+def _not_made_groups(report) -> tuple[list[str], list]:
+    """What each store holds ('STORE holds ...', once per store), and each analysis not made once, with the stores
+    it was not made from (:func:`~ddltrace.analyses.requirements.group`): several stores say a reason once."""
+    from ddltrace.analyses.requirements import group, holdings_lines
+
+    return holdings_lines(report.not_made, report.holdings), group(report.not_made, report.holdings)
+
+
+def _several(report) -> tuple[bool, tuple[str, ...]]:
+    """The arguments of :meth:`~ddltrace.analyses.requirements.NotMade.rest`: whether the report is of several
+    stores, and which."""
+    return len(report.stores) > 1, tuple(report.stores)
 
 
 def _md_table(title: str, frame: pd.DataFrame) -> list[str]:
@@ -370,23 +389,20 @@ def markdown(report) -> str:
     for group in group_findings(report.findings):
         lines += _md_card(report, group)
     if report.not_made:
+        holdings, groups = _not_made_groups(report)
         lines += ["## Not made from this input", ""]
-        lines += [f"- **{_md_escape(s.title)}** ({_md_escape(s.store)}): {_md_escape(s.reason)}"
-                  for s in report.not_made]
+        lines += [f"{_md_escape(line)}.\n" for line in holdings]
+        lines += [f"- **{_md_escape(g.title)}**{_md_escape(g.rest(*_several(report)))}" for g in groups]
         lines.append("")
-    if report.gpu or _gpu_not_made(report):
+    if report.gpu:  # the GPU analyses not made are with the others (the section points there)
         lines += ["## GPU", ""]
         for store, tables in report.gpu:
             lines += [f"Store `{store.replace('`', '')}`: times with their unit, shares of the window named in "
                       f"each title.", ""]
             for title, frame in tables:
                 lines += _md_table(title, frame.set_index(frame.columns[0]))
-        not_made = _gpu_not_made(report)
-        if not_made:
-            lines += ["Not computed from this input:", ""]
-            lines += [f"- **{_md_escape(s.title)}** ({_md_escape(s.store)}): {_md_escape(s.reason)}"
-                      for s in not_made]
-            lines.append("")
+        if _gpu_not_made(report):
+            lines += [_md_escape(_GPU_NOT_MADE), ""]
     lines += ["## Figures", ""]
     for fig in report.figures:
         lines += [f"### {_md_escape(fig.title)}", "", f"![{_md_escape(fig.title)}]({fig.key}.png)", "",
