@@ -202,3 +202,47 @@ def test_the_report_says_each_reason_once_for_all_its_stores(tmp_path):
     assert "GPU analyses \\(temporal" in section and "Not computed from this input" not in md  # once, not twice
     doc = json.loads((out / "findings.json").read_text())
     assert [s["store"] for s in doc["not_made"] if s["analysis"] == "slow_node"] == list(map(str, paths))
+
+
+PING_PONG = SHARED / "mpi_traces" / "pipit-ping-pong-otf2"
+
+
+@pytest.mark.skipif(not PING_PONG.is_dir(), reason=f"{PING_PONG} is not here (the shared real traces)")
+def test_no_parameter_server_is_said(tmp_path, capsys):
+    """pipit's OTF2 ping-pong (two ranks sending to each other): parameter-server saturation needs a server, and
+    the store, with messages on a timeline, has none; it was passed over in silence."""
+    pytest.importorskip("otf2")
+    store = tmp_path / "pp"
+    assert main(["import", str(PING_PONG), "--out", str(store)]) == 0
+    capsys.readouterr()
+    assert main(["analyze", str(store), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {"timeline", "messages"} <= set(doc["stores"][0]["capabilities"])  # what the detector declares
+    (ps,) = [s for s in doc["not_made"] if s["analysis"] == "ps_saturation"]
+    assert ps["needs"].startswith("a parameter server") and ps["holds"] == "no server among its 2 ranks"
+
+
+def test_no_compute_on_any_worker_is_said(tmp_path):
+    """Two ranks whose time is all I/O and MPI (no compute recorded): Rudra's overlap is compute over compute plus
+    exposed communication, so the low-overlap detector has nothing to measure; it was passed over in silence. The
+    I/O-bound detector still measures (the share of I/O is 100 %)."""
+    from ddltrace.analyses.findings import detect
+    from ddltrace.analyses.thresholds import Thresholds
+    from ddltrace.store import write_store
+    from ddltrace.timeline import make_timeline
+
+    rows = []
+    for rank in (0, 1):
+        for step in range(6):
+            t = step * 3_000_000
+            rows.append({"rank": rank, "name": "read", "category": "io", "start_ns": t, "dur_ns": 2_000_000})
+            rows.append({"rank": rank, "name": "MPI_Allreduce", "category": "comm", "start_ns": t + 2_000_000,
+                         "dur_ns": 1_000_000, "bytes": 64, "comm": 0, "source": "pmpi"})
+    store = write_store(tmp_path / "io", make_timeline(rows), run={"world_size": 2})
+    run = analyze_store(store.path)
+    assert (run.table(run.main_phase)["compute"] == 0).all()
+    findings, skipped = detect([run], Thresholds())
+    (short,) = [s for s in skipped if s.analysis == "low_overlap"]
+    assert short.holds == "no compute time on any worker " + ("in the steady state" if run.main_phase == "steady"
+                                                              else "over the whole run")
+    assert "io_bound" in {f.id for f in findings}

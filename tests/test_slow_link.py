@@ -20,6 +20,7 @@ from ddltrace.analyses.run_analysis import analyze_store
 from ddltrace.analyses.thresholds import Thresholds
 from ddltrace.cli import main
 from ddltrace.collectors import cluster as cl
+from ddltrace.units import format_bytes
 
 pytestmark = NEEDS_CLUSTER
 
@@ -107,6 +108,12 @@ def test_no_finding_on_the_unshaped_cluster(runs):
     findings, skipped = detect([plain], Thresholds())
     assert not [f for f in findings if f.id == "slow_link"], findings
     assert not [s for s in skipped if s.analysis == "slow_link"]
+    # no message of slow_link.min_bytes: not made, and said with the job's count of messages between nodes (it was
+    # passed over in silence); every one of the 3 x 2 ordered pairs of nodes sent REPS messages
+    _, skipped = detect([plain], Thresholds({"slow_link.min_bytes": SIZE + 1}))
+    (short,) = [s for s in skipped if s.analysis == "slow_link"]
+    assert short.holds == f"{3 * 2 * REPS} matched messages between nodes, none that large"
+    assert short.needs.startswith(f"matched point-to-point messages of {format_bytes(SIZE + 1)} or more")
 
 
 def test_the_per_node_view(runs, capsys):

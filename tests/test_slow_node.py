@@ -18,23 +18,23 @@ HOSTS = {0: "A", 1: "A", 2: "B", 3: "B", 4: "C", 5: "C"}
 STEPS, COMPUTE, REDUCE = 8, 10 * MS, 1 * MS
 
 
-def _store(path, slow_ranks, factor=2.0):
+def _store(path, slow_ranks, factor=2.0, hosts=HOSTS):
     """Per step: each rank computes (factor x COMPUTE on slow_ranks), then enters the all-reduce, which ends
     REDUCE after the last rank entered. Returns the store and each rank's summed all-reduce wait (ns)."""
-    rows, wait = [], dict.fromkeys(HOSTS, 0)
+    rows, wait = [], dict.fromkeys(hosts, 0)
     t = 0
     for _ in range(STEPS):
-        enter = {r: t + int(COMPUTE * (factor if r in slow_ranks else 1)) + r * 1000 for r in HOSTS}
+        enter = {r: t + int(COMPUTE * (factor if r in slow_ranks else 1)) + r * 1000 for r in hosts}
         last = max(enter.values())
-        for r in HOSTS:
+        for r in hosts:
             rows.append({"rank": r, "name": "compute", "category": "compute", "start_ns": t,
                          "dur_ns": enter[r] - t - 1000})
             rows.append({"rank": r, "name": "MPI_Allreduce", "category": "comm", "start_ns": enter[r],
                          "dur_ns": last + REDUCE - enter[r], "bytes": 4096, "comm": 0, "source": "pmpi"})
             wait[r] += last - enter[r]
         t = last + REDUCE
-    info = {r: {"host": h} for r, h in HOSTS.items()}
-    return write_store(path, make_timeline(rows), run={"world_size": len(HOSTS)}, rank_info=info), wait
+    info = {r: {"host": h} for r, h in hosts.items()}
+    return write_store(path, make_timeline(rows), run={"world_size": len(hosts)}, rank_info=info), wait
 
 
 def _findings(store):
@@ -74,3 +74,15 @@ def test_one_slow_rank_is_a_straggler_not_a_slow_node(tmp_path):
     _, findings = _findings(store)
     assert not [f for f in findings if f.id == "slow_node"]
     assert [f.ranks for f in findings if f.id == "straggler"] == [[5]]
+
+
+def test_one_rank_per_node_is_said_not_made(tmp_path):
+    """Three nodes of one rank each: a node of one rank is a rank (the straggler detector's), so no node can be
+    judged; the slow-node detector passed over the store in silence, and now says why, with its counts."""
+    hosts = {0: "A", 1: "B", 2: "C"}
+    store, _ = _store(tmp_path / "single", slow_ranks={2}, hosts=hosts)
+    run, findings = _findings(store)
+    assert not [f for f in findings if f.id == "slow_node"]
+    (short,) = [s for s in detect([run], Thresholds())[1] if s.analysis == "slow_node"]
+    assert short.holds == f"{len(hosts)} workers with steps on {len(set(hosts.values()))} nodes"
+    assert "two or more of them on one node" in short.needs
