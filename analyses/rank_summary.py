@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ddltrace.analyses import host_collectives
 from ddltrace.analyses.breakdown import device_lanes, host_lanes, rank_breakdown
 from ddltrace.analyses.gpu_analysis import GpuAnalysis
 from ddltrace.analyses.phases import RankPhases, segment_rank, whole_run
@@ -33,7 +34,9 @@ class RankSummary:
     rank_breakdown`); ``host_breakdown`` and ``device_breakdown`` are set for a rank with a device only.
     ``calls`` holds the rank's MPI calls (:func:`~ddltrace.analyses.wait_states.mpi_calls`), what wait-state
     matching needs across ranks (the reduce passes them to :class:`~ddltrace.analyses.wait_exchange.
-    WaitStateExchange` and drops them); ``gpu`` the rank's GPU figures; ``events`` the rows read.
+    WaitStateExchange` and drops them); ``gpu`` the rank's GPU figures; ``host_collectives`` its host backend's
+    collective spans (:func:`~ddltrace.analyses.host_collectives.rank_collectives`, None where it has none);
+    ``events`` the rows read.
     """
 
     rank: int
@@ -45,6 +48,7 @@ class RankSummary:
     device_breakdown: pd.DataFrame | None = None
     calls: pd.DataFrame | None = None
     gpu: GpuAnalysis = field(default_factory=GpuAnalysis)
+    host_collectives: pd.DataFrame | None = None
     #: whether the rank holds point-to-point calls naming a partner, and collective calls
     has_messages: bool = False
     has_collectives: bool = False
@@ -84,6 +88,8 @@ def summarise_timeline(rank: int, timeline: pd.DataFrame, aggregate: bool = Fals
     steady = (p2p["start_ns"] >= found.init_end_ns) & (p2p["end_ns"] <= found.steady_end_ns)
     out.steady_peers = set(p2p.loc[steady, "peer"].tolist())
     out.gpu.add_rank(rank, timeline)
+    spans = host_collectives.rank_collectives(rank, timeline)
+    out.host_collectives = spans if len(spans) else None
     return out
 
 

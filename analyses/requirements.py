@@ -14,6 +14,8 @@ A store's *capabilities* (:data:`CAPABILITIES`) come from its manifest and its M
 * ``hosts``: ranks on two or more hosts (the manifest's ``host`` of each rank), for the analyses across nodes.
 * ``staleness_log``: the staleness of each applied gradient (the workload's gradients.csv, or counters named
   ``staleness``).
+* ``host_comm``, ``host_bytes``: a host backend's collective spans (PyTorch's ``gloo:all_reduce``, ...), and their
+  payload bytes (:mod:`~ddltrace.analyses.host_collectives`).
 
 Each analysis declares the capabilities it needs (:class:`Requirement`): the detectors with
 :func:`~ddltrace.analyses.findings.detector`, the other analyses in :data:`ANALYSES`. An analysis runs only on the
@@ -46,6 +48,9 @@ CAPABILITIES: dict[str, str] = {
     "nvml": "the NVML sampler's GPU counters (ddltrace run on a machine with an NVIDIA driver)",
     "link_profile": "the network's calibrated bandwidth (a hardware profile's r_net, --profile)",
     "device_bytes": "payload bytes of the device's collectives or copies (the timeline's bytes column)",
+    "host_comm": "collective spans of a host backend (PyTorch's gloo: gloo:all_reduce, ...)",
+    "host_bytes": "payload bytes of the host backend's collectives (the timeline's bytes column; PyTorch: a profile "
+                  "with record_shapes, ddltrace run --framework pytorch --record-shapes)",
 }
 
 
@@ -126,6 +131,14 @@ GPU_ANALYSES: dict[str, Requirement] = {
                               frozenset({"device", "device_copies"})),
     "gpu_memcpy_bandwidth": Requirement("memory-copy bandwidth per direction, in total and over time",
                                         frozenset({"device", "device_copies", "device_bytes"})),
+}
+#: The analyses of a host backend's collectives (:mod:`ddltrace.analyses.host_collectives`), listed as not made only
+#: on a store that holds such collectives.
+HOST_ANALYSES: dict[str, Requirement] = {
+    "host_collectives": Requirement("host backend's collectives (gloo: instances, duration, skew across ranks)",
+                                    frozenset({"host_comm"})),
+    "host_collective_bandwidth": Requirement("host backend's collectives' bus bandwidth (nccl-tests' definitions)",
+                                             frozenset({"host_comm", "host_bytes"})),
 }
 #: On a store with no device work, the GPU analyses are listed as this one line.
 GPU_ALL = Requirement("GPU analyses (temporal, kernel, overlap and launch breakdowns)", frozenset({"device"}))

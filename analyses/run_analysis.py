@@ -22,8 +22,17 @@ import pandas as pd
 
 from ddltrace.analyses.breakdown import average_and_slowest, breakdown_table
 from ddltrace.analyses.gpu_analysis import GpuAnalysis
+from ddltrace.analyses.gpu_collectives import RANK_COLUMNS, match_instances
 from ddltrace.analyses.phases import RankPhases
-from ddltrace.analyses.requirements import ANALYSES, GPU_ALL, GPU_ANALYSES, Skipped, capabilities, check
+from ddltrace.analyses.requirements import (
+    ANALYSES,
+    GPU_ALL,
+    GPU_ANALYSES,
+    HOST_ANALYSES,
+    Skipped,
+    capabilities,
+    check,
+)
 from ddltrace.analyses.wait_states import mpi_calls, summarize, wait_states
 from ddltrace.errors import DamagedStoreWarning, StoreError
 from ddltrace.store import TraceStore, _shown
@@ -52,6 +61,8 @@ class RunAnalysis:
     link_bytes_per_s: float | None = None
     #: the calibrated host-device copy bandwidths (bytes/s) by direction ("H2D", "D2H") of a hardware profile
     copy_bytes_per_s: dict[str, float] | None = None
+    #: every rank's host backend's collective spans (:func:`~ddltrace.analyses.host_collectives.rank_collectives`)
+    host_collective_spans: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=RANK_COLUMNS))
     _tables: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
 
     @cached_property
@@ -82,6 +93,9 @@ class RunAnalysis:
             have = have | {"communication"}  # (one rank's waits alone are on its own devices, not on other ranks)
         if len(self.worker_ranks) >= 2:
             have = have | {"two_workers"}
+        spans = self.host_collective_spans
+        if len(spans):
+            have = have | {"host_comm"} | ({"host_bytes"} if spans["bytes"].notna().any() else set())
         return have | self.gpu.capabilities(), holding
 
     @cached_property
@@ -111,6 +125,15 @@ class RunAnalysis:
         key = f"gpu_collectives:{self.link_bytes_per_s}"
         if key not in self._tables:
             self._tables[key] = self.gpu.collectives(self.store.world_size, self.link_bytes_per_s)
+        return self._tables[key]
+
+    def host_collectives(self) -> pd.DataFrame:
+        """The host backend's (gloo's) collective instances across ranks (:mod:`~ddltrace.analyses.
+        host_collectives`), with the bus bandwidth of :meth:`collectives`; computed once."""
+        key = f"host_collectives:{self.link_bytes_per_s}"
+        if key not in self._tables:
+            self._tables[key] = match_instances(self.host_collective_spans, self.store.world_size,
+                                                self.link_bytes_per_s)
         return self._tables[key]
 
     def can(self, analysis: str) -> bool:
@@ -258,6 +281,7 @@ def reduce_summaries(store: TraceStore, summaries: Iterable, total: int | None =
 
     phases: dict[int, RankPhases] = {}
     breakdowns, host, device, gpus, peers, damaged = {}, {}, {}, {}, {}, []
+    spans: dict[int, pd.DataFrame] = {}
     message_ranks = collective_ranks = 0
     done = events = 0
     with WaitStateExchange() as exchange:
@@ -273,6 +297,8 @@ def reduce_summaries(store: TraceStore, summaries: Iterable, total: int | None =
                 if summary.device_breakdown is not None:
                     host[rank], device[rank] = summary.host_breakdown, summary.device_breakdown
                 gpus[rank] = summary.gpu
+                if summary.host_collectives is not None:
+                    spans[rank] = summary.host_collectives
                 if summary.steady_peers:
                     peers[rank] = summary.steady_peers
                 message_ranks += summary.has_messages
@@ -302,8 +328,11 @@ def reduce_summaries(store: TraceStore, summaries: Iterable, total: int | None =
             pd.DataFrame(columns=columns)
 
     roles = _roles(store, dict(sorted(peers.items())))
-    return RunAnalysis(store, phases, joined(breakdowns), waits, roles, joined(host), joined(device), gpu,
-                       (message_ranks, collective_ranks))
+    run = RunAnalysis(store, phases, joined(breakdowns), waits, roles, joined(host), joined(device), gpu,
+                      (message_ranks, collective_ranks))
+    if spans:
+        run.host_collective_spans = pd.concat([spans[r] for r in sorted(spans)], ignore_index=True)
+    return run
 
 
 def not_made(runs: list[RunAnalysis]) -> list[Skipped]:
@@ -311,7 +340,22 @@ def not_made(runs: list[RunAnalysis]) -> list[Skipped]:
     out = []
     for key, requirement in ANALYSES.items():
         out.extend(check(key, requirement, runs)[1])
-    return out + gpu_not_made(runs)
+    return out + gpu_not_made(runs) + host_not_made(runs)
+
+
+def host_not_made(runs: list[RunAnalysis]) -> list[Skipped]:
+    """The analyses of a host backend's collectives that could not be made, on the stores that hold such
+    collectives (a store with none has nothing to say here)."""
+    out = []
+    for run in runs:
+        if "host_comm" not in run.capabilities:
+            continue
+        ranks = run.host_collective_spans["rank"].nunique()
+        holds = (f"gloo's collective spans on {ranks} rank{'s' if ranks != 1 else ''}, none with its payload bytes "
+                 f"(a profile without record_shapes)")
+        for key, requirement in HOST_ANALYSES.items():
+            out.extend(Skipped(s.analysis, s.title, s.store, s.needs, holds) for s in check(key, requirement, [run])[1])
+    return out
 
 
 def gpu_not_made(runs: list[RunAnalysis]) -> list[Skipped]:

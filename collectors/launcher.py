@@ -68,6 +68,7 @@ class RunConfig:
     """What to run and how: ``argv`` the job; ``np`` ranks through local mpiexec, or ``launcher`` a command
     prefix; ``out`` the store folder; ``sample_hz`` system/GPU sampling rate (per s); ``pyspy`` sample stacks;
     ``framework`` switch that framework's profiler on for the training ``steps`` (first, last; from 1);
+    ``record_shapes`` have torch.profiler record each op's input shapes (pytorch and horovod only);
     ``launcher_addr`` the address the nodes reach this machine at (the node agents' link; default: its address
     on the default route)."""
 
@@ -81,6 +82,7 @@ class RunConfig:
     progress: bool = True
     framework: str | None = None
     steps: tuple[int, int] = frameworks.DEFAULT_STEPS
+    record_shapes: bool = False
     launcher_addr: str | None = None
     stream: object = field(default_factory=lambda: sys.stderr)
 
@@ -239,6 +241,10 @@ def run_job(cfg: RunConfig) -> RunResult:
         raise DdltraceError(f"{out.parent}: no such folder for the store")
     if cfg.framework is not None:
         cfg.framework = frameworks.canonical(cfg.framework)
+    if cfg.record_shapes and cfg.framework not in frameworks.TORCH_PROFILED:
+        given = f"--framework {cfg.framework}" if cfg.framework else "no --framework"
+        raise DdltraceError(f"--record-shapes: torch.profiler's option, for --framework "
+                            f"{' or '.join(frameworks.TORCH_PROFILED)} only (given: {given})")
     with StoreLock(out):  # before any work: a second writer of --out stops here, before its job runs
         mpi = cfg.np is not None or bool(cfg.launcher)
         lib = _wrapper(cfg) if mpi else None
@@ -275,7 +281,8 @@ def _wrapper(cfg: RunConfig) -> Path | None:
 
 
 def _run(cfg: RunConfig, out: Path, mpi: bool, lib: Path | None, work: Path, records: Path) -> RunResult:
-    fw_env = frameworks.job_env(cfg.framework, work / "framework", cfg.steps) if cfg.framework else {}
+    fw_env = frameworks.job_env(cfg.framework, work / "framework", cfg.steps, cfg.record_shapes) \
+        if cfg.framework else {}
     # the node agents' link: clock ping-pong, and the gather of parts left on node-local disk
     gatherer = node_link.Gatherer({"records": records, "framework": work / "framework"}) if cfg.launcher else None
     link = (f"{cfg.launcher_addr or node_link.default_address()}:{gatherer.port}", gatherer.token) \
@@ -302,7 +309,8 @@ def _run_job(cfg, out, mpi, lib, work, records, fw_env, gatherer, command) -> Ru
     t_start = time.monotonic()
     job = record_sets.now_job(
         command=list(cfg.argv), launch=cmd, flavour=flavour, np=cfg.np, launcher=cfg.launcher,
-        framework=cfg.framework, steps=list(cfg.steps), sample_hz=cfg.sample_hz, pyspy=cfg.pyspy,
+        framework=cfg.framework, steps=list(cfg.steps), record_shapes=cfg.record_shapes, sample_hz=cfg.sample_hz,
+        pyspy=cfg.pyspy,
         out=str(out.resolve()), work=str(work.resolve()), start_ns=start_ns, host=socket.gethostname())
     if mpi or cfg.framework:
         record_sets.register(records, job)
@@ -488,6 +496,8 @@ def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_co
     }
     if cfg.framework:
         run["profiled_steps"] = list(cfg.steps)
+        if cfg.framework in frameworks.TORCH_PROFILED:
+            run["record_shapes"] = cfg.record_shapes
     if nodes:
         run["nodes"] = [node.host for node in nodes]
         run["gpus"] = {node.host: node.info.get("gpus", []) for node in nodes}
@@ -729,7 +739,7 @@ def recover_store(path: str | Path, out: str | Path, stream=None, *, local: bool
         frameworks.DEFAULT_STEPS
     cfg = RunConfig(argv=[str(a) for a in argv], out=out, np=job.get("np"), launcher=job.get("launcher"),
                     sample_hz=float(job.get("sample_hz") or 0), pyspy=False, framework=job.get("framework"),
-                    steps=steps, stream=stream)
+                    steps=steps, record_shapes=job.get("record_shapes") is True, stream=stream)
     work = Path(job["work"]) if job.get("work") else rs.path.parent
     exit_code = job.get("exit_code") if isinstance(job.get("exit_code"), int) else None
     end_ns = job.get("end_ns") if isinstance(job.get("end_ns"), int) else None

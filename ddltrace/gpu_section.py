@@ -81,10 +81,12 @@ def _rate(bytes_per_s: float) -> str:
     return "-" if bytes_per_s != bytes_per_s else f"{three_digits(bytes_per_s / 1e9)} GB/s"
 
 
-def _collective_tables(run) -> list[tuple[str, pd.DataFrame]]:
+def collective_tables(instances: pd.DataFrame, title: str = COLLECTIVES,
+                      late_title: str = LATE) -> list[tuple[str, pd.DataFrame]]:
+    """The collectives' summary by kind and the late arrivals of the ``instances`` (:func:`~ddltrace.analyses.
+    gpu_collectives.match_instances`), as (title, table) pairs; none where there are no instances."""
     from ddltrace.analyses.gpu_collectives import late_arrivals, summary
 
-    instances = run.collectives()
     if not len(instances):
         return []
     rows = []
@@ -96,12 +98,12 @@ def _collective_tables(run) -> list[tuple[str, pd.DataFrame]]:
                      else format_percent(c["busbw_vs_link_median"]),
                      "-" if not c["matched"] else f"{format_ns(c['skew_median_ns'])} / {format_ns(c['skew_max_ns'])}",
                      format_ns(c["wait_ns"])])
-    tables = [(COLLECTIVES, pd.DataFrame(rows, columns=[
+    tables = [(title, pd.DataFrame(rows, columns=[
         "collective", "algorithm", "instances", "matched", "time", "bytes", "busbw median / max", "busbw vs link",
         "skew median / max", "wait"]))]
     late = late_arrivals(instances)
     if len(late):
-        tables.append((LATE, pd.DataFrame(
+        tables.append((late_title, pd.DataFrame(
             [[x["rank"], f"{x['late']} of {x['instances']}", format_ns(x["caused_wait_ns"])]
              for x in late.to_dict("records")], columns=["rank", "arrived last", "others' wait"])))
     return tables
@@ -204,7 +206,7 @@ def gpu_tables(run, top: int = TOP_SHOWN) -> list[tuple[str, pd.DataFrame]]:
               f"{format_ns(i['host_wait_ns'])} ({format_percent(i['share_host_wait'])})", format_ns(i["other_ns"]),
               format_ns(i["unlinked_ns"]), f"{i['host_wait_gaps']} of {i['gaps']}"] for i in idle.to_dict("records")],
             columns=["rank", "device", "window", "idle", "host wait", "other", "unlinked", "gaps with host wait"])))
-    tables.extend(_collective_tables(run))
+    tables.extend(collective_tables(run.collectives()))
     copies = gpu.copy_table(run.copy_bytes_per_s)
     if len(copies):
         tables.append((COPIES, pd.DataFrame(
@@ -236,7 +238,13 @@ def render_gpu(run) -> list[str]:
     tables = gpu_tables(run)
     if not tables:
         return []
-    out = ["", f"  GPU of {run.name}: device work on {len(run.gpu.device_ranks)} rank(s)"]
+    return render_tables(f"GPU of {run.name}: device work on {len(run.gpu.device_ranks)} rank(s)", tables)
+
+
+def render_tables(heading: str, tables: list[tuple[str, pd.DataFrame]]) -> list[str]:
+    """A section of (title, table) pairs as text lines under ``heading``; at most :data:`MAX_ROWS` rows per
+    table."""
+    out = ["", f"  {heading}"]
     for title, table in tables:
         rows = [[str(v) for v in row] for row in table.head(MAX_ROWS).itertuples(index=False)]
         out += ["  " + title] + ["    " + line for line in _columns(list(table.columns), rows)]

@@ -1,6 +1,7 @@
 """Make small real framework traces for the importer tests (run with the framework's own venv).
 
     .venvs/torch/bin/python scripts/make_framework_traces.py torch --out tests/data/torch_gloo
+    .venvs/torch/bin/python scripts/make_framework_traces.py torch --record-shapes --out tests/data/torch_gloo_shapes
 
     .venvs/mxnet/bin/python scripts/make_framework_traces.py mxnet --out tests/data/mxnet_dist_sync
     .venvs/tf/bin/python scripts/make_framework_traces.py tf1 --out tests/data/tf1_ps
@@ -10,7 +11,10 @@
     .venvs/horovod/bin/python scripts/make_framework_traces.py horovod --out tests/data/horovod_gloo
 
 torch: a 2-process gloo DistributedDataParallel job on 127.0.0.1 (CPU), profiled with torch.profiler for 3 active
-steps; each rank writes ``rank<r>.pt.trace.json.gz`` (Kineto JSON, gzip). The venv is made with
+steps; each rank writes ``rank<r>.pt.trace.json.gz`` (Kineto JSON, gzip); ``--record-shapes`` profiles with
+torch.profiler's ``record_shapes`` (each op's input shapes and types: gloo's all-reduce spans then give their
+bytes). The model, Linear(64, 128) + Linear(128, 10), has 9,610 float32 parameters: one DDP bucket, all-reduced
+once a step (38,440 bytes). The venv is made with
 ``python3 -m venv .venvs/torch && .venvs/torch/bin/pip install torch==2.13.0`` (FORMATS.md section 7).
 
 mxnet: a dist_sync parameter-server job on 127.0.0.1 (scheduler, 1 server, 2 workers), each worker profiling 3
@@ -54,7 +58,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _torch_rank(rank: int, world: int, out: str, port: int) -> None:
+def _torch_rank(rank: int, world: int, out: str, port: int, record_shapes: bool) -> None:
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
@@ -68,7 +72,8 @@ def _torch_rank(rank: int, world: int, out: str, port: int) -> None:
                                                         torch.nn.Linear(128, 10)))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     data = [(torch.randn(32, 64), torch.randint(0, 10, (32,))) for _ in range(5)]
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=3)) as prof:
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=3),
+                 record_shapes=record_shapes) as prof:
         for x, y in data:
             with record_function("dataloader_next"):
                 x, y = x.clone(), y.clone()
@@ -82,11 +87,11 @@ def _torch_rank(rank: int, world: int, out: str, port: int) -> None:
     dist.destroy_process_group()
 
 
-def make_torch(out: Path) -> None:
+def make_torch(out: Path, record_shapes: bool = False) -> None:
     import torch.multiprocessing as mp
 
     out.mkdir(parents=True, exist_ok=True)
-    mp.spawn(_torch_rank, args=(2, str(out), _free_port()), nprocs=2, join=True)
+    mp.spawn(_torch_rank, args=(2, str(out), _free_port(), record_shapes), nprocs=2, join=True)
     for path in sorted(out.glob("rank*.pt.trace.json.gz")):
         print(f"{path}: {path.stat().st_size} bytes")
 
@@ -306,6 +311,8 @@ def main() -> None:
     parser.add_argument("--from", dest="source", type=Path, help="tf2-json: the folder of XPlane files to convert")
     parser.add_argument("--step-stats", action="store_true",
                         help="tf1: write each worker's RunMetadata.step_stats as protobuf text instead of the timeline")
+    parser.add_argument("--record-shapes", action="store_true",
+                        help="torch: profile with record_shapes (input shapes and types of each op)")
     parser.add_argument("--task", help=argparse.SUPPRESS)
     parser.add_argument("--ports", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -317,10 +324,13 @@ def main() -> None:
         if args.framework == "tf1":
             make_tf1(args.out, args.step_stats)
             return
+        if args.framework == "torch":
+            make_torch(args.out, args.record_shapes)
+            return
         if args.framework == "tf2-json":
             make_tf2_json(args.source or args.out, args.out)
             return
-        makers = {"torch": make_torch, "mxnet": make_mxnet, "tf1": make_tf1, "tf2": make_tf2, "horovod": make_horovod,
+        makers = {"mxnet": make_mxnet, "tf1": make_tf1, "tf2": make_tf2, "horovod": make_horovod,
                   "mxnet-worker": _mxnet_worker}
         makers[args.framework](args.out)
     except ImportError as exc:

@@ -565,17 +565,20 @@ def test_a_group_named_not_by_a_number_has_the_same_id_on_every_rank(tmp_path, c
 def test_bytes_of_every_collective_and_copy_of_a_real_file(tmp_path, capsys):
     """HTA's nccl_parser_config: each kernel's bytes the larger of c10d's in and out element counts times the
     dtype's size (all-reduces of Float, broadcasts of Float and Long), each copy's and fill's its args' bytes; the
-    process group c10d's "0". (The file's times are relative to its baseTimeNanoseconds, which the store adds.)"""
+    process group c10d's "0". c10d's host op ``record_param_comms``, which carries the same args, gets the same
+    (its 6 ``wait`` entries: 0 elements, no group). (The file's times are relative to its baseTimeNanoseconds,
+    which the store adds.)"""
     path = HTA / "nccl_parser_config" / "nccl_data.json.gz"
-    size = {"Float": 4, "Long": 8}
+    size = {"Float": 4, "Long": 8, "Byte": 1}
     want = {}
     with gzip.open(path, "rt") as fh:
         doc = json.load(fh, parse_float=Decimal)  # the times' exact decimals
     for e in doc["traceEvents"]:
         args = e.get("args", {})
-        if e.get("ph") == "X" and "In msg nelems" in args and e["cat"] == "kernel":
+        if e.get("ph") == "X" and "In msg nelems" in args and e["cat"] in ("kernel", "cpu_op"):
+            group = args.get("Process Group Name")
             want[(int(e["ts"] * 1000), e["name"])] = (max(args["In msg nelems"], args["Out msg nelems"])
-                                                        * size[args["dtype"]], int(args["Process Group Name"]))
+                                                        * size[args["dtype"]], None if group is None else int(group))
         elif e.get("ph") == "X" and e.get("cat") in ("gpu_memcpy", "gpu_memset"):
             want[(int(e["ts"] * 1000), e["name"])] = (args["bytes"], None)
     store, _ = _import(tmp_path, path, capsys=capsys)
@@ -583,5 +586,6 @@ def test_bytes_of_every_collective_and_copy_of_a_real_file(tmp_path, capsys):
     sized = tl[tl["bytes"].notna()]
     got = {(t - doc["baseTimeNanoseconds"], n): (int(b), None if c is pd.NA else int(c))
            for t, n, b, c in zip(sized["start_ns"], sized["name"], sized["bytes"], sized["comm"], strict=True)}
-    assert len(want) == 21 + 960 + 114 and got == want
-    assert (tl["comm"].notna() == tl["bytes"].notna() & tl["name"].str.startswith("nccl")).all()
+    assert len(want) == 21 + 27 + 960 + 114 and got == want
+    collective = tl["name"].str.startswith("nccl") | (tl["name"] == "record_param_comms")
+    assert (tl["comm"].notna() == tl["bytes"].notna() & collective & (tl["bytes"] > 0)).all()

@@ -27,6 +27,8 @@ NAMES = ("pytorch", "mxnet", "tf", "horovod", "cntk")
 ALIASES = {"torch": "pytorch", "tensorflow": "tf", "tf2": "tf", "tf1": "tf"}
 MARK_NAME = "ddltrace.mark"  # the bootstrap's own copy: bootstrap/_ddltrace_boot.py (it cannot import ddltrace)
 DEFAULT_STEPS = (5, 9)  # the bootstrap's default too (DDLTRACE_FW_STEPS unset)
+#: The frameworks profiled by torch.profiler (Horovod's bootstrap uses PyTorch's): those ``--record-shapes`` is for.
+TORCH_PROFILED = ("pytorch", "horovod")
 
 
 def canonical(name: str) -> str:
@@ -54,11 +56,13 @@ def module(name: str):
     return importlib.import_module(f"ddltrace.collectors.frameworks.{name}")
 
 
-def job_env(name: str, fw_dir: Path, steps: tuple[int, int]) -> dict[str, str]:
-    """Environment variables that switch framework ``name``'s profiler on in every process of the job."""
+def job_env(name: str, fw_dir: Path, steps: tuple[int, int], record_shapes: bool = False) -> dict[str, str]:
+    """Environment variables that switch framework ``name``'s profiler on in every process of the job;
+    ``record_shapes``: torch.profiler records each op's input shapes (:data:`TORCH_PROFILED` only)."""
     path = os.pathsep.join(filter(None, [str(BOOTSTRAP), os.environ.get("PYTHONPATH", "")]))
     return {"PYTHONPATH": path, "DDLTRACE_FRAMEWORK": name, "DDLTRACE_FW_DIR": str(fw_dir),
-            "DDLTRACE_FW_STEPS": f"{steps[0]}-{steps[1]}", **module(name).env(fw_dir, steps)}
+            "DDLTRACE_FW_STEPS": f"{steps[0]}-{steps[1]}", "DDLTRACE_FW_RECORD_SHAPES": "1" if record_shapes else "0",
+            **module(name).env(fw_dir, steps)}
 
 
 @dataclass

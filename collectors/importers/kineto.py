@@ -11,6 +11,7 @@ metadata (``M``) events still puts its kernels on their GPU streams. ``gpu_user_
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,9 @@ class DeviceArgsFields(msgspec.Struct, gc=False):
     out_nelems: Any = msgspec.field(default=msgspec.UNSET, name="Out msg nelems")
     dtype: Any = msgspec.UNSET
     bytes: Any = msgspec.UNSET
+    #: ``record_shapes``' input shapes and element types, kept undecoded: read only on a backend's collective span
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
 
 
 #: Size in bytes of c10d's dtype names (``c10::ScalarType`` as ``record_param_comms`` writes it).
@@ -93,6 +97,24 @@ DTYPE_BYTES = {
 _NAMED_COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce", "send", "recv")
 _SEPARATORS = re.compile(r"[^a-z0-9]+")
 _INT64_MAX = (1 << 63) - 1
+#: Size in bytes of the element types ``record_shapes`` writes in ``Input type`` (the C++ names of c10's scalar
+#: types, as torch 2.13 writes them for float32, float64, float16, bfloat16, int64 ... complex32).
+INPUT_TYPE_BYTES = {
+    "float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4, "short int": 2,
+    "signed char": 1, "unsigned char": 1, "bool": 1, "short unsigned int": 2, "unsigned int": 4,
+    "long unsigned int": 8, "c10::complex<float>": 8, "c10::complex<double>": 16, "c10::complex<c10::Half>": 4,
+    "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1,
+}
+#: Gloo's spans of a collective (``gloo:<op>``, on its worker threads) whose input tensors are nccl-tests' size of
+#: it: the buffer of an all-reduce, broadcast or reduce, an all-to-all's send buffer, a send's or receive's
+#: message. An all-gather's, gather's or scatter's inputs are one rank's share (or none), a sparse all-reduce's
+#: the dense shape: not sized.
+GLOO_SIZED = frozenset({"gloo:all_reduce", "gloo:broadcast", "gloo:reduce", "gloo:all_to_all", "gloo:send",
+                        "gloo:recv"})
+#: c10d's host event that carries a collective's metadata (``In msg nelems``, ``dtype``, ...: the NCCL backend's).
+PARAM_COMMS = "record_param_comms"
+#: Host events whose ``args`` are read: those that can give a collective's size.
+HOST_SIZED = GLOO_SIZED | {PARAM_COMMS}
 
 
 def collective_bytes(args: DeviceArgsFields) -> int | None:
@@ -109,6 +131,27 @@ def collective_bytes(args: DeviceArgsFields) -> int | None:
     return elements * size if elements * size <= _INT64_MAX else None
 
 
+def input_bytes(args: DeviceArgsFields) -> int | None:
+    """The bytes of an operation's input tensors from ``record_shapes``' ``Input Dims`` and ``Input type``: each
+    tensor's elements (the product of its dims) x its element size, summed. None where they are absent or are
+    not all tensors of a known element type."""
+    if not len(args.input_dims) or not len(args.input_type):
+        return None
+    try:
+        dims, types = _DECODE_JSON.decode(args.input_dims), _DECODE_JSON.decode(args.input_type)
+    except msgspec.DecodeError:
+        return None
+    if not (isinstance(dims, list) and isinstance(types, list)) or not dims or len(dims) != len(types):
+        return None
+    total = 0
+    for shape, kind in zip(dims, types, strict=True):
+        size = INPUT_TYPE_BYTES.get(kind) if isinstance(kind, str) else None
+        if size is None or not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+            return None
+        total += math.prod(shape) * size
+    return total if total <= _INT64_MAX else None
+
+
 def group_id(name) -> int | None:
     """The timeline's ``comm`` of a process group from c10d's ``Process Group Name``: the group's number (c10d
     numbers groups in the order they are made, which every rank shares: "0" is the default group), or, for a
@@ -123,6 +166,7 @@ def group_id(name) -> int | None:
 
 
 _DECODE_ARGS = msgspec.json.Decoder(DeviceArgsFields)
+_DECODE_JSON = msgspec.json.Decoder()
 
 
 class DeviceArgs:
@@ -165,8 +209,11 @@ class DeviceArgs:
         self.correlations.append(_correlations([e.args for e in events]))
         host, marks, first = self._host, self._marks, self._count
         self._count += len(events)
-        for i, event in [(i, e) for i, e in enumerate(events, first) if e.cat not in host]:
-            if event.cat in marks:
+        for i, event in [(i, e) for i, e in enumerate(events, first) if e.cat not in host or e.name in HOST_SIZED]:
+            if event.cat in host:
+                if event.args is not None:
+                    self._amend_host(i, event)
+            elif event.cat in marks:
                 event.tid = (_ANNOTATES, event.tid)
             elif event.args is not None:
                 self._amend(i, event)
@@ -185,15 +232,26 @@ class DeviceArgs:
             out[np.fromiter(values, np.int64, len(values))] = np.fromiter(values.values(), np.int64, len(values))
         return out
 
+    def _amend_host(self, index: int, event) -> None:
+        """A host event that may give a collective's size (:data:`HOST_SIZED`): c10d's ``record_param_comms``
+        (its element counts and dtype, its process group) or a gloo collective's span (its input tensors, where
+        the profile recorded shapes). Its lane and cat stay as they are."""
+        args = _decoded(event.args)
+        if args is None:
+            return
+        if event.name == PARAM_COMMS:
+            size, group = collective_bytes(args), group_id(args.group)
+            if group is not None:
+                self.groups[index] = group
+        else:
+            size = input_bytes(args)
+        if size is not None:
+            self.sizes[index] = size
+
     def _amend(self, index: int, event) -> None:
-        args = event.args
-        if isinstance(args, msgspec.Raw):  # an event read field by field: args as written
-            try:
-                args = _DECODE_ARGS.decode(args) if len(args) > 2 else None
-            except msgspec.DecodeError:  # args not an object: nothing to learn from them
-                args = None
-            if args is None:
-                return
+        args = _decoded(event.args)
+        if args is None:
+            return
         device, stream = args.device, args.stream
         if _is_int(device) and (_is_int(stream) or isinstance(stream, str)):  # (PyTorch 1.9 wrote tid "stream 7")
             event.pid, event.tid = device, stream
@@ -211,6 +269,17 @@ class DeviceArgs:
             size = args.bytes if _is_int(args.bytes) and 0 <= args.bytes <= _INT64_MAX else None
         if size is not None:
             self.sizes[index] = size
+
+
+def _decoded(args) -> DeviceArgsFields | None:
+    """An event's args as :class:`DeviceArgsFields`: as decoded, or from the text of an event read field by
+    field (None where they are not an object)."""
+    if not isinstance(args, msgspec.Raw):
+        return args
+    try:
+        return _DECODE_ARGS.decode(args) if len(args) > 2 else None
+    except msgspec.DecodeError:  # args not an object: nothing to learn from them
+        return None
 
 
 def _correlations(args: list) -> np.ndarray:

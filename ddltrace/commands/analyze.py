@@ -310,6 +310,7 @@ def _ranks(ranks: list[int]) -> str:
 
 def render_run(r: RunAnalysis, phase: str) -> list[str]:
     from ddltrace.gpu_section import render_gpu
+    from ddltrace.host_section import render_host_collectives
     from ddltrace.node_section import render_nodes
 
     note = []
@@ -353,6 +354,7 @@ def render_run(r: RunAnalysis, phase: str) -> list[str]:
     out.extend(render_device(r, phase))
     out.extend(render_nodes(r))
     out.extend(render_gpu(r))
+    out.extend(render_host_collectives(r))
     if r.can("wait_states"):
         totals = r.wait_state_table().sum()
         if totals.sum() > 0:
@@ -471,6 +473,7 @@ def to_json(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFr
             phase: str, skipped: list[Skipped] = ()) -> dict:
     from ddltrace.clock_alignment import clock_alignment
     from ddltrace.gpu_section import gpu_json
+    from ddltrace.host_section import host_collectives_json
     from ddltrace.node_section import node_frame
     from ddltrace.timeline import CATEGORIES
 
@@ -493,6 +496,7 @@ def to_json(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFr
             "average_and_slowest": _records(r.average_and_slowest(shown)),
             "wait_states_ns": _records(r.wait_state_table()) if r.can("wait_states") else [],  # not made: none
             "gpu": gpu_json(r),
+            "host_collectives": host_collectives_json(r),
             "nodes": _clean(node_frame(r, thresholds).to_dict(orient="records")),
             "clock": clock_alignment(r.store.manifest).to_dict(),
         })

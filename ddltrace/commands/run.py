@@ -52,6 +52,10 @@ def register(subparsers) -> None:
                    help="switch this framework's profiler on: pytorch, mxnet, tf, horovod or cntk")
     p.add_argument("--steps", metavar="A-B",
                    help="with --framework: the training steps to profile, from 1, both included (default 5-9)")
+    p.add_argument("--record-shapes", action="store_true",
+                   help="with --framework pytorch or horovod: torch.profiler records each op's input shapes, which "
+                        "gives the bytes of gloo's collectives (their bus bandwidth in `analyze`); see "
+                        "docs/FRAMEWORKS.md for its cost")
     p.add_argument("--launcher-addr", metavar="ADDR",
                    help="with --launcher: the address the nodes reach this machine at, for the node agents' clock "
                         "ping-pong and the gather of node-local records (default: its address on the default route)")
@@ -74,7 +78,8 @@ def run(args) -> int:
     check_writable(out.parent, "the store")  # before the job runs, not after it
     result = run_job(RunConfig(argv=argv, out=out, np=args.np, launcher=args.launcher, sample_hz=args.sample_hz,
                                pyspy=args.pyspy, pyspy_rate_hz=args.pyspy_rate, progress=not args.no_progress,
-                               framework=args.framework, steps=steps, launcher_addr=args.launcher_addr))
+                               framework=args.framework, steps=steps, record_shapes=args.record_shapes,
+                               launcher_addr=args.launcher_addr))
     for note in result.notes:  # on stderr, as every line of ddltrace's own: stdout is the job's
         print(f"ddltrace: note: {note}", file=sys.stderr)
     if result.interrupted:

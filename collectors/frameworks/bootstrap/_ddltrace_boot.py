@@ -6,7 +6,8 @@ Environment set by ``ddltrace run --framework``:
 - ``DDLTRACE_FRAMEWORK``: pytorch, mxnet, tf, horovod or cntk;
 - ``DDLTRACE_FW_DIR``: the run's framework folder; each process writes into ``<host>-<pid>/`` below it
   the framework's trace files and ``meta.json`` (identity, window, files, clock marks);
-- ``DDLTRACE_FW_STEPS``: ``FIRST-LAST``, the training steps to profile (counted from 1, inclusive).
+- ``DDLTRACE_FW_STEPS``: ``FIRST-LAST``, the training steps to profile (counted from 1, inclusive);
+- ``DDLTRACE_FW_RECORD_SHAPES``: ``1`` to have torch.profiler record each op's input shapes (``--record-shapes``).
 
 A process whose framework never starts a step writes nothing (a launcher such as torchrun's agent).
 """

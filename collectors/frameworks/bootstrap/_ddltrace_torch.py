@@ -121,7 +121,8 @@ class _Profiling:
             activities.append(ProfilerActivity.CUDA)
         active = self.proc.last - self.proc.first + 1
         offset = self.steps + 1  # the job's number of the step about to begin: ProfilerStep#offset
-        self.profiler = profile(activities=activities, on_trace_ready=self.export, record_shapes=False,
+        self.profiler = profile(activities=activities, on_trace_ready=self.export,
+                                record_shapes=os.environ.get("DDLTRACE_FW_RECORD_SHAPES") == "1",
                                 schedule=schedule(skip_first=offset, wait=0, warmup=self.warmup, active=active,
                                                   repeat=1))
         # torch names a step ProfilerStep#<step_num> and starts at 0: from the step before ours, started and
