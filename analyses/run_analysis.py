@@ -351,7 +351,7 @@ def host_not_made(runs: list[RunAnalysis]) -> list[Skipped]:
         if "host_comm" not in run.capabilities:
             continue
         ranks = run.host_collective_spans["rank"].nunique()
-        holds = (f"gloo's collective spans on {ranks} rank{'s' if ranks != 1 else ''}, none with its payload bytes "
+        holds = (f"gloo's collective spans on {ranks} rank{'s' if ranks != 1 else ''}, none with their payload bytes "
                  f"(a profile without record_shapes)")
         for key, requirement in HOST_ANALYSES.items():
             out.extend(Skipped(s.analysis, s.title, s.store, s.needs, holds) for s in check(key, requirement, [run])[1])

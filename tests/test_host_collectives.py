@@ -92,7 +92,7 @@ def test_without_record_shapes_the_bandwidth_is_not_made_and_says_why(stores, ru
     skipped = {s.analysis: s for s in not_made([run])}
     assert set(skipped) & {"host_collectives", "host_collective_bandwidth"} == {"host_collective_bandwidth"}
     reason = skipped["host_collective_bandwidth"].reason
-    assert "--record-shapes" in reason and "gloo's collective spans on 2 ranks, none with its payload bytes" in reason
+    assert "--record-shapes" in reason and "gloo's collective spans on 2 ranks, none with their payload bytes" in reason
     capsys.readouterr()
     assert main(["analyze", str(stores["plain"])]) == 0
     assert "host backend's collectives' bus bandwidth (nccl-tests' definitions): needs" in capsys.readouterr().out
