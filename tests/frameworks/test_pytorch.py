@@ -7,15 +7,21 @@ import json
 import pytest
 from conftest import JOBS, ddltrace_run, free_port, report_verdict
 
+from ddltrace.cli import main
 from ddltrace.store import TraceStore
 
 
-@pytest.mark.parametrize("shape, largest", [(["--width", "512", "--batch", "512"], "compute"),
-                                            (["--width", "2048", "--batch", "1", "--layers", "1"], "comm")])
-def test_torchrun_job_profiled_from_outside(framework_python, tmp_path, shape, largest):
+@pytest.mark.parametrize("shape, largest, options", [
+    (["--width", "512", "--batch", "512"], "compute", []),
+    (["--width", "2048", "--batch", "1", "--layers", "1"], "comm", ["--record-shapes"])])
+def test_torchrun_job_profiled_from_outside(framework_python, tmp_path, capsys, shape, largest, options):
+    """The comm-bound shape is profiled with --record-shapes: each gloo all-reduce then has its bytes, the DDP
+    bucket of all the model's float32 parameters (2048 x 2048 + 2048 + 2048 x 10 + 10 of them, one bucket: DDP
+    closes a bucket once it holds 1 MiB, and the last layer's are ready first), and analyze gives their bus
+    bandwidth; without it the trace gives no size and analyze says what the bandwidth needs."""
     python = framework_python("pytorch")
     store = tmp_path / "store"
-    result = ddltrace_run("--framework", "torch", "--steps", "4-8", "--out", store, "--", python,
+    result = ddltrace_run("--framework", "torch", "--steps", "4-8", *options, "--out", store, "--", python,
                           "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", free_port(),
                           JOBS / "torch_ddp.py", "--steps", "12", *shape)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -39,6 +45,24 @@ def test_torchrun_job_profiled_from_outside(framework_python, tmp_path, shape, l
         assert mine["start_ns"].min() > s.run["start_ns"] and ends.max() < s.run["end_ns"]
     counters = s.counters()
     assert {0, 1} <= set(counters["rank"]) and (counters[counters["rank"] >= 0]["name"] == "cpu_percent").any()
+    assert s.run["record_shapes"] is bool(options)
+    reduces = timeline[timeline["name"] == "gloo:all_reduce"]
+    assert set(reduces["rank"]) == {0, 1} and set(reduces["step"]) == set(range(4, 9))
+    capsys.readouterr()
+    assert main(["analyze", str(store), "--json"]) == 0
+    analysed = json.loads(capsys.readouterr().out)
+    collectives = analysed["stores"][0]["host_collectives"]["collectives"]
+    assert [c["collective"] for c in collectives] == ["allreduce"] * (len(reduces) // 2)
+    if options:
+        width = 2048
+        assert (reduces["bytes"] == (width * width + width + width * 10 + 10) * 4).all()
+        for c in collectives:  # the bus bandwidth of an all-reduce of 2 ranks: bytes / duration x 2(2-1)/2
+            assert c["bytes"] == reduces["bytes"].iloc[0] and c["ranks"] == 2
+            assert c["busbw"] == pytest.approx(c["bytes"] / (c["duration_ns"] / 1e9))
+    else:
+        assert reduces["bytes"].isna().all() and all(c["busbw"] is None for c in collectives)
+        assert any(n["analysis"] == "host_collective_bandwidth" and "--record-shapes" in n["reason"]
+                   for n in analysed["not_made"])
     assert report_verdict(store, tmp_path / "report") == largest
 
 
