@@ -668,7 +668,8 @@ def measurements_from_store(path: str | Path, *, batch: float | None = None, sam
     - the phases of each worker come from :func:`ddltrace.analyses.phases.segment_rank` (step markers, else
       the repeating communication pattern, else the collectives around point-to-point traffic); ``phase_s`` is
       the longest steady state over the workers (the slowest worker ends the epoch), ``init_s`` the longest
-      initialisation, from the end of MPI_Init (or the first event) to the first step. A worker whose phases
+      initialisation of the job (``RankPhases.job_init_ns``: from the end of MPI_Init, the PMPI collector's clock
+      synchronisation inside it included, or from the first event, to the first step). A worker whose phases
       could only be bounded by MPI_Init/Finalize is refused: its steady state would include initialisation.
       A store of per-call totals (IPM) is refused: it has no phases (``requirements.FIT``).
     """
@@ -722,7 +723,7 @@ def measurements_from_store(path: str | Path, *, batch: float | None = None, sam
                                 "phase cannot be told from initialisation (the collector must mark steps)")
         methods.add(phases.method)
         phase = max(phase, phases.steady_ns / 1e9)
-        init = max(init, (phases.init_end_ns - _mpi_init_end(frame, phases.start_ns)) / 1e9)
+        init = max(init, phases.job_init_ns / 1e9)
         window[0] = phases.init_end_ns if window[0] is None else min(window[0], phases.init_end_ns)
         window[1] = phases.steady_end_ns if window[1] is None else max(window[1], phases.steady_end_ns)
     lost = [r for r in roles if r not in store.ranks]
@@ -779,17 +780,6 @@ def cpu_share(store, ranks: Sequence[int], start_ns: int, end_ns: int) -> float:
     taken = counters[(counters["name"] == "cpu_percent") & (counters["t_ns"] > start_ns)
                      & (counters["t_ns"] <= end_ns)]
     return float(taken["value"].mean()) / 100.0 if len(taken) else math.nan
-
-
-def _mpi_init_end(frame: pd.DataFrame, start_ns: int) -> int:
-    """Where the job's own initialisation starts (ns): the end of MPI_Init when the rank traced it (the launcher's
-    and the MPI library's start-up are not the model's T_init), else the rank's first event."""
-    from ddltrace.analyses.phases import INIT_NAMES
-
-    calls = frame[frame["name"].isin(list(INIT_NAMES))]
-    if not len(calls):
-        return start_ns
-    return max(start_ns, int((calls["start_ns"] + calls["dur_ns"]).max()))
 
 
 #: Categories in which a server is not working: blocked on a peer, synchronising, or nothing recorded.

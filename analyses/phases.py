@@ -27,6 +27,13 @@ cycles, and ends with a short finalisation. ddltrace finds the same three phases
 A rank of per-call aggregates (IPM: totals laid end to end) has no phases to find: :func:`whole_run` makes the
 whole rank one phase (method "aggregate"), which the breakdown and the detectors read as the whole run.
 
+The initialisation phase runs from the rank's first event; inside it, ``startup_end_ns`` is where the rank's
+start-up ended: the end of MPI_Init and of the clock synchronisation that the PMPI collector's MPI_Init runs
+before returning (``ddltrace_clock_sync``), the rank's first event when it traced no MPI_Init. ``startup_ns``
+(first event to there) is the MPI library's and the launcher's start-up; ``job_init_ns`` (from there to the end of
+initialisation) is the job's own initialisation, paper 002's initialisation term (reading this rank's data,
+setting up, up to the first batch; its model's T_disk).
+
 Times are nanoseconds on the run's common clock. ``init_work_end_ns`` is where the rank's own initialisation
 work ended: the start of the trailing run of barrier/wait calls (no more than 100 us apart) that close its
 initialisation (in a sequential initialisation this is a staircase over ranks, paper 002 figure 7).
@@ -44,6 +51,8 @@ from ddltrace.timeline import CATEGORIES, category_codes
 
 INIT_NAMES = frozenset({"MPI_Init", "MPI_Init_thread"})
 FINALIZE_NAMES = frozenset({"MPI_Finalize"})
+#: The PMPI collector's clock synchronisation, run inside its MPI_Init (and its MPI_Finalize) wrapper.
+CLOCK_SYNC = "ddltrace_clock_sync"
 PATTERN_CATEGORIES = ("comm", "wait", "barrier")
 SYNC_CATEGORIES = ("wait", "barrier")
 PHASES = ("init", "steady", "final")
@@ -62,6 +71,7 @@ class RankPhases:
 
     ``method`` says how they were found: "markers", "pattern", "collectives" or "mpi" (MPI_Init/Finalize or the
     first/last event); "aggregate" when there are none to find (per-call totals: the whole rank is one phase).
+    ``startup_end_ns``: the end of the rank's start-up, MPI_Init (see the module docstring), inside initialisation.
     ``steps`` has columns step, start_ns, end_ns, dur_ns (one row per step; empty when none was found).
     """
 
@@ -71,6 +81,7 @@ class RankPhases:
     steady_end_ns: int
     end_ns: int
     init_work_end_ns: int
+    startup_end_ns: int
     method: str
     period: int = 0
     steps: pd.DataFrame = field(default_factory=lambda: _steps_frame([], [], []))
@@ -79,6 +90,18 @@ class RankPhases:
     def init_ns(self) -> int:
         """Duration of initialisation (ns)."""
         return self.init_end_ns - self.start_ns
+
+    @property
+    def startup_ns(self) -> int:
+        """Duration of the rank's start-up (ns): from its first event to the end of MPI_Init (and of the PMPI
+        collector's clock synchronisation inside it)."""
+        return self.startup_end_ns - self.start_ns
+
+    @property
+    def job_init_ns(self) -> int:
+        """Duration of the job's own initialisation (ns): from the end of the rank's start-up (MPI_Init) to the
+        end of initialisation; paper 002's initialisation term."""
+        return self.init_end_ns - self.startup_end_ns
 
     @property
     def steady_ns(self) -> int:
@@ -104,7 +127,9 @@ class RankPhases:
     def to_record(self) -> dict:
         return {"rank": self.rank, "start_ns": self.start_ns, "init_end_ns": self.init_end_ns,
                 "steady_end_ns": self.steady_end_ns, "end_ns": self.end_ns,
-                "init_work_end_ns": self.init_work_end_ns, "init_ns": self.init_ns, "steady_ns": self.steady_ns,
+                "init_work_end_ns": self.init_work_end_ns, "startup_end_ns": self.startup_end_ns,
+                "init_ns": self.init_ns, "startup_ns": self.startup_ns, "job_init_ns": self.job_init_ns,
+                "steady_ns": self.steady_ns,
                 "final_ns": self.final_ns, "steps": int(len(self.steps)),
                 "step_median_ns": float(self.steps["dur_ns"].median()) if len(self.steps) else float("nan"),
                 "method": self.method, "period": self.period}
@@ -124,7 +149,7 @@ def whole_run(timeline: pd.DataFrame) -> RankPhases | None:
         return None
     start = int(timeline["start_ns"].min())
     end = int((timeline["start_ns"] + timeline["dur_ns"]).max())
-    return RankPhases(int(timeline["rank"].iloc[0]), start, start, end, end, start, "aggregate")
+    return RankPhases(int(timeline["rank"].iloc[0]), start, start, end, end, start, start, "aggregate")
 
 
 def segment_rank(timeline: pd.DataFrame) -> RankPhases | None:
@@ -150,6 +175,8 @@ def segment_rank(timeline: pd.DataFrame) -> RankPhases | None:
     before_final = int(starts[is_final].min()) if is_final.any() else end
     if before_final <= after_init:  # an aggregated profile laid out as a timeline: Init and Finalize say nothing
         after_init, before_final = start, end
+    pattern = np.isin(categories, [CODE[c] for c in PATTERN_CATEGORIES]) & ~is_init & ~is_final
+    startup = _startup_end(after_init, starts, ends, (names == CLOCK_SYNC)[name_codes], pattern)
 
     steps = timeline["step"]
     if steps.notna().any():
@@ -161,9 +188,9 @@ def segment_rank(timeline: pd.DataFrame) -> RankPhases | None:
         init_end = max(int(grouped["start"].min()), start)
         steady_end = min(int(grouped["end"].max()), end)
         step_frame = _steps_frame(grouped.index, grouped["start"], grouped["end"])
-        return _finish(rank, start, init_end, steady_end, end, starts, ends, categories, "markers", 0, step_frame)
+        return _finish(rank, start, startup, init_end, steady_end, end, starts, ends, categories, "markers", 0,
+                       step_frame)
 
-    pattern = np.isin(categories, [CODE[c] for c in PATTERN_CATEGORIES]) & ~is_init & ~is_final
     tags = timeline["tag"].to_numpy(dtype=np.float64, na_value=np.nan)[order]
     tag_codes = pd.factorize(tags, use_na_sentinel=False)[0]
     calls = pd.factorize(name_codes[pattern].astype(np.int64) * (int(tag_codes.max(initial=0)) + 1)
@@ -182,7 +209,7 @@ def segment_rank(timeline: pd.DataFrame) -> RankPhases | None:
             step_starts = np.concatenate([[t_end[first - 1] if first > 0 else init_end], step_ends[:-1]])
             step_starts = np.maximum(step_starts, init_end)
             step_frame = _steps_frame(np.arange(len(cut)), step_starts, step_ends)
-            return _finish(rank, start, init_end, steady_end, end, starts, ends, categories, "pattern", p,
+            return _finish(rank, start, startup, init_end, steady_end, end, starts, ends, categories, "pattern", p,
                            step_frame)
     base = np.array([base_name(n) if isinstance(n, str) else n for n in names], dtype=object)
     p2p = np.isin(base, list(P2P))[name_codes] & ~is_init & ~is_final
@@ -194,18 +221,29 @@ def segment_rank(timeline: pd.DataFrame) -> RankPhases | None:
         init_end = max(int(ends[opening].max()) if opening.any() else after_init, after_init)
         steady_end = int(starts[closing].min()) if closing.any() else before_final
         if (opening.any() or closing.any()) and steady_end > init_end:
-            return _finish(rank, start, init_end, steady_end, end, starts, ends, categories, "collectives", 0,
+            return _finish(rank, start, startup, init_end, steady_end, end, starts, ends, categories, "collectives", 0,
                            _steps_frame([], [], []))
     steady_end = max(before_final, after_init)
-    return _finish(rank, start, after_init, steady_end, end, starts, ends, categories, "mpi", 0,
+    return _finish(rank, start, startup, after_init, steady_end, end, starts, ends, categories, "mpi", 0,
                    _steps_frame([], [], []))
 
 
-def _finish(rank, start, init_end, steady_end, end, starts, ends, categories, method, period, steps) -> RankPhases:
+def _finish(rank, start, startup, init_end, steady_end, end, starts, ends, categories, method, period,
+            steps) -> RankPhases:
     init_end = min(max(init_end, start), end)
     steady_end = min(max(steady_end, init_end), end)
     return RankPhases(rank, start, init_end, steady_end, end,
-                      _init_work_end(start, init_end, starts, ends, categories), method, period, steps)
+                      _init_work_end(start, init_end, starts, ends, categories), min(startup, init_end), method,
+                      period, steps)
+
+
+def _startup_end(after_init: int, starts, ends, is_sync, is_call) -> int:
+    """End of the rank's start-up (ns): ``after_init`` (the end of MPI_Init, or the rank's first event), or the end
+    of the PMPI collector's clock synchronisation (``is_sync`` rows) that follows it before the job's first MPI
+    call (``is_call`` rows): the collector's MPI_Init runs it before returning to the job."""
+    first_call = starts[is_call & (starts >= after_init)].min(initial=np.iinfo(np.int64).max)
+    sync = np.flatnonzero(is_sync & (starts >= after_init) & (starts < first_call))
+    return max(after_init, int(ends[sync].max())) if len(sync) else after_init
 
 
 def _init_work_end(start: int, init_end: int, starts, ends, categories) -> int:

@@ -345,6 +345,36 @@ def test_samples_show_what_their_readme_says(samples):
     assert [f.ranks for f in straggler] == [[2]]
 
 
+def test_sample_init_scaling_is_the_jobs_initialisation(samples):
+    """The initialisation that grows with w is the job's (paper 002's term: reading, setting up, to the first
+    batch), from the end of MPI_Init; counted from each rank's first event it held MPI's start-up too and read
+    +331 ms/worker where the job's own clocks give +264. The start-up is reported beside it, read here from the
+    files: each rank's first event to the end of the PMPI collector's clock synchronisation inside MPI_Init."""
+    names = [f"seq-w{w}" for w in (1, 2, 4, 8)]
+    (found,) = [f for f in run_detectors([samples[n] for n in names], TH) if f.id == "sequential_init_scaling"]
+    truths = [json.loads((SAMPLES / n / "ground_truth.json").read_text()) for n in names]
+    workers = [t["config"]["workers"] for t in truths]
+    job_slope = np.polyfit(workers, [t["init_s"] * 1e9 for t in truths], 1)[0]  # 264 ms per worker
+    assert found.evidence["slope"].value == pytest.approx(job_slope, rel=0.05)
+    assert found.evidence["init_at_max_w"].value == pytest.approx(truths[-1]["init_s"] * 1e9, rel=0.05)
+    startup, init = [], []
+    for n in names:
+        phases = samples[n].phase_table
+        ranks = {}
+        for path in sorted((SAMPLES / n / "store" / "timeline").glob("rank-*.parquet")):
+            timeline = pd.read_parquet(path)
+            sync = timeline[timeline["name"] == "ddltrace_clock_sync"].iloc[0]  # the one MPI_Init runs
+            rank = int(timeline["rank"].iloc[0])
+            ranks[rank] = (int(timeline["start_ns"].min()), int(sync["start_ns"] + sync["dur_ns"]))
+        startup.append(np.median([end - first for first, end in ranks.values()]))
+        init.append(np.median([phases.loc[r, "init_end_ns"] - end for r, (_, end) in ranks.items()]))
+    assert [found.evidence["startup_at_min_w"].value, found.evidence["startup_at_max_w"].value] == \
+        [startup[0], startup[-1]]
+    assert found.evidence["startup_slope"].value == pytest.approx(np.polyfit(workers, startup, 1)[0])
+    assert [found.evidence["init_at_min_w"].value, found.evidence["init_at_max_w"].value] == [init[0], init[-1]]
+    assert found.evidence["slope"].value == pytest.approx(np.polyfit(workers, init, 1)[0])
+
+
 def test_sample_server_steady_state_is_its_training(samples):
     """The saturated server answers its workers in no fixed order: three regular cycles in a row ended half-way
     through its training, and the rest (2.7 s of 4.3 s) was counted as finalisation, so its busy fraction and

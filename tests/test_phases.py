@@ -115,3 +115,27 @@ def test_phase_of_times():
             {"rank": 0, "name": "MPI_Finalize", "category": "other", "start_ns": 90, "dur_ns": 10}]
     p = segment_rank(make_timeline(rows))
     assert p.phase_of([5, 10, 50, 95]).tolist() == ["init", "steady", "steady", "final"]
+
+
+def test_startup_ends_where_mpi_init_returns_to_the_job(parallel):
+    """Start-up is MPI_Init as the job sees it: the PMPI collector's MPI_Init returns after its clock
+    synchronisation (ddltrace_clock_sync), which counts as start-up; the synchronisation at MPI_Finalize does not,
+    nor does one after the job's first MPI call. The job's initialisation is the rest of the init phase."""
+    import pandas as pd
+
+    rows = rank_rows(parallel, 1).reset_index(drop=True)
+    init = rows[rows["name"] == "MPI_Init"].iloc[0]
+    init_end = int(init["start_ns"] + init["dur_ns"])
+    final = rows[rows["name"] == "MPI_Finalize"].iloc[0]
+
+    def with_syncs(*starts):
+        syncs = pd.concat([rows.iloc[[0]]] * len(starts), ignore_index=True)
+        syncs["name"], syncs["start_ns"], syncs["dur_ns"] = "ddltrace_clock_sync", list(starts), 2 * MS
+        return pd.concat([rows, syncs], ignore_index=True).sort_values("start_ns", kind="stable")
+
+    p = segment_rank(with_syncs(init_end + 100_000, int(final["start_ns"]) + 100_000))
+    assert p.startup_end_ns == init_end + 100_000 + 2 * MS
+    assert p.startup_ns + p.job_init_ns == p.init_ns and p.job_init_ns > 0
+    # no synchronisation at MPI_Init: the one at MPI_Finalize is not start-up
+    assert segment_rank(with_syncs(int(final["start_ns"]) + 100_000)).startup_end_ns == init_end
+    assert segment_rank(rows).startup_end_ns == init_end
