@@ -1,8 +1,10 @@
-"""The section of ``ddltrace analyze`` (text and ``--json``) on a host backend's collectives (PyTorch's gloo,
-:mod:`ddltrace.analyses.host_collectives`): the same figures and definitions as the GPU collectives', over the
-backend's spans of each collective instead of a device's kernels."""
+"""The section of ``ddltrace analyze`` (text and ``--json``) and the report's tables on a host backend's
+collectives (PyTorch's gloo, :mod:`ddltrace.analyses.host_collectives`): the same figures and definitions as the
+GPU collectives', over the backend's spans of each collective instead of a device's kernels."""
 
 from __future__ import annotations
+
+import pandas as pd
 
 from ddltrace.gpu_section import collective_tables, render_tables
 
@@ -18,9 +20,15 @@ LATE = ("Late arrivals at gloo's collectives (per rank: the matched instances it
         "the other ranks' spans for it)")
 
 
+def host_tables(run) -> list[tuple[str, pd.DataFrame]]:
+    """The host backend's collectives of one store (by kind, and the late arrivals) as (title, table) pairs;
+    none where it has none."""
+    return collective_tables(run.host_collectives(), COLLECTIVES, LATE)
+
+
 def render_host_collectives(run) -> list[str]:
     """The host backend's collectives of one store as text lines (empty when it has none)."""
-    tables = collective_tables(run.host_collectives(), COLLECTIVES, LATE)
+    tables = host_tables(run)
     if not tables:
         return []
     ranks = run.host_collective_spans["rank"].nunique()

@@ -512,6 +512,9 @@ def assemble(runs: list, findings: list, profile: str | None = None, model: str 
     nodes = node_frame(main)
     if len(nodes):
         tables.append((title(), nodes.set_index("host")))
+    from ddltrace.host_section import host_tables
+
+    tables.extend((name, frame.set_index(frame.columns[0])) for name, frame in host_tables(main))
     tables.append((f"Where the time goes by event name, largest first (the {main.workers}-worker run, all its ranks, "
                    "whole run; total: the calls' summed durations)", top))
     if series is not None:
