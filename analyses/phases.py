@@ -10,14 +10,15 @@ cycles, and ends with a short finalisation. ddltrace finds the same three phases
    barrier, MPI_Init/Finalize excluded) are read as a sequence of name#tag. The period ``p`` is the smallest shift
    under which the sequence matches itself for nearly (95 %) as many positions as the best shift; the cycle is
    the most frequent run of ``p`` names that is not a shorter run repeated. The steady state runs from the first
-   place where three cycles (any rotation of it) follow each other to the last such place, extended back over
-   calls that belong to the cycle, and forward to the last call of the cycle before which the cycle's calls
-   outnumber the calls outside it since that place (a server's requests arrive in no fixed order, so three cycles
-   in a row may last only part of its training, and each worker's end-of-work message is a call outside the
-   server's cycle while the other workers still send): it starts where the call before it ends, so the
-   computation of the first batch counts as steady state, and ends where its last call ends. Each cycle of ``p``
-   calls, cut just before the call that follows the longest gap (the compute), is one step: a step is compute
-   then communicate.
+   place where three cycles (any rotation of it) follow each other to the last such place. Its calls are the
+   cycle's and any other that comes there at least once every two cycles (a server's gradients, received anywhere
+   among the pull-reply pairs of its cycle); it is extended back over its calls, and forward to the last of its
+   calls before which they outnumber the others since that place (a server's requests arrive in no fixed order,
+   so three cycles in a row may last only part of its training, and each worker's end-of-work message is another
+   call in the server's training, which goes on while the other workers still send): it starts where the call
+   before it ends, so the computation of the first batch counts as steady state, and ends where its last call
+   ends. Each cycle of ``p`` calls, cut just before the call that follows the longest gap (the compute), is one
+   step: a step is compute then communicate.
 3. **Collectives around point-to-point traffic.** With no regular pattern (a server answering workers in the order
    they come), initialisation ends where the last collective (MPI_Barrier, ...) that starts before the first 10 %
    of the rank's point-to-point calls ends, and finalisation starts at the first collective after the last 10 %.
@@ -303,13 +304,17 @@ def _periodic_region(names: np.ndarray, starts: np.ndarray, ends: np.ndarray):
     if not len(runs):
         return None
     a, b = int(runs[0]), int(runs[-1]) + MIN_CYCLES * p - 1
-    # the same calls in a less regular order still are steady state: back to the last call outside the cycle
-    outside = np.flatnonzero(~np.isin(codes[:a], cycle))
+    # the calls of the steady state: the cycle's, and any other that comes in the stretch found at least once every
+    # two cycles (a server's gradients, received in no fixed place among the pull-reply pairs of its cycle)
+    seen, counts = np.unique(codes[a:b + 1], return_counts=True)
+    steady = np.union1d(cycle, seen[counts * 2 * p >= b + 1 - a])
+    # the same calls in a less regular order still are steady state: back to the last call outside them
+    outside = np.flatnonzero(~np.isin(codes[:a], steady))
     a = int(outside[-1]) + 1 if len(outside) else 0
-    # and on over calls outside the cycle while the cycle's calls outnumber them, to the last call of the cycle: a
-    # server's last requests arrive in no fixed order either, and each worker's end-of-work message is a call
-    # outside the cycle in the middle of the server's training, which goes on while the other workers still send
-    b = _last_of_cycle_majority(np.isin(codes, cycle), b)
+    # and on over other calls while the steady state's outnumber them, to the last of its calls: a server's last
+    # requests arrive in no fixed order either, and each worker's end-of-work message is another call in the
+    # middle of the server's training, which goes on while the other workers still send
+    b = _last_of_majority(np.isin(codes, steady), b)
     # cut each cycle before the call that follows the longest gap (the compute of a compute-communicate cycle)
     gaps = starts[a + 1:b + 1] - ends[a:b]
     offset = 0
@@ -319,11 +324,11 @@ def _periodic_region(names: np.ndarray, starts: np.ndarray, ends: np.ndarray):
     return a, b, p, offset
 
 
-def _last_of_cycle_majority(in_cycle: np.ndarray, b: int) -> int:
-    """The last index ``j`` >= ``b`` of a call in the cycle (``in_cycle[j]``) such that the calls after ``b`` up to
-    ``j`` hold more calls of the cycle than outside it; ``b`` when there is none."""
-    lead = np.cumsum(np.where(in_cycle[b + 1:], 1, -1))
-    ahead = np.flatnonzero((lead > 0) & in_cycle[b + 1:])
+def _last_of_majority(steady: np.ndarray, b: int) -> int:
+    """The last index ``j`` >= ``b`` of a steady-state call (``steady[j]``) such that the calls after ``b`` up to
+    ``j`` hold more steady-state calls than others; ``b`` when there is none."""
+    lead = np.cumsum(np.where(steady[b + 1:], 1, -1))
+    ahead = np.flatnonzero((lead > 0) & steady[b + 1:])
     return b + 1 + int(ahead[-1]) if len(ahead) else b
 
 

@@ -398,6 +398,18 @@ def test_sample_server_steady_state_is_its_training(samples):
     assert load["w_star"] == pytest.approx(compute / (truth["server"]["busy_ns"] / truth["server"]["updates"]), rel=0.1)
 
 
+def test_sample_servers_train_until_the_jobs_training_ends(samples):
+    """Each sample's server (rank 0, the clocks' reference) ends its steady state where the job's own clock ended
+    training (its last worker's end-of-work message), within 1 % of the training time. seq-w8's server cycle is
+    found as pull-reply pairs, its gradients arriving anywhere among them: they count as steady-state calls, as
+    every call that comes at least once every two cycles does (it ended 85 ms short, the gradients taken for
+    finalisation; par-w4's server 96 ms short of 2.02 s, straggler-w4's 4.96 s)."""
+    for name, run in samples.items():
+        truth = json.loads((SAMPLES / name / "ground_truth.json").read_text())
+        off = run.phases[0].steady_end_ns - truth["train_end_ns"]
+        assert abs(off) < 0.01 * truth["train_s"] * 1e9, (name, off)
+
+
 def test_straggler_sample_server_trains_until_the_last_worker(samples):
     """Each worker's end-of-work message is a call outside the server's cycle: the first (rank 1's, 2.30 s into the
     7.26 s of training) ended the server's steady state, and the 5 s it went on serving the straggler were counted
