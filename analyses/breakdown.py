@@ -27,41 +27,36 @@ import numpy as np
 import pandas as pd
 
 from ddltrace.analyses.phases import PHASES, RankPhases
-
-# A lane whose name ends with ANNOTATION_LANE_SUFFIX holds annotations of a device stream (Kineto's
-# ``gpu_user_annotation`` spans, on "gpu:0/stream 7/annotations"): region marks, no work of their own, so neither
-# host nor device time. It is defined with the schema, which the importers read without pandas.
-from ddltrace.arrow_timeline import ANNOTATION_LANE_SUFFIX
+from ddltrace.analyses.segments import (  # noqa: F401  (the lane rules, also read from here)
+    ANNOTATION_LANE_SUFFIX,
+    DEVICE_LANE_PREFIXES,
+    classify_rows,
+    is_annotation_lane,
+    is_device_lane,
+    lane_flags,
+)
 from ddltrace.timeline import CATEGORIES, category_codes
 
-#: Within a lane, a higher category wins (innermost call first).
-LANE_PRIORITY = ("idle", "other", "compute", "io", "memcpy", "comm", "wait", "barrier")  # lowest to highest
-CODE = {c: i for i, c in enumerate(CATEGORIES)}
 BUSY = ("compute", "io", "memcpy")
 EXPOSED_COMM = ("comm", "wait")
-#: Lane names of a device's streams start with one of these (Kineto and XPlane name them "gpu:<device>/<stream>";
-#: Kineto's other accelerators "mtia:<n>/...", "xpu:<n>/...", "hpu:<n>/..."; an XPlane TPU plane "tpu:<n>/...").
-DEVICE_LANE_PREFIXES = ("gpu:", "tpu:", "mtia:", "xpu:", "hpu:")
 
 
 def _lane_flags(lanes: pd.Series, flag) -> np.ndarray:
-    """``flag(names)`` (a vectorised test on an array of lane names) for each row, computed once per distinct lane
-    (a rank has a few lanes and up to millions of rows)."""
+    """``flag(name)`` for each row of ``lanes`` (a missing lane's name is "")."""
     codes, uniques = pd.factorize(lanes, use_na_sentinel=False)
     names = pd.Series(np.asarray(uniques, dtype=object), dtype="object").fillna("").astype(str)
-    return np.asarray(flag(names), dtype=bool)[codes] if len(codes) else np.zeros(0, dtype=bool)
+    return lane_flags(codes, names.tolist(), flag)
 
 
 def annotation_lanes(lanes: pd.Series) -> np.ndarray:
     """True for each row on a stream's annotation lane (its name ends with :data:`ANNOTATION_LANE_SUFFIX`)."""
-    return _lane_flags(lanes, lambda names: names.str.endswith(ANNOTATION_LANE_SUFFIX).to_numpy(bool))
+    return _lane_flags(lanes, is_annotation_lane)
 
 
 def device_lanes(lanes: pd.Series) -> np.ndarray:
     """True for each row whose lane is a device's (its name starts with one of :data:`DEVICE_LANE_PREFIXES`),
     an annotation lane (:func:`annotation_lanes`) excepted."""
-    return _lane_flags(lanes, lambda names: (names.str.startswith(DEVICE_LANE_PREFIXES)
-                                             & ~names.str.endswith(ANNOTATION_LANE_SUFFIX)).to_numpy(bool))
+    return _lane_flags(lanes, is_device_lane)
 
 
 def host_lanes(lanes: pd.Series) -> np.ndarray:
@@ -69,69 +64,12 @@ def host_lanes(lanes: pd.Series) -> np.ndarray:
     return ~device_lanes(lanes) & ~annotation_lanes(lanes)
 
 
-def sorted_unique(values: np.ndarray) -> np.ndarray:
-    """The distinct values of an int64 array, sorted (``np.unique`` without its hashing pass)."""
-    values = np.sort(values)
-    if len(values) < 2:
-        return values
-    keep = np.empty(len(values), dtype=bool)
-    keep[0] = True
-    np.not_equal(values[1:], values[:-1], out=keep[1:])
-    return values[keep]
-
-
 def classify(timeline: pd.DataFrame, cuts, gap: str | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Split the span of ``cuts`` (sorted ns boundaries; the first and last bound the rank) into segments.
-
-    ``gap`` is the category of time no row covers (default: compute on a rank of MPI calls only, else idle).
-    Returns ``edges`` (ns, increasing) and ``codes`` (index into CATEGORIES of each segment between two edges).
-    Vectorised: per lane and category one pass of ``np.bincount`` over the rows, no Python loop per row.
-    """
-    cuts = np.asarray(cuts, dtype=np.int64)
-    lo, hi = int(cuts[0]), int(cuts[-1])
-    starts = np.clip(timeline["start_ns"].to_numpy(np.int64), lo, hi)
-    ends = np.clip(starts + timeline["dur_ns"].to_numpy(np.int64), lo, hi)
-    edges = sorted_unique(np.concatenate([cuts, starts, ends]))
-    nseg = max(len(edges) - 1, 0)
-    si, ei = np.searchsorted(edges, starts), np.searchsorted(edges, ends)
-    categories = category_codes(timeline["category"])
+    """:func:`~ddltrace.analyses.segments.classify_rows` of a timeline's rows: the span of ``cuts`` in segments
+    (``edges``, ns) and the category of each (``codes``, index into CATEGORIES)."""
     lanes, _ = pd.factorize(timeline["lane"])  # a missing lane (-1) is no lane's
-    combined = np.full(nseg, -1, dtype=np.int16)
-    any_compute = np.zeros(nseg, dtype=bool)
-    group = (lanes.astype(np.int64) + 1) * 16 + categories + 1  # rows grouped by lane, then category
-    order = np.argsort(group.astype(np.int16) if group.max(initial=0) < 2**15 else group, kind="stable")
-    group = group[order]
-    bounds = np.flatnonzero(np.diff(group)) + 1 if len(group) else np.zeros(0, dtype=np.int64)
-    by_lane: dict[int, dict[int, np.ndarray]] = {}
-    for rows in np.split(order, bounds) if len(order) else []:
-        lane, code = int(lanes[rows[0]]), int(categories[rows[0]])
-        if lane >= 0 and code >= 0:
-            by_lane.setdefault(lane, {})[code] = rows
-    for groups in by_lane.values():
-        lane_code = np.full(nseg, -1, dtype=np.int16)
-        for category in LANE_PRIORITY:
-            rows = groups.get(CODE[category])
-            if rows is None:
-                continue
-            diff = np.bincount(si[rows], minlength=nseg + 1) - np.bincount(ei[rows], minlength=nseg + 1)
-            lane_code[np.cumsum(diff)[:-1] > 0] = CODE[category]
-        any_compute |= lane_code == CODE["compute"]
-        higher = _rank_of(lane_code) > _rank_of(combined)
-        combined[higher] = lane_code[higher]
-    combined[any_compute] = CODE["compute"]
-    if gap is None:
-        gap = "idle" if (categories == CODE["compute"]).any() else "compute"
-    combined[combined < 0] = CODE[gap]
-    return edges, combined
-
-
-_ORDER = np.full(len(CATEGORIES) + 1, -1, dtype=np.int16)
-for _i, _c in enumerate(LANE_PRIORITY):
-    _ORDER[CODE[_c]] = _i
-
-
-def _rank_of(codes: np.ndarray) -> np.ndarray:
-    return np.where(codes < 0, -1, _ORDER[np.maximum(codes, 0)])
+    return classify_rows(timeline["start_ns"].to_numpy(np.int64), timeline["dur_ns"].to_numpy(np.int64),
+                         category_codes(timeline["category"]), lanes, cuts, gap)
 
 
 def rank_breakdown(timeline: pd.DataFrame, phases: RankPhases, gap: str | None = None) -> pd.DataFrame:

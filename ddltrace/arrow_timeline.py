@@ -36,6 +36,8 @@ CATEGORIES: tuple[str, ...] = tuple(CATEGORY_MEANINGS)
 #: ``gpu_user_annotation``): region marks, never device time.
 ANNOTATION_LANE_SUFFIX = "/annotations"
 
+#: Columns added after stores were first written: a store without one reads it as all missing.
+LATER_COLUMNS = ("correlation",)
 #: The optional integer columns (missing where the source does not give them).
 NULLABLE_INTEGER_COLUMNS = ("bytes", "peer", "step", "tag", "comm", "request", "correlation")
 #: Columns whose values are checked for a missing one (the nullable integers may miss values).
@@ -163,6 +165,29 @@ def texts_of(column: pa.Array | pa.ChunkedArray, rows: np.ndarray | None = None)
         rows = np.asarray(rows, dtype=np.int64)
         starts, ends = offsets[rows].tolist(), offsets[rows + 1].tolist()
     return [str(data[a:b], "utf-8") for a, b in zip(starts, ends, strict=True)]
+
+
+def codes_of(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
+    """A text column (string, large string, or a dictionary of them, as the category column is) as a code per row
+    into its distinct values (int64; -1 where missing) and those values: ``pandas.factorize`` without pandas. Each
+    chunk is encoded by Arrow's ``dictionary_encode`` (where not a dictionary already), the chunks' dictionaries
+    merged here."""
+    from pyarrow._compute import call_function
+
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    names: dict[str, int] = {}
+    parts = []
+    for chunk in chunks:
+        if not pa.types.is_dictionary(chunk.type):
+            chunk = call_function("dictionary_encode", [chunk])
+        local, missing = values_of(chunk.indices)
+        lookup = np.array([names.setdefault(str(v), len(names)) for v in chunk.dictionary.to_pylist()] + [-1],
+                          dtype=np.int64)
+        local = local.astype(np.int64)
+        if missing is not None:
+            local[missing] = -1
+        parts.append(lookup[local])
+    return (np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)), list(names)
 
 
 def time_order(start_ns: np.ndarray, lane_rank: np.ndarray) -> np.ndarray | None:

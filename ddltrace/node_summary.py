@@ -9,6 +9,8 @@ of its run. Per node, over the samples its sampler took (the job's span on that 
 - ``sent_bytes`` / ``recv_bytes``: bytes sent / received on all its interfaces but loopback from the sampler's
   start to its last sample (the last ``net_IFACE_sent_bytes`` / ``net_IFACE_recv_bytes`` summed over the
   interfaces), None where the store has no per-interface counters (stores made before they existed).
+
+Read from the counters' Arrow table with NumPy (no pandas: ``ddltrace info`` starts without it).
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-import pandas as pd
+import numpy as np
+import pyarrow as pa
+
+from ddltrace.arrow_timeline import codes_of, values_of
 
 _IFACE = re.compile(r"^net_(.+)_(sent|recv)_bytes$")
 
@@ -36,30 +41,36 @@ class NodeRow:
         return asdict(self)
 
 
-def per_node(machine: pd.DataFrame, hosts: list[str]) -> list[NodeRow]:
-    """One row per node from the machine counters ``machine`` (counters rank -1); ``hosts``: the run's hosts
-    (the host of plain names when the store has a single one)."""
-    if not len(machine):
+def per_node(machine: pa.Table, hosts: list[str]) -> list[NodeRow]:
+    """One row per node from the machine counters ``machine`` (counters rank -1, an Arrow table); ``hosts``: the
+    run's hosts (the host of plain names when the store has a single one)."""
+    if not machine.num_rows:
         return []
-    names = machine["name"].astype(str)
-    split = names.str.rsplit("@", n=1, expand=True)
-    if split.shape[1] == 2 and split[1].notna().any():
-        frame = machine.assign(metric=split[0], host=split[1])
-        frame = frame[frame["host"].notna()]
+    codes, names = codes_of(machine.column("name"))
+    split = [name.rsplit("@", 1) for name in names]
+    if any(len(parts) == 2 for parts in split):  # NAME@HOST: rows of plain names are no node's
+        series = {i: tuple(parts) for i, parts in enumerate(split) if len(parts) == 2}
     elif len(hosts) == 1:
-        frame = machine.assign(metric=names, host=hosts[0])
+        series = {i: (name, hosts[0]) for i, name in enumerate(names)}
     else:
         return []
+    t_ns = values_of(machine.column("t_ns"))[0]
+    values = values_of(machine.column("value"))[0].astype(np.float64)
+    order = np.lexsort((t_ns, codes))  # by series, then time: a series' last row is its last sample
+    codes, values = codes[order], values[order]
+    bounds = np.searchsorted(codes, np.arange(len(names) + 1))
+    by_host: dict[str, dict[str, np.ndarray]] = {}
+    for code, (metric, host) in series.items():
+        by_host.setdefault(host, {})[metric] = values[bounds[code]:bounds[code + 1]]
     rows = []
-    for host, part in frame.groupby("host", sort=True):
-        by = {m: g.sort_values("t_ns")["value"] for m, g in part.groupby("metric")}
+    for host, by in sorted(by_host.items()):
         cpu, mem = by.get("cpu_percent"), by.get("mem_used_bytes")
         total = {"sent": None, "recv": None}
-        for metric, values in by.items():
+        for metric, samples in by.items():
             found = _IFACE.match(metric)
-            if found and found.group(1) != "lo":
-                total[found.group(2)] = (total[found.group(2)] or 0.0) + float(values.iloc[-1])
-        rows.append(NodeRow(str(host), int(len(cpu)) if cpu is not None else 0,
-                            float(cpu.mean()) if cpu is not None else None,
-                            float(mem.max()) if mem is not None else None, total["sent"], total["recv"]))
+            if found and found.group(1) != "lo" and len(samples):
+                total[found.group(2)] = (total[found.group(2)] or 0.0) + float(samples[-1])
+        rows.append(NodeRow(host, int(len(cpu)) if cpu is not None else 0,
+                            float(cpu.mean()) if cpu is not None and len(cpu) else None,
+                            float(mem.max()) if mem is not None and len(mem) else None, total["sent"], total["recv"]))
     return rows

@@ -47,6 +47,7 @@ import pyarrow as pa
 from ddltrace import __version__, arrow_timeline
 from ddltrace.arrow_timeline import (
     CATEGORIES,
+    LATER_COLUMNS,
     in_time_order,
     numbers,
     texts_of,
@@ -381,7 +382,7 @@ class TraceStore:
                             "integer from -1, the machine); left out")
         world_problem = self._world_size()[1]
         for problem in [*problems, *([world_problem] if world_problem else [])]:
-            warnings.warn(problem, DamagedStoreWarning, stacklevel=3)
+            warnings.warn(problem, DamagedStoreWarning, stacklevel=2)
 
     def rank_info(self, rank: int) -> dict:
         """Per-rank metadata: events, start_ns, end_ns, host, role, how the rank ended."""
@@ -528,21 +529,21 @@ class TraceStore:
         listed = self.manifest.get("counter_ranks", [])
         return [r for r in listed if type(r) is int and r >= _MACHINE] if isinstance(listed, list) else []
 
-    def _read(self, folder: str, rank: int, dtypes: Mapping[str, Any]) -> pd.DataFrame:
-        import pandas as pd
+    def _read_table(self, folder: str, rank: int) -> tuple[pa.Table, Path]:
+        """One rank's file in ``folder`` (timeline: its rows in a file of several ranks) as written, an Arrow table,
+        and the file's path; unreadable: a :class:`StoreError` naming it. Read with ``ParquetFile.read``, which needs
+        no pandas (``pyarrow.parquet.read_table`` imports it)."""
         import pyarrow.parquet as pq
-
-        from ddltrace.timeline import LATER_COLUMNS, TIMELINE_DTYPES
 
         path, rows = self.timeline_source(rank) if folder == "timeline" else (_rank_file(self.path / folder, rank),
                                                                                       None)
         try:
             if folder == "timeline" and rank in self._held:
-                frame = self._held[rank].to_pandas()
-            elif rows is not None:
-                frame = _read_rows(path, rows).to_pandas()
-            else:
-                frame = pq.read_table(path).to_pandas()
+                return self._held[rank], path
+            if rows is not None:
+                return _read_rows(path, rows), path
+            with pq.ParquetFile(path) as parquet:
+                return parquet.read(), path
         except FileNotFoundError as exc:
             raise StoreError(f"{path}: listed in the manifest but missing") from exc
         except PermissionError as exc:
@@ -551,6 +552,14 @@ class TraceStore:
             raise StoreError(f"{path}: a folder, not a Parquet file") from exc
         except (OSError, pa.ArrowException) as exc:
             raise StoreError(f"{path}: corrupt Parquet file ({exc})") from exc
+
+    def _read(self, folder: str, rank: int, dtypes: Mapping[str, Any]) -> pd.DataFrame:
+        import pandas as pd
+
+        from ddltrace.timeline import TIMELINE_DTYPES
+
+        table, path = self._read_table(folder, rank)
+        frame = table.to_pandas()
         if dtypes is TIMELINE_DTYPES:  # written before a later column existed: it reads as all missing
             for column in LATER_COLUMNS:
                 if column not in frame.columns:
@@ -579,14 +588,34 @@ class TraceStore:
         out and named in a :class:`DamagedStoreWarning` (and in :attr:`damaged`); when no rank can be read the
         :class:`StoreError` names them. A damaged rank asked for by number is a :class:`StoreError`.
         """
+        return self._iter_ranks(self._read_timeline, ranks)
+
+    def iter_timeline_tables(self, ranks: Iterable[int] | None = None) -> Iterator[tuple[int, pa.Table]]:
+        """As :meth:`iter_timeline`, each rank's timeline as an Arrow table, read and checked without pandas where
+        the file is sound (:meth:`_read_timeline_table`): ``ddltrace info`` starts without pandas."""
+        return self._iter_ranks(self._read_timeline_table, ranks)
+
+    def _read_timeline_table(self, rank: int) -> pa.Table:
+        """One rank's timeline as an Arrow table, checked as :meth:`_read_timeline` checks it, from the table's
+        buffers (:func:`_table_sound`); a table those checks do not pass (a damaged file, or one in another form: a
+        store written before a later column) is read through pandas, which names what is wrong in a
+        :class:`StoreError`, or gives its rows."""
+        table, _ = self._read_table("timeline", rank)
+        if _table_sound(table, rank, self.rank_info(rank)):
+            return table
+        return pa.Table.from_pandas(self._read_timeline(rank), preserve_index=False)
+
+    def _iter_ranks(self, read: Callable[[int], Any], ranks: Iterable[int] | None) -> Iterator[tuple[int, Any]]:
+        """``(rank, read(rank))`` of the ranks asked for, or of every rank but the damaged ones
+        (:meth:`iter_timeline`)."""
         if ranks is not None:
             for rank in self._select(ranks):
-                yield rank, self._read_timeline(rank)
+                yield rank, read(rank)
             return
         held: list[str] = []  # the damage found before the first good rank: a warning, or the error's text
         for rank in self.ranks:
             try:
-                frame = self._read_timeline(rank)
+                frame = read(rank)
             except StoreError as exc:
                 self.damaged[rank] = f"{exc}; rank {rank} left out"
                 held.append(self.damaged[rank])
@@ -639,6 +668,23 @@ class TraceStore:
         if not parts:
             return empty_counters()
         return pd.concat(parts, ignore_index=True)
+
+    def counter_tables(self, ranks: Iterable[int] | None = None) -> dict[int, pa.Table]:
+        """Sampled values of the given ranks (all, machine included, when None) as an Arrow table per rank (-1: the
+        machine), read and checked without pandas where the file is sound (:func:`_counters_sound`); another goes
+        through :meth:`counters`, which names a damaged file in a :class:`DamagedStoreWarning` and leaves it out."""
+        available = [r for r in self.counter_ranks if r not in self._damaged_counters]
+        tables = {}
+        for rank in available if ranks is None else [r for r in ranks if r in available]:
+            with contextlib.suppress(StoreError):  # (read again, and named, by counters())
+                table, _ = self._read_table("counters", rank)
+                if _counters_sound(table, rank):
+                    tables[rank] = table
+                    continue
+            frame = self.counters([rank])
+            if rank not in self._damaged_counters:
+                tables[rank] = pa.Table.from_pandas(frame, preserve_index=False)
+        return tables
 
     def _select(self, ranks: Iterable[int]) -> list[int]:
         known = self.ranks
@@ -768,6 +814,42 @@ def _counters_problem(frame: pd.DataFrame, rank: int) -> str | None:
     if not pd.api.types.is_numeric_dtype(frame["value"].dtype):
         return f"column 'value' is {frame['value'].dtype}, not numbers"
     return None
+
+
+def _table_sound(table: pa.Table, rank: int, entry: Mapping[str, Any]) -> bool:
+    """Whether a rank's timeline table passes :func:`_timeline_problem`'s checks, read from its buffers without
+    pandas: every column of the schema (those added later may be absent), the rank an integer column of ``rank``
+    alone, start_ns and dur_ns int64 with none missing, the lane text, every category of the closed set, no negative
+    duration, no interval ending past the largest int64 time, the rows within the rank's span in the manifest.
+    False: :func:`_timeline_problem` decides."""
+    if not set(arrow_timeline.TIMELINE_SCHEMA.names) - set(LATER_COLUMNS) <= set(table.column_names):
+        return False
+    types = {field.name: field.type for field in table.schema}
+    if not (pa.types.is_integer(types["rank"]) and types["start_ns"] == types["dur_ns"] == pa.int64()
+            and types["lane"] in (pa.string(), pa.large_string()) and pa.types.is_dictionary(types["category"])):
+        return False
+    if any(table.column(c).null_count for c in ("rank", "start_ns", "dur_ns", "category")):
+        return False
+    if not all(set(chunk.dictionary.to_pylist()) <= set(CATEGORIES) for chunk in table.column("category").chunks):
+        return False
+    if (values_of(table.column("rank"))[0] != rank).any():
+        return False
+    start, dur = values_of(table.column("start_ns"))[0], values_of(table.column("dur_ns"))[0]
+    if (dur < 0).any() or (start > _INT64_MAX - dur).any():
+        return False
+    first, last = entry.get("start_ns"), entry.get("end_ns")
+    return not (len(start) and type(first) is int and type(last) is int
+                and ((start < first) | (start + dur > last)).any())
+
+
+def _counters_sound(table: pa.Table, rank: int) -> bool:
+    """Whether a counters table passes :func:`_counters_problem`'s checks, read without pandas: the schema's columns
+    at their types, no rank, name or time missing, only ``rank``'s rows. False: :func:`_counters_problem` decides."""
+    if not table.schema.equals(arrow_timeline.COUNTERS_SCHEMA, check_metadata=False):
+        return False
+    if any(table.column(c).null_count for c in ("rank", "name", "t_ns")):
+        return False
+    return not (values_of(table.column("rank"))[0] != rank).any()
 
 
 def _ranges(ranks: list[int]) -> str:

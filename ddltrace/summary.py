@@ -1,10 +1,11 @@
 """What a store holds, in numbers: world size, time span, events and time per category per rank.
 
-Used by ``ddltrace info`` and by the one-line summaries of the commands that write stores. Reads the store
-rank by rank (one rank's events in memory at a time). A rank with a device (lanes ``gpu:<n>/...``) is also split
-into what its host did (its other lanes) and what its device did (its device lanes; idle where none runs), each
-over the rank's span: the all-lanes view counts an instant as compute when either computes, which hides a device
-that is idle most of the time behind the host's CPU ops.
+Used by ``ddltrace info``. Reads the store rank by rank (one rank's events in memory at a time), as Arrow tables and
+NumPy arrays, without pandas (``info`` starts in a fraction of a second: :meth:`TraceStore.iter_timeline_tables`).
+A rank with a device (lanes ``gpu:<n>/...``) is also split into what its host did (its other lanes) and what its
+device did (its device lanes; idle where none runs), each over the rank's span: the all-lanes view counts an instant
+as compute when either computes, which hides a device that is idle most of the time behind the host's CPU ops.
+Every instant is counted once by the rules of the breakdown (:mod:`ddltrace.analyses.segments`).
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+import pyarrow as pa
 
-from ddltrace.analyses.breakdown import annotation_lanes, classify, device_lanes
+from ddltrace.analyses.segments import CODE, classify_rows, is_annotation_lane, is_device_lane, lane_flags
+from ddltrace.arrow_timeline import CATEGORIES, codes_of, values_of
 from ddltrace.store import TraceStore
-from ddltrace.timeline import CATEGORIES
 
 
 @dataclass
@@ -82,43 +84,63 @@ class StoreSummary:
         return out
 
 
-def _time_per_category(frame, start: int | None, end: int | None, gap: str | None = None) -> dict[str, int]:
-    """ns per category of ``frame``'s rows over [start, end], each instant once (see :func:`classify`)."""
-    if not len(frame) or start is None or end <= start:
+def _time_per_category(rows: dict[str, np.ndarray], start: int | None, end: int | None,
+                       gap: str | None = None) -> dict[str, int]:
+    """ns per category of the ``rows`` (columns start_ns, dur_ns, categories, lanes) over [start, end], each instant
+    once (:func:`~ddltrace.analyses.segments.classify_rows`)."""
+    if not len(rows["start_ns"]) or start is None or end <= start:
         return dict.fromkeys(CATEGORIES, 0)
-    edges, codes = classify(frame, [start, end], gap)
+    edges, codes = classify_rows(rows["start_ns"], rows["dur_ns"], rows["categories"], rows["lanes"], [start, end],
+                                 gap)
     sums = np.bincount(codes.astype(np.int64), weights=np.diff(edges), minlength=len(CATEGORIES))
     return {c: int(sums[i]) for i, c in enumerate(CATEGORIES)}
 
 
+def _columns(table: pa.Table) -> tuple[dict[str, np.ndarray], list[str]]:
+    """What the summary reads of a rank's table: start_ns and dur_ns (ns), categories (index into CATEGORIES), lanes
+    (a code per distinct lane, -1: none), and the lanes' names."""
+    categories, names = codes_of(table.column("category"))
+    lookup = np.array([CODE.get(name, -1) for name in names] + [-1], dtype=np.int16)
+    lanes, lane_names = codes_of(table.column("lane"))
+    return {"start_ns": values_of(table.column("start_ns"))[0].astype(np.int64, copy=False),
+            "dur_ns": values_of(table.column("dur_ns"))[0].astype(np.int64, copy=False),
+            "categories": lookup[categories], "lanes": lanes}, lane_names
+
+
+def _rank_summary(rank: int, table: pa.Table, info: dict) -> RankSummary:
+    rows, lane_names = _columns(table)
+    count = len(rows["start_ns"])
+    start = int(rows["start_ns"].min()) if count else None
+    end = int((rows["start_ns"] + rows["dur_ns"]).max()) if count else None
+    time_ns = _time_per_category(rows, start, end)
+    host_ns = device_ns = None
+    flagged = np.where(rows["lanes"] < 0, len(lane_names), rows["lanes"])  # a missing lane's name is ""
+    on_device = lane_flags(flagged, [*lane_names, ""], is_device_lane)
+    marks = lane_flags(flagged, [*lane_names, ""], is_annotation_lane)
+    if on_device.any():
+        host_ns = _time_per_category({k: v[~on_device & ~marks] for k, v in rows.items()}, start, end)
+        device_ns = _time_per_category({k: v[on_device] for k, v in rows.items()}, start, end, gap="idle")
+    return RankSummary(rank, count, start, end, time_ns, info.get("host"), info.get("role"), info.get("ended"),
+                       host_ns, device_ns, int(on_device.sum()) if device_ns else None, bool(info.get("aggregate")),
+                       int(marks.sum()) if device_ns else None)
+
+
 def summarize(store: TraceStore) -> StoreSummary:
     """Summarise ``store`` rank by rank."""
-    ranks: list[RankSummary] = []
-    for rank, frame in store.iter_timeline():
-        info = store.rank_info(rank)
-        start = int(frame["start_ns"].min()) if len(frame) else None
-        end = int((frame["start_ns"] + frame["dur_ns"]).max()) if len(frame) else None
-        time_ns = _time_per_category(frame, start, end)
-        host_ns = device_ns = None
-        on_device = device_lanes(frame["lane"]) if len(frame) else np.zeros(0, dtype=bool)
-        marks = annotation_lanes(frame["lane"]) if len(frame) else np.zeros(0, dtype=bool)
-        if on_device.any():
-            host_ns = _time_per_category(frame[~on_device & ~marks], start, end)
-            device_ns = _time_per_category(frame[on_device], start, end, gap="idle")
-        ranks.append(RankSummary(rank, len(frame), start, end, time_ns,
-                                 info.get("host"), info.get("role"), info.get("ended"), host_ns, device_ns,
-                                 int(on_device.sum()) if device_ns else None, bool(info.get("aggregate")),
-                                 int(marks.sum()) if device_ns else None))
+    ranks = [_rank_summary(rank, table, store.rank_info(rank)) for rank, table in store.iter_timeline_tables()]
     starts = [r.start_ns for r in ranks if r.start_ns is not None]
     ends = [r.end_ns for r in ranks if r.end_ns is not None]
-    counters = store.counters()
+    counters = store.counter_tables()
+    names = set()
+    for table in counters.values():
+        names.update(codes_of(table.column("name"))[1])
     return StoreSummary(
         path=str(store.path),
         world_size=store.world_size,
         start_ns=min(starts) if starts else None,
         end_ns=max(ends) if ends else None,
-        counter_samples=len(counters),
-        counter_names=sorted(set(counters["name"])),
+        counter_samples=sum(table.num_rows for table in counters.values()),
+        counter_names=sorted(names),
         ranks=ranks,
         run=store.run,
         damaged=dict(store.damaged),

@@ -41,6 +41,7 @@ import pandas as pd
 from ddltrace.arrow_timeline import (  # noqa: F401  (the schema's names, also read from here)
     CATEGORIES,
     CATEGORY_MEANINGS,
+    LATER_COLUMNS,
     NULLABLE_INTEGER_COLUMNS,
     time_order,
 )
@@ -66,8 +67,6 @@ TIMELINE_DTYPES: dict[str, Any] = {
     "correlation": "Int64",
     "source": "str",
 }
-#: Columns added after stores were first written: a store without one reads it as all missing.
-LATER_COLUMNS = ("correlation",)
 #: Columns a caller must give; the others default to missing (or "" for strings).
 TIMELINE_REQUIRED = ("rank", "name", "category", "start_ns", "dur_ns")
 

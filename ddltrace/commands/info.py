@@ -56,7 +56,7 @@ def _nodes(store: TraceStore) -> list:
     from ddltrace.node_summary import per_node
 
     hosts = store.run.get("hosts") if isinstance(store.run.get("hosts"), list) else []
-    machine = store.counters([-1]) if -1 in store.counter_ranks else None
+    machine = store.counter_tables([-1]).get(-1)
     return per_node(machine, [str(h) for h in hosts]) if machine is not None else []
 
 
@@ -125,7 +125,7 @@ def render(summary: StoreSummary, nodes: list | None = None, clock: ClockAlignme
 
 def category_table(summary: StoreSummary) -> list[str]:
     """Time per category per rank; a rank with a device gets two rows, its host lanes and its device lanes."""
-    from ddltrace.timeline import CATEGORIES
+    from ddltrace.arrow_timeline import CATEGORIES
 
     split = any(r.device_time_ns for r in summary.ranks)
     views = [(r, label, events, times) for r in summary.ranks for label, events, times in
