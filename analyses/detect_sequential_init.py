@@ -159,7 +159,10 @@ def across_runs(runs, th) -> list[Finding | Skipped]:
         id="sequential_init_scaling",
         title=f"Initialisation grows linearly with the number of workers: +{Quantity(fit.slope, 'ns/worker')}, "
               f"{growth:.1f}x from w = {int(w[0])} to w = {int(w[-1])} (the job's own: from the end of MPI_Init to "
-              "the first step, median rank of each run)",
+              "the first step, median rank of each run)"
+              + (f"; start-up before it (first event to the end of MPI_Init): "
+                 f"{'+' if startup_fit.slope >= 0 else ''}{Quantity(startup_fit.slope, 'ns/worker')}"
+                 if startup_fit else ""),
         severity="error" if share >= th["seq_init.error_share"] else "warning",
         evidence={
             "slope": Quantity(float(fit.slope), "ns/worker"),
