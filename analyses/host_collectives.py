@@ -31,10 +31,11 @@ BACKEND_PREFIX = "gloo:"
 def rank_collectives(rank: int, timeline: pd.DataFrame) -> pd.DataFrame:
     """The host backend's collective spans of one rank's ``timeline`` (:data:`~ddltrace.analyses.gpu_collectives.
     RANK_COLUMNS`; device "cpu", stream: the worker thread's lane; bytes <NA> where the trace gives none)."""
-    if not len(timeline):
+    named = timeline["name"].str.startswith(BACKEND_PREFIX, na=False).to_numpy(bool) if len(timeline) else []
+    if not np.any(named):
         return pd.DataFrame(columns=RANK_COLUMNS)
-    on_host = ~device_lanes(timeline["lane"])
-    spans = timeline[on_host & timeline["name"].astype(str).str.startswith(BACKEND_PREFIX).to_numpy(bool)]
+    spans = timeline[named]
+    spans = spans[~device_lanes(spans["lane"])]
     collective = np.array([parse_name(n)[0] for n in spans["name"]], dtype=object)
     spans, collective = spans[collective != "unknown"], collective[collective != "unknown"]
     group = spans["comm"].astype("string").fillna("").to_numpy(object) if "comm" in spans else ""

@@ -3,8 +3,9 @@
 A training step is one outermost ``step()`` of the job's first optimizer (global optimizer step pre- and
 post-hooks, PyTorch >= 2.0; a wrapper whose step calls the wrapped optimizer's counts once): no ``prof.step()``
 needed in the script. The profiler starts one step before the window (one warm-up step, whose events are
-dropped, as torch.profiler's schedule does), records the window's steps and writes the
-Kineto trace (``trace.pt.trace.json``) when the window ends or, if the job ends inside it, at exit. Its
+dropped, as torch.profiler's schedule does), records the window's steps (with each op's input shapes where
+``DDLTRACE_FW_RECORD_SHAPES`` is 1: ``ddltrace run --record-shapes``, which gives gloo's collectives their bytes) and
+writes the Kineto trace (``trace.pt.trace.json``) when the window ends or, if the job ends inside it, at exit. Its
 ``ProfilerStep#N`` spans carry the job's own step numbers (N = 5..9 for the window 5-9). The rank is read from the
 launcher (torchrun's RANK) or, for jobs that pass it in code, from ``init_process_group``.
 
