@@ -140,6 +140,11 @@ def test_bad_framework_options_are_one_line_errors(tmp_path, capsys):
     assert "--framework caffe: unknown (known: pytorch, mxnet, tf, horovod, cntk)" in capsys.readouterr().err
     assert main(["run", "--framework", "torch", "--steps", "5-x", "--out", str(tmp_path / "s"), "--", "true"]) == 2
     assert "--steps 5-x: want FIRST-LAST" in capsys.readouterr().err
+    for given, said in ((["--framework", "mxnet"], "given: --framework mxnet"), ([], "given: no --framework")):
+        assert main(["run", *given, "--record-shapes", "--out", str(tmp_path / "s"), "--", "true"]) == 2
+        assert capsys.readouterr().err.strip() == ("ddltrace: error: --record-shapes: torch.profiler's option, for "
+                                                   f"--framework pytorch or horovod only ({said})")
+        assert not (tmp_path / "s").exists()
     with pytest.raises(DdltraceError, match="1 <= FIRST <= LAST"):
         frameworks.parse_steps("0-3")
 
