@@ -168,15 +168,21 @@ def node_table(run, min_bytes: float) -> pd.DataFrame:
     host is unknown (:func:`p2p_without_partner`: bytes sent, call time), in neither of the two before (which
     are None, not 0, for a host none of whose point-to-point calls names its partner's host); and
     the effective bandwidth of the matched inter-node messages of at least ``min_bytes`` to or from it (bytes per
-    second)."""
+    second).
+
+    Each group of columns only where the store holds what it needs (:data:`~ddltrace.analyses.requirements.ANALYSES`,
+    ``node_p2p`` and ``node_collectives``; None, or NaN for the bandwidth, where not): per-call totals (IPM) have
+    no instances of a collective to tell within from spanning nodes, and no transfer to time."""
     hosts = rank_hosts(run.store)
     names = sorted(set(hosts.values()))
     table = run.table("all")
     rows = []
-    p2p = p2p_calls(run.calls, hosts)
+    calls = run.calls if run.can("node_p2p") else run.calls.iloc[0:0]
+    p2p = p2p_calls(calls, hosts)
     unplaced = p2p_without_partner(run.calls, hosts).set_index("host")
-    coll = collective_traffic(run.calls, hosts)
-    moves = transfers(run.calls, hosts)
+    timed = run.can("node_collectives")
+    coll = collective_traffic(run.calls if timed else run.calls.iloc[0:0], hosts)
+    moves = transfers(run.calls if timed else run.calls.iloc[0:0], hosts)
     inter = moves[(moves["host_src"] != moves["host_dst"]) & (moves["bytes"] >= min_bytes) & (moves["time_ns"] > 0)]
     for host in names:
         ranks = sorted(r for r, h in hosts.items() if h == host)
@@ -194,14 +200,15 @@ def node_table(run, min_bytes: float) -> pd.DataFrame:
                for c in ("compute", "comm", "wait", "barrier")},
             **({k: None for k in ("p2p_intra_bytes", "p2p_intra_ns", "p2p_inter_sent_bytes",
                                   "p2p_inter_received_bytes", "p2p_inter_ns")}
-               if unplaced["calls"].get(host, 0) and not len(mine_p2p) else  # no call placed: unknown, not 0
+               if not run.can("node_p2p") or (unplaced["calls"].get(host, 0) and not len(mine_p2p)) else  # unknown
                {"p2p_intra_bytes": int(intra["sent"].sum()), "p2p_intra_ns": int(intra["time_ns"].sum()),
                 "p2p_inter_sent_bytes": int(cross["sent"].sum()),
                 "p2p_inter_received_bytes": int(cross["received"].sum()), "p2p_inter_ns": int(cross["time_ns"].sum())}),
             "p2p_no_partner_sent_bytes": int(unplaced["sent"].get(host, 0)),
             "p2p_no_partner_ns": int(unplaced["time_ns"].get(host, 0)),
-            "coll_intra_bytes": int(c_in["bytes"].sum()), "coll_intra_ns": int(c_in["time_ns"].sum()),
-            "coll_inter_bytes": int(c_out["bytes"].sum()), "coll_inter_ns": int(c_out["time_ns"].sum()),
+            **({"coll_intra_bytes": int(c_in["bytes"].sum()), "coll_intra_ns": int(c_in["time_ns"].sum()),
+                "coll_inter_bytes": int(c_out["bytes"].sum()), "coll_inter_ns": int(c_out["time_ns"].sum())} if timed
+               else dict.fromkeys(("coll_intra_bytes", "coll_intra_ns", "coll_inter_bytes", "coll_inter_ns"))),
             "inter_bytes_per_s": float(through["bytes"].sum()) / time * 1e9 if time > 0 else float("nan"),
         })
     return pd.DataFrame(rows)

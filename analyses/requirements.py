@@ -11,6 +11,8 @@ A store's *capabilities* (:data:`CAPABILITIES`) come from its manifest and its M
   Receiver, a parameter server's star).
 * ``collectives``: collective calls on two or more ranks of a timeline (Wait at Barrier, Wait at N x N, ...).
 * ``mpi_calls``: ``messages`` or ``collectives``.
+* ``p2p_partners``: the partner of every point-to-point call: a timeline's calls (a call not there was not made),
+  or per-call totals that name the partner rank (IPM's hash entries), on at least one rank.
 * ``hosts``: ranks on two or more hosts (the manifest's ``host`` of each rank), for the analyses across nodes.
 * ``staleness_log``: the staleness of each applied gradient (the workload's gradients.csv, or counters named
   ``staleness``).
@@ -37,6 +39,7 @@ CAPABILITIES: dict[str, str] = {
     "messages": "point-to-point calls with their partner ranks, on two or more ranks",
     "collectives": "collective calls on two or more ranks",
     "mpi_calls": "MPI point-to-point or collective calls on two or more ranks",
+    "p2p_partners": "the partner rank of each point-to-point call (a timeline's calls, or totals per partner)",
     "staleness_log": "a staleness log (the staleness of each applied gradient)",
     "hosts": "ranks on two or more hosts",
     "device": "device work (kernels, copies or collectives on a device lane)",
@@ -59,13 +62,15 @@ class Requirement:
     """An analysis (``title``, in a person's words) and the capabilities every store it reads must hold.
 
     ``min_stores``: how many stores it compares (a scaling study needs runs at two or more worker counts);
-    ``series``: what those stores must differ in, in words.
+    ``series``: what those stores must differ in, in words; ``part_of``: the analysis it is a part of (a column
+    group of its table), judged only on the stores that one is made from.
     """
 
     title: str
     needs: frozenset[str] = frozenset()
     min_stores: int = 1
     series: str = ""
+    part_of: str = ""
 
 
 @dataclass(frozen=True)
@@ -98,7 +103,12 @@ ANALYSES: dict[str, Requirement] = {
     "wait_states": Requirement("wait-state times per rank (Scalasca's patterns)",
                                frozenset({"timeline", "mpi_calls"})),
     "timeline_figures": Requirement("per-rank timeline figures", frozenset({"timeline"})),
-    "node_traffic": Requirement("traffic within and between nodes, per node", frozenset({"mpi_calls", "hosts"})),
+    "node_traffic": Requirement("per-node view (time and traffic of each node)", frozenset({"totals", "hosts"})),
+    "node_p2p": Requirement("point-to-point traffic within and between nodes, per node",
+                            frozenset({"p2p_partners", "hosts"}), part_of="node_traffic"),
+    "node_collectives": Requirement("collectives within and spanning nodes, and the bandwidth of the messages "
+                                    "between nodes, per node (instances and transfers matched in time)",
+                                    frozenset({"timeline", "hosts"}), part_of="node_traffic"),
     "scaling": Requirement("scaling study (Chang's Lemma 3.1)", frozenset({"timeline"}), min_stores=2,
                            series="runs of one job at two or more worker counts"),
 }
@@ -161,7 +171,7 @@ def capabilities(store, message_ranks: int = 0, collective_ranks: int = 0) -> tu
     if len({str(store.rank_info(r).get("host") or "") for r in ranks} - {""}) >= 2:
         have.add("hosts")
     if ranks and not aggregate:
-        have.add("timeline")
+        have.update({"timeline", "p2p_partners"})
         if message_ranks >= 2:
             have.add("messages")
         if collective_ranks >= 2:
@@ -170,6 +180,8 @@ def capabilities(store, message_ranks: int = 0, collective_ranks: int = 0) -> tu
             have.add("mpi_calls")
     elif aggregate and len(aggregate) == len(ranks):
         have.add("aggregates")
+        if message_ranks:
+            have.add("p2p_partners")
     return frozenset(have), describe_holding(store, aggregate)
 
 

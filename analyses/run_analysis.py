@@ -336,10 +336,12 @@ def reduce_summaries(store: TraceStore, summaries: Iterable, total: int | None =
 
 
 def not_made(runs: list[RunAnalysis]) -> list[Skipped]:
-    """The analyses other than the detectors that could not be made from ``runs``, with the reason."""
+    """The analyses other than the detectors that could not be made from ``runs``, with the reason (a part of an
+    analysis only where the analysis is made: the per-node view's columns on a store with ranks on two hosts)."""
     out = []
     for key, requirement in ANALYSES.items():
-        out.extend(check(key, requirement, runs)[1])
+        judged = [r for r in runs if r.can(requirement.part_of)] if requirement.part_of else runs
+        out.extend(check(key, requirement, judged)[1])
     return out + gpu_not_made(runs) + host_not_made(runs)
 
 

@@ -28,8 +28,10 @@ def min_bytes(thresholds=None) -> float:
 
 
 def node_frame(run, thresholds=None) -> pd.DataFrame:
-    """The per-node table of ``run`` (empty when its ranks are not on two or more hosts)."""
-    if "hosts" not in run.capabilities:
+    """The per-node table of ``run`` (empty where the per-node view is not made: ranks on fewer than two hosts;
+    its column groups each where the store holds what they need, see :func:`~ddltrace.analyses.node_traffic.
+    node_table`)."""
+    if not run.can("node_traffic"):
         return pd.DataFrame()
     from ddltrace.analyses.node_traffic import node_table
 
@@ -76,7 +78,7 @@ def render_nodes(run, thresholds=None) -> list[str]:
                      *([f"{format_bytes(row['p2p_no_partner_sent_bytes'])} in {format_ns(row['p2p_no_partner_ns'])}"]
                        if unplaced else []),
                      *[f"{format_bytes(row[f'{k}_bytes'])} in {format_ns(row[f'{k}_ns'])}"
-                       for k in ("coll_intra", "coll_inter")],
+                       if pd.notna(row[f"{k}_bytes"]) else "-" for k in ("coll_intra", "coll_inter")],
                      f"{three_digits(rate / 1e6)} MB/s" if math.isfinite(rate) else "-"])
     widths = [max(len(x) for x in column) for column in zip(header, *rows, strict=True)]
     lines = ["  ".join(x.ljust(w) for x, w in zip(line, widths, strict=True)).rstrip() for line in [header, *rows]]

@@ -20,9 +20,14 @@ present = [pytest.param(p, id=f"{p.name}") for p in IPM_FILES if p.exists()]
 pytestmark = pytest.mark.skipif(not present, reason="shared IPM profiles absent")
 
 
+P2P = {"MPI_Send", "MPI_Isend", "MPI_Recv", "MPI_Irecv", "MPI_Ssend", "MPI_Issend", "MPI_Bsend", "MPI_Ibsend",
+       "MPI_Rsend", "MPI_Irsend", "MPI_Mrecv", "MPI_Imrecv"}
+
+
 def _tasks(path: Path) -> dict[int, dict]:
-    """Each task's figures straight from the XML: wall and MPI time (s), start stamp, host, and per MPI call
-    name the summed time (s), count and bytes of its <func> entries."""
+    """Each task's figures straight from the XML: wall and MPI time (s), start stamp, host, per MPI call name the
+    summed time (s), count and bytes of its <func> entries, and per point-to-point call name the partners
+    (``orank``) of its <hent> hash entries."""
     tasks = {}
     for task in ET.parse(path).getroot().iter("task"):
         perf = task.find("perf")
@@ -32,9 +37,14 @@ def _tasks(path: Path) -> dict[int, dict]:
             entry[0] += float(func.text)
             entry[1] += int(float(func.get("count", 0)))
             entry[2] += int(float(func.get("bytes", 0)))
+        partners: dict[str, set[int]] = {}
+        for hent in task.iter("hent"):
+            if hent.get("call") in P2P:
+                partners.setdefault(hent.get("call"), set()).add(int(hent.get("orank")))
         tasks[int(task.get("mpi_rank"))] = {
             "wtime": float(perf.get("wtime")), "mtime": float(perf.get("mtime")),
-            "stamp_init": float(task.get("stamp_init")), "host": task.findtext("host").strip(), "calls": calls}
+            "stamp_init": float(task.get("stamp_init")), "host": task.findtext("host").strip(), "calls": calls,
+            "partners": partners}
     return tasks
 
 
@@ -62,13 +72,17 @@ def test_every_rank_holds_the_files_times_per_mpi_call(imported):
     timeline = store.timeline()
     for rank, task in tasks.items():
         rows = timeline[timeline["rank"] == rank]
-        durations = dict(zip(rows["name"], rows["dur_ns"], strict=True))
-        assert len(durations) == len(rows) == 1 + len(task["calls"])  # "compute" and one row per call name
+        # "compute", one row per partner of a point-to-point call (its hash entries' orank), one per other call
+        assert len(rows) == 1 + sum(len(task["partners"].get(name, ())) or 1 for name in task["calls"])
+        durations = rows.groupby("name")["dur_ns"].sum().to_dict()
         assert durations.pop("compute") == round(max(task["wtime"] - task["mtime"], 0.0) * 1e9)
         assert durations == {name: round(time * 1e9) for name, (time, _, _) in task["calls"].items()}
         calls = rows[rows["name"] != "compute"]
-        assert dict(zip(calls["name"], calls["bytes"].astype(int), strict=True)) == {
+        assert calls.groupby("name")["bytes"].sum().astype(int).to_dict() == {
             name: nbytes for name, (_, _, nbytes) in task["calls"].items()}
+        for name, partners in task["partners"].items():
+            assert set(calls.loc[calls["name"] == name, "peer"].astype(int)) == partners
+        assert calls.loc[~calls["name"].isin(task["partners"]), "peer"].isna().all()
         assert rows.loc[rows["name"] == "compute", "bytes"].isna().all()  # compute moves no payload
         info = store.rank_info(rank)
         assert info["wtime_s"] == task["wtime"] and info["mpi_time_s"] == task["mtime"]
@@ -98,11 +112,13 @@ def test_the_whole_jobs_mpi_time_per_call_is_the_files(imported):
 
 
 def test_no_rank_is_read_back_for_an_alignment_without_messages(imported):
-    """IPM profiles hold totals, no messages: the ranks are on several hosts (alignment is tried), the manifest
-    says no messages bound the clocks, and no rank's timeline was read back to look for any."""
+    """IPM profiles hold totals, no messages (their partners, but no send or receive time): the ranks are on
+    several hosts (alignment is tried), the manifest says nothing bounds the clocks, and no rank's timeline was
+    read back to look for messages."""
     _, tasks, store, reads = imported
     assert len({t["host"] for t in tasks.values()}) > 1
     assert reads == []
     notes = " ".join(store.manifest["notes"])
     assert "not attempted, the input holds no send/receive pairs" in notes and "times left as recorded" in notes
+    assert "(per-call totals, with no send or receive times)" in notes
     assert store.manifest["clock"]["offsets_ns"] == {}

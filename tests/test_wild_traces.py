@@ -37,6 +37,7 @@ import pytest
 from interval_truth import union_ns
 from shared_data import CORPUS_DIRS
 
+from ddltrace.analyses.wait_states import P2P
 from ddltrace.cli import main
 from ddltrace.collectors.importers.kineto import ANNOTATION_CAT, HOST_CATS
 from ddltrace.store import TraceStore
@@ -460,7 +461,8 @@ def test_info_device_side(folder, runs):
 
 @pytest.mark.parametrize("folder", FOLDERS)
 def test_ipm_compute_per_rank(folder, runs):
-    """IPM: per rank, info's compute is the file's wtime - mtime to 1 us; one row per MPI call name."""
+    """IPM: per rank, info's compute is the file's wtime - mtime to 1 us; one row per MPI call name, and per
+    partner of a point-to-point call (its hash entries' orank)."""
     xmls = _trace_files(folder) if folder is not None else []
     if not (len(xmls) == 1 and xmls[0].suffix == ".xml" and b"<ipm_job_profile" in xmls[0].open("rb").read(4096)):
         pytest.skip("not an IPM profile")
@@ -471,7 +473,9 @@ def test_ipm_compute_per_rank(folder, runs):
     for task in tasks:
         perf = task.find("perf")
         calls = {f.get("name") for f in task.iter("func")}
-        truth[int(task.get("mpi_rank"))] = (Decimal(perf.get("wtime")) - Decimal(perf.get("mtime")), len(calls))
+        p2p = {(h.get("call"), h.get("orank")) for h in task.iter("hent") if h.get("call") in P2P}
+        rows = len(calls) + len(p2p) - len({call for call, _ in p2p})  # a point-to-point call: a row per partner
+        truth[int(task.get("mpi_rank"))] = (Decimal(perf.get("wtime")) - Decimal(perf.get("mtime")), rows)
     info = json.loads(run["info --json"][1])
     assert info["world_size"] == len(truth)
     rows = store.timeline().groupby("rank").size().to_dict()

@@ -1,9 +1,17 @@
 """IPM XML profiles (``<ipm_job_profile>``): per rank, wall time and the total time in each MPI call.
 
 IPM keeps no time line, only totals. Each rank becomes one aggregate lane: the time outside MPI
-(``wtime - mtime``, named "compute") followed by every MPI call's total, laid end to end from the rank's
-start stamp, so per-category sums give the compute / barrier / wait ratios of Hashemi et al.'s Figure 5.
-The rank's manifest entry says ``aggregate: true``.
+(``wtime - mtime``, named "compute") followed by every MPI call's total (its ``<func>`` entry: time, bytes,
+count), laid end to end from the rank's start stamp, so per-category sums give the compute / barrier / wait
+ratios of Hashemi et al.'s Figure 5. The rank's manifest entry says ``aggregate: true``.
+
+A point-to-point call (send or receive) is one row per partner rank instead, its ``peer`` the partner: IPM's
+hash entries (``<hent call= bytes= orank= count=>time ...``) give each partner's calls, bytes per call and time.
+Each partner's row holds its hash entries' share of the ``<func>`` entry's time and bytes (in whole ns and
+bytes, the remainders to the largest shares), so a call's rows still sum to the file's total; on
+ipm_hunold_1494937738 the hash entries' own sums agree with the ``<func>`` totals to the file's five significant
+digits (counts exactly). The partners place each node's point-to-point traffic within and between nodes
+(:mod:`~ddltrace.analyses.node_traffic`); with no times per call they are not messages to match.
 """
 
 from __future__ import annotations
@@ -42,7 +50,36 @@ def _float(element, name: str, where: str) -> float:
     return _number(element.get(name), f"attribute {name}", where)
 
 
-def _task_part(task, ctx: ImportContext, path: Path) -> RankPart:
+def _partners(task, where: str, p2p: frozenset[str]) -> dict[str, dict[int, list[float]]]:
+    """Per point-to-point call name (one of ``p2p``), per partner rank (``orank``): [time (s), bytes] summed
+    over the task's hash entries (bytes per call times count)."""
+    out: dict[str, dict[int, list[float]]] = {}
+    for hent in task.iter("hent"):
+        name = hent.get("call")
+        if name not in p2p or hent.get("orank") is None:
+            continue
+        what = f"{name} hash entry"
+        partner = int(_number(hent.get("orank"), f"{what} orank", where))
+        count = _number(hent.get("count") or 0, f"{what} count", where)
+        times = (hent.text or "0").split()
+        entry = out.setdefault(name, {}).setdefault(partner, [0.0, 0.0])
+        entry[0] += _number(times[0] if times else "0", f"{what} time (s)", where)
+        entry[1] += _number(hent.get("bytes") or 0, f"{what} bytes", where) * count
+    return out
+
+
+def _shares(total: int, weights: list[float]) -> list[int]:
+    """``total`` split in whole units in proportion to ``weights`` (equally when they are all 0), the remainder
+    to the largest fractions: the parts sum to ``total``."""
+    weight = float(sum(weights))
+    exact = [total * w / weight for w in weights] if weight > 0 else [total / len(weights)] * len(weights)
+    parts = [int(x) for x in exact]
+    for i in sorted(range(len(exact)), key=lambda i: parts[i] - exact[i])[:total - sum(parts)]:
+        parts[i] += 1
+    return parts
+
+
+def _task_part(task, ctx: ImportContext, path: Path, p2p: frozenset[str]) -> RankPart:
     where = f"{path}: task mpi_rank={task.get('mpi_rank')}"
     rank = int(_number(task.get("mpi_rank"), "mpi_rank", where))
     start_ns = int(round(_float(task, "stamp_init", where) * 1e9))
@@ -57,16 +94,24 @@ def _task_part(task, ctx: ImportContext, path: Path) -> RankPart:
         entry[0] += _number((func.text or "0").strip(), f"{name} time (s)", where)
         entry[1] += _number(func.get("bytes") or 0, f"{name} bytes", where)
         entry[2] += int(_number(func.get("count") or 0, f"{name} count", where))
+    partners = _partners(task, where, p2p)
     names = ["compute", *funcs]
-    durs = [max(wtime - mtime, 0.0)] + [v[0] for v in funcs.values()]
-    dur_ns = np.rint(np.array(durs) * 1e9).astype(np.int64)
+    keys, durs, sizes, peers = [0], [int(round(max(wtime - mtime, 0.0) * 1e9))], [0], [-1]  # -1: no partner
+    for key, (name, (time_s, nbytes, _)) in enumerate(funcs.items(), 1):
+        by = partners.get(name) or {-1: [time_s, nbytes]}  # a call with no partner: one row
+        keys += [key] * len(by)
+        durs += _shares(int(round(time_s * 1e9)), [v[0] for v in by.values()])
+        sizes += _shares(int(nbytes), [v[1] for v in by.values()])
+        peers += list(by)
+    dur_ns = np.array(durs, dtype=np.int64)
     starts = start_ns + np.concatenate([[0], np.cumsum(dur_ns)[:-1]]).astype(np.int64)
-    nbytes = numbers(np.array([0] + [int(v[1]) for v in funcs.values()], dtype=np.int64), pa.int64(),
-                     np.arange(len(names)) == 0)  # "compute" moves no payload
-    timeline = build_timeline(rank=rank, lane_codes=np.zeros(len(names), dtype=np.int64),
-                              lane_table=["ipm totals"], key_codes=np.arange(len(names)),
+    missing_peer = np.array(peers) < 0
+    extra = {"bytes": numbers(np.array(sizes, dtype=np.int64), pa.int64(), np.arange(len(keys)) == 0),
+             "peer": numbers(np.where(missing_peer, 0, peers), pa.int32(), missing_peer)}  # compute: no payload
+    timeline = build_timeline(rank=rank, lane_codes=np.zeros(len(keys), dtype=np.int64),
+                              lane_table=["ipm totals"], key_codes=np.array(keys),
                               key_table=[("", n) for n in names], start_ns=starts, dur_ns=dur_ns, fmt="ipm",
-                              ctx=ctx, extra={"bytes": nbytes})
+                              ctx=ctx, extra=extra)
     host = task.findtext("host", default="").strip()
     info = {"format": "ipm", "file": str(path), "host": host, "aggregate": True, "wtime_s": wtime,
             "mpi_time_s": mtime, "calls": {n: v[2] for n, v in funcs.items()}}
@@ -75,6 +120,8 @@ def _task_part(task, ctx: ImportContext, path: Path) -> RankPart:
 
 def read(path: Path, ctx: ImportContext):
     import xml.etree.ElementTree as ET  # here, not at the top: every import run loads the importers' modules
+
+    from ddltrace.collectors.importers.align import MPI_RECVS, MPI_SENDS  # (no pandas: an import loads none)
 
     source = ByteSource(path)
     parser = ET.XMLPullParser(events=("end",))
@@ -87,7 +134,7 @@ def read(path: Path, ctx: ImportContext):
                     continue
                 tasks += 1
                 try:
-                    part = _task_part(element, ctx, path)
+                    part = _task_part(element, ctx, path, frozenset(MPI_SENDS | MPI_RECVS))
                 except (ValueError, TypeError) as exc:
                     if ctx.report is not None:
                         ctx.report.skipped["IPM task with unreadable numbers"] += 1

@@ -330,7 +330,7 @@ def _set_rank(part, rank: int) -> None:
 def _add(store, part, clocks: dict, exchanging: set[int]) -> None:
     """Write a part's rank (as the Arrow table the importer made: no pandas), merging with what earlier files
     gave the same rank; note it in ``exchanging`` when it holds MPI sends or receives that clock alignment could
-    pair."""
+    pair (not per-call totals: IPM's name their partners, but a total has no send or receive time)."""
     import pyarrow as pa
 
     from ddltrace.collectors.importers.align import has_point_to_point
@@ -349,7 +349,7 @@ def _add(store, part, clocks: dict, exchanging: set[int]) -> None:
             info["peer_identities"] = {**old.get("peer_identities", {}), **info.get("peer_identities", {})}
     store.add_rank(rank, timeline, part.counter_table, save=False, group=True, **info)  # small ranks: one file
     clocks.setdefault(part.clock, set()).add(rank)
-    if has_point_to_point(part.table):
+    if has_point_to_point(part.table) and not info.get("aggregate"):  # per-call totals have no times to pair
         exchanging.add(rank)
 
 
@@ -393,8 +393,11 @@ def _align_clocks(store, mode: str, messages, exchanging: set[int]) -> None:
         return
     why = f"ranks on {len(hosts)} hosts" if mode == "auto" else "--align messages"
     if messages is None and not exchanging:
+        totals = any(store.rank_info(r).get("aggregate") for r in store.ranks)
+        held = ("per-call totals, with no send or receive times" if totals else
+                "no matched messages, no MPI send or receive naming its peer")
         notes.append(f"clock alignment ({why}): not attempted, the input holds no send/receive pairs to bound the "
-                     "clocks by (no matched messages, no MPI send or receive naming its peer); times left as recorded")
+                     f"clocks by ({held}); times left as recorded")
         return
     import pandas as pd
 
