@@ -19,6 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from clock_truth import check_rank_clocks, cli_output
 from cluster_jobs import MPIEXEC, NEEDS_CLUSTER, run_on_cluster
 
 from ddltrace.cli import main
@@ -111,6 +112,25 @@ def test_an_injected_node_clock_offset_is_removed_within_the_uncertainty(cluster
         assert abs(offset + injected) <= uncertainty, (rank, offset, uncertainty)
         fin, fin_unc = clock["finalize_offsets_ns"][str(rank)], clock["finalize_uncertainty_ns"][str(rank)]
         assert abs(fin + injected) <= fin_unc, (rank, fin, fin_unc)
+
+
+
+def test_info_shows_the_ranks_and_the_nodes_clock_offsets(cluster_run, capsys):
+    """``info`` prints each rank's offset as the PMPI ping-pong measured it (node 1's ranks about -5 ms, the injected
+    offset) and each node's as its agent's ping-pong with the launching process measured it, as the manifest has
+    them (tests/clock_truth.py)."""
+    _, store, _ = cluster_run
+    check_rank_clocks(capsys, store.path)
+    clock = store.manifest["clock"]
+    doc = json.loads(cli_output(capsys, "info", store.path, "--json"))["clock"]
+    nodes = next(g for g in doc["groups"] if g["kind"] == "node")
+    assert nodes["method"] == clock["node_method"] and nodes["reference"] == "the launching process's clock"
+    assert {o["who"]: (o["offset_ns"], o["uncertainty_ns"], o["end_offset_ns"], o["end_uncertainty_ns"])
+            for o in nodes["offsets"]} == {
+        host: (clock["node_offsets_ns"][host], clock["node_uncertainty_ns"][host], clock["node_end_offsets_ns"][host],
+               clock["node_end_uncertainty_ns"][host]) for host in clock["node_offsets_ns"]}
+    rank2 = next(o for o in doc["groups"][0]["offsets"] if o["who"] == "2")
+    assert abs(rank2["offset_ns"] + OFFSET_NS) <= rank2["uncertainty_ns"]
 
 
 def test_python_stacks_are_taken_inside_each_node(cluster_run):
