@@ -76,7 +76,10 @@ def test_traffic_within_and_between_hosts(store):
 
 def test_a_link_below_the_calibrated_bandwidth(store, tmp_path, capsys):
     run = analyze_store(store.path)
-    assert not [f for f in detect([run], Thresholds())[0] if f.id == "slow_link"]  # one pair: nothing to compare
+    found, skipped = detect([run], Thresholds())
+    assert not [f for f in found if f.id == "slow_link"]  # one pair: nothing to compare it with, and it says so
+    (short,) = [s for s in skipped if s.analysis == "slow_link"]  # (it was passed over in silence)
+    assert short.holds == "one pair of nodes (A - B)" and "--profile" in short.needs
     run.link_bytes_per_s = 1e9  # 1 GB/s calibrated; the pair moved 4 MiB in 40 ms (105 MB/s)
     found = [f for f in detect([run], Thresholds())[0] if f.id == "slow_link"]
     assert len(found) == 1 and "A - B" in found[0].title and "'s link" not in found[0].title
