@@ -382,7 +382,7 @@ class TraceStore:
                             "integer from -1, the machine); left out")
         world_problem = self._world_size()[1]
         for problem in [*problems, *([world_problem] if world_problem else [])]:
-            warnings.warn(problem, DamagedStoreWarning, stacklevel=2)
+            warnings.warn(problem, DamagedStoreWarning, stacklevel=3)
 
     def rank_info(self, rank: int) -> dict:
         """Per-rank metadata: events, start_ns, end_ns, host, role, how the rank ended."""
