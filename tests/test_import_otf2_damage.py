@@ -12,7 +12,7 @@ from ddltrace.store import TraceStore
 CALLS = 2000  # MPI_Allreduce calls per rank: a few OTF2 chunks per location
 
 
-def _write_archive(folder) -> None:
+def _write_archive(folder, calls: int = CALLS) -> None:
     otf2 = pytest.importorskip("otf2")
     with otf2.writer.open(str(folder), timer_resolution=10**9) as w:
         d = w.definitions
@@ -22,7 +22,7 @@ def _write_archive(folder) -> None:
         work, allreduce = d.region("compute"), d.region("MPI_Allreduce")
         for rank, loc in enumerate(locs):
             ew = w.event_writer_from_location(loc)
-            for i in range(CALLS):
+            for i in range(calls):
                 t = 1_000_000 + i * 10_000 + rank * 7
                 ew.enter(t, work)
                 ew.leave(t + 6_000, work)
@@ -36,8 +36,12 @@ def _calls(store) -> dict[int, list]:
             for rank, tl in opened.iter_timeline()}
 
 
-@pytest.mark.parametrize("damage", ["missing", "cut"])
+@pytest.mark.parametrize("damage", ["missing", "cut", "short"])
 def test_one_damaged_location_is_named_and_the_other_ranks_are_whole(tmp_path, capsys, damage):
+    """missing: rank 1's event file deleted; cut: cut in the middle of a chunk (the library stops with an error,
+    or, depending on what lies past the end of its buffer, without one: both are named); short: replaced by the
+    whole file of a run half as long, which the library reads to its end without an error, so only the number of
+    events rank 1's definition declares (4 x CALLS) tells that some are missing."""
     folder = tmp_path / "archive"
     _write_archive(folder)
     anchor = next(folder.glob("*.otf2"))
@@ -47,12 +51,23 @@ def test_one_damaged_location_is_named_and_the_other_ranks_are_whole(tmp_path, c
     evt = anchor.with_suffix("") / "1.evt"
     if damage == "missing":
         evt.unlink()
-    else:
+    elif damage == "cut":
         evt.write_bytes(evt.read_bytes()[:evt.stat().st_size // 2])
+    else:
+        _write_archive(tmp_path / "half", CALLS // 2)
+        evt.write_bytes((tmp_path / "half" / evt.relative_to(folder)).read_bytes())
     capsys.readouterr()
     assert main(["import", str(anchor), "--out", str(tmp_path / "damaged")]) == 0
     out = capsys.readouterr().out
-    assert f"problem: {anchor}: rank 1 (Master thread): OTF2 events unreadable after its event" in out, out
+    named = f"problem: {anchor}: rank 1 (Master thread): "
+    if damage == "short":
+        assert (f"{named}OTF2 event data ends after {4 * (CALLS // 2)} of the {4 * CALLS} events its definition "
+                "declares (its event file was cut short); the events before it are kept") in out, out
+    elif damage == "missing":
+        assert f"{named}OTF2 events unreadable after its event 0" in out, out
+    else:
+        assert f"{named}OTF2 events unreadable after its event" in out or f"{named}OTF2 event data ends after" in out
+    assert out.count(named) == 1, out  # named once
     damaged = _calls(tmp_path / "damaged")
     assert damaged[0] == clean[0] and damaged[2] == clean[2]  # the other ranks whole, to the ns
     kept = damaged.get(1, [])

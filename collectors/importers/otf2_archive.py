@@ -97,9 +97,11 @@ class _Fold:
         self.skipped: Counter = Counter()
         self.events = 0
         self.rank_events: Counter = Counter()
+        self.location_events: Counter = Counter()  # by the location's reference
 
     def add(self, location, event) -> None:
         self.events += 1
+        self.location_events[location._ref] += 1
         rank = _rank_of(location)
         self.rank_events[rank] += 1
         state = self.per_rank.setdefault(rank, {"stacks": {}, "rows": [], "host": "", "lanes": {}})
@@ -139,7 +141,8 @@ def _rank_of(location) -> int:
 
 def _read(path: Path, location_ref: int | None = None) -> tuple[_Fold, str | None, list]:
     """The archive's events (of one location where ``location_ref`` is given) folded; the reason the event data
-    stopped early (damaged, or a location file missing), or None; and (ref, rank, name) of every location."""
+    stopped early (damaged, or a location file missing), or None; and (ref, rank, name, events its definition
+    declares) of every location."""
     otf2, damaged = _load()
     said: list[str] = []
     with contextlib.ExitStack() as opened:
@@ -154,9 +157,9 @@ def _read(path: Path, location_ref: int | None = None) -> tuple[_Fold, str | Non
                 stream = iter(events)
         except Exception as exc:  # the C library reports any damage as a generic error
             raise DdltraceError(f"{path}: not a readable OTF2 archive ({_reason(exc, said)})") from exc
-        where = [(loc._ref, _rank_of(loc), loc.name or f"location {loc._ref}") for loc in locations]
-        declared = sum(int(loc.number_of_events or 0) for loc in locations
-                       if location_ref is None or loc._ref == location_ref)
+        where = [(loc._ref, _rank_of(loc), loc.name or f"location {loc._ref}", int(loc.number_of_events or 0))
+                 for loc in locations]
+        declared = sum(count for ref, _, _, count in where if location_ref is None or ref == location_ref)
         opened.enter_context(_library_quiet(said))
         while True:
             try:
@@ -180,7 +183,7 @@ def _read_each_location(path: Path, where: list, whole: _Fold, problems: list[st
     """Every location read on its own into ``whole`` (an empty fold; the global reader stops every location at
     the first damage in any): a damaged location keeps the events before its damage and is named in
     ``problems``."""
-    for ref, rank, name in where:
+    for ref, rank, name, _ in where:
         try:
             fold, why, _ = _read(path, ref)
         except DdltraceError as exc:
@@ -190,6 +193,7 @@ def _read_each_location(path: Path, where: list, whole: _Fold, problems: list[st
                             f"({why}); " + ("the events before it are kept" if fold.events else "none kept"))
             fold.skipped["OTF2 locations with damaged event data"] += 1
         whole.rank_events.update(fold.rank_events)
+        whole.location_events.update(fold.location_events)
         whole.skipped.update(fold.skipped)
         for r, state in fold.per_rank.items():
             mine = whole.per_rank.setdefault(r, {"stacks": {}, "rows": [], "host": state["host"], "lanes": {}})
@@ -199,10 +203,25 @@ def _read_each_location(path: Path, where: list, whole: _Fold, problems: list[st
     return whole
 
 
+def _cut_short(path: Path, where: list, fold: _Fold, named: str) -> list[str]:
+    """One problem per location whose events end, without an error from the library, before the number its
+    definition declares (the writer counts them as it closes the archive): its event file was cut at a chunk's end
+    or replaced. ``named``: the problems already said (a location named there is not named again)."""
+    short = []
+    for ref, rank, name, declared in where:
+        got = fold.location_events[ref]
+        if got < declared and f"rank {rank} ({name})" not in named:
+            fold.skipped["OTF2 locations with damaged event data"] += 1
+            short.append(f"{path}: rank {rank} ({name}): OTF2 event data ends after {got} of the {declared} events "
+                         "its definition declares (its event file was cut short); " +
+                         ("the events before it are kept" if got else "none kept"))
+    return short
+
+
 def read(path: Path, ctx: ImportContext):
     fold, why, where = _read(path)
+    problems: list[str] = []
     if why is not None:  # each location on its own; a rank keeps what the global reader got where that is more
-        problems: list[str] = []
         each = _read_each_location(path, where, _Fold(fold.resolution, fold.offset), problems)
         for rank, count in fold.rank_events.items():
             if count > each.rank_events[rank]:
@@ -213,8 +232,9 @@ def read(path: Path, ctx: ImportContext):
         fold = each
         if not fold.events:
             raise DdltraceError(f"{path}: not a readable OTF2 archive ({why})")
-        if ctx.report is not None:
-            ctx.report.problems.extend(problems)
+    problems += _cut_short(path, where, fold, "\n".join(problems))
+    if ctx.report is not None:
+        ctx.report.problems.extend(problems)
     per_rank, events = fold.per_rank, fold.events
     if ctx.report is not None:
         ctx.report.skipped.update(fold.skipped)
