@@ -29,13 +29,13 @@ pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="MPI (the mpich wheel) n
 def test_quota_cleans_up_its_cgroups_and_processes(tmp_path):
     with cpu_quota.CpuQuota(0.5) as quota:
         sleeper = subprocess.Popen(quota.wrap(["sleep", "300"]))
-        for _ in range(100):  # the wrapper enters its cgroup, then execs sleep
-            groups = quota.throttled()
-            if groups:
+        group = f"pid{sleeper.pid}"
+        procs = quota.root / group / "cgroup.procs"
+        for _ in range(200):  # the wrapper makes its cgroup, sets the quota, enters it (the last step), execs sleep
+            if procs.exists() and str(sleeper.pid) in procs.read_text().split():
                 break
             subprocess.run(["sleep", "0.05"])
-        (group,) = groups
-        assert group == f"pid{sleeper.pid}"
+        assert list(quota.throttled()) == [group]
         assert (quota.root / group / "cpu.cfs_quota_us").read_text().strip() == "5000"
         assert (quota.root / group / "cpu.cfs_period_us").read_text().strip() == "10000"
         assert str(sleeper.pid) in (quota.root / group / "cgroup.procs").read_text().split()
