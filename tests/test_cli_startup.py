@@ -94,17 +94,22 @@ print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
 """
 
 
-def test_a_verb_run_loads_only_its_own_module_and_what_its_work_needs(tmp_path):
-    """``ddltrace import`` of a Kineto file: no other verb's module (the verb ``import`` lives in ``import_trace``:
-    the lookup by name once missed it and registered all 14 verbs, analyses and models included), and none of
-    the libraries only other formats or analyses need."""
-    trace = tmp_path / "rank0.pt.trace.json"
-    trace.write_text(json.dumps({
+def _write_kineto(path) -> None:
+    """A one-rank Kineto trace: a CPU op and the kernel it launched (device 0, stream 7)."""
+    path.write_text(json.dumps({
         "schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1, "backend": "nccl"},
         "traceEvents": [
             {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 5},
             {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 12, "dur": 3,
              "args": {"device": 0, "stream": 7, "correlation": 1}}]}))
+
+
+def test_a_verb_run_loads_only_its_own_module_and_what_its_work_needs(tmp_path):
+    """``ddltrace import`` of a Kineto file: no other verb's module (the verb ``import`` lives in ``import_trace``:
+    the lookup by name once missed it and registered all 14 verbs, analyses and models included), and none of
+    the libraries only other formats or analyses need."""
+    trace = tmp_path / "rank0.pt.trace.json"
+    _write_kineto(trace)
     child = subprocess.run([sys.executable, "-c", _IMPORT_CHILD, str(trace), str(tmp_path / "store")],
                            capture_output=True, text=True, check=True)
     report = json.loads(child.stdout.strip().splitlines()[-1])
@@ -141,12 +146,7 @@ def test_info_reads_a_store_without_pandas(tmp_path, capsys):
     from ddltrace.cli import main
 
     trace = tmp_path / "rank0.pt.trace.json"
-    trace.write_text(json.dumps({
-        "schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1, "backend": "nccl"},
-        "traceEvents": [
-            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 5},
-            {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 12, "dur": 3,
-             "args": {"device": 0, "stream": 7, "correlation": 1}}]}))
+    _write_kineto(trace)
     assert main(["import", str(trace), "--out", str(tmp_path / "kineto")]) == 0
     run = REPO / "sample_traces" / "ps-sgd" / "par-w4" / "store"
     lines = [[*verb, str(store)] for store in (run, tmp_path / "kineto") for verb in (["info"], ["info", "--json"])]

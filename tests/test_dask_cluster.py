@@ -294,6 +294,16 @@ def test_a_scheduler_lost_mid_run_is_one_line(tmp_path):
                      "while the tasks ran; run the command again once the scheduler answers"]
 
 
+def _analyze_with_a_worker_seeing(path, tmp_path, stores):
+    """``analyze`` of the ps store on a one-worker cluster whose worker has ``path`` first on its PYTHONPATH: the
+    finished command, the cluster (closed) and the worker's address."""
+    with LocalDaskCluster(tmp_path / "cluster", workers=1, env={"PYTHONPATH": str(path)}) as cluster:
+        child = subprocess.run([sys.executable, "-m", "ddltrace", "analyze", str(stores / "ps"), "--scheduler",
+                                cluster.address], capture_output=True, text=True, timeout=120)
+        worker = next(iter(cluster.client.scheduler_info()["workers"]))
+    return child, cluster, worker
+
+
 def test_workers_without_ddltrace_are_one_line_before_any_task(tmp_path, stores):
     """Workers whose Python finds another 'ddltrace' first (a package that fails to import, put in front by
     PYTHONPATH): exit 2 and one line naming a worker and what it lacks, before any task is sent (a task sent there
@@ -301,10 +311,7 @@ def test_workers_without_ddltrace_are_one_line_before_any_task(tmp_path, stores)
     fake = tmp_path / "elsewhere" / "ddltrace"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text('raise ImportError("not this ddltrace")\n')
-    with LocalDaskCluster(tmp_path / "cluster", workers=1, env={"PYTHONPATH": str(fake.parent)}) as cluster:
-        child = subprocess.run([sys.executable, "-m", "ddltrace", "analyze", str(stores / "ps"), "--scheduler",
-                                cluster.address], capture_output=True, text=True, timeout=120)
-        worker = next(iter(cluster.client.scheduler_info()["workers"]))
+    child, cluster, worker = _analyze_with_a_worker_seeing(fake.parent, tmp_path, stores)
     assert child.returncode == 2 and child.stdout == ""
     assert child.stderr.splitlines() == [
         f"ddltrace: error: --scheduler {cluster.address}: the worker at {worker} cannot import ddltrace (not this "
@@ -323,10 +330,7 @@ def test_a_worker_with_another_cloudpickle_is_one_line_before_any_task(tmp_path,
     fake = tmp_path / "elsewhere" / "cloudpickle-0.0.1.dist-info"
     fake.mkdir(parents=True)
     (fake / "METADATA").write_text("Metadata-Version: 2.1\nName: cloudpickle\nVersion: 0.0.1\n")
-    with LocalDaskCluster(tmp_path / "cluster", workers=1, env={"PYTHONPATH": str(fake.parent)}) as cluster:
-        child = subprocess.run([sys.executable, "-m", "ddltrace", "analyze", str(stores / "ps"), "--scheduler",
-                                cluster.address], capture_output=True, text=True, timeout=120)
-        worker = next(iter(cluster.client.scheduler_info()["workers"]))
+    child, cluster, worker = _analyze_with_a_worker_seeing(fake.parent, tmp_path, stores)
     assert child.returncode == 2 and child.stdout == ""
     assert child.stderr.splitlines() == [
         f"ddltrace: error: --scheduler {cluster.address}: the worker at {worker} has cloudpickle 0.0.1, while this "
