@@ -5,7 +5,11 @@ the start of the run) and the barrier/wait time that closes its initialisation (
 each against the rank number (least squares, with the t test of the slope). A staircase (CNTK's reader: rank 1 reads,
 then rank 2, ... while the others wait in MPI_Barrier) is a line with R^2 >= ``seq_init.r2_min`` (0.8), a slope
 significant at ``seq_init.p_max`` (1 %), and a spread (|slope| x rank range) of at least ``seq_init.spread_min``
-(25 %) of the initialisation phase and ``seq_init.spread_min_ns`` (1 ms). The fit is over the workers when there
+(25 %) of the job's initialisation and ``seq_init.spread_min_ns`` (1 ms). The job's initialisation is the median
+over the fitted ranks of :attr:`~ddltrace.analyses.phases.RankPhases.job_init_ns` (from the end of the rank's
+MPI_Init to the end of its initialisation phase, paper 002's term), as across runs; the MPI start-up before it
+(``startup_ns``: the rank's first event to the end of MPI_Init) is reported beside it (``startup_median``), not
+counted. The fit is over the workers when there
 are at least ``seq_init.min_ranks`` (4) of them (a parameter server sets up weights, not data), else over all
 ranks, and needs that many: on fewer ranks the detector is listed as not made, with the count.
 Ranks that start together and read in parallel finish in random order: no line, or a line too small to matter.
@@ -20,7 +24,8 @@ that at the smallest. The start-up before it (the rank's first event to the end 
 the launcher's work, which grows with the ranks on a shared machine too) is fitted the same way and reported beside
 it (``startup_*``), not counted in the finding.
 
-Severity: warning; error when initialisation is at least ``seq_init.error_share`` (50 %) of the run.
+Severity: warning; error when the job's initialisation is at least ``seq_init.error_share`` (50 %) of the run (the
+first event of any rank to the last).
 
 Cost: within a run, the staircase's spread (|slope| x rank range: how much later the last rank's initialisation
 ended than the first's, time every rank waits); across runs, the initialisation time at the largest w minus that
@@ -86,7 +91,8 @@ def within_run(run, th) -> list[Finding | Skipped]:
                          "initialisation against its rank number (seq_init.min_ranks)", counted(len(table), "rank"))]
     ranks = table.index.to_numpy()
     t0 = table["start_ns"].min()
-    init_ns = float(np.median(table["init_ns"]))
+    init_ns = float(np.median(table["job_init_ns"]))  # the job's own, from the end of MPI_Init
+    startup_ns = float(np.median(table["startup_ns"]))
     run_ns = max(run.run_span_ns, 1)
     measures = {
         "init_work_end": ("end of each rank's own initialisation work", table["init_work_end_ns"] - t0),
@@ -110,8 +116,10 @@ def within_run(run, th) -> list[Finding | Skipped]:
     return [Finding(
         id="sequential_init",
         title=f"Sequential initialisation: ranks initialise one after another ({order} rank order), "
-              f"{Quantity(abs(fit.slope), 'ns/rank')} apart; initialisation is {Quantity(share, 'fraction')} "
-              f"of the run (fitted: {what} against rank)",
+              f"{Quantity(abs(fit.slope), 'ns/rank')} apart; the job's initialisation (from the end of MPI_Init to "
+              f"the first step, median rank) is {Quantity(init_ns, 'ns')}, {Quantity(share, 'fraction')} of the "
+              f"run; MPI start-up before it (first event to the end of MPI_Init) {Quantity(startup_ns, 'ns')} "
+              f"(fitted: {what} against rank)",
         severity="error" if share >= th["seq_init.error_share"] else "warning",
         evidence={
             "slope": Quantity(float(fit.slope), "ns/rank"),
@@ -121,6 +129,7 @@ def within_run(run, th) -> list[Finding | Skipped]:
             "spread": Quantity(spread, "ns"),
             "init_median": Quantity(init_ns, "ns"),
             "init_share_of_run": Quantity(share, "fraction"),
+            "startup_median": Quantity(startup_ns, "ns"),
             "ranks_fitted": Quantity(len(ranks), "ranks"),
         },
         ranks=[int(r) for r in ranks],

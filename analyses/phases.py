@@ -35,6 +35,18 @@ before returning (``ddltrace_clock_sync``), the rank's first event when it trace
 initialisation) is the job's own initialisation, paper 002's initialisation term (reading this rank's data,
 setting up, up to the first batch; its model's T_disk).
 
+**A parameter server's steps.** A server computes no step of its own: it answers its workers' pulls and receives
+their gradients in whatever order they come, so one cycle of its repeating pattern is a count of calls with no
+meaning in the job (straggler-w4's server repeats a pattern of 9 calls, 3 gradients, and read 171 "steps" for the
+514 gradients it received). Once roles are known (:func:`~ddltrace.analyses.run_analysis.analyze_store`), a server
+rank's steps are its gradients: :func:`gradient_steps` makes one step per gradient received in its steady state
+(``step_unit`` "gradient"), each from the end of the previous gradient's receive (the first from the start of the
+steady state) to the end of its own, so ``steps`` counts the gradients and ``step_median_ns`` is the median time
+between two. A gradient is a receive of the largest message the server receives from a partner in its steady state
+(:func:`largest_receive_ends`; the pulls' requests and the workers' end-of-work messages are small). Under asynchronous
+SGD each gradient is one update; n-softsync and hardsync apply n gradients per update, outside MPI, so the trace shows
+the gradients, not the updates. A server with step markers keeps them.
+
 Times are nanoseconds on the run's common clock. ``init_work_end_ns`` is where the rank's own initialisation
 work ended: the start of the trailing run of barrier/wait calls (no more than 100 us apart) that close its
 initialisation (in a sequential initialisation this is a staircase over ranks, paper 002 figure 7).
@@ -42,12 +54,12 @@ initialisation (in a sequential initialisation this is a staircase over ranks, p
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 
-from ddltrace.analyses.wait_states import COLLECTIVES, P2P, base_name
+from ddltrace.analyses.wait_states import COLLECTIVES, P2P, RECV_BLOCKING, RECV_NONBLOCKING, base_name, completions
 from ddltrace.timeline import CATEGORIES, category_codes
 
 INIT_NAMES = frozenset({"MPI_Init", "MPI_Init_thread"})
@@ -73,7 +85,9 @@ class RankPhases:
     ``method`` says how they were found: "markers", "pattern", "collectives" or "mpi" (MPI_Init/Finalize or the
     first/last event); "aggregate" when there are none to find (per-call totals: the whole rank is one phase).
     ``startup_end_ns``: the end of the rank's start-up, MPI_Init (see the module docstring), inside initialisation.
-    ``steps`` has columns step, start_ns, end_ns, dur_ns (one row per step; empty when none was found).
+    ``steps`` has columns step, start_ns, end_ns, dur_ns (one row per step; empty when none was found);
+    ``step_unit`` says what one is: "step" (a marked step, or a cycle of the rank's pattern: compute then
+    communicate), or "gradient" for a parameter server (:func:`gradient_steps`).
     """
 
     rank: int
@@ -86,6 +100,7 @@ class RankPhases:
     method: str
     period: int = 0
     steps: pd.DataFrame = field(default_factory=lambda: _steps_frame([], [], []))
+    step_unit: str = "step"
 
     @property
     def init_ns(self) -> int:
@@ -133,7 +148,7 @@ class RankPhases:
                 "steady_ns": self.steady_ns,
                 "final_ns": self.final_ns, "steps": int(len(self.steps)),
                 "step_median_ns": float(self.steps["dur_ns"].median()) if len(self.steps) else float("nan"),
-                "method": self.method, "period": self.period}
+                "step_unit": self.step_unit, "method": self.method, "period": self.period}
 
 
 def _steps_frame(step, start, end) -> pd.DataFrame:
@@ -227,6 +242,37 @@ def segment_rank(timeline: pd.DataFrame) -> RankPhases | None:
     steady_end = max(before_final, after_init)
     return _finish(rank, start, startup, after_init, steady_end, end, starts, ends, categories, "mpi", 0,
                    _steps_frame([], [], []))
+
+
+def largest_receive_ends(calls: pd.DataFrame, init_end_ns: int, steady_end_ns: int) -> np.ndarray:
+    """End times (ns, ascending) of one rank's receives of the largest message it receives from a partner in its
+    steady state (started at or after ``init_end_ns``, at or before ``steady_end_ns``): a parameter server's
+    gradients. ``calls``: the rank's :func:`~ddltrace.analyses.wait_states.mpi_calls`. A blocking receive ends where
+    it returns; a non-blocking one where the Wait* that completed it returns (where none did, it is left out)."""
+    received = calls[calls["name"].isin(RECV_BLOCKING | RECV_NONBLOCKING) & (calls["peer"] >= 0)
+                     & (calls["start_ns"] >= init_end_ns) & (calls["start_ns"] <= steady_end_ns)]
+    if not len(received):
+        return np.zeros(0, dtype=np.int64)
+    largest = received[received["bytes"] == received["bytes"].max()]
+    ends = largest["end_ns"].to_numpy(np.int64).copy()
+    posted = largest["name"].isin(RECV_NONBLOCKING).to_numpy()
+    if posted.any():
+        done = completions(calls)
+        known = largest.index[posted].isin(done.index)
+        ends[np.flatnonzero(posted)[known]] = done.loc[largest.index[posted][known], "w_leave"].to_numpy(np.int64)
+        ends = np.delete(ends, np.flatnonzero(posted)[~known])
+    return np.sort(ends)
+
+
+def gradient_steps(phases: RankPhases, gradient_ends: np.ndarray) -> RankPhases:
+    """A parameter server's phases with one step per gradient received (see the module docstring): step k runs from
+    the end of gradient k - 1's receive (step 0 from the start of the steady state) to the end of gradient k's.
+    ``gradient_ends``: :func:`largest_receive_ends` of the rank. A rank with step markers is returned as it is."""
+    if phases.method in ("markers", "aggregate"):
+        return phases
+    ends = np.asarray(gradient_ends, dtype=np.int64)
+    starts = np.concatenate([[phases.init_end_ns], ends[:-1]]) if len(ends) else ends
+    return replace(phases, steps=_steps_frame(np.arange(len(ends)), starts, ends), step_unit="gradient")
 
 
 def _finish(rank, start, startup, init_end, steady_end, end, starts, ends, categories, method, period,

@@ -14,12 +14,13 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ddltrace.analyses import host_collectives
 from ddltrace.analyses.breakdown import device_lanes, host_lanes, rank_breakdown
 from ddltrace.analyses.gpu_analysis import GpuAnalysis
-from ddltrace.analyses.phases import RankPhases, segment_rank, whole_run
+from ddltrace.analyses.phases import RankPhases, largest_receive_ends, segment_rank, whole_run
 from ddltrace.analyses.wait_states import COLLECTIVES, P2P, mpi_calls
 from ddltrace.errors import StoreError
 from ddltrace.store import TraceStore
@@ -54,6 +55,9 @@ class RankSummary:
     has_collectives: bool = False
     #: the partners of its point-to-point calls within its steady state (a star of them: a parameter server)
     steady_peers: set[int] = field(default_factory=set)
+    #: end times (ns) of its steady-state receives of its largest message: a parameter server's gradients
+    #: (:func:`~ddltrace.analyses.phases.largest_receive_ends`; its steps once the reduce knows it is a server)
+    largest_receive_ends: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 def summarise_rank(store: str | os.PathLike | TraceStore, rank: int) -> RankSummary:
@@ -87,6 +91,8 @@ def summarise_timeline(rank: int, timeline: pd.DataFrame, aggregate: bool = Fals
     out.has_collectives = bool(calls["name"].isin(COLLECTIVES).any())
     steady = (p2p["start_ns"] >= found.init_end_ns) & (p2p["end_ns"] <= found.steady_end_ns)
     out.steady_peers = set(p2p.loc[steady, "peer"].tolist())
+    if not aggregate:
+        out.largest_receive_ends = largest_receive_ends(calls, found.init_end_ns, found.steady_end_ns)
     out.gpu.add_rank(rank, timeline)
     spans = host_collectives.rank_collectives(rank, timeline)
     out.host_collectives = spans if len(spans) else None

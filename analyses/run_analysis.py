@@ -23,7 +23,7 @@ import pandas as pd
 from ddltrace.analyses.breakdown import average_and_slowest, breakdown_table
 from ddltrace.analyses.gpu_analysis import GpuAnalysis
 from ddltrace.analyses.gpu_collectives import RANK_COLUMNS, match_instances
-from ddltrace.analyses.phases import RankPhases
+from ddltrace.analyses.phases import RankPhases, gradient_steps
 from ddltrace.analyses.requirements import (
     ANALYSES,
     GPU_ALL,
@@ -280,7 +280,7 @@ def reduce_summaries(store: TraceStore, summaries: Iterable, total: int | None =
     from ddltrace.analyses.wait_exchange import WaitStateExchange, empty_summary
 
     phases: dict[int, RankPhases] = {}
-    breakdowns, host, device, gpus, peers, damaged = {}, {}, {}, {}, {}, []
+    breakdowns, host, device, gpus, peers, damaged, received = {}, {}, {}, {}, {}, [], {}
     spans: dict[int, pd.DataFrame] = {}
     message_ranks = collective_ranks = 0
     done = events = 0
@@ -301,6 +301,7 @@ def reduce_summaries(store: TraceStore, summaries: Iterable, total: int | None =
                     spans[rank] = summary.host_collectives
                 if summary.steady_peers:
                     peers[rank] = summary.steady_peers
+                received[rank] = summary.largest_receive_ends
                 message_ranks += summary.has_messages
                 collective_ranks += summary.has_collectives
                 exchange.add(rank, summary.calls)
@@ -328,6 +329,8 @@ def reduce_summaries(store: TraceStore, summaries: Iterable, total: int | None =
             pd.DataFrame(columns=columns)
 
     roles = _roles(store, dict(sorted(peers.items())))
+    for rank in [r for r in phases if roles.get(r) == "server"]:  # a server's steps are the gradients it receives
+        phases[rank] = gradient_steps(phases[rank], received[rank])
     run = RunAnalysis(store, phases, joined(breakdowns), waits, roles, joined(host), joined(device), gpu,
                       (message_ranks, collective_ranks))
     if spans:

@@ -1,9 +1,12 @@
 """Scaling study over several stores of one job, and Chang's Lemma 3.1 (paper 001; MODELS.md section 3).
 
 :func:`scaling_table` puts the runs side by side by number of workers w (one table per batch size): phase times
-(medians over ranks, ns), speedup and efficiency of the steady state (the training phase) and of the whole run, and
-the overhead ratio R_O measured from the trace: the share of a worker's steady state that is not compute (exposed
-communication, waits, barriers, I/O, idle), median over workers, with the range over workers as its uncertainty.
+(medians over the workers, ns: the MPI start-up ``startup_ns``, each worker's first event to the end of its MPI_Init;
+the job's own initialisation ``job_init_ns``, from there to its first step, paper 002's term; ``steady_ns``,
+``final_ns``; the whole run ``total_ns``, first event of any rank to the last), speedup and efficiency of the steady
+state (the training phase) and of the whole run, and the overhead ratio R_O measured from the trace: the share of a
+worker's steady state that is not compute (exposed communication, waits, barriers, I/O, idle), median over workers,
+with the range over workers as its uncertainty.
 
 Speedup is against the run with the fewest workers w0, assuming that run scaled perfectly:
 S(w) = w0 T(w0) / T(w); efficiency E(w) = S(w) / w. Lemma 3.1 predicts E(N) = 1 / (1 + (N - 1) R_O) from the
@@ -60,7 +63,8 @@ def scaling_table(runs) -> pd.DataFrame:
         workers = [w for w in run.worker_ranks if w in phases.index] or list(phases.index)
         r_o, r_lo, r_hi = overhead_ratio(run)
         rows.append({"store": run.name, "workers": run.workers, "batch_size": run.batch_size,
-                     "init_ns": float(np.median(phases.loc[workers, "init_ns"])),
+                     "startup_ns": float(np.median(phases.loc[workers, "startup_ns"])),
+                     "job_init_ns": float(np.median(phases.loc[workers, "job_init_ns"])),
                      "steady_ns": float(np.median(phases.loc[workers, "steady_ns"])),
                      "final_ns": float(np.median(phases.loc[workers, "final_ns"])),
                      "total_ns": float(run.run_span_ns), "overhead_ratio": r_o, "overhead_ratio_min": r_lo,

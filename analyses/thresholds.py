@@ -33,8 +33,9 @@ DEFAULTS: dict[str, Threshold] = {
         0.8, "1", "a staircase explains most of the rank-to-rank variation; noise in a parallel start does not"),
     "seq_init.p_max": Threshold(0.01, "1", "the slope must be significant at 1 % (two-sided t test on the slope)"),
     "seq_init.spread_min": Threshold(
-        0.25, "fraction of the initialisation phase",
-        "the staircase (slope x rank range) must be a sizeable part of initialisation to matter"),
+        0.25, "fraction of the job's initialisation",
+        "the staircase (slope x rank range) must be a sizeable part of the job's initialisation (from the end of "
+        "MPI_Init to the first step) to matter"),
     "seq_init.spread_min_ns": Threshold(1e6, "ns", "below 1 ms the stagger is launch jitter, not serialised work"),
     "seq_init.error_share": Threshold(
         0.5, "fraction of the run", "initialisation above half of the run is an error (paper 002: > 90 % at 64 nodes)"),

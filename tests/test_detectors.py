@@ -375,6 +375,79 @@ def test_sample_init_scaling_is_the_jobs_initialisation(samples):
     assert found.evidence["slope"].value == pytest.approx(np.polyfit(workers, init, 1)[0])
 
 
+def _worker_init_from_files(name: str) -> dict[int, tuple[int, int, int]]:
+    """Each worker's (first event, end of MPI_Init's clock synchronisation, end of its initialisation) in ns, read
+    from its file: initialisation ends with the last MPI call before its first pull request (MPI_Send, tag 11), which
+    the job's ground truth confirms (its record of the end of each worker's initialisation, within 0.1 ms)."""
+    truth = {r["rank"]: r for r in json.loads((SAMPLES / name / "ground_truth.json").read_text())["init"]}
+    out = {}
+    for path in sorted((SAMPLES / name / "store" / "timeline").glob("rank-*.parquet")):
+        timeline = pd.read_parquet(path)
+        rank = int(timeline["rank"].iloc[0])
+        if truth[rank]["role"] != "worker":
+            continue
+        ends = timeline["start_ns"] + timeline["dur_ns"]
+        sync = ends[timeline["name"] == "ddltrace_clock_sync"].iloc[0]  # the one MPI_Init runs
+        first_pull = timeline.loc[timeline["name"].str.startswith("MPI_Send") & (timeline["tag"] == 11),
+                                  "start_ns"].min()
+        init_end = int(ends[(ends <= first_pull) & timeline["name"].str.startswith("MPI_")].max())
+        assert abs(init_end - truth[rank]["end_ns"]) < 100_000, (name, rank)
+        out[rank] = (int(timeline["start_ns"].min()), int(sync), init_end)
+    return out
+
+
+def test_sample_within_run_init_is_the_jobs_initialisation(samples):
+    """The within-run finding's initialisation, its share of the run and the spread test's measure are the job's
+    own (from the end of MPI_Init to the first step), as across runs: counted from each rank's first event they held
+    MPI's start-up too (seq-w8: 2.40 s, 48.1 % of the run, for the job's 1.92 s, 38.4 %). The start-up is reported
+    beside it. Both read here from the files; the run is the store's first event to its last."""
+    for name in ("seq-w4", "seq-w8"):
+        run = samples[name]
+        (found,) = [f for f in run_detectors([run], TH) if f.id == "sequential_init"]
+        ranks = _worker_init_from_files(name)
+        init = float(np.median([end - sync for _, sync, end in ranks.values()]))
+        startup = float(np.median([sync - first for first, sync, _ in ranks.values()]))
+        span = [(int(t["start_ns"].min()), int((t["start_ns"] + t["dur_ns"]).max()))
+                for t in map(pd.read_parquet, (SAMPLES / name / "store" / "timeline").glob("rank-*.parquet"))]
+        run_ns = max(e for _, e in span) - min(s for s, _ in span)
+        assert found.evidence["init_median"].value == init
+        assert found.evidence["startup_median"].value == startup
+        assert found.evidence["init_share_of_run"].value == pytest.approx(init / run_ns)
+        assert f"is {Quantity(init, 'ns')}, {Quantity(init / run_ns, 'fraction')} of the run" in found.title
+        assert f"MPI start-up before it (first event to the end of MPI_Init) {Quantity(startup, 'ns')}" in found.title
+        assert found.evidence["spread"].value >= TH["seq_init.spread_min"] * init
+
+
+def test_sample_scaling_table_init_is_the_jobs_initialisation(samples):
+    """The scaling table's init column (analyze's and the report's) is the job's own initialisation, the median
+    worker's, with MPI's start-up as its own column: both read here from the files (seq-w8: 1.92 s and 443 ms; the
+    column read 2.40 s, both together)."""
+    from ddltrace.commands.analyze import render_scaling
+    from ddltrace.report import scaling_table as report_scaling
+    from ddltrace.units import format_ns
+
+    names = [f"seq-w{w}" for w in (1, 2, 4, 8)]
+    table = scaling_table([samples[n] for n in names])
+    expected = {}
+    for name in names:
+        ranks = _worker_init_from_files(name)
+        expected[samples[name].workers] = (float(np.median([s - f for f, s, _ in ranks.values()])),
+                                           float(np.median([e - s for _, s, e in ranks.values()])))
+    assert {int(w): (s, i) for w, s, i in zip(table["workers"], table["startup_ns"], table["job_init_ns"],
+                                               strict=True)} == expected
+    lines = render_scaling(table)
+    header = lines[1].split()
+    assert header[2:4] == ["start-up", "init"]
+    for line in lines[2:2 + len(names)]:
+        cells = line.split()
+        startup, init = expected[int(cells[0])]
+        assert cells[2:6] == [*format_ns(startup).split(), *format_ns(init).split()]
+    assert "start-up = MPI's, each worker's first event to the end of its MPI_Init" in lines[-1]
+    report = report_scaling([samples[n] for n in names]).set_index("workers")
+    for w, (startup, init) in expected.items():
+        assert report.loc[w, ["startup_s", "job_init_s"]].tolist() == [startup / 1e9, init / 1e9]
+
+
 def test_sample_server_steady_state_is_its_training(samples):
     """The saturated server answers its workers in no fixed order: three regular cycles in a row ended half-way
     through its training, and the rest (2.7 s of 4.3 s) was counted as finalisation, so its busy fraction and
@@ -441,6 +514,35 @@ def test_straggler_sample_server_trains_until_the_last_worker(samples):
     straggler = truth["workers"]["2"]
     assert found.evidence["slowest"].value == pytest.approx(straggler["compute_ns"] / straggler["batches"], rel=0.05)
     assert found.evidence["median"].value == pytest.approx(compute, rel=0.1)
+
+
+def test_sample_server_steps_are_its_gradients(samples):
+    """A server's steps are the gradients it receives, as the job counts them: one cycle of its repeating pattern
+    is a count of calls with no meaning in the job (straggler-w4's server read 171 steps of 9 calls, 3 gradients
+    each, for the 514 gradients of the job's ground truth; par-w4's 128, seq-w8's 771). Each step runs from the end of
+    one gradient's receive to the end of the next (the first from the start of the steady state), read here from
+    the server's file: a gradient is a receive of the largest message (320,032 B; pulls and end-of-work are 8 B)."""
+    from ddltrace.commands.analyze import render_run
+
+    received_ends = {}
+    for name in samples:
+        timeline = pd.read_parquet(SAMPLES / name / "store" / "timeline" / "rank-00000.parquet")
+        received = timeline[timeline["name"].str.startswith("MPI_Recv")]
+        gradients = received[received["bytes"] == received["bytes"].max()]
+        received_ends[name] = np.sort((gradients["start_ns"] + gradients["dur_ns"]).to_numpy(np.int64))
+        truth = json.loads((SAMPLES / name / "ground_truth.json").read_text())
+        assert len(received_ends[name]) == truth["server"]["gradients"], name
+    assert {n: len(run.phases[0].steps) for n, run in samples.items()} == {n: len(e) for n, e in received_ends.items()}
+    for name, run in samples.items():
+        server, ends = run.phases[0], received_ends[name]
+        assert server.steps["end_ns"].tolist() == ends.tolist() and server.step_unit == "gradient", name
+        intervals = np.diff(np.concatenate([[server.init_end_ns], ends]))
+        assert run.phase_table.loc[0, "step_median_ns"] == float(np.median(intervals)), name
+        assert run.phase_table.loc[0, "steps"] == len(ends) and run.phase_table.loc[1, "step_unit"] == "step"
+    lines = render_run(samples["straggler-w4"], "all")
+    (row,) = [line.split() for line in lines if line.split()[:2] == ["0", "server"]]
+    assert "514 gradients" in " ".join(row) and "171" not in row
+    assert any(line.strip().startswith("steps: a worker's steady-state steps") for line in lines)
 
 
 # Two workers, one computing twice as long before each barrier: with two workers there is no outlier test (their

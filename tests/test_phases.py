@@ -139,3 +139,29 @@ def test_startup_ends_where_mpi_init_returns_to_the_job(parallel):
     # no synchronisation at MPI_Init: the one at MPI_Finalize is not start-up
     assert segment_rank(with_syncs(int(final["start_ns"]) + 100_000)).startup_end_ns == init_end
     assert segment_rank(rows).startup_end_ns == init_end
+
+
+def test_a_servers_gradients_are_its_largest_receives_completed():
+    """A server's steps are the gradients it receives (analyses/phases.py, gradient_steps): receives of its largest
+    message from a partner in its steady state, a non-blocking one ending where the Wait that completed it returns
+    (one never completed is not a gradient received); the small pull requests are not gradients."""
+    from ddltrace.analyses.phases import RankPhases, gradient_steps, largest_receive_ends
+    from ddltrace.analyses.wait_states import mpi_calls
+
+    def call(name, start, dur, **kw):
+        return {"rank": 0, "name": name, "category": "wait", "start_ns": start, "dur_ns": dur, **kw}
+
+    rows = [call("MPI_Recv", 50, 5, peer=1, tag=13, bytes=1000),  # before the steady state (starts at 100)
+            call("MPI_Irecv", 100, 2, peer=1, tag=13, bytes=1000, request=7),
+            call("MPI_Recv", 120, 3, peer=2, tag=11, bytes=8),  # a pull request
+            call("MPI_Wait", 150, 50, request=7),
+            call("MPI_Recv_c", 300, 20, peer=2, tag=13, bytes=1000),
+            call("MPI_Irecv", 400, 2, peer=1, tag=13, bytes=1000, request=9)]  # never completed
+    ends = largest_receive_ends(mpi_calls(make_timeline(rows)), 100, 500)
+    assert ends.tolist() == [200, 320]
+    server = gradient_steps(RankPhases(0, 0, 100, 500, 600, 100, 10, "pattern", 3), ends)
+    assert server.step_unit == "gradient" and server.to_record()["steps"] == 2
+    assert server.steps[["start_ns", "end_ns"]].values.tolist() == [[100, 200], [200, 320]]
+    assert server.to_record()["step_median_ns"] == 110
+    marked = RankPhases(0, 0, 100, 500, 600, 100, 10, "markers")
+    assert gradient_steps(marked, ends) is marked  # the job said what its steps are

@@ -317,8 +317,8 @@ def test_the_report_tables_are_analyze_figures_with_their_units(demo_report, cap
     assert sorted(scaling) == ["4", "8"]
     for run in doc["scaling"]:
         row = scaling[str(run["workers"])]
-        assert [row["init_s"], row["steady_s"], row["total_s"]] == [format_ns(run[k]) for k in
-                                                                   ("init_ns", "steady_ns", "total_ns")]
+        assert [row["startup_s"], row["job_init_s"], row["steady_s"], row["total_s"]] == \
+            [format_ns(run[k]) for k in ("startup_ns", "job_init_ns", "steady_ns", "total_ns")]
         assert row["efficiency_steady"] == format_percent(run["efficiency_steady"])
     per_rank = rows("Time per category and rank")
     w8 = next(s for s in doc["stores"] if s["workers"] == 8)

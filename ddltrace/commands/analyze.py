@@ -330,25 +330,34 @@ def render_run(r: RunAnalysis, phase: str) -> list[str]:
     # the overlap of the table's phase, and beside it the overlap of the phase the detectors measure when another
     overlaps = {phase: table}
     overlaps.setdefault(r.main_phase, r.table(r.main_phase))
-    header = ["rank", "role", "init", "steady", "final", "steps", *shown,
+    header = ["rank", "role", "start-up", "init", "steady", "final", "steps", *shown,
               *[f"overlap({_PHASE_WORD[p]})" for p in overlaps]]
     rows = []
     for rank in table.index[:MAX_RANKS_SHOWN]:
         p = phases.loc[rank]
-        kept = [format_ns(p["init_ns"]), format_ns(p["steady_ns"]), format_ns(p["final_ns"]), str(int(p["steps"]))] \
-            if timed else ["-"] * 4
+        steps = f"{int(p['steps'])}{' gradients' if p['step_unit'] == 'gradient' else ''}"
+        kept = [format_ns(p["startup_ns"]), format_ns(p["job_init_ns"]), format_ns(p["steady_ns"]),
+                format_ns(p["final_ns"]), steps] if timed else ["-"] * 5
         rows.append([str(rank), r.roles.get(rank, "-"), *kept,
                      *[format_percent(table.loc[rank, f"share_{c}"]) for c in shown],
                      *[format_percent(t["overlap"].get(rank, math.nan)) for t in overlaps.values()]])
     summary = r.average_and_slowest(phase)
     for label, row in summary.iterrows():
-        rows.append([str(label), "", "", "", "", "", *[format_percent(row[f"share_{c}"]) for c in shown],
+        rows.append([str(label), "", "", "", "", "", "", *[format_percent(row[f"share_{c}"]) for c in shown],
                      format_percent(row["overlap"]), *[""] * (len(overlaps) - 1)])
     out.extend("  " + line for line in _columns(header, rows))
     out.append("  overlap(P): Rudra's communication overlap over phase P of the rank (run: its whole run), compute / "
                "(compute + exposed comm + wait); the low-overlap finding takes the median worker's "
                f"overlap({_PHASE_WORD[r.main_phase]}). average: the mean of the workers; slowest: the worker with "
                "the most busy time (compute + io + memcpy) in the phase, the one the others wait for")
+    if timed:
+        out.append("  start-up: MPI's, the rank's first event to the end of its MPI_Init (the PMPI collector's clock "
+                   "synchronisation inside it); init: the job's own initialisation, from there to its first step (the "
+                   "init phase of the shares holds both); steady, final: its steady state and finalisation")
+    if timed and (phases["step_unit"] == "gradient").any():
+        out.append("  steps: a worker's steady-state steps (compute then communicate); a server's are the gradients it "
+                   "received in its steady state (receives of its largest message): one update each under "
+                   "asynchronous SGD, n per update under n-softsync or hardsync (updates are made outside MPI)")
     if len(table) > MAX_RANKS_SHOWN:
         out.append(f"  ({len(table) - MAX_RANKS_SHOWN} more ranks; --json lists them all)")
     out.extend(render_device(r, phase))
@@ -420,17 +429,22 @@ def render_scaling(scaling: pd.DataFrame) -> list[str]:
     import pandas as pd
 
     out = ["Scaling study (speedup against the run with the fewest workers; Chang's Lemma 3.1 from R_O)"]
-    header = ["w", "batch", "init", "steady", "total", "speedup", "efficiency", "R_O", "E lemma (base)",
+    header = ["w", "batch", "start-up", "init", "steady", "total", "speedup", "efficiency", "R_O", "E lemma (base)",
               "E lemma (own)"]
     rows = []
     for _, row in scaling.iterrows():
         r_o = (f"{format_percent(row['overhead_ratio'])} ({format_percent(row['overhead_ratio_min'])}"
                f"-{format_percent(row['overhead_ratio_max'])})")
         rows.append([str(int(row["workers"])), "-" if pd.isna(row["batch_size"]) else str(int(row["batch_size"])),
-                     format_ns(row["init_ns"]), format_ns(row["steady_ns"]), format_ns(row["total_ns"]),
+                     format_ns(row["startup_ns"]), format_ns(row["job_init_ns"]), format_ns(row["steady_ns"]),
+                     format_ns(row["total_ns"]),
                      f"{row['speedup_steady']:.2f}x", format_percent(row["efficiency_steady"]), r_o,
                      format_percent(row["efficiency_lemma_base"]), format_percent(row["efficiency_lemma_own"])])
     out.extend("  " + line for line in _columns(header, rows))
+    out.append("  medians over the workers: start-up = MPI's, each worker's first event to the end of its MPI_Init "
+               "(the PMPI collector's clock synchronisation inside it); init = the job's own initialisation, from "
+               "there to its first step; steady = its steady state; total = the whole run, first event of any rank "
+               "to the last")
     return out
 
 

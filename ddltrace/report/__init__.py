@@ -373,13 +373,16 @@ def _steady_window(run) -> tuple[int, int] | None:
 
 
 def scaling_table(runs: list) -> pd.DataFrame:
-    """One row per run, indexed by workers: init_s, steady_s, total_s (seconds) and the steady state's efficiency
-    against the smallest run with Chang's Lemma 3.1 from its R_O, the figures of ``ddltrace analyze --json``'s
-    ``scaling`` (:func:`ddltrace.analyses.scaling.scaling_table`: phase times are medians over the workers)."""
+    """One row per run, indexed by workers: startup_s (MPI's start-up: first event to the end of MPI_Init),
+    job_init_s (the job's own initialisation: from there to the first step), steady_s, total_s (seconds) and the
+    steady state's efficiency against the smallest run with Chang's Lemma 3.1 from its R_O, the figures of ``ddltrace
+    analyze --json``'s ``scaling`` (:func:`ddltrace.analyses.scaling.scaling_table`: phase times are medians over the
+    workers)."""
     from ddltrace.analyses.scaling import scaling_table as analyses_scaling
 
     table = analyses_scaling(runs).sort_values("workers")
-    return pd.DataFrame({"workers": table["workers"].astype(int), "init_s": table["init_ns"] / 1e9,
+    return pd.DataFrame({"workers": table["workers"].astype(int), "startup_s": table["startup_ns"] / 1e9,
+                         "job_init_s": table["job_init_ns"] / 1e9,
                          "steady_s": table["steady_ns"] / 1e9, "total_s": table["total_ns"] / 1e9,
                          "efficiency_steady": table["efficiency_steady"],
                          "efficiency_lemma_base": table["efficiency_lemma_base"],
@@ -417,7 +420,9 @@ def _series_figures(runs: list, findings: list, model: str | None = None) -> tup
         curve, model_knee = _model_curve(model, series)
         knee = model_knee or knee
     out = [Figure("scaling", "Phase times against workers",
-                  "Initialisation, steady state and the whole run against workers (Hashemi et al., figure 9)"
+                  "MPI start-up (first event to the end of MPI_Init), the job's own initialisation (from there to "
+                  "the first step), steady state and the whole run against workers, medians over the workers "
+                  "(Hashemi et al., figure 9)"
                   + (", the steady state beside the fitted model (dashed)" if curve is not None else "")
                   + (", with the knee w* where the server saturates" if knee else "") + ".",
                   figures.png_bytes(figures.scaling_figure(series, knee, curve)))]
@@ -428,7 +433,7 @@ def _series_figures(runs: list, findings: list, model: str | None = None) -> tup
                           f"ratio R_O = {format_percent(r_o)} measured on the smallest run (the median worker's share "
                           "of its steady state outside compute).",
                           figures.png_bytes(figures.efficiency_figure(series, r_o))))
-    return out, series.set_index("workers")[["init_s", "steady_s", "total_s", "efficiency_steady"]]
+    return out, series.set_index("workers")[["startup_s", "job_init_s", "steady_s", "total_s", "efficiency_steady"]]
 
 
 def _profile_figure(profile_path: str) -> Figure | None:
@@ -518,8 +523,10 @@ def assemble(runs: list, findings: list, profile: str | None = None, model: str 
     tables.append((f"Where the time goes by event name, largest first (the {main.workers}-worker run, all its ranks, "
                    "whole run; total: the calls' summed durations)", top))
     if series is not None:
-        tables.insert(0, ("Scaling series (phase times: medians over the workers; the whole run: first to last "
-                          "event; efficiency of the steady state against the smallest run)", series))
+        tables.insert(0, ("Scaling series (phase times: medians over the workers; startup_s: MPI's start-up, first "
+                          "event to the end of MPI_Init; job_init_s: the job's own initialisation, from there to the "
+                          "first step; the whole run: first to last event; efficiency of the steady state against "
+                          "the smallest run)", series))
     title = "ddltrace report: " + (Path(main.name).name if len(runs) == 1
                                    else f"{len(runs)} runs, w = {', '.join(str(r.workers) for r in runs)}")
     events = sum(int(main.store.rank_info(r).get("events", 0) or 0) for r in main.store.ranks)

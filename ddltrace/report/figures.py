@@ -138,12 +138,12 @@ def timeline_figure(rank_rows: dict[int, np.ndarray], window: tuple[int, int], t
 def scaling_figure(series: pd.DataFrame, knee: float | None = None, model: pd.DataFrame | None = None) -> Figure:
     """Phase times against workers (paper 002 figure 9), measured beside the model when given.
 
-    ``series`` has columns workers, init_s, steady_s, total_s (seconds, one row per run); ``model`` the same
-    columns predicted; ``knee`` the predicted w* (workers).
+    ``series`` has columns workers, startup_s (MPI's start-up), job_init_s (the job's own initialisation), steady_s,
+    total_s (seconds, one row per run); ``model`` some of them predicted; ``knee`` the predicted w* (workers).
     """
     fig, ax = plt.subplots(figsize=(7, 3.6))
-    styles = {"init_s": ("initialisation", "#C44E52"), "steady_s": ("steady state", "#4C72B0"),
-              "total_s": ("whole run", "#333333")}
+    styles = {"startup_s": ("MPI start-up", "#DD8452"), "job_init_s": ("initialisation (the job's)", "#C44E52"),
+              "steady_s": ("steady state", "#4C72B0"), "total_s": ("whole run", "#333333")}
     for column, (label, colour) in styles.items():
         ax.plot(series["workers"], series[column], "o-", color=colour, label=f"{label} (measured)")
         if model is not None and column in model:
