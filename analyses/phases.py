@@ -59,7 +59,15 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from ddltrace.analyses.wait_states import COLLECTIVES, P2P, RECV_BLOCKING, RECV_NONBLOCKING, base_name, completions
+from ddltrace.analyses.wait_states import (
+    COLLECTIVES,
+    P2P,
+    RECV_BLOCKING,
+    RECV_NONBLOCKING,
+    WAITS,
+    base_name,
+    completions,
+)
 from ddltrace.timeline import CATEGORIES, category_codes
 
 INIT_NAMES = frozenset({"MPI_Init", "MPI_Init_thread"})
@@ -256,8 +264,8 @@ def largest_receive_ends(calls: pd.DataFrame, init_end_ns: int, steady_end_ns: i
     largest = received[received["bytes"] == received["bytes"].max()]
     ends = largest["end_ns"].to_numpy(np.int64).copy()
     posted = largest["name"].isin(RECV_NONBLOCKING).to_numpy()
-    if posted.any():
-        done = completions(calls)
+    if posted.any():  # matched to their Wait* among these posts and the waits only
+        done = completions(calls[calls.index.isin(largest.index[posted]) | calls["name"].isin(WAITS)])
         known = largest.index[posted].isin(done.index)
         ends[np.flatnonzero(posted)[known]] = done.loc[largest.index[posted][known], "w_leave"].to_numpy(np.int64)
         ends = np.delete(ends, np.flatnonzero(posted)[~known])
