@@ -6,6 +6,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -57,6 +58,12 @@ def test_quick_calibration_end_to_end(tmp_path):
     assert "profile written to" in proc.stdout
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("r_m "))
     assert "s/B" in line and "B/s" in line and "%" in line
+    # ... the file's value, uncertainty and definition (the table had no definition, nor said what kind of
+    # uncertainty it printed)
+    r_m = profile["constants"]["r_m"]
+    assert prof.format_value(r_m["value"], "s/B") in line and r_m["description"] in line
+    assert f"± {100 * r_m['uncertainty'] / r_m['value']:.2g} %" in line
+    assert "uncertainty: one standard uncertainty" in proc.stdout
     assert "calibrate [" in proc.stderr  # the progress line
 
 
@@ -121,6 +128,75 @@ def test_disk_without_room_fails_before_measuring(tmp_path, capsys):
     assert not out.exists()
 
 
+def test_ctrl_c_keeps_what_was_measured_and_says_so(tmp_path):
+    """Ctrl-C in the middle of a calibration lost everything measured before it ('ddltrace: interrupted', no file);
+    now the profile keeps the sections done (and any constant of the cut section already whole), names the cut
+    section and those not started, and the exit status is 130."""
+    out = tmp_path / "p.json"
+    proc = subprocess.Popen([DDLTRACE, "calibrate", "--quick", "--only", "mem,net,gpu", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as from a shell
+    for line in proc.stderr:  # progress lines: one per section
+        if line.rstrip().endswith("] net"):
+            proc.send_signal(signal.SIGINT)
+            break
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    profile = prof.load(out)
+    assert profile["sections"] == ["mem"] and profile["interrupted"] == "net"
+    assert {"r_m", "w_m", "mem_bw_triad"} <= set(profile["constants"])
+    assert set(profile["not_measured"]) == {"net", "gpu"} and "not started" in profile["not_measured"]["gpu"]
+    assert "note: section net not measured in full: interrupted (Ctrl-C)" in stdout
+    last = stderr.strip().splitlines()[-1]
+    assert last == (f"ddltrace: interrupted during the net section; {out} keeps the "
+                    f"{len(profile['constants'])} constants measured (mem in full)")
+
+
+def _peer_that_stops_after_the_hello():
+    """A TCP server that answers the probe's hello as a probe server does, then closes the connection at the next
+    request: a peer that stops in the middle of the network section. Returns (HOST:PORT, the listening socket)."""
+    import socket
+    import threading
+
+    from ddltrace.collectors.microbench import network
+
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                head = conn.recv(network.REQUEST.size, socket.MSG_WAITALL)
+                if len(head) == network.REQUEST.size and network.REQUEST.unpack(head)[1] == network.OP_HELLO:
+                    conn.sendall(network.HELLO_REPLY.pack(network.MAGIC, network.VERSION, network.MAX_MESSAGE))
+                    conn.recv(network.REQUEST.size, socket.MSG_WAITALL)  # the next request: closed unanswered
+
+    threading.Thread(target=serve, daemon=True).start()
+    return f"127.0.0.1:{listener.getsockname()[1]}", listener
+
+
+def test_a_failed_section_is_named_and_the_others_kept(tmp_path, capsys):
+    """A section that failed (here the peer stops answering after its hello) threw away every section measured
+    before or after it; now the others are measured and written, the failed one named in one line, exit 2."""
+    peer, listener = _peer_that_stops_after_the_hello()
+    out = tmp_path / "p.json"
+    try:
+        code = main(["calibrate", "--quick", "--quiet", "--only", "net,mem", "--peer", peer, "--out", str(out)])
+    finally:
+        listener.close()
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith(f"ddltrace: error: section net failed: peer {peer}: ")
+    profile = prof.load(out)
+    assert profile["sections"] == ["mem"] and "interrupted" not in profile
+    assert {"r_m", "w_m"} <= set(profile["constants"]) and "r_net" not in profile["constants"]
+    assert profile["not_measured"]["net"].startswith(f"failed: peer {peer}")
+    assert err.endswith(f"{out} keeps the {len(profile['constants'])} constants measured (mem in full)")
+
+
 def _two_profiles(folder, r_m_of_b: float):
     """Profiles A and B saved in ``folder``: r_m 100 ps/B in A, ``r_m_of_b`` in B, and w_m in B only."""
     a = prof.new_profile({"hostname": "a", "cpu_model": "A"}, True, ["mem"])
@@ -136,6 +212,24 @@ def test_compare_two_profiles(tmp_path, capsys):
     assert main(["calibrate", "--compare", str(pa), str(pb)]) == 0
     text = capsys.readouterr().out
     assert "same within 2 sigma" in text and "only in B" in text and "100 ps/B (10 GB/s)" in text
+
+
+def test_compare_prints_both_uncertainties_and_refuses_different_units(tmp_path, capsys):
+    """The compare table printed A's and B's values without their uncertainties (the verdict's inputs), and
+    compared a constant recorded in different units by the two profiles as if the numbers were alike."""
+    pa, pb = _two_profiles(tmp_path, 1.5e-10)
+    b = prof.load(pb)
+    prof.add_constant(b, "r_m", 1.25e-10 * 8, 2e-12, "s/bit", "memory read time per bit")  # a unit of its own
+    prof.add_constant(b, "w_m", 2e-10, 4e-12, "s/B", "memory write time per byte")
+    a = prof.load(pa)
+    prof.add_constant(a, "w_m", 1e-10, 3e-12, "s/B", "memory write time per byte")
+    prof.save(a, pa), prof.save(b, pb)
+    assert main(["calibrate", "--compare", str(pa), str(pb)]) == 0
+    rows = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(("r_m", "w_m"))}
+    assert "± 3 %" in rows["w_m"] and "± 2 %" in rows["w_m"] and "2 x" in rows["w_m"]  # 3e-12 / 1e-10, 4e-12 / 2e-10
+    assert "units differ (s/B vs s/bit)" in rows["r_m"] and " x " not in rows["r_m"]
+    records = {r["constant"]: r for r in prof.compare_constants(a, b)}
+    assert records["r_m"]["ratio"] is None and records["r_m"]["b_unit"] == "s/bit"
 
 
 def test_compare_json_gives_each_constant_of_the_two_profiles(tmp_path, capsys):

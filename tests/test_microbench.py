@@ -142,6 +142,64 @@ def test_interference_workers_are_pinned_and_report_ratios():
     assert curves[1]["points"][0]["seconds_per_call"] > curves[0]["points"][0]["seconds_per_call"]
 
 
+def test_interference_ratio_carries_the_one_process_times_uncertainty():
+    """C_interf(H) = median(H-process times) / median(1-process times): its spread is the ratio times both relative
+    spreads in quadrature (first-order propagation, computed here with numpy). It was the H-process spread alone
+    over the 1-process median: a noisy 1-process baseline, which divides every ratio, counted for nothing."""
+    one = [1.00, 1.10, 0.90, 1.20, 0.80]  # relative spread 1.4826 x 0.1 / 1.0 = 14.8 %
+    two = [2.00, 2.02, 1.98, 2.01, 1.99]  # relative spread 1.4826 x 0.01 / 2.0 = 0.74 %
+
+    def rel_spread(v):
+        v = np.asarray(v)
+        return 1.4826 * np.median(np.abs(v - np.median(v))) / np.median(v)
+
+    ratio, spread = interference.ratio_point(two, one)
+    assert ratio == pytest.approx(2.0)
+    assert spread == pytest.approx(2.0 * np.hypot(rel_spread(two), rel_spread(one)))  # 0.297; it was 0.0148
+    assert interference.ratio_point(one, one) == (1.0, 0.0)  # H = 1: 1 by definition
+
+
+def test_interference_other_cpu_excludes_its_own_workers(monkeypatch):
+    """The CPU time 'other processes' used while C_interf ran counted the benchmark's own worker processes (children
+    not yet waited for): a worker's whole timed CPU time read as load from elsewhere. The machine's busy count is
+    fixed here at 10 CPU seconds over the block: what is left for others is that less the workers' own CPU time."""
+    counts = iter([1000.0, 1010.0])
+    monkeypatch.setattr(measure, "machine_busy_cpu_s", lambda: next(counts))
+    (run,) = interference.run_concurrently(1, [16 * 1024], min_time=0.1, repeats=2)
+    (worker,) = run["workers"]
+    assert worker["cpu_s"] > 0.1  # two runs of ~0.1 s of CPU time each
+    assert run["other_cpu_s"] == pytest.approx(10.0 - worker["cpu_s"], abs=0.05)  # less this process's own
+
+
+def test_mpi_constants_are_the_weighted_fit_of_the_ranks_times(monkeypatch):
+    """lat_mpi and r_mpi are the intercept and slope of t = lat + r n weighted by 1/t over the medians of the
+    ranks' one-way times, with their standard errors (computed here by numpy's weighted least squares); each point's
+    spread is 1.4826 x MAD as every other curve's (it was numpy's standard deviation: 0.82 x the same deviations'
+    robust spread for three alike repeats, and any outlier's full weight)."""
+    from ddltrace.collectors.microbench import mpi_pingpong, suite
+
+    sizes = list(mpi_pingpong.SIZES)
+    rng = np.random.default_rng(3)
+    times = {s: list((2e-6 + 1e-10 * s) * (1 + 0.02 * rng.standard_normal(3))) for s in sizes}
+    monkeypatch.setattr(mpi_pingpong, "measure", lambda *a, **k: (times, ""))
+    p = prof.new_profile({}, False, ["net"])
+    suite.record_mpi(p, suite.Options())
+    x = np.array(sizes, dtype=float)
+    y = np.array([np.median(times[s]) for s in sizes])
+    w = 1 / y
+    a = np.column_stack([np.ones_like(x), x]) * w[:, None]
+    coef, res, *_ = np.linalg.lstsq(a, y * w, rcond=None)
+    cov = res[0] / (len(x) - 2) * np.linalg.inv(a.T @ a)
+    lat, r = p["constants"]["lat_mpi"], p["constants"]["r_mpi"]
+    assert lat["value"] == pytest.approx(coef[0]) and lat["uncertainty"] == pytest.approx(math.sqrt(cov[0, 0]))
+    assert r["value"] == pytest.approx(coef[1]) and r["uncertainty"] == pytest.approx(math.sqrt(cov[1, 1]))
+    assert (lat["unit"], r["unit"]) == ("s", "s/B")
+    for point in p["curves"]["mpi_pingpong"]["points"]:
+        v = np.asarray(times[point["x"]])
+        assert point["y"] == np.median(v)
+        assert point["spread"] == pytest.approx(1.4826 * np.median(np.abs(v - np.median(v))))
+
+
 def test_disk_probe_on_a_real_file(tmp_path):
     res = disk.measure(tmp_path, 2 * disk.BLOCK, repeats=1, random_seconds=0.05)
     assert res.r_d.value > 0 and res.w_d.value > 0 and res.iops.value > 0
@@ -288,8 +346,9 @@ def test_profile_round_trip_and_compare(tmp_path):
     pa, pb = prof.save(a, tmp_path / "a.json"), prof.save(b, tmp_path / "b.json")
     assert prof.load(pa) == a
     rows = {r[0]: r for r in prof.compare(prof.load(pa), prof.load(pb))}
-    assert rows["r_m"][3] == "2 x" and rows["r_m"][4] == "differs"
-    assert rows["lat_net"][4] == "only in B"
+    assert rows["r_m"][5] == "2 x" and rows["r_m"][6] == "differs"
+    assert rows["r_m"][2] == "± 1 %" and rows["r_m"][4] == "± 0.5 %"  # 1e-12 / 1e-10, 1e-12 / 2e-10
+    assert rows["lat_net"][6] == "only in B"
     assert prof.format_value(1e-10, "s/B") == "100 ps/B (10 GB/s)"
 
 

@@ -4,9 +4,14 @@ C_interf(H) = (time of one call with H processes running at once) / (time with o
 that fits in L2 and one beyond the last-level cache. Processes, not threads: Python threads running small
 operations queue on the interpreter lock and would measure the interpreter, not the memory system. Each
 worker is ``python -m ddltrace.collectors.microbench.interference`` with its own copy of the data (both
-segments built at start); for each segment all start timing together (after a 'go' on their stdin) and report
-seconds per call on stdout. Other processes' CPU time is counted while they run. The literal loop runs
+segments built at start); for each segment all start timing together (after a 'go' on their stdin) and
+report seconds per call and their own CPU seconds on stdout. The CPU time other processes used while they
+ran is the machine's busy time minus the workers' own and this process's (the workers are this benchmark, not
+other load). The literal loop runs
 when a C compiler is there, else numpy's matrix-vector product on one BLAS thread.
+
+Each ratio's uncertainty is propagated from both of its times: relative spread of the H-process per-call times
+and of the 1-process ones, added in quadrature (the 1-process time divides every ratio).
 """
 
 from __future__ import annotations
@@ -16,10 +21,11 @@ import math
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 
-from ddltrace.collectors.microbench.measure import OtherCpu, robust_spread
+from ddltrace.collectors.microbench.measure import BUSY_CORES, OtherCpu, robust_spread
 
 
 def worker(cpu: int, segments: list[int], min_time: float, repeats: int) -> None:
@@ -50,14 +56,17 @@ def worker(cpu: int, segments: list[int], min_time: float, repeats: int) -> None
     for timer, muladds in timers:
         if sys.stdin.readline().strip() != "go":
             raise SystemExit(1)
+        cpu0 = time.process_time()
         times = [timer() for _ in range(repeats)]
-        print(json.dumps({"cpu": cpu, "pinned": pinned, "form": form, "muladds": muladds, "times_s": times}),
-              flush=True)
+        print(json.dumps({"cpu": cpu, "pinned": pinned, "form": form, "muladds": muladds, "times_s": times,
+                          "cpu_s": time.process_time() - cpu0}), flush=True)
 
 
 def run_concurrently(h: int, segments: list[int], min_time: float, repeats: int, timeout: float = 120) -> list[dict]:
     """Start ``h`` pinned workers; for each segment release them together and collect their per-call times.
-    One dict per segment: the workers' results, other processes' CPU seconds, the wall time."""
+    One dict per segment: the workers' results (each with its own CPU seconds, ``cpu_s``), the CPU seconds
+    other processes used meanwhile (the machine's busy time less the workers' and this process's), the wall
+    time."""
     cpus = sorted(os.sched_getaffinity(0))
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     args = [sys.executable, "-m", __name__, str(min_time), str(repeats), ",".join(map(str, segments))]
@@ -75,7 +84,8 @@ def run_concurrently(h: int, segments: list[int], min_time: float, repeats: int,
                     proc.stdin.write("go\n")
                     proc.stdin.flush()
                 results = [json.loads(proc.stdout.readline()) for proc in procs]
-            runs.append({"workers": results, "other_cpu_s": oc.other_cpu_s, "wall_s": oc.wall_s})
+            other = max(0.0, oc.other_cpu_s - sum(w["cpu_s"] for w in results))
+            runs.append({"workers": results, "other_cpu_s": other, "wall_s": oc.wall_s})
         for proc in procs:
             proc.stdin.close()
             proc.wait(timeout=timeout)
@@ -87,9 +97,21 @@ def run_concurrently(h: int, segments: list[int], min_time: float, repeats: int,
     return runs
 
 
+def ratio_point(times_h: list[float], times_1: list[float]) -> tuple[float, float]:
+    """C_interf(H) from the per-call times with H processes and with one: (median / median, its spread). The
+    spread is the ratio times the two relative spreads (1.4826 x MAD over the median) added in quadrature; given
+    the 1-process times themselves (H = 1), 1 exactly, spread 0: the ratio is 1 by definition."""
+    if times_h is times_1:
+        return 1.0, 0.0
+    m_h, m_1 = float(np.median(times_h)), float(np.median(times_1))
+    ratio = m_h / m_1
+    return ratio, ratio * math.hypot(robust_spread(times_h) / m_h, robust_spread(times_1) / m_1)
+
+
 def interference_curves(segments: list[int], max_h: int, min_time: float, repeats: int, progress=None) -> list[dict]:
     """C_interf(H) for H = 1..max_h and each segment: ratio of the median per-call time with H workers to that
-    with one. One dict per segment: segment_bytes and points (H, ratio, spread, seconds_per_call, ...)."""
+    with one (:func:`ratio_point`). One dict per segment: segment_bytes and points (H, ratio, spread,
+    seconds_per_call, other_cpu_s, busy: other processes used more than ``BUSY_CORES`` cores meanwhile, ...)."""
     by_h = {}
     for h in range(1, max_h + 1):
         if progress:
@@ -97,15 +119,16 @@ def interference_curves(segments: list[int], max_h: int, min_time: float, repeat
         by_h[h] = run_concurrently(h, segments, min_time, repeats)
     curves = []
     for k, segment_bytes in enumerate(segments):
-        points, base = [], None
+        points = []
+        base = [t for w in by_h[1][k]["workers"] for t in w["times_s"]]
         for h in range(1, max_h + 1):
             run = by_h[h][k]
-            times = [t for w in run["workers"] for t in w["times_s"]]
-            median = float(np.median(times))
-            base = median if base is None else base
-            points.append({"H": h, "ratio": median / base, "spread": robust_spread(times) / base,
-                           "seconds_per_call": median, "form": run["workers"][0]["form"],
-                           "pinned": all(w["pinned"] for w in run["workers"]), "other_cpu_s": run["other_cpu_s"]})
+            times = base if h == 1 else [t for w in run["workers"] for t in w["times_s"]]
+            ratio, spread = ratio_point(times, base)
+            points.append({"H": h, "ratio": ratio, "spread": spread, "seconds_per_call": float(np.median(times)),
+                           "form": run["workers"][0]["form"], "pinned": all(w["pinned"] for w in run["workers"]),
+                           "other_cpu_s": run["other_cpu_s"],
+                           "busy": run["other_cpu_s"] > BUSY_CORES * run["wall_s"]})
         curves.append({"segment_bytes": segment_bytes, "points": points})
     return curves
 

@@ -17,7 +17,7 @@ What the client measures:
   t = lat + r * n (weighted by 1/t, so the small sizes set the intercept): lat_net is the intercept.
 - r_net: a streaming sweep (256 KiB to 64 MiB sent with ``sendall`` in 1 MiB pieces, the kernel's own buffer
   sizes, then the server's count back), fitted t = c + r_net * n by ordinary least squares (the large sizes
-  dominate): r_net (seconds per payload byte) is the slope, with its 95 % confidence interval. This is TCP
+  dominate): r_net (seconds per payload byte) is the slope, with its standard error. This is TCP
   goodput: on Ethernet with TCP timestamps at most 1448 / 1514 = 0.957 of the line rate.
 - Parallel streams: P connections streaming at once, the aggregate bytes per second.
 """
@@ -467,14 +467,24 @@ def measure(host: str, port: int, quick: bool = False, timeout: float = 5.0, str
 def serve(host: str = "127.0.0.1", port: int = DEFAULT_PORT, max_clients: int = 16, idle_timeout: float = 30.0,
           out=None) -> int:
     """Run a probe server until SIGINT or SIGTERM: prints 'listening on HOST:PORT' (flushed) first, then one
-    line per refused or dropped peer, and 'stopped' at the end. Returns 0."""
+    line per refused or dropped peer, and 'stopped' at the end. Returns 0. A server whose output nobody reads any
+    more (the calibration that started it on loopback was interrupted before it read the first line) stops: the
+    pipe's reader is gone, and so is its client."""
+    import os
     import signal
     import sys
 
     out = out or sys.stdout
 
     def say(msg: str) -> None:
-        print(msg, file=out, flush=True)
+        try:
+            print(msg, file=out, flush=True)
+        except BrokenPipeError:
+            server._stop.set()
+            try:  # what is left in the buffer goes nowhere, not into a traceback at exit (Python's docs' way)
+                os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
+            except (OSError, ValueError):
+                pass
 
     server = ProbeServer(host, port, max_clients, idle_timeout, log=say).start()
     previous = {sig: signal.signal(sig, lambda *_: server._stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}

@@ -10,7 +10,8 @@ Layout::
      "notes": [...]}
 
 ``uncertainty`` is, for a repeated measurement, the robust spread of the repeats (1.4826 x MAD, floored at
-0.1 % of the value), and for a fitted constant the half-width of its 95 % confidence interval.
+0.1 % of the value), and for a fitted constant (lat_net, r_net, C_nbw, lat_mpi, r_mpi) the fit's standard error:
+one standard uncertainty either way (profiles written before 2026-11-25 hold the fits' 95 % half-width).
 """
 
 from __future__ import annotations
@@ -153,14 +154,24 @@ def format_value(value: float, unit: str) -> str:
     return f"{value:.4g} {unit}"
 
 
-def summary_rows(profile: dict) -> list[tuple[str, str, str, str]]:
-    """(constant, value, ± uncertainty, note) for each constant."""
+SUMMARY_HEADER = ("constant", "value", "uncertainty", "note", "definition")
+UNCERTAINTY_NOTE = ("uncertainty: one standard uncertainty, relative to the value: the repeats' spread (1.4826 x MAD, "
+                    "at least 0.1 %),\n  or for a fitted constant (lat_net, r_net, C_nbw, lat_mpi, r_mpi) the fit's "
+                    "standard error; derived ones (C_nbw = 8 / r_net,\n  peak_muladd, gemm_peak_fraction, C_interf "
+                    "ratios) propagated to first order")
+
+
+def _relative(value: float, uncertainty: float) -> str:
+    return f"± {100 * uncertainty / value:.2g} %" if value else "± n/a"
+
+
+def summary_rows(profile: dict) -> list[tuple[str, str, str, str, str]]:
+    """(constant, value, ± relative uncertainty, note, definition) for each constant (:data:`SUMMARY_HEADER`)."""
     rows = []
     for name, c in profile["constants"].items():
-        unc = c["uncertainty"]
-        rel = unc / c["value"] if c["value"] else float("nan")
         note = f"busy in {c['busy_runs']} run(s)" if c.get("busy_runs") else ""
-        rows.append((name, format_value(c["value"], c["unit"]), f"± {100 * rel:.2g} %", note))
+        rows.append((name, format_value(c["value"], c["unit"]), _relative(c["value"], c["uncertainty"]), note,
+                     c.get("description", "")))
     return rows
 
 
@@ -175,7 +186,9 @@ def table(rows: list[tuple], header: tuple) -> str:
 def compare_constants(a: dict, b: dict) -> list[dict]:
     """Per constant of either profile: its ``unit``, A's and B's ``value`` and ``uncertainty`` (``None`` where that
     profile lacks it), ``ratio`` B / A, and the ``verdict``: ``differs`` where the difference exceeds twice the
-    combined uncertainty, else ``same within 2 sigma``; ``only in A`` / ``only in B``."""
+    combined uncertainty (the two standard uncertainties in quadrature), else ``same within 2 sigma``;
+    ``only in A`` / ``only in B``; ``units differ`` (no ratio: A's and B's ``unit`` are both given) where the two
+    profiles record it in different units."""
     records = []
     names = list(a["constants"]) + [n for n in b["constants"] if n not in a["constants"]]
     for name in names:
@@ -185,6 +198,8 @@ def compare_constants(a: dict, b: dict) -> list[dict]:
                   "b": cb["value"] if cb else None, "b_uncertainty": cb["uncertainty"] if cb else None}
         if ca is None or cb is None:
             record.update(ratio=None, verdict="only in A" if cb is None else "only in B")
+        elif ca["unit"] != cb["unit"]:
+            record.update(b_unit=cb["unit"], ratio=None, verdict="units differ")
         else:
             combined = math.hypot(ca["uncertainty"], cb["uncertainty"])
             record.update(ratio=cb["value"] / ca["value"],
@@ -193,11 +208,22 @@ def compare_constants(a: dict, b: dict) -> list[dict]:
     return records
 
 
-def compare(a: dict, b: dict) -> list[tuple[str, str, str, str, str]]:
-    """Rows (constant, a, b, b / a, verdict) for the constants of two profiles (:func:`compare_constants`)."""
-    return [(r["constant"], "-" if r["a"] is None else format_value(r["a"], r["unit"]),
-             "-" if r["b"] is None else format_value(r["b"], r["unit"]),
-             "" if r["ratio"] is None else f"{r['ratio']:.3g} x", r["verdict"]) for r in compare_constants(a, b)]
+COMPARE_HEADER = ("constant", "A", "± A", "B", "± B", "B / A", "verdict")
+
+
+def compare(a: dict, b: dict) -> list[tuple[str, ...]]:
+    """Rows (constant, A, ± A, B, ± B, B / A, verdict) for the constants of two profiles (:func:`compare_constants`;
+    the uncertainties relative, one standard uncertainty each)."""
+    rows = []
+    for r in compare_constants(a, b):
+        unit_b = r.get("b_unit", r["unit"])
+        rows.append((r["constant"], "-" if r["a"] is None else format_value(r["a"], r["unit"]),
+                     "" if r["a"] is None else _relative(r["a"], r["a_uncertainty"]),
+                     "-" if r["b"] is None else format_value(r["b"], unit_b),
+                     "" if r["b"] is None else _relative(r["b"], r["b_uncertainty"]),
+                     "" if r["ratio"] is None else f"{r['ratio']:.3g} x",
+                     r["verdict"] + (f" ({r['unit']} vs {unit_b})" if r["verdict"] == "units differ" else "")))
+    return rows
 
 
 COMPUTE_PREFIXES = ("C_muladd", "C_act", "C_err")

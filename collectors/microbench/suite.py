@@ -20,7 +20,7 @@ import numpy as np
 from ddltrace.collectors.microbench import ccompile, disk, feedforward, gpu, interference, machine, memory, network
 from ddltrace.collectors.microbench import mpi_pingpong as mpi
 from ddltrace.collectors.microbench import profile as prof
-from ddltrace.collectors.microbench.measure import Measurement, extra_repeats, linear_fit, usable_cores
+from ddltrace.collectors.microbench.measure import Measurement, extra_repeats, linear_fit, robust_spread, usable_cores
 from ddltrace.errors import DdltraceError
 
 SECTIONS = ("cpu", "mem", "disk", "net", "gpu")
@@ -146,7 +146,7 @@ def run_cpu(p: dict, opts: Options) -> None:
             prof.add_constant(p, f"C_interf_H{pt['H']}_{label}", pt["ratio"], max(pt["spread"], 1e-3 * pt["ratio"]),
                               "ratio", f"C_interf({pt['H']}): {pt['H']} pinned processes vs 1, segment "
                               f"{prof.si(seg, 'B')}", f"{pt['form']} form, pinned={pt['pinned']}",
-                              other_cpu_s=pt["other_cpu_s"])
+                              busy_runs=int(pt["busy"]), other_cpu_s=pt["other_cpu_s"])
 
 
 def run_mem(p: dict, opts: Options) -> None:
@@ -189,7 +189,12 @@ def _loopback_server(timeout: float) -> tuple[subprocess.Popen, str, int]:
     """A probe server in a child process on 127.0.0.1 (any free port)."""
     proc = subprocess.Popen([sys.executable, "-m", "ddltrace.collectors.microbench.network", "127.0.0.1", "0"],
                             stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline().strip()  # "listening on HOST:PORT"
+    try:
+        line = proc.stdout.readline().strip()  # "listening on HOST:PORT"
+    except BaseException:  # Ctrl-C while it starts: not left behind
+        proc.kill()
+        proc.wait()
+        raise
     if not line.startswith("listening on "):
         proc.kill()
         proc.wait()
@@ -265,7 +270,7 @@ def record_mpi(p: dict, opts: Options) -> None:
         return
     med = {s: float(np.median(v)) for s, v in res.items()}
     prof.add_curve(p, "mpi_pingpong", "message_bytes", "B", "s",
-                   [{"x": s, "y": med[s], "spread": float(np.std(v))} for s, v in res.items()],
+                   [{"x": s, "y": med[s], "spread": robust_spread(v)} for s, v in res.items()],
                    "one-way time, 2 ranks on this machine")
     fit = linear_fit(list(med), list(med.values()), relative=True)
     if fit.intercept > 0 and fit.slope > 0:
@@ -298,7 +303,15 @@ RUNNERS = {"cpu": run_cpu, "mem": run_mem, "disk": run_disk, "net": run_net, "gp
 
 
 def calibrate(opts: Options) -> dict:
-    """Run the chosen sections; the profile (validated: every constant positive and finite)."""
+    """Run the chosen sections; the profile (validated: every constant positive and finite).
+
+    A section that fails (a peer that stops answering, a disk that fills up: DdltraceError) is named in
+    ``not_measured`` and in the notes, and the other sections still run. Ctrl-C or SIGTERM stops the calibration:
+    what was measured is kept (every constant is recorded whole, when its measurement ends), the section cut short
+    and those not started are named in ``not_measured``, and ``interrupted`` says which. ``sections`` lists the
+    sections measured in full."""
+    from ddltrace.interrupts import Terminated
+
     if "disk" in opts.sections:  # fail on a bad path before minutes of other work
         disk.check_path(opts.disk_path or tempfile.gettempdir(),
                         opts.disk_bytes or (32 if opts.quick else 1024) * 2**20)
@@ -306,15 +319,32 @@ def calibrate(opts: Options) -> dict:
         host, port = network.parse_peer(opts.peer)
         network.ProbeClient(host, port, opts.net_timeout).close()
     p = prof.new_profile(machine.describe(), opts.quick, list(opts.sections))
-    timings = {}
+    timings, done, missing = {}, [], {}
     # Quick: busy runs are flagged, not repeated; otherwise up to 2 more runs replace disturbed ones.
     with extra_repeats(0 if opts.quick else 2):
-        for section in opts.sections:
-            opts.progress(section)
+        for k, section in enumerate(opts.sections):
             t0 = time.perf_counter()
-            RUNNERS[section](p, opts)
-            timings[section] = round(time.perf_counter() - t0, 3)
+            try:
+                opts.progress(section)
+                RUNNERS[section](p, opts)
+            except KeyboardInterrupt as exc:
+                how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"
+                p["interrupted"] = section
+                missing[section] = f"{how} after {time.perf_counter() - t0:.1f} s; the constants it had measured " \
+                                   "by then are kept"
+                missing.update({later: f"not started ({how} before it)" for later in opts.sections[k + 1:]})
+                break
+            except DdltraceError as exc:
+                missing[section] = f"failed: {exc}"
+                continue
+            finally:
+                timings[section] = round(time.perf_counter() - t0, 3)
+            done.append(section)
     p["section_seconds"] = timings
+    p["sections"] = done
+    if missing:
+        p["not_measured"] = missing
+        p["notes"] += [f"section {section} not measured in full: {why}" for section, why in missing.items()]
     bad = prof.problems(p)
     if bad:
         raise RuntimeError("calibration produced an invalid profile: " + "; ".join(bad))

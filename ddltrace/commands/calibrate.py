@@ -86,7 +86,9 @@ def run(args) -> int:
               f"{a['created_utc']})")
         print(f"B: {args.compare[1]} ({b['machine'].get('hostname')}, {b['machine'].get('cpu_model')}, "
               f"{b['created_utc']})")
-        print(prof.table(prof.compare(a, b), ("constant", "A", "B", "B / A", "verdict")))
+        print(prof.table(prof.compare(a, b), prof.COMPARE_HEADER))
+        print("± A, ± B: one standard uncertainty each, relative; 'differs': |B - A| above twice the two in "
+              "quadrature")
         return 0
     progress = _Progress(quiet=args.quiet)
     opts = suite.Options(quick=args.quick, sections=suite.parse_sections(args.only), peer=args.peer,
@@ -102,13 +104,35 @@ def run(args) -> int:
         import json
 
         print(json.dumps(profile, indent=1))
+    else:
+        m = profile["machine"]
+        print(f"{m['cpu_model']}, {m['usable_cores']} cores, {prof.si(m['memory_bytes'], 'B')} memory, {m['kernel']}")
+        print(prof.table(prof.summary_rows(profile), prof.SUMMARY_HEADER))
+        print(prof.UNCERTAINTY_NOTE)
+        for note in profile["notes"]:
+            print(f"note: {note}")
+        seconds = sum(profile["section_seconds"].values())
+        print(f"profile written to {path} ({len(profile['constants'])} constants, {len(profile['curves'])} curves, "
+              f"{seconds:.1f} s)")
+    return _incomplete(profile, path)
+
+
+def _incomplete(profile: dict, path) -> int:
+    """0 for a profile with every section asked for; else one line on stderr naming what is missing (the profile
+    keeps what was measured) and 130 after Ctrl-C, 143 after SIGTERM, 2 after a failed section."""
+    from ddltrace.cli import EXIT_BAD_INPUT
+
+    missing = profile.get("not_measured") or {}
+    if not missing:
         return 0
-    m = profile["machine"]
-    print(f"{m['cpu_model']}, {m['usable_cores']} cores, {prof.si(m['memory_bytes'], 'B')} memory, {m['kernel']}")
-    print(prof.table(prof.summary_rows(profile), ("constant", "value", "uncertainty", "note")))
-    for note in profile["notes"]:
-        print(f"note: {note}")
-    seconds = sum(profile["section_seconds"].values())
-    print(f"profile written to {path} ({len(profile['constants'])} constants, {len(profile['curves'])} curves, "
-          f"{seconds:.1f} s)")
-    return 0
+    full = ", ".join(profile["sections"]) or "no section"
+    kept = f"{path} keeps the {len(profile['constants'])} constants measured ({full} in full)"
+    cut = profile.get("interrupted")
+    if cut:
+        terminated = missing[cut].startswith("terminated")
+        print(f"ddltrace: {'terminated (SIGTERM)' if terminated else 'interrupted'} during the {cut} section; {kept}",
+              file=sys.stderr)
+        return 143 if terminated else 130
+    failed = "; ".join(f"section {section} {why}" for section, why in missing.items())
+    print(f"ddltrace: error: {failed}; {kept}", file=sys.stderr)
+    return EXIT_BAD_INPUT
