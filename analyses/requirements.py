@@ -27,7 +27,7 @@ and why, in words.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 #: Every capability, with what it means in the words a report uses.
 CAPABILITIES: dict[str, str] = {
@@ -150,8 +150,10 @@ HOST_ANALYSES: dict[str, Requirement] = {
     "host_collective_bandwidth": Requirement("host backend's collectives' bus bandwidth (nccl-tests' definitions)",
                                              frozenset({"host_comm", "host_bytes"})),
 }
-#: On a store with no device work, the GPU analyses are listed as this one line.
+#: On a store with no device work, the GPU analyses are listed as this one line (its key: :data:`NO_DEVICE`); the
+#: text and the report name the GPU findings not made for the same reason in it (:func:`said_once`).
 GPU_ALL = Requirement("GPU analyses (temporal, kernel, overlap and launch breakdowns)", frozenset({"device"}))
+NO_DEVICE = "gpu"
 
 
 #: ``ddltrace model fit`` (:mod:`~ddltrace.analyses.fit_hashemi`): each worker's phases, on a series of runs.
@@ -257,13 +259,48 @@ class NotMade:
         return f"{', '.join(stores)} hold{'s' if len(stores) == 1 else ''}"
 
 
-def group(skipped: list[Skipped], holdings: dict[str, str]) -> list[NotMade]:
-    """The analyses not made, each once with the stores it was not made from (in the order first listed): the
-    same title and needs on several stores is one :class:`NotMade`. ``holdings``: what each store holds in words
-    (:attr:`~ddltrace.analyses.run_analysis.RunAnalysis.holding`), said once per store beside the list; a
-    reason's ``holds`` other than that (or of a series) is kept with the stores it is of."""
-    groups: dict[tuple[str, str], dict] = {}
+def for_want_of_device(skipped: list[Skipped]) -> list[Skipped]:
+    """The entries of ``skipped`` (the GPU detectors') not made for want of device work on a store whose GPU
+    analyses line (:data:`NO_DEVICE`) already says it holds none."""
+    no_device = {s.store for s in skipped if s.analysis == NO_DEVICE}
+    device = CAPABILITIES["device"]
+    return [s for s in skipped
+            if s.store in no_device and s.analysis != NO_DEVICE and device in s.needs.split("; ")]
+
+
+def said_once(skipped: list[Skipped]) -> list[Skipped]:
+    """``skipped`` as the text and the report say it: on a store with no device work, the GPU findings not made
+    (:func:`for_want_of_device`) are named in its GPU analyses line, "GPU analyses (...) and GPU findings (...):
+    needs device work", and not listed again each with the same reason."""
+    folded = for_want_of_device(skipped)
+    findings: dict[str, list[str]] = {}
+    for s in folded:
+        findings.setdefault(s.store, []).append(s.title)
+    out = []
     for s in skipped:
+        if s in folded:
+            continue
+        if s.analysis == NO_DEVICE and s.store in findings:
+            s = replace(s, title=f"{s.title} and GPU findings ({', '.join(findings[s.store])})")
+        out.append(s)
+    return out
+
+
+def not_made_json(skipped: list[Skipped]) -> list[dict]:
+    """``skipped`` for ``analyze --json`` and the report's findings.json: one entry per store and analysis, for
+    machines; one that the text and the report say in its store's GPU analyses line (:func:`said_once`) has
+    ``said_with``: that line's key."""
+    folded = for_want_of_device(skipped)
+    return [{**s.to_dict(), **({"said_with": NO_DEVICE} if s in folded else {})} for s in skipped]
+
+
+def group(skipped: list[Skipped], holdings: dict[str, str]) -> list[NotMade]:
+    """The analyses not made (:func:`said_once`), each once with the stores it was not made from (in the order
+    first listed): the same title and needs on several stores is one :class:`NotMade`. ``holdings``: what each
+    store holds in words (:attr:`~ddltrace.analyses.run_analysis.RunAnalysis.holding`), said once per store beside
+    the list; a reason's ``holds`` other than that (or of a series) is kept with the stores it is of."""
+    groups: dict[tuple[str, str], dict] = {}
+    for s in said_once(skipped):
         entry = groups.setdefault((s.title, s.needs), {"stores": [], "holds": {}})
         if s.store not in entry["stores"]:
             entry["stores"].append(s.store)

@@ -29,6 +29,7 @@ from ddltrace.analyses.requirements import (
     GPU_ALL,
     GPU_ANALYSES,
     HOST_ANALYSES,
+    NO_DEVICE,
     Skipped,
     capabilities,
     check,
@@ -369,7 +370,7 @@ def gpu_not_made(runs: list[RunAnalysis]) -> list[Skipped]:
     out = []
     for run in runs:
         if "device" not in run.capabilities:
-            out.append(Skipped("gpu", GPU_ALL.title, run.name, "device work on a device lane", run.gpu.holding()))
+            out.append(Skipped(NO_DEVICE, GPU_ALL.title, run.name, "device work on a device lane", run.gpu.holding()))
             continue
         for key, requirement in GPU_ANALYSES.items():
             for skip in check(key, requirement, [run])[1]:

@@ -1,5 +1,5 @@
 """How a store's ranks and nodes were put on one clock, read from its manifest's ``clock`` entry, for
-``ddltrace info`` and ``ddltrace analyze`` (no pandas: the CLI reads it from the manifest alone).
+``ddltrace info``, ``ddltrace analyze`` and ``ddltrace report`` (no pandas: the CLI reads it from the manifest alone).
 
 The collectors and importers write the entry: collectors/clock.py (a PMPI run: each rank's ping-pong with rank 0
 at MPI_Init and MPI_Finalize), collectors/node_clock.py (a run across nodes: each node agent's ping-pong with
@@ -72,6 +72,12 @@ class OffsetGroup:
     def max_uncertainty_ns(self) -> int | None:
         """The largest uncertainty of the group, start and end measurements, in ns (None: none given)."""
         found = [v for o in self.offsets for v in (o.uncertainty_ns, o.end_uncertainty_ns) if v is not None]
+        return max(found) if found else None
+
+    @property
+    def max_abs_drift_ppm(self) -> float | None:
+        """The largest |drift| of the group, in ppm (None: none given)."""
+        found = [abs(o.drift_ppm) for o in self.offsets if o.drift_ppm is not None]
         return max(found) if found else None
 
     def to_dict(self) -> dict:
@@ -147,13 +153,20 @@ class ClockAlignment:
             widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
             out.extend("    " + "  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True))
                        for row in [header, *rows])
-        out.append("  offset: added to the rank's (node's) times to put them on the reference clock; uncertainty: "
-                   "the most it can be wrong by (half the shortest round trip, or half the gap of the messages' "
-                   "bounds); " + ("at end: measured again when the run ended, the offset interpolated between "
-                                  "the two (drift: its change per time, ppm = ns per ms)" if any(
-                                      o.end_offset_ns is not None for g in self.groups for o in g.offsets)
-                                  else "measured once"))
+        out.append(f"  {self.legend()}")
         return out
+
+    def legend(self) -> str:
+        """What the offsets and uncertainties of :meth:`summary` and :meth:`lines` mean, with their units."""
+        ended = any(o.end_offset_ns is not None for g in self.groups for o in g.offsets)
+        return ("offset: added to the rank's (node's) times to put them on the reference clock; uncertainty: the "
+                "most it can be wrong by (half the shortest round trip, or half the gap of the messages' bounds); "
+                + ("at end: measured again when the run ended, the offset interpolated between the two (drift: its "
+                   "change per time, ppm = ns per ms)" if ended else "measured once"))
+
+    def methods(self) -> str:
+        """How each kind of offset was measured: 'rank clocks: ...; node clocks: ...' ('' when none applied)."""
+        return "; ".join(f"{g.kind} clocks: {one_line(g.method)}" for g in self.groups)
 
 
 def _bound(ns: int | None) -> str:

@@ -147,6 +147,31 @@ def test_too_few_ranks_for_the_initialisation_staircase_is_said(capsys):
     assert "sequential_init" not in {s["analysis"] for s in json.loads(capsys.readouterr().out)["not_made"]}
 
 
+def test_a_store_without_device_work_says_why_once(capsys):
+    """seq-w2 holds no device work. analyze listed its GPU analyses as not made for that ("needs device work on a
+    device lane"), then each GPU detector again for the same reason in its own words (four more lines). The text
+    says it once, the GPU findings named in the GPU analyses' line; --json keeps an entry per store and detector
+    (machines read each), marked ``said_with: "gpu"``."""
+    from ddltrace.analyses.findings import REQUIREMENTS, load_detectors
+
+    load_detectors()
+    gpu = [name for name, r in REQUIREMENTS.items() if "device" in r.needs]
+    assert len(gpu) >= 4
+    store = SAMPLES / "seq-w2" / "store"
+    capsys.readouterr()
+    assert main(["analyze", str(store)]) == 0
+    text = capsys.readouterr().out.split("Not made from this input", 1)[1].split("Breakdown of", 1)[0]
+    (line,) = [line for line in text.splitlines() if "device work" in line]
+    assert text.count("device work") == 2  # needs device work ...; the input holds no device work
+    assert line.startswith("    - GPU analyses (temporal") and ") and GPU findings (" in line
+    assert ": needs device work on a device lane; the input holds no device work (" in line
+    assert all(line.count(REQUIREMENTS[name].title) == 1 for name in gpu), line
+    assert main(["analyze", str(store), "--json"]) == 0
+    said = {s["analysis"]: s.get("said_with") for s in json.loads(capsys.readouterr().out)["not_made"]}
+    assert said["gpu"] is None and all(said[name] == "gpu" for name in gpu)
+    assert list(said.values()).count("gpu") == len(gpu)
+
+
 def test_stores_too_few_for_a_series_or_a_threshold_are_said(capsys):
     """Two stores (w = 2 and 4, one batch size): cache cliff (two batch sizes at one w), parameter-server saturation
     and sequential initialisation across runs (three worker counts) were passed over in silence, as were the

@@ -199,6 +199,24 @@ def test_report_has_the_gpu_section(nccl_run, tmp_path):
     assert "CUDA launch statistics" in html and "Queue length per stream" in html
     md = (out / "report.md").read_text()
     assert "## GPU" in md and "Communication\\-computation overlap" in md
+    # its clocks: an import with no offsets, its times as the trace gives them (the manifest's method)
+    from ddltrace.analyses.findings import REQUIREMENTS
+    from ddltrace.analyses.requirements import GPU_ANALYSES
+    from ddltrace.report.render import _md_escape
+
+    clock = json.loads((store / "manifest.json").read_text())["clock"]
+    assert clock["offsets_ns"] == {}
+    said = f"taken as the trace gives them, no offsets applied ({clock['method']})"
+    assert f"- `{store}`: {_md_escape(said)}" in md.splitlines()
+    doc = json.loads((out / "findings.json").read_text())
+    assert doc["clocks"][str(store)]["aligned"] is False and doc["clocks"][str(store)]["groups"] == []
+    # a store with device work: each GPU analysis and finding not made keeps its own reason (none folded)
+    section = md.split("## Not made from this input", 1)[1].split("\n## ", 1)[0]
+    items = {line.split("**")[1]: line for line in section.splitlines() if line.startswith("- **")}
+    assert "GPU findings" not in section and not [s for s in doc["not_made"] if "said_with" in s]
+    assert "NVML sampler" in items[_md_escape(GPU_ANALYSES["gpu_nvml"].title)]
+    assert "0 matched collectives" in items[_md_escape(REQUIREMENTS["gpu_straggler"].title)]
+    assert "calibrated bandwidth" in items[_md_escape(REQUIREMENTS["gpu_slow_collectives"].title)]
 
 
 @needs[XPLANE]

@@ -277,6 +277,64 @@ def test_the_report_table_names_the_phase_of_each_overlap(demo_report):
     assert (steady[3] + steady[4]) / 2 == pytest.approx(finding["evidence"]["overlap_median"]["value"], abs=1e-3)
 
 
+def test_the_report_shows_each_stores_clocks_as_its_manifest_has_them(demo_report):
+    """The Clocks section (a line per store, from ddltrace/clock_alignment.py as info and analyze print it): the
+    number of rank offsets, the largest |offset| and uncertainty over the start and end measurements, the largest
+    |drift| and how they were measured, each the figure of the store's manifest (computed here from its clock entry),
+    with its unit; findings.json holds each store's clock as ``info --json`` gives it."""
+    from clock_truth import expected_rank_clocks
+
+    from ddltrace.report.render import _md_escape
+    from ddltrace.units import format_ns
+
+    md = demo_report.markdown.read_text()
+    section = md.split("## Clocks", 1)[1].split("\n## ", 1)[0].splitlines()
+    page = demo_report.html.read_text()
+    doc = json.loads(demo_report.findings.read_text())
+    for w in (4, 8):
+        store = SAMPLES / f"seq-w{w}" / "store"
+        clock = json.loads((store / "manifest.json").read_text())["clock"]
+        expected = expected_rank_clocks(clock)
+        largest = max(abs(v) for e in expected for v in (e["offset_ns"], e["end_offset_ns"]))
+        bound = max(v for e in expected for v in (e["uncertainty_ns"], e["end_uncertainty_ns"]))
+        assert bound == clock["max_uncertainty_ns"] > 0
+        drift = max(abs(e["drift_ppm"]) for e in expected)
+        line = (f"{len(expected)} rank offset(s) onto rank {clock['reference_rank']}'s clock, max |offset| "
+                f"{format_ns(largest)}, max uncertainty ±{format_ns(bound)}; max |drift| of the rank clocks "
+                f"{drift:g} ppm (rank clocks: {clock['method']})")
+        assert f"- `{store}`: {_md_escape(line)}" in section
+        assert f"<li><code>{html.escape(str(store))}</code>: {html.escape(line)}</li>" in page
+        (ranks,) = doc["clocks"][str(store)]["groups"]
+        assert ranks["offsets"] == expected and ranks["max_uncertainty_ns"] == bound
+    assert "ppm = ns per ms" in " ".join(section)  # what the figures mean, once
+
+
+def test_a_store_without_device_work_says_so_once(demo_report):
+    """The demo's stores hold no device work: the GPU analyses and the GPU findings are not made for that one
+    reason, said once (each GPU detector added its own "needs device work" line beside the GPU analyses' one);
+    findings.json keeps an entry per store and detector for machines, each marked as said with the GPU line."""
+    from ddltrace.analyses.findings import REQUIREMENTS, load_detectors
+    from ddltrace.report.render import _md_escape
+
+    load_detectors()
+    gpu = sorted(name for name, r in REQUIREMENTS.items() if "device" in r.needs)
+    assert len(gpu) >= 4
+    doc = json.loads(demo_report.findings.read_text())
+    stores = [str(SAMPLES / f"seq-w{w}" / "store") for w in (4, 8)]
+    for store in stores:
+        said = {s["analysis"]: s.get("said_with") for s in doc["not_made"] if s["store"] == store}
+        assert said["gpu"] is None and all(said[name] == "gpu" for name in gpu)
+    md = demo_report.markdown.read_text()
+    section = md.split("## Not made from this input", 1)[1].split("\n## ", 1)[0]
+    page = demo_report.html.read_text()
+    page_section = page.split("<h2>Not made from this input</h2>", 1)[1].split("<h2>", 1)[0]
+    for text in (section, page_section):
+        assert text.count("device work") == 2  # needs device work ...; each holds no device work
+    (line,) = [line for line in section.splitlines() if "device work" in line]
+    assert line.startswith("- **GPU analyses \\(temporal") and "\\(every store\\): needs device work" in line
+    assert all(line.count(_md_escape(REQUIREMENTS[name].title)) == 1 for name in gpu), line
+
+
 def test_a_figure_with_no_value_is_a_dash_not_none():
     """A table cell that holds no figure (None, pandas' NA: the per-node point-to-point bytes of a trace whose calls
     name no partner; NaN: the bandwidth across nodes where no message was matched) reads '-', as the text and the

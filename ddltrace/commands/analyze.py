@@ -485,6 +485,7 @@ def missing_ranks(r: RunAnalysis) -> list[dict]:
 
 def to_json(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFrame, thresholds: Thresholds,
             phase: str, skipped: list[Skipped] = ()) -> dict:
+    from ddltrace.analyses.requirements import not_made_json
     from ddltrace.clock_alignment import clock_alignment
     from ddltrace.gpu_section import gpu_json
     from ddltrace.host_section import host_collectives_json
@@ -516,7 +517,7 @@ def to_json(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFr
         })
     return _clean({
         "findings": [f.to_dict() for f in findings],
-        "not_made": [s.to_dict() for s in skipped],
+        "not_made": not_made_json(skipped),
         "stores": stores,
         "scaling": _records(scaling) if len(scaling) else [],
         "thresholds": dict(thresholds),

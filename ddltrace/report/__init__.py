@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from ddltrace import __version__
+from ddltrace.clock_alignment import clock_alignment
 from ddltrace.errors import DdltraceError
 from ddltrace.outputs import check_writable, output_folder, write_file
 from ddltrace.report import figures
@@ -62,6 +63,8 @@ class Report:
     trace_left_out: str | None = None
     #: The ranks each store holds no usable timeline for: (store, [(rank, why)], how many in all, world size).
     missing: list[tuple[str, list[tuple[int, str]], int, int]] = field(default_factory=list)
+    #: How each store's ranks were put on one clock (store, :class:`~ddltrace.clock_alignment.ClockAlignment`).
+    clocks: list = field(default_factory=list)
     #: The GPU section: (store, [(title, table of formatted cells)]) for each store with device work.
     gpu: list[tuple[str, list[tuple[str, pd.DataFrame]]]] = field(default_factory=list)
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
@@ -134,6 +137,7 @@ def build_report(stores: list[str | os.PathLike], out: str | os.PathLike, *, pro
     report = assemble(runs, found, profile, model, mapper)
     report.not_made = run_analysis.not_made(runs) + skipped
     report.holdings = {r.name: r.holding for r in runs}
+    report.clocks = [(r.name, clock_alignment(r.store.manifest)) for r in runs]
     report.missing = [(r.name, list(r.store.missing(32).items()), r.store.missing_count(), r.store.world_size)
                       for r in runs if r.store.missing_count()]
     from ddltrace.gpu_section import gpu_tables
@@ -560,12 +564,16 @@ def side_by_side(run) -> pd.DataFrame:
 def findings_document(report: Report) -> dict:
     """The machine-readable findings (the schema of ``ddltrace analyze --json``): costliest first, each with its
     ``cost_ns``, the analyses not made from this input with the reason, and per store the ranks it holds no
-    usable timeline for (``missing_ranks``: rank and reason; the findings are of the other ranks)."""
+    usable timeline for (``missing_ranks``: rank and reason; the findings are of the other ranks), and per store
+    how its clocks were aligned (``clocks``: ``ddltrace info --json``'s ``clock``)."""
+    from ddltrace.analyses.requirements import not_made_json
+
     return {"ddltrace_version": __version__, "stores": report.stores,
             "findings": [f.to_dict() for f in report.findings],
-            "not_made": [s.to_dict() for s in report.not_made],
+            "not_made": not_made_json(report.not_made),
             "missing_ranks": {store: [{"rank": rank, "reason": why} for rank, why in named]
-                              for store, named, _, _ in report.missing}}
+                              for store, named, _, _ in report.missing},
+            "clocks": {store: clock.to_dict() for store, clock in report.clocks}}
 
 
 def write(report: Report, out: Path) -> ReportFiles:

@@ -106,6 +106,11 @@ def html(report) -> str:
         parts.extend(f"<p>{_e(line)}.</p>" for line in holdings)
         parts.append("<ul>" + "".join(f"<li><b>{_e(g.title)}</b>{_e(g.rest(*_several(report)))}</li>"
                                       for g in groups) + "</ul>")
+    if report.clocks:
+        parts.append("<h2>Clocks</h2>")
+        parts.extend(f"<p>{_e(line)}</p>" for line in _clock_intro(report))
+        parts.append("<ul>" + "".join(f"<li><code>{_e(store)}</code>: {_e(line)}</li>"
+                                      for store, line in _clock_lines(report)) + "</ul>")
     if report.gpu:  # the GPU analyses not made are with the others (the section points there)
         parts.append("<h2>GPU</h2>")
         for store, tables in report.gpu:
@@ -318,6 +323,32 @@ def _several(report) -> tuple[bool, tuple[str, ...]]:
     return len(report.stores) > 1, tuple(report.stores)
 
 
+def _clock_intro(report) -> list[str]:
+    """What the Clocks section shows, and what its offsets and uncertainties mean (the legend of the first store
+    with offsets: :meth:`~ddltrace.clock_alignment.ClockAlignment.legend`)."""
+    intro = ["How each store's ranks (and nodes) were put on one clock, from its manifest: per kind of offset, the "
+             "largest |offset| and the largest uncertainty over the start and end measurements (each rank's: "
+             "ddltrace info STORE). A wait between two ranks is known to within twice the largest uncertainty."]
+    aligned = [clock for _, clock in report.clocks if clock.groups and not clock.problem]
+    if not aligned:
+        return intro
+    legend = max(aligned, key=lambda c: any(o.end_offset_ns is not None for g in c.groups for o in g.offsets)).legend()
+    return [*intro, legend[0].upper() + legend[1:] + "."]
+
+
+def _clock_lines(report) -> list[tuple[str, str]]:
+    """Per store: its clocks' summary (:meth:`~ddltrace.clock_alignment.ClockAlignment.summary`) and, where offsets
+    were applied, the largest |drift| of each kind that has one and how each kind was measured."""
+    out = []
+    for store, clock in report.clocks:
+        line = clock.summary()
+        if clock.groups and not clock.problem:
+            line += "".join(f"; max |drift| of the {g.kind} clocks {g.max_abs_drift_ppm:g} ppm" for g in clock.groups
+                            if g.max_abs_drift_ppm is not None) + f" ({clock.methods()})"
+        out.append((store, line))
+    return out
+
+
 def _md_table(title: str, frame: pd.DataFrame) -> list[str]:
     header, rows = _table_cells(frame)
     return [f"### {_md_escape(title)}", "", "| " + " | ".join(_md_escape(h) for h in header) + " |",
@@ -393,6 +424,11 @@ def markdown(report) -> str:
         lines += ["## Not made from this input", ""]
         lines += [f"{_md_escape(line)}.\n" for line in holdings]
         lines += [f"- **{_md_escape(g.title)}**{_md_escape(g.rest(*_several(report)))}" for g in groups]
+        lines.append("")
+    if report.clocks:
+        lines += ["## Clocks", ""]
+        lines += [f"{_md_escape(line)}\n" for line in _clock_intro(report)]
+        lines += [f"- `{store.replace('`', '')}`: {_md_escape(line)}" for store, line in _clock_lines(report)]
         lines.append("")
     if report.gpu:  # the GPU analyses not made are with the others (the section points there)
         lines += ["## GPU", ""]
