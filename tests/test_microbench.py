@@ -318,6 +318,31 @@ def test_a_fitted_constants_uncertainty_is_its_standard_error_as_the_models_read
     assert p["constants"]["C_nbw"]["uncertainty"] == pytest.approx(8 * reference.stderr / reference.slope**2)
 
 
+def test_c_nbw_gives_its_95_interval_from_r_nets_bounds():
+    """C_nbw = 8 / r_net: its ± is r_net's relative standard error to first order, symmetric, which a reciprocal's
+    interval is not; the method now gives 8 / (r_net +- t x SE) (scipy's t over the points), and where r_net's interval
+    reaches 0 (few noisy stream sizes), says that the bandwidth is bounded below only (a note)."""
+    from scipy import stats
+
+    from ddltrace.collectors.microbench import network, suite
+
+    sizes = list(network.STREAM_SIZES[:-1])  # --quick: four sizes
+    lat = measure.linear_fit([1, 64, 4096], [2e-5, 2.1e-5, 2.3e-5])
+    for noise, bounded in (((0.01, -0.01, 0.02, -0.01), True), ((3.0, -0.9, 0.9, -0.2), False)):
+        times = [1e-4 + 4e-10 * n * (1 + e) for n, e in zip(sizes, noise, strict=True)]
+        ref = stats.linregress(sizes, times)
+        t = stats.t.ppf(0.975, len(sizes) - 2)
+        bw = measure.linear_fit(sizes, times)
+        p = prof.new_profile({}, True, ["net"])
+        point = [(n, measure.Measurement(x, 0.0, "s", [x])) for n, x in zip(sizes, times, strict=True)]
+        suite.record_network(p, network.NetworkResult("peer", lat, bw, point[:3], point, {}), "loopback")
+        method = p["constants"]["C_nbw"]["method"]
+        low = prof.si(8 / (ref.slope + t * ref.stderr), "bit/s")
+        high = prof.si(8 / (ref.slope - t * ref.stderr), "bit/s") if bounded else "unbounded"
+        assert f"95 % interval {low}..{high}" in method
+        assert any(n.startswith("C_nbw: r_net's 95 % interval reaches 0") for n in p["notes"]) is not bounded
+
+
 def test_blas_threads_restores_the_count():
     _, getter = measure._blas_library()
     if getter is None:

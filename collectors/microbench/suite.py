@@ -251,8 +251,18 @@ def record_network(p: dict, res: network.NetworkResult, placement: str) -> None:
     prof.add_constant(p, "r_net", bw.slope, bw.slope_se, "s/B", "network time per payload byte (TCP goodput)",
                       f"slope of t = c + r n over streams of {res.stream_points[0][0]} B..{res.stream_points[-1][0]} B,"
                       f" {_errors(bw)}; {placement}")
+    # the uncertainty is first order (r_net's relative standard error); a reciprocal's interval is not symmetric,
+    # so the method gives the 95 % interval as 8 / r_net's own bounds, unbounded above when r_net's reaches 0
+    low, high = bw.slope + bw.slope_ci, bw.slope - bw.slope_ci
+    interval = f"{prof.si(8 / low, 'bit/s')}..{prof.si(8 / high, 'bit/s') if high > 0 else 'unbounded'}"
     prof.add_constant(p, "C_nbw", 8 / bw.slope, 8 * bw.slope_se / bw.slope**2, "bit/s",
-                      "Yan et al.'s C_nbw: network bandwidth (payload bits per second) = 8 / r_net")
+                      "Yan et al.'s C_nbw: network bandwidth (payload bits per second) = 8 / r_net",
+                      f"uncertainty: r_net's relative standard error (first order); 95 % interval {interval} "
+                      "(8 / r_net's 95 % bounds)")
+    if not high > 0:
+        p["notes"].append(f"C_nbw: r_net's 95 % interval reaches 0 (slope {bw.slope:.3g} s/B, standard error "
+                          f"{bw.slope_se:.3g} over {bw.points} stream sizes): the bandwidth is bounded below only "
+                          f"({prof.si(8 / low, 'bit/s')}); its ± is first order and understates the upper side")
     for streams, meas in res.parallel.items():
         _meas_constant(p, f"net_bw_{streams}_streams", meas, "B/s", f"aggregate goodput of {streams} parallel streams",
                        placement)
