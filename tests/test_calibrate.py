@@ -197,6 +197,28 @@ def test_a_failed_section_is_named_and_the_others_kept(tmp_path, capsys):
     assert err.endswith(f"{out} keeps the {len(profile['constants'])} constants measured (mem in full)")
 
 
+def test_a_disk_that_fails_mid_way_loses_only_the_disk_section(tmp_path):
+    """The disk benchmark's writes fail part-way (a file size limit, RLIMIT_FSIZE: EFBIG, as a device error would):
+    that was a traceback and no profile; now the disk section is named in one line and the memory section kept."""
+    import resource
+
+    out = tmp_path / "p.json"
+
+    def limit_file_size():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2 * 2**20, 2 * 2**20))  # the profile is far smaller
+
+    proc = subprocess.run([DDLTRACE, "calibrate", "--quick", "--quiet", "--only", "mem,disk", "--disk-path",
+                           str(tmp_path), "--disk-size", "4", "--out", str(out)], capture_output=True, text=True,
+                          timeout=120, preexec_fn=limit_file_size)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith(f"ddltrace: error: section disk failed: {tmp_path}: the disk benchmark's I/O "
+                                  "failed (File too large)")
+    profile = prof.load(out)
+    assert profile["sections"] == ["mem"] and "r_m" in profile["constants"] and "r_d" not in profile["constants"]
+    assert not list(tmp_path.glob(".ddltrace-disk-probe-*"))  # its file removed
+
+
 def _two_profiles(folder, r_m_of_b: float):
     """Profiles A and B saved in ``folder``: r_m 100 ps/B in A, ``r_m_of_b`` in B, and w_m in B only."""
     a = prof.new_profile({"hostname": "a", "cpu_model": "A"}, True, ["mem"])

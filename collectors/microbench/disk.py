@@ -183,7 +183,7 @@ def measure(directory: str | os.PathLike, file_bytes: int, repeats: int = 3, ran
             raise DdltraceError(f"{directory}: ran out of room during the disk benchmark ({exc.strerror})") from exc
         if exc.errno == errno.EROFS:
             raise DdltraceError(f"{directory}: cannot write the disk benchmark's file ({exc.strerror})") from exc
-        raise
+        raise DdltraceError(f"{directory}: the disk benchmark's I/O failed ({exc.strerror or exc})") from exc
     finally:
         buf.close()
         path.unlink(missing_ok=True)
