@@ -45,7 +45,7 @@ def main() -> int:
                 gemv = feedforward.muladd_curves([seg], 0.05, 3)[f"C_muladd_gemv_{dtype}"][0].value
             loop = float("nan")
             if lib is not None:
-                work, ops = feedforward._muladd_runner("loop", dtype, seg, lib)
+                work, ops, _ = feedforward._muladd_runner("loop", dtype, seg, lib)
                 loop = repeat(per_call_timer(work, 0.05), repeats=3).value / ops
             rate = args.n**3 / gemm.value
             print(f"{dtype:6} {rate / 1e9:9.2f} Gmuladd/s {peak / 1e9:9.2f} Gmuladd/s {rate / peak:12.3f} "

@@ -200,6 +200,20 @@ def test_mpi_constants_are_the_weighted_fit_of_the_ranks_times(monkeypatch):
         assert point["spread"] == pytest.approx(1.4826 * np.median(np.abs(v - np.median(v))))
 
 
+def test_a_compute_points_x_is_its_segments_own_bytes():
+    """A C_muladd point's x (segment_bytes) is the bytes of the n x n weight matrix timed, n = the whole square root
+    of the size asked for in values; it was the size asked for: 4096 B of float64 is a 22 x 22 matrix, 3872 B
+    (the point said 4096), 16 KiB a 45 x 45 one, 16200 B. The neuron curves' arrays are the size asked for."""
+    sizes = [4096, 16384]
+    curves = feedforward.muladd_curves(sizes, min_time=0.001, repeats=1)
+    for name, points in curves.items():
+        itemsize = 8 if name.endswith("f64") else 4
+        assert [p.segment_bytes for p in points] == [int(math.sqrt(s / itemsize)) ** 2 * itemsize for s in sizes]
+    assert [p.segment_bytes for p in curves["C_muladd_gemv_f64"]] == [3872, 16200]
+    act = feedforward.neuron_curves([4096], min_time=0.001, repeats=1)
+    assert all(points[0].segment_bytes == 4096 for points in act.values())
+
+
 def test_disk_probe_on_a_real_file(tmp_path):
     res = disk.measure(tmp_path, 2 * disk.BLOCK, repeats=1, random_seconds=0.05)
     assert res.r_d.value > 0 and res.w_d.value > 0 and res.iops.value > 0
@@ -431,7 +445,7 @@ def test_a_point_under_a_quota_is_its_runs_own_cpu_time():
     periods), and the point's CPU seconds per call are its runs' own CPU time, the call's 100 us of CPU. Before,
     a run sized from the throttled call (10 ms) held 2 calls and ran unthrottled, and its wall time x the point's
     share (the sizing call's sleep included) read a small fraction of the call's CPU time."""
-    (point,) = feedforward._curve(lambda size: (_Throttled(), 1), [4096], min_time=0.02, repeats=3)
+    (point,) = feedforward._curve(lambda size: (_Throttled(), 1, size), [4096], min_time=0.02, repeats=3)
     assert point.value * point.cpu_share == pytest.approx(1e-4, rel=0.2)  # main: 0.1-0.5 of it
     assert point.cpu_value == pytest.approx(1e-4, rel=0.2)
     assert point.value > 1.5 * point.cpu_value  # the wall time of runs of many periods: throttled half of it

@@ -66,22 +66,25 @@ def _ptr(arr: np.ndarray) -> int:
 
 
 def _muladd_runner(form: str, dtype: str, segment_bytes: int, lib):
-    """(callable doing the work, multiply-adds per call) for one form at one segment size."""
+    """(callable doing the work, multiply-adds per call, the weight segment's bytes) for one form at one segment
+    size: an n x n weight matrix, n the whole square root of the size in values (its bytes are what a point's x
+    says, a little under the size asked for when that is not a square)."""
     t = DTYPES[dtype]
     n = max(8, int(math.sqrt(segment_bytes / np.dtype(t).itemsize)))
     w = np.full((n, n), 1e-3, dtype=t)
     if form == "gemm":
         a, y = np.ones((n, BATCH), dtype=t), np.zeros((n, BATCH), dtype=t)
-        return (lambda: np.matmul(w, a, out=y)), n * n * BATCH
+        return (lambda: np.matmul(w, a, out=y)), n * n * BATCH, w.nbytes
     a, y = np.ones(n, dtype=t), np.zeros(n, dtype=t)
     if form == "gemv":
-        return (lambda: np.dot(w, a, out=y)), n * n
+        return (lambda: np.dot(w, a, out=y)), n * n, w.nbytes
     fn = getattr(lib, f"muladd_loop_{dtype}")
-    return (lambda: fn(_ptr(w), _ptr(a), _ptr(y), n, n)), n * n
+    return (lambda: fn(_ptr(w), _ptr(a), _ptr(y), n, n)), n * n, w.nbytes
 
 
 def _neuron_runner(kind: str, func: str, form: str, dtype: str, segment_bytes: int, lib):
-    """(callable, neurons per call) for C_act (kind 'act') or C_err (kind 'err') of ``func``."""
+    """(callable, neurons per call, bytes of one neuron array) for C_act (kind 'act') or C_err (kind 'err') of
+    ``func``."""
     from scipy.special import expit
 
     t = DTYPES[dtype]
@@ -92,11 +95,11 @@ def _neuron_runner(kind: str, func: str, form: str, dtype: str, segment_bytes: i
     if form == "loop":
         fn = getattr(lib, f"{kind}_{func}_{dtype}")
         if kind == "act":
-            return (lambda: fn(_ptr(y), _ptr(out), n)), n
-        return (lambda: fn(_ptr(a), _ptr(s), _ptr(out), n)), n
+            return (lambda: fn(_ptr(y), _ptr(out), n)), n, y.nbytes
+        return (lambda: fn(_ptr(a), _ptr(s), _ptr(out), n)), n, y.nbytes
     if kind == "act":
         ufunc = expit if func == "sigmoid" else np.tanh
-        return (lambda: ufunc(y, out=out)), n
+        return (lambda: ufunc(y, out=out)), n, y.nbytes
 
     def err():
         if func == "sigmoid":  # d = s * a * (1 - a)
@@ -107,17 +110,17 @@ def _neuron_runner(kind: str, func: str, form: str, dtype: str, segment_bytes: i
             np.subtract(1, out, out=out)
         np.multiply(out, s, out=out)
 
-    return err, n
+    return err, n, y.nbytes
 
 
 def _curve(make, sizes: list[int], min_time: float, repeats: int) -> list[Point]:
     points = []
     for size in sizes:
-        work, ops = make(size)
+        work, ops, nbytes = make(size)
         cpu: list[float] = []  # each run's CPU seconds per call: its own, not its wall time x the point's share
         meas = repeat(per_call_timer(work, min_time, cpu), repeats=repeats)
         share = sum(cpu) / max(sum(meas.values), 1e-12)
-        points.append(Point(size, meas.value / ops, meas.spread / ops, float(np.nansum(meas.other_cpu_s)),
+        points.append(Point(nbytes, meas.value / ops, meas.spread / ops, float(np.nansum(meas.other_cpu_s)),
                             meas.busy_runs, share, float(np.median(cpu)) / ops, robust_spread(cpu) / ops))
     return points
 
