@@ -214,6 +214,20 @@ def test_a_compute_points_x_is_its_segments_own_bytes():
     assert all(points[0].segment_bytes == 4096 for points in act.values())
 
 
+def test_interference_worker_leaves_ctrl_c_to_the_calibration():
+    """A terminal's Ctrl-C reaches every process of the group: each C_interf worker printed a KeyboardInterrupt
+    traceback under the calibration's own line. The worker now ignores it (the calibration ends its workers)."""
+    import signal
+
+    worker = subprocess.Popen([sys.executable, "-m", "ddltrace.collectors.microbench.interference", "0.001", "1",
+                               "4096", "0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert worker.stdout.readline().strip() == "ready"
+    worker.send_signal(signal.SIGINT)
+    out, err = worker.communicate("go\n", timeout=60)
+    assert worker.returncode == 0 and "KeyboardInterrupt" not in err and '"times_s"' in out
+
+
 def test_disk_probe_on_a_real_file(tmp_path):
     res = disk.measure(tmp_path, 2 * disk.BLOCK, repeats=1, random_seconds=0.05)
     assert res.r_d.value > 0 and res.w_d.value > 0 and res.iops.value > 0

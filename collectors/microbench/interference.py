@@ -30,9 +30,15 @@ from ddltrace.collectors.microbench.measure import BUSY_CORES, OtherCpu, robust_
 
 def worker(cpu: int, segments: list[int], min_time: float, repeats: int) -> None:
     """Run in a worker process: pin to ``cpu``, build every segment, say 'ready'; then for each segment wait for
-    'go' on stdin, time ``repeats`` runs and print one JSON line."""
+    'go' on stdin, time ``repeats`` runs and print one JSON line. Ctrl-C is left to the calibration that started
+    it (a terminal's goes to the whole process group), which ends its workers: one traceback per worker said
+    nothing more."""
+    import signal
+
     from ddltrace.collectors.microbench import ccompile
     from ddltrace.collectors.microbench.measure import per_call_timer
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     try:
         os.sched_setaffinity(0, {cpu})
