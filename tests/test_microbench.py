@@ -131,7 +131,8 @@ def test_stream_report_has_every_form_kernel_and_thread_count():
 def test_interference_workers_are_pinned_and_report_ratios():
     small, large = 16 * 1024, 4 * 2**20
     curves = interference.interference_curves([small, large], 2, min_time=0.002, repeats=2)
-    assert [c["segment_bytes"] for c in curves] == [small, large]
+    # each curve's segment is the n x n float64 matrix timed: 45 x 45 (16200 B) for the 16 KiB asked for
+    assert [c["segment_bytes"] for c in curves] == [45 * 45 * 8, 724 * 724 * 8]
     for curve in curves:
         points = curve["points"]
         assert [p["H"] for p in points] == [1, 2] and points[0]["ratio"] == 1.0

@@ -116,7 +116,8 @@ def ratio_point(times_h: list[float], times_1: list[float]) -> tuple[float, floa
 
 def interference_curves(segments: list[int], max_h: int, min_time: float, repeats: int, progress=None) -> list[dict]:
     """C_interf(H) for H = 1..max_h and each segment: ratio of the median per-call time with H workers to that
-    with one (:func:`ratio_point`). One dict per segment: segment_bytes and points (H, ratio, spread,
+    with one (:func:`ratio_point`). One dict per segment: segment_bytes (of the float64 n x n weight matrix the
+    workers timed, n the whole square root of the size asked for in values) and points (H, ratio, spread,
     seconds_per_call, other_cpu_s, busy: other processes used more than ``BUSY_CORES`` cores meanwhile, ...)."""
     by_h = {}
     for h in range(1, max_h + 1):
@@ -124,7 +125,7 @@ def interference_curves(segments: list[int], max_h: int, min_time: float, repeat
             progress(f"C_interf H={h}")
         by_h[h] = run_concurrently(h, segments, min_time, repeats)
     curves = []
-    for k, segment_bytes in enumerate(segments):
+    for k in range(len(segments)):
         points = []
         base = [t for w in by_h[1][k]["workers"] for t in w["times_s"]]
         for h in range(1, max_h + 1):
@@ -135,7 +136,7 @@ def interference_curves(segments: list[int], max_h: int, min_time: float, repeat
                            "form": run["workers"][0]["form"], "pinned": all(w["pinned"] for w in run["workers"]),
                            "other_cpu_s": run["other_cpu_s"],
                            "busy": run["other_cpu_s"] > BUSY_CORES * run["wall_s"]})
-        curves.append({"segment_bytes": segment_bytes, "points": points})
+        curves.append({"segment_bytes": 8 * by_h[1][k]["workers"][0]["muladds"], "points": points})
     return curves
 
 

@@ -136,7 +136,8 @@ def run_cpu(p: dict, opts: Options) -> None:
     curves = interference.interference_curves(list(segments.values()), usable_cores(),
                                               min_time=0.02 if quick else 0.1, repeats=3 if quick else 5,
                                               progress=opts.progress)
-    for (label, seg), curve in zip(segments.items(), curves, strict=True):
+    for label, curve in zip(segments, curves, strict=True):
+        seg = curve["segment_bytes"]
         pts = curve["points"]
         prof.add_curve(p, f"C_interf_{label}", "H", "processes", "ratio",
                        [{"x": pt["H"], "y": pt["ratio"], "spread": pt["spread"], "form": pt["form"],
