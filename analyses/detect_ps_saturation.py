@@ -2,8 +2,8 @@
 
 **Within a run** (a server is known: the manifest or the workload names it, or the steady-state messages form a
 star around it) it measures the server's *busy fraction*: the share of its steady state it spends outside
-blocking receives, waits and collectives, i.e. aggregating updates and sending weights; and the time its clients
-lose to it: Late Sender and Late Receiver time (Scalasca) on each worker with the server as the partner, as a
+blocking receives and probes, waits and collectives, i.e. aggregating updates and sending weights; and the time its
+clients lose to it: Late Sender and Late Receiver time (Scalasca) on each worker with the server as the partner, as a
 share of the worker's steady state (median over workers). A finding when the server is busy at least
 ``ps.busy_min`` (80 %) of the time *and* its clients wait at least ``ps.client_wait_min`` (20 %): a busy server
 whose clients do not wait is well sized. It also estimates the saturation point w* = (worker compute per step) /
@@ -29,10 +29,13 @@ import numpy as np
 
 from ddltrace.analyses.findings import Finding, Quantity, detector, short_of
 from ddltrace.analyses.requirements import Skipped
-from ddltrace.analyses.wait_states import COLLECTIVES, RECV_BLOCKING, RECV_NONBLOCKING, WAITS
+from ddltrace.analyses.wait_states import COLLECTIVES, RECV_BLOCKING, RECV_NONBLOCKING, WAITS, base_name
 from ddltrace.units import counted
 
 BLOCKING = RECV_BLOCKING | WAITS | COLLECTIVES
+#: a blocking probe waits for the next message as a blocking receive does (the ps-sgd job's ``--server-receive
+#: probe``); not among the calls wait-state analysis keeps, so read from the server's timeline
+PROBES = frozenset({"MPI_Probe", "MPI_Mprobe"})
 ADVICE = ("The single parameter server is the bottleneck: add servers and shard the parameters across them "
           "(Chang's Lemma 3.2: N_ps >= 2 S_p N_w / (B T_C)), make each update cheaper on the server, or use larger "
           "batches so that there are fewer updates per sample. Past w* more workers make each epoch slower.")
@@ -44,6 +47,13 @@ def _clipped(calls, lo: int, hi: int) -> int:
     return int((end - start).sum())
 
 
+def _probing_ns(run, server: int, lo: int, hi: int) -> int:
+    """Time (ns) the server spent in blocking probes between ``lo`` and ``hi``."""
+    timeline = run.store.timeline([server])
+    probes = timeline[timeline["name"].map(base_name).isin(PROBES)]
+    return _clipped(probes.assign(end_ns=probes["start_ns"] + probes["dur_ns"]), lo, hi)
+
+
 def server_load(run, server: int) -> dict | None:
     """Busy fraction, requests served, client wait of one server rank in its steady state (ns, fractions)."""
     phases = run.phases.get(server)
@@ -51,7 +61,7 @@ def server_load(run, server: int) -> dict | None:
         return None
     lo, hi = phases.init_end_ns, phases.steady_end_ns
     mine = run.rank_calls(server)
-    blocked = _clipped(mine[mine["name"].isin(BLOCKING)], lo, hi)
+    blocked = _clipped(mine[mine["name"].isin(BLOCKING)], lo, hi) + _probing_ns(run, server, lo, hi)
     busy_ns = phases.steady_ns - blocked
     received = mine[mine["name"].isin(RECV_BLOCKING | RECV_NONBLOCKING) & (mine["start_ns"] >= lo)
                     & (mine["start_ns"] < hi)]

@@ -53,6 +53,8 @@ class RunAnalysis:
     #: wait-state time and instances per rank, pattern, partner and phase (:mod:`~ddltrace.analyses.wait_exchange`)
     wait_state_summary: pd.DataFrame
     roles: dict[int, str] = field(default_factory=dict)
+    #: where ``roles`` come from (:func:`_roles`): said by the manifest or the workload, inferred, or unknown
+    roles_basis: str = ""
     host_breakdown: pd.DataFrame | None = None
     device_breakdown: pd.DataFrame | None = None
     gpu: GpuAnalysis = field(default_factory=GpuAnalysis)
@@ -175,6 +177,14 @@ class RunAnalysis:
         """w: the number of workers (run metadata 'workers', else the ranks that are not servers)."""
         given = self.config.get("workers")
         return int(given) if given else len(self.worker_ranks)
+
+    @property
+    def workers_inferred(self) -> str | None:
+        """How w was got when the job did not say it (no ``workers`` in its configuration, no roles in the
+        manifest), in words; None when it did."""
+        if self.config.get("workers") or self.roles_basis.startswith("said"):
+            return None
+        return f"w and roles {self.roles_basis}"
 
     @property
     def batch_size(self) -> int | None:
@@ -329,10 +339,10 @@ def reduce_summaries(store: TraceStore, summaries: Iterable, total: int | None =
         return pd.concat([parts[r] for r in sorted(parts)], ignore_index=True) if parts else \
             pd.DataFrame(columns=columns)
 
-    roles = _roles(store, dict(sorted(peers.items())))
+    roles, basis = _roles(store, dict(sorted(peers.items())))
     for rank in [r for r in phases if roles.get(r) == "server"]:  # a server's steps are the gradients it receives
         phases[rank] = gradient_steps(phases[rank], received[rank])
-    run = RunAnalysis(store, phases, joined(breakdowns), waits, roles, joined(host), joined(device), gpu,
+    run = RunAnalysis(store, phases, joined(breakdowns), waits, roles, basis, joined(host), joined(device), gpu,
                       (message_ranks, collective_ranks))
     if spans:
         run.host_collective_spans = pd.concat([spans[r] for r in sorted(spans)], ignore_index=True)
@@ -382,8 +392,9 @@ _SAID_ROLES = {"worker": "worker", "chief": "worker", "server": "server", "ps": 
                "parameter server": "server", "scheduler": "helper", "evaluator": "helper"}
 
 
-def _roles(store: TraceStore, peers: dict[int, set[int]]) -> dict[int, str]:
-    """'server' / 'worker' / 'helper' per rank: from the manifest when the collector or job said so, else inferred.
+def _roles(store: TraceStore, peers: dict[int, set[int]]) -> tuple[dict[int, str], str]:
+    """'server' / 'worker' / 'helper' per rank: from the manifest when the collector or job said so, else inferred;
+    and how they were got, in words (starting 'said' when the manifest or the workload said them).
 
     Said: a rank's role "server" / "ps" / "worker" / "chief" (TensorFlow's first worker), "scheduler" (MXNet's)
     or "evaluator" (helpers, neither training nor serving), or the workload's ``server_rank``. Inferred: in the steady
@@ -398,20 +409,24 @@ def _roles(store: TraceStore, peers: dict[int, set[int]]) -> dict[int, str]:
         if role in _SAID_ROLES:
             roles[rank] = _SAID_ROLES[role]
     if roles:
-        return roles
+        return roles, "said by the ranks' roles in the manifest"
     config = job_config(store)
     if config.get("server_rank") is not None and len(store.ranks) > 1:
         server = int(config["server_rank"])
-        return {r: ("server" if r == server else "worker") for r in store.ranks}
-    if len(peers) < 3:
-        return {}
-    centres = {next(iter(s)) for s in peers.values() if len(s) == 1}
-    if len(centres) == 1:
-        centre = centres.pop()
-        others = [r for r in peers if r != centre]
-        if centre in peers and all(peers[r] == {centre} for r in others) and set(others) <= peers[centre]:
-            return {r: ("server" if r == centre else "worker") for r in store.ranks}
-    return {}
+        return ({r: ("server" if r == server else "worker") for r in store.ranks},
+                f"said by the workload's server_rank ({server})")
+    unsaid = "no job configuration or roles in the manifest"
+    if len(peers) >= 3:
+        centres = {next(iter(s)) for s in peers.values() if len(s) == 1}
+        if len(centres) == 1:
+            centre = centres.pop()
+            others = [r for r in peers if r != centre]
+            if centre in peers and all(peers[r] == {centre} for r in others) and set(others) <= peers[centre]:
+                return ({r: ("server" if r == centre else "worker") for r in store.ranks},
+                        f"inferred: the ranks other than the server, rank {centre}, the centre of a star of "
+                        f"steady-state messages ({unsaid})")
+    why = "two ranks cannot show a star" if len(peers) < 3 else "no star of steady-state messages"
+    return {}, f"unknown: every rank counted as a worker ({unsaid}; {why})"
 
 
 #: Keys of the job's configuration the detectors read as counts (integers from 0 to 2**53) or as positive finite

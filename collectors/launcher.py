@@ -45,6 +45,7 @@ from ddltrace.collectors.pmpi.records import OUTSIDE_MPI, RankRecords, read_reco
 from ddltrace.collectors.pmpi.table import PSEUDO
 from ddltrace.collectors.pyspy_stacks import PySpyRecorder
 from ddltrace.collectors.system_sampler import MACHINE, SystemSampler
+from ddltrace.collectors.workloads import ps_sgd_config
 from ddltrace.errors import DdltraceError
 from ddltrace.options import SAMPLE_HZ
 from ddltrace.outputs import os_reason
@@ -585,6 +586,8 @@ def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_co
                      "(not an MPI program, or a launcher that drops LD_PRELOAD)")
     if MACHINE in counters:
         store.add_counters(counters[MACHINE], save=False)
+    if mpi:  # the shipped ps-sgd job (also wrapped, or launched): what it was told, so that nothing infers w
+        ps_sgd_config.record(store.manifest, cfg.argv, world, Path(cfg.out))
     store.manifest["notes"].extend(notes)
     store.manifest["run"]["mpi_calls"] = calls
     store.save_manifest()

@@ -51,6 +51,28 @@ def _new_hardware():
     return new_hardware
 
 
+@pytest.mark.skipif(cpu_quota.missing() is not None, reason=str(cpu_quota.missing()))
+def test_a_wrapped_run_of_the_job_records_its_configuration(tmp_path):
+    """The benchmark's quota B runs the job as ``ddltrace run --np 2 -- in-quota python -m ...ps_sgd``: the store
+    records the job's configuration (it did not: a w = 1 run read as two workers and no server), the one the job
+    wrote in its ground truth, and reads as w = 1 with rank 0 the server."""
+    from ddltrace.analyses.run_analysis import analyze_store
+    from ddltrace.store import TraceStore
+
+    nh = _new_hardware()
+    job = [*JOB, "--out", str(tmp_path), "--samples", "512", "--epochs", "1", "--batch", "64", "--hidden", "10",
+           "--compute", "emulated", "--sample-time", "0"]
+    with nh.QuotaB(0.5, 0.01) as b:
+        b.run(1, job, tmp_path / "store")
+    store = TraceStore.open(tmp_path / "store")
+    assert "in-quota" in store.run["command"]
+    truth = json.loads((tmp_path / "ground_truth.json").read_text())
+    assert store.manifest["workload"]["config"] == truth["config"]
+    assert store.manifest["workload"]["ground_truth"] == "../ground_truth.json"
+    run = analyze_store(store)
+    assert (run.workers, run.server_ranks, run.worker_ranks, run.workers_inferred) == (1, [0], [1], None)
+
+
 @pytest.mark.skipif(cl.missing_tools() is not None, reason=str(cl.missing_tools()))
 def test_net_b_links_hold_no_bucket_near_a_weights_message():
     """The benchmark's net B by default: both ends of every node's link shaped to the rate with a token bucket

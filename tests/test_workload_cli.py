@@ -92,6 +92,8 @@ def test_trace_writes_a_store_whose_manifest_names_the_mode(tmp_path, capsys):
     assert store.world_size == 3
     assert store.manifest["workload"]["compute"] == "emulated"
     assert store.manifest["workload"]["ground_truth"] == "../ground_truth.json"
+    doc = json.loads((tmp_path / "ground_truth.json").read_text())
+    assert store.manifest["workload"]["config"] == doc["config"]  # recorded by 'ddltrace run', as the job wrote it
     timeline = store.timeline()
     # the workers' pushes are real MPI messages of 4 + n_w doubles to the server (rank 0)
     pushes = timeline[(timeline["rank"] > 0) & timeline["name"].str.startswith("MPI_Send") & (timeline["peer"] == 0)

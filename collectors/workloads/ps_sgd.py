@@ -38,9 +38,9 @@ import numpy as np  # noqa: E402
 
 from ddltrace.collectors.workloads import dataset, mlp  # noqa: E402
 from ddltrace.collectors.workloads.parameter_server import ParameterServer, Protocol  # noqa: E402
+from ddltrace.collectors.workloads.ps_sgd_config import SERVER, alpha0, data_path, run_config  # noqa: E402
 from ddltrace.collectors.workloads.ps_sgd_options import add_job_arguments  # noqa: E402
 
-SERVER = 0
 TAG_PULL, TAG_WEIGHTS, TAG_PUSH, TAG_DONE, TAG_TOKEN = 11, 12, 13, 14, 15
 HEADER = 4  # push header: timestamp, epoch, summed loss, samples
 
@@ -150,7 +150,7 @@ def run_server(comm, args, protocol: Protocol, workers: int, n_w: int, start_ns:
 
     sbuf = np.empty(1 + n_w)
     sbuf[1:] = mlp.init_weights(args.hidden, args.seed)
-    ps = ParameterServer(sbuf[1:], protocol, list(range(1, workers + 1)), _alpha0(args),
+    ps = ParameterServer(sbuf[1:], protocol, list(range(1, workers + 1)), alpha0(args),
                          extra_cost_s=args.server_cost)
     comm.Barrier()
     init_end = time.time_ns()
@@ -216,7 +216,7 @@ def run_local(args, n_w: int, path: Path, start_ns: int) -> dict:
     worker = Worker(args, 0, 0, 1, n_w)
     stats = worker.read(path, None)
     init_end = time.time_ns()
-    ps = ParameterServer(mlp.init_weights(args.hidden, args.seed), Protocol("hardsync"), [0], _alpha0(args),
+    ps = ParameterServer(mlp.init_weights(args.hidden, args.seed), Protocol("hardsync"), [0], alpha0(args),
                          extra_cost_s=args.server_cost)
     loss_sum: dict[int, list[float]] = {}
     for epoch, step, rows in worker.batches():
@@ -230,12 +230,7 @@ def run_local(args, n_w: int, path: Path, start_ns: int) -> dict:
             "server": ps, "pull_ns": 0, "pulls": 0, "loss_sum": loss_sum, "train_end_ns": end_ns}
 
 
-def _alpha0(args) -> float:
-    return args.lr if args.lr is not None else 2.0 / args.hidden
-
-
-def write_ground_truth(out: Path, args, protocol: Protocol, ranks: int, n_w: int, path: Path,
-                       start_ns: int, parts: list[dict]) -> dict:
+def write_ground_truth(out: Path, args, protocol: Protocol, ranks: int, start_ns: int, parts: list[dict]) -> dict:
     """Write ground_truth.json and the CSV logs into ``out``; returns the JSON document."""
     server_part = next(p for p in parts if "server" in p)
     ps: ParameterServer = server_part["server"]
@@ -258,11 +253,7 @@ def write_ground_truth(out: Path, args, protocol: Protocol, ranks: int, n_w: int
     busy = sum(g.busy_ns for g in ps.gradients) + server_part["pull_ns"]
     doc = {
         "job": "ps-sgd",
-        "config": {**{k: v for k, v in vars(args).items() if k not in ("out", "sync")}, "sync": protocol.label(),
-                   "data": str(path), "ranks": ranks, "workers": workers, "n_w": n_w,
-                   "alpha0": _alpha0(args), "alpha": ps.alpha, "gradients_per_update": ps.c,
-                   "softsync_n": n, "server_rank": SERVER if ranks > 1 else None,
-                   "local": ranks == 1},
+        "config": run_config(args, ranks),
         "clock": "wall clock, ns since the Unix epoch (time.time_ns); durations in ns",
         "start_ns": start_ns,
         "init_end_ns": train_start,
@@ -322,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ps_sgd: error: {exc}", file=sys.stderr)
         return 2
     out = Path(args.out)
-    path = Path(args.data) if args.data else out / f"ps_sgd_data_{args.samples}_{args.seed}.tsv"
+    path = data_path(args)
     if rank == 0:
         dataset.make_dataset(path, args.samples, args.seed)
     n_w, workers = mlp.n_weights(args.hidden), max(1, ranks - 1)
@@ -336,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         part = run_worker(comm, args, rank, workers, n_w, path, start_ns)
     parts = comm.gather(part, root=0)
     if rank == 0:
-        doc = write_ground_truth(out, args, protocol, ranks, n_w, path, start_ns, parts)
+        doc = write_ground_truth(out, args, protocol, ranks, start_ns, parts)
         print(f"ps_sgd: {ranks} rank(s), {doc['config']['sync']}, init {doc['init_s']:.3f} s, "
               f"training {doc['train_s']:.3f} s, ground truth in {out}", file=sys.stderr)
     return 0

@@ -323,6 +323,8 @@ def render_run(r: RunAnalysis, phase: str) -> list[str]:
     out = [f"Breakdown of {r.name} (w = {r.workers} worker{'s' if r.workers != 1 else ''}, {ranks} "
            f"rank{'s' if ranks != 1 else ''}; shares of "
            f"{'the whole run' if phase == 'all' else 'the ' + phase + ' phase'})", *note]
+    if r.workers_inferred:
+        out.append(f"  {r.workers_inferred}")
     if not len(table):
         return out + ["  (no events)"]
     timed = r.can("phases")
@@ -497,7 +499,8 @@ def to_json(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFr
         shown = phase if phase == "all" or r.can("breakdown_by_phase") else "all"
         table = r.table(shown)
         stores.append({
-            "store": r.name, "world_size": r.store.world_size, "workers": r.workers, "batch_size": r.batch_size,
+            "store": r.name, "world_size": r.store.world_size, "workers": r.workers,
+            "workers_inferred": r.workers_inferred, "batch_size": r.batch_size,
             "capabilities": sorted(r.capabilities), "holds": r.holding,
             "missing_ranks": missing_ranks(r), "missing_count": r.store.missing_count(),
             "roles": {str(k): v for k, v in r.roles.items()},

@@ -88,8 +88,6 @@ def run(args) -> int:
     if not truth.exists():
         raise DdltraceError(f"{truth}: the job ended without writing its ground truth")
     doc = json.loads(truth.read_text())
-    if args.trace:
-        _annotate_store(out / "store", doc, truth)
     if args.json:
         json.dump(summary(doc), sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -112,21 +110,6 @@ def _run_traced(ranks: int, job: list[str], store: Path) -> int:
     if result.interrupted:
         raise KeyboardInterrupt
     return result.exit_code
-
-
-def _annotate_store(path: Path, doc: dict, truth: Path) -> None:
-    """Record in the store's manifest what ran: the workload, its compute mode, where its ground truth is."""
-    from ddltrace.store import TraceStore
-
-    store = TraceStore.open(path)
-    config = doc["config"]
-    store.manifest["workload"] = {"job": "ps-sgd", "compute": config["compute"], "sync": config["sync"],
-                                  "init": config["init"], "config": config,
-                                  "ground_truth": os.path.relpath(truth, path)}
-    store.manifest.setdefault("notes", []).append(
-        f"ps-sgd workload, compute {config['compute']}"
-        + (f" (emulated c_p = {config['sample_time']} s per sample)" if config["compute"] == "emulated" else ""))
-    store.save_manifest()
 
 
 def summary(doc: dict) -> dict:
