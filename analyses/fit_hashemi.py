@@ -657,11 +657,14 @@ def measurements_from_store(path: str | Path, *, batch: float | None = None, sam
     """One run's measurements from a trace store.
 
     - ``w``: the ranks of the run (its world size) that are not servers: ranks 0..servers-1 are servers when
-      ``servers`` is given, else the ranks whose manifest role is 'server' or 'ps', else the center of a star
+      ``servers`` is given, else the ranks whose manifest role is 'server' or 'ps', else the workload's
+      ``server_rank`` (the ps-sgd job's configuration, :func:`~ddltrace.analyses.run_analysis.job_config`), else the
+      center of a star
       (:func:`star_center`: the rank every other rank, and only it, exchanges messages with), else none. A worker
       whose timeline is damaged or missing still counts (each worker did its d / w samples); the phases come from
       the workers read (``workers_read``). Where the lost ranks could have been the server (no roles, no star
-      among the ranks read) the store is refused: give ``servers``;
+      among the ranks read) the store is refused: give ``servers``. ``w_by``: how, in words ('given', 'said by ...',
+      'inferred: ...' or 'unknown: ...');
     - ``b``, ``d``, ``epochs``: given here, else from the run metadata (``batch_size``/``batch``, ``samples``/
       ``dataset_size``/``d``, ``epochs``), else from the run's command line (``--batch``/``--batch-size``,
       ``--samples``, ``--epochs``);
@@ -687,13 +690,22 @@ def measurements_from_store(path: str | Path, *, batch: float | None = None, sam
     listed = {int(key) for key in entries if key.isascii() and key.isdigit()}
     roles = {r: str(entries[str(r)].get("role", "")).lower() if isinstance(entries.get(str(r)), dict) else None
              for r in sorted(listed | set(range(store.world_size)))}
+    from ddltrace.analyses.run_analysis import job_config
+
+    said = job_config(store).get("server_rank")
     if servers is not None:
-        is_server = {r: r < servers for r in roles}
+        is_server, w_by = {r: r < servers for r in roles}, f"given: ranks 0..{servers - 1} are servers"
     elif any(role in SERVER_ROLES for role in roles.values()):
         is_server = {r: None if role is None else role in SERVER_ROLES for r, role in roles.items()}
+        w_by = "said by the ranks' roles in the manifest"
+    elif said is not None and len(roles) > 1:
+        is_server, w_by = {r: r == said for r in roles}, f"said by the workload's server_rank ({said})"
     else:
         hub = star_center(store)
         is_server = {r: r == hub if hub is not None or r in store.ranks else None for r in roles}
+        w_by = (f"inferred: rank {hub} is the server, the centre of a star of messages" if hub is not None else
+                "unknown: no server found, every rank counted as a worker") + \
+            " (no job configuration or roles in the manifest; give --servers N)"
 
     def setting(given, keys, flags):
         if given is not None:
@@ -741,7 +753,8 @@ def measurements_from_store(path: str | Path, *, batch: float | None = None, sam
         raise DdltraceError(f"{path}: the workers' computation phase spans no time")
     servers_busy = [server_busy_s(frame, window[0], window[1]) for frame in server_frames]
     servers_wait = [server_update_wait_s(frame, window[0], window[1]) for frame in server_frames]
-    return {"label": str(path), "job": job_identity(run), "w": float(w), "workers_read": float(len(workers)),
+    return {"label": str(path), "job": job_identity(run), "w": float(w), "w_by": w_by,
+            "workers_read": float(len(workers)),
             "b": float(b),
             "d": None if d is None else float(d), "epochs": None if e is None else float(e),
             "phase_s": phase, "init_s": init, "phases_by": ",".join(sorted(methods)),

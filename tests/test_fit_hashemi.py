@@ -185,7 +185,9 @@ def test_server_found_from_the_traffic(tmp_path):
 def test_a_worker_whose_timeline_is_lost_still_counts(tmp_path):
     """A 2-worker run of the committed series with one worker's timeline file gone is still a run at w = 2 (each
     worker did d / 2 samples): its phase is the other worker's, not a 1-worker run's; where the lost rank could be
-    the server (no roles, no star left) the store is refused unless --servers says which ranks serve."""
+    the server (no roles, no workload's server_rank, no star left) the store is refused unless --servers says which
+    ranks serve."""
+    import json
     import shutil
     import warnings
 
@@ -201,10 +203,14 @@ def test_a_worker_whose_timeline_is_lost_still_counts(tmp_path):
         run = measurements_from_store(tmp_path / "lost2")
         assert (run["w"], run["workers_read"], run["ranks"]) == (2.0, 1.0, 3.0)
         assert run["phase_s"] <= whole["phase_s"]  # the slowest of the workers read
+        said = measurements_from_store(tmp_path / "lost0")  # the workload's server_rank says rank 0 served
+        manifest = tmp_path / "lost0" / "manifest.json"
+        manifest.write_text(json.dumps({k: v for k, v in json.loads(manifest.read_text()).items() if k != "workload"}))
         with pytest.raises(DdltraceError, match=r"lost0: rank\(s\) 0 left out .*--servers N"):
             measurements_from_store(tmp_path / "lost0")
         served = measurements_from_store(tmp_path / "lost0", servers=1)
     assert (served["w"], served["workers_read"], served["phase_s"]) == (2.0, 2.0, whole["phase_s"])
+    assert (said["w"], said["workers_read"], said["phase_s"]) == (2.0, 2.0, whole["phase_s"])
 
 
 QUOTA = Path(__file__).resolve().parent.parent / "sample_traces" / "ps-sgd-quota"

@@ -90,3 +90,11 @@ def test_a_store_without_configuration_or_roles_says_how_w_was_got(tmp_path, cap
     assert main(["analyze", str(SAMPLES / "ps-sgd-disk" / "A-cold-init-w1" / "store")]) == 0
     out = capsys.readouterr().out
     assert "w = 1 worker, 2 ranks" in out and "w and roles" not in out
+    # model fit says which runs' w it inferred (the star of a 2-rank run: either rank; its fit takes rank 0)
+    four = _bare(tmp_path, "A-cold-init-w4")
+    assert main(["model", "fit", str(two), str(three), str(four), "--n-w", "40000", "--batch", "64",
+                 "--samples", "8192", "--epochs", "1"]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if " w = " in line]
+    assert notes == [f"  - {store}: w = {w:g} inferred: rank 0 is the server, the centre of a star of messages (no "
+                     "job configuration or roles in the manifest; give --servers N)"
+                     for store, w in ((two, 1), (three, 2), (four, 4))]

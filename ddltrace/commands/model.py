@@ -197,6 +197,10 @@ def run_fit(args) -> int:
     if profile and not (n_w or 0) > 0:
         model["notes"].append("n_w is unknown (give --dnn or --n-w): the memory and network terms are zero")
         fit.notes_.append(model["notes"][-1])
+    for label, w, w_by in frame[["label", "w", "w_by"]].itertuples(index=False) if "w_by" in frame else ():
+        if w_by.startswith(("inferred", "unknown")):  # the run did not say its workers: how w was got
+            model["notes"].append(f"{label}: w = {w:g} {w_by}")
+            fit.notes_.append(model["notes"][-1])
     if args.out:
         from ddltrace.store import atomic_output
 
