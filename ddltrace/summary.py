@@ -66,6 +66,8 @@ class StoreSummary:
     run: dict
     damaged: dict[int, str] = field(default_factory=dict)
     unlisted: dict[int, str] = field(default_factory=dict)
+    #: the manifest's ``workload`` entry: the shipped job's configuration (``ddltrace run`` records it)
+    workload: dict = field(default_factory=dict)
 
     @property
     def span_ns(self) -> int:
@@ -145,4 +147,5 @@ def summarize(store: TraceStore) -> StoreSummary:
         run=store.run,
         damaged=dict(store.damaged),
         unlisted={r: why for r, why in store.missing().items() if r not in store.damaged},
+        workload=store.manifest.get("workload") if isinstance(store.manifest.get("workload"), dict) else {},
     )

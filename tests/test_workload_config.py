@@ -90,6 +90,12 @@ def test_a_store_without_configuration_or_roles_says_how_w_was_got(tmp_path, cap
     assert main(["analyze", str(SAMPLES / "ps-sgd-disk" / "A-cold-init-w1" / "store")]) == 0
     out = capsys.readouterr().out
     assert "w = 1 worker, 2 ranks" in out and "w and roles" not in out
+    # info names the job's workers where the manifest has them, and prints no w where it does not
+    assert main(["info", str(SAMPLES / "ps-sgd-disk" / "A-cold-init-w1" / "store")]) == 0
+    assert ("job         ps-sgd: w = 1 worker, server rank 0 (the job's configuration), async, emulated compute\n"
+            in capsys.readouterr().out)
+    assert main(["info", str(two)]) == 0
+    assert "job  " not in capsys.readouterr().out
     # model fit says which runs' w it inferred (the star of a 2-rank run: either rank; its fit takes rank 0)
     four = _bare(tmp_path, "A-cold-init-w4")
     assert main(["model", "fit", str(two), str(three), str(four), "--n-w", "40000", "--batch", "64",

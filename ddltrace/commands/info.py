@@ -78,6 +78,18 @@ def _node_lines(nodes: list) -> list[str]:
     return lines
 
 
+def _job_line(workload: dict) -> str | None:
+    """The shipped job's workers and server as its configuration says them (None without one)."""
+    config = workload.get("config")
+    if not isinstance(config, dict) or type(config.get("workers")) is not int:
+        return None
+    w, server = config["workers"], config.get("server_rank")
+    return (f"{one_line(str(workload.get('job', 'workload')))}: w = {w} worker{'s' if w != 1 else ''}, "
+            + (f"server rank {server}" if type(server) is int else "no server")
+            + f" (the job's configuration), {one_line(str(config.get('sync')))}, "
+            f"{one_line(str(config.get('compute')))} compute")
+
+
 def render(summary: StoreSummary, nodes: list | None = None, clock: ClockAlignment | None = None) -> str:
     """The human table of ``ddltrace info`` (the manifest's strings with their control characters escaped);
     ``clock``: how the ranks' clocks were aligned (:mod:`ddltrace.clock_alignment`), after the counters."""
@@ -90,6 +102,9 @@ def render(summary: StoreSummary, nodes: list | None = None, clock: ClockAlignme
         if run.get(key):
             lines.append(f"{key:<12}{one_line(str(run[key]))}")
     lines.append(f"world size  {summary.world_size} ranks ({len(summary.ranks)} recorded)")
+    job = _job_line(summary.workload)
+    if job:
+        lines.append(f"job         {job}")
     missing = run.get("missing_nodes") if isinstance(run.get("missing_nodes"), dict) else {}
     for host, folder in sorted(missing.items()):  # node-local parts not gathered (docs/COLLECTORS.md)
         lines.append(f"missing     node {one_line(str(host))}: its part was not gathered; it is on that node in "
