@@ -251,7 +251,8 @@ def _run_figures(run, pixels: dict[str, dict[int, np.ndarray]], label: str) -> l
     if len(table):
         out.append(Figure(f"shares{label}", "Where each rank's time goes",
                           "Share of each rank's time per category over the whole run, as IPM shows it "
-                          "(Hashemi et al., figure 5).",
+                          "(Hashemi et al., figure 5)." + (f" The {run.workers} workers: {run.workers_inferred}."
+                                                            if run.workers_inferred else ""),
                           figures.png_bytes(figures.shares_figure(table, f"Time per category, {run.workers} workers"))))
     windows = timeline_windows(run)
     if pixels.get("whole"):
