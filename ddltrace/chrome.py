@@ -2,12 +2,18 @@
 
 Mapping: each rank is a process (``pid`` = rank, named "rank N (host)"), each lane a thread (``tid`` numbered
 per rank in order of first appearance, named after the lane), each interval a complete event (``ph: "X"``,
-``ts``/``dur`` in microseconds with nanosecond decimals) whose ``cat`` is the timeline category and whose
-``args`` hold bytes, peer, step, tag, comm, request and source where known. Counters become ``C`` events
-on the rank's process (machine-wide counters on a process named "machine"). Metadata events (``ph: "M"``)
-name every process and thread and order the ranks; the run's metadata goes in the top-level ``otherData``.
+``ts``/``dur`` in microseconds, the exact decimals of the store's integer ns: :func:`us_text`) whose ``cat`` is
+the timeline category and whose ``args`` hold bytes, peer, step, tag, comm, request, correlation and source
+where known. Counters become ``C`` events on the rank's process (machine-wide counters on a process named
+"machine"). Metadata events (``ph: "M"``) name every process and thread and order the ranks; the run's metadata
+goes in the top-level ``otherData``.
 
 The file is written rank by rank, so memory stays at one rank's events.
+
+Precision: ``ts`` and ``dur`` are the store's nanoseconds exactly (``1795385469514945.938``); a reader that parses
+them as float64 (chrome://tracing) gets the nearest double, which at epoch times (~1.8e15 µs) is 0.25 µs apart:
+intervals closer than that may share a start there. ``ddltrace import`` of the file reads them exactly
+(collectors/importers/ddltrace_export.py).
 """
 
 from __future__ import annotations
@@ -25,6 +31,15 @@ from ddltrace.store import TraceStore, atomic_output
 _ARG_COLUMNS = ("bytes", "peer", "step", "tag", "comm", "request", "correlation")
 MACHINE_PID = 2**31 - 1
 _encode = msgspec.json.Encoder().encode  # pid of the "machine" process that holds machine-wide counters
+
+
+def us_text(ns: int) -> msgspec.Raw:
+    """``ns`` nanoseconds as the exact decimal text of its microseconds (a JSON number): 1500 -> 1.5,
+    -1 -> -0.001; a float64 (``ns / 1000``) keeps only 15-16 digits, 0.25 µs at epoch times."""
+    ns = int(ns)
+    whole, part = divmod(abs(ns), 1000)
+    text = f"{'-' if ns < 0 else ''}{whole}" + (f".{part:03d}".rstrip("0") if part else "")
+    return msgspec.Raw(text.encode())
 
 
 def _meta(kind: str, pid: int, tid: int = 0, **args) -> dict:
@@ -51,7 +66,7 @@ def _rank_events(rank: int, frame: pd.DataFrame, counters: pd.DataFrame, host: s
             if sources[i]:
                 args["source"] = sources[i]
             yield {"ph": "X", "name": name, "cat": cat, "pid": rank, "tid": tids[lane],
-                   "ts": start / 1000, "dur": dur / 1000, "args": args}
+                   "ts": us_text(start), "dur": us_text(dur), "args": args}
     yield from _counter_events(rank, counters)
 
 
@@ -59,7 +74,7 @@ def _counter_events(pid: int, counters: pd.DataFrame) -> Iterator[dict]:
     for name, t_ns, value in zip(counters["name"], counters["t_ns"], counters["value"], strict=True):
         if value != value:  # NaN: the sampler could not read it; Chrome's C events need numbers
             continue
-        yield {"ph": "C", "name": name, "pid": pid, "tid": 0, "ts": t_ns / 1000, "args": {name: float(value)}}
+        yield {"ph": "C", "name": name, "pid": pid, "tid": 0, "ts": us_text(t_ns), "args": {name: float(value)}}
 
 
 def export_chrome(store: TraceStore, out: str | os.PathLike, ranks: list[int] | None = None) -> int:
@@ -72,7 +87,8 @@ def export_chrome(store: TraceStore, out: str | os.PathLike, ranks: list[int] | 
         raise DdltraceError(f"{out.parent}: no such directory for the Chrome trace")
     count = 0
     with atomic_output(out) as fh:
-        other = {"run": store.run, "ddltrace_version": store.manifest.get("ddltrace_version"),
+        other = {"ddltrace_export": 1, "run": store.run, "clock": store.manifest.get("clock"),
+                 "ddltrace_version": store.manifest.get("ddltrace_version"),
                  "store": str(store.path)}
         fh.write(b'{"displayTimeUnit":"ns","otherData":' + msgspec.json.encode(other, enc_hook=str)
                  + b',"traceEvents":[\n')

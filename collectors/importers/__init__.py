@@ -5,6 +5,7 @@ Sniffing order is registration order: specific formats first, the generic Chrome
 
 from ddltrace.collectors.importers import (  # noqa: F401  (registration happens on import)
     cntk,
+    ddltrace_export,
     horovod,
     ipm,
     kineto,

@@ -27,13 +27,16 @@ def chrome_part(trace: ChromeTrace, *, fmt: str, rank: int | tuple, ctx: ImportC
                 info: dict | None = None, step_of: Callable[[str, str], int | None] | None = None,
                 rows: np.ndarray | None = None, drop_reason: str = "events on a duplicate or derived lane",
                 row_steps: np.ndarray | None = None, row_correlation: np.ndarray | None = None,
-                row_columns: dict[str, np.ndarray] | None = None) -> RankPart:
+                row_columns: dict[str, np.ndarray] | None = None,
+                row_missing: dict[str, np.ndarray] | None = None) -> RankPart:
     """One rank's part: ``lane_name(pid, tid)`` names each lane (None drops the lane's events, counted
     under ``drop_reason``); ``offset_ns`` is added to every time; ``rows`` selects a subset of intervals
     (several ranks in one file); ``step_of(cat, name)`` gives a step number for step-marker events, or
     ``row_steps`` one per interval (-1: none); ``row_correlation`` each interval's launch correlation id
     (-1: none); ``row_columns`` more optional integer columns of the timeline (``bytes``, ``comm``), a value
-    per interval (-1: none)."""
+    per interval (-1: none, or where a column's boolean mask in ``row_missing`` is set: a column that holds
+    negative values)."""
+    row_missing = row_missing or {}
     lane_names = [lane_name(pid, tid) for pid, tid in trace.lanes]
     keep_lane = np.array([n is not None for n in lane_names], dtype=bool)
     lane_codes, key_codes = trace.lane_key, trace.key
@@ -46,6 +49,7 @@ def chrome_part(trace: ChromeTrace, *, fmt: str, rank: int | tuple, ctx: ImportC
         row_steps = row_steps[rows] if row_steps is not None else None
         row_correlation = row_correlation[rows] if row_correlation is not None else None
         row_columns = {column: values[rows] for column, values in (row_columns or {}).items()}
+        row_missing = {column: missing[rows] for column, missing in row_missing.items()}
     if len(lane_codes) and not keep_lane.all():
         keep = keep_lane[lane_codes]
         dropped = int((~keep).sum())
@@ -55,6 +59,7 @@ def chrome_part(trace: ChromeTrace, *, fmt: str, rank: int | tuple, ctx: ImportC
         row_steps = row_steps[keep] if row_steps is not None else None
         row_correlation = row_correlation[keep] if row_correlation is not None else None
         row_columns = {column: values[keep] for column, values in (row_columns or {}).items()}
+        row_missing = {column: missing[keep] for column, missing in row_missing.items()}
     table = [n if n is not None else "" for n in lane_names]
     extra = {}
     if row_steps is not None:
@@ -62,7 +67,10 @@ def chrome_part(trace: ChromeTrace, *, fmt: str, rank: int | tuple, ctx: ImportC
     if row_correlation is not None:
         extra["correlation"] = numbers(np.maximum(row_correlation, 0), pa.int64(), row_correlation < 0)
     for column, values in (row_columns or {}).items():
-        if (values >= 0).any():
+        if column in row_missing:
+            if not row_missing[column].all():
+                extra[column] = numbers(values, pa.int64(), row_missing[column])
+        elif (values >= 0).any():
             extra[column] = numbers(np.maximum(values, 0), pa.int64(), values < 0)
     timeline = build_timeline(rank=0 if isinstance(rank, tuple) else rank, lane_codes=lane_codes,
                               lane_table=table, key_codes=key_codes, key_table=trace.keys,

@@ -38,6 +38,7 @@ FORMATS = (
     ("cntk", "CNTK profiler detail JSON (B/E pairs in completion order)"),
     ("cntk-csv", "CNTK profiler detail CSV (older CNTK 2.x)"),
     ("cntk-summary", "CNTK profiler summary text (aggregates per event)"),
+    ("ddltrace", "ddltrace's own Chrome trace JSON (ddltrace export --chrome, a report's trace.json)"),
     ("horovod", "Horovod timeline JSON (HOROVOD_TIMELINE), also never-closed arrays"),
     ("ipm", "IPM XML profile (per-rank MPI totals)"),
     ("kineto", "PyTorch profiler / Kineto trace JSON (.json, .json.gz)"),

@@ -1,0 +1,138 @@
+"""ddltrace's own Chrome trace JSON (``ddltrace export --chrome``, a report's ``trace.json``) read back into a store.
+
+The inverse of ddltrace/chrome.py: each process is a rank (``pid``; the process named "machine" holds machine-wide
+counters, which are not read back), each thread a lane (its ``thread_name``), ``cat`` the timeline category as the
+store had it (rules ``ddltrace-*`` of categories.toml, tried before every other rule), ``ts``/``dur`` the exact ns
+the export wrote, ``args`` the nullable columns (bytes, peer, step, tag, comm, request, correlation) and the rank's
+``source``; a rank's host comes from its process name ("rank 3 (node7)"). Counters are the rank's ``C`` events.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from ddltrace.collectors.importers.base import ImportContext, Importer, register
+from ddltrace.collectors.importers.chrome import read_chrome
+from ddltrace.collectors.importers.convert import chrome_part, record
+
+#: The start of every file ddltrace/chrome.py writes (``ddltrace_export`` first since the export says so;
+#: ``run`` first in files written before).
+_SNIFF = re.compile(rb'^\s*\{"displayTimeUnit":"ns","otherData":\{"(ddltrace_export|run)":')
+_PROCESS = re.compile(r"^rank (\d+)(?: \((.*)\))?$")
+#: The timeline's nullable integer columns the export writes in ``args`` (ddltrace/chrome.py's ``_ARG_COLUMNS``).
+COLUMNS = ("bytes", "peer", "step", "tag", "comm", "request", "correlation")
+FORMAT = "ddltrace"
+#: Times from this on (ns) are taken as the Unix epoch's (2001-09-09), as the generic Chrome reader takes them.
+EPOCH_NS = 10**18
+
+
+def sniff(head: bytes, path: Path) -> bool:
+    return bool(_SNIFF.search(head))
+
+
+class ExportArgs(msgspec.Struct, gc=False):
+    """The ``args`` of an exported interval; the rest of the object is skipped undecoded."""
+
+    bytes: Any = None
+    peer: Any = None
+    step: Any = None
+    tag: Any = None
+    comm: Any = None
+    request: Any = None
+    correlation: Any = None
+    source: Any = None
+
+
+_DECODE_ARGS = msgspec.json.Decoder(ExportArgs)
+
+
+class ArgColumns:
+    """Collects, while the file is read, each ``X`` event's :data:`COLUMNS` values (missing where absent or not an
+    integer) and its ``source``, in the reader's order (an ``amend`` of :func:`read_chrome`)."""
+
+    def __init__(self):
+        self.values: dict[str, list[int]] = {c: [] for c in COLUMNS}
+        self.missing: dict[str, list[bool]] = {c: [] for c in COLUMNS}
+        self.sources: list[str | None] = []
+
+    def fresh(self) -> ArgColumns:
+        return ArgColumns()
+
+    def absorb(self, other: ArgColumns, rows_before: int) -> None:
+        for column in COLUMNS:
+            self.values[column].extend(other.values[column])
+            self.missing[column].extend(other.missing[column])
+        self.sources.extend(other.sources)
+
+    def __call__(self, events: list) -> None:
+        for event in events:
+            args = event.args
+            if isinstance(args, msgspec.Raw):  # read on the field-by-field path
+                try:
+                    args = _DECODE_ARGS.decode(args) if len(args) > 2 else None
+                except msgspec.DecodeError:
+                    args = None
+            for column in COLUMNS:
+                value = getattr(args, column, None)
+                whole = isinstance(value, int) and not isinstance(value, bool) and -(1 << 63) <= value < 1 << 63
+                self.values[column].append(value if whole else 0)
+                self.missing[column].append(not whole)
+            source = getattr(args, "source", None)
+            self.sources.append(source if isinstance(source, str) else None)
+
+    def arrays(self, rows: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Each column's values and missing mask over the trace's ``rows`` intervals (rows past the ``X`` events,
+        paired ``B``/``E`` ones, have none)."""
+        extra = rows - len(self.sources)
+        values = {c: np.concatenate([np.array(v, dtype=np.int64), np.zeros(extra, np.int64)])
+                  for c, v in self.values.items()}
+        missing = {c: np.concatenate([np.array(m, dtype=bool), np.ones(extra, bool)]) for c, m in self.missing.items()}
+        return values, missing
+
+
+def read(path: Path, ctx: ImportContext):
+    columns = ArgColumns()
+    trace = read_chrome(path, amend=columns, x_args=ExportArgs, processes=ctx.processes)
+    record(ctx, trace)
+    ranks: dict[Any, tuple[int, str | None]] = {}
+    for pid, name in trace.process_names.items():
+        found = _PROCESS.match(name)
+        if found:
+            ranks[pid] = (int(found.group(1)), found.group(2))
+    lane_pid = np.array([pid for pid, _ in trace.lanes], dtype=object)
+    row_pid = lane_pid[trace.lane_key] if len(trace.lane_key) else np.empty(0, dtype=object)
+    values, missing = columns.arrays(len(trace.ts_ns))
+    sources = np.array(columns.sources + [None] * (len(trace.ts_ns) - len(columns.sources)), dtype=object)
+    epoch = bool(len(trace.ts_ns)) and int(trace.ts_ns.min()) >= EPOCH_NS
+    clock = "epoch" if epoch else "relative"
+    counters = trace.counters
+    for pid, (rank, host) in sorted(ranks.items(), key=lambda item: item[1][0]):
+        rows = np.flatnonzero(row_pid == pid)
+        trace.counters = [c for c in counters if c[0] == pid]
+        part = chrome_part(trace, fmt=FORMAT, rank=rank, ctx=ctx, rows=rows, clock=clock,
+                           lane_name=lambda p, t: trace.thread_names.get((p, t)) or f"tid {t}",
+                           row_columns=values, row_missing=missing, info={"host": host})
+        _keep_source(part, Counter(sources[rows].tolist()))
+        yield part
+    trace.counters = counters
+
+
+def _keep_source(part, sources: Counter) -> None:
+    """The rank's ``source`` as the store had it, where its intervals name one (else ``ddltrace``)."""
+    import pyarrow as pa
+
+    named = [s for s in sources if s is not None]
+    if len(named) == 1 and None not in sources:
+        table = part.table
+        column = pa.array([named[0]] * table.num_rows, type=table.schema.field("source").type)
+        part.timeline = table.set_column(table.schema.get_field_index("source"), "source", column)
+
+
+register(Importer(FORMAT, "ddltrace's own Chrome trace JSON (ddltrace export --chrome, a report's trace.json)",
+                  sniff, read))
