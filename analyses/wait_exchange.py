@@ -49,6 +49,7 @@ from ddltrace.analyses.wait_states import (
     ONE_TO_N,
     P2P,
     PATTERNS,
+    PROBES,
     RECV_BLOCKING,
     RECV_NONBLOCKING,
     RELEVANT,
@@ -58,6 +59,7 @@ from ddltrace.analyses.wait_states import (
     InstanceFold,
     collective_rows,
     collective_wait_states,
+    following,
     point_to_point,
 )
 from ddltrace.interrupts import sigterm_unwinds
@@ -219,8 +221,8 @@ def _table(names) -> np.ndarray:
 _IS = {group: _table(names) for group, names in (
     ("recv", RECV_BLOCKING | RECV_NONBLOCKING), ("send", SEND_BLOCKING | SEND_NONBLOCKING),
     ("late_sender", RECV_BLOCKING), ("late_receiver", SEND_BLOCKING), ("post", SEND_NONBLOCKING | RECV_NONBLOCKING),
-    ("wait", WAITS), ("barrier", BARRIER), ("nxn", N_TO_N), ("n_to_1", N_TO_1), ("one_to_n", ONE_TO_N),
-    ("partnered", _PARTNERED))}
+    ("wait", WAITS), ("probe", PROBES), ("barrier", BARRIER), ("nxn", N_TO_N), ("n_to_1", N_TO_1),
+    ("one_to_n", ONE_TO_N), ("partnered", _PARTNERED))}
 _COLLECTIVE_CODE = np.array([COLLECTIVE_NAMES.index(n) if n in COLLECTIVES else -1 for n in NAMES], np.int16)
 _PATTERN = {p: i for i, p in enumerate(PATTERNS)}
 _PATTERNS = np.array(list(PATTERNS), dtype=object)
@@ -268,7 +270,8 @@ def blocking_states(rank: int, own: dict[str, np.ndarray], inbox: np.ndarray, fo
                     phases: RankPhases | None) -> tuple[np.ndarray, ...]:
     """The wait-state sums of ``rank`` when its non-blocking calls complete nothing (:func:`_completes_nothing`),
     in numpy: each blocking receive (send) matched on (comm, partner, tag, FIFO number) with the partner's send
-    (receive) from the inbox, ``min(partner's entry, leave) - entry`` (Late Sender, Late Receiver); each collective
+    (receive) from the inbox, ``min(partner's entry, leave) - entry`` (Late Sender, Late Receiver), and each blocking
+    probe with the send of the message its receive takes (Late Sender); each collective
     with its instance's figures (``fold``). The same instances as :meth:`WaitStateExchange.rank_states` (a
     non-blocking call that nothing completes waits nowhere). Returns the arrays of :func:`_summary_frame`."""
     name, start, end = own["name"], own["start_ns"], own["end_ns"]
@@ -279,19 +282,30 @@ def blocking_states(rank: int, own: dict[str, np.ndarray], inbox: np.ndarray, fo
         other = inbox[_IS[theirs][inbox["name"]]]
         if not len(rows) or not len(other):
             continue
-        n = len(rows)
-        channel = _channels(np.concatenate([comm[rows], other["comm"]]),
-                            np.concatenate([peer[rows], other["rank"].astype(np.int64)]),
-                            np.concatenate([tag[rows], other["tag"].astype(np.int64)]))
-        seq = np.concatenate([_fifo_seq(channel[:n], start[rows]), _fifo_seq(channel[n:], other["start_ns"])])
-        key = channel * (int(seq.max()) + 1) + seq  # one int64 per (channel, FIFO number)
+        # the blocking probes wait for the message of the receive after them (Late Sender only)
+        probes = np.flatnonzero(_IS["probe"][name] & (peer >= 0)) if kind == "late_sender" else rows[:0]
+        n, m = len(rows), len(probes)
+        channel = _channels(np.concatenate([comm[rows], comm[probes], other["comm"]]),
+                            np.concatenate([peer[rows], peer[probes], other["rank"].astype(np.int64)]),
+                            np.concatenate([tag[rows], tag[probes], other["tag"].astype(np.int64)]))
+        seq = np.concatenate([_fifo_seq(channel[:n], start[rows]), _fifo_seq(channel[n + m:], other["start_ns"])])
+        key = channel[np.r_[0:n, n + m:len(channel)]] * (int(seq.max()) + 1) + seq  # per (channel, FIFO number)
         blocking = _IS[kind][name[rows]]
         _, here, there = np.intersect1d(key[:n][blocking], key[n:], assume_unique=True, return_indices=True)
         matched = rows[blocking][here]
+        send_enter = other["start_ns"][there]
+        taken = following(channel[n:n + m], start[probes], channel[:n], start[rows])
+        if (taken >= 0).any():  # a probe's send: that of its receive's message, looked up among the sends' keys
+            probes, taken = probes[taken >= 0], key[:n][taken[taken >= 0]]
+            sorter = np.argsort(key[n:])
+            at = np.minimum(np.searchsorted(key[n:], taken, sorter=sorter), len(sorter) - 1)
+            sent = key[n:][sorter[at]] == taken
+            matched = np.r_[matched, probes[sent]]
+            send_enter = np.r_[send_enter, other["start_ns"][sorter[at[sent]]]]
         pattern.append(np.full(len(matched), _PATTERN[kind]))
         partner.append(peer[matched])
         enter.append(start[matched])
-        time.append(np.minimum(other["start_ns"][there], end[matched]) - start[matched])
+        time.append(np.minimum(send_enter, end[matched]) - start[matched])
     coll = np.flatnonzero(_COLLECTIVE_CODE[name] >= 0)
     for c in np.unique(comm[coll]):
         rows = coll[comm[coll] == c]

@@ -8,7 +8,9 @@ pattern            time (charged to the waiting rank)
 ================== =========================================================================================
 late_sender        blocking receive (MPI_Recv/Mrecv, or the MPI_Wait* completing an Irecv) entered before the
                    matching send: ``min(enter(send), leave(recv)) - enter(recv)``; for a Wait* completing
-                   several receives only the latest sender counts
+                   several receives only the latest sender counts. A blocking MPI_Probe that returned a message
+                   waits for that message's send the same way: ``min(enter(send), leave(probe)) - enter(probe)``
+                   (its instance is named MPI_Probe); MPI_Iprobe polling is not counted (see docs/ANALYSES.md)
 late_receiver      blocking send (MPI_Send/Ssend/Bsend/Rsend, or the Wait* completing an Isend) entered before the
                    matching receive was posted: ``min(enter(recv), leave(send)) - enter(send)``
 wait_at_barrier    MPI_Barrier: ``min(max over ranks of enter, leave) - enter`` (waiting for the last rank)
@@ -23,7 +25,9 @@ Matching. A send is matched to a receive by (communicator, source, destination, 
 (MPI's non-overtaking rule); ``peer`` must be the partner's rank as the collector recorded it (world ranks) and a
 wildcard receive (peer < 0) is left unmatched. A non-blocking call is matched to the first MPI_Wait* / Test-free
 completion on its rank, after it, that carries its ``request`` handle (a Waitall recorded as several rows with the
-same enter and leave, one per request, is one call). Collectives are matched by their order on each communicator:
+same enter and leave, one per request, is one call). A probe is matched to the message that the first
+receive on its rank after it with the same communicator, source and tag takes (MPI's rule: a probe returns the
+message such a receive would take). Collectives are matched by their order on each communicator:
 the k-th collective call of every rank on communicator c is one instance; ``peer`` is the root of rooted ones.
 Names ending in ``_c`` (MPI-4 large count) count as their base name.
 """
@@ -38,6 +42,8 @@ SEND_NONBLOCKING = frozenset({"MPI_Isend", "MPI_Issend", "MPI_Ibsend", "MPI_Irse
 RECV_BLOCKING = frozenset({"MPI_Recv", "MPI_Mrecv"})
 RECV_NONBLOCKING = frozenset({"MPI_Irecv", "MPI_Imrecv"})
 WAITS = frozenset({"MPI_Wait", "MPI_Waitall", "MPI_Waitany", "MPI_Waitsome"})
+#: Blocking probes: they wait for a message's send without receiving it (the receive after them takes it).
+PROBES = frozenset({"MPI_Probe"})
 BARRIER = frozenset({"MPI_Barrier"})
 N_TO_N = frozenset({"MPI_Allreduce", "MPI_Allgather", "MPI_Allgatherv", "MPI_Alltoall", "MPI_Alltoallv",
                     "MPI_Alltoallw", "MPI_Reduce_scatter", "MPI_Reduce_scatter_block"})
@@ -45,7 +51,7 @@ N_TO_1 = frozenset({"MPI_Reduce", "MPI_Gather", "MPI_Gatherv"})
 ONE_TO_N = frozenset({"MPI_Bcast", "MPI_Scatter", "MPI_Scatterv"})
 COLLECTIVES = BARRIER | N_TO_N | N_TO_1 | ONE_TO_N
 P2P = SEND_BLOCKING | SEND_NONBLOCKING | RECV_BLOCKING | RECV_NONBLOCKING
-RELEVANT = P2P | WAITS | COLLECTIVES
+RELEVANT = P2P | WAITS | PROBES | COLLECTIVES
 
 PATTERNS: dict[str, str] = {
     "late_sender": "Late Sender",
@@ -69,7 +75,7 @@ def base_name(name: str) -> str:
 
 
 def mpi_calls(timeline: pd.DataFrame) -> pd.DataFrame:
-    """The rows wait-state analysis needs (point-to-point, waits, collectives), in compact form.
+    """The rows wait-state analysis needs (point-to-point, waits, blocking probes, collectives), in compact form.
 
     Columns rank, name (base name), start_ns, end_ns, peer, tag, comm, request, bytes (int64; :data:`MISSING`
     where missing).
@@ -154,12 +160,48 @@ def completions(calls: pd.DataFrame) -> pd.DataFrame:
     return _completions(calls).set_index("post")
 
 
+def following(channel: np.ndarray, start: np.ndarray, channel_next: np.ndarray, start_next: np.ndarray) -> np.ndarray:
+    """For each call (``channel`` ids, entries ``start`` in ns): the index into the ``*_next`` calls of the first one
+    of the same channel entered at or after it, -1 where none. Used to give each probe the receive after it."""
+    n = len(channel)
+    if not n:
+        return np.zeros(0, dtype=np.int64)
+    both_channel = np.concatenate([channel, channel_next])
+    is_next = np.r_[np.zeros(n, dtype=bool), np.ones(len(channel_next), dtype=bool)]
+    order = np.lexsort((is_next, np.concatenate([start, start_next]), both_channel))  # at equal entry: probe first
+    at = np.where(is_next[order], np.arange(len(order)), len(order))
+    nearest = np.minimum.accumulate(at[::-1])[::-1]  # per sorted position: the first "next" call at or after it
+    mine = np.flatnonzero(~is_next[order])
+    hit = nearest[mine]
+    valid = hit < len(order)
+    valid[valid] = both_channel[order[hit[valid]]] == both_channel[order[mine[valid]]]
+    out = np.full(n, -1, dtype=np.int64)
+    out[order[mine[valid]]] = order[hit[valid]] - n
+    return out
+
+
+def probe_receives(calls: pd.DataFrame) -> pd.DataFrame:
+    """Each blocking probe of ``calls`` that returned a message (``peer`` >= 0) with the receive that takes it (see
+    Matching above): columns ``probe`` and ``recv``, indices into ``calls``; probes with no receive after them on
+    their channel are left out."""
+    probes = calls[calls["name"].isin(PROBES) & (calls["peer"] >= 0)]
+    recvs = calls[calls["name"].isin(RECV_BLOCKING | RECV_NONBLOCKING) & (calls["peer"] >= 0)]
+    if not len(probes) or not len(recvs):
+        return pd.DataFrame({"probe": np.zeros(0, np.int64), "recv": np.zeros(0, np.int64)})
+    key = ["rank", "comm", "peer", "tag"]
+    channel = pd.concat([probes[key], recvs[key]]).groupby(key, sort=False).ngroup().to_numpy()
+    nxt = following(channel[:len(probes)], probes["start_ns"].to_numpy(), channel[len(probes):],
+                    recvs["start_ns"].to_numpy())
+    found = nxt >= 0
+    return pd.DataFrame({"probe": probes.index.to_numpy()[found], "recv": recvs.index.to_numpy()[nxt[found]]})
+
+
 def point_to_point(calls: pd.DataFrame) -> pd.DataFrame:
     pairs = match_messages(calls)
     if pairs is None:
         return pd.DataFrame(columns=COLUMNS)
     done = completions(calls)
-    out = []
+    out = [_probe_late_senders(calls, pairs)]
     # the call that blocks each side: itself if blocking, else the Wait* that completed it
     for side, other, pattern in (("r", "s", "late_sender"), ("s", "r", "late_receiver")):
         blocking = pairs[f"name_{side}"].isin(RECV_BLOCKING | SEND_BLOCKING).to_numpy()
@@ -189,7 +231,24 @@ def point_to_point(calls: pd.DataFrame) -> pd.DataFrame:
         out.append(pd.DataFrame({"pattern": pattern, "rank": latest["rank"], "peer": latest["peer"],
                                  "name": latest["name"], "enter_ns": latest["enter"], "time_ns": time,
                                  "comm": latest["comm"]}))
+    out = [part for part in out if len(part)]
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=COLUMNS)
+
+
+def _probe_late_senders(calls: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
+    """Late Sender of the blocking probes: ``min(enter(send), leave(probe)) - enter(probe)``, the send being that
+    of the message the receive after the probe takes (:func:`probe_receives`; ``pairs`` of :func:`match_messages`)."""
+    taken = probe_receives(calls)
+    sent = pd.Series(pairs["start_ns_s"].to_numpy(), index=pairs["idx_r"].to_numpy())
+    taken = taken[taken["recv"].isin(sent.index)]
+    if not len(taken):
+        return pd.DataFrame(columns=COLUMNS)
+    probe = calls.loc[taken["probe"]]
+    send_enter = sent.loc[taken["recv"]].to_numpy()
+    return pd.DataFrame({"pattern": "late_sender", "rank": probe["rank"].to_numpy(), "peer": probe["peer"].to_numpy(),
+                         "name": probe["name"].to_numpy(dtype=object), "enter_ns": probe["start_ns"].to_numpy(),
+                         "time_ns": np.minimum(send_enter, probe["end_ns"].to_numpy()) - probe["start_ns"].to_numpy(),
+                         "comm": probe["comm"].to_numpy()})
 
 
 def collective_rows(calls: pd.DataFrame) -> pd.DataFrame:

@@ -5,10 +5,13 @@ from __future__ import annotations
 import io
 import json
 import sys
+from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
+from ddltrace.analyses.wait_exchange import WaitStateExchange, summarise_states
 from ddltrace.analyses.wait_states import PATTERNS, mpi_calls, summarize, wait_states
 from ddltrace.cli import main
 from ddltrace.collectors.launcher import RunConfig, run_job
@@ -16,7 +19,8 @@ from ddltrace.collectors.mpi_env import find_tool
 from ddltrace.store import TraceStore
 from ddltrace.timeline import make_timeline
 
-CATEGORY = {"MPI_Barrier": "barrier", "MPI_Wait": "wait", "MPI_Waitall": "wait"}
+CATEGORY = {"MPI_Barrier": "barrier", "MPI_Wait": "wait", "MPI_Waitall": "wait", "MPI_Probe": "wait",
+            "MPI_Iprobe": "wait"}
 
 
 def call(rank, name, enter, leave, peer=None, tag=0, comm=1, request=None):
@@ -105,6 +109,64 @@ def test_late_receiver_on_wait_for_isend():
     ])
     assert only(out, "late_receiver")[["rank", "name", "time_ns"]].values.tolist() == [[0, "MPI_Wait", 110]]
 
+
+
+def exchanged(rows) -> pd.DataFrame:
+    """The wait-state sums of ``rows`` matched rank by rank through the scratch folder (analyze's path), against
+    those of every call matched at once: they must be the same."""
+    calls = mpi_calls(make_timeline(rows))
+    with WaitStateExchange() as exchange:
+        for rank, part in calls.groupby("rank"):
+            exchange.add(int(rank), part.reset_index(drop=True))
+        summary = exchange.summary({})
+    at_once = summarise_states(wait_states(calls).assign(phase=None)).drop(columns="phase")
+    summary = summary.drop(columns="phase").reset_index(drop=True)
+    pd.testing.assert_frame_equal(summary, at_once.reset_index(drop=True))
+    return summary
+
+
+def test_a_blocking_probe_waits_for_the_send_of_the_message_its_receive_takes():
+    # the server's --server-receive probe: MPI_Probe(any source) returns rank 2's tag-5 message, sent at 300; the
+    # MPI_Recv after it, from that rank and tag, enters after the send: the probe is the wait, 200 ns of it. The
+    # send still waits for the receive to be posted (a probe receives nothing): Late Receiver, 30 ns
+    rows = [call(0, "MPI_Probe", 100, 320, peer=2, tag=5), call(0, "MPI_Recv", 330, 340, peer=2, tag=5),
+            call(2, "MPI_Send", 300, 335, peer=0, tag=5)]
+    out = states(rows)
+    assert out[["pattern", "rank", "peer", "name", "enter_ns", "time_ns"]].values.tolist() == [
+        ["late_sender", 0, 2, "MPI_Probe", 100, 200], ["late_receiver", 2, 0, "MPI_Send", 300, 30]]
+    assert exchanged(rows)[["pattern", "rank", "instances", "time_ns"]].values.tolist() == [
+        ["late_receiver", 2, 1, 30], ["late_sender", 0, 1, 200]]
+
+
+def test_a_probe_takes_the_next_receive_of_its_source_and_tag_and_iprobe_polls_are_not_counted():
+    rows = [
+        # rank 0 sends tag 7 at 150 and tag 5 at 400; rank 1 probes for tag 5, first takes the tag-7 message
+        call(0, "MPI_Send", 150, 151, peer=1, tag=7), call(0, "MPI_Send", 400, 401, peer=1, tag=5),
+        call(1, "MPI_Probe", 100, 410, peer=0, tag=5), call(1, "MPI_Recv", 420, 430, peer=0, tag=7),
+        call(1, "MPI_Recv", 440, 450, peer=0, tag=5),
+        # a probe whose message nothing receives, and an Iprobe loop (the last poll returned the message): nothing
+        call(1, "MPI_Probe", 500, 600, peer=0, tag=9),
+        call(1, "MPI_Iprobe", 700, 701, tag=3), call(1, "MPI_Iprobe", 800, 801, peer=0, tag=3),
+        call(1, "MPI_Recv", 810, 820, peer=0, tag=3), call(0, "MPI_Send", 790, 791, peer=1, tag=3),
+    ]
+    out = only(states(rows), "late_sender")
+    assert out[["name", "enter_ns", "time_ns"]].values.tolist() == [["MPI_Probe", 100, 300]]
+    assert exchanged(rows).query("pattern == 'late_sender'")["time_ns"].tolist() == [300]
+
+
+def test_a_receive_that_waits_after_its_probe_counts_too_and_a_late_probe_nothing():
+    rows = [
+        # two probes of one message (the second after the send: no wait), then its receive
+        call(1, "MPI_Probe", 0, 60, peer=0, tag=1), call(1, "MPI_Probe", 70, 80, peer=0, tag=1),
+        call(1, "MPI_Recv", 90, 95, peer=0, tag=1), call(0, "MPI_Send", 50, 51, peer=1, tag=1),
+        # a probe that returns before the send is recorded (clock skew) waits its whole call, as a receive would
+        call(1, "MPI_Probe", 200, 230, peer=0, tag=2), call(1, "MPI_Recv", 240, 300, peer=0, tag=2),
+        call(0, "MPI_Send", 260, 261, peer=1, tag=2),
+    ]
+    out = only(states(rows), "late_sender")
+    assert out[["name", "enter_ns", "time_ns"]].values.tolist() == [
+        ["MPI_Probe", 0, 50], ["MPI_Probe", 200, 30], ["MPI_Recv", 240, 20]]
+    assert exchanged(rows).query("pattern == 'late_sender'")["time_ns"].tolist() == [100]
 
 def test_wildcard_receive_is_left_unmatched():
     out = states([call(1, "MPI_Recv", 100, 500, peer=-2), call(0, "MPI_Send", 300, 310, peer=1)])
@@ -204,3 +266,55 @@ def test_a_late_sender_to_an_irecv_is_found_in_a_real_mpich_job(tmp_path, capsys
     calls = mpi_calls(TraceStore.open(tmp_path / "store").timeline())
     states = wait_states(calls)
     assert (states["pattern"] == "late_sender").sum() == 3
+
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
+
+
+def _late_sender_from_rows(store: Path, rank: int) -> tuple[int, int, int]:
+    """The Late Sender of ``rank`` (the ps-sgd job's server) computed from the store's own rows: each of its
+    receives (MPI_Recv, the job's only receive) is the k-th from its source with its tag, whose send is that
+    source's k-th MPI_Send to it with that tag; each MPI_Probe waits for the message of the receive the job makes
+    right after it. Returns (the receives' time, the probes' time, the probes), each wait
+    ``max(0, min(send's entry, leave) - entry)`` in ns."""
+    timeline = TraceStore.open(store).timeline()
+    base = timeline["name"].astype(str).str.removesuffix("_c")
+    timeline = timeline.assign(base=base, end_ns=timeline["start_ns"] + timeline["dur_ns"])
+    sends = timeline[(base == "MPI_Send") & (timeline["peer"] == rank)].sort_values("start_ns")
+    sends = sends.assign(k=sends.groupby(["rank", "tag"]).cumcount())
+    recvs = timeline[(base == "MPI_Recv") & (timeline["rank"] == rank)].sort_values("start_ns")
+    recvs = recvs.assign(k=recvs.groupby(["peer", "tag"]).cumcount()).reset_index(drop=True)
+    sent = recvs.merge(sends[["rank", "tag", "k", "start_ns"]].rename(columns={"rank": "peer", "start_ns": "send"}),
+                       on=["peer", "tag", "k"], how="left")
+    assert sent["send"].notna().all()  # every message the server received was sent
+
+    def wait(enter, leave, send):
+        return int(np.maximum(0, np.minimum(send, leave) - enter).sum())
+
+    probes = timeline[(base == "MPI_Probe") & (timeline["rank"] == rank)].sort_values("start_ns")
+    after = np.searchsorted(sent["start_ns"].to_numpy(), probes["start_ns"].to_numpy())  # the receive after each
+    taken = sent.iloc[after]
+    assert (taken["peer"].to_numpy() == probes["peer"].to_numpy()).all()  # from the source and tag it probed
+    assert (taken["tag"].to_numpy() == probes["tag"].to_numpy()).all()
+    return (wait(sent["start_ns"], sent["end_ns"], sent["send"]),
+            wait(probes["start_ns"].to_numpy(), probes["end_ns"].to_numpy(), taken["send"].to_numpy()), len(probes))
+
+
+@pytest.mark.parametrize("folder, probing", [("ps-sgd-quota/A-compute-w4", True), ("ps-sgd-disk/A-cold-init-w1", True),
+                                             ("ps-sgd/par-w4", False)])
+def test_the_servers_late_sender_counts_its_probes_waits_in_a_real_run(folder, probing, capsys):
+    """Real runs of the ps-sgd job: with --server-receive probe the server waits for each message in MPI_Probe
+    and takes it with an MPI_Recv that no longer waits, and analyze printed 0 ns of Late Sender for it (A-compute-w4:
+    against 1.02 s in its probes); with blocking receives (par-w4) the wait is the receives', unchanged. Both equal
+    the store's own rows' figure."""
+    store = SAMPLES / folder / "store"
+    config = json.loads((store / "manifest.json").read_text())["workload"]["config"]
+    assert config.get("server_receive", "any") == ("probe" if probing else "any") and config["server_rank"] == 0
+    received, probed, probes = _late_sender_from_rows(store, 0)
+    assert (probes > 100 and probed > 10 * received) if probing else (probes == 0 and received > 0)
+    assert main(["analyze", str(store), "--json"]) == 0
+    by_rank = {row["rank"]: row for row in json.loads(capsys.readouterr().out)["stores"][0]["wait_states_ns"]}
+    assert by_rank[0]["late_sender"] == received + probed
+    # every call matched at once (wait_states) gives the same
+    states = wait_states(mpi_calls(TraceStore.open(store).timeline([0, *range(1, config["workers"] + 1)])))
+    assert only(states, "late_sender").query("rank == 0")["time_ns"].sum() == received + probed
