@@ -19,7 +19,7 @@ intervals closer than that may share a start there. ``ddltrace import`` of the f
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import msgspec
@@ -77,8 +77,10 @@ def _counter_events(pid: int, counters: pd.DataFrame) -> Iterator[dict]:
         yield {"ph": "C", "name": name, "pid": pid, "tid": 0, "ts": us_text(t_ns), "args": {name: float(value)}}
 
 
-def export_chrome(store: TraceStore, out: str | os.PathLike, ranks: list[int] | None = None) -> int:
+def export_chrome(store: TraceStore, out: str | os.PathLike, ranks: list[int] | None = None,
+                  progress: Callable[[int, int, int], None] | None = None) -> int:
     """Write ``store`` (or the given ranks) to ``out`` as Chrome trace JSON; return the number of events.
+    ``progress(ranks_written, ranks, events_written)`` is called after each rank.
 
     The output is written to a temporary file and renamed, so a failed export never leaves a partial file.
     """
@@ -100,10 +102,13 @@ def export_chrome(store: TraceStore, out: str | os.PathLike, ranks: list[int] | 
             fh.write(_encode(event))
             count += 1
 
-        for rank, frame in store.iter_timeline(ranks):
+        total = len(store.ranks if ranks is None else ranks)
+        for done, (rank, frame) in enumerate(store.iter_timeline(ranks), 1):
             info = store.rank_info(rank)
             for event in _rank_events(rank, frame, store.counters([rank]), info.get("host")):
                 emit(event)
+            if progress is not None:
+                progress(done, total, count)
         if ranks is None and -1 in store.counter_ranks:
             emit(_meta("process_name", MACHINE_PID, name="machine"))
             for event in _counter_events(MACHINE_PID, store.counters([-1])):

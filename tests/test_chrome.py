@@ -117,3 +117,20 @@ def test_an_existing_output_is_refused_unless_forced(tiny_store, tmp_path, capsy
     assert out.read_text() == "keep me"
     assert main(["export", str(tiny_store.path), "--chrome", str(out), "--force"]) == 0
     assert json.loads(out.read_text())["traceEvents"]
+
+
+def test_a_big_store_says_its_progress(tiny_store, tmp_path, capsys, monkeypatch):
+    """Above export.PROGRESS_EVENTS intervals (lowered here to the tiny store's), a line on stderr before the first
+    rank with the ranks and intervals the manifest lists, then ranks written of all and the events written."""
+    from ddltrace.commands import export
+
+    monkeypatch.setattr(export, "PROGRESS_EVENTS", 1)
+    out = tmp_path / "t.json"
+    assert main(["export", str(tiny_store.path), "--chrome", str(out)]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    intervals = len(tiny_store.timeline())
+    assert lines[0] == f"ddltrace export: {tiny_store.path}: writing 4 ranks ({intervals:,} intervals) rank by rank"
+    events = sum(e["pid"] != MACHINE_PID for e in json.loads(out.read_text())["traceEvents"])
+    assert f"4 of 4 ranks written, {events:,} events" in lines[-1]  # the ranks' (the machine's counters come last)
+    assert main(["export", str(tiny_store.path), "--chrome", str(out), "--force", "--quiet"]) == 0
+    assert capsys.readouterr().err == ""

@@ -18,6 +18,7 @@ from pathlib import Path
 from statistics import mean, median
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 from hta_reference import NEEDS_HTA, hta_figures
 
@@ -252,6 +253,20 @@ def test_the_chrome_export_carries_the_correlation_ids(nccl, tmp_path):
     kernels = [e["args"]["correlation"] for e in events if e["cat"] in ("compute", "comm", "memcpy")
                and "correlation" in e["args"] and e["name"] not in LAUNCH_NAMES]
     assert sum(k in launches for k in kernels) == len(truths[0]["pairs"])
+    # imported back: the same rank, GPU lanes, categories, times (ns), correlation ids and steps as the store's file
+    back = tmp_path / "back"
+    assert main(["import", str(out), "--out", str(back), "--progress", "never"]) == 0
+    columns = ["lane", "name", "category", "start_ns", "dur_ns", "bytes", "step", "correlation", "source"]
+
+    def rows(frame):
+        return sorted(frame[columns].astype(object).where(frame[columns].notna(), None).itertuples(index=False),
+                      key=lambda row: tuple((v is None, str(v)) for v in row))
+
+    original = pq.read_table(Path(store) / "timeline" / "rank-00000.parquet").to_pandas()
+    again = TraceStore.open(back)
+    assert again.ranks == [0] and any(lane.startswith("gpu:") for lane in again.timeline()["lane"])
+    assert rows(again.timeline().assign(category=lambda f: f["category"].astype(str))) == rows(
+        original.assign(category=lambda f: f["category"].astype(str)))
 
 
 def test_correlation_values_that_are_not_ids_are_missing(tmp_path):

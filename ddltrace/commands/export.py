@@ -19,7 +19,13 @@ def register(subparsers) -> None:
     p.add_argument("--chrome", metavar="OUT", required=True, help="output file (.json)")
     p.add_argument("--ranks", metavar="LIST", help="only these ranks, e.g. 0,2-5")
     p.add_argument("--force", action="store_true", help="replace OUT if it exists and is a file")
+    p.add_argument("--quiet", action="store_true", help="no progress messages (a big store has them on stderr)")
     p.set_defaults(func=run)
+
+
+#: A store of this many ranks or intervals gets progress lines, every this many seconds (as ``analyze``).
+PROGRESS_RANKS, PROGRESS_EVENTS = 64, 1_000_000
+PROGRESS_EVERY_S = 2.0
 
 
 def parse_ranks(text: str | None) -> list[int] | None:
@@ -41,6 +47,31 @@ def parse_ranks(text: str | None) -> list[int] | None:
     return ranks
 
 
+def _progress(store):
+    """For a big store (:data:`PROGRESS_RANKS` ranks or :data:`PROGRESS_EVENTS` intervals), a line on stderr before
+    the first rank and every ``PROGRESS_EVERY_S`` seconds: ranks written of all, events written (the intervals,
+    counters and names written so far) and their rate (events per second of wall time); None for a small one."""
+    import sys
+    import time
+
+    listed = sum(int(store.rank_info(r).get("events", 0) or 0) for r in store.ranks)
+    if len(store.ranks) < PROGRESS_RANKS and listed < PROGRESS_EVENTS:
+        return None
+    print(f"ddltrace export: {store.path}: writing {len(store.ranks)} ranks ({listed:,} intervals) rank by rank",
+          file=sys.stderr, flush=True)
+    started = last = time.perf_counter()
+
+    def progress(done: int, total: int, events: int) -> None:
+        nonlocal last
+        now = time.perf_counter()
+        if now - last >= PROGRESS_EVERY_S or done == total:
+            last = now
+            print(f"ddltrace export: {store.path}: {done} of {total} ranks written, {events:,} events, "
+                  f"{events / max(now - started, 1e-9):,.0f} events/s", file=sys.stderr, flush=True)
+
+    return progress
+
+
 def run(args) -> int:
     from ddltrace.chrome import export_chrome
     from ddltrace.store import TraceStore
@@ -52,7 +83,7 @@ def run(args) -> int:
         raise DdltraceError(f"{out}: already exists (choose another --chrome, or add --force)")
     store = TraceStore.open(args.store)
     try:  # written to a temporary file and renamed: a failure leaves nothing
-        count = export_chrome(store, args.chrome, parse_ranks(args.ranks))
+        count = export_chrome(store, args.chrome, parse_ranks(args.ranks), None if args.quiet else _progress(store))
     except OSError as exc:  # a full disk, a folder that refuses
         raise refused(exc, args.chrome, "the Chrome trace") from None
     print(f"wrote {args.chrome}: {count} events from {store.path}")
