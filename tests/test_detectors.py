@@ -448,6 +448,32 @@ def test_sample_scaling_table_init_is_the_jobs_initialisation(samples):
         assert report.loc[w, ["startup_s", "job_init_s"]].tolist() == [startup / 1e9, init / 1e9]
 
 
+def test_sample_scaling_table_names_each_speedups_window(samples):
+    """analyze of par-w2 and par-w4 together: S total is w0 T(w0) / T(w) of the runs' spans as their files give
+    them (first event of any rank to the last; par-w4 3.57x, E 89.1 %), beside S steady (4.06x), each column named
+    for its window and defined under the table (was one 'speedup' column, the steady state's, its window unsaid)."""
+    import pyarrow.parquet as pq
+
+    from ddltrace.commands.analyze import render_scaling
+    from ddltrace.units import format_percent
+
+    spans = {}
+    for name in ("par-w2", "par-w4"):
+        ranks = [pq.read_table(f, columns=["start_ns", "dur_ns"]).to_pandas()
+                 for f in (SAMPLES / name / "store" / "timeline").glob("rank-*.parquet")]
+        spans[name] = max(int((t["start_ns"] + t["dur_ns"]).max()) for t in ranks) - min(
+            int(t["start_ns"].min()) for t in ranks)
+    table = scaling_table([samples["par-w2"], samples["par-w4"]])
+    assert table.set_index("workers").loc[4, "total_ns"] == spans["par-w4"]
+    lines = render_scaling(table)
+    header = re.split(r"\s{2,}", lines[1].strip())
+    assert header[5:10] == ["total", "S steady", "E steady", "S total", "E total"]
+    row = dict(zip(header, re.split(r"\s{2,}", lines[3].strip()), strict=True))
+    speedup = 2 * spans["par-w2"] / spans["par-w4"]
+    assert (row["w"], row["S total"], row["E total"]) == ("4", f"{speedup:.2f}x", format_percent(speedup / 4))
+    assert "S(w) = w0 T(w0) / T(w), E = S / w, T the steady state (steady) or the whole run (total)" in lines[-2]
+
+
 def test_sample_server_steady_state_is_its_training(samples):
     """The saturated server answers its workers in no fixed order: three regular cycles in a row ended half-way
     through its training, and the rest (2.7 s of 4.3 s) was counted as finalisation, so its busy fraction and

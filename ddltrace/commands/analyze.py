@@ -431,8 +431,8 @@ def render_scaling(scaling: pd.DataFrame) -> list[str]:
     import pandas as pd
 
     out = ["Scaling study (speedup against the run with the fewest workers; Chang's Lemma 3.1 from R_O)"]
-    header = ["w", "batch", "start-up", "init", "steady", "total", "speedup", "efficiency", "R_O", "E lemma (base)",
-              "E lemma (own)"]
+    header = ["w", "batch", "start-up", "init", "steady", "total", "S steady", "E steady", "S total", "E total", "R_O",
+              "E lemma (base)", "E lemma (own)"]
     rows = []
     for _, row in scaling.iterrows():
         r_o = (f"{format_percent(row['overhead_ratio'])} ({format_percent(row['overhead_ratio_min'])}"
@@ -440,9 +440,15 @@ def render_scaling(scaling: pd.DataFrame) -> list[str]:
         rows.append([str(int(row["workers"])), "-" if pd.isna(row["batch_size"]) else str(int(row["batch_size"])),
                      format_ns(row["startup_ns"]), format_ns(row["job_init_ns"]), format_ns(row["steady_ns"]),
                      format_ns(row["total_ns"]),
-                     f"{row['speedup_steady']:.2f}x", format_percent(row["efficiency_steady"]), r_o,
+                     f"{row['speedup_steady']:.2f}x", format_percent(row["efficiency_steady"]),
+                     f"{row['speedup_total']:.2f}x", format_percent(row["efficiency_total"]), r_o,
                      format_percent(row["efficiency_lemma_base"]), format_percent(row["efficiency_lemma_own"])])
     out.extend("  " + line for line in _columns(header, rows))
+    out.append("  S, E: speedup and efficiency against the run with the fewest workers w0 (taken to scale perfectly "
+               "up to w0), S(w) = w0 T(w0) / T(w), E = S / w, T the steady state (steady) or the whole run (total); "
+               "R_O: the share of a worker's steady state that is not compute, median over the workers (their "
+               "range); E lemma: Lemma 3.1's 1 / (1 + (w - 1) R_O) from the base run's R_O (normalised to E(w0) = 1) "
+               "and from the run's own")
     out.append("  medians over the workers: start-up = MPI's, each worker's first event to the end of its MPI_Init "
                "(the PMPI collector's clock synchronisation inside it); init = the job's own initialisation, from "
                "there to its first step; steady = its steady state; total = the whole run, first event of any rank "
