@@ -8,9 +8,10 @@ pattern            time (charged to the waiting rank)
 ================== =========================================================================================
 late_sender        blocking receive (MPI_Recv/Mrecv, or the MPI_Wait* completing an Irecv) entered before the
                    matching send: ``min(enter(send), leave(recv)) - enter(recv)``; for a Wait* completing
-                   several receives only the latest sender counts. A blocking MPI_Probe that returned a message
-                   waits for that message's send the same way: ``min(enter(send), leave(probe)) - enter(probe)``
-                   (its instance is named MPI_Probe); MPI_Iprobe polling is not counted (see docs/ANALYSES.md)
+                   several receives only the latest sender counts. A blocking MPI_Probe or MPI_Mprobe that
+                   returned a message waits for that message's send the same way:
+                   ``min(enter(send), leave(probe)) - enter(probe)`` (the instance is named after the probe);
+                   MPI_Iprobe / MPI_Improbe polling is not counted (see docs/ANALYSES.md)
 late_receiver      blocking send (MPI_Send/Ssend/Bsend/Rsend, or the Wait* completing an Isend) entered before the
                    matching receive was posted: ``min(enter(recv), leave(send)) - enter(send)``
 wait_at_barrier    MPI_Barrier: ``min(max over ranks of enter, leave) - enter`` (waiting for the last rank)
@@ -27,8 +28,10 @@ wildcard receive (peer < 0) is left unmatched. A non-blocking call is matched to
 completion on its rank, after it, that carries its ``request`` handle (a Waitall recorded as several rows with the
 same enter and leave, one per request, is one call). A probe is matched to the message that the first
 receive on its rank after it with the same communicator, source and tag takes (MPI's rule: a probe returns the
-message such a receive would take). Collectives are matched by their order on each communicator:
-the k-th collective call of every rank on communicator c is one instance; ``peer`` is the root of rooted ones.
+message such a receive would take); an MPI_Mrecv, which records no communicator, takes that of the latest
+MPI_Mprobe / MPI_Improbe before it on its rank with its message handle. Collectives are matched by their order on
+each communicator: the k-th collective call of every rank on communicator c is one instance; ``peer`` is the root of
+rooted ones.
 Names ending in ``_c`` (MPI-4 large count) count as their base name.
 """
 
@@ -42,8 +45,11 @@ SEND_NONBLOCKING = frozenset({"MPI_Isend", "MPI_Issend", "MPI_Ibsend", "MPI_Irse
 RECV_BLOCKING = frozenset({"MPI_Recv", "MPI_Mrecv"})
 RECV_NONBLOCKING = frozenset({"MPI_Irecv", "MPI_Imrecv"})
 WAITS = frozenset({"MPI_Wait", "MPI_Waitall", "MPI_Waitany", "MPI_Waitsome"})
-#: Blocking probes: they wait for a message's send without receiving it (the receive after them takes it).
-PROBES = frozenset({"MPI_Probe"})
+#: Blocking probes: they wait for a message's send without receiving it (the receive after them takes it; after an
+#: MPI_Mprobe, the MPI_Mrecv of its message handle: mpi4py's ``comm.recv()``).
+PROBES = frozenset({"MPI_Probe", "MPI_Mprobe"})
+#: Matched probes: they hand the message to an MPI_Mrecv by its handle (``request``), which records no communicator.
+MATCHED_PROBES = frozenset({"MPI_Mprobe", "MPI_Improbe"})
 BARRIER = frozenset({"MPI_Barrier"})
 N_TO_N = frozenset({"MPI_Allreduce", "MPI_Allgather", "MPI_Allgatherv", "MPI_Alltoall", "MPI_Alltoallv",
                     "MPI_Alltoallw", "MPI_Reduce_scatter", "MPI_Reduce_scatter_block"})
@@ -93,7 +99,27 @@ def mpi_calls(timeline: pd.DataFrame) -> pd.DataFrame:
     })
     for column in ("peer", "tag", "comm", "request", "bytes"):
         out[column] = part[column].astype("Int64").fillna(MISSING).to_numpy(np.int64)
+    _mrecv_communicators(out, timeline[np.isin(base, list(MATCHED_PROBES))[codes]] if len(codes) else timeline)
     return out
+
+
+def _mrecv_communicators(calls: pd.DataFrame, probes: pd.DataFrame) -> None:
+    """Give each MPI_Mrecv of ``calls`` (in place) the communicator of the matched probe (MPI_Mprobe, or MPI_Improbe
+    that found one: ``probes``, timeline rows) whose message it receives: the latest one before it on its rank
+    with its message handle (``request``; MPICH reuses handles). The PMPI collector records none for MPI_Mrecv,
+    whose message alone names it, and without one it matched no send."""
+    mrecv = np.flatnonzero((calls["name"] == "MPI_Mrecv").to_numpy() & (calls["comm"] == MISSING).to_numpy()
+                           & (calls["request"] != MISSING).to_numpy())
+    probes = probes[probes["request"].notna() & probes["comm"].notna()]
+    if not len(mrecv) or not len(probes):
+        return
+    left = pd.DataFrame({"rank": calls["rank"].to_numpy()[mrecv], "request": calls["request"].to_numpy()[mrecv],
+                         "start_ns": calls["start_ns"].to_numpy()[mrecv], "row": mrecv}).sort_values("start_ns")
+    right = pd.DataFrame({"rank": probes["rank"].to_numpy(np.int64), "request": probes["request"].to_numpy(np.int64),
+                          "start_ns": probes["start_ns"].to_numpy(np.int64),
+                          "probe_comm": probes["comm"].to_numpy(np.int64)}).sort_values("start_ns")
+    found = pd.merge_asof(left, right, on="start_ns", by=["rank", "request"], direction="backward").dropna()
+    calls.loc[found["row"].to_numpy(), "comm"] = found["probe_comm"].to_numpy(np.int64)
 
 
 def wait_states(calls: pd.DataFrame) -> pd.DataFrame:
