@@ -99,7 +99,8 @@ def mpi_calls(timeline: pd.DataFrame) -> pd.DataFrame:
     })
     for column in ("peer", "tag", "comm", "request", "bytes"):
         out[column] = part[column].astype("Int64").fillna(MISSING).to_numpy(np.int64)
-    _mrecv_communicators(out, timeline[np.isin(base, list(MATCHED_PROBES))[codes]] if len(codes) else timeline)
+    if (out["name"] == "MPI_Mrecv").any():
+        _mrecv_communicators(out, timeline[np.isin(base, list(MATCHED_PROBES))[codes]])
     return out
 
 
