@@ -25,7 +25,7 @@ hardware profile measured (r_m, w_m, r_net, lat_net, r_d) are held fixed; others
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -333,7 +333,11 @@ class HashemiFit:
                 lambda w: transfer.phase_at(self.constants_, wl, w, self.machine or {}, runs), wl)
         else:
             self.knee_, self.knee_cause_ = hashemi.knee(wl, self.constants_)
-        self.knee_ci_ = (self._knee_interval(wl, names, theta, cov, dof) if cov is not None and not self.cpu_shares
+        fitted = [j for j, name in enumerate(names) if name not in self.unconstrained_]
+        self.covariance_ = ({"names": [names[j] for j in fitted], "matrix": cov[np.ix_(fitted, fitted)].tolist(),
+                             "dof": dof} if cov is not None and fitted else None)
+        self.knee_ci_ = (self._knee_interval(wl, self.covariance_, frame.to_dict("records"))
+                         if self.covariance_ and not (self.cpu_shares and math.isinf(self.knee_))  # (a scan to 1024 w)
                          else (math.nan, math.nan))
         self.knee_batch_ = wl.b
         bound = self.unconstrained_.get("c_u", self.unsupported_.get("c_u"))
@@ -370,25 +374,16 @@ class HashemiFit:
         self.r_d_fitted_ = True
         notes.append(f"r_d fitted from {len(y)} initialisation times with storage={self.storage!r}")
 
-    def _knee_interval(self, wl: Workload, names: list[str], theta: np.ndarray, cov: np.ndarray, dof: int,
-                       draws: int = 2000) -> tuple[float, float]:
-        """The knee's ``confidence`` interval (workers) over the fit's uncertainty: the fitted constants drawn
-        together from Student's t with the fit's covariance and ``dof`` degrees of freedom (as the constants' own
-        intervals; negative draws at 0, a constant only bounded by the runs stays at 0), Hashemi's w* of each
-        draw, their central share. inf where the upper end never binds."""
-        fitted = [j for j, name in enumerate(names) if name not in self.unconstrained_]
-        if not fitted:
-            return math.nan, math.nan
-        rng = np.random.default_rng(0)
-        normal = rng.multivariate_normal(np.zeros(len(fitted)), cov[np.ix_(fitted, fitted)], size=draws,
-                                         method="eigh")
-        drawn = theta[fitted] + normal * np.sqrt(dof / rng.chisquare(dof, size=draws))[:, None]
-        knees = [hashemi.knee(wl, replace(self.constants_, **{names[j]: max(0.0, float(v))
-                                                               for j, v in zip(fitted, row, strict=True)}))[0]
-                 for row in drawn]
-        tail = 50.0 * (1.0 - self.confidence)
-        low, high = np.percentile(knees, [tail, 100.0 - tail], method="inverted_cdf")  # (no inf - inf between draws)
-        return float(low), float(high)
+    def _knee_interval(self, wl: Workload, covariance: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]
+                       ) -> tuple[float, float]:
+        """The knee's ``confidence`` interval (workers) over the fit's uncertainty (:func:`knee_interval`): each
+        draw's w* as the fit's own, Hashemi's (:func:`ddltrace.models.hashemi.knee`) or, with ``cpu_shares``, that
+        of the phases predicted at the ranks' shares (:func:`ddltrace.models.transfer.knee_over_w`)."""
+        if self.cpu_shares:
+            return knee_interval(lambda k, _: transfer.knee_search(
+                lambda w: transfer.phase_at(k, wl, w, self.machine or {}, runs), wl)[0],
+                self.constants_, covariance, self.confidence)
+        return knee_interval(lambda k, _: hashemi.knee(wl, k)[0], self.constants_, covariance, self.confidence)
 
     def _leave_one_out(self, frame: pd.DataFrame, names: list[str], base: Constants, notes: list[str]) -> pd.DataFrame:
         loo = self._loo_frame(frame, names, base)
@@ -499,6 +494,7 @@ class HashemiFit:
             "constants": constants,
             "knee": {"w": _nan_none(self.knee_), "cause": self.knee_cause_, "batch": self.knee_batch_,
                      "ci": [_nan_none(x) for x in self.knee_ci_]},
+            "covariance": self.covariance_,
             "rms_relative_error": self.rms_relative_error_,
             "measurements": _json_records(self.measurements_),
             "leave_one_out": _json_records(self.loo_),
@@ -506,6 +502,32 @@ class HashemiFit:
             "divergence_threshold": self.divergence_threshold,
             "notes": list(self.notes_),
         }
+
+
+#: Draws of the fitted constants for the knee's interval (the fit's and the prediction's on B alike).
+KNEE_DRAWS = 2000
+
+
+def knee_interval(knee_of: Callable[[Constants, int], float], k: Constants, covariance: Mapping[str, Any],
+                  confidence: float, draws: int = KNEE_DRAWS) -> tuple[float, float]:
+    """The knee's ``confidence`` interval (workers): the fitted constants named in ``covariance`` (a model's
+    ``covariance``: ``names``, ``matrix`` in their units squared, ``dof``) drawn together from Student's t with that
+    covariance and ``dof`` degrees of freedom around their values in ``k`` (as the constants' own intervals; a draw
+    below 0 at 0; a constant the runs only bound is not among them and stays at 0), ``knee_of(draw, i)`` (w* of
+    the i-th draw's constants) for each, and their central ``confidence`` share. inf where the upper end never
+    binds. The draws are the same for the same covariance (seed 0), so the fit's and a prediction's match."""
+    names = list(covariance["names"])
+    theta = np.array([getattr(k, name) for name in names], dtype=float)
+    dof = int(covariance["dof"])
+    rng = np.random.default_rng(0)
+    normal = rng.multivariate_normal(np.zeros(len(names)), np.asarray(covariance["matrix"], dtype=float),
+                                     size=draws, method="eigh")
+    drawn = theta + normal * np.sqrt(dof / rng.chisquare(dof, size=draws))[:, None]
+    knees = [knee_of(replace(k, **{name: max(0.0, float(v)) for name, v in zip(names, row, strict=True)}), i)
+             for i, row in enumerate(drawn)]
+    tail = 50.0 * (1.0 - confidence)
+    low, high = np.percentile(knees, [tail, 100.0 - tail], method="inverted_cdf")  # (no inf - inf between draws)
+    return float(low), float(high)
 
 
 def _nan_none(x: float | None) -> float | None:

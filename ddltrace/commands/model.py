@@ -365,6 +365,54 @@ def _workload(model: dict, source: str, batch: float | None) -> tuple:
     return constants, wl, float(fit_b or b), factor
 
 
+#: The knee on B's draws are searched below this many times the knee on B plus one (at least KNEE_SEARCH_LEAST).
+KNEE_SEARCH_TIMES, KNEE_SEARCH_LEAST = 4, 64
+
+
+def _knee_interval_on_b(model: dict, source: str, constants, wl, moved: dict, runs: list, serial: bool,
+                        batch_factor: float, knee_b: float, played: list[int]) -> dict:
+    """The knee on B's interval (workers), drawn as the fit's (:func:`ddltrace.analyses.fit_hashemi.knee_interval`:
+    the fitted constants from Student's t with the model's covariance, the per-sample ones times ``batch_factor``)
+    with, in each draw, both profiles' constants drawn as the phase's interval draws them
+    (:func:`ddltrace.models.transfer.profile_draws`) and carried to B (:func:`ddltrace.models.transfer.phase_at`);
+    its w* by the knee's own rule (:func:`ddltrace.models.transfer.knee_search`) below ``searched_below_w``
+    workers (:data:`KNEE_SEARCH_TIMES` the knee on B, at least :data:`KNEE_SEARCH_LEAST`: a draw with none there
+    counts as past it, which is all the interval's upper end needs to say). ``{"ci": (low, high), "draws",
+    "confidence", "searched_below_w"}``, or ``{"why_not": ...}`` where it is not drawn."""
+    import numpy as np
+
+    from ddltrace.analyses.fit_hashemi import KNEE_DRAWS, knee_interval
+    from ddltrace.models import transfer
+    from ddltrace.models.transfer import PER_SAMPLE
+
+    covariance = model.get("covariance")
+    if math.isinf(knee_b):
+        return {"why_not": f"no knee on B below {transfer.KNEE_MOST} workers" + (
+            " (the runs only bound c_u: no run shows the server's limit)" if constants.c_u == 0 else "")}
+    if not isinstance(covariance, dict) or not covariance.get("names"):
+        return {"why_not": f"{source} has no covariance of its fitted constants (a model written before 'model fit' "
+                           "recorded it, or one with no degrees of freedom left): refit it"}
+    if played:
+        return {"why_not": "B's quota holds every rank at w = " + ", ".join(map(str, played)) + ", where the "
+                           "phase is the quota loop played out over the periods (0.05-0.1 s each): "
+                           f"{KNEE_DRAWS} draws of it would take minutes"}
+    scale = np.array([batch_factor if name in PER_SAMPLE else 1.0 for name in covariance["names"]])
+    covariance = {**covariance, "matrix": (np.asarray(covariance["matrix"], dtype=float) * np.outer(scale, scale))}
+    pairs = transfer.profile_draws(moved["a"], moved["b"], KNEE_DRAWS)
+    server = transfer.server_measured(moved["a"], runs)
+    most = max(KNEE_SEARCH_LEAST, KNEE_SEARCH_TIMES * (int(knee_b) + 1))
+
+    def knee_of(k, i: int) -> float:
+        z_a, z_b = pairs[i]
+        return transfer.knee_search(lambda w: transfer.phase_at(k, wl, w, moved["a"], runs, moved["b"],
+                                                                moved["counts"], serial, z_a=z_a, z_b=z_b,
+                                                                server=server), wl, most)[0]
+
+    confidence = float(model.get("confidence") or 0.95)
+    return {"ci": knee_interval(knee_of, constants, covariance, confidence), "draws": KNEE_DRAWS,
+            "confidence": confidence, "searched_below_w": most}
+
+
 def _entries_at(entries: dict, factor: float) -> dict:
     """The model's fitted entries with the per-sample costs' standard errors and bounds times ``factor`` (their
     values at another batch, :func:`_workload`), for the interval's draws."""
@@ -459,6 +507,10 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
             largest = at(max(workers), on_b=True)
             _, _, at_least = _knee(model, wl, largest["constants"], largest["factors"]["c_u"])
         knees["profile"] = (*transfer.knee_over_w(lambda w: at(w, on_b=True), wl), at_least)
+        knee_b = knees["profile"][0]
+        played = [] if math.isinf(knee_b) else [w for w in range(1, int(knee_b) + 2) if at(w, on_b=True)["loop"]]
+        interval_on_b = _knee_interval_on_b(model, source, constants, wl, moved, runs, serial, batch_factor, knee_b,
+                                            played)
     if what_if:
         knees["what_if"] = ((*transfer.knee_over_w(lambda w: at(w, on_b=True, changed=True), wl), None) if moved
                             else knee_on_a(changed=True))
@@ -516,8 +568,41 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
                                    "best_w": int(best), "draws": transfer.DRAWS, "serial_comm": serial,
                                    "best_past_knee": _past_knee(table, knees["profile"][0], best)}
     table.attrs["knees"] = knees
+    if moved:
+        table.attrs["knee_interval_on_b"] = interval_on_b
     table.attrs["batch"] = {"fit_b": fit_b, "c_p_factor": batch_factor}
     return table
+
+
+def _json_knee_interval(drawn: dict) -> dict:
+    """The knee on B's interval for --json: ``low_w``, ``high_w`` (workers; high None where some draws found no
+    knee below ``searched_below_w``), the draws and the definition, or ``why_not``."""
+    if "why_not" in drawn:
+        return {"why_not": drawn["why_not"]}
+    low, high = drawn["ci"]
+    return {"low_w": low, "high_w": None if math.isinf(high) else high, "confidence": drawn["confidence"],
+            "draws": drawn["draws"], "searched_below_w": drawn["searched_below_w"], "definition": KNEE_DEFINITION,
+            "covers": KNEE_COVERS}
+
+
+#: What the knee on B is, and what its interval covers (docs/MODELS.md, "The knee on B and its interval").
+KNEE_MOST = 1024  # transfer.KNEE_MOST (the CLI starts without numpy)
+KNEE_DEFINITION = ("w* on B: the fewest workers w from which one more worker gains less than half of its ideal share "
+                   "of B's predicted computation phase, T(w + 1) > T(w) (1 - 0.5 / (w + 1)), in whole workers "
+                   f"(none below {KNEE_MOST})")
+KNEE_COVERS = ("the fit's constants drawn together from Student's t with the fit's covariance (as the fit's knee "
+               "interval) and, in each draw, both profiles' constants drawn log-normally from their uncertainties "
+               "(as the phase's interval; once where B's profile is A's own)")
+
+
+def _describe_knee_interval(drawn: dict) -> list[str]:
+    if "why_not" in drawn:
+        return [f"  knee on B's interval: not drawn: {drawn['why_not']}"]
+    low, high = drawn["ci"]
+    upper = f"more than {drawn['searched_below_w'] - 1}" if math.isinf(high) else f"{high:.3g}"
+    return [f"  {100 * drawn['confidence']:.0f} % interval: {low:.3g} to {upper} workers, over {drawn['draws']} "
+            f"draws of {KNEE_COVERS}",
+            f"  {KNEE_DEFINITION}"]
 
 
 def _past_knee(table: pd.DataFrame, knee: float, best: float) -> dict | None:
@@ -621,6 +706,8 @@ def run_predict(args) -> int:
                    for r in table.to_dict("records")]
         knees = {k: {"w": None if math.isinf(w) else w, "cause": c, "at_least": low}
                  for k, (w, c, low) in table.attrs["knees"].items()}
+        if moved:
+            knees["profile"]["interval"] = _json_knee_interval(table.attrs["knee_interval_on_b"])
         out = {"model": args.model, "what_if": args.what_if, "knee": knees, "rows": records}
         if moved:
             out["transfer"] = table.attrs["transfer"]
@@ -667,6 +754,8 @@ def run_predict(args) -> int:
         if math.isinf(w_star) and at_least:
             where = f"w* >= {at_least:.3g} workers (no run shows the server's limit)"
         print(f"knee{names[name]}: {where}")
+        if name == "profile":
+            print("\n".join(_describe_knee_interval(table.attrs["knee_interval_on_b"])))
     if moved:
         best = table.attrs["transfer"]["best_w"]
         print(f"best worker count on B: {best} (the fewest of those asked within "

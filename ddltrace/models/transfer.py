@@ -44,6 +44,8 @@ HELD = ("r_m", "w_m", "r_net", "lat_net", "r_d")
 PER_SAMPLE = ("c_p", "t_phase_min")
 PER_UPDATE = ("c_b", "c_u")
 DRAWS = 2000
+#: The knee is looked for below this many workers (inf, 'none' where one more worker still gains there).
+KNEE_MOST = 1024
 
 
 def _number(raw: Any, where: str, *, zero: bool = False) -> float:
@@ -362,15 +364,18 @@ def messages_per_batch(runs: Sequence[Mapping], w: float,
 
 
 def constants_at(k: Constants, wl: Workload, w: float, a: Mapping, runs: Sequence[Mapping], b: Mapping | None = None,
-                 counts: Mapping | None = None, serial: bool = False,
-                 what_if: Mapping | None = None) -> tuple[Constants, dict]:
+                 counts: Mapping | None = None, serial: bool = False, what_if: Mapping | None = None,
+                 z_a: Mapping | None = None, z_b: Mapping | None = None,
+                 server: Mapping | None = None) -> tuple[Constants, dict]:
     """The model's constants at ``w`` workers as every figure of a prediction uses them (the phase, the knee and the
     what-if alike): (constants, factors B / A, empty on A).
 
     On A (``b`` None) the fitted ``k``, for a model fitted in CPU seconds (``wl.cpu_shares``) at the share of a core
     A's ranks had there (:func:`share_on_a`) with its messages' waits for ranks off their cores
     (:func:`ddltrace.models.hashemi.at_share`); on B, ``k`` carried by :func:`transfer` at w (``counts``: the DNN's
-    work per sample, :func:`work_counts`). ``what_if`` (``Constants.scaled``: a factor or a value) then changes these
+    work per sample, :func:`work_counts`; ``z_a``, ``z_b``: the profiles' constants that many standard deviations
+    off, as :func:`transfer` draws them; ``server``: :func:`server_measured` where the caller has it). ``what_if``
+    (``Constants.scaled``: a factor or a value) then changes these
     constants at w, wall time at the ranks' share (seconds, seconds per byte); its ``t_slice``, the round the
     messages' waits for ranks off their cores are drawn from, changes the model's before the waits are."""
     what_if = dict(what_if or {})
@@ -381,17 +386,19 @@ def constants_at(k: Constants, wl: Workload, w: float, a: Mapping, runs: Sequenc
         if wl.cpu_shares:
             at = hashemi.at_share(k, share_on_a(a, runs, w)[0], messages_per_batch(runs, w))
     else:
-        at, factors, _ = transfer(k, wl, counts or {"muladds": 1.0}, a, b, serial=serial, w=w, runs=runs)
+        at, factors, _ = transfer(k, wl, counts or {"muladds": 1.0}, a, b, z_a, z_b, serial=serial, w=w, runs=runs,
+                                  server=server)
     return (at.scaled(what_if) if what_if else at), factors
 
 
 def phase_at(k: Constants, wl: Workload, w: int, a: Mapping, runs: Sequence[Mapping], b: Mapping | None = None,
-             counts: Mapping | None = None, serial: bool = False, what_if: Mapping | None = None) -> dict:
+             counts: Mapping | None = None, serial: bool = False, what_if: Mapping | None = None,
+             z_a: Mapping | None = None, z_b: Mapping | None = None, server: Mapping | None = None) -> dict:
     """The predicted computation phase at ``w`` workers from :func:`constants_at` (same arguments): ``phase_s``
     (seconds, all epochs) is Hashemi's (``analytic_s``) or, on B where its quota holds every rank, the quota loop's
     mean (:func:`quota_loop`, a ``--cpu-shares`` model); with ``constants``, ``factors``, ``shares`` (on B,
     :func:`cpu_shares`) and ``loop`` (None where not played)."""
-    k_w, factors = constants_at(k, wl, w, a, runs, b, counts, serial, what_if)
+    k_w, factors = constants_at(k, wl, w, a, runs, b, counts, serial, what_if, z_a, z_b, server)
     analytic = wl.epochs * hashemi.t_phase(w, wl, k_w)
     shares = cpu_shares(a, b, runs, w) if b is not None else None
     loop = None
@@ -570,7 +577,7 @@ def transfer(k: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Mapping
     return replace(k, **values), factors, notes
 
 
-def knee_over_w(phase: Callable[[int], Mapping], wl: Workload, most: int = 1024) -> tuple[float, str]:
+def knee_over_w(phase: Callable[[int], Mapping], wl: Workload, most: int = KNEE_MOST) -> tuple[float, str]:
     """The knee (workers, cause) of a model whose constants depend on w (each rank's share of a core, on B or in CPU
     seconds): the first w = 1, 2, ... ``most`` from which one more worker gains less than half of its ideal share
     of the phase, ``T(w + 1) > T(w) (1 - 0.5 / (w + 1))``, with ``phase(w)`` the prediction at w
@@ -581,10 +588,62 @@ def knee_over_w(phase: Callable[[int], Mapping], wl: Workload, most: int = 1024)
     for w in range(1, most):
         nxt = phase(w + 1)
         if nxt["phase_s"] > now * (1 - 0.5 / (w + 1)):
-            bound = hashemi.bound_by(hashemi.phase_terms(w + 1, wl, nxt["constants"]))
-            return float(w), {"server/network": "server", "worker": "worker", "floor": "floor"}[bound]
+            return float(w), _cause(nxt, w + 1, wl)
         now = nxt["phase_s"]
     return math.inf, "none"
+
+
+def knee_search(phase: Callable[[int], Mapping], wl: Workload, most: int = KNEE_MOST) -> tuple[float, str]:
+    """:func:`knee_over_w`'s knee found by doubling w until one more worker gains less than half of its ideal share,
+    then halving between the last w that still gained and there: about 4 log2(w*) predictions instead of w* + 1, for
+    the thousands of draws of an interval. The same knee where the rule, once it holds, holds at every larger w (the
+    gain of one more worker only falls); past the first w where it holds otherwise (inf, 'none' likewise)."""
+    memo: dict[int, Mapping] = {}
+
+    def at(w: int) -> Mapping:
+        if w not in memo:
+            memo[w] = phase(w)
+        return memo[w]
+
+    def holds(w: int) -> bool:
+        return at(w + 1)["phase_s"] > at(w)["phase_s"] * (1 - 0.5 / (w + 1))
+
+    gained, w = 0, 1
+    while not holds(w):
+        if w >= most - 1:
+            return math.inf, "none"
+        gained, w = w, min(2 * w, most - 1)
+    while w - gained > 1:  # gained: the rule does not hold there (0: no w below); w: it does
+        mid = (gained + w) // 2
+        gained, w = (gained, mid) if holds(mid) else (mid, w)
+    return float(w), _cause(at(w + 1), w + 1, wl)
+
+
+def _cause(prediction: Mapping, w: int, wl: Workload) -> str:
+    """The knee's cause: the term that binds at ``w`` (one past the knee) in ``prediction``'s constants."""
+    bound = hashemi.bound_by(hashemi.phase_terms(w, wl, prediction["constants"]))
+    return {"server/network": "server", "worker": "worker", "floor": "floor"}[bound]
+
+
+def same_measurement(a: Mapping, b: Mapping) -> bool:
+    """Whether B's profile record is A's own (the same calibrated numbers, whatever the file's name): then each of
+    its constants is one measurement on both sides, drawn once, and its ratio B / A is exactly 1."""
+    return {key: v for key, v in a.items() if key != "source"} == {key: v for key, v in b.items() if key != "source"}
+
+
+def profile_draws(a: Mapping, b: Mapping, draws: int = DRAWS, seed: int = 1) -> list[tuple[dict, dict]]:
+    """``draws`` pairs (z_a, z_b): each profile constant's standard deviations off (:func:`transfer`'s ``z_a``,
+    ``z_b``), independent standard normals for A and B, or B's the same as A's where B's record is A's own
+    (:func:`same_measurement`)."""
+    rng = np.random.default_rng(seed)
+    names = (*CPU, *HELD)
+    same = same_measurement(a, b)
+    out = []
+    for _ in range(draws):
+        z_a = {name: float(z) for name, z in zip(names, rng.standard_normal(len(names)), strict=True)}
+        z_b = {name: float(z) for name, z in zip(names, rng.standard_normal(len(names)), strict=True)}
+        out.append((z_a, z_a if same else z_b))
+    return out
 
 
 def _fit_draw(entries: Mapping, k: Constants, rng: np.random.Generator) -> Constants:
@@ -605,15 +664,18 @@ def interval(entries: Mapping, k: Constants, wl: Workload, counts: Mapping, a: M
              what_if: Mapping | None = None, serial: bool = False,
              runs: Sequence[Mapping] = ()) -> tuple[np.ndarray, np.ndarray]:
     """(low, high) seconds of the computation phase (all epochs) on B at each worker count: the central
-    ``confidence`` share of ``draws`` predictions with the fit's and both profiles' uncertainties."""
+    ``confidence`` share of ``draws`` predictions with the fit's and both profiles' uncertainties (B's drawn as A's
+    where B's record is A's own: :func:`same_measurement`)."""
     rng = np.random.default_rng(seed)
     ws = np.asarray(workers, dtype=float)
     out = np.empty((draws, len(ws)))
     names = (*CPU, *HELD)
     server = server_measured(a, runs)
+    same = same_measurement(a, b)
     for i in range(draws):
         z_a = {name: rng.standard_normal() for name in names}
         z_b = {name: rng.standard_normal() for name in names}
+        z_b = z_a if same else z_b
         drawn = _fit_draw(entries, k, rng)
         for j, w in enumerate(ws):
             on_b, _, _ = transfer(drawn, wl, counts, a, b, z_a, z_b, serial, w=w, runs=runs, server=server)
