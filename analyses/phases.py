@@ -92,7 +92,9 @@ class RankPhases:
 
     ``method`` says how they were found: "markers", "pattern", "collectives" or "mpi" (MPI_Init/Finalize or the
     first/last event); "aggregate" when there are none to find (per-call totals: the whole rank is one phase).
-    ``startup_end_ns``: the end of the rank's start-up, MPI_Init (see the module docstring), inside initialisation.
+    ``startup_end_ns``: the end of the rank's start-up, MPI_Init (see the module docstring), inside initialisation;
+    ``startup_traced`` False where the rank traced no MPI_Init (a framework's profile): ``startup_ns`` is then 0,
+    not measured, and shown as '-'.
     ``steps`` has columns step, start_ns, end_ns, dur_ns (one row per step; empty when none was found);
     ``step_unit`` says what one is: "step" (a marked step, or a cycle of the rank's pattern: compute then
     communicate), or "gradient" for a parameter server (:func:`gradient_steps`).
@@ -109,6 +111,7 @@ class RankPhases:
     period: int = 0
     steps: pd.DataFrame = field(default_factory=lambda: _steps_frame([], [], []))
     step_unit: str = "step"
+    startup_traced: bool = True
 
     @property
     def init_ns(self) -> int:
@@ -156,7 +159,8 @@ class RankPhases:
                 "steady_ns": self.steady_ns,
                 "final_ns": self.final_ns, "steps": int(len(self.steps)),
                 "step_median_ns": float(self.steps["dur_ns"].median()) if len(self.steps) else float("nan"),
-                "step_unit": self.step_unit, "method": self.method, "period": self.period}
+                "step_unit": self.step_unit, "method": self.method, "period": self.period,
+                "startup_traced": self.startup_traced}
 
 
 def _steps_frame(step, start, end) -> pd.DataFrame:
@@ -173,7 +177,8 @@ def whole_run(timeline: pd.DataFrame) -> RankPhases | None:
         return None
     start = int(timeline["start_ns"].min())
     end = int((timeline["start_ns"] + timeline["dur_ns"]).max())
-    return RankPhases(int(timeline["rank"].iloc[0]), start, start, end, end, start, start, "aggregate")
+    return RankPhases(int(timeline["rank"].iloc[0]), start, start, end, end, start, start, "aggregate",
+                      startup_traced=False)
 
 
 def segment_rank(timeline: pd.DataFrame) -> RankPhases | None:
@@ -200,7 +205,9 @@ def segment_rank(timeline: pd.DataFrame) -> RankPhases | None:
     if before_final <= after_init:  # an aggregated profile laid out as a timeline: Init and Finalize say nothing
         after_init, before_final = start, end
     pattern = np.isin(categories, [CODE[c] for c in PATTERN_CATEGORIES]) & ~is_init & ~is_final
-    startup = _startup_end(after_init, starts, ends, (names == CLOCK_SYNC)[name_codes], pattern)
+    is_sync = (names == CLOCK_SYNC)[name_codes]
+    # None: the rank traced no MPI_Init nor clock synchronisation (a framework's profile), so no start-up to measure
+    startup = _startup_end(after_init, starts, ends, is_sync, pattern) if is_init.any() or is_sync.any() else None
 
     steps = timeline["step"]
     if steps.notna().any():
@@ -288,8 +295,9 @@ def _finish(rank, start, startup, init_end, steady_end, end, starts, ends, categ
     init_end = min(max(init_end, start), end)
     steady_end = min(max(steady_end, init_end), end)
     return RankPhases(rank, start, init_end, steady_end, end,
-                      _init_work_end(start, init_end, starts, ends, categories), min(startup, init_end), method,
-                      period, steps)
+                      _init_work_end(start, init_end, starts, ends, categories),
+                      start if startup is None else min(startup, init_end), method, period, steps,
+                      startup_traced=startup is not None)
 
 
 def _startup_end(after_init: int, starts, ends, is_sync, is_call) -> int:

@@ -1,7 +1,8 @@
 """Scaling study over several stores of one job, and Chang's Lemma 3.1 (paper 001; MODELS.md section 3).
 
 :func:`scaling_table` puts the runs side by side by number of workers w (one table per batch size): phase times
-(medians over the workers, ns: the MPI start-up ``startup_ns``, each worker's first event to the end of its MPI_Init;
+(medians over the workers, ns: the MPI start-up ``startup_ns``, each worker's first event to the end of its MPI_Init,
+over the workers that traced one: 0 and ``startup_traced`` False where none did, a framework's profile;
 the job's own initialisation ``job_init_ns``, from there to its first step, paper 002's term; ``steady_ns``,
 ``final_ns``; the whole run ``total_ns``, first event of any rank to the last), speedup and efficiency of the steady
 state (the training phase) and of the whole run, and the overhead ratio R_O measured from the trace: the share of a
@@ -62,8 +63,10 @@ def scaling_table(runs) -> pd.DataFrame:
             continue
         workers = [w for w in run.worker_ranks if w in phases.index] or list(phases.index)
         r_o, r_lo, r_hi = overhead_ratio(run)
+        traced = [w for w in workers if phases.loc[w, "startup_traced"]]
         rows.append({"store": run.name, "workers": run.workers, "batch_size": run.batch_size,
-                     "startup_ns": float(np.median(phases.loc[workers, "startup_ns"])),
+                     "startup_ns": float(np.median(phases.loc[traced, "startup_ns"])) if traced else 0.0,
+                     "startup_traced": bool(traced),
                      "job_init_ns": float(np.median(phases.loc[workers, "job_init_ns"])),
                      "steady_ns": float(np.median(phases.loc[workers, "steady_ns"])),
                      "final_ns": float(np.median(phases.loc[workers, "final_ns"])),

@@ -324,3 +324,23 @@ def test_the_launch_join_gives_pandas_inner_merge_rows_in_its_order():
     assert (left == merged["i"].to_numpy()).all() and (right == merged["j"].to_numpy()).all()
     assert (host[left] == device[right]).all()
     assert _inner_join(host, device[:0])[0].size == 0
+
+
+def test_a_profile_without_mpi_init_has_no_start_up_printed_as_zero(nccl):
+    """HTA's trace_filter (Kineto, no MPI_Init in its files): each rank's start-up is not measured, so the
+    breakdown and the scaling table print '-' for it, not '0 ns' beside an MPI run's measured start-up."""
+    from ddltrace.analyses.scaling import scaling_table
+    from ddltrace.commands.analyze import render_run, render_scaling
+
+    store, run, _ = nccl
+    names = set()
+    for file in (Path(store) / "timeline").glob("*.parquet"):
+        names |= set(pq.read_table(file, columns=["name"]).column("name").to_pylist())
+    assert not any(name.upper().startswith(("MPI_INIT", "PMPI_INIT")) for name in names)
+    assert not run.phase_table["startup_traced"].any()
+    lines = render_run(run, "all")
+    header = next(i for i, line in enumerate(lines) if "start-up" in line.split())
+    cells = [line.split() for line in lines[header + 1:header + 1 + len(run.phase_table)]]
+    assert [c[2] for c in cells] == ["-"] * len(run.phase_table)
+    scaling = render_scaling(scaling_table([run]))
+    assert scaling[2].split()[2] == "-" and "start-up '-': no worker traced an MPI_Init" in scaling[-1]

@@ -338,7 +338,8 @@ def render_run(r: RunAnalysis, phase: str) -> list[str]:
     for rank in table.index[:MAX_RANKS_SHOWN]:
         p = phases.loc[rank]
         steps = f"{int(p['steps'])}{' gradients' if p['step_unit'] == 'gradient' else ''}"
-        kept = [format_ns(p["startup_ns"]), format_ns(p["job_init_ns"]), format_ns(p["steady_ns"]),
+        kept = [format_ns(p["startup_ns"]) if p["startup_traced"] else "-", format_ns(p["job_init_ns"]),
+                format_ns(p["steady_ns"]),
                 format_ns(p["final_ns"]), steps] if timed else ["-"] * 5
         rows.append([str(rank), r.roles.get(rank, "-"), *kept,
                      *[format_percent(table.loc[rank, f"share_{c}"]) for c in shown],
@@ -354,8 +355,9 @@ def render_run(r: RunAnalysis, phase: str) -> list[str]:
                "the most busy time (compute + io + memcpy) in the phase, the one the others wait for")
     if timed:
         out.append("  start-up: MPI's, the rank's first event to the end of its MPI_Init (the PMPI collector's clock "
-                   "synchronisation inside it); init: the job's own initialisation, from there to its first step (the "
-                   "init phase of the shares holds both); steady, final: its steady state and finalisation")
+                   "synchronisation inside it; '-' where the rank traced none, a framework's profile); init: the job's "
+                   "own initialisation, from there to its first step (the init phase of the shares holds both); "
+                   "steady, final: its steady state and finalisation")
     if timed and (phases["step_unit"] == "gradient").any():
         out.append("  steps: a worker's steady-state steps (compute then communicate); a server's are the gradients it "
                    "received in its steady state (receives of its largest message): one update each under "
@@ -438,7 +440,8 @@ def render_scaling(scaling: pd.DataFrame) -> list[str]:
         r_o = (f"{format_percent(row['overhead_ratio'])} ({format_percent(row['overhead_ratio_min'])}"
                f"-{format_percent(row['overhead_ratio_max'])})")
         rows.append([str(int(row["workers"])), "-" if pd.isna(row["batch_size"]) else str(int(row["batch_size"])),
-                     format_ns(row["startup_ns"]), format_ns(row["job_init_ns"]), format_ns(row["steady_ns"]),
+                     format_ns(row["startup_ns"]) if row["startup_traced"] else "-", format_ns(row["job_init_ns"]),
+                     format_ns(row["steady_ns"]),
                      format_ns(row["total_ns"]),
                      f"{row['speedup_steady']:.2f}x", format_percent(row["efficiency_steady"]),
                      f"{row['speedup_total']:.2f}x", format_percent(row["efficiency_total"]), r_o,
@@ -452,7 +455,7 @@ def render_scaling(scaling: pd.DataFrame) -> list[str]:
     out.append("  medians over the workers: start-up = MPI's, each worker's first event to the end of its MPI_Init "
                "(the PMPI collector's clock synchronisation inside it); init = the job's own initialisation, from "
                "there to its first step; steady = its steady state; total = the whole run, first event of any rank "
-               "to the last")
+               "to the last; start-up '-': no worker traced an MPI_Init (a framework's profile), none measured")
     return out
 
 
