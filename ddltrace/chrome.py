@@ -5,8 +5,9 @@ per rank in order of first appearance, named after the lane), each interval a co
 ``ts``/``dur`` in microseconds, the exact decimals of the store's integer ns: :func:`us_text`) whose ``cat`` is
 the timeline category and whose ``args`` hold bytes, peer, step, tag, comm, request, correlation and source
 where known. Counters become ``C`` events on the rank's process (machine-wide counters on a process named
-"machine"). Metadata events (``ph: "M"``) name every process and thread and order the ranks; the run's metadata
-goes in the top-level ``otherData``.
+"machine"). Metadata events (``ph: "M"``) name every process and thread and order the ranks (a rank's
+``process_name`` carries its manifest entry, ``ddltrace_rank``: role, aggregate, ...); the run's metadata goes in
+the top-level ``otherData``.
 
 The file is written rank by rank, so memory stays at one rank's events.
 
@@ -46,9 +47,16 @@ def _meta(kind: str, pid: int, tid: int = 0, **args) -> dict:
     return {"ph": "M", "name": kind, "pid": pid, "tid": tid, "args": args}
 
 
-def _rank_events(rank: int, frame: pd.DataFrame, counters: pd.DataFrame, host: str | None) -> Iterator[dict]:
+#: Entries of a rank's manifest entry that the store derives from its files (not carried in the export).
+DERIVED_INFO = frozenset({"events", "start_ns", "end_ns", "counter_samples", "file", "files", "format",
+                           "timeline_file", "rows", "host"})
+
+
+def _rank_events(rank: int, frame: pd.DataFrame, counters: pd.DataFrame, info: dict) -> Iterator[dict]:
+    host = info.get("host")
     label = f"rank {rank}" + (f" ({host})" if host else "")
-    yield _meta("process_name", rank, name=label)
+    kept = {k: v for k, v in info.items() if k not in DERIVED_INFO}
+    yield _meta("process_name", rank, name=label, ddltrace_rank=kept)
     yield _meta("process_sort_index", rank, sort_index=rank)
     lanes = list(dict.fromkeys(frame["lane"].tolist()))
     tids = {lane: i for i, lane in enumerate(lanes)}
@@ -105,7 +113,7 @@ def export_chrome(store: TraceStore, out: str | os.PathLike, ranks: list[int] | 
         total = len(store.ranks if ranks is None else ranks)
         for done, (rank, frame) in enumerate(store.iter_timeline(ranks), 1):
             info = store.rank_info(rank)
-            for event in _rank_events(rank, frame, store.counters([rank]), info.get("host")):
+            for event in _rank_events(rank, frame, store.counters([rank]), info):
                 emit(event)
             if progress is not None:
                 progress(done, total, count)

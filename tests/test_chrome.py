@@ -72,9 +72,10 @@ def _rows(table: pa.Table) -> list[tuple]:
 
 def test_an_exported_mpi_store_imports_back_to_the_same_intervals_and_counters(tmp_path, capsys):
     """par-w4 (a real PMPI run on the epoch clock, 5 ranks) exported, then imported: every rank, every interval
-    with its exact start and duration (ns), lane, name, category, bytes, peer, tag, comm, source, and the rank's
-    counters, as the store's Parquet files hold them (was: one rank 0, every interval 'other', starts moved by up
-    to 174 ns: float µs at epoch times)."""
+    with its exact start and duration (ns), lane, name, category, bytes, peer, tag, comm, source, the rank's
+    counters, as the store's Parquet files hold them, and its manifest entry (host, role, ended, pid, ...) as the
+    manifest lists it (was: one rank 0, every interval 'other', starts moved by up to 174 ns: float µs at epoch
+    times)."""
     out = tmp_path / "par.json"
     assert main(["export", str(PAR_W4), "--chrome", str(out)]) == 0
     back = tmp_path / "back"
@@ -90,7 +91,9 @@ def test_an_exported_mpi_store_imports_back_to_the_same_intervals_and_counters(t
         got = store.counters([rank])
         assert got[["name", "t_ns", "value"]].reset_index(drop=True).equals(
             expected[["name", "t_ns", "value"]].astype(got[["name", "t_ns", "value"]].dtypes).reset_index(drop=True))
-        assert store.rank_info(rank)["host"] == "vm"
+        listed = json.loads((PAR_W4 / "manifest.json").read_text())["ranks"][str(rank)]
+        kept = {k: v for k, v in store.rank_info(rank).items() if k not in ("file", "format")}
+        assert kept == listed and listed["host"] == "vm" and listed["role"] == "rank"  # the entry, host and all
 
 
 def test_exported_times_are_the_stores_nanoseconds_exactly(tiny_store, tmp_path):

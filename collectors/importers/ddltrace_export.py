@@ -4,7 +4,8 @@ The inverse of ddltrace/chrome.py: each process is a rank (``pid``; the process 
 counters, which are not read back), each thread a lane (its ``thread_name``), ``cat`` the timeline category as the
 store had it (rules ``ddltrace-*`` of categories.toml, tried before every other rule), ``ts``/``dur`` the exact ns
 the export wrote, ``args`` the nullable columns (bytes, peer, step, tag, comm, request, correlation) and the rank's
-``source``; a rank's host comes from its process name ("rank 3 (node7)"). Counters are the rank's ``C`` events.
+``source``; a rank's host comes from its process name ("rank 3 (node7)") and the rest of its manifest entry (role,
+aggregate, world size, ...) from that event's ``ddltrace_rank``. Counters are the rank's ``C`` events.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from ddltrace.chrome import DERIVED_INFO
 from ddltrace.collectors.importers.base import ImportContext, Importer, register
 from ddltrace.collectors.importers.chrome import read_chrome
 from ddltrace.collectors.importers.convert import chrome_part, record
@@ -117,10 +119,19 @@ def read(path: Path, ctx: ImportContext):
         trace.counters = [c for c in counters if c[0] == pid]
         part = chrome_part(trace, fmt=FORMAT, rank=rank, ctx=ctx, rows=rows, clock=clock,
                            lane_name=lambda p, t: trace.thread_names.get((p, t)) or f"tid {t}",
-                           row_columns=values, row_missing=missing, info={"host": host})
+                           row_columns=values, row_missing=missing, info={**_saved(trace, pid), "host": host})
         _keep_source(part, Counter(sources[rows].tolist()))
         yield part
     trace.counters = counters
+
+
+def _saved(trace, pid) -> dict:
+    """The rank's manifest entry the export carried (``ddltrace_rank`` of its ``process_name``: role, aggregate,
+    world size, ...), without what the store derives from the files again."""
+    saved = trace.process_args.get(pid, {}).get("ddltrace_rank")
+    if not isinstance(saved, dict):
+        return {}
+    return {k: v for k, v in saved.items() if k not in DERIVED_INFO}
 
 
 def _keep_source(part, sources: Counter) -> None:
