@@ -4,8 +4,9 @@ Mapping: each rank is a process (``pid`` = rank, named "rank N (host)"), each la
 per rank in order of first appearance, named after the lane), each interval a complete event (``ph: "X"``,
 ``ts``/``dur`` in microseconds, the exact decimals of the store's integer ns: :func:`us_text`) whose ``cat`` is
 the timeline category and whose ``args`` hold bytes, peer, step, tag, comm, request, correlation and source
-where known. Counters become ``C`` events on the rank's process (machine-wide counters on a process named
-"machine"). Metadata events (``ph: "M"``) name every process and thread and order the ranks (a rank's
+where known; a launch and the device work it launched (one correlation id) are joined by a flow arrow
+(``s``/``f``, :func:`_flow_events`). Counters become ``C`` events on the rank's process (machine-wide counters on
+a process named "machine"). Metadata events (``ph: "M"``) name every process and thread and order the ranks (a rank's
 ``process_name`` carries its manifest entry, ``ddltrace_rank``: role, aggregate, ...); the run's metadata goes in
 the top-level ``otherData``.
 
@@ -19,6 +20,7 @@ intervals closer than that may share a start there. ``ddltrace import`` of the f
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -52,7 +54,8 @@ DERIVED_INFO = frozenset({"events", "start_ns", "end_ns", "counter_samples", "fi
                            "timeline_file", "rows", "host"})
 
 
-def _rank_events(rank: int, frame: pd.DataFrame, counters: pd.DataFrame, info: dict) -> Iterator[dict]:
+def _rank_events(rank: int, frame: pd.DataFrame, counters: pd.DataFrame, info: dict,
+                 flow_ids: Iterator[int]) -> Iterator[dict]:
     host = info.get("host")
     label = f"rank {rank}" + (f" ({host})" if host else "")
     kept = {k: v for k, v in info.items() if k not in DERIVED_INFO}
@@ -75,7 +78,29 @@ def _rank_events(rank: int, frame: pd.DataFrame, counters: pd.DataFrame, info: d
                 args["source"] = sources[i]
             yield {"ph": "X", "name": name, "cat": cat, "pid": rank, "tid": tids[lane],
                    "ts": us_text(start), "dur": us_text(dur), "args": args}
+        yield from _flow_events(rank, frame, tids, flow_ids)
     yield from _counter_events(rank, counters)
+
+
+def _flow_events(rank: int, frame: pd.DataFrame, tids: dict, flow_ids: Iterator[int]) -> Iterator[dict]:
+    """Flow arrows (``ph`` "s" -> "f", ``bp`` "e", cat and name "ac2g" as Kineto writes them) from each host interval
+    to the device interval (lane ``gpu:...``) that shares its ``correlation`` id: a launch call and the kernel, copy
+    or fill it launched; the first of each by start where an id is shared by more. Perfetto UI draws them as arrows
+    between the two slices. ``flow_ids`` numbers them across the file (the id stays in both intervals' args)."""
+    if "correlation" not in frame or not frame["correlation"].notna().any():
+        return
+    rows = frame[frame["correlation"].notna()]
+    device = rows["lane"].str.startswith("gpu:").to_numpy(dtype=bool)
+    host = rows[~device].drop_duplicates("correlation")[["correlation", "lane", "start_ns"]]
+    work = rows[device].drop_duplicates("correlation")[["correlation", "lane", "start_ns"]]
+    pairs = host.merge(work, on="correlation", suffixes=("_host", "_device"))
+    for lane_h, start_h, lane_d, start_d in zip(pairs["lane_host"], pairs["start_ns_host"], pairs["lane_device"],
+                                                pairs["start_ns_device"], strict=True):
+        flow = next(flow_ids)
+        yield {"ph": "s", "id": flow, "cat": "ac2g", "name": "ac2g", "pid": rank, "tid": tids[lane_h],
+               "ts": us_text(start_h)}
+        yield {"ph": "f", "bp": "e", "id": flow, "cat": "ac2g", "name": "ac2g", "pid": rank, "tid": tids[lane_d],
+               "ts": us_text(start_d)}
 
 
 def _counter_events(pid: int, counters: pd.DataFrame) -> Iterator[dict]:
@@ -111,9 +136,10 @@ def export_chrome(store: TraceStore, out: str | os.PathLike, ranks: list[int] | 
             count += 1
 
         total = len(store.ranks if ranks is None else ranks)
+        flow_ids = itertools.count(1)
         for done, (rank, frame) in enumerate(store.iter_timeline(ranks), 1):
             info = store.rank_info(rank)
-            for event in _rank_events(rank, frame, store.counters([rank]), info):
+            for event in _rank_events(rank, frame, store.counters([rank]), info, flow_ids):
                 emit(event)
             if progress is not None:
                 progress(done, total, count)

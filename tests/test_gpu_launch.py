@@ -253,6 +253,20 @@ def test_the_chrome_export_carries_the_correlation_ids(nccl, tmp_path):
     kernels = [e["args"]["correlation"] for e in events if e["cat"] in ("compute", "comm", "memcpy")
                and "correlation" in e["args"] and e["name"] not in LAUNCH_NAMES]
     assert sum(k in launches for k in kernels) == len(truths[0]["pairs"])
+    # each pair is joined by a flow arrow (s at the launch's start on its thread, f at the work's on its stream), as
+    # many as the file's pairs
+    every = json.loads(out.read_text())["traceEvents"]
+    lanes = {e["tid"]: e["args"]["name"] for e in every if e.get("ph") == "M" and e["name"] == "thread_name"}
+    at = {(e["tid"], e["ts"]): e for e in events}
+    flows = defaultdict(dict)
+    for e in every:
+        if e["ph"] in "sf":
+            flows[e["id"]][e["ph"]] = e
+    assert len(flows) == len(truths[0]["pairs"])
+    for flow in flows.values():
+        launch, work = at[(flow["s"]["tid"], flow["s"]["ts"])], at[(flow["f"]["tid"], flow["f"]["ts"])]
+        assert launch["name"] in LAUNCH_NAMES and lanes[flow["f"]["tid"]].startswith("gpu:")
+        assert launch["args"]["correlation"] == work["args"]["correlation"] and flow["f"]["bp"] == "e"
     # imported back: the same rank, GPU lanes, categories, times (ns), correlation ids and steps as the store's file
     back = tmp_path / "back"
     assert main(["import", str(out), "--out", str(back), "--progress", "never"]) == 0
