@@ -33,15 +33,20 @@ def models(tmp_path_factory):
     return root, plain, shares
 
 
-def _knee_on_b(model: Path, profile: Path, capsys) -> dict:
+def _predict(model: Path, profile: Path, capsys) -> dict:
     capsys.readouterr()
     assert main(["model", "predict", str(model), "--workers", "1,2,4", "--profile", str(profile), "--json"]) == 0
-    return json.loads(capsys.readouterr().out)["knee"]["profile"]
+    return json.loads(capsys.readouterr().out)
 
 
-def _uncertain(scale: float, path: Path) -> Path:
-    """B's profile with every uncertainty (constants and the compute curves' spreads) ``scale`` times."""
-    b = json.loads((DATA / "B.json").read_text())
+def _knee_on_b(model: Path, profile: Path, capsys) -> dict:
+    return _predict(model, profile, capsys)["knee"]["profile"]
+
+
+def _uncertain(scale: float, path: Path, source: Path = DATA / "B.json") -> Path:
+    """B's profile (or ``source``) with every uncertainty (constants and the compute curves' spreads) ``scale``
+    times."""
+    b = json.loads(source.read_text())
     for entry in b["constants"].values():
         if isinstance(entry, dict) and "uncertainty" in entry:
             entry["uncertainty"] *= scale
@@ -74,7 +79,7 @@ def test_the_knee_on_b_lies_in_its_interval_and_widens_with_bs_uncertainty(model
     assert "  w* on B: the fewest workers w from which one more worker gains less than half" in text
 
 
-def test_with_as_own_profile_as_b_the_interval_is_the_fits(models, capsys):
+def test_with_as_own_profile_as_b_the_interval_is_the_fits(models, capsys, tmp_path):
     """B's profile is A's own: each profile constant is one measurement on both sides (its ratio exactly 1), so the
     knee on B's interval is the fit's own draws under the knee's rule: for the fit in CPU seconds, whose knee is
     that rule on A's predicted phases, the interval model.json records."""
@@ -83,19 +88,36 @@ def test_with_as_own_profile_as_b_the_interval_is_the_fits(models, capsys):
     assert fitted["knee"]["ci"][0] <= fitted["knee"]["w"] <= fitted["knee"]["ci"][1]  # was [null, null]
     on_a = _knee_on_b(shares, DATA / "A.json", capsys)["interval"]
     assert [on_a["low_w"], on_a["high_w"]] == fitted["knee"]["ci"]
-    # Hashemi's constants: the fit's draws (its covariance, its seed) with each draw's knee by the rule on A
+    # Hashemi's constants: the fit's draws (its covariance, its seed) with each draw's knee by the rule on A; A's
+    # calibration taken 30 times as uncertain (in the model and as B), which drawn apart for A and B would widen the
+    # knee's interval to 1 to 4 workers, and the phase's at w = 1 from 1.48-1.64 s to 0.4 s-16 h
     model = json.loads(plain.read_text())
+    vague_a = _uncertain(30.0, tmp_path / "A-vague.json", DATA / "A.json")
+    model["profile"] = transfer.profile_record(json.loads(vague_a.read_text()), str(vague_a), 8.0)
+    (tmp_path / "model.json").write_text(json.dumps(model))
     constants, wl, _, _ = _workload(model, str(plain), None)
     runs = model["measurements"]
     expected = knee_interval(lambda k, _: transfer.knee_over_w(
         lambda w: transfer.phase_at(k, wl, w, model["profile"], runs), wl, 64)[0],
         constants, model["covariance"], model["confidence"])
-    got = _knee_on_b(plain, DATA / "A.json", capsys)["interval"]
+    out = _predict(tmp_path / "model.json", vague_a, capsys)
+    got = out["knee"]["profile"]["interval"]
     assert (got["low_w"], got["high_w"]) == expected
     assert got["low_w"] < got["high_w"]  # (the fit's uncertainty alone: 1 to 2 workers)
+    for row in out["rows"]:  # the phase's interval likewise holds the fit's uncertainty alone
+        assert row["profile_s"] == pytest.approx(row["predicted_s"], rel=1e-9)
+        assert row["profile_low_s"] < row["profile_s"] < row["profile_high_s"] < 1.2 * row["profile_low_s"]
 
 
-def test_where_bs_quota_loop_is_played_the_interval_says_why_not(models, capsys):
-    _, _, shares = models
+def test_where_the_interval_is_not_drawn_predict_says_why(models, capsys):
+    root, plain, shares = models
     knee = _knee_on_b(shares, DATA / "B.json", capsys)
     assert knee["interval"]["why_not"].startswith("B's quota holds every rank at w = 1, 2, 3")
+    old = json.loads(plain.read_text())  # a model file written before the fit kept its covariance
+    del old["covariance"]
+    (root / "old.json").write_text(json.dumps(old))
+    knee = _knee_on_b(root / "old.json", DATA / "B.json", capsys)
+    assert knee["w"] == 3 and "has no covariance of its fitted constants" in knee["interval"]["why_not"]
+    assert main(["model", "predict", str(root / "old.json"), "--workers", "1,2,4", "--profile",
+                 str(DATA / "B.json")]) == 0
+    assert "  knee on B's interval: not drawn: " in capsys.readouterr().out

@@ -575,12 +575,13 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
 
 
 def _json_knee_interval(drawn: dict) -> dict:
-    """The knee on B's interval for --json: ``low_w``, ``high_w`` (workers; high None where some draws found no
-    knee below ``searched_below_w``), the draws and the definition, or ``why_not``."""
+    """The knee on B's interval for --json: ``low_w``, ``high_w`` (workers; None where more than the tail's share of
+    the draws found no knee below ``searched_below_w``), the draws and the definition, or ``why_not``."""
     if "why_not" in drawn:
         return {"why_not": drawn["why_not"]}
     low, high = drawn["ci"]
-    return {"low_w": low, "high_w": None if math.isinf(high) else high, "confidence": drawn["confidence"],
+    return {"low_w": None if math.isinf(low) else low, "high_w": None if math.isinf(high) else high,
+            "confidence": drawn["confidence"],
             "draws": drawn["draws"], "searched_below_w": drawn["searched_below_w"], "definition": KNEE_DEFINITION,
             "covers": KNEE_COVERS}
 
@@ -599,8 +600,8 @@ def _describe_knee_interval(drawn: dict) -> list[str]:
     if "why_not" in drawn:
         return [f"  knee on B's interval: not drawn: {drawn['why_not']}"]
     low, high = drawn["ci"]
-    upper = f"more than {drawn['searched_below_w'] - 1}" if math.isinf(high) else f"{high:.3g}"
-    return [f"  {100 * drawn['confidence']:.0f} % interval: {low:.3g} to {upper} workers, over {drawn['draws']} "
+    lower, upper = (f"more than {drawn['searched_below_w'] - 1}" if math.isinf(x) else f"{x:.3g}" for x in (low, high))
+    return [f"  {100 * drawn['confidence']:.0f} % interval: {lower} to {upper} workers, over {drawn['draws']} "
             f"draws of {KNEE_COVERS}",
             f"  {KNEE_DEFINITION}"]
 
