@@ -1,4 +1,4 @@
-"""Big jobs (issue 16): analyze's peak memory grows by a few KB per rank, not with the job's events, and a big
+"""Big jobs (issue 16): analyze's peak memory grows by a bounded amount per rank, not with the job's events, and a big
 store shows progress before its results.
 
 Real processes: ``ddltrace analyze`` runs as a subprocess on synthetic ring stores (analyses/synthetic_ring.py) of
@@ -20,9 +20,11 @@ from ctrl_c import default_sigint
 from ddltrace.analyses.synthetic_ring import write_ring_store
 
 EVENTS_PER_RANK = 20_000
-#: The most peak RSS a rank may add (bytes): its phases, steps, breakdown rows and GPU figures are a few KB; the
-#: rest is the allocator's noise spread over the 48 ranks added.
-PER_RANK_BOUND = 100 * 1024
+#: The most peak RSS a rank may add (bytes): a quarter of what holding its calls would cost. Its phases, steps,
+#: breakdown rows and GPU figures are a few KB, but between 16 and 64 ranks the peak moves in the allocator's steps:
+#: 5-10 MiB more in all, 100-200 KiB a rank over the 48 added, from run to run of the same code (37 KiB a rank from
+#: 64 to 1024 ranks, docs/ARCHITECTURE.md). A bound of 100 KiB failed one run in three.
+PER_RANK_BOUND = EVENTS_PER_RANK * 70 // 4
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +47,7 @@ def test_peak_memory_grows_by_a_few_kb_per_rank_not_with_the_events(rings):
     big, out_big = _peak_rss("analyze", rings[64], "--json", "--quiet", "--jobs", "1")
     assert '"wait_states_ns"' in out_big and "late_sender" in out_big  # the ring's receives wait for real
     per_rank = (big - small) / (64 - 16)
-    events_per_rank_bytes = EVENTS_PER_RANK * 70  # what holding every rank's calls cost
-    assert per_rank < PER_RANK_BOUND < events_per_rank_bytes, \
+    assert per_rank < PER_RANK_BOUND, \
         f"peak RSS {small / 2**20:.0f} MiB at 16 ranks, {big / 2**20:.0f} MiB at 64: {per_rank / 1024:.0f} KiB/rank"
 
 
