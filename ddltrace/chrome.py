@@ -12,10 +12,11 @@ the top-level ``otherData``.
 
 The file is written rank by rank, so memory stays at one rank's events.
 
-Precision: ``ts`` and ``dur`` are the store's nanoseconds exactly (``1795385469514945.938``); a reader that parses
-them as float64 (chrome://tracing) gets the nearest double, which at epoch times (~1.8e15 µs) is 0.25 µs apart:
-intervals closer than that may share a start there. ``ddltrace import`` of the file reads them exactly
-(collectors/importers/ddltrace_export.py).
+Precision: ``ts`` counts from ``otherData.origin_ns`` (:func:`origin_ns`, a whole second on the store's clock) and
+``ts``/``dur`` are the store's nanoseconds exactly in decimal µs (``2524.938``): Perfetto UI and chrome://tracing read
+a fractional ``ts`` as a float64, which keeps every nanosecond of such numbers (epoch µs, ~1.8e15, would keep 0.25 µs).
+``ddltrace import`` adds the origin back (collectors/importers/ddltrace_export.py). ``displayTimeUnit`` "ns" only
+sets chrome://tracing's display; Perfetto builds before 2022 took it as the unit of ``ts`` (google/perfetto#106).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ DERIVED_INFO = frozenset({"events", "start_ns", "end_ns", "counter_samples", "fi
 
 
 def _rank_events(rank: int, frame: pd.DataFrame, counters: pd.DataFrame, info: dict,
-                 flow_ids: Iterator[int]) -> Iterator[dict]:
+                 flow_ids: Iterator[int], origin: int) -> Iterator[dict]:
     host = info.get("host")
     label = f"rank {rank}" + (f" ({host})" if host else "")
     kept = {k: v for k, v in info.items() if k not in DERIVED_INFO}
@@ -77,12 +78,13 @@ def _rank_events(rank: int, frame: pd.DataFrame, counters: pd.DataFrame, info: d
             if sources[i]:
                 args["source"] = sources[i]
             yield {"ph": "X", "name": name, "cat": cat, "pid": rank, "tid": tids[lane],
-                   "ts": us_text(start), "dur": us_text(dur), "args": args}
-        yield from _flow_events(rank, frame, tids, flow_ids)
-    yield from _counter_events(rank, counters)
+                   "ts": us_text(start - origin), "dur": us_text(dur), "args": args}
+        yield from _flow_events(rank, frame, tids, flow_ids, origin)
+    yield from _counter_events(rank, counters, origin)
 
 
-def _flow_events(rank: int, frame: pd.DataFrame, tids: dict, flow_ids: Iterator[int]) -> Iterator[dict]:
+def _flow_events(rank: int, frame: pd.DataFrame, tids: dict, flow_ids: Iterator[int],
+                 origin: int) -> Iterator[dict]:
     """Flow arrows (``ph`` "s" -> "f", ``bp`` "e", cat and name "ac2g" as Kineto writes them) from each host interval
     to the device interval (lane ``gpu:...``) that shares its ``correlation`` id: a launch call and the kernel, copy
     or fill it launched; the first of each by start where an id is shared by more. Perfetto UI draws them as arrows
@@ -98,16 +100,32 @@ def _flow_events(rank: int, frame: pd.DataFrame, tids: dict, flow_ids: Iterator[
                                                 pairs["start_ns_device"], strict=True):
         flow = next(flow_ids)
         yield {"ph": "s", "id": flow, "cat": "ac2g", "name": "ac2g", "pid": rank, "tid": tids[lane_h],
-               "ts": us_text(start_h)}
+               "ts": us_text(start_h - origin)}
         yield {"ph": "f", "bp": "e", "id": flow, "cat": "ac2g", "name": "ac2g", "pid": rank, "tid": tids[lane_d],
-               "ts": us_text(start_d)}
+               "ts": us_text(start_d - origin)}
 
 
-def _counter_events(pid: int, counters: pd.DataFrame) -> Iterator[dict]:
+def _counter_events(pid: int, counters: pd.DataFrame, origin: int) -> Iterator[dict]:
     for name, t_ns, value in zip(counters["name"], counters["t_ns"], counters["value"], strict=True):
         if value != value:  # NaN: the sampler could not read it; Chrome's C events need numbers
             continue
-        yield {"ph": "C", "name": name, "pid": pid, "tid": 0, "ts": us_text(t_ns), "args": {name: float(value)}}
+        yield {"ph": "C", "name": name, "pid": pid, "tid": 0, "ts": us_text(t_ns - origin),
+               "args": {name: float(value)}}
+
+
+def origin_ns(store: TraceStore, ranks: list[int] | None = None) -> int:
+    """The time (ns, on the store's clock) the export's ``ts`` count from: the whole second at or before the first
+    interval (the manifest's ``start_ns`` of the ranks) and the first sample of their counters (the machine's too),
+    0 where a rank's entry gives no start. Kept in ``otherData.origin_ns``; times from there stay below 2**53 in
+    float64 µs for 100 days, so a viewer that reads ``ts`` as a float64 (Perfetto UI, chrome://tracing) gets the
+    nanoseconds."""
+    chosen = store.ranks if ranks is None else ranks
+    starts = [store.rank_info(r).get("start_ns") for r in chosen]
+    if not starts or not all(isinstance(t, int) and not isinstance(t, bool) for t in starts):
+        return 0
+    counters = store.counters(None if ranks is None else ranks)
+    first = min(min(starts), int(counters["t_ns"].min()) if len(counters) else min(starts))
+    return first // 10**9 * 10**9
 
 
 def export_chrome(store: TraceStore, out: str | os.PathLike, ranks: list[int] | None = None,
@@ -122,7 +140,8 @@ def export_chrome(store: TraceStore, out: str | os.PathLike, ranks: list[int] | 
         raise DdltraceError(f"{out.parent}: no such directory for the Chrome trace")
     count = 0
     with atomic_output(out) as fh:
-        other = {"ddltrace_export": 1, "run": store.run, "clock": store.manifest.get("clock"),
+        origin = origin_ns(store, ranks)
+        other = {"ddltrace_export": 1, "origin_ns": origin, "run": store.run, "clock": store.manifest.get("clock"),
                  "ddltrace_version": store.manifest.get("ddltrace_version"),
                  "store": str(store.path)}
         fh.write(b'{"displayTimeUnit":"ns","otherData":' + msgspec.json.encode(other, enc_hook=str)
@@ -139,13 +158,13 @@ def export_chrome(store: TraceStore, out: str | os.PathLike, ranks: list[int] | 
         flow_ids = itertools.count(1)
         for done, (rank, frame) in enumerate(store.iter_timeline(ranks), 1):
             info = store.rank_info(rank)
-            for event in _rank_events(rank, frame, store.counters([rank]), info, flow_ids):
+            for event in _rank_events(rank, frame, store.counters([rank]), info, flow_ids, origin):
                 emit(event)
             if progress is not None:
                 progress(done, total, count)
         if ranks is None and -1 in store.counter_ranks:
             emit(_meta("process_name", MACHINE_PID, name="machine"))
-            for event in _counter_events(MACHINE_PID, store.counters([-1])):
+            for event in _counter_events(MACHINE_PID, store.counters([-1]), origin):
                 emit(event)
         fh.write(b"\n]}\n")
     return count

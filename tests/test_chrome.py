@@ -97,19 +97,26 @@ def test_an_exported_mpi_store_imports_back_to_the_same_intervals_and_counters(t
 
 
 def test_exported_times_are_the_stores_nanoseconds_exactly(tiny_store, tmp_path):
-    """Every ``ts``/``dur`` written is the store's ns / 1000 exactly as decimal text (read with Decimal), at epoch
-    times too, where a float64 of µs is 0.25 µs apart."""
+    """Every ``ts`` + ``otherData.origin_ns`` and every ``dur`` is the store's ns exactly, read as decimal text and
+    read as Perfetto does (a float64 of µs, times 1000, rounded): at epoch times a float64 of µs is 0.25 µs apart,
+    so ``ts`` counts from a whole second at or before the first interval."""
+    from ddltrace.chrome import us_text
     from ddltrace.timeline import make_timeline
 
     frame = make_timeline(pd.DataFrame({"rank": 9, "lane": "main", "name": ["a", "b", "c"], "category": "compute",
-                                        "start_ns": [1795385469514945938, 1795385469514946001, -1],
+                                        "start_ns": [1795385469514945938, 1795385469514946001, 1795385470000000123],
                                         "dur_ns": [62, 1, 123456789012]}))
     tiny_store.add_rank(9, frame)
     out = tmp_path / "t.json"
     export_chrome(tiny_store, out, ranks=[9])
-    events = [e for e in json.loads(out.read_text(), parse_float=Decimal)["traceEvents"] if e["ph"] == "X"]
-    assert sorted((int(Decimal(e["ts"]) * 1000), int(Decimal(e["dur"]) * 1000)) for e in events) == sorted(
-        zip(frame["start_ns"], frame["dur_ns"], strict=True))
+    doc = json.loads(out.read_text(), parse_float=Decimal)
+    origin = doc["otherData"]["origin_ns"]
+    assert origin % 10**9 == 0 and origin <= frame["start_ns"].min()
+    events = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    expected = sorted(zip(frame["start_ns"], frame["dur_ns"], strict=True))
+    assert sorted((int(e["ts"] * 1000) + origin, int(e["dur"] * 1000)) for e in events) == expected
+    assert sorted((round(float(e["ts"]) * 1000) + origin, round(float(e["dur"]) * 1000)) for e in events) == expected
+    assert [bytes(us_text(n)) for n in (-1, 0, 1500, -2500)] == [b"-0.001", b"0", b"1.5", b"-2.5"]
 
 
 def test_an_existing_output_is_refused_unless_forced(tiny_store, tmp_path, capsys):

@@ -3,9 +3,10 @@
 The inverse of ddltrace/chrome.py: each process is a rank (``pid``; the process named "machine" holds machine-wide
 counters, which are not read back), each thread a lane (its ``thread_name``), ``cat`` the timeline category as the
 store had it (rules ``ddltrace-*`` of categories.toml, tried before every other rule), ``ts``/``dur`` the exact ns
-the export wrote, ``args`` the nullable columns (bytes, peer, step, tag, comm, request, correlation) and the rank's
-``source``; a rank's host comes from its process name ("rank 3 (node7)") and the rest of its manifest entry (role,
-aggregate, world size, ...) from that event's ``ddltrace_rank``. Counters are the rank's ``C`` events.
+the export wrote (``ts`` from ``otherData.origin_ns``), ``args`` the nullable columns (bytes, peer, step, tag, comm,
+request, correlation) and the rank's ``source``; a rank's host comes from its process name ("rank 3 (node7)") and
+the rest of its manifest entry (role, aggregate, world size, ...) from that event's ``ddltrace_rank``. Counters are
+the rank's ``C`` events.
 """
 
 from __future__ import annotations
@@ -111,13 +112,15 @@ def read(path: Path, ctx: ImportContext):
     row_pid = lane_pid[trace.lane_key] if len(trace.lane_key) else np.empty(0, dtype=object)
     values, missing = columns.arrays(len(trace.ts_ns))
     sources = np.array(columns.sources + [None] * (len(trace.ts_ns) - len(columns.sources)), dtype=object)
-    epoch = bool(len(trace.ts_ns)) and int(trace.ts_ns.min()) >= EPOCH_NS
+    origin = trace.header.get("otherData", {}).get("origin_ns", 0)  # (files written before it: 0)
+    origin = origin if isinstance(origin, int) and not isinstance(origin, bool) else 0
+    epoch = bool(len(trace.ts_ns)) and int(trace.ts_ns.min()) + origin >= EPOCH_NS
     clock = "epoch" if epoch else "relative"
     counters = trace.counters
     for pid, (rank, host) in sorted(ranks.items(), key=lambda item: item[1][0]):
         rows = np.flatnonzero(row_pid == pid)
         trace.counters = [c for c in counters if c[0] == pid]
-        part = chrome_part(trace, fmt=FORMAT, rank=rank, ctx=ctx, rows=rows, clock=clock,
+        part = chrome_part(trace, fmt=FORMAT, rank=rank, ctx=ctx, rows=rows, clock=clock, offset_ns=origin,
                            lane_name=lambda p, t: trace.thread_names.get((p, t)) or f"tid {t}",
                            row_columns=values, row_missing=missing, info={**_saved(trace, pid), "host": host})
         _keep_source(part, Counter(sources[rows].tolist()))
