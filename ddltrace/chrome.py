@@ -119,7 +119,7 @@ def origin_ns(store: TraceStore, ranks: list[int] | None = None) -> int:
     0 where a rank's entry gives no start. Kept in ``otherData.origin_ns``; times from there stay below 2**53 in
     float64 µs for 100 days, so a viewer that reads ``ts`` as a float64 (Perfetto UI, chrome://tracing) gets the
     nanoseconds."""
-    chosen = store.ranks if ranks is None else ranks
+    chosen = store.ranks if ranks is None else [r for r in ranks if r in store.ranks]  # (others: iter_timeline's error)
     starts = [store.rank_info(r).get("start_ns") for r in chosen]
     if not starts or not all(isinstance(t, int) and not isinstance(t, bool) for t in starts):
         return 0
