@@ -34,6 +34,8 @@ from ddltrace.store import TraceStore, atomic_output
 
 _ARG_COLUMNS = ("bytes", "peer", "step", "tag", "comm", "request", "correlation")
 MACHINE_PID = 2**31 - 1
+#: Rows of a rank turned into events at a time: their args' Python objects (~1 KB a row) are held for these only.
+CHUNK_ROWS = 65536
 _encode = msgspec.json.Encoder().encode  # pid of the "machine" process that holds machine-wide counters
 
 
@@ -68,19 +70,25 @@ def _rank_events(rank: int, frame: pd.DataFrame, counters: pd.DataFrame, info: d
         yield _meta("thread_name", rank, tid, name=lane)
         yield _meta("thread_sort_index", rank, tid, sort_index=tid)
     if len(frame):
-        args_frame = frame[list(_ARG_COLUMNS)]
-        present = {c: args_frame[c].notna().to_numpy() for c in _ARG_COLUMNS}
-        values = {c: args_frame[c].to_numpy(dtype=object) for c in _ARG_COLUMNS}
-        sources = frame["source"].to_numpy(dtype=object)
-        for i, (lane, name, cat, start, dur) in enumerate(zip(frame["lane"], frame["name"], frame["category"],
-                                                              frame["start_ns"], frame["dur_ns"], strict=True)):
-            args = {c: int(values[c][i]) for c in _ARG_COLUMNS if present[c][i]}
-            if sources[i]:
-                args["source"] = sources[i]
-            yield {"ph": "X", "name": name, "cat": cat, "pid": rank, "tid": tids[lane],
-                   "ts": us_text(start - origin), "dur": us_text(dur), "args": args}
+        for first in range(0, len(frame), CHUNK_ROWS):
+            yield from _complete_events(rank, frame.iloc[first:first + CHUNK_ROWS], tids, origin)
         yield from _flow_events(rank, frame, tids, flow_ids, origin)
     yield from _counter_events(rank, counters, origin)
+
+
+def _complete_events(rank: int, frame: pd.DataFrame, tids: dict, origin: int) -> Iterator[dict]:
+    """The ``X`` events of some rows of a rank (their args' Python objects made for these rows only)."""
+    columns = [c for c in _ARG_COLUMNS if frame[c].notna().any()]
+    present = {c: frame[c].notna().to_numpy() for c in columns}
+    values = {c: frame[c].to_numpy(dtype=object) for c in columns}
+    sources = frame["source"].to_numpy(dtype=object)
+    for i, (lane, name, cat, start, dur) in enumerate(zip(frame["lane"], frame["name"], frame["category"],
+                                                          frame["start_ns"], frame["dur_ns"], strict=True)):
+        args = {c: int(values[c][i]) for c in columns if present[c][i]}
+        if sources[i]:
+            args["source"] = sources[i]
+        yield {"ph": "X", "name": name, "cat": cat, "pid": rank, "tid": tids[lane],
+               "ts": us_text(start - origin), "dur": us_text(dur), "args": args}
 
 
 def _flow_events(rank: int, frame: pd.DataFrame, tids: dict, flow_ids: Iterator[int],
