@@ -46,6 +46,8 @@ PER_UPDATE = ("c_b", "c_u")
 DRAWS = 2000
 #: The knee is looked for below this many workers (inf, 'none' where one more worker still gains there).
 KNEE_MOST = 1024
+#: knee_search goes w by w up to here (each w one prediction more), then doubles.
+KNEE_STEPS = 8
 
 
 def _number(raw: Any, where: str, *, zero: bool = False) -> float:
@@ -594,10 +596,11 @@ def knee_over_w(phase: Callable[[int], Mapping], wl: Workload, most: int = KNEE_
 
 
 def knee_search(phase: Callable[[int], Mapping], wl: Workload, most: int = KNEE_MOST) -> tuple[float, str]:
-    """:func:`knee_over_w`'s knee found by doubling w until one more worker gains less than half of its ideal share,
-    then halving between the last w that still gained and there: about 4 log2(w*) predictions instead of w* + 1, for
-    the thousands of draws of an interval. The same knee where the rule, once it holds, holds at every larger w (the
-    gain of one more worker only falls); past the first w where it holds otherwise (inf, 'none' likewise)."""
+    """:func:`knee_over_w`'s knee found w by w up to :data:`KNEE_STEPS` workers, then by doubling w until one more
+    worker gains less than half of its ideal share and halving between the last w that still gained and there:
+    about 4 log2(w*) predictions instead of w* + 1 for a far knee, for the thousands of draws of an interval. The
+    same knee where the rule, once it holds, holds at every larger w (the gain of one more worker only falls); past
+    the first w where it holds otherwise (inf, 'none' likewise)."""
     memo: dict[int, Mapping] = {}
 
     def at(w: int) -> Mapping:
@@ -612,7 +615,7 @@ def knee_search(phase: Callable[[int], Mapping], wl: Workload, most: int = KNEE_
     while not holds(w):
         if w >= most - 1:
             return math.inf, "none"
-        gained, w = w, min(2 * w, most - 1)
+        gained, w = w, min(w + 1 if w < KNEE_STEPS else 2 * w, most - 1)
     while w - gained > 1:  # gained: the rule does not hold there (0: no w below); w: it does
         mid = (gained + w) // 2
         gained, w = (gained, mid) if holds(mid) else (mid, w)
