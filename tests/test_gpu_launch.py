@@ -345,6 +345,7 @@ def test_a_profile_without_mpi_init_has_no_start_up_printed_as_zero(nccl):
     breakdown and the scaling table print '-' for it, not '0 ns' beside an MPI run's measured start-up."""
     from ddltrace.analyses.scaling import scaling_table
     from ddltrace.commands.analyze import render_run, render_scaling
+    from ddltrace.report import scaling_table as report_scaling
 
     store, run, _ = nccl
     names = set()
@@ -358,3 +359,4 @@ def test_a_profile_without_mpi_init_has_no_start_up_printed_as_zero(nccl):
     assert [c[2] for c in cells] == ["-"] * len(run.phase_table)
     scaling = render_scaling(scaling_table([run]))
     assert scaling[2].split()[2] == "-" and "start-up '-': no worker traced an MPI_Init" in scaling[-1]
+    assert report_scaling([run])["startup_s"].isna().all()  # the report's table: '-', and no point drawn

@@ -378,7 +378,8 @@ def _steady_window(run) -> tuple[int, int] | None:
 
 
 def scaling_table(runs: list) -> pd.DataFrame:
-    """One row per run, indexed by workers: startup_s (MPI's start-up: first event to the end of MPI_Init),
+    """One row per run, indexed by workers: startup_s (MPI's start-up: first event to the end of MPI_Init; NaN, shown
+    '-' and not drawn, where no worker traced an MPI_Init),
     job_init_s (the job's own initialisation: from there to the first step), steady_s, total_s (seconds) and the
     steady state's efficiency against the smallest run with Chang's Lemma 3.1 from its R_O, the figures of ``ddltrace
     analyze --json``'s ``scaling`` (:func:`ddltrace.analyses.scaling.scaling_table`: phase times are medians over the
@@ -386,7 +387,8 @@ def scaling_table(runs: list) -> pd.DataFrame:
     from ddltrace.analyses.scaling import scaling_table as analyses_scaling
 
     table = analyses_scaling(runs).sort_values("workers")
-    return pd.DataFrame({"workers": table["workers"].astype(int), "startup_s": table["startup_ns"] / 1e9,
+    return pd.DataFrame({"workers": table["workers"].astype(int),
+                         "startup_s": table["startup_ns"].where(table["startup_traced"]) / 1e9,
                          "job_init_s": table["job_init_ns"] / 1e9,
                          "steady_s": table["steady_ns"] / 1e9, "total_s": table["total_ns"] / 1e9,
                          "efficiency_steady": table["efficiency_steady"],
