@@ -19,7 +19,6 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from ddltrace.chrome import DERIVED_INFO
 from ddltrace.collectors.importers.base import ImportContext, Importer, register
 from ddltrace.collectors.importers.chrome import read_chrome
 from ddltrace.collectors.importers.convert import chrome_part, record
@@ -131,6 +130,8 @@ def read(path: Path, ctx: ImportContext):
 def _saved(trace, pid) -> dict:
     """The rank's manifest entry the export carried (``ddltrace_rank`` of its ``process_name``: role, aggregate,
     world size, ...), without what the store derives from the files again."""
+    from ddltrace.chrome import DERIVED_INFO  # (here: the export module loads pandas, which no import needs)
+
     saved = trace.process_args.get(pid, {}).get("ddltrace_rank")
     if not isinstance(saved, dict):
         return {}
