@@ -497,8 +497,14 @@ def compare(prediction: dict, serial: dict, a: dict[int, dict] | None, b: dict[i
 
 
 def _knee_text(knee: dict) -> str:
+    """The knee on B as ``model predict --json`` gives it, with its interval where drawn (workers)."""
     if knee.get("w") is not None:
-        return f"w* = {knee['w']:.1f} ({knee['cause']})"
+        drawn = knee.get("interval") or {}
+        if drawn.get("low_w") is None:
+            return f"w* = {knee['w']:.1f} ({knee['cause']})"
+        high = f"more than {drawn['searched_below_w'] - 1}" if drawn["high_w"] is None else f"{drawn['high_w']:.0f}"
+        return (f"w* = {knee['w']:.1f} [{100 * drawn['confidence']:.0f} %: {drawn['low_w']:.0f} to {high}] "
+                f"({knee['cause']})")
     return f"w* >= {knee.get('at_least') or float('inf'):.1f} ({knee['cause']})"
 
 
