@@ -9,7 +9,8 @@ state (the training phase) and of the whole run, and the overhead ratio R_O meas
 worker's steady state that is not compute (exposed communication, waits, barriers, I/O, idle), median over workers,
 with the range over workers as its uncertainty.
 
-Speedup is against the run with the fewest workers w0, assuming that run scaled perfectly:
+Speedup is against the run with the fewest workers w0 at the same batch size (NaN for a run alone at its batch
+size: there is nothing to compare it with), assuming that run scaled perfectly:
 S(w) = w0 T(w0) / T(w); efficiency E(w) = S(w) / w. Lemma 3.1 predicts E(N) = 1 / (1 + (N - 1) R_O) from the
 R_O of the base run (``efficiency_lemma_base``) and from each run's own R_O (``efficiency_lemma_own``); a measured
 efficiency well below the prediction means the overhead grows with w (a saturating server), one above it means the
@@ -80,11 +81,12 @@ def scaling_table(runs) -> pd.DataFrame:
         part = part.sort_values("workers").copy()
         base = part.iloc[0]
         w0 = max(int(base["workers"]), 1)
+        alone = len(part) == 1  # no other run at its batch size: nothing to compare it with (NaN, not S = w0)
         for what in ("steady", "total"):
-            part[f"speedup_{what}"] = w0 * base[f"{what}_ns"] / part[f"{what}_ns"]
+            part[f"speedup_{what}"] = np.nan if alone else w0 * base[f"{what}_ns"] / part[f"{what}_ns"]
             part[f"efficiency_{what}"] = part[f"speedup_{what}"] / part["workers"].clip(lower=1)
-        part["efficiency_lemma_base"] = [lemma_efficiency(base["overhead_ratio"], n) / lemma_efficiency(
-            base["overhead_ratio"], w0) for n in part["workers"]]
+        part["efficiency_lemma_base"] = np.nan if alone else [lemma_efficiency(base["overhead_ratio"], n) / (
+            lemma_efficiency(base["overhead_ratio"], w0)) for n in part["workers"]]
         part["efficiency_lemma_own"] = [lemma_efficiency(r, n) for r, n in zip(part["overhead_ratio"],
                                                                               part["workers"], strict=True)]
         parts.append(part)

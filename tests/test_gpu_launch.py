@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from collections import defaultdict
 from decimal import Decimal
 from pathlib import Path
@@ -342,7 +343,8 @@ def test_the_launch_join_gives_pandas_inner_merge_rows_in_its_order():
 
 def test_a_profile_without_mpi_init_has_no_start_up_printed_as_zero(nccl):
     """HTA's trace_filter (Kineto, no MPI_Init in its files): each rank's start-up is not measured, so the
-    breakdown and the scaling table print '-' for it, not '0 ns' beside an MPI run's measured start-up."""
+    breakdown and the scaling table print '-' for it, not '0 ns' beside an MPI run's measured start-up; a run with
+    no other at its batch size has no speedup to print."""
     from ddltrace.analyses.scaling import scaling_table
     from ddltrace.commands.analyze import render_run, render_scaling
     from ddltrace.report import scaling_table as report_scaling
@@ -357,6 +359,12 @@ def test_a_profile_without_mpi_init_has_no_start_up_printed_as_zero(nccl):
     header = next(i for i, line in enumerate(lines) if "start-up" in line.split())
     cells = [line.split() for line in lines[header + 1:header + 1 + len(run.phase_table)]]
     assert [c[2] for c in cells] == ["-"] * len(run.phase_table)
-    scaling = render_scaling(scaling_table([run]))
+    table = scaling_table([run])
+    scaling = render_scaling(table)
     assert scaling[2].split()[2] == "-" and "start-up '-': no worker traced an MPI_Init" in scaling[-1]
+    # alone at its batch size (as beside an MPI run of another job): no speedup, '-' (was S = w, E = 100 %)
+    header = re.split(r"\s{2,}", scaling[1].strip())
+    row = dict(zip(header, re.split(r"\s{2,}", scaling[2].strip()), strict=True))
+    assert [row[c] for c in ("S steady", "E steady", "S total", "E total", "E lemma (base)")] == ["-"] * 5
+    assert table[["speedup_steady", "efficiency_total", "efficiency_lemma_base"]].isna().all().all()
     assert report_scaling([run])["startup_s"].isna().all()  # the report's table: '-', and no point drawn

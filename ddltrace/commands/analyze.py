@@ -443,12 +443,12 @@ def render_scaling(scaling: pd.DataFrame) -> list[str]:
                      format_ns(row["startup_ns"]) if row["startup_traced"] else "-", format_ns(row["job_init_ns"]),
                      format_ns(row["steady_ns"]),
                      format_ns(row["total_ns"]),
-                     f"{row['speedup_steady']:.2f}x", format_percent(row["efficiency_steady"]),
-                     f"{row['speedup_total']:.2f}x", format_percent(row["efficiency_total"]), r_o,
-                     format_percent(row["efficiency_lemma_base"]), format_percent(row["efficiency_lemma_own"])])
+                     *_compared(row), r_o, _compared_percent(row["efficiency_lemma_base"]),
+                     format_percent(row["efficiency_lemma_own"])])
     out.extend("  " + line for line in _columns(header, rows))
-    out.append("  S, E: speedup and efficiency against the run with the fewest workers w0 (taken to scale perfectly "
-               "up to w0), S(w) = w0 T(w0) / T(w), E = S / w, T the steady state (steady) or the whole run (total); "
+    out.append("  S, E: speedup and efficiency against the run with the fewest workers w0 at the same batch size "
+               "(taken to scale perfectly up to w0; '-' for a run alone at its batch size, nothing to compare it "
+               "with), S(w) = w0 T(w0) / T(w), E = S / w, T the steady state (steady) or the whole run (total); "
                "R_O: the share of a worker's steady state that is not compute, median over the workers (their "
                "range); E lemma: Lemma 3.1's 1 / (1 + (w - 1) R_O) from the base run's R_O (normalised to E(w0) = 1) "
                "and from the run's own")
@@ -457,6 +457,17 @@ def render_scaling(scaling: pd.DataFrame) -> list[str]:
                "there to its first step; steady = its steady state; total = the whole run, first event of any rank "
                "to the last; start-up '-': no worker traced an MPI_Init (a framework's profile), none measured")
     return out
+
+
+def _compared(row) -> list[str]:
+    """S and E of the steady state and of the whole run, '-' where the run had no other to compare with (NaN)."""
+    return [cell for what in ("steady", "total") for cell in (
+        "-" if math.isnan(row[f"speedup_{what}"]) else f"{row[f'speedup_{what}']:.2f}x",
+        _compared_percent(row[f"efficiency_{what}"]))]
+
+
+def _compared_percent(fraction: float) -> str:
+    return "-" if math.isnan(fraction) else format_percent(fraction)
 
 
 def _columns(header: list[str], rows: list[list[str]]) -> list[str]:
