@@ -144,3 +144,14 @@ def test_a_big_store_says_its_progress(tiny_store, tmp_path, capsys, monkeypatch
     assert f"4 of 4 ranks written, {events:,} events" in lines[-1]  # the ranks' (the machine's counters come last)
     assert main(["export", str(tiny_store.path), "--chrome", str(out), "--force", "--quiet"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_an_export_pretty_printed_is_still_read_as_ddltraces(tiny_store, tmp_path):
+    """``json.dumps(indent=2)`` of an export (keys in their order) is sniffed as the ``ddltrace`` format too."""
+    from ddltrace.collectors.importers import detect
+
+    out = tmp_path / "t.json"
+    export_chrome(tiny_store, out)
+    pretty = tmp_path / "pretty.json"
+    pretty.write_text(json.dumps(json.loads(out.read_text()), indent=2))
+    assert detect(out).name == detect(pretty).name == "ddltrace"

@@ -24,8 +24,8 @@ from ddltrace.collectors.importers.chrome import read_chrome
 from ddltrace.collectors.importers.convert import chrome_part, record
 
 #: The start of every file ddltrace/chrome.py writes (``ddltrace_export`` first since the export says so;
-#: ``run`` first in files written before).
-_SNIFF = re.compile(rb'^\s*\{"displayTimeUnit":"ns","otherData":\{"(ddltrace_export|run)":')
+#: ``run`` first in files written before), also pretty-printed (``json.dumps(indent=...)`` keeps the keys' order).
+_SNIFF = re.compile(rb'^\s*\{\s*"displayTimeUnit"\s*:\s*"ns"\s*,\s*"otherData"\s*:\s*\{\s*"(ddltrace_export|run)"\s*:')
 _PROCESS = re.compile(r"^rank (\d+)(?: \((.*)\))?$")
 #: The timeline's nullable integer columns the export writes in ``args`` (ddltrace/chrome.py's ``_ARG_COLUMNS``).
 COLUMNS = ("bytes", "peer", "step", "tag", "comm", "request", "correlation")
