@@ -8,7 +8,7 @@ where known; a launch and the device work it launched (one correlation id) are j
 (``s``/``f``, :func:`_flow_events`). Counters become ``C`` events on the rank's process (machine-wide counters on
 a process named "machine"). Metadata events (``ph: "M"``) name every process and thread and order the ranks (a rank's
 ``process_name`` carries its manifest entry, ``ddltrace_rank``: role, aggregate, ...); the run's metadata goes in
-the top-level ``otherData``.
+the top-level ``otherData`` (``run``, and the manifest's :data:`RUN_ENTRIES`: workload, clock, notes).
 
 The file is written rank by rank, so memory stays at one rank's events.
 
@@ -52,6 +52,10 @@ def _meta(kind: str, pid: int, tid: int = 0, **args) -> dict:
     return {"ph": "M", "name": kind, "pid": pid, "tid": tid, "args": args}
 
 
+#: The run-level manifest entries the export carries in ``otherData`` and ``ddltrace import`` restores: the workload's
+#: configuration (w, the server rank, batch size: what ``analyze`` reads), the clock alignment (offsets and their
+#: uncertainties, ns) and the run's notes.
+RUN_ENTRIES = ("workload", "clock", "notes")
 #: Entries of a rank's manifest entry that the store derives from its files (not carried in the export).
 DERIVED_INFO = frozenset({"events", "start_ns", "end_ns", "counter_samples", "file", "files", "format",
                            "timeline_file", "rows", "host"})
@@ -136,6 +140,23 @@ def origin_ns(store: TraceStore, ranks: list[int] | None = None) -> int:
     return first // 10**9 * 10**9
 
 
+def run_entries(store: TraceStore) -> dict:
+    """The manifest's :data:`RUN_ENTRIES` for ``otherData``, the workload's ``ground_truth`` (where the job's record
+    lies, relative to the store: its staleness log, gradients.csv, beside it) made absolute where it names a file, so
+    that a store imported from the export elsewhere still finds it (on this machine)."""
+    entries = {key: store.manifest.get(key) for key in RUN_ENTRIES}
+    workload = entries["workload"]
+    truth = workload.get("ground_truth") if isinstance(workload, dict) else None
+    if isinstance(truth, str) and truth and "\0" not in truth:
+        try:
+            path = (store.path / truth).resolve()
+        except OSError:  # a name too long for the file system, a loop of links: kept as the manifest has it
+            path = None
+        if path is not None and path.is_file():
+            entries["workload"] = {**workload, "ground_truth": str(path)}
+    return entries
+
+
 def export_chrome(store: TraceStore, out: str | os.PathLike, ranks: list[int] | None = None,
                   progress: Callable[[int, int, int], None] | None = None) -> int:
     """Write ``store`` (or the given ranks) to ``out`` as Chrome trace JSON; return the number of events.
@@ -149,7 +170,8 @@ def export_chrome(store: TraceStore, out: str | os.PathLike, ranks: list[int] | 
     count = 0
     with atomic_output(out) as fh:
         origin = origin_ns(store, ranks)
-        other = {"ddltrace_export": 1, "origin_ns": origin, "run": store.run, "clock": store.manifest.get("clock"),
+        other = {"ddltrace_export": 1, "origin_ns": origin, "run": store.run,
+                 **run_entries(store),
                  "ddltrace_version": store.manifest.get("ddltrace_version"),
                  "store": str(store.path)}
         fh.write(b'{"displayTimeUnit":"ns","otherData":' + msgspec.json.encode(other, enc_hook=str)

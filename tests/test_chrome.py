@@ -75,7 +75,7 @@ def test_an_exported_mpi_store_imports_back_to_the_same_intervals_and_counters(t
     with its exact start and duration (ns), lane, name, category, bytes, peer, tag, comm, source, the rank's
     counters, as the store's Parquet files hold them, and its manifest entry (host, role, ended, pid, ...) as the
     manifest lists it (was: one rank 0, every interval 'other', starts moved by up to 174 ns: float µs at epoch
-    times)."""
+    times), and the run's workload, clock and notes entries, so ``analyze`` finds the same."""
     out = tmp_path / "par.json"
     assert main(["export", str(PAR_W4), "--chrome", str(out)]) == 0
     back = tmp_path / "back"
@@ -94,6 +94,24 @@ def test_an_exported_mpi_store_imports_back_to_the_same_intervals_and_counters(t
         listed = json.loads((PAR_W4 / "manifest.json").read_text())["ranks"][str(rank)]
         kept = {k: v for k, v in store.rank_info(rank).items() if k not in ("file", "format")}
         assert kept == listed and listed["host"] == "vm" and listed["role"] == "rank"  # the entry, host and all
+    # the run's workload (w, server rank, batch size), clock alignment (offsets, uncertainties) and notes, as the
+    # original manifest has them (was: none, the import's own clock; analyze inferred w and roles, no staleness)
+    original = json.loads((PAR_W4 / "manifest.json").read_text())
+    truth = (PAR_W4 / original["workload"]["ground_truth"]).resolve()
+    assert store.manifest["workload"] == {**original["workload"], "ground_truth": str(truth)}
+    assert store.manifest["clock"] == original["clock"] and original["clock"]["uncertainty_ns"]["1"] > 0
+    notes = store.manifest["notes"]
+    assert notes[:len(original["notes"])] == original["notes"] and len(notes) > len(original["notes"])
+    analyses = []
+    for path in (PAR_W4, back):
+        assert main(["analyze", str(path), "--json"]) == 0
+        analyses.append(json.loads(capsys.readouterr().out.replace(str(path), "STORE")))
+    before, after = analyses
+    assert after["findings"] == before["findings"] and after["scaling"] == before["scaling"]
+    assert after["stores"] == before["stores"] and after["not_made"] == before["not_made"]
+    assert [f["id"] for f in after["findings"]] == ["staleness"]
+    assert (after["stores"][0]["workers"], after["stores"][0]["workers_inferred"]) == (4, None)
+    assert after["stores"][0]["batch_size"] == original["workload"]["config"]["batch"]
 
 
 def test_exported_times_are_the_stores_nanoseconds_exactly(tiny_store, tmp_path):
@@ -155,3 +173,30 @@ def test_an_export_pretty_printed_is_still_read_as_ddltraces(tiny_store, tmp_pat
     pretty = tmp_path / "pretty.json"
     pretty.write_text(json.dumps(json.loads(out.read_text()), indent=2))
     assert detect(out).name == detect(pretty).name == "ddltrace"
+
+
+def test_run_entries_of_the_wrong_kind_or_differing_between_exports_are_named_not_restored(tiny_store, tmp_path,
+                                                                                           capsys):
+    """An export whose ``otherData.workload`` is not an object still imports, its workload left out and named among
+    the file's problems; two exports whose clock entries differ leave the import's own clock, and a note says so."""
+    out = tmp_path / "t.json"
+    export_chrome(tiny_store, out)
+    doc = json.loads(out.read_text())
+    doc["otherData"]["workload"] = "w=4"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    doc["otherData"].update(workload={"job": "other"}, clock={**doc["otherData"]["clock"], "method": "another clock"})
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(doc))
+    back = tmp_path / "back"
+    assert main(["import", str(bad), "--out", str(back), "--progress", "never"]) == 0
+    store = TraceStore.open(back)
+    assert "workload" not in store.manifest and store.ranks == tiny_store.ranks
+    assert f"import problem: {bad}: otherData.workload is not an object: the run's workload entry is not restored" \
+        in store.manifest["notes"]
+    both = tmp_path / "both"
+    assert main(["import", str(out), str(other), "--out", str(both), "--progress", "never"]) == 0
+    capsys.readouterr()
+    notes = TraceStore.open(both).manifest["notes"]
+    assert "the clock entry of the exported run(s) is not restored: not every file imported carries the same one" \
+        in notes and TraceStore.open(both).manifest["clock"]["method"] != "another clock"

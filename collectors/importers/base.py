@@ -121,6 +121,9 @@ class FileReport:
     intervals: int = 0
     skipped: Counter = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
+    #: run-level manifest entries the file carries, which the store's manifest takes (ddltrace's own export:
+    #: ``workload``, ``clock``, ``notes``; collectors/importers/ddltrace_export.py)
+    manifest: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -6,7 +6,8 @@ store had it (rules ``ddltrace-*`` of categories.toml, tried before every other 
 the export wrote (``ts`` from ``otherData.origin_ns``), ``args`` the nullable columns (bytes, peer, step, tag, comm,
 request, correlation) and the rank's ``source``; a rank's host comes from its process name ("rank 3 (node7)") and
 the rest of its manifest entry (role, aggregate, world size, ...) from that event's ``ddltrace_rank``. Counters are
-the rank's ``C`` events.
+the rank's ``C`` events. The run's workload, clock and notes entries (``otherData``) go to the file's report
+(``FileReport.manifest``), which ``ddltrace import`` writes into the store's manifest.
 """
 
 from __future__ import annotations
@@ -115,6 +116,8 @@ def read(path: Path, ctx: ImportContext):
     origin = origin if isinstance(origin, int) and not isinstance(origin, bool) else 0
     epoch = bool(len(trace.ts_ns)) and int(trace.ts_ns.min()) + origin >= EPOCH_NS
     clock = "epoch" if epoch else "relative"
+    if ctx.report is not None:
+        ctx.report.manifest = _run_entries(trace.header.get("otherData"), ctx.report)
     counters = trace.counters
     for pid, (rank, host) in sorted(ranks.items(), key=lambda item: item[1][0]):
         rows = np.flatnonzero(row_pid == pid)
@@ -125,6 +128,29 @@ def read(path: Path, ctx: ImportContext):
         _keep_source(part, Counter(sources[rows].tolist()))
         yield part
     trace.counters = counters
+
+
+def _run_entries(other, report) -> dict:
+    """The run-level manifest entries the export carried in ``otherData`` (ddltrace/chrome.py's ``RUN_ENTRIES``:
+    workload, clock, notes) for the store's manifest; one of the wrong kind is named among the file's problems and
+    left out (the store's own entry stays)."""
+    from ddltrace.chrome import RUN_ENTRIES
+
+    other = other if isinstance(other, dict) else {}
+    kept = {}
+    for key in RUN_ENTRIES:
+        value = other.get(key)
+        if value is None:
+            continue
+        if key == "notes" and not (isinstance(value, list) and all(isinstance(n, str) for n in value)):
+            report.problems.append(f"{report.path}: otherData.notes is not a list of texts: the run's notes are not "
+                                   "restored")
+        elif key != "notes" and not isinstance(value, dict):
+            report.problems.append(f"{report.path}: otherData.{key} is not an object: the run's {key} entry is not "
+                                   "restored")
+        else:
+            kept[key] = value
+    return kept
 
 
 def _saved(trace, pid) -> dict:

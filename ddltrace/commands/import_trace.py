@@ -452,6 +452,25 @@ def _finish_manifest(store, reports, clocks: dict, formats: Counter, world_sizes
                      f"{report.intervals} intervals kept" + (f"; skipped: {skipped}" if skipped else ""))
         notes.extend(f"import problem: {p}" for p in report.problems)
     notes.extend(_views(store))
+    _restore_run_entries(store, reports)
+
+
+def _restore_run_entries(store, reports) -> None:
+    """The run-level manifest entries the files carry (``FileReport.manifest``: ddltrace's own export's workload,
+    clock and notes) put back in the store's manifest, where every file read carries the same one: its notes
+    before the import's own, its workload and clock in place of none and the import's clock (the export kept the
+    times on that clock). Files that disagree, or that mix in another format, leave the import's own, and a note
+    says which entry was not restored."""
+    read = [report for report in reports if report.format]
+    for key in sorted({key for report in read for key in report.manifest}):
+        values = [report.manifest.get(key) for report in read]
+        if any(value != values[0] for value in values):
+            store.manifest["notes"].append(f"the {key} entry of the exported run(s) is not restored: not every file "
+                                           "imported carries the same one")
+        elif key == "notes":
+            store.manifest["notes"][:0] = values[0]
+        else:
+            store.manifest[key] = values[0]
 
 
 def _views(store) -> list[str]:
