@@ -586,7 +586,8 @@ def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_co
                      "(not an MPI program, or a launcher that drops LD_PRELOAD)")
     if MACHINE in counters:
         store.add_counters(counters[MACHINE], save=False)
-    if mpi:  # the shipped ps-sgd job (also wrapped, or launched): what it was told, so that nothing infers w
+    if mpi or not (fw_parts or process_ranks):  # the shipped ps-sgd job (also wrapped, or launched; alone in one
+        # process without --np, the one rank w = 1 with no server): what it was told, so that nothing infers w
         ps_sgd_config.record(store.manifest, cfg.argv, world, Path(cfg.out))
     store.manifest["notes"].extend(notes)
     store.manifest["run"]["mpi_calls"] = calls

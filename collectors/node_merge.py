@@ -12,6 +12,7 @@ the PMPI ping-pong)."""
 from __future__ import annotations
 
 import io
+import os
 import re
 import shlex
 import shutil
@@ -65,15 +66,18 @@ def join_part(store_path: str | Path, part: str | Path, out: str | Path) -> Trac
             end_ns=run.get("end_ns"), exit_code=run.get("exit_code"), interrupted=run.get("interrupted")))
         part_store = recover_store(records, Path(tmp) / "part", stream=io.StringIO(), local=False).store
         return merge_stores(store, part_store, out,
-                            amend=lambda merged: _fix_manifest(merged, store, part_store, host, part, work))
+                            amend=lambda merged: _fix_manifest(merged, store, part_store, host, part, work, out))
 
 
 def _fix_manifest(merged: TraceStore, store: TraceStore, part_store: TraceStore, host: str, part: Path,
-                  work: Path) -> None:
+                  work: Path, out: Path) -> None:
     """The merged manifest (before it is written): the node no longer missing, its ranks' clock offsets, the
-    hosts and nodes, the notes on ranks with no file only for those still without one, and the part's notes
-    naming ``part``, not ``work`` (its copy in a temporary folder)."""
+    hosts and nodes, the job's ``workload`` entry, the notes on ranks with no file only for those still without
+    one, and the part's notes naming ``part``, not ``work`` (its copy in a temporary folder)."""
     run = merged.manifest["run"]
+    workload = _workload(store, part_store, out)
+    if workload is not None:
+        merged.manifest["workload"] = workload
     missing = {h: p for h, p in (store.run.get("missing_nodes") or {}).items() if h != host}
     if missing:
         run["missing_nodes"] = missing
@@ -102,8 +106,23 @@ def _fix_manifest(merged: TraceStore, store: TraceStore, part_store: TraceStore,
     # the part's own notes, but not the recovery's (what the launching process held is in the run's store)
     # nor those on the ranks of other nodes
     notes += [n.replace(str(work), str(part)) for n in part_store.manifest.get("notes", [])
-              if not n.startswith("recovered by") and _unfiled_ranks(n) is None]
+              if not n.startswith("recovered by") and _unfiled_ranks(n) is None and n not in notes]
     merged.manifest["notes"] = [*notes, f"node {host}: its part joined by `ddltrace merge` from {part}"]
+
+
+def _workload(store: TraceStore, part_store: TraceStore, out: Path) -> dict | None:
+    """The run's ``workload`` entry (collectors/workloads/ps_sgd_config.py) for the merged store at ``out``: the
+    run's store's, else the part's (both recorded it from the run's command and world size), its ground truth's
+    path made relative to ``out``; None when neither has one."""
+    for source in (store, part_store):
+        entry = source.manifest.get("workload")
+        if isinstance(entry, dict):
+            entry = dict(entry)
+            if isinstance(entry.get("ground_truth"), str):
+                truth = (source.path / entry["ground_truth"]).resolve()
+                entry["ground_truth"] = os.path.relpath(truth, out.resolve())
+            return entry
+    return None
 
 
 def _unfiled_ranks(note: str) -> set[int] | None:

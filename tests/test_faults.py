@@ -233,6 +233,37 @@ def test_sigkill_of_run_then_recover(tmp_path, cleanup):
 
 
 @needs_mpi
+def test_a_killed_run_of_the_ps_sgd_job_recovers_with_its_workload_entry(tmp_path, cleanup):
+    """The reference job's run killed (SIGKILL) once its ranks are past MPI_Init, the job running on to its end:
+    the recovered store records what the job was told (from the command and world size its record set keeps),
+    the entry a normal run records, the same configuration as the job's ground truth (w = 1, server rank 0)."""
+    from ddltrace.collectors.workloads import ps_sgd_config
+
+    out, truth = tmp_path / "S", tmp_path / "truth"
+    before = set(record_sets.SHM.glob(record_sets.SHM_PREFIX + "*"))
+    proc = subprocess.Popen([str(DDLTRACE), "run", "--np", "2", "--no-progress", "--out", str(out), "--",
+                             sys.executable, "-m", ps_sgd_config.JOB_MODULE, "--out", str(truth), "--samples", "512",
+                             "--epochs", "1", "--batch", "64", "--hidden", "10", "--compute", "emulated",
+                             "--sample-time", "0.002"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    records = wait_for(lambda: next(iter(set(record_sets.SHM.glob(record_sets.SHM_PREFIX + "*")) - before), None),
+                       "the job's record folder")
+    cleanup["records"].append(records)
+    wait_for(lambda: len(list(records.glob("rank-*.pmpi"))) == 2, "both ranks past MPI_Init")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    wait_for(lambda: not record_sets.load(records).job_alive, "the job to end")
+    done = ddltrace("recover", str(records), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    store = TraceStore.open(out)
+    assert store.run["recovered_from"] == str(records) and store.run["exit_code"] is None
+    config = json.loads((truth / "ground_truth.json").read_text())["config"]
+    assert (config["workers"], config["server_rank"]) == (1, 0)
+    assert store.manifest["workload"] == {"job": "ps-sgd", "compute": "emulated", "sync": config["sync"],
+                                          "init": config["init"], "config": config,
+                                          "ground_truth": "../truth/ground_truth.json"}
+
+
+@needs_mpi
 def test_sigkill_during_the_write_then_recover(tmp_path, cleanup):
     out = tmp_path / "S"
     run = Run(tmp_path, out, "end", env={"DDLTRACE_TEST_WRITE_DELAY_S": "2"})

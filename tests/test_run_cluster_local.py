@@ -136,14 +136,7 @@ def test_a_killed_node_agent_leaves_no_false_note_and_merge_restores_its_node(tm
         disks = cluster.local_disk(local)
         run = _run_with_local_out(cluster, local, tmp_path / "job.py", ppn=1, seconds="2")
         try:
-            agent, deadline = None, time.monotonic() + 60
-            while agent is None and time.monotonic() < deadline and run.poll() is None:
-                if list(disks[1].glob(".store.*/records/rank-*.pmpi")):  # the rank is past MPI_Init
-                    agent = next((pid for pid in cluster.nodes[1].pids()
-                                  if _argv(pid)[1:2] == [str(Path(cl.__file__).parent / "node_agent.py")]), None)
-                time.sleep(0.1)
-            assert agent is not None, "node 1's agent not found"
-            os.kill(agent, signal.SIGKILL)
+            _kill_agent_once_past_mpi_init(cluster, disks[1], run)
             out, _ = run.communicate(timeout=120)
         finally:
             if run.poll() is None:
@@ -168,12 +161,66 @@ def test_a_killed_node_agent_leaves_no_false_note_and_merge_restores_its_node(tm
     assert f"node {victim}: its agent left no samples (no agent.json); its log is empty" in joined.manifest["notes"]
 
 
-def _run_with_local_out(cluster: cl.Cluster, local: Path, job: Path, *, ppn: int, seconds: str) -> subprocess.Popen:
-    """``ddltrace run --launcher`` of ``job`` (50 all-reduces, then ``seconds`` of sleep) with ``--out`` under
-    ``local``, each node's own disk there; its output (stdout and stderr together) on the pipe."""
+def test_the_job_s_workload_entry_survives_the_merge_of_a_node_s_part(tmp_path, capsys):
+    """The reference ps-sgd job (server on node 0, its one worker on node 1), node 1's agent killed so that its
+    part is left on its disk: the store recorded what the job was told (w = 1, server rank 0), and the store that
+    ``ddltrace merge`` joins the part into keeps that entry (it had none: a merge wrote only the run), the same
+    configuration the job wrote in its ground truth, its path still found from the merged store."""
+    from ddltrace.analyses.run_analysis import analyze_store, ground_truth_path
+
+    local, truth = tmp_path / "local", tmp_path / "truth"
+    local.mkdir()
+    job = ["-m", "ddltrace.collectors.workloads.ps_sgd", "--out", str(truth), "--samples", "2048", "--batch", "64",
+           "--hidden", "10", "--epochs", "1", "--compute", "emulated", "--sample-time", "0.001"]
+    with cl.Cluster(2) as cluster:
+        disks = cluster.local_disk(local)
+        run = _run_with_local_out(cluster, local, job, ppn=1)
+        try:
+            _kill_agent_once_past_mpi_init(cluster, disks[1], run)
+            out, _ = run.communicate(timeout=120)
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+        assert run.returncode == 0, out
+        copied = tmp_path / "node1-part"
+        shutil.copytree(next(disks[1].glob(".store.*")), copied)
+    config = json.loads((truth / "ground_truth.json").read_text())["config"]
+    assert (config["workers"], config["server_rank"]) == (1, 0)
+    store = TraceStore.open(local / "store")
+    assert store.ranks == [0] and store.run["missing_nodes"], out
+    assert store.manifest["workload"]["config"] == config
+    assert main(["merge", str(local / "store"), str(copied), "--out", str(tmp_path / "joined")]) == 0
+    joined = TraceStore.open(tmp_path / "joined")
+    assert joined.ranks == [0, 1] and joined.manifest["workload"] == {
+        **store.manifest["workload"], "ground_truth": os.path.relpath(truth / "ground_truth.json", tmp_path / "joined")}
+    assert ground_truth_path(joined) == (truth / "ground_truth.json").resolve()
+    assert sum(n.startswith("ps-sgd workload") for n in joined.manifest["notes"]) == 1, joined.manifest["notes"]
+    run = analyze_store(joined)
+    assert (run.workers, run.server_ranks, run.worker_ranks, run.workers_inferred) == (1, [0], [1], None)
+
+
+def _kill_agent_once_past_mpi_init(cluster: cl.Cluster, disk: Path, run: subprocess.Popen) -> None:
+    """SIGKILL node 1's agent once its rank is past MPI_Init (its record file is on the node's ``disk``)."""
+    agent, deadline = None, time.monotonic() + 60
+    while agent is None and time.monotonic() < deadline and run.poll() is None:
+        if list(disk.glob(".store.*/records/rank-*.pmpi")):
+            agent = next((pid for pid in cluster.nodes[1].pids()
+                          if _argv(pid)[1:2] == [str(Path(cl.__file__).parent / "node_agent.py")]), None)
+        time.sleep(0.1)
+    assert agent is not None, "node 1's agent not found"
+    os.kill(agent, signal.SIGKILL)
+
+
+def _run_with_local_out(cluster: cl.Cluster, local: Path, job: Path | list[str], *, ppn: int,
+                        seconds: str = "") -> subprocess.Popen:
+    """``ddltrace run --launcher`` of ``job`` (a script: 50 all-reduces, then ``seconds`` of sleep; or the
+    arguments of Python) with ``--out`` under ``local``, each node's own disk there; its output (stdout and stderr
+    together) on the pipe."""
+    args = job if isinstance(job, list) else [str(job), "50", seconds]
     return subprocess.Popen([sys.executable, "-m", "ddltrace", "run", "--no-progress", "--launcher",
                              cluster.mpiexec(MPIEXEC, ppn=ppn), "--launcher-addr", cluster.host_addr,
-                             "--out", str(local / "store"), "--", sys.executable, str(job), "50", seconds],
+                             "--out", str(local / "store"), "--", sys.executable, *args],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

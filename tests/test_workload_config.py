@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from ddltrace.analyses.detect_ps_saturation import server_load
 from ddltrace.analyses.run_analysis import analyze_store
 from ddltrace.cli import main
 from ddltrace.collectors.workloads import ps_sgd_config
+from ddltrace.store import TraceStore
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "sample_traces"
@@ -104,3 +106,22 @@ def test_a_store_without_configuration_or_roles_says_how_w_was_got(tmp_path, cap
     assert notes == [f"  - {store}: w = {w:g} inferred: rank 0 is the server, the centre of a star of messages (no "
                      "job configuration or roles in the manifest; give --servers N)"
                      for store, w in ((two, 1), (three, 2), (four, 4))]
+
+
+def test_the_job_alone_in_one_process_records_one_worker_and_no_server(tmp_path):
+    """``ddltrace run`` with no ``--np`` (one process, no MPI launcher): the job runs alone, w = 1 with no server
+    (it updates its own weights), and the store records that configuration, as its ground truth does (it had
+    no workload entry: only MPI runs recorded one), so that analyze reads w and roles instead of guessing."""
+    store = tmp_path / "store"
+    done = subprocess.run([str(Path(sys.executable).parent / "ddltrace"), "run", "--no-progress", "--out", str(store),
+                           "--", sys.executable, "-m", ps_sgd_config.JOB_MODULE, "--out", str(tmp_path / "job"),
+                           "--samples", "512", "--epochs", "1", "--batch", "64", "--hidden", "10", "--compute",
+                           "emulated", "--sample-time", "0"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    truth = json.loads((tmp_path / "job" / "ground_truth.json").read_text())
+    opened = TraceStore.open(store)
+    assert opened.run["world_size"] == 1 and opened.manifest["workload"]["config"] == truth["config"]
+    assert (truth["config"]["workers"], truth["config"]["server_rank"]) == (1, None)
+    assert opened.manifest["workload"]["ground_truth"] == "../job/ground_truth.json"
+    run = analyze_store(opened)
+    assert (run.workers, run.server_ranks, run.worker_ranks, run.workers_inferred) == (1, [], [0], None)
