@@ -32,6 +32,7 @@ import glob
 import json
 import os
 import re
+import secrets
 import shutil
 import sys
 import tempfile
@@ -69,28 +70,37 @@ MAX_WORLD_SIZE = 2**31 - 1
 _INT64_MAX = int(np.iinfo(np.int64).max)
 #: :meth:`TraceStore.missing` names at most this many ranks (a world size of 2**31 with two ranks recorded).
 MAX_MISSING_NAMED = 4096
-_UMASK = os.umask(0o022)
-os.umask(_UMASK)
 
 
 def _now_iso() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
+def _temporary_beside(path: Path) -> Path:
+    """The name of ``path``'s temporary file beside it, ``.NAME.XXXXXXXXXXXX.tmp``: random (48 bits), so no other
+    writer picks it, and known before the file exists, so that its removal cannot miss a file made the instant a
+    SIGTERM or Ctrl-C arrives (with ``mkstemp`` the name came back after the file was made: a signal handled in
+    between left the file)."""
+    return path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+
+
 @contextlib.contextmanager
 def atomic_output(path: str | os.PathLike) -> Iterator[BinaryIO]:
-    """Open a temporary file beside ``path`` for writing; rename it to ``path`` only if the block succeeds."""
+    """Open a temporary file beside ``path`` for writing; rename it to ``path`` only if the block succeeds, and
+    remove it however the block ends."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; the result is a normal file others may read
+    tmp = _temporary_beside(path)
+    made = False
     try:
-        with os.fdopen(fd, "wb") as fh:
+        with open(tmp, "xb") as fh:  # made here, 0o666 less the umask as any file
+            made = True
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as exc:
+        if made or not isinstance(exc, FileExistsError):  # a FileExistsError from open: another writer's file
+            tmp.unlink(missing_ok=True)
         raise
 
 
@@ -119,14 +129,12 @@ COMPRESS_FROM_ROWS = 256
 def _atomic_write_parquet(path: Path, table: pa.Table, row_group_size: int | None = None) -> None:
     import pyarrow.parquet as pq
 
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.fchmod(fd, 0o666 & ~_UMASK)
-    os.close(fd)
+    tmp = _temporary_beside(path)
     try:
-        pq.write_table(table, tmp, row_group_size=row_group_size, **_parquet_options(table))
+        pq.write_table(table, str(tmp), row_group_size=row_group_size, **_parquet_options(table))
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 
