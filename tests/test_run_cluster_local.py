@@ -132,20 +132,8 @@ def test_a_killed_node_agent_leaves_no_false_note_and_merge_restores_its_node(tm
     (tmp_path / "job.py").write_text(JOB)
     local = tmp_path / "local"
     local.mkdir()
-    with cl.Cluster(2) as cluster:
-        disks = cluster.local_disk(local)
-        run = _run_with_local_out(cluster, local, tmp_path / "job.py", ppn=1, seconds="2")
-        try:
-            _kill_agent_once_past_mpi_init(cluster, disks[1], run)
-            out, _ = run.communicate(timeout=120)
-        finally:
-            if run.poll() is None:
-                run.kill()
-                run.wait()
-        assert run.returncode == 0, out
-        victim = cluster.nodes[1].host
-        copied = tmp_path / "node1-part"
-        shutil.copytree(next(disks[1].glob(".store.*")), copied)
+    copied = tmp_path / "node1-part"
+    out, victim = _run_with_node1_agent_killed(local, tmp_path / "job.py", copied, seconds="2")
     store = TraceStore.open(local / "store")
     assert store.ranks == [0] and list(store.run["missing_nodes"]) == [victim], out
     notes = store.manifest["notes"]
@@ -172,19 +160,8 @@ def test_the_job_s_workload_entry_survives_the_merge_of_a_node_s_part(tmp_path, 
     local.mkdir()
     job = ["-m", "ddltrace.collectors.workloads.ps_sgd", "--out", str(truth), "--samples", "2048", "--batch", "64",
            "--hidden", "10", "--epochs", "1", "--compute", "emulated", "--sample-time", "0.001"]
-    with cl.Cluster(2) as cluster:
-        disks = cluster.local_disk(local)
-        run = _run_with_local_out(cluster, local, job, ppn=1)
-        try:
-            _kill_agent_once_past_mpi_init(cluster, disks[1], run)
-            out, _ = run.communicate(timeout=120)
-        finally:
-            if run.poll() is None:
-                run.kill()
-                run.wait()
-        assert run.returncode == 0, out
-        copied = tmp_path / "node1-part"
-        shutil.copytree(next(disks[1].glob(".store.*")), copied)
+    copied = tmp_path / "node1-part"
+    out, _ = _run_with_node1_agent_killed(local, job, copied)
     config = json.loads((truth / "ground_truth.json").read_text())["config"]
     assert (config["workers"], config["server_rank"]) == (1, 0)
     store = TraceStore.open(local / "store")
@@ -198,6 +175,25 @@ def test_the_job_s_workload_entry_survives_the_merge_of_a_node_s_part(tmp_path, 
     assert sum(n.startswith("ps-sgd workload") for n in joined.manifest["notes"]) == 1, joined.manifest["notes"]
     run = analyze_store(joined)
     assert (run.workers, run.server_ranks, run.worker_ranks, run.workers_inferred) == (1, [0], [1], None)
+
+
+def _run_with_node1_agent_killed(local: Path, job: Path | list[str], copied: Path, **job_args) -> tuple[str, str]:
+    """``job`` on a 2-node cluster, one rank a node, writing to ``local`` on each node's disk, node 1's agent
+    SIGKILLed once its rank is past MPI_Init; the run must still succeed. Node 1's part (left on its disk) is copied
+    to ``copied``. Returns the run's output and node 1's host name."""
+    with cl.Cluster(2) as cluster:
+        disks = cluster.local_disk(local)
+        run = _run_with_local_out(cluster, local, job, ppn=1, **job_args)
+        try:
+            _kill_agent_once_past_mpi_init(cluster, disks[1], run)
+            out, _ = run.communicate(timeout=120)
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+        assert run.returncode == 0, out
+        shutil.copytree(next(disks[1].glob(".store.*")), copied)
+        return out, cluster.nodes[1].host
 
 
 def _kill_agent_once_past_mpi_init(cluster: cl.Cluster, disk: Path, run: subprocess.Popen) -> None:
