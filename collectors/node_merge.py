@@ -12,7 +12,6 @@ the PMPI ping-pong)."""
 from __future__ import annotations
 
 import io
-import os
 import re
 import shlex
 import shutil
@@ -23,6 +22,7 @@ from ddltrace.collectors import record_sets
 from ddltrace.collectors.launcher import NODES, no_record_note, recover_store
 from ddltrace.errors import DdltraceError
 from ddltrace.store import TraceStore, merge_stores
+from ddltrace.workload_entry import relocated
 
 _UNFILED = re.compile(r"^ranks \[([\d, ]*)\]:? (?:of \d+ )?(?:wrote no|no) (?:record file|framework profile)")
 _CLOCK_BY_RANK = ("offsets_ns", "uncertainty_ns", "finalize_offsets_ns", "finalize_uncertainty_ns", "drift_ppm")
@@ -117,11 +117,7 @@ def _workload(store: TraceStore, part_store: TraceStore, out: Path) -> dict | No
     for source in (store, part_store):
         entry = source.manifest.get("workload")
         if isinstance(entry, dict):
-            entry = dict(entry)
-            if isinstance(entry.get("ground_truth"), str):
-                truth = (source.path / entry["ground_truth"]).resolve()
-                entry["ground_truth"] = os.path.relpath(truth, out.resolve())
-            return entry
+            return relocated(entry, source.path, out)
     return None
 
 

@@ -57,6 +57,7 @@ from ddltrace.arrow_timeline import (
 )
 from ddltrace.errors import DamagedStoreWarning, SchemaError, StoreError
 from ddltrace.outputs import DISK_REFUSED, os_errno, refused
+from ddltrace.workload_entry import merged_workload
 
 if TYPE_CHECKING:  # pandas is imported where a DataFrame is read or given: writing an Arrow table needs none
     import pandas as pd
@@ -1067,7 +1068,9 @@ def merge_stores(first: TraceStore, second: TraceStore, out: str | os.PathLike, 
     """Merge two stores of one job into a new store at ``out``.
 
     Ranks present in both are an error unless ``renumber``, which shifts the second store's ranks past
-    the first's. Run metadata of the first wins; both sources are recorded in the manifest. ``amend(store)``
+    the first's. Run metadata of the first wins; both sources are recorded in the manifest. The job's ``workload``
+    entry is kept where both carry the same one (ddltrace/workload_entry.py), else a note says why there is none
+    (the merged store's only note: the sources' notes are not kept). ``amend(store)``
     may change the merged store's manifest before it is written and the store published, so that no reader ever
     sees the store without it.
     """
@@ -1104,6 +1107,12 @@ def _merge_into(first: TraceStore, second: TraceStore, out: Path, offset: int,
                                                 "timeline_file", "rows")})
             if _MACHINE in source.counter_ranks:
                 merged.add_counters(source.counters([_MACHINE]), save=False)
+        workload, why = merged_workload((first.path, first.manifest.get("workload")),
+                                        (second.path, second.manifest.get("workload")), out)
+        if workload is not None:
+            merged.manifest["workload"] = workload
+        if why is not None:
+            merged.manifest["notes"].append(why)
         if amend is not None:
             amend(merged)
         merged.save_manifest()

@@ -4,6 +4,7 @@ store's notes and ``run.missing_nodes`` name the node and the folder), or merge 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from ddltrace.errors import DdltraceError
@@ -35,6 +36,8 @@ def run(args) -> int:
         raise DdltraceError(f"{out.parent}: no such folder for the merged store")
     if (part / "manifest.json").exists():
         merged = merge_stores(TraceStore.open(args.store), TraceStore.open(part), out)
+        for note in merged.manifest["notes"]:  # the merge's own (the stores' are not kept): why no workload entry
+            print(f"ddltrace: note: {note}", file=sys.stderr)
     else:
         from ddltrace.collectors.node_merge import join_part
 
