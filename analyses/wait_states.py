@@ -6,7 +6,7 @@ Each pattern is time a rank spends blocked inside an MPI call because another ra
 ================== =========================================================================================
 pattern            time (charged to the waiting rank)
 ================== =========================================================================================
-late_sender        blocking receive (MPI_Recv/Mrecv, or the MPI_Wait* completing an Irecv) entered before the
+late_sender        blocking receive (MPI_Recv/Mrecv, or the MPI_Wait* completing an Irecv/Imrecv) entered before the
                    matching send: ``min(enter(send), leave(recv)) - enter(recv)``; for a Wait* completing
                    several receives only the latest sender counts. A blocking MPI_Probe or MPI_Mprobe that
                    returned a message waits for that message's send the same way:
@@ -29,7 +29,8 @@ completion on its rank, after it, that carries its ``request`` handle (a Waitall
 same enter and leave, one per request, is one call). A probe is matched to the message that the first
 receive on its rank after it with the same communicator, source and tag takes (MPI's rule: a probe returns the
 message such a receive would take); an MPI_Mrecv, which records no communicator, takes that of the latest
-MPI_Mprobe / MPI_Improbe before it on its rank with its message handle. Collectives are matched by their order on
+MPI_Mprobe / MPI_Improbe before it on its rank with its message handle (an MPI_Imrecv's row already carries that
+probe's communicator, source and tag: the PMPI reader gives them). Collectives are matched by their order on
 each communicator: the k-th collective call of every rank on communicator c is one instance; ``peer`` is the root of
 rooted ones.
 Names ending in ``_c`` (MPI-4 large count) count as their base name.

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from ddltrace.analyses.wait_exchange import WaitStateExchange, summarise_states
-from ddltrace.analyses.wait_states import PATTERNS, mpi_calls, summarize, wait_states
+from ddltrace.analyses.wait_states import PATTERNS, completions, mpi_calls, summarize, wait_states
 from ddltrace.cli import main
 from ddltrace.collectors.launcher import RunConfig, run_job
 from ddltrace.collectors.mpi_env import find_tool
@@ -249,6 +249,10 @@ def test_nothing_to_match_gives_an_empty_table(rows):
 # Then three objects 0.05 s late through mpi4py's pickle API: comm.recv() is MPI_Mprobe, where it waits, and
 # MPI_Mrecv of the probed message, which records no communicator. Neither counted (the probe was not kept, the
 # receive matched no send): 0 of rank 1's 0.15 s.
+# Then the nonblocking receive of a probed message, MPI_Imrecv, whose MPI_Wait completes it: a buffer sent 0.1 s late
+# to an MPI_Mprobe (where rank 1 waits: logged apart), and a synchronous send that rank 1 takes 0.05 s late with
+# MPI_Improbe. The wrapper recorded neither the message handle nor the source of an Imrecv: both stayed unmatched,
+# the Mprobe's 0.1 s and the Ssend's Late Receiver uncounted.
 LATE_SENDER_JOB = """
 import json, sys, time
 import numpy as np
@@ -270,28 +274,94 @@ for _ in range(3):
         t = time.perf_counter()
         comm.recv(source=0, tag=6)
         waited["MPI_Mprobe"].append(time.perf_counter() - t)
-if comm.Get_rank() == 1:
-    json.dump(waited, open(sys.argv[1], "w"))
+if comm.Get_rank() == 0:
+    time.sleep(0.1)
+    comm.Send(buf, dest=1, tag=7)
+    comm.Ssend(buf, dest=1, tag=8)
+else:
+    t = time.perf_counter()
+    message = comm.Mprobe(source=0, tag=7)
+    imrecv_mprobe = time.perf_counter() - t
+    message.Irecv(buf).Wait()
+    time.sleep(0.05)
+    while (message := comm.Improbe(source=0, tag=8)) is None:
+        time.sleep(0.001)
+    message.Irecv(buf).Wait()
+    json.dump({**waited, "imrecv_mprobe": [imrecv_mprobe]}, open(sys.argv[1], "w"))
 """
 
 
-@pytest.mark.skipif(find_tool("mpiexec") is None, reason="no mpiexec beside this Python")
-def test_a_late_sender_to_an_irecv_is_found_in_a_real_mpich_job(tmp_path, capsys):
+@pytest.fixture(scope="module")
+def late_sender_run(tmp_path_factory):
+    """The store of :data:`LATE_SENDER_JOB` run with the PMPI collector, and rank 1's waits it logged (ns)."""
+    tmp_path = tmp_path_factory.mktemp("late_sender")
     (tmp_path / "job.py").write_text(LATE_SENDER_JOB)
     result = run_job(RunConfig(argv=[sys.executable, str(tmp_path / "job.py"), str(tmp_path / "waited.json")], np=2,
                                out=tmp_path / "store", stream=io.StringIO()))
     assert result.exit_code == 0
     waited_ns = {name: sum(times) * 1e9 for name, times in json.loads((tmp_path / "waited.json").read_text()).items()}
-    assert main(["analyze", str(tmp_path / "store"), "--json"]) == 0
+    return tmp_path / "store", waited_ns
+
+
+@pytest.mark.skipif(find_tool("mpiexec") is None, reason="no mpiexec beside this Python")
+def test_a_late_sender_to_an_irecv_is_found_in_a_real_mpich_job(late_sender_run, capsys):
+    store, waited_ns = late_sender_run
+    assert main(["analyze", str(store), "--json"]) == 0
     by_rank = {row["rank"]: row for row in json.loads(capsys.readouterr().out)["stores"][0]["wait_states_ns"]}
     assert by_rank[0]["late_sender"] == 0
-    calls = mpi_calls(TraceStore.open(tmp_path / "store").timeline())
+    calls = mpi_calls(TraceStore.open(store).timeline())
     late = only(wait_states(calls), "late_sender")
-    assert late["name"].value_counts().to_dict() == {"MPI_Wait": 3, "MPI_Mprobe": 3}
+    assert late["name"].value_counts().to_dict() == {"MPI_Wait": 3, "MPI_Mprobe": 4}  # the 4th: the Imrecv's
     assert by_rank[1]["late_sender"] == late["time_ns"].sum()
     # rank 1 waited about 0.1 s (0.05 s) per message for rank 0 to send: most of its measured wait is Late Sender
-    for name, waited in waited_ns.items():
+    waited_ns = {**waited_ns, "MPI_Mprobe": waited_ns["MPI_Mprobe"] + waited_ns["imrecv_mprobe"]}
+    for name in ("MPI_Wait", "MPI_Mprobe"):
+        waited = waited_ns[name]
         assert waited / 2 < late.query("name == @name")["time_ns"].sum() <= waited, (name, late, waited)
+
+
+@pytest.mark.skipif(find_tool("mpiexec") is None, reason="no mpiexec beside this Python")
+def test_an_imrecv_takes_its_probes_envelope_and_its_wait_in_a_real_mpich_job(late_sender_run):
+    """MPI_Imrecv of a message probed by MPI_Mprobe (sent 0.1 s late: rank 1 waits in the probe) and by MPI_Improbe
+    (an Ssend that rank 1 takes 0.05 s late: rank 0 waits in it). Each Imrecv row carries its probe's source, tag and
+    communicator and is completed by the MPI_Wait after it; the probe's Late Sender and the Ssend's Late Receiver are
+    those of the store's own rows: ``min(enter(send), leave(probe)) - enter(probe)``,
+    ``min(enter(Imrecv), leave(Ssend)) - enter(Ssend)`` (ns)."""
+    store, waited_ns = late_sender_run
+    timeline = TraceStore.open(store).timeline()
+    rows = timeline.assign(name=timeline["name"].astype(str).str.removesuffix("_c"),
+                           end_ns=timeline["start_ns"] + timeline["dur_ns"])
+
+    def one(rank, name, tag):
+        found = rows[(rows["rank"] == rank) & (rows["name"] == name) & (rows["tag"] == tag)]
+        assert len(found) == 1, (rank, name, tag, found)
+        return found.iloc[0]
+
+    probe, send = one(1, "MPI_Mprobe", 7), one(0, "MPI_Send", 7)
+    improbe = rows[(rows["rank"] == 1) & (rows["name"] == "MPI_Improbe") & rows["request"].notna()].iloc[0]
+    imrecv = rows[rows["name"] == "MPI_Imrecv"].sort_values("start_ns")
+    envelope = imrecv[["peer", "tag", "comm"]].astype("Int64").fillna(-1).values.tolist()
+    assert envelope == [[0, 7, probe["comm"]], [0, 8, improbe["comm"]]] and improbe["tag"] == 8
+    late_sender = min(send["start_ns"], probe["end_ns"]) - probe["start_ns"]
+    ssend, taken = one(0, "MPI_Ssend", 8), imrecv.iloc[1]
+    late_receiver = min(taken["start_ns"], ssend["end_ns"]) - ssend["start_ns"]
+    assert waited_ns["imrecv_mprobe"] / 2 < late_sender <= waited_ns["imrecv_mprobe"] and late_receiver > 0
+
+    calls = mpi_calls(timeline)
+    states = wait_states(calls)
+    at_probe = only(states, "late_sender").query("enter_ns == @probe.start_ns")
+    assert at_probe[["rank", "peer", "name", "time_ns"]].values.tolist() == [[1, 0, "MPI_Mprobe", late_sender]]
+    at_ssend = only(states, "late_receiver").query("enter_ns == @ssend.start_ns")
+    assert at_ssend[["rank", "peer", "name", "time_ns"]].values.tolist() == [[0, 1, "MPI_Ssend", late_receiver]]
+    # each Imrecv's request is completed by the MPI_Wait right after it; the message had arrived (its probe had
+    # returned it), so that Wait is no Late Sender
+    posts = calls.index[calls["name"] == "MPI_Imrecv"]
+    done = completions(calls).reindex(posts)
+    waits = rows[(rows["rank"] == 1) & (rows["name"] == "MPI_Wait")]
+    after = [waits[waits["start_ns"] >= start]["start_ns"].min() for start in imrecv["start_ns"]]
+    assert sorted(done["w_enter"].tolist()) == after and set(done["w_name"]) == {"MPI_Wait"}
+    assert not only(states, "late_sender")["enter_ns"].isin(after).any()
+
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 

@@ -157,7 +157,7 @@ def to_timeline(rr: RankRecords, *, end_ns: int | None = None, align: bool = Tru
     A call still open when the rank died lasts until ``end_ns`` (local ns; default: its own start).
     ``align`` puts times on rank 0's clock.
     """
-    rec = rr.records
+    rec = _imrecv_envelopes(rr.records)
     t0 = rec["t0"].astype(np.int64)
     t1 = rec["t1"].astype(np.int64)
     open_ = t1 == 0
@@ -193,6 +193,30 @@ def to_timeline(rr: RankRecords, *, end_ns: int | None = None, align: bool = Tru
         frame["dur_ns"] = np.maximum(end + rr.offset_at(end) - start, 0)
     frame = frame.sort_values("start_ns", kind="stable").reset_index(drop=True)
     return make_timeline(frame)
+
+
+def _imrecv_envelopes(rec: np.ndarray) -> np.ndarray:
+    """``rec`` with each MPI_Imrecv given the source (``peer``), ``tag`` and ``comm`` of the matched probe (MPI_Mprobe,
+    or an MPI_Improbe that found a message) whose message it receives: the latest one entered before it on the rank
+    with its message handle (MPICH reuses handles). The wrapper records that handle in ``aux``, read before the call
+    sets it to MPI_MESSAGE_NULL (files written before it did have none there: their Imrecv rows keep no source); its
+    ``request`` is the one its MPI_Wait*/Test* completes, so the row reads as an MPI_Irecv of the probed envelope."""
+    fn_names = names()
+    posts = np.flatnonzero(np.isin(rec["fn"], [fn_names.index(n) + 1 for n in ("MPI_Imrecv", "MPI_Imrecv_c")])
+                           & (rec["aux"] != NA64))
+    probes = np.flatnonzero(np.isin(rec["fn"], [fn_names.index(n) + 1 for n in ("MPI_Mprobe", "MPI_Improbe")])
+                            & (rec["request"] != NA64))
+    if not len(posts) or not len(probes):
+        return rec
+    left = pd.DataFrame({"handle": rec["aux"][posts], "t0": rec["t0"][posts], "row": posts}).sort_values("t0")
+    right = pd.DataFrame({"handle": rec["request"][probes], "t0": rec["t0"][probes],
+                          "probe": probes}).sort_values("t0")
+    found = pd.merge_asof(left, right, on="t0", by="handle", direction="backward").dropna(subset=["probe"])
+    rows, probe = found["row"].to_numpy(np.int64), found["probe"].to_numpy(np.int64)
+    rec = rec.copy()
+    for column in ("peer", "tag", "comm"):
+        rec[column][rows] = rec[column][probe]
+    return rec
 
 
 def _nullable(values: np.ndarray, missing: np.ndarray, dtype: str) -> pd.arrays.IntegerArray:

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 class Wrapper:
     """One intercepted MPI function.
 
-    ``bytes``, ``peer``, ``tag``, ``comm``, ``request``, ``aux``: C expressions (after the call) for the record.
+    ``bytes``, ``peer``, ``tag``, ``comm``, ``request``, ``aux``: C expressions (after the call) for the record;
+    ``aux`` is the request count of Waitall/Testall/..., the message handle of MPI_Imrecv.
     ``pre``: C statements run before the call. ``status``: name of an ``MPI_Status *`` parameter to capture
     (a local status replaces MPI_STATUS_IGNORE so that source, tag and size are known). ``flag``: name of the
     ``int *`` set by Test*/Iprobe; a true flag marks the record completed. ``large``: has a ``_c`` twin.
@@ -110,9 +111,11 @@ WRAPPERS: tuple[Wrapper, ...] = (
             bytes="ret == MPI_SUCCESS ? ddlt_status_bytes(status, datatype) : -1",
             peer="ret == MPI_SUCCESS ? status->MPI_SOURCE : DDLT_NA32",
             tag="ret == MPI_SUCCESS ? status->MPI_TAG : DDLT_NA32", request="ddlt_msg"),
+    # the message handle read before the call (it sets *message to MPI_MESSAGE_NULL) goes to aux: records.py gives
+    # the row the communicator, source and tag of the probe that returned that handle
     Wrapper("MPI_Imrecv", "void *buf, COUNT count, MPI_Datatype datatype, MPI_Message *message, "
             "MPI_Request *request", "comm", large=True, comm=None, bytes="ddlt_type_bytes(count, datatype)",
-            request=_REQ_POST),
+            pre="int64_t ddlt_msg = DDLT_H(*message);", request=_REQ_POST, aux="ddlt_msg"),
     # completion
     Wrapper("MPI_Wait", "MPI_Request *request, MPI_Status *status", "wait", comm=None,
             pre="int64_t ddlt_rq = DDLT_H(*request);", request="ddlt_rq"),
