@@ -15,7 +15,7 @@ from ddltrace.collectors.mpi_env import find_tool, mpiexec_command
 from ddltrace.collectors.pmpi import build_wrapper, read_records, to_timeline
 from ddltrace.collectors.pmpi.build import exported_pmpi, mpi_library
 from ddltrace.collectors.pmpi.generate import generate
-from ddltrace.collectors.pmpi.records import ticks_to_ns
+from ddltrace.collectors.pmpi.records import RECORD_DTYPE, RankRecords, ticks_to_ns
 from ddltrace.collectors.pmpi.table import WRAPPERS, names
 from ddltrace.errors import DdltraceError
 
@@ -156,6 +156,34 @@ def test_ticks_convert_through_calibration_pairs_and_beyond():
     got = ticks_to_ns(np.array([1000, 2000, 3000, 4000, 5000, 7000, 0]), pairs)
     rate = 3000 / 4000  # first to last pair
     assert list(got) == [5_000, 5_500, 6_000, 7_000, 8_000, 8_000 + round(2000 * rate), 5_000 - round(1000 * rate)]
+
+
+def test_an_imrecv_takes_the_envelope_of_the_latest_probe_of_its_message_handle():
+    """Hand-built records of one rank (MPICH reuses handles, so two probes share one): each MPI_Imrecv row gets the
+    source, tag and communicator of the latest MPI_Mprobe / MPI_Improbe that returned the handle in its ``aux``; an
+    Improbe that found nothing (no handle) is passed over; an Imrecv with no handle (a file written before the
+    wrapper recorded it) keeps none. The Imrecv's own request stays."""
+    ids = {name: i + 1 for i, name in enumerate(names()) if name}
+    na32, na64, handle = -(2**31), -(2**63), -1409286144
+
+    def rec(name, t0, peer=na32, tag=na32, comm=na64, request=na64, aux=na64):
+        return (ids[name], 0, 7, peer, tag, t0, t0 + 5, 8, comm, request, aux)
+
+    records = np.array([
+        rec("MPI_Mprobe", 10, peer=0, tag=6, comm=11, request=handle),
+        rec("MPI_Mprobe", 20, peer=2, tag=7, comm=12, request=handle),
+        rec("MPI_Improbe", 30, tag=9, comm=13),
+        rec("MPI_Imrecv_c", 40, request=99, aux=handle),
+        rec("MPI_Improbe", 50, peer=3, tag=8, comm=14, request=handle),
+        rec("MPI_Imrecv", 60, request=98, aux=handle),
+        rec("MPI_Imrecv_c", 70, request=97),
+    ], dtype=RECORD_DTYPE)
+    rr = RankRecords(path=Path("rank-00001.pmpi"), rank=1, world_size=4, pid=1, state=3, main_tid=7, host="h",
+                     library="MPICH", test_offset_ns=0, syncs=[], records=records)
+    t = to_timeline(rr, align=False)
+    imrecv = t[t["name"].str.startswith("MPI_Imrecv")]
+    got = imrecv[["peer", "tag", "comm", "request"]].astype("Int64").fillna(-1).values.tolist()
+    assert got == [[2, 7, 12, 99], [3, 8, 14, 98], [-1, -1, -1, 97]]
 
 
 @needs_mpi
