@@ -80,13 +80,27 @@ def torch_rates(device: int = 0, quick: bool = True) -> tuple[dict, str]:
     rates["h2d_bytes_per_s"] = {"value": nbytes / t, "values": [nbytes / x for x in ts]}
     t, ts = timed(lambda: host.copy_(gpu, non_blocking=True))
     rates["d2h_bytes_per_s"] = {"value": nbytes / t, "values": [nbytes / x for x in ts]}
-    n = 4096 if quick else 8192
-    for name, dtype in (("f32", torch.float32), ("tf32", torch.float32), ("f16", torch.float16),
-                        ("bf16", torch.bfloat16), ("f64", torch.float64)):
-        torch.backends.cuda.matmul.allow_tf32 = name == "tf32"
-        a = torch.randn(n, n, device=dev, dtype=dtype)
-        b = torch.randn(n, n, device=dev, dtype=dtype)
-        t, ts = timed(lambda a=a, b=b: a @ b)
-        rates[f"gemm_{name}_muladd_per_s"] = {"value": n**3 / t, "values": [n**3 / x for x in ts]}
-    torch.backends.cuda.matmul.allow_tf32 = False
+    rates.update(gemm_rates(timed, dev, 4096 if quick else 8192))
     return rates, ""
+
+
+def gemm_rates(timed, dev, n: int) -> dict:
+    """GEMM rate (multiply-adds/s) of two random ``n`` x ``n`` matrices on ``dev`` per dtype (f32, tf32, f16, bf16,
+    f64), ``timed(fn)`` giving (median seconds, every run's seconds) of ``fn``. TF32 is allowed
+    (``torch.backends.cuda.matmul.allow_tf32``) for the tf32 GEMM alone; the flag is set back to the value it had
+    (the user's), also when a timing raises."""
+    import torch
+
+    found = torch.backends.cuda.matmul.allow_tf32
+    rates = {}
+    try:
+        for name, dtype in (("f32", torch.float32), ("tf32", torch.float32), ("f16", torch.float16),
+                            ("bf16", torch.bfloat16), ("f64", torch.float64)):
+            torch.backends.cuda.matmul.allow_tf32 = name == "tf32"
+            a = torch.randn(n, n, device=dev, dtype=dtype)
+            b = torch.randn(n, n, device=dev, dtype=dtype)
+            t, ts = timed(lambda a=a, b=b: a @ b)
+            rates[f"gemm_{name}_muladd_per_s"] = {"value": n**3 / t, "values": [n**3 / x for x in ts]}
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = found
+    return rates
