@@ -31,11 +31,11 @@ def relocated(entry: dict, store: Path, out: Path) -> dict:
     return dict(entry) if truth is None else {**entry, "ground_truth": os.path.relpath(truth, out.resolve())}
 
 
-def merged_workload(first: tuple[Path, Any], second: tuple[Path, Any], out: Path) -> tuple[dict | None, str | None]:
+def merged_workload(first: tuple[Path, Any], second: tuple[Path, Any], out: Path) -> tuple[Any, str | None]:
     """The ``workload`` entry of the store at ``out`` merged from two stores, each given as (its folder, its
     manifest's entry or None): the entry both carry (their ground truths' paths compared as the files they name),
-    relocated to ``out``; else None, with the note saying why (the stores named, and the fields that differ), or
-    with no note where neither store has an entry."""
+    relocated to ``out`` (one that is not a mapping kept as it is, for the analyses to name); else None, with the
+    note saying why (the stores named, and the fields that differ), or with no note where neither store has one."""
     (a, entry_a), (b, entry_b) = first, second
     if entry_a is None and entry_b is None:
         return None, None
@@ -46,7 +46,7 @@ def merged_workload(first: tuple[Path, Any], second: tuple[Path, Any], out: Path
     located = [_located(entry, store) for entry, store in ((entry_a, a), (entry_b, b))]
     fields = _differing(*located)
     if not fields:
-        return relocated(entry_a, a, out), None
+        return (relocated(entry_a, a, out) if isinstance(entry_a, dict) else entry_a), None
     return None, (f"no workload entry (the job's configuration): those of {a} and {b} differ in "
                   f"{', '.join(fields)} (not one run); the merged store keeps neither")
 

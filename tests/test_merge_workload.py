@@ -93,3 +93,15 @@ def test_stores_of_different_runs_or_without_the_entry_keep_none_and_say_why(par
         assert "workload" not in merged.manifest and merged.manifest["notes"] == [note]
         assert merged.ranks == [0, 1, 2, 3, 4]
         assert analyze_store(merged).workers_inferred is not None
+
+
+def test_an_entry_that_is_not_a_table_is_compared_whole(tmp_path):
+    """A damaged entry (not a table: the analyses name it and leave it out) is kept where both stores carry the same
+    one, and named as the field that differs where only one does, not a traceback."""
+    from ddltrace.workload_entry import merged_workload
+
+    a, b, out = tmp_path / "a", tmp_path / "b", tmp_path / "ab"
+    assert merged_workload((a, "w=4"), (b, "w=4"), out) == ("w=4", None)
+    entry, why = merged_workload((a, "w=4"), (b, {"job": "ps-sgd"}), out)
+    assert entry is None and why.endswith(f"those of {a} and {b} differ in workload (not one run); the merged store "
+                                          "keeps neither")
