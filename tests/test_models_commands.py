@@ -261,3 +261,18 @@ def test_a_best_count_past_the_knee_on_b_says_the_phase_still_falls(tmp_path, ca
     assert main(predict) == 0
     text = capsys.readouterr().out
     assert f"past the knee on B (w* = {knee:.3g})" in text and f"at w = {first}" in text and f"at w = {best}" in text
+
+
+def test_optimize_refuses_a_what_if_without_bandwidth_or_with_no_whole_cores(series, capsys):
+    """--what-if C_nbw=0 (or 0x) divided every weight read by zero (a ZeroDivisionError traceback, exit 1);
+    cores=0 and cores=2.5 ran as 0 and 2 cores unsaid. Each is one line naming the what-if, exit 2."""
+    profile = str(series / "profile.json")
+    for change, said in (("C_nbw=0", "C_nbw must stay above 0"), ("C_nbw=0x", "C_nbw must stay above 0"),
+                         ("cores=0", "whole number >= 1"), ("cores=2.5", "whole number >= 1")):
+        assert main(["optimize", "--dnn", "mnist-adam", "--profile", profile, "--machines", "6", "--max-workers",
+                     "2", "--what-if", change]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"--what-if {change}" in err[0] and said in err[0]
+    assert main(["optimize", "--dnn", "mnist-adam", "--profile", profile, "--machines", "6", "--max-workers", "2",
+                 "--what-if", "cores=2", "--json"]) == 0
+    assert {r["H"] for r in json.loads(capsys.readouterr().out)["ranked"]} <= {1, 2}

@@ -91,11 +91,18 @@ def _hardware(path: str, what_if: list[str]):
     raw = load_json(path, "hardware profile")
     hw = yan.Hardware.from_profile(profile_constants(raw, path), path)
     if what_if:
+        changes = parse_what_if(what_if)
+        cores = changes.get("cores")
+        if cores is not None and cores[0] == "set" and not (cores[1] >= 1 and float(cores[1]).is_integer()):
+            raise DdltraceError(f"--what-if cores={cores[1]:g}: the cores per machine must be a whole number >= 1")
         try:
-            hw = hw.scaled(parse_what_if(what_if))
+            hw = hw.scaled(changes)
         except KeyError as exc:
             raise DdltraceError(f"--what-if: {exc.args[0]!r} cannot change: use one of "
                                 f"{', '.join(yan.Hardware.__dataclass_fields__)} (cores only with cores=N)") from None
+        if not hw.C_nbw > 0:  # every weight read and activation divides by it
+            raise DdltraceError(f"--what-if {' '.join(w for w in what_if if w.strip().startswith('C_nbw'))}: the "
+                                "network bandwidth C_nbw must stay above 0 bytes/s")
     return hw, raw
 
 
