@@ -135,7 +135,10 @@ def format_version_problem(version: Any) -> str | None:
 
 def check_profile_format(profile: Mapping[str, Any], source: str) -> None:
     """Refuse a profile that says it is something else, or a later version of the format than this ddltrace
-    reads; a hand-written profile that names no format is read as it is."""
+    reads; a hand-written profile that names no format is read as it is, but not a fitted model."""
+    if profile.get("model") == "hashemi-asgd":  # model fit's output has "constants" too, in other units
+        raise DdltraceError(f"{source}: a fitted model ('ddltrace model fit --out'), not a hardware profile (written "
+                            "by 'ddltrace calibrate')")
     if "format" in profile and profile["format"] != PROFILE_FORMAT:
         raise DdltraceError(f"{source}: format is {profile['format']!r}, not a hardware profile ({PROFILE_FORMAT!r}, "
                             "written by 'ddltrace calibrate')")
