@@ -402,3 +402,17 @@ def test_superlinear_efficiency_stays_in_the_figure():
     line = fig.axes[0].lines[0]
     assert list(line.get_ydata()) == pytest.approx([100, 113.3, 88.9, 64.1], abs=0.1)
     assert fig.axes[0].get_ylim()[1] > 113.3
+
+
+@pytest.mark.parametrize("text", ['{"traceEvents": [', '{"traceEvents": []}'])
+def test_a_trace_with_no_event_is_one_line_and_no_report(tmp_path, capsys, text):
+    """A trace cut before its first event (or holding none) imports as one rank of no events: the report was written
+    all the same, exit 0, its verdict 'the largest share of time is compute (0.0 %)' over a '0-worker run'."""
+    trace = tmp_path / "cut.json"
+    trace.write_text(text)
+    out = tmp_path / "r"
+    assert main(["report", str(trace), "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"ddltrace: error: {trace}: no rank holds a usable timeline ({trace}: rank 0 holds no events); "
+                   "nothing to report"]
+    assert not out.exists() and not list(tmp_path.glob(".r.*"))
