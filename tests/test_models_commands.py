@@ -297,3 +297,33 @@ def test_a_fitted_model_given_as_a_hardware_profile_is_named_as_such(series, tmp
         err = capsys.readouterr().err.strip().splitlines()
         assert err == [f"ddltrace: error: {model}: a fitted model ('ddltrace model fit --out'), not a hardware "
                        "profile (written by 'ddltrace calibrate')"], args
+
+
+def test_a_profile_lacking_sections_is_said_in_the_fit_and_an_empty_one_refused(series, tmp_path, capsys):
+    """A profile from 'calibrate --only disk' (r_d alone, as sample_traces/ps-sgd-disk/A-disk.json) held r_m, w_m,
+    r_net and lat_net at 0 without a word: the fit's table does not list a constant at 0, so the model's memory and
+    network terms were silently zero. The fit now says which sections the profile lacks; a profile holding nothing
+    the fit holds or keeps ({}) is refused, exit 2, where it was fitted as if absent."""
+    stores = [str(series / f"run-b64-w{w}") for w in (1, 2, 4)]
+    disk = tmp_path / "A-disk.json"
+    disk.write_text(json.dumps({"format": "ddltrace-hardware-profile",
+                                "constants": {"r_d": {"value": 1.6e-10, "unit": "s/B", "uncertainty": 1e-12}}}))
+    assert main(["model", "fit", *stores, "--dnn", "mlp-2-10k-2", "--profile", str(disk), "--json"]) == 0
+    model = json.loads(capsys.readouterr().out)
+    said = (f"{disk} has no r_m, w_m (calibrate's mem section), r_net, lat_net (calibrate's net section): held at 0, "
+            "so the model's memory and network terms are zero")
+    assert said in model["notes"] and all(model["constants"][k]["value"] == 0 for k in ("r_m", "w_m", "r_net"))
+    assert main(["model", "fit", *stores, "--dnn", "mlp-2-10k-2", "--profile", str(disk)]) == 0
+    assert f"  - {said}" in capsys.readouterr().out
+    net_only = tmp_path / "net.json"
+    net_only.write_text(json.dumps({"constants": {"r_net": {"value": 1e-9}, "lat_net": {"value": 5e-5}}}))
+    assert main(["model", "fit", *stores, "--dnn", "mlp-2-10k-2", "--profile", str(net_only), "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert (f"{net_only} has no r_m, w_m (calibrate's mem section): held at 0, so the model's memory term is zero"
+            in notes)
+    assert main(["model", "fit", *stores, "--profile", str(series / "profile.json"), "--json"]) == 0
+    assert not [n for n in json.loads(capsys.readouterr().out)["notes"] if "held at 0, so" in n]
+    (tmp_path / "empty.json").write_text("{}")
+    assert main(["model", "fit", *stores, "--profile", str(tmp_path / "empty.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "empty.json: the hardware profile holds none of what the fit holds" in err[0]

@@ -31,6 +31,10 @@ if TYPE_CHECKING:  # pandas and the model are imported where used: the CLI start
 #: ``--storage``'s choices: models/hashemi.py's STORAGE_KINDS, named here so that the CLI starts without numpy
 #: (tests/test_cli_startup.py checks that the two agree).
 STORAGE_KINDS = ("shared", "local", "partitioned")
+#: The profile's constants the fit holds, by the calibrate section that measures them, and the model's term each
+#: section feeds (r_d, the disk section, is fitted to the initialisations where the profile has none).
+PROFILE_SECTIONS = {"mem": ("r_m", "w_m"), "net": ("r_net", "lat_net")}
+TERM_OF = {"mem": "memory", "net": "network"}
 
 
 def register(subparsers) -> None:
@@ -171,6 +175,9 @@ def run_fit(args) -> int:
         raw_profile = load_json(args.profile, "hardware profile")
         constants = profile_constants(raw_profile, args.profile)
         profile = {k: v for k, v in constants.items() if k in PROFILE_CONSTANTS and isinstance(v, float)}
+        if not profile and "C_muladd" not in constants:
+            raise DdltraceError(f"{args.profile}: the hardware profile holds none of what the fit holds or keeps "
+                                f"({', '.join(PROFILE_CONSTANTS)}, C_muladd: 'ddltrace calibrate' measures them)")
     n_w, n_f, s = args.n_w, args.n_f, args.bytes_per_value
     work = None
     if args.dnn:
@@ -194,6 +201,14 @@ def run_fit(args) -> int:
         "a": init_transfer.disk_r_d(load_json(args.disk_profile, "disk profile"), args.disk_profile)
         if args.disk_profile else None,
         "device_bytes": init_transfer.device_bytes(args.stores, args.storage)}
+    lacking = {section: [k for k in names if k not in profile] for section, names in PROFILE_SECTIONS.items()}
+    lacking = {section: names for section, names in lacking.items() if names}
+    if args.profile and lacking:  # held at 0 unsaid, the table below would not even list them
+        model["notes"].append(f"{args.profile} has no " + ", ".join(
+            f"{', '.join(names)} (calibrate's {section} section)" for section, names in lacking.items())
+            + ": held at 0, so the model's " + " and ".join(TERM_OF[section] for section in lacking)
+            + (" term is" if len(lacking) == 1 else " terms are") + " zero")
+        fit.notes_.append(model["notes"][-1])
     if profile and not (n_w or 0) > 0:
         model["notes"].append("n_w is unknown (give --dnn or --n-w): the memory and network terms are zero")
         fit.notes_.append(model["notes"][-1])
