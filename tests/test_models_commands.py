@@ -327,3 +327,26 @@ def test_a_profile_lacking_sections_is_said_in_the_fit_and_an_empty_one_refused(
     assert main(["model", "fit", *stores, "--profile", str(tmp_path / "empty.json")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "empty.json: the hardware profile holds none of what the fit holds" in err[0]
+
+
+def test_a_what_if_factor_on_a_constant_at_0_is_refused_not_printed_as_a_change(series, tmp_path, capsys):
+    """A model fitted without a profile holds r_net at 0 (its default): docs/MODELS.md's 'model predict model.json
+    --what-if r_net=0.1x' printed a what-if column equal to the prediction, and a knee 'with r_net=0.1x', as if a
+    ten times faster network changed nothing. A factor of a constant at 0 is now one line naming it, exit 2; a value
+    still sets it."""
+    stores = [str(series / f"run-b64-w{w}") for w in (1, 2, 4, 16)]
+    bare, with_profile = tmp_path / "bare.json", tmp_path / "a.json"
+    assert main(["model", "fit", *stores, "--dnn", "mlp-2-10k-2", "--out", str(bare)]) == 0
+    assert main(["model", "fit", *stores, "--dnn", "mlp-2-10k-2", "--profile", str(series / "profile.json"),
+                 "--out", str(with_profile)]) == 0
+    capsys.readouterr()
+    assert main(["model", "predict", str(bare), "--workers", "1,4", "--what-if", "r_net=0.1x"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"ddltrace: error: --what-if r_net=0.1x: r_net is 0 in {bare} (default (0)), so a factor changes nothing; "
+        "give a value instead (r_net=VALUE, in s/B)"]
+    assert main(["model", "predict", str(bare), "--workers", "1,64", "--what-if", "r_net=1e-9", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert rows[1]["what_if_s"] > rows[1]["predicted_s"]
+    assert main(["model", "predict", str(with_profile), "--workers", "1,64", "--what-if", "r_net=0.1x", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert rows[1]["what_if_s"] < rows[1]["predicted_s"]

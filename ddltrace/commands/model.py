@@ -515,6 +515,13 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
             return (*transfer.knee_over_w(lambda w: at(w, changed=changed), wl), None)
         return _knee(model, wl, at(1, changed=changed)["constants"])
 
+    base = at(workers[0], on_b=bool(moved))["constants"]
+    for name, (how, factor) in what_if.items():
+        if how == "scale" and factor != 1 and getattr(base, name) == 0:  # a factor of 0 changes nothing
+            source_of = ((model.get("constants") or {}).get(name) or {}).get("source", "")
+            where = "on B" if moved else f"in {source}" + (f" ({source_of})" if source_of else "")
+            raise DdltraceError(f"--what-if {name}={factor:g}x: {name} is 0 {where}, so a factor changes nothing; "
+                                f"give a value instead ({name}=VALUE, in {hashemi.UNITS[name]})")
     knees = {"model": knee_on_a()}
     if moved:
         at_least = None
