@@ -169,9 +169,11 @@ def verdict(findings: list, runs: list) -> list[str]:
     main = runs[-1]
     table = main.table("all")
     table = table.loc[[r for r in main.worker_ranks if r in table.index] or list(table.index)]  # the training ranks
-    shares = {c: float(table[c].sum() / table["total_ns"].sum()) if table["total_ns"].sum() else 0.0
-              for c in ("compute", "wait", "barrier", "io", "comm")}
-    top = max(shares, key=shares.get)
+    from ddltrace.timeline import CATEGORIES
+
+    total = table["total_ns"].sum()
+    shares = {c: float(table[c].sum() / total) if total else 0.0 for c in CATEGORIES if c in table}  # every one:
+    top = max(shares, key=shares.get)  # idle or other may well be the largest (a device waiting, MPI_Init)
     if serious:
         first = serious[0]
         cost_text = f", costing about {format_ns(first.cost_ns)} ({first.cost_basis})" if first.cost_basis else ""
@@ -181,9 +183,10 @@ def verdict(findings: list, runs: list) -> list[str]:
                 f"of the {main.workers}-worker run the largest share of time is {top} "
                 f"({format_percent(shares[top])})."]
     runner_up = sorted(shares, key=shares.get)[-2]
+    then = f", then {runner_up} ({format_percent(shares[runner_up])})" if shares[runner_up] >= 0.0005 else ""
     return ["No bottleneck was found at warning level or above.",
             f"Across the workers of the {main.workers}-worker run the largest share of time is {top} "
-            f"({format_percent(shares[top])}), then {runner_up} ({format_percent(shares[runner_up])})."]
+            f"({format_percent(shares[top])}){then}."]
 
 
 def timeline_windows(run) -> dict[str, tuple[int, int]]:
