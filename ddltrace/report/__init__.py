@@ -288,8 +288,9 @@ def _run_figures(run, pixels: dict[str, dict[int, np.ndarray]], label: str) -> l
                               "Three steps in the middle of the steady state.",
                               figures.png_bytes(figures.timeline_figure(pixels["steps"], windows["steps"],
                                                                         "Steady-state steps"))))
-    pair = run.average_and_slowest(run.main_phase)
-    if len(pair) == 2:
+    measured = run.table(run.main_phase).index
+    pair = run.average_and_slowest(run.main_phase)  # one worker is its own average: no figure (nor straggler)
+    if len(pair) == 2 and sum(r in measured for r in run.worker_ranks) >= 2:
         where = "the steady state" if run.main_phase == "steady" else "the whole run"
         out.append(Figure(f"avg_slowest{label}", "Average worker beside the slowest (the most busy time)",
                           f"Time per category in {where}: the average worker and the slowest one, the worker with "
