@@ -87,6 +87,10 @@ def test_report_headline_and_not_made_section(ipm64, tmp_path, capsys):
     assert "Barrier Completion" not in verdict
     assert "## Not made from this input" in md
     assert not (tmp_path / "r" / "timeline.png").exists()  # no picture of the importer's invented layout
+    assert not (tmp_path / "r" / "trace.json").exists()  # nor a Chrome trace of it for Perfetto UI, and why not
+    plain = md.replace("\\", "")  # Markdown's escapes
+    assert "No trace.json beside this report:" in plain and "holds per-call totals, not a timeline" in plain
+    assert 'id="perfetto-open"' not in (tmp_path / "r" / "report.html").read_text()
 
 
 def test_a_timeline_with_messages_gets_every_analysis_it_holds(tmp_path):

@@ -555,7 +555,11 @@ def assemble(runs: list, findings: list, profile: str | None = None, model: str 
                                    else f"{len(runs)} runs, w = {', '.join(str(r.workers) for r in runs)}")
     events = sum(int(main.store.rank_info(r).get("events", 0) or 0) for r in main.store.ranks)
     left_out = None
-    if events > TRACE_MAX_EVENTS:
+    if not main.can("timeline_figures"):  # per-call totals: the importer's end-to-end layout is no timeline
+        left_out = (f"No {TRACE_FILE} beside this report: {main.name} holds per-call totals, not a timeline (the "
+                    "importer lays them end to end: their sums are the file's, their order and start times are "
+                    "not), so there are no events in time to zoom into.")
+    elif events > TRACE_MAX_EVENTS:
         left_out = (f"No {TRACE_FILE} beside this report: the run holds {events:,} events, more than the "
                     f"{TRACE_MAX_EVENTS:,} a Chrome trace for Perfetto UI is written for; 'ddltrace export STORE "
                     "--chrome OUT --ranks 0-3' writes a few ranks.")
