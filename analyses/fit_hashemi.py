@@ -36,7 +36,7 @@ from scipy import stats
 from scipy.optimize import least_squares
 
 from ddltrace.errors import DdltraceError
-from ddltrace.models import hashemi, transfer
+from ddltrace.models import drawn_knees, hashemi, transfer
 from ddltrace.models.hashemi import Constants, Workload
 
 FITTABLE = ("c_p", "c_b", "c_u", "t_phase_min", "kappa", "t_slice")
@@ -378,12 +378,13 @@ class HashemiFit:
                        ) -> tuple[float, float]:
         """The knee's ``confidence`` interval (workers) over the fit's uncertainty (:func:`knee_interval`): each
         draw's w* as the fit's own, Hashemi's (:func:`ddltrace.models.hashemi.knee`) or, with ``cpu_shares``, that
-        of the phases predicted at the ranks' shares (:func:`ddltrace.models.transfer.knee_over_w`)."""
+        of the phases predicted at the ranks' shares (:func:`ddltrace.models.transfer.knee_search`), all draws at
+        once (:mod:`ddltrace.models.drawn_knees`)."""
         if self.cpu_shares:
-            return knee_interval(lambda k, _: transfer.knee_search(
-                lambda w: transfer.phase_at(k, wl, w, self.machine or {}, runs), wl)[0],
-                self.constants_, covariance, self.confidence)
-        return knee_interval(lambda k, _: hashemi.knee(wl, k)[0], self.constants_, covariance, self.confidence)
+            return knee_interval(lambda drawn: drawn_knees.searched_knees(
+                lambda w: drawn_knees.phases_at(drawn, wl, w, self.machine or {}, runs), KNEE_DRAWS,
+                transfer.KNEE_MOST), self.constants_, covariance, self.confidence)
+        return knee_interval(lambda drawn: drawn_knees.knees(wl, drawn), self.constants_, covariance, self.confidence)
 
     def _leave_one_out(self, frame: pd.DataFrame, names: list[str], base: Constants, notes: list[str]) -> pd.DataFrame:
         loo = self._loo_frame(frame, names, base)
@@ -508,14 +509,12 @@ class HashemiFit:
 KNEE_DRAWS = 2000
 
 
-def knee_interval(knee_of: Callable[[Constants, int], float], k: Constants, covariance: Mapping[str, Any],
-                  confidence: float, draws: int = KNEE_DRAWS) -> tuple[float, float]:
-    """The knee's ``confidence`` interval (workers): the fitted constants named in ``covariance`` (a model's
-    ``covariance``: ``names``, ``matrix`` in their units squared, ``dof``) drawn together from Student's t with that
-    covariance and ``dof`` degrees of freedom around their values in ``k`` (as the constants' own intervals; a draw
-    below 0 at 0; a constant the runs only bound is not among them and stays at 0), ``knee_of(draw, i)`` (w* of
-    the i-th draw's constants) for each, and their central ``confidence`` share. inf where the upper end never
-    binds. The draws are the same for the same covariance (seed 0), so the fit's and a prediction's match."""
+def knee_draws(k: Constants, covariance: Mapping[str, Any], draws: int = KNEE_DRAWS) -> Constants:
+    """The fitted constants named in ``covariance`` (a model's ``covariance``: ``names``, ``matrix`` in their units
+    squared, ``dof``) drawn ``draws`` times together from Student's t with that covariance and ``dof`` degrees of
+    freedom around their values in ``k`` (as the constants' own intervals; a draw below 0 at 0; a constant the runs
+    only bound is not among them and stays at 0): ``k`` with each of them an array of its draws (the same for the
+    same covariance: seed 0, so the fit's and a prediction's match)."""
     names = list(covariance["names"])
     theta = np.array([getattr(k, name) for name in names], dtype=float)
     dof = int(covariance["dof"])
@@ -523,8 +522,16 @@ def knee_interval(knee_of: Callable[[Constants, int], float], k: Constants, cova
     normal = rng.multivariate_normal(np.zeros(len(names)), np.asarray(covariance["matrix"], dtype=float),
                                      size=draws, method="eigh")
     drawn = theta + normal * np.sqrt(dof / rng.chisquare(dof, size=draws))[:, None]
-    knees = [knee_of(replace(k, **{name: max(0.0, float(v)) for name, v in zip(names, row, strict=True)}), i)
-             for i, row in enumerate(drawn)]
+    return replace(k, **{name: np.where(drawn[:, j] > 0.0, drawn[:, j], 0.0) for j, name in enumerate(names)})
+
+
+def knee_interval(knees_of: Callable[[Constants], np.ndarray], k: Constants, covariance: Mapping[str, Any],
+                  confidence: float, draws: int = KNEE_DRAWS) -> tuple[float, float]:
+    """The knee's ``confidence`` interval (workers): ``knees_of(drawn)``, w* of each of the fitted constants'
+    draws (:func:`knee_draws`: ``drawn`` holds an array of them for each fitted constant; the functions of
+    :mod:`ddltrace.models.drawn_knees` take them all at once), and their central ``confidence`` share. inf where
+    the upper end never binds."""
+    knees = knees_of(knee_draws(k, covariance, draws))
     tail = 50.0 * (1.0 - confidence)
     low, high = np.percentile(knees, [tail, 100.0 - tail], method="inverted_cdf")  # (no inf - inf between draws)
     return float(low), float(high)

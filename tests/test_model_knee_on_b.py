@@ -5,15 +5,17 @@ on A (sample_traces/ps-sgd-quota, A's and the quota B's calibrated profiles)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from analyses.fit_hashemi import knee_interval
+from analyses.fit_hashemi import KNEE_DRAWS, knee_draws, knee_interval
 from ddltrace.cli import main
-from ddltrace.commands.model import _workload
-from ddltrace.models import transfer
+from ddltrace.commands.model import _on_profile, _workload
+from ddltrace.models import drawn_knees, hashemi, transfer
 
 DATA = Path(__file__).resolve().parent.parent / "sample_traces" / "ps-sgd-quota"
 A_STORES = [str(DATA / f"A-compute-w{w}" / "store") for w in (1, 2, 4)]
@@ -97,9 +99,9 @@ def test_with_as_own_profile_as_b_the_interval_is_the_fits(models, capsys, tmp_p
     (tmp_path / "model.json").write_text(json.dumps(model))
     constants, wl, _, _ = _workload(model, str(plain), None)
     runs = model["measurements"]
-    expected = knee_interval(lambda k, _: transfer.knee_over_w(
-        lambda w: transfer.phase_at(k, wl, w, model["profile"], runs), wl, 64)[0],
-        constants, model["covariance"], model["confidence"])
+    expected = knee_interval(lambda drawn: np.array([transfer.knee_over_w(
+        lambda w, i=i: transfer.phase_at(drawn_knees.one_draw(drawn, i), wl, w, model["profile"], runs), wl, 64)[0]
+        for i in range(KNEE_DRAWS)]), constants, model["covariance"], model["confidence"])
     out = _predict(tmp_path / "model.json", vague_a, capsys)
     got = out["knee"]["profile"]["interval"]
     assert (got["low_w"], got["high_w"]) == expected
@@ -121,3 +123,91 @@ def test_where_the_interval_is_not_drawn_predict_says_why(models, capsys):
     assert main(["model", "predict", str(root / "old.json"), "--workers", "1,2,4", "--profile",
                  str(DATA / "B.json")]) == 0
     assert "  knee on B's interval: not drawn: " in capsys.readouterr().out
+
+
+def _each(drawn, count: int, of) -> np.ndarray:
+    """``of(draw, i)`` of the first ``count`` draws, one at a time (the scalar functions)."""
+    return np.array([of(drawn_knees.one_draw(drawn, i), i) for i in range(count)], dtype=float)
+
+
+def _same_knees(wl, k) -> np.ndarray:
+    """Hashemi's w* (and the phase, with kappa) of the draws of c_p, c_u and t_phase_min about ``k``, each with a
+    standard deviation of twice its value (a third of them clipped at 0), at once and one draw at a time."""
+    names = ["c_p", "c_u", "t_phase_min"]
+    drawn = knee_draws(k, {"names": names, "matrix": np.diag([(2 * getattr(k, name)) ** 2 for name in names]).tolist(),
+                           "dof": 3})
+    assert all((getattr(drawn, name) == 0).sum() > 300 for name in names)
+    fast = drawn_knees.knees(wl, drawn)
+    assert np.array_equal(fast, _each(drawn, KNEE_DRAWS, lambda one, _: hashemi.knee(wl, one)[0]))
+    contended = dataclasses.replace(drawn, kappa=np.where(np.arange(KNEE_DRAWS) % 2, 0.05, 0.0))
+    for w in (1, 3, 7.5):
+        assert np.array_equal(drawn_knees.t_phase(w, wl, contended),
+                              _each(contended, KNEE_DRAWS, lambda one, _, w=w: hashemi.t_phase(w, wl, one)))
+    return fast
+
+
+def test_hashemis_knee_of_all_draws_at_once_is_each_draws_own(models):
+    """The fit's knee interval takes Hashemi's w* of 2,000 draws at once (drawn_knees.knees): the same numbers as
+    hashemi.knee one draw at a time, for the max and the closed loop, with draws clipped at 0 (c_u 0 and
+    t_phase_min 0: neither the server nor a floor ever binds, the upper end inf), server knees below one worker
+    (1), floors."""
+    _, plain, _ = models
+    model = json.loads(plain.read_text())
+    constants, wl, _, _ = _workload(model, str(plain), None)
+    k = dataclasses.replace(constants, t_phase_min=wl.d * constants.c_p / 4)  # a floor about w = 4
+    knees = _same_knees(dataclasses.replace(wl, serial=False), k)
+    assert np.isinf(knees).sum() > 10 and (knees == 1.0).sum() > 10 and (np.isfinite(knees) & (knees > 1)).sum() > 100
+    # the closed loop with no network (a message takes no time): inf where c_u and t_phase_min are drawn at 0
+    knees = _same_knees(wl, dataclasses.replace(k, r_net=0.0, lat_net=0.0))
+    assert np.isinf(knees).sum() > 10 and np.isfinite(knees).sum() > 100
+
+
+def _same_knees_on_b(path: Path, profile: Path, serial_wl: bool, serial: bool, count: int, most: int) -> np.ndarray:
+    """The first ``count`` draws' phases on B at w = 1, 2, 5 and their knees by the rule, at once and one draw at a
+    time: a model's (``serial_wl``: as the closed loop, else Hashemi's max; ``serial``: predict's --serial-comm)
+    knee on B's draws."""
+    model = json.loads(path.read_text())
+    constants, wl, _, _ = _workload(model, str(path), None)
+    wl = dataclasses.replace(wl, serial=serial_wl)
+    moved = _on_profile(model, str(path), str(profile), constants, wl, serial)
+    a, b, counts, runs = moved["a"], moved["b"], moved["counts"], model["measurements"]
+    pairs = transfer.profile_draws(a, b, count)
+    z_a, z_b = ({name: np.array([p[side][name] for p in pairs]) for name in pairs[0][side]} for side in (0, 1))
+    server = transfer.server_measured(a, runs)
+    drawn = knee_draws(constants, model["covariance"], count)
+    ratios = drawn_knees.profile_ratios(wl, counts, a, b, z_a, z_b)
+
+    def phase(one, i, w, on_b=True):
+        return transfer.phase_at(one, wl, w, a, runs, *((b, counts, serial) if on_b else ()), z_a=pairs[i][0],
+                                 z_b=pairs[i][1], server=server)["phase_s"]
+
+    for w in (1, 2, 5):
+        on_a = drawn_knees.phases_at(drawn, wl, w, a, runs)
+        assert np.array_equal(on_a, _each(drawn, count, lambda one, i, w=w: phase(one, i, w, on_b=False)))
+        fast = drawn_knees.phases_at(drawn, wl, w, a, runs, b, serial, ratios, server)
+        if fast is None:  # B's quota holds every rank at w: the loop is played, one draw at a time
+            assert wl.cpu_shares and transfer.phase_at(constants, wl, w, a, runs, b, counts)["loop"]
+            continue
+        assert np.array_equal(fast, _each(drawn, count, lambda one, i, w=w: phase(one, i, w)))
+    fast = drawn_knees.searched_knees(
+        lambda w: drawn_knees.phases_at(drawn, wl, w, a, runs, b, serial, ratios, server), count, most,
+        lambda w, i: phase(drawn_knees.one_draw(drawn, i), i, w))
+    slow = _each(drawn, count, lambda one, i: transfer.knee_search(lambda w: transfer.phase_at(
+        one, wl, w, a, runs, b, counts, serial, z_a=pairs[i][0], z_b=pairs[i][1], server=server), wl, most)[0])
+    assert np.array_equal(fast, slow)
+    return fast
+
+
+def test_the_knee_on_b_of_all_draws_at_once_is_each_draws_own(models):
+    """The knee on B's draws at once (drawn_knees.phases_at, searched_knees): each draw's phases on A and B and its
+    knee by the rule, the same numbers as transfer.phase_at and knee_search one draw at a time; for the closed
+    loop, Hashemi's max and the max with --serial-comm, B's calibration as is and 30 times as uncertain (knees from
+    1 to past the search), and the --cpu-shares model, on A and on B, where B's quota loop is played one draw at
+    a time."""
+    root, plain, shares = models
+    assert (_same_knees_on_b(plain, DATA / "B.json", True, False, 200, 64) == 3.0).mean() > 0.9  # (3 to 3)
+    vaguer = _same_knees_on_b(plain, _uncertain(30.0, root / "B-vaguer.json"), True, False, 200, 16)
+    assert len(set(vaguer)) >= 3 and np.isinf(vaguer).any()
+    _same_knees_on_b(plain, DATA / "B.json", False, False, 100, 64)
+    _same_knees_on_b(plain, DATA / "B.json", False, True, 100, 64)
+    _same_knees_on_b(shares, DATA / "B.json", True, False, 2, 4)

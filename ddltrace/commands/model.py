@@ -390,14 +390,15 @@ def _knee_interval_on_b(model: dict, source: str, constants, wl, moved: dict, ru
     the fitted constants from Student's t with the model's covariance, the per-sample ones times ``batch_factor``)
     with, in each draw, both profiles' constants drawn as the phase's interval draws them
     (:func:`ddltrace.models.transfer.profile_draws`) and carried to B (:func:`ddltrace.models.transfer.phase_at`);
-    its w* by the knee's own rule (:func:`ddltrace.models.transfer.knee_search`) below ``searched_below_w``
+    its w* by the knee's own rule (:func:`ddltrace.models.transfer.knee_search`, all draws at once:
+    :mod:`ddltrace.models.drawn_knees`, one at a time at a w where B's quota loop is played) below ``searched_below_w``
     workers (:data:`KNEE_SEARCH_TIMES` the knee on B, at least :data:`KNEE_SEARCH_LEAST`: a draw with none there
     counts as past it, which is all the interval's upper end needs to say). ``{"ci": (low, high), "draws",
     "confidence", "searched_below_w"}``, or ``{"why_not": ...}`` where it is not drawn."""
     import numpy as np
 
     from ddltrace.analyses.fit_hashemi import KNEE_DRAWS, knee_interval
-    from ddltrace.models import transfer
+    from ddltrace.models import drawn_knees, transfer
     from ddltrace.models.transfer import PER_SAMPLE
 
     covariance = model.get("covariance")
@@ -414,17 +415,23 @@ def _knee_interval_on_b(model: dict, source: str, constants, wl, moved: dict, ru
     scale = np.array([batch_factor if name in PER_SAMPLE else 1.0 for name in covariance["names"]])
     covariance = {**covariance, "matrix": (np.asarray(covariance["matrix"], dtype=float) * np.outer(scale, scale))}
     pairs = transfer.profile_draws(moved["a"], moved["b"], KNEE_DRAWS)
+    z_a, z_b = ({name: np.array([pair[side][name] for pair in pairs]) for name in pairs[0][side]} for side in (0, 1))
     server = transfer.server_measured(moved["a"], runs)
     most = max(KNEE_SEARCH_LEAST, KNEE_SEARCH_TIMES * (int(knee_b) + 1))
+    a, b = moved["a"], moved["b"]
 
-    def knee_of(k, i: int) -> float:
-        z_a, z_b = pairs[i]
-        return transfer.knee_search(lambda w: transfer.phase_at(k, wl, w, moved["a"], runs, moved["b"],
-                                                                moved["counts"], serial, z_a=z_a, z_b=z_b,
-                                                                server=server), wl, most)[0]
+    def knees_of(drawn) -> np.ndarray:
+        ratios = drawn_knees.profile_ratios(wl, moved["counts"], a, b, z_a, z_b)
+
+        def one(w: int, i: int) -> float:  # where B's quota loop is played: one draw at a time
+            return transfer.phase_at(drawn_knees.one_draw(drawn, i), wl, w, a, runs, b, moved["counts"], serial,
+                                     z_a=pairs[i][0], z_b=pairs[i][1], server=server)["phase_s"]
+
+        return drawn_knees.searched_knees(
+            lambda w: drawn_knees.phases_at(drawn, wl, w, a, runs, b, serial, ratios, server), KNEE_DRAWS, most, one)
 
     confidence = float(model.get("confidence") or 0.95)
-    return {"ci": knee_interval(knee_of, constants, covariance, confidence), "draws": KNEE_DRAWS,
+    return {"ci": knee_interval(knees_of, constants, covariance, confidence), "draws": KNEE_DRAWS,
             "confidence": confidence, "searched_below_w": most}
 
 

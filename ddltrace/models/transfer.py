@@ -197,11 +197,16 @@ def cpu_cost(record: Mapping, name: str, working_set: float, z: float = 0.0) -> 
 
 def _drawn(value: float, uncertainty: float, z: float) -> float:
     """``value`` ``z`` standard deviations off, log-normally (uncertainty / value the deviation of its log): a
-    time stays positive, and a ratio of two drawn times has no tail from a divisor drawn near 0."""
+    time stays positive, and a ratio of two drawn times has no tail from a divisor drawn near 0. ``z`` an array:
+    an array of the values each of its draws gives."""
+    if np.ndim(z):
+        return np.array([_drawn(value, uncertainty, float(x)) for x in z])
     return value * math.exp(z * uncertainty / value) if z and value > 0 else value
 
 
-def _held(record: Mapping, name: str, z: float = 0.0) -> float | None:
+def held_value(record: Mapping, name: str, z: float = 0.0) -> float | None:
+    """The profile's value of a held constant (r_m, w_m, r_net, lat_net, r_d) ``z`` standard deviations off
+    (:func:`_drawn`), None where it has none."""
     entry = record["constants"].get(name)
     if entry is None:
         return None
@@ -440,13 +445,10 @@ def quota_loop(k_b: Constants, wl: Workload, b: Mapping, runs: Sequence[Mapping]
     where every start locks it."""
     from ddltrace.models import quota_loop
 
-    allowance = b.get("allowance") or {}
-    quota, period, cores = allowance.get("quota_cores"), allowance.get("quota_period_s"), allowance.get("cores")
-    ranks = w + _servers(runs)
-    if not (wl.serial and quota and period and quota < 1.0 and shares["share_b"] >= quota - 1e-9):
+    if not quota_holds(wl, b, runs, shares, w):
         return None
-    if cores and ranks * quota > cores + 1e-9:
-        return None
+    allowance = b["allowance"]
+    quota, period = allowance["quota_cores"], allowance["quota_period_s"]
     share = shares["share_b"]
     compute = (wl.b * k_b.c_p + max(0.0, k_b.c_b - wait_s) + hashemi.t_mem(wl.b, wl, k_b)) * share
     message = (k_b.r_net * wl.s * wl.n_w + k_b.lat_net) * share
@@ -459,6 +461,17 @@ def quota_loop(k_b: Constants, wl: Workload, b: Mapping, runs: Sequence[Mapping]
     return {"phase_s": float(phases.mean()), "low_s": float(phases.min()), "high_s": float(phases.max()),
             "compute_cpu_s": compute, "message_s": message, "server_sleep_s": sleep, "draws": len(played),
             "locked": len(cycles) - len(played), "quota": quota, "period_s": period}
+
+
+def quota_holds(wl: Workload, b: Mapping, runs: Sequence[Mapping], shares: Mapping, w: int) -> bool:
+    """Whether B's CFS quota is what holds every rank of the closed loop at ``w`` (their share on B, ``shares``
+    from :func:`cpu_shares`, is the quota's, and their quotas add up to no more than B's cores): where
+    :func:`quota_loop` plays the loop out."""
+    allowance = b.get("allowance") or {}
+    quota, period, cores = allowance.get("quota_cores"), allowance.get("quota_period_s"), allowance.get("cores")
+    if not (wl.serial and quota and period and quota < 1.0 and shares["share_b"] >= quota - 1e-9):
+        return False
+    return not (cores and (w + _servers(runs)) * quota > cores + 1e-9)
 
 
 def server_split(c_u: float, a: Mapping, runs: Sequence[Mapping], measured: Mapping | None = None) -> dict:
@@ -553,7 +566,7 @@ def transfer(k: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Mapping
     notes = []
     for name in HELD:
         value = getattr(k, name)
-        va, vb = _held(a, name, z_a.get(name, 0.0)), _held(b, name, z_b.get(name, 0.0))
+        va, vb = held_value(a, name, z_a.get(name, 0.0)), held_value(b, name, z_b.get(name, 0.0))
         if value == 0:
             factors[name] = 1.0
         elif va is None or vb is None:
@@ -589,7 +602,7 @@ def knee_over_w(phase: Callable[[int], Mapping], wl: Workload, most: int = KNEE_
     now = phase(1)["phase_s"]
     for w in range(1, most):
         nxt = phase(w + 1)
-        if nxt["phase_s"] > now * (1 - 0.5 / (w + 1)):
+        if gains_little(now, nxt["phase_s"], w):
             return float(w), _cause(nxt, w + 1, wl)
         now = nxt["phase_s"]
     return math.inf, "none"
@@ -608,18 +621,29 @@ def knee_search(phase: Callable[[int], Mapping], wl: Workload, most: int = KNEE_
             memo[w] = phase(w)
         return memo[w]
 
-    def holds(w: int) -> bool:
-        return at(w + 1)["phase_s"] > at(w)["phase_s"] * (1 - 0.5 / (w + 1))
+    w = searched_knee(lambda w: gains_little(at(w)["phase_s"], at(w + 1)["phase_s"], w), most)
+    return (math.inf, "none") if w is None else (float(w), _cause(at(w + 1), w + 1, wl))
 
+
+def gains_little(now, nxt, w: int):
+    """The knee's rule at ``w``: the phase ``nxt`` at w + 1 workers is more than ``now`` at w (1 - 0.5 / (w + 1)),
+    one more worker gaining less than half of its ideal share (numbers, or arrays of draws)."""
+    return nxt > now * (1 - 0.5 / (w + 1))
+
+
+def searched_knee(holds: Callable[[int], bool], most: int) -> int | None:
+    """:func:`knee_search`'s w: the rule ``holds(w)`` tried w by w up to :data:`KNEE_STEPS`, then doubling w (below
+    ``most``), then halving between the last w where it did not hold and the first where it did; None where it
+    holds nowhere tried."""
     gained, w = 0, 1
     while not holds(w):
         if w >= most - 1:
-            return math.inf, "none"
+            return None
         gained, w = w, min(w + 1 if w < KNEE_STEPS else 2 * w, most - 1)
     while w - gained > 1:  # gained: the rule does not hold there (0: no w below); w: it does
         mid = (gained + w) // 2
         gained, w = (gained, mid) if holds(mid) else (mid, w)
-    return float(w), _cause(at(w + 1), w + 1, wl)
+    return w
 
 
 def _cause(prediction: Mapping, w: int, wl: Workload) -> str:
