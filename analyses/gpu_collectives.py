@@ -29,8 +29,9 @@ store names no peer for them): they are instances of one rank. Per instance, tim
   is the time the data took to move); ``max_duration_ns``: the longest (an early arriver's, waiting included);
   on a one-rank instance both are its kernel's duration, waiting included;
 * ``algbw`` = bytes / duration (bytes/s) and ``busbw`` = algbw x the nccl-tests factor of the collective
-  (:data:`BUS_FACTORS`) for a group of n ranks: all-reduce 2(n-1)/n, all-gather, reduce-scatter and all-to-all
-  (n-1)/n, broadcast, reduce and point-to-point 1. n is the store's world size (the default process group).
+  (:data:`BUS_FACTORS`) for a group of n ranks: all-reduce 2(n-1)/n, all-gather, reduce-scatter, all-to-all,
+  gather and scatter (n-1)/n, broadcast, reduce and point-to-point 1. n is the store's world size (the default
+  process group).
   ``busbw_vs_link``: busbw over the network's calibrated payload bandwidth (1 / r_net of a hardware profile) when
   one is given. No bandwidth where the store holds no bytes for the kernel, or n < 2 (no data moves).
 """
@@ -54,6 +55,8 @@ BUS_FACTORS = {
     "allgather": lambda n: (n - 1) / n,
     "reducescatter": lambda n: (n - 1) / n,
     "alltoall": lambda n: (n - 1) / n,
+    "gather": lambda n: (n - 1) / n,
+    "scatter": lambda n: (n - 1) / n,
     "broadcast": lambda n: 1.0,
     "reduce": lambda n: 1.0,
     "sendrecv": lambda n: 1.0,
@@ -145,11 +148,13 @@ def host_collectives(timeline: pd.DataFrame, correlations: pd.Series) -> np.ndar
     return out
 
 
-def match_instances(kernels: pd.DataFrame, world_size: int, link_bytes_per_s: float | None = None) -> pd.DataFrame:
+def match_instances(kernels: pd.DataFrame, world_size: int, link_bytes_per_s: float | None = None,
+                    carry: tuple[str, ...] = ()) -> pd.DataFrame:
     """The collective instances of all ranks' ``kernels`` (:func:`rank_collectives` of each, concatenated):
-    :data:`COLUMNS`, one row per instance, in order of their first start (see the module docstring)."""
+    :data:`COLUMNS`, one row per instance, in order of their first start (see the module docstring); then the
+    ``carry`` columns of ``kernels``, each the largest value over the instance's kernels."""
     if not len(kernels):
-        return pd.DataFrame(columns=COLUMNS)
+        return pd.DataFrame(columns=COLUMNS + list(carry))
     k = kernels.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
     use_steps = bool(k["step"].notna().all())
     step = k["step"].astype("Int64").fillna(-1).to_numpy(np.int64) if use_steps else np.full(len(k), -1)
@@ -167,7 +172,8 @@ def match_instances(kernels: pd.DataFrame, world_size: int, link_bytes_per_s: fl
     out = g.agg(group=("group", "first"), collective=("collective", "first"), step=("step_key", "first"),
                 seq=("seq", "first"), ranks=("rank", "size"), first_start_ns=("start_ns", "min"),
                 latest_ns=("start_ns", "first"), late=("rank", "first"), start_sum=("start_ns", "sum"),
-                duration_ns=("dur_ns", "min"), max_duration_ns=("dur_ns", "max"), bytes=("bytes", "max"))
+                duration_ns=("dur_ns", "min"), max_duration_ns=("dur_ns", "max"), bytes=("bytes", "max"),
+                **{column: (column, "max") for column in carry})
     second = g["start_ns"].nth(1)
     second.index = k.loc[second.index, "instance"].to_numpy()
     out["lead_ns"] = (out["latest_ns"] - second.reindex(out.index).fillna(out["latest_ns"])).astype(np.int64)
@@ -177,15 +183,22 @@ def match_instances(kernels: pd.DataFrame, world_size: int, link_bytes_per_s: fl
     out["step"] = out["step"].astype("Int64") if use_steps else None
     for column in ("algorithm", "protocol"):
         out[column] = _agreed(k, column).reindex(out.index).fillna("")
-    size = out["bytes"].astype("Float64")
-    factor = pd.Series([BUS_FACTORS[c](world_size) if c in BUS_FACTORS and world_size >= 2 else np.nan
-                        for c in out["collective"]], index=out.index, dtype=float)
-    algbw = (size / (out["duration_ns"].where(out["duration_ns"] > 0) / 1e9)).astype(float)
-    out["algbw"] = algbw.where(factor.notna())
-    out["busbw"] = algbw * factor
-    out["busbw_vs_link"] = out["busbw"] / link_bytes_per_s if link_bytes_per_s else np.nan
     out["bytes"] = out["bytes"].astype("Int64")
-    return out[COLUMNS].sort_values("first_start_ns", kind="stable", ignore_index=True)
+    bandwidth(out, world_size, link_bytes_per_s)
+    return out[COLUMNS + list(carry)].sort_values("first_start_ns", kind="stable", ignore_index=True)
+
+
+def bandwidth(instances: pd.DataFrame, world_size: int, link_bytes_per_s: float | None = None) -> None:
+    """Set the ``algbw``, ``busbw`` and ``busbw_vs_link`` of ``instances`` (in place) from their ``bytes`` and
+    ``duration_ns``: the module docstring's definitions, n = ``world_size``."""
+    size = instances["bytes"].astype("Float64")
+    factor = pd.Series([BUS_FACTORS[c](world_size) if c in BUS_FACTORS and world_size >= 2 else np.nan
+                        for c in instances["collective"]], index=instances.index, dtype=float)
+    duration = instances["duration_ns"].astype(float)
+    algbw = (size / (duration.where(duration > 0) / 1e9)).astype(float)
+    instances["algbw"] = algbw.where(factor.notna())
+    instances["busbw"] = algbw * factor
+    instances["busbw_vs_link"] = instances["busbw"] / link_bytes_per_s if link_bytes_per_s else np.nan
 
 
 def _agreed(kernels: pd.DataFrame, column: str) -> pd.Series:

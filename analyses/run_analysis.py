@@ -22,7 +22,7 @@ import pandas as pd
 
 from ddltrace.analyses.breakdown import average_and_slowest, breakdown_table
 from ddltrace.analyses.gpu_analysis import GpuAnalysis
-from ddltrace.analyses.gpu_collectives import RANK_COLUMNS, match_instances
+from ddltrace.analyses.host_collectives import SPAN_COLUMNS, instances
 from ddltrace.analyses.phases import RankPhases, gradient_steps
 from ddltrace.analyses.requirements import (
     ANALYSES,
@@ -65,7 +65,7 @@ class RunAnalysis:
     #: the calibrated host-device copy bandwidths (bytes/s) by direction ("H2D", "D2H") of a hardware profile
     copy_bytes_per_s: dict[str, float] | None = None
     #: every rank's host backend's collective spans (:func:`~ddltrace.analyses.host_collectives.rank_collectives`)
-    host_collective_spans: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=RANK_COLUMNS))
+    host_collective_spans: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SPAN_COLUMNS))
     _tables: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
 
     @cached_property
@@ -98,7 +98,8 @@ class RunAnalysis:
             have = have | {"two_workers"}
         spans = self.host_collective_spans
         if len(spans):
-            have = have | {"host_comm"} | ({"host_bytes"} if spans["bytes"].notna().any() else set())
+            sized = spans["bytes"].notna().any() or spans["share_bytes"].notna().any()
+            have = have | {"host_comm"} | ({"host_bytes"} if sized else set())
         return have | self.gpu.capabilities(), holding
 
     @cached_property
@@ -135,9 +136,17 @@ class RunAnalysis:
         host_collectives`), with the bus bandwidth of :meth:`collectives`; computed once."""
         key = f"host_collectives:{self.link_bytes_per_s}"
         if key not in self._tables:
-            self._tables[key] = match_instances(self.host_collective_spans, self.store.world_size,
-                                                self.link_bytes_per_s)
+            self._tables[key] = instances(self.host_collective_spans, self.store.world_size, self.host_group_sizes,
+                                          self.link_bytes_per_s)
         return self._tables[key]
+
+    @cached_property
+    def host_group_sizes(self) -> list[int] | None:
+        """The sizes of the process groups the ranks' files list (the Kineto importer's ``group_sizes`` of each
+        rank, from ``distributedInfo.pg_config``), ascending; None where no rank's file lists any."""
+        listed = [self.store.rank_info(r).get("group_sizes") for r in self.ranks]
+        listed = [sizes for sizes in listed if isinstance(sizes, list)]
+        return sorted({size for sizes in listed for size in sizes}) if listed else None
 
     def can(self, analysis: str) -> bool:
         """Whether the analysis ``analysis`` (a key of :data:`~ddltrace.analyses.requirements.ANALYSES`) can be

@@ -11,19 +11,43 @@ from ddltrace.gpu_section import collective_tables, render_tables
 COLLECTIVES = ("Collectives by kind (gloo's spans of each collective on its worker threads, from the thread taking "
                "the work to its end, the wait for the other ranks included; matched across ranks by step and order; "
                "time: the instances' durations summed, each the shortest span of the instance, the late arriver's; "
-               "bytes: the buffer of an all-reduce, broadcast or reduce, an all-to-all's send buffer, from the "
-               "span's input tensors (a profile with record_shapes), '-' where the trace gives none; bus bandwidth "
-               "(nccl-tests): bytes / duration x 2(n-1)/n for all-reduce, (n-1)/n for all-to-all, 1 for broadcast, "
-               "reduce and point-to-point, n the world size; skew: latest minus earliest start of a matched "
-               "instance; wait: the early arrivers' summed wait)")
+               "bytes: nccl-tests' size, summed over the instances: the buffer of an all-reduce, broadcast or "
+               "reduce, an all-to-all's send buffer, the root's scatter list, all ranks' shares of an all-gather or "
+               "gather, from the spans' input tensors (a profile with record_shapes), '-' where the trace gives "
+               "none (below: where each kind's come from); bus bandwidth (nccl-tests): bytes / duration x 2(n-1)/n "
+               "for all-reduce, (n-1)/n for all-gather, gather, scatter and all-to-all, 1 for broadcast, reduce and "
+               "point-to-point, n the world size; skew: latest minus earliest start of a matched instance; wait: "
+               "the early arrivers' summed wait)")
+SIZES = ("Where each kind's bytes come from (input tensors: the spans' own inputs, the whole buffer, send buffer or "
+         "scatter list; distributedInfo: an all-gather's or gather's input, one rank's share, x the size n that "
+         "every process group the trace files list has (distributedInfo.pg_config; gloo's spans name no group); "
+         "matched ranks: the share x the ranks the instance was matched on, every rank of the world, where the "
+         "files list no groups; sized: instances with bytes, of all)")
 LATE = ("Late arrivals at gloo's collectives (per rank: the matched instances it started last at, and the wait of "
         "the other ranks' spans for it)")
 
 
 def host_tables(run) -> list[tuple[str, pd.DataFrame]]:
-    """The host backend's collectives of one store (by kind, and the late arrivals) as (title, table) pairs;
-    none where it has none."""
-    return collective_tables(run.host_collectives(), COLLECTIVES, LATE)
+    """The host backend's collectives of one store (by kind, where their bytes come from, and the late arrivals)
+    as (title, table) pairs; none where it has none."""
+    tables = collective_tables(run.host_collectives(), COLLECTIVES, LATE)
+    return tables[:1] + [(SIZES, sizes(run))] + tables[1:] if tables else []
+
+
+def sizes(run) -> pd.DataFrame:
+    """Per collective of the host backend: how many instances are sized, where their bytes come from (the
+    instances' ``size_from``), and why the others are not (:func:`~ddltrace.analyses.host_collectives.not_sized`,
+    "-" where all are sized)."""
+    from ddltrace.analyses.host_collectives import not_sized
+
+    found = run.host_collectives()
+    why = not_sized(found, run.store.world_size, run.host_group_sizes).set_index("collective")["reason"]
+    rows = []
+    for kind, part in found.groupby("collective", sort=True):
+        sized = part["bytes"].notna().to_numpy(bool)
+        rows.append([kind, f"{sized.sum()} of {len(part)}", ", ".join(sorted(set(part["size_from"][sized]))) or "-",
+                     why.get(kind, "-")])
+    return pd.DataFrame(rows, columns=["collective", "sized", "bytes from", "not sized: why"])
 
 
 def render_host_collectives(run) -> list[str]:
@@ -47,6 +71,9 @@ def host_collectives_json(run) -> dict:
     def records(frame) -> list[dict]:
         return frame.astype(object).where(frame.notna(), None).to_dict(orient="records")
 
-    return {"definitions": {"collectives": COLLECTIVES + "; one row per instance, times in ns, bandwidths in bytes/s",
-                            "late_arrivals": LATE},
-            "collectives": records(instances), "late_arrivals": records(late_arrivals(instances))}
+    return {"definitions": {"collectives": COLLECTIVES + "; one row per instance, times in ns, bandwidths in bytes/s, "
+                                           "share_bytes: an all-gather's or gather's one-rank share, group_size: the "
+                                           "n it was multiplied by, size_from: where bytes come from",
+                            "sizes": SIZES, "late_arrivals": LATE},
+            "collectives": records(instances), "sizes": records(sizes(run)),
+            "late_arrivals": records(late_arrivals(instances))}

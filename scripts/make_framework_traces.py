@@ -2,6 +2,7 @@
 
     .venvs/torch/bin/python scripts/make_framework_traces.py torch --out tests/data/torch_gloo
     .venvs/torch/bin/python scripts/make_framework_traces.py torch --record-shapes --out tests/data/torch_gloo_shapes
+    .venvs/torch/bin/python scripts/make_framework_traces.py torch-collectives --out tests/data/torch_gloo_collectives
 
     .venvs/mxnet/bin/python scripts/make_framework_traces.py mxnet --out tests/data/mxnet_dist_sync
     .venvs/tf/bin/python scripts/make_framework_traces.py tf1 --out tests/data/tf1_ps
@@ -16,6 +17,12 @@ torch.profiler's ``record_shapes`` (each op's input shapes and types: gloo's all
 bytes). The model, Linear(64, 128) + Linear(128, 10), has 9,610 float32 parameters: one DDP bucket, all-reduced
 once a step (38,440 bytes). The venv is made with
 ``python3 -m venv .venvs/torch && .venvs/torch/bin/pip install torch==2.13.0`` (FORMATS.md section 7).
+
+torch-collectives: a 2-process gloo job on 127.0.0.1 that runs each collective of torch.distributed once (no
+model), profiled with ``record_shapes``: all_gather (a list), all_gather_into_tensor, gather, scatter,
+reduce_scatter (a list), reduce_scatter_tensor, all_to_all (lists), all_to_all_single, all_reduce, broadcast,
+reduce, then all_gather on a second process group of both ranks (``new_group``), each on a tensor of its own
+size and element type (:data:`COLLECTIVE_CALLS`); ``rank<r>.pt.trace.json.gz``.
 
 mxnet: a dist_sync parameter-server job on 127.0.0.1 (scheduler, 1 server, 2 workers), each worker profiling 3
 training steps of a small Gluon model with ``mx.profiler``; the profiler's JSON is gzip-compressed afterwards
@@ -92,6 +99,62 @@ def make_torch(out: Path, record_shapes: bool = False) -> None:
 
     out.mkdir(parents=True, exist_ok=True)
     mp.spawn(_torch_rank, args=(2, str(out), _free_port(), record_shapes), nprocs=2, join=True)
+    for path in sorted(out.glob("rank*.pt.trace.json.gz")):
+        print(f"{path}: {path.stat().st_size} bytes")
+
+
+#: The calls of the torch-collectives job: (call, elements of each rank's part, element type), in order.
+COLLECTIVE_CALLS = (("all_gather", 100, "float32"), ("all_gather_into_tensor", 120, "float32"),
+                    ("gather", 60, "float64"), ("scatter", 70, "int64"), ("reduce_scatter", 50, "float32"),
+                    ("reduce_scatter_tensor", 40, "float32"), ("all_to_all", 30, "float32"),
+                    ("all_to_all_single", 32, "float32"), ("all_reduce", 100, "float32"),
+                    ("broadcast", 90, "float32"), ("reduce", 80, "float32"), ("all_gather_subgroup", 7, "float32"))
+
+
+def _torch_collectives_rank(rank: int, world: int, out: str, port: int) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    both = dist.new_group(list(range(world)))
+    root = rank == 0
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        for call, n, kind in COLLECTIVE_CALLS:
+            dtype = getattr(torch, kind)
+            part = torch.ones(n, dtype=dtype)
+            parts = [torch.ones(n, dtype=dtype) for _ in range(world)]
+            if call == "all_gather":
+                dist.all_gather(parts, part)
+            elif call == "all_gather_into_tensor":
+                dist.all_gather_into_tensor(torch.empty(n * world, dtype=dtype), part)
+            elif call == "gather":
+                dist.gather(part, parts if root else None, dst=0)
+            elif call == "scatter":
+                dist.scatter(part, parts if root else None, src=0)
+            elif call == "reduce_scatter":
+                dist.reduce_scatter(part, parts)
+            elif call == "reduce_scatter_tensor":
+                dist.reduce_scatter_tensor(part, torch.ones(n * world, dtype=dtype))
+            elif call == "all_to_all":
+                dist.all_to_all([torch.empty(n, dtype=dtype) for _ in range(world)], parts)
+            elif call == "all_to_all_single":
+                dist.all_to_all_single(torch.empty(n * world, dtype=dtype), torch.ones(n * world, dtype=dtype))
+            elif call == "all_gather_subgroup":
+                dist.all_gather(parts, part, group=both)
+            else:
+                getattr(dist, call)(part, *((0,) if call in ("broadcast", "reduce") else ()))
+    prof.export_chrome_trace(str(Path(out) / f"rank{rank}.pt.trace.json.gz"))
+    dist.destroy_process_group()
+
+
+def make_torch_collectives(out: Path) -> None:
+    import torch.multiprocessing as mp
+
+    out.mkdir(parents=True, exist_ok=True)
+    mp.spawn(_torch_collectives_rank, args=(2, str(out), _free_port()), nprocs=2, join=True)
     for path in sorted(out.glob("rank*.pt.trace.json.gz")):
         print(f"{path}: {path.stat().st_size} bytes")
 
@@ -305,8 +368,8 @@ def make_horovod(out: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("framework", choices=["torch", "mxnet", "tf1", "tf2", "tf2-json", "horovod", "mxnet-worker",
-                                              "tf1-task"])
+    parser.add_argument("framework", choices=["torch", "torch-collectives", "mxnet", "tf1", "tf2", "tf2-json",
+                                              "horovod", "mxnet-worker", "tf1-task"])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--from", dest="source", type=Path, help="tf2-json: the folder of XPlane files to convert")
     parser.add_argument("--step-stats", action="store_true",
@@ -330,8 +393,8 @@ def main() -> None:
         if args.framework == "tf2-json":
             make_tf2_json(args.source or args.out, args.out)
             return
-        makers = {"mxnet": make_mxnet, "tf1": make_tf1, "tf2": make_tf2, "horovod": make_horovod,
-                  "mxnet-worker": _mxnet_worker}
+        makers = {"torch-collectives": make_torch_collectives, "mxnet": make_mxnet, "tf1": make_tf1, "tf2": make_tf2,
+                  "horovod": make_horovod, "mxnet-worker": _mxnet_worker}
         makers[args.framework](args.out)
     except ImportError as exc:
         sys.exit(f"{args.framework} is not installed in {sys.executable} ({exc}); see this script's docstring")

@@ -105,12 +105,13 @@ INPUT_TYPE_BYTES = {
     "long unsigned int": 8, "c10::complex<float>": 8, "c10::complex<double>": 16, "c10::complex<c10::Half>": 4,
     "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1,
 }
-#: Gloo's spans of a collective (``gloo:<op>``, on its worker threads) whose input tensors are nccl-tests' size of
-#: it: the buffer of an all-reduce, broadcast or reduce, an all-to-all's send buffer, a send's or receive's
-#: message. An all-gather's, gather's or scatter's inputs are one rank's share (or none), a sparse all-reduce's
-#: the dense shape: not sized.
+#: Gloo's spans of a collective (``gloo:<op>``, on its worker threads) whose ``bytes`` are their input tensors'
+#: (torch 2.13): the buffer of an all-reduce, broadcast or reduce, an all-to-all's send buffer, a send's or
+#: receive's message (each nccl-tests' size of it); an all-gather's and a gather's one rank's share, a scatter's
+#: the root's list of every rank's share (none on the other ranks), which :mod:`ddltrace.analyses.
+#: host_collectives` turns into nccl-tests' size. A sparse all-reduce's inputs are the dense shape: not sized.
 GLOO_SIZED = frozenset({"gloo:all_reduce", "gloo:broadcast", "gloo:reduce", "gloo:all_to_all", "gloo:send",
-                        "gloo:recv"})
+                        "gloo:recv", "gloo:all_gather", "gloo:gather", "gloo:scatter"})
 #: c10d's host event that carries a collective's metadata (``In msg nelems``, ``dtype``, ...: the NCCL backend's).
 PARAM_COMMS = "record_param_comms"
 #: Host events whose ``args`` are read: those that can give a collective's size.
@@ -406,6 +407,17 @@ def _launches(correlation: np.ndarray, host: np.ndarray, ts: np.ndarray, rows: n
     return found, starts[first[at[found]]]
 
 
+def group_sizes(config) -> list[int] | None:
+    """The distinct sizes (ranks) of the process groups ``distributedInfo.pg_config`` lists (torch 2.x: one entry
+    per group, the default one included, each with its ``pg_size``), ascending; None where it is not such a list."""
+    if not isinstance(config, list) or not config:
+        return None
+    sizes = [group.get("pg_size") if isinstance(group, dict) else None for group in config]
+    if not all(_is_int(size) and 0 < size <= MAX_RANK + 1 for size in sizes):
+        return None
+    return sorted(set(sizes))
+
+
 def read(path: Path, ctx: ImportContext):
     device_args = DeviceArgs()
     trace = read_chrome(path, amend=device_args, x_args=DeviceArgsFields, processes=ctx.processes)
@@ -419,6 +431,10 @@ def read(path: Path, ctx: ImportContext):
     if world_size is not None and not (_is_int(world_size) and 0 < world_size <= MAX_RANK + 1):
         trace.problems.append(f"{path}: distributedInfo.world_size {world_size!r} is not a world size; ignored")
         world_size = None
+    sizes = group_sizes(info["pg_config"]) if "pg_config" in info else None
+    if sizes is None and "pg_config" in info:
+        trace.problems.append(f"{path}: distributedInfo.pg_config is not a list of process groups each with its "
+                              f"pg_size (a count of ranks); ignored")
     record(ctx, trace)
     base = trace.header.get("baseTimeNanoseconds")
     offset, clock = 0, "epoch"
@@ -431,6 +447,8 @@ def read(path: Path, ctx: ImportContext):
     if info:
         backend = info.get("backend")
         extra.update({"backend": backend if isinstance(backend, str) else None, "world_size": world_size})
+        if sizes is not None:
+            extra["group_sizes"] = sizes
     lane_name = _lane_namer(trace, device_args.lanes)
     gpu_lane = np.array([(lane_name(pid, tid) or "").startswith("gpu:") for pid, tid in trace.lanes], dtype=bool)
     correlation = device_args.row_correlation(len(trace.ts_ns))
