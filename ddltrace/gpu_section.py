@@ -45,7 +45,8 @@ COLLECTIVES = ("Collectives by kind (communication kernels, matched across ranks
                "time: the instances' durations summed, each the shortest kernel of the instance, the late arriver's; "
                "bus bandwidth (nccl-tests): bytes / duration x 2(n-1)/n for all-reduce, (n-1)/n for all-gather, "
                "reduce-scatter and all-to-all, 1 for broadcast, reduce and point-to-point, n the world size; skew: "
-               "latest minus earliest start of a matched instance; wait: the early arrivers' summed wait)")
+               "latest minus earliest start of a matched instance; wait: the early arrivers' summed wait; skew and "
+               "wait '-' where no instance was matched)")
 LATE = ("Late arrivals at the collectives (per rank: the matched instances it started last at, and the wait of the "
         "other ranks' kernels for it)")
 COPIES = ("Memory copies per direction (name says the direction; time: summed durations; bytes: of the copies whose "
@@ -97,7 +98,7 @@ def collective_tables(instances: pd.DataFrame, title: str = COLLECTIVES,
                      "-" if c["busbw_vs_link_median"] != c["busbw_vs_link_median"]
                      else format_percent(c["busbw_vs_link_median"]),
                      "-" if not c["matched"] else f"{format_ns(c['skew_median_ns'])} / {format_ns(c['skew_max_ns'])}",
-                     format_ns(c["wait_ns"])])
+                     format_ns(c["wait_ns"]) if c["matched"] else "-"])  # no instance matched: no wait measured
     tables = [(title, pd.DataFrame(rows, columns=[
         "collective", "algorithm", "instances", "matched", "time", "bytes", "busbw median / max", "busbw vs link",
         "skew median / max", "wait"]))]

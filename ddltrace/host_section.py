@@ -17,7 +17,7 @@ COLLECTIVES = ("Collectives by kind (gloo's spans of each collective on its work
                "none (below: where each kind's come from); bus bandwidth (nccl-tests): bytes / duration x 2(n-1)/n "
                "for all-reduce, (n-1)/n for all-gather, gather, scatter and all-to-all, 1 for broadcast, reduce and "
                "point-to-point, n the world size; skew: latest minus earliest start of a matched instance; wait: "
-               "the early arrivers' summed wait)")
+               "the early arrivers' summed wait; skew and wait '-' where no instance was matched)")
 SIZES = ("Where each kind's bytes come from (input tensors: the spans' own inputs, the whole buffer, send buffer or "
          "scatter list; distributedInfo: an all-gather's or gather's input, one rank's share, x the size n that "
          "every process group the trace files list has (distributedInfo.pg_config; gloo's spans name no group); "

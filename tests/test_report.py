@@ -446,3 +446,17 @@ def test_a_run_of_one_worker_has_no_average_beside_the_slowest(sequential_series
     two = build_report([sequential_series[1]], tmp_path / "w2")
     assert "avg_slowest.png" not in {p.name for p in one.figures} and not (one.html.parent / "avg_slowest.png").exists()
     assert "avg_slowest.png" in {p.name for p in two.figures}
+
+
+def test_collectives_matched_across_no_rank_show_no_wait(tmp_path, capsys):
+    """One rank of a gloo job (tests/data/torch_gloo): its all-reduces match no other rank's, so no wait was
+    measured; the collectives' table printed '0 ns' for it beside the skew's '-'."""
+    trace = SAMPLES.parents[1] / "tests" / "data" / "torch_gloo" / "rank0.pt.trace.json.gz"
+    assert main(["report", str(trace), "--out", str(tmp_path / "r"), "--quiet"]) == 0
+    md = (tmp_path / "r" / "report.md").read_text().replace("\\", "")
+    table = md.split("### Collectives by kind")[1].split("\n\n")[1].splitlines()
+    header = [c.strip() for c in table[0].strip("|").split("|")]
+    (row,) = [dict(zip(header, (c.strip() for c in line.strip("|").split("|")), strict=True)) for line in table[2:]]
+    assert row["collective"] == "allreduce" and row["matched"] == "0"
+    assert row["skew median / max"] == "-" and row["wait"] == "-"
+    assert "wait '-' where no instance was matched" in md
