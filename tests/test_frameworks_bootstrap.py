@@ -95,6 +95,7 @@ def test_host_side_ranks_roles_and_the_clock_mark(tmp_path):
     notes: list[str] = []
     parts = frameworks.collect(fw, Categorizer(), notes)
     assert [p.identity for p in parts] == [0, 1, ("server", 0)] and not notes
+    assert parts[0].info["group_sizes"] == [2]  # distributedInfo.pg_config: the default group, 2 ranks
     assert frameworks.number(parts, set()) == {0: 0, 1: 1, 2: 2}
     assert frameworks.number(parts, {0, 1, 2, 3}) == {0: 0, 1: 1, 2: 4}  # after an MPI job's own ranks
     # no mark: Kineto's epoch times are kept as they are

@@ -108,7 +108,7 @@ def collect(fw_dir: Path, categorizer, notes: list[str]) -> list[ProcessPart]:
         if meta.get("ended_by"):
             who = f"rank {meta['rank']}" if meta.get("rank") is not None else meta.get("role") or "a process"
             notes.append(f"{who} (pid {meta['pid']}) ended by {meta['ended_by']}")
-        timelines, counters, clocks, formats = [], [], set(), set()
+        timelines, counters, clocks, formats, groups = [], [], set(), set(), set()
         for index, entry in enumerate(meta.get("files", [])):
             path = folder / entry["path"]
             report = FileReport(str(path))
@@ -120,17 +120,21 @@ def collect(fw_dir: Path, categorizer, notes: list[str]) -> list[ProcessPart]:
                     if part.counters is not None:
                         counters.append(part.counters)
                     clocks.add(part.clock)
+                    groups.update(part.info.get("group_sizes") or ())
                 formats.add(importer.name)
             except (DdltraceError, OSError) as exc:
                 notes.append(f"pid {meta['pid']}: {path.name} not imported: {exc}")
             notes.extend(f"pid {meta['pid']}: {path.name}: {p}" for p in report.problems)
         if not timelines and meta.get("files"):
             continue  # every file failed (said in the notes)
-        parts.append(_part(meta, timelines, counters, clocks, formats))
+        parts.append(_part(meta, timelines, counters, clocks, formats, groups))
     return parts
 
 
-def _part(meta: dict, timelines: list, counters: list, clocks: set, formats: set) -> ProcessPart:
+def _part(meta: dict, timelines: list, counters: list, clocks: set, formats: set,
+          groups: set[int]) -> ProcessPart:
+    """The process's part; ``groups``: the sizes of the process groups its Kineto traces list (the importer's
+    ``group_sizes``), kept as its ``group_sizes`` for the host collectives' sizes."""
     from ddltrace.timeline import empty_timeline, make_counters, make_timeline
 
     filled = [t for t in timelines if len(t)]
@@ -149,7 +153,7 @@ def _part(meta: dict, timelines: list, counters: list, clocks: set, formats: set
             "profiled_steps": meta.get("profiled_steps"), "steps_window": meta.get("steps"),
             "clock_method": method, "clock_offset_ns": offset, "clock_uncertainty_ns": uncertainty,
             "backend": meta.get("backend"), "ended_by": meta.get("ended_by"),
-            "ended_by_ns": meta.get("ended_by_ns")}
+            "ended_by_ns": meta.get("ended_by_ns"), "group_sizes": sorted(groups) or None}
     return ProcessPart(identity=identity, pid=int(meta["pid"]), timeline=timeline, counters=table,
                        info={k: v for k, v in info.items() if v is not None})
 
