@@ -460,3 +460,29 @@ def test_collectives_matched_across_no_rank_show_no_wait(tmp_path, capsys):
     assert row["collective"] == "allreduce" and row["matched"] == "0"
     assert row["skew median / max"] == "-" and row["wait"] == "-"
     assert "wait '-' where no instance was matched" in md
+
+
+def test_two_runs_of_as_many_workers_are_told_apart_by_their_store(tmp_path):
+    """A report of seq-w4 and par-w4: the staleness found in both is one card whose evidence columns read 'w = 4'
+    and 'w = 4' (which is which?), its figure's thumbnail '(w = 4 run)', and the figures and tables of one run
+    did not say which run they are of. Each now names its store where w alone names neither."""
+    stores = [str(SAMPLES / name / "store") for name in ("par-w4", "seq-w4")]
+    files = build_report(stores, tmp_path / "rep")
+    page = files.html.read_text()
+    doc = json.loads(files.findings.read_text())
+    staleness = [f for f in doc["findings"] if f["id"] == "staleness"]
+    (card,) = [c for c in _cards(page) if "staleness" in c]
+    evidence = card.split('<th class="key">evidence</th>')[1].split("</tr>")[0]
+    columns = re.findall(r"<th>(.*?)</th>", evidence)
+    assert columns == [html.escape(f"w = 4 ({f['store']})") for f in staleness]
+    for f in staleness:  # each column holds its own store's figure
+        column = columns.index(html.escape(f"w = 4 ({f['store']})"))
+        row = next(r for r in card.split("<tr>") if r.startswith('<td class="key">mean_staleness</td>'))
+        assert re.findall(r"<td>(.*?)</td>", row)[column] == f"{f['evidence']['mean_staleness']['value']:.3g} updates"
+    main = stores[1]  # sorted by workers, then name: seq-w4 last, the one the figures are of
+    assert f"(w = 4 ({html.escape(main)}) run)</span>" in card
+    said = html.escape(f"The figures and tables of one run are of w = 4 ({main}), the run with the most workers")
+    for section in ("<h2>Figures</h2>", "<h2>Tables</h2>"):
+        assert page.split(section)[1].lstrip().startswith(f"<p>{said}")
+    md = files.markdown.read_text().replace("\\", "")
+    assert f"| evidence | w = 4 ({staleness[0]['store']}) | w = 4 ({staleness[1]['store']}) |" in md

@@ -121,12 +121,16 @@ def html(report) -> str:
         if _gpu_not_made(report):
             parts.append(f"<p>{_e(_GPU_NOT_MADE)}</p>")
     parts.append("<h2>Figures</h2>")
+    if len(report.stores) > 1:
+        parts.append(f"<p>{_e(_of_which_run(report))}</p>")
     for fig in report.figures:
         data = base64.b64encode(fig.png).decode()
         parts.append(f'<figure id="fig-{_e(fig.key)}"><h3>{_e(fig.title)}</h3>'
                      f'<img alt="{_e(fig.title)}" src="data:image/png;base64,{data}">'
                      f"<figcaption>{_e(fig.caption)}</figcaption></figure>")
     parts.append("<h2>Tables</h2>")
+    if len(report.stores) > 1:
+        parts.append(f"<p>{_e(_of_which_run(report))}</p>")
     for title, frame in report.tables:
         parts.append(f"<h3>{_e(title)}</h3>" + _html_table(frame))
     parts.append("</body></html>")
@@ -222,7 +226,7 @@ def _html_card(report, group: list) -> list[str]:
         keys = list(dict.fromkeys(k for f in group for k in f.evidence))
         if keys:
             parts.append('<div class="scroll"><table><tr><th class="key">evidence</th>'
-                         + "".join(f"<th>w = {_e(report.workers.get(f.store, '?'))}</th>" for f in group) + "</tr>"
+                         + "".join(f"<th>{_e(_column_label(report, f.store))}</th>" for f in group) + "</tr>"
                          + "".join(f'<tr><td class="key">{_e(k)}</td>'
                                    + "".join(f"<td>{_e(f.evidence.get(k, '-'))}</td>" for f in group) + "</tr>"
                                    for k in keys) + "</table></div>")
@@ -239,9 +243,36 @@ def _html_card(report, group: list) -> list[str]:
     return parts
 
 
+def _same_workers(report, store: str | None) -> bool:
+    """Whether another run of the report has the workers of ``store``'s: then 'w = N' alone names neither."""
+    w = report.workers.get(store)
+    return sum(v == w for v in report.workers.values()) > 1
+
+
+def _column_label(report, store: str | None) -> str:
+    """A run's column in a finding's evidence: 'w = 8', or 'w = 4 (STORE)' where two runs have 4 workers."""
+    return _run_label(report, store) if _same_workers(report, store) else f"w = {report.workers.get(store, '?')}"
+
+
+def _main_run(report) -> str:
+    """The run the figures and per-run tables are of: the one with the most workers (the last of the stores)."""
+    return report.stores[-1]
+
+
 def _figure_run(report) -> str:
-    """', w = 8 run' when the report holds several runs (its figures are of the one with the most workers)."""
-    return f" (w = {report.trace_workers} run)" if len(report.stores) > 1 and report.trace_workers else ""
+    """' (w = 8 run)' when the report holds several runs (its figures are of the one with the most workers), with
+    the store named where another run has as many workers."""
+    if len(report.stores) < 2:
+        return ""
+    main = _main_run(report)
+    return f" ({_run_label(report, main)} run)" if _same_workers(report, main) else \
+        f" (w = {report.workers.get(main, '?')} run)"
+
+
+def _of_which_run(report) -> str:
+    """Under Figures and Tables of a report of several runs: which run the figures and tables of one run show."""
+    return (f"The figures and tables of one run are of {_run_label(report, _main_run(report))}, the run with the most "
+            "workers; the scaling series' are of every run.")
 
 
 #: Opens trace.json (written beside the page) in Perfetto UI by its postMessage protocol: PING until the UI
@@ -383,7 +414,7 @@ def _md_card(report, group: list) -> list[str]:
             lines += [f"cost: {_md_escape(first.cost_basis)}", ""]
         keys = list(dict.fromkeys(k for f in group for k in f.evidence))
         if keys:
-            lines += ["| evidence | " + " | ".join(f"w = {report.workers.get(f.store, '?')}" for f in group) + " |",
+            lines += ["| evidence | " + " | ".join(_md_escape(_column_label(report, f.store)) for f in group) + " |",
                       "|---|" + "---|" * len(group)]
             lines += [f"| {_md_escape(k)} | " + " | ".join(_md_escape(f.evidence.get(k, "-")) for f in group) + " |"
                       for k in keys]
@@ -440,10 +471,14 @@ def markdown(report) -> str:
         if _gpu_not_made(report):
             lines += [_md_escape(_GPU_NOT_MADE), ""]
     lines += ["## Figures", ""]
+    if len(report.stores) > 1:
+        lines += [_md_escape(_of_which_run(report)), ""]
     for fig in report.figures:
         lines += [f"### {_md_escape(fig.title)}", "", f"![{_md_escape(fig.title)}]({fig.key}.png)", "",
                   _md_escape(fig.caption), ""]
     lines += ["## Tables", ""]
+    if len(report.stores) > 1:
+        lines += [_md_escape(_of_which_run(report)), ""]
     for title, frame in report.tables:
         lines += _md_table(title, frame)
     return "\n".join(lines)
