@@ -261,14 +261,11 @@ def _cut(name: str, width: int = 60) -> str:
 def gpu_json(run) -> dict:
     """The GPU figures of one store for ``--json`` (times in ns, shares as fractions); empty when no device."""
     from ddltrace.analyses.gpu_collectives import late_arrivals
+    from ddltrace.json_output import records
 
     gpu = run.gpu
     if not gpu.device_ranks:
         return {}
-
-    def records(frame: pd.DataFrame) -> list[dict]:
-        """Rows as dicts, a missing value (no bytes, no bandwidth) as None."""
-        return frame.astype(object).where(frame.notna(), None).to_dict(orient="records")
 
     return {
         "definitions": {"temporal": TEMPORAL, "launched": LAUNCHED + "; times in ns, shares as fractions",

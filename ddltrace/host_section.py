@@ -63,13 +63,11 @@ def host_collectives_json(run) -> dict:
     """The host backend's collective instances of one store for ``--json`` (times in ns, bandwidths in
     bytes/s); empty when it has none."""
     from ddltrace.analyses.gpu_collectives import late_arrivals
+    from ddltrace.json_output import records
 
     instances = run.host_collectives()
     if not len(instances):
         return {}
-
-    def records(frame) -> list[dict]:
-        return frame.astype(object).where(frame.notna(), None).to_dict(orient="records")
 
     return {"definitions": {"collectives": COLLECTIVES + "; one row per instance, times in ns, bandwidths in bytes/s, "
                                            "share_bytes: an all-gather's or gather's one-rank share, group_size: the "

@@ -10,7 +10,6 @@ severity, so the command can guard a training pipeline in CI.
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from typing import TYPE_CHECKING
@@ -228,9 +227,9 @@ def run(args) -> int:
         scaling_runs = [r for r in runs if r.can("scaling")]
         scaling = scaling_table(scaling_runs) if len(scaling_runs) > 1 else pd.DataFrame()
         if args.json:
-            # dumps, not dump: one write instead of one per token (0.06 s less for 1 MB of JSON)
-            sys.stdout.write(json.dumps(to_json(runs, findings, scaling, thresholds, args.phase, skipped), indent=2,
-                                        allow_nan=False) + "\n")
+            from ddltrace.json_output import encode
+
+            sys.stdout.write(encode(to_json(runs, findings, scaling, thresholds, args.phase, skipped)) + "\n")
         else:
             sys.stdout.write(render(runs, findings, scaling, args.phase, skipped))
     if args.fail_on and any(severity_rank(f.severity) >= severity_rank(args.fail_on) for f in findings):
@@ -478,25 +477,11 @@ def _columns(header: list[str], rows: list[list[str]]) -> list[str]:
 # -- JSON -----------------------------------------------------------------------------------------------------
 
 
-def _clean(value):
-    import numpy as np
-    import pandas as pd
-
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return None if math.isnan(value) or math.isinf(value) else float(value)
-    if value is pd.NA:
-        return None
-    return value
-
-
 def _records(frame: pd.DataFrame) -> list[dict]:
-    return _clean(frame.reset_index().to_dict(orient="records"))
+    """The rows of ``frame`` ready for --json, its index first as columns."""
+    from ddltrace.json_output import records
+
+    return records(frame, index=True)
 
 
 def missing_ranks(r: RunAnalysis) -> list[dict]:
@@ -511,6 +496,7 @@ def to_json(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFr
     from ddltrace.clock_alignment import clock_alignment
     from ddltrace.gpu_section import gpu_json
     from ddltrace.host_section import host_collectives_json
+    from ddltrace.json_output import records
     from ddltrace.node_section import node_frame
     from ddltrace.timeline import CATEGORIES
 
@@ -535,10 +521,10 @@ def to_json(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFr
             "wait_states_ns": _records(r.wait_state_table()) if r.can("wait_states") else [],  # not made: none
             "gpu": gpu_json(r),
             "host_collectives": host_collectives_json(r),
-            "nodes": _clean(node_frame(r, thresholds).to_dict(orient="records")),
+            "nodes": records(node_frame(r, thresholds)),
             "clock": clock_alignment(r.store.manifest).to_dict(),
         })
-    return _clean({
+    return {
         "findings": [f.to_dict() for f in findings],
         "not_made": not_made_json(skipped),
         "stores": stores,
@@ -547,4 +533,4 @@ def to_json(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFr
         "units": "times in ns (cost_ns: the time the job loses to a finding); shares and overlap as fractions 0..1 "
                  "(breakdown_ns's overlap over breakdown_phase; overlap_main_phase over main_phase, the phase the "
                  "detectors measure)",
-    })
+    }
