@@ -10,8 +10,9 @@ fastest of N wall times (s, the whole process: start-up, module imports, reading
 Both checkouts' modules are compiled to their bytecode cache first (see benchmarks/gpu_vs_hta.py).
 
 Default inputs: the GPU traces benchmarks/gpu_vs_hta.py compares with HTA (each trace's files copied alone into a
-folder of its own, as that benchmark does; the folder imported into a temporary store by the command) and three
-sample stores of the parameter-server job (copied, so that nothing is written beside the shipped ones). Exits 1
+folder of its own, as that benchmark does; the folder imported into a temporary store by the command), three
+sample stores of the parameter-server job and five framework traces of tests/data (gloo collectives, Horovod, MXNet,
+TensorFlow; all copied, so that nothing is written beside the shipped ones). Exits 1
 when an output differs. The load average is printed before and after: the times vary with the machine's other jobs.
 """
 
@@ -33,6 +34,8 @@ from gpu_vs_hta import DEFAULT_TRACES, SHARED  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_STORES = ["ps-sgd/par-w4/store", "ps-sgd/seq-w8/store", "ps-sgd/server-saturated-w4/store"]
+#: Committed framework traces (tests/data/README.md): gloo collectives, Horovod, MXNet, TensorFlow.
+DEFAULT_FRAMEWORKS = ["torch_gloo_collectives", "torch_gloo_shapes", "horovod_gloo", "mxnet_dist_sync", "tf2_profile"]
 
 
 def inputs(names: list[str], tmp: Path) -> list[Path]:
@@ -50,6 +53,9 @@ def inputs(names: list[str], tmp: Path) -> list[Path]:
         copy = tmp / name.replace("/", "-")
         shutil.copytree(ROOT / "sample_traces" / name, copy)
         out.append(copy)
+    for name in DEFAULT_FRAMEWORKS:
+        shutil.copytree(ROOT / "tests" / "data" / name, tmp / name)
+        out.append(tmp / name)
     return out
 
 
