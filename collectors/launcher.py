@@ -47,6 +47,7 @@ from ddltrace.collectors.pyspy_stacks import PySpyRecorder
 from ddltrace.collectors.system_sampler import MACHINE, SystemSampler
 from ddltrace.collectors.workloads import ps_sgd_config
 from ddltrace.errors import DdltraceError
+from ddltrace.merged_manifest import no_record_note
 from ddltrace.options import SAMPLE_HZ
 from ddltrace.outputs import os_reason
 from ddltrace.store import StoreLock, TraceStore, building, publish, verify_written
@@ -593,17 +594,6 @@ def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_co
     store.manifest["run"]["mpi_calls"] = calls
     store.save_manifest()
     return store
-
-
-def no_record_note(ranks: list[int], world: int, mpi: bool, missing_nodes: dict | None) -> str:
-    """The note on the ``ranks`` none of whose files reached the store. With nodes missing (their parts not
-    gathered: collectors/node_link.py) a rank's file may be in such a part, not lost: the note says so."""
-    what, why = ("record file", "died before MPI_Init, or never started") if mpi else ("framework profile",
-                                                                                       "never wrote one")
-    if missing_nodes:
-        return (f"ranks {ranks}: no {what} gathered (in the part of missing node(s) {', '.join(sorted(missing_nodes))}"
-                f", which `ddltrace merge` joins, or {why})")
-    return f"ranks {ranks} wrote no record file ({why})" if mpi else f"ranks {ranks} of {world} wrote no {what}"
 
 
 def _framework_parts(cfg: RunConfig, fw_dir: Path, taken: set[int],

@@ -12,20 +12,17 @@ the PMPI ping-pong)."""
 from __future__ import annotations
 
 import io
-import re
 import shlex
 import shutil
 import tempfile
 from pathlib import Path
 
 from ddltrace.collectors import record_sets
-from ddltrace.collectors.launcher import NODES, no_record_note, recover_store
+from ddltrace.collectors.launcher import NODES, recover_store
 from ddltrace.errors import DdltraceError
+from ddltrace.merged_manifest import still_unfiled, unfiled_ranks
 from ddltrace.store import TraceStore, merge_stores
 from ddltrace.workload_entry import relocated
-
-_UNFILED = re.compile(r"^ranks \[([\d, ]*)\]:? (?:of \d+ )?(?:wrote no|no) (?:record file|framework profile)")
-_CLOCK_BY_RANK = ("offsets_ns", "uncertainty_ns", "finalize_offsets_ns", "finalize_uncertainty_ns", "drift_ppm")
 
 
 def part_host(store: TraceStore, part: Path) -> str:
@@ -66,14 +63,16 @@ def join_part(store_path: str | Path, part: str | Path, out: str | Path) -> Trac
             end_ns=run.get("end_ns"), exit_code=run.get("exit_code"), interrupted=run.get("interrupted")))
         part_store = recover_store(records, Path(tmp) / "part", stream=io.StringIO(), local=False).store
         return merge_stores(store, part_store, out,
-                            amend=lambda merged: _fix_manifest(merged, store, part_store, host, part, work, out))
+                            amend=lambda merged, said: _fix_manifest(merged, said, store, part_store, host, part,
+                                                                     work, out))
 
 
-def _fix_manifest(merged: TraceStore, store: TraceStore, part_store: TraceStore, host: str, part: Path,
-                  work: Path, out: Path) -> None:
-    """The merged manifest (before it is written): the node no longer missing, its ranks' clock offsets, the
-    hosts and nodes, the job's ``workload`` entry, the notes on ranks with no file only for those still without
-    one, and the part's notes naming ``part``, not ``work`` (its copy in a temporary folder)."""
+def _fix_manifest(merged: TraceStore, said: dict[str, str], store: TraceStore, part_store: TraceStore, host: str,
+                  part: Path, work: Path, out: Path) -> None:
+    """The merged manifest (before it is written; its ranks' clock entries from the store that held each, ``said``
+    the merge's own notes): the node no longer missing, the hosts and nodes, the job's ``workload`` entry, the notes
+    on ranks with no file only for those still without one, the part's notes naming ``part``, not ``work`` (its
+    copy in a temporary folder), and the merge's note on clocks aligned differently, if any."""
     run = merged.manifest["run"]
     workload = _workload(store, part_store, out)
     if workload is not None:
@@ -87,27 +86,16 @@ def _fix_manifest(merged: TraceStore, store: TraceStore, part_store: TraceStore,
     if part_store.run.get("nodes"):
         run["nodes"] = sorted(set(store.run.get("nodes", [])) | set(part_store.run["nodes"]))
     run["world_size"] = max(store.run.get("world_size") or 0, max(merged.ranks, default=-1) + 1)
-    clock = merged.manifest.get("clock")
-    part_clock = part_store.manifest.get("clock") or {}
-    if clock is not None:
-        for key in _CLOCK_BY_RANK:
-            if key in part_clock:
-                clock.setdefault(key, {}).update(part_clock[key])
-    notes, unfiled = [], set()
-    for note in store.manifest.get("notes", []):
-        ranks = _unfiled_ranks(note)
-        if ranks is not None:
-            unfiled |= ranks
-        elif not note.startswith(f"missing node {host}:"):
-            notes.append(note)
-    left = sorted(unfiled - set(merged.ranks))
-    if left:
-        notes.append(no_record_note(left, run["world_size"], run.get("framework") == "mpi", missing))
+    store_notes = store.manifest.get("notes", [])
+    notes = [n for n in store_notes if unfiled_ranks(n) is None and not n.startswith(f"missing node {host}:")]
+    left = still_unfiled([(n, 0) for n in store_notes], merged.ranks, run["world_size"], missing)
+    notes += [left] if left else []
     # the part's own notes, but not the recovery's (what the launching process held is in the run's store)
     # nor those on the ranks of other nodes
     notes += [n.replace(str(work), str(part)) for n in part_store.manifest.get("notes", [])
-              if not n.startswith("recovered by") and _unfiled_ranks(n) is None and n not in notes]
-    merged.manifest["notes"] = [*notes, f"node {host}: its part joined by `ddltrace merge` from {part}"]
+              if not n.startswith("recovered by") and unfiled_ranks(n) is None and n not in notes]
+    merged.manifest["notes"] = [*notes, *([said["clock"]] if "clock" in said else []),
+                                f"node {host}: its part joined by `ddltrace merge` from {part}"]
 
 
 def _workload(store: TraceStore, part_store: TraceStore, out: Path) -> dict | None:
@@ -120,9 +108,3 @@ def _workload(store: TraceStore, part_store: TraceStore, out: Path) -> dict | No
             return relocated(entry, source.path, out)
     return None
 
-
-def _unfiled_ranks(note: str) -> set[int] | None:
-    """The ranks of a note on ranks none of whose files reached the store (collectors/launcher.py's
-    ``no_record_note``), or None for another note."""
-    found = _UNFILED.match(note)
-    return {int(r) for r in found.group(1).split(",") if r.strip()} if found else None

@@ -1064,15 +1064,20 @@ class StoreLock:
 
 
 def merge_stores(first: TraceStore, second: TraceStore, out: str | os.PathLike, *,
-                 renumber: bool = False, amend: Callable[[TraceStore], None] | None = None) -> TraceStore:
+                 renumber: bool = False, amend: Callable[[TraceStore, dict[str, str]], None] | None = None,
+                 tell: Callable[[str], None] | None = None) -> TraceStore:
     """Merge two stores of one job into a new store at ``out``.
 
     Ranks present in both are an error unless ``renumber``, which shifts the second store's ranks past
-    the first's. Run metadata of the first wins; both sources are recorded in the manifest. The job's ``workload``
-    entry is kept where both carry the same one (ddltrace/workload_entry.py), else a note says why there is none
-    (the merged store's only note: the sources' notes are not kept). ``amend(store)``
-    may change the merged store's manifest before it is written and the store published, so that no reader ever
-    sees the store without it.
+    the first's. Run metadata of the first wins; both sources are recorded in the manifest. What the stores' manifests
+    say is kept where it stays true of the merged store (ddltrace/merged_manifest.py): their notes (a note of one
+    store naming it; the notes on ranks with no file only for ranks still without one), each rank's clock entries
+    from the store that held it (a note where the stores' clocks were aligned differently), the world size they
+    declare (the largest, and a note, where they differ); the job's ``workload`` entry where both carry the same one
+    (ddltrace/workload_entry.py), else a note says why there is none. ``tell`` is given each of the merge's own
+    notes once the store is published. ``amend(store, said)`` may change the merged store's manifest before it is
+    written and the store published, so that no reader ever sees the store without it (``said``: the merge's own
+    notes by what they are on, ``world_size``, ``clock``, ``workload``).
     """
     offset = 0
     overlap = set(first.ranks) & set(second.ranks)
@@ -1085,18 +1090,25 @@ def merge_stores(first: TraceStore, second: TraceStore, out: str | os.PathLike, 
     if out.exists():
         raise StoreError(f"{out}: already exists (choose another output)")
     with StoreLock(out):
-        _merge_into(first, second, out, offset, amend)
+        said = _merge_into(first, second, out, offset, amend)
+    for note in said.values() if tell is not None else ():
+        tell(note)
     return TraceStore.open(out)
 
 
 def _merge_into(first: TraceStore, second: TraceStore, out: Path, offset: int,
-                amend: Callable[[TraceStore], None] | None) -> None:
+                amend: Callable[[TraceStore, dict[str, str]], None] | None) -> dict[str, str]:
+    """Build the merged store at ``out``; the merge's own notes (why the manifest differs from the stores'), by what
+    they are on."""
+    from ddltrace.merged_manifest import MergedPart, merged_clock, merged_notes, merged_world_size
+
     with building(out) as staging:
         run = {**second.run, **first.run}
-        run["world_size"] = len(first.ranks) + len(second.ranks)
-        merged = TraceStore.create(staging, run, first.manifest.get("clock"))
+        merged = TraceStore.create(staging, run)
         merged.manifest["merged_from"] = [str(first.path), str(second.path)]
+        parts = []
         for source, shift in ((first, 0), (second, offset)):
+            taken = []
             for rank, frame in source.iter_timeline():
                 frame = frame.assign(rank=(frame["rank"] + shift).astype("int32"))
                 counters = source.counters([rank])
@@ -1105,16 +1117,22 @@ def _merge_into(first: TraceStore, second: TraceStore, out: Path, offset: int,
                                 **{k: v for k, v in source.rank_info(rank).items()
                                    if k not in ("events", "start_ns", "end_ns", "counter_samples",
                                                 "timeline_file", "rows")})
+                taken.append(rank)
             if _MACHINE in source.counter_ranks:
                 merged.add_counters(source.counters([_MACHINE]), save=False)
-        workload, why = merged_workload((first.path, first.manifest.get("workload")),
-                                        (second.path, second.manifest.get("workload")), out)
+            parts.append(MergedPart(source.path, source.manifest, taken, shift, source.world_size,
+                                    source.world_size == source.run.get("world_size")))
+        said = {}
+        merged.run["world_size"], said["world_size"] = merged_world_size(*parts)
+        merged.manifest["clock"], said["clock"] = merged_clock(*parts)
+        workload, said["workload"] = merged_workload((first.path, first.manifest.get("workload")),
+                                                     (second.path, second.manifest.get("workload")), out)
         if workload is not None:
             merged.manifest["workload"] = workload
-        if why is not None:
-            merged.manifest["notes"].append(why)
+        said = {on: note for on, note in said.items() if note}
+        merged.manifest["notes"] = [*merged_notes(*parts, merged.ranks, merged.run), *said.values()]
         if amend is not None:
-            amend(merged)
+            amend(merged, said)
         merged.save_manifest()
         publish(staging, out)
-
+    return said

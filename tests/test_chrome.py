@@ -177,12 +177,14 @@ def test_an_export_pretty_printed_is_still_read_as_ddltraces(tiny_store, tmp_pat
 
 def test_run_entries_of_the_wrong_kind_or_differing_between_exports_are_named_not_restored(tiny_store, tmp_path,
                                                                                            capsys):
-    """An export whose ``otherData.workload`` is not an object still imports, its workload left out and named among
-    the file's problems; two exports whose clock entries differ leave the import's own clock, and a note says so."""
+    """An export whose ``otherData.workload`` is not an object, and whose run's world size is not one, still imports,
+    its workload left out and the world size its ranks', each named among the file's problems; two exports whose clock
+    entries differ leave the import's own clock, and a note says so."""
     out = tmp_path / "t.json"
     export_chrome(tiny_store, out)
     doc = json.loads(out.read_text())
     doc["otherData"]["workload"] = "w=4"
+    doc["otherData"]["run"]["world_size"] = "4"
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(doc))
     doc["otherData"].update(workload={"job": "other"}, clock={**doc["otherData"]["clock"], "method": "another clock"})
@@ -194,6 +196,9 @@ def test_run_entries_of_the_wrong_kind_or_differing_between_exports_are_named_no
     assert "workload" not in store.manifest and store.ranks == tiny_store.ranks
     assert f"import problem: {bad}: otherData.workload is not an object: the run's workload entry is not restored" \
         in store.manifest["notes"]
+    assert f"import problem: {bad}: otherData.run.world_size '4' is not a world size (an integer from 1 to " \
+        f"{2**31 - 1}); the store counts its ranks" in store.manifest["notes"]
+    assert store.world_size == len(tiny_store.ranks)
     both = tmp_path / "both"
     assert main(["import", str(out), str(other), "--out", str(both), "--progress", "never"]) == 0
     capsys.readouterr()

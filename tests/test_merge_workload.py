@@ -1,7 +1,10 @@
 """``ddltrace merge A B --out C`` of two plain stores and the job's ``workload`` entry (its configuration: w, the
 server rank, the batch, the ps-sgd options; ddltrace/workload_entry.py). Two stores of one run keep the run's entry,
 its ground truth's path made relative to C; stores of different runs, or of which one has no entry, keep none, and
-one line on stderr and a note in C's manifest name the stores and the fields that differ.
+one line on stderr and a note in C's manifest name the stores and the fields that differ. What else the stores'
+manifests say is kept where it stays true of C (ddltrace/merged_manifest.py): their notes (an import's problems, which
+name a rank missing; the notes on ranks with no file only for ranks C still lacks), each rank's clock offsets from the
+store that held it, the world size they declare.
 
 The stores are parts of real runs of the ps-sgd job (sample_traces/ps-sgd), made as a user splits a store: `ddltrace
 export --ranks` of some of its ranks and `ddltrace import` of the export (which restores the run's entry, its
@@ -24,23 +27,54 @@ PS_SGD = Path(__file__).resolve().parents[1] / "sample_traces" / "ps-sgd"
 
 @pytest.fixture(scope="module")
 def parts(tmp_path_factory) -> dict[str, Path]:
-    """Stores of some ranks of par-w4 (ranks 0-2: ``par-0-2``, 3-4: ``par-3-4``) and of seq-w4 (3-4: ``seq-3-4``),
-    each with its run's workload entry; ``par-3-4-bare``: par-w4's ranks 3-4 imported from an export without the
-    entry (a store whose run did not record it, as before ddltrace recorded it for any command of the job)."""
+    """Stores of some ranks of par-w4 (ranks 0-2: ``par-0-2``, 3-4: ``par-3-4``, 3: ``par-3``) and of seq-w4 (3-4:
+    ``seq-3-4``), each with its run's workload entry, clock and notes; ``par-3-4-bare``: par-w4's ranks 3-4 imported
+    from an export without the entry (a store whose run did not record it, as before ddltrace recorded it for any
+    command of the job); ``par-3-4-own-clock``: imported from an export without the run's clock (its times on the
+    trace's own clock); ``par-0-2-unfiled``: par-w4's ranks 0-2 of a run whose ranks 3 and 4 wrote no record file
+    (the export carries the launcher's note, collectors/launcher.py's no_record_note); ``par-3-4-cut``: the exports
+    of rank 3 and of rank 4, rank 4's cut short, imported together (rank 4 holds no events; an ``import problem:``
+    note names its file)."""
+    from ddltrace.merged_manifest import no_record_note
+
     folder = tmp_path_factory.mktemp("parts")
     made = {}
-    for name, run, ranks in (("par-0-2", "par-w4", "0-2"), ("par-3-4", "par-w4", "3-4"), ("seq-3-4", "seq-w4", "3-4")):
+    for name, run, ranks in (("par-0-2", "par-w4", "0-2"), ("par-3-4", "par-w4", "3-4"), ("seq-3-4", "seq-w4", "3-4"),
+                             ("par-3", "par-w4", "3"), ("par-4", "par-w4", "4")):
         export = folder / f"{name}.json"
         assert main(["export", str(PS_SGD / run / "store"), "--ranks", ranks, "--chrome", str(export), "--quiet"]) == 0
+        if name != "par-4":
+            made[name] = folder / name
+            assert main(["import", str(export), "--out", str(made[name]), "--progress", "never"]) == 0
+    changes = {"par-3-4-bare": ("par-3-4", lambda other: other.pop("workload")),
+               "par-3-4-own-clock": ("par-3-4", lambda other: other.pop("clock")),
+               "par-0-2-unfiled": ("par-0-2", lambda other: other["notes"].append(no_record_note([3, 4], 5, True,
+                                                                                                 None)))}
+    for name, (source, change) in changes.items():
+        doc = json.loads((folder / f"{source}.json").read_text())
+        change(doc["otherData"])
+        (folder / f"{name}.json").write_text(json.dumps(doc))
         made[name] = folder / name
-        assert main(["import", str(export), "--out", str(made[name]), "--progress", "never"]) == 0
-    doc = json.loads((folder / "par-3-4.json").read_text())
-    del doc["otherData"]["workload"]
-    (folder / "par-3-4-bare.json").write_text(json.dumps(doc))
-    made["par-3-4-bare"] = folder / "par-3-4-bare"
-    assert main(["import", str(folder / "par-3-4-bare.json"), "--out", str(made["par-3-4-bare"]),
-                 "--progress", "never"]) == 0
+        assert main(["import", str(folder / f"{name}.json"), "--out", str(made[name]), "--progress", "never"]) == 0
+    cut = folder / "cut"
+    cut.mkdir()
+    (cut / "par-3.json").write_bytes((folder / "par-3.json").read_bytes())
+    (cut / "par-4.json").write_bytes((folder / "par-4.json").read_bytes()[:3000])
+    made["par-3-4-cut"] = folder / "par-3-4-cut"
+    assert main(["import", str(cut), "--out", str(made["par-3-4-cut"]), "--progress", "never"]) == 0
     return made
+
+
+def _notes(path: Path) -> list[str]:
+    return json.loads((path / "manifest.json").read_text())["notes"]
+
+
+def _kept(a: Path, b: Path) -> list[str]:
+    """The notes of stores a and b that a merge of the two keeps, as the test reads them from the manifests: those
+    both carry once, the others naming their store."""
+    notes_a, notes_b = _notes(a), _notes(b)
+    return ([n if n in notes_b else f"{n} (a note of {a})" for n in notes_a]
+            + [f"{n} (a note of {b})" for n in notes_b if n not in notes_a])
 
 
 def test_two_stores_of_one_run_keep_its_workload_entry(parts, tmp_path, capsys):
@@ -50,6 +84,7 @@ def test_two_stores_of_one_run_keep_its_workload_entry(parts, tmp_path, capsys):
     from ddltrace.analyses.run_analysis import analyze_store, ground_truth_path
 
     original = json.loads((PS_SGD / "par-w4" / "store" / "manifest.json").read_text())["workload"]
+    original_notes = json.loads((PS_SGD / "par-w4" / "store" / "manifest.json").read_text())["notes"]
     truth = (PS_SGD / "par-w4" / "ground_truth.json").resolve()
     capsys.readouterr()
     out = tmp_path / "merged"
@@ -60,7 +95,11 @@ def test_two_stores_of_one_run_keep_its_workload_entry(parts, tmp_path, capsys):
     assert merged.manifest["workload"] == {**original, "ground_truth": os.path.relpath(truth, out.resolve())}
     assert not os.path.isabs(merged.manifest["workload"]["ground_truth"])
     assert ground_truth_path(merged) == truth
-    assert merged.manifest["notes"] == []
+    # the run's notes (the GPU sampler off, the workload's compute) once, each import's naming its store; none
+    # of the merge's own (before: no note at all)
+    assert merged.manifest["notes"] == _kept(parts["par-0-2"], parts["par-3-4"])
+    assert [n for n in merged.manifest["notes"] if "(a note of" not in n] == original_notes[:2]
+    assert merged.world_size == 5 and merged.missing() == {}
     run = analyze_store(merged)
     assert (run.workers, run.server_ranks, run.workers_inferred) == (4, [0], None)
     assert run.workers == original["config"]["workers"]
@@ -90,9 +129,17 @@ def test_stores_of_different_runs_or_without_the_entry_keep_none_and_say_why(par
         note = f"no workload entry (the job's configuration): {why}"
         assert err == [f"ddltrace: note: {note}"]
         merged = TraceStore.open(out)
-        assert "workload" not in merged.manifest and merged.manifest["notes"] == [note]
+        assert "workload" not in merged.manifest and merged.manifest["notes"] == [*_kept(first, second), note]
         assert merged.ranks == [0, 1, 2, 3, 4]
         assert analyze_store(merged).workers_inferred is not None
+    # ranks 3-4 of seq-w4 keep their own clock offsets and uncertainties (before: par-w4's, the first store's)
+    clock = TraceStore.open(tmp_path / "par-seq").manifest["clock"]
+    for run, ranks in (("par-w4", "012"), ("seq-w4", "34")):
+        source = json.loads((PS_SGD / run / "store" / "manifest.json").read_text())["clock"]
+        for key in ("offsets_ns", "uncertainty_ns", "finalize_offsets_ns", "drift_ppm"):
+            assert {r: clock[key][r] for r in ranks} == {r: source[key][r] for r in ranks}, (run, key)
+    assert clock["offsets_ns"]["3"] != json.loads((PS_SGD / "par-w4" / "store" / "manifest.json").read_text())[
+        "clock"]["offsets_ns"]["3"]
 
 
 def test_an_entry_that_is_not_a_table_is_compared_whole(tmp_path):
@@ -105,3 +152,67 @@ def test_an_entry_that_is_not_a_table_is_compared_whole(tmp_path):
     entry, why = merged_workload((a, "w=4"), (b, {"job": "ps-sgd"}), out)
     assert entry is None and why.endswith(f"those of {a} and {b} differ in workload (not one run); the merged store "
                                           "keeps neither")
+
+
+def test_a_note_on_ranks_with_no_file_is_kept_for_those_still_missing_and_the_world_size_is_the_runs(parts, tmp_path,
+                                                                                                     capsys):
+    """par-w4's ranks 0-2 (its run's note: ranks 3 and 4 wrote no record file) merged with its rank 3: the merged
+    store is of the run's world of 5 (each store's export declares it; before: 4, the ranks held, and rank 4 missing
+    from nothing), names rank 4 missing, and its note says rank 4 alone wrote no file (before: no note at all; copied
+    as it was, it would say rank 3 too). The other notes are kept, and the merge has nothing of its own to say."""
+    from ddltrace.merged_manifest import no_record_note
+
+    a, b, out = parts["par-0-2-unfiled"], parts["par-3"], tmp_path / "merged"
+    declared = json.loads((PS_SGD / "par-w4" / "store" / "manifest.json").read_text())["run"]["world_size"]
+    assert TraceStore.open(a).world_size == TraceStore.open(b).world_size == declared == 5
+    capsys.readouterr()
+    assert main(["merge", str(a), str(b), "--out", str(out)]) == 0
+    assert capsys.readouterr().err == ""
+    merged = TraceStore.open(out)
+    assert merged.ranks == [0, 1, 2, 3] and merged.world_size == 5
+    assert merged.missing() == {4: f"{out / 'manifest.json'}: rank 4 of the world of 5 has no usable entry in the "
+                                   "manifest"}
+    unfiled = no_record_note([3, 4], 5, True, None)
+    assert unfiled in _notes(a)
+    assert merged.manifest["notes"] == [*[n for n in _kept(a, b) if not n.startswith(unfiled)],
+                                        "ranks [4] wrote no record file (died before MPI_Init, or never started)"]
+
+
+def test_an_imports_problem_still_names_why_a_rank_is_missing(parts, tmp_path):
+    """par-w4's ranks 0-2 merged with ranks 3-4 imported from rank 4's export cut short: rank 4 (no events) is named
+    missing with the problem the import found in its file, as in the store it came from (before: the note was lost,
+    and only 'holds no events' said)."""
+    a, b, out = parts["par-0-2"], parts["par-3-4-cut"], tmp_path / "merged"
+    (problem,) = [n for n in _notes(b) if n.startswith("import problem: ")]
+    file = TraceStore.open(b).rank_info(4)["file"]
+    assert problem.startswith(f"import problem: {file}: JSON truncated at byte 3000")
+    assert TraceStore.open(b).missing()[4].startswith(problem.removeprefix("import problem: "))
+    assert main(["merge", str(a), str(b), "--out", str(out)]) == 0
+    merged = TraceStore.open(out)
+    assert merged.ranks == [0, 1, 2, 3, 4]
+    assert f"{problem} (a note of {b})" in merged.manifest["notes"]
+    assert merged.missing() == {4: f"{problem.removeprefix('import problem: ')} (a note of {b}); rank 4 holds no "
+                                   "events"}
+
+
+def test_stores_on_clocks_aligned_differently_say_so(parts, tmp_path, capsys):
+    """par-w4's ranks 0-2 (on rank 0's clock, by the PMPI ping-pong) merged with its ranks 3-4 imported without the
+    run's clock (each rank's own wall clock): one line on stderr and a note say the two are not on one clock, the
+    clock's method names each store's ranks and method and no reference rank, and ranks 0-2 keep their offsets (before:
+    presented as one alignment onto rank 0's clock, and ranks 3-4 given offsets their times never had)."""
+    a, b, out = parts["par-0-2"], parts["par-3-4-own-clock"], tmp_path / "merged"
+    clocks = [json.loads((p / "manifest.json").read_text())["clock"] for p in (a, b)]
+    assert clocks[0]["method"] != clocks[1]["method"] and clocks[1]["offsets_ns"] == {}
+    capsys.readouterr()
+    assert main(["merge", str(a), str(b), "--out", str(out)]) == 0
+    ways = (f"ranks 0-2: {clocks[0]['method']}, onto rank {clocks[0]['reference_rank']}'s clock; ranks 3-4: "
+            f"{clocks[1]['method']}")
+    note = (f"clocks not aligned to each other: {a} and {b} were put on their clocks differently ({ways}); the times "
+            "of ranks 0-2 and those of ranks 3-4 are not on one clock")
+    assert capsys.readouterr().err.strip().splitlines() == [f"ddltrace: note: {note}"]
+    merged = TraceStore.open(out)
+    assert merged.manifest["notes"][-1] == note
+    clock = merged.manifest["clock"]
+    assert clock["method"] == f"not one alignment: {ways}" and "reference_rank" not in clock
+    assert clock["offsets_ns"] == {r: clocks[0]["offsets_ns"][r] for r in "012"}
+    assert clock["per_rank"] == clocks[1]["per_rank"]

@@ -124,6 +124,9 @@ class FileReport:
     #: run-level manifest entries the file carries, which the store's manifest takes (ddltrace's own export:
     #: ``workload``, ``clock``, ``notes``; collectors/importers/ddltrace_export.py)
     manifest: dict[str, Any] = field(default_factory=dict)
+    #: the world size of the run the file is a part of, where it says (ddltrace's own export of some ranks:
+    #: ``otherData.run.world_size``), which the store's ``run.world_size`` takes where larger than its ranks
+    world_size: int | None = None
 
 
 @dataclass

@@ -7,7 +7,8 @@ the export wrote (``ts`` from ``otherData.origin_ns``), ``args`` the nullable co
 request, correlation) and the rank's ``source``; a rank's host comes from its process name ("rank 3 (node7)") and
 the rest of its manifest entry (role, aggregate, world size, ...) from that event's ``ddltrace_rank``. Counters are
 the rank's ``C`` events. The run's workload, clock and notes entries (``otherData``) go to the file's report
-(``FileReport.manifest``), which ``ddltrace import`` writes into the store's manifest.
+(``FileReport.manifest``), which ``ddltrace import`` writes into the store's manifest, and so does the run's world size
+(``FileReport.world_size``: an export of ranks 3-4 of a world of 5 imports as those ranks of a world of 5).
 """
 
 from __future__ import annotations
@@ -118,6 +119,7 @@ def read(path: Path, ctx: ImportContext):
     clock = "epoch" if epoch else "relative"
     if ctx.report is not None:
         ctx.report.manifest = _run_entries(trace.header.get("otherData"), ctx.report)
+        ctx.report.world_size = _world_size(trace.header.get("otherData"), ctx.report)
     counters = trace.counters
     for pid, (rank, host) in sorted(ranks.items(), key=lambda item: item[1][0]):
         rows = np.flatnonzero(row_pid == pid)
@@ -151,6 +153,21 @@ def _run_entries(other, report) -> dict:
         else:
             kept[key] = value
     return kept
+
+
+def _world_size(other, report) -> int | None:
+    """The world size of the exported run (``otherData.run.world_size``: an export of some of its ranks is a part
+    of that world), or None where the export gives none; one that is not a world size is named among the file's
+    problems and left out."""
+    from ddltrace.store import MAX_WORLD_SIZE
+
+    run = other.get("run") if isinstance(other, dict) else None
+    world = run.get("world_size") if isinstance(run, dict) else None
+    if world is None or (type(world) is int and 1 <= world <= MAX_WORLD_SIZE):
+        return world
+    report.problems.append(f"{report.path}: otherData.run.world_size {str(world)[:40]!r} is not a world size (an "
+                           f"integer from 1 to {MAX_WORLD_SIZE}); the store counts its ranks")
+    return None
 
 
 def _saved(trace, pid) -> dict:

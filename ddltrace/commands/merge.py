@@ -35,9 +35,9 @@ def run(args) -> int:
     if not out.parent.is_dir():
         raise DdltraceError(f"{out.parent}: no such folder for the merged store")
     if (part / "manifest.json").exists():
-        merged = merge_stores(TraceStore.open(args.store), TraceStore.open(part), out)
-        for note in merged.manifest["notes"]:  # the merge's own (the stores' are not kept): why no workload entry
-            print(f"ddltrace: note: {note}", file=sys.stderr)
+        # the merge's own notes (world size, clocks, workload entry), a line each; the stores' stay in the manifest
+        merged = merge_stores(TraceStore.open(args.store), TraceStore.open(part), out,
+                              tell=lambda note: print(f"ddltrace: note: {note}", file=sys.stderr))
     else:
         from ddltrace.collectors.node_merge import join_part
 

@@ -1,0 +1,163 @@
+"""The manifest of a store merged from two stores of one job (``ddltrace merge``, ddltrace/store.py's
+``merge_stores``; a node's part joined by collectors/node_merge.py): what stays true of each store's notes, its
+ranks' clock alignment and the run's world size once the two are one store.
+
+- Notes: a note both stores carry is kept once; a note of one store only is kept naming that store. The notes on
+  ranks none of whose files reached a store (collectors/launcher.py's :func:`no_record_note`) are false for the
+  ranks the other store supplies: they are replaced by one note on the ranks the merged store still lacks, if any.
+  An import's ``import problem:`` notes are kept: :meth:`TraceStore.missing` reads them to say why a rank of the
+  file they name holds no events.
+- Clock: each rank's entries (offset, uncertainty, drift, ... in ns, ppm) from the store that held the rank. Two
+  stores whose clocks were aligned differently (another method, or onto another reference rank) are not on one
+  clock: the method says so by rank, and a note does.
+- World size: the stores' declared world sizes (``run.world_size``, or the ranks a store lists where its run gives
+  none); where they differ, or the ranks held reach past them, the largest, and a note says so. Ranks of the world
+  held by neither store are named missing by :meth:`TraceStore.missing`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: A note of :func:`no_record_note`: the ranks it names.
+_UNFILED = re.compile(r"^ranks \[([\d, ]*)\]:? (?:of \d+ )?(?:wrote no|no) (record file|framework profile)")
+#: The clock entry's tables keyed by rank (collectors/clock.py, collectors/launcher.py, ddltrace import).
+_CLOCK_BY_RANK = ("offsets_ns", "uncertainty_ns", "finalize_offsets_ns", "finalize_uncertainty_ns", "drift_ppm",
+                 "framework_offsets_ns", "framework_uncertainty_ns", "per_rank")
+#: The clock entry's tables keyed by host (collectors/node_clock.py).
+_CLOCK_BY_NODE = ("node_offsets_ns", "node_uncertainty_ns", "node_end_offsets_ns", "node_end_uncertainty_ns",
+                  "node_drift_ppm")
+
+
+@dataclass
+class MergedPart:
+    """One of the merged stores: its folder, its manifest, the ranks taken from it (its own numbers) and the number
+    added to them in the merged store (``shift``: 0 unless renumbered), its world size (``declared``: the run's, or
+    the ranks it lists; ``said``: whether its run gives one)."""
+
+    path: Path
+    manifest: dict
+    ranks: list[int]
+    shift: int
+    declared: int
+    said: bool
+
+    @property
+    def held(self) -> list[int]:
+        """The ranks taken from this store, as the merged store numbers them."""
+        return [r + self.shift for r in self.ranks]
+
+
+def no_record_note(ranks: list[int], world: int, mpi: bool, missing_nodes: dict | None) -> str:
+    """The note on the ``ranks`` none of whose files reached the store. With nodes missing (their parts not
+    gathered: collectors/node_link.py) a rank's file may be in such a part, not lost: the note says so."""
+    what, why = ("record file", "died before MPI_Init, or never started") if mpi else ("framework profile",
+                                                                                       "never wrote one")
+    if missing_nodes:
+        return (f"ranks {ranks}: no {what} gathered (in the part of missing node(s) {', '.join(sorted(missing_nodes))}"
+                f", which `ddltrace merge` joins, or {why})")
+    return f"ranks {ranks} wrote no record file ({why})" if mpi else f"ranks {ranks} of {world} wrote no {what}"
+
+
+def unfiled_ranks(note: Any) -> set[int] | None:
+    """The ranks of a note of :func:`no_record_note`, or None for another note."""
+    found = _UNFILED.match(note) if isinstance(note, str) else None
+    return {int(r) for r in found.group(1).split(",") if r.strip()} if found else None
+
+
+def still_unfiled(notes: Iterable[tuple[Any, int]], held: Iterable[int], world: int,
+                  missing_nodes: dict | None) -> str | None:
+    """The note on the ranks that ``notes`` (each with the number added to its store's ranks) name as having no file
+    (a record file of an MPI job, or a framework profile, as the notes say) and that the merged store still lacks
+    (it holds ``held``); None where it lacks none of them."""
+    found = [(m, shift) for note, shift in notes if isinstance(note, str) and (m := _UNFILED.match(note))]
+    named = {int(r) + shift for m, shift in found for r in m.group(1).split(",") if r.strip()}
+    left = sorted(named - set(held))
+    mpi = any(m.group(2) == "record file" for m, _ in found)
+    return no_record_note(left, world, mpi, missing_nodes) if left else None
+
+
+def merged_notes(first: MergedPart, second: MergedPart, held: Iterable[int], run: dict) -> list[str]:
+    """The notes of the two stores that stay true of the merged store (holding ``held``, of the run ``run``): a
+    note both carry once, a note of one store followed by ``(a note of STORE)``, and in place of their notes on
+    ranks with no file the one on those it still lacks (see the module)."""
+    notes_of = [[n for n in part.manifest.get("notes") or [] if isinstance(n, str)] for part in (first, second)]
+    both = set(notes_of[0]) & set(notes_of[1])
+    kept: list[str] = []
+    for part, notes in zip((first, second), notes_of, strict=True):
+        for note in notes:
+            if unfiled_ranks(note) is not None:
+                continue
+            shown = note if note in both else f"{note} (a note of {part.path})"
+            if shown not in kept:
+                kept.append(shown)
+    left = still_unfiled([(n, part.shift) for part, notes in zip((first, second), notes_of, strict=True)
+                          for n in notes], held, run["world_size"], run.get("missing_nodes"))
+    return [*kept, *([left] if left else [])]
+
+
+def merged_world_size(first: MergedPart, second: MergedPart) -> tuple[int, str | None]:
+    """The merged store's world size and, where the stores do not declare one and the same that covers every rank
+    held, the note saying which it is and why."""
+    top = max([*first.held, *second.held], default=-1) + 1
+    world = max(first.declared, second.declared, top)
+    if first.declared == second.declared == world:
+        return world, None
+    said = "; ".join(f"{p.path}'s run says {p.declared}" if p.said else f"{p.path}'s run gives none (it lists "
+                     f"{p.declared} ranks)" for p in (first, second))
+    beyond = f", and the ranks held reach rank {top - 1}" if top > max(first.declared, second.declared) else ""
+    return world, (f"world size {world}: the merged stores do not declare the same one ({said}{beyond}); the "
+                   "merged store takes the largest")
+
+
+def merged_clock(first: MergedPart, second: MergedPart) -> tuple[dict, str | None]:
+    """The merged store's clock entry: each rank's entries from the store that held it (renumbered with it), the
+    nodes' of both; where the stores' clocks were aligned differently (method or reference rank), the method by
+    rank, no reference rank, and the note saying so."""
+    clocks = [p.manifest.get("clock") if isinstance(p.manifest.get("clock"), dict) else {} for p in (first, second)]
+    clock = {k: v for k, v in clocks[0].items() if k not in _CLOCK_BY_RANK and k != "unaligned_ranks"}
+    for part, source in zip((first, second), clocks, strict=True):
+        for key in _CLOCK_BY_RANK:
+            table = source.get(key)
+            if isinstance(table, dict):
+                taken = {str(r + part.shift): table[str(r)] for r in part.ranks if str(r) in table}
+                clock.setdefault(key, {}).update(taken)
+        for key in _CLOCK_BY_NODE:
+            if isinstance(source.get(key), dict):
+                clock[key] = {**source[key], **clock.get(key, {})}
+        for key in ("node_method", "framework_method"):
+            if key in source and key not in clock:
+                clock[key] = source[key]
+        unaligned = source.get("unaligned_ranks")
+        if isinstance(unaligned, list):
+            clock.setdefault("unaligned_ranks", []).extend(r + part.shift for r in unaligned
+                                                           if type(r) is int and r in part.ranks)
+    methods = [c.get("framework_method") for c in clocks]
+    if None not in methods and methods[0] != methods[1]:  # each names its ranks: 'ranks [0, 1]: ...'
+        clock["framework_method"] = f"{methods[0]}; {methods[1]}"
+    uncertainties = [v for key in ("uncertainty_ns", "finalize_uncertainty_ns")
+                     for v in (clock.get(key) or {}).values() if type(v) is int]
+    if any("max_uncertainty_ns" in c for c in clocks):
+        clock["max_uncertainty_ns"] = max(uncertainties, default=0)
+    matched = [c.get("matched_messages") for c in clocks]
+    if all(type(m) is int for m in matched):  # the messages of both stores' alignments
+        clock["matched_messages"] = sum(matched)
+    else:  # (not the first's alone: they aligned its ranks only)
+        clock.pop("matched_messages", None)
+    references = [(c.get("method"), c.get("reference_rank")) for c in clocks]
+    if references[0] == references[1]:
+        return clock, None
+    from ddltrace.store import _ranges
+
+    ways = [f"ranks {_ranges(p.held)}: {method or 'not recorded'}" + (f", onto rank {ref}'s clock"
+                                                                       if ref is not None else "")
+            for p, (method, ref) in zip((first, second), references, strict=True)]
+    clock["method"] = "not one alignment: " + "; ".join(ways)
+    clock.pop("reference_rank", None)
+    return clock, (f"clocks not aligned to each other: {first.path} and {second.path} were put on their clocks "
+                   f"differently ({'; '.join(ways)}); the times of ranks {_ranges(first.held)} and those of ranks "
+                   f"{_ranges(second.held)} are not on one clock")
