@@ -4,7 +4,8 @@ ranks' clock alignment and the run's world size once the two are one store.
 
 - Notes: a note both stores carry is kept once; a note of one store only is kept naming that store. The notes on
   ranks none of whose files reached a store (collectors/launcher.py's :func:`no_record_note`) are false for the
-  ranks the other store supplies: they are replaced by one note on the ranks the merged store still lacks, if any.
+  ranks the other store supplies: they are replaced by one note on the ranks the merged store still lacks, if any;
+  a note that a store left a rank out (its file unreadable) says where the other store supplies it.
   An import's ``import problem:`` notes are kept: :meth:`TraceStore.missing` reads them to say why a rank of the
   file they name holds no events.
 - Clock: each rank's entries (offset, uncertainty, drift, ... in ns, ppm) from the store that held the rank. Two
@@ -25,6 +26,8 @@ from typing import Any
 
 #: A note of :func:`no_record_note`: the ranks it names.
 _UNFILED = re.compile(r"^ranks \[([\d, ]*)\]:? (?:of \d+ )?(?:wrote no|no) (record file|framework profile)")
+#: A note on a rank a store left out (collectors/launcher.py: an unreadable record file): the rank.
+_LEFT_OUT = re.compile(r"; rank (\d+) left out$")
 #: The clock entry's tables keyed by rank (collectors/clock.py, collectors/launcher.py, ddltrace import).
 _CLOCK_BY_RANK = ("offsets_ns", "uncertainty_ns", "finalize_offsets_ns", "finalize_uncertainty_ns", "drift_ppm",
                  "framework_offsets_ns", "framework_uncertainty_ns", "per_rank")
@@ -84,15 +87,21 @@ def still_unfiled(notes: Iterable[tuple[Any, int]], held: Iterable[int], world: 
 def merged_notes(first: MergedPart, second: MergedPart, held: Iterable[int], run: dict) -> list[str]:
     """The notes of the two stores that stay true of the merged store (holding ``held``, of the run ``run``): a
     note both carry once, a note of one store followed by ``(a note of STORE)``, and in place of their notes on
-    ranks with no file the one on those it still lacks (see the module)."""
+    ranks with no file the one on those it still lacks, and a note on a rank left out that the other store supplies
+    saying so (see the module)."""
     notes_of = [[n for n in part.manifest.get("notes") or [] if isinstance(n, str)] for part in (first, second)]
     both = set(notes_of[0]) & set(notes_of[1])
     kept: list[str] = []
-    for part, notes in zip((first, second), notes_of, strict=True):
+    for part, other, notes in ((first, second, notes_of[0]), (second, first, notes_of[1])):
         for note in notes:
             if unfiled_ranks(note) is not None:
                 continue
-            shown = note if note in both else f"{note} (a note of {part.path})"
+            left_out = _LEFT_OUT.search(note)
+            rank = int(left_out.group(1)) + part.shift if left_out else None
+            if rank in other.held:
+                shown = f"{note} (a note of {part.path}; the merged store holds rank {rank}, from {other.path})"
+            else:
+                shown = note if note in both else f"{note} (a note of {part.path})"
             if shown not in kept:
                 kept.append(shown)
     left = still_unfiled([(n, part.shift) for part, notes in zip((first, second), notes_of, strict=True)

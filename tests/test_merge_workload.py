@@ -23,6 +23,9 @@ from ddltrace.cli import main
 from ddltrace.store import TraceStore
 
 PS_SGD = Path(__file__).resolve().parents[1] / "sample_traces" / "ps-sgd"
+#: collectors/launcher.py's note on a rank whose record file could not be read
+LOST = ("unreadable record file: /scratch/.run.x1y2/records/rank-00004.pmpi: the file ends in its header (0 of 64 "
+        "bytes; too short); rank 4 left out")
 
 
 @pytest.fixture(scope="module")
@@ -32,9 +35,10 @@ def parts(tmp_path_factory) -> dict[str, Path]:
     from an export without the entry (a store whose run did not record it, as before ddltrace recorded it for any
     command of the job); ``par-3-4-own-clock``: imported from an export without the run's clock (its times on the
     trace's own clock); ``par-0-2-unfiled``: par-w4's ranks 0-2 of a run whose ranks 3 and 4 wrote no record file
-    (the export carries the launcher's note, collectors/launcher.py's no_record_note); ``par-3-4-cut``: the exports
-    of rank 3 and of rank 4, rank 4's cut short, imported together (rank 4 holds no events; an ``import problem:``
-    note names its file)."""
+    (the export carries the launcher's note, collectors/launcher.py's no_record_note); ``par-3-lost``: rank 3 of a
+    run whose rank 4's record file was unreadable (the launcher's note: rank 4 left out), ``par-4``: rank 4;
+    ``par-3-4-cut``: the exports of rank 3 and of rank 4, rank 4's cut short, imported together (rank 4 holds no
+    events; an ``import problem:`` note names its file)."""
     from ddltrace.merged_manifest import no_record_note
 
     folder = tmp_path_factory.mktemp("parts")
@@ -43,13 +47,13 @@ def parts(tmp_path_factory) -> dict[str, Path]:
                              ("par-3", "par-w4", "3"), ("par-4", "par-w4", "4")):
         export = folder / f"{name}.json"
         assert main(["export", str(PS_SGD / run / "store"), "--ranks", ranks, "--chrome", str(export), "--quiet"]) == 0
-        if name != "par-4":
-            made[name] = folder / name
-            assert main(["import", str(export), "--out", str(made[name]), "--progress", "never"]) == 0
+        made[name] = folder / name
+        assert main(["import", str(export), "--out", str(made[name]), "--progress", "never"]) == 0
     changes = {"par-3-4-bare": ("par-3-4", lambda other: other.pop("workload")),
                "par-3-4-own-clock": ("par-3-4", lambda other: other.pop("clock")),
                "par-0-2-unfiled": ("par-0-2", lambda other: other["notes"].append(no_record_note([3, 4], 5, True,
-                                                                                                 None)))}
+                                                                                                 None))),
+               "par-3-lost": ("par-3", lambda other: other["notes"].append(LOST))}
     for name, (source, change) in changes.items():
         doc = json.loads((folder / f"{source}.json").read_text())
         change(doc["otherData"])
@@ -176,6 +180,20 @@ def test_a_note_on_ranks_with_no_file_is_kept_for_those_still_missing_and_the_wo
     assert unfiled in _notes(a)
     assert merged.manifest["notes"] == [*[n for n in _kept(a, b) if not n.startswith(unfiled)],
                                         "ranks [4] wrote no record file (died before MPI_Init, or never started)"]
+
+
+def test_a_note_on_a_rank_left_out_says_where_the_other_store_supplies_it(parts, tmp_path):
+    """par-w4's rank 3 of a run whose rank 4 was left out (its record file unreadable) merged with a store of rank 4:
+    the note says the merged store holds rank 4, and from which store (before: no note; copied as it was, it would
+    say rank 4 is left out of the store that holds it)."""
+    a, b, out = parts["par-3-lost"], parts["par-4"], tmp_path / "merged"
+    assert LOST in _notes(a)
+    assert main(["merge", str(a), str(b), "--out", str(out)]) == 0
+    merged = TraceStore.open(out)
+    assert merged.ranks == [3, 4] and sorted(merged.missing()) == [0, 1, 2]
+    notes = merged.manifest["notes"]
+    assert f"{LOST} (a note of {a}; the merged store holds rank 4, from {b})" in notes
+    assert not any(n.startswith(LOST) and "holds rank 4" not in n for n in notes)
 
 
 def test_an_imports_problem_still_names_why_a_rank_is_missing(parts, tmp_path):
