@@ -123,7 +123,7 @@ DEMO_SERIES = $(foreach w,1 2 4 8,sample_traces/ps-sgd/seq-w$(w)/store)
 demo: install
 	$(VENV)/bin/ddltrace info sample_traces/ps-sgd/seq-w8/store
 	$(VENV)/bin/ddltrace analyze $(DEMO_SERIES) || true
-	$(VENV)/bin/ddltrace report $(DEMO_SERIES) --out demo-report
+	$(VENV)/bin/ddltrace report $(DEMO_SERIES) --out demo-report --force
 	@echo "open demo-report/report.html (or read demo-report/report.md)"
 
 # The live demo: the reference job on this machine under the collectors, a quick calibration, and the report.

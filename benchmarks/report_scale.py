@@ -108,7 +108,7 @@ def main() -> int:
                   f"({e2e['rss'] / ranks / 2**10:.0f} KiB per rank)")
             if args.report:
                 rep = run_child([py, "-m", "ddltrace", "report", str(store), "--out", str(data / "report"),
-                                 "--quiet", "--jobs", "1"])
+                                 "--quiet", "--force", "--jobs", "1"])
                 print(f"  report end to end   wall {rep['wall']:6.1f} s  CPU {rep['cpu']:6.1f} s  "
                       f"{events / rep['cpu'] / 1e6:5.2f} M events per CPU s  peak RSS {rep['rss'] / 2**20:6.0f} MiB")
             if ranks > args.inner_max_ranks:

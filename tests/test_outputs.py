@@ -49,7 +49,7 @@ def test_report_on_a_full_disk_is_one_line_and_leaves_nothing(tiny_store, full_d
     if existing:  # a folder of the user's: what is in it stays as it was
         out.mkdir()
         (out / "notes.txt").write_text("mine")
-    result = cli("report", tiny_store.path, "--out", out)
+    result = cli("report", tiny_store.path, "--out", out, *(["--force"] if existing else []))
     assert_one_error_line(result, f"{out}: cannot write the report (No space left on device); nothing was written")
     assert list(full_disk.iterdir()) == ([out] if existing else [])  # no temporary folder left either
     if existing:

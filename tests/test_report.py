@@ -95,10 +95,31 @@ def test_trace_strings_are_escaped(hostile_store, tmp_path):
 
 
 def test_report_command_and_bad_input(sequential_series, tmp_path, capsys):
-    assert main(["report", *sequential_series[:2], "--out", str(tmp_path / "r"), "--quiet"]) == 0
+    out = tmp_path / "r"
+    assert main(["report", *sequential_series[:2], "--out", str(out), "--quiet"]) == 0
     assert "report.html" in capsys.readouterr().out
     assert main(["report", str(tmp_path / "missing"), "--out", str(tmp_path / "r2")]) == 2
     assert "no such trace store" in capsys.readouterr().err
+    # an --out that holds files: one line, nothing touched (a second report mixed its files with the first's);
+    # a trace store is never one
+    first = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert {"scaling.png", "efficiency.png", "trace.json"} <= first.keys()
+    store = sequential_series[0]
+    for options, line in ((["--out", str(out)],
+                           f"{out}: already exists (choose another --out, or add --force to replace the report in it)"),
+                          (["--out", store, "--force"],
+                           f"{store}: a trace store; the report is not written into one (choose another --out)")):
+        assert main(["report", store, *options, "--quiet"]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [f"ddltrace: error: {line}"]
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == first
+    # --force replaces the report: the first's figures this one has not drawn are gone, the user's own file stays
+    (out / "notes.txt").write_text("mine")
+    assert main(["report", sequential_series[1], "--out", str(out), "--quiet", "--force"]) == 0
+    names = {p.name for p in out.iterdir()}
+    drawn = set(re.findall(r"\]\((\w+\.png)\)", (out / "report.md").read_text()))
+    assert names == drawn | {"report.html", "report.md", "findings.json", "trace.json", "notes.txt"}
+    assert "scaling.png" not in names and (out / "notes.txt").read_text() == "mine"
+    assert json.loads((out / "findings.json").read_text())["stores"] == [sequential_series[1]]
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -1,8 +1,9 @@
-"""``ddltrace report STORE... [--profile P] [--model M] [--out DIR]``: the bottleneck report (HTML, Markdown, JSON)."""
+"""``ddltrace report STORE... [--profile P] [--model M] [--out DIR [--force]]``: the bottleneck report."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from ddltrace.commands.analyze import add_where_options, check_workers_see, rank_mapper
 
@@ -20,9 +21,28 @@ def register(subparsers) -> None:
     p.add_argument("--profile", metavar="PROFILE", help="hardware profile from 'ddltrace calibrate' (JSON)")
     p.add_argument("--model", metavar="MODEL", help="fitted model from 'ddltrace model fit --out' (JSON): drawn "
                                                     "beside the measured scaling series")
+    p.add_argument("--force", action="store_true", help="write into --out when it holds files already (an earlier "
+                                                        "report's are replaced, its figures not drawn again removed; "
+                                                        "other files stay)")
     p.add_argument("--quiet", action="store_true", help="no progress messages")
     add_where_options(p)
     p.set_defaults(func=run)
+
+
+def check_out(out: Path, force: bool) -> None:
+    """Refuse (one line, before any work) an ``out`` that holds files already, unless ``force``, and a trace
+    store whatever ``force`` says: a second report into the same folder would mix with the first, and a store
+    is not a report's folder. A file is refused later, by :func:`ddltrace.outputs.check_writable`."""
+    from ddltrace.errors import DdltraceError
+    from ddltrace.store import MANIFEST
+
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    if (out / MANIFEST).is_file():
+        raise DdltraceError(f"{out}: a trace store; the report is not written into one (choose another --out)")
+    if not force:
+        raise DdltraceError(f"{out}: already exists (choose another --out, or add --force to replace the report in "
+                            "it)")
 
 
 def run(args) -> int:
@@ -33,6 +53,7 @@ def run(args) -> int:
         from ddltrace.report import build_report  # matplotlib loads only when a report is drawn
         from ddltrace.trace_inputs import as_stores
 
+    check_out(Path(args.out), args.force)
     keep_freed_memory()  # fewer page faults in the analyses' frames and the figures (the module says why)
 
     def progress(message: str) -> None:

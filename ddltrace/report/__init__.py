@@ -600,6 +600,17 @@ def findings_document(report: Report) -> dict:
             "clocks": {store: clock.to_dict() for store, clock in report.clocks}}
 
 
+def _earlier_report(out: Path) -> set[str]:
+    """The files of an earlier report in ``out``: those its report.md links (figures, trace.json) and itself."""
+    import re
+
+    try:
+        text = (out / "report.md").read_text(errors="replace")
+    except OSError:
+        return set()
+    return {"report.md", "report.html", "findings.json", *re.findall(r"\]\(([\w.-]+\.(?:png|json))\)", text)}
+
+
 def write(report: Report, out: Path) -> ReportFiles:
     """Write report.html, report.md, findings.json and the figure PNGs into ``out``: all of them, or (a full
     disk, a folder that refuses) none and one line (:func:`ddltrace.outputs.output_folder`)."""
@@ -609,6 +620,7 @@ def write(report: Report, out: Path) -> ReportFiles:
     files["report.html"] = render.html(report).encode()
     files["report.md"] = render.markdown(report).encode()
     files["findings.json"] = json.dumps(findings_document(report), indent=2, default=str).encode()
+    stale = _earlier_report(out) - files.keys() - ({TRACE_FILE} if report.trace_store is not None else set())
     with output_folder(out, "the report") as folder:
         for name, data in files.items():
             write_file(folder / name, data)
@@ -616,6 +628,8 @@ def write(report: Report, out: Path) -> ReportFiles:
             from ddltrace.chrome import export_chrome
 
             export_chrome(report.trace_store, folder / TRACE_FILE)
+    for name in stale:  # an earlier report's figures (and trace) this one has not: they would read as its own
+        (out / name).unlink(missing_ok=True)
     return ReportFiles(out / "report.html", out / "report.md", out / "findings.json",
                        [out / f"{fig.key}.png" for fig in report.figures],
                        out / TRACE_FILE if report.trace_store is not None else None)
