@@ -507,3 +507,19 @@ def test_two_runs_of_as_many_workers_are_told_apart_by_their_store(tmp_path):
         assert page.split(section)[1].lstrip().startswith(f"<p>{said}")
     md = files.markdown.read_text().replace("\\", "")
     assert f"| evidence | w = 4 ({staleness[0]['store']}) | w = 4 ({staleness[1]['store']}) |" in md
+
+
+def test_the_steady_state_zoom_says_how_many_steps_it_shows(demo_report, tmp_path):
+    """The zoom on steady-state steps said "Three steps in the middle of the steady state" whatever it showed: on a
+    trace of one or two steps (HTA's cpu_only and AMD traces: one ProfilerStep) it shows those."""
+    ms = 1_000_000
+    rows = [{"rank": rank, "name": "forward", "category": "compute", "start_ns": start * ms, "dur_ns": 9 * ms,
+             "step": step} for rank in (0, 1) for step, start in ((1, 0), (2, 10))]
+    path = tmp_path / "store"
+    write_store(path, make_timeline(rows), run={"command": "job", "world_size": 2})
+    files = build_report([str(path)], tmp_path / "rep")
+    md = files.markdown.read_text().replace("\\", "")
+    caption = md.split("### A few steady-state steps, zoomed")[1].split("\n\n")[2]
+    assert caption == "2 steps of rank 0 (the rank's only steps), and every rank over that time."
+    demo = demo_report.markdown.read_text().replace("\\", "")  # of seq-w8, whose first worker is rank 1
+    assert "3 steps of rank 1 (in the middle of the steady state), and every rank over that time." in demo

@@ -26,7 +26,7 @@ from ddltrace.errors import DdltraceError
 from ddltrace.outputs import check_writable, output_folder, write_file
 from ddltrace.report import figures
 from ddltrace.store import TraceStore
-from ddltrace.units import format_ns, format_percent
+from ddltrace.units import counted, format_ns, format_percent
 
 
 @dataclass
@@ -284,8 +284,11 @@ def _run_figures(run, pixels: dict[str, dict[int, np.ndarray]], label: str) -> l
                               figures.png_bytes(figures.timeline_figure(pixels["init"], windows["init"],
                                                                         "Initialisation"))))
         if "steps" in windows:
+            rank, chosen = _steady_steps(run)
+            where = "in the middle of the steady state" if len(chosen) == 3 else "the rank's only steps"
             out.append(Figure(f"timeline_steps{label}", "A few steady-state steps, zoomed",
-                              "Three steps in the middle of the steady state.",
+                              f"{counted(len(chosen), 'step')} of rank {rank} ({where}), and every rank over "
+                              "that time.",
                               figures.png_bytes(figures.timeline_figure(pixels["steps"], windows["steps"],
                                                                         "Steady-state steps"))))
     measured = run.table(run.main_phase).index
@@ -380,17 +383,25 @@ def _staleness(run) -> np.ndarray | None:
     return values if len(values) else None
 
 
-def _steady_window(run) -> tuple[int, int] | None:
+def _steady_steps(run) -> tuple[int, pd.DataFrame] | None:
+    """The steps the steady-state zoom shows: three in the middle of the first worker's steps (all of them where
+    it has fewer), and that worker's rank; None where no step was found."""
     steps = run.steps
     if not len(steps):
         return None
     with_steps = set(steps["rank"].tolist())
     workers = [r for r in run.worker_ranks if r in with_steps] or sorted(with_steps)
     mine = steps[steps["rank"] == workers[0]].sort_values("start_ns")
-    if len(mine) < 3:
-        return int(mine["start_ns"].min()), int(mine["end_ns"].max())
-    middle = len(mine) // 2 - 1
-    chosen = mine.iloc[middle:middle + 3]
+    middle = max(len(mine) // 2 - 1, 0)
+    return workers[0], mine.iloc[middle:middle + 3]
+
+
+def _steady_window(run) -> tuple[int, int] | None:
+    """The steady-state zoom's window (ns): the first to the last of :func:`_steady_steps`."""
+    found = _steady_steps(run)
+    if found is None:
+        return None
+    chosen = found[1]
     return int(chosen["start_ns"].min()), int(chosen["end_ns"].max())
 
 
