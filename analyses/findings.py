@@ -49,7 +49,7 @@ class Quantity:
 
 
 def format_quantity(value: float, unit: str) -> str:
-    """'12.5 ms' for ns, '37.0 %' for fractions, '1.5 MiB' for bytes, else '3.2 <unit>'."""
+    """'12.5 ms' for ns, '37.0 %' for fractions, '1.5 MiB' for bytes, 'rank 3' for a rank, else '3.2 <unit>'."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
     if unit == "ns":
@@ -62,6 +62,8 @@ def format_quantity(value: float, unit: str) -> str:
         return format_bytes(value)
     if unit in ("1", ""):
         return three_digits(value)
+    if unit == "rank":  # a rank's number, not a count of ranks ("ranks"): 'rank 3', not '3 rank'
+        return f"rank {int(value)}"
     if float(value).is_integer() and abs(value) < 1e15:
         return f"{int(value)} {unit}"
     return f"{three_digits(value)} {unit}"

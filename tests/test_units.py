@@ -27,3 +27,12 @@ def test_rates_and_plain_quantities_keep_three_digits_without_an_exponent():
     assert three_digits(1234.4) == "1234" and three_digits(999.4) == "999" and three_digits(0.01234) == "0.0123"
     assert format_quantity(2345.6, "GB/s") == "2346 GB/s" and format_quantity(12.345, "GB/s") == "12.3 GB/s"
     assert "e+" not in format_quantity(1.5e3, "1")
+
+
+def test_a_rank_in_the_evidence_reads_as_a_rank_not_a_count():
+    """Evidence naming a rank (the straggler's slowest_rank, the GPU host-bound's host_wait_max_rank) printed
+    '1 rank' beside 'workers: 2 ranks', a count: it is 'rank 1'."""
+    from ddltrace.analyses.findings import Quantity
+
+    assert format_quantity(1, "rank") == "rank 1" and str(Quantity(0, "rank")) == "rank 0"
+    assert format_quantity(2, "ranks") == "2 ranks"
