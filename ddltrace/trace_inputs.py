@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ddltrace.errors import DdltraceError
-from ddltrace.store import is_store_folder
+from ddltrace.store import is_store_folder, temporary_writes
 
 #: The options of ``ddltrace import`` its errors may tell the user to give, which ``analyze`` and ``report`` lack.
 _IMPORT_OPTIONS = ("--format", "--rank-from", "--rules", "--align")
@@ -52,7 +52,8 @@ def as_stores(paths: list[str], verb: str, quiet: bool) -> Iterator[tuple[list[s
                 print(f"ddltrace {verb}: {path} is a trace, not a store: importing it into a temporary store "
                       f"('ddltrace import {path} --out STORE' keeps one)", file=sys.stderr, flush=True)
             try:
-                _import(path, out, quiet)
+                with temporary_writes():  # (removed below: written for speed, not to be kept)
+                    _import(path, out, quiet)
             except DdltraceError as exc:
                 if not any(option in str(exc) for option in _IMPORT_OPTIONS):
                     raise
