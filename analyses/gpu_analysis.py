@@ -86,9 +86,10 @@ class GpuAnalysis:
         copies = gpu_memcpy.rank_copies(rank, work)
         series = gpu_memcpy.bandwidth_series(copies)
         self.copies.append(gpu_memcpy.copy_summary(copies, series=series))
-        if len(series) and (self.copy_series is None
-                            or series["bytes_per_s"].max() > self.copy_series[1]["bytes_per_s"].max()):
-            self.copy_series = (rank, series)
+        moved = series[series["direction"] != "fill"]  # a fill moves nothing: no bandwidth (as copy_summary)
+        if len(moved) and (self.copy_series is None
+                           or moved["bytes_per_s"].max() > self.copy_series[1]["bytes_per_s"].max()):
+            self.copy_series = (rank, moved)
         pairs = gpu_launch.launch_pairs(timeline, work)
         self.idle.append(gpu_idle.idle_breakdown(rank, work, pairs))
         if len(pairs):

@@ -188,8 +188,10 @@ def test_copies_per_direction_bytes_and_bandwidth(tmp_path, capsys):
             each = [int(e["args"]["bytes"]) / (ns(e["dur"]) / 1e9) for e in timed]
             assert got["mean_bandwidth"] == pytest.approx(np.mean(each), rel=1e-6)
             assert got["peak_bandwidth"] >= max(each) * (1 - 1e-9)
-    # the report's figure: the series of the rank with the highest peak
+    # the report's figure: the series of the rank with the highest peak, of the copies (a fill moves nothing: its
+    # row has no bandwidth, and the figure drew rank 0's memsets at 800 GB/s beside it)
     rank, series = run.gpu.copy_series
+    assert "fill" not in set(series["direction"]) and table.loc[(rank, "fill"), "copies"] > 0
     assert series["bytes_per_s"].max() == pytest.approx(table["peak_bandwidth"].max())
     assert rank == table["peak_bandwidth"].idxmax()[0] and (series["rank"] == rank).all()
     # against the profile's calibrated copy bandwidths (ddltrace calibrate's gpu0_h2d / gpu0_d2h, B/s)

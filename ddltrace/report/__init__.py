@@ -365,7 +365,9 @@ def _gpu_figures(run, label: str) -> list[Figure]:
         rank, series = gpu.copy_series
         out.append(Figure(f"gpu_copies{label}", "Memory-copy bandwidth over time",
                           f"The summed bandwidth of the copies running at each instant on rank {rank} (the rank "
-                          "with the highest peak), per device and direction (HTA's memory bandwidth time series).",
+                          "with the highest peak), per device and direction (HTA's memory bandwidth time series, "
+                          "less its memsets: a fill moves nothing, and has no bandwidth in the copies' table "
+                          "either).",
                           figures.png_bytes(figures.copy_bandwidth_figure(series, f"Copy bandwidth, rank {rank}"))))
     return out
 
