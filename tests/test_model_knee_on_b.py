@@ -171,8 +171,8 @@ def _same_knees_on_b(path: Path, profile: Path, serial_wl: bool, serial: bool, c
     wl = dataclasses.replace(wl, serial=serial_wl)
     moved = _on_profile(model, str(path), str(profile), constants, wl, serial)
     a, b, counts, runs = moved["a"], moved["b"], moved["counts"], model["measurements"]
-    pairs = transfer.profile_draws(a, b, count)
-    z_a, z_b = ({name: np.array([p[side][name] for p in pairs]) for name in pairs[0][side]} for side in (0, 1))
+    z_a, z_b = transfer.profile_draws(a, b, count)
+    pairs = [tuple({name: float(z[i]) for name, z in side.items()} for side in (z_a, z_b)) for i in range(count)]
     server = transfer.server_measured(a, runs)
     drawn = knee_draws(constants, model["covariance"], count)
     ratios = drawn_knees.profile_ratios(wl, counts, a, b, z_a, z_b)

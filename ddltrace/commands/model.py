@@ -414,8 +414,7 @@ def _knee_interval_on_b(model: dict, source: str, constants, wl, moved: dict, ru
                            f"{KNEE_DRAWS} draws of it would take minutes"}
     scale = np.array([batch_factor if name in PER_SAMPLE else 1.0 for name in covariance["names"]])
     covariance = {**covariance, "matrix": (np.asarray(covariance["matrix"], dtype=float) * np.outer(scale, scale))}
-    pairs = transfer.profile_draws(moved["a"], moved["b"], KNEE_DRAWS)
-    z_a, z_b = ({name: np.array([pair[side][name] for pair in pairs]) for name in pairs[0][side]} for side in (0, 1))
+    z_a, z_b = transfer.profile_draws(moved["a"], moved["b"], KNEE_DRAWS)
     server = transfer.server_measured(moved["a"], runs)
     most = max(KNEE_SEARCH_LEAST, KNEE_SEARCH_TIMES * (int(knee_b) + 1))
     a, b = moved["a"], moved["b"]
@@ -425,7 +424,8 @@ def _knee_interval_on_b(model: dict, source: str, constants, wl, moved: dict, ru
 
         def one(w: int, i: int) -> float:  # where B's quota loop is played: one draw at a time
             return transfer.phase_at(drawn_knees.one_draw(drawn, i), wl, w, a, runs, b, moved["counts"], serial,
-                                     z_a=pairs[i][0], z_b=pairs[i][1], server=server)["phase_s"]
+                                     z_a={name: float(z[i]) for name, z in z_a.items()},
+                                     z_b={name: float(z[i]) for name, z in z_b.items()}, server=server)["phase_s"]
 
         return drawn_knees.searched_knees(
             lambda w: drawn_knees.phases_at(drawn, wl, w, a, runs, b, serial, ratios, server), KNEE_DRAWS, most, one)

@@ -65,10 +65,10 @@ def knees(wl: Workload, k: Constants) -> np.ndarray:
 def _mva_cycle(n: int, think, c_u, message):
     """:func:`ddltrace.models.hashemi._mva_cycle` (the closed loop's cycle, seconds per batch) over arrays."""
     queue, cycle = 0.0, think + _service(1, c_u, message)
-    for m in range(1, n + 1):
-        residence = _service(m, c_u, message) * (1.0 + queue)
-        cycle = think + residence
-        with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for m in range(1, n + 1):
+            residence = _service(m, c_u, message) * (1.0 + queue)
+            cycle = think + residence
             queue = np.where(cycle > 0, m * residence / cycle, 0.0)
     return cycle
 

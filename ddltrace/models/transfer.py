@@ -200,7 +200,7 @@ def _drawn(value: float, uncertainty: float, z: float) -> float:
     time stays positive, and a ratio of two drawn times has no tail from a divisor drawn near 0. ``z`` an array:
     an array of the values each of its draws gives."""
     if np.ndim(z):
-        return np.array([_drawn(value, uncertainty, float(x)) for x in z])
+        return np.array([value * math.exp(x * uncertainty / value) if x and value > 0 else value for x in z.tolist()])
     return value * math.exp(z * uncertainty / value) if z and value > 0 else value
 
 
@@ -658,19 +658,15 @@ def same_measurement(a: Mapping, b: Mapping) -> bool:
     return {key: v for key, v in a.items() if key != "source"} == {key: v for key, v in b.items() if key != "source"}
 
 
-def profile_draws(a: Mapping, b: Mapping, draws: int = DRAWS, seed: int = 1) -> list[tuple[dict, dict]]:
-    """``draws`` pairs (z_a, z_b): each profile constant's standard deviations off (:func:`transfer`'s ``z_a``,
-    ``z_b``), independent standard normals for A and B, or B's the same as A's where B's record is A's own
-    (:func:`same_measurement`)."""
+def profile_draws(a: Mapping, b: Mapping, draws: int = DRAWS, seed: int = 1) -> tuple[dict, dict]:
+    """``draws`` draws (z_a, z_b) of each profile constant's standard deviations off (:func:`transfer`'s ``z_a``,
+    ``z_b``), an array of them by constant: independent standard normals for A and B, or B's the same as A's where
+    B's record is A's own (:func:`same_measurement`); each draw's A then B, constant by constant, from one stream."""
     rng = np.random.default_rng(seed)
     names = (*CPU, *HELD)
-    same = same_measurement(a, b)
-    out = []
-    for _ in range(draws):
-        z_a = {name: float(z) for name, z in zip(names, rng.standard_normal(len(names)), strict=True)}
-        z_b = {name: float(z) for name, z in zip(names, rng.standard_normal(len(names)), strict=True)}
-        out.append((z_a, z_a if same else z_b))
-    return out
+    z = rng.standard_normal((draws, 2, len(names)))
+    z_a, z_b = ({name: z[:, side, j] for j, name in enumerate(names)} for side in (0, 1))
+    return z_a, (z_a if same_measurement(a, b) else z_b)
 
 
 def _fit_draw(entries: Mapping, k: Constants, rng: np.random.Generator) -> Constants:
