@@ -541,10 +541,12 @@ def assemble(runs: list, findings: list, profile: str | None = None, model: str 
     phase_name = "steady state" if main.main_phase == "steady" else main.main_phase
     steady_text = (f", overlap({main.main_phase}) over its {phase_name}, the low-overlap finding's measure"
                    if main.main_phase != "all" else "")
-    tables = [("Time per category and rank, whole run (shares of the rank's time and Rudra's overlap, compute / "
-               f"(compute + exposed comm + wait), in per cent: overlap(run) over the rank's whole run{steady_text})",
-               table)]
     device = side_by_side(main)
+    lanes = ("every lane of the rank at once, its CPU threads and its device's streams: an instant counts once, as "
+             "compute where any lane computes (each side alone: the next table); " if len(device) else "")
+    tables = [(f"Time per category and rank, whole run ({lanes}shares of the rank's time and Rudra's overlap, "
+               "compute / (compute + exposed comm + wait), in per cent: overlap(run) over the rank's whole run"
+               f"{steady_text})", table)]
     if len(device):
         tables.append(("Host and device side by side, whole run (ranks with a device: host = its CPU threads, "
                        "device = its gpu: streams, idle where none runs; streams' annotation spans in neither)",
