@@ -20,6 +20,7 @@ import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
 
 #: Floats from here up to :data:`_BIG` (and zero) are written the same by msgspec and by Python's ``repr``.
@@ -40,25 +41,41 @@ def records(frame: pd.DataFrame, index: bool = False) -> Records:
     if index:
         frame = frame.reset_index()
     names = [str(name) for name in frame.columns]
-    columns = [_column(frame.iloc[:, i]) for i in range(len(names))]
+    columns = [_column(series) for _, series in frame.items()]
     return Records(dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True))
 
 
 def _column(series: pd.Series) -> list:
-    """One column's values, JSON-ready: numbers of a numpy dtype at once (NaN stays: :func:`encode` writes it
-    null), any other value one at a time (:func:`_ready`)."""
+    """One column's values, JSON-ready: numbers (numpy's or pandas' nullable ones) and strings at once (NaN
+    stays: :func:`encode` writes it null; a missing value of a nullable column is None), any other value one at a
+    time (:func:`_ready`)."""
+    import numpy as np
+    import pandas as pd
+
+    dtype = series.dtype
+    if isinstance(dtype, np.dtype):
+        return _numbers(series.to_numpy()) if dtype.kind in "iufb" else [_ready(v) for v in series.tolist()]
+    if isinstance(dtype, pd.StringDtype) or getattr(dtype, "kind", "O") in "iufb":
+        missing = series.isna().to_numpy()
+        if isinstance(dtype, pd.StringDtype):
+            out = series.tolist()
+        else:  # Int64, Float64, boolean (pandas' masked arrays), Arrow's numbers: their values, a missing one 0
+            out = _numbers(series.to_numpy(dtype=dtype.numpy_dtype, na_value=0))
+        for i in np.flatnonzero(missing):
+            out[i] = None
+        return out
+    return [_ready(v) for v in series.tolist()]
+
+
+def _numbers(values: np.ndarray) -> list:
+    """A numpy array of numbers as Python's, each float msgspec would spell otherwise as Python's text."""
     import numpy as np
 
-    kind = series.dtype.kind if isinstance(series.dtype, np.dtype) else "O"
-    if kind in ("i", "u", "b"):
-        return series.to_numpy().tolist()
-    if kind != "f":
-        return [_ready(v) for v in series.tolist()]
-    values = series.to_numpy()
     out = values.tolist()
-    size = np.abs(values)
-    for i in np.flatnonzero(np.isfinite(values) & (size != 0) & ((size < _SMALL) | (size >= _BIG))):
-        out[i] = _python_spelling(out[i])
+    if values.dtype.kind == "f":
+        size = np.abs(values)
+        for i in np.flatnonzero(np.isfinite(values) & (size != 0) & ((size < _SMALL) | (size >= _BIG))):
+            out[i] = _python_spelling(out[i])
     return out
 
 

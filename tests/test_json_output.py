@@ -56,6 +56,9 @@ def test_records_of_a_frame_are_the_values_to_dict_gave_index_or_not():
         "name": pd.array(["nccl:all_reduce", None, "µ-kernel"], dtype="string"),
         "object": pd.Series([np.int64(4), None, np.float64(1e-5)], dtype=object),
         "nullable": pd.array([1, None, 3], dtype="Int64"),
+        "nullable_float": pd.array([0.5, None, 2e-5], dtype="Float64"),
+        "nullable_flag": pd.array([True, None, False], dtype="boolean"),
+        "str": pd.Series(["a", None, "ü"], dtype="str"),
         "class": pd.Categorical(["compute", "comm", None]),
     }, index=pd.Index([10, 11, 12], name="rank"))
     assert encode(records(frame, index=True)) == _json_text(frame.reset_index().to_dict(orient="records"))
@@ -64,6 +67,7 @@ def test_records_of_a_frame_are_the_values_to_dict_gave_index_or_not():
     assert encode(records(frame)) == _json_text(frame.astype(object).where(frame.notna(), None).to_dict("records"))
     rows = json.loads(encode({"rows": records(frame)}))["rows"]
     assert rows[1] == {"int": -2, "float": None, "big": None, "float32": 2.0, "flag": False, "name": None,
-                       "object": None, "nullable": None, "class": "comm"}
+                       "object": None, "nullable": None, "nullable_float": None, "nullable_flag": None, "str": None,
+                       "class": "comm"}
     assert rows[2]["float"] == 3e-6 and rows[0]["big"] == 1e17 and rows[2]["class"] is None
     assert records(frame.iloc[:0]) == []
