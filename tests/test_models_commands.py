@@ -350,3 +350,48 @@ def test_a_what_if_factor_on_a_constant_at_0_is_refused_not_printed_as_a_change(
     assert main(["model", "predict", str(with_profile), "--workers", "1,64", "--what-if", "r_net=0.1x", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert rows[1]["what_if_s"] < rows[1]["predicted_s"]
+
+
+@pytest.mark.skipif(not (SAMPLES / "par-w1" / "store").exists(), reason="the committed sample traces are absent")
+def test_predict_gives_the_formula_s_phase_with_its_interval_and_the_knee_s(tmp_path, capsys):
+    """model predict printed A's predicted phase, its what-if and the knee without an interval or a word on why:
+    now each has the one drawn from the fit's covariance, and the prediction is MODELS.md section 1's formula on the
+    model file's own constants (the committed par series: 2 epochs of 16,384 samples at batch 64, r_net 0)."""
+    stores = [str(SAMPLES / f"par-w{w}" / "store") for w in (1, 2, 4, 8)]
+    out = tmp_path / "model.json"
+    assert main(["model", "fit", *stores, "--dnn", "mlp-2-10k-2", "--out", str(out)]) == 0
+    capsys.readouterr()
+    model = json.loads(out.read_text())
+    assert main(["model", "predict", str(out), "--workers", "1,16", "--what-if", "c_u=2e-5", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    one, sixteen = result["rows"]
+    run = model["measurements"][0]
+    d, epochs, b = run["d"], run["epochs"], run["b"]
+    c_p, c_u = (model["constants"][n] for n in ("c_p", "c_u"))
+    # T_phase = E max(T_net, T_comp): T_comp(d / w) = c_p d / w (c_b 0, no memory term), T_net = (d / b) c_u (r_net 0)
+    assert one["predicted_s"] == pytest.approx(epochs * c_p["value"] * d, rel=1e-9) and one["bound_by"] == "worker"
+    assert sixteen["predicted_s"] == pytest.approx(epochs * d / b * c_u["value"], rel=1e-9)
+    assert sixteen["what_if_s"] == pytest.approx(epochs * c_p["value"] * d / 16, rel=1e-9)
+    # at w = 1 (and w = 16 with the what-if) the phase is c_p's alone: its interval is c_p's own, drawn
+    for row, key, w in ((one, "predicted", 1), (sixteen, "what_if", 16)):
+        assert row[f"{key}_low_s"] < row[f"{key}_s"] < row[f"{key}_high_s"]
+        assert row[f"{key}_low_s"] == pytest.approx(epochs * c_p["ci"][0] * d / w, rel=0.05)
+        assert row[f"{key}_high_s"] == pytest.approx(epochs * c_p["ci"][1] * d / w, rel=0.05)
+    assert sixteen["predicted_low_s"] == pytest.approx(epochs * d / b * c_u["ci"][0], rel=0.05)
+    assert result["interval_on_a"]["draws"] == 2000 and "predicted" in result["definitions"]
+    knee = result["knee"]["model"]["interval"]
+    assert [knee["low_w"], knee["high_w"]] == model["knee"]["ci"]  # the fit's own draws
+    what_if_knee = result["knee"]["what_if"]["interval"]
+    assert what_if_knee["low_w"] < result["knee"]["what_if"]["w"] < what_if_knee["high_w"]
+    assert main(["model", "predict", str(out), "--workers", "1,16"]) == 0
+    text = capsys.readouterr().out
+    low, high = model["knee"]["ci"]
+    assert "95 % interval" in text.splitlines()[1] and f"  95 % interval: {low:.3g} to {high:.3g} workers" in text
+    assert "  predicted: the model's computation phase at w workers, all epochs, seconds" in text
+    # two runs for c_p and c_u: no degrees of freedom, no covariance: the table says why it has no interval
+    two = tmp_path / "two.json"
+    assert main(["model", "fit", *stores[:2], "--dnn", "mlp-2-10k-2", "--out", str(two)]) == 0
+    capsys.readouterr()
+    assert main(["model", "predict", str(two), "--workers", "1,2"]) == 0
+    assert f"no interval: {two} has no covariance of its fitted constants (no degrees of freedom left" in (
+        capsys.readouterr().out)

@@ -399,21 +399,17 @@ def _knee_interval_on_b(model: dict, source: str, constants, wl, moved: dict, ru
 
     from ddltrace.analyses.fit_hashemi import KNEE_DRAWS, knee_interval
     from ddltrace.models import drawn_knees, transfer
-    from ddltrace.models.transfer import PER_SAMPLE
 
-    covariance = model.get("covariance")
+    covariance = _covariance_at(model, batch_factor)
     if math.isinf(knee_b):
         return {"why_not": f"no knee on B below {transfer.KNEE_MOST} workers" + (
             " (the runs only bound c_u: no run shows the server's limit)" if constants.c_u == 0 else "")}
-    if not isinstance(covariance, dict) or not covariance.get("names"):
-        return {"why_not": f"{source} has no covariance of its fitted constants (a model written before 'model fit' "
-                           "recorded it, or one with no degrees of freedom left): refit it"}
+    if covariance is None:
+        return {"why_not": _no_covariance(source)}
     if played:
         return {"why_not": "B's quota holds every rank at w = " + ", ".join(map(str, played)) + ", where the "
                            "phase is the quota loop played out over the periods (0.05-0.1 s each): "
                            f"{KNEE_DRAWS} draws of it would take minutes"}
-    scale = np.array([batch_factor if name in PER_SAMPLE else 1.0 for name in covariance["names"]])
-    covariance = {**covariance, "matrix": (np.asarray(covariance["matrix"], dtype=float) * np.outer(scale, scale))}
     z_a, z_b = transfer.profile_draws(moved["a"], moved["b"], KNEE_DRAWS)
     server = transfer.server_measured(moved["a"], runs)
     most = max(KNEE_SEARCH_LEAST, KNEE_SEARCH_TIMES * (int(knee_b) + 1))
@@ -433,6 +429,76 @@ def _knee_interval_on_b(model: dict, source: str, constants, wl, moved: dict, ru
     confidence = float(model.get("confidence") or 0.95)
     return {"ci": knee_interval(knees_of, constants, covariance, confidence), "draws": KNEE_DRAWS,
             "confidence": confidence, "searched_below_w": most}
+
+
+def _covariance_at(model: dict, batch_factor: float) -> dict | None:
+    """The model's ``covariance`` of its fitted constants with the per-sample costs' rows and columns times
+    ``batch_factor`` (their values at another batch, :func:`_workload`); None where the model has none."""
+    import numpy as np
+
+    from ddltrace.models.transfer import PER_SAMPLE
+
+    covariance = model.get("covariance")
+    if not isinstance(covariance, dict) or not covariance.get("names"):
+        return None
+    scale = np.array([batch_factor if name in PER_SAMPLE else 1.0 for name in covariance["names"]])
+    return {**covariance, "matrix": (np.asarray(covariance["matrix"], dtype=float) * np.outer(scale, scale))}
+
+
+def _no_covariance(source: str) -> str:
+    return (f"{source} has no covariance of its fitted constants (no degrees of freedom left: as many fitted "
+            "constants as runs; or a model written before 'model fit' recorded it: refit it)")
+
+
+def _knee_interval_on_a(model: dict, source: str, constants, wl, batch_factor: float, fit_b: float,
+                        what_if: dict | None, knee: float) -> dict:
+    """The knee on A's interval (workers), with the what-if or without: ``{"ci", "draws", "confidence"}`` drawn as the
+    fit's (:func:`ddltrace.analyses.fit_hashemi.knee_interval`, the covariance at this batch), or ``{"why_not"}``.
+    A ``--cpu-shares`` model's knee is a search over w per draw: its interval is the fit's (model.json's ``knee.ci``)
+    at the fit's batch without what-ifs, and not drawn otherwise."""
+    from ddltrace.analyses.fit_hashemi import KNEE_DRAWS, knee_interval
+    from ddltrace.models import drawn_knees
+
+    confidence = float(model.get("confidence") or 0.95)
+    if math.isinf(knee):
+        return {"why_not": "no knee"}
+    covariance = _covariance_at(model, batch_factor)
+    if covariance is None:
+        return {"why_not": _no_covariance(source)}
+    if wl.cpu_shares:
+        ci = (model.get("knee") or {}).get("ci") or [None, None]
+        if what_if or wl.b != fit_b or ci[0] is None:
+            return {"why_not": "a --cpu-shares model's knee interval is the fit's (model.json's knee.ci), at the "
+                               "fit's batch without what-ifs" + ("" if ci[0] is not None else "; it has none")}
+        return {"ci": (float(ci[0]), math.inf if ci[1] is None else float(ci[1])), "draws": KNEE_DRAWS,
+                "confidence": confidence}
+    ci = knee_interval(lambda drawn: drawn_knees.knees(wl, drawn.scaled(what_if) if what_if else drawn), constants,
+                       covariance, confidence)
+    return {"ci": ci, "draws": KNEE_DRAWS, "confidence": confidence}
+
+
+def _json_knee_on_a(drawn: dict) -> dict:
+    if "why_not" in drawn:
+        return {"why_not": drawn["why_not"]}
+    low, high = drawn["ci"]
+    return {"low_w": None if math.isinf(low) else low, "high_w": None if math.isinf(high) else high,
+            "confidence": drawn["confidence"], "draws": drawn["draws"], "covers": KNEE_ON_A_COVERS}
+
+
+#: What the knee on A's interval and the phase's interval on A cover (docs/MODELS.md, "Commands").
+KNEE_ON_A_COVERS = "the fit's constants drawn together from Student's t with the fit's covariance (as the fit's knee)"
+PHASE_ON_A_COVERS = ("the fit's constants drawn together from Student's t with the fit's covariance, a constant the "
+                     "runs only bound uniformly below its bound; the profile's constants held; not a new run's "
+                     "scatter about the model")
+
+
+def _describe_knee_on_a(drawn: dict) -> str:
+    if "why_not" in drawn:
+        return f"  interval: not drawn: {drawn['why_not']}" if drawn["why_not"] != "no knee" else ""
+    low, high = drawn["ci"]
+    return (f"  {100 * drawn['confidence']:.0f} % interval: {low:.3g} to "
+            f"{'no bound' if math.isinf(high) else f'{high:.3g}'} workers, over {drawn['draws']} draws of "
+            f"{KNEE_ON_A_COVERS}")
 
 
 def _entries_at(entries: dict, factor: float) -> dict:
@@ -543,6 +609,13 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
     if what_if:
         knees["what_if"] = ((*transfer.knee_over_w(lambda w: at(w, on_b=True, changed=True), wl), None) if moved
                             else knee_on_a(changed=True))
+    knee_intervals = {"model": _knee_interval_on_a(model, source, constants, wl, batch_factor, fit_b, None,
+                                                   knees["model"][0])}
+    if what_if:
+        knee_intervals["what_if"] = (
+            {"why_not": "a what-if's knee on B would be a search over w on B in each draw (the knee on B's "
+                        "interval above is drawn)"} if moved else
+            _knee_interval_on_a(model, source, constants, wl, batch_factor, fit_b, what_if, knees["what_if"][0]))
     rows = []
     for w in workers:
         here = at(w)
@@ -573,12 +646,33 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
             row["measured_s"] = float(match["phase_s"].mean()) if len(match) else math.nan
         rows.append(row)
     table = pd.DataFrame(rows)
-    if moved:
-        confidence = float(model.get("confidence") or 0.95)
-        entries = _entries_at(model["constants"], batch_factor)
-        low, high = transfer.interval(entries, constants, wl, moved["counts"], moved["a"], moved["b"], workers,
-                                      confidence, serial=serial, runs=runs)
-        table["profile_low_s"], table["profile_high_s"] = low, high
+    confidence = float(model.get("confidence") or 0.95)
+    entries = _entries_at(model["constants"], batch_factor)
+    covariance = _covariance_at(model, batch_factor)
+    if covariance is not None:  # A's phase (and its what-if) over the fit's own uncertainty
+        from ddltrace.analyses.fit_hashemi import knee_draws
+
+        drawn = transfer.bounded_draws(knee_draws(constants, covariance, transfer.DRAWS), entries, transfer.DRAWS)
+        a_record = model.get("profile") or {}
+        table["predicted_low_s"], table["predicted_high_s"] = transfer.interval_on_a(drawn, wl, workers, a_record,
+                                                                                     runs, confidence)
+        if what_if and not moved:
+            table["what_if_low_s"], table["what_if_high_s"] = transfer.interval_on_a(
+                drawn, wl, workers, a_record, runs, confidence, what_if)
+        table.attrs["interval_on_a"] = {"confidence": confidence, "draws": transfer.DRAWS,
+                                        "covers": PHASE_ON_A_COVERS}
+    else:
+        table.attrs["interval_on_a"] = {"why_not": _no_covariance(source)}
+    table.attrs["knee_intervals"] = knee_intervals
+    if moved:  # B's phase and its what-if over the same draws (the what-if's not where B's quota loop is played)
+        spans = transfer.interval(entries, constants, wl, moved["counts"], moved["a"], moved["b"], workers,
+                                  confidence, what_ifs=(None, what_if) if what_if else (None,), serial=serial,
+                                  runs=runs)
+        table["profile_low_s"], table["profile_high_s"] = spans[0]
+        if what_if:
+            table["what_if_low_s"], table["what_if_high_s"] = spans[1]
+            if "quota_loop_s" in table:
+                table.loc[table["quota_loop_s"].notna(), ["what_if_low_s", "what_if_high_s"]] = math.nan
         if "quota_loop_s" in table:  # the interval of the analytic phase moved onto the loop's mean, with its spread
             played = table["quota_loop_s"].notna()
             scale = table.loc[played, "quota_loop_s"] / table.loc[played, "mean_value_s"]
@@ -736,9 +830,12 @@ def run_predict(args) -> int:
                    for r in table.to_dict("records")]
         knees = {k: {"w": None if math.isinf(w) else w, "cause": c, "at_least": low}
                  for k, (w, c, low) in table.attrs["knees"].items()}
+        for name, drawn in table.attrs["knee_intervals"].items():
+            knees[name]["interval"] = _json_knee_on_a(drawn)
         if moved:
             knees["profile"]["interval"] = _json_knee_interval(table.attrs["knee_interval_on_b"])
-        out = {"model": args.model, "what_if": args.what_if, "knee": knees, "rows": records}
+        out = {"model": args.model, "what_if": args.what_if, "knee": knees, "rows": records,
+               "interval_on_a": table.attrs["interval_on_a"], "definitions": _definitions(table, model)}
         if moved:
             out["transfer"] = table.attrs["transfer"]
         if init is not None:
@@ -752,14 +849,22 @@ def run_predict(args) -> int:
     knees = table.attrs.get("knees", {})
     label = " ".join(args.what_if)
     where = f"what-if on B: {label}" if moved else f"what-if: {label}"
-    header = f"{'workers':>7}  {'predicted':>10}  {'bound by':<15}"
+    on_a = table.attrs["interval_on_a"]
+    header = f"{'workers':>7}  {'predicted':>10}  "
+    if "predicted_low_s" in table:
+        span_title = f"{100 * on_a['confidence']:.0f} % interval"
+        header += f"{span_title:>23}  "
+    header += f"{'bound by':<15}"
     if "measured_s" in table:
         header += f"  {'measured':>10}  {'error':>7}"
     if moved:
         pct = int(round(100 * table.attrs["transfer"]["confidence"]))
         header += f"  {'on B':>10}  {f'{pct} % interval':>23}  {'bound by on B':<15}"
     if what_if:
-        header += f"  {'what-if':>10}  {'bound by':<15}"
+        header += f"  {'what-if':>10}  "
+        if "what_if_low_s" in table:
+            header += f"{'interval':>23}  "
+        header += f"{'bound by':<15}"
     batch = table.attrs["batch"]
     moved_batch = (f" (the fit's batch {batch['fit_b']:g}; c_p x{batch['c_p_factor']:.4g} at this batch's working set "
                    "by the fit's profile's compute curves)" if table["b"].iloc[0] != batch["fit_b"] else "")
@@ -767,7 +872,10 @@ def run_predict(args) -> int:
           + (f"; {where}" if label else ""))
     print(header)
     for row in table.to_dict("records"):
-        line = f"{row['w']:>7}  {_seconds(row['predicted_s']):>10}  {row['bound_by']:<15}"
+        line = f"{row['w']:>7}  {_seconds(row['predicted_s']):>10}  "
+        if "predicted_low_s" in row:
+            line += f"{_span(row['predicted_low_s'], row['predicted_high_s']):>23}  "
+        line += f"{row['bound_by']:<15}"
         if "measured_s" in row:
             meas = row["measured_s"]
             err = "" if math.isnan(meas) else f"{100 * (row['predicted_s'] - meas) / meas:+.1f} %"
@@ -776,14 +884,21 @@ def run_predict(args) -> int:
             span = f"[{_seconds(row['profile_low_s'])}, {_seconds(row['profile_high_s'])}]"
             line += f"  {_seconds(row['profile_s']):>10}  {span:>23}  {row['profile_bound_by']:<15}"
         if what_if:
-            line += f"  {_seconds(row['what_if_s']):>10}  {row['what_if_bound_by']:<15}"
-        print(line)
+            line += f"  {_seconds(row['what_if_s']):>10}  "
+            if "what_if_low_s" in row:
+                line += f"{_span(row['what_if_low_s'], row['what_if_high_s']):>23}  "
+            line += f"{row['what_if_bound_by']:<15}"
+        print(line.rstrip())
+    for name, text in _definitions(table, model).items():
+        print(f"  {name}: {text}")
     names = {"model": "", "profile": " on B", "what_if": f" with {label}" + (" on B" if moved else "")}
     for name, (w_star, cause, at_least) in knees.items():
         where = "none" if math.isinf(w_star) else f"w* = {w_star:.3g} workers ({cause})"
         if math.isinf(w_star) and at_least:
             where = f"w* >= {at_least:.3g} workers (no run shows the server's limit)"
         print(f"knee{names[name]}: {where}")
+        if name in table.attrs["knee_intervals"] and _describe_knee_on_a(table.attrs["knee_intervals"][name]):
+            print(_describe_knee_on_a(table.attrs["knee_intervals"][name]))
         if name == "profile":
             print("\n".join(_describe_knee_interval(table.attrs["knee_interval_on_b"])))
     if moved:
@@ -808,6 +923,32 @@ def run_predict(args) -> int:
     if args.plot:
         print(f"\nplot written to {args.plot}")
     return 0
+
+
+def _span(low: float, high: float) -> str:
+    return "-" if math.isnan(low) else f"[{_seconds(low)}, {_seconds(high)}]"
+
+
+def _definitions(table: pd.DataFrame, model: dict) -> dict[str, str]:
+    """What each column of the prediction's table is (its window, its unit, its interval or why it has none)."""
+    on_a = table.attrs["interval_on_a"]
+    kind = ("the closed loop (the workers pull, compute and push in turn; the server a queue)"
+            if (model.get("workload") or {}).get("serial") else "Hashemi's max(network, worker compute + memory)")
+    rms = model.get("rms_relative_error")
+    drawn = (f"{100 * on_a['confidence']:.0f} % interval over {on_a['draws']} draws of {on_a['covers']} (the fit's "
+             f"rms relative error over its runs: {format_percent(rms) if isinstance(rms, float) else 'n/a'})"
+             if "why_not" not in on_a else f"no interval: {on_a['why_not']}")
+    out = {"predicted": f"the model's computation phase at w workers, all epochs, seconds ({kind}); {drawn}"}
+    if "measured_s" in table:
+        out["measured"] = ("the runs' computation phase at that w and batch as the fit read them (the slowest worker's "
+                           "steady state, all epochs; their mean where several); error = (predicted - measured) / "
+                           "measured")
+    if "what_if_s" in table:
+        out["what-if"] = ("the prediction with the what-if's constants" + (
+            " on B; its interval over the same draws as B's, none ('-') where B's quota loop is played out"
+            if "profile_s" in table else
+            "; its interval over the same draws as the prediction's" if "what_if_low_s" in table else ""))
+    return out
 
 
 def _plot(table: pd.DataFrame, path: str, what_if: list[str]) -> None:

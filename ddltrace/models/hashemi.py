@@ -29,7 +29,7 @@ partitioned read ("partitioned").
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -83,11 +83,11 @@ class Constants:
 
     def scaled(self, changes: dict[str, tuple[str, float]]) -> Constants:
         """A what-if copy: ``{'r_net': ('scale', 0.1), 'c_u': ('set', 2e-5)}``."""
-        values = asdict(self)
+        values = {}
         for name, (how, value) in changes.items():
-            if name not in values:
+            if name not in self.__dataclass_fields__:
                 raise KeyError(name)
-            values[name] = values[name] * value if how == "scale" else value
+            values[name] = getattr(self, name) * value if how == "scale" else value
         return replace(self, **values)
 
 

@@ -682,29 +682,67 @@ def _fit_draw(entries: Mapping, k: Constants, rng: np.random.Generator) -> Const
     return replace(k, **values)
 
 
+def bounded_draws(drawn: Constants, entries: Mapping, draws: int = DRAWS, seed: int = 1) -> Constants:
+    """``drawn`` (:func:`ddltrace.analyses.fit_hashemi.knee_draws`: the fitted constants' draws, arrays) with each
+    constant the runs only bound (``entries``' ``upper_bound``, a model's ``constants``) drawn uniformly below its
+    bound, ``draws`` times: where the model predicts with 0, any value up to the bound fits the runs as well."""
+    rng = np.random.default_rng(seed)
+    return replace(drawn, **{name: rng.uniform(0.0, float(entry["upper_bound"]), draws)
+                             for name, entry in entries.items()
+                             if name in hashemi.NAMES and isinstance(entry, Mapping) and entry.get("upper_bound")})
+
+
+def interval_on_a(drawn: Constants, wl: Workload, workers: Sequence[int], a: Mapping, runs: Sequence[Mapping],
+                  confidence: float, what_if: Mapping | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) seconds of the computation phase (all epochs) on A at each worker count: the central
+    ``confidence`` share of the phases of the draws ``drawn`` (:func:`bounded_draws`, arrays) at w, as
+    :func:`phase_at` makes them on A (:func:`constants_at`: at the ranks' share of a core there for a
+    ``--cpu-shares`` model, then ``what_if``), all draws at once (:func:`ddltrace.models.drawn_knees.t_phase`)."""
+    from ddltrace.models import drawn_knees
+
+    what_if = dict(what_if or {})
+    t_slice = what_if.pop("t_slice", None)
+    k = drawn.scaled({"t_slice": t_slice}) if t_slice else drawn
+    columns = []
+    for w in workers:
+        at = hashemi.at_share(k, share_on_a(a, runs, w)[0], messages_per_batch(runs, w)) if wl.cpu_shares else k
+        columns.append(np.broadcast_to(wl.epochs * drawn_knees.t_phase(w, wl, at.scaled(what_if) if what_if else at),
+                                       (len(np.atleast_1d(drawn.c_p)),)))
+    tail = 50.0 * (1.0 - confidence)
+    low, high = np.percentile(np.column_stack(columns), [tail, 100.0 - tail], axis=0)
+    return low, high
+
+
 def interval(entries: Mapping, k: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Mapping,
              workers: Sequence[float], confidence: float, draws: int = DRAWS, seed: int = 0,
-             what_if: Mapping | None = None, serial: bool = False,
-             runs: Sequence[Mapping] = ()) -> tuple[np.ndarray, np.ndarray]:
-    """(low, high) seconds of the computation phase (all epochs) on B at each worker count: the central
-    ``confidence`` share of ``draws`` predictions with the fit's and both profiles' uncertainties (B's drawn as A's
-    where B's record is A's own: :func:`same_measurement`)."""
+             what_ifs: Sequence[Mapping | None] = (None,), serial: bool = False,
+             runs: Sequence[Mapping] = ()) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(low, high) seconds of the computation phase (all epochs) on B at each worker count, one pair per entry of
+    ``what_ifs`` (None: the prediction itself; else ``Constants.scaled``'s changes, made to B's constants at w, a
+    ``t_slice`` to the fitted one before the messages' waits are drawn from it): the central ``confidence`` share of
+    ``draws`` predictions with the fit's and both profiles' uncertainties (B's drawn as A's where B's record is A's
+    own: :func:`same_measurement`), the same draws for every entry."""
     rng = np.random.default_rng(seed)
     ws = np.asarray(workers, dtype=float)
-    out = np.empty((draws, len(ws)))
+    out = np.empty((len(what_ifs), draws, len(ws)))
     names = (*CPU, *HELD)
     server = server_measured(a, runs)
     same = same_measurement(a, b)
+    changes = [dict(what_if or {}) for what_if in what_ifs]
+    slices = [change.pop("t_slice", None) for change in changes]
     for i in range(draws):
         z_a = {name: rng.standard_normal() for name in names}
         z_b = {name: rng.standard_normal() for name in names}
         z_b = z_a if same else z_b
         drawn = _fit_draw(entries, k, rng)
         for j, w in enumerate(ws):
-            on_b, _, _ = transfer(drawn, wl, counts, a, b, z_a, z_b, serial, w=w, runs=runs, server=server)
-            if what_if:
-                on_b = on_b.scaled(what_if)
-            out[i, j] = wl.epochs * hashemi.t_phase(w, wl, on_b)
+            carried = {}
+            for m, (change, t_slice) in enumerate(zip(changes, slices, strict=True)):
+                if t_slice not in carried:
+                    start = drawn.scaled({"t_slice": t_slice}) if t_slice else drawn
+                    carried[t_slice] = transfer(start, wl, counts, a, b, z_a, z_b, serial, w=w, runs=runs,
+                                                server=server)[0]
+                on_b = carried[t_slice].scaled(change) if change else carried[t_slice]
+                out[m, i, j] = wl.epochs * hashemi.t_phase(w, wl, on_b)
     tail = 50.0 * (1.0 - confidence)
-    low, high = np.percentile(out, [tail, 100.0 - tail], axis=0)
-    return low, high
+    return [tuple(np.percentile(phases, [tail, 100.0 - tail], axis=0)) for phases in out]
