@@ -523,3 +523,22 @@ def test_the_steady_state_zoom_says_how_many_steps_it_shows(demo_report, tmp_pat
     assert caption == "2 steps of rank 0 (the rank's only steps), and every rank over that time."
     demo = demo_report.markdown.read_text().replace("\\", "")  # of seq-w8, whose first worker is rank 1
     assert "3 steps of rank 1 (in the middle of the steady state), and every rank over that time." in demo
+
+
+def test_categories_no_rank_has_are_left_out_of_the_per_rank_table(demo_report, capsys):
+    """The demo's PMPI stores record no I/O, no copies, and no idle time (what no call covers is compute): the
+    per-rank table showed '0 ns' and '0.0 %' columns of io, memcpy and idle for every rank, as if measured. They are
+    left out, and the title names them; the others are still analyze's figures."""
+    store = str(SAMPLES / "seq-w8" / "store")
+    assert main(["analyze", store, "--json", "--quiet"]) == 0
+    breakdown = json.loads(capsys.readouterr().out)["stores"][0]["breakdown_ns"]
+    from ddltrace.timeline import CATEGORIES
+
+    empty = [c for c in CATEGORIES if not any(row[c] for row in breakdown)]
+    assert empty == ["io", "memcpy", "idle"]
+    md = demo_report.markdown.read_text().replace("\\", "")
+    title, _, header = md.split("### Time per category and rank")[1].split("\n")[:3]
+    columns = [c.strip() for c in header.strip("|").split("|")]
+    assert not {*empty, *(f"share_{c}" for c in empty)} & set(columns)
+    assert {"compute", "comm", "wait", "barrier", "other", "share_other"} <= set(columns)
+    assert title.endswith("; no rank has time in io, memcpy, idle: left out)")

@@ -538,9 +538,15 @@ def assemble(runs: list, findings: list, profile: str | None = None, model: str 
     table = main.table("all").rename(columns={"overlap": "overlap(run)"})
     if main.main_phase != "all":
         table[f"overlap({main.main_phase})"] = steady.reindex(table.index)
+    from ddltrace.timeline import CATEGORIES
+
+    empty = [c for c in CATEGORIES if c in table and not table[c].any()]  # no rank has any: not a measured 0
+    table = table.drop(columns=[*empty, *(f"share_{c}" for c in empty)], errors="ignore")
     phase_name = "steady state" if main.main_phase == "steady" else main.main_phase
     steady_text = (f", overlap({main.main_phase}) over its {phase_name}, the low-overlap finding's measure"
                    if main.main_phase != "all" else "")
+    if empty:
+        steady_text += f"; no rank has time in {', '.join(empty)}: left out"
     device = side_by_side(main)
     lanes = ("every lane of the rank at once, its CPU threads and its device's streams: an instant counts once, as "
              "compute where any lane computes (each side alone: the next table); " if len(device) else "")
