@@ -92,10 +92,10 @@ _temporary = False
 @contextlib.contextmanager
 def temporary_writes() -> Iterator[None]:
     """Inside, the stores this process writes (and the processes it forks) are temporary ones, removed when the
-    command ends (``analyze`` or ``report`` of a trace: :mod:`ddltrace.trace_inputs`): written for speed, not to be
-    kept, so no file or rename is flushed to the disk (fsync: 4 to 19 ms a store of one of HTA's traces here) and
-    the tables are lz4-compressed, not zstd (zstd took 35 ms to write and 41 ms to read df_index_resolver's
-    123,378 rows, lz4 20 and 30 ms, for 8 % more bytes)."""
+    command ends (``analyze`` or ``report`` of a trace: :mod:`ddltrace.trace_inputs`): no file or rename of theirs
+    is flushed to the disk (fsync: 4 to 19 ms of waiting a store of one of HTA's traces here, for a store that a
+    crash would lose nothing by losing). Their tables are written as a kept store's (lz4 instead of zstd would save
+    about 2 ms of CPU on df_index_resolver's 123,378 rows, 17 against 15 ms to write, 18 against 18 ms to read)."""
     global _temporary
     before, _temporary = _temporary, True
     try:
@@ -163,11 +163,9 @@ def _parquet_options(table: pa.Table) -> dict:
     """How a table is written: times delta-encoded (sorted, they shrink to a few bits each), and the correlation
     ids (one per launch and its kernel, rising: a dictionary of them is as long as the column; delta-encoded,
     df_index_resolver's rank is 17 % smaller and written 2 ms sooner), the other columns dictionary-encoded, zstd
-    from :data:`COMPRESS_FROM_ROWS` rows (lz4 in a temporary store: :func:`temporary_writes`), no min/max statistics
-    (nothing reads them)."""
+    from :data:`COMPRESS_FROM_ROWS` rows, no min/max statistics (nothing reads them)."""
     delta = [c for c in ("start_ns", "dur_ns", "t_ns", "correlation") if c in table.column_names]
-    compression = "none" if table.num_rows < COMPRESS_FROM_ROWS else "lz4" if _temporary else "zstd"
-    return {"compression": compression, "write_statistics": False,
+    return {"compression": "zstd" if table.num_rows >= COMPRESS_FROM_ROWS else "none", "write_statistics": False,
             "use_dictionary": [c for c in table.column_names if c not in delta],
             "column_encoding": dict.fromkeys(delta, "DELTA_BINARY_PACKED")}
 
