@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -395,3 +396,30 @@ def test_predict_gives_the_formula_s_phase_with_its_interval_and_the_knee_s(tmp_
     assert main(["model", "predict", str(two), "--workers", "1,2"]) == 0
     assert f"no interval: {two} has no covariance of its fitted constants (no degrees of freedom left" in (
         capsys.readouterr().out)
+
+
+def test_plan_ps_from_a_profile_gives_the_servers_interval_from_the_bandwidth_s_uncertainty(capsys):
+    """plan ps --profile B.json took B's calibrated C_nbw (a measurement with its uncertainty: 31 % in the committed
+    quota B) and printed N_ps bare, as if exact. N_ps = 2 S_p N_w / (B T_C) is 1 / B: its interval is B's (the
+    uncertainty one standard deviation of the log, as every model reads a profile); with --bandwidth given it says
+    why it has none. The numbers are the file's own, computed here from B.json."""
+    from statistics import NormalDist
+
+    profile = QUOTA / "B.json"
+    entry = json.loads(profile.read_text())["constants"]["C_nbw"]
+    bandwidth, relative = entry["value"] / 8, entry["uncertainty"] / entry["value"]  # bit/s -> B/s
+    need = 2 * 250e6 * 8 / (bandwidth * 0.5)
+    spread = math.exp(NormalDist().inv_cdf(0.975) * relative)
+    args = ["plan", "ps", "--param-bytes", "250MB", "--workers", "8", "--compute-time", "500ms"]
+    assert main([*args, "--profile", str(profile), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["bandwidth_bytes_per_s"] == pytest.approx(bandwidth) and out["min_servers"] == pytest.approx(need)
+    assert out["interval"]["min_servers"] == pytest.approx([need / spread, need * spread])
+    assert out["interval"]["servers"] == [math.ceil(need / spread), math.ceil(need * spread)]
+    assert main([*args, "--profile", str(profile)]) == 0
+    text = capsys.readouterr().out
+    assert f"N_ps >= {need:.2f} [95 %: {need / spread:.2f} to {need * spread:.2f} over the bandwidth's" in text
+    assert f"({profile}'s C_nbw)" in text
+    assert main([*args, "--bandwidth", "10Gbit/s", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["interval"] is None and "given" in out["why_no_interval"] and out["servers"] == 7

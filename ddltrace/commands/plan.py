@@ -135,16 +135,27 @@ def _one_of(given: str | None, profile: str | None, option: str, parse, from_pro
     return parse(given) if given is not None else from_profile(profile)
 
 
-def _profile_bandwidth(path: str) -> float:
-    """Bytes per second of the profile's network: C_nbw, else 1 / r_net."""
+def _profile_bandwidth(path: str) -> tuple[float, str, float]:
+    """Bytes per second of the profile's network: C_nbw, else 1 / r_net; with the constant's name and its relative
+    uncertainty (one standard uncertainty over the value, 0 where the profile gives none)."""
     from ddltrace.models.quantities import load_json, profile_constants
 
-    constants = profile_constants(load_json(path, "hardware profile"), path)
-    if isinstance(constants.get("C_nbw"), float) and constants["C_nbw"] > 0:
-        return constants["C_nbw"]
-    if isinstance(constants.get("r_net"), float) and constants["r_net"] > 0:
-        return 1.0 / constants["r_net"]
+    raw = load_json(path, "hardware profile")
+    constants = profile_constants(raw, path)
+    table = raw.get("constants", raw)
+    for name in ("C_nbw", "r_net"):
+        value = constants.get(name)
+        if isinstance(value, float) and value > 0:
+            entry = table.get(name)
+            spread = entry.get("uncertainty") if isinstance(entry, dict) else None
+            relative = float(spread) / float(entry["value"]) if spread and isinstance(entry.get("value"), int | float) \
+                else 0.0
+            return (value if name == "C_nbw" else 1.0 / value), name, relative
     raise DdltraceError(f"{path}: the profile has no network bandwidth (C_nbw or r_net: calibrate's net section)")
+
+
+#: The share of the interval of N_ps from a profile's bandwidth (its uncertainty one standard deviation of its log).
+CONFIDENCE = 0.95
 
 
 def _profile_gpu_memory(path: str) -> float:
@@ -166,18 +177,42 @@ def run_ps(args) -> int:
     if (args.param_bytes is None) == (args.dnn is None):
         raise DdltraceError("plan ps: give exactly one of --param-bytes or --dnn")
     size = parse_bytes(args.param_bytes, "--param-bytes") if args.param_bytes else load_dnn(args.dnn).model_bytes
-    bandwidth = _one_of(args.bandwidth, args.profile, "--bandwidth",
-                        lambda text: parse_bandwidth(text, "--bandwidth"), _profile_bandwidth)
+    if (args.bandwidth is None) == (args.profile is None):
+        raise DdltraceError("give exactly one of --bandwidth or --profile")
+    if args.profile:
+        bandwidth, name, relative = _profile_bandwidth(args.profile)
+        source = f"{args.profile}'s {name}" + (" (1 / r_net)" if name == "r_net" else "")
+    else:
+        bandwidth, source, relative = parse_bandwidth(args.bandwidth, "--bandwidth"), "--bandwidth", None
     compute = parse_seconds(args.compute_time, "--compute-time")
     need = chang.parameter_servers(size, args.workers, bandwidth, compute)
     servers = max(1, math.ceil(need - 1e-9))
+    interval = None  # N_ps is 1 / B: B's log-normal interval (the uncertainty one standard deviation of its log)
+    if relative is not None:
+        from statistics import NormalDist
+
+        spread = math.exp(NormalDist().inv_cdf(0.5 + CONFIDENCE / 2) * relative)
+        interval = {"confidence": CONFIDENCE, "bandwidth_relative_uncertainty": relative,
+                    "min_servers": [need / spread, need * spread],
+                    "servers": [max(1, math.ceil(need / spread - 1e-9)), max(1, math.ceil(need * spread - 1e-9))]}
+    why_not = None if interval else "the bandwidth and the compute time are given (--bandwidth, --compute-time), " \
+                                     "not measured: N_ps is exact for them"
     if args.json:
         return _dump({"param_bytes": size, "workers": args.workers, "bandwidth_bytes_per_s": bandwidth,
-                      "compute_time_s": compute, "min_servers": need, "servers": servers})
+                      "bandwidth_from": source, "compute_time_s": compute, "min_servers": need, "servers": servers,
+                      "interval": interval, "why_no_interval": why_not})
     print(f"Lemma 3.2: {args.workers} workers pull and push {format_bytes(size)} each round "
-          f"({format_bytes(2 * size * args.workers)} in all) over {format_bytes(bandwidth)}/s per server, "
-          f"hidden behind {format_ns(compute * 1e9)} of compute")
-    print(f"N_ps >= {need:.2f}: use {servers} parameter server{'s' if servers > 1 else ''}")
+          f"({format_bytes(2 * size * args.workers)} in all) over {format_bytes(bandwidth)}/s per server "
+          f"({source}), hidden behind {format_ns(compute * 1e9)} of compute")
+    if interval:
+        low, high = interval["min_servers"]
+        print(f"N_ps >= {need:.2f} [{100 * CONFIDENCE:.0f} %: {low:.2f} to {high:.2f} over the bandwidth's "
+              f"uncertainty, {100 * relative:.1f} % taken as one standard deviation of its log]: use {servers} "
+              f"parameter server{'s' if servers > 1 else ''} ({interval['servers'][0]} to {interval['servers'][1]} "
+              "within the interval)")
+    else:
+        print(f"N_ps >= {need:.2f}: use {servers} parameter server{'s' if servers > 1 else ''} (no interval: "
+              f"{why_not})")
     return 0
 
 
