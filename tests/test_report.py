@@ -542,3 +542,21 @@ def test_categories_no_rank_has_are_left_out_of_the_per_rank_table(demo_report, 
     assert not {*empty, *(f"share_{c}" for c in empty)} & set(columns)
     assert {"compute", "comm", "wait", "barrier", "other", "share_other"} <= set(columns)
     assert title.endswith("; no rank has time in io, memcpy, idle: left out)")
+
+
+def test_ranks_missing_for_one_reason_are_one_line(tmp_path):
+    """A store of 2 ranks of a world of 40 (as HTA's trace_filter holds 2 of 128): the Missing ranks section listed
+    32 lines that said the same but for the rank's number, then '(and 6 more)'; consecutive ranks missing for one
+    reason are one line now, every one of them named, and findings.json still lists each."""
+    rows = [{"rank": rank, "name": "step", "category": "compute", "start_ns": 0, "dur_ns": 10_000_000}
+            for rank in (0, 1)]
+    path = tmp_path / "store"
+    write_store(path, make_timeline(rows), run={"command": "job", "world_size": 40})
+    files = build_report([str(path)], tmp_path / "rep")
+    md = files.markdown.read_text().replace("\\", "")
+    section = md.split("## Missing ranks")[1].split("\n## ")[0].strip().splitlines()
+    manifest = path / "manifest.json"
+    assert section == [f"{path}: 38 of 40 ranks have no usable timeline; everything in this report is of the other 2.",
+                       "", f"- ranks 2-39: {manifest}: rank N of the world of 40 has no usable entry in the manifest"]
+    doc = json.loads(files.findings.read_text())
+    assert [m["rank"] for m in doc["missing_ranks"][str(path)]] == list(range(2, 40))

@@ -139,7 +139,7 @@ def build_report(stores: list[str | os.PathLike], out: str | os.PathLike, *, pro
     report.not_made = run_analysis.not_made(runs) + skipped
     report.holdings = {r.name: r.holding for r in runs}
     report.clocks = [(r.name, clock_alignment(r.store.manifest)) for r in runs]
-    report.missing = [(r.name, list(r.store.missing(32).items()), r.store.missing_count(), r.store.world_size)
+    report.missing = [(r.name, list(r.store.missing().items()), r.store.missing_count(), r.store.world_size)
                       for r in runs if r.store.missing_count()]
     from ddltrace.gpu_section import gpu_tables
 
