@@ -560,3 +560,19 @@ def test_ranks_missing_for_one_reason_are_one_line(tmp_path):
                        "", f"- ranks 2-39: {manifest}: rank N of the world of 40 has no usable entry in the manifest"]
     doc = json.loads(files.findings.read_text())
     assert [m["rank"] for m in doc["missing_ranks"][str(path)]] == list(range(2, 40))
+
+
+def test_a_finding_of_several_runs_is_named_by_what_its_titles_share():
+    """HTA's AMD trace and Kineto's ResNet-50 trace both wait for the host, one 'launch-bound': their card was
+    titled with the detector's id, 'gpu_host_bound: found in 2 runs'."""
+    from ddltrace.analyses.findings import Finding
+    from ddltrace.report.render import _group_title
+
+    def finding(title):
+        return Finding(id="gpu_host_bound", title=title, severity="warning")
+
+    assert _group_title([finding("GPU idle waiting for the host (launch-bound): 37.9 % of a device's window"),
+                         finding("GPU idle waiting for the host: 97.3 % of a device's window")]) == \
+        "GPU idle waiting for the host"
+    assert _group_title([finding("Staleness: mean 2.6"), finding("Staleness: mean 5.5")]) == "Staleness"
+    assert _group_title([finding("Straggler: rank 1"), finding("Stragglers: ranks 2, 3")]) == "gpu_host_bound"

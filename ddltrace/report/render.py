@@ -199,9 +199,18 @@ def _scope(finding) -> str:
 
 
 def _group_title(group: list) -> str:
-    """The detector's name, common to the group's titles (the words before the first colon)."""
-    heads = {f.title.split(":", 1)[0] for f in group}
-    return heads.pop() if len(heads) == 1 else group[0].id
+    """The detector's name, common to the group's titles (the words before the first colon, less a qualifier in
+    parentheses one run has and another has not: "GPU idle waiting for the host (launch-bound)" beside "GPU idle
+    waiting for the host"); the detector's id where they have no words in common."""
+    import os.path
+
+    heads = [f.title.split(":", 1)[0] for f in group]
+    if len(set(heads)) == 1:
+        return heads[0]
+    common = os.path.commonprefix(heads)
+    if any(head[len(common):len(common) + 1] not in ("", " ") for head in heads):  # a word cut short
+        common = common.rsplit(" ", 1)[0] if " " in common else ""
+    return common.split(" (", 1)[0].strip() or group[0].id
 
 
 _SEVERITY_ORDER = ("info", "warning", "error")
