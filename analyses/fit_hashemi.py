@@ -24,6 +24,7 @@ hardware profile measured (r_m, w_m, r_net, lat_net, r_d) are held fixed; others
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, replace
@@ -721,7 +722,8 @@ def measurements_from_store(path: str | Path, *, batch: float | None = None, sam
              for r in sorted(listed | set(range(store.world_size)))}
     from ddltrace.analyses.run_analysis import job_config
 
-    said = job_config(store).get("server_rank")
+    config = job_config(store)
+    said = config.get("server_rank")
     if servers is not None:
         is_server, w_by = {r: r < servers for r in roles}, f"given: ranks 0..{servers - 1} are servers"
     elif any(role in SERVER_ROLES for role in roles.values()):
@@ -792,7 +794,23 @@ def measurements_from_store(path: str | Path, *, batch: float | None = None, sam
             "ranks": float(len(roles)), "cpu_share": cpu_share(store, workers, window[0], window[1]),
             "server_cpu_share": cpu_share(store, [r for r in store.ranks if r not in workers], window[0], window[1]),
             "sent_per_batch": _per_batch([m[0] for m in messages], d, e, b, w),
-            "received_per_batch": _per_batch([m[1] for m in messages], d, e, b, w)}
+            "received_per_batch": _per_batch([m[1] for m in messages], d, e, b, w),
+            "settings": job_settings(config)}
+
+
+#: The settings of the job's recorded configuration (the ps-sgd job's, docs/WORKLOAD.md) that make it another job,
+#: not another point of one job's scaling series: what a sample, an update and the server cost, and how updates are
+#: applied. The series' own variables (workers, batch, samples, epochs, initialisation) and what follows from them
+#: (softsync_n, gradients_per_update, alpha, ranks) are not among them.
+JOB_SETTINGS = ("sync", "compute", "sample_time", "hidden", "n_w", "server_cost", "server_receive", "straggler")
+
+
+def job_settings(config: Mapping[str, Any]) -> dict:
+    """The :data:`JOB_SETTINGS` a run's configuration records (the straggler's slowdown with a straggler)."""
+    settings = {key: config[key] for key in JOB_SETTINGS if key in config}
+    if settings.get("straggler") is not None and "slowdown" in config:
+        settings["slowdown"] = config["slowdown"]
+    return settings
 
 
 def _messages(frame: pd.DataFrame, start_ns: int, end_ns: int) -> tuple[int, int]:
@@ -865,6 +883,13 @@ def measurements_from_stores(paths: Sequence[str | Path], **overrides: Any) -> p
     if len(jobs) > 1:
         listing = ", ".join(f"{r['label']} ({r['job'] or 'unknown'})" for r in rows)
         raise DdltraceError(f"the stores are of different jobs: {listing}")
+    settings = [r.pop("settings") for r in rows]
+    for key in dict.fromkeys(k for s in settings for k in s):  # a setting no store records is not compared
+        said = [(r["label"], s[key]) for r, s in zip(rows, settings, strict=True) if key in s]
+        if len({json.dumps(value) for _, value in said}) > 1:
+            listing = ", ".join(f"{label}: {'none' if value is None else value}" for label, value in said)
+            raise DdltraceError(f"the stores are of different jobs: their recorded {key} differs ({listing}); a fit "
+                                "needs one job at several worker counts or batch sizes")
     frame = pd.DataFrame(rows)
     if frame[["w", "b"]].drop_duplicates().shape[0] < 2:
         raise DdltraceError("every store has the same workers and batch size: fitting needs runs at different w")

@@ -423,3 +423,24 @@ def test_plan_ps_from_a_profile_gives_the_servers_interval_from_the_bandwidth_s_
     assert main([*args, "--bandwidth", "10Gbit/s", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["interval"] is None and "given" in out["why_no_interval"] and out["servers"] == 7
+
+
+@pytest.mark.skipif(not (SAMPLES / "par-w1" / "store").exists(), reason="the committed sample traces are absent")
+def test_a_series_mixing_job_configurations_is_refused_naming_the_setting(tmp_path, capsys):
+    """The job was told by its program's name alone, so par-w1 and par-w2 (async) fitted together with hardsync-w4
+    (4 gradients per update), straggler-w4 (one worker 4x slower) or server-saturated-w4 (2 ms more per update) as
+    one scaling series, exit 0. Their recorded configurations say they are other jobs: refused, one line naming the
+    setting and each store's value, exit 2."""
+    series = [str(SAMPLES / f"par-w{w}" / "store") for w in (1, 2)]
+    for other, key, values in (("hardsync-w4", "sync", ("async", "hardsync")), ("straggler-w4", "straggler",
+                                                                                   ("none", "2")),
+                               ("server-saturated-w4", "server_cost", ("0.0", "0.002"))):
+        store = str(SAMPLES / other / "store")
+        assert main(["model", "fit", *series, store, "--dnn", "mlp-2-10k-2", "--out", str(tmp_path / "m.json")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"their recorded {key} differs ({series[0]}: {values[0]}, " in err[0], err
+        assert f"{store}: {values[1]})" in err[0] and not (tmp_path / "m.json").exists()
+    # the initialisation is the series' own variable: seq and par runs of the one job still fit together
+    assert main(["model", "fit", series[0], str(SAMPLES / "seq-w2" / "store"), str(SAMPLES / "par-w4" / "store"),
+                 "--dnn", "mlp-2-10k-2", "--json"]) == 0
+    assert [m["w"] for m in json.loads(capsys.readouterr().out)["measurements"]] == [1.0, 2.0, 4.0]
