@@ -444,3 +444,13 @@ def test_a_series_mixing_job_configurations_is_refused_naming_the_setting(tmp_pa
     assert main(["model", "fit", series[0], str(SAMPLES / "seq-w2" / "store"), str(SAMPLES / "par-w4" / "store"),
                  "--dnn", "mlp-2-10k-2", "--json"]) == 0
     assert [m["w"] for m in json.loads(capsys.readouterr().out)["measurements"]] == [1.0, 2.0, 4.0]
+
+
+def test_plan_gpus_without_overhead_says_unbounded_and_one_gpu_needs_no_bound(capsys):
+    """R_O = 0 printed 'speedup bounded by infx', and a target efficiency on 1 GPU 'needs R_O <= 100.0 %' of
+    '1 GPUs', where E(1) = 1 whatever R_O (Lemma 3.1)."""
+    assert main(["plan", "gpus", "--overhead-ratio", "0", "--gpus", "1,4", "--efficiency", "0.8"]) == 0
+    text = capsys.readouterr().out
+    assert "infx" not in text and "(no overhead: the speedup is N, unbounded)" in text
+    assert "efficiency 80.0 % on 1 GPU: any R_O (one GPU is always 100 % efficient)" in text
+    assert "efficiency 80.0 % on 4 GPUs needs R_O <= 8.3 %" in text and "1 GPUs" not in text

@@ -114,8 +114,9 @@ def run_gpus(args) -> int:
     if args.json:
         return _dump(out)
     if "table" in out:
-        print(f"Lemma 3.1 with overhead ratio R_O = {format_percent(out['overhead_ratio'])} "
-              f"(speedup bounded by {1 / out['overhead_ratio'] if out['overhead_ratio'] else math.inf:.3g}x)")
+        bound = (f"speedup bounded by {1 / out['overhead_ratio']:.3g}x" if out["overhead_ratio"] else
+                 "no overhead: the speedup is N, unbounded")
+        print(f"Lemma 3.1 with overhead ratio R_O = {format_percent(out['overhead_ratio'])} ({bound})")
         print(f"{'GPUs':>5}  {'speedup':>8}  {'efficiency':>10}")
         for row in out["table"]:
             print(f"{row['gpus']:>5}  {row['speedup']:>7.2f}x  {format_percent(row['efficiency']):>10}")
@@ -123,6 +124,10 @@ def run_gpus(args) -> int:
         need = out["gpus_for_speedup"]["gpus"]
         print(f"speedup {args.speedup:g}x needs N = {need:.2f} -> {math.ceil(need - 1e-9)} GPUs")
     for row in out.get("max_overhead_ratio", []):
+        if row["gpus"] == 1:  # E(1) = 1 whatever R_O
+            print(f"efficiency {format_percent(row['efficiency'])} on 1 GPU: any R_O (one GPU is always 100 % "
+                  "efficient)")
+            continue
         print(f"efficiency {format_percent(row['efficiency'])} on {row['gpus']} GPUs needs R_O <= "
               f"{format_percent(row['max_overhead_ratio'])}")
     return 0
