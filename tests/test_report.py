@@ -502,6 +502,8 @@ def test_two_runs_of_as_many_workers_are_told_apart_by_their_store(tmp_path):
         assert re.findall(r"<td>(.*?)</td>", row)[column] == f"{f['evidence']['mean_staleness']['value']:.3g} updates"
     main = stores[1]  # sorted by workers, then name: seq-w4 last, the one the figures are of
     assert f"(w = 4 ({html.escape(main)}) run)</span>" in card
+    assert f"to zoom into every event of the w = 4 ({html.escape(main)}) run where" in page  # trace.json's run
+    assert f"To zoom into every event of the w = 4 ({main}) run: open" in files.markdown.read_text().replace("\\", "")
     said = html.escape(f"The figures and tables of one run are of w = 4 ({main}), the run with the most workers")
     for section in ("<h2>Figures</h2>", "<h2>Tables</h2>"):
         assert page.split(section)[1].lstrip().startswith(f"<p>{said}")

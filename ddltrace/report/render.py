@@ -284,14 +284,17 @@ def _main_run(report) -> str:
     return report.stores[-1]
 
 
-def _figure_run(report) -> str:
-    """' (w = 8 run)' when the report holds several runs (its figures are of the one with the most workers), with
-    the store named where another run has as many workers."""
-    if len(report.stores) < 2:
-        return ""
+def _the_main_run(report) -> str:
+    """'w = 8 run': the run the figures and trace.json are of, its store named where another run has as many
+    workers ('w = 4 (STORE) run')."""
     main = _main_run(report)
-    return f" ({_run_label(report, main)} run)" if _same_workers(report, main) else \
-        f" (w = {report.workers.get(main, '?')} run)"
+    return f"{_run_label(report, main)} run" if _same_workers(report, main) else \
+        f"w = {report.workers.get(main, '?')} run"
+
+
+def _figure_run(report) -> str:
+    """' (w = 8 run)' after a figure's title when the report holds several runs (:func:`_the_main_run`)."""
+    return f" ({_the_main_run(report)})" if len(report.stores) > 1 else ""
 
 
 def _of_which_run(report) -> str:
@@ -336,7 +339,7 @@ def _html_perfetto(report) -> list[str]:
         return [f'<p class="perfetto">{_e(report.trace_left_out)}</p>'] if report.trace_left_out else []
     from ddltrace.report import TRACE_FILE
 
-    which = f" of the w = {report.trace_workers} run" if report.trace_workers else ""
+    which = f" of the {_the_main_run(report)}" if len(report.stores) > 1 else ""
     return [f'<p class="perfetto"><button id="perfetto-open" data-trace="{TRACE_FILE}">Open in Perfetto UI</button> '
             f'<input id="perfetto-file" type="file" accept=".json" hidden> '
             f'to zoom into every event{_e(which)} where the static timelines end: the Chrome trace '
@@ -464,8 +467,9 @@ def markdown(report) -> str:
     if report.trace_store is not None:
         from ddltrace.report import TRACE_FILE
 
-        lines += [f"To zoom into every event: open <https://ui.perfetto.dev> and drop [{TRACE_FILE}]({TRACE_FILE}) "
-                  "(the Chrome trace beside this file) onto it.", ""]
+        which = f" of the {_md_escape(_the_main_run(report))}" if len(report.stores) > 1 else ""
+        lines += [f"To zoom into every event{which}: open <https://ui.perfetto.dev> and drop [{TRACE_FILE}]"
+                  f"({TRACE_FILE}) (the Chrome trace beside this file) onto it.", ""]
     if report.missing:
         lines += ["## Missing ranks", ""]
         for sentence, ranks in _missing_lines(report):
