@@ -491,7 +491,9 @@ class HashemiFit:
         return {
             "model": "hashemi-asgd",
             "confidence": self.confidence,
-            "workload": {"d": self.d, "n_f": self.n_f, "n_w": self.n_w, "s": self.s, "epochs": self.epochs,
+            # d and epochs of the runs (of the knee's batch: workload_), not the defaults for runs lacking them
+            "workload": {"d": self.workload_.d, "n_f": self.n_f, "n_w": self.n_w, "s": self.s,
+                         "epochs": self.workload_.epochs,
                          "storage": self.storage, "serial": self.serial, "cpu_shares": self.cpu_shares},
             "constants": constants,
             "knee": {"w": _nan_none(self.knee_), "cause": self.knee_cause_, "batch": self.knee_batch_,

@@ -171,6 +171,10 @@ def test_model_fit_on_the_committed_scaling_series(tmp_path, capsys):
     assert truth <= c_p["value"] <= 1.5 * truth and c_p["ci"][0] < c_p["value"] < c_p["ci"][1]
     assert [m["w"] for m in model["measurements"]] == [1.0, 2.0, 4.0, 8.0]
     assert 2 < model["knee"]["w"] < 16 and len(model["leave_one_out"]) == 4
+    # the model's workload is the runs' (2 epochs of 16,384 samples, as the job's ground truth says), not the fit's
+    # defaults for runs lacking them (it read d null, 1 epoch)
+    config = json.loads((SAMPLES / "par-w1" / "ground_truth.json").read_text())["config"]
+    assert (model["workload"]["d"], model["workload"]["epochs"]) == (config["samples"], config["epochs"]) == (16384, 2)
     # the knee is an estimate too: its interval over the fitted constants (drawn with their covariance) brackets it,
     # and is narrower than the knees at the corners of c_p's and c_u's own intervals (they move together)
     from dataclasses import replace
