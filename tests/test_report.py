@@ -578,3 +578,21 @@ def test_a_finding_of_several_runs_is_named_by_what_its_titles_share():
         "GPU idle waiting for the host"
     assert _group_title([finding("Staleness: mean 2.6"), finding("Staleness: mean 5.5")]) == "Staleness"
     assert _group_title([finding("Straggler: rank 1"), finding("Stragglers: ranks 2, 3")]) == "gpu_host_bound"
+
+
+def test_the_hardware_profile_s_curves_are_drawn(sequential_series, tmp_path):
+    """--profile drew no C_muladd figure from any profile 'ddltrace calibrate' writes: the report read curves as x
+    and y arrays and the caches as machine.caches_bytes, where calibrate writes each curve's points ({x, y}) and
+    machine.cache_bytes."""
+    from ddltrace.report import profile_curves
+
+    path = SAMPLES.parent / "ps-sgd-disk" / "A.json"
+    profile = json.loads(path.read_text())
+    curves = profile_curves(profile)
+    assert sorted(curves) == sorted(name for name in profile["curves"] if "muladd" in name)
+    for name, (x, y) in curves.items():
+        points = sorted((p["x"], p["y"]) for p in profile["curves"][name]["points"])
+        assert list(zip(x, y, strict=True)) == points
+    files = build_report([sequential_series[1]], tmp_path / "rep", profile=str(path))
+    assert "profile_muladd.png" in {p.name for p in files.figures}
+    assert "the machine's caches" in files.markdown.read_text()

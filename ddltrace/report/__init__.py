@@ -473,23 +473,37 @@ def _series_figures(runs: list, findings: list, model: str | None = None) -> tup
     return out, series.set_index("workers")[["startup_s", "job_init_s", "steady_s", "total_s", "efficiency_steady"]]
 
 
+def profile_curves(profile: dict) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The C_muladd curves of a hardware profile as ``ddltrace calibrate`` writes them (``curves``: name ->
+    ``{"points": [{"x": segment bytes, "y": s per multiply-add}, ...]}``), each as (x, y) arrays sorted by x."""
+    curves = {}
+    for name, curve in (profile.get("curves") or {}).items():
+        points = curve.get("points") if isinstance(curve, dict) and "muladd" in name.lower() else None
+        xy = sorted((float(p["x"]), float(p["y"])) for p in points or [] if isinstance(p, dict)
+                    and isinstance(p.get("x"), int | float) and isinstance(p.get("y"), int | float))
+        if xy:
+            curves[name] = (np.array([x for x, _ in xy]), np.array([y for _, y in xy]))
+    return curves
+
+
 def _profile_figure(profile_path: str) -> Figure | None:
-    """C_muladd (and friends) against segment size from a hardware profile's curves, when it has them."""
+    """C_muladd against segment size from a hardware profile's curves, the machine's caches marked, when it has
+    them."""
     try:
         profile = json.loads(Path(profile_path).read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise DdltraceError(f"{profile_path}: cannot read the hardware profile ({exc})") from exc
-    curves = {}
-    for name, curve in (profile.get("curves") or {}).items():
-        if isinstance(curve, dict) and "x" in curve and "y" in curve and "muladd" in name.lower():
-            curves[name] = (np.asarray(curve["x"], dtype=float), np.asarray(curve["y"], dtype=float))
+    curves = profile_curves(profile) if isinstance(profile, dict) else {}
     if not curves:
         return None
-    caches = {k: float(v) for k, v in (profile.get("machine", {}).get("caches_bytes") or {}).items()}
+    caches = {k: float(v) for k, v in ((profile.get("machine") or {}).get("cache_bytes") or {}).items()
+              if isinstance(v, int | float)}
     fig = figures.curve_figure(curves, "segment size (bytes)", "time per multiply-add (s)",
                                "C_muladd against segment size", caches)
     return Figure("profile_muladd", "The hardware profile: C_muladd across the caches",
-                  f"Measured by `ddltrace calibrate` ({Path(profile_path).name}).", figures.png_bytes(fig))
+                  f"Measured by `ddltrace calibrate` ({Path(profile_path).name}): seconds per multiply-add against "
+                  "the segment's size in bytes, each curve a kernel and precision; dotted: the machine's caches.",
+                  figures.png_bytes(fig))
 
 
 _FIGURE_FOR = (  # finding id fragment -> figure key prefix that shows it (the first fragment found wins)
