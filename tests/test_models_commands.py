@@ -458,3 +458,27 @@ def test_plan_gpus_without_overhead_says_unbounded_and_one_gpu_needs_no_bound(ca
     assert "infx" not in text and "(no overhead: the speedup is N, unbounded)" in text
     assert "efficiency 80.0 % on 1 GPU: any R_O (one GPU is always 100 % efficient)" in text
     assert "efficiency 80.0 % on 4 GPUs needs R_O <= 8.3 %" in text and "1 GPUs" not in text
+
+
+@pytest.mark.skipif(not (SAMPLES / "par-w1" / "store").exists(), reason="the committed sample traces are absent")
+def test_fit_and_optimize_say_what_their_columns_are(series, capsys):
+    """The fit's leave-one-out lines printed 'measured', 'predicted' and 'error' without saying of what (the
+    computation phase, all epochs) or how the error is taken, its divergent runs a signed percentage of unsaid
+    sense; optimize printed compute, activ. and reads with no legend. Each now has its definition, and optimize's
+    T_epoch is the sum of its three terms (--json)."""
+    stores = [str(SAMPLES / f"par-w{w}" / "store") for w in (1, 2, 4, 8)]
+    assert main(["model", "fit", *stores, "--dnn", "mlp-2-10k-2"]) == 0
+    text = capsys.readouterr().out
+    assert ("leave-one-out (each run's computation phase, all epochs: measured, the slowest worker's steady state as "
+            "read from its store; predicted by the model fitted to the other runs; error = |predicted - measured| / "
+            "measured):") in text
+    assert "by more than 10.0 %; in brackets (measured - model) / model):" in text
+    args = ["optimize", "--dnn", "mnist-adam", "--profile", str(series / "profile.json"), "--machines", "6",
+            "--max-workers", "2", "--threads", "1,4"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "T_epoch: seconds per epoch, the sum of compute (U_f + U_b + U_w" in text
+    assert "bottleneck: the largest" in text
+    assert main([*args, "--json"]) == 0
+    for row in json.loads(capsys.readouterr().out)["ranked"]:
+        assert row["t_epoch_s"] == pytest.approx(row["compute_s"] + row["activations_s"] + row["weight_reads_s"])

@@ -279,9 +279,12 @@ def describe_fit(fit, job: str = "") -> str:
                     f", the fitted constants drawn with their covariance]")
         lines.append(f"\nknee: w* = {fit.knee_:.3g} workers{interval} ({fit.knee_cause_} term takes over) at batch "
                      f"{fit.knee_batch_:g}")
-    lines.append(f"fit: rms relative error {format_percent(fit.rms_relative_error_)} over {fit.n_runs_} runs")
+    lines.append(f"fit: rms relative error {format_percent(fit.rms_relative_error_)} over {fit.n_runs_} runs (of the "
+                 "model's computation phase against each run's)")
     if len(fit.loo_):
-        lines.append("\nleave-one-out (each run predicted from the others):")
+        lines.append("\nleave-one-out (each run's computation phase, all epochs: measured, the slowest worker's steady "
+                     "state as read from its store; predicted by the model fitted to the other runs; error = "
+                     "|predicted - measured| / measured):")
         for row in fit.loo_.to_dict("records"):
             lines.append(f"  {row['label']:<32} w={row['w']:<5g} b={row['b']:<6g} measured "
                          f"{_seconds(row['measured_s']):>9}  predicted {_seconds(row['predicted_s']):>9}  "
@@ -292,7 +295,7 @@ def describe_fit(fit, job: str = "") -> str:
     threshold = format_percent(fit.divergence_threshold)
     if len(flagged):
         lines.append(f"\ndivergent runs (a measured term, computation phase or initialisation, off the fitted "
-                     f"model by more than {threshold}):")
+                     f"model by more than {threshold}; in brackets (measured - model) / model):")
         term_constant = {"server/network": "c_u, r_net", "worker": "c_p, c_b, r_m, w_m", "floor": "t_phase_min",
                          "disk": f"r_d, storage {fit.storage}"}
         for row in flagged.to_dict("records"):

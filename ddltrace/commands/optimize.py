@@ -189,6 +189,12 @@ def run(args) -> int:
         print(line + f"{row['bottleneck']:<24} {layers}")
     if len(rows) > args.top:
         print(f"... {len(rows) - args.top} more (--top N)")
+    print("T_epoch: seconds per epoch, the sum of compute (U_f + U_b + U_w of each layer's slowest segment, times "
+          "C_interf(H), x N_sample / Q(l)), activ. (the remote activations and error terms M_f + M_b, x N_sample / "
+          f"Q(l)) and reads (the weight reads M_w, {args.read_bound} of eq. 10/11, x N_sample / N_read); bottleneck: "
+          "the largest of the three; W/R/PS: workers per replica N_wr / model replicas N_mr / parameter servers N_ps, "
+          "H threads per worker" + ("; on A: the same configuration's T_epoch with --baseline's profile, B / A their "
+                                    "ratio" if baseline else ""))
     print(f"interval: 95 % of {DRAWS} draws of the profile's C_muladd, C_act, C_err, C_ncost, C_nbw within their "
           "uncertainties (log-normal, the relative uncertainty one standard deviation of the log; C_interf held); "
           "fastest: share of the draws in which the configuration is the fastest of those printed")
