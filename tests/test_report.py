@@ -596,3 +596,16 @@ def test_the_hardware_profile_s_curves_are_drawn(sequential_series, tmp_path):
     files = build_report([sequential_series[1]], tmp_path / "rep", profile=str(path))
     assert "profile_muladd.png" in {p.name for p in files.figures}
     assert "the machine's caches" in files.markdown.read_text()
+
+
+def test_a_store_given_twice_or_a_model_that_cannot_be_read_is_one_line(sequential_series, tmp_path, capsys):
+    """A store given twice was reported as two runs ('2 runs, w = 2, 2', each finding 'found in 2 runs'), and a
+    --model that does not exist was ignored without a word where the report has one run (exit 0)."""
+    store = sequential_series[1]
+    for args, line in (([store, store], f"{store}: given twice; give each run once"),
+                       ([store, "--model", str(tmp_path / "none.json")],
+                        f"{tmp_path / 'none.json'}: cannot read the model ([Errno 2] No such file or directory: "
+                        f"'{tmp_path / 'none.json'}')")):
+        assert main(["report", *args, "--out", str(tmp_path / "r"), "--quiet"]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [f"ddltrace: error: {line}"]
+        assert not (tmp_path / "r").exists()

@@ -112,6 +112,9 @@ def build_report(stores: list[str | os.PathLike], out: str | os.PathLike, *, pro
         raise DdltraceError("report: give at least one trace store")
     findings_module, run_analysis, thresholds_module = _analyses()
     opened = [TraceStore.open(s) for s in stores]
+    _refuse_twice(opened, stores, labels or {})
+    if model:
+        _read_model(model)  # a model that cannot be read is one line before the analysis, used or not
     out = Path(out)
     check_writable(out, "the report")  # before the analysis, not after it
     if thresholds is None:
@@ -145,6 +148,18 @@ def build_report(stores: list[str | os.PathLike], out: str | os.PathLike, *, pro
 
     report.gpu = [(r.name, tables) for r in runs if (tables := gpu_tables(r))]
     return write(report, out)
+
+
+def _refuse_twice(opened: list[TraceStore], given: list, labels: dict[str, str]) -> None:
+    """Refuse a store (or trace) given twice: the report would be of two runs that are one, each finding "found in
+    2 runs", a scaling series of one worker count."""
+    seen: set[Path] = set()
+    for store, name in zip(opened, given, strict=True):
+        shown = labels.get(str(name)) or str(name)
+        where = Path(shown).resolve() if labels.get(str(name)) else store.path.resolve()
+        if where in seen:
+            raise DdltraceError(f"{shown}: given twice; give each run once")
+        seen.add(where)
 
 
 def _refuse_if_empty(store: TraceStore) -> None:
@@ -426,16 +441,22 @@ def scaling_table(runs: list) -> pd.DataFrame:
                          "overhead_ratio": table["overhead_ratio"]}).reset_index(drop=True)
 
 
-def _model_curve(model_path: str, series: pd.DataFrame) -> tuple[pd.DataFrame, float | None]:
-    """The fitted model's computation-phase time (s) over the series' worker range, and its knee w*."""
-    from ddltrace.commands.model import _predict_table
-
+def _read_model(model_path: str) -> dict:
+    """The fitted model at ``model_path`` (``ddltrace model fit --out``), or one line saying why it cannot be."""
     try:
         model = json.loads(Path(model_path).read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise DdltraceError(f"{model_path}: cannot read the model ({exc})") from exc
     if not isinstance(model, dict):
         raise DdltraceError(f"{model_path}: not a model written by 'ddltrace model fit'")
+    return model
+
+
+def _model_curve(model_path: str, series: pd.DataFrame) -> tuple[pd.DataFrame, float | None]:
+    """The fitted model's computation-phase time (s) over the series' worker range, and its knee w*."""
+    from ddltrace.commands.model import _predict_table
+
+    model = _read_model(model_path)
     lo, hi = int(series["workers"].min()), int(series["workers"].max())
     workers = sorted({*range(lo, hi + 1)})
     table = _predict_table(model, model_path, workers, None, {})
