@@ -482,3 +482,21 @@ def test_fit_and_optimize_say_what_their_columns_are(series, capsys):
     assert main([*args, "--json"]) == 0
     for row in json.loads(capsys.readouterr().out)["ranked"]:
         assert row["t_epoch_s"] == pytest.approx(row["compute_s"] + row["activations_s"] + row["weight_reads_s"])
+
+
+def test_the_batch_sizes_on_b_say_why_they_have_no_interval_and_where_one_is(series, tmp_path, capsys):
+    """predict --batches printed B's phase at each batch and w bare: no interval, no word on why. It now says why
+    and names the command that gives one batch's interval; that command does give it."""
+    stores = [str(series / f"run-b64-w{w}") for w in (1, 2, 4, 16)]
+    model, profile = tmp_path / "a.json", str(series / "profile.json")
+    assert main(["model", "fit", *stores, "--dnn", "mlp-2-10k-2", "--profile", profile, "--out", str(model)]) == 0
+    capsys.readouterr()
+    args = ["model", "predict", str(model), "--workers", "1,2", "--profile", profile]
+    assert main([*args, "--batches", "64,256"]) == 0
+    text = capsys.readouterr().out
+    assert ("  intervals: not drawn here (2,000 draws of the fit's and both profiles' constants for each batch and w, "
+            "about 0.5 s each); 'model predict MODEL --profile B.json --batch B' gives B's interval at one "
+            "batch") in text
+    assert main([*args, "--batch", "256", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert all(r["b"] == 256 and r["profile_low_s"] <= r["profile_s"] <= r["profile_high_s"] for r in rows)

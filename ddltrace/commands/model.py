@@ -539,7 +539,14 @@ def _batch_sweep(model: dict, source: str, workers: list[int], batches: list[int
                          "working_set_bytes": hashemi.working_set_bytes(b, wl.n_f, wl.n_w, wl.s)})
     fastest = min(r["profile_s"] for r in rows)
     best = min((r for r in rows if r["profile_s"] <= (1 + BEST_TOLERANCE) * fastest), key=lambda r: (r["w"], r["b"]))
-    return {"fit_b": fit_b, "rows": rows, "best": {"w": best["w"], "b": best["b"], "profile_s": best["profile_s"]}}
+    return {"fit_b": fit_b, "rows": rows, "best": {"w": best["w"], "b": best["b"], "profile_s": best["profile_s"]},
+            "why_no_interval": BATCH_SWEEP_WHY_NOT}
+
+
+#: Why the table of batch sizes on B has no intervals, and where each batch's is.
+BATCH_SWEEP_WHY_NOT = ("not drawn here (2,000 draws of the fit's and both profiles' constants for each batch and w, "
+                       "about 0.5 s each); 'model predict MODEL --profile B.json --batch B' gives B's interval at one "
+                       "batch")
 
 
 def _print_batch_sweep(sweep: dict, workers: list[int]) -> None:
@@ -551,6 +558,7 @@ def _print_batch_sweep(sweep: dict, workers: list[int]) -> None:
         first = next(iter(mine.values()))
         print(f"{b:>7}  {first['working_set_bytes'] / 2**20:>8.3g} MiB  {first['c_p_batch_factor']:>6.3g}  "
               + "  ".join(f"{_seconds(mine[w]['profile_s']):>9}" for w in workers))
+    print(f"  intervals: {sweep['why_no_interval']}")
     best = sweep["best"]
     print(f"best on B over the batches and workers asked: w = {best['w']} at batch {best['b']}, "
           f"{_seconds(best['profile_s'])} (the fewest workers, then the smallest batch, within "
