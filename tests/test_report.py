@@ -609,3 +609,32 @@ def test_a_store_given_twice_or_a_model_that_cannot_be_read_is_one_line(sequenti
         assert main(["report", *args, "--out", str(tmp_path / "r"), "--quiet"]) == 2
         assert capsys.readouterr().err.strip().splitlines() == [f"ddltrace: error: {line}"]
         assert not (tmp_path / "r").exists()
+
+
+def test_gpu_idle_without_correlation_ids_is_not_drawn_as_no_host_wait(tmp_path):
+    """A TF 1.2 GPU timeline (the corpus' blackbox_tf1_timeline) links no launch to its kernel: which idle gap
+    waited for the host is not measured, yet the figure drew 'idle: waiting for the host' in its legend at 0 ms
+    for every device. It draws the idle time as one now, and says why."""
+    from shared_data import corpus
+
+    trace = corpus("blackbox_tf1_timeline", "timeline_01.json")
+    if not trace.is_file():
+        pytest.skip(f"{trace} absent (tests/data/wild/PROVENANCE.md says where it comes from)")
+    from ddltrace.analyses.run_analysis import analyze_store
+    from ddltrace.report import figures
+
+    store = tmp_path / "store"
+    assert main(["import", str(trace), "--out", str(store)]) == 0
+    files = build_report([str(store)], tmp_path / "rep")
+    md = files.markdown.read_text().replace("\\", "")
+    assert "### GPU time per device, busy and idle" in md and "waiting for the host" not in md.split("## Figures")[1]
+    assert "not measured: the trace links no launch to its kernel (no correlation ids)" in md
+    run = analyze_store(store)
+    fig = figures.gpu_idle_figure(run.gpu.temporal_table(), None)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels == ["compute", "non-compute (comm, copies)", "idle"]
+    bars = [p.get_width() for p in fig.axes[0].patches]  # per part, a bar per device: they fill the window (ms)
+    devices = len(run.gpu.temporal_table())
+    assert sum(bars) == pytest.approx(run.gpu.temporal_table()["window_ns"].sum() / 1e6)
+    assert len(bars) == 3 * devices
+    figures.plt.close(fig)

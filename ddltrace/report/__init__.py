@@ -344,12 +344,18 @@ def _gpu_figures(run, label: str) -> list[Figure]:
     if not gpu.device_ranks:
         return out
     temporal = gpu.temporal_table()
-    out.append(Figure(f"gpu_idle{label}", "GPU time per device, and idle waiting for the host",
-                      "Each device's window (its first work to its last): compute kernels, other work only "
-                      "(communication, copies), idle with nothing queued while the host had not yet launched the "
-                      "work that ended the gap, and other idle (gpu_idle: needs correlation ids, else all idle is "
-                      "other).",
-                      figures.png_bytes(figures.gpu_idle_figure(temporal, gpu.idle_table()))))
+    if "correlation" in run.capabilities:  # gpu_idle (HTA's) needs each launch linked to its kernel
+        out.append(Figure(f"gpu_idle{label}", "GPU time per device, and idle waiting for the host",
+                          "Each device's window (its first work to its last): compute kernels, other work only "
+                          "(communication, copies), idle with nothing queued while the host had not yet launched "
+                          "the work that ended the gap, and other idle.",
+                          figures.png_bytes(figures.gpu_idle_figure(temporal, gpu.idle_table()))))
+    else:  # no correlation ids: which idle gap waited for the host is not known (see "Not made")
+        out.append(Figure(f"gpu_idle{label}", "GPU time per device, busy and idle",
+                          "Each device's window (its first work to its last): compute kernels, other work only "
+                          "(communication, copies), and idle; how much of the idle time waited for the host is not "
+                          "measured: the trace links no launch to its kernel (no correlation ids).",
+                          figures.png_bytes(figures.gpu_idle_figure(temporal, None))))
     overlap = gpu.overlap_table()
     if len(overlap):
         out.append(Figure(f"gpu_overlap{label}", "Communication kernels, overlapped and exposed",

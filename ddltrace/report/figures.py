@@ -284,24 +284,29 @@ def _label_device_rows(ax, table: pd.DataFrame, xlabel: str, title: str) -> None
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
 
 
-def gpu_idle_figure(temporal: pd.DataFrame, idle: pd.DataFrame) -> Figure:
+def gpu_idle_figure(temporal: pd.DataFrame, idle: pd.DataFrame | None) -> Figure:
     """Per device (rank and device), its window split into compute, non-compute, idle waiting for the host and
     other idle (ms); ``temporal`` and ``idle`` as :mod:`~ddltrace.analyses.gpu_temporal` and
-    :mod:`~ddltrace.analyses.gpu_idle` give them, one row per device in the same order."""
-    merged = temporal.merge(idle[["rank", "device", "host_wait_ns"]], on=["rank", "device"], how="left").fillna(0)
+    :mod:`~ddltrace.analyses.gpu_idle` give them, one row per device in the same order. ``idle`` None: the host
+    wait was not measured (no correlation ids), the idle time is drawn as one, not as a host wait of 0."""
+    measured = idle is not None
+    merged = (temporal.merge(idle[["rank", "device", "host_wait_ns"]], on=["rank", "device"], how="left").fillna(0)
+              if measured else temporal.assign(host_wait_ns=0))
     fig, ax = plt.subplots(figsize=(7, 0.9 + 0.35 * len(merged)))
     y = np.arange(len(merged))
     left = np.zeros(len(merged))
     parts = (("compute", merged["compute_ns"], CATEGORY_COLORS["compute"]),
              ("non-compute (comm, copies)", merged["non_compute_ns"], CATEGORY_COLORS["comm"]),
-             ("idle: waiting for the host", merged["host_wait_ns"], "#C44E52"),
-             ("idle: other", merged["idle_ns"] - merged["host_wait_ns"], CATEGORY_COLORS["idle"]))
+             *((("idle: waiting for the host", merged["host_wait_ns"], "#C44E52"),) if measured else ()),
+             ("idle: other" if measured else "idle", merged["idle_ns"] - merged["host_wait_ns"],
+              CATEGORY_COLORS["idle"]))
     for label, values, color in parts:
         width = values.to_numpy(float) / 1e6
         ax.barh(y, width, left=left, color=color, label=label)
         left += width
     _label_device_rows(ax, merged, "time in the device's window (ms)",
-                       "GPU time per device: busy, and idle waiting for the host")
+                       "GPU time per device: busy, and idle waiting for the host" if measured
+                       else "GPU time per device: busy and idle")
     return fig
 
 
