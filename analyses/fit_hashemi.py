@@ -47,17 +47,22 @@ PROFILE_CONSTANTS = ("r_d", "r_m", "w_m", "r_net", "lat_net")
 SERVER_ROLES = ("server", "ps", "parameter_server", "parameter-server")
 
 
-def _records(measurements: Any) -> pd.DataFrame:
+def _records(measurements: Any, source: str | None = None) -> pd.DataFrame:
+    """The runs as a frame, checked; ``source``: the file they were read from, whose line numbers ``measurements``'
+    index holds (a run out of range is named by its line there), else runs are named by their position."""
     frame = measurements.copy() if isinstance(measurements, pd.DataFrame) else pd.DataFrame(list(measurements))
+    where = source or "measurements"
     missing = [c for c in ("w", "b", "phase_s") if c not in frame.columns]
     if missing:
-        raise DdltraceError(f"measurements: missing column(s) {', '.join(missing)} (need w, b, phase_s per run)")
+        raise DdltraceError(f"{where}: missing column(s) {', '.join(missing)} (need w, b, phase_s per run)")
     for col in ("w", "b", "phase_s", "init_s", "d", "epochs"):
         if col in frame.columns:
             frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
-    bad = frame.index[~((frame["w"] >= 1) & (frame["b"] > 0) & (frame["phase_s"] > 0))].tolist()
+    bad = frame.index[~((frame["w"] >= 1) & (frame["w"] % 1 == 0) & (frame["b"] > 0)
+                        & (frame["phase_s"] > 0))].tolist()
     if bad:
-        raise DdltraceError(f"measurements: run(s) {bad} need w >= 1, b > 0 and phase_s > 0 s")
+        raise DdltraceError(f"{where}: {'line(s)' if source else 'run(s)'} {bad} need w a whole number of workers "
+                            ">= 1, b > 0 and phase_s > 0 s")
     if "label" not in frame.columns:
         frame["label"] = [f"w={int(w)} b={b:g}" for w, b in zip(frame["w"], frame["b"], strict=True)]
     return frame.reset_index(drop=True)
@@ -225,9 +230,10 @@ class HashemiFit:
             lo, hi = (mid, hi) if cost(mid) <= tolerance else (lo, mid)
         return lo
 
-    def fit(self, measurements: Any) -> HashemiFit:
-        """Fit the constants to the runs (DataFrame or records: w, b, phase_s [, init_s, d, epochs, label])."""
-        frame = _records(measurements)
+    def fit(self, measurements: Any, source: str | None = None) -> HashemiFit:
+        """Fit the constants to the runs (DataFrame or records: w, b, phase_s [, init_s, d, epochs, label];
+        ``source``: the file they were read from, its line numbers their index, to name a bad one)."""
+        frame = _records(measurements, source)
         if len(frame) < 2:
             raise DdltraceError(f"measurements: {len(frame)} run(s); fitting needs runs at 2 or more configurations")
         if frame[["w", "b"]].drop_duplicates().shape[0] < 2:

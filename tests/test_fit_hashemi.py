@@ -93,7 +93,7 @@ def test_bad_measurements_are_clear():
         HashemiFit(d=D).fit([{"w": 1, "b": 64, "phase_s": 3.0}])
     with pytest.raises(DdltraceError, match="same workers and batch size"):
         HashemiFit(d=D).fit([{"w": 2, "b": 64, "phase_s": 3.0}, {"w": 2, "b": 64, "phase_s": 3.1}])
-    with pytest.raises(DdltraceError, match="need w >= 1"):
+    with pytest.raises(DdltraceError, match="need w a whole number of workers >= 1"):
         HashemiFit(d=D).fit([{"w": 0, "b": 64, "phase_s": 3.0}, {"w": 2, "b": 64, "phase_s": 3.1}])
     with pytest.raises(DdltraceError, match="samples d is unknown"):
         HashemiFit().fit([{"w": 1, "b": 64, "phase_s": 3.0}, {"w": 2, "b": 64, "phase_s": 1.6}])

@@ -233,7 +233,16 @@ def test_model_fit_from_csv(tmp_path, capsys):
         assert model["constants"][name]["value"] == pytest.approx(getattr(TRUE, name), rel=0.02)
     (tmp_path / "bad.csv").write_text("workers,time\n1,2\n")
     assert main(["model", "fit", "--csv", str(tmp_path / "bad.csv"), "--samples", "10"]) == 2
-    assert "missing column(s) w, b, phase_s" in capsys.readouterr().err
+    assert "bad.csv: missing column(s) w, b, phase_s" in capsys.readouterr().err
+    # a run out of range is named by the file and its line (it read 'measurements: run(s) [0]'), and a worker count
+    # must be whole (w = 1.5 was fitted)
+    for w, b, phase in (("-1", "64", "8.7"), ("0", "64", "8.7"), ("1.5", "64", "8.7"), ("2", "0", "4"),
+                        ("2", "64", "abc")):
+        (tmp_path / "one.csv").write_text(f"w,b,phase_s\n4,64,2.02\n{w},{b},{phase}\n8,64,2.3\n")
+        assert main(["model", "fit", "--csv", str(tmp_path / "one.csv"), "--samples", str(D)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"ddltrace: error: {tmp_path / 'one.csv'}: line(s) [3] need w a whole number of workers >= 1, "
+                       "b > 0 and phase_s > 0 s"], (w, b, phase)
 
 
 QUOTA = Path(__file__).resolve().parent.parent / "sample_traces" / "ps-sgd-quota"

@@ -148,6 +148,7 @@ def _measurements(args) -> tuple[pd.DataFrame, str]:
             raise DdltraceError(f"{args.csv}: no such measurements file") from None
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
             raise DdltraceError(f"{args.csv}: not a CSV table ({exc})") from None
+        frame.index = range(2, len(frame) + 2)  # each run named by its line in the file (the header is line 1)
         return frame, ""
     if not args.stores:
         raise DdltraceError("model fit: give the stores of a scaling series (or --csv FILE)")
@@ -192,7 +193,7 @@ def run_fit(args) -> int:
     fit = HashemiFit(d=args.samples, n_f=n_f or 0.0, n_w=n_w or 0.0, s=s or 8.0, epochs=args.epochs or 1.0,
                      storage=args.storage, profile=profile, free=free, fixed=_fixed(args.fix),
                      divergence_threshold=args.threshold, c_u_from_trace=args.c_u_from_trace,
-                     serial=args.serial_comm, cpu_shares=args.cpu_shares, machine=machine).fit(frame)
+                     serial=args.serial_comm, cpu_shares=args.cpu_shares, machine=machine).fit(frame, args.csv)
     model = fit.to_dict()
     model["job"] = job
     model["profile"] = machine
