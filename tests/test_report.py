@@ -638,3 +638,34 @@ def test_gpu_idle_without_correlation_ids_is_not_drawn_as_no_host_wait(tmp_path)
     assert sum(bars) == pytest.approx(run.gpu.temporal_table()["window_ns"].sum() / 1e6)
     assert len(bars) == 3 * devices
     figures.plt.close(fig)
+
+
+def test_the_staleness_histogram_counts_gradients_as_the_job_logged_them():
+    """The staleness histogram's y axis read 'count' (of what?): it counts gradients, one bar per staleness, each
+    the number of the job's gradients.csv rows of that staleness."""
+    import csv
+    from collections import Counter
+
+    from ddltrace.analyses.run_analysis import analyze_store
+    from ddltrace.report import _run_figures, figures
+
+    run = analyze_store(SAMPLES / "seq-w8" / "store")
+    with open(SAMPLES / "seq-w8" / "gradients.csv", newline="") as fh:
+        logged = Counter(int(row["staleness"]) for row in csv.DictReader(fh))
+    drawn = {}
+    real = figures.histogram_figure
+
+    def keep(*args, **kwargs):
+        drawn["fig"] = fig = real(*args, **kwargs)
+        drawn["bars"] = {round(p.get_x() + p.get_width() / 2): p.get_height() for p in fig.axes[0].patches}
+        drawn["ylabel"], drawn["title"] = fig.axes[0].get_ylabel(), fig.axes[0].get_title()
+        return fig
+
+    figures.histogram_figure = keep
+    try:
+        keys = [f.key for f in _run_figures(run, {}, "")]
+    finally:
+        figures.histogram_figure = real
+    assert "staleness" in keys and drawn["ylabel"] == "gradients"
+    assert drawn["title"] == "Gradient staleness, every applied gradient"
+    assert {s: n for s, n in drawn["bars"].items() if n} == dict(logged)

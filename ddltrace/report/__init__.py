@@ -321,7 +321,8 @@ def _run_figures(run, pixels: dict[str, dict[int, np.ndarray]], label: str) -> l
         out.append(Figure(f"staleness{label}", "Staleness of the gradients",
                           "Staleness of each applied gradient in updates (Gupta et al., figure 4).",
                           figures.png_bytes(figures.histogram_figure(staleness, "staleness (updates)",
-                                                                     "Gradient staleness"))))
+                                                                     "Gradient staleness, every applied gradient",
+                                                                     counted="gradients"))))
     if run.gpu.queue_series is not None:
         from ddltrace.analyses.gpu_queue import MAX_QUEUE_LENGTH
 

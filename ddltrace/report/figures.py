@@ -218,8 +218,9 @@ def average_slowest_figure(table: pd.DataFrame, title: str) -> Figure:
 
 
 def histogram_figure(values: np.ndarray, xlabel: str, title: str, bound: float | None = None,
-                     bound_label: str = "") -> Figure:
-    """A histogram of integer values (e.g. staleness in updates, Rudra figure 4), with an optional bound."""
+                     bound_label: str = "", counted: str = "count") -> Figure:
+    """A histogram of integer values (e.g. staleness in updates, Rudra figure 4), with an optional bound;
+    ``counted``: what the bars count (the y axis' unit, e.g. "gradients")."""
     fig, ax = plt.subplots(figsize=(7, 3.0))
     values = np.asarray(values)
     if len(values):
@@ -229,7 +230,7 @@ def histogram_figure(values: np.ndarray, xlabel: str, title: str, bound: float |
         ax.axvline(bound, color="#C44E52", linestyle="--")
         ax.text(bound, ax.get_ylim()[1], f" {bound_label}", va="top", fontsize=8, color="#C44E52")
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("count")
+    ax.set_ylabel(counted)
     ax.set_title(title)
     return fig
 
