@@ -669,3 +669,20 @@ def test_the_staleness_histogram_counts_gradients_as_the_job_logged_them():
     assert "staleness" in keys and drawn["ylabel"] == "gradients"
     assert drawn["title"] == "Gradient staleness, every applied gradient"
     assert {s: n for s, n in drawn["bars"].items() if n} == dict(logged)
+
+
+def test_an_event_name_of_thousands_of_characters_is_cut_in_the_table(tmp_path):
+    """A C++ kernel's name runs to thousands of characters (HTA's trace_filter: 2,000): the event-name table showed
+    it whole, a cell wider than the page; it is cut to NAME_CHARS with '...', as the title says."""
+    from ddltrace.report import NAME_CHARS
+
+    long = "void kernel<" + "at::GenericPackedTensorAccessor<float, 2ul>, " * 50 + ">()"
+    rows = [{"rank": 0, "name": long, "category": "compute", "start_ns": 0, "dur_ns": 5_000_000},
+            {"rank": 0, "name": "short", "category": "compute", "start_ns": 5_000_000, "dur_ns": 1_000_000}]
+    path = tmp_path / "store"
+    write_store(path, make_timeline(rows), run={"command": "job", "world_size": 1})
+    md = build_report([str(path)], tmp_path / "rep").markdown.read_text().replace("\\", "")
+    table = md.split("### Where the time goes by event name")[1]
+    assert f"a name longer than {NAME_CHARS} characters cut)" in table.splitlines()[0]
+    names = [line.split("|")[1].strip() for line in table.split("\n\n")[1].splitlines()[2:]]
+    assert names == [long[:NAME_CHARS - 3] + "...", "short"]

@@ -273,7 +273,16 @@ def scan(run, limit: int = 15, mapper=map) -> tuple[dict[str, dict[int, np.ndarr
     table = pd.DataFrame(rows, columns=["name", "category", "calls", "total_ns"])
     table["total"] = table["total_ns"].map(format_ns)
     table["mean per call"] = (table["total_ns"] / table["calls"].clip(lower=1)).map(format_ns)
+    table["name"] = table["name"].map(_cut_name)
     return pixels, table.drop(columns="total_ns").set_index("name")
+
+
+#: An event name in the report's tables is cut to this many characters (a C++ kernel's is thousands long).
+NAME_CHARS = 100
+
+
+def _cut_name(name: str) -> str:
+    return name if len(name) <= NAME_CHARS else name[:NAME_CHARS - 3] + "..."
 
 
 def _run_figures(run, pixels: dict[str, dict[int, np.ndarray]], label: str) -> list[Figure]:
@@ -608,7 +617,8 @@ def assemble(runs: list, findings: list, profile: str | None = None, model: str 
 
     tables.extend((name, frame.set_index(frame.columns[0])) for name, frame in host_tables(main))
     tables.append((f"Where the time goes by event name, largest first (the {main.workers}-worker run, all its ranks, "
-                   "whole run; total: the calls' summed durations)", top))
+                   f"whole run; total: the calls' summed durations; a name longer than {NAME_CHARS} characters cut)",
+                   top))
     if series is not None:
         tables.insert(0, ("Scaling series (phase times: medians over the workers; startup_s: MPI's start-up, first "
                           "event to the end of MPI_Init; job_init_s: the job's own initialisation, from there to the "
