@@ -509,3 +509,22 @@ def test_the_batch_sizes_on_b_say_why_they_have_no_interval_and_where_one_is(ser
     assert main([*args, "--batch", "256", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert all(r["b"] == 256 and r["profile_low_s"] <= r["profile_s"] <= r["profile_high_s"] for r in rows)
+
+
+def test_the_profile_s_constants_the_fit_holds_carry_their_calibrated_uncertainty(tmp_path, capsys):
+    """The fit's table printed r_m, w_m, r_net and lat_net as 'profile', bare, and model.json kept no uncertainty of
+    them, though A.json has one for each (r_net 17 %). Each now carries the profile's own, in the text (relative) and
+    the model (the constant's unit)."""
+    stores = [str(QUOTA / f"A-compute-w{w}" / "store") for w in (1, 2, 4)]
+    profile = json.loads((QUOTA / "A.json").read_text())["constants"]
+    out = tmp_path / "model.json"
+    assert main(["model", "fit", *stores, "--dnn", "mlp-2-10k-2", "--servers", "1", "--profile",
+                 str(QUOTA / "A.json"), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    model = json.loads(out.read_text())
+    for name in ("r_m", "w_m", "r_net", "lat_net"):
+        entry = model["constants"][name]
+        assert entry["source"] == "profile" and entry["value"] == profile[name]["value"]
+        assert entry["uncertainty"] == profile[name]["uncertainty"]
+        relative = 100 * profile[name]["uncertainty"] / profile[name]["value"]
+        assert f"profile (± {relative:.1f} %, one standard uncertainty; held, not fitted)" in text

@@ -195,6 +195,11 @@ def run_fit(args) -> int:
                      divergence_threshold=args.threshold, c_u_from_trace=args.c_u_from_trace,
                      serial=args.serial_comm, cpu_shares=args.cpu_shares, machine=machine).fit(frame, args.csv)
     model = fit.to_dict()
+    held = {}  # the profile's constants the fit held, with their calibrated uncertainty (one standard uncertainty)
+    for name, entry in model["constants"].items():
+        record = ((machine or {}).get("constants") or {}).get(name)
+        if entry["source"] == "profile" and record:
+            entry["uncertainty"] = held[name] = record["uncertainty"]
     model["job"] = job
     model["profile"] = machine
     model["work_per_sample"] = work
@@ -229,7 +234,7 @@ def run_fit(args) -> int:
         json.dump(model, sys.stdout, indent=2, allow_nan=False)
         print()
         return 0
-    print(describe_fit(fit, job))
+    print(describe_fit(fit, job, held))
     if args.disk_profile:  # what 'model predict --profile B.json' will carry the initialisation with, or why not
         why = init_transfer.missing(model)
         disk = model[init_transfer.KEY]
@@ -246,8 +251,9 @@ def _seconds(x: float) -> str:
     return "n/a" if x is None or math.isnan(x) else format_ns(x * 1e9)
 
 
-def describe_fit(fit, job: str = "") -> str:
-    """The text report of a fitted HashemiFit."""
+def describe_fit(fit, job: str = "", held: dict | None = None) -> str:
+    """The text report of a fitted HashemiFit; ``held``: the uncertainty (one standard uncertainty, the constant's
+    unit) of each constant the fit held at the profile's value."""
     from ddltrace.models import hashemi
 
     pct = int(round(100 * fit.confidence))
@@ -266,6 +272,10 @@ def describe_fit(fit, job: str = "") -> str:
             text += f"  not constrained: 0 to {fit.unconstrained_[name]:.3g} fit as well"
         elif name in fit.unsupported_:
             text += f"  not supported by the runs (fitted it would be {fit.unsupported_[name]:.3g}); held at 0"
+        elif name in (held or {}):
+            spread = (f"± {100 * held[name] / entry['value']:.1f} %" if entry["value"] else
+                      f"± {held[name]:.4e}")
+            text += f"  {entry['source']} ({spread}, one standard uncertainty; held, not fitted)"
         else:
             text += f"  {entry['source']}"
         lines.append(text)
