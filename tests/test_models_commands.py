@@ -528,3 +528,26 @@ def test_the_profile_s_constants_the_fit_holds_carry_their_calibrated_uncertaint
         assert entry["uncertainty"] == profile[name]["uncertainty"]
         relative = 100 * profile[name]["uncertainty"] / profile[name]["value"]
         assert f"profile (± {relative:.1f} %, one standard uncertainty; held, not fitted)" in text
+
+
+def test_plan_batch_says_what_its_columns_are_and_they_are_the_formula_s(tmp_path, capsys):
+    """plan batch printed memory, workspace, time and samples/s with no legend: which memory (M(b)), time of what.
+    The legend is there, and the numbers are MODELS.md section 3's M(b) and the algorithm table's own, from the
+    file: one conv layer of 8,000 neurons, 864 weights, 3,000 input values, 4 bytes per value."""
+    def costs(t, m):
+        return {str(b): {"time_s": t * b, "workspace_bytes": m * b} for b in (32, 64)}
+
+    dnn = {"format": "ddltrace-dnn/1", "name": "convs", "input": {"neurons": 3000}, "layers": [
+        {"name": "c1", "type": "conv", "neurons": 8000, "fan_in": 27, "weights": 864,
+         "algorithms": {"gemm": costs(1e-3, 1e3), "fft": costs(3e-4, 2e6)}}]}
+    (tmp_path / "convs.json").write_text(json.dumps(dnn))
+    args = ["plan", "batch", "--dnn", str(tmp_path / "convs.json"), "--gpu-memory", "100MiB", "--batches", "32,64"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "  memory: M(b) = b x (input + all feature maps) x bytes per value + 3 x (weights + biases)" in text
+    assert "time: one mini-batch through every layer with the chosen algorithm" in text
+    assert main([*args, "--json"]) == 0
+    by_batch = {c["batch"]: c for c in json.loads(capsys.readouterr().out)["choices"]}
+    assert by_batch[32]["memory_bytes"] == 32 * (3000 + 8000) * 4 + 3 * 864 * 4
+    assert by_batch[32]["time_s"] == pytest.approx(3e-4 * 32) and by_batch[32]["workspace_bytes"] == 2e6 * 32
+    assert by_batch[64]["samples_per_s"] == pytest.approx(64 / (1e-3 * 64))

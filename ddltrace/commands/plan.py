@@ -245,6 +245,9 @@ def run_batch(args) -> int:
         else:
             print(f"{c.batch:>6}  {format_bytes(c.memory_bytes):>10}  {'-':>10}  {'-':>9}  {'-':>10}  "
                   f"does not fit: {c.reason}")
+    print("  memory: M(b) = b x (input + all feature maps) x bytes per value + 3 x (weights + biases) x bytes per "
+          "value; workspace: the chosen algorithms' (their table's); time: one mini-batch through every layer with "
+          "the chosen algorithm (the sum of their table's times); samples/s: batch / time")
     if best is None:
         print("no batch size fits the GPU memory")
         return 0
