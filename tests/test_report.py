@@ -686,3 +686,20 @@ def test_an_event_name_of_thousands_of_characters_is_cut_in_the_table(tmp_path):
     assert f"a name longer than {NAME_CHARS} characters cut)" in table.splitlines()[0]
     names = [line.split("|")[1].strip() for line in table.split("\n\n")[1].splitlines()[2:]]
     assert names == [long[:NAME_CHARS - 3] + "...", "short"]
+
+
+def test_runs_at_no_common_batch_size_are_no_scaling_series(sequential_series, tmp_path):
+    """A run at batch 64 beside one at batch 128 (two jobs, as a GPU trace beside a ps-sgd store): analyze compares
+    neither with the other (speedup and efficiency NaN), yet the report drew their phase times as one series and an
+    efficiency figure with no measured point, and listed the scaling study as made."""
+    other = str(write_ps_store(tmp_path / "b128", workers=2, batch_size=128).path)
+    files = build_report([sequential_series[2], other], tmp_path / "rep")
+    names = {p.name for p in files.figures}
+    assert not {"scaling.png", "efficiency.png"} & names and "shares.png" in names
+    md = files.markdown.read_text().replace("\\", "")
+    assert "### Scaling series" not in md and "scaling series' are of every run" not in md
+    doc = json.loads(files.findings.read_text())
+    scaling = [s for s in doc["not_made"] if s["analysis"] == "scaling"]
+    assert sorted(s["store"] for s in scaling) == sorted([sequential_series[2], other])
+    assert all(s["holds"] == "w = 2, batch 128; w = 4, batch 64" for s in scaling)
+    # (runs of one batch size are a series still: test_report_files_and_order)

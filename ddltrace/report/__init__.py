@@ -139,7 +139,7 @@ def build_report(stores: list[str | os.PathLike], out: str | os.PathLike, *, pro
     found, skipped = findings_module.detect(runs, thresholds)  # costliest first: the verdict names the first
     say("drawing the figures")
     report = assemble(runs, found, profile, model, mapper)
-    report.not_made = run_analysis.not_made(runs) + skipped
+    report.not_made = run_analysis.not_made(runs) + skipped + _unrelated_runs(runs)
     report.holdings = {r.name: r.holding for r in runs}
     report.clocks = [(r.name, clock_alignment(r.store.manifest)) for r in runs]
     report.missing = [(r.name, list(r.store.missing().items()), r.store.missing_count(), r.store.world_size)
@@ -148,6 +148,23 @@ def build_report(stores: list[str | os.PathLike], out: str | os.PathLike, *, pro
 
     report.gpu = [(r.name, tables) for r in runs if (tables := gpu_tables(r))]
     return write(report, out)
+
+
+def _unrelated_runs(runs: list) -> list:
+    """The scaling series not drawn because no two of the runs are at one batch size (a GPU trace beside a ps-sgd
+    store: one line of phase times through both, an efficiency figure with no measured point), one entry per
+    store; none where it is drawn or not made for another reason (one store, one worker count, no timeline)."""
+    from ddltrace.analyses.requirements import ANALYSES, Skipped
+
+    if len({r.workers for r in runs}) < 2 or not all(r.can("scaling") for r in runs):
+        return []
+    if scaling_table(runs)["efficiency_steady"].notna().sum() >= 2:
+        return []
+    holds = "; ".join(f"w = {r.workers}, " + (f"batch {r.batch_size:g}" if r.batch_size else "batch not given")
+                      for r in runs)
+    return [Skipped("scaling", ANALYSES["scaling"].title, r.name, "two or more runs of one job at one batch size "
+                    "(a run is compared with the one with the fewest workers at its batch size)", holds)
+            for r in runs]
 
 
 def _refuse_twice(opened: list[TraceStore], given: list, labels: dict[str, str]) -> None:
@@ -484,6 +501,8 @@ def _series_figures(runs: list, findings: list, model: str | None = None) -> tup
     if len({r.workers for r in runs}) < 2 or not all(r.can("scaling") for r in runs):
         return [], None  # the phases a scaling series compares need a timeline (see report.not_made)
     series = scaling_table(runs)
+    if series["efficiency_steady"].notna().sum() < 2:
+        return [], None  # no two runs at one batch size: no series to draw (see _unrelated_runs)
     knee = None
     for f in findings:
         for key, q in f.evidence.items():

@@ -299,8 +299,9 @@ def _figure_run(report) -> str:
 
 def _of_which_run(report) -> str:
     """Under Figures and Tables of a report of several runs: which run the figures and tables of one run show."""
+    series = "; the scaling series' are of every run" if any(f.key == "scaling" for f in report.figures) else ""
     return (f"The figures and tables of one run are of {_run_label(report, _main_run(report))}, the run with the most "
-            "workers; the scaling series' are of every run.")
+            f"workers{series}.")
 
 
 #: Opens trace.json (written beside the page) in Perfetto UI by its postMessage protocol: PING until the UI
