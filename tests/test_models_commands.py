@@ -551,3 +551,30 @@ def test_plan_batch_says_what_its_columns_are_and_they_are_the_formula_s(tmp_pat
     assert by_batch[32]["memory_bytes"] == 32 * (3000 + 8000) * 4 + 3 * 864 * 4
     assert by_batch[32]["time_s"] == pytest.approx(3e-4 * 32) and by_batch[32]["workspace_bytes"] == 2e6 * 32
     assert by_batch[64]["samples_per_s"] == pytest.approx(64 / (1e-3 * 64))
+
+
+def test_optimize_prints_yan_s_epoch_time_of_the_profile_s_constants(tmp_path, capsys):
+    """One worker, one replica, one server, one thread: every layer whole (1x1), no remote activations, and T_epoch
+    is MODELS.md section 2's sum computed here from the files: (U_f + U_b + U_w) N_sample / Q + M_w N_sample / N_read,
+    U_f = C_muladd W + C_act N, U_b = C_muladd W' + C_err N, U_w = C_muladd W, M_w = sum (C_ncost + W(l) C_bits /
+    C_nbw) (eq. 11 with min(N_ps, N_wr) = 1)."""
+    dnn = {"format": "ddltrace-dnn/1", "name": "two-fc", "input": {"neurons": 100}, "layers": [
+        {"name": "fc1", "type": "fc", "neurons": 50, "fan_in": 100, "weights": 5000, "biases": 50},
+        {"name": "fc2", "type": "fc", "neurons": 10, "fan_in": 50, "weights": 500, "biases": 10}]}
+    profile = {"format": "ddltrace-hardware-profile", "machine": {"physical_cores": 1},
+               "constants": {"C_muladd": {"value": 1e-9}, "C_act": {"value": 2e-9}, "C_err": {"value": 3e-9},
+                             "C_nbw": {"value": 8e9, "unit": "bit/s"}, "C_ncost": {"value": 1e-5}}}
+    (tmp_path / "dnn.json").write_text(json.dumps(dnn))
+    (tmp_path / "hw.json").write_text(json.dumps(profile))
+    assert main(["optimize", "--dnn", str(tmp_path / "dnn.json"), "--profile", str(tmp_path / "hw.json"),
+                 "--machines", "2", "--config", "1/1/1", "--threads", "1", "--samples", "1000", "--read-every", "10",
+                 "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["ranked"][0]
+    muladd, act, err, nbw, ncost = 1e-9, 2e-9, 3e-9, 1e9, 1e-5
+    u = [muladd * 5000 + act * 50 + muladd * 500 + err * 50 + muladd * 5000,  # fc1: W' = fc2's 500 connections
+         muladd * 500 + act * 10 + 0 + err * 10 + muladd * 500]               # fc2: the top layer, W' = 0
+    reads = sum(ncost + (w + b) * 4 / nbw for w, b in ((5000, 50), (500, 10))) * 1000 / 10
+    assert (row["N_wr"], row["N_mr"], row["N_ps"], row["H"]) == (1, 1, 1, 1)
+    assert row["compute_s"] == pytest.approx(sum(u) * 1000, rel=1e-9)
+    assert row["activations_s"] == 0 and row["weight_reads_s"] == pytest.approx(reads, rel=1e-9)
+    assert row["t_epoch_s"] == pytest.approx(sum(u) * 1000 + reads, rel=1e-9)
