@@ -578,3 +578,24 @@ def test_optimize_prints_yan_s_epoch_time_of_the_profile_s_constants(tmp_path, c
     assert row["compute_s"] == pytest.approx(sum(u) * 1000, rel=1e-9)
     assert row["activations_s"] == 0 and row["weight_reads_s"] == pytest.approx(reads, rel=1e-9)
     assert row["t_epoch_s"] == pytest.approx(sum(u) * 1000 + reads, rel=1e-9)
+
+
+@pytest.mark.skipif(not (SAMPLES / "par-w1" / "store").exists(), reason="the committed sample traces are absent")
+def test_predict_at_another_batch_says_what_the_model_cannot_move(tmp_path, capsys):
+    """At --batch 128 a model fitted without a profile said 'c_p x1 at this batch's working set by the fit's profile's
+    compute curves': there are none, c_p was kept as fitted. And the committed runs all had batch 64 (c_b held at 0),
+    so c_p holds their per-batch cost, counted per sample at another batch. Both are said, in the text and --json."""
+    stores = [str(SAMPLES / f"par-w{w}" / "store") for w in (1, 2, 4)]
+    out = tmp_path / "model.json"
+    assert main(["model", "fit", *stores, "--dnn", "mlp-2-10k-2", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["model", "predict", str(out), "--workers", "1,8", "--batch", "128"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "by the fit's profile's compute curves" not in first
+    assert ("(the fit's batch 64; c_p kept as fitted: the model has no profile's compute curves to move it to this "
+            "batch's working set; the runs had one batch size, so c_p also holds their per-batch cost, which counts "
+            "per sample here)") in first
+    assert main(["model", "predict", str(out), "--workers", "1,8", "--batch", "128", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["batch"]["note"] in first
+    assert main(["model", "predict", str(out), "--workers", "1,8", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["batch"]["note"] is None

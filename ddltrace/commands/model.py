@@ -715,8 +715,24 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
     table.attrs["knees"] = knees
     if moved:
         table.attrs["knee_interval_on_b"] = interval_on_b
-    table.attrs["batch"] = {"fit_b": fit_b, "c_p_factor": batch_factor}
+    table.attrs["batch"] = {"fit_b": fit_b, "c_p_factor": batch_factor, "note": _batch_note(model, wl.b, fit_b,
+                                                                                          batch_factor)}
     return table
+
+
+def _batch_note(model: dict, b: float, fit_b: float, factor: float) -> str | None:
+    """How the prediction at batch ``b`` got its per-sample cost from the fit's batch, and what it cannot know;
+    None at the fit's batch."""
+    if b == fit_b:
+        return None
+    note = (f"the fit's batch {fit_b:g}; c_p x{factor:.4g} at this batch's working set by the fit's profile's compute "
+            "curves" if ((model.get("profile") or {}).get("curves") or {}).get("C_muladd") else
+            f"the fit's batch {fit_b:g}; c_p kept as fitted: the model has no profile's compute curves to move it to "
+            "this batch's working set")
+    if len({run.get("b") for run in model.get("measurements") or []}) == 1 and (
+            (model["constants"].get("c_b") or {}).get("source") != "fitted"):
+        note += "; the runs had one batch size, so c_p also holds their per-batch cost, which counts per sample here"
+    return note
 
 
 def _json_knee_interval(drawn: dict) -> dict:
@@ -888,8 +904,7 @@ def run_predict(args) -> int:
             header += f"{'interval':>23}  "
         header += f"{'bound by':<15}"
     batch = table.attrs["batch"]
-    moved_batch = (f" (the fit's batch {batch['fit_b']:g}; c_p x{batch['c_p_factor']:.4g} at this batch's working set "
-                   "by the fit's profile's compute curves)" if table["b"].iloc[0] != batch["fit_b"] else "")
+    moved_batch = f" ({batch['note']})" if batch.get("note") else ""
     print(f"computation phase (all epochs) at batch {table['b'].iloc[0]:g}{moved_batch}"
           + (f"; {where}" if label else ""))
     print(header)
