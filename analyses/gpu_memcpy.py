@@ -95,18 +95,23 @@ def copy_summary(copies: pd.DataFrame, calibrated: dict[str, float] | None = Non
     rows = []
     series = bandwidth_series(copies) if series is None else series
     order = {d: i for i, d in enumerate(DIRECTIONS)}
-    groups = sorted(copies.groupby(["rank", "device", "direction"], sort=False),
+    groups = sorted(copies.groupby(["rank", "device", "direction"], sort=False).indices.items(),
                     key=lambda g: (g[0][0], g[0][1], order[g[0][2]]))
+    # each group's rows from numpy arrays taken once (a pandas filter per group cost 5 ms of CPU a rank)
+    start, end, dur = (copies[c].to_numpy(np.int64) for c in ("start_ns", "end_ns", "dur_ns"))
+    size = copies["bytes"].astype("Int64")
+    known = size.notna().to_numpy() & (dur > 0)
+    size = size.to_numpy(np.int64, na_value=0)
+    at = {c: series[c].to_numpy() for c in ("rank", "device", "direction")}
     for (rank, device, kind), part in groups:
-        known = part[part["bytes"].notna() & (part["dur_ns"] > 0)]
-        total = int(known["bytes"].sum()) if len(known) else None
+        sized = part[known[part]]
+        total = int(size[sized].sum()) if len(sized) else None
         bandwidth = mean = peak = float("nan")
         if total is not None and kind != "fill":
-            bandwidth = total / (known["dur_ns"].sum() / 1e9)
-            mean = float((known["bytes"].to_numpy(np.float64) / (known["dur_ns"].to_numpy(np.float64) / 1e9)).mean())
-            mine = series[(series["rank"] == rank) & (series["device"] == device) & (series["direction"] == kind)]
-            peak = float(mine["bytes_per_s"].max())
-        rows.append([rank, device, kind, len(part), int(part["dur_ns"].sum()),
-                     union_ns(part["start_ns"].to_numpy(np.int64), part["end_ns"].to_numpy(np.int64)), len(known),
-                     total, bandwidth, mean, peak, float("nan")])
+            bandwidth = total / (dur[sized].sum() / 1e9)
+            mean = float((size[sized].astype(np.float64) / (dur[sized].astype(np.float64) / 1e9)).mean())
+            mine = (at["rank"] == rank) & (at["device"] == device) & (at["direction"] == kind)
+            peak = float(series["bytes_per_s"].to_numpy()[mine].max()) if mine.any() else float("nan")
+        rows.append([rank, device, kind, len(part), int(dur[part].sum()), union_ns(start[part], end[part]),
+                     len(sized), total, bandwidth, mean, peak, float("nan")])
     return against(pd.DataFrame(rows, columns=COLUMNS), calibrated)
