@@ -606,7 +606,32 @@ def constants_from_model(model: Mapping[str, Any], source: str = "model") -> tup
         from ddltrace.models import transfer
 
         transfer.check_record(model["profile"], f"{source}: profile")
+    if model.get("covariance") is not None:
+        _check_covariance(model["covariance"], f"{source}: covariance")
     return Constants(**values), workload
+
+
+def _check_covariance(covariance: Any, where: str) -> None:
+    """A model's ``covariance`` as the draws read it: ``names`` distinct constants of the model, ``matrix`` a square
+    of finite numbers of that size, symmetric with variances >= 0, ``dof`` a whole number >= 1."""
+    if not isinstance(covariance, Mapping):
+        raise DdltraceError(f"{where} must be an object with names, matrix and dof")
+    names, matrix, dof = covariance.get("names"), covariance.get("matrix"), covariance.get("dof")
+    if (not isinstance(names, list) or not names or len(set(map(str, names))) != len(names)
+            or any(name not in hashemi.NAMES for name in names)):
+        raise DdltraceError(f"{where}: names {names!r} must be distinct constants of the model "
+                            f"({', '.join(hashemi.NAMES)})")
+    try:
+        values = np.array(matrix, dtype=float)
+    except (TypeError, ValueError):
+        values = np.array([])
+    if values.shape != (len(names), len(names)) or not np.isfinite(values).all():
+        raise DdltraceError(f"{where}: matrix must be {len(names)} x {len(names)} finite numbers (one row and column "
+                            "per name)")
+    if (np.diag(values) < 0).any() or not np.allclose(values, values.T, rtol=1e-9, atol=0.0):
+        raise DdltraceError(f"{where}: matrix must be symmetric with variances >= 0 on its diagonal")
+    if isinstance(dof, bool) or not isinstance(dof, int | float) or not float(dof).is_integer() or dof < 1:
+        raise DdltraceError(f"{where}: dof = {dof!r} must be a whole number >= 1")
 
 
 def _model_number(raw: Any, where: str, finite: bool = True) -> float:

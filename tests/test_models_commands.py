@@ -599,3 +599,26 @@ def test_predict_at_another_batch_says_what_the_model_cannot_move(tmp_path, caps
     assert json.loads(capsys.readouterr().out)["batch"]["note"] in first
     assert main(["model", "predict", str(out), "--workers", "1,8", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["batch"]["note"] is None
+
+
+def test_a_model_file_s_damaged_covariance_is_named_not_a_traceback(series, tmp_path, capsys):
+    """model predict draws the fitted constants from model.json's covariance (for every prediction's interval now,
+    for the knee on B before): a damaged one raised AttributeError, ValueError ('df <= 0') with a traceback, or drew
+    from a matrix of the wrong size or a negative variance without a word. Each is one line naming the file, exit 2."""
+    stores = [str(series / f"run-b64-w{w}") for w in (1, 2, 4, 16)]
+    good = tmp_path / "model.json"
+    assert main(["model", "fit", *stores, "--dnn", "mlp-2-10k-2", "--out", str(good)]) == 0
+    capsys.readouterr()
+    model = json.loads(good.read_text())
+    assert model["covariance"]["names"] == ["c_p", "c_u"] and model["covariance"]["dof"] == 2
+    for change, said in (({"names": ["c_p", "foo"]}, "names ['c_p', 'foo'] must be distinct constants"),
+                         ({"names": ["c_p", "c_p"]}, "must be distinct constants"),
+                         ({"dof": 0}, "dof = 0 must be a whole number >= 1"),
+                         ({"matrix": [[1e-10]]}, "matrix must be 2 x 2 finite numbers"),
+                         ({"matrix": [[1e-10, "x"], [0, 1e-8]]}, "matrix must be 2 x 2 finite numbers"),
+                         ({"matrix": [[-1e-10, 0], [0, 1e-8]]}, "symmetric with variances >= 0")):
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps({**model, "covariance": {**model["covariance"], **change}}))
+        assert main(["model", "predict", str(bad), "--workers", "1,2"]) == 2, change
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"{bad}: covariance: " in err[0] and said in err[0], err
