@@ -6,7 +6,8 @@ For a change that should only make ``analyze --json`` faster: runs ``ddltrace an
 this checkout's ddltrace and with the one at ``OLD_CHECKOUT`` (a ``git worktree add /tmp/old <commit>``; put first
 on ``PYTHONPATH``, same interpreter and libraries), in fresh processes, and says for each input whether the two
 outputs parse to the same value and whether their texts are the same byte for byte; with ``--repeat N``, the
-fastest of N wall times (s, the whole process: start-up, module imports, reading, analyses, JSON) of each.
+fastest of N wall times of each (s, the whole process: start-up, module imports, reading, analyses, JSON; the two
+checkouts' runs alternated).
 Both checkouts' modules are compiled to their bytecode cache first (see benchmarks/gpu_vs_hta.py).
 
 Default inputs: the GPU traces benchmarks/gpu_vs_hta.py compares with HTA (each trace's files copied alone into a
@@ -88,8 +89,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         print(f"{'input':42} {'parsed':>7} {'text':>7} {'old s':>7} {'new s':>7}")
         for path in inputs(args.inputs, Path(tmp)):
-            old_runs = [analyze(path, old) for _ in range(args.repeat)]
-            new_runs = [analyze(path, None) for _ in range(args.repeat)]
+            runs = [analyze(path, checkout) for _ in range(args.repeat) for checkout in (old, None)]  # alternated
+            old_runs, new_runs = runs[0::2], runs[1::2]
             same = json.loads(old_runs[0][1]) == json.loads(new_runs[0][1])
             text = old_runs[0][1] == new_runs[0][1]
             differ += not same
