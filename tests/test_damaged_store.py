@@ -65,6 +65,7 @@ def test_report_names_the_damaged_rank_in_findings_json_and_the_page(tmp_path, c
     for name in ("report.html", "report.md"):
         text = (tmp_path / "report" / name).read_text().replace("\\", "")  # Markdown escapes - and _
         assert "Missing ranks" in text and "rank-00003.parquet" in text, name
+        assert "1 of 5 ranks has no usable timeline; everything in this report is of the other 4." in text, name
 
 
 def test_a_rank_the_manifest_does_not_list_is_named_as_missing(tmp_path, capsys):

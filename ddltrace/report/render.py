@@ -143,8 +143,8 @@ def _missing_lines(report) -> list[tuple[str, list[str]]]:
     out = []
     for store, named, count, world in report.missing:
         more = f" (and {count - len(named)} more)" if count > len(named) else ""
-        out.append((f"{store}: {count} of {world} ranks have no usable timeline{more}; everything in this report is "
-                    f"of the other {world - count}.", _rank_runs(named)))
+        out.append((f"{store}: {count} of {world} ranks {'has' if count == 1 else 'have'} no usable timeline{more}; "
+                    f"everything in this report is of the other {world - count}.", _rank_runs(named)))
     return out
 
 
