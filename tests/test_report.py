@@ -394,6 +394,9 @@ def test_the_report_tables_are_analyze_figures_with_their_units(demo_report, cap
 
     scaling = rows("Scaling series")
     assert sorted(scaling) == ["4", "8"]
+    title = tables.split("### Scaling series")[1].split("\n")[0]  # what its '-' would mean, and its reference
+    assert ("efficiency of the steady state against the run with the fewest workers at its batch size; '-': no "
+            "worker traced an MPI_Init (startup_s), no other run at its batch size (efficiency_steady))") in title
     for run in doc["scaling"]:
         row = scaling[str(run["workers"])]
         assert [row["startup_s"], row["job_init_s"], row["steady_s"], row["total_s"]] == \

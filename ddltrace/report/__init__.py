@@ -642,7 +642,8 @@ def assemble(runs: list, findings: list, profile: str | None = None, model: str 
         tables.insert(0, ("Scaling series (phase times: medians over the workers; startup_s: MPI's start-up, first "
                           "event to the end of MPI_Init; job_init_s: the job's own initialisation, from there to the "
                           "first step; the whole run: first to last event; efficiency of the steady state against "
-                          "the smallest run)", series))
+                          "the run with the fewest workers at its batch size; '-': no worker traced an MPI_Init "
+                          "(startup_s), no other run at its batch size (efficiency_steady))", series))
     title = "ddltrace report: " + (Path(main.name).name if len(runs) == 1
                                    else f"{len(runs)} runs, w = {', '.join(str(r.workers) for r in runs)}")
     events = sum(int(main.store.rank_info(r).get("events", 0) or 0) for r in main.store.ranks)
