@@ -622,3 +622,25 @@ def test_a_model_file_s_damaged_covariance_is_named_not_a_traceback(series, tmp_
         assert main(["model", "predict", str(bad), "--workers", "1,2"]) == 2, change
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and f"{bad}: covariance: " in err[0] and said in err[0], err
+
+
+def test_plan_placement_s_traffic_is_section_4_s_on_the_bundled_file(capsys):
+    """RALP's bytes per step and worker (MODELS.md section 4) computed here from ddltrace/models/dnns/alexnet.json:
+    PS = 2 x model bytes, ring all-reduce = 2 (W - 1) / W x model bytes, RALP = 2 (O_i* + sum_{x <= i*} P_x); the
+    split the argmin of O_i + sum P_x; found correct."""
+    raw = json.loads((Path(__file__).resolve().parent.parent / "ddltrace" / "models" / "dnns" /
+                      "alexnet.json").read_text())
+    size = raw["bytes_per_value"]
+    dense = ("fc", "softmax")  # the format's defaults (ddltrace/models/dnn.py): fc weights n x fan_in, biases n
+    params = [(layer.get("weights", layer["neurons"] * layer["fan_in"] if layer["type"] in dense else 0)
+               + layer.get("biases", layer["neurons"] if layer["type"] in dense else 0)) * size
+              for layer in raw["layers"]]
+    model_bytes = sum(params)
+    assert main(["plan", "placement", "--dnn", "alexnet", "--batch", "32", "--workers", "8", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ps_bytes"] == pytest.approx(2 * model_bytes)
+    assert out["ring_bytes"] == pytest.approx(2 * 7 / 8 * model_bytes)
+    assert out["ralp_bytes"] == pytest.approx(2 * out["split_cost_bytes"])
+    names = [layer["name"] for layer in raw["layers"]]
+    i = names.index(out["split_after"])
+    assert out["split_cost_bytes"] == raw["layers"][i]["neurons"] * size * 32 + sum(params[:i + 1])
