@@ -194,8 +194,8 @@ def searched_knees(phases: Callable[[int], np.ndarray | None], draws: int, most:
             rules[w] = transfer.gains_little(column(w), column(w + 1), w)
         return rules[w]
 
-    out = np.empty(draws)
-    for i in range(draws):
-        w = transfer.searched_knee(lambda w: bool(rule(w)[i]), most)  # noqa: B023 (called before i moves on)
-        out[i] = math.inf if w is None else float(w)
-    return out
+    def knee_of(i: int) -> float:
+        w = transfer.searched_knee(lambda w: bool(rule(w)[i]), most)
+        return math.inf if w is None else float(w)
+
+    return np.array([knee_of(i) for i in range(draws)], dtype=float)
