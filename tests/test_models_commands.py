@@ -644,3 +644,19 @@ def test_plan_placement_s_traffic_is_section_4_s_on_the_bundled_file(capsys):
     names = [layer["name"] for layer in raw["layers"]]
     i = names.index(out["split_after"])
     assert out["split_cost_bytes"] == raw["layers"][i]["neurons"] * size * 32 + sum(params[:i + 1])
+
+
+def test_a_constant_changed_twice_by_what_ifs_is_refused(series, tmp_path, capsys):
+    """--what-if c_p=2x --what-if c_p=3x printed 'what-if: c_p=2x c_p=3x' with the phase of c_p x3 alone (the second
+    replaced the first unsaid); optimize likewise. One line naming the constant, exit 2."""
+    stores = [str(series / f"run-b64-w{w}") for w in (1, 2, 4, 16)]
+    model = tmp_path / "model.json"
+    assert main(["model", "fit", *stores, "--dnn", "mlp-2-10k-2", "--out", str(model)]) == 0
+    capsys.readouterr()
+    for args in (["model", "predict", str(model), "--workers", "1"],
+                 ["optimize", "--dnn", "mnist-adam", "--profile", str(series / "profile.json"), "--machines", "6"]):
+        name = "c_p" if args[0] == "model" else "C_nbw"
+        assert main([*args, "--what-if", f"{name}=2x", "--what-if", f"{name}=3x"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"ddltrace: error: --what-if '{name}=3x': {name} is changed twice; give one value or factor "
+                       "for it"]

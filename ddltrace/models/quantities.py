@@ -95,6 +95,8 @@ def parse_what_if(items: list[str] | None) -> dict[str, tuple[str, float]]:
         if not sep or not name or not value.strip():
             raise DdltraceError(f"--what-if {item!r}: expected NAME=VALUE or NAME=FACTORx (e.g. r_net=0.1x)")
         value = value.strip()
+        if name in out:  # a second change of one constant would replace the first unsaid
+            raise DdltraceError(f"--what-if {item!r}: {name} is changed twice; give one value or factor for it")
         try:
             if value.lower().endswith("x"):
                 out[name] = ("scale", float(value[:-1]))
