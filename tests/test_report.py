@@ -503,6 +503,10 @@ def test_two_runs_of_as_many_workers_are_told_apart_by_their_store(tmp_path):
         row = next(r for r in card.split("<tr>") if r.startswith('<td class="key">mean_staleness</td>'))
         assert re.findall(r"<td>(.*?)</td>", row)[column] == f"{f['evidence']['mean_staleness']['value']:.3g} updates"
     main = stores[1]  # sorted by workers, then name: seq-w4 last, the one the figures are of
+    verdict = html.unescape(re.search(r'<p class="verdict">(.*?)</p>', page, re.S).group(1))
+    first = doc["findings"][0]  # the dominant bottleneck: which run it is of, and which run the shares are of
+    assert verdict.startswith(f"The dominant bottleneck, in the w = 4 run ({first['store']}): {first['title']}")
+    assert f"across the workers of the 4-worker run ({main}) the largest share" in verdict
     assert f"(w = 4 ({html.escape(main)}) run)</span>" in card
     assert f"to zoom into every event of the w = 4 ({html.escape(main)}) run where" in page  # trace.json's run
     assert f"To zoom into every event of the w = 4 ({main}) run: open" in files.markdown.read_text().replace("\\", "")
