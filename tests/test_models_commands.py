@@ -660,3 +660,22 @@ def test_a_constant_changed_twice_by_what_ifs_is_refused(series, tmp_path, capsy
         err = capsys.readouterr().err.strip().splitlines()
         assert err == [f"ddltrace: error: --what-if '{name}=3x': {name} is changed twice; give one value or factor "
                        "for it"]
+
+
+def test_predict_s_plot_shades_the_model_s_interval_and_names_its_window(series, tmp_path, capsys, monkeypatch):
+    """--plot drew A's prediction as a bare line (its interval only on B), its axis 'computation phase (s)' of no
+    window: the band of the fit's interval is drawn and the axis says all epochs."""
+    import matplotlib.figure
+
+    stores = [str(series / f"run-b64-w{w}") for w in (1, 2, 4, 16)]
+    model = tmp_path / "model.json"
+    assert main(["model", "fit", *stores, "--dnn", "mlp-2-10k-2", "--out", str(model)]) == 0
+    saved = []
+    real = matplotlib.figure.Figure.savefig
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig",
+                        lambda fig, *a, **k: (saved.append(fig), real(fig, *a, **k)))
+    assert main(["model", "predict", str(model), "--workers", "1,4,16", "--plot", str(tmp_path / "p.png")]) == 0
+    ax = saved[0].axes[0]
+    assert ax.get_ylabel() == "computation phase, all epochs (s)"
+    labels = [text.get_text() for text in ax.get_legend().get_texts()]
+    assert "model, 95 % interval (the fit's constants)" in labels and (tmp_path / "p.png").stat().st_size > 1000

@@ -996,6 +996,10 @@ def _plot(table: pd.DataFrame, path: str, what_if: list[str]) -> None:
 
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot(table["w"], table["predicted_s"], "o-", label="model")
+    if "predicted_low_s" in table:
+        pct = int(round(100 * table.attrs["interval_on_a"]["confidence"]))
+        ax.fill_between(table["w"], table["predicted_low_s"], table["predicted_high_s"], alpha=0.15,
+                        label=f"model, {pct} % interval (the fit's constants)")
     if "profile_s" in table:
         ax.plot(table["w"], table["profile_s"], "d-", label="on B (--profile)")
         ax.fill_between(table["w"], table["profile_low_s"], table["profile_high_s"], alpha=0.2,
@@ -1007,7 +1011,7 @@ def _plot(table: pd.DataFrame, path: str, what_if: list[str]) -> None:
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("workers w")
-    ax.set_ylabel("computation phase (s)")
+    ax.set_ylabel("computation phase, all epochs (s)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
