@@ -78,6 +78,11 @@ def test_model_bad_inputs(series, tmp_path, capsys):
     assert "not a fitted ASGD model" in capsys.readouterr().err
     assert main(["model", "fit", one, str(series / "run-b64-w2"), "--fix", "c_u=fast"]) == 2
     assert "--fix" in capsys.readouterr().err
+    # a negative constant was fitted around and written to model.json, which model predict then refused
+    assert main(["model", "fit", one, str(series / "run-b64-w2"), str(series / "run-b64-w4"), "--fix", "c_u=-1",
+                 "--out", str(tmp_path / "m.json")]) == 2
+    assert capsys.readouterr().err.strip() == "ddltrace: error: --fix 'c_u=-1': c_u must be >= 0"
+    assert not (tmp_path / "m.json").exists()
 
 
 def test_optimize_command(series, capsys):

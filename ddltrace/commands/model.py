@@ -131,6 +131,8 @@ def _fixed(items: list[str]) -> dict[str, float]:
         if not name.strip() or not value.strip():
             raise DdltraceError(f"--fix {item!r}: expected NAME=VALUE with a number")
         out[name.strip()] = finite(value, f"--fix {item!r}")
+        if out[name.strip()] < 0:  # every constant of the model is a cost or a ratio >= 0 (model predict refuses it)
+            raise DdltraceError(f"--fix {item!r}: {name.strip()} must be >= 0")
     return out
 
 
