@@ -688,6 +688,8 @@ def test_an_event_name_of_thousands_of_characters_is_cut_in_the_table(tmp_path):
     path = tmp_path / "store"
     write_store(path, make_timeline(rows), run={"command": "job", "world_size": 1})
     md = build_report([str(path)], tmp_path / "rep").markdown.read_text().replace("\\", "")
+    # (and the title names the run of a RUN/store folder, not every sample's 'ddltrace report: store')
+    assert md.startswith(f"# ddltrace report: {tmp_path.name}/store\n")
     table = md.split("### Where the time goes by event name")[1]
     assert f"a name longer than {NAME_CHARS} characters cut)" in table.splitlines()[0]
     names = [line.split("|")[1].strip() for line in table.split("\n\n")[1].splitlines()[2:]]

@@ -647,7 +647,9 @@ def assemble(runs: list, findings: list, profile: str | None = None, model: str 
                           "first step; the whole run: first to last event; efficiency of the steady state against "
                           "the run with the fewest workers at its batch size; '-': no worker traced an MPI_Init "
                           "(startup_s), no other run at its batch size (efficiency_steady))", series))
-    title = "ddltrace report: " + (Path(main.name).name if len(runs) == 1
+    name = Path(main.name)  # a run folder's store (ddltrace workload's RUN/store) is named by its run: seq-w8/store
+    title = "ddltrace report: " + ((f"{name.parent.name}/{name.name}" if name.name == "store" else name.name)
+                                   if len(runs) == 1
                                    else f"{len(runs)} runs, w = {', '.join(str(r.workers) for r in runs)}")
     events = sum(int(main.store.rank_info(r).get("events", 0) or 0) for r in main.store.ranks)
     left_out = None
