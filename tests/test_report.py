@@ -711,3 +711,20 @@ def test_runs_at_no_common_batch_size_are_no_scaling_series(sequential_series, t
     assert sorted(s["store"] for s in scaling) == sorted([sequential_series[2], other])
     assert all(s["holds"] == "w = 2, batch 128; w = 4, batch 64" for s in scaling)
     # (runs of one batch size are a series still: test_report_files_and_order)
+
+
+def test_the_end_of_initialisation_label_stays_clear_of_the_title():
+    """The whole-run timeline's 'end of init' label was drawn above the axes, over the title ('Whole run' and it
+    ran into each other on the demo's w = 8 run): it is inside the axes now."""
+    import numpy as np
+
+    from ddltrace.report import figures
+
+    rows = {rank: np.zeros(figures.PIXEL_COLUMNS, dtype=np.int8) for rank in range(9)}
+    fig = figures.timeline_figure(rows, (0, 5_000_000_000), "Whole run", {"end of init": 2_700_000_000})
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    (label,) = [t for t in ax.texts if "end of init" in t.get_text()]
+    box, inside, title = label.get_window_extent(), ax.get_window_extent(), ax.title.get_window_extent()
+    assert inside.y0 <= box.y0 and box.y1 <= inside.y1 and not box.overlaps(title)
+    figures.plt.close(fig)

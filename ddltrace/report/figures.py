@@ -122,7 +122,8 @@ def timeline_figure(rank_rows: dict[int, np.ndarray], window: tuple[int, int], t
         ax.hlines(np.arange(len(ranks) - 1) + 0.5, 0, span_ms, colors="white", linewidth=1.5)
     for label, t in (marks or {}).items():
         ax.axvline((t - lo) / 1e6, color="black", linestyle="--", linewidth=0.8)
-        ax.text((t - lo) / 1e6, -0.5, f" {label}", fontsize=8, va="bottom")
+        ax.text((t - lo) / 1e6, -0.5, f" {label}", fontsize=8, va="top",  # inside the axes, clear of the title
+                bbox={"facecolor": "white", "alpha": 0.8, "linewidth": 0, "pad": 1})
     ax.set_xlim(0, span_ms)
     ax.set_ylim(len(ranks) - 0.5, -0.5)
     step = max(1, len(ranks) // 24)
