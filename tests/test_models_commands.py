@@ -684,3 +684,17 @@ def test_predict_s_plot_shades_the_model_s_interval_and_names_its_window(series,
     assert ax.get_ylabel() == "computation phase, all epochs (s)"
     labels = [text.get_text() for text in ax.get_legend().get_texts()]
     assert "model, 95 % interval (the fit's constants)" in labels and (tmp_path / "p.png").stat().st_size > 1000
+
+
+def test_predict_serial_comm_on_a_closed_loop_model_is_refused(series, tmp_path, capsys):
+    """predict --serial-comm on a model fitted with --serial-comm changed nothing (the closed loop has the transfers in
+    its cycle) yet printed '--serial-comm: c_p also gains B's extra time of the two transfers'. Refused, exit 2."""
+    stores = [str(series / f"run-b64-w{w}") for w in (1, 2, 4, 16)]
+    model = tmp_path / "model.json"
+    assert main(["model", "fit", *stores, "--dnn", "mlp-2-10k-2", "--profile", str(series / "profile.json"),
+                 "--serial-comm", "--out", str(model)]) == 0
+    capsys.readouterr()
+    assert main(["model", "predict", str(model), "--workers", "1,2", "--profile", str(series / "profile.json"),
+                 "--serial-comm"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--serial-comm: {model} is the closed loop already" in err[0]

@@ -849,6 +849,9 @@ def run_predict(args) -> int:
     what_if = parse_what_if(args.what_if)
     if args.serial_comm and not args.profile:
         raise DdltraceError("--serial-comm: only with --profile B.json (it says how the costs carry to B)")
+    if args.serial_comm and isinstance(model, dict) and (model.get("workload") or {}).get("serial"):
+        raise DdltraceError(f"--serial-comm: {args.model} is the closed loop already ('model fit --serial-comm'): its "
+                            "transfers are in its cycle; the option is for a model fitted with Hashemi's max")
     disk_b = None
     if args.disk_profile:  # given for its disk section: without one it is bad input
         from ddltrace.models import init_transfer
