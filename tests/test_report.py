@@ -728,3 +728,20 @@ def test_the_end_of_initialisation_label_stays_clear_of_the_title():
     box, inside, title = label.get_window_extent(), ax.get_window_extent(), ax.title.get_window_extent()
     assert inside.y0 <= box.y0 and box.y1 <= inside.y1 and not box.overlaps(title)
     figures.plt.close(fig)
+
+
+def test_the_queue_figure_says_which_streams_it_draws():
+    """TF2's XPlane profile launches on 9 streams of rank 0: the queue figure draws the 8 with the longest queues,
+    and its caption said 'each stream'."""
+    import pandas as pd
+
+    from ddltrace.report import figures, queue_streams
+
+    series = pd.DataFrame([{"device": "gpu:0", "stream": f"stream {s}", "t_ns": t, "queue_length": (s + 1) * (t % 2)}
+                           for s in range(9) for t in range(4)])
+    assert queue_streams(series) == "the 8 of its 9 streams with the longest queues"
+    fig = figures.queue_figure(series, 1024, "q")
+    drawn = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert len(drawn) == 8 and "gpu:0/stream 0" not in drawn  # stream 0's queue is the shortest
+    figures.plt.close(fig)
+    assert queue_streams(series[series["stream"].isin(["stream 1", "stream 2"])]) == "each of its 2 streams"

@@ -357,13 +357,22 @@ def _run_figures(run, pixels: dict[str, dict[int, np.ndarray]], label: str) -> l
 
         rank, series = run.gpu.queue_series
         out.append(Figure(f"gpu_queue{label}", "GPU launch queue length per stream",
-                          f"Operations launched on each stream and not yet started, over time, on rank {rank} (the "
-                          "rank with the longest queue): +1 at a launch call's start, -1 at its kernel's start "
-                          "(HTA's queue length).",
+                          f"Operations launched on {queue_streams(series)} and not yet started, over time, on rank "
+                          f"{rank} (the rank with the longest queue): +1 at a launch call's start, -1 at its "
+                          "kernel's start (HTA's queue length).",
                           figures.png_bytes(figures.queue_figure(series, MAX_QUEUE_LENGTH,
                                                                  f"Launch queue per stream, rank {rank}"))))
     out.extend(_gpu_figures(run, label))
     return out
+
+
+def queue_streams(series: pd.DataFrame) -> str:
+    """Which streams the queue figure draws: 'each of its 3 streams', or 'the 8 of its 9 streams with the longest
+    queues' where it has more than :data:`~ddltrace.report.figures.QUEUE_STREAMS`."""
+    n = len(series.groupby(["device", "stream"]).size())
+    if n <= figures.QUEUE_STREAMS:
+        return f"each of its {counted(n, 'stream')}" if n > 1 else "its stream"
+    return f"the {figures.QUEUE_STREAMS} of its {n} streams with the longest queues"
 
 
 def _gpu_figures(run, label: str) -> list[Figure]:

@@ -255,7 +255,11 @@ def curve_figure(curves: dict[str, tuple[np.ndarray, np.ndarray]], xlabel: str, 
     return fig
 
 
-def queue_figure(series: pd.DataFrame, cap: int, title: str, streams: int = 8) -> Figure:
+#: The queue figure draws at most this many streams, those with the longest queues.
+QUEUE_STREAMS = 8
+
+
+def queue_figure(series: pd.DataFrame, cap: int, title: str, streams: int = QUEUE_STREAMS) -> Figure:
     """Queue length per stream over time (a step function; ``series`` as
     :func:`~ddltrace.analyses.gpu_queue.queue_length_series` gives it), the ``streams`` with the longest queues;
     the launch queue's capacity ``cap`` is drawn where a stream comes within half of it."""
