@@ -56,9 +56,8 @@ class Report:
     holdings: dict[str, str] = field(default_factory=dict)
     #: Workers w of each store's run, to say which run a finding is about.
     workers: dict[str, int] = field(default_factory=dict)
-    #: The store exported beside the report as ``trace.json`` (Chrome trace JSON for Perfetto UI), and its w.
+    #: The store exported beside the report as ``trace.json`` (Chrome trace JSON for Perfetto UI).
     trace_store: object | None = None
-    trace_workers: int | None = None
     #: Why no trace.json was written beside the report (None when it was, or when there is no run to export)
     trace_left_out: str | None = None
     #: The ranks each store holds no usable timeline for: (store, [(rank, why)], how many in all, world size).
@@ -673,7 +672,7 @@ def assemble(runs: list, findings: list, profile: str | None = None, model: str 
     return Report(title=title, verdict=verdict(findings, runs), findings=findings, finding_figures=finding_figures,
                   figures=figs, tables=tables, stores=[r.name for r in runs],
                   workers={r.name: r.workers for r in runs}, trace_store=None if left_out else main.store,
-                  trace_workers=main.workers, trace_left_out=left_out)
+                  trace_left_out=left_out)
 
 
 def side_by_side(run) -> pd.DataFrame:
