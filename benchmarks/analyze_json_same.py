@@ -4,11 +4,11 @@
 
 For a change that should only make ``analyze --json`` faster: runs ``ddltrace analyze INPUT --json --quiet`` with
 this checkout's ddltrace and with the one at ``OLD_CHECKOUT`` (a ``git worktree add /tmp/old <commit>``; put first
-on ``PYTHONPATH``, same interpreter and libraries), in fresh processes, and says for each input whether the two
-outputs parse to the same value and whether their texts are the same byte for byte; with ``--repeat N``, the
-fastest of N wall times of each (s, the whole process: start-up, module imports, reading, analyses, JSON; the two
-checkouts' runs alternated).
-Both checkouts' modules are compiled to their bytecode cache first (see benchmarks/gpu_vs_hta.py).
+on ``PYTHONPATH``, its ``analyses/`` and ``collectors/`` included, same interpreter and libraries), in fresh
+processes, and says for each input whether the two outputs parse to the same value and whether their texts are the
+same byte for byte; with ``--repeat N``, the fastest of N wall times of each (s, the whole process: start-up, module
+imports, reading, analyses, JSON; the two checkouts' runs alternated). Both checkouts' modules are compiled to their
+bytecode cache first (see benchmarks/gpu_vs_hta.py).
 
 Default inputs: the GPU traces benchmarks/gpu_vs_hta.py compares with HTA (each trace's files copied alone into a
 folder of its own, as that benchmark does; the folder imported into a temporary store by the command), three
@@ -60,6 +60,13 @@ def inputs(names: list[str], tmp: Path) -> list[Path]:
     return out
 
 
+#: Starts ddltrace's command line, with ``ddltrace.analyses`` and ``ddltrace.collectors`` (the checkout's top-level
+#: ``analyses/`` and ``collectors/``, mapped by setup.py) taken from the checkout first on ``PYTHONPATH`` too, not
+#: from the editable install's mapping to this checkout.
+OWN_PACKAGES = ("import os, sys, ddltrace; root = os.environ.get('PYTHONPATH'); "
+                "root and ddltrace.__path__.append(root); from ddltrace.cli import command; command()")
+
+
 def analyze(path: Path, pythonpath: str | None) -> tuple[float, str]:
     """Wall time (s) and stdout of ``ddltrace analyze PATH --json --quiet`` in a fresh process."""
     env = dict(os.environ)
@@ -67,7 +74,7 @@ def analyze(path: Path, pythonpath: str | None) -> tuple[float, str]:
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "ddltrace", "analyze", str(path), "--json", "--quiet"],
+    done = subprocess.run([sys.executable, "-c", OWN_PACKAGES, "analyze", str(path), "--json", "--quiet"],
                           capture_output=True, text=True, env=env, cwd=tempfile.gettempdir())
     wall = time.perf_counter() - t0
     if done.returncode:
@@ -83,7 +90,8 @@ def main() -> None:
     args = p.parse_args()
     old = str(Path(args.old).resolve())
     for checkout in (old, str(ROOT)):  # as benchmarks/gpu_vs_hta.py does: no process compiles them again
-        compileall.compile_dir(Path(checkout) / "ddltrace", quiet=1)
+        for folder in ("ddltrace", "analyses", "collectors"):
+            compileall.compile_dir(Path(checkout) / folder, quiet=1)
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     differ = 0
     with tempfile.TemporaryDirectory() as tmp:

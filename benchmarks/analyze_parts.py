@@ -7,11 +7,10 @@ Parts (ms): ``read`` (the trace imported into the temporary store, this process'
 ``detect`` (the findings, with the analyses they compute first), ``to_json`` (the value printed, ``gpu_json`` of it
 the GPU section's), ``json_text`` (the text: ``json.dumps`` before ``ddltrace/json_output.py``, its ``encode``
 since), ``main`` (the whole ``cli.main`` call). The checkouts run alternately, each in a fresh process with its
-checkout first on ``PYTHONPATH`` (same interpreter and libraries). Default folders: the 7 HTA traces of
-benchmarks/gpu_vs_hta.py, each copied alone into a folder as that benchmark does. CPU time is the default: on this
-shared 2-core machine wall times vary with the other jobs, the process's own CPU time much less (the temporary
-store's fsyncs, waiting on the disk, are seen only with ``--wall``).
-"""
+checkout first on ``PYTHONPATH`` (its ``analyses/`` and ``collectors/`` included; same interpreter and libraries).
+Default folders: the 7 HTA traces of benchmarks/gpu_vs_hta.py, each copied alone into a folder as that benchmark
+does. CPU time is the default: on this shared 2-core machine wall times vary with the other jobs, the process's own
+CPU time much less (the temporary store's fsyncs, waiting on the disk, are seen only with ``--wall``). """
 
 from __future__ import annotations
 
@@ -31,6 +30,9 @@ PARTS = ("read", "analyze_store", "detect", "to_json", "gpu_json", "json_text", 
 #: Run in the measured process: wraps the parts' functions, runs the command, prints each part's fastest time.
 _CHILD = r"""
 import contextlib, io, json, os, sys, time
+import ddltrace
+if os.environ.get("PYTHONPATH"):  # the checkout's analyses/ and collectors/ too (mapped by setup.py)
+    ddltrace.__path__.append(os.environ["PYTHONPATH"])
 import ddltrace.commands.analyze as analyze, ddltrace.gpu_section as gpu, ddltrace.trace_inputs as inputs
 clock = time.perf_counter if os.environ.get("PARTS_WALL") else time.process_time
 spent = {}
