@@ -698,3 +698,14 @@ def test_predict_serial_comm_on_a_closed_loop_model_is_refused(series, tmp_path,
                  "--serial-comm"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"--serial-comm: {model} is the closed loop already" in err[0]
+
+
+def test_predict_puts_the_worker_counts_in_order_once_each(series, tmp_path, capsys):
+    """--workers 16,1,4,4 printed the rows in that order, w = 4 twice, and plotted a line doubling back; the best
+    count past the knee on B took 'the first w asked past the knee' in the order given. Rows are by w, once each."""
+    stores = [str(series / f"run-b64-w{w}") for w in (1, 2, 4, 16)]
+    model = tmp_path / "model.json"
+    assert main(["model", "fit", *stores, "--dnn", "mlp-2-10k-2", "--out", str(model)]) == 0
+    capsys.readouterr()
+    assert main(["model", "predict", str(model), "--workers", "16,1,4,4", "--json"]) == 0
+    assert [r["w"] for r in json.loads(capsys.readouterr().out)["rows"]] == [1, 4, 16]

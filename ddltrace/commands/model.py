@@ -845,7 +845,7 @@ def _init_on_b(model: dict, source: str, profile: str, disk_b: dict | None, work
 
 def run_predict(args) -> int:
     model = load_json(args.model, "model")
-    workers = parse_int_list(args.workers, "--workers")
+    workers = sorted(set(parse_int_list(args.workers, "--workers")))  # the table, the plot's line, "the first w past"
     what_if = parse_what_if(args.what_if)
     if args.serial_comm and not args.profile:
         raise DdltraceError("--serial-comm: only with --profile B.json (it says how the costs carry to B)")
