@@ -250,8 +250,13 @@ class NotMade:
         where = ""
         if several:
             where = " (every store)" if set(self.stores) == set(every) else f" ({', '.join(self.stores)})"
-        held = "".join(f"; {self._who(stores)} {holds}" for holds, stores in self.holds)
+        held = f"; {self.held()}" if self.holds else ""
         return f"{where}: needs {self.needs}{held}"
+
+    def held(self) -> str:
+        """What the input holds where that is not a store's own description: 'the input holds ...', 'each holds
+        ...', 'STORE holds ...' ('; '-joined)."""
+        return "; ".join(f"{self._who(stores)} {holds}" for holds, stores in self.holds)
 
     def _who(self, stores: tuple[str, ...]) -> str:
         if stores == self.stores:
@@ -310,6 +315,29 @@ def group(skipped: list[Skipped], holdings: dict[str, str]) -> list[NotMade]:
                 named.append(s.store)
     return [NotMade(title, needs, tuple(e["stores"]), tuple((h, tuple(st)) for h, st in e["holds"].items()))
             for (title, needs), e in groups.items()]
+
+
+@dataclass(frozen=True)
+class SaidOnce:
+    """What the input holds (``held``: :meth:`NotMade.held`), said once for the ``analyses`` it stops, whose lines
+    then say only what each needs: a one-rank GPU trace's "device work on 1 rank, no communication kernel, ..."
+    stops several GPU analyses."""
+
+    held: str
+    analyses: tuple[NotMade, ...]
+
+
+def by_holding(groups: list[NotMade]) -> tuple[list[NotMade], list[SaidOnce]]:
+    """``groups`` (:func:`group`) as the text and the report say them: those whose ``holds`` (with their stores)
+    no other shares, and, for a ``holds`` two or more share, one :class:`SaidOnce` (in the order first listed)."""
+    shared: dict[tuple, list[NotMade]] = {}
+    for g in groups:
+        if g.holds:
+            shared.setdefault((g.holds, g.stores), []).append(g)
+    shared = {key: members for key, members in shared.items() if len(members) > 1}
+    alone = [g for g in groups if (g.holds, g.stores) not in shared]
+    return alone, [SaidOnce(members[0].held(), tuple(replace(g, holds=()) for g in members))
+                   for members in shared.values()]
 
 
 def holdings_lines(skipped: list[Skipped], holdings: dict[str, str]) -> list[str]:

@@ -294,11 +294,17 @@ def render_finding(f: Finding) -> list[str]:
 
 def render_skipped(skipped: list[Skipped], holdings: dict[str, str]) -> list[str]:
     """The analyses not made from this input: what each store holds (``holdings``, by store), then each analysis
-    once with what it needs (and the stores it was not made from, when there are several)."""
-    from ddltrace.analyses.requirements import group, holdings_lines
+    once with what it needs (and the stores it was not made from, when there are several); what the input holds
+    that stops several analyses is said once, above them ("Where the input holds ...:", :func:`by_holding`)."""
+    from ddltrace.analyses.requirements import by_holding, group, holdings_lines
 
-    return (["Not made from this input", *(f"  {line}:" for line in holdings_lines(skipped, holdings))]
-            + [f"    - {g.line(len(holdings) > 1, tuple(holdings))}" for g in group(skipped, holdings)])
+    several = (len(holdings) > 1, tuple(holdings))
+    alone, said_once = by_holding(group(skipped, holdings))
+    lines = ["Not made from this input", *(f"  {line}:" for line in holdings_lines(skipped, holdings))]
+    lines += [f"    - {g.line(*several)}" for g in alone]
+    for once in said_once:
+        lines += [f"  Where {once.held}:", *(f"    - {g.line(*several)}" for g in once.analyses)]
+    return lines
 
 
 def _ranks(ranks: list[int]) -> str:

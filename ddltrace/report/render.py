@@ -101,11 +101,13 @@ def html(report) -> str:
     for group in group_findings(report.findings):
         parts.extend(_html_card(report, group))
     if report.not_made:
-        holdings, groups = _not_made_groups(report)
+        holdings, groups, said_once = _not_made_groups(report)
         parts.append("<h2>Not made from this input</h2>")
         parts.extend(f"<p>{_e(line)}.</p>" for line in holdings)
-        parts.append("<ul>" + "".join(f"<li><b>{_e(g.title)}</b>{_e(g.rest(*_several(report)))}</li>"
-                                      for g in groups) + "</ul>")
+        for held, some in [(None, groups), *((f"Where {s.held}:", s.analyses) for s in said_once)]:
+            parts.extend([f"<p>{_e(held)}</p>"] if held else [])
+            parts.append("<ul>" + "".join(f"<li><b>{_e(g.title)}</b>{_e(g.rest(*_several(report)))}</li>"
+                                          for g in some) + "</ul>")
     if report.clocks:
         parts.append("<h2>Clocks</h2>")
         parts.extend(f"<p>{_e(line)}</p>" for line in _clock_intro(report))
@@ -369,12 +371,14 @@ _GPU_NOT_MADE = ('The GPU analyses not made from this input are listed under "No
                  "with what it needs.")
 
 
-def _not_made_groups(report) -> tuple[list[str], list]:
-    """What each store holds ('STORE holds ...', once per store), and each analysis not made once, with the stores
-    it was not made from (:func:`~ddltrace.analyses.requirements.group`): several stores say a reason once."""
-    from ddltrace.analyses.requirements import group, holdings_lines
+def _not_made_groups(report) -> tuple[list[str], list, list]:
+    """What each store holds ('STORE holds ...', once per store), each analysis not made once, with the stores
+    it was not made from (:func:`~ddltrace.analyses.requirements.group`): several stores say a reason once; and what
+    the input holds that stops several analyses, said once with them
+    (:func:`~ddltrace.analyses.requirements.by_holding`)."""
+    from ddltrace.analyses.requirements import by_holding, group, holdings_lines
 
-    return holdings_lines(report.not_made, report.holdings), group(report.not_made, report.holdings)
+    return holdings_lines(report.not_made, report.holdings), *by_holding(group(report.not_made, report.holdings))
 
 
 def _several(report) -> tuple[bool, tuple[str, ...]]:
@@ -481,11 +485,15 @@ def markdown(report) -> str:
     for group in group_findings(report.findings):
         lines += _md_card(report, group)
     if report.not_made:
-        holdings, groups = _not_made_groups(report)
+        holdings, groups, said_once = _not_made_groups(report)
         lines += ["## Not made from this input", ""]
         lines += [f"{_md_escape(line)}.\n" for line in holdings]
         lines += [f"- **{_md_escape(g.title)}**{_md_escape(g.rest(*_several(report)))}" for g in groups]
         lines.append("")
+        for once in said_once:
+            lines += [_md_escape(f"Where {once.held}:"), ""]
+            lines += [f"- **{_md_escape(g.title)}**{_md_escape(g.rest(*_several(report)))}" for g in once.analyses]
+            lines.append("")
     if report.clocks:
         lines += ["## Clocks", ""]
         lines += [f"{_md_escape(line)}\n" for line in _clock_intro(report)]

@@ -1,0 +1,57 @@
+"""The text and the report of a one-rank ROCm trace (HTA's amd_trace: an MI250, hip* runtime calls): what the input
+holds that stops several GPU analyses ("device work on 1 rank, no communication kernel, ...") is said once, with
+the analyses it stops; --json keeps an entry per analysis, each with that reason."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ddltrace.cli import main
+
+TRACE = Path("/work/shared/hta_traces/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz")
+pytestmark = pytest.mark.skipif(not TRACE.exists(), reason="the shared real traces are not here")
+
+
+@pytest.fixture(scope="module")
+def amd(tmp_path_factory):
+    """The trace's store and its report (markdown, html)."""
+    root = tmp_path_factory.mktemp("amd")
+    store, out = root / "store", root / "report"
+    assert main(["import", str(TRACE), "--out", str(store), "--progress", "never"]) == 0
+    assert main(["report", str(store), "--out", str(out)]) == 0
+    return store, (out / "report.md").read_text(), (out / "report.html").read_text()
+
+
+def _device_holding(doc: dict) -> tuple[str, set[str]]:
+    """What the store holds on its device (the reason's ``holds`` shared by the GPU analyses), and their titles."""
+    gpu = [s for s in doc["not_made"] if s["analysis"].startswith("gpu_") and "device work on 1 rank" in s["holds"]]
+    assert len(gpu) >= 3 and len({s["holds"] for s in gpu}) == 1
+    return gpu[0]["holds"], {s["title"] for s in gpu}
+
+
+def test_a_reason_shared_by_several_analyses_is_said_once(amd, capsys):
+    store = amd[0]
+    assert main(["analyze", str(store), "--json"]) == 0
+    holds, titles = _device_holding(json.loads(capsys.readouterr().out))
+    assert main(["analyze", str(store)]) == 0
+    text = capsys.readouterr().out
+    assert text.count(holds) == 1
+    after = text.split(f"  Where the input holds {holds}:\n", 1)[1].splitlines()
+    said = after[:next(i for i, line in enumerate(after + [""]) if not line.startswith("    - "))]
+    assert {line[len("    - "):].split(": needs ", 1)[0] for line in said} == titles
+
+
+def test_the_report_says_it_once_too(amd):
+    from html import escape
+
+    from ddltrace.report.render import _md_escape
+
+    store, md, page = amd
+    doc = json.loads((store.parent / "report" / "findings.json").read_text())
+    holds, titles = _device_holding(doc)
+    assert md.count(_md_escape(holds)) == 1 and page.count(escape(holds)) == 1
+    said = md.split(_md_escape(f"Where the input holds {holds}:"), 1)[1].split("\n\n", 2)[1]
+    assert {line.split("**")[1] for line in said.splitlines()} == {_md_escape(t) for t in titles}
