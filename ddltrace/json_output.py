@@ -4,7 +4,7 @@
 (keys as ``str(key)``, numpy scalars as Python numbers, NaN, infinities and ``pd.NA`` as null), byte for byte, in
 a fourteenth of the time (HTA's df_index_resolver, 1.2 MB of JSON: 2.2 against 29.9 ms of CPU); :func:`records`
 gives a frame's rows ready for it, a column at a time instead of a value at a time (``DataFrame.to_dict`` then a
-clean of every value: ``to_json`` and the text of df_index_resolver's 2,020 collectives took 108 ms of CPU, 35 now).
+clean of every value: ``to_json`` and the text of df_index_resolver's 2,020 collectives took 108 ms of CPU, 31 now).
 
 The text is json's to the byte where msgspec's would differ: msgspec writes a float below 1e-4 or from 1e16 up as
 ``2.5e-7``, ``0.000025`` or ``1e16`` (the same value), Python as ``2.5e-07``, ``2.5e-05``, ``1e+16``; those floats go
