@@ -1,4 +1,4 @@
-"""CUDA launch statistics (HTA's ``get_cuda_kernel_launch_stats``): for each device activity launched by a host
+"""Launch statistics (HTA's ``get_cuda_kernel_launch_stats``, CUDA's or HIP's): for each device activity launched by a host
 runtime call, the duration of the call on the CPU, the duration of the activity on the GPU and the launch delay.
 
 A *launch* is a host row (not on a device lane) named as one of HTA's runtime launch calls
@@ -19,6 +19,9 @@ For each pair, all in ns:
 HTA 0.5's launch statistics pair only ``cudaLaunchKernel``, ``cudaLaunchKernelExC``, ``cudaMemcpyAsync`` and
 ``cudaMemsetAsync`` (and MTIA's); these take every call of :data:`LAUNCH_NAMES` (HTA's list for the queue length),
 so that launches through the driver API and HIP are counted too.
+
+Each rank's ``runtime`` is that of its launch calls: ``CUDA`` (``cuda*``, ``cu*``), ``HIP`` (``hip*``: ROCm),
+``CUDA and HIP``, or empty where every launch is an XPlane host event named after its work (:func:`runtime_of`).
 
 Outliers by HTA's cut-offs (its ``runtime_cutoff`` = 50 µs and ``launch_delay_cutoff`` = 100 µs): runtime
 outliers (CPU duration above 50 µs), launch-delay outliers (delay above 100 µs) and short kernels (CPU duration
@@ -46,7 +49,7 @@ LAUNCH_DELAY_CUTOFF_NS = 100_000
 
 PAIR_COLUMNS = ["device", "stream", "launch", "kernel", "correlation", "launch_start_ns", "cpu_duration_ns",
                 "gpu_start_ns", "gpu_duration_ns", "launch_delay_ns"]
-COLUMNS = ["rank", "launches", "cpu_duration_mean_ns", "cpu_duration_median_ns", "cpu_duration_max_ns",
+COLUMNS = ["rank", "runtime", "launches", "cpu_duration_mean_ns", "cpu_duration_median_ns", "cpu_duration_max_ns",
            "gpu_duration_mean_ns", "gpu_duration_median_ns", "gpu_duration_max_ns", "launch_delay_mean_ns",
            "launch_delay_median_ns", "launch_delay_p95_ns", "launch_delay_max_ns", "runtime_outliers",
            "launch_delay_outliers", "short_kernels"]
@@ -100,7 +103,7 @@ def launch_stats(rank: int, pairs: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=COLUMNS)
     cpu, gpu, delay = (pairs[c].to_numpy(np.int64) for c in ("cpu_duration_ns", "gpu_duration_ns",
                                                                "launch_delay_ns"))
-    row = {"rank": rank, "launches": len(pairs)}
+    row = {"rank": rank, "runtime": runtime_of(pairs["launch"]), "launches": len(pairs)}
     for key, values in (("cpu_duration", cpu), ("gpu_duration", gpu), ("launch_delay", delay)):
         row[f"{key}_mean_ns"] = float(values.mean())
         row[f"{key}_median_ns"] = float(np.median(values))
@@ -111,6 +114,13 @@ def launch_stats(rank: int, pairs: pd.DataFrame) -> pd.DataFrame:
     row["launch_delay_outliers"] = int((delay > LAUNCH_DELAY_CUTOFF_NS).sum())
     row["short_kernels"] = int(((cpu <= RUNTIME_CUTOFF_NS) & (gpu < cpu)).sum())
     return pd.DataFrame([row], columns=COLUMNS)
+
+
+def runtime_of(launches) -> str:
+    """The runtime whose calls ``launches`` (launch call names) are: "CUDA", "HIP", "CUDA and HIP", or "" where
+    none is a runtime call (XPlane's host events, named after the work they launched)."""
+    calls = set(launches) & LAUNCH_NAMES
+    return " and ".join(sorted({"HIP" if name.startswith("hip") else "CUDA" for name in calls}))
 
 
 #: The columns of :func:`worst_launches`.

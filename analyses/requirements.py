@@ -125,7 +125,7 @@ GPU_ANALYSES: dict[str, Requirement] = {
                                             frozenset({"device", "device_ranks"})),
     "gpu_overlap": Requirement("communication-computation overlap per rank (HTA's definition)",
                                frozenset({"device", "device_comm"})),
-    "gpu_launches": Requirement("CUDA launch statistics and queue length per stream",
+    "gpu_launches": Requirement("launch statistics (CUDA's or HIP's) and queue length per stream",
                                 frozenset({"device", "correlation"})),
     "gpu_idle": Requirement("GPU idle time waiting for the host (host wait, other)",
                             frozenset({"device", "correlation"})),

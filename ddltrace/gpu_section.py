@@ -28,12 +28,31 @@ ACROSS = "Kernel time across ranks (summed duration per rank of the kernels with
 OVERLAP = ("Communication-computation overlap (HTA's definition: the share of communication-kernel time during "
            "which a compute kernel also runs on the device)")
 
-LAUNCHES = ("CUDA launch statistics (HTA's definitions; each runtime launch call (cudaLaunchKernel, "
-            "cudaMemcpyAsync, cudaMemsetAsync, ...) paired with the kernel, copy or fill of the same correlation id; "
-            "CPU: the call's duration; GPU: the activity's; delay: the activity's start minus the call's end, 0 "
-            "where negative; "
+#: Each runtime's launch calls, as the launch statistics' title names them.
+_CALLS = {"CUDA": "cudaLaunchKernel, cudaMemcpyAsync, cudaMemsetAsync", "HIP": "hipLaunchKernel, hipMemcpyAsync, "
+          "hipMemsetAsync"}
+
+
+def launches_title(runtime: str) -> str:
+    """The launch statistics' title and definition, named by the ``runtime`` the trace's launch calls are of
+    (:func:`~ddltrace.analyses.gpu_launch.runtime_of`: "CUDA", "HIP", "CUDA and HIP"; "" for XPlane's launches,
+    host events named after the work they launched)."""
+    calls = ", ".join(_CALLS[r] for r in runtime.split(" and ") if r in _CALLS)
+    launch = (f"each runtime launch call ({calls}, ...)" if calls
+              else "each launch (the host event named after the kernel or copy it launched)")
+    return (f"{runtime or 'GPU'} launch statistics (HTA's definitions; {launch} paired with the kernel, copy or "
+            "fill of the same correlation id; CPU: the call's duration; GPU: the activity's; delay: the activity's "
+            "start minus the call's end, 0 where negative; "
             f"outliers: CPU above {format_ns(RUNTIME_CUTOFF_NS)}, delay above {format_ns(LAUNCH_DELAY_CUTOFF_NS)}; "
             f"short: CPU at most {format_ns(RUNTIME_CUTOFF_NS)} and GPU below CPU)")
+
+
+def _runtime(launches: pd.DataFrame) -> str:
+    """The runtime of every rank's launches (:func:`~ddltrace.analyses.gpu_launch.runtime_of` over them all)."""
+    named = {r for cell in launches["runtime"] for r in str(cell).split(" and ") if r}
+    return " and ".join(sorted(named))
+
+
 QUEUES = ("Queue length per stream (HTA's definition: operations launched and not yet started, +1 at a launch "
           "call's start, -1 at its activity's start; mean over the changes as HTA, and weighted by time over the "
           f"stream's first to last change; full: time at {MAX_QUEUE_LENGTH} or more, the host blocked in the "
@@ -186,7 +205,7 @@ def gpu_tables(run, top: int = TOP_SHOWN) -> list[tuple[str, pd.DataFrame]]:
             columns=["class", "kernel", "ranks", "min", "median", "max", "rank of min / max"])))
     launches = gpu.launch_table()
     if len(launches):
-        tables.append((LAUNCHES, pd.DataFrame(
+        tables.append((launches_title(_runtime(launches)), pd.DataFrame(
             [[x["rank"], x["launches"], *[f"{format_ns(x[f'{k}_mean_ns'])} / {format_ns(x[f'{k}_median_ns'])} / "
                                           f"{format_ns(x[f'{k}_max_ns'])}"
                                           for k in ("cpu_duration", "gpu_duration", "launch_delay")],
@@ -271,7 +290,8 @@ def gpu_json(run) -> dict:
         "definitions": {"temporal": TEMPORAL, "launched": LAUNCHED + "; times in ns, shares as fractions",
                         "streams": STREAMS, "classes": CLASSES,
                         "kernels": "top 10 kernels per rank and device by summed duration, the rest as (others)",
-                        "across_ranks": ACROSS, "overlap": OVERLAP, "launches": LAUNCHES, "queues": QUEUES,
+                        "across_ranks": ACROSS, "overlap": OVERLAP,
+                        "launches": launches_title(_runtime(gpu.launch_table())), "queues": QUEUES,
                         "worst_launches": "per rank, the 10 launches with the longest launch delay (by: launch_delay) "
                                           "and the 10 with the longest CPU duration (by: cpu_duration), in ns",
                         "idle": IDLE, "collectives": COLLECTIVES + "; one row per instance, times in ns, bandwidths "

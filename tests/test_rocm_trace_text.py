@@ -55,3 +55,33 @@ def test_the_report_says_it_once_too(amd):
     assert md.count(_md_escape(holds)) == 1 and page.count(escape(holds)) == 1
     said = md.split(_md_escape(f"Where the input holds {holds}:"), 1)[1].split("\n\n", 2)[1]
     assert {line.split("**")[1] for line in said.splitlines()} == {_md_escape(t) for t in titles}
+
+
+def _runtime_calls() -> set[str]:
+    """The runtime calls of the trace itself (its ``cuda_runtime`` / ``hip_runtime`` events' names)."""
+    import gzip
+
+    events = json.loads(gzip.decompress(TRACE.read_bytes()))["traceEvents"]
+    return {e["name"] for e in events if str(e.get("cat", "")).lower() in {"cuda_runtime", "hip_runtime"}}
+
+
+def test_the_launch_statistics_are_named_by_the_runtime_the_trace_holds(amd, capsys):
+    """The trace's runtime calls are HIP's (hipLaunchKernel, ...): the launch statistics say HIP, not CUDA, in the
+    text, --json and the report; a CUDA trace's still say CUDA (tests/test_gpu_analyses.py)."""
+    from html import escape
+
+    from ddltrace.report.render import _md_escape
+
+    calls = _runtime_calls()
+    assert "hipLaunchKernel" in calls and not any(c.startswith("cu") for c in calls)
+    store, md, page = amd
+    assert main(["analyze", str(store)]) == 0
+    text = capsys.readouterr().out
+    assert main(["analyze", str(store), "--json"]) == 0
+    (gpu,) = [s["gpu"] for s in json.loads(capsys.readouterr().out)["stores"]]
+    assert {r["runtime"] for r in gpu["launches"]} == {"HIP"}
+    title = "HIP launch statistics (HTA's definitions; each runtime launch call (hipLaunchKernel, "
+    assert gpu["definitions"]["launches"].startswith(title)
+    assert title in text and _md_escape(title) in md and escape(title) in page
+    for said in (text, md, page, gpu["definitions"]["launches"]):
+        assert "CUDA launch" not in said and "cudaLaunchKernel" not in said
