@@ -5,7 +5,8 @@ Each question has its module: :mod:`~ddltrace.analyses.gpu_temporal` (idle / com
 and stream), :mod:`~ddltrace.analyses.gpu_launched` (the same and the overlap over the work launched in the
 trace, HTA's set, where it is not all the work), :mod:`~ddltrace.analyses.gpu_kernels` (time by class and by
 kernel, and across ranks), :mod:`~ddltrace.analyses.gpu_overlap` (communication-computation overlap),
-:mod:`~ddltrace.analyses.gpu_launch` (launch statistics, CUDA's or HIP's), :mod:`~ddltrace.analyses.gpu_queue` (queue length
+:mod:`~ddltrace.analyses.gpu_launch` (launch statistics),
+:mod:`~ddltrace.analyses.gpu_queue` (queue length
 per stream), :mod:`~ddltrace.analyses.gpu_idle` (idle time waiting for the host),
 :mod:`~ddltrace.analyses.gpu_collectives` (collective instances across ranks) and
 :mod:`~ddltrace.analyses.gpu_memcpy` (memory copies). Launches and queues need the correlation ids between a CPU
@@ -144,7 +145,8 @@ class GpuAnalysis:
         return self._frame(self.launched, gpu_launched.COLUMNS)
 
     def launch_table(self) -> pd.DataFrame:
-        """Launch statistics (CUDA's or HIP's), one row per rank with correlated launches (:mod:`~ddltrace.analyses.gpu_launch`)."""
+        """Launch statistics (CUDA's or HIP's), one row per rank with correlated launches
+        (:mod:`~ddltrace.analyses.gpu_launch`)."""
         return self._frame(self.launches, gpu_launch.COLUMNS)
 
     def worst_launch_table(self) -> pd.DataFrame:

@@ -1,5 +1,5 @@
-"""Launch statistics (HTA's ``get_cuda_kernel_launch_stats``, CUDA's or HIP's): for each device activity launched by a host
-runtime call, the duration of the call on the CPU, the duration of the activity on the GPU and the launch delay.
+"""Launch statistics (HTA's ``get_cuda_kernel_launch_stats``, CUDA's or HIP's): for each device activity launched by
+a host runtime call, the duration of the call on the CPU, the duration of the activity on the GPU and the launch delay.
 
 A *launch* is a host row (not on a device lane) named as one of HTA's runtime launch calls
 (:data:`LAUNCH_NAMES`: ``cudaLaunchKernel``, ``cudaMemcpyAsync``, ``cudaMemsetAsync``, their driver-API and
