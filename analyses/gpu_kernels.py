@@ -10,6 +10,7 @@ Per rank and device, over the device work (:mod:`ddltrace.analyses.gpu_lanes`):
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from ddltrace.analyses.gpu_lanes import WORK
@@ -39,22 +40,32 @@ def top_kernels(rank: int, work: pd.DataFrame, k: int = TOP_K) -> pd.DataFrame:
     Columns :data:`KERNEL_COLUMNS`; ``share`` is of the device's summed kernel time."""
     parts = []
     for device, on_device in work.groupby("device", sort=True):
-        total = int(on_device["dur_ns"].sum())
-        stats = (on_device.groupby(["category", "name"])["dur_ns"].agg(["count", "sum", "mean", "min", "max"])
-                 .reset_index().sort_values(["sum", "name"], ascending=[False, True]))
-        top = stats.head(k)
-        rest = stats.iloc[k:]
+        dur = on_device["dur_ns"].to_numpy(np.int64)
+        total = int(dur.sum())
+        # per (class, name) in sorted order, with numpy (a pandas groupby and sort cost 6 ms of CPU a rank)
+        classes, class_names = pd.factorize(on_device["category"].to_numpy(object), sort=True)
+        names, kernel_names = pd.factorize(on_device["name"].to_numpy(object), sort=True)
+        keys, kernel = np.unique(classes * len(kernel_names) + names, return_inverse=True)
+        count = np.bincount(kernel, minlength=len(keys)).astype(np.int64)
+        total_ns, least, most = (np.zeros(len(keys), np.int64), np.full(len(keys), np.iinfo(np.int64).max),
+                                 np.full(len(keys), np.iinfo(np.int64).min))
+        np.add.at(total_ns, kernel, dur)
+        np.minimum.at(least, kernel, dur)
+        np.maximum.at(most, kernel, dur)
+        order = np.lexsort((keys % len(kernel_names), -total_ns))  # most time first, then by name (stable)
+        top, rest = order[:k], order[k:]
+        cls = np.asarray(class_names, dtype=object)[keys // len(kernel_names)][top]
+        name = np.asarray(kernel_names, dtype=object)[keys % len(kernel_names)][top]
+        stats = [count[top], total_ns[top], total_ns[top] / count[top], least[top], most[top]]
         if len(rest):
-            top = pd.concat([top, pd.DataFrame([{"category": "", "name": OTHERS, "count": int(rest["count"].sum()),
-                                                 "sum": int(rest["sum"].sum()),
-                                                 "mean": rest["sum"].sum() / rest["count"].sum(),
-                                                 "min": rest["min"].min(), "max": rest["max"].max()}])])
+            cls, name = np.append(cls, ""), np.append(name, OTHERS)
+            others = [count[rest].sum(), total_ns[rest].sum(), total_ns[rest].sum() / count[rest].sum(),
+                      least[rest].min(), most[rest].max()]
+            stats = [np.append(column, extra) for column, extra in zip(stats, others, strict=True)]
         parts.append(pd.DataFrame({
-            "rank": rank, "device": device, "class": top["category"].to_numpy(), "name": top["name"].to_numpy(),
-            "count": top["count"].astype("int64").to_numpy(), "sum_ns": top["sum"].astype("int64").to_numpy(),
-            "mean_ns": top["mean"].astype(float).to_numpy(), "min_ns": top["min"].astype("int64").to_numpy(),
-            "max_ns": top["max"].astype("int64").to_numpy(),
-            "share": top["sum"].to_numpy(float) / total if total else 0.0}))
+            "rank": rank, "device": device, "class": cls, "name": name, "count": stats[0].astype("int64"),
+            "sum_ns": stats[1].astype("int64"), "mean_ns": stats[2].astype(float), "min_ns": stats[3].astype("int64"),
+            "max_ns": stats[4].astype("int64"), "share": stats[1].astype(float) / total if total else 0.0}))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=KERNEL_COLUMNS)
 
 
