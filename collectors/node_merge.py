@@ -20,7 +20,7 @@ from pathlib import Path
 from ddltrace.collectors import record_sets
 from ddltrace.collectors.launcher import NODES, recover_store
 from ddltrace.errors import DdltraceError
-from ddltrace.merged_manifest import still_unfiled, unfiled_ranks
+from ddltrace.merged_manifest import on_joined_node, still_missing, still_unfiled, unfiled_ranks
 from ddltrace.store import TraceStore, merge_stores
 from ddltrace.workload_entry import relocated
 
@@ -77,7 +77,7 @@ def _fix_manifest(merged: TraceStore, said: dict[str, str], store: TraceStore, p
     workload = _workload(store, part_store, out)
     if workload is not None:
         merged.manifest["workload"] = workload
-    missing = {h: p for h, p in (store.run.get("missing_nodes") or {}).items() if h != host}
+    missing = still_missing(store.run.get("missing_nodes"), {host})
     if missing:
         run["missing_nodes"] = missing
     else:
@@ -87,7 +87,7 @@ def _fix_manifest(merged: TraceStore, said: dict[str, str], store: TraceStore, p
         run["nodes"] = sorted(set(store.run.get("nodes", [])) | set(part_store.run["nodes"]))
     run["world_size"] = max(store.run.get("world_size") or 0, max(merged.ranks, default=-1) + 1)
     store_notes = store.manifest.get("notes", [])
-    notes = [n for n in store_notes if unfiled_ranks(n) is None and not n.startswith(f"missing node {host}:")]
+    notes = [n for n in store_notes if unfiled_ranks(n) is None and not on_joined_node(n, {host})]
     left = still_unfiled([(n, 0) for n in store_notes], merged.ranks, run["world_size"], missing)
     notes += [left] if left else []
     # the part's own notes, but not the recovery's (what the launching process held is in the run's store)

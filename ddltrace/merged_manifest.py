@@ -8,6 +8,9 @@ ranks' clock alignment and the run's world size once the two are one store.
   a note that a store left a rank out (its file unreadable) says where the other store supplies it.
   An import's ``import problem:`` notes are kept: :meth:`TraceStore.missing` reads them to say why a rank of the
   file they name holds no events.
+- Missing nodes: a node whose part a store did not gather (``run.missing_nodes``, and its ``missing node HOST:``
+  note, collectors/node_clock.py) is no longer missing where the other store holds ranks on that host (its part
+  joined: :func:`joined_nodes`, :func:`still_missing`; collectors/node_merge.py joins a part the same way).
 - Clock: each rank's entries (offset, uncertainty, drift, ... in ns, ppm) from the store that held the rank. Two
   stores whose clocks were aligned differently (another method, or onto another reference rank) are not on one
   clock: the method says so by rank, and a note does.
@@ -28,6 +31,8 @@ from typing import Any
 _UNFILED = re.compile(r"^ranks \[([\d, ]*)\]:? (?:of \d+ )?(?:wrote no|no) (record file|framework profile)")
 #: A note on a rank a store left out (collectors/launcher.py: an unreadable record file): the rank.
 _LEFT_OUT = re.compile(r"; rank (\d+) left out$")
+#: A note on a node whose part was not gathered (collectors/node_clock.py's ``lost_notes``): the node.
+_MISSING_NODE = re.compile(r"^missing node (\S+): ")
 #: The clock entry's tables keyed by rank (collectors/clock.py, collectors/launcher.py, ddltrace import).
 _CLOCK_BY_RANK = ("offsets_ns", "uncertainty_ns", "finalize_offsets_ns", "finalize_uncertainty_ns", "drift_ppm",
                  "framework_offsets_ns", "framework_uncertainty_ns", "per_rank")
@@ -53,6 +58,37 @@ class MergedPart:
     def held(self) -> list[int]:
         """The ranks taken from this store, as the merged store numbers them."""
         return [r + self.shift for r in self.ranks]
+
+    @property
+    def hosts(self) -> set[str]:
+        """The hosts of the ranks taken from this store (each rank's manifest ``host``)."""
+        ranks = self.manifest.get("ranks") or {}
+        return {str(host) for r in self.ranks if (host := (ranks.get(str(r)) or {}).get("host"))}
+
+    @property
+    def missing_nodes(self) -> dict:
+        """This store's nodes whose parts were not gathered (``run.missing_nodes``: host -> the folder of its part
+        on that node)."""
+        missing = (self.manifest.get("run") or {}).get("missing_nodes")
+        return missing if isinstance(missing, dict) else {}
+
+
+def joined_nodes(first: MergedPart, second: MergedPart) -> set[str]:
+    """The nodes one store names missing whose ranks the other holds: their parts are in the merged store."""
+    return ((set(first.missing_nodes) & second.hosts) | (set(second.missing_nodes) & first.hosts))
+
+
+def still_missing(missing_nodes: dict | None, joined: Iterable[str]) -> dict:
+    """``missing_nodes`` (``run.missing_nodes``) less the nodes ``joined`` (their parts now in the store)."""
+    joined = set(joined)
+    return {host: part for host, part in (missing_nodes or {}).items() if host not in joined}
+
+
+def on_joined_node(note: Any, joined: Iterable[str]) -> bool:
+    """Whether ``note`` is a ``missing node HOST:`` note of a node ``joined`` (false once its part is in the
+    store)."""
+    found = _MISSING_NODE.match(note) if isinstance(note, str) else None
+    return found is not None and found.group(1) in set(joined)
 
 
 def no_record_note(ranks: list[int], world: int, mpi: bool, missing_nodes: dict | None) -> str:
@@ -88,8 +124,10 @@ def merged_notes(first: MergedPart, second: MergedPart, held: Iterable[int], run
     """The notes of the two stores that stay true of the merged store (holding ``held``, of the run ``run``): a
     note both carry once, a note of one store followed by ``(a note of STORE)``, and in place of their notes on
     ranks with no file the one on those it still lacks, and a note on a rank left out that the other store supplies
-    saying so (see the module)."""
-    notes_of = [[n for n in part.manifest.get("notes") or [] if isinstance(n, str)] for part in (first, second)]
+    saying so; no ``missing node HOST:`` note of a node whose ranks it now holds (see the module)."""
+    joined = joined_nodes(first, second)
+    notes_of = [[n for n in part.manifest.get("notes") or [] if isinstance(n, str) and not on_joined_node(n, joined)]
+                for part in (first, second)]
     both = set(notes_of[0]) & set(notes_of[1])
     kept: list[str] = []
     for part, other, notes in ((first, second, notes_of[0]), (second, first, notes_of[1])):

@@ -1093,7 +1093,8 @@ def merge_stores(first: TraceStore, second: TraceStore, out: str | os.PathLike, 
     Ranks present in both are an error unless ``renumber``, which shifts the second store's ranks past
     the first's. Run metadata of the first wins; both sources are recorded in the manifest. What the stores' manifests
     say is kept where it stays true of the merged store (ddltrace/merged_manifest.py): their notes (a note of one
-    store naming it; the notes on ranks with no file only for ranks still without one), each rank's clock entries
+    store naming it; the notes on ranks with no file only for ranks still without one), the nodes whose parts were
+    not gathered only where neither store holds their ranks (``run.missing_nodes``), each rank's clock entries
     from the store that held it (a note where the stores' clocks were aligned differently), the world size they
     declare (the largest, and a note, where they differ); the job's ``workload`` entry where both carry the same one
     (ddltrace/workload_entry.py), else a note says why there is none. ``tell`` is given each of the merge's own
@@ -1122,7 +1123,14 @@ def _merge_into(first: TraceStore, second: TraceStore, out: Path, offset: int,
                 amend: Callable[[TraceStore, dict[str, str]], None] | None) -> dict[str, str]:
     """Build the merged store at ``out``; the merge's own notes (why the manifest differs from the stores'), by what
     they are on."""
-    from ddltrace.merged_manifest import MergedPart, merged_clock, merged_notes, merged_world_size
+    from ddltrace.merged_manifest import (
+        MergedPart,
+        joined_nodes,
+        merged_clock,
+        merged_notes,
+        merged_world_size,
+        still_missing,
+    )
 
     with building(out) as staging:
         run = {**second.run, **first.run}
@@ -1144,6 +1152,9 @@ def _merge_into(first: TraceStore, second: TraceStore, out: Path, offset: int,
                 merged.add_counters(source.counters([_MACHINE]), save=False)
             parts.append(MergedPart(source.path, source.manifest, taken, shift, source.world_size,
                                     source.world_size == source.run.get("world_size")))
+        missing = still_missing({**parts[1].missing_nodes, **parts[0].missing_nodes}, joined_nodes(*parts))
+        merged.run.pop("missing_nodes", None)
+        merged.run.update({"missing_nodes": missing} if missing else {})
         said = {}
         merged.run["world_size"], said["world_size"] = merged_world_size(*parts)
         merged.manifest["clock"], said["clock"] = merged_clock(*parts)

@@ -234,3 +234,49 @@ def test_stores_on_clocks_aligned_differently_say_so(parts, tmp_path, capsys):
     assert clock["method"] == f"not one alignment: {ways}" and "reference_rank" not in clock
     assert clock["offsets_ns"] == {r: clocks[0]["offsets_ns"][r] for r in "012"}
     assert clock["per_rank"] == clocks[1]["per_rank"]
+
+
+def _on_nodes(source: Path, out: Path, hosts: dict[int, str], missing: dict[str, str] | None = None) -> Path:
+    """A copy of the store ``source`` at ``out``, its manifest hand-edited (no cluster run): each rank of ``hosts``
+    on that host, and the nodes ``missing`` (host -> the folder of its part) named missing as ``ddltrace run`` names
+    a node whose part was not gathered (``run.missing_nodes`` and collectors/node_clock.py's note)."""
+    import shutil
+
+    from ddltrace.collectors.node_clock import lost_notes
+
+    shutil.copytree(source, out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    for rank, host in hosts.items():
+        manifest["ranks"][str(rank)]["host"] = host
+    if missing:
+        manifest["run"]["missing_nodes"] = missing
+        manifest["notes"] += lost_notes({h: {"state": "lost", "error": "connection reset", "part": part}
+                                         for h, part in missing.items()}, str(out))
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    return out
+
+
+def test_a_missing_nodes_part_merged_as_a_store_is_no_longer_missing(parts, tmp_path, capsys):
+    """par-w4's ranks 0-2 on node0, of a run whose node1 and node2 were not gathered, merged with its ranks 3-4 on
+    node1 (node1's part, made a store): node1 is no longer missing (run.missing_nodes, its note, merge's line), node2
+    still is; merged with ranks 3-4 on node3 instead, both stay missing (before: A's missing nodes and notes were
+    kept whatever B held; only a part joined by collectors/node_merge.py cleared them)."""
+    missing = {"node1": "/local/.store.a1/", "node2": "/local/.store.a2/"}
+    a = _on_nodes(parts["par-0-2"], tmp_path / "a", dict.fromkeys((0, 1, 2), "node0"), missing)
+    assert TraceStore.open(a).run["missing_nodes"] == missing
+    for hosts_b, still in (("node1", ["node2"]), ("node3", ["node1", "node2"])):
+        b = _on_nodes(parts["par-3-4"], tmp_path / f"b-{hosts_b}", dict.fromkeys((3, 4), hosts_b))
+        out = tmp_path / f"merged-{hosts_b}"
+        capsys.readouterr()
+        assert main(["merge", str(a), str(b), "--out", str(out)]) == 0
+        assert f"still missing: node(s) {', '.join(still)}" in capsys.readouterr().out
+        merged = TraceStore.open(out)
+        assert merged.ranks == [0, 1, 2, 3, 4]
+        assert merged.run["missing_nodes"] == {h: missing[h] for h in still}
+        named = sorted(n.split(":", 1)[0].removeprefix("missing node ") for n in merged.manifest["notes"]
+                       if n.startswith("missing node "))
+        assert named == still, merged.manifest["notes"]
+    # and the other way round: the store of node1's ranks first
+    out = tmp_path / "merged-b-first"
+    assert main(["merge", str(tmp_path / "b-node1"), str(a), "--out", str(out)]) == 0
+    assert TraceStore.open(out).run["missing_nodes"] == {"node2": missing["node2"]}
