@@ -2,7 +2,8 @@
 ``merge_stores``; a node's part joined by collectors/node_merge.py): what stays true of each store's notes, its
 ranks' clock alignment and the run's world size once the two are one store.
 
-- Notes: a note both stores carry is kept once; a note of one store only is kept naming that store. The notes on
+- Notes: a note both stores carry is kept once; a note of one store only is kept naming that store (once: a note
+  a merged store already names its store by is kept as it is). The notes on
   ranks none of whose files reached a store (collectors/launcher.py's :func:`no_record_note`) are false for the
   ranks the other store supplies: they are replaced by one note on the ranks the merged store still lacks, if any;
   a note that a store left a rank out (its file unreadable) says where the other store supplies it.
@@ -31,6 +32,8 @@ from typing import Any
 _UNFILED = re.compile(r"^ranks \[([\d, ]*)\]:? (?:of \d+ )?(?:wrote no|no) (record file|framework profile)")
 #: A note on a rank a store left out (collectors/launcher.py: an unreadable record file): the rank.
 _LEFT_OUT = re.compile(r"; rank (\d+) left out$")
+#: A note already naming the store it is of (a store merged before): named once.
+_TAGGED = re.compile(r" \(a note of [^()]*\)$")
 #: A note on a node whose part was not gathered (collectors/node_clock.py's ``lost_notes``): the node.
 _MISSING_NODE = re.compile(r"^missing node (\S+): ")
 #: The clock entry's tables keyed by rank (collectors/clock.py, collectors/launcher.py, ddltrace import).
@@ -139,7 +142,7 @@ def merged_notes(first: MergedPart, second: MergedPart, held: Iterable[int], run
             if rank in other.held:
                 shown = f"{note} (a note of {part.path}; the merged store holds rank {rank}, from {other.path})"
             else:
-                shown = note if note in both else f"{note} (a note of {part.path})"
+                shown = note if note in both or _TAGGED.search(note) else f"{note} (a note of {part.path})"
             if shown not in kept:
                 kept.append(shown)
     left = still_unfiled([(n, part.shift) for part, notes in zip((first, second), notes_of, strict=True)

@@ -280,3 +280,18 @@ def test_a_missing_nodes_part_merged_as_a_store_is_no_longer_missing(parts, tmp_
     out = tmp_path / "merged-b-first"
     assert main(["merge", str(tmp_path / "b-node1"), str(a), "--out", str(out)]) == 0
     assert TraceStore.open(out).run["missing_nodes"] == {"node2": missing["node2"]}
+
+
+def test_a_store_merged_again_names_each_notes_store_once(parts, tmp_path):
+    """par-w4's ranks 0-2 and 3 merged, and that store merged with rank 4: each note of one store names it once,
+    "(a note of par-0-2)" as in the first merge (before: "(a note of par-0-2) (a note of merged)"), and the notes
+    of rank 4's store name it."""
+    a, b, c = parts["par-0-2"], parts["par-3"], parts["par-4"]
+    first, again = tmp_path / "first", tmp_path / "again"
+    assert main(["merge", str(a), str(b), "--out", str(first)]) == 0
+    assert main(["merge", str(first), str(c), "--out", str(again)]) == 0
+    tagged = [n for n in _notes(first) if "(a note of " in n]
+    assert tagged and all(n.count("(a note of ") <= 1 for n in _notes(again))
+    assert set(tagged) <= set(_notes(again))
+    assert [n for n in _notes(again) if n not in _notes(first)] == [f"{n} (a note of {c})" for n in _notes(c)
+                                                                    if n not in _notes(first)]
