@@ -253,13 +253,14 @@ class NotMade:
         held = f"; {self.held()}" if self.holds else ""
         return f"{where}: needs {self.needs}{held}"
 
-    def held(self) -> str:
+    def held(self, named: bool = False) -> str:
         """What the input holds where that is not a store's own description: 'the input holds ...', 'each holds
-        ...', 'STORE holds ...' ('; '-joined)."""
-        return "; ".join(f"{self._who(stores)} {holds}" for holds, stores in self.holds)
+        ...', 'STORE holds ...' ('; '-joined); ``named``: each store named ('STORE, STORE hold ...'), for a line
+        that does not name them after the title."""
+        return "; ".join(f"{self._who(stores, named)} {holds}" for holds, stores in self.holds)
 
-    def _who(self, stores: tuple[str, ...]) -> str:
-        if stores == self.stores:
+    def _who(self, stores: tuple[str, ...], named: bool = False) -> str:
+        if stores == self.stores and not named:
             return "the input holds" if len(stores) == 1 else "each holds"
         return f"{', '.join(stores)} hold{'s' if len(stores) == 1 else ''}"
 
@@ -327,16 +328,17 @@ class SaidOnce:
     analyses: tuple[NotMade, ...]
 
 
-def by_holding(groups: list[NotMade]) -> tuple[list[NotMade], list[SaidOnce]]:
+def by_holding(groups: list[NotMade], several: bool = False) -> tuple[list[NotMade], list[SaidOnce]]:
     """``groups`` (:func:`group`) as the text and the report say them: those whose ``holds`` (with their stores)
-    no other shares, and, for a ``holds`` two or more share, one :class:`SaidOnce` (in the order first listed)."""
+    no other shares, and, for a ``holds`` two or more share, one :class:`SaidOnce` (in the order first listed),
+    naming its stores where ``several`` stores are reported."""
     shared: dict[tuple, list[NotMade]] = {}
     for g in groups:
         if g.holds:
             shared.setdefault((g.holds, g.stores), []).append(g)
     shared = {key: members for key, members in shared.items() if len(members) > 1}
     alone = [g for g in groups if (g.holds, g.stores) not in shared]
-    return alone, [SaidOnce(members[0].held(), tuple(replace(g, holds=()) for g in members))
+    return alone, [SaidOnce(members[0].held(named=several), tuple(replace(g, holds=()) for g in members))
                    for members in shared.values()]
 
 

@@ -85,3 +85,16 @@ def test_the_launch_statistics_are_named_by_the_runtime_the_trace_holds(amd, cap
     assert title in text and _md_escape(title) in md and escape(title) in page
     for said in (text, md, page, gpu["definitions"]["launches"]):
         assert "CUDA launch" not in said and "cudaLaunchKernel" not in said
+
+
+def test_beside_another_store_the_reason_said_once_names_its_store(amd, capsys):
+    """With HTA's negative_queue_length_values_check beside it (one rank too, with communication kernels), the
+    reason only amd_trace gives is said once naming it ("Where STORE holds ...:"), not "the input", which there
+    is two stores."""
+    store = amd[0]
+    other = TRACE.parent.parent / "negative_queue_length_values_check"
+    assert main(["analyze", str(store), "--json"]) == 0
+    holds, _ = _device_holding(json.loads(capsys.readouterr().out))
+    assert main(["analyze", str(store), str(other), "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert f"  Where {store} holds {holds}:\n" in text and "Where the input holds" not in text

@@ -299,7 +299,7 @@ def render_skipped(skipped: list[Skipped], holdings: dict[str, str]) -> list[str
     from ddltrace.analyses.requirements import by_holding, group, holdings_lines
 
     several = (len(holdings) > 1, tuple(holdings))
-    alone, said_once = by_holding(group(skipped, holdings))
+    alone, said_once = by_holding(group(skipped, holdings), several[0])
     lines = ["Not made from this input", *(f"  {line}:" for line in holdings_lines(skipped, holdings))]
     lines += [f"    - {g.line(*several)}" for g in alone]
     for once in said_once:

@@ -378,7 +378,8 @@ def _not_made_groups(report) -> tuple[list[str], list, list]:
     (:func:`~ddltrace.analyses.requirements.by_holding`)."""
     from ddltrace.analyses.requirements import by_holding, group, holdings_lines
 
-    return holdings_lines(report.not_made, report.holdings), *by_holding(group(report.not_made, report.holdings))
+    groups = group(report.not_made, report.holdings)
+    return holdings_lines(report.not_made, report.holdings), *by_holding(groups, _several(report)[0])
 
 
 def _several(report) -> tuple[bool, tuple[str, ...]]:
