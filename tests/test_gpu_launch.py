@@ -22,17 +22,18 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 from hta_reference import NEEDS_HTA, hta_figures
+from shared_data import SHARED
 
 from ddltrace.analyses.gpu_launch import LAUNCH_NAMES
 from ddltrace.analyses.run_analysis import analyze_store
 from ddltrace.cli import main
 from ddltrace.store import TraceStore
 
-HTA = Path("/work/shared/hta_traces")
+HTA = SHARED / "hta_traces"
 NCCL_JOB = HTA / "trace_filter"
 NEGATIVE = HTA / "negative_queue_length_values_check"
 pytestmark = pytest.mark.skipif(not NCCL_JOB.exists(), reason="the shared real traces are not here")
-WILD = Path("/work/shared/wild_traces")
+WILD = SHARED / "wild_traces"
 #: Kineto's runtime and driver cats and device-work cats, every generation (lower-cased).
 RUNTIME = {"cuda_runtime", "runtime", "cuda_driver", "hip_runtime"}
 DEVICE_WORK = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}

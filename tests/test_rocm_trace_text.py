@@ -5,13 +5,13 @@ the analyses it stops; --json keeps an entry per analysis, each with that reason
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+from shared_data import SHARED
 
 from ddltrace.cli import main
 
-TRACE = Path("/work/shared/hta_traces/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz")
+TRACE = SHARED / "hta_traces/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz"
 pytestmark = pytest.mark.skipif(not TRACE.exists(), reason="the shared real traces are not here")
 
 
