@@ -384,14 +384,14 @@ class HashemiFit:
     def _knee_interval(self, wl: Workload, covariance: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]
                        ) -> tuple[float, float]:
         """The knee's ``confidence`` interval (workers) over the fit's uncertainty (:func:`knee_interval`): each
-        draw's w* as the fit's own, Hashemi's (:func:`ddltrace.models.hashemi.knee`) or, with ``cpu_shares``, that
-        of the phases predicted at the ranks' shares (:func:`ddltrace.models.transfer.knee_search`), all draws at
-        once (:mod:`ddltrace.models.drawn_knees`)."""
+        draw's w* as the fit's own, Hashemi's (:func:`ddltrace.models.hashemi.w_star` of the arrays of the draws)
+        or, with ``cpu_shares``, that of the phases predicted at the ranks' shares
+        (:func:`ddltrace.models.transfer.knee_search`), all draws at once (:mod:`ddltrace.models.drawn_knees`)."""
         if self.cpu_shares:
             return knee_interval(lambda drawn: drawn_knees.searched_knees(
                 lambda w: drawn_knees.phases_at(drawn, wl, w, self.machine or {}, runs), KNEE_DRAWS,
                 transfer.KNEE_MOST), self.constants_, covariance, self.confidence)
-        return knee_interval(lambda drawn: drawn_knees.knees(wl, drawn), self.constants_, covariance, self.confidence)
+        return knee_interval(lambda drawn: hashemi.w_star(wl, drawn), self.constants_, covariance, self.confidence)
 
     def _leave_one_out(self, frame: pd.DataFrame, names: list[str], base: Constants, notes: list[str]) -> pd.DataFrame:
         loo = self._loo_frame(frame, names, base)

@@ -126,31 +126,43 @@ def test_where_the_interval_is_not_drawn_predict_says_why(models, capsys):
 
 
 def _each(drawn, count: int, of) -> np.ndarray:
-    """``of(draw, i)`` of the first ``count`` draws, one at a time (the scalar functions)."""
+    """``of(draw, i)`` of the first ``count`` draws, one at a time (the functions on numbers)."""
     return np.array([of(drawn_knees.one_draw(drawn, i), i) for i in range(count)], dtype=float)
+
+
+def _floats(drawn, count: int, of) -> np.ndarray:
+    """:func:`_each`, checking that each draw's result is a Python float (what a caller of numbers formats)."""
+    def checked(one, i):
+        got = of(one, i)
+        assert type(got) is float, got
+        return got
+    return _each(drawn, count, checked)
 
 
 def _same_knees(wl, k) -> np.ndarray:
     """Hashemi's w* (and the phase, with kappa) of the draws of c_p, c_u and t_phase_min about ``k``, each with a
-    standard deviation of twice its value (a third of them clipped at 0), at once and one draw at a time."""
+    standard deviation of twice its value (a third of them clipped at 0), from the same functions given the arrays
+    of the draws and given one draw's numbers at a time."""
     names = ["c_p", "c_u", "t_phase_min"]
     drawn = knee_draws(k, {"names": names, "matrix": np.diag([(2 * getattr(k, name)) ** 2 for name in names]).tolist(),
                            "dof": 3})
     assert all((getattr(drawn, name) == 0).sum() > 300 for name in names)
-    fast = drawn_knees.knees(wl, drawn)
-    assert np.array_equal(fast, _each(drawn, KNEE_DRAWS, lambda one, _: hashemi.knee(wl, one)[0]))
+    fast = hashemi.w_star(wl, drawn)
+    assert fast.shape == (KNEE_DRAWS,)
+    assert np.array_equal(fast, _floats(drawn, KNEE_DRAWS, lambda one, _: hashemi.knee(wl, one)[0]))
+    assert np.array_equal(fast, _floats(drawn, KNEE_DRAWS, lambda one, _: hashemi.w_star(wl, one)))
     contended = dataclasses.replace(drawn, kappa=np.where(np.arange(KNEE_DRAWS) % 2, 0.05, 0.0))
     for w in (1, 3, 7.5):
-        assert np.array_equal(drawn_knees.t_phase(w, wl, contended),
-                              _each(contended, KNEE_DRAWS, lambda one, _, w=w: hashemi.t_phase(w, wl, one)))
+        assert np.array_equal(hashemi.t_phase(w, wl, contended),
+                              _floats(contended, KNEE_DRAWS, lambda one, _, w=w: hashemi.t_phase(w, wl, one)))
     return fast
 
 
 def test_hashemis_knee_of_all_draws_at_once_is_each_draws_own(models):
-    """The fit's knee interval takes Hashemi's w* of 2,000 draws at once (drawn_knees.knees): the same numbers as
-    hashemi.knee one draw at a time, for the max and the closed loop, with draws clipped at 0 (c_u 0 and
-    t_phase_min 0: neither the server nor a floor ever binds, the upper end inf), server knees below one worker
-    (1), floors."""
+    """The fit's knee interval takes Hashemi's w* of 2,000 draws at once (hashemi.w_star of arrays of the draws):
+    the same numbers as hashemi.knee and w_star one draw at a time (Python floats), and likewise hashemi.t_phase
+    with kappa in half the draws, for the max and the closed loop, with draws clipped at 0 (c_u 0 and t_phase_min
+    0: neither the server nor a floor ever binds, the upper end inf), server knees below one worker (1), floors."""
     _, plain, _ = models
     model = json.loads(plain.read_text())
     constants, wl, _, _ = _workload(model, str(plain), None)

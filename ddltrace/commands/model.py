@@ -473,7 +473,7 @@ def _knee_interval_on_a(model: dict, source: str, constants, wl, batch_factor: f
     A ``--cpu-shares`` model's knee is a search over w per draw: its interval is the fit's (model.json's ``knee.ci``)
     at the fit's batch without what-ifs, and not drawn otherwise."""
     from ddltrace.analyses.fit_hashemi import KNEE_DRAWS, knee_interval
-    from ddltrace.models import drawn_knees
+    from ddltrace.models import hashemi
 
     confidence = float(model.get("confidence") or 0.95)
     if math.isinf(knee):
@@ -488,7 +488,7 @@ def _knee_interval_on_a(model: dict, source: str, constants, wl, batch_factor: f
                                "fit's batch without what-ifs" + ("" if ci[0] is not None else "; it has none")}
         return {"ci": (float(ci[0]), math.inf if ci[1] is None else float(ci[1])), "draws": KNEE_DRAWS,
                 "confidence": confidence}
-    ci = knee_interval(lambda drawn: drawn_knees.knees(wl, drawn.scaled(what_if) if what_if else drawn), constants,
+    ci = knee_interval(lambda drawn: hashemi.w_star(wl, drawn.scaled(what_if) if what_if else drawn), constants,
                        covariance, confidence)
     return {"ci": ci, "draws": KNEE_DRAWS, "confidence": confidence}
 

@@ -1,19 +1,22 @@
-"""The knee of every draw of its interval at once: the scalar knee's arithmetic on NumPy arrays of the draws.
+"""The knee of every draw of its interval at once: what is about the draws, around the model's own functions.
 
 :func:`ddltrace.analyses.fit_hashemi.knee_interval` draws the fitted constants 2,000 times
 (:func:`~ddltrace.analyses.fit_hashemi.knee_draws`: a :class:`~ddltrace.models.hashemi.Constants` whose fitted fields
-are arrays of the draws) and takes the central share of their knees w* (workers). One draw at a time, through
-:func:`ddltrace.models.hashemi.knee` or :func:`ddltrace.models.transfer.knee_search` over
-:func:`ddltrace.models.transfer.phase_at`, that was 0.6-2 s of Python per fit or prediction. Here the same
-operations in the same order run over the draws (the same numbers, bit for bit:
-``tests/test_model_knee_on_b.py`` checks them against the scalar functions):
+are arrays of the draws) and takes the central share of their knees w* (workers). Hashemi's formulas take such
+constants as they take numbers (:func:`ddltrace.models.hashemi.w_star`, :func:`~ddltrace.models.hashemi.t_phase`:
+each draw's, the same numbers as one draw at a time); what is left here is what is about the draws:
 
-- :func:`knees`: Hashemi's w* (the max, and the closed loop's saturation point);
-- :func:`phases_at`: :func:`~ddltrace.models.transfer.phase_at`'s phase at w (seconds, all epochs) of every draw, on
-  A or carried to B with both profiles' constants drawn (:func:`profile_ratios`); None at a w where B's quota loop
-  is played (:func:`~ddltrace.models.transfer.quota_holds`), which stays one draw at a time;
+- :func:`one_draw`: the i-th draw as numbers;
+- :func:`profile_ratios`: what :func:`ddltrace.models.transfer.transfer` carries each draw by that does not depend on
+  w, both profiles' constants drawn, computed once for every w searched;
+- :func:`carried`, :func:`phases_at`: :func:`~ddltrace.models.transfer.transfer`'s constants on B and
+  :func:`~ddltrace.models.transfer.phase_at`'s phase at w (seconds, all epochs) of every draw, on A or carried to B
+  from :func:`profile_ratios`; None at a w where B's quota loop is played
+  (:func:`~ddltrace.models.transfer.quota_holds`), which stays one draw at a time;
 - :func:`searched_knees`: :func:`~ddltrace.models.transfer.knee_search`'s w of every draw, each w's phases computed
   once for all draws (one draw at a time at a w where :func:`phases_at` gives None).
+
+``tests/test_model_knee_on_b.py`` checks each against the functions of numbers, draw by draw.
 """
 
 from __future__ import annotations
@@ -32,68 +35,6 @@ def one_draw(drawn: Constants, i: int) -> Constants:
     """The ``i``-th draw of ``drawn`` (fields arrays of draws, or numbers every draw shares) as plain numbers."""
     return Constants(**{name: (float(value[i]) if np.ndim(value) else value)
                         for name, value in ((name, getattr(drawn, name)) for name in hashemi.NAMES)})
-
-
-def _positive_part(x):
-    """Python's ``max(0.0, x)`` over arrays: x where it is > 0, else 0.0 (never -0.0)."""
-    return np.where(x > 0.0, x, 0.0)
-
-
-def _service(n: int, c_u, message):
-    """:func:`ddltrace.models.hashemi.server_service` over arrays."""
-    return c_u + 2 * message if n <= 1 else message + np.maximum(c_u, message)
-
-
-def knees(wl: Workload, k: Constants) -> np.ndarray:
-    """Hashemi's w* (workers, :func:`ddltrace.models.hashemi.knee`) of each draw of ``k``: where the server term
-    overtakes the worker's (the closed loop's saturation point with ``wl.serial``) or the floor binds, the smaller;
-    inf where neither ever binds."""
-    per_sample = k.c_p + k.c_b / wl.b + wl.s * (k.r_m * wl.n_f + (k.r_m + k.w_m) * wl.n_w / wl.b)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        if wl.serial:
-            think, message = hashemi.serial_stations(wl, k)
-            busy = _service(2, k.c_u, message)
-            w_server = np.where(busy > 0, (think + _service(1, k.c_u, message)) / busy, math.inf)
-        else:
-            send_per_batch = 2 * k.r_net * wl.s * wl.n_w + 2 * k.lat_net
-            w_server = np.where(k.c_u > 0, (wl.b * per_sample - send_per_batch) / k.c_u, math.inf)
-            w_server = np.where(w_server <= 0, np.where(k.c_u > 0, 1.0, math.inf), w_server)
-        w_floor = np.where(k.t_phase_min > 0, wl.d * per_sample / k.t_phase_min, math.inf)
-    return np.where(w_server <= w_floor, w_server, w_floor)
-
-
-def _mva_cycle(n: int, think, c_u, message):
-    """:func:`ddltrace.models.hashemi._mva_cycle` (the closed loop's cycle, seconds per batch) over arrays."""
-    queue, cycle = 0.0, think + _service(1, c_u, message)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        for m in range(1, n + 1):
-            residence = _service(m, c_u, message) * (1.0 + queue)
-            cycle = think + residence
-            queue = np.where(cycle > 0, m * residence / cycle, 0.0)
-    return cycle
-
-
-def _serial_cycle(w: float, wl: Workload, k: Constants):
-    """:func:`ddltrace.models.hashemi.serial_cycle` over arrays."""
-    think, message = hashemi.serial_stations(wl, k)
-    lo = max(1, math.floor(w))
-    low = _mva_cycle(lo, think, k.c_u, message)
-    if w <= lo:
-        return low
-    return low + (w - lo) * (_mva_cycle(lo + 1, think, k.c_u, message) - low)
-
-
-def t_phase(w: float, wl: Workload, k: Constants) -> np.ndarray:
-    """:func:`ddltrace.models.hashemi.t_phase` (seconds of one pass over the data) at ``w`` workers for each draw."""
-    if wl.serial:
-        base = np.maximum(wl.d / wl.b * _serial_cycle(w, wl, k) / float(w), k.t_phase_min)
-    else:
-        terms = hashemi.phase_terms(w, wl, k)
-        base = np.maximum(np.maximum(terms["net"], terms["worker"]), terms["floor"])
-    if np.any(np.asarray(k.kappa) > 0):
-        contended = base * (1 + k.kappa * np.maximum(0.0, float(w) - knees(wl, k)))
-        base = np.where(np.asarray(k.kappa) > 0, contended, base)
-    return base
 
 
 def profile_ratios(wl: Workload, counts: Mapping, a: Mapping, b: Mapping, z_a: Mapping, z_b: Mapping) -> dict:
@@ -149,10 +90,10 @@ def carried(k: Constants, wl: Workload, a: Mapping, b: Mapping, ratios: Mapping,
         values["c_b"] = values["c_b"] + transfer.messages_per_batch(runs, w) * hashemi.off_core_wait(
             shares["share_b"], period)
     else:
-        values["c_b"] = _positive_part(values["c_b"] + transfer.quota_wait_per_batch(a, b, runs, shares))
+        values["c_b"] = hashemi.positive_part(values["c_b"] + transfer.quota_wait_per_batch(a, b, runs, shares))
     if serial and not wl.serial:
         d_r_net, d_lat = values["r_net"] - k.r_net, values["lat_net"] - k.lat_net
-        values["c_p"] = _positive_part(values["c_p"] + (2 * wl.s * wl.n_w * d_r_net + 2 * d_lat) / wl.b)
+        values["c_p"] = hashemi.positive_part(values["c_p"] + (2 * wl.s * wl.n_w * d_r_net + 2 * d_lat) / wl.b)
     return replace(k, **values)
 
 
@@ -171,7 +112,7 @@ def phases_at(k: Constants, wl: Workload, w: int, a: Mapping, runs: Sequence[Map
         if wl.cpu_shares and transfer.quota_holds(wl, b, runs, transfer.cpu_shares(a, b, runs, w), w):
             return None
         at = carried(k, wl, a, b, ratios, serial, w, runs, server)
-    return wl.epochs * t_phase(w, wl, at)
+    return wl.epochs * hashemi.t_phase(w, wl, at)
 
 
 def searched_knees(phases: Callable[[int], np.ndarray | None], draws: int, most: int,

@@ -172,30 +172,60 @@ def serial_stations(wl: Workload, k: Constants) -> tuple[float, float]:
     return think, k.r_net * wl.s * wl.n_w + k.lat_net
 
 
-def server_service(n: int, c_u: float, message: float) -> float:
+def _larger(a, b):
+    """max(a, b): of numbers Python's (``a`` where they tie), of arrays of draws NumPy's, draw by draw."""
+    return np.maximum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else max(a, b)
+
+
+def positive_part(x):
+    """``max(0.0, x)``: x where it is > 0, else 0.0 (never -0.0), of a number or of each draw of an array."""
+    return np.where(x > 0.0, x, 0.0) if isinstance(x, np.ndarray) else max(0.0, x)
+
+
+def _pick(holds, a, b):
+    """``a`` where ``holds``, else ``b``: of numbers, or draw by draw where ``holds`` is an array."""
+    return np.where(holds, a, b) if isinstance(holds, np.ndarray) else (a if holds else b)
+
+
+def _divided(num, den, otherwise):
+    """``num / den`` where ``den > 0``, else ``otherwise``: of numbers, or draw by draw of arrays (with no warning
+    where a draw's ``den`` is 0)."""
+    if isinstance(num, np.ndarray) or isinstance(den, np.ndarray):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(den > 0, num / den, otherwise)
+    return num / den if den > 0 else otherwise
+
+
+def _plain(x):
+    """A result of numbers as a Python float (what a caller of numbers formats and writes), an array as it is."""
+    return float(x) if np.ndim(x) == 0 else x
+
+
+def server_service(n: int, c_u, message):
     """Seconds the server is held per update with ``n`` workers in the loop: it sends the weights with a send that
     blocks for a message's time on its link (and with that link busy, the acknowledgements of incoming data wait
     behind it, so nothing flows in meanwhile), then receives a push and applies it. Alone (n = 1) the push comes
     only after the worker's compute: ``c_u + 2 t``. With other workers, their pushes flow in while the server
     applies the previous one: ``t + max(c_u, t)`` (what the reference job's server showed on 200 Mbit/s links:
-    docs/MODELS.md)."""
-    return c_u + 2 * message if n <= 1 else message + max(c_u, message)
+    docs/MODELS.md). ``c_u``, ``message``: numbers, or arrays of draws."""
+    return c_u + 2 * message if n <= 1 else message + _larger(c_u, message)
 
 
-def _mva_cycle(n: int, think: float, c_u: float, message: float) -> float:
+def _mva_cycle(n: int, think, c_u, message):
     """Seconds of one worker's cycle (its own time, then its wait and service at the server) with ``n`` workers:
     mean value analysis of the closed loop (one queue, its service time at each population from
-    :func:`server_service`), n steps."""
+    :func:`server_service`), n steps; numbers, or arrays of draws (a queue of 0 where a draw's cycle is 0)."""
     queue, cycle = 0.0, think + server_service(1, c_u, message)
     for m in range(1, n + 1):
         residence = server_service(m, c_u, message) * (1.0 + queue)
         cycle = think + residence
-        queue = m * residence / cycle if cycle > 0 else 0.0
+        queue = _divided(m * residence, cycle, 0.0)
     return cycle
 
 
-def serial_cycle(w: float, wl: Workload, k: Constants) -> float:
-    """Seconds of one worker's cycle per batch at w workers (linear between the integers around a fractional w)."""
+def serial_cycle(w: float, wl: Workload, k: Constants):
+    """Seconds of one worker's cycle per batch at w workers (linear between the integers around a fractional w), for
+    constants that are numbers or arrays of draws."""
     think, message = serial_stations(wl, k)
     lo = max(1, math.floor(w))
     low = _mva_cycle(lo, think, k.c_u, message)
@@ -206,14 +236,15 @@ def serial_cycle(w: float, wl: Workload, k: Constants) -> float:
 
 def phase_terms(w: float, wl: Workload, k: Constants) -> dict[str, float]:
     """The competing terms of one pass over the data on w workers, in seconds: net, comp, mem, worker
-    (comp + mem) and floor. With ``wl.serial``, 'net' is the rest of the closed loop's cycle (the transfers and
-    the waits at the server and its link) and the phase is worker + net, not their max."""
+    (comp + mem) and floor (numbers, or arrays of the draws of constants that are arrays). With ``wl.serial``,
+    'net' is the rest of the closed loop's cycle (the transfers and the waits at the server and its link) and the
+    phase is worker + net, not their max."""
     n = wl.d / w
     comp, mem = t_comp(n, wl, k), t_mem(n, wl, k)
     if wl.serial:
         net = wl.d / wl.b * serial_cycle(w, wl, k) / w - (comp + mem)
-        return {"net": max(0.0, net), "comp": comp, "mem": mem, "worker": comp + mem, "floor": k.t_phase_min,
-                "serial": True, "past_knee": w > knee(wl, k)[0]}
+        return {"net": positive_part(net), "comp": comp, "mem": mem, "worker": comp + mem,
+                "floor": k.t_phase_min, "serial": True, "past_knee": w > w_star(wl, k)}
     return {"net": t_net(n, w, wl, k), "comp": comp, "mem": mem, "worker": comp + mem, "floor": k.t_phase_min}
 
 
@@ -228,51 +259,69 @@ def bound_by(terms: dict[str, float]) -> str:
     return {"net": "server/network", "worker": "worker", "floor": "floor"}[best]
 
 
-def knee(wl: Workload, k: Constants) -> tuple[float, str]:
-    """The knee w* (workers) past which the phase time stops falling, and why.
-
-    The server term overtakes the worker's compute where (d/b) c_u + (d/w)(2 r_net s n_w + lat_net)/b equals
-    (d/w)(c_p + c_b/b + mem per sample): ``w* = (b A - (2 r_net s n_w + lat_net)) / c_u`` with A the worker's
-    time per sample; the floor is reached at ``w = d A / T_phase_min``. Returns the smaller, with its cause
-    ('server' or 'floor'); ``inf`` when neither ever binds. For the closed loop (``wl.serial``): the saturation
-    point ``(Z + S(1)) / S(inf)`` of :func:`server_service` ('server', or 'network' when a message takes longer
-    than the update).
-    """
+def _knee_bounds(wl: Workload, k: Constants) -> tuple:
+    """(w_server, w_floor, message): the workers (numbers, or arrays of draws) at which the server term overtakes the
+    worker's and at which the floor binds, inf where it never does; message: seconds of one message (:func:`knee`)."""
     per_sample = k.c_p + k.c_b / wl.b + wl.s * (k.r_m * wl.n_f + (k.r_m + k.w_m) * wl.n_w / wl.b)
     if wl.serial:  # the closed loop saturates at (Z + S(1)) / S(inf)
         think, message = serial_stations(wl, k)
-        busy = server_service(2, k.c_u, message)
-        w_server = (think + server_service(1, k.c_u, message)) / busy if busy > 0 else math.inf
-        cause = "server" if k.c_u >= message else "network"
-        w_floor = wl.d * per_sample / k.t_phase_min if k.t_phase_min > 0 else math.inf
-        if math.isinf(w_server) and math.isinf(w_floor):
-            return math.inf, "none"
-        return (w_server, cause) if w_server <= w_floor else (w_floor, "floor")
-    send_per_batch = 2 * k.r_net * wl.s * wl.n_w + 2 * k.lat_net
-    w_server = (wl.b * per_sample - send_per_batch) / k.c_u if k.c_u > 0 else math.inf
-    if w_server <= 0:
-        w_server = 1.0 if k.c_u > 0 else math.inf
-    w_floor = wl.d * per_sample / k.t_phase_min if k.t_phase_min > 0 else math.inf
+        w_server = _divided(think + server_service(1, k.c_u, message), server_service(2, k.c_u, message), math.inf)
+    else:
+        message = None
+        send_per_batch = 2 * k.r_net * wl.s * wl.n_w + 2 * k.lat_net
+        w_server = _divided(wl.b * per_sample - send_per_batch, k.c_u, math.inf)
+        w_server = _pick(w_server <= 0, _pick(k.c_u > 0, 1.0, math.inf), w_server)
+    w_floor = _divided(wl.d * per_sample, k.t_phase_min, math.inf)
+    return w_server, w_floor, message
+
+
+def w_star(wl: Workload, k: Constants):
+    """The knee w* (workers) of :func:`knee`, without its cause: a float for constants that are numbers, an array
+    for constants that are arrays of draws (each draw's own w*)."""
+    w_server, w_floor, _ = _knee_bounds(wl, k)
+    return _pick(w_server <= w_floor, w_server, w_floor)
+
+
+def knee(wl: Workload, k: Constants) -> tuple[float, str]:
+    """The knee w* (workers) past which the phase time stops falling, and why (constants that are numbers).
+
+    The server term overtakes the worker's compute where (d/b) c_u + (d/w)(2 r_net s n_w + lat_net)/b equals
+    (d/w)(c_p + c_b/b + mem per sample): ``w* = (b A - (2 r_net s n_w + lat_net)) / c_u`` with A the worker's
+    time per sample; the floor is reached at ``w = d A / T_phase_min``. Returns the smaller (:func:`w_star`), with
+    its cause ('server' or 'floor'); ``inf`` when neither ever binds. For the closed loop (``wl.serial``): the
+    saturation point ``(Z + S(1)) / S(inf)`` of :func:`server_service` ('server', or 'network' when a message takes
+    longer than the update).
+    """
+    w_server, w_floor, message = _knee_bounds(wl, k)
     if math.isinf(w_server) and math.isinf(w_floor):
         return math.inf, "none"
-    return (w_server, "server") if w_server <= w_floor else (w_floor, "floor")
+    if w_server > w_floor:
+        return w_floor, "floor"
+    return w_server, ("network" if wl.serial and k.c_u < message else "server")
+
+
+def _serial_phase(w: float, wl: Workload, k: Constants):
+    """The closed loop's T_phase (seconds) at w workers, with the floor: (d / b) cycle(w) / w."""
+    return np.maximum(wl.d / wl.b * serial_cycle(w, wl, k) / float(w), k.t_phase_min)
 
 
 def t_phase(w, wl: Workload, k: Constants):
-    """Seconds of one pass over the data (the computation phase, one epoch) on w workers (a number or an
-    array), with the floor and, when ``kappa > 0``, the contention extension past the knee."""
+    """Seconds of one pass over the data (the computation phase, one epoch) on w workers, with the floor and, when
+    ``kappa > 0``, the contention extension past the knee: at a number w (a float), at an array of w (an array), or
+    at one w for constants whose fields are arrays of draws (:mod:`ddltrace.models.drawn_knees`: each draw's)."""
     if wl.serial:
-        ws = np.atleast_1d(np.asarray(w, dtype=float))
-        cycles = np.array([serial_cycle(x, wl, k) for x in ws])
-        base = np.maximum(wl.d / wl.b * cycles / ws, k.t_phase_min)
-        base = base if np.ndim(w) else base[0]
+        base = np.array([_serial_phase(x, wl, k) for x in np.asarray(w, dtype=float)]) if np.ndim(w) else \
+            _serial_phase(w, wl, k)
     else:
         terms = phase_terms(w, wl, k)
         base = np.maximum(np.maximum(terms["net"], terms["worker"]), terms["floor"])
-    if k.kappa > 0:
-        w_star, _ = knee(wl, k)
-        base = base * (1 + k.kappa * np.maximum(0.0, np.asarray(w, dtype=float) - w_star))
-    return float(base) if np.ndim(base) == 0 else base
+    if isinstance(k.kappa, np.ndarray):  # draws: the extension only in those with kappa > 0
+        if np.any(k.kappa > 0):
+            contended = base * (1 + k.kappa * np.maximum(0.0, np.asarray(w, dtype=float) - w_star(wl, k)))
+            base = np.where(k.kappa > 0, contended, base)
+    elif k.kappa > 0:
+        base = base * (1 + k.kappa * np.maximum(0.0, np.asarray(w, dtype=float) - w_star(wl, k)))
+    return _plain(base)
 
 
 def t_total(w, wl: Workload, k: Constants, storage: str = "shared"):

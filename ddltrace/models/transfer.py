@@ -583,11 +583,11 @@ def transfer(k: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Mapping
         factors["c_b_quota_wait_s"] = extra
     elif shares:  # each message of a batch may find its receiver throttled by a quota: a per-batch cost
         extra = quota_wait_per_batch(a, b, runs, shares)
-        values["c_b"] = max(0.0, values["c_b"] + extra)
+        values["c_b"] = hashemi.positive_part(values["c_b"] + extra)
         factors["c_b_quota_wait_s"] = extra
     if serial and not wl.serial:  # a closed-loop model (wl.serial) has the transfers in its cycle already
         d_r_net, d_lat = values["r_net"] - k.r_net, values["lat_net"] - k.lat_net
-        values["c_p"] = max(0.0, values["c_p"] + (2 * wl.s * wl.n_w * d_r_net + 2 * d_lat) / wl.b)
+        values["c_p"] = hashemi.positive_part(values["c_p"] + (2 * wl.s * wl.n_w * d_r_net + 2 * d_lat) / wl.b)
         factors["c_p"] = values["c_p"] / k.c_p if k.c_p > 0 else factors["c_p"]
     return replace(k, **values), factors, notes
 
@@ -697,16 +697,15 @@ def interval_on_a(drawn: Constants, wl: Workload, workers: Sequence[int], a: Map
     """(low, high) seconds of the computation phase (all epochs) on A at each worker count: the central
     ``confidence`` share of the phases of the draws ``drawn`` (:func:`bounded_draws`, arrays) at w, as
     :func:`phase_at` makes them on A (:func:`constants_at`: at the ranks' share of a core there for a
-    ``--cpu-shares`` model, then ``what_if``), all draws at once (:func:`ddltrace.models.drawn_knees.t_phase`)."""
-    from ddltrace.models import drawn_knees
-
+    ``--cpu-shares`` model, then ``what_if``), all draws at once (:func:`ddltrace.models.hashemi.t_phase` of
+    constants that are arrays)."""
     what_if = dict(what_if or {})
     t_slice = what_if.pop("t_slice", None)
     k = drawn.scaled({"t_slice": t_slice}) if t_slice else drawn
     columns = []
     for w in workers:
         at = hashemi.at_share(k, share_on_a(a, runs, w)[0], messages_per_batch(runs, w)) if wl.cpu_shares else k
-        columns.append(np.broadcast_to(wl.epochs * drawn_knees.t_phase(w, wl, at.scaled(what_if) if what_if else at),
+        columns.append(np.broadcast_to(wl.epochs * hashemi.t_phase(w, wl, at.scaled(what_if) if what_if else at),
                                        (len(np.atleast_1d(drawn.c_p)),)))
     tail = 50.0 * (1.0 - confidence)
     low, high = np.percentile(np.column_stack(columns), [tail, 100.0 - tail], axis=0)
