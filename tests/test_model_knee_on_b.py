@@ -187,7 +187,7 @@ def _same_knees_on_b(path: Path, profile: Path, serial_wl: bool, serial: bool, c
     pairs = [tuple({name: float(z[i]) for name, z in side.items()} for side in (z_a, z_b)) for i in range(count)]
     server = transfer.server_measured(a, runs)
     drawn = knee_draws(constants, model["covariance"], count)
-    ratios = drawn_knees.profile_ratios(wl, counts, a, b, z_a, z_b)
+    ratios = transfer.profile_ratios(wl, counts, a, b, z_a, z_b)
 
     def phase(one, i, w, on_b=True):
         return transfer.phase_at(one, wl, w, a, runs, *((b, counts, serial) if on_b else ()), z_a=pairs[i][0],
@@ -201,6 +201,12 @@ def _same_knees_on_b(path: Path, profile: Path, serial_wl: bool, serial: bool, c
             assert wl.cpu_shares and transfer.phase_at(constants, wl, w, a, runs, b, counts)["loop"]
             continue
         assert np.array_equal(fast, _each(drawn, count, lambda one, i, w=w: phase(one, i, w)))
+        carried = transfer.carry(drawn, wl, a, b, ratios, serial, w, runs, server)[0]  # each constant on B
+        ones = [transfer.transfer(drawn_knees.one_draw(drawn, i), wl, counts, a, b, pairs[i][0], pairs[i][1], serial,
+                                  w, runs, server)[0] for i in range(count)]
+        for name in hashemi.NAMES:
+            assert np.array_equal(np.broadcast_to(getattr(carried, name), (count,)),
+                                  [getattr(one, name) for one in ones]), name
     fast = drawn_knees.searched_knees(
         lambda w: drawn_knees.phases_at(drawn, wl, w, a, runs, b, serial, ratios, server), count, most,
         lambda w, i: phase(drawn_knees.one_draw(drawn, i), i, w))
@@ -211,8 +217,9 @@ def _same_knees_on_b(path: Path, profile: Path, serial_wl: bool, serial: bool, c
 
 
 def test_the_knee_on_b_of_all_draws_at_once_is_each_draws_own(models):
-    """The knee on B's draws at once (drawn_knees.phases_at, searched_knees): each draw's phases on A and B and its
-    knee by the rule, the same numbers as transfer.phase_at and knee_search one draw at a time; for the closed
+    """The knee on B's draws at once (drawn_knees.phases_at, searched_knees): each draw's phases on A and B, its
+    constants on B (transfer.carry given the arrays of the draws against transfer.transfer given each draw's numbers)
+    and its knee by the rule, the same numbers as transfer.phase_at and knee_search one draw at a time; for the closed
     loop, Hashemi's max and the max with --serial-comm, B's calibration as is and 30 times as uncertain (knees from
     1 to past the search), and the --cpu-shares model, on A and on B, where B's quota loop is played one draw at
     a time."""

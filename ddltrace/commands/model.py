@@ -432,7 +432,7 @@ def _knee_interval_on_b(model: dict, source: str, constants, wl, moved: dict, ru
     a, b = moved["a"], moved["b"]
 
     def knees_of(drawn) -> np.ndarray:
-        ratios = drawn_knees.profile_ratios(wl, moved["counts"], a, b, z_a, z_b)
+        ratios = transfer.profile_ratios(wl, moved["counts"], a, b, z_a, z_b)
 
         def one(w: int, i: int) -> float:  # where B's quota loop is played: one draw at a time
             return transfer.phase_at(drawn_knees.one_draw(drawn, i), wl, w, a, runs, b, moved["counts"], serial,

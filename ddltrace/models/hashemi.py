@@ -172,9 +172,14 @@ def serial_stations(wl: Workload, k: Constants) -> tuple[float, float]:
     return think, k.r_net * wl.s * wl.n_w + k.lat_net
 
 
-def _larger(a, b):
+def larger(a, b):
     """max(a, b): of numbers Python's (``a`` where they tie), of arrays of draws NumPy's, draw by draw."""
     return np.maximum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else max(a, b)
+
+
+def smaller(a, b):
+    """min(a, b): of numbers Python's (``a`` where they tie), of arrays of draws NumPy's, draw by draw."""
+    return np.minimum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else min(a, b)
 
 
 def positive_part(x):
@@ -182,12 +187,12 @@ def positive_part(x):
     return np.where(x > 0.0, x, 0.0) if isinstance(x, np.ndarray) else max(0.0, x)
 
 
-def _pick(holds, a, b):
+def pick(holds, a, b):
     """``a`` where ``holds``, else ``b``: of numbers, or draw by draw where ``holds`` is an array."""
     return np.where(holds, a, b) if isinstance(holds, np.ndarray) else (a if holds else b)
 
 
-def _divided(num, den, otherwise):
+def divided(num, den, otherwise):
     """``num / den`` where ``den > 0``, else ``otherwise``: of numbers, or draw by draw of arrays (with no warning
     where a draw's ``den`` is 0)."""
     if isinstance(num, np.ndarray) or isinstance(den, np.ndarray):
@@ -208,7 +213,7 @@ def server_service(n: int, c_u, message):
     only after the worker's compute: ``c_u + 2 t``. With other workers, their pushes flow in while the server
     applies the previous one: ``t + max(c_u, t)`` (what the reference job's server showed on 200 Mbit/s links:
     docs/MODELS.md). ``c_u``, ``message``: numbers, or arrays of draws."""
-    return c_u + 2 * message if n <= 1 else message + _larger(c_u, message)
+    return c_u + 2 * message if n <= 1 else message + larger(c_u, message)
 
 
 def _mva_cycle(n: int, think, c_u, message):
@@ -219,7 +224,7 @@ def _mva_cycle(n: int, think, c_u, message):
     for m in range(1, n + 1):
         residence = server_service(m, c_u, message) * (1.0 + queue)
         cycle = think + residence
-        queue = _divided(m * residence, cycle, 0.0)
+        queue = divided(m * residence, cycle, 0.0)
     return cycle
 
 
@@ -265,13 +270,13 @@ def _knee_bounds(wl: Workload, k: Constants) -> tuple:
     per_sample = k.c_p + k.c_b / wl.b + wl.s * (k.r_m * wl.n_f + (k.r_m + k.w_m) * wl.n_w / wl.b)
     if wl.serial:  # the closed loop saturates at (Z + S(1)) / S(inf)
         think, message = serial_stations(wl, k)
-        w_server = _divided(think + server_service(1, k.c_u, message), server_service(2, k.c_u, message), math.inf)
+        w_server = divided(think + server_service(1, k.c_u, message), server_service(2, k.c_u, message), math.inf)
     else:
         message = None
         send_per_batch = 2 * k.r_net * wl.s * wl.n_w + 2 * k.lat_net
-        w_server = _divided(wl.b * per_sample - send_per_batch, k.c_u, math.inf)
-        w_server = _pick(w_server <= 0, _pick(k.c_u > 0, 1.0, math.inf), w_server)
-    w_floor = _divided(wl.d * per_sample, k.t_phase_min, math.inf)
+        w_server = divided(wl.b * per_sample - send_per_batch, k.c_u, math.inf)
+        w_server = pick(w_server <= 0, pick(k.c_u > 0, 1.0, math.inf), w_server)
+    w_floor = divided(wl.d * per_sample, k.t_phase_min, math.inf)
     return w_server, w_floor, message
 
 
@@ -279,7 +284,7 @@ def w_star(wl: Workload, k: Constants):
     """The knee w* (workers) of :func:`knee`, without its cause: a float for constants that are numbers, an array
     for constants that are arrays of draws (each draw's own w*)."""
     w_server, w_floor, _ = _knee_bounds(wl, k)
-    return _pick(w_server <= w_floor, w_server, w_floor)
+    return pick(w_server <= w_floor, w_server, w_floor)
 
 
 def knee(wl: Workload, k: Constants) -> tuple[float, str]:

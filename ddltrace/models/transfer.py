@@ -482,11 +482,13 @@ def server_split(c_u: float, a: Mapping, runs: Sequence[Mapping], measured: Mapp
     ``measured``: :func:`server_measured` of ``a`` and ``runs``, where the caller has it (it does not depend on
     c_u)."""
     m = measured or server_measured(a, runs)
-    if m["busy_s"] is None or c_u <= 0:
+    on = c_u > 0  # (of an array of draws of c_u: draw by draw)
+    if m["busy_s"] is None or not (isinstance(on, np.ndarray) or on):
         return {"server_s": c_u, "rest_s": 0.0, "cpu_fraction": 1.0,
                 "how": "no server busy time in the runs: all of c_u is the server's, all CPU"}
-    server = min(c_u, m["busy_s"])
-    return {"server_s": server, "rest_s": c_u - server, "cpu_fraction": m["cpu_fraction"], "how": m["how"]}
+    server = hashemi.smaller(c_u, m["busy_s"])
+    return {"server_s": hashemi.pick(on, server, c_u), "rest_s": hashemi.pick(on, c_u - server, 0.0),
+            "cpu_fraction": hashemi.pick(on, m["cpu_fraction"], 1.0), "how": m["how"]}
 
 
 def server_measured(a: Mapping, runs: Sequence[Mapping]) -> dict:
@@ -543,38 +545,58 @@ def transfer(k: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Mapping
     and the worker's term, which holds only when they overlap. (c_u is not given the server link's time per
     update: T_net's 2 T_send already charges each transfer, and charging it again in w c_u predicted a server
     limit at w = 4 that runs on 200 Mbit/s links did not show: docs/MODELS.md.)"""
-    z_a, z_b = z_a or {}, z_b or {}
+    return carry(k, wl, a, b, profile_ratios(wl, counts, a, b, z_a or {}, z_b or {}), serial, w, runs, server)
+
+
+def profile_ratios(wl: Workload, counts: Mapping, a: Mapping, b: Mapping, z_a: Mapping, z_b: Mapping) -> dict:
+    """What :func:`transfer` carries the constants by that does not depend on w, for the profiles' constants ``z_a``,
+    ``z_b`` standard deviations off (by constant: numbers, or arrays of draws): ``sample`` and ``update`` (B's work
+    per sample at the job's working set and per pass over the weights, over A's), ``held`` (B's value over A's of
+    each held constant both profiles have) and ``missing`` (the profile, 'A' or 'B', that lacks each other one)."""
+    job_set = hashemi.working_set_bytes(wl.b, wl.n_f, wl.n_w, wl.s)
+    weights_set = max(wl.n_w * wl.s, 1.0)
+    one = {"muladds": 1.0}
+    held, missing = {}, {}
+    for name in HELD:
+        va, vb = held_value(a, name, z_a.get(name, 0.0)), held_value(b, name, z_b.get(name, 0.0))
+        if va is None or vb is None:
+            missing[name] = "A" if va is None else "B"
+        else:
+            held[name] = vb / va
+    return {"sample": per_sample_work(b, counts, job_set, z_b) / per_sample_work(a, counts, job_set, z_a),
+            "update": per_sample_work(b, one, weights_set, z_b) / per_sample_work(a, one, weights_set, z_a),
+            "held": held, "missing": missing}
+
+
+def carry(k: Constants, wl: Workload, a: Mapping, b: Mapping, ratios: Mapping, serial: bool = False,
+          w: float | None = None, runs: Sequence[Mapping] = (), server: Mapping | None = None
+          ) -> tuple[Constants, dict, list[str]]:
+    """:func:`transfer` from the profiles' :func:`profile_ratios` (computed once for every w of a search): the
+    same arguments and result. ``k``'s fields and the ratios may be arrays of draws (:mod:`ddltrace.models.
+    drawn_knees`): then each draw's constants on B, the same numbers as one draw at a time (the notes are of the
+    constants that are numbers)."""
     t_slice = k.t_slice
     if wl.cpu_shares:  # c_p, c_b in CPU seconds: A's wall time at its share at w; the waits are B's own (below)
         k = hashemi.at_share(k, share_on_a(a, runs, w)[0] if w is not None else 1.0)
-    job_set = hashemi.working_set_bytes(wl.b, wl.n_f, wl.n_w, wl.s)
-    weights_set = max(wl.n_w * wl.s, 1.0)
-    sample = per_sample_work(b, counts, job_set, z_b) / per_sample_work(a, counts, job_set, z_a)
-    update = (per_sample_work(b, {"muladds": 1.0}, weights_set, z_b)
-              / per_sample_work(a, {"muladds": 1.0}, weights_set, z_a))
+    sample, update = ratios["sample"], ratios["update"]
     shares = cpu_shares(a, b, runs, w) if w is not None else None
     m = shares["multiplier"] if shares else 1.0
     factors = dict.fromkeys(PER_SAMPLE, sample * m)
     factors["c_b"] = update * m
     split = server_split(k.c_u, a, runs, server)
-    if k.c_u > 0:
-        f = split["cpu_fraction"]
-        c_u_b = split["server_s"] * (f * update * m + 1.0 - f) + split["rest_s"] * sample * m
-        factors["c_u"] = c_u_b / k.c_u
-    else:
-        factors["c_u"] = update * m
+    f = split["cpu_fraction"]
+    c_u_b = split["server_s"] * (f * update * m + 1.0 - f) + split["rest_s"] * sample * m
+    factors["c_u"] = hashemi.divided(c_u_b, k.c_u, update * m)
     notes = []
     for name in HELD:
         value = getattr(k, name)
-        va, vb = held_value(a, name, z_a.get(name, 0.0)), held_value(b, name, z_b.get(name, 0.0))
-        if value == 0:
-            factors[name] = 1.0
-        elif va is None or vb is None:
-            factors[name] = 1.0
-            notes.append(f"{name}: {'A' if va is None else 'B'}'s profile has no {name}; the model's "
-                         f"{value:.3g} is kept on B")
+        if name in ratios["held"]:
+            factors[name] = hashemi.pick(value == 0, 1.0, ratios["held"][name])
         else:
-            factors[name] = vb / va
+            factors[name] = 1.0
+            if not isinstance(value, np.ndarray) and value != 0:
+                notes.append(f"{name}: {ratios['missing'][name]}'s profile has no {name}; the model's "
+                             f"{value:.3g} is kept on B")
     values = {name: getattr(k, name) * factors.get(name, 1.0) for name in hashemi.NAMES}
     if shares and wl.cpu_shares:  # each message waits for a receiver off its core on B, as the fit had it on A
         period, _ = off_core_period(b, shares, t_slice)
@@ -588,7 +610,7 @@ def transfer(k: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Mapping
     if serial and not wl.serial:  # a closed-loop model (wl.serial) has the transfers in its cycle already
         d_r_net, d_lat = values["r_net"] - k.r_net, values["lat_net"] - k.lat_net
         values["c_p"] = hashemi.positive_part(values["c_p"] + (2 * wl.s * wl.n_w * d_r_net + 2 * d_lat) / wl.b)
-        factors["c_p"] = values["c_p"] / k.c_p if k.c_p > 0 else factors["c_p"]
+        factors["c_p"] = hashemi.divided(values["c_p"], k.c_p, factors["c_p"])
     return replace(k, **values), factors, notes
 
 
