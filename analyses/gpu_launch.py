@@ -116,10 +116,10 @@ def launch_stats(rank: int, pairs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame([row], columns=COLUMNS)
 
 
-def runtime_of(launches) -> str:
+def runtime_of(launches: pd.Series) -> str:
     """The runtime whose calls ``launches`` (launch call names) are: "CUDA", "HIP", "CUDA and HIP", or "" where
     none is a runtime call (XPlane's host events, named after the work they launched)."""
-    calls = set(launches) & LAUNCH_NAMES
+    calls = set(launches.unique()) & LAUNCH_NAMES  # (the names once each: a set of 22,000 Arrow strings took 13 ms)
     return " and ".join(sorted({"HIP" if name.startswith("hip") else "CUDA" for name in calls}))
 
 
