@@ -54,7 +54,7 @@ print(json.dumps({"knee_s": sum(spent), "command_s": time.perf_counter() - t0, "
 """
 
 
-def _uncertain(scale: float, source: Path, path: Path) -> Path:
+def uncertain(scale: float, source: Path, path: Path) -> Path:
     """``source``'s profile with every uncertainty (constants and the compute curves' spreads) ``scale`` times."""
     b = json.loads(source.read_text())
     for entry in b["constants"].values():
@@ -74,7 +74,7 @@ def _commands(work: Path) -> dict[str, list[str]]:
     par = [str(SAMPLES / "ps-sgd" / f"par-w{w}" / "store") for w in (1, 2, 4, 8)]
     fit = ["--dnn", "mlp-2-10k-2", "--servers", "1", "--profile", str(QUOTA / "A.json"), "--serial-comm"]
     plain, par_model, par_loop = (str(work / f"{name}.json") for name in ("plain", "par", "par-loop"))
-    vague = _uncertain(10.0, QUOTA / "B.json", work / "B-vague.json")
+    vague = uncertain(10.0, QUOTA / "B.json", work / "B-vague.json")
     return {
         "fit closed loop": ["model", "fit", *quota_a, *fit, "--out", plain],
         "fit --cpu-shares": ["model", "fit", *quota_a, *fit, "--cpu-shares", "--out", str(work / "shares.json")],

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -47,18 +48,11 @@ def _knee_on_b(model: Path, profile: Path, capsys) -> dict:
 
 def _uncertain(scale: float, path: Path, source: Path = DATA / "B.json") -> Path:
     """B's profile (or ``source``) with every uncertainty (constants and the compute curves' spreads) ``scale``
-    times."""
-    b = json.loads(source.read_text())
-    for entry in b["constants"].values():
-        if isinstance(entry, dict) and "uncertainty" in entry:
-            entry["uncertainty"] *= scale
-    for curve in b["curves"].values():
-        for point in curve["points"]:
-            for key in ("spread", "cpu_spread"):
-                if key in point:
-                    point[key] *= scale
-    path.write_text(json.dumps(b))
-    return path
+    times (benchmarks/knee_draws.py's)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from knee_draws import uncertain
+
+    return uncertain(scale, source, path)
 
 
 def test_the_knee_on_b_lies_in_its_interval_and_widens_with_bs_uncertainty(models, capsys):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from dnn_files import write_convs_dnn
 
 from ddltrace.cli import main
 from ddltrace.errors import DdltraceError
@@ -338,13 +339,7 @@ def test_plan_ps_takes_the_bandwidth_of_a_real_profile(fitted, capsys):
 
 
 def test_plan_batch_takes_the_gpu_memory_of_a_profile(tmp_path, capsys):
-    def costs(t, m):
-        return {str(b): {"time_s": t * b, "workspace_bytes": m * b} for b in (32, 64)}
-
-    dnn = {"format": "ddltrace-dnn/1", "name": "convs", "input": {"neurons": 3000}, "layers": [
-        {"name": "c1", "type": "conv", "neurons": 8000, "fan_in": 27, "weights": 864,
-         "algorithms": {"gemm": costs(1e-3, 1e3), "fft": costs(3e-4, 2e6)}}]}
-    (tmp_path / "convs.json").write_text(json.dumps(dnn))
+    write_convs_dnn(tmp_path)
     profile = {"format": "ddltrace-hardware-profile", "constants": {},
                "machine": {"gpus": [{"name": "B's GPU", "memory_bytes": 100 * 2**20}]}}
     (tmp_path / "b.json").write_text(json.dumps(profile))

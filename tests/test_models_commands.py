@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from dnn_files import write_convs_dnn
 from test_fit_hashemi import EPOCHS, N_F, N_W, D, write_run
 
 from ddltrace.cli import main
@@ -139,13 +140,7 @@ def test_plan_commands(capsys):
 
 
 def test_plan_batch_subprocess(tmp_path):
-    def costs(t, m):
-        return {str(b): {"time_s": t * b, "workspace_bytes": m * b} for b in (32, 64)}
-
-    dnn = {"format": "ddltrace-dnn/1", "name": "convs", "input": {"neurons": 3000}, "layers": [
-        {"name": "c1", "type": "conv", "neurons": 8000, "fan_in": 27, "weights": 864,
-         "algorithms": {"gemm": costs(1e-3, 1e3), "fft": costs(3e-4, 2e6)}}]}
-    (tmp_path / "convs.json").write_text(json.dumps(dnn))
+    write_convs_dnn(tmp_path)
     done = subprocess.run([str(VENV_DDLTRACE), "plan", "batch", "--dnn", str(tmp_path / "convs.json"),
                            "--gpu-memory", "100MiB", "--batches", "32,64", "--json"],
                           capture_output=True, text=True, timeout=120)
@@ -539,13 +534,7 @@ def test_plan_batch_says_what_its_columns_are_and_they_are_the_formula_s(tmp_pat
     """plan batch printed memory, workspace, time and samples/s with no legend: which memory (M(b)), time of what.
     The legend is there, and the numbers are MODELS.md section 3's M(b) and the algorithm table's own, from the
     file: one conv layer of 8,000 neurons, 864 weights, 3,000 input values, 4 bytes per value."""
-    def costs(t, m):
-        return {str(b): {"time_s": t * b, "workspace_bytes": m * b} for b in (32, 64)}
-
-    dnn = {"format": "ddltrace-dnn/1", "name": "convs", "input": {"neurons": 3000}, "layers": [
-        {"name": "c1", "type": "conv", "neurons": 8000, "fan_in": 27, "weights": 864,
-         "algorithms": {"gemm": costs(1e-3, 1e3), "fft": costs(3e-4, 2e6)}}]}
-    (tmp_path / "convs.json").write_text(json.dumps(dnn))
+    write_convs_dnn(tmp_path)
     args = ["plan", "batch", "--dnn", str(tmp_path / "convs.json"), "--gpu-memory", "100MiB", "--batches", "32,64"]
     assert main(args) == 0
     text = capsys.readouterr().out
