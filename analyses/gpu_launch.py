@@ -42,6 +42,7 @@ LAUNCH_NAMES = frozenset({
     "cudaMemsetAsync", "hipLaunchKernel", "hipExtModuleLaunchKernel", "hipModuleLaunchKernel", "hipMemcpyAsync",
     "hipMemsetAsync", "hipMemcpyWithStream", "hipMemcpyHtoDAsync", "hipMemcpyDtoHAsync", "hipMemcpyDtoDAsync",
 })
+_LAUNCH_NAME_LIST = sorted(LAUNCH_NAMES)
 #: HTA's cut-offs (ns): a runtime call longer than this is a runtime outlier.
 RUNTIME_CUTOFF_NS = 50_000
 #: HTA's cut-offs (ns): a launch delay longer than this is a launch-delay outlier.
@@ -65,23 +66,23 @@ def launch_pairs(timeline: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
     left, right = _inner_join(timeline["correlation"].to_numpy(np.int64, na_value=-1)[host],
                               work["correlation"].to_numpy(np.int64, na_value=-1)[done])
     host, done = host[left], done[right]  # row positions of each pair in the timeline and in the work
-    launch = timeline["name"].take(host)
-    kernel = work["name"].take(done)
-    keep = launch.isin(LAUNCH_NAMES).to_numpy(bool, copy=True)
+    launch = timeline["name"].array.take(host)  # (arrays, not Series: pandas' per-call cost is most of it here)
+    kernel = work["name"].array.take(done)
+    keep = launch.isin(_LAUNCH_NAME_LIST)
     named = ~keep  # the XPlane launches: a host row named as the device work it launched
     if named.any():
         keep[named] = launch.to_numpy(object)[named] == kernel.to_numpy(object)[named]
-    host, done, launch, kernel = host[keep], done[keep], launch.array[keep], kernel.array[keep]
+    host, done, launch, kernel = host[keep], done[keep], launch[keep], kernel[keep]
     launch_start = timeline["start_ns"].to_numpy(np.int64)[host]
     cpu = timeline["dur_ns"].to_numpy(np.int64)[host]
     gpu_start = work["start_ns"].to_numpy(np.int64)[done]
-    pairs = pd.DataFrame({
+    pairs = pd.DataFrame({  # in the order of PAIR_COLUMNS
         "device": work["device"].array.take(done), "stream": work["stream"].array.take(done), "launch": launch,
         "kernel": kernel, "correlation": work["correlation"].to_numpy(np.int64, na_value=-1)[done],
         "launch_start_ns": launch_start, "cpu_duration_ns": cpu, "gpu_start_ns": gpu_start,
         "gpu_duration_ns": work["dur_ns"].to_numpy(np.int64)[done],
         "launch_delay_ns": np.clip(gpu_start - (launch_start + cpu), 0, None)})
-    return pairs[PAIR_COLUMNS]
+    return pairs
 
 
 def _inner_join(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -130,6 +131,8 @@ WORST_COLUMNS = ["rank", "by", *PAIR_COLUMNS]
 def worst_launches(rank: int, pairs: pd.DataFrame, k: int = 10) -> pd.DataFrame:
     """The ``k`` launches with the longest launch delay and the ``k`` with the longest CPU duration (column ``by``:
     ``launch_delay`` or ``cpu_duration``), longest first: which kernels the outliers are."""
-    parts = [pairs.take(np.argsort(-pairs[f"{by}_ns"].to_numpy(np.int64), kind="stable")[:k]).assign(by=by)
-             for by in ("launch_delay", "cpu_duration")]  # longest first, ties in the pairs' order (nlargest's)
-    return pd.concat(parts, ignore_index=True).assign(rank=rank)[WORST_COLUMNS]
+    by = ("launch_delay", "cpu_duration")
+    worst = [np.argsort(-pairs[f"{b}_ns"].to_numpy(np.int64), kind="stable")[:k] for b in by]  # longest first,
+    rows = np.concatenate(worst)  # ties in the pairs' order (nlargest's); one take of each column, no concat
+    return pd.DataFrame({"rank": rank, "by": np.repeat(by, [len(w) for w in worst]),
+                         **{c: pairs[c].array.take(rows) for c in PAIR_COLUMNS}})

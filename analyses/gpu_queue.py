@@ -40,11 +40,11 @@ def queue_length_series(pairs: pd.DataFrame) -> pd.DataFrame:
     run's clock), from one rank's launch ``pairs``."""
     if not len(pairs):
         return pd.DataFrame(columns=SERIES_COLUMNS)
-    device = np.concatenate([pairs["device"].to_numpy(object)] * 2)
-    stream = np.concatenate([pairs["stream"].to_numpy(object)] * 2)
+    d, devices = pd.factorize(pairs["device"].array, sort=True)  # (codes of the distinct names: no string copies)
+    s, streams = pd.factorize(pairs["stream"].array, sort=True)
+    d, s = np.concatenate([d, d]), np.concatenate([s, s])
     t = np.concatenate([pairs["launch_start_ns"].to_numpy(np.int64), pairs["gpu_start_ns"].to_numpy(np.int64)])
     change = np.repeat(np.array([1, -1], np.int64), len(pairs))
-    d, s = pd.factorize(device, sort=True)[0], pd.factorize(stream, sort=True)[0]
     order = np.lexsort((t, s, d))  # by device, stream and time; stable: launches before starts at equal times
     d, s, change = d[order], s[order], change[order]
     total = np.cumsum(change)
@@ -52,22 +52,29 @@ def queue_length_series(pairs: pd.DataFrame) -> pd.DataFrame:
     first[1:] = (d[1:] != d[:-1]) | (s[1:] != s[:-1])
     before = np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))  # each row's stream's first row
     queue = total - (total - change)[before]  # the running sum within the stream
-    steps = pd.DataFrame({"device": device[order], "stream": stream[order], "t_ns": t[order], "queue_length": queue})
-    return steps[SERIES_COLUMNS]
+    return pd.DataFrame({"device": devices.take(d), "stream": streams.take(s), "t_ns": t[order],
+                         "queue_length": queue})  # in the order of SERIES_COLUMNS
 
 
 def queue_summary(rank: int, series: pd.DataFrame, window_ns: int) -> pd.DataFrame:
     """Per stream of one rank's queue-length ``series``: :data:`COLUMNS` (times in ns); ``window_ns`` is the
     rank's window, for the share at the capacity."""
     rows = []
-    groups = sorted(series.groupby(["device", "stream"], sort=False), key=lambda g: _natural(g[0]))
-    for (device, stream), part in groups:
-        t = part["t_ns"].to_numpy(np.int64)
-        q = part["queue_length"].to_numpy(np.int64)
-        held = np.diff(t)  # how long each value but the last held
-        span = int(t[-1] - t[0])
-        at_max = int(held[q[:-1] >= MAX_QUEUE_LENGTH].sum())
-        rows.append([rank, device, stream, len(q), float(q.mean()),
-                     float((q[:-1] * held).sum() / span) if span > 0 else float(q[0]), int(q.max()), int(q.min()),
-                     at_max, at_max / window_ns if window_ns > 0 else 0.0])
+    d, devices = pd.factorize(series["device"].array)
+    s, streams = pd.factorize(series["stream"].array)
+    stream_of = pd.factorize(d * len(streams) + s)[0]  # each row's stream, numbered in the order of first rows
+    order = np.argsort(stream_of, kind="stable")  # the rows of each stream together, in their order
+    t, q = series["t_ns"].to_numpy(np.int64)[order], series["queue_length"].to_numpy(np.int64)[order]
+    cuts = np.flatnonzero(np.diff(stream_of[order], prepend=-1))  # each stream's first row in the sorted rows
+    bounds = [*cuts, len(t)]
+    groups = [((devices[d[order[a]]], streams[s[order[a]]]), a, b)
+              for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    for (device, stream), a, b in sorted(groups, key=lambda g: _natural(g[0])):  # (sorted is stable: ties in
+        part_t, part_q = t[a:b], q[a:b]  # the order of the streams' first rows, as groupby(sort=False))
+        held = np.diff(part_t)  # how long each value but the last held
+        span = int(part_t[-1] - part_t[0])
+        at_max = int(held[part_q[:-1] >= MAX_QUEUE_LENGTH].sum())
+        rows.append([rank, device, stream, len(part_q), float(part_q.mean()),
+                     float((part_q[:-1] * held).sum() / span) if span > 0 else float(part_q[0]), int(part_q.max()),
+                     int(part_q.min()), at_max, at_max / window_ns if window_ns > 0 else 0.0])
     return pd.DataFrame(rows, columns=COLUMNS)
