@@ -71,8 +71,9 @@ def launch_pairs(timeline: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
     keep = launch.isin(_LAUNCH_NAME_LIST)
     named = ~keep  # the XPlane launches: a host row named as the device work it launched
     if named.any():
-        keep[named] = launch.to_numpy(object)[named] == kernel.to_numpy(object)[named]
-    host, done, launch, kernel = host[keep], done[keep], launch[keep], kernel[keep]
+        keep[named] = np.asarray(launch[named] == kernel[named], bool)
+    if not keep.all():  # (most traces launch through the runtime only: nothing to drop, no copy)
+        host, done, launch, kernel = host[keep], done[keep], launch[keep], kernel[keep]
     launch_start = timeline["start_ns"].to_numpy(np.int64)[host]
     cpu = timeline["dur_ns"].to_numpy(np.int64)[host]
     gpu_start = work["start_ns"].to_numpy(np.int64)[done]
@@ -132,7 +133,16 @@ def worst_launches(rank: int, pairs: pd.DataFrame, k: int = 10) -> pd.DataFrame:
     """The ``k`` launches with the longest launch delay and the ``k`` with the longest CPU duration (column ``by``:
     ``launch_delay`` or ``cpu_duration``), longest first: which kernels the outliers are."""
     by = ("launch_delay", "cpu_duration")
-    worst = [np.argsort(-pairs[f"{b}_ns"].to_numpy(np.int64), kind="stable")[:k] for b in by]  # longest first,
-    rows = np.concatenate(worst)  # ties in the pairs' order (nlargest's); one take of each column, no concat
+    worst = [_longest(pairs[f"{b}_ns"].to_numpy(np.int64), k) for b in by]
+    rows = np.concatenate(worst)  # (one take of each column, no concat)
     return pd.DataFrame({"rank": rank, "by": np.repeat(by, [len(w) for w in worst]),
                          **{c: pairs[c].array.take(rows) for c in PAIR_COLUMNS}})
+
+
+def _longest(values: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the ``k`` largest ``values``, largest first, ties in the order of ``values`` (nlargest's; the
+    first ``k`` of a stable descending sort), by a partition and a sort of only the values at or above the k-th."""
+    if not 0 < k < len(values):
+        return np.argsort(-values, kind="stable")[:k]
+    top = np.flatnonzero(values >= np.partition(values, len(values) - k)[len(values) - k])
+    return top[np.argsort(-values[top], kind="stable")[:k]]

@@ -342,6 +342,20 @@ def test_the_launch_join_gives_pandas_inner_merge_rows_in_its_order():
     assert _inner_join(host, device[:0])[0].size == 0
 
 
+def test_the_longest_launches_are_a_stable_descending_sort_s_first():
+    """worst_launches picks by a partition (``_longest``): the positions of a stable descending argsort's first k,
+    ties (many, on few values) in the order of the values, for k of 0, below, at and above the length."""
+    import numpy as np
+
+    from ddltrace.analyses.gpu_launch import _longest
+
+    rng = np.random.default_rng(16)
+    for n in (0, 1, 5, 30, 200):
+        values = rng.integers(0, 6, n) * 1000
+        for k in (0, 1, 3, 10, n, n + 2):
+            assert (_longest(values, k) == np.argsort(-values, kind="stable")[:k]).all(), (n, k)
+
+
 def test_a_profile_without_mpi_init_has_no_start_up_printed_as_zero(nccl):
     """HTA's trace_filter (Kineto, no MPI_Init in its files): each rank's start-up is not measured, so the
     breakdown and the scaling table print '-' for it, not '0 ns' beside an MPI run's measured start-up; a run with
