@@ -6,8 +6,11 @@ checkouts: CPU time of this process (or wall time), in-process, fastest of N run
 Parts (ms): ``read`` (the trace imported into the temporary store, this process's part of it), ``analyze_store``,
 ``detect`` (the findings, with the analyses they compute first), ``to_json`` (the value printed, ``gpu_json`` of it
 the GPU section's), ``json_text`` (the text: ``json.dumps`` before ``ddltrace/json_output.py``, its ``encode``
-since), ``main`` (the whole ``cli.main`` call). The checkouts run alternately, each in a fresh process with its
-checkout first on ``PYTHONPATH`` (its ``analyses/`` and ``collectors/`` included; same interpreter and libraries).
+since), ``launch`` (the launch statistics: ``launch_pairs``, ``launch_stats``, ``worst_launches`` of
+``analyses/gpu_launch.py``, as benchmarks/gpu_vs_hta.py times them alone), ``queue`` (the queue length:
+``queue_length_series``, ``queue_summary``), ``main`` (the whole ``cli.main`` call). The checkouts run
+alternately, each in a fresh process with its checkout first on ``PYTHONPATH`` (its ``analyses/`` and
+``collectors/`` included; same interpreter and libraries).
 Default folders: the 7 HTA traces of benchmarks/gpu_vs_hta.py, each copied alone into a folder as that benchmark
 does. CPU time is the default: on this shared 2-core machine wall times vary with the other jobs, the process's own
 CPU time much less (the temporary store's fsyncs, waiting on the disk, are seen only with ``--wall``). """
@@ -25,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_vs_hta import DEFAULT_TRACES, SHARED  # noqa: E402
 
-PARTS = ("read", "analyze_store", "detect", "to_json", "gpu_json", "json_text", "main")
+PARTS = ("read", "analyze_store", "detect", "to_json", "gpu_json", "json_text", "launch", "queue", "main")
 
 #: Run in the measured process: wraps the parts' functions, runs the command, prints each part's fastest time.
 _CHILD = r"""
@@ -34,6 +37,7 @@ import ddltrace
 if os.environ.get("PYTHONPATH"):  # the checkout's analyses/ and collectors/ too (mapped by setup.py)
     ddltrace.__path__.append(os.environ["PYTHONPATH"])
 import ddltrace.commands.analyze as analyze, ddltrace.gpu_section as gpu, ddltrace.trace_inputs as inputs
+import ddltrace.analyses.gpu_launch as launch, ddltrace.analyses.gpu_queue as queue
 clock = time.perf_counter if os.environ.get("PARTS_WALL") else time.process_time
 spent = {}
 def timed(owner, name, part):
@@ -47,7 +51,9 @@ def timed(owner, name, part):
     setattr(owner, name, wrapper)
 for owner, name, part in ((inputs, "_import", "read"), (analyze, "analyze_with_progress", "analyze_store"),
                           (analyze, "detect", "detect"), (analyze, "to_json", "to_json"),
-                          (gpu, "gpu_json", "gpu_json")):
+                          (gpu, "gpu_json", "gpu_json"), (launch, "launch_pairs", "launch"),
+                          (launch, "launch_stats", "launch"), (launch, "worst_launches", "launch"),
+                          (queue, "queue_length_series", "queue"), (queue, "queue_summary", "queue")):
     timed(owner, name, part)
 if not hasattr(analyze, "json"):
     import ddltrace.json_output
