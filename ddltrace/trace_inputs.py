@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import secrets
 import shutil
 import sys
 import tempfile
@@ -45,8 +46,12 @@ def as_stores(paths: list[str], verb: str, quiet: bool) -> Iterator[tuple[list[s
             if not is_trace_input(path):
                 stores.append(path)
                 continue
-            if temporary is None:
-                temporary = Path(tempfile.mkdtemp(prefix=f"ddltrace-{verb}-"))
+            while temporary is None:  # held before it is made (see _scratch_name), so a SIGTERM after mkdir removes it
+                temporary = _scratch_name(verb)
+                try:
+                    temporary.mkdir(mode=0o700)
+                except FileExistsError:  # another's (a name drawn twice): not this command's to remove
+                    temporary = None
             out = temporary / f"store-{i}"
             if not quiet:
                 print(f"ddltrace {verb}: {path} is a trace, not a store: importing it into a temporary store "
@@ -65,6 +70,14 @@ def as_stores(paths: list[str], verb: str, quiet: bool) -> Iterator[tuple[list[s
     finally:
         if temporary is not None:
             shutil.rmtree(temporary, ignore_errors=True)
+
+
+def _scratch_name(verb: str) -> Path:
+    """A name for the command's scratch folder, ``ddltrace-VERB-`` and 16 random hex digits in the temporary
+    directory. The caller holds it before making the folder: with ``tempfile.mkdtemp`` the path came back some
+    bytecodes after ``mkdir``, and a SIGTERM handled there (a busy machine may stop the process right after the
+    call) left the folder behind with nothing naming it."""
+    return Path(tempfile.gettempdir()) / f"ddltrace-{verb}-{secrets.token_hex(8)}"
 
 
 def _import(path: str, out: Path, quiet: bool) -> None:

@@ -147,3 +147,24 @@ def test_an_import_hint_names_the_command_that_has_the_option(tmp_path, own_tmp,
     assert line.endswith(f"(ddltrace analyze imports a trace with import's defaults: give 'ddltrace import "
                          f"{tmp_path / 'e.json'} --out STORE' the options, then analyze STORE)")
     assert not list(own_tmp.iterdir())
+
+
+def test_a_sigterm_right_after_the_scratch_folder_is_made_removes_it(own_tmp, monkeypatch):
+    """The window the real SIGTERM above hit once in CI (5b5b2a4, 2 workers and a loaded machine): the signal handled
+    right after the folder's ``mkdir``, before ``tempfile.mkdtemp`` had given its path back. Here ``mkdir`` makes
+    the folder, then the interrupt comes, as ``Terminated`` would (a KeyboardInterrupt)."""
+    from ddltrace.interrupts import Terminated
+    from ddltrace.trace_inputs import as_stores
+
+    real_mkdir = os.mkdir
+
+    def mkdir_then_sigterm(path, *args, **kwargs):
+        real_mkdir(path, *args, **kwargs)
+        if Path(path).name.startswith("ddltrace-analyze-"):
+            raise Terminated()
+
+    monkeypatch.setattr(os, "mkdir", mkdir_then_sigterm)
+    trace = Path(__file__).parent / "data" / "torch_gloo_collectives"
+    with pytest.raises(Terminated), as_stores([str(trace)], "analyze", quiet=True):
+        pass
+    assert not list(own_tmp.iterdir())
