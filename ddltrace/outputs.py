@@ -17,15 +17,13 @@ import contextlib
 import errno
 import os
 import re
+import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from ddltrace.errors import DdltraceError
-
-_UMASK = os.umask(0o022)
-os.umask(_UMASK)
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -69,6 +67,14 @@ def refused(exc: OSError, output: str | os.PathLike, what: str) -> DdltraceError
     return DdltraceError(f"{output}: cannot write {what} ({os_reason(exc)}); nothing was written")
 
 
+def temporary_beside(path: Path) -> Path:
+    """The name of ``path``'s temporary file or folder beside it, ``.NAME.XXXXXXXXXXXX.tmp``: random (48 bits), so
+    no other writer picks it, and known before the file exists, so that its removal cannot miss a file or folder
+    made the instant a SIGTERM or Ctrl-C arrives (with ``mkstemp`` or ``mkdtemp`` the name came back some bytecodes
+    after it was made: a signal handled in between left it)."""
+    return path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+
+
 @contextlib.contextmanager
 def output_folder(out: str | os.PathLike, what: str) -> Iterator[Path]:
     """Yield an empty temporary folder beside ``out`` to write into; when the block ends without error its files
@@ -76,19 +82,16 @@ def output_folder(out: str | os.PathLike, what: str) -> Iterator[Path]:
     each rename atomic). On an error the temporary folder is removed, ``out`` is left as it was, and an
     ``OSError`` becomes :func:`refused`'s line."""
     out = Path(out)
+    staging = temporary_beside(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    except OSError as exc:
-        raise refused(exc, out, what) from None
-    try:
+        staging.mkdir()  # (made within the block that removes it: see temporary_beside)
         yield staging
         if out.exists():
             for item in sorted(staging.iterdir()):
                 os.replace(item, out / item.name)
             staging.rmdir()
         else:
-            staging.chmod(0o777 & ~_UMASK)  # mkdtemp makes 0700; the result is a normal folder
             os.replace(staging, out)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)

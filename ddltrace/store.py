@@ -32,10 +32,8 @@ import glob
 import json
 import os
 import re
-import secrets
 import shutil
 import sys
-import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -56,7 +54,7 @@ from ddltrace.arrow_timeline import (
     values_of,
 )
 from ddltrace.errors import DamagedStoreWarning, SchemaError, StoreError
-from ddltrace.outputs import DISK_REFUSED, os_errno, refused
+from ddltrace.outputs import DISK_REFUSED, os_errno, refused, temporary_beside
 from ddltrace.workload_entry import merged_workload
 
 if TYPE_CHECKING:  # pandas is imported where a DataFrame is read or given: writing an Arrow table needs none
@@ -75,14 +73,6 @@ MAX_MISSING_NAMED = 4096
 
 def _now_iso() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-
-
-def _temporary_beside(path: Path) -> Path:
-    """The name of ``path``'s temporary file beside it, ``.NAME.XXXXXXXXXXXX.tmp``: random (48 bits), so no other
-    writer picks it, and known before the file exists, so that its removal cannot miss a file made the instant a
-    SIGTERM or Ctrl-C arrives (with ``mkstemp`` the name came back after the file was made: a signal handled in
-    between left the file)."""
-    return path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
 
 
 #: True while this process writes a temporary store (:func:`temporary_writes`).
@@ -109,7 +99,7 @@ def atomic_output(path: str | os.PathLike) -> Iterator[BinaryIO]:
     """Open a temporary file beside ``path`` for writing; rename it to ``path`` only if the block succeeds, and
     remove it however the block ends."""
     path = Path(path)
-    tmp = _temporary_beside(path)
+    tmp = temporary_beside(path)
     made = False
     try:
         with open(tmp, "xb") as fh:  # made here, 0o666 less the umask as any file
@@ -150,7 +140,7 @@ COMPRESS_FROM_ROWS = 256
 def _atomic_write_parquet(path: Path, table: pa.Table, row_group_size: int | None = None) -> None:
     import pyarrow.parquet as pq
 
-    tmp = _temporary_beside(path)
+    tmp = temporary_beside(path)
     try:
         pq.write_table(table, str(tmp), row_group_size=row_group_size, **_parquet_options(table))
         os.replace(tmp, path)
@@ -933,9 +923,8 @@ def building(path: Path) -> Iterator[Path]:
     in. The block builds and publishes it; where the block does not finish (an error, Ctrl-C, SIGTERM) whatever it
     built is removed, from the name's making on, and a write the disk refuses
     (:data:`~ddltrace.outputs.DISK_REFUSED`) is :func:`~ddltrace.outputs.refused`'s line naming ``path``."""
-    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    staging = temporary_beside(path)  # (the name only, held before anything is made: TraceStore.create makes it)
     try:
-        staging.rmdir()  # (the name only: TraceStore.create makes the folder)
         yield staging
     except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)

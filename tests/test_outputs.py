@@ -142,3 +142,36 @@ def test_a_sigterm_during_the_export_leaves_no_partial_file(tmp_path):
     assert job.returncode == 143, err
     assert err.strip().splitlines()[-1] == "ddltrace: terminated (SIGTERM)"
     assert os.listdir(out) == []
+
+
+def _mkdir_then_sigterm(monkeypatch):
+    """``os.mkdir`` that makes a staging folder (``.NAME.XXXX.tmp``) and then meets a SIGTERM, as ``Terminated``
+    would be raised were the signal handled the instant after the call (a loaded machine may stop the process
+    there)."""
+    from ddltrace.interrupts import Terminated
+
+    real_mkdir = os.mkdir
+
+    def mkdir(path, *args, **kwargs):
+        real_mkdir(path, *args, **kwargs)
+        name = os.path.basename(path)
+        if name.startswith(".") and name.endswith(".tmp"):
+            raise Terminated()
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    return Terminated
+
+
+def test_a_sigterm_right_after_a_staging_folder_is_made_leaves_nothing(tmp_path, monkeypatch):
+    """An output folder (report) and a store (import, merge) are built in a staging folder beside them; its name is
+    held before the folder is made, so a signal right after ``mkdir`` removes it (with ``tempfile.mkdtemp`` it
+    stayed, ``.out.XXXX.tmp`` beside the user's output)."""
+    from ddltrace.outputs import output_folder
+    from ddltrace.store import TraceStore, building
+
+    terminated = _mkdir_then_sigterm(monkeypatch)
+    with pytest.raises(terminated), output_folder(tmp_path / "report", "the report"):
+        pass
+    with pytest.raises(terminated), building(tmp_path / "store") as staging:
+        TraceStore.create(staging)
+    assert not list(tmp_path.iterdir())
