@@ -60,15 +60,18 @@ def queue_summary(rank: int, series: pd.DataFrame, window_ns: int) -> pd.DataFra
     """Per stream of one rank's queue-length ``series``: :data:`COLUMNS` (times in ns); ``window_ns`` is the
     rank's window, for the share at the capacity."""
     rows = []
-    d, devices = pd.factorize(series["device"].array)
-    s, streams = pd.factorize(series["stream"].array)
-    stream_of = pd.factorize(d * len(streams) + s)[0]  # each row's stream, numbered in the order of first rows
+    devices, streams = series["device"].array, series["stream"].array  # (no groupby: its cost per call is most)
+    run = np.ones(len(series), bool)  # the first row of each run of one stream's rows (queue_length_series writes
+    run[1:] = np.asarray(devices[1:] != devices[:-1], bool) | np.asarray(streams[1:] != streams[:-1], bool)
+    starts = np.flatnonzero(run)  # one run a stream)
+    keys = list(zip(devices.take(starts), streams.take(starts), strict=True))  # (device, stream) of each run
+    number: dict = {}  # each stream's number, in the order of its first row
+    runs = np.array([number.setdefault(key, len(number)) for key in keys], np.int64)
+    stream_of = np.repeat(runs, np.diff(starts, append=len(series)))  # each row's stream
     order = np.argsort(stream_of, kind="stable")  # the rows of each stream together, in their order
     t, q = series["t_ns"].to_numpy(np.int64)[order], series["queue_length"].to_numpy(np.int64)[order]
-    cuts = np.flatnonzero(np.diff(stream_of[order], prepend=-1))  # each stream's first row in the sorted rows
-    bounds = [*cuts, len(t)]
-    groups = [((devices[d[order[a]]], streams[s[order[a]]]), a, b)
-              for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    bounds = [*np.flatnonzero(np.diff(stream_of[order], prepend=-1)), len(t)]  # each stream's rows in t and q
+    groups = list(zip(number, bounds[:-1], bounds[1:], strict=True))
     for (device, stream), a, b in sorted(groups, key=lambda g: _natural(g[0])):  # (sorted is stable: ties in
         part_t, part_q = t[a:b], q[a:b]  # the order of the streams' first rows, as groupby(sort=False))
         held = np.diff(part_t)  # how long each value but the last held

@@ -207,6 +207,33 @@ def test_time_at_a_full_queue_is_the_time_at_1024_or_more():
     assert row["share_at_max_queue"] == pytest.approx((full_until - full_from) / (4 * n * 1000))
 
 
+def test_the_queue_summary_of_a_shuffled_series_is_pandas_groupby_s():
+    """queue_summary finds each stream's rows by runs of equal names (no groupby): on a series whose rows are
+    shuffled (many runs a stream; streams on two devices, "stream 7" and "stream 07" equal in the natural order),
+    the rows and figures of a pandas groupby in the order of the streams' first rows, naturally sorted."""
+    import numpy as np
+    import pandas as pd
+
+    from ddltrace.analyses.gpu_queue import _natural, queue_summary
+
+    rng = np.random.default_rng(17)
+    n = 400
+    series = pd.DataFrame({"device": pd.array(rng.choice(["gpu:0", "gpu:1"], n), dtype="str"),
+                           "stream": pd.array(rng.choice(["stream 7", "stream 07", "stream 23"], n), dtype="str"),
+                           "t_ns": rng.integers(0, 10**6, n), "queue_length": rng.integers(-2, 1100, n)})
+    expected = []
+    for (device, stream), part in sorted(series.groupby(["device", "stream"], sort=False),
+                                         key=lambda g: _natural(g[0])):
+        t, q = part["t_ns"].to_numpy(), part["queue_length"].to_numpy()
+        held, span = np.diff(t), int(t[-1] - t[0])
+        at_max = int(held[q[:-1] >= 1024].sum())
+        expected.append([3, device, stream, len(q), float(q.mean()),
+                         float((q[:-1] * held).sum() / span) if span > 0 else float(q[0]), int(q.max()), int(q.min()),
+                         at_max, at_max / 10**7])
+    got = queue_summary(3, series, 10**7)
+    assert len(got) == 6 and got.values.tolist() == expected
+
+
 @NEEDS_HTA
 def test_hta_gives_the_same_launch_statistics_and_queue_lengths(nccl):
     """HTA 0.5's own get_cuda_kernel_launch_stats and get_queue_length_summary on the same two ranks."""
