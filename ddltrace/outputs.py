@@ -67,6 +67,11 @@ def refused(exc: OSError, output: str | os.PathLike, what: str) -> DdltraceError
     return DdltraceError(f"{output}: cannot write {what} ({os_reason(exc)}); nothing was written")
 
 
+#: The random part of :func:`temporary_beside`'s names, as a glob pattern; and of the names ``tempfile.mkdtemp``
+#: gave before it (a dead writer of an older version may have left one).
+TEMPORARY_PARTS = ("[0-9a-f]" * 12, "[a-z0-9_]" * 8)
+
+
 def temporary_beside(path: Path) -> Path:
     """The name of ``path``'s temporary file or folder beside it, ``.NAME.XXXXXXXXXXXX.tmp``: random (48 bits), so
     no other writer picks it, and known before the file exists, so that its removal cannot miss a file or folder

@@ -54,7 +54,7 @@ from ddltrace.arrow_timeline import (
     values_of,
 )
 from ddltrace.errors import DamagedStoreWarning, SchemaError, StoreError
-from ddltrace.outputs import DISK_REFUSED, os_errno, refused, temporary_beside
+from ddltrace.outputs import DISK_REFUSED, TEMPORARY_PARTS, os_errno, refused, temporary_beside
 from ddltrace.workload_entry import merged_workload
 
 if TYPE_CHECKING:  # pandas is imported where a DataFrame is read or given: writing an Arrow table needs none
@@ -1062,9 +1062,10 @@ class StoreLock:
             raise StoreError(f"{self.path}: {what}, which --force does not replace (only a trace store): choose "
                              "another --out, or remove it yourself")
         # every writer stages under this lock: a staging folder here now is a dead writer's partial store
-        for stale in self.path.parent.glob(f".{glob.escape(self.path.name)}.{'[a-z0-9_]' * 8}.tmp"):
-            if stale.is_dir() and not stale.is_symlink():
-                shutil.rmtree(stale, ignore_errors=True)
+        for part in TEMPORARY_PARTS:
+            for stale in self.path.parent.glob(f".{glob.escape(self.path.name)}.{part}.tmp"):
+                if stale.is_dir() and not stale.is_symlink():
+                    shutil.rmtree(stale, ignore_errors=True)
         return self
 
     def __exit__(self, *exc) -> None:
