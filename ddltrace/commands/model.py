@@ -292,6 +292,12 @@ def describe_fit(fit, job: str = "", held: dict | None = None) -> str:
                     f", the fitted constants drawn with their covariance]")
         lines.append(f"\nknee: w* = {fit.knee_:.3g} workers{interval} ({fit.knee_cause_} term takes over) at batch "
                      f"{fit.knee_batch_:g}")
+        if fit.knee_ < 1:  # (w* is continuous: under 1, that term is the larger from the first worker on)
+            lines.append(f"  w* is under 1 worker: the {fit.knee_cause_} term is the larger already at one worker, "
+                         "so adding workers does not shorten the phase")
+        elif low < 1:
+            lines.append(f"  the interval's low end is under 1 worker: in those draws the {fit.knee_cause_} term is "
+                         "the larger already at one worker")
     lines.append(f"fit: rms relative error {format_percent(fit.rms_relative_error_)} over {fit.n_runs_} runs (of the "
                  "model's computation phase against each run's)")
     if len(fit.loo_):
