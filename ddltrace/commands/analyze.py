@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from ddltrace.analyses.findings import SEVERITIES, Finding, detect, severity_rank
 from ddltrace.analyses.requirements import Skipped
 from ddltrace.analyses.thresholds import DEFAULTS, Thresholds
+from ddltrace.rank_progress import PROGRESS_EVENTS, PROGRESS_EVERY_S, PROGRESS_RANKS, rank_progress
 from ddltrace.units import format_ns, format_percent
 
 if TYPE_CHECKING:  # the analyses and pandas are imported where used: the CLI starts without them
@@ -126,12 +127,6 @@ def check_workers_see(mapper, stores: list[str], labels: dict[str, str], verb: s
     mapper.check_visible(stores, hint)
 
 
-#: A store this big gets progress lines on stderr while it is read (ranks or events, from its manifest).
-PROGRESS_RANKS, PROGRESS_EVENTS = 64, 1_000_000
-#: Seconds between two progress lines.
-PROGRESS_EVERY_S = 2.0
-
-
 def analyze_with_progress(path, quiet: bool = False, verb: str = "analyze", mapper=None):
     """:func:`~ddltrace.analyses.run_analysis.analyze_store` of the store at ``path`` (or open), its ranks summarised by
     ``mapper`` (:mod:`ddltrace.executor`; None: in this process for a store of under :data:`POOL_MIN_EVENTS`
@@ -162,21 +157,14 @@ def _analyze(store, listed: int, quiet: bool, verb: str, mapper):
     remote = getattr(mapper, "remote", False)
     if quiet or (len(store.ranks) < PROGRESS_RANKS and listed < PROGRESS_EVENTS and not remote):
         return analyze_store(store, mapper=mapper)
-    started = last = time.perf_counter()
+    started = last = 0.0  # (the matching's: set at its first call)
 
     def say(message: str, here: bool = False) -> None:
         where = " in this process" if here else f" {mapper.where}" if hasattr(mapper, "where") else ""
         print(f"ddltrace {verb}: {store.path}: {message}{where}", file=sys.stderr, flush=True)
 
     say(f"reading {len(store.ranks)} ranks ({listed:,} events) rank by rank")
-
-    def progress(done: int, total: int, events: int) -> None:
-        nonlocal last
-        now = time.perf_counter()
-        if now - last >= PROGRESS_EVERY_S or done == total:
-            last = now
-            say(f"{done} of {total} ranks read, {events:,} events, {events / max(now - started, 1e-9):,.0f} "
-                f"events/s")
+    progress = rank_progress(say, "read")
 
     def matching(done: int, total: int) -> None:
         nonlocal last, started

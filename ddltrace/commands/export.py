@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ddltrace.errors import DdltraceError
 from ddltrace.outputs import refused
+from ddltrace.rank_progress import PROGRESS_EVENTS, PROGRESS_RANKS, rank_progress
 
 
 def register(subparsers) -> None:
@@ -23,9 +24,6 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-#: A store of this many ranks or intervals gets progress lines, every this many seconds (as ``analyze``).
-PROGRESS_RANKS, PROGRESS_EVENTS = 64, 1_000_000
-PROGRESS_EVERY_S = 2.0
 
 
 def parse_ranks(text: str | None) -> list[int] | None:
@@ -52,24 +50,16 @@ def _progress(store):
     the first rank and every ``PROGRESS_EVERY_S`` seconds: ranks written of all, events written (the intervals,
     counters and names written so far) and their rate (events per second of wall time); None for a small one."""
     import sys
-    import time
 
     listed = sum(int(store.rank_info(r).get("events", 0) or 0) for r in store.ranks)
     if len(store.ranks) < PROGRESS_RANKS and listed < PROGRESS_EVENTS:
         return None
-    print(f"ddltrace export: {store.path}: writing {len(store.ranks)} ranks ({listed:,} intervals) rank by rank",
-          file=sys.stderr, flush=True)
-    started = last = time.perf_counter()
 
-    def progress(done: int, total: int, events: int) -> None:
-        nonlocal last
-        now = time.perf_counter()
-        if now - last >= PROGRESS_EVERY_S or done == total:
-            last = now
-            print(f"ddltrace export: {store.path}: {done} of {total} ranks written, {events:,} events, "
-                  f"{events / max(now - started, 1e-9):,.0f} events/s", file=sys.stderr, flush=True)
+    def say(message: str) -> None:
+        print(f"ddltrace export: {store.path}: {message}", file=sys.stderr, flush=True)
 
-    return progress
+    say(f"writing {len(store.ranks)} ranks ({listed:,} intervals) rank by rank")
+    return rank_progress(say, "written")
 
 
 def run(args) -> int:
