@@ -3,7 +3,8 @@
 ranks' clock alignment and the run's world size once the two are one store.
 
 - Notes: a note both stores carry is kept once; a note of one store only is kept naming that store (once: a note
-  a merged store already names its store by is kept as it is). The notes on
+  a merged store already names its store by is kept as it is). Where the second store's ranks were renumbered
+  (``merge_stores(renumber=True)``), its notes keep its own rank numbers and their tag says how they map. The notes on
   ranks none of whose files reached a store (collectors/launcher.py's :func:`no_record_note`) are false for the
   ranks the other store supplies: they are replaced by one note on the ranks the merged store still lacks, if any;
   a note that a store left a rank out (its file unreadable) says where the other store supplies it.
@@ -127,22 +128,27 @@ def merged_notes(first: MergedPart, second: MergedPart, held: Iterable[int], run
     """The notes of the two stores that stay true of the merged store (holding ``held``, of the run ``run``): a
     note both carry once, a note of one store followed by ``(a note of STORE)``, and in place of their notes on
     ranks with no file the one on those it still lacks, and a note on a rank left out that the other store supplies
-    saying so; no ``missing node HOST:`` note of a node whose ranks it now holds (see the module)."""
+    saying so; no ``missing node HOST:`` note of a node whose ranks it now holds (see the module). A note of a
+    store whose ranks were renumbered (``shift``) says how its rank numbers map to the merged store's."""
     joined = joined_nodes(first, second)
     notes_of = [[n for n in part.manifest.get("notes") or [] if isinstance(n, str) and not on_joined_node(n, joined)]
                 for part in (first, second)]
-    both = set(notes_of[0]) & set(notes_of[1])
+    # renumbered, a note both carry may be on different ranks: each is kept, naming its store
+    both = set(notes_of[0]) & set(notes_of[1]) if not (first.shift or second.shift) else set()
     kept: list[str] = []
     for part, other, notes in ((first, second, notes_of[0]), (second, first, notes_of[1])):
+        # a renumbered store's notes keep its rank numbers: the tag says how they map
+        of = f"a note of {part.path}" + (f", whose rank r is rank r + {part.shift} here" if part.shift else "")
         for note in notes:
             if unfiled_ranks(note) is not None:
                 continue
             left_out = _LEFT_OUT.search(note)
             rank = int(left_out.group(1)) + part.shift if left_out else None
             if rank in other.held:
-                shown = f"{note} (a note of {part.path}; the merged store holds rank {rank}, from {other.path})"
+                shown = f"{note} ({of}; the merged store holds rank {rank}, from {other.path})"
             else:
-                shown = note if note in both or _TAGGED.search(note) else f"{note} (a note of {part.path})"
+                tagged = _TAGGED.search(note) and not part.shift
+                shown = note if note in both or tagged else f"{note} ({of})"
             if shown not in kept:
                 kept.append(shown)
     left = still_unfiled([(n, part.shift) for part, notes in zip((first, second), notes_of, strict=True)

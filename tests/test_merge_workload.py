@@ -213,6 +213,27 @@ def test_an_imports_problem_still_names_why_a_rank_is_missing(parts, tmp_path):
                                    "events"}
 
 
+def test_a_renumbered_store_s_notes_say_how_its_ranks_map(parts, tmp_path):
+    """ranks 3-4 of par-w4 (rank 4 cut short) merged with themselves, renumbered (``merge_stores(renumber=True)``:
+    the second store's ranks 3, 4 are 8, 9 in the merged store): the second store's notes, which still say "rank 4",
+    name their store and the mapping, and each copy of a note both carry is kept (one is on rank 4, the other on rank
+    9); both empty ranks are named missing with the import's problem (before: the second copy was dropped as a note
+    both carry, and no note said its rank numbers were not the merged store's)."""
+    from ddltrace.store import merge_stores
+
+    b = parts["par-3-4-cut"]
+    (problem,) = [n for n in _notes(b) if n.startswith("import problem: ")]
+    merged = merge_stores(TraceStore.open(b), TraceStore.open(b), tmp_path / "merged", renumber=True)
+    assert merged.ranks == [3, 4, 8, 9]
+    notes = merged.manifest["notes"]
+    assert f"{problem} (a note of {b})" in notes
+    assert f"{problem} (a note of {b}, whose rank r is rank r + 5 here)" in notes
+    assert [n for n in notes if f"(a note of {b}" in n] == [*(f"{n} (a note of {b})" for n in _notes(b)), *(
+        f"{n} (a note of {b}, whose rank r is rank r + 5 here)" for n in _notes(b))]
+    assert sorted(r for r in merged.missing() if r in merged.ranks) == [4, 9]
+    assert merged.missing()[9].startswith(problem.removeprefix("import problem: "))
+
+
 def test_stores_on_clocks_aligned_differently_say_so(parts, tmp_path, capsys):
     """par-w4's ranks 0-2 (on rank 0's clock, by the PMPI ping-pong) merged with its ranks 3-4 imported without the
     run's clock (each rank's own wall clock): one line on stderr and a note say the two are not on one clock, the
