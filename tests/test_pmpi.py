@@ -162,19 +162,20 @@ def test_an_imrecv_takes_the_envelope_of_the_latest_probe_of_its_message_handle(
     """Hand-built records of one rank (MPICH reuses handles, so two probes share one): each MPI_Imrecv row gets the
     source, tag and communicator of the latest MPI_Mprobe / MPI_Improbe that returned the handle in its ``aux``; an
     Improbe that found nothing (no handle) is passed over; an Imrecv with no handle (a file written before the
-    wrapper recorded it) keeps none. The Imrecv's own request stays."""
+    wrapper recorded it) keeps none, and its buffer's size. The Imrecv's own request stays; its bytes are the
+    message's, from the probe's status (before: its buffer's size, count x datatype)."""
     ids = {name: i + 1 for i, name in enumerate(names()) if name}
     na32, na64, handle = -(2**31), -(2**63), -1409286144
 
-    def rec(name, t0, peer=na32, tag=na32, comm=na64, request=na64, aux=na64):
-        return (ids[name], 0, 7, peer, tag, t0, t0 + 5, 8, comm, request, aux)
+    def rec(name, t0, peer=na32, tag=na32, comm=na64, request=na64, aux=na64, size=4096):
+        return (ids[name], 0, 7, peer, tag, t0, t0 + 5, size, comm, request, aux)
 
     records = np.array([
-        rec("MPI_Mprobe", 10, peer=0, tag=6, comm=11, request=handle),
-        rec("MPI_Mprobe", 20, peer=2, tag=7, comm=12, request=handle),
-        rec("MPI_Improbe", 30, tag=9, comm=13),
+        rec("MPI_Mprobe", 10, peer=0, tag=6, comm=11, request=handle, size=8),
+        rec("MPI_Mprobe", 20, peer=2, tag=7, comm=12, request=handle, size=24),
+        rec("MPI_Improbe", 30, tag=9, comm=13, size=-1),
         rec("MPI_Imrecv_c", 40, request=99, aux=handle),
-        rec("MPI_Improbe", 50, peer=3, tag=8, comm=14, request=handle),
+        rec("MPI_Improbe", 50, peer=3, tag=8, comm=14, request=handle, size=40),
         rec("MPI_Imrecv", 60, request=98, aux=handle),
         rec("MPI_Imrecv_c", 70, request=97),
     ], dtype=RECORD_DTYPE)
@@ -182,8 +183,8 @@ def test_an_imrecv_takes_the_envelope_of_the_latest_probe_of_its_message_handle(
                      library="MPICH", test_offset_ns=0, syncs=[], records=records)
     t = to_timeline(rr, align=False)
     imrecv = t[t["name"].str.startswith("MPI_Imrecv")]
-    got = imrecv[["peer", "tag", "comm", "request"]].astype("Int64").fillna(-1).values.tolist()
-    assert got == [[2, 7, 12, 99], [3, 8, 14, 98], [-1, -1, -1, 97]]
+    got = imrecv[["peer", "tag", "comm", "request", "bytes"]].astype("Int64").fillna(-1).values.tolist()
+    assert got == [[2, 7, 12, 99, 24], [3, 8, 14, 98, 40], [-1, -1, -1, 97, 4096]]
 
 
 @needs_mpi

@@ -200,7 +200,9 @@ def _imrecv_envelopes(rec: np.ndarray) -> np.ndarray:
     or an MPI_Improbe that found a message) whose message it receives: the latest one entered before it on the rank
     with its message handle (MPICH reuses handles). The wrapper records that handle in ``aux``, read before the call
     sets it to MPI_MESSAGE_NULL (files written before it did have none there: their Imrecv rows keep no source); its
-    ``request`` is the one its MPI_Wait*/Test* completes, so the row reads as an MPI_Irecv of the probed envelope."""
+    ``request`` is the one its MPI_Wait*/Test* completes, so the row reads as an MPI_Irecv of the probed envelope.
+    Its ``bytes`` are the probe's, the message's size from the probe's status (the wrapper's own figure for the
+    Imrecv is its buffer's size, count x the datatype's, which may be larger than the message)."""
     fn_names = names()
     posts = np.flatnonzero(np.isin(rec["fn"], [fn_names.index(n) + 1 for n in ("MPI_Imrecv", "MPI_Imrecv_c")])
                            & (rec["aux"] != NA64))
@@ -216,6 +218,8 @@ def _imrecv_envelopes(rec: np.ndarray) -> np.ndarray:
     rec = rec.copy()
     for column in ("peer", "tag", "comm"):
         rec[column][rows] = rec[column][probe]
+    sized = rec["bytes"][probe] >= 0  # the probe's status: the message's own size (the Imrecv's count is its buffer's)
+    rec["bytes"][rows[sized]] = rec["bytes"][probe[sized]]
     return rec
 
 
