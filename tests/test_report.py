@@ -533,6 +533,28 @@ def test_the_steady_state_zoom_says_how_many_steps_it_shows(demo_report, tmp_pat
     assert "3 steps of rank 1 (in the middle of the steady state), and every rank over that time." in demo
 
 
+def test_the_shares_figure_says_its_window_and_it_is_each_rank_s_own(tmp_path):
+    """The per-rank shares figure said "over the whole run" and its title no window: it is each rank's own window,
+    first event to the end of its last, which differs between ranks that start apart. Rank 1 starts 10 ms after rank
+    0; each rank's total in the per-rank table is its own span (20 ms and 10 ms), and the caption says so."""
+    ms = 1_000_000
+    rows = [{"rank": 0, "name": "forward", "category": "compute", "start_ns": 0, "dur_ns": 20 * ms},
+            {"rank": 1, "name": "forward", "category": "compute", "start_ns": 10 * ms, "dur_ns": 5 * ms},
+            {"rank": 1, "name": "MPI_Wait", "category": "wait", "start_ns": 15 * ms, "dur_ns": 5 * ms}]
+    path = tmp_path / "store"
+    write_store(path, make_timeline(rows), run={"command": "job", "world_size": 2})
+    files = build_report([str(path)], tmp_path / "rep")
+    md = files.markdown.read_text().replace("\\", "")
+    caption = md.split("### Where each rank's time goes")[1].split("\n\n")[2]
+    assert "each rank's own window, from its first event to the end of its last" in caption
+    from ddltrace.analyses.run_analysis import analyze_store
+    from ddltrace.store import TraceStore
+
+    table = analyze_store(TraceStore.open(path)).table("all")
+    assert table["total_ns"].tolist() == [20 * ms, 10 * ms]
+    assert table.loc[1, "share_wait"] == 0.5
+
+
 def test_categories_no_rank_has_are_left_out_of_the_per_rank_table(demo_report, capsys):
     """The demo's PMPI stores record no I/O, no copies, and no idle time (what no call covers is compute): the
     per-rank table showed '0 ns' and '0.0 %' columns of io, memcpy and idle for every rank, as if measured. They are

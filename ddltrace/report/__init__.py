@@ -308,11 +308,13 @@ def _run_figures(run, pixels: dict[str, dict[int, np.ndarray]], label: str) -> l
     out: list[Figure] = []
     table = run.table("all")
     if len(table):
+        title = f"Time per category, each rank's first event to its last, {run.workers} workers"
         out.append(Figure(f"shares{label}", "Where each rank's time goes",
                           "Share of each rank's time per category over the whole run, as IPM shows it "
-                          "(Hashemi et al., figure 5)." + (f" The {run.workers} workers: {run.workers_inferred}."
-                                                            if run.workers_inferred else ""),
-                          figures.png_bytes(figures.shares_figure(table, f"Time per category, {run.workers} workers"))))
+                          "(Hashemi et al., figure 5): each rank's own window, from its first event to the end of "
+                          "its last (initialisation, steady state and finalisation)."
+                          + (f" The {run.workers} workers: {run.workers_inferred}." if run.workers_inferred else ""),
+                          figures.png_bytes(figures.shares_figure(table, title))))
     windows = timeline_windows(run)
     if pixels.get("whole"):
         init_end = max(p.init_end_ns for p in run.phases.values())
