@@ -186,6 +186,38 @@ def test_the_knee_and_the_what_if_are_the_predictions_own_at_the_shares(tmp_path
     assert rows[1]["what_if_s"] > 1.5 * rows[1]["profile_s"]
 
 
+def test_a_cpu_shares_knee_on_a_is_drawn_with_a_what_if_and_at_another_batch(tmp_path, capsys):
+    """A --cpu-shares model's knee on A is a search over w in each draw: predict gave its interval only at the fit's
+    batch without what-ifs (model.json's knee.ci) and said 'not drawn' otherwise. It is now drawn there too
+    (drawn_knees.searched_knees of each draw's phases with the what-if); drawn the same way at the fit's batch with
+    no what-if it is model.json's knee.ci, and a what-if that slows compute (c_p 0.25x) moves the knee's interval
+    out with the knee, which lies within it."""
+    from analyses.fit_hashemi import knee_interval
+    from ddltrace.commands.model import _knee_interval_on_a, _workload
+
+    model = tmp_path / "model.json"
+    assert main(["model", "fit", *A_STORES, "--dnn", "mlp-2-10k-2", "--servers", "1", "--profile",
+                 str(DATA / "A.json"), "--serial-comm", "--cpu-shares", "--out", str(model)]) == 0
+    fitted = json.loads(model.read_text())
+    capsys.readouterr()
+    assert main(["model", "predict", str(model), "--workers", "1,2,4", "--what-if", "c_p=0.25x", "--batch", "128",
+                 "--json"]) == 0
+    knee = json.loads(capsys.readouterr().out)["knee"]
+    for name in ("model", "what_if"):
+        drawn = knee[name]["interval"]
+        assert "why_not" not in drawn, drawn
+        assert drawn["low_w"] <= knee[name]["w"] <= (drawn["high_w"] or math.inf)
+    constants, wl, fit_b, _ = _workload(fitted, str(model), None)
+    from ddltrace.models import drawn_knees, transfer
+
+    fresh = knee_interval(lambda drawn: drawn_knees.searched_knees(lambda w: drawn_knees.phases_at(
+        drawn, wl, w, fitted["profile"], fitted["measurements"]), 2000, transfer.KNEE_MOST), constants,
+        fitted["covariance"], fitted["confidence"])
+    assert list(fresh) == fitted["knee"]["ci"]
+    assert _knee_interval_on_a(fitted, str(model), constants, wl, 1.0, fit_b, None, fitted["knee"]["w"])["ci"] == (
+        tuple(fitted["knee"]["ci"]))
+
+
 def test_the_fit_of_a_run_and_the_prediction_at_its_w_count_the_same_messages():
     """One count of a worker's messages per batch (transfer.messages_per_batch): the runs at that w, else all runs.
     The real runs with w = 4's count raised to 4 sends a batch (as if its trace had counted one more): the fit of

@@ -86,7 +86,7 @@ def test_with_as_own_profile_as_b_the_interval_is_the_fits(models, capsys, tmp_p
     assert [on_a["low_w"], on_a["high_w"]] == fitted["knee"]["ci"]
     # Hashemi's constants: the fit's draws (its covariance, its seed) with each draw's knee by the rule on A; A's
     # calibration taken 30 times as uncertain (in the model and as B), which drawn apart for A and B would widen the
-    # knee's interval to 1 to 4 workers, and the phase's at w = 1 from 1.48-1.64 s to 0.4 s-16 h
+    # knee's interval to 1 to 4 workers, and the phase's at w = 1 from A's own (1.44-2.15 s) to 0.4 s-16 h
     model = json.loads(plain.read_text())
     vague_a = _uncertain(30.0, tmp_path / "A-vague.json", DATA / "A.json")
     model["profile"] = transfer.profile_record(json.loads(vague_a.read_text()), str(vague_a), 8.0)
@@ -100,9 +100,11 @@ def test_with_as_own_profile_as_b_the_interval_is_the_fits(models, capsys, tmp_p
     got = out["knee"]["profile"]["interval"]
     assert (got["low_w"], got["high_w"]) == expected
     assert got["low_w"] < got["high_w"]  # (the fit's uncertainty alone: 1 to 2 workers)
-    for row in out["rows"]:  # the phase's interval likewise holds the fit's uncertainty alone
+    for row in out["rows"]:  # the phase's interval likewise holds the fit's uncertainty alone: A's phase interval
         assert row["profile_s"] == pytest.approx(row["predicted_s"], rel=1e-9)
-        assert row["profile_low_s"] < row["profile_s"] < row["profile_high_s"] < 1.2 * row["profile_low_s"]
+        assert (row["profile_low_s"], row["profile_high_s"]) == pytest.approx(
+            (row["predicted_low_s"], row["predicted_high_s"]), rel=1e-9)
+        assert row["profile_low_s"] < row["profile_s"] < row["profile_high_s"]
 
 
 def test_where_the_interval_is_not_drawn_predict_says_why(models, capsys):
@@ -224,6 +226,39 @@ def test_the_knee_on_b_of_all_draws_at_once_is_each_draws_own(models):
     _same_knees_on_b(plain, DATA / "B.json", False, False, 100, 64)
     _same_knees_on_b(plain, DATA / "B.json", False, True, 100, 64)
     _same_knees_on_b(shares, DATA / "B.json", True, False, 2, 4)
+
+
+def test_the_phase_interval_on_b_of_all_draws_at_once_is_each_draws_own(models, capsys):
+    """B's phase interval (transfer.interval) carries all draws at once: the fit's draws from its covariance (as A's
+    interval and the knee's draw them; before: each constant drawn on its own standard error, which overstates the
+    interval where c_p and c_u trade off) with both profiles' draws. Its ends at w = 1, 2, 4, and a what-if's, are the
+    percentiles of the same draws carried one at a time by transfer.transfer, and they are predict's."""
+    _, plain, _ = models
+    model = json.loads(plain.read_text())
+    constants, wl, _, _ = _workload(model, str(plain), None)
+    moved = _on_profile(model, str(plain), str(DATA / "B.json"), constants, wl, False)
+    a, b, counts, runs = moved["a"], moved["b"], moved["counts"], model["measurements"]
+    count, workers, what_if = 300, [1, 2, 4], {"r_net": ("scale", 2.0)}
+    drawn = transfer.bounded_draws(knee_draws(constants, model["covariance"], count), model["constants"], count)
+    fast = transfer.interval(drawn, wl, counts, a, b, workers, 0.95, what_ifs=(None, what_if), runs=runs,
+                             draws=count)
+    z_a, z_b = transfer.profile_draws(a, b, count)
+    server = transfer.server_measured(a, runs)
+    for m, change in enumerate((None, what_if)):
+        phases = np.array([[wl.epochs * hashemi.t_phase(w, wl, (lambda on_b: on_b.scaled(change) if change else on_b)(
+            transfer.transfer(drawn_knees.one_draw(drawn, i), wl, counts, a, b,
+                              {name: float(z[i]) for name, z in z_a.items()},
+                              {name: float(z[i]) for name, z in z_b.items()}, w=w, runs=runs, server=server)[0]))
+                            for w in workers] for i in range(count)])
+        low, high = np.percentile(phases, [2.5, 97.5], axis=0)
+        assert np.allclose(fast[m][0], low, rtol=1e-12) and np.allclose(fast[m][1], high, rtol=1e-12)
+        assert (low < high).all()
+    rows = _predict(plain, DATA / "B.json", capsys)["rows"]
+    full = transfer.bounded_draws(knee_draws(constants, model["covariance"], transfer.DRAWS), model["constants"],
+                                  transfer.DRAWS)
+    (low, high), = transfer.interval(full, wl, counts, a, b, workers, 0.95, runs=runs)
+    assert [r["profile_low_s"] for r in rows] == pytest.approx(list(low), rel=1e-9)
+    assert [r["profile_high_s"] for r in rows] == pytest.approx(list(high), rel=1e-9)
 
 
 def test_a_knee_interval_under_one_worker_says_what_it_means(tmp_path, capsys):

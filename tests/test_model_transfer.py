@@ -223,8 +223,9 @@ def test_batch_sizes_on_b_move_the_per_sample_costs_along_as_curves(fitted, caps
         alone = predict("--batch", str(b))
         moved = _work_per_sample(model, b) / _work_per_sample(model, fit_b)
         assert alone["batch"]["c_p_factor"] == pytest.approx(moved, rel=1e-9)
-        for row in alone["rows"]:
-            assert rows[(b, row["w"])]["profile_s"] == pytest.approx(row["profile_s"], rel=1e-12)
+        for row in alone["rows"]:  # and its interval, over the same draws
+            for key in ("profile_s", "profile_low_s", "profile_high_s"):
+                assert rows[(b, row["w"])][key] == pytest.approx(row[key], rel=1e-12)
             assert rows[(b, row["w"])]["c_p_batch_factor"] == alone["batch"]["c_p_factor"]
     fastest = min(r["profile_s"] for r in sweep["rows"])
     near = [(r["w"], r["b"]) for r in sweep["rows"] if r["profile_s"] <= 1.05 * fastest]
@@ -239,7 +240,8 @@ def test_batch_sizes_on_b_move_the_per_sample_costs_along_as_curves(fitted, caps
     wl = model["workload"]
     for b in sizes:
         mib = (b * (wl["n_f"] + 1) + wl["n_w"]) * wl["s"] / 2**20
-        cells = "  ".join(f"{format_ns(rows[(b, w)]['profile_s'] * 1e9):>9}" for w in (1, 8))
+        cells = "  ".join(f"{format_ns(r['profile_s'] * 1e9):>9} [{format_ns(r['profile_low_s'] * 1e9)}, "
+                          f"{format_ns(r['profile_high_s'] * 1e9)}]".rjust(28) for r in (rows[(b, w)] for w in (1, 8)))
         assert f"{b:>7}  {mib:>8.3g} MiB  {rows[(b, 1)]['c_p_batch_factor']:>6.3g}  {cells}" in text, text
     best = sweep["best"]
     assert (f"best on B over the batches and workers asked: w = {best['w']} at batch {best['b']}, "

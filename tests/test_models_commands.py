@@ -493,9 +493,10 @@ def test_fit_and_optimize_say_what_their_columns_are(series, capsys):
         assert row["t_epoch_s"] == pytest.approx(row["compute_s"] + row["activations_s"] + row["weight_reads_s"])
 
 
-def test_the_batch_sizes_on_b_say_why_they_have_no_interval_and_where_one_is(series, tmp_path, capsys):
-    """predict --batches printed B's phase at each batch and w bare: no interval, no word on why. It now says why
-    and names the command that gives one batch's interval; that command does give it."""
+def test_the_batch_sizes_on_b_have_their_intervals(series, tmp_path, capsys):
+    """predict --batches printed B's phase at each batch and w bare, then said the intervals were not drawn (one draw
+    at a time, 0.5 s each). All draws are now carried at once: each batch's row has the interval that `--batch B`
+    alone gives (the same draws), the text prints it and says what it is."""
     stores = [str(series / f"run-b64-w{w}") for w in (1, 2, 4, 16)]
     model, profile = tmp_path / "a.json", str(series / "profile.json")
     assert main(["model", "fit", *stores, "--dnn", "mlp-2-10k-2", "--profile", profile, "--out", str(model)]) == 0
@@ -503,12 +504,16 @@ def test_the_batch_sizes_on_b_say_why_they_have_no_interval_and_where_one_is(ser
     args = ["model", "predict", str(model), "--workers", "1,2", "--profile", profile]
     assert main([*args, "--batches", "64,256"]) == 0
     text = capsys.readouterr().out
-    assert ("  intervals: not drawn here (2,000 draws of the fit's and both profiles' constants for each batch and w, "
-            "about 0.5 s each); 'model predict MODEL --profile B.json --batch B' gives B's interval at one "
-            "batch") in text
-    assert main([*args, "--batch", "256", "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)["rows"]
-    assert all(r["b"] == 256 and r["profile_low_s"] <= r["profile_s"] <= r["profile_high_s"] for r in rows)
+    assert "  [ ]: 95 % interval over 2000 draws of the fit's and both profiles' constants" in text
+    assert main([*args, "--batches", "64,256", "--json"]) == 0
+    sweep = {(r["b"], r["w"]): r for r in json.loads(capsys.readouterr().out)["batches"]["rows"]}
+    for b in (64, 256):
+        assert main([*args, "--batch", str(b), "--json"]) == 0
+        rows = json.loads(capsys.readouterr().out)["rows"]
+        assert all(r["b"] == b and r["profile_low_s"] < r["profile_s"] < r["profile_high_s"] for r in rows)
+        for r in rows:
+            assert (sweep[(b, r["w"])]["profile_low_s"], sweep[(b, r["w"])]["profile_high_s"]) == (
+                r["profile_low_s"], r["profile_high_s"])
 
 
 def test_the_profile_s_constants_the_fit_holds_carry_their_calibrated_uncertainty(tmp_path, capsys):

@@ -476,10 +476,10 @@ def _knee_interval_on_a(model: dict, source: str, constants, wl, batch_factor: f
                         what_if: dict | None, knee: float) -> dict:
     """The knee on A's interval (workers), with the what-if or without: ``{"ci", "draws", "confidence"}`` drawn as the
     fit's (:func:`ddltrace.analyses.fit_hashemi.knee_interval`, the covariance at this batch), or ``{"why_not"}``.
-    A ``--cpu-shares`` model's knee is a search over w per draw: its interval is the fit's (model.json's ``knee.ci``)
-    at the fit's batch without what-ifs, and not drawn otherwise."""
+    A ``--cpu-shares`` model's knee is a search over w in each draw (:func:`ddltrace.models.drawn_knees.
+    searched_knees`, all draws at once): at the fit's batch without what-ifs, the fit's (model.json's ``knee.ci``)."""
     from ddltrace.analyses.fit_hashemi import KNEE_DRAWS, knee_interval
-    from ddltrace.models import hashemi
+    from ddltrace.models import drawn_knees, hashemi, transfer
 
     confidence = float(model.get("confidence") or 0.95)
     if math.isinf(knee):
@@ -487,13 +487,16 @@ def _knee_interval_on_a(model: dict, source: str, constants, wl, batch_factor: f
     covariance = _covariance_at(model, batch_factor)
     if covariance is None:
         return {"why_not": _no_covariance(source)}
-    if wl.cpu_shares:
-        ci = (model.get("knee") or {}).get("ci") or [None, None]
-        if what_if or wl.b != fit_b or ci[0] is None:
-            return {"why_not": "a --cpu-shares model's knee interval is the fit's (model.json's knee.ci), at the "
-                               "fit's batch without what-ifs" + ("" if ci[0] is not None else "; it has none")}
+    ci = (model.get("knee") or {}).get("ci") or [None, None]
+    if wl.cpu_shares and not what_if and wl.b == fit_b and ci[0] is not None:
         return {"ci": (float(ci[0]), math.inf if ci[1] is None else float(ci[1])), "draws": KNEE_DRAWS,
                 "confidence": confidence}
+    if wl.cpu_shares:  # the knee of each draw's predicted phases at the ranks' shares, searched over w
+        a, runs = model.get("profile") or {}, model.get("measurements") or []
+        ci = knee_interval(lambda drawn: drawn_knees.searched_knees(
+            lambda w: drawn_knees.phases_at(drawn, wl, w, a, runs, what_if=what_if), KNEE_DRAWS, transfer.KNEE_MOST),
+            constants, covariance, confidence)
+        return {"ci": ci, "draws": KNEE_DRAWS, "confidence": confidence}
     ci = knee_interval(lambda drawn: hashemi.w_star(wl, drawn.scaled(what_if) if what_if else drawn), constants,
                        covariance, confidence)
     return {"ci": ci, "draws": KNEE_DRAWS, "confidence": confidence}
@@ -507,6 +510,9 @@ def _json_knee_on_a(drawn: dict) -> dict:
             "confidence": drawn["confidence"], "draws": drawn["draws"], "covers": KNEE_ON_A_COVERS}
 
 
+#: How the phase's interval on B draws the fitted constants, by whether the model has a covariance.
+FIT_DRAWS = {True: "together, from Student's t with the model's covariance, as A's interval",
+             False: "each on its own standard error: the model has no covariance"}
 #: What the knee on A's interval and the phase's interval on A cover (docs/MODELS.md, "Commands").
 KNEE_ON_A_COVERS = "the fit's constants drawn together from Student's t with the fit's covariance (as the fit's knee)"
 PHASE_ON_A_COVERS = ("the fit's constants drawn together from Student's t with the fit's covariance, a constant the "
@@ -536,6 +542,21 @@ def _entries_at(entries: dict, factor: float) -> dict:
     return scaled
 
 
+def _fit_draws(constants, entries: dict, covariance: dict | None):
+    """The fitted constants' :data:`~ddltrace.models.transfer.DRAWS` draws (arrays) that the phase's intervals take:
+    together from Student's t with the model's ``covariance`` (:func:`ddltrace.analyses.fit_hashemi.knee_draws`), a
+    constant the runs only bound uniformly below its bound; each on its own standard error where the model has no
+    covariance (B's interval only). ``entries`` and ``covariance`` at the batch predicted (:func:`_entries_at`,
+    :func:`_covariance_at`)."""
+    from ddltrace.models import transfer
+
+    if covariance is None:
+        return transfer.stderr_draws(entries, constants, transfer.DRAWS)
+    from ddltrace.analyses.fit_hashemi import knee_draws
+
+    return transfer.bounded_draws(knee_draws(constants, covariance, transfer.DRAWS), entries, transfer.DRAWS)
+
+
 def _batch_sweep(model: dict, source: str, workers: list[int], batches: list[int], profile: str,
                  serial: bool) -> dict:
     """B's computation phase (seconds, all epochs) at each batch size and worker count: per batch, the fitted
@@ -547,37 +568,42 @@ def _batch_sweep(model: dict, source: str, workers: list[int], batches: list[int
     rows, runs = [], model.get("measurements") or []
     constants, wl, _, _ = _workload(model, source, None)
     moved = _on_profile(model, source, profile, constants, wl, serial)  # A's and B's records: the same at every b
+    confidence = float(model.get("confidence") or 0.95)
     for b in batches:
         constants, wl, fit_b, factor = _workload(model, source, float(b))
-        for w in workers:
+        drawn = _fit_draws(constants, _entries_at(model["constants"], factor), _covariance_at(model, factor))
+        (low, high), = transfer.interval(drawn, wl, moved["counts"], moved["a"], moved["b"], workers, confidence,
+                                         serial=serial, runs=runs)
+        for j, w in enumerate(workers):
             there = transfer.phase_at(constants, wl, w, moved["a"], runs, moved["b"], moved["counts"],
                                       serial)
+            loop = there["loop"] or {}
             rows.append({"b": b, "w": w, "profile_s": there["phase_s"],
+                         "profile_low_s": transfer.onto_loop(low[j], there["analytic_s"], loop.get("phase_s"),
+                                                             loop.get("low_s"), min),
+                         "profile_high_s": transfer.onto_loop(high[j], there["analytic_s"], loop.get("phase_s"),
+                                                              loop.get("high_s"), max),
                          "profile_bound_by": hashemi.bound_by(hashemi.phase_terms(w, wl, there["constants"])),
                          "c_p_batch_factor": factor,
                          "working_set_bytes": hashemi.working_set_bytes(b, wl.n_f, wl.n_w, wl.s)})
     fastest = min(r["profile_s"] for r in rows)
     best = min((r for r in rows if r["profile_s"] <= (1 + BEST_TOLERANCE) * fastest), key=lambda r: (r["w"], r["b"]))
     return {"fit_b": fit_b, "rows": rows, "best": {"w": best["w"], "b": best["b"], "profile_s": best["profile_s"]},
-            "why_no_interval": BATCH_SWEEP_WHY_NOT}
-
-
-#: Why the table of batch sizes on B has no intervals, and where each batch's is.
-BATCH_SWEEP_WHY_NOT = ("not drawn here (2,000 draws of the fit's and both profiles' constants for each batch and w, "
-                       "about 0.5 s each); 'model predict MODEL --profile B.json --batch B' gives B's interval at one "
-                       "batch")
+            "confidence": confidence, "draws": transfer.DRAWS}
 
 
 def _print_batch_sweep(sweep: dict, workers: list[int]) -> None:
     print(f"\nbatch sizes on B (computation phase, all epochs; the per-sample costs at each batch's working set by "
           f"the fit's profile's compute curves, relative to batch {sweep['fit_b']:g}, then carried to B):")
-    print(f"{'batch':>7}  {'working set':>12}  {'c_p x':>6}  " + "  ".join(f"{f'w={w}':>9}" for w in workers))
+    print(f"{'batch':>7}  {'working set':>12}  {'c_p x':>6}  " + "  ".join(f"{f'w={w}':>28}" for w in workers))
     for b in dict.fromkeys(r["b"] for r in sweep["rows"]):
         mine = {r["w"]: r for r in sweep["rows"] if r["b"] == b}
         first = next(iter(mine.values()))
         print(f"{b:>7}  {first['working_set_bytes'] / 2**20:>8.3g} MiB  {first['c_p_batch_factor']:>6.3g}  "
-              + "  ".join(f"{_seconds(mine[w]['profile_s']):>9}" for w in workers))
-    print(f"  intervals: {sweep['why_no_interval']}")
+              + "  ".join(f"{_seconds(r['profile_s']):>9} [{_seconds(r['profile_low_s'])}, "
+                          f"{_seconds(r['profile_high_s'])}]".rjust(28) for r in (mine[w] for w in workers)))
+    print(f"  [ ]: {100 * sweep['confidence']:.0f} % interval over {sweep['draws']} draws of the fit's and both "
+          "profiles' constants, as the prediction's at one batch")
     best = sweep["best"]
     print(f"best on B over the batches and workers asked: w = {best['w']} at batch {best['b']}, "
           f"{_seconds(best['profile_s'])} (the fewest workers, then the smallest batch, within "
@@ -679,10 +705,8 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
     confidence = float(model.get("confidence") or 0.95)
     entries = _entries_at(model["constants"], batch_factor)
     covariance = _covariance_at(model, batch_factor)
+    drawn = _fit_draws(constants, entries, covariance)
     if covariance is not None:  # A's phase (and its what-if) over the fit's own uncertainty
-        from ddltrace.analyses.fit_hashemi import knee_draws
-
-        drawn = transfer.bounded_draws(knee_draws(constants, covariance, transfer.DRAWS), entries, transfer.DRAWS)
         a_record = model.get("profile") or {}
         table["predicted_low_s"], table["predicted_high_s"] = transfer.interval_on_a(drawn, wl, workers, a_record,
                                                                                      runs, confidence)
@@ -694,10 +718,9 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
     else:
         table.attrs["interval_on_a"] = {"why_not": _no_covariance(source)}
     table.attrs["knee_intervals"] = knee_intervals
-    if moved:  # B's phase and its what-if over the same draws (the what-if's not where B's quota loop is played)
-        spans = transfer.interval(entries, constants, wl, moved["counts"], moved["a"], moved["b"], workers,
-                                  confidence, what_ifs=(None, what_if) if what_if else (None,), serial=serial,
-                                  runs=runs)
+    if moved:  # B's phase and its what-if over A's draws (the what-if's not where B's quota loop is played)
+        spans = transfer.interval(drawn, wl, moved["counts"], moved["a"], moved["b"], workers, confidence,
+                                  what_ifs=(None, what_if) if what_if else (None,), serial=serial, runs=runs)
         table["profile_low_s"], table["profile_high_s"] = spans[0]
         if what_if:
             table["what_if_low_s"], table["what_if_high_s"] = spans[1]
@@ -705,11 +728,12 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
                 table.loc[table["quota_loop_s"].notna(), ["what_if_low_s", "what_if_high_s"]] = math.nan
         if "quota_loop_s" in table:  # the interval of the analytic phase moved onto the loop's mean, with its spread
             played = table["quota_loop_s"].notna()
-            scale = table.loc[played, "quota_loop_s"] / table.loc[played, "mean_value_s"]
-            table.loc[played, "profile_low_s"] = np.minimum(table.loc[played, "profile_low_s"] * scale,
-                                                            table.loc[played, "quota_loop_low_s"])
-            table.loc[played, "profile_high_s"] = np.maximum(table.loc[played, "profile_high_s"] * scale,
-                                                             table.loc[played, "quota_loop_high_s"])
+            part = table.loc[played]
+            table.loc[played, "profile_low_s"] = transfer.onto_loop(
+                part["profile_low_s"], part["mean_value_s"], part["quota_loop_s"], part["quota_loop_low_s"], np.minimum)
+            table.loc[played, "profile_high_s"] = transfer.onto_loop(
+                part["profile_high_s"], part["mean_value_s"], part["quota_loop_s"], part["quota_loop_high_s"],
+                np.maximum)
             table.loc[~played, "mean_value_s"] = table.loc[~played, "profile_s"]
         fastest = table["profile_s"].min()
         shares_1 = transfer.cpu_shares(moved["a"], moved["b"], runs, 1)
@@ -719,6 +743,7 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
                                    "factors": moved["factors"], "server_split": moved["server_split"],
                                    "notes": moved["notes"], "confidence": confidence,
                                    "best_w": int(best), "draws": transfer.DRAWS, "serial_comm": serial,
+                                   "fit_draws": FIT_DRAWS[covariance is not None],
                                    "best_past_knee": _past_knee(table, knees["profile"][0], best)}
     table.attrs["knees"] = knees
     if moved:
@@ -811,8 +836,8 @@ def _describe_transfer(table: pd.DataFrame) -> list[str]:
                for row in table.to_dict("records")],
              f"  memory r_m x{f['r_m']:.4g}, w_m x{f['w_m']:.4g}; network r_net x{f['r_net']:.4g}, "
              f"lat_net x{f['lat_net']:.4g}; storage r_d x{f['r_d']:.4g}",
-             f"  interval: {pct} % of {info['draws']} draws over the fit's standard errors and both profiles' "
-             "uncertainties (log-normal, the relative uncertainty one standard deviation of the log)"]
+             f"  interval: {pct} % of {info['draws']} draws of the fit's constants ({info['fit_draws']}) and of both "
+             "profiles' (log-normal, the relative uncertainty one standard deviation of the log)"]
     played = [row for row in table.to_dict("records") if transfer.is_finite(row.get("quota_loop_s"))]
     if played:
         lines.append("  where B's quota holds every rank (w = " + ", ".join(str(r["w"]) for r in played) + "), the "

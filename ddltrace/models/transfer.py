@@ -691,16 +691,19 @@ def profile_draws(a: Mapping, b: Mapping, draws: int = DRAWS, seed: int = 1) -> 
     return z_a, (z_a if same_measurement(a, b) else z_b)
 
 
-def _fit_draw(entries: Mapping, k: Constants, rng: np.random.Generator) -> Constants:
-    """One draw of the fitted constants: normal on their standard errors, uniform below an only-bounded one."""
+def stderr_draws(entries: Mapping, k: Constants, draws: int = DRAWS, seed: int = 0) -> Constants:
+    """``k`` with each fitted constant of ``entries`` (a model's ``constants``) an array of ``draws`` draws, each
+    constant on its own (for a model with no ``covariance``): normal on its standard error (a draw below 0 at 0),
+    uniform below an only-bounded one."""
+    rng = np.random.default_rng(seed)
     values = {}
     for name, entry in entries.items():
         if name not in hashemi.NAMES or not isinstance(entry, Mapping):
             continue
         if entry.get("stderr"):
-            values[name] = max(0.0, getattr(k, name) + rng.standard_normal() * float(entry["stderr"]))
+            values[name] = np.maximum(0.0, getattr(k, name) + rng.standard_normal(draws) * float(entry["stderr"]))
         elif entry.get("upper_bound"):
-            values[name] = rng.uniform(0.0, float(entry["upper_bound"]))
+            values[name] = rng.uniform(0.0, float(entry["upper_bound"]), draws)
     return replace(k, **values)
 
 
@@ -719,51 +722,50 @@ def interval_on_a(drawn: Constants, wl: Workload, workers: Sequence[int], a: Map
     """(low, high) seconds of the computation phase (all epochs) on A at each worker count: the central
     ``confidence`` share of the phases of the draws ``drawn`` (:func:`bounded_draws`, arrays) at w, as
     :func:`phase_at` makes them on A (:func:`constants_at`: at the ranks' share of a core there for a
-    ``--cpu-shares`` model, then ``what_if``), all draws at once (:func:`ddltrace.models.hashemi.t_phase` of
-    constants that are arrays)."""
-    what_if = dict(what_if or {})
-    t_slice = what_if.pop("t_slice", None)
-    k = drawn.scaled({"t_slice": t_slice}) if t_slice else drawn
-    columns = []
-    for w in workers:
-        at = hashemi.at_share(k, share_on_a(a, runs, w)[0], messages_per_batch(runs, w)) if wl.cpu_shares else k
-        columns.append(np.broadcast_to(wl.epochs * hashemi.t_phase(w, wl, at.scaled(what_if) if what_if else at),
-                                       (len(np.atleast_1d(drawn.c_p)),)))
+    ``--cpu-shares`` model, then ``what_if``), all draws at once (:func:`ddltrace.models.drawn_knees.phases_at`)."""
+    from ddltrace.models.drawn_knees import phases_at
+
+    draws = max(np.size(getattr(drawn, name)) for name in hashemi.NAMES)
+    columns = [np.broadcast_to(phases_at(drawn, wl, w, a, runs, what_if=what_if), (draws,)) for w in workers]
     tail = 50.0 * (1.0 - confidence)
     low, high = np.percentile(np.column_stack(columns), [tail, 100.0 - tail], axis=0)
     return low, high
 
 
-def interval(entries: Mapping, k: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Mapping,
-             workers: Sequence[float], confidence: float, draws: int = DRAWS, seed: int = 0,
-             what_ifs: Sequence[Mapping | None] = (None,), serial: bool = False,
-             runs: Sequence[Mapping] = ()) -> list[tuple[np.ndarray, np.ndarray]]:
+def interval(drawn: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Mapping, workers: Sequence[float],
+             confidence: float, what_ifs: Sequence[Mapping | None] = (None,), serial: bool = False,
+             runs: Sequence[Mapping] = (), draws: int = DRAWS) -> list[tuple[np.ndarray, np.ndarray]]:
     """(low, high) seconds of the computation phase (all epochs) on B at each worker count, one pair per entry of
     ``what_ifs`` (None: the prediction itself; else ``Constants.scaled``'s changes, made to B's constants at w, a
     ``t_slice`` to the fitted one before the messages' waits are drawn from it): the central ``confidence`` share of
-    ``draws`` predictions with the fit's and both profiles' uncertainties (B's drawn as A's where B's record is A's
-    own: :func:`same_measurement`), the same draws for every entry."""
-    rng = np.random.default_rng(seed)
-    ws = np.asarray(workers, dtype=float)
-    out = np.empty((len(what_ifs), draws, len(ws)))
-    names = (*CPU, *HELD)
+    the predictions of the fitted constants' ``draws`` draws ``drawn`` (arrays of them, or numbers all draws share:
+    :func:`bounded_draws` of the covariance's, else :func:`stderr_draws`), each with both profiles' constants drawn
+    (:func:`profile_draws`; B's as A's where B's record is A's own, :func:`same_measurement`) and carried to B by
+    :func:`carry`, all draws at once; the same draws for every entry and every w."""
+    z_a, z_b = profile_draws(a, b, draws)
+    ratios = profile_ratios(wl, counts, a, b, z_a, z_b)
     server = server_measured(a, runs)
-    same = same_measurement(a, b)
     changes = [dict(what_if or {}) for what_if in what_ifs]
     slices = [change.pop("t_slice", None) for change in changes]
-    for i in range(draws):
-        z_a = {name: rng.standard_normal() for name in names}
-        z_b = {name: rng.standard_normal() for name in names}
-        z_b = z_a if same else z_b
-        drawn = _fit_draw(entries, k, rng)
-        for j, w in enumerate(ws):
-            carried = {}
-            for m, (change, t_slice) in enumerate(zip(changes, slices, strict=True)):
-                if t_slice not in carried:
-                    start = drawn.scaled({"t_slice": t_slice}) if t_slice else drawn
-                    carried[t_slice] = transfer(start, wl, counts, a, b, z_a, z_b, serial, w=w, runs=runs,
-                                                server=server)[0]
-                on_b = carried[t_slice].scaled(change) if change else carried[t_slice]
-                out[m, i, j] = wl.epochs * hashemi.t_phase(w, wl, on_b)
+    out = np.empty((len(what_ifs), draws, len(workers)))
+    for j, w in enumerate(workers):
+        carried = {}
+        for m, (change, t_slice) in enumerate(zip(changes, slices, strict=True)):
+            if t_slice not in carried:
+                start = drawn.scaled({"t_slice": t_slice}) if t_slice else drawn
+                carried[t_slice] = carry(start, wl, a, b, ratios, serial, w, runs, server)[0]
+            on_b = carried[t_slice].scaled(change) if change else carried[t_slice]
+            out[m, :, j] = wl.epochs * hashemi.t_phase(w, wl, on_b)
     tail = 50.0 * (1.0 - confidence)
     return [tuple(np.percentile(phases, [tail, 100.0 - tail], axis=0)) for phases in out]
+
+
+def onto_loop(end, analytic_s, loop_s, loop_end_s, outer: Callable):
+    """An end of the phase's interval on B (seconds; numbers or arrays) where B's quota loop is played
+    (:func:`phase_at`'s ``loop``): the analytic phase's end (:func:`interval`) moved onto the loop's mean
+    (times ``loop_s / analytic_s``), widened to the loop's own end over its periods' starts (``loop_end_s``;
+    ``outer``: ``min`` for the low end, ``max`` for the high, or NumPy's); ``end`` itself where the loop is not played
+    (``loop_s`` None)."""
+    if loop_s is None:
+        return end
+    return outer(end * (loop_s / analytic_s), loop_end_s)
