@@ -36,11 +36,19 @@ JOB = textwrap.dedent("""
         comm.send({"hello": 1}, dest=1, tag=12)
         req = comm.Isend(a, dest=1, tag=13)
         req.Wait()
+        comm.Send(a[:10], dest=1, tag=14)
+        comm.send({"x": 2}, dest=1, tag=15)
+        comm.Send(a[:3], dest=1, tag=16)
     else:
         comm.Recv(b[:10], source=0, tag=11)
         assert comm.recv(source=0, tag=12) == {"hello": 1}
         req = comm.Irecv(b, source=0, tag=13)
         MPI.Request.Waitall([req])
+        comm.Irecv(b, source=0, tag=14).Wait()  # a buffer of 8000 bytes, a message of 80
+        assert comm.irecv(source=0, tag=15).wait() == {"x": 2}
+        req = comm.Irecv(b, source=0, tag=16)
+        while not req.Test():
+            pass
     r = comm.Iallreduce(a, b)
     r.Wait()
     comm.Bcast(a, root=1)
@@ -121,6 +129,12 @@ def test_mpi4py_calls_are_recorded_with_their_columns(recorded):
     assert isend["request"] in set(waits["request"])
     irecv = t1[t1["name"] == "MPI_Irecv_c"].iloc[0]
     assert t1.loc[t1["name"] == "MPI_Waitall", "request"].iloc[0] == irecv["request"]
+    # an Irecv's bytes are its message's, from the status of the Wait or Test that completed it (before: its
+    # buffer's, 8000 bytes here); one completed by Waitall, whose statuses are not recorded, keeps its buffer's
+    sizes = {int(r["tag"]): int(r["bytes"]) for _, r in t1[t1["name"].str.startswith("MPI_Irecv")].iterrows()}
+    assert (sizes[13], sizes[14], sizes[16]) == (8000, 80, 24)
+    pickled = t0.loc[(t0["name"].str.startswith("MPI_Send")) & (t0["tag"] == 15), "bytes"].iloc[0]
+    assert sizes[15] == pickled < 100  # mpi4py's irecv(): the pickle's size, not the buffer it posted
 
 
 def test_timeline_rows_do_not_overlap_on_the_main_lane(recorded):
@@ -185,6 +199,31 @@ def test_an_imrecv_takes_the_envelope_of_the_latest_probe_of_its_message_handle(
     imrecv = t[t["name"].str.startswith("MPI_Imrecv")]
     got = imrecv[["peer", "tag", "comm", "request", "bytes"]].astype("Int64").fillna(-1).values.tolist()
     assert got == [[2, 7, 12, 99, 24], [3, 8, 14, 98, 40], [-1, -1, -1, 97, 4096]]
+
+
+def test_an_irecv_takes_its_size_from_the_completion_of_its_own_request():
+    """Hand-built records of one rank, one request handle reused throughout (as MPICH does): an Irecv whose request a
+    Test that found nothing and then a Wait complete takes the Wait's status size; one completed by Waitall (no status
+    recorded) keeps its buffer's size even though a later Wait on the same handle, after the handle's next post (an
+    Isend), has a size; an Irecv with no completion after it keeps its buffer's."""
+    ids = {name: i + 1 for i, name in enumerate(names()) if name}
+    na32, na64, handle = -(2**31), -(2**63), -1409286143
+
+    def rec(name, t0, size=-1, aux=na64, request=handle, tag=na32):
+        return (ids[name], 0, 7, na32, tag, t0, t0 + 5, size, na64, request, aux)
+
+    records = np.array([
+        rec("MPI_Irecv_c", 10, 8000, tag=1), rec("MPI_Test", 20), rec("MPI_Wait", 30, aux=80),
+        rec("MPI_Irecv", 40, 4096, tag=2), rec("MPI_Waitall", 50, aux=1),
+        rec("MPI_Isend_c", 60, 512), rec("MPI_Wait", 70, aux=0),
+        rec("MPI_Irecv_c", 80, 32768, tag=3),
+    ], dtype=RECORD_DTYPE)
+    rr = RankRecords(path=Path("rank-00001.pmpi"), rank=1, world_size=4, pid=1, state=3, main_tid=7, host="h",
+                     library="MPICH", test_offset_ns=0, syncs=[], records=records)
+    t = to_timeline(rr, align=False)
+    got = t[t["name"].str.startswith("MPI_Irecv")][["tag", "bytes"]].astype(int).values.tolist()
+    assert got == [[1, 80], [2, 4096], [3, 32768]]
+    assert t.loc[t["name"] == "MPI_Isend_c", "bytes"].tolist() == [512]
 
 
 @needs_mpi

@@ -157,7 +157,7 @@ def to_timeline(rr: RankRecords, *, end_ns: int | None = None, align: bool = Tru
     A call still open when the rank died lasts until ``end_ns`` (local ns; default: its own start).
     ``align`` puts times on rank 0's clock.
     """
-    rec = _imrecv_envelopes(rr.records)
+    rec = _irecv_sizes(_imrecv_envelopes(rr.records))
     t0 = rec["t0"].astype(np.int64)
     t1 = rec["t1"].astype(np.int64)
     open_ = t1 == 0
@@ -220,6 +220,37 @@ def _imrecv_envelopes(rec: np.ndarray) -> np.ndarray:
         rec[column][rows] = rec[column][probe]
     sized = rec["bytes"][probe] >= 0  # the probe's status: the message's own size (the Imrecv's count is its buffer's)
     rec["bytes"][rows[sized]] = rec["bytes"][probe[sized]]
+    return rec
+
+
+def _irecv_sizes(rec: np.ndarray) -> np.ndarray:
+    """``rec`` with each MPI_Irecv's ``bytes`` the size of the message it received, where the MPI_Wait or MPI_Test that
+    completed its request recorded its status's (``aux``; the wrapper's own figure for the Irecv is its buffer's,
+    count x the datatype's: mpi4py's ``irecv()`` posts 32 KiB for any message). The completion is the first of those
+    after the post with its request handle, and before the handle's next post (MPICH reuses handles once a request
+    is freed: a request completed by MPI_Waitall and its kin, whose statuses are not recorded, keeps its buffer's
+    size). Files written before the wrapper recorded the status have none to give."""
+    fn_names = names()
+    ids = {name: fn_names.index(name) + 1 for name in ("MPI_Irecv", "MPI_Irecv_c", "MPI_Wait", "MPI_Test")}
+    handled = rec["request"] != NA64
+    posted = handled & np.isin(rec["fn"], [ids["MPI_Irecv"], ids["MPI_Irecv_c"]])
+    sized = handled & np.isin(rec["fn"], [ids["MPI_Wait"], ids["MPI_Test"]]) & (rec["aux"] >= 0)
+    if not posted.any() or not sized.any():
+        return rec
+    completing = [i + 1 for i, name in enumerate(fn_names) if name.startswith(("MPI_Wait", "MPI_Test"))]
+    other_posts = handled & ~np.isin(rec["fn"], completing)
+    left = pd.DataFrame({"handle": rec["request"][posted], "t0": rec["t0"][posted],
+                         "row": np.flatnonzero(posted)}).sort_values("t0")
+    done = pd.DataFrame({"handle": rec["request"][sized], "t0": rec["t0"][sized],
+                         "size": rec["aux"][sized]}).sort_values("t0")
+    again = pd.DataFrame({"handle": rec["request"][other_posts], "t0": rec["t0"][other_posts]}).sort_values("t0")
+    again["next_post"] = again["t0"]
+    done["done"] = done["t0"]
+    found = pd.merge_asof(left, done, on="t0", by="handle", direction="forward")
+    found = pd.merge_asof(found, again, on="t0", by="handle", direction="forward", allow_exact_matches=False)
+    keep = found["size"].notna() & (found["next_post"].isna() | (found["done"] < found["next_post"]))
+    rec = rec.copy()
+    rec["bytes"][found.loc[keep, "row"].to_numpy(np.int64)] = found.loc[keep, "size"].to_numpy(np.int64)
     return rec
 
 

@@ -24,7 +24,8 @@ typedef struct ddlt_rec {
     int64_t bytes;           /* payload bytes; -1 if unknown */
     int64_t comm;            /* communicator handle; DDLT_NA64 if none */
     int64_t request;         /* request handle (made by I-calls, completed by Wait/Test); DDLT_NA64 if none */
-    int64_t aux;             /* number of requests of Waitall/Waitsome/Testall/..., message handle of Imrecv;
+    int64_t aux;             /* number of requests of Waitall/Waitsome/Testall/..., message handle of Imrecv,
+                                status bytes of Wait (of a Test that completed; -1 if unknown);
                                 DDLT_NA64 if none */
 } ddlt_rec;
 

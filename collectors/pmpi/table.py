@@ -26,7 +26,8 @@ class Wrapper:
     """One intercepted MPI function.
 
     ``bytes``, ``peer``, ``tag``, ``comm``, ``request``, ``aux``: C expressions (after the call) for the record;
-    ``aux`` is the request count of Waitall/Testall/..., the message handle of MPI_Imrecv.
+    ``aux`` is the request count of Waitall/Testall/..., the message handle of MPI_Imrecv, the bytes of the status
+    of an MPI_Wait (an MPI_Test that completed).
     ``pre``: C statements run before the call. ``status``: name of an ``MPI_Status *`` parameter to capture
     (a local status replaces MPI_STATUS_IGNORE so that source, tag and size are known). ``flag``: name of the
     ``int *`` set by Test*/Iprobe; a true flag marks the record completed. ``large``: has a ``_c`` twin.
@@ -117,8 +118,11 @@ WRAPPERS: tuple[Wrapper, ...] = (
             "MPI_Request *request", "comm", large=True, comm=None, bytes="ddlt_type_bytes(count, datatype)",
             pre="int64_t ddlt_msg = DDLT_H(*message);", request=_REQ_POST, aux="ddlt_msg"),
     # completion
-    Wrapper("MPI_Wait", "MPI_Request *request, MPI_Status *status", "wait", comm=None,
-            pre="int64_t ddlt_rq = DDLT_H(*request);", request="ddlt_rq"),
+    # a single completion's status gives the size of the message a receive got (aux; records.py gives it to the
+    # MPI_Irecv whose request it completes: the Irecv's own count is its buffer's)
+    Wrapper("MPI_Wait", "MPI_Request *request, MPI_Status *status", "wait", comm=None, status="status",
+            pre="int64_t ddlt_rq = DDLT_H(*request);", request="ddlt_rq",
+            aux="ret == MPI_SUCCESS ? ddlt_status_bytes(status, MPI_BYTE) : DDLT_NA64"),
     Wrapper("MPI_Waitall", "int count, MPI_Request array_of_requests[], MPI_Status array_of_statuses[]", "wait",
             comm=None, pre="int64_t ddlt_rq = ddlt_first_request(count, array_of_requests);", request="ddlt_rq",
             aux="count"),
@@ -131,7 +135,8 @@ WRAPPERS: tuple[Wrapper, ...] = (
             request="ret == MPI_SUCCESS && *outcount > 0 && array_of_indices[0] < ddlt_n ? "
                     "DDLT_H(ddlt_cp[array_of_indices[0]]) : DDLT_NA64", aux="incount"),
     Wrapper("MPI_Test", "MPI_Request *request, int *flag, MPI_Status *status", "wait", comm=None, flag="flag",
-            pre="int64_t ddlt_rq = DDLT_H(*request);", request="ddlt_rq"),
+            status="status", pre="int64_t ddlt_rq = DDLT_H(*request);", request="ddlt_rq",
+            aux="ret == MPI_SUCCESS && *flag ? ddlt_status_bytes(status, MPI_BYTE) : DDLT_NA64"),
     Wrapper("MPI_Testall", "int count, MPI_Request array_of_requests[], int *flag, MPI_Status array_of_statuses[]",
             "wait", comm=None, flag="flag", pre="int64_t ddlt_rq = ddlt_first_request(count, array_of_requests);",
             request="ddlt_rq", aux="count"),
