@@ -41,7 +41,7 @@ from ddltrace.collectors.clock import clock_manifest
 from ddltrace.collectors.gpu_sampler import GpuSampler
 from ddltrace.collectors.mpi_env import find_tool, local_env, mpi_flavour, mpiexec_command
 from ddltrace.collectors.pmpi.build import build_wrapper
-from ddltrace.collectors.pmpi.records import OUTSIDE_MPI, RankRecords, read_records, to_timeline
+from ddltrace.collectors.pmpi.records import OUTSIDE_MPI, POLLING, RankRecords, read_records, to_timeline
 from ddltrace.collectors.pmpi.table import PSEUDO
 from ddltrace.collectors.pyspy_stacks import PySpyRecorder
 from ddltrace.collectors.system_sampler import MACHINE, SystemSampler
@@ -62,7 +62,7 @@ INTERRUPTED_NOTE = ("interrupted (Ctrl-C / SIGTERM): the job was stopped; a rank
                     "marked abrupt")
 
 # timeline rows of the wrapper that are not MPI calls of the job: the gaps between calls, its own clock syncs
-NOT_CALLS = (OUTSIDE_MPI, *(name for name, _ in PSEUDO))
+NOT_CALLS = (OUTSIDE_MPI, POLLING, *(name for name, _ in PSEUDO))
 
 
 @dataclass

@@ -23,6 +23,7 @@ needs_mpi = pytest.mark.skipif(find_tool("mpicc") is None or find_tool("mpiexec"
                                reason="no mpicc/mpiexec beside this Python (pip install 'ddltrace[mpi]')")
 
 JOB = textwrap.dedent("""
+    import time
     import numpy as np
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
@@ -39,6 +40,9 @@ JOB = textwrap.dedent("""
         comm.Send(a[:10], dest=1, tag=14)
         comm.send({"x": 2}, dest=1, tag=15)
         comm.Send(a[:3], dest=1, tag=16)
+        for tag in (17, 18):  # rank 1 polls for these 50 ms each: idle, then working between its polls
+            time.sleep(0.05)
+            comm.Send(a[:1], dest=1, tag=tag)
     else:
         comm.Recv(b[:10], source=0, tag=11)
         assert comm.recv(source=0, tag=12) == {"hello": 1}
@@ -49,6 +53,14 @@ JOB = textwrap.dedent("""
         req = comm.Irecv(b, source=0, tag=16)
         while not req.Test():
             pass
+        req = comm.Irecv(b, source=0, tag=17)
+        while not req.Test():
+            pass
+        while not comm.Iprobe(source=0, tag=18):
+            t = time.perf_counter()
+            while time.perf_counter() - t < 0.002:
+                pass
+        comm.Recv(b[:1], source=0, tag=18)
     r = comm.Iallreduce(a, b)
     r.Wait()
     comm.Bcast(a, root=1)
@@ -135,6 +147,30 @@ def test_mpi4py_calls_are_recorded_with_their_columns(recorded):
     assert (sizes[13], sizes[14], sizes[16]) == (8000, 80, 24)
     pickled = t0.loc[(t0["name"].str.startswith("MPI_Send")) & (t0["tag"] == 15), "bytes"].iloc[0]
     assert sizes[15] == pickled < 100  # mpi4py's irecv(): the pickle's size, not the buffer it posted
+
+
+def test_a_rank_that_polls_waits_and_one_that_works_between_polls_computes(recorded):
+    """Rank 1 waits 50 ms for a message in a loop of MPI_Test calls that find nothing and nothing else (mpi4py's
+    ``while not req.Test(): pass``): the gaps between those calls are polling, category wait, not the rank's own work
+    (before: "outside MPI", compute, so a polling rank read as compute-bound). Then 50 ms of MPI_Iprobe calls with
+    2 ms of work between them: those gaps stay its work."""
+    from ddltrace.collectors.pmpi.records import OUTSIDE_MPI, POLLING
+
+    t1 = to_timeline(recorded[1])
+    tagged = t1[t1["tag"].isin([17, 18])]
+    start17 = tagged.loc[tagged["tag"] == 17, "start_ns"].min()
+    start18 = tagged.loc[tagged["name"].str.startswith("MPI_Iprobe") & (tagged["tag"] == 18), "start_ns"].min()
+    end18 = tagged.loc[tagged["name"].str.startswith("MPI_Recv") & (tagged["tag"] == 18), "start_ns"].max()
+
+    def spent(name, lo, hi):
+        rows = t1[(t1["name"] == name) & (t1["start_ns"] >= lo) & (t1["start_ns"] < hi)]
+        return int(rows["dur_ns"].sum()) / 1e6, set(rows["category"].astype(str))
+
+    polled, cats = spent(POLLING, start17, start18)
+    assert polled > 20 and cats == {"wait"}, polled  # of the 50 ms (the first Tests came before the sleep began)
+    assert spent(OUTSIDE_MPI, start17, start18)[0] < 0.2 * polled
+    worked, _ = spent(OUTSIDE_MPI, start18, end18)
+    assert worked > 30 and spent(POLLING, start18, end18)[0] < 1
 
 
 def test_timeline_rows_do_not_overlap_on_the_main_lane(recorded):

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ddltrace.collectors.pmpi.table import categories, names, table_hash
+from ddltrace.collectors.pmpi.table import categories, names, polls, table_hash
 from ddltrace.errors import DdltraceError
 from ddltrace.timeline import make_timeline
 
@@ -28,6 +28,14 @@ RECORD_DTYPE = np.dtype([("fn", "<u2"), ("flags", "<u2"), ("tid", "<i4"), ("peer
                          ("aux", "<i8")])
 NA32, NA64 = -(2**31), -(2**63)
 OUTSIDE_MPI = "outside MPI"
+#: A gap between calls in which the rank polls: it follows a call of :func:`~ddltrace.collectors.pmpi.table.polls`
+#: that found nothing and ends at the next such call, within :data:`POLL_GAP_NS`.
+POLLING = "polling (between MPI_Test / MPI_Iprobe calls that found nothing)"
+#: The longest gap between two polls that is the rank waiting, not working (ns): a loop that only polls spends
+#: 0.1-2 us between its calls (mpi4py's ``while not req.Test(): pass``: about 1 us); one that works between them more.
+POLL_GAP_NS = 20_000
+#: The record's flag bit set where a Test* / Iprobe / Improbe found something (runtime.h's DDLT_F_COMPLETED).
+COMPLETED = 2
 
 
 @dataclass
@@ -183,7 +191,9 @@ def to_timeline(rr: RankRecords, *, end_ns: int | None = None, align: bool = Tru
         "request": _nullable(rec["request"], rec["request"] == NA64, "Int64"),
         "source": "pmpi",
     })
-    gaps = _outside_mpi(t0[main], t1[main], rr.rank)
+    is_poll = np.isin(fn_names[fn], polls())
+    missed = is_poll & ((rec["flags"] & COMPLETED) == 0)
+    gaps = _outside_mpi(t0[main], t1[main], rr.rank, missed[main], is_poll[main])
     frame = pd.concat([frame, gaps], ignore_index=True) if len(gaps) else frame
     if align and len(frame):  # both ends, so that rows that touch still touch after a drift correction
         start = frame["start_ns"].to_numpy()
@@ -258,17 +268,22 @@ def _nullable(values: np.ndarray, missing: np.ndarray, dtype: str) -> pd.arrays.
     return pd.arrays.IntegerArray(np.where(missing, 0, values).astype(dtype.lower()), np.asarray(missing, bool))
 
 
-def _outside_mpi(t0: np.ndarray, t1: np.ndarray, rank: int) -> pd.DataFrame:
-    """Intervals between consecutive calls (ns), from the end of MPI_Init to the start of the last call."""
+def _outside_mpi(t0: np.ndarray, t1: np.ndarray, rank: int, missed: np.ndarray, is_poll: np.ndarray) -> pd.DataFrame:
+    """Intervals between consecutive calls (ns), from the end of MPI_Init to the start of the last call: the rank's
+    own work (:data:`OUTSIDE_MPI`, compute), or its polling (:data:`POLLING`, wait) where the call before is a poll
+    that found nothing (``missed``), the call after a poll (``is_poll``), and the gap at most :data:`POLL_GAP_NS`."""
     if len(t0) < 2:
         return pd.DataFrame()
     order = np.argsort(t0, kind="stable")
-    t0, t1 = t0[order], t1[order]
+    t0, t1, missed, is_poll = t0[order], t1[order], missed[order], is_poll[order]
     busy_until = np.maximum.accumulate(t1)[:-1]
     start, stop = busy_until, t0[1:]
     keep = stop > start
+    polling = (missed[:-1] & is_poll[1:] & (stop - start <= POLL_GAP_NS))[keep]
     n = int(keep.sum())
     return pd.DataFrame({
-        "rank": np.full(n, rank, dtype=np.int32), "lane": "main", "name": OUTSIDE_MPI, "category": "compute",
+        "rank": np.full(n, rank, dtype=np.int32), "lane": "main",
+        "name": np.where(polling, POLLING, OUTSIDE_MPI).astype(object),
+        "category": np.where(polling, "wait", "compute").astype(object),
         "start_ns": start[keep], "dur_ns": (stop - start)[keep], "source": "pmpi",
     })

@@ -218,6 +218,12 @@ def names() -> list[str]:
     return out
 
 
+def polls() -> list[str]:
+    """The calls that return at once saying whether something was there (a ``flag``: MPI_Test*, MPI_Iprobe,
+    MPI_Improbe): a rank calls them in a loop to wait while it polls."""
+    return [w.name for w in WRAPPERS if w.flag]
+
+
 def categories() -> list[str]:
     """Category by record id - 1 (same order as :func:`names`)."""
     out: list[str] = []
