@@ -29,10 +29,11 @@ RECORD_DTYPE = np.dtype([("fn", "<u2"), ("flags", "<u2"), ("tid", "<i4"), ("peer
 NA32, NA64 = -(2**31), -(2**63)
 OUTSIDE_MPI = "outside MPI"
 #: A gap between calls in which the rank polls: it follows a call of :func:`~ddltrace.collectors.pmpi.table.polls`
-#: that found nothing and ends at the next such call, within :data:`POLL_GAP_NS`.
+#: that found nothing and ends at the next such call, in a loop of them whose median gap is within :data:`POLL_GAP_NS`.
 POLLING = "polling (between MPI_Test / MPI_Iprobe calls that found nothing)"
-#: The longest gap between two polls that is the rank waiting, not working (ns): a loop that only polls spends
-#: 0.1-2 us between its calls (mpi4py's ``while not req.Test(): pass``: about 1 us); one that works between them more.
+#: The longest median gap of a loop of polls that is the rank waiting, not working (ns): a loop that only polls spends
+#: 0.1-2 us between its calls (mpi4py's ``while not req.Test(): pass``: about 0.3 us); one that works between them
+#: more.
 POLL_GAP_NS = 20_000
 #: The record's flag bit set where a Test* / Iprobe / Improbe found something (runtime.h's DDLT_F_COMPLETED).
 COMPLETED = 2
@@ -270,8 +271,9 @@ def _nullable(values: np.ndarray, missing: np.ndarray, dtype: str) -> pd.arrays.
 
 def _outside_mpi(t0: np.ndarray, t1: np.ndarray, rank: int, missed: np.ndarray, is_poll: np.ndarray) -> pd.DataFrame:
     """Intervals between consecutive calls (ns), from the end of MPI_Init to the start of the last call: the rank's
-    own work (:data:`OUTSIDE_MPI`, compute), or its polling (:data:`POLLING`, wait) where the call before is a poll
-    that found nothing (``missed``), the call after a poll (``is_poll``), and the gap at most :data:`POLL_GAP_NS`."""
+    own work (:data:`OUTSIDE_MPI`, compute), or its polling (:data:`POLLING`, wait): the gaps of a loop of polls
+    (each after a poll that found nothing, ``missed``, and before a poll, ``is_poll``) whose median gap is at most
+    :data:`POLL_GAP_NS` (a gap of such a loop in which the rank lost its core is the loop's too)."""
     if len(t0) < 2:
         return pd.DataFrame()
     order = np.argsort(t0, kind="stable")
@@ -279,7 +281,12 @@ def _outside_mpi(t0: np.ndarray, t1: np.ndarray, rank: int, missed: np.ndarray, 
     busy_until = np.maximum.accumulate(t1)[:-1]
     start, stop = busy_until, t0[1:]
     keep = stop > start
-    polling = (missed[:-1] & is_poll[1:] & (stop - start <= POLL_GAP_NS))[keep]
+    between = missed[:-1] & is_poll[1:]  # gaps of a loop of polls, numbered by loop: its median gap says what it is
+    loop = np.cumsum(~between)[between]
+    typical = pd.Series(np.maximum(stop - start, 0)[between]).groupby(loop).transform("median").to_numpy()
+    polling = np.zeros(len(start), dtype=bool)
+    polling[between] = typical <= POLL_GAP_NS
+    polling = polling[keep]
     n = int(keep.sum())
     return pd.DataFrame({
         "rank": np.full(n, rank, dtype=np.int32), "lane": "main",
