@@ -259,14 +259,17 @@ def compare(folder: Path, hta_python: Path, tmp: Path) -> dict:
         (0.0, None, {}, "")
     per_analysis = _timed([sys.executable, "-c", _DDLTRACE_PER_ANALYSIS, str(store)])[2] if ours_steps else {}
     hta_exact = None  # where the figures differ on the same events: HTA again, on the file's own times (untimed)
-    if hta and ours and any(_rounded_apart(ours.get(rank, {}), h) for rank, h in hta.items()):
+    apart = [_rounded_apart(o, h) or _rounded_apart(o.get("launched") or {}, h)  # (all work, or HTA's set)
+             for rank, h in (hta or {}).items() for o in [(ours or {}).get(rank, {})]]
+    if hta and ours and any(apart):
         done = subprocess.run([str(hta_python), "-c", _HTA_CHILD, str(job), "all"], capture_output=True, text=True,
                               cwd=tempfile.gettempdir(), env={**os.environ, HTA_NO_ROUNDING: "1"})
         hta_exact = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None
     for steps, wall in ((hta_steps, hta_s), (ours_steps, steps_s)):
         if steps:  # the interpreter's start and exit: the wall time the process's own clock did not see
             steps["interpreter"] = wall - sum(steps.values())
-    return {"trace": str(folder.relative_to(SHARED)), "hta_s": hta_s, "ours_s": ours_s, "hta": hta, "ours": ours,
+    name = folder.relative_to(SHARED) if folder.is_relative_to(SHARED) else folder.name
+    return {"trace": str(name), "hta_s": hta_s, "ours_s": ours_s, "hta": hta, "ours": ours,
             "hta_exact": hta_exact,
             "hta_steps": hta_steps, "ours_steps": ours_steps, "ours_per_analysis": per_analysis,
             "hta_error": hta_err, "ours_error": ours_err}
@@ -378,7 +381,8 @@ def compile_ddltrace() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("traces", nargs="*", help="folders of ../shared/hta_traces (default: all with GPU work)")
+    parser.add_argument("traces", nargs="*", help="folders of ../shared/hta_traces (default: all with GPU work), or "
+                                                  "paths of other folders of Kineto traces")
     parser.add_argument("--hta-python", type=Path, default=DEFAULT_HTA_PYTHON)
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
@@ -405,7 +409,8 @@ def main() -> None:
                         f"{_pp(o.get(k), h.get(k)):<22}" for k in ("idle", "compute", "non_compute", "overlap"))
                         + f"  {o.get('events')} / {h.get('events')}")
                     exact = (r["hta_exact"] or {}).get(rank)
-                    if exact:  # HTA on the file's nanoseconds: its rounding to whole microseconds switched off
+                    if exact and o.get("events") == exact.get("events"):  # HTA on the file's nanoseconds (its
+                        # rounding to whole microseconds switched off), on the same events
                         print(f"{'  HTA, ' + HTA_NO_ROUNDING + '=1':<36} {rank:>4}  " + "  ".join(
                             f"{_pp(o.get(k), exact.get(k)):<22}" for k in ("idle", "compute", "non_compute", "overlap"))
                             + f"  {o.get('events')} / {exact.get('events')}")
@@ -415,6 +420,11 @@ def main() -> None:
                             f"{_pp(la.get(k), h.get(k)):<22}" for k in ("idle", "compute", "non_compute", "overlap"))
                             + f"  {la['events']} / {h.get('events')} ({la['unlaunched_events']} events, "
                               f"{la['unlaunched_ms']:.1f} of {la['work_ms']:.1f} ms without launch)")
+                        if exact and la["events"] == exact.get("events"):
+                            print(f"{'  launched, ' + HTA_NO_ROUNDING + '=1':<36} {rank:>4}  " + "  ".join(
+                                f"{_pp(la.get(k), exact.get(k)):<22}" for k in ("idle", "compute", "non_compute",
+                                                                                "overlap"))
+                                + f"  {la['events']} / {exact.get('events')}")
             if r["hta"] is not None and r["ours"] is not None:
                 _print_launches(r)
                 _print_launches(r, "hta_exact", f"  HTA, {HTA_NO_ROUNDING}=1")
