@@ -705,7 +705,7 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
     confidence = float(model.get("confidence") or 0.95)
     entries = _entries_at(model["constants"], batch_factor)
     covariance = _covariance_at(model, batch_factor)
-    drawn = _fit_draws(constants, entries, covariance)
+    drawn = _fit_draws(constants, entries, covariance) if covariance is not None or moved else None
     if covariance is not None:  # A's phase (and its what-if) over the fit's own uncertainty
         a_record = model.get("profile") or {}
         table["predicted_low_s"], table["predicted_high_s"] = transfer.interval_on_a(drawn, wl, workers, a_record,
