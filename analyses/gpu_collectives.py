@@ -92,8 +92,9 @@ def rank_collectives(rank: int, work: pd.DataFrame, timeline: pd.DataFrame | Non
     collective takes the one its host operation says, where ``timeline`` (the rank's) links it to its launch
     (:func:`host_collectives`)."""
     comm = work[work["category"] == "comm"]
-    parsed = [parse_name(n) for n in comm["name"]]
-    collective = np.array([p[0] for p in parsed], dtype=object)
+    codes, names = pd.factorize(comm["name"].to_numpy(object))  # each distinct name parsed once
+    parsed = np.array([parse_name(n) for n in names], dtype=object).reshape(-1, 3)[codes]
+    collective = parsed[:, 0].copy()
     unknown = collective == "unknown"
     if unknown.any() and timeline is not None and "correlation" in timeline:
         said = host_collectives(timeline, comm["correlation"][unknown])
@@ -102,7 +103,7 @@ def rank_collectives(rank: int, work: pd.DataFrame, timeline: pd.DataFrame | Non
     return pd.DataFrame({
         "rank": rank, "device": comm["device"].to_numpy(object), "stream": comm["stream"].to_numpy(object),
         "name": comm["name"].to_numpy(object), "collective": collective,
-        "algorithm": [p[1] for p in parsed], "protocol": [p[2] for p in parsed], "group": group,
+        "algorithm": parsed[:, 1], "protocol": parsed[:, 2], "group": group,
         "step": comm["step"].array, "start_ns": comm["start_ns"].to_numpy(np.int64),
         "dur_ns": comm["dur_ns"].to_numpy(np.int64),
         "bytes": comm["bytes"].array if "bytes" in comm else pd.array([pd.NA] * len(comm), dtype="Int64"),
