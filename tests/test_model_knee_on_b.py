@@ -261,6 +261,51 @@ def test_the_phase_interval_on_b_of_all_draws_at_once_is_each_draws_own(models, 
     assert [r["profile_high_s"] for r in rows] == pytest.approx(list(high), rel=1e-9)
 
 
+def _same_what_if_phases(path: Path, what_if: dict, count: int = 100) -> None:
+    """The first ``count`` draws' phases with ``what_if`` at w = 1, 2, 5, on B and on A, at once and one at a time."""
+    model = json.loads(path.read_text())
+    constants, wl, _, _ = _workload(model, str(path), None)
+    moved = _on_profile(model, str(path), str(DATA / "B.json"), constants, wl, False)
+    a, b, counts, runs = moved["a"], moved["b"], moved["counts"], model["measurements"]
+    z_a, z_b = transfer.profile_draws(a, b, count)
+    pairs = [tuple({name: float(z[i]) for name, z in side.items()} for side in (z_a, z_b)) for i in range(count)]
+    ratios = transfer.profile_ratios(wl, counts, a, b, z_a, z_b)
+    server = transfer.server_measured(a, runs)
+    drawn = knee_draws(constants, model["covariance"], count)
+
+    def phase(one, i, w, on_b=True):
+        return transfer.phase_at(one, wl, w, a, runs, *((b, counts, False) if on_b else ()), what_if=what_if,
+                                 z_a=pairs[i][0], z_b=pairs[i][1], server=server)["phase_s"]
+
+    for w in (1, 2, 5):
+        fast = drawn_knees.phases_at(drawn, wl, w, a, runs, b, False, ratios, server, what_if)
+        if fast is not None:  # (None where B's quota loop is played: one draw at a time there)
+            assert np.array_equal(fast, _each(drawn, count, lambda one, i, w=w: phase(one, i, w)))
+        on_a = _each(drawn, count, lambda one, i, w=w: phase(one, i, w, on_b=False))
+        assert np.array_equal(drawn_knees.phases_at(drawn, wl, w, a, runs, what_if=what_if), on_a)
+
+
+def test_the_what_if_s_knee_on_b_is_drawn_as_the_knee_on_b(models, capsys):
+    """predict --profile --what-if said the what-if's knee on B's interval was not drawn. It is now drawn as the knee
+    on B's is, with the what-if's changes made to B's constants at each w (drawn_knees.phases_at with what_if): each
+    draw's phase on B with the what-if is transfer.phase_at's one draw at a time, on A too (a t_slice what-if
+    changed before the messages' waits, for the --cpu-shares model); predict prints the interval, and it holds the
+    what-if's knee."""
+    root, plain, shares = models
+    _same_what_if_phases(plain, {"c_p": ("scale", 3.0), "c_u": ("scale", 0.5)})
+    _same_what_if_phases(shares, {"t_slice": ("scale", 2.0)})
+    capsys.readouterr()
+    assert main(["model", "predict", str(plain), "--workers", "1,2,4", "--profile", str(DATA / "B.json"),
+                 "--what-if", "c_p=3x", "--what-if", "c_u=0.5x", "--json"]) == 0
+    knee = json.loads(capsys.readouterr().out)["knee"]["what_if"]
+    assert "why_not" not in knee["interval"], knee
+    assert knee["interval"]["low_w"] <= knee["w"] <= knee["interval"]["high_w"]
+    assert main(["model", "predict", str(plain), "--workers", "1,2,4", "--profile", str(DATA / "B.json"),
+                 "--what-if", "c_p=3x"]) == 0
+    text = capsys.readouterr().out
+    assert "knee with c_p=3x on B: w* = " in text and "the what-if's knee's interval: not drawn" not in text
+
+
 def test_a_knee_interval_under_one_worker_says_what_it_means(tmp_path, capsys):
     """The max model fitted on A's runs reads w* 1.04 [0.784 to 1.36]: a knee under one worker (Hashemi's w* is
     continuous) is a server term already the larger at w = 1, which the fit now says; the closed loop's interval

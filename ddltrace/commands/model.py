@@ -407,7 +407,7 @@ KNEE_SEARCH_TIMES, KNEE_SEARCH_LEAST = 4, 64
 
 
 def _knee_interval_on_b(model: dict, source: str, constants, wl, moved: dict, runs: list, serial: bool,
-                        batch_factor: float, knee_b: float, played: list[int]) -> dict:
+                        batch_factor: float, knee_b: float, played: list[int], what_if: dict | None = None) -> dict:
     """The knee on B's interval (workers), drawn as the fit's (:func:`ddltrace.analyses.fit_hashemi.knee_interval`:
     the fitted constants from Student's t with the model's covariance, the per-sample ones times ``batch_factor``)
     with, in each draw, both profiles' constants drawn as the phase's interval draws them
@@ -415,8 +415,9 @@ def _knee_interval_on_b(model: dict, source: str, constants, wl, moved: dict, ru
     its w* by the knee's own rule (:func:`ddltrace.models.transfer.knee_search`, all draws at once:
     :mod:`ddltrace.models.drawn_knees`, one at a time at a w where B's quota loop is played) below ``searched_below_w``
     workers (:data:`KNEE_SEARCH_TIMES` the knee on B, at least :data:`KNEE_SEARCH_LEAST`: a draw with none there
-    counts as past it, which is all the interval's upper end needs to say). ``{"ci": (low, high), "draws",
-    "confidence", "searched_below_w"}``, or ``{"why_not": ...}`` where it is not drawn."""
+    counts as past it, which is all the interval's upper end needs to say); with ``what_if``'s changes to B's constants
+    at each w, the knee of the what-if on B. ``{"ci": (low, high), "draws", "confidence", "searched_below_w"}``, or
+    ``{"why_not": ...}`` where it is not drawn."""
     import numpy as np
 
     from ddltrace.analyses.fit_hashemi import KNEE_DRAWS, knee_interval
@@ -442,11 +443,12 @@ def _knee_interval_on_b(model: dict, source: str, constants, wl, moved: dict, ru
 
         def one(w: int, i: int) -> float:  # where B's quota loop is played: one draw at a time
             return transfer.phase_at(drawn_knees.one_draw(drawn, i), wl, w, a, runs, b, moved["counts"], serial,
-                                     z_a={name: float(z[i]) for name, z in z_a.items()},
+                                     what_if, z_a={name: float(z[i]) for name, z in z_a.items()},
                                      z_b={name: float(z[i]) for name, z in z_b.items()}, server=server)["phase_s"]
 
         return drawn_knees.searched_knees(
-            lambda w: drawn_knees.phases_at(drawn, wl, w, a, runs, b, serial, ratios, server), KNEE_DRAWS, most, one)
+            lambda w: drawn_knees.phases_at(drawn, wl, w, a, runs, b, serial, ratios, server, what_if), KNEE_DRAWS,
+            most, one)
 
     confidence = float(model.get("confidence") or 0.95)
     return {"ci": knee_interval(knees_of, constants, covariance, confidence), "draws": KNEE_DRAWS,
@@ -667,11 +669,15 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
                             else knee_on_a(changed=True))
     knee_intervals = {"model": _knee_interval_on_a(model, source, constants, wl, batch_factor, fit_b, None,
                                                    knees["model"][0])}
-    if what_if:
-        knee_intervals["what_if"] = (
-            {"why_not": "a what-if's knee on B would be a search over w on B in each draw (the knee on B's "
-                        "interval above is drawn)"} if moved else
-            _knee_interval_on_a(model, source, constants, wl, batch_factor, fit_b, what_if, knees["what_if"][0]))
+    if what_if and moved:  # the what-if's knee on B, drawn as the knee on B is
+        knee_w = knees["what_if"][0]
+        played = [] if math.isinf(knee_w) else [w for w in range(1, int(knee_w) + 2)
+                                                if at(w, on_b=True, changed=True)["loop"]]
+        interval_on_b_what_if = _knee_interval_on_b(model, source, constants, wl, moved, runs, serial, batch_factor,
+                                                    knee_w, played, what_if)
+    elif what_if:
+        knee_intervals["what_if"] = _knee_interval_on_a(model, source, constants, wl, batch_factor, fit_b, what_if,
+                                                        knees["what_if"][0])
     rows = []
     for w in workers:
         here = at(w)
@@ -748,6 +754,8 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
     table.attrs["knees"] = knees
     if moved:
         table.attrs["knee_interval_on_b"] = interval_on_b
+    if moved and what_if:
+        table.attrs["knee_interval_on_b_what_if"] = interval_on_b_what_if
     table.attrs["batch"] = {"fit_b": fit_b, "c_p_factor": batch_factor, "note": _batch_note(model, wl.b, fit_b,
                                                                                           batch_factor)}
     return table
@@ -790,14 +798,14 @@ KNEE_COVERS = ("the fit's constants drawn together from Student's t with the fit
                "(as the phase's interval; once where B's profile is A's own)")
 
 
-def _describe_knee_interval(drawn: dict) -> list[str]:
+def _describe_knee_interval(drawn: dict, of: str = "knee on B", define: bool = True) -> list[str]:
+    """The knee on B's interval (``of``: the what-if's, where ``define`` is False: the definition said once)."""
     if "why_not" in drawn:
-        return [f"  knee on B's interval: not drawn: {drawn['why_not']}"]
+        return [f"  {of}'s interval: not drawn: {drawn['why_not']}"]
     low, high = drawn["ci"]
     lower, upper = (f"more than {drawn['searched_below_w'] - 1}" if math.isinf(x) else f"{x:.3g}" for x in (low, high))
     return [f"  {100 * drawn['confidence']:.0f} % interval: {lower} to {upper} workers, over {drawn['draws']} "
-            f"draws of {KNEE_COVERS}",
-            f"  {KNEE_DEFINITION}"]
+            f"draws of {KNEE_COVERS}", *([f"  {KNEE_DEFINITION}"] if define else [])]
 
 
 def _past_knee(table: pd.DataFrame, knee: float, best: float) -> dict | None:
@@ -908,6 +916,8 @@ def run_predict(args) -> int:
             knees[name]["interval"] = _json_knee_on_a(drawn)
         if moved:
             knees["profile"]["interval"] = _json_knee_interval(table.attrs["knee_interval_on_b"])
+        if "knee_interval_on_b_what_if" in table.attrs:
+            knees["what_if"]["interval"] = _json_knee_interval(table.attrs["knee_interval_on_b_what_if"])
         out = {"model": args.model, "what_if": args.what_if, "knee": knees, "rows": records,
                "interval_on_a": table.attrs["interval_on_a"], "definitions": _definitions(table, model)}
         if moved:
@@ -974,6 +984,9 @@ def run_predict(args) -> int:
             print(_describe_knee_on_a(table.attrs["knee_intervals"][name]))
         if name == "profile":
             print("\n".join(_describe_knee_interval(table.attrs["knee_interval_on_b"])))
+        if name == "what_if" and "knee_interval_on_b_what_if" in table.attrs:
+            print("\n".join(_describe_knee_interval(table.attrs["knee_interval_on_b_what_if"], "the what-if's knee",
+                                                     define=False)))
     if moved:
         best = table.attrs["transfer"]["best_w"]
         print(f"best worker count on B: {best} (the fewest of those asked within "

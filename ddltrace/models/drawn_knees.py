@@ -39,23 +39,23 @@ def phases_at(k: Constants, wl: Workload, w: int, a: Mapping, runs: Sequence[Map
               serial: bool = False, ratios: Mapping | None = None, server: Mapping | None = None,
               what_if: Mapping | None = None) -> np.ndarray | None:
     """:func:`ddltrace.models.transfer.phase_at`'s ``phase_s`` (seconds, all epochs) at ``w`` workers for each draw
-    of ``k``: on A (``b`` None; with ``what_if``'s changes, made to the constants at w as ``phase_at`` makes them, a
-    ``t_slice`` before the messages' waits are drawn from it), or carried to B (``ratios``:
-    :func:`ddltrace.models.transfer.profile_ratios` of the profiles' draws; ``server``:
-    :func:`ddltrace.models.transfer.server_measured`). None where B's quota holds every rank at w (a ``--cpu-shares``
-    model): there the phase is the quota loop played out, one draw at a time."""
+    of ``k``: on A (``b`` None), or carried to B (``ratios``: :func:`ddltrace.models.transfer.profile_ratios` of the
+    profiles' draws; ``server``: :func:`ddltrace.models.transfer.server_measured`); with ``what_if``'s changes, made to
+    the constants at w as ``phase_at`` makes them (a ``t_slice`` before the messages' waits are drawn from it). None
+    where B's quota holds every rank at w (a ``--cpu-shares`` model): there the phase is the quota loop played out,
+    one draw at a time."""
+    change = dict(what_if or {})
+    t_slice = change.pop("t_slice", None)
+    k = k.scaled({"t_slice": t_slice}) if t_slice else k
     if b is None:
-        change = dict(what_if or {})
-        t_slice = change.pop("t_slice", None)
-        at = k.scaled({"t_slice": t_slice}) if t_slice else k
+        at = k
         if wl.cpu_shares:
             at = hashemi.at_share(at, transfer.share_on_a(a, runs, w)[0], transfer.messages_per_batch(runs, w))
-        at = at.scaled(change) if change else at
     else:
         if wl.cpu_shares and transfer.quota_holds(wl, b, runs, transfer.cpu_shares(a, b, runs, w), w):
             return None
         at = transfer.carry(k, wl, a, b, ratios, serial, w, runs, server)[0]
-    return wl.epochs * hashemi.t_phase(w, wl, at)
+    return wl.epochs * hashemi.t_phase(w, wl, at.scaled(change) if change else at)
 
 
 def searched_knees(phases: Callable[[int], np.ndarray | None], draws: int, most: int,
