@@ -8,6 +8,7 @@ kernel, and across ranks), :mod:`~ddltrace.analyses.gpu_overlap` (communication-
 :mod:`~ddltrace.analyses.gpu_launch` (launch statistics),
 :mod:`~ddltrace.analyses.gpu_queue` (queue length
 per stream), :mod:`~ddltrace.analyses.gpu_idle` (idle time waiting for the host),
+:mod:`~ddltrace.analyses.gpu_stream_idle` (idle time per stream, HTA's breakdown),
 :mod:`~ddltrace.analyses.gpu_collectives` (collective instances across ranks) and
 :mod:`~ddltrace.analyses.gpu_memcpy` (memory copies). Launches and queues need the correlation ids between a CPU
 launch and its kernel (the timeline's ``correlation`` column, from Kineto): where no rank has them they are listed
@@ -33,6 +34,7 @@ from ddltrace.analyses import (
     gpu_memcpy,
     gpu_overlap,
     gpu_queue,
+    gpu_stream_idle,
     gpu_temporal,
 )
 from ddltrace.analyses.gpu_lanes import device_work, has_streams
@@ -63,6 +65,8 @@ class GpuAnalysis:
     #: (rank, its copy-bandwidth series) of the rank with the highest peak, for the report's figure
     copy_series: tuple[int, pd.DataFrame] | None = None
     idle: list = field(default_factory=list)
+    #: per rank, its idle time per stream by HTA's categories (:mod:`~ddltrace.analyses.gpu_stream_idle`)
+    stream_idle: list = field(default_factory=list)
     #: per rank, the breakdown and overlap of the work launched in the trace (:mod:`~ddltrace.analyses.gpu_launched`)
     launched: list = field(default_factory=list)
 
@@ -93,6 +97,8 @@ class GpuAnalysis:
             self.copy_series = (rank, moved)
         pairs = gpu_launch.launch_pairs(timeline, work)
         self.idle.append(gpu_idle.idle_breakdown(rank, work, pairs))
+        if streams:
+            self.stream_idle.append(gpu_stream_idle.stream_idle(rank, work, timeline))
         if len(pairs):
             self.launch_ranks.append(rank)
             self.launches.append(gpu_launch.launch_stats(rank, pairs))
@@ -161,6 +167,11 @@ class GpuAnalysis:
     def idle_table(self) -> pd.DataFrame:
         """Idle time per device split into host wait and the rest (:mod:`~ddltrace.analyses.gpu_idle`)."""
         return self._frame(self.idle, gpu_idle.COLUMNS)
+
+    def stream_idle_table(self) -> pd.DataFrame:
+        """Idle time per stream by HTA's categories, host wait, kernel wait and other
+        (:mod:`~ddltrace.analyses.gpu_stream_idle`); empty where no rank has streams and correlation ids."""
+        return self._frame(self.stream_idle, gpu_stream_idle.COLUMNS)
 
     def collective_kernel_table(self) -> pd.DataFrame:
         """The communication kernels of every rank (:data:`~ddltrace.analyses.gpu_collectives.RANK_COLUMNS`)."""

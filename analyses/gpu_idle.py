@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ddltrace.analyses.gpu_lanes import _merged
+from ddltrace.analyses.gpu_lanes import NOT_FOUND, _merged, lookup
 
 COLUMNS = ["rank", "device", "window_ns", "idle_ns", "host_wait_ns", "other_ns", "unlinked_ns", "gaps",
            "host_wait_gaps", "share_host_wait"]
@@ -36,12 +36,11 @@ def idle_breakdown(rank: int, work: pd.DataFrame, pairs: pd.DataFrame) -> pd.Dat
         lo, hi = _merged(on_device["start_ns"].to_numpy(np.int64), on_device["end_ns"].to_numpy(np.int64))
         a, b = hi[:-1], lo[1:]
         gap = b - a
-        ends = np.full(len(b), -1, np.int64)
+        ends = np.full(len(b), NOT_FOUND, np.int64)
         if launch_end is not None and device in launch_end.index.get_level_values(0):
             known = launch_end.loc[device]
-            found = known.reindex(b)
-            ends = np.where(found.notna(), found.fillna(-1).to_numpy(np.int64), -1)
-        linked = ends >= 0
+            ends = lookup(known.index.to_numpy(np.int64), known.to_numpy(np.int64), b)
+        linked = ends != NOT_FOUND
         host = np.where(linked, np.clip(np.minimum(ends, b) - a, 0, None), 0)
         window = int(hi[-1] - lo[0]) if len(lo) else 0
         idle = int(gap.sum())

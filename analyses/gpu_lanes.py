@@ -95,3 +95,18 @@ def intersection_ns(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.nd
     """Length (ns) of (union of the intervals ``a``) intersected with (union of ``b``): |A| + |B| - |A u B|."""
     both = (np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]))
     return union_ns(*a) + union_ns(*b) - union_ns(*both)
+
+
+#: The value :func:`lookup` gives a key it does not find (below any time in ns).
+NOT_FOUND = np.iinfo(np.int64).min
+
+
+def lookup(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """The int64 ``values`` of the sorted, distinct int64 ``keys`` at each of ``wanted``, :data:`NOT_FOUND` where a
+    key is absent. In int64 throughout: a time in ns since the epoch (1.8e18) moves by up to 256 ns through a float,
+    as a pandas reindex with missing keys takes it."""
+    keys, values, wanted = (np.asarray(x, np.int64) for x in (keys, values, wanted))
+    if not len(keys):
+        return np.full(len(wanted), NOT_FOUND, np.int64)
+    at = np.clip(np.searchsorted(keys, wanted), 0, len(keys) - 1)
+    return np.where(keys[at] == wanted, values[at], NOT_FOUND)

@@ -128,6 +128,12 @@ lap("memcpy")
 for (rank, name), m in (memory.iterrows() if memory is not None else []):
     rows[int(rank)].setdefault("memory", {})[name] = {"count": int(m[("memory_bw_gbps", "count")]),
                                                        "mean_gbps": float(m[("memory_bw_gbps", "mean")])}
+lap("(benchmark's own)")
+idle, _ = analyzer.get_idle_time_breakdown(ranks=ranks, visualize=False)
+lap("idle per stream")
+for _, i in idle.iterrows():  # times in us
+    rows[int(i["rank"])].setdefault("idle_streams", {}).setdefault(f"stream {i['stream']}", {})[
+        i["idle_category"]] = float(i["idle_time"])
 print(json.dumps(steps))
 print(json.dumps(rows))
 """
@@ -187,6 +193,9 @@ def ours_figures(gpu: dict) -> dict:
     for q in gpu["queues"]:
         rows[str(q["rank"])].setdefault("queues", {})[q["stream"]] = {
             "changes": q["changes"], "mean": q["mean_hta"], "max": q["max"]}
+    for i in gpu["idle_streams"]:
+        rows[str(i["rank"])].setdefault("idle_streams", {}).setdefault(i["stream"], {})[i["idle_category"]] = (
+            i["idle_ns"] / 1e3)
     for c in gpu["copies"]:
         mean = c["mean_bandwidth"]
         rows[str(c["rank"])].setdefault("memory", {})[_HTA_NAMES.get(c["direction"], c["direction"])] = {
@@ -201,7 +210,7 @@ _DDLTRACE_PER_ANALYSIS = r"""
 import json, sys, time
 from ddltrace.store import TraceStore
 from ddltrace.analyses import (gpu_collectives, gpu_idle, gpu_kernels, gpu_launch, gpu_launched, gpu_memcpy,
-                               gpu_overlap, gpu_queue, gpu_temporal)
+                               gpu_overlap, gpu_queue, gpu_stream_idle, gpu_temporal)
 from ddltrace.analyses.gpu_lanes import device_work, has_streams
 steps = {}
 def timed(name, f, *args):
@@ -221,6 +230,7 @@ for rank, timeline in TraceStore.open(sys.argv[1]).iter_timeline():
     window = int((timeline["start_ns"] + timeline["dur_ns"]).max() - timeline["start_ns"].min())
     timed("queue", lambda: gpu_queue.queue_summary(rank, gpu_queue.queue_length_series(pairs), window))
     timed("idle", gpu_idle.idle_breakdown, rank, work, pairs)
+    timed("idle per stream", gpu_stream_idle.stream_idle, rank, work, timeline)
     timed("memcpy", lambda: (lambda c: gpu_memcpy.copy_summary(c, series=gpu_memcpy.bandwidth_series(c)))(
         gpu_memcpy.rank_copies(rank, work)))
     timed("collectives", gpu_collectives.rank_collectives, rank, work, timeline)
@@ -305,6 +315,17 @@ def _print_launches(r: dict, key: str = "hta", said: str = "") -> None:
                 f"{b.get(k, '-')}" for k in ("changes", "mean", "max")))
 
 
+def _print_stream_idle(r: dict, key: str = "hta", said: str = "") -> None:
+    """Idle time per stream of both tools by HTA's categories (µs, ddltrace / HTA; ``key``: HTA's run, ``said``
+    what is different about it)."""
+    for rank, h in sorted((r[key] or {}).items(), key=lambda kv: int(kv[0])):
+        mine, theirs = r["ours"].get(rank, {}).get("idle_streams", {}), h.get("idle_streams", {})
+        for stream in sorted(set(mine) | set(theirs)):
+            a, b = mine.get(stream, {}), theirs.get(stream, {})
+            print(f"{said:<36} {rank:>4}  idle {stream} (us): " + ", ".join(
+                f"{c} {a.get(c, 0):.6g} / {b.get(c, 0):.6g}" for c in ("host_wait", "kernel_wait", "other")))
+
+
 def _print_copies(r: dict) -> None:
     """Copies per kind (HTA's names) of both tools: count and mean bandwidth (GB/s; ddltrace's only where the
     store holds the copies' bytes)."""
@@ -337,7 +358,8 @@ def _print_steps(results: list[dict]) -> None:
           "back and every analysis of `analyze`, without the findings and the JSON; HTA's read: "
           "TraceAnalysis(trace_dir); interpreter: start and exit)")
     alone = _sums(results, "ours_per_analysis")
-    both = [k for k in ("temporal", "overlap", "kernels", "launch", "queue", "memcpy") if k in alone and k in hta]
+    both = [k for k in ("temporal", "overlap", "kernels", "launch", "queue", "memcpy", "idle per stream")
+            if k in alone and k in hta]
     print("per GPU analysis, all traces (s, module imports and trace reading left out): "
           + ", ".join(f"{k} {alone[k]:.3f} / {hta[k]:.3f} ({hta[k] / alone[k]:.0f}x)" for k in both)
           + " (ddltrace / HTA (HTA / ddltrace)); ddltrace's alone: " + ", ".join(
@@ -429,6 +451,8 @@ def main() -> None:
                 _print_launches(r)
                 _print_launches(r, "hta_exact", f"  HTA, {HTA_NO_ROUNDING}=1")
                 _print_copies(r)
+                _print_stream_idle(r)
+                _print_stream_idle(r, "hta_exact", f"  HTA, {HTA_NO_ROUNDING}=1")
             print(f"{'':<36} wall s: ddltrace {r['ours_s']:.2f}, HTA {r['hta_s']:.2f}, HTA / ddltrace "
                   f"{r['hta_s'] / r['ours_s']:.2f}x")
             for tool, key in (("ddltrace", "ours_steps"), ("HTA", "hta_steps")):
