@@ -129,6 +129,8 @@ GPU_ANALYSES: dict[str, Requirement] = {
                                 frozenset({"device", "correlation"})),
     "gpu_idle": Requirement("GPU idle time waiting for the host (host wait, other)",
                             frozenset({"device", "correlation"})),
+    "gpu_stream_idle": Requirement("GPU idle time per stream (HTA's: host wait, kernel wait, other)",
+                                   frozenset({"device", "streams", "correlation"})),
     "gpu_collectives": Requirement("collective instances (collective, algorithm, duration)",
                                    frozenset({"device", "device_comm"})),
     "gpu_collective_skew": Requirement("collectives matched across ranks (start skew, the late rank)",
