@@ -155,13 +155,17 @@ def _completions(calls: pd.DataFrame) -> pd.DataFrame:
     if not len(posts) or not len(waits):
         return pd.DataFrame(columns=["post", "w_enter", "w_leave", "w_call", "w_name"])
     call_id = waits.groupby(["rank", "name", "start_ns", "end_ns"], sort=False).ngroup()
-    waits = pd.DataFrame({"rank": waits["rank"], "request": waits["request"], "w_enter": waits["start_ns"],
-                          "w_leave": waits["end_ns"], "w_call": call_id.to_numpy(), "w_name": waits["name"]})
+    # the times as nullable integers: a post no Wait* completed leaves them missing, and a float would move a time
+    # since the epoch (1.8e18 ns) by up to 256 ns
+    waits = pd.DataFrame({"rank": waits["rank"], "request": waits["request"], "w_at": waits["start_ns"],
+                          "w_enter": waits["start_ns"].astype("Int64"), "w_leave": waits["end_ns"].astype("Int64"),
+                          "w_call": call_id.to_numpy(), "w_name": waits["name"]})
     left = pd.DataFrame({"rank": posts["rank"], "request": posts["request"], "post_ns": posts["start_ns"],
                          "post": posts.index})
-    merged = pd.merge_asof(left.sort_values("post_ns"), waits.sort_values("w_enter"), left_on="post_ns",
-                           right_on="w_enter", by=["rank", "request"], direction="forward")
-    return merged.dropna(subset=["w_call"])
+    merged = pd.merge_asof(left.sort_values("post_ns"), waits.sort_values("w_at"), left_on="post_ns",
+                           right_on="w_at", by=["rank", "request"], direction="forward")
+    merged = merged.dropna(subset=["w_call"]).drop(columns="w_at")
+    return merged.astype({"w_enter": "int64", "w_leave": "int64"})
 
 
 def _fifo(frame: pd.DataFrame, key: list[str]) -> pd.DataFrame:

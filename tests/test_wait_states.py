@@ -102,6 +102,20 @@ def test_request_handles_are_reused_after_completion():
     assert only(out, "late_sender")["time_ns"].tolist() == [20, 80]
 
 
+def test_times_since_the_epoch_keep_their_nanoseconds_through_a_wait():
+    """The PMPI collector's times are ns since the epoch (1.8e18 ns), where a float's steps are 256 ns. A post no
+    Wait* completed made the completions' times floats (merge_asof's missing values): the late sender to an Irecv
+    read 150 +- 256 ns. Now exact: 150 ns, and the enter time the Wait's own."""
+    t = 1_768_554_939_865_398_728  # (not a multiple of 256)
+    out = states([
+        call(1, "MPI_Irecv_c", t, t + 5, peer=0, request=11), call(1, "MPI_Wait", t + 101, t + 401, request=11),
+        call(1, "MPI_Irecv_c", t + 500, t + 505, peer=0, request=12),  # never completed
+        call(0, "MPI_Isend_c", t + 251, t + 260, peer=1, request=21), call(0, "MPI_Wait", t + 260, t + 270, request=21),
+    ])
+    late = only(out, "late_sender")
+    assert late[["rank", "name", "enter_ns", "time_ns"]].values.tolist() == [[1, "MPI_Wait", t + 101, 150]]
+
+
 def test_late_receiver_on_wait_for_isend():
     out = states([
         call(0, "MPI_Isend", 0, 2, peer=1, request=3), call(0, "MPI_Wait", 10, 300, request=3),
