@@ -112,4 +112,6 @@ def test_trace_writes_a_store_whose_manifest_names_the_mode(tmp_path, capsys):
         per_sample_s = events.loc[compute, "dur_ns"].sum() / 1e9 / samples
         assert compute.sum() == doc["workers"][str(rank)]["batches"]
         assert per_sample_s == pytest.approx(doc["workers"][str(rank)]["compute_per_sample_s"], rel=0.05)
-        assert per_sample_s == pytest.approx(200e-6, rel=0.10)
+        # the emulation sleeps 200 us a sample: never less, more when the machine is busy (CI at 20:14 UTC, the
+        # parallel tier on 2 cores: 227.7 us, which the job's own figure above agreed with)
+        assert 200e-6 * 0.99 <= per_sample_s < 2 * 200e-6
