@@ -65,8 +65,10 @@ class GpuAnalysis:
     #: (rank, its copy-bandwidth series) of the rank with the highest peak, for the report's figure
     copy_series: tuple[int, pd.DataFrame] | None = None
     idle: list = field(default_factory=list)
-    #: per rank, its idle time per stream by HTA's categories (:mod:`~ddltrace.analyses.gpu_stream_idle`)
+    #: per rank, its idle time per stream by HTA's categories (:mod:`~ddltrace.analyses.gpu_stream_idle`), over all
+    #: its device work and over the work launched in the trace (HTA's set) where that is not all of it
     stream_idle: list = field(default_factory=list)
+    stream_idle_launched: list = field(default_factory=list)
     #: per rank, the breakdown and overlap of the work launched in the trace (:mod:`~ddltrace.analyses.gpu_launched`)
     launched: list = field(default_factory=list)
 
@@ -99,6 +101,9 @@ class GpuAnalysis:
         self.idle.append(gpu_idle.idle_breakdown(rank, work, pairs))
         if streams:
             self.stream_idle.append(gpu_stream_idle.stream_idle(rank, work, timeline))
+            keep = gpu_launched.launched(timeline, work)
+            if keep is not None and not keep.all():
+                self.stream_idle_launched.append(gpu_stream_idle.stream_idle(rank, work[keep], timeline))
         if len(pairs):
             self.launch_ranks.append(rank)
             self.launches.append(gpu_launch.launch_stats(rank, pairs))
@@ -172,6 +177,11 @@ class GpuAnalysis:
         """Idle time per stream by HTA's categories, host wait, kernel wait and other
         (:mod:`~ddltrace.analyses.gpu_stream_idle`); empty where no rank has streams and correlation ids."""
         return self._frame(self.stream_idle, gpu_stream_idle.COLUMNS)
+
+    def stream_idle_launched_table(self) -> pd.DataFrame:
+        """:meth:`stream_idle_table` over the work launched in the trace (HTA's set,
+        :func:`~ddltrace.analyses.gpu_launched.launched`), for the ranks where that is not all their work."""
+        return self._frame(self.stream_idle_launched, gpu_stream_idle.COLUMNS)
 
     def collective_kernel_table(self) -> pd.DataFrame:
         """The communication kernels of every rank (:data:`~ddltrace.analyses.gpu_collectives.RANK_COLUMNS`)."""

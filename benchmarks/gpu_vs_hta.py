@@ -193,9 +193,11 @@ def ours_figures(gpu: dict) -> dict:
     for q in gpu["queues"]:
         rows[str(q["rank"])].setdefault("queues", {})[q["stream"]] = {
             "changes": q["changes"], "mean": q["mean_hta"], "max": q["max"]}
-    for i in gpu["idle_streams"]:
-        rows[str(i["rank"])].setdefault("idle_streams", {}).setdefault(i["stream"], {})[i["idle_category"]] = (
-            i["idle_ns"] / 1e3)
+    for key, where in (("idle_streams", lambda rank: rows[rank]),
+                       ("idle_streams_launched", lambda rank: rows[rank].setdefault("launched", {}))):
+        for i in gpu[key]:
+            where(str(i["rank"])).setdefault("idle_streams", {}).setdefault(i["stream"], {})[i["idle_category"]] = (
+                i["idle_ns"] / 1e3)
     for c in gpu["copies"]:
         mean = c["mean_bandwidth"]
         rows[str(c["rank"])].setdefault("memory", {})[_HTA_NAMES.get(c["direction"], c["direction"])] = {
@@ -317,12 +319,15 @@ def _print_launches(r: dict, key: str = "hta", said: str = "") -> None:
 
 def _print_stream_idle(r: dict, key: str = "hta", said: str = "") -> None:
     """Idle time per stream of both tools by HTA's categories (µs, ddltrace / HTA; ``key``: HTA's run, ``said``
-    what is different about it)."""
+    what is different about it); ddltrace's over the work launched in the trace (HTA's set) where that is not all."""
     for rank, h in sorted((r[key] or {}).items(), key=lambda kv: int(kv[0])):
-        mine, theirs = r["ours"].get(rank, {}).get("idle_streams", {}), h.get("idle_streams", {})
+        ours = r["ours"].get(rank, {})
+        mine, theirs = (ours.get("launched") or ours).get("idle_streams", {}), h.get("idle_streams", {})
+        said_here = said or ("  launched in the trace (HTA set)" if "idle_streams" in (ours.get("launched") or {})
+                             else "")
         for stream in sorted(set(mine) | set(theirs)):
             a, b = mine.get(stream, {}), theirs.get(stream, {})
-            print(f"{said:<36} {rank:>4}  idle {stream} (us): " + ", ".join(
+            print(f"{said_here:<36} {rank:>4}  idle {stream} (us): " + ", ".join(
                 f"{c} {a.get(c, 0):.6g} / {b.get(c, 0):.6g}" for c in ("host_wait", "kernel_wait", "other")))
 
 

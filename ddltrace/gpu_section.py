@@ -63,6 +63,8 @@ IDLE = ("GPU idle time waiting for the host (each idle gap of the device, up to 
 STREAM_IDLE = ("Idle time per stream (HTA's idle-time breakdown: each gap between two items of work on the stream; "
                "host wait where the second's launch call started after the first ended, kernel wait where not and "
                "the gap is under 30 us, other the rest; share of the stream's idle time)")
+STREAM_IDLE_LAUNCHED = ("The same over the work launched in the trace (HTA's set: the device work a host event's "
+                        "correlation id names, on the ranks where some has no launch in the trace)")
 COLLECTIVES = ("Collectives by kind (communication kernels, matched across ranks by process group, step and order; "
                "time: the instances' durations summed, each the shortest kernel of the instance, the late arriver's; "
                "bus bandwidth (nccl-tests): bytes / duration x 2(n-1)/n for all-reduce, (n-1)/n for all-gather, "
@@ -229,12 +231,13 @@ def gpu_tables(run, top: int = TOP_SHOWN) -> list[tuple[str, pd.DataFrame]]:
               f"{format_ns(i['host_wait_ns'])} ({format_percent(i['share_host_wait'])})", format_ns(i["other_ns"]),
               format_ns(i["unlinked_ns"]), f"{i['host_wait_gaps']} of {i['gaps']}"] for i in idle.to_dict("records")],
             columns=["rank", "device", "window", "idle", "host wait", "other", "unlinked", "gaps with host wait"])))
-    stream_idle = gpu.stream_idle_table()
-    if len(stream_idle):
-        tables.append((STREAM_IDLE, pd.DataFrame(
-            [[i["rank"], i["device"], i["stream"], i["idle_category"].replace("_", " "), format_ns(i["idle_ns"]),
-              i["intervals"], format_percent(i["share"])] for i in stream_idle.to_dict("records")],
-            columns=["rank", "device", "stream", "category", "idle", "gaps", "share"])))
+    for title, stream_idle in ((STREAM_IDLE, gpu.stream_idle_table()),
+                               (STREAM_IDLE_LAUNCHED, gpu.stream_idle_launched_table())):
+        if len(stream_idle):
+            tables.append((title, pd.DataFrame(
+                [[i["rank"], i["device"], i["stream"], i["idle_category"].replace("_", " "), format_ns(i["idle_ns"]),
+                  i["intervals"], format_percent(i["share"])] for i in stream_idle.to_dict("records")],
+                columns=["rank", "device", "stream", "category", "idle", "gaps", "share"])))
     tables.extend(collective_tables(run.collectives()))
     copies = gpu.copy_table(run.copy_bytes_per_s)
     if len(copies):
@@ -304,6 +307,7 @@ def gpu_json(run) -> dict:
                         "worst_launches": "per rank, the 10 launches with the longest launch delay (by: launch_delay) "
                                           "and the 10 with the longest CPU duration (by: cpu_duration), in ns",
                         "idle": IDLE, "idle_streams": STREAM_IDLE + "; times in ns, shares as fractions",
+                        "idle_streams_launched": STREAM_IDLE_LAUNCHED,
                         "collectives": COLLECTIVES + "; one row per instance, times in ns, bandwidths "
                         "in bytes/s", "late_arrivals": LATE, "copies": COPIES + "; bandwidths in bytes/s",
                         "nvml": NVML + "; values in the unit column"},
@@ -320,6 +324,7 @@ def gpu_json(run) -> dict:
         "queues": records(gpu.queue_table()),
         "idle": records(gpu.idle_table()) if gpu.launch_ranks else [],
         "idle_streams": records(gpu.stream_idle_table()),
+        "idle_streams_launched": records(gpu.stream_idle_launched_table()),
         "collectives": records(run.collectives()),
         "late_arrivals": records(late_arrivals(run.collectives())),
         "copies": records(gpu.copy_table(run.copy_bytes_per_s)),
