@@ -55,12 +55,20 @@ def stream_idle(rank: int, work: pd.DataFrame, timeline: pd.DataFrame) -> pd.Dat
     interval = (start[1:] - end[:-1])[follows]
     host_wait = launch[1:][follows] > previous_end
     kernel_wait = ~host_wait & (interval < KERNEL_WAIT_BELOW_NS)
-    frame = pd.DataFrame({"device": devices[device_codes[1:][follows]], "stream": streams[stream_codes[1:][follows]],
-                          "idle_category": np.select([host_wait, kernel_wait], ["host_wait", "kernel_wait"], "other"),
-                          "interval": interval})
-    out = (frame.groupby(["device", "stream", "idle_category"], sort=True)["interval"]
-           .agg(idle_ns="sum", intervals="count").reset_index())
-    total = out.groupby(["device", "stream"])["idle_ns"].transform("sum")
-    out["share"] = np.where(total != 0, out["idle_ns"] / total.where(total != 0, 1), 0.0)
-    out.insert(0, "rank", rank)
-    return out[COLUMNS]
+    category = np.select([host_wait, kernel_wait], [0, 1], 2)  # index into CATEGORIES
+    streams_n = len(streams)
+    key = ((device_codes[1:][follows] * streams_n + stream_codes[1:][follows]) * len(CATEGORIES) + category)
+    cells = len(devices) * streams_n * len(CATEGORIES)  # (a few per device: sums by integer key, no string frame)
+    counts = np.bincount(key, minlength=cells)
+    sums = np.zeros(cells, np.int64)
+    np.add.at(sums, key, interval)  # int64 throughout: bincount's weights would be floats
+    present = np.flatnonzero(counts)
+    device, rest = np.divmod(present, streams_n * len(CATEGORIES))
+    stream, code = np.divmod(rest, len(CATEGORIES))
+    out = pd.DataFrame({"rank": rank, "device": np.asarray(devices, dtype=object)[device],
+                        "stream": np.asarray(streams, dtype=object)[stream],
+                        "idle_category": np.array(CATEGORIES, dtype=object)[code], "idle_ns": sums[present],
+                        "intervals": counts[present]})
+    total = out.groupby(["device", "stream"], sort=False)["idle_ns"].transform("sum").to_numpy()
+    out["share"] = np.where(total != 0, out["idle_ns"] / np.where(total != 0, total, 1), 0.0)
+    return out.sort_values(["device", "stream", "idle_category"], kind="stable").reset_index(drop=True)[COLUMNS]
