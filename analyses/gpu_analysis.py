@@ -87,7 +87,8 @@ class GpuAnalysis:
         self.classes.append(gpu_kernels.by_class(rank, work))
         self.kernels.append(gpu_kernels.top_kernels(rank, work))
         self.overlap.append(gpu_overlap.comm_comp_overlap(rank, work))
-        self.launched.append(gpu_launched.launched_breakdown(rank, timeline, work))
+        keep = gpu_launched.launched(timeline, work)  # HTA's set: the work launched in the trace
+        self.launched.append(gpu_launched.launched_breakdown(rank, work, keep))
         self.kernel_sums.append(work.groupby(["category", "name"])["dur_ns"].sum().rename(rank))
         self.collective_kernels.append(gpu_collectives.rank_collectives(rank, work, timeline))
         copies = gpu_memcpy.rank_copies(rank, work)
@@ -101,7 +102,6 @@ class GpuAnalysis:
         self.idle.append(gpu_idle.idle_breakdown(rank, work, pairs))
         if streams:
             self.stream_idle.append(gpu_stream_idle.stream_idle(rank, work, timeline))
-            keep = gpu_launched.launched(timeline, work)
             if keep is not None and not keep.all():
                 self.stream_idle_launched.append(gpu_stream_idle.stream_idle(rank, work[keep], timeline))
         if len(pairs):

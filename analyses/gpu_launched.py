@@ -57,11 +57,10 @@ def launched(timeline: pd.DataFrame, work: pd.DataFrame) -> np.ndarray | None:
     return keep if names[steps].nunique() >= 2 else None
 
 
-def launched_breakdown(rank: int, timeline: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
-    """One row per device of ``rank`` with work HTA does not keep (:func:`launched`): :data:`COLUMNS` (ns,
-    fractions; the breakdown and overlap are NaN where it keeps none of the device's work, the overlap where it
-    keeps no communication kernel). Empty where HTA keeps all the rank's work."""
-    keep = launched(timeline, work)
+def launched_breakdown(rank: int, work: pd.DataFrame, keep: np.ndarray | None) -> pd.DataFrame:
+    """One row per device of ``rank`` with work HTA does not keep (``keep``: :func:`launched` of the rank's timeline
+    and ``work``): :data:`COLUMNS` (ns, fractions; the breakdown and overlap are NaN where it keeps none of the
+    device's work, the overlap where it keeps no communication kernel). Empty where HTA keeps all the rank's work."""
     if keep is None or keep.all():
         return pd.DataFrame(columns=COLUMNS)
     counts = work.assign(unlaunched_events=~keep, unlaunched_ns=np.where(keep, 0, work["dur_ns"]))

@@ -224,7 +224,7 @@ for rank, timeline in TraceStore.open(sys.argv[1]).iter_timeline():
     work = timed("device work", device_work, timeline)
     timed("temporal", gpu_temporal.temporal_breakdown, rank, work, has_streams(work))
     timed("overlap", gpu_overlap.comm_comp_overlap, rank, work)
-    timed("launched", gpu_launched.launched_breakdown, rank, timeline, work)
+    timed("launched", lambda: gpu_launched.launched_breakdown(rank, work, gpu_launched.launched(timeline, work)))
     timed("kernels", lambda: (gpu_kernels.by_class(rank, work), gpu_kernels.top_kernels(rank, work),
                               work.groupby(["category", "name"])["dur_ns"].sum()))
     pairs = timed("launch", gpu_launch.launch_pairs, timeline, work)

@@ -37,6 +37,8 @@ POLLING = "polling (between MPI_Test / MPI_Iprobe calls that found nothing)"
 POLL_GAP_NS = 20_000
 #: The record's flag bit set where a Test* / Iprobe / Improbe found something (runtime.h's DDLT_F_COMPLETED).
 COMPLETED = 2
+#: The function ids - 1 (as :func:`to_timeline` indexes the names) of the calls that poll.
+_POLL_IDS = np.flatnonzero(np.isin(names(), polls()))
 
 
 @dataclass
@@ -192,7 +194,7 @@ def to_timeline(rr: RankRecords, *, end_ns: int | None = None, align: bool = Tru
         "request": _nullable(rec["request"], rec["request"] == NA64, "Int64"),
         "source": "pmpi",
     })
-    is_poll = np.isin(fn_names[fn], polls())
+    is_poll = np.isin(fn, _POLL_IDS)
     missed = is_poll & ((rec["flags"] & COMPLETED) == 0)
     gaps = _outside_mpi(t0[main], t1[main], rr.rank, missed[main], is_poll[main])
     frame = pd.concat([frame, gaps], ignore_index=True) if len(gaps) else frame
@@ -255,11 +257,12 @@ def _irecv_sizes(rec: np.ndarray) -> np.ndarray:
     done = pd.DataFrame({"handle": rec["request"][sized], "t0": rec["t0"][sized],
                          "size": rec["aux"][sized]}).sort_values("t0")
     again = pd.DataFrame({"handle": rec["request"][other_posts], "t0": rec["t0"][other_posts]}).sort_values("t0")
-    again["next_post"] = again["t0"]
-    done["done"] = done["t0"]
+    # nullable integers: a post with no completion leaves them missing, and a float would round the clock's ticks
+    again["next_post"] = again["t0"].astype("Int64")
+    done["done"] = done["t0"].astype("Int64")
     found = pd.merge_asof(left, done, on="t0", by="handle", direction="forward")
     found = pd.merge_asof(found, again, on="t0", by="handle", direction="forward", allow_exact_matches=False)
-    keep = found["size"].notna() & (found["next_post"].isna() | (found["done"] < found["next_post"]))
+    keep = found["size"].notna() & (found["done"] < found["next_post"]).fillna(True).astype(bool)
     rec = rec.copy()
     rec["bytes"][found.loc[keep, "row"].to_numpy(np.int64)] = found.loc[keep, "size"].to_numpy(np.int64)
     return rec
