@@ -103,7 +103,8 @@ class RunResult:
 
 
 def _header_progress(folder: Path) -> tuple[int, int]:
-    """(ranks alive, MPI calls so far) from the record files' headers."""
+    """(ranks alive, records so far: MPI calls and the requests their Waitall and kin completed) from the record
+    files' headers."""
     alive = calls = 0
     for path in folder.glob("rank-*.pmpi"):
         header = record_sets.peek_header(path)
@@ -344,7 +345,7 @@ def _run_job(cfg, out, mpi, lib, work, records, fw_env, gatherer, command) -> Ru
                     pyspy.attach(pid)
             if show and elapsed - last_shown >= 0.5:
                 alive, calls = _header_progress(records) if mpi else (1, 0)
-                print(f"\rddltrace: {elapsed:7.1f} s elapsed, {alive} ranks alive, {calls:,} MPI calls  ",
+                print(f"\rddltrace: {elapsed:7.1f} s elapsed, {alive} ranks alive, {calls:,} MPI records  ",
                       end="", file=stream, flush=True)
                 last_shown = elapsed
             try:
@@ -433,9 +434,10 @@ def _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, i
             notes.append(f"unreadable record file: {exc}" + ("" if rank is None else f"; rank {rank} left out"))
             continue
         if rr.lost:
-            notes.append(f"{path}: the file ends before {rr.lost:,} of the {len(rr.records) + rr.lost:,} MPI calls "
-                         f"rank {rr.rank} recorded (cut short, or a segment could not be mapped); the "
-                         f"{len(rr.records):,} it holds are kept")
+            held = len(rr.records) + len(rr.completions)
+            notes.append(f"{path}: the file ends before {rr.lost:,} of the {held + rr.lost:,} records (MPI calls "
+                         f"and requests completed) rank {rr.rank} wrote (cut short, or a segment could not be mapped); "
+                         f"the {len(rr.records):,} MPI calls it holds are kept")
     nodes: list[node_agent.NodePart] = []
     if (records / NODES).is_dir():
         progress.phase = "waiting for the node agents"

@@ -35,11 +35,13 @@ JOB = textwrap.dedent("""
     if rank == 0:
         comm.Send(a[:10], dest=1, tag=11)
         comm.send({"hello": 1}, dest=1, tag=12)
-        req = comm.Isend(a, dest=1, tag=13)
+        req = comm.Isend(a[:5], dest=1, tag=13)
         req.Wait()
         comm.Send(a[:10], dest=1, tag=14)
         comm.send({"x": 2}, dest=1, tag=15)
         comm.Send(a[:3], dest=1, tag=16)
+        for tag in (19, 20, 21, 22):  # completed by Waitany, Waitsome (two), Testall: 16, 24, 32, 40 bytes
+            comm.Send(a[:tag - 17], dest=1, tag=tag)
         for tag in (17, 18):  # rank 1 polls for these 50 ms each: idle, then working between its polls
             time.sleep(0.05)
             comm.Send(a[:1], dest=1, tag=tag)
@@ -52,6 +54,13 @@ JOB = textwrap.dedent("""
         assert comm.irecv(source=0, tag=15).wait() == {"x": 2}
         req = comm.Irecv(b, source=0, tag=16)
         while not req.Test():
+            pass
+        MPI.Request.Waitany([comm.Irecv(b, source=0, tag=19)])
+        pending = [comm.Irecv(b[:500], source=0, tag=20), comm.Irecv(b[500:], source=0, tag=21)]
+        while MPI.Request.Waitsome(pending) is not None:
+            pass
+        req = comm.Irecv(b, source=0, tag=22)
+        while not MPI.Request.Testall([req]):
             pass
         req = comm.Irecv(b, source=0, tag=17)
         while not req.Test():
@@ -141,10 +150,17 @@ def test_mpi4py_calls_are_recorded_with_their_columns(recorded):
     assert isend["request"] in set(waits["request"])
     irecv = t1[t1["name"] == "MPI_Irecv_c"].iloc[0]
     assert t1.loc[t1["name"] == "MPI_Waitall", "request"].iloc[0] == irecv["request"]
-    # an Irecv's bytes are its message's, from the status of the Wait or Test that completed it (before: its
-    # buffer's, 8000 bytes here); one completed by Waitall, whose statuses are not recorded, keeps its buffer's
+    # an Irecv's bytes are its message's, from the status of the Wait, Test, Waitall, Waitany, Waitsome or Testall
+    # that completed it (before: its buffer's, 8000 bytes for tag 13, 4000 for 20 and 21, 8000 for the rest), as
+    # rank 0's sends recorded them
     sizes = {int(r["tag"]): int(r["bytes"]) for _, r in t1[t1["name"].str.startswith("MPI_Irecv")].iterrows()}
-    assert (sizes[13], sizes[14], sizes[16]) == (8000, 80, 24)
+    sent = {int(r["tag"]): int(r["bytes"]) for _, r in t0[t0["name"].str.match(r"MPI_I?[Ss]end")].iterrows()}
+    assert [sizes[tag] for tag in (13, 14, 16, 19, 20, 21, 22)] == [sent[tag] for tag in (13, 14, 16, 19, 20, 21, 22)]
+    assert [sent[tag] for tag in (13, 14, 16, 19, 20, 21, 22)] == [40, 80, 24, 16, 24, 32, 40]
+    # the requests completed by Waitany, Waitsome and Testall are recorded apart, not as calls of the timeline
+    done = r1.completions
+    assert set(done["tag"]) >= {13, 19, 20, 21, 22} and "ddltrace_request_done" not in set(t1["name"])
+    assert {"MPI_Waitany", "MPI_Waitsome", "MPI_Testall"} <= set(t1["name"])
     pickled = t0.loc[(t0["name"].str.startswith("MPI_Send")) & (t0["tag"] == 15), "bytes"].iloc[0]
     assert sizes[15] == pickled < 100  # mpi4py's irecv(): the pickle's size, not the buffer it posted
 
@@ -240,9 +256,10 @@ def test_an_imrecv_takes_the_envelope_of_the_latest_probe_of_its_message_handle(
 
 def test_an_irecv_takes_its_size_from_the_completion_of_its_own_request():
     """Hand-built records of one rank, one request handle reused throughout (as MPICH does): an Irecv whose request a
-    Test that found nothing and then a Wait complete takes the Wait's status size; one completed by Waitall (no status
-    recorded) keeps its buffer's size even though a later Wait on the same handle, after the handle's next post (an
-    Isend), has a size; an Irecv with no completion after it keeps its buffer's."""
+    Test that found nothing and then a Wait complete takes the Wait's status size; one completed by a Waitall that
+    recorded no status (a file written before the wrapper recorded completions) keeps its buffer's size even though a
+    later Wait on the same handle, after the handle's next post (an Isend), has a size; an Irecv with no completion
+    after it keeps its buffer's; with the Waitall's completion record, its Irecv takes that record's size."""
     ids = {name: i + 1 for i, name in enumerate(names()) if name}
     na32, na64, handle = -(2**31), -(2**63), -1409286143
 
@@ -261,6 +278,26 @@ def test_an_irecv_takes_its_size_from_the_completion_of_its_own_request():
     got = t[t["name"].str.startswith("MPI_Irecv")][["tag", "bytes"]].astype(int).values.tolist()
     assert got == [[1, 80], [2, 4096], [3, 32768]]
     assert t.loc[t["name"] == "MPI_Isend_c", "bytes"].tolist() == [512]
+    rr.completions = np.array([rec("ddltrace_request_done", 55, aux=48)], dtype=RECORD_DTYPE)
+    t = to_timeline(rr, align=False)
+    got = t[t["name"].str.startswith("MPI_Irecv")][["tag", "bytes"]].astype(int).values.tolist()
+    assert got == [[1, 80], [2, 48], [3, 32768]] and "ddltrace_request_done" not in set(t["name"])
+
+
+def test_a_file_of_the_table_before_completion_records_is_read_and_another_table_is_not(recorded, tmp_path):
+    """The header's table hash: a file written before the table had its last pseudo record (``ddltrace_request_done``)
+    has the same ids for every call and is read; a file of any other table is refused, naming it."""
+    import struct
+    import zlib
+
+    at = struct.calcsize("<8sIIIiiiQI")  # the hash follows magic, version, sizes, rank, world, pid, slots, state
+    whole = recorded[0].path.read_bytes()
+    older = tmp_path / "rank-00000.pmpi"
+    older.write_bytes(whole[:at] + struct.pack("<I", zlib.crc32("\n".join(names()[:-1]).encode())) + whole[at + 4:])
+    assert len(read_records(older).records) == len(recorded[0].records)
+    older.write_bytes(whole[:at] + struct.pack("<I", 12345) + whole[at + 4:])
+    with pytest.raises(DdltraceError, match="written by a wrapper built from another call table"):
+        read_records(older)
 
 
 @needs_mpi

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ddltrace.collectors.pmpi.table import categories, names, polls, table_hash
+from ddltrace.collectors.pmpi.table import REQUEST_DONE, categories, names, polls, table_hashes
 from ddltrace.errors import DdltraceError
 from ddltrace.timeline import make_timeline
 
@@ -39,6 +39,7 @@ POLL_GAP_NS = 20_000
 COMPLETED = 2
 #: The function ids - 1 (as :func:`to_timeline` indexes the names) of the calls that poll.
 _POLL_IDS = np.flatnonzero(np.isin(names(), polls()))
+_REQUEST_DONE_ID = names().index(REQUEST_DONE) + 1
 
 
 @dataclass
@@ -66,9 +67,14 @@ class RankRecords:
     test_offset_ns: int
     syncs: list[ClockSync]
     records: np.ndarray = field(repr=False)
-    #: calls the rank recorded (record slots it took) that the file does not hold: it ends before them (cut
-    #: short, or a segment could not be mapped); 0 for a whole file
+    #: records the rank wrote (slots it took: calls, and the requests its Waitall and kin completed) that the file
+    #: does not hold: it ends before them (cut short, or a segment could not be mapped); 0 for a whole file
     lost: int = 0
+    #: the requests completed by calls that complete several (MPI_Waitall, Waitany, Waitsome and their Test twins),
+    #: one :data:`~ddltrace.collectors.pmpi.table.REQUEST_DONE` record each, apart from the calls in ``records``:
+    #: ``request`` the request, ``aux`` its message's bytes (-1 unknown), ``peer`` and ``tag`` its status's, ``t0`` and
+    #: ``t1`` the completing call's exit (files written before the runtime made them have none)
+    completions: np.ndarray = field(default_factory=lambda: np.zeros(0, RECORD_DTYPE), repr=False)
 
     @property
     def ended(self) -> str:
@@ -118,7 +124,7 @@ def read_records(path: str | Path) -> RankRecords:
     cal = np.array(rest[15:], dtype=np.int64).reshape(64, 2)
     if version != 1 or header_size != HEADER_SIZE or record_size != RECORD_DTYPE.itemsize:
         raise DdltraceError(f"{path}: unsupported record file version {version} (record size {record_size})")
-    if thash != table_hash():
+    if thash not in table_hashes():
         raise DdltraceError(f"{path}: written by a wrapper built from another call table (hash {thash:#x}); "
                             "read it with the ddltrace version that recorded it")
     available = (len(data) - HEADER_SIZE) // RECORD_DTYPE.itemsize
@@ -139,11 +145,12 @@ def read_records(path: str | Path) -> RankRecords:
     if len(records) and int(records["fn"].max()) > len(names()):
         raise DdltraceError(f"{path}: record with unknown function id {int(records['fn'].max())}")
     syncs = [ClockSync(*sync_values[4 * i:4 * i + 4]) for i in range(min(max(n_sync, 0), 2))]
+    done = records["fn"] == _REQUEST_DONE_ID
     return RankRecords(path=path, rank=rank, world_size=world, pid=pid, state=state, main_tid=main_tid,
                        host=host.split(b"\0")[0].decode(errors="replace"),
                        library=library.split(b"\0")[0].decode(errors="replace"),
-                       test_offset_ns=test_offset, syncs=syncs, records=records,
-                       lost=max(int(n_slots) - available, 0))
+                       test_offset_ns=test_offset, syncs=syncs, records=records[~done],
+                       lost=max(int(n_slots) - available, 0), completions=records[done])
 
 
 def ticks_to_ns(ticks: np.ndarray, pairs: np.ndarray) -> np.ndarray:
@@ -168,7 +175,7 @@ def to_timeline(rr: RankRecords, *, end_ns: int | None = None, align: bool = Tru
     A call still open when the rank died lasts until ``end_ns`` (local ns; default: its own start).
     ``align`` puts times on rank 0's clock.
     """
-    rec = _irecv_sizes(_imrecv_envelopes(rr.records))
+    rec = _irecv_sizes(_imrecv_envelopes(rr.records), rr.completions)
     t0 = rec["t0"].astype(np.int64)
     t1 = rec["t1"].astype(np.int64)
     open_ = t1 == 0
@@ -236,26 +243,29 @@ def _imrecv_envelopes(rec: np.ndarray) -> np.ndarray:
     return rec
 
 
-def _irecv_sizes(rec: np.ndarray) -> np.ndarray:
-    """``rec`` with each MPI_Irecv's ``bytes`` the size of the message it received, where the MPI_Wait or MPI_Test that
-    completed its request recorded its status's (``aux``; the wrapper's own figure for the Irecv is its buffer's,
-    count x the datatype's: mpi4py's ``irecv()`` posts 32 KiB for any message). The completion is the first of those
-    after the post with its request handle, and before the handle's next post (MPICH reuses handles once a request
-    is freed: a request completed by MPI_Waitall and its kin, whose statuses are not recorded, keeps its buffer's
-    size). Files written before the wrapper recorded the status have none to give."""
+def _irecv_sizes(rec: np.ndarray, completions: np.ndarray) -> np.ndarray:
+    """``rec`` with each MPI_Irecv's ``bytes`` the size of the message it received, from the status of what completed
+    its request: an MPI_Wait or MPI_Test (the record's ``aux``), or one of the ``completions`` of an MPI_Waitall and
+    its kin (:attr:`RankRecords.completions`). The wrapper's own figure for the Irecv is its buffer's, count x the
+    datatype's: mpi4py's ``irecv()`` posts 32 KiB for any message. The completion is the first of those after the
+    post with its request handle, and before the handle's next post (MPICH reuses handles once a request is freed).
+    An Irecv whose completion recorded no status keeps its buffer's size: in files written before the wrapper
+    recorded them, and beyond the first 64 requests of one Waitall (``DDLT_MAX_DONE``) given MPI_STATUSES_IGNORE."""
     fn_names = names()
     ids = {name: fn_names.index(name) + 1 for name in ("MPI_Irecv", "MPI_Irecv_c", "MPI_Wait", "MPI_Test")}
     handled = rec["request"] != NA64
     posted = handled & np.isin(rec["fn"], [ids["MPI_Irecv"], ids["MPI_Irecv_c"]])
     sized = handled & np.isin(rec["fn"], [ids["MPI_Wait"], ids["MPI_Test"]]) & (rec["aux"] >= 0)
-    if not posted.any() or not sized.any():
+    known = completions[(completions["request"] != NA64) & (completions["aux"] >= 0)]
+    if not posted.any() or not (sized.any() or len(known)):
         return rec
     completing = [i + 1 for i, name in enumerate(fn_names) if name.startswith(("MPI_Wait", "MPI_Test"))]
     other_posts = handled & ~np.isin(rec["fn"], completing)
     left = pd.DataFrame({"handle": rec["request"][posted], "t0": rec["t0"][posted],
                          "row": np.flatnonzero(posted)}).sort_values("t0")
-    done = pd.DataFrame({"handle": rec["request"][sized], "t0": rec["t0"][sized],
-                         "size": rec["aux"][sized]}).sort_values("t0")
+    done = pd.DataFrame({"handle": np.concatenate([rec["request"][sized], known["request"]]),
+                         "t0": np.concatenate([rec["t0"][sized], known["t0"]]),
+                         "size": np.concatenate([rec["aux"][sized], known["aux"]])}).sort_values("t0", kind="stable")
     again = pd.DataFrame({"handle": rec["request"][other_posts], "t0": rec["t0"][other_posts]}).sort_values("t0")
     # nullable integers: a post with no completion leaves them missing, and a float would round the clock's ticks
     again["next_post"] = again["t0"].astype("Int64")

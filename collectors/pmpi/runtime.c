@@ -43,6 +43,9 @@
 #ifndef DDLT_FN_CLOCK_SYNC
 #define DDLT_FN_CLOCK_SYNC 0
 #endif
+#ifndef DDLT_FN_REQUEST_DONE
+#define DDLT_FN_REQUEST_DONE 0
+#endif
 
 typedef struct ddlt_sync {
     int64_t offset_ns;      /* rank 0's clock minus this rank's clock */
@@ -230,6 +233,32 @@ int64_t ddlt_first_request(int n, const MPI_Request reqs[]) {
     for (int i = 0; i < n; i++)
         if (reqs[i] != MPI_REQUEST_NULL) return DDLT_H(reqs[i]);
     return DDLT_NA64;
+}
+
+void ddlt_done(MPI_Request req, const MPI_Status *status, int64_t t1) {
+    if (req == MPI_REQUEST_NULL) return;
+    ddlt_rec *r = ddlt_begin(DDLT_FN_REQUEST_DONE);
+    r->t0 = t1;
+    r->request = DDLT_H(req);
+    if (status != MPI_STATUS_IGNORE) {
+        r->aux = ddlt_status_bytes(status, MPI_BYTE);
+        r->peer = status->MPI_SOURCE;
+        r->tag = status->MPI_TAG;
+    }
+    ddlt_end(r, MPI_SUCCESS, t1);
+}
+
+void ddlt_done_all(const MPI_Request reqs[], int n, const MPI_Status statuses[], int64_t t1) {
+    for (int i = 0; i < n; i++)
+        ddlt_done(reqs[i], statuses == MPI_STATUSES_IGNORE ? MPI_STATUS_IGNORE : &statuses[i], t1);
+}
+
+void ddlt_done_some(const MPI_Request reqs[], int n, int outcount, const int indices[], const MPI_Status statuses[],
+                    int64_t t1) {
+    if (outcount == MPI_UNDEFINED) return;
+    for (int k = 0; k < outcount; k++)
+        if (indices[k] >= 0 && indices[k] < n)
+            ddlt_done(reqs[indices[k]], statuses == MPI_STATUSES_IGNORE ? MPI_STATUS_IGNORE : &statuses[k], t1);
 }
 
 /* Offset of rank 0's clock to ours, by SYNC_ROUNDS ping-pongs per rank, keeping the shortest round trip. */

@@ -25,8 +25,8 @@ typedef struct ddlt_rec {
     int64_t comm;            /* communicator handle; DDLT_NA64 if none */
     int64_t request;         /* request handle (made by I-calls, completed by Wait/Test); DDLT_NA64 if none */
     int64_t aux;             /* number of requests of Waitall/Waitsome/Testall/..., message handle of Imrecv,
-                                status bytes of Wait (of a Test that completed; -1 if unknown);
-                                DDLT_NA64 if none */
+                                status bytes of Wait (of a Test that completed; -1 if unknown) and of a
+                                ddltrace_request_done record; DDLT_NA64 if none */
 } ddlt_rec;
 
 extern int ddlt_on;
@@ -40,6 +40,15 @@ int64_t ddlt_sum_bytes_i(const int counts[], MPI_Datatype type, MPI_Comm comm);
 int64_t ddlt_sum_bytes_c(const MPI_Count counts[], MPI_Datatype type, MPI_Comm comm);
 int64_t ddlt_status_bytes(const MPI_Status *status, MPI_Datatype type);
 int64_t ddlt_first_request(int n, const MPI_Request reqs[]);
+/* The requests a call completing several writes a ddltrace_request_done record for: the first DDLT_MAX_DONE of its
+   array (a request beyond them, or completed with MPI_STATUSES_IGNORE by a call of more, has none). */
+#define DDLT_MAX_DONE 64
+/* One ddltrace_request_done record for req (a copy taken before the call freed it), with its status's source, tag
+   and size (status may be MPI_STATUS_IGNORE); nothing for MPI_REQUEST_NULL. */
+void ddlt_done(MPI_Request req, const MPI_Status *status, int64_t t1);
+void ddlt_done_all(const MPI_Request reqs[], int n, const MPI_Status statuses[], int64_t t1);
+void ddlt_done_some(const MPI_Request reqs[], int n, int outcount, const int indices[], const MPI_Status statuses[],
+                    int64_t t1);
 int ddlt_comm_size(MPI_Comm comm);
 int ddlt_comm_rank(MPI_Comm comm);
 void ddlt_after_init(int64_t t0, int64_t t1, uint16_t fn, int ret);

@@ -28,6 +28,8 @@ class Wrapper:
     ``bytes``, ``peer``, ``tag``, ``comm``, ``request``, ``aux``: C expressions (after the call) for the record;
     ``aux`` is the request count of Waitall/Testall/..., the message handle of MPI_Imrecv, the bytes of the status
     of an MPI_Wait (an MPI_Test that completed).
+    ``done``: a C statement run after a successful call that completes several requests (Waitall, Waitany, Waitsome
+    and their Test twins): it writes one :data:`REQUEST_DONE` record per request completed, with its status.
     ``pre``: C statements run before the call. ``status``: name of an ``MPI_Status *`` parameter to capture
     (a local status replaces MPI_STATUS_IGNORE so that source, tag and size are known). ``flag``: name of the
     ``int *`` set by Test*/Iprobe; a true flag marks the record completed. ``large``: has a ``_c`` twin.
@@ -43,6 +45,7 @@ class Wrapper:
     comm: str | None = "comm"
     request: str | None = None
     aux: str | None = None
+    done: str | None = None
     pre: str = ""
     status: str | None = None
     flag: str | None = None
@@ -52,8 +55,18 @@ class Wrapper:
 _P2P_SEND = "const void *buf, COUNT count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm"
 _P2P_ISEND = _P2P_SEND + ", MPI_Request *request"
 _REQ_POST = "DDLT_H(*request)"
-_COPY_REQS = ("MPI_Request ddlt_cp[64]; int ddlt_n = {n} < 64 ? {n} : 64; "
+_COPY_REQS = ("MPI_Request ddlt_cp[DDLT_MAX_DONE]; int ddlt_n = {n} < DDLT_MAX_DONE ? {n} : DDLT_MAX_DONE; "
               "for (int i = 0; i < ddlt_n; i++) ddlt_cp[i] = array_of_requests[i];")
+#: Before a call that fills an array of statuses: a local array in place of MPI_STATUSES_IGNORE (up to
+#: DDLT_MAX_DONE requests), so that the sizes of the messages it completes are known.
+_OWN_STATUSES = ("MPI_Status ddlt_sts[DDLT_MAX_DONE]; if (array_of_statuses == MPI_STATUSES_IGNORE && {n} <= "
+                 "DDLT_MAX_DONE) array_of_statuses = ddlt_sts;")
+#: After a call that completes all its requests (Waitall, a Testall that found them done): a record for each.
+_DONE_ALL = "ddlt_done_all(ddlt_cp, ddlt_n, array_of_statuses, t1);"
+#: After a Waitany / Testany that completed one: its record.
+_DONE_ANY = "if (*indx >= 0 && *indx < ddlt_n) ddlt_done(ddlt_cp[*indx], status, t1);"
+#: After a Waitsome / Testsome: a record for each request it completed.
+_DONE_SOME = "ddlt_done_some(ddlt_cp, ddlt_n, *outcount, array_of_indices, array_of_statuses, t1);"
 
 
 def _sends(name: str, blocking: bool) -> Wrapper:
@@ -119,35 +132,40 @@ WRAPPERS: tuple[Wrapper, ...] = (
             pre="int64_t ddlt_msg = DDLT_H(*message);", request=_REQ_POST, aux="ddlt_msg"),
     # completion
     # a single completion's status gives the size of the message a receive got (aux; records.py gives it to the
-    # MPI_Irecv whose request it completes: the Irecv's own count is its buffer's)
+    # MPI_Irecv whose request it completes: the Irecv's own count is its buffer's); a call completing several
+    # requests writes a REQUEST_DONE record per request, with its status's size (``done``)
     Wrapper("MPI_Wait", "MPI_Request *request, MPI_Status *status", "wait", comm=None, status="status",
             pre="int64_t ddlt_rq = DDLT_H(*request);", request="ddlt_rq",
             aux="ret == MPI_SUCCESS ? ddlt_status_bytes(status, MPI_BYTE) : DDLT_NA64"),
     Wrapper("MPI_Waitall", "int count, MPI_Request array_of_requests[], MPI_Status array_of_statuses[]", "wait",
-            comm=None, pre="int64_t ddlt_rq = ddlt_first_request(count, array_of_requests);", request="ddlt_rq",
-            aux="count"),
+            comm=None, pre="int64_t ddlt_rq = ddlt_first_request(count, array_of_requests); "
+            + _COPY_REQS.format(n="count") + " " + _OWN_STATUSES.format(n="count"), request="ddlt_rq",
+            aux="count", done=_DONE_ALL),
     Wrapper("MPI_Waitany", "int count, MPI_Request array_of_requests[], int *indx, MPI_Status *status", "wait",
-            comm=None, pre=_COPY_REQS.format(n="count"),
+            comm=None, status="status", pre=_COPY_REQS.format(n="count"),
             request="ret == MPI_SUCCESS && *indx >= 0 && *indx < ddlt_n ? DDLT_H(ddlt_cp[*indx]) : DDLT_NA64",
-            aux="count"),
+            aux="count", done=_DONE_ANY),
     Wrapper("MPI_Waitsome", "int incount, MPI_Request array_of_requests[], int *outcount, int array_of_indices[], "
-            "MPI_Status array_of_statuses[]", "wait", comm=None, pre=_COPY_REQS.format(n="incount"),
+            "MPI_Status array_of_statuses[]", "wait", comm=None,
+            pre=_COPY_REQS.format(n="incount") + " " + _OWN_STATUSES.format(n="incount"),
             request="ret == MPI_SUCCESS && *outcount > 0 && array_of_indices[0] < ddlt_n ? "
-                    "DDLT_H(ddlt_cp[array_of_indices[0]]) : DDLT_NA64", aux="incount"),
+                    "DDLT_H(ddlt_cp[array_of_indices[0]]) : DDLT_NA64", aux="incount", done=_DONE_SOME),
     Wrapper("MPI_Test", "MPI_Request *request, int *flag, MPI_Status *status", "wait", comm=None, flag="flag",
             status="status", pre="int64_t ddlt_rq = DDLT_H(*request);", request="ddlt_rq",
             aux="ret == MPI_SUCCESS && *flag ? ddlt_status_bytes(status, MPI_BYTE) : DDLT_NA64"),
     Wrapper("MPI_Testall", "int count, MPI_Request array_of_requests[], int *flag, MPI_Status array_of_statuses[]",
-            "wait", comm=None, flag="flag", pre="int64_t ddlt_rq = ddlt_first_request(count, array_of_requests);",
-            request="ddlt_rq", aux="count"),
+            "wait", comm=None, flag="flag", pre="int64_t ddlt_rq = ddlt_first_request(count, array_of_requests); "
+            + _COPY_REQS.format(n="count") + " " + _OWN_STATUSES.format(n="count"), request="ddlt_rq", aux="count",
+            done=f"if (*flag) {_DONE_ALL}"),
     Wrapper("MPI_Testany", "int count, MPI_Request array_of_requests[], int *indx, int *flag, MPI_Status *status",
-            "wait", comm=None, flag="flag", pre=_COPY_REQS.format(n="count"),
+            "wait", comm=None, flag="flag", status="status", pre=_COPY_REQS.format(n="count"),
             request="ret == MPI_SUCCESS && *flag && *indx >= 0 && *indx < ddlt_n ? DDLT_H(ddlt_cp[*indx]) "
-                    ": DDLT_NA64", aux="count"),
+                    ": DDLT_NA64", aux="count", done=f"if (*flag) {_DONE_ANY}"),
     Wrapper("MPI_Testsome", "int incount, MPI_Request array_of_requests[], int *outcount, int array_of_indices[], "
-            "MPI_Status array_of_statuses[]", "wait", comm=None, pre=_COPY_REQS.format(n="incount"),
+            "MPI_Status array_of_statuses[]", "wait", comm=None,
+            pre=_COPY_REQS.format(n="incount") + " " + _OWN_STATUSES.format(n="incount"),
             request="ret == MPI_SUCCESS && *outcount > 0 && array_of_indices[0] < ddlt_n ? "
-                    "DDLT_H(ddlt_cp[array_of_indices[0]]) : DDLT_NA64", aux="incount"),
+                    "DDLT_H(ddlt_cp[array_of_indices[0]]) : DDLT_NA64", aux="incount", done=_DONE_SOME),
     # collectives
     Wrapper("MPI_Barrier", "MPI_Comm comm", "barrier"),
     Wrapper("MPI_Ibarrier", "MPI_Comm comm, MPI_Request *request", "barrier", request=_REQ_POST),
@@ -204,8 +222,13 @@ WRAPPERS += tuple(
     for short, params, nbytes, peer in _COLLECTIVES
 )
 
-#: Record kinds that the runtime writes itself (not MPI calls): name and category.
-PSEUDO: tuple[tuple[str, str], ...] = (("ddltrace_clock_sync", "other"),)
+#: A record a call completing several requests writes for each (``done``), after its own: ``request`` the request
+#: completed, ``aux`` the size of its status's message (bytes; -1 unknown), ``peer`` and ``tag`` its status's, both
+#: times the call's exit. Not a call: :func:`~ddltrace.collectors.pmpi.records.read_records` keeps them apart.
+REQUEST_DONE = "ddltrace_request_done"
+#: Record kinds that the runtime writes itself (not MPI calls): name and category. New kinds go at the end, so that
+#: a file written by an older table (one without the last of them) keeps its ids (:func:`table_hashes`).
+PSEUDO: tuple[tuple[str, str], ...] = (("ddltrace_clock_sync", "other"), (REQUEST_DONE, "wait"))
 
 
 def names() -> list[str]:
@@ -236,3 +259,10 @@ def categories() -> list[str]:
 def table_hash() -> int:
     """CRC32 of the names in id order: the record file carries it, the reader checks it."""
     return zlib.crc32("\n".join(names()).encode())
+
+
+def table_hashes() -> frozenset[int]:
+    """The hashes of the tables whose record files this one reads: its own and those of the tables it extends by
+    pseudo records only (the same ids for every call; a file written before a pseudo kind existed has none)."""
+    full = names()
+    return frozenset(zlib.crc32("\n".join(full[:len(full) - k]).encode()) for k in range(len(PSEUDO)))
