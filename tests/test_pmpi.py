@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from ddltrace.collectors.mpi_env import find_tool, mpiexec_command
@@ -311,3 +312,52 @@ def test_a_second_mpi_world_does_not_overwrite_a_rank_file(tmp_path):
     first = read_records(tmp_path / "rank-00000.pmpi")
     extra = list(tmp_path.glob("extra-00000-*.pmpi"))
     assert len(extra) == 1 and read_records(extra[0]).pid != first.pid
+
+
+LATE_IN_A_WAITALL = textwrap.dedent("""
+    import time
+    import numpy as np
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    buf = np.zeros((2, 1000))
+    comm.Barrier()
+    if rank == 0:  # one Waitall for both: rank 1 sends at once, rank 2 200 ms later
+        MPI.Request.Waitall([comm.Irecv(buf[0], source=1, tag=1), comm.Irecv(buf[1], source=2, tag=2)])
+    else:
+        if rank == 2:
+            time.sleep(0.2)
+        comm.Send(np.ones(rank * 100), dest=0, tag=rank)
+    comm.Barrier()
+""")
+
+
+@needs_mpi
+def test_a_late_sender_to_the_second_request_of_a_waitall_is_found(tmp_path):
+    """Rank 0 completes two MPI_Irecv with one MPI_Waitall; rank 2 sends 200 ms late. The Waitall's record names its
+    first request only; its completion records give both Irecvs its ``request`` in the timeline, so wait-state analysis
+    matches the second too and finds rank 2 late by the time rank 0 waited for it (before: no late sender at all, the
+    late message being the second request's). Each Irecv's bytes are its message's (800 and 1,600 B, 8,000 posted)."""
+    from ddltrace.analyses.wait_states import mpi_calls, wait_states
+
+    lib = build_wrapper()
+    (tmp_path / "job.py").write_text(LATE_IN_A_WAITALL)
+    (tmp_path / "rec").mkdir()
+    cmd, env = mpiexec_command(3, [sys.executable, str(tmp_path / "job.py")])
+    env.update(LD_PRELOAD=str(lib), DDLTRACE_PMPI_DIR=str(tmp_path / "rec"))
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    timelines = [to_timeline(read_records(tmp_path / "rec" / f"rank-{r:05d}.pmpi")) for r in range(3)]
+    t0 = timelines[0]
+    irecvs = t0[t0["name"].str.startswith("MPI_Irecv")].sort_values("tag")
+    waitall = t0[t0["name"] == "MPI_Waitall"].iloc[0]
+    assert irecvs["bytes"].tolist() == [800, 1600]
+    assert set(irecvs["request"]) == {waitall["request"]}
+    states = wait_states(pd.concat([mpi_calls(t) for t in timelines], ignore_index=True))
+    late = states[states["pattern"] == "late_sender"]
+    assert late[["rank", "peer", "name"]].values.tolist() == [[0, 2, "MPI_Waitall"]]
+    send = timelines[2][timelines[2]["name"].str.startswith("MPI_Send")].iloc[0]
+    # the time rank 0 waited in its Waitall for rank 2's send: from entering the Waitall to the send's start
+    enter, leave = waitall["start_ns"], waitall["start_ns"] + waitall["dur_ns"]
+    assert late["time_ns"].iloc[0] == min(send["start_ns"], leave) - enter
+    assert late["time_ns"].iloc[0] > 150_000_000

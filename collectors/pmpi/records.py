@@ -175,7 +175,7 @@ def to_timeline(rr: RankRecords, *, end_ns: int | None = None, align: bool = Tru
     A call still open when the rank died lasts until ``end_ns`` (local ns; default: its own start).
     ``align`` puts times on rank 0's clock.
     """
-    rec = _irecv_sizes(_imrecv_envelopes(rr.records), rr.completions)
+    rec = _completed(_imrecv_envelopes(rr.records), rr.completions)
     t0 = rec["t0"].astype(np.int64)
     t1 = rec["t1"].astype(np.int64)
     open_ = t1 == 0
@@ -243,38 +243,67 @@ def _imrecv_envelopes(rec: np.ndarray) -> np.ndarray:
     return rec
 
 
-def _irecv_sizes(rec: np.ndarray, completions: np.ndarray) -> np.ndarray:
-    """``rec`` with each MPI_Irecv's ``bytes`` the size of the message it received, from the status of what completed
-    its request: an MPI_Wait or MPI_Test (the record's ``aux``), or one of the ``completions`` of an MPI_Waitall and
-    its kin (:attr:`RankRecords.completions`). The wrapper's own figure for the Irecv is its buffer's, count x the
-    datatype's: mpi4py's ``irecv()`` posts 32 KiB for any message. The completion is the first of those after the
-    post with its request handle, and before the handle's next post (MPICH reuses handles once a request is freed).
-    An Irecv whose completion recorded no status keeps its buffer's size: in files written before the wrapper
-    recorded them, and beyond the first 64 requests of one Waitall (``DDLT_MAX_DONE``) given MPI_STATUSES_IGNORE."""
+#: The calls that complete several requests, each writing a completion record per request (table.REQUEST_DONE).
+_MULTI = ("MPI_Waitall", "MPI_Waitany", "MPI_Waitsome", "MPI_Testall", "MPI_Testany", "MPI_Testsome")
+#: Calls whose ``request`` is a message handle (matched probes and receives), not a request.
+_MESSAGE_HANDLES = ("MPI_Mprobe", "MPI_Improbe", "MPI_Mrecv", "MPI_Mrecv_c")
+#: The ``request`` a call completing several requests and the posts it completed share in the timeline: this less the
+#: call's row (below every handle a library gives: MPICH's are 32-bit ints, Open MPI's addresses).
+SHARED_REQUEST_BASE = -(2**62)
+
+
+def _completed(rec: np.ndarray, completions: np.ndarray) -> np.ndarray:
+    """``rec`` with what the completion of each request says: an MPI_Irecv's ``bytes`` become the size of the message
+    it received, and the posts completed by a call completing several (MPI_Waitall and its kin) share that call's
+    ``request``.
+
+    A post (a call that makes a request) is completed by the first of these after it with its request handle, before
+    the handle's next post (MPICH reuses handles once a request is freed): an MPI_Wait, an MPI_Test that found it done
+    (the record's ``aux``: its status's bytes), or a completion record (``completions``,
+    :attr:`RankRecords.completions`: its ``aux``, and the call it follows: the call of :data:`_MULTI` on its thread that
+    ended when it was written). The wrapper's own figure for an Irecv is its buffer's, count x the datatype's: mpi4py's
+    ``irecv()`` posts 32 KiB for any message. An Irecv whose completion recorded no status keeps it: in files written
+    before the wrapper recorded them, and beyond the first 64 requests of one Waitall (``DDLT_MAX_DONE``) given
+    MPI_STATUSES_IGNORE. The call completing several records only its first request; the requests it completed are
+    given its ``request``, :data:`SHARED_REQUEST_BASE` less its row, on its row and theirs, so that wait-state analysis
+    finds each post's completion (its own ``request`` column is a handle to match, nothing more)."""
     fn_names = names()
-    ids = {name: fn_names.index(name) + 1 for name in ("MPI_Irecv", "MPI_Irecv_c", "MPI_Wait", "MPI_Test")}
+    ids = {name: fn_names.index(name) + 1 for name in fn_names if name}
     handled = rec["request"] != NA64
-    posted = handled & np.isin(rec["fn"], [ids["MPI_Irecv"], ids["MPI_Irecv_c"]])
-    sized = handled & np.isin(rec["fn"], [ids["MPI_Wait"], ids["MPI_Test"]]) & (rec["aux"] >= 0)
-    known = completions[(completions["request"] != NA64) & (completions["aux"] >= 0)]
-    if not posted.any() or not (sized.any() or len(known)):
-        return rec
     completing = [i + 1 for i, name in enumerate(fn_names) if name.startswith(("MPI_Wait", "MPI_Test"))]
-    other_posts = handled & ~np.isin(rec["fn"], completing)
+    posted = handled & ~np.isin(rec["fn"], completing + [ids[n] for n in _MESSAGE_HANDLES])
+    single = handled & ((rec["fn"] == ids["MPI_Wait"])
+                        | ((rec["fn"] == ids["MPI_Test"]) & ((rec["flags"] & COMPLETED) != 0)))
+    multi = np.flatnonzero(np.isin(rec["fn"], [ids[n] for n in _MULTI]))
+    # the call each completion record follows: the call of its thread that ended at its time
+    calls = pd.DataFrame({"tid": rec["tid"][multi], "t": rec["t1"][multi], "call": multi})
+    done = pd.DataFrame({"tid": completions["tid"], "t": completions["t0"]}).merge(calls, how="left", on=["tid", "t"])
+    by = done["call"].to_numpy(np.float64)  # (row numbers: exact in a float)
+    known = (completions["request"] != NA64) & ~np.isnan(by)
+    if not posted.any() or not (single.any() or known.any()):
+        return rec
     left = pd.DataFrame({"handle": rec["request"][posted], "t0": rec["t0"][posted],
                          "row": np.flatnonzero(posted)}).sort_values("t0")
-    done = pd.DataFrame({"handle": np.concatenate([rec["request"][sized], known["request"]]),
-                         "t0": np.concatenate([rec["t0"][sized], known["t0"]]),
-                         "size": np.concatenate([rec["aux"][sized], known["aux"]])}).sort_values("t0", kind="stable")
-    again = pd.DataFrame({"handle": rec["request"][other_posts], "t0": rec["t0"][other_posts]}).sort_values("t0")
+    ends = pd.DataFrame({"handle": np.concatenate([rec["request"][single], completions["request"][known]]),
+                         "t0": np.concatenate([rec["t0"][single], completions["t0"][known]]),
+                         "size": np.concatenate([rec["aux"][single], completions["aux"][known]]),
+                         "call": np.concatenate([np.full(int(single.sum()), -1), by[known].astype(np.int64)])})
+    ends = ends.sort_values("t0", kind="stable")
+    again = left[["handle", "t0"]].copy()
     # nullable integers: a post with no completion leaves them missing, and a float would round the clock's ticks
     again["next_post"] = again["t0"].astype("Int64")
-    done["done"] = done["t0"].astype("Int64")
-    found = pd.merge_asof(left, done, on="t0", by="handle", direction="forward")
+    ends["done"] = ends["t0"].astype("Int64")
+    found = pd.merge_asof(left, ends, on="t0", by="handle", direction="forward")
     found = pd.merge_asof(found, again, on="t0", by="handle", direction="forward", allow_exact_matches=False)
-    keep = found["size"].notna() & (found["done"] < found["next_post"]).fillna(True).astype(bool)
+    found = found[found["done"].notna() & (found["done"] < found["next_post"]).fillna(True).astype(bool)]
+    rows, size = found["row"].to_numpy(np.int64), found["size"].to_numpy(np.int64)
+    call = found["call"].to_numpy(np.int64)
     rec = rec.copy()
-    rec["bytes"][found.loc[keep, "row"].to_numpy(np.int64)] = found.loc[keep, "size"].to_numpy(np.int64)
+    irecv = np.isin(rec["fn"][rows], [ids["MPI_Irecv"], ids["MPI_Irecv_c"]]) & (size >= 0)
+    rec["bytes"][rows[irecv]] = size[irecv]
+    shared = call >= 0
+    rec["request"][rows[shared]] = SHARED_REQUEST_BASE - call[shared]
+    rec["request"][multi[np.isin(multi, call[shared])]] = SHARED_REQUEST_BASE - multi[np.isin(multi, call[shared])]
     return rec
 
 
