@@ -82,6 +82,20 @@ def _run(cmd, env) -> float:
     return float(out.split()[0])
 
 
+def _alternate(np_ranks: int, argv: list[str], lib: Path, records: Path, repeat: int) -> tuple[list, list]:
+    """Times (s) of ``repeat`` runs of the program without and with the wrapper, alternating; the record files the
+    wrapped runs wrote are removed."""
+    cmd, env = mpiexec_command(np_ranks, argv)
+    on = dict(env, LD_PRELOAD=str(lib), DDLTRACE_PMPI_DIR=str(records))
+    base, wrapped = [], []
+    for _ in range(repeat):
+        base.append(_run(cmd, env))
+        wrapped.append(_run(cmd, on))
+    for old in records.glob("*.pmpi"):
+        old.unlink()
+    return base, wrapped
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=5)
@@ -95,37 +109,21 @@ def main(argv=None) -> int:
         subprocess.run([find_tool("mpicc"), "-O2", "-o", str(exe), str(Path(tmp) / "bench.c")], check=True)
         shm = Path("/dev/shm")
         records = Path(tempfile.mkdtemp(dir=shm if shm.is_dir() else tmp, prefix="ddltrace-bench-"))
-        cmd1, env = mpiexec_command(1, [str(exe), "test", str(args.calls)])
-        on = dict(env, LD_PRELOAD=str(lib), DDLTRACE_PMPI_DIR=str(records))
-        base, wrapped = [], []
-        for _ in range(args.repeat):
-            base.append(_run(cmd1, env))
-            wrapped.append(_run(cmd1, on))
+        base, wrapped = _alternate(1, [str(exe), "test", str(args.calls)], lib, records, args.repeat)
         added_ns = (min(wrapped) - min(base)) * 1e9
         print(f"MPI_Test(MPI_REQUEST_NULL): {min(base) * 1e9:.1f} ns without, {min(wrapped) * 1e9:.1f} ns with "
               f"the wrapper -> added {added_ns:.1f} ns per call; reference (target, IPM-class) 100 ns; "
               f"ratio {added_ns / 100:.2f}")
-        cmd1, env = mpiexec_command(1, [str(exe), "waitall", str(args.calls // 20)])
-        on = dict(env, LD_PRELOAD=str(lib), DDLTRACE_PMPI_DIR=str(records))
-        base, wrapped = [], []
-        for _ in range(args.repeat):
-            base.append(_run(cmd1, env))
-            wrapped.append(_run(cmd1, on))
+        base, wrapped = _alternate(1, [str(exe), "waitall", str(args.calls // 20)], lib, records, args.repeat)
         round_ns = (min(wrapped) - min(base)) * 1e9
         print(f"4 MPI_Irecv + 4 MPI_Isend to itself + MPI_Waitall of the 8: {min(base) * 1e9:.0f} ns without, "
               f"{min(wrapped) * 1e9:.0f} ns with the wrapper per round -> added {round_ns:.0f} ns (9 call records "
               f"and 8 completion records); one completion record (less 9 calls at {added_ns:.1f} ns) "
               f"{(round_ns - 9 * added_ns) / 8:.1f} ns; reference (target) none set")
         for size, k in ((8, 2000), (65536, 300)):
-            cmd, env = mpiexec_command(args.np, [str(exe), "allreduce", str(k), str(size)])
-            on = dict(env, LD_PRELOAD=str(lib), DDLTRACE_PMPI_DIR=str(records))
-            base, wrapped = [], []
-            for _ in range(args.repeat):
-                base.append(_run(cmd, env))
-                wrapped.append(_run(cmd, on))
+            base, wrapped = _alternate(args.np, [str(exe), "allreduce", str(k), str(size)], lib, records,
+                                       args.repeat)
             slow = (min(wrapped) / min(base) - 1) * 100
-            for old in records.glob("*.pmpi"):
-                old.unlink()
             spread = max(base) / min(base)
             bound = added_ns * 1e-9 / min(base) * 100
             print(f"MPI_Allreduce {size} B on {args.np} ranks ({os.cpu_count()} cores): {min(base) * 1e6:.2f} us "
@@ -133,8 +131,6 @@ def main(argv=None) -> int:
                   f"{spread:.2f}x: {'noise-dominated' if spread > 1.1 else 'quiet'}); cost bound from the per-call "
                   f"figure {bound:.3f} %; reference (target) {'1 %' if size >= 65536 else 'none set'}"
                   + (f"; ratio {slow / 1:.2f}" if size >= 65536 else ""))
-        for old in records.glob("*.pmpi"):
-            old.unlink()
         records.rmdir()
     return 0
 

@@ -105,20 +105,24 @@ def test_no_mpicc_is_said_clearly(tmp_path, monkeypatch):
         build_wrapper(str(tmp_path / "no-such-mpicc"))
 
 
+def _record(tmp: Path, job: str, ranks: int) -> dict[int, RankRecords]:
+    """Run the mpi4py ``job`` on ``ranks`` ranks under the wrapper; each rank's records."""
+    lib = build_wrapper()
+    (tmp / "job.py").write_text(job)
+    (tmp / "rec").mkdir()
+    cmd, env = mpiexec_command(ranks, [sys.executable, str(tmp / "job.py")])
+    env.update(LD_PRELOAD=str(lib), DDLTRACE_PMPI_DIR=str(tmp / "rec"))
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return {r: read_records(tmp / "rec" / f"rank-{r:05d}.pmpi") for r in range(ranks)}
+
+
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     if find_tool("mpicc") is None or find_tool("mpiexec") is None:
         pytest.skip("no mpicc/mpiexec")
-    tmp = tmp_path_factory.mktemp("pmpi")
-    lib = build_wrapper()
-    assert build_wrapper() == lib  # cached
-    (tmp / "job.py").write_text(JOB)
-    (tmp / "rec").mkdir()
-    cmd, env = mpiexec_command(2, [sys.executable, str(tmp / "job.py")])
-    env.update(LD_PRELOAD=str(lib), DDLTRACE_PMPI_DIR=str(tmp / "rec"))
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    return {r: read_records(tmp / "rec" / f"rank-{r:05d}.pmpi") for r in (0, 1)}
+    assert build_wrapper() == build_wrapper()  # cached
+    return _record(tmp_path_factory.mktemp("pmpi"), JOB, 2)
 
 
 def test_mpi4py_calls_are_recorded_with_their_columns(recorded):
@@ -340,14 +344,7 @@ def test_a_late_sender_to_the_second_request_of_a_waitall_is_found(tmp_path):
     late message being the second request's). Each Irecv's bytes are its message's (800 and 1,600 B, 8,000 posted)."""
     from ddltrace.analyses.wait_states import mpi_calls, wait_states
 
-    lib = build_wrapper()
-    (tmp_path / "job.py").write_text(LATE_IN_A_WAITALL)
-    (tmp_path / "rec").mkdir()
-    cmd, env = mpiexec_command(3, [sys.executable, str(tmp_path / "job.py")])
-    env.update(LD_PRELOAD=str(lib), DDLTRACE_PMPI_DIR=str(tmp_path / "rec"))
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    timelines = [to_timeline(read_records(tmp_path / "rec" / f"rank-{r:05d}.pmpi")) for r in range(3)]
+    timelines = [to_timeline(rr) for rr in _record(tmp_path, LATE_IN_A_WAITALL, 3).values()]
     t0 = timelines[0]
     irecvs = t0[t0["name"].str.startswith("MPI_Irecv")].sort_values("tag")
     waitall = t0[t0["name"] == "MPI_Waitall"].iloc[0]
