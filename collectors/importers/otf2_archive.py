@@ -5,7 +5,12 @@ Enter/Leave pairs on each location become intervals, with **exclusive** time: a 
 its children, so the time of a name summed over its rows is its exclusive time (its inclusive time minus its
 children's), and an instant belongs to the innermost region only. A leaf region is one row per call; an
 enclosing region has one row per non-empty piece (a region its children cover entirely has none).
-MpiSend/MpiRecv (and their non-blocking forms) put bytes, peer and tag on the MPI call that encloses them.
+MpiSend/MpiRecv and MpiIsend put bytes, peer and tag on the MPI call that encloses them. A non-blocking call's
+request (OTF2's request id, MpiIsend's and MpiIrecvRequest's) is its row's ``request``; the MPI_Wait*/Test* region in
+which a request completes (MpiIsendComplete, MpiIrecv) takes it too, and where one completes several (a Waitall) the
+posts share the first one's, so that wait-state analysis finds each post's completion (:func:`_complete`). A
+receive's sender, tag and bytes, known at its completion (MpiIrecv, in the Wait), go to its MPI_Irecv row, as the
+PMPI collector has them (to the Wait's row where the trace holds no post of its request).
 MPI_Init/Finalize keep their names, by which the phase analysis finds initialisation and finalisation. A
 location group ("MPI Rank N") is a rank; times are the archive's one clock, converted with its timer resolution.
 """
@@ -81,11 +86,37 @@ def _load():
 def _piece(rows: list, lane: int, frame: list, end_ns: int, *, child_enters: bool) -> None:
     """The region's exclusive piece from its current start (its Enter, or where its last child left) to
     ``end_ns`` (where a child enters, or its Leave). A leaf is kept even when it lasts 0 ns (one call); an
-    empty piece of a region with children is not a row."""
-    name, start, nbytes, peer, tag, has_children = frame
+    empty piece of a region with children is not a row. The requests completed in the region go with its last."""
+    name, start, nbytes, peer, tag, has_children, request, completed = frame
     if end_ns > start or not (has_children or child_enters):
-        rows.append((lane, name, start, end_ns - start, nbytes, peer, tag))
+        rows.append((lane, name, start, end_ns - start, nbytes, peer, tag, request,
+                     () if child_enters else tuple(completed)))
     frame[5] = frame[5] or child_enters
+
+
+def _complete(rows: list) -> list:
+    """``rows`` (lane, name, start, duration, bytes, peer, tag, request, requests completed) with each completion
+    given to its post: in time order, a region's completed requests (request id, and for a receive its sender, tag
+    and bytes) are found among the posts before it by request id; the posts and the region share the request of the
+    first, and a receive's sender, tag and bytes go to its post (to the region where no post is in the trace).
+    Returns (lane, name, start, duration, bytes, peer, tag, request) rows in the same order."""
+    out = [list(row[:8]) for row in rows]
+    posts: dict[int, int] = {}
+    for i in sorted(range(len(rows)), key=lambda i: rows[i][2]):
+        completed = rows[i][8]
+        if not completed:
+            if out[i][7] is not None:
+                posts[out[i][7]] = i
+            continue
+        shared = completed[0][0]
+        out[i][7] = shared
+        for request, message in completed:
+            post = posts.pop(request, None)
+            if post is not None:
+                out[post][7] = shared
+            if message is not None:
+                out[i if post is None else post][4:7] = message
+    return out
 
 
 class _Fold:
@@ -115,7 +146,7 @@ class _Fold:
         if kind == "Enter":
             if stack:  # the enclosing region's piece up to here is its own time
                 _piece(state["rows"], lane, stack[-1], t_ns, child_enters=True)
-            stack.append([event.region.name, t_ns, None, None, None, False])
+            stack.append([event.region.name, t_ns, None, None, None, False, None, []])
         elif kind == "Leave":
             if not stack:
                 self.skipped["Leave without an Enter"] += 1
@@ -123,12 +154,22 @@ class _Fold:
             _piece(state["rows"], lane, stack.pop(), t_ns, child_enters=False)
             if stack:  # the enclosing region's own time resumes
                 stack[-1][1] = t_ns
-        elif kind in ("MpiSend", "MpiIsend", "MpiRecv", "MpiIrecv"):
+        elif kind in ("MpiSend", "MpiIsend", "MpiRecv"):
             if stack:
                 top = stack[-1]
                 top[2] = int(event.msg_length)
                 top[3] = int(event.receiver if kind in ("MpiSend", "MpiIsend") else event.sender)
                 top[4] = int(event.msg_tag)
+                if kind == "MpiIsend":
+                    top[6] = int(event.request_id)
+        elif kind == "MpiIrecvRequest":
+            if stack:
+                stack[-1][6] = int(event.request_id)
+        elif kind in ("MpiIrecv", "MpiIsendComplete"):  # a request completes, in the Wait* / Test* region
+            if stack:
+                message = ((int(event.msg_length), int(event.sender), int(event.msg_tag)) if kind == "MpiIrecv"
+                           else None)
+                stack[-1][7].append((int(event.request_id), message))
         else:
             self.skipped[f"OTF2 {kind} records (not intervals)"] += 1
 
@@ -242,7 +283,7 @@ def read(path: Path, ctx: ImportContext):
         ctx.report.events += events
     for rank in sorted(per_rank):
         state = per_rank[rank]
-        rows = state["rows"]
+        rows = _complete(state["rows"])
         unclosed = sum(len(s) for s in state["stacks"].values())
         if unclosed and ctx.report is not None:
             ctx.report.skipped["Enter never left"] += unclosed
@@ -255,7 +296,8 @@ def read(path: Path, ctx: ImportContext):
             dur_ns=np.array([r[3] for r in rows], dtype=np.int64), fmt="otf2", ctx=ctx,
             extra={"bytes": optional_integers([r[4] for r in rows], pa.int64()),
                    "peer": optional_integers([r[5] for r in rows], pa.int32()),
-                   "tag": optional_integers([r[6] for r in rows], pa.int32())})
+                   "tag": optional_integers([r[6] for r in rows], pa.int32()),
+                   "request": optional_integers([r[7] for r in rows], pa.int64())})
         if ctx.report is not None:
             ctx.report.intervals += len(timeline)
         yield RankPart(rank=rank, timeline=timeline, clock="shared",

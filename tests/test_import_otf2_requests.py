@@ -1,0 +1,88 @@
+"""Non-blocking point-to-point in an OTF2 archive: requests, their completions and the wait states they give.
+
+Score-P records an MPI_Isend as an MpiIsend event (receiver, tag, bytes, request id) inside the call's region and
+its completion as MpiIsendComplete (request id) inside the MPI_Wait* or MPI_Test* that completed it; an MPI_Irecv
+as MpiIrecvRequest (request id) inside the call and MpiIrecv (sender, tag, bytes, request id) inside the completing
+Wait. No archive of Score-P with non-blocking calls is at hand (Score-P is not installable here; the shared OTF2
+archives hold blocking calls only), so the archive is written here with the otf2 package in that layout, as
+tests/test_import_align.py writes its own. Before the importer read the requests, rank 0's two Irecv rows had no
+sender, the Waitall row carried the second message's, and no late sender was found."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from ddltrace.analyses.wait_states import mpi_calls, wait_states
+from ddltrace.cli import main
+from ddltrace.store import TraceStore
+
+
+def _write_archive(path) -> None:
+    """Rank 0 posts two MPI_Irecv (from rank 1, tags 5 and 6) and completes both in one MPI_Waitall entered at 200 ns;
+    rank 1 sends tag 5 with MPI_Send at 250 ns and tag 6 with MPI_Isend at 550 ns, completed by MPI_Wait. Then rank 1
+    posts an MPI_Irecv (tag 7) that rank 0's MPI_Send at 900 ns matches, completed by an MPI_Wait entered at 700 ns."""
+    otf2 = pytest.importorskip("otf2")
+    with otf2.writer.open(str(path), timer_resolution=10**9) as w:
+        d = w.definitions
+        root = d.system_tree_node("cluster")
+        groups = [d.location_group(f"MPI Rank {r}", system_tree_parent=d.system_tree_node("node0", parent=root))
+                  for r in range(2)]
+        locs = [d.location("Master thread", group=g) for g in groups]
+        d.group("locations", group_type=otf2.GroupType.COMM_LOCATIONS, paradigm=otf2.Paradigm.MPI, members=locs)
+        comm = d.comm("MPI_COMM_WORLD", group=d.group("world", group_type=otf2.GroupType.COMM_GROUP,
+                                                      paradigm=otf2.Paradigm.MPI, members=[0, 1]))
+        region = {name: d.region(name) for name in ("MPI_Irecv", "MPI_Isend", "MPI_Send", "MPI_Wait", "MPI_Waitall")}
+        r0, r1 = (w.event_writer_from_location(loc) for loc in locs)
+        r0.enter(100, region["MPI_Irecv"])
+        r0.mpi_irecv_request(105, 1)
+        r0.leave(110, region["MPI_Irecv"])
+        r0.enter(120, region["MPI_Irecv"])
+        r0.mpi_irecv_request(125, 2)
+        r0.leave(130, region["MPI_Irecv"])
+        r0.enter(200, region["MPI_Waitall"])
+        r0.mpi_irecv(300, 1, comm, 5, 800, 1)
+        r0.mpi_irecv(600, 1, comm, 6, 1600, 2)
+        r0.leave(610, region["MPI_Waitall"])
+        r0.enter(900, region["MPI_Send"])
+        r0.mpi_send(905, 1, comm, 7, 24)
+        r0.leave(910, region["MPI_Send"])
+        r1.enter(250, region["MPI_Send"])
+        r1.mpi_send(255, 0, comm, 5, 800)
+        r1.leave(260, region["MPI_Send"])
+        r1.enter(550, region["MPI_Isend"])
+        r1.mpi_isend(555, 0, comm, 6, 1600, 41)
+        r1.leave(560, region["MPI_Isend"])
+        r1.enter(570, region["MPI_Wait"])
+        r1.mpi_isend_complete(575, 41)
+        r1.leave(580, region["MPI_Wait"])
+        r1.enter(650, region["MPI_Irecv"])
+        r1.mpi_irecv_request(655, 42)
+        r1.leave(660, region["MPI_Irecv"])
+        r1.enter(700, region["MPI_Wait"])
+        r1.mpi_irecv(950, 0, comm, 7, 24, 42)
+        r1.leave(960, region["MPI_Wait"])
+
+
+def test_requests_of_an_otf2_archive_give_each_receive_its_message_and_the_late_senders(tmp_path):
+    _write_archive(tmp_path / "trace")
+    out = tmp_path / "store"
+    assert main(["import", str(tmp_path / "trace"), "--out", str(out), "--progress", "never"]) == 0
+    store = TraceStore.open(out)
+    t0, t1 = store.timeline([0]), store.timeline([1])
+    irecv = t0[t0["name"] == "MPI_Irecv"].sort_values("start_ns")
+    waitall = t0[t0["name"] == "MPI_Waitall"].iloc[0]
+    # each Irecv has its message's sender, tag and bytes (known at its completion, in the Waitall); the Waitall and
+    # both Irecvs share one request, so that the Waitall completes both
+    assert irecv[["peer", "tag", "bytes"]].astype(int).values.tolist() == [[1, 5, 800], [1, 6, 1600]]
+    assert set(irecv["request"]) == {waitall["request"]} and pd.isna(waitall["bytes"])
+    isend = t1[t1["name"] == "MPI_Isend"].iloc[0]
+    waits = t1[t1["name"] == "MPI_Wait"].sort_values("start_ns")
+    assert [int(isend["request"])] == [int(waits["request"].iloc[0])]
+    states = wait_states(mpi_calls(store.timeline()))
+    got = states[states["pattern"] == "late_sender"][["rank", "peer", "name", "enter_ns", "time_ns"]]
+    base = int(store.timeline()["start_ns"].min()) - 100  # the archive's times, less where the import starts them
+    # the Waitall waits for the later of its two senders (rank 1's Isend at 550: 350 ns from its enter at 200);
+    # rank 1's Wait for its Irecv waits from 700 for rank 0's Send at 900
+    assert [[r, p, n, e - base, t] for r, p, n, e, t in got.values.tolist()] == [
+        [0, 1, "MPI_Waitall", 200, 350], [1, 0, "MPI_Wait", 700, 200]]
