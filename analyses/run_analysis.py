@@ -92,6 +92,8 @@ class RunAnalysis:
             have = have | {"staleness_log"}
         if len(self.nvml):
             have = have | {"nvml"}
+        if len(self.allocator):
+            have = have | {"allocator"}
         if self.store.world_size >= 2 or (self.table("all")["comm"] > 0).any():
             have = have | {"communication"}  # (one rank's waits alone are on its own devices, not on other ranks)
         if len(self.worker_ranks) >= 2:
@@ -111,6 +113,17 @@ class RunAnalysis:
         if -1 not in self.store.counter_ranks:
             return pd.DataFrame(columns=SERIES_COLUMNS)
         return nvml_series(self.store.counters([-1]))
+
+    @cached_property
+    def allocator(self) -> pd.DataFrame:
+        """The memory the framework's allocator held per rank and device (:mod:`~ddltrace.analyses.allocator_memory`,
+        from its ``[memory]`` events kept as counters), empty when the store has none."""
+        from ddltrace.analyses.allocator_memory import COLUMNS, allocator_memory
+
+        ranks = [r for r in self.store.counter_ranks if r >= 0]
+        parts = [allocator_memory(r, self.store.counters([r])) for r in ranks]
+        parts = [p for p in parts if len(p)]
+        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COLUMNS)
 
     @property
     def capabilities(self) -> frozenset[str]:

@@ -77,6 +77,10 @@ COPIES = ("Memory copies per direction (name says the direction; time: summed du
           "size the trace gives, '(n of N)' where some have none; bandwidth: those bytes / those copies' summed "
           "duration; mean: of each copy's bytes / duration; peak: of the summed bandwidth of concurrent "
           "copies over time; vs calibrated: against the profile's pinned host-device copy bandwidth)")
+ALLOCATOR = ("Memory the framework's allocator held (PyTorch's [memory] events; bytes allocated, after each event: "
+             "'total' the allocator's own figure, 'since the trace began' the events' bytes summed where the trace "
+             "writes no total; peak at: the time from the device's first event to the peak; growth: last minus "
+             "first; of reserved: the peak over the most the allocator reserved from the device)")
 NVML = ("NVML counters in each device's window in the trace (the sampler's gpuI_ counters of the machine, GPU I = "
         "device gpu:I; samples taken from the device's first work to its last; trace busy: the union of its work "
         "over that window, what NVML's utilisation samples)")
@@ -249,6 +253,18 @@ def gpu_tables(run, top: int = TOP_SHOWN) -> list[tuple[str, pd.DataFrame]]:
              for c in copies.to_dict("records")],
             columns=["rank", "device", "direction", "copies", "time", "bytes", "bandwidth", "mean", "peak",
                      "vs calibrated"])))
+    allocator = run.allocator
+    if len(allocator):
+        tables.append((ALLOCATOR, pd.DataFrame(
+            [[a["rank"], a["device"], a["basis"], f"{a['allocations']:,} / {a['frees']:,}",
+              format_bytes(a["peak_bytes"]), format_ns(a["peak_ns"] - a["first_ns"]), format_bytes(a["start_bytes"]),
+              format_bytes(a["end_bytes"]),
+              ("+" if a["growth_bytes"] > 0 else "") + format_bytes(a["growth_bytes"]),
+              "-" if a["reserved_peak_bytes"] != a["reserved_peak_bytes"] else format_bytes(a["reserved_peak_bytes"]),
+              "-" if a["peak_share_of_reserved"] != a["peak_share_of_reserved"]
+              else format_percent(a["peak_share_of_reserved"])] for a in allocator.to_dict("records")],
+            columns=["rank", "device", "basis", "allocations / frees", "peak", "peak at", "first", "last", "growth",
+                     "reserved peak", "of reserved"])))
     nvml = _nvml(run)
     if len(nvml):
         tables.append((NVML, pd.DataFrame(
@@ -310,7 +326,9 @@ def gpu_json(run) -> dict:
                         "idle_streams_launched": STREAM_IDLE_LAUNCHED,
                         "collectives": COLLECTIVES + "; one row per instance, times in ns, bandwidths "
                         "in bytes/s", "late_arrivals": LATE, "copies": COPIES + "; bandwidths in bytes/s",
-                        "nvml": NVML + "; values in the unit column"},
+                        "nvml": NVML + "; values in the unit column",
+                        "allocator": ALLOCATOR + "; bytes, times in ns (peak_ns and first_ns: since the epoch, on "
+                                                 "the run's clock)"},
         "device_ranks": gpu.device_ranks,
         "temporal": records(gpu.temporal_table()),
         "temporal_launched": records(gpu.launched_table()),
@@ -329,4 +347,5 @@ def gpu_json(run) -> dict:
         "late_arrivals": records(late_arrivals(run.collectives())),
         "copies": records(gpu.copy_table(run.copy_bytes_per_s)),
         "nvml": records(_nvml(run)),
+        "allocator": records(run.allocator),
     }

@@ -97,8 +97,18 @@ _FIELD_TYPES = {name: (Event.__annotations__[name], default)
 _PHASE_FIELDS = {
     "X": "name cat pid tid ts dur", "B": "name cat pid tid ts args", "E": "name cat pid tid ts args",
     "b": "name cat pid tid ts id", "e": "name cat pid tid ts id", "C": "name pid ts args", "M": "name pid tid args",
-    **{ph: "" for ph in "sftiInNODPR"},  # counted, nothing more (flow arrows, instants, objects, samples, marks)
+    "i": "name pid ts args",  # (PyTorch's allocator events, MEMORY_EVENT; other instants are counted)
+    **{ph: "" for ph in "sftInNODPR"},  # counted, nothing more (flow arrows, instants, objects, samples, marks)
 }
+#: PyTorch's profiler (``profile_memory=True``) writes an instant event of this name for each allocation and free of
+#: its allocators, with ``args`` ``Device Type`` (c10::DeviceType: 0 CPU, 1 CUDA, ...), ``Device Id``, ``Bytes``
+#: (negative for a free) and, since PyTorch 1.10 or so, ``Total Allocated`` and ``Total Reserved`` (bytes, after the
+#: event). The reader keeps them as the rank's counters ``DEV_alloc_bytes`` (each event's Bytes),
+#: ``DEV_allocated_bytes`` and ``DEV_reserved_bytes`` (the totals, where written), DEV from :func:`memory_device`.
+MEMORY_EVENT = "[memory]"
+#: c10::DeviceType's values, as the counters name the device (``gpuN`` as the NVML sampler names a GPU: HIP builds of
+#: PyTorch write CUDA's value); another type is named by its number.
+_MEMORY_DEVICES = {0: "cpu", 1: "gpu", 6: "gpu", 12: "xpu", 13: "mps", 19: "mtia"}
 
 
 def _phase(tag: str, names: str, args_type: type | None = None) -> type:
@@ -149,6 +159,55 @@ class _Loose(msgspec.Struct, gc=False):
 
 
 _DECODE_LOOSE = msgspec.json.Decoder(_Loose, float_hook=exact_time.float_text)
+
+
+class _MemoryArgs(msgspec.Struct, gc=False):
+    """The fields of an allocator event's ``args`` (:data:`MEMORY_EVENT`) the reader keeps."""
+
+    device_type: Any = msgspec.field(default=None, name="Device Type")
+    device_id: Any = msgspec.field(default=None, name="Device Id")
+    nbytes: Any = msgspec.field(default=None, name="Bytes")
+    allocated: Any = msgspec.field(default=None, name="Total Allocated")
+    reserved: Any = msgspec.field(default=None, name="Total Reserved")
+
+
+_MEMORY_ARGS = msgspec.json.Decoder(list[_MemoryArgs | None], float_hook=exact_time.float_text)
+
+
+def _memory_args(args: dict) -> _MemoryArgs:
+    """The fields of one event's decoded ``args`` (the reader's fallback where the batch does not decode)."""
+    return _MemoryArgs(*(args.get(k) for k in ("Device Type", "Device Id", "Bytes", "Total Allocated",
+                                                 "Total Reserved")))
+
+
+def _numbers(values: list) -> np.ndarray:
+    """JSON numbers of the events' args as floats (integers, or the text of non-integer numbers), NaN for anything
+    else (missing, a string, a bool)."""
+    try:
+        if not any(isinstance(v, bool) for v in values):
+            return np.array(values, dtype=np.float64)  # (the common case: every one an integer)
+    except (TypeError, ValueError):
+        pass
+    out = np.full(len(values), np.nan)
+    for i, v in enumerate(values):
+        if isinstance(v, int | float | bytes) and not isinstance(v, bool):
+            try:
+                out[i] = float(v)
+            except ValueError:
+                pass
+    return out
+
+
+def memory_device(device_type, device_id) -> str:
+    """The device of an allocator event (:data:`MEMORY_EVENT`) as its counters name it: ``cpu``, ``gpu0``, ``xpu1``,
+    ``device7.0`` for a type without a name here; ``device?`` where the event does not say."""
+    if not isinstance(device_type, int) or isinstance(device_type, bool):
+        return "device?"
+    name = _MEMORY_DEVICES.get(device_type)
+    index = device_id if isinstance(device_id, int) and not isinstance(device_id, bool) and device_id >= 0 else 0
+    if name == "cpu":
+        return name
+    return f"{name}{index}" if name else f"device{device_type}.{index}"
 
 
 def decode_args(event: Event) -> dict:
@@ -266,9 +325,14 @@ class _Builder:
         for ph in ("s", "t", "f"):
             if phases[ph]:
                 t.skipped["flow arrows (s/t/f)"] += phases.pop(ph)
+        memory = [e for e in events if e.ph == "i" and e.name == MEMORY_EVENT]
+        if memory:
+            phases["i"] -= len(memory)
+            self._memory(memory)
         for ph in ("i", "I", "n"):
             if phases[ph]:
                 t.skipped["instant events (no duration)"] += phases.pop(ph)
+            phases.pop(ph, None)
         if not phases:
             return
         rest = [e for e in events if e.ph in phases]
@@ -317,6 +381,39 @@ class _Builder:
                 t.skipped[f"phase '{ph}' events (not intervals)"] += 1
             else:
                 t.skipped[f"unknown phase {ph!r}"] += 1
+
+    def _memory(self, events: list[Event]) -> None:
+        """PyTorch's allocator events (:data:`MEMORY_EVENT`) as counters: each one's bytes, and after each, where the
+        trace writes them, the bytes its device's allocator holds allocated, and reserved where that changed (a
+        reserve grows and shrinks rarely: one sample per change holds the same step function)."""
+        t = self.trace
+        times, statuses = us_to_ns([e.ts for e in events])
+        timed = statuses == OK
+        if not timed.all():
+            for status in statuses[~timed].tolist():
+                self._no_time("i", status)
+            events = [e for e, ok in zip(events, timed.tolist(), strict=True) if ok]
+            times = times[timed]
+        try:  # all the events' args in one decoding, only their five fields built
+            args = _MEMORY_ARGS.decode(b"[" + b",".join(bytes(e.args) or b"{}" for e in events) + b"]")
+        except _MALFORMED:  # one is not an object: each on its own, what it holds
+            args = [_memory_args(decode_args(e)) for e in events]
+        args = [a or _MemoryArgs() for a in args]  # ("args": null)
+        where = [(e.pid, memory_device(a.device_type, a.device_id)) for e, a in zip(events, args, strict=True)]
+        for counter, attribute in (("alloc_bytes", "nbytes"), ("allocated_bytes", "allocated"),
+                                   ("reserved_bytes", "reserved")):
+            value = _numbers([getattr(a, attribute) for a in args])
+            named = {w: f"{w[1]}_{counter}" for w in set(where)}
+            keep = ~np.isnan(value)
+            if counter == "reserved_bytes":  # only where it changed, per rank and device
+                last: dict[tuple, float] = {}
+                for i in np.flatnonzero(keep).tolist():
+                    keep[i] = last.get(where[i]) != value[i]
+                    last[where[i]] = value[i]
+            rows = np.flatnonzero(keep).tolist()
+            t.counters.extend((where[i][0], named[where[i]], ts, v) for i, ts, v in
+                              zip(rows, times[rows].tolist(), value[rows].tolist(), strict=True))
+        t.skipped["[memory] events (PyTorch's allocator), kept as counters"] += len(events)
 
     def _no_time(self, ph: str, status: int) -> bool:
         """Whether an event's ``ts`` (its :func:`us_to_ns` status) is missing, not a number or out of range

@@ -1,0 +1,71 @@
+"""Memory the framework's allocator held, per rank and device: how much, at its peak when, and how it grew.
+
+PyTorch's profiler (``profile_memory=True``) records each allocation and free of its allocators as a ``[memory]``
+event, which the Chrome-format reader keeps as the rank's counters (:data:`~ddltrace.collectors.importers.chrome.
+MEMORY_EVENT`): ``DEV_alloc_bytes`` (each event's bytes, negative for a free) and, where the trace writes them (PyTorch
+1.10 and later), ``DEV_allocated_bytes`` and ``DEV_reserved_bytes`` (the allocator's totals after the event). Per
+rank and device, over its events in time order (``basis``):
+
+* ``total``: where the trace writes the totals, the allocated bytes are the allocator's own (``Total Allocated``);
+* ``since the trace began``: where it does not (older PyTorch), the events' bytes summed from the trace's first one:
+  what the allocator held beyond what it held when the trace began (negative where it frees what it allocated
+  before).
+
+Figures (bytes, ns): ``events``, ``allocations`` and ``frees`` (their counts) and ``allocated_sum_bytes`` /
+``freed_sum_bytes`` (their bytes); ``start_bytes`` and ``end_bytes`` (allocated after the first and the last event)
+and ``growth_bytes`` (end minus start: what the window kept); ``peak_bytes`` (the most allocated) and ``peak_ns``
+(the first event at it); ``reserved_peak_bytes`` (the most the allocator reserved from the device, where written) and
+``peak_share_of_reserved`` (the peak over it).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+_NAME = re.compile(r"^(cpu|[a-z]+\d+|device\d+\.\d+|device\?)_(alloc|allocated|reserved)_bytes$")
+COLUMNS = ["rank", "device", "basis", "events", "allocations", "frees", "allocated_sum_bytes", "freed_sum_bytes",
+           "first_ns", "last_ns", "start_bytes", "end_bytes", "growth_bytes", "peak_bytes", "peak_ns",
+           "reserved_peak_bytes", "peak_share_of_reserved"]
+TOTAL, SINCE_START = "total", "since the trace began"
+
+
+def device_name(counter_device: str) -> str:
+    """The counters' device (``gpu1``) as the timeline's lanes name it (``gpu:1``); ``cpu`` and others as they are."""
+    m = re.fullmatch(r"([a-z]+)(\d+)", counter_device)
+    return f"{m.group(1)}:{m.group(2)}" if m and counter_device != "cpu" else counter_device
+
+
+def allocator_memory(rank: int, counters: pd.DataFrame) -> pd.DataFrame:
+    """One row per device whose allocator events ``counters`` (one rank's) hold: :data:`COLUMNS`."""
+    if not len(counters):
+        return pd.DataFrame(columns=COLUMNS)
+    found = counters["name"].astype(str).str.extract(_NAME)
+    keep = found[0].notna().to_numpy()
+    if not keep.any():
+        return pd.DataFrame(columns=COLUMNS)
+    frame = pd.DataFrame({"device": found[0][keep].to_numpy(object), "series": found[1][keep].to_numpy(object),
+                          "t_ns": counters["t_ns"].to_numpy(np.int64)[keep],
+                          "value": counters["value"].to_numpy(float)[keep]})
+    rows = []
+    for device, mine in frame.groupby("device", sort=True):
+        series = {name: part.sort_values("t_ns", kind="stable") for name, part in mine.groupby("series")}
+        if "alloc" not in series:
+            continue
+        delta = series["alloc"]
+        t = delta["t_ns"].to_numpy(np.int64)
+        change = delta["value"].to_numpy(float)
+        if "allocated" in series and len(series["allocated"]) == len(delta):
+            basis, held = TOTAL, series["allocated"]["value"].to_numpy(float)
+        else:
+            basis, held = SINCE_START, np.cumsum(change)
+        at = int(np.argmax(held))
+        reserved = series["reserved"]["value"].to_numpy(float) if "reserved" in series else np.zeros(0)
+        reserved_peak = float(reserved.max()) if len(reserved) else float("nan")
+        rows.append([rank, device_name(device), basis, len(t), int((change > 0).sum()), int((change < 0).sum()),
+                     float(change[change > 0].sum()), float(-change[change < 0].sum()), int(t[0]), int(t[-1]),
+                     float(held[0]), float(held[-1]), float(held[-1] - held[0]), float(held[at]), int(t[at]),
+                     reserved_peak, float(held[at] / reserved_peak) if reserved_peak > 0 else float("nan")])
+    return pd.DataFrame(rows, columns=COLUMNS)

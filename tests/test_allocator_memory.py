@@ -1,0 +1,86 @@
+"""Memory the framework's allocator held (analyses/allocator_memory.py), from PyTorch's ``[memory]`` events, on two
+real Kineto traces: HTA's df_index_resolver (PyTorch 1.13: the events carry the allocator's totals) and the
+TensorBoard plugin's ResNet-50 sample (PyTorch 1.8: each event's bytes only), each figure computed here from the JSON
+itself: per device (``Device Type``, ``Device Id``), the events in time order (file order within a time), the
+allocated bytes after each (``Total Allocated``, else the events' ``Bytes`` summed), their maximum and the first time
+at it (the file's decimal µs times 1000, exact ns)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from decimal import Decimal
+from itertools import accumulate
+
+import pytest
+from shared_data import SHARED
+
+from ddltrace.cli import main
+
+DF = SHARED / "hta_traces" / "df_index_resolver"
+RESNET = SHARED / "wild_traces" / "kineto_tb_resnet50_w0"
+
+
+def _truth(folder) -> dict:
+    """Per device as ddltrace names it: events, basis, peak bytes and its time (ns), first and last bytes."""
+    (path,) = folder.glob("*.json.gz")
+    events = json.loads(gzip.open(path).read(), parse_float=Decimal)["traceEvents"]
+    per: dict[str, list] = {}
+    for e in events:
+        if e.get("ph") == "i" and e.get("name") == "[memory]":
+            args = e["args"]
+            device = "cpu" if args["Device Type"] == 0 else f"gpu:{args['Device Id']}"
+            per.setdefault(device, []).append((int(Decimal(e["ts"]) * 1000), args))
+    out = {}
+    for device, rows in per.items():
+        rows.sort(key=lambda r: r[0])  # (stable: file order within one time)
+        total = all("Total Allocated" in a for _, a in rows)
+        held = [a["Total Allocated"] for _, a in rows] if total else list(accumulate(a["Bytes"] for _, a in rows))
+        at = held.index(max(held))
+        out[device] = {"events": len(rows), "basis": "total" if total else "since the trace began",
+                       "peak_bytes": max(held), "peak_ns": rows[at][0], "start_bytes": held[0], "end_bytes": held[-1],
+                       "allocations": sum(a["Bytes"] > 0 for _, a in rows)}
+    return out
+
+
+@pytest.mark.parametrize("folder", [DF, RESNET], ids=["df_index_resolver", "tb_resnet50"])
+def test_the_allocator_s_peak_is_the_file_s(folder, capsys):
+    if not folder.is_dir():
+        pytest.skip(f"{folder} absent (../shared)")
+    truth = _truth(folder)
+    assert main(["analyze", str(folder), "--json"]) == 0
+    captured = capsys.readouterr()
+    (store,) = json.loads(captured.out)["stores"]
+    got = {row["device"]: row for row in store["gpu"]["allocator"]}
+    assert set(got) == set(truth) and "allocator" in store["capabilities"]
+    for device, want in truth.items():
+        mine = {k: got[device][k] for k in want}
+        assert mine == want, device
+    n = sum(t["events"] for t in truth.values())
+    assert f"skipped {n} event(s): [memory] events (PyTorch's allocator), kept as counters" in captured.err
+
+
+def test_damaged_allocator_events_keep_what_they_hold(tmp_path, capsys):
+    """Allocator events whose args are damaged (null, a list for the device, text for the bytes) are kept as far as
+    they hold numbers, and the import goes on; the reserve is sampled where it changed only, its peak the same."""
+    def memory(ts, args):
+        return {"ph": "i", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": ts, "args": args}
+
+    def good(ts, nbytes, total, reserved):
+        return memory(ts, {"Device Type": 1, "Device Id": 0, "Bytes": nbytes, "Total Allocated": total,
+                           "Total Reserved": reserved})
+
+    events = [{"ph": "X", "name": "aten::mm", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+              {"ph": "X", "name": "gemm", "cat": "kernel", "pid": 0, "tid": 7, "ts": 10, "dur": 50,
+               "args": {"device": 0, "stream": 7, "correlation": 1}},
+              good(10, 512, 512, 2048), good(20, 1024, 1536, 2048), good(30, -512, 1024, 4096),
+              memory(40, None), memory(50, {"Device Type": [1], "Bytes": "many"}), good(60, -1024, 0, 4096)]
+    (tmp_path / "t.json").write_text(json.dumps({"traceEvents": events}))
+    assert main(["import", str(tmp_path / "t.json"), "--out", str(tmp_path / "s"), "--progress", "never"]) == 0
+    from ddltrace.store import TraceStore
+
+    counters = TraceStore.open(tmp_path / "s").counters()
+    by = {name: part["value"].tolist() for name, part in counters.groupby("name")}
+    assert by == {"gpu0_alloc_bytes": [512.0, 1024.0, -512.0, -1024.0],
+                  "gpu0_allocated_bytes": [512.0, 1536.0, 1024.0, 0.0], "gpu0_reserved_bytes": [2048.0, 4096.0]}
+    assert "skipped 6 event(s): [memory] events" in capsys.readouterr().out
