@@ -38,29 +38,49 @@ def device_name(counter_device: str) -> str:
     return f"{m.group(1)}:{m.group(2)}" if m and counter_device != "cpu" else counter_device
 
 
-def allocator_memory(rank: int, counters: pd.DataFrame) -> pd.DataFrame:
-    """One row per device whose allocator events ``counters`` (one rank's) hold: :data:`COLUMNS`."""
+def _devices(counters: pd.DataFrame):
+    """Per device (as the counters name it) of one rank's ``counters``: its allocator series by kind (``alloc``,
+    ``allocated``, ``reserved``), each a frame of ``t_ns`` and ``value`` in time order (stable)."""
     if not len(counters):
-        return pd.DataFrame(columns=COLUMNS)
+        return
     found = counters["name"].astype(str).str.extract(_NAME)
     keep = found[0].notna().to_numpy()
     if not keep.any():
-        return pd.DataFrame(columns=COLUMNS)
+        return
     frame = pd.DataFrame({"device": found[0][keep].to_numpy(object), "series": found[1][keep].to_numpy(object),
                           "t_ns": counters["t_ns"].to_numpy(np.int64)[keep],
                           "value": counters["value"].to_numpy(float)[keep]})
-    rows = []
     for device, mine in frame.groupby("device", sort=True):
         series = {name: part.sort_values("t_ns", kind="stable") for name, part in mine.groupby("series")}
-        if "alloc" not in series:
-            continue
-        delta = series["alloc"]
-        t = delta["t_ns"].to_numpy(np.int64)
-        change = delta["value"].to_numpy(float)
-        if "allocated" in series and len(series["allocated"]) == len(delta):
-            basis, held = TOTAL, series["allocated"]["value"].to_numpy(float)
-        else:
-            basis, held = SINCE_START, np.cumsum(change)
+        if "alloc" in series:
+            yield device, series
+
+
+def _held(series: dict) -> tuple[str, np.ndarray, np.ndarray, np.ndarray]:
+    """(basis, event times in ns, each event's bytes, bytes allocated after each) of one device's series."""
+    delta = series["alloc"]
+    t, change = delta["t_ns"].to_numpy(np.int64), delta["value"].to_numpy(float)
+    if "allocated" in series and len(series["allocated"]) == len(delta):
+        return TOTAL, t, change, series["allocated"]["value"].to_numpy(float)
+    return SINCE_START, t, change, np.cumsum(change)
+
+
+SERIES_COLUMNS = ["rank", "device", "basis", "t_ns", "held_bytes"]
+
+
+def held_series(rank: int, counters: pd.DataFrame) -> pd.DataFrame:
+    """The bytes allocated after each allocator event of one rank (``counters``), per device: :data:`SERIES_COLUMNS`
+    (``basis`` as in the module docstring), for the report's figure."""
+    parts = [pd.DataFrame({"rank": rank, "device": device_name(device), "basis": basis, "t_ns": t, "held_bytes": held})
+             for device, series in _devices(counters) for basis, t, _, held in [_held(series)]]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=SERIES_COLUMNS)
+
+
+def allocator_memory(rank: int, counters: pd.DataFrame) -> pd.DataFrame:
+    """One row per device whose allocator events ``counters`` (one rank's) hold: :data:`COLUMNS`."""
+    rows = []
+    for device, series in _devices(counters):
+        basis, t, change, held = _held(series)
         at = int(np.argmax(held))
         reserved = series["reserved"]["value"].to_numpy(float) if "reserved" in series else np.zeros(0)
         reserved_peak = float(reserved.max()) if len(reserved) else float("nan")

@@ -120,10 +120,18 @@ class RunAnalysis:
         from its ``[memory]`` events kept as counters), empty when the store has none."""
         from ddltrace.analyses.allocator_memory import COLUMNS, allocator_memory
 
-        ranks = [r for r in self.store.counter_ranks if r >= 0]
-        parts = [allocator_memory(r, self.store.counters([r])) for r in ranks]
+        parts = [allocator_memory(r, self.store.counters([r])) for r in self.store.counter_ranks if r >= 0]
         parts = [p for p in parts if len(p)]
         return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COLUMNS)
+
+    def allocator_series(self) -> pd.DataFrame:
+        """The bytes the allocator held after each of its events, per rank and device
+        (:func:`~ddltrace.analyses.allocator_memory.held_series`), for the report's figure."""
+        from ddltrace.analyses.allocator_memory import SERIES_COLUMNS, held_series
+
+        parts = [held_series(r, self.store.counters([r])) for r in sorted(set(self.allocator["rank"]))]
+        parts = [p for p in parts if len(p)]
+        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=SERIES_COLUMNS)
 
     @property
     def capabilities(self) -> frozenset[str]:

@@ -84,3 +84,12 @@ def test_damaged_allocator_events_keep_what_they_hold(tmp_path, capsys):
     assert by == {"gpu0_alloc_bytes": [512.0, 1024.0, -512.0, -1024.0],
                   "gpu0_allocated_bytes": [512.0, 1536.0, 1024.0, 0.0], "gpu0_reserved_bytes": [2048.0, 4096.0]}
     assert "skipped 6 event(s): [memory] events" in capsys.readouterr().out
+
+
+def test_the_report_shows_the_allocator_s_table_and_figure(tmp_path):
+    if not DF.is_dir():
+        pytest.skip(f"{DF} absent (../shared)")
+    assert main(["report", str(DF), "--out", str(tmp_path / "r"), "--quiet"]) == 0
+    text = (tmp_path / "r" / "report.md").read_text()
+    assert (tmp_path / "r" / "gpu_allocator.png").is_file() and "Memory the framework's allocator held" in text
+    assert "6.17 GiB" in text and "51.9 %" in text  # gpu:1's peak and its share of the reserve (the file's figures)

@@ -415,6 +415,12 @@ def _gpu_figures(run, label: str) -> list[Figure]:
                           "nccl-tests' bus bandwidth of each collective of known size (bytes / duration x its "
                           "collective's factor), against the calibrated link where a profile gives it.",
                           figures.png_bytes(figures.busbw_figure(sized, run.link_bytes_per_s))))
+    if len(run.allocator):
+        out.append(Figure(f"gpu_allocator{label}", "Memory the framework's allocator held",
+                          "The bytes allocated after each of the allocator's events (PyTorch's [memory] events), per "
+                          "rank and device, each peak marked: the allocator's own total where the trace writes it, "
+                          "else the events' bytes summed from the trace's first (what it held beyond its start).",
+                          figures.png_bytes(figures.allocator_figure(run.allocator_series(), run.allocator))))
     if "nvml" in run.capabilities:
         windows = {d: (int(p["window_start_ns"].min()), int((p["window_start_ns"] + p["window_ns"]).max()))
                    for d, p in temporal.groupby("device")}

@@ -376,6 +376,25 @@ def copy_bandwidth_figure(series: pd.DataFrame, title: str) -> Figure:
     return fig
 
 
+def allocator_figure(series: pd.DataFrame, peaks: pd.DataFrame, most: int = 8) -> Figure:
+    """The bytes the framework's allocator held over time (GiB; ``series`` as :func:`~ddltrace.analyses.
+    allocator_memory.held_series` gives it), per rank and device, the ``most`` with the highest peak, each peak
+    marked (``peaks``: :func:`~ddltrace.analyses.allocator_memory.allocator_memory`'s rows)."""
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    t0 = int(series["t_ns"].min())
+    for p in peaks.sort_values("peak_bytes", ascending=False).head(most).to_dict("records"):
+        part = series[(series["rank"] == p["rank"]) & (series["device"] == p["device"])]
+        line = ax.step((part["t_ns"].to_numpy(float) - t0) / 1e9, part["held_bytes"].to_numpy(float) / 2**30,
+                       where="post", linewidth=0.9, label=f"rank {p['rank']} {p['device']}"
+                       + ("" if p["basis"] == "total" else " (since the trace began)"))[0]
+        ax.plot([(p["peak_ns"] - t0) / 1e9], [p["peak_bytes"] / 2**30], "v", color=line.get_color(), markersize=5)
+    ax.set_xlabel("time (s, from the first allocator event)")
+    ax.set_ylabel("allocated (GiB)")
+    ax.set_title("Memory the framework's allocator held (peaks marked)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8)
+    return fig
+
+
 def nvml_figure(series: pd.DataFrame, windows: dict[str, tuple[int, int]]) -> Figure:
     """NVML's utilisation of each GPU over time (%, ``series`` as :func:`~ddltrace.analyses.gpu_counters.
     nvml_series` gives it), with each device's window in the trace shaded."""
