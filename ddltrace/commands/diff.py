@@ -14,6 +14,8 @@ _ROWS = {"all": "the host's and the devices'", "cpu": "the host's only", "gpu": 
 
 
 def register(subparsers) -> None:
+    from ddltrace.options import integer
+
     p = subparsers.add_parser(
         "diff", help="compare two runs name by name: counts and summed time of each operator, kernel or call",
         description="Compare two runs (trace stores, or trace files or folders, imported first) name by name, as "
@@ -23,14 +25,14 @@ def register(subparsers) -> None:
     p.add_argument("control", help="the run compared against: a trace store, or trace files or a folder")
     p.add_argument("test", help="the run compared: a trace store, or trace files or a folder")
     for side in ("control", "test"):
-        p.add_argument(f"--{side}-rank", type=int, metavar="R", help=f"the {side}'s rank (default: its first)")
+        p.add_argument(f"--{side}-rank", type=integer(0), metavar="R", help=f"the {side}'s rank (default: its first)")
         p.add_argument(f"--{side}-step", metavar="N|all",
                        help=f"the {side}'s training step, or 'all' for its whole run (default: the rank's first step; "
                             "the whole run where the trace marks no steps)")
     p.add_argument("--device", choices=("all", "cpu", "gpu"), default="all",
                    help="the host's rows (cpu), the devices' (gpu: kernels, copies, device annotations) or all "
                         "(default)")
-    p.add_argument("--top", type=int, default=TOP, metavar="K",
+    p.add_argument("--top", type=integer(0), default=TOP, metavar="K",
                    help="names shown, the largest changes in time first (default: %(default)s; 0: all)")
     p.add_argument("--json", action="store_true", help="print JSON: every name, times in ns")
     p.add_argument("--quiet", action="store_true", help="no progress messages")
