@@ -5,7 +5,8 @@ Each question has its module: :mod:`~ddltrace.analyses.gpu_temporal` (idle / com
 and stream), :mod:`~ddltrace.analyses.gpu_launched` (the same and the overlap over the work launched in the
 trace, HTA's set, where it is not all the work), :mod:`~ddltrace.analyses.gpu_kernels` (time by class and by
 kernel, and across ranks), :mod:`~ddltrace.analyses.gpu_overlap` (communication-computation overlap),
-:mod:`~ddltrace.analyses.gpu_launch` (launch statistics),
+:mod:`~ddltrace.analyses.gpu_launch` (launch statistics), :mod:`~ddltrace.analyses.gpu_operators` (device time
+by launching operator),
 :mod:`~ddltrace.analyses.gpu_queue` (queue length
 per stream), :mod:`~ddltrace.analyses.gpu_idle` (idle time waiting for the host),
 :mod:`~ddltrace.analyses.gpu_stream_idle` (idle time per stream, HTA's breakdown),
@@ -32,6 +33,7 @@ from ddltrace.analyses import (
     gpu_launch,
     gpu_launched,
     gpu_memcpy,
+    gpu_operators,
     gpu_overlap,
     gpu_queue,
     gpu_stream_idle,
@@ -71,6 +73,8 @@ class GpuAnalysis:
     stream_idle_launched: list = field(default_factory=list)
     #: per rank, the breakdown and overlap of the work launched in the trace (:mod:`~ddltrace.analyses.gpu_launched`)
     launched: list = field(default_factory=list)
+    #: per rank, its device time by the host operator that launched it (:mod:`~ddltrace.analyses.gpu_operators`)
+    operators: list = field(default_factory=list)
 
     def add_rank(self, rank: int, timeline: pd.DataFrame) -> None:
         """Measure one rank's device work (nothing when it has none)."""
@@ -107,6 +111,7 @@ class GpuAnalysis:
         if len(pairs):
             self.launch_ranks.append(rank)
             self.launches.append(gpu_launch.launch_stats(rank, pairs))
+            self.operators.append(gpu_operators.by_operator(rank, timeline, pairs))
             self.worst.append(gpu_launch.worst_launches(rank, pairs))
             window = int((timeline["start_ns"] + timeline["dur_ns"]).max() - timeline["start_ns"].min())
             series = gpu_queue.queue_length_series(pairs)
@@ -164,6 +169,11 @@ class GpuAnalysis:
         """Per rank, the launches with the longest delay and CPU duration (:func:`~ddltrace.analyses.gpu_launch.
         worst_launches`)."""
         return self._frame(self.worst, gpu_launch.WORST_COLUMNS)
+
+    def operator_table(self) -> pd.DataFrame:
+        """Device time by launching operator, per rank with correlated launches (:mod:`~ddltrace.analyses.
+        gpu_operators`)."""
+        return self._frame(self.operators, gpu_operators.COLUMNS)
 
     def queue_table(self) -> pd.DataFrame:
         """Queue length per stream of every rank with correlated launches (:mod:`~ddltrace.analyses.gpu_queue`)."""

@@ -57,10 +57,11 @@ COLUMNS = ["rank", "runtime", "launches", "cpu_duration_mean_ns", "cpu_duration_
 
 
 def launch_pairs(timeline: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
-    """Each launch of one rank's ``timeline`` with the device ``work`` it launched (:data:`PAIR_COLUMNS`; one row
-    per pair, as HTA's inner join: a launch whose activity is not in the trace is left out)."""
+    """Each launch of one rank's ``timeline`` with the device ``work`` it launched (:data:`PAIR_COLUMNS`, and
+    ``launch_row``: the launch's position in ``timeline``; one row per pair, as HTA's inner join: a launch whose
+    activity is not in the trace is left out)."""
     if "correlation" not in timeline or not len(work) or work["correlation"].isna().all():
-        return pd.DataFrame(columns=PAIR_COLUMNS)
+        return pd.DataFrame(columns=[*PAIR_COLUMNS, "launch_row"])
     host = np.flatnonzero(~device_lanes(timeline["lane"]) & timeline["correlation"].notna().to_numpy(bool))
     done = np.flatnonzero(work["correlation"].notna().to_numpy(bool))
     left, right = _inner_join(timeline["correlation"].to_numpy(np.int64, na_value=-1)[host],
@@ -82,7 +83,7 @@ def launch_pairs(timeline: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
         "kernel": kernel, "correlation": work["correlation"].to_numpy(np.int64, na_value=-1)[done],
         "launch_start_ns": launch_start, "cpu_duration_ns": cpu, "gpu_start_ns": gpu_start,
         "gpu_duration_ns": work["dur_ns"].to_numpy(np.int64)[done],
-        "launch_delay_ns": np.clip(gpu_start - (launch_start + cpu), 0, None)})
+        "launch_delay_ns": np.clip(gpu_start - (launch_start + cpu), 0, None), "launch_row": host})
     return pairs
 
 

@@ -140,6 +140,8 @@ GPU_ANALYSES: dict[str, Requirement] = {
                                             frozenset({"device", "device_comm", "device_bytes"})),
     "gpu_nvml": Requirement("NVML counters joined with the trace (utilisation, memory, power, clocks, PCIe)",
                             frozenset({"device", "nvml"})),
+    "gpu_operators": Requirement("device time by the host operator that launched it (self and total)",
+                                 frozenset({"device", "correlation"})),
     "gpu_allocator": Requirement("memory the framework's allocator held per device (peak, when, growth)",
                                  frozenset({"device", "allocator"})),
     "gpu_memcpy": Requirement("memory copies per direction (H2D, D2H, D2D: count, time)",

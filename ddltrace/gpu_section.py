@@ -77,6 +77,10 @@ COPIES = ("Memory copies per direction (name says the direction; time: summed du
           "size the trace gives, '(n of N)' where some have none; bandwidth: those bytes / those copies' summed "
           "duration; mean: of each copy's bytes / duration; peak: of the summed bandwidth of concurrent "
           "copies over time; vs calibrated: against the profile's pinned host-device copy bandwidth)")
+OPERATORS = (f"Device time by the host operator that launched it (the top {TOP_SHOWN} per rank by self time; self: the "
+             "kernels, copies and fills whose launch call's innermost enclosing row is one of that name, time "
+             "summed; total: those launched inside one at any depth; share: of the rank's device time with a "
+             "launch in the trace)")
 ALLOCATOR = ("Memory the framework's allocator held (PyTorch's [memory] events; bytes allocated, after each event: "
              "'total' the allocator's own figure, 'since the trace began' the events' bytes summed where the trace "
              "writes no total; peak at: the time from the device's first event to the peak; growth: last minus "
@@ -222,6 +226,11 @@ def gpu_tables(run, top: int = TOP_SHOWN) -> list[tuple[str, pd.DataFrame]]:
               x["short_kernels"]] for x in launches.to_dict("records")],
             columns=["rank", "launches", "CPU mean / median / max", "GPU mean / median / max",
                      "delay mean / median / max", "delay p95", "CPU outliers", "delay outliers", "short"])))
+        operators = gpu.operator_table().groupby("rank", sort=False).head(top)
+        tables.append((OPERATORS.replace(str(TOP_SHOWN), str(top), 1), pd.DataFrame(
+            [[o["rank"], _cut(o["name"]), o["calls"], o["self_work"], format_ns(o["self_ns"]), format_ns(o["total_ns"]),
+              format_percent(o["self_share"])] for o in operators.to_dict("records")],
+            columns=["rank", "operator", "calls", "launched", "self", "total", "share"])))
         queues = gpu.queue_table()
         tables.append((QUEUES, pd.DataFrame(
             [[q["rank"], q["device"], q["stream"], q["changes"], f"{q['mean_hta']:.1f}",
@@ -327,6 +336,8 @@ def gpu_json(run) -> dict:
                         "collectives": COLLECTIVES + "; one row per instance, times in ns, bandwidths "
                         "in bytes/s", "late_arrivals": LATE, "copies": COPIES + "; bandwidths in bytes/s",
                         "nvml": NVML + "; values in the unit column",
+                        "operators": OPERATORS.replace(f"the top {TOP_SHOWN} per rank by self time", "every operator "
+                                                       "with device time, the most self time first") + "; times in ns",
                         "allocator": ALLOCATOR + "; bytes, times in ns (peak_ns and first_ns: since the epoch, on "
                                                  "the run's clock)"},
         "device_ranks": gpu.device_ranks,
@@ -348,4 +359,5 @@ def gpu_json(run) -> dict:
         "copies": records(gpu.copy_table(run.copy_bytes_per_s)),
         "nvml": records(_nvml(run)),
         "allocator": records(run.allocator),
+        "operators": records(gpu.operator_table()),
     }
