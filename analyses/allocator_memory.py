@@ -43,11 +43,15 @@ def _devices(counters: pd.DataFrame):
     ``allocated``, ``reserved``), each a frame of ``t_ns`` and ``value`` in time order (stable)."""
     if not len(counters):
         return
-    found = counters["name"].astype(str).str.extract(_NAME)
-    keep = found[0].notna().to_numpy()
+    codes, names = pd.factorize(counters["name"])  # (each distinct name matched once)
+    found = [_NAME.match(str(name)) for name in names]
+    known = np.array([m is not None for m in found] + [False])  # (a missing name's code, -1, is the last)
+    keep = known[codes]
     if not keep.any():
         return
-    frame = pd.DataFrame({"device": found[0][keep].to_numpy(object), "series": found[1][keep].to_numpy(object),
+    device = np.array([m.group(1) if m else "" for m in found] + [""], dtype=object)
+    kind = np.array([m.group(2) if m else "" for m in found] + [""], dtype=object)
+    frame = pd.DataFrame({"device": device[codes[keep]], "series": kind[codes[keep]],
                           "t_ns": counters["t_ns"].to_numpy(np.int64)[keep],
                           "value": counters["value"].to_numpy(float)[keep]})
     for device, mine in frame.groupby("device", sort=True):

@@ -50,9 +50,11 @@ def parents(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
         closed = (np.searchsorted(np.sort(e[~instant]), s, side="right")  # rows of the lane ended by each start
                   + np.searchsorted(np.sort(e[instant]), s, side="left"))
         depth = np.arange(hi - lo) - closed
+        by_depth = np.argsort(depth, kind="stable")  # each level's rows in order, one level after another
+        bounds = np.searchsorted(depth[by_depth], np.arange(int(depth.max()) + 2))
         for d in range(1, int(depth.max()) + 1):
-            above = np.flatnonzero(depth == d - 1)
-            mine = np.flatnonzero(depth == d)
+            above = by_depth[bounds[d - 1]:bounds[d]]
+            mine = by_depth[bounds[d]:bounds[d + 1]]
             at = np.searchsorted(above, mine) - 1
             found = at >= 0
             parent_s[lo + mine[found]] = lo + above[at[found]]
