@@ -86,3 +86,55 @@ def test_requests_of_an_otf2_archive_give_each_receive_its_message_and_the_late_
     # rank 1's Wait for its Irecv waits from 700 for rank 0's Send at 900
     assert [[r, p, n, e - base, t] for r, p, n, e, t in got.values.tolist()] == [
         [0, 1, "MPI_Waitall", 200, 350], [1, 0, "MPI_Wait", 700, 200]]
+
+
+def test_matched_probes_give_their_receives_the_message_s_envelope(tmp_path):
+    """Rank 1 takes rank 0's message (tag 9, 21 B) with MPI_Mprobe + MPI_Mrecv and the next (tag 10, 33 B) with
+    MPI_Improbe + MPI_Imrecv completed by MPI_Wait, in Score-P's layout (MpiProbe with the message id, MpiMrecv,
+    MpiImrecvRequest, MpiImrecv); the Imrecv's request id (0) is the first message's id too. Each receive has its
+    message's source, tag and bytes, the Imrecv shares its request with the Wait, and the Mprobe, entered 150 ns
+    before rank 0 sent, is a late sender of 150 ns."""
+    otf2 = pytest.importorskip("otf2")
+    with otf2.writer.open(str(tmp_path / "trace"), timer_resolution=10**9) as w:
+        d = w.definitions
+        root = d.system_tree_node("cluster")
+        groups = [d.location_group(f"MPI Rank {r}", system_tree_parent=d.system_tree_node("node0", parent=root))
+                  for r in range(2)]
+        locs = [d.location("Master thread", group=g) for g in groups]
+        d.group("locations", group_type=otf2.GroupType.COMM_LOCATIONS, paradigm=otf2.Paradigm.MPI, members=locs)
+        comm = d.comm("MPI_COMM_WORLD", group=d.group("world", group_type=otf2.GroupType.COMM_GROUP,
+                                                      paradigm=otf2.Paradigm.MPI, members=[0, 1]))
+        region = {n: d.region(n) for n in ("MPI_Send", "MPI_Mprobe", "MPI_Mrecv", "MPI_Improbe", "MPI_Imrecv",
+                                           "MPI_Wait")}
+        r0, r1 = (w.event_writer_from_location(loc) for loc in locs)
+        for t, tag, size in ((250, 9, 21), (350, 10, 33)):
+            r0.enter(t, region["MPI_Send"])
+            r0.mpi_send(t + 2, 1, comm, tag, size)
+            r0.leave(t + 5, region["MPI_Send"])
+        r1.enter(100, region["MPI_Mprobe"])
+        r1.mpi_probe(300, 0, comm, 9, 0)
+        r1.leave(305, region["MPI_Mprobe"])
+        r1.enter(310, region["MPI_Mrecv"])
+        r1.mpi_mrecv(312, 0, 21)
+        r1.leave(315, region["MPI_Mrecv"])
+        r1.enter(400, region["MPI_Improbe"])
+        r1.mpi_probe(402, 0, comm, 10, 1)
+        r1.leave(405, region["MPI_Improbe"])
+        r1.enter(410, region["MPI_Imrecv"])
+        r1.mpi_imrecv_request(412, 1, 0)
+        r1.leave(415, region["MPI_Imrecv"])
+        r1.enter(420, region["MPI_Wait"])
+        r1.mpi_imrecv(425, 0, 33)
+        r1.leave(430, region["MPI_Wait"])
+    out = tmp_path / "store"
+    assert main(["import", str(tmp_path / "trace"), "--out", str(out), "--progress", "never"]) == 0
+    t1 = TraceStore.open(out).timeline([1]).set_index("name")
+    got = {name: [None if pd.isna(v) else int(v) for v in t1.loc[name, ["peer", "tag", "bytes"]]]
+           for name in ("MPI_Mprobe", "MPI_Mrecv", "MPI_Improbe", "MPI_Imrecv")}
+    assert got == {"MPI_Mprobe": [0, 9, None], "MPI_Mrecv": [0, 9, 21], "MPI_Improbe": [0, 10, None],
+                   "MPI_Imrecv": [0, 10, 33]}
+    assert t1.loc["MPI_Imrecv", "request"] == t1.loc["MPI_Wait", "request"]
+    assert t1.loc["MPI_Mprobe", "request"] == t1.loc["MPI_Mrecv", "request"]
+    states = wait_states(mpi_calls(TraceStore.open(out).timeline()))
+    late = states[states["pattern"] == "late_sender"]
+    assert late[["rank", "peer", "name", "time_ns"]].values.tolist() == [[1, 0, "MPI_Mprobe", 150]]

@@ -5,7 +5,10 @@ Enter/Leave pairs on each location become intervals, with **exclusive** time: a 
 its children, so the time of a name summed over its rows is its exclusive time (its inclusive time minus its
 children's), and an instant belongs to the innermost region only. A leaf region is one row per call; an
 enclosing region has one row per non-empty piece (a region its children cover entirely has none).
-MpiSend/MpiRecv and MpiIsend put bytes, peer and tag on the MPI call that encloses them. A non-blocking call's
+MpiSend/MpiRecv and MpiIsend put bytes, peer and tag on the MPI call that encloses them; a matched probe's
+MpiProbe its message's source and tag on the MPI_Mprobe / MPI_Improbe, and the message's id on it and on the
+MPI_Mrecv (MpiMrecv, with the bytes) or MPI_Imrecv (MpiImrecvRequest) that takes the message, as the PMPI collector
+gives a matched receive its probe's envelope. A non-blocking call's
 request (OTF2's request id, MpiIsend's and MpiIrecvRequest's) is its row's ``request``; the MPI_Wait*/Test* region in
 which a request completes (MpiIsendComplete, MpiIrecv) takes it too, and where one completes several (a Waitall) the
 posts share the first one's, so that wait-state analysis finds each post's completion (:func:`_complete`). A
@@ -87,15 +90,16 @@ def _piece(rows: list, lane: int, frame: list, end_ns: int, *, child_enters: boo
     """The region's exclusive piece from its current start (its Enter, or where its last child left) to
     ``end_ns`` (where a child enters, or its Leave). A leaf is kept even when it lasts 0 ns (one call); an
     empty piece of a region with children is not a row. The requests completed in the region go with its last."""
-    name, start, nbytes, peer, tag, has_children, request, completed = frame
+    name, start, nbytes, peer, tag, has_children, request, completed, posted = frame
     if end_ns > start or not (has_children or child_enters):
         rows.append((lane, name, start, end_ns - start, nbytes, peer, tag, request,
-                     () if child_enters else tuple(completed)))
+                     () if child_enters else tuple(completed), posted))
     frame[5] = frame[5] or child_enters
 
 
 def _complete(rows: list) -> list:
-    """``rows`` (lane, name, start, duration, bytes, peer, tag, request, requests completed) with each completion
+    """``rows`` (lane, name, start, duration, bytes, peer, tag, request, requests completed, whether its request is
+    a post's, not a message's id) with each completion
     given to its post: in time order, a region's completed requests (request id, and for a receive its sender, tag
     and bytes) are found among the posts before it by request id; the posts and the region share the request of the
     first, and a receive's sender, tag and bytes go to its post (to the region where no post is in the trace).
@@ -105,7 +109,7 @@ def _complete(rows: list) -> list:
     for i in sorted(range(len(rows)), key=lambda i: rows[i][2]):
         completed = rows[i][8]
         if not completed:
-            if out[i][7] is not None:
+            if rows[i][9]:
                 posts[out[i][7]] = i
             continue
         shared = completed[0][0]
@@ -114,8 +118,9 @@ def _complete(rows: list) -> list:
             post = posts.pop(request, None)
             if post is not None:
                 out[post][7] = shared
-            if message is not None:
-                out[i if post is None else post][4:7] = message
+            if message is not None:  # (the parts the completion knows: an Imrecv's is its bytes only)
+                row = out[i if post is None else post]
+                row[4:7] = [known if known is not None else had for known, had in zip(message, row[4:7], strict=True)]
     return out
 
 
@@ -135,7 +140,7 @@ class _Fold:
         self.location_events[location._ref] += 1
         rank = _rank_of(location)
         self.rank_events[rank] += 1
-        state = self.per_rank.setdefault(rank, {"stacks": {}, "rows": [], "host": "", "lanes": {}})
+        state = self.per_rank.setdefault(rank, {"stacks": {}, "rows": [], "host": "", "lanes": {}, "messages": {}})
         group = location.group
         if not state["host"] and group.system_tree_parent is not None:
             state["host"] = group.system_tree_parent.name
@@ -146,7 +151,7 @@ class _Fold:
         if kind == "Enter":
             if stack:  # the enclosing region's piece up to here is its own time
                 _piece(state["rows"], lane, stack[-1], t_ns, child_enters=True)
-            stack.append([event.region.name, t_ns, None, None, None, False, None, []])
+            stack.append([event.region.name, t_ns, None, None, None, False, None, [], False])
         elif kind == "Leave":
             if not stack:
                 self.skipped["Leave without an Enter"] += 1
@@ -161,15 +166,32 @@ class _Fold:
                 top[3] = int(event.receiver if kind in ("MpiSend", "MpiIsend") else event.sender)
                 top[4] = int(event.msg_tag)
                 if kind == "MpiIsend":
-                    top[6] = int(event.request_id)
+                    top[6], top[8] = int(event.request_id), True
         elif kind == "MpiIrecvRequest":
             if stack:
-                stack[-1][6] = int(event.request_id)
+                stack[-1][6], stack[-1][8] = int(event.request_id), True
         elif kind in ("MpiIrecv", "MpiIsendComplete"):  # a request completes, in the Wait* / Test* region
             if stack:
                 message = ((int(event.msg_length), int(event.sender), int(event.msg_tag)) if kind == "MpiIrecv"
                            else None)
                 stack[-1][7].append((int(event.request_id), message))
+        elif kind == "MpiProbe":  # a matched probe (MPI_Mprobe, MPI_Improbe) found a message: its envelope
+            envelope = (int(event.sender), int(event.tag))
+            state["messages"][int(event.message_id)] = envelope
+            if stack:
+                stack[-1][3:5] = envelope
+                stack[-1][6] = int(event.message_id)
+        elif kind in ("MpiMrecv", "MpiImrecvRequest"):  # its message received (MPI_Mrecv) or posted (MPI_Imrecv)
+            if stack:
+                top = stack[-1]
+                top[3:5] = state["messages"].get(int(event.message_id), (None, None))
+                if kind == "MpiMrecv":
+                    top[2], top[6] = int(event.msg_length), int(event.message_id)
+                else:
+                    top[6], top[8] = int(event.request_id), True
+        elif kind == "MpiImrecv":  # an MPI_Imrecv's request completes: the message's bytes
+            if stack:
+                stack[-1][7].append((int(event.request_id), (int(event.msg_length), None, None)))
         else:
             self.skipped[f"OTF2 {kind} records (not intervals)"] += 1
 
