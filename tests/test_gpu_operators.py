@@ -85,3 +85,12 @@ def test_parents_nest_by_time_and_adjacent_rows_are_siblings():
     start = np.array([0, 10, 50, 60, 100, 60, 0])
     end = np.array([100, 50, 90, 70, 120, 60, 200])
     assert parents(lane, start, end).tolist() == [-1, 0, 0, 2, -1, 3, -1]
+
+
+def test_the_report_draws_the_operators(tmp_path):
+    folder = SHARED / "hta_traces" / "trace_filter"
+    if not folder.is_dir():
+        pytest.skip(f"{folder} absent (../shared)")
+    assert main(["report", str(folder), "--out", str(tmp_path / "r"), "--quiet"]) == 0
+    text = (tmp_path / "r" / "report.md").read_text()
+    assert (tmp_path / "r" / "gpu_operators.png").is_file() and "Device time by the host operator" in text

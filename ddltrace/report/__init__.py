@@ -415,6 +415,13 @@ def _gpu_figures(run, label: str) -> list[Figure]:
                           "nccl-tests' bus bandwidth of each collective of known size (bytes / duration x its "
                           "collective's factor), against the calibrated link where a profile gives it.",
                           figures.png_bytes(figures.busbw_figure(sized, run.link_bytes_per_s))))
+    operators = gpu.operator_table()
+    if len(operators):
+        out.append(Figure(f"gpu_operators{label}", "Device time by the operator that launched it",
+                          "The host operators whose launches ran the most device time, summed over the ranks: self, "
+                          "the kernels, copies and fills an operator launched itself (its launch call's innermost "
+                          "enclosing row on its thread); total, those launched inside it at any depth.",
+                          figures.png_bytes(figures.operator_figure(operators))))
     if len(run.allocator):
         out.append(Figure(f"gpu_allocator{label}", "Memory the framework's allocator held",
                           "The bytes allocated after each of the allocator's events (PyTorch's [memory] events), per "

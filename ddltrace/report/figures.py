@@ -328,6 +328,23 @@ def gpu_overlap_figure(overlap: pd.DataFrame) -> Figure:
     return fig
 
 
+def operator_figure(operators: pd.DataFrame, most: int = 12) -> Figure:
+    """The ``most`` operators with the most device time launched by themselves, summed over the ranks (ms; ``operators``
+    as :func:`~ddltrace.analyses.gpu_operators.by_operator` gives them, every rank's), the time launched inside them
+    at any depth beside it."""
+    sums = operators.groupby("name", sort=False)[["self_ns", "total_ns"]].sum()
+    top = sums.sort_values(["self_ns", "total_ns"], ascending=False, kind="stable").head(most).iloc[::-1]
+    fig, ax = plt.subplots(figsize=(7, 0.9 + 0.3 * len(top)))
+    y = np.arange(len(top))
+    ax.barh(y, top["total_ns"].to_numpy(float) / 1e6, color="#D9D9D9", label="total: launched inside it, any depth")
+    ax.barh(y, top["self_ns"].to_numpy(float) / 1e6, color=CATEGORY_COLORS["compute"], label="self: launched by it")
+    ax.set_yticks(y, [name if len(name) <= 48 else name[:45] + "..." for name in top.index], fontsize=7)
+    ax.set_xlabel("device time (ms, kernels' durations summed, all ranks)")
+    ax.set_title("Device time by the operator that launched it")
+    ax.legend(loc="lower right", frameon=False, fontsize=8)
+    return fig
+
+
 def collective_skew_figure(instances: pd.DataFrame) -> Figure:
     """Each collective matched across ranks: its start skew (ms) against when it started (s since the first),
     coloured by the rank that started last."""
