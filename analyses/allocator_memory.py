@@ -15,11 +15,14 @@ Figures (bytes, ns): ``events``, ``allocations`` and ``frees`` (their counts) an
 ``freed_sum_bytes`` (their bytes); ``start_bytes`` and ``end_bytes`` (allocated after the first and the last event)
 and ``growth_bytes`` (end minus start: what the window kept); ``peak_bytes`` (the most allocated) and ``peak_ns``
 (the first event at it); ``reserved_peak_bytes`` (the most the allocator reserved from the device, where written) and
-``peak_share_of_reserved`` (the peak over it).
+``peak_share_of_reserved`` (the peak over it); ``device_memory_bytes`` (the device's memory, where the trace says:
+Kineto's ``deviceProperties``, ``totalGlobalMem``), ``peak_share_of_device`` and ``reserved_share_of_device`` (the
+peak and the most reserved over it: how much room the job leaves, for a larger batch or model).
 """
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -28,7 +31,8 @@ import pandas as pd
 _NAME = re.compile(r"^(cpu|[a-z]+\d+|device\d+\.\d+|device\?)_(alloc|allocated|reserved)_bytes$")
 COLUMNS = ["rank", "device", "basis", "events", "allocations", "frees", "allocated_sum_bytes", "freed_sum_bytes",
            "first_ns", "last_ns", "start_bytes", "end_bytes", "growth_bytes", "peak_bytes", "peak_ns",
-           "reserved_peak_bytes", "peak_share_of_reserved"]
+           "reserved_peak_bytes", "peak_share_of_reserved", "device_memory_bytes", "peak_share_of_device",
+           "reserved_share_of_device"]
 TOTAL, SINCE_START = "total", "since the trace began"
 
 
@@ -80,16 +84,21 @@ def held_series(rank: int, counters: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=SERIES_COLUMNS)
 
 
-def allocator_memory(rank: int, counters: pd.DataFrame) -> pd.DataFrame:
-    """One row per device whose allocator events ``counters`` (one rank's) hold: :data:`COLUMNS`."""
+def allocator_memory(rank: int, counters: pd.DataFrame, device_memory: dict | None = None) -> pd.DataFrame:
+    """One row per device whose allocator events ``counters`` (one rank's) hold: :data:`COLUMNS`. ``device_memory``:
+    each device's memory in bytes, keyed as the lanes name it (``gpu:0``), where the trace gives it."""
+    device_memory = device_memory if isinstance(device_memory, dict) else {}
     rows = []
     for device, series in _devices(counters):
         basis, t, change, held = _held(series)
         at = int(np.argmax(held))
         reserved = series["reserved"]["value"].to_numpy(float) if "reserved" in series else np.zeros(0)
         reserved_peak = float(reserved.max()) if len(reserved) else float("nan")
+        size = device_memory.get(device_name(device))
+        size = float(size) if isinstance(size, int | float) and not isinstance(size, bool) and size > 0 else math.nan
         rows.append([rank, device_name(device), basis, len(t), int((change > 0).sum()), int((change < 0).sum()),
                      float(change[change > 0].sum()), float(-change[change < 0].sum()), int(t[0]), int(t[-1]),
                      float(held[0]), float(held[-1]), float(held[-1] - held[0]), float(held[at]), int(t[at]),
-                     reserved_peak, float(held[at] / reserved_peak) if reserved_peak > 0 else float("nan")])
+                     reserved_peak, float(held[at] / reserved_peak) if reserved_peak > 0 else math.nan,
+                     size, float(held[at]) / size, reserved_peak / size])
     return pd.DataFrame(rows, columns=COLUMNS)

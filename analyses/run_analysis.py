@@ -120,7 +120,11 @@ class RunAnalysis:
         from its ``[memory]`` events kept as counters), empty when the store has none."""
         from ddltrace.analyses.allocator_memory import COLUMNS, allocator_memory
 
-        parts = [allocator_memory(r, self.store.counters([r])) for r in self.store.counter_ranks if r >= 0]
+        def memory(rank: int):  # the devices' memory sizes the importer found in the rank's trace
+            info = self.store.manifest["ranks"].get(str(rank))
+            return info.get("device_memory_bytes") if isinstance(info, dict) else None
+
+        parts = [allocator_memory(r, self.store.counters([r]), memory(r)) for r in self.store.counter_ranks if r >= 0]
         parts = [p for p in parts if len(p)]
         return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COLUMNS)
 

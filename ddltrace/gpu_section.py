@@ -84,7 +84,8 @@ OPERATORS = (f"Device time by the host operator that launched it (the top {TOP_S
 ALLOCATOR = ("Memory the framework's allocator held (PyTorch's [memory] events; bytes allocated, after each event: "
              "'total' the allocator's own figure, 'since the trace began' the events' bytes summed where the trace "
              "writes no total; peak at: the time from the device's first event to the peak; growth: last minus "
-             "first; of reserved: the peak over the most the allocator reserved from the device)")
+             "first; of reserved: the peak over the most the allocator reserved from the device; of device "
+             "memory: the peak and the most reserved over the device's memory, where the trace gives it)")
 NVML = ("NVML counters in each device's window in the trace (the sampler's gpuI_ counters of the machine, GPU I = "
         "device gpu:I; samples taken from the device's first work to its last; trace busy: the union of its work "
         "over that window, what NVML's utilisation samples)")
@@ -271,9 +272,12 @@ def gpu_tables(run, top: int = TOP_SHOWN) -> list[tuple[str, pd.DataFrame]]:
               ("+" if a["growth_bytes"] > 0 else "") + format_bytes(a["growth_bytes"]),
               "-" if a["reserved_peak_bytes"] != a["reserved_peak_bytes"] else format_bytes(a["reserved_peak_bytes"]),
               "-" if a["peak_share_of_reserved"] != a["peak_share_of_reserved"]
-              else format_percent(a["peak_share_of_reserved"])] for a in allocator.to_dict("records")],
+              else format_percent(a["peak_share_of_reserved"]),
+              "-" if a["device_memory_bytes"] != a["device_memory_bytes"] else
+              f"{format_bytes(a['device_memory_bytes'])}: peak {format_percent(a['peak_share_of_device'])}, "
+              f"reserved {format_percent(a['reserved_share_of_device'])}"] for a in allocator.to_dict("records")],
             columns=["rank", "device", "basis", "allocations / frees", "peak", "peak at", "first", "last", "growth",
-                     "reserved peak", "of reserved"])))
+                     "reserved peak", "of reserved", "of device memory"])))
     nvml = _nvml(run)
     if len(nvml):
         tables.append((NVML, pd.DataFrame(

@@ -3,7 +3,8 @@ real Kineto traces: HTA's df_index_resolver (PyTorch 1.13: the events carry the 
 TensorBoard plugin's ResNet-50 sample (PyTorch 1.8: each event's bytes only), each figure computed here from the JSON
 itself: per device (``Device Type``, ``Device Id``), the events in time order (file order within a time), the
 allocated bytes after each (``Total Allocated``, else the events' ``Bytes`` summed), their maximum and the first time
-at it (the file's decimal µs times 1000, exact ns)."""
+at it (the file's decimal µs times 1000, exact ns), and for a GPU its memory (``deviceProperties``' ``totalGlobalMem``)
+and the peak's share of it."""
 
 from __future__ import annotations
 
@@ -24,7 +25,9 @@ RESNET = SHARED / "wild_traces" / "kineto_tb_resnet50_w0"
 def _truth(folder) -> dict:
     """Per device as ddltrace names it: events, basis, peak bytes and its time (ns), first and last bytes."""
     (path,) = folder.glob("*.json.gz")
-    events = json.loads(gzip.open(path).read(), parse_float=Decimal)["traceEvents"]
+    trace = json.loads(gzip.open(path).read(), parse_float=Decimal)
+    events = trace["traceEvents"]
+    memory = {f"gpu:{d['id']}": d["totalGlobalMem"] for d in trace.get("deviceProperties", [])}
     per: dict[str, list] = {}
     for e in events:
         if e.get("ph") == "i" and e.get("name") == "[memory]":
@@ -40,6 +43,8 @@ def _truth(folder) -> dict:
         out[device] = {"events": len(rows), "basis": "total" if total else "since the trace began",
                        "peak_bytes": max(held), "peak_ns": rows[at][0], "start_bytes": held[0], "end_bytes": held[-1],
                        "allocations": sum(a["Bytes"] > 0 for _, a in rows)}
+        if device in memory:  # the device's memory (deviceProperties) and the peak's share of it
+            out[device].update(device_memory_bytes=memory[device], peak_share_of_device=max(held) / memory[device])
     return out
 
 
@@ -93,3 +98,13 @@ def test_the_report_shows_the_allocator_s_table_and_figure(tmp_path):
     text = (tmp_path / "r" / "report.md").read_text()
     assert (tmp_path / "r" / "gpu_allocator.png").is_file() and "Memory the framework's allocator held" in text
     assert "6.17 GiB" in text and "51.9 %" in text  # gpu:1's peak and its share of the reserve (the file's figures)
+
+
+def test_device_properties_that_are_not_sizes_are_named_and_left_out(tmp_path, capsys):
+    trace = {"schemaVersion": 1, "deviceProperties": [{"id": "zero", "totalGlobalMem": 10}],
+             "traceEvents": [{"ph": "X", "name": "aten::mm", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": 0, "dur": 5}]}
+    (tmp_path / "t.json").write_text(json.dumps(trace))
+    assert main(["import", str(tmp_path / "t.json"), "--out", str(tmp_path / "s"), "--progress", "never"]) == 0
+    captured = capsys.readouterr()
+    assert "t.json: deviceProperties: an entry without a device id and a totalGlobalMem in bytes" in \
+        captured.out + captured.err

@@ -418,6 +418,24 @@ def group_sizes(config) -> list[int] | None:
     return sorted(set(sizes))
 
 
+def device_memory(properties) -> tuple[dict[str, int], str | None]:
+    """Each device's memory (bytes) from the trace's ``deviceProperties`` (a list of objects with ``id`` and
+    ``totalGlobalMem``), keyed as its lanes (``gpu:0``); and what is wrong with them, None where nothing (or where
+    the trace has none)."""
+    if properties is None:
+        return {}, None
+    if not isinstance(properties, list):
+        return {}, "not a list"
+    memory = {}
+    for entry in properties:
+        device = entry.get("id") if isinstance(entry, dict) else None
+        size = entry.get("totalGlobalMem") if isinstance(entry, dict) else None
+        if not (_is_int(device) and 0 <= device <= MAX_RANK and _is_int(size) and 0 < size < 1 << 62):
+            return {}, f"an entry without a device id and a totalGlobalMem in bytes ({str(entry)[:80]})"
+        memory[f"gpu:{device}"] = int(size)
+    return memory, None
+
+
 def read(path: Path, ctx: ImportContext):
     device_args = DeviceArgs()
     trace = read_chrome(path, amend=device_args, x_args=DeviceArgsFields, processes=ctx.processes)
@@ -435,6 +453,9 @@ def read(path: Path, ctx: ImportContext):
     if sizes is None and "pg_config" in info:
         trace.problems.append(f"{path}: distributedInfo.pg_config is not a list of process groups each with its "
                               f"pg_size (a count of ranks); ignored")
+    memory, bad = device_memory(trace.header.get("deviceProperties"))
+    if bad:
+        trace.problems.append(f"{path}: deviceProperties: {bad}; the devices' memory sizes are not taken from it")
     record(ctx, trace)
     base = trace.header.get("baseTimeNanoseconds")
     offset, clock = 0, "epoch"
@@ -444,6 +465,8 @@ def read(path: Path, ctx: ImportContext):
         else:
             clock = "relative"
     extra = {"host": trace.header.get("host_name", ""), "role": "worker"}
+    if memory:
+        extra["device_memory_bytes"] = memory
     if info:
         backend = info.get("backend")
         extra.update({"backend": backend if isinstance(backend, str) else None, "world_size": world_size})
