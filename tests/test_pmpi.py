@@ -287,6 +287,10 @@ def test_an_irecv_takes_its_size_from_the_completion_of_its_own_request():
     t = to_timeline(rr, align=False)
     got = t[t["name"].str.startswith("MPI_Irecv")][["tag", "bytes"]].astype(int).values.tolist()
     assert got == [[1, 80], [2, 48], [3, 32768]] and "ddltrace_request_done" not in set(t["name"])
+    # a damaged file: two Waitalls of one thread ending at the same tick; the completion goes to the later one
+    rr.records = np.concatenate([records, np.array([rec("MPI_Waitall", 50, aux=1)], dtype=RECORD_DTYPE)])
+    t = to_timeline(rr, align=False)
+    assert t[t["name"].str.startswith("MPI_Irecv")]["bytes"].astype(int).tolist() == [80, 48, 32768]
 
 
 def test_a_file_of_the_table_before_completion_records_is_read_and_another_table_is_not(recorded, tmp_path):

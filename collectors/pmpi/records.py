@@ -277,6 +277,7 @@ def _completed(rec: np.ndarray, completions: np.ndarray) -> np.ndarray:
     multi = np.flatnonzero(np.isin(rec["fn"], [ids[n] for n in _MULTI]))
     # the call each completion record follows: the call of its thread that ended at its time
     calls = pd.DataFrame({"tid": rec["tid"][multi], "t": rec["t1"][multi], "call": multi})
+    calls = calls.drop_duplicates(["tid", "t"], keep="last")  # (two calls of a thread ending at one tick: damage)
     done = pd.DataFrame({"tid": completions["tid"], "t": completions["t0"]}).merge(calls, how="left", on=["tid", "t"])
     by = done["call"].to_numpy(np.float64)  # (row numbers: exact in a float)
     known = (completions["request"] != NA64) & ~np.isnan(by)
