@@ -117,20 +117,23 @@ class RunAnalysis:
     @cached_property
     def allocator(self) -> pd.DataFrame:
         """The memory the framework's allocator held per rank and device (:mod:`~ddltrace.analyses.allocator_memory`,
-        from its ``[memory]`` events kept as counters), empty when the store has none."""
+        from its ``[memory]`` events kept as counters), empty when the store has none. Only the ranks with device
+        work are read: a CPU run's ranks hold only the samplers' counters, and reading them all would cost a large
+        run's analysis."""
         from ddltrace.analyses.allocator_memory import COLUMNS, allocator_memory
 
-        def memory(rank: int):  # the devices' memory sizes the importer found in the rank's trace
-            info = self.store.manifest["ranks"].get(str(rank))
-            return info.get("device_memory_bytes") if isinstance(info, dict) else None
-
-        parts = [allocator_memory(r, self.store.counters([r]), memory(r)) for r in self.store.counter_ranks if r >= 0]
+        parts = []
+        for rank in sorted(set(self.gpu.device_ranks) & set(self.store.counter_ranks)):
+            info = self.store.manifest["ranks"].get(str(rank))  # the devices' memory the importer found
+            parts.append(allocator_memory(rank, self.store.counters([rank]),
+                                          info.get("device_memory_bytes") if isinstance(info, dict) else None))
         parts = [p for p in parts if len(p)]
         return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COLUMNS)
 
     def allocator_series(self) -> pd.DataFrame:
         """The bytes the allocator held after each of its events, per rank and device
-        (:func:`~ddltrace.analyses.allocator_memory.held_series`), for the report's figure."""
+        (:func:`~ddltrace.analyses.allocator_memory.held_series`), for the report's figure (its ranks' counters read
+        again: ``analyze`` needs no series)."""
         from ddltrace.analyses.allocator_memory import SERIES_COLUMNS, held_series
 
         parts = [held_series(r, self.store.counters([r])) for r in sorted(set(self.allocator["rank"]))]

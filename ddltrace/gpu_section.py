@@ -228,7 +228,7 @@ def gpu_tables(run, top: int = TOP_SHOWN) -> list[tuple[str, pd.DataFrame]]:
             columns=["rank", "launches", "CPU mean / median / max", "GPU mean / median / max",
                      "delay mean / median / max", "delay p95", "CPU outliers", "delay outliers", "short"])))
         operators = gpu.operator_table().groupby("rank", sort=False).head(top)
-        tables.append((OPERATORS.replace(str(TOP_SHOWN), str(top), 1), pd.DataFrame(
+        tables.append((OPERATORS.replace(f"top {TOP_SHOWN}", f"top {top}", 1), pd.DataFrame(
             [[o["rank"], _cut(o["name"]), o["calls"], o["self_work"], format_ns(o["self_ns"]), format_ns(o["total_ns"]),
               format_percent(o["self_share"])] for o in operators.to_dict("records")],
             columns=["rank", "operator", "calls", "launched", "self", "total", "share"])))

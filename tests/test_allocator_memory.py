@@ -42,7 +42,9 @@ def _truth(folder) -> dict:
         at = held.index(max(held))
         out[device] = {"events": len(rows), "basis": "total" if total else "since the trace began",
                        "peak_bytes": max(held), "peak_ns": rows[at][0], "start_bytes": held[0], "end_bytes": held[-1],
-                       "allocations": sum(a["Bytes"] > 0 for _, a in rows)}
+                       "allocations": sum(a["Bytes"] > 0 for _, a in rows), "first_ns": rows[0][0]}
+        if all("Total Reserved" in a for _, a in rows):
+            out[device]["reserved_peak_bytes"] = max(a["Total Reserved"] for _, a in rows)
         if device in memory:  # the device's memory (deviceProperties) and the peak's share of it
             out[device].update(device_memory_bytes=memory[device], peak_share_of_device=max(held) / memory[device])
     return out

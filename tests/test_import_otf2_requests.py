@@ -10,6 +10,8 @@ sender, the Waitall row carried the second message's, and no late sender was fou
 
 from __future__ import annotations
 
+import contextlib
+
 import pandas as pd
 import pytest
 
@@ -18,10 +20,10 @@ from ddltrace.cli import main
 from ddltrace.store import TraceStore
 
 
-def _write_archive(path) -> None:
-    """Rank 0 posts two MPI_Irecv (from rank 1, tags 5 and 6) and completes both in one MPI_Waitall entered at 200 ns;
-    rank 1 sends tag 5 with MPI_Send at 250 ns and tag 6 with MPI_Isend at 550 ns, completed by MPI_Wait. Then rank 1
-    posts an MPI_Irecv (tag 7) that rank 0's MPI_Send at 900 ns matches, completed by an MPI_Wait entered at 700 ns."""
+@contextlib.contextmanager
+def _two_ranks(path, regions):
+    """An OTF2 archive being written at ``path``, two ranks on one node: (MPI_COMM_WORLD, ``regions`` by name, rank 0's
+    and rank 1's event writers)."""
     otf2 = pytest.importorskip("otf2")
     with otf2.writer.open(str(path), timer_resolution=10**9) as w:
         d = w.definitions
@@ -32,8 +34,14 @@ def _write_archive(path) -> None:
         d.group("locations", group_type=otf2.GroupType.COMM_LOCATIONS, paradigm=otf2.Paradigm.MPI, members=locs)
         comm = d.comm("MPI_COMM_WORLD", group=d.group("world", group_type=otf2.GroupType.COMM_GROUP,
                                                       paradigm=otf2.Paradigm.MPI, members=[0, 1]))
-        region = {name: d.region(name) for name in ("MPI_Irecv", "MPI_Isend", "MPI_Send", "MPI_Wait", "MPI_Waitall")}
-        r0, r1 = (w.event_writer_from_location(loc) for loc in locs)
+        yield comm, {name: d.region(name) for name in regions}, *(w.event_writer_from_location(loc) for loc in locs)
+
+
+def _write_archive(path) -> None:
+    """Rank 0 posts two MPI_Irecv (from rank 1, tags 5 and 6) and completes both in one MPI_Waitall entered at 200 ns;
+    rank 1 sends tag 5 with MPI_Send at 250 ns and tag 6 with MPI_Isend at 550 ns, completed by MPI_Wait. Then rank 1
+    posts an MPI_Irecv (tag 7) that rank 0's MPI_Send at 900 ns matches, completed by an MPI_Wait entered at 700 ns."""
+    with _two_ranks(path, ("MPI_Irecv", "MPI_Isend", "MPI_Send", "MPI_Wait", "MPI_Waitall")) as (comm, region, r0, r1):
         r0.enter(100, region["MPI_Irecv"])
         r0.mpi_irecv_request(105, 1)
         r0.leave(110, region["MPI_Irecv"])
@@ -94,19 +102,8 @@ def test_matched_probes_give_their_receives_the_message_s_envelope(tmp_path):
     MpiImrecvRequest, MpiImrecv); the Imrecv's request id (0) is the first message's id too. Each receive has its
     message's source, tag and bytes, the Imrecv shares its request with the Wait, and the Mprobe, entered 150 ns
     before rank 0 sent, is a late sender of 150 ns."""
-    otf2 = pytest.importorskip("otf2")
-    with otf2.writer.open(str(tmp_path / "trace"), timer_resolution=10**9) as w:
-        d = w.definitions
-        root = d.system_tree_node("cluster")
-        groups = [d.location_group(f"MPI Rank {r}", system_tree_parent=d.system_tree_node("node0", parent=root))
-                  for r in range(2)]
-        locs = [d.location("Master thread", group=g) for g in groups]
-        d.group("locations", group_type=otf2.GroupType.COMM_LOCATIONS, paradigm=otf2.Paradigm.MPI, members=locs)
-        comm = d.comm("MPI_COMM_WORLD", group=d.group("world", group_type=otf2.GroupType.COMM_GROUP,
-                                                      paradigm=otf2.Paradigm.MPI, members=[0, 1]))
-        region = {n: d.region(n) for n in ("MPI_Send", "MPI_Mprobe", "MPI_Mrecv", "MPI_Improbe", "MPI_Imrecv",
-                                           "MPI_Wait")}
-        r0, r1 = (w.event_writer_from_location(loc) for loc in locs)
+    regions = ("MPI_Send", "MPI_Mprobe", "MPI_Mrecv", "MPI_Improbe", "MPI_Imrecv", "MPI_Wait")
+    with _two_ranks(tmp_path / "trace", regions) as (comm, region, r0, r1):
         for t, tag, size in ((250, 9, 21), (350, 10, 33)):
             r0.enter(t, region["MPI_Send"])
             r0.mpi_send(t + 2, 1, comm, tag, size)

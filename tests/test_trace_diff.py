@@ -80,6 +80,9 @@ def test_a_trace_built_here_gives_its_own_counts_sums_and_changes(tmp_path, caps
         "ProfilerStep#1": (1, 1, 20_000, "unchanged"), "aten::mm": (2, 1, -4_000, "decreased"),
         "aten::relu": (1, 0, -2_000, "deleted"), "aten::add": (0, 1, 6_000, "added")}
     assert [r["name"] for r in got["names"]] == ["ProfilerStep#1", "aten::add", "aten::mm", "aten::relu"]
+    # each side's window: its step's rows, first start to last end (the ProfilerStep spans: 100 and 120 µs)
+    assert (got["control"]["rows"], got["control"]["span_ns"], got["test"]["rows"], got["test"]["span_ns"]) == \
+        (4, 100_000, 3, 120_000)
     assert main(["diff", str(control), str(test), "--test-step", "7", "--quiet"]) == 2
     assert "--test-step 7: rank 0 of" in capsys.readouterr().err
 

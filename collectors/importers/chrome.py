@@ -330,9 +330,9 @@ class _Builder:
             phases["i"] -= len(memory)
             self._memory(memory)
         for ph in ("i", "I", "n"):
-            if phases[ph]:
-                t.skipped["instant events (no duration)"] += phases.pop(ph)
-            phases.pop(ph, None)
+            instants = phases.pop(ph, 0)
+            if instants:
+                t.skipped["instant events (no duration)"] += instants
         if not phases:
             return
         rest = [e for e in events if e.ph in phases]

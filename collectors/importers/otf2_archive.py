@@ -8,12 +8,12 @@ enclosing region has one row per non-empty piece (a region its children cover en
 MpiSend/MpiRecv and MpiIsend put bytes, peer and tag on the MPI call that encloses them; a matched probe's
 MpiProbe its message's source and tag on the MPI_Mprobe / MPI_Improbe, and the message's id on it and on the
 MPI_Mrecv (MpiMrecv, with the bytes) or MPI_Imrecv (MpiImrecvRequest) that takes the message, as the PMPI collector
-gives a matched receive its probe's envelope. A non-blocking call's
-request (OTF2's request id, MpiIsend's and MpiIrecvRequest's) is its row's ``request``; the MPI_Wait*/Test* region in
-which a request completes (MpiIsendComplete, MpiIrecv) takes it too, and where one completes several (a Waitall) the
-posts share the first one's, so that wait-state analysis finds each post's completion (:func:`_complete`). A
-receive's sender, tag and bytes, known at its completion (MpiIrecv, in the Wait), go to its MPI_Irecv row, as the
-PMPI collector has them (to the Wait's row where the trace holds no post of its request).
+gives a matched receive its probe's envelope. A non-blocking call's request (OTF2's request id, MpiIsend's,
+MpiIrecvRequest's and MpiImrecvRequest's) is its row's ``request``; the MPI_Wait*/Test* region in which a request
+completes (MpiIsendComplete, MpiIrecv, MpiImrecv) takes it too, and where one completes several (a Waitall) the posts
+share the first one's, so that wait-state analysis finds each post's completion (:func:`_complete`). A receive's
+sender, tag and bytes, known at its completion (MpiIrecv, in the Wait), go to its MPI_Irecv row, as the PMPI
+collector has them (to the Wait's row where the trace holds no post of its request).
 MPI_Init/Finalize keep their names, by which the phase analysis finds initialisation and finalisation. A
 location group ("MPI Rank N") is a rank; times are the archive's one clock, converted with its timer resolution.
 """
@@ -99,11 +99,11 @@ def _piece(rows: list, lane: int, frame: list, end_ns: int, *, child_enters: boo
 
 def _complete(rows: list) -> list:
     """``rows`` (lane, name, start, duration, bytes, peer, tag, request, requests completed, whether its request is
-    a post's, not a message's id) with each completion
-    given to its post: in time order, a region's completed requests (request id, and for a receive its sender, tag
-    and bytes) are found among the posts before it by request id; the posts and the region share the request of the
-    first, and a receive's sender, tag and bytes go to its post (to the region where no post is in the trace).
-    Returns (lane, name, start, duration, bytes, peer, tag, request) rows in the same order."""
+    a post's, not a message's id) with each completion given to its post: in time order, a region's completed
+    requests (request id, and for a receive what it knows of its bytes, sender and tag) are found among the posts
+    before it by request id; the posts and the region share the request of the first, and a receive's bytes, sender
+    and tag go to its post (to the region where no post is in the trace). Returns (lane, name, start, duration,
+    bytes, peer, tag, request) rows in the same order."""
     out = [list(row[:8]) for row in rows]
     posts: dict[int, int] = {}
     for i in sorted(range(len(rows)), key=lambda i: rows[i][2]):

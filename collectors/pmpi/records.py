@@ -39,7 +39,8 @@ POLL_GAP_NS = 20_000
 COMPLETED = 2
 #: The function ids - 1 (as :func:`to_timeline` indexes the names) of the calls that poll.
 _POLL_IDS = np.flatnonzero(np.isin(names(), polls()))
-_REQUEST_DONE_ID = names().index(REQUEST_DONE) + 1
+#: Each function's id in the record (its position in :func:`~ddltrace.collectors.pmpi.table.names`, plus 1).
+_ID = {name: i + 1 for i, name in enumerate(names()) if name}
 
 
 @dataclass
@@ -145,7 +146,7 @@ def read_records(path: str | Path) -> RankRecords:
     if len(records) and int(records["fn"].max()) > len(names()):
         raise DdltraceError(f"{path}: record with unknown function id {int(records['fn'].max())}")
     syncs = [ClockSync(*sync_values[4 * i:4 * i + 4]) for i in range(min(max(n_sync, 0), 2))]
-    done = records["fn"] == _REQUEST_DONE_ID
+    done = records["fn"] == _ID[REQUEST_DONE]
     return RankRecords(path=path, rank=rank, world_size=world, pid=pid, state=state, main_tid=main_tid,
                        host=host.split(b"\0")[0].decode(errors="replace"),
                        library=library.split(b"\0")[0].decode(errors="replace"),
@@ -223,10 +224,9 @@ def _imrecv_envelopes(rec: np.ndarray) -> np.ndarray:
     ``request`` is the one its MPI_Wait*/Test* completes, so the row reads as an MPI_Irecv of the probed envelope.
     Its ``bytes`` are the probe's, the message's size from the probe's status (the wrapper's own figure for the
     Imrecv is its buffer's size, count x the datatype's, which may be larger than the message)."""
-    fn_names = names()
-    posts = np.flatnonzero(np.isin(rec["fn"], [fn_names.index(n) + 1 for n in ("MPI_Imrecv", "MPI_Imrecv_c")])
+    posts = np.flatnonzero(np.isin(rec["fn"], [_ID[n] for n in ("MPI_Imrecv", "MPI_Imrecv_c")])
                            & (rec["aux"] != NA64))
-    probes = np.flatnonzero(np.isin(rec["fn"], [fn_names.index(n) + 1 for n in ("MPI_Mprobe", "MPI_Improbe")])
+    probes = np.flatnonzero(np.isin(rec["fn"], [_ID[n] for n in ("MPI_Mprobe", "MPI_Improbe")])
                             & (rec["request"] != NA64))
     if not len(posts) or not len(probes):
         return rec
@@ -267,14 +267,12 @@ def _completed(rec: np.ndarray, completions: np.ndarray) -> np.ndarray:
     MPI_STATUSES_IGNORE. The call completing several records only its first request; the requests it completed are
     given its ``request``, :data:`SHARED_REQUEST_BASE` less its row, on its row and theirs, so that wait-state analysis
     finds each post's completion (its own ``request`` column is a handle to match, nothing more)."""
-    fn_names = names()
-    ids = {name: fn_names.index(name) + 1 for name in fn_names if name}
     handled = rec["request"] != NA64
-    completing = [i + 1 for i, name in enumerate(fn_names) if name.startswith(("MPI_Wait", "MPI_Test"))]
-    posted = handled & ~np.isin(rec["fn"], completing + [ids[n] for n in _MESSAGE_HANDLES])
-    single = handled & ((rec["fn"] == ids["MPI_Wait"])
-                        | ((rec["fn"] == ids["MPI_Test"]) & ((rec["flags"] & COMPLETED) != 0)))
-    multi = np.flatnonzero(np.isin(rec["fn"], [ids[n] for n in _MULTI]))
+    completing = [i for name, i in _ID.items() if name.startswith(("MPI_Wait", "MPI_Test"))]
+    posted = handled & ~np.isin(rec["fn"], completing + [_ID[n] for n in _MESSAGE_HANDLES])
+    single = handled & ((rec["fn"] == _ID["MPI_Wait"])
+                        | ((rec["fn"] == _ID["MPI_Test"]) & ((rec["flags"] & COMPLETED) != 0)))
+    multi = np.flatnonzero(np.isin(rec["fn"], [_ID[n] for n in _MULTI]))
     # the call each completion record follows: the call of its thread that ended at its time
     calls = pd.DataFrame({"tid": rec["tid"][multi], "t": rec["t1"][multi], "call": multi})
     calls = calls.drop_duplicates(["tid", "t"], keep="last")  # (two calls of a thread ending at one tick: damage)
@@ -300,11 +298,12 @@ def _completed(rec: np.ndarray, completions: np.ndarray) -> np.ndarray:
     rows, size = found["row"].to_numpy(np.int64), found["size"].to_numpy(np.int64)
     call = found["call"].to_numpy(np.int64)
     rec = rec.copy()
-    irecv = np.isin(rec["fn"][rows], [ids["MPI_Irecv"], ids["MPI_Irecv_c"]]) & (size >= 0)
+    irecv = np.isin(rec["fn"][rows], [_ID["MPI_Irecv"], _ID["MPI_Irecv_c"]]) & (size >= 0)
     rec["bytes"][rows[irecv]] = size[irecv]
     shared = call >= 0
     rec["request"][rows[shared]] = SHARED_REQUEST_BASE - call[shared]
-    rec["request"][multi[np.isin(multi, call[shared])]] = SHARED_REQUEST_BASE - multi[np.isin(multi, call[shared])]
+    calls_done = np.unique(call[shared])  # (the calls' own rows take the same)
+    rec["request"][calls_done] = SHARED_REQUEST_BASE - calls_done
     return rec
 
 
