@@ -43,6 +43,8 @@ JOB = textwrap.dedent("""
         comm.Send(a[:3], dest=1, tag=16)
         for tag in (19, 20, 21, 22):  # completed by Waitany, Waitsome (two), Testall: 16, 24, 32, 40 bytes
             comm.Send(a[:tag - 17], dest=1, tag=tag)
+        for tag in range(100, 200):  # one Waitall of 100 Irecv given MPI_STATUSES_IGNORE: 8 to 56 bytes each
+            comm.Send(a[:tag % 7 + 1], dest=1, tag=tag)
         for tag in (17, 18):  # rank 1 polls for these 50 ms each: idle, then working between its polls
             time.sleep(0.05)
             comm.Send(a[:1], dest=1, tag=tag)
@@ -63,6 +65,8 @@ JOB = textwrap.dedent("""
         req = comm.Irecv(b, source=0, tag=22)
         while not MPI.Request.Testall([req]):
             pass
+        many = np.empty((100, 8))
+        MPI.Request.Waitall([comm.Irecv(many[i], source=0, tag=100 + i) for i in range(100)])
         req = comm.Irecv(b, source=0, tag=17)
         while not req.Test():
             pass
@@ -162,6 +166,10 @@ def test_mpi4py_calls_are_recorded_with_their_columns(recorded):
     sent = {int(r["tag"]): int(r["bytes"]) for _, r in t0[t0["name"].str.match(r"MPI_I?[Ss]end")].iterrows()}
     assert [sizes[tag] for tag in (13, 14, 16, 19, 20, 21, 22)] == [sent[tag] for tag in (13, 14, 16, 19, 20, 21, 22)]
     assert [sent[tag] for tag in (13, 14, 16, 19, 20, 21, 22)] == [40, 80, 24, 16, 24, 32, 40]
+    # all 100 Irecv of one Waitall given MPI_STATUSES_IGNORE (before: the first 64 with a call of up to 64, none with
+    # more; each kept its buffer's 64 bytes)
+    many = range(100, 200)
+    assert [sizes[tag] for tag in many] == [sent[tag] for tag in many] == [8 * (tag % 7 + 1) for tag in many]
     # the requests completed by Waitany, Waitsome and Testall are recorded apart, not as calls of the timeline
     done = r1.completions
     assert set(done["tag"]) >= {13, 19, 20, 21, 22} and "ddltrace_request_done" not in set(t1["name"])

@@ -79,6 +79,8 @@ def _function(w: Wrapper, fn_id: int, large: bool) -> str:
     lines.append("    ddlt_end(r, ret, t1);")
     if w.done:
         lines.append(f"    if (ret == MPI_SUCCESS) {{ {w.done} }}")
+    if w.post:
+        lines.append(f"    {w.post}")
     lines += ["    return ret;", "}"]
     return "\n".join(lines)
 

@@ -263,10 +263,11 @@ def _completed(rec: np.ndarray, completions: np.ndarray) -> np.ndarray:
     :attr:`RankRecords.completions`: its ``aux``, and the call it follows: the call of :data:`_MULTI` on its thread that
     ended when it was written). The wrapper's own figure for an Irecv is its buffer's, count x the datatype's: mpi4py's
     ``irecv()`` posts 32 KiB for any message. An Irecv whose completion recorded no status keeps it: in files written
-    before the wrapper recorded them, and beyond the first 64 requests of one Waitall (``DDLT_MAX_DONE``) given
-    MPI_STATUSES_IGNORE. The call completing several records only its first request; the requests it completed are
-    given its ``request``, :data:`SHARED_REQUEST_BASE` less its row, on its row and theirs, so that wait-state analysis
-    finds each post's completion (its own ``request`` column is a handle to match, nothing more)."""
+    before the wrapper recorded them, and where the wrapper could not lend a call given MPI_STATUSES_IGNORE an array
+    of its own (malloc failed). The call completing several records only its first request; the requests it
+    completed are given its ``request``, :data:`SHARED_REQUEST_BASE` less its row, on its row and theirs, so that
+    wait-state analysis finds each post's completion (its own ``request`` column is a handle to match, nothing
+    more)."""
     handled = rec["request"] != NA64
     completing = [i for name, i in _ID.items() if name.startswith(("MPI_Wait", "MPI_Test"))]
     posted = handled & ~np.isin(rec["fn"], completing + [_ID[n] for n in _MESSAGE_HANDLES])

@@ -235,6 +235,14 @@ int64_t ddlt_first_request(int n, const MPI_Request reqs[]) {
     return DDLT_NA64;
 }
 
+void *ddlt_room(void *local, int n, size_t size) {
+    return n <= DDLT_MAX_DONE ? local : malloc((size_t)n * size);
+}
+
+void ddlt_unroom(void *room, void *local) {
+    if (room != local) free(room);
+}
+
 void ddlt_done(MPI_Request req, const MPI_Status *status, int64_t t1) {
     if (req == MPI_REQUEST_NULL) return;
     ddlt_rec *r = ddlt_begin(DDLT_FN_REQUEST_DONE);

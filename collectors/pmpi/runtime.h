@@ -3,6 +3,7 @@
 #define DDLT_RUNTIME_H
 
 #include <mpi.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define DDLT_NA32 INT32_MIN
@@ -40,9 +41,14 @@ int64_t ddlt_sum_bytes_i(const int counts[], MPI_Datatype type, MPI_Comm comm);
 int64_t ddlt_sum_bytes_c(const MPI_Count counts[], MPI_Datatype type, MPI_Comm comm);
 int64_t ddlt_status_bytes(const MPI_Status *status, MPI_Datatype type);
 int64_t ddlt_first_request(int n, const MPI_Request reqs[]);
-/* The requests a call completing several writes a ddltrace_request_done record for: the first DDLT_MAX_DONE of its
-   array (a request beyond them, or completed with MPI_STATUSES_IGNORE by a call of more, has none). */
+/* A call completing several requests copies its array of requests (and lends an array of statuses where the job
+   passed MPI_STATUSES_IGNORE) to write a ddltrace_request_done record per request: on the stack up to DDLT_MAX_DONE
+   requests, on the heap beyond (where malloc fails: the first DDLT_MAX_DONE requests, and no statuses lent). */
 #define DDLT_MAX_DONE 64
+/* Room for n items of size bytes: local (an array of DDLT_MAX_DONE) where they fit, else malloc's (NULL if it
+   failed); ddlt_unroom frees what ddlt_room took from the heap. */
+void *ddlt_room(void *local, int n, size_t size);
+void ddlt_unroom(void *room, void *local);
 /* One ddltrace_request_done record for req (a copy taken before the call freed it), with its status's source, tag
    and size (status may be MPI_STATUS_IGNORE); nothing for MPI_REQUEST_NULL. */
 void ddlt_done(MPI_Request req, const MPI_Status *status, int64_t t1);

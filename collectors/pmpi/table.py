@@ -47,6 +47,7 @@ class Wrapper:
     aux: str | None = None
     done: str | None = None
     pre: str = ""
+    post: str = ""  # after the call's records, on every path that ran ``pre``: free what it took
     status: str | None = None
     flag: str | None = None
     kind: str = field(default="plain")  # plain | init | finalize
@@ -55,12 +56,18 @@ class Wrapper:
 _P2P_SEND = "const void *buf, COUNT count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm"
 _P2P_ISEND = _P2P_SEND + ", MPI_Request *request"
 _REQ_POST = "DDLT_H(*request)"
-_COPY_REQS = ("MPI_Request ddlt_cp[DDLT_MAX_DONE]; int ddlt_n = {n} < DDLT_MAX_DONE ? {n} : DDLT_MAX_DONE; "
+_COPY_REQS = ("MPI_Request ddlt_cp_local[DDLT_MAX_DONE]; int ddlt_n = {n} > 0 ? {n} : 0; "
+              "MPI_Request *ddlt_cp = ddlt_room(ddlt_cp_local, ddlt_n, sizeof(MPI_Request)); if (!ddlt_cp) {{ "
+              "ddlt_cp = ddlt_cp_local; ddlt_n = DDLT_MAX_DONE; }} "
               "for (int i = 0; i < ddlt_n; i++) ddlt_cp[i] = array_of_requests[i];")
-#: Before a call that fills an array of statuses: a local array in place of MPI_STATUSES_IGNORE (up to
-#: DDLT_MAX_DONE requests), so that the sizes of the messages it completes are known.
-_OWN_STATUSES = ("MPI_Status ddlt_sts[DDLT_MAX_DONE]; if (array_of_statuses == MPI_STATUSES_IGNORE && {n} <= "
-                 "DDLT_MAX_DONE) array_of_statuses = ddlt_sts;")
+#: Before a call that fills an array of statuses: an array of its own in place of MPI_STATUSES_IGNORE, so that the
+#: sizes of the messages it completes are known.
+_OWN_STATUSES = ("MPI_Status ddlt_sts_local[DDLT_MAX_DONE]; MPI_Status *ddlt_sts = ddlt_sts_local; "
+                 "if (array_of_statuses == MPI_STATUSES_IGNORE) {{ ddlt_sts = ddlt_room(ddlt_sts_local, {n}, "
+                 "sizeof(MPI_Status)); if (ddlt_sts) array_of_statuses = ddlt_sts; }}")
+#: After the call: free what the two above took from the heap.
+_FREE_REQS = "ddlt_unroom(ddlt_cp, ddlt_cp_local);"
+_FREE_STATUSES = "ddlt_unroom(ddlt_sts, ddlt_sts_local);"
 #: After a call that completes all its requests (Waitall, a Testall that found them done): a record for each.
 _DONE_ALL = "ddlt_done_all(ddlt_cp, ddlt_n, array_of_statuses, t1);"
 #: After a Waitany / Testany that completed one: its record.
@@ -140,32 +147,34 @@ WRAPPERS: tuple[Wrapper, ...] = (
     Wrapper("MPI_Waitall", "int count, MPI_Request array_of_requests[], MPI_Status array_of_statuses[]", "wait",
             comm=None, pre="int64_t ddlt_rq = ddlt_first_request(count, array_of_requests); "
             + _COPY_REQS.format(n="count") + " " + _OWN_STATUSES.format(n="count"), request="ddlt_rq",
-            aux="count", done=_DONE_ALL),
+            aux="count", done=_DONE_ALL, post=_FREE_REQS + " " + _FREE_STATUSES),
     Wrapper("MPI_Waitany", "int count, MPI_Request array_of_requests[], int *indx, MPI_Status *status", "wait",
             comm=None, status="status", pre=_COPY_REQS.format(n="count"),
             request="ret == MPI_SUCCESS && *indx >= 0 && *indx < ddlt_n ? DDLT_H(ddlt_cp[*indx]) : DDLT_NA64",
-            aux="count", done=_DONE_ANY),
+            aux="count", done=_DONE_ANY, post=_FREE_REQS),
     Wrapper("MPI_Waitsome", "int incount, MPI_Request array_of_requests[], int *outcount, int array_of_indices[], "
             "MPI_Status array_of_statuses[]", "wait", comm=None,
             pre=_COPY_REQS.format(n="incount") + " " + _OWN_STATUSES.format(n="incount"),
             request="ret == MPI_SUCCESS && *outcount > 0 && array_of_indices[0] < ddlt_n ? "
-                    "DDLT_H(ddlt_cp[array_of_indices[0]]) : DDLT_NA64", aux="incount", done=_DONE_SOME),
+                    "DDLT_H(ddlt_cp[array_of_indices[0]]) : DDLT_NA64", aux="incount", done=_DONE_SOME,
+            post=_FREE_REQS + " " + _FREE_STATUSES),
     Wrapper("MPI_Test", "MPI_Request *request, int *flag, MPI_Status *status", "wait", comm=None, flag="flag",
             status="status", pre="int64_t ddlt_rq = DDLT_H(*request);", request="ddlt_rq",
             aux="ret == MPI_SUCCESS && *flag ? ddlt_status_bytes(status, MPI_BYTE) : DDLT_NA64"),
     Wrapper("MPI_Testall", "int count, MPI_Request array_of_requests[], int *flag, MPI_Status array_of_statuses[]",
             "wait", comm=None, flag="flag", pre="int64_t ddlt_rq = ddlt_first_request(count, array_of_requests); "
             + _COPY_REQS.format(n="count") + " " + _OWN_STATUSES.format(n="count"), request="ddlt_rq", aux="count",
-            done=f"if (*flag) {_DONE_ALL}"),
+            done=f"if (*flag) {_DONE_ALL}", post=_FREE_REQS + " " + _FREE_STATUSES),
     Wrapper("MPI_Testany", "int count, MPI_Request array_of_requests[], int *indx, int *flag, MPI_Status *status",
             "wait", comm=None, flag="flag", status="status", pre=_COPY_REQS.format(n="count"),
             request="ret == MPI_SUCCESS && *flag && *indx >= 0 && *indx < ddlt_n ? DDLT_H(ddlt_cp[*indx]) "
-                    ": DDLT_NA64", aux="count", done=f"if (*flag) {_DONE_ANY}"),
+                    ": DDLT_NA64", aux="count", done=f"if (*flag) {_DONE_ANY}", post=_FREE_REQS),
     Wrapper("MPI_Testsome", "int incount, MPI_Request array_of_requests[], int *outcount, int array_of_indices[], "
             "MPI_Status array_of_statuses[]", "wait", comm=None,
             pre=_COPY_REQS.format(n="incount") + " " + _OWN_STATUSES.format(n="incount"),
             request="ret == MPI_SUCCESS && *outcount > 0 && array_of_indices[0] < ddlt_n ? "
-                    "DDLT_H(ddlt_cp[array_of_indices[0]]) : DDLT_NA64", aux="incount", done=_DONE_SOME),
+                    "DDLT_H(ddlt_cp[array_of_indices[0]]) : DDLT_NA64", aux="incount", done=_DONE_SOME,
+            post=_FREE_REQS + " " + _FREE_STATUSES),
     # collectives
     Wrapper("MPI_Barrier", "MPI_Comm comm", "barrier"),
     Wrapper("MPI_Ibarrier", "MPI_Comm comm, MPI_Request *request", "barrier", request=_REQ_POST),
