@@ -65,8 +65,16 @@ def format_quantity(value: float, unit: str) -> str:
     if unit == "rank":  # a rank's number, not a count of ranks ("ranks"): 'rank 3', not '3 rank'
         return f"rank {int(value)}"
     if float(value).is_integer() and abs(value) < 1e15:
-        return f"{int(value)} {unit}"
+        return f"{int(value)} {_singular(unit) if value == 1 else unit}"
     return f"{three_digits(value)} {unit}"
+
+
+def _singular(unit: str) -> str:
+    """A count's plural noun for one of it: 'device' for 'devices', 'launch' for 'launches'; a unit that is not
+    a plural noun (MB/s, ratio) as it is."""
+    if not unit.isalpha() or not unit.endswith("s") or unit.endswith("ss"):
+        return unit
+    return unit[:-2] if unit.endswith(("ches", "shes", "sses", "xes")) else unit[:-1]
 
 
 @dataclass

@@ -109,6 +109,10 @@ DEFAULTS: dict[str, Threshold] = {
     "gpu.busbw_min_bytes": Threshold(
         1 << 20, "bytes", "collectives of 1 MiB and more: below that their time is mostly latency (nccl-tests' "
         "bus bandwidth levels off above a few MiB)"),
+    "gpu.reserved_share_max": Threshold(
+        0.9, "fraction of the device's memory", "an allocator holding nine tenths of the device leaves less than "
+        "one more layer's activations free: PyTorch's allocator then frees its cache and retries cudaMalloc, "
+        "synchronising the device, and a larger batch runs out of memory"),
     # wait states
     "wait_states.share_max": Threshold(
         0.3, "fraction of the steady state", "a Scalasca wait state costing 30 % of the average rank's steady state"),

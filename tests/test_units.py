@@ -36,3 +36,7 @@ def test_a_rank_in_the_evidence_reads_as_a_rank_not_a_count():
 
     assert format_quantity(1, "rank") == "rank 1" and str(Quantity(0, "rank")) == "rank 0"
     assert format_quantity(2, "ranks") == "2 ranks"
+    # a count of one takes its noun's singular (it printed '1 devices')
+    assert [format_quantity(1, u) for u in ("devices", "launches", "gaps", "ratio", "MB/s")] \
+        == ["1 device", "1 launch", "1 gap", "1 ratio", "1 MB/s"]
+    assert format_quantity(1.5, "workers") == "1.5 workers" and format_quantity(0, "devices") == "0 devices"

@@ -51,9 +51,7 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print JSON (findings, phases, breakdown, scaling)")
     p.add_argument("--fail-on", choices=["warning", "error"],
                    help="exit 1 when a finding reaches this severity (for CI)")
-    p.add_argument("--threshold", action="append", default=[], metavar="KEY=VALUE",
-                   help="change a threshold (repeatable), e.g. --threshold ps.busy_min=0.8")
-    p.add_argument("--config", metavar="FILE", help="thresholds from a JSON or TOML file ([thresholds] table)")
+    add_threshold_options(p)
     p.add_argument("--phase", choices=["all", *PHASES], default="all",
                    help="phase of the breakdown table (default all: the whole run, as IPM shows it)")
     p.add_argument("--profile", metavar="FILE",
@@ -71,6 +69,22 @@ DEFAULT_MAX_JOBS = 8
 #: Without --jobs, a store of fewer events (from its manifest) is read in this process: forking the processes and
 #: sending the summaries back costs more than the cores save there.
 POOL_MIN_EVENTS = 1_000_000
+
+
+def add_threshold_options(p) -> None:
+    """``--threshold KEY=VALUE`` and ``--config FILE``: the detectors' thresholds (``analyze``, ``report``)."""
+    p.add_argument("--threshold", action="append", default=[], metavar="KEY=VALUE",
+                   help="change a threshold (repeatable), e.g. --threshold ps.busy_min=0.8")
+    p.add_argument("--config", metavar="FILE", help="thresholds from a JSON or TOML file ([thresholds] table)")
+
+
+def thresholds_of(args) -> Thresholds:
+    """The thresholds :func:`add_threshold_options`' options give: the defaults, the file's, then each
+    assignment."""
+    thresholds = Thresholds()
+    if args.config:
+        thresholds = thresholds.with_config(args.config)
+    return thresholds.with_assignments(args.threshold)
 
 
 def add_where_options(p) -> None:
@@ -191,10 +205,7 @@ def run(args) -> int:
         from ddltrace.trace_inputs import as_stores
     keep_freed_memory()  # a third fewer page faults in the analyses' frames (the module says why)
 
-    thresholds = Thresholds()
-    if args.config:
-        thresholds = thresholds.with_config(args.config)
-    thresholds = thresholds.with_assignments(args.threshold)
+    thresholds = thresholds_of(args)
     with as_stores(args.stores, "analyze", args.quiet) as (stores, labels):  # the analyses read the stores to the end
         with rank_mapper(args) as mapper:
             check_workers_see(mapper, stores, labels, "analyze")

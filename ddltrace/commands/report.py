@@ -1,11 +1,18 @@
-"""``ddltrace report STORE... [--profile P] [--model M] [--out DIR [--force]]``: the bottleneck report."""
+"""``ddltrace report STORE... [--profile P] [--model M] [--threshold K=V] [--out DIR [--force]]``: the bottleneck
+report."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from ddltrace.commands.analyze import add_where_options, check_workers_see, rank_mapper
+from ddltrace.commands.analyze import (
+    add_threshold_options,
+    add_where_options,
+    check_workers_see,
+    rank_mapper,
+    thresholds_of,
+)
 
 
 def register(subparsers) -> None:
@@ -25,6 +32,7 @@ def register(subparsers) -> None:
                                                         "report's are replaced, its figures not drawn again removed; "
                                                         "other files stay)")
     p.add_argument("--quiet", action="store_true", help="no progress messages")
+    add_threshold_options(p)
     add_where_options(p)
     p.set_defaults(func=run)
 
@@ -54,6 +62,7 @@ def run(args) -> int:
         from ddltrace.trace_inputs import as_stores
 
     check_out(Path(args.out), args.force)
+    thresholds = thresholds_of(args)  # (a bad one said before any work)
     keep_freed_memory()  # fewer page faults in the analyses' frames and the figures (the module says why)
 
     def progress(message: str) -> None:
@@ -62,7 +71,8 @@ def run(args) -> int:
     with as_stores(args.stores, "report", args.quiet) as (stores, labels), rank_mapper(args) as mapper:
         check_workers_see(mapper, stores, labels, "report")
         files = build_report(stores, args.out, profile=args.profile, model=args.model, labels=labels,
-                             progress=None if args.quiet else progress, mapper=mapper)
+                             progress=None if args.quiet else progress, mapper=mapper,
+                             thresholds=thresholds)
     print(f"report: {files.html}")
     print(f"        {files.markdown} ({len(files.figures)} figures beside it)")
     if files.trace:

@@ -64,6 +64,8 @@ class Report:
     missing: list[tuple[str, list[tuple[int, str]], int, int]] = field(default_factory=list)
     #: How each store's ranks were put on one clock (store, :class:`~ddltrace.clock_alignment.ClockAlignment`).
     clocks: list = field(default_factory=list)
+    #: The detectors' thresholds the findings were judged by (name -> value).
+    thresholds: dict = field(default_factory=dict)
     #: The GPU section: (store, [(title, table of formatted cells)]) for each store with device work.
     gpu: list[tuple[str, list[tuple[str, pd.DataFrame]]]] = field(default_factory=list)
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
@@ -140,6 +142,7 @@ def build_report(stores: list[str | os.PathLike], out: str | os.PathLike, *, pro
     report = assemble(runs, found, profile, model, mapper)
     report.not_made = run_analysis.not_made(runs) + skipped + _unrelated_runs(runs)
     report.holdings = {r.name: r.holding for r in runs}
+    report.thresholds = dict(thresholds)
     report.clocks = [(r.name, clock_alignment(r.store.manifest)) for r in runs]
     report.missing = [(r.name, list(r.store.missing().items()), r.store.missing_count(), r.store.world_size)
                       for r in runs if r.store.missing_count()]
@@ -593,6 +596,7 @@ _FIGURE_FOR = (  # finding id fragment -> figure key prefix that shows it (the f
     ("gpu_exposed", "gpu_overlap"),
     ("gpu_straggler", "gpu_skew"),
     ("gpu_slow_coll", "gpu_busbw"),
+    ("gpu_memory", "gpu_allocator"),
     ("sequential", "timeline_init"),
     ("init", "timeline_init"),
     ("saturat", "scaling"),
@@ -709,8 +713,9 @@ def side_by_side(run) -> pd.DataFrame:
 def findings_document(report: Report) -> dict:
     """The machine-readable findings (the schema of ``ddltrace analyze --json``): costliest first, each with its
     ``cost_ns``, the analyses not made from this input with the reason, and per store the ranks it holds no
-    usable timeline for (``missing_ranks``: rank and reason; the findings are of the other ranks), and per store
-    how its clocks were aligned (``clocks``: ``ddltrace info --json``'s ``clock``)."""
+    usable timeline for (``missing_ranks``: rank and reason; the findings are of the other ranks), per store
+    how its clocks were aligned (``clocks``: ``ddltrace info --json``'s ``clock``), and the thresholds the
+    findings were judged by (``thresholds``, as ``analyze --json`` gives them)."""
     from ddltrace.analyses.requirements import not_made_json
 
     return {"ddltrace_version": __version__, "stores": report.stores,
@@ -718,7 +723,8 @@ def findings_document(report: Report) -> dict:
             "not_made": not_made_json(report.not_made),
             "missing_ranks": {store: [{"rank": rank, "reason": why} for rank, why in named]
                               for store, named, _, _ in report.missing},
-            "clocks": {store: clock.to_dict() for store, clock in report.clocks}}
+            "clocks": {store: clock.to_dict() for store, clock in report.clocks},
+            "thresholds": report.thresholds}
 
 
 def _earlier_report(out: Path) -> set[str]:
