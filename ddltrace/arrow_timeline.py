@@ -226,10 +226,11 @@ def timeline_table(columns: Mapping[str, Any]) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def counters_table(rank: np.ndarray, name: list[str], t_ns: np.ndarray, value: np.ndarray) -> pa.Table:
-    """A table in :data:`COUNTERS_SCHEMA` (rank, name, t_ns, value)."""
+def counters_table(rank: np.ndarray, name, t_ns: np.ndarray, value: np.ndarray) -> pa.Table:
+    """A table in :data:`COUNTERS_SCHEMA` (rank, name, t_ns, value); ``name`` a list or object array of str (each
+    distinct name coded once and taken: ``pa.array`` of the strings would import pandas)."""
     names: dict[str, int] = {}
-    codes = np.array([names.setdefault(n, len(names)) for n in name], dtype=np.int64)
+    codes = np.fromiter((names.setdefault(n, len(names)) for n in name), dtype=np.int64, count=len(name))
     return pa.Table.from_arrays([numbers(rank, pa.int32()), string_array(codes, list(names)),
                                  numbers(t_ns, pa.int64()), numbers(value, pa.float64())], schema=_arrow().counters)
 

@@ -20,7 +20,6 @@ import pyarrow as pa
 from ddltrace.arrow_timeline import (
     CATEGORIES,
     category_column,
-    counters_table,
     numbers,
     string_array,
     time_order,
@@ -261,10 +260,3 @@ def _taken(values: pa.Array, order: np.ndarray) -> pa.Array:
     return numbers(data[order], values.type, None if missing is None else missing[order])
 
 
-def counters_frame(rows: list[tuple[int, str, int, float]]) -> pa.Table | None:
-    """Counters from (rank, name, t_ns, value) rows (an Arrow table), None when there are none."""
-    if not rows:
-        return None
-    rank, name, t_ns, value = zip(*rows, strict=True)
-    return counters_table(np.array(rank, dtype=np.int32), list(name), np.array(t_ns, dtype=np.int64),
-                          np.array(value, dtype=np.float64))

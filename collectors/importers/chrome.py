@@ -198,6 +198,31 @@ def _numbers(values: list) -> np.ndarray:
     return out
 
 
+def _objects(values) -> np.ndarray:
+    """A 1-D object array of ``values`` (a list or tuple), whatever they are (a tuple among them stays one
+    element)."""
+    return np.fromiter(values, dtype=object, count=len(values))
+
+
+def _codes(items: list) -> tuple[np.ndarray, list]:
+    """Each of ``items`` (hashable) as the index of its first appearance among the distinct ones: (codes, the
+    distinct items in that order)."""
+    index: dict = {}
+    codes = np.fromiter((index.setdefault(item, len(index)) for item in items), dtype=np.int64, count=len(items))
+    return codes, list(index)
+
+
+def _changed(codes: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Whether each value differs from the one before it of the same code (the first of each code: True)."""
+    order = np.argsort(codes, kind="stable")
+    c, v = codes[order], values[order]
+    new = np.ones(len(c), dtype=bool)
+    new[1:] = (c[1:] != c[:-1]) | (v[1:] != v[:-1])
+    out = np.empty(len(c), dtype=bool)
+    out[order] = new
+    return out
+
+
 def memory_device(device_type, device_id) -> str:
     """The device of an allocator event (:data:`MEMORY_EVENT`) as its counters name it: ``cpu``, ``gpu0``, ``xpu1``,
     ``device7.0`` for a type without a name here; ``device?`` where the event does not say."""
@@ -229,7 +254,10 @@ class ChromeTrace:
     Intervals (``X`` and paired ``B``/``E``, ``b``/``e``): ``lane_key`` (index into ``lanes``, the
     (pid, tid) pairs), ``key`` (index into ``keys``, the (cat, name) pairs), ``ts_ns`` and ``dur_ns`` (int64
     nanoseconds, exactly the decimal text's microseconds; ``ts_us``/``dur_us`` the same as float64 µs).
-    Counters: (pid, name, t_ns, value). Flow arrows: their ``ts`` in float64 µs, as ``ts_us``.
+    Counters: ``counters``, one (pid, name, t_ns, value) tuple per sample of a ``C`` event, and
+    ``counter_columns``, blocks of samples as columns (pid and name object arrays, t_ns int64, value float64: the
+    allocator events, tens of thousands in a trace); :meth:`counter_arrays` gives both as columns. Flow arrows:
+    their ``ts`` in float64 µs, as ``ts_us``.
     """
 
     path: str
@@ -246,9 +274,27 @@ class ChromeTrace:
     process_args: dict[Any, dict] = field(default_factory=dict)
     thread_names: dict[tuple[Any, Any], str] = field(default_factory=dict)
     counters: list[tuple[Any, str, int, float]] = field(default_factory=list)
+    counter_columns: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
     read: int = 0
     skipped: Counter = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
+
+    def counter_arrays(self, pid: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Every counter sample as columns (pid and name object arrays, t_ns int64, value float64): the ``C``
+        events' in file order, then each block of ``counter_columns``; only those of process ``pid`` where given."""
+        blocks = list(self.counter_columns)
+        if self.counters:
+            pids, names, times, values = zip(*self.counters, strict=True)
+            blocks.insert(0, (_objects(pids), _objects(names),
+                              np.array(times, dtype=np.int64), np.array(values, dtype=np.float64)))
+        if not blocks:
+            return (np.empty(0, dtype=object), np.empty(0, dtype=object), np.empty(0, dtype=np.int64),
+                    np.empty(0, dtype=np.float64))
+        columns = tuple(np.concatenate(column) for column in zip(*blocks, strict=True))
+        if pid is None:
+            return columns
+        mine = np.array([p == pid for p in columns[0].tolist()], dtype=bool)
+        return tuple(column[mine] for column in columns)
 
     @property
     def ts_us(self) -> np.ndarray:
@@ -399,20 +445,30 @@ class _Builder:
         except _MALFORMED:  # one is not an object: each on its own, what it holds
             args = [_memory_args(decode_args(e)) for e in events]
         args = [a or _MemoryArgs() for a in args]  # ("args": null)
-        where = [(e.pid, memory_device(a.device_type, a.device_id)) for e, a in zip(events, args, strict=True)]
+        devices: dict[Any, str] = {}
+
+        def device(a: _MemoryArgs) -> str:  # (each distinct type and id named once; 1, 1.0 and True apart)
+            key = (type(a.device_type), a.device_type, type(a.device_id), a.device_id)
+            try:
+                return devices[key]
+            except KeyError:
+                found = devices[key] = memory_device(a.device_type, a.device_id)
+                return found
+            except TypeError:  # (a list or an object for a type or an id: unhashable)
+                return memory_device(a.device_type, a.device_id)
+
+        where = [(e.pid, device(a)) for e, a in zip(events, args, strict=True)]
+        codes, places = _codes(where)
+        pids = _objects([pid for pid, _ in places])[codes]
         for counter, attribute in (("alloc_bytes", "nbytes"), ("allocated_bytes", "allocated"),
                                    ("reserved_bytes", "reserved")):
             value = _numbers([getattr(a, attribute) for a in args])
-            named = {w: f"{w[1]}_{counter}" for w in set(where)}
             keep = ~np.isnan(value)
             if counter == "reserved_bytes":  # only where it changed, per rank and device
-                last: dict[tuple, float] = {}
-                for i in np.flatnonzero(keep).tolist():
-                    keep[i] = last.get(where[i]) != value[i]
-                    last[where[i]] = value[i]
-            rows = np.flatnonzero(keep).tolist()
-            t.counters.extend((where[i][0], named[where[i]], ts, v) for i, ts, v in
-                              zip(rows, times[rows].tolist(), value[rows].tolist(), strict=True))
+                keep[keep] = _changed(codes[keep], value[keep])
+            if keep.any():
+                named = np.array([f"{device_name}_{counter}" for _, device_name in places], dtype=object)
+                t.counter_columns.append((pids[keep], named[codes[keep]], times[keep], value[keep]))
         t.skipped["[memory] events (PyTorch's allocator), kept as counters"] += len(events)
 
     def _no_time(self, ph: str, status: int) -> bool:
@@ -456,6 +512,7 @@ class _Builder:
         for pid, extra in other.process_args.items():
             t.process_args.setdefault(pid, {}).update(extra)
         t.counters.extend(other.counters)
+        t.counter_columns.extend(other.counter_columns)
 
     def finish(self) -> ChromeTrace:
         t = self.trace
@@ -500,6 +557,8 @@ class _Builder:
             t.process_args = {short(k): v for k, v in t.process_args.items()}
             t.thread_names = {(short(p), short(i)): v for (p, i), v in t.thread_names.items()}
             t.counters = [(short(pid), name, ts, value) for pid, name, ts, value in t.counters]
+            t.counter_columns = [(_objects([short(p) for p in pid.tolist()]), name, ts, value)
+                                 for pid, name, ts, value in t.counter_columns]
         if any(len(c) > NAME_CUT or len(n) > NAME_CUT for c, n in t.keys):
             t.keys = [(short(c), short(n)) for c, n in t.keys]
         for names in (t.process_names, t.process_labels, t.thread_names):

@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ddltrace.arrow_timeline import numbers
-from ddltrace.collectors.importers.base import ImportContext, RankPart, build_timeline, counters_frame
+from ddltrace.arrow_timeline import counters_table, numbers
+from ddltrace.collectors.importers.base import ImportContext, RankPart, build_timeline
 from ddltrace.collectors.importers.chrome import ChromeTrace
 
 
@@ -28,14 +28,14 @@ def chrome_part(trace: ChromeTrace, *, fmt: str, rank: int | tuple, ctx: ImportC
                 rows: np.ndarray | None = None, drop_reason: str = "events on a duplicate or derived lane",
                 row_steps: np.ndarray | None = None, row_correlation: np.ndarray | None = None,
                 row_columns: dict[str, np.ndarray] | None = None,
-                row_missing: dict[str, np.ndarray] | None = None) -> RankPart:
+                row_missing: dict[str, np.ndarray] | None = None, counter_pid: Any = None) -> RankPart:
     """One rank's part: ``lane_name(pid, tid)`` names each lane (None drops the lane's events, counted
     under ``drop_reason``); ``offset_ns`` is added to every time; ``rows`` selects a subset of intervals
     (several ranks in one file); ``step_of(cat, name)`` gives a step number for step-marker events, or
     ``row_steps`` one per interval (-1: none); ``row_correlation`` each interval's launch correlation id
     (-1: none); ``row_columns`` more optional integer columns of the timeline (``bytes``, ``comm``), a value
     per interval (-1: none, or where a column's boolean mask in ``row_missing`` is set: a column that holds
-    negative values)."""
+    negative values); ``counter_pid``: only the counters of that process (several ranks in one file)."""
     row_missing = row_missing or {}
     lane_names = [lane_name(pid, tid) for pid, tid in trace.lanes]
     keep_lane = np.array([n is not None for n in lane_names], dtype=bool)
@@ -78,6 +78,8 @@ def chrome_part(trace: ChromeTrace, *, fmt: str, rank: int | tuple, ctx: ImportC
     if ctx.report is not None:
         ctx.report.intervals += timeline.num_rows
     counter_rank = rank if isinstance(rank, int) else 0  # renumbered with the rank when it is an identity
-    counter_rows = [(counter_rank, name, t_ns + offset_ns, value) for _pid, name, t_ns, value in trace.counters]
-    return RankPart(rank=rank, timeline=timeline, counters=counters_frame(counter_rows),
+    _pid, names, t_ns, values = trace.counter_arrays(counter_pid)
+    counters = counters_table(np.full(len(names), counter_rank, dtype=np.int32), names, t_ns + offset_ns,
+                              values) if len(names) else None
+    return RankPart(rank=rank, timeline=timeline, counters=counters,
                     info={"format": fmt, "file": trace.path, **(info or {})}, clock=clock)

@@ -120,16 +120,14 @@ def read(path: Path, ctx: ImportContext):
     if ctx.report is not None:
         ctx.report.manifest = _run_entries(trace.header.get("otherData"), ctx.report)
         ctx.report.world_size = _world_size(trace.header.get("otherData"), ctx.report)
-    counters = trace.counters
     for pid, (rank, host) in sorted(ranks.items(), key=lambda item: item[1][0]):
         rows = np.flatnonzero(row_pid == pid)
-        trace.counters = [c for c in counters if c[0] == pid]
         part = chrome_part(trace, fmt=FORMAT, rank=rank, ctx=ctx, rows=rows, clock=clock, offset_ns=origin,
                            lane_name=lambda p, t: trace.thread_names.get((p, t)) or f"tid {t}",
-                           row_columns=values, row_missing=missing, info={**_saved(trace, pid), "host": host})
+                           row_columns=values, row_missing=missing, info={**_saved(trace, pid), "host": host},
+                           counter_pid=pid)
         _keep_source(part, Counter(sources[rows].tolist()))
         yield part
-    trace.counters = counters
 
 
 def _run_entries(other, report) -> dict:
