@@ -101,6 +101,7 @@ test-frameworks: install $(FW_VENVS)
 framework-traces: install $(FW_VENVS) .venvs/xprof/.installed
 	.venvs/torch/bin/python scripts/make_framework_traces.py torch --out tests/data/torch_gloo
 	.venvs/torch/bin/python scripts/make_framework_traces.py torch --record-shapes --out tests/data/torch_gloo_shapes
+	.venvs/torch/bin/python scripts/make_framework_traces.py torch --profile-memory --out tests/data/torch_gloo_memory
 	.venvs/torch/bin/python scripts/make_framework_traces.py torch-collectives --out tests/data/torch_gloo_collectives
 	.venvs/mxnet/bin/python scripts/make_framework_traces.py mxnet --out tests/data/mxnet_dist_sync
 	.venvs/tf/bin/python scripts/make_framework_traces.py tf1 --out tests/data/tf1_ps

@@ -117,16 +117,18 @@ class RunAnalysis:
     @cached_property
     def allocator(self) -> pd.DataFrame:
         """The memory the framework's allocator held per rank and device (:mod:`~ddltrace.analyses.allocator_memory`,
-        from its ``[memory]`` events kept as counters), empty when the store has none. Only the ranks with device
-        work are read: a CPU run's ranks hold only the samplers' counters, and reading them all would cost a large
-        run's analysis."""
+        from its ``[memory]`` events kept as counters), empty when the store has none. Only the ranks whose
+        importer kept allocator events (their ``allocator_events``) or that have device work (stores imported before
+        the count was kept) are read: a large CPU run's ranks hold only the samplers' counters, and reading them all
+        would cost its analysis."""
         from ddltrace.analyses.allocator_memory import COLUMNS, allocator_memory
 
+        ranks = self.store.manifest["ranks"]
+        info = {r: ranks.get(str(r)) if isinstance(ranks.get(str(r)), dict) else {} for r in self.store.counter_ranks}
+        held = {r for r, i in info.items() if i.get("allocator_events")}
         parts = []
-        for rank in sorted(set(self.gpu.device_ranks) & set(self.store.counter_ranks)):
-            info = self.store.manifest["ranks"].get(str(rank))  # the devices' memory the importer found
-            parts.append(allocator_memory(rank, self.store.counters([rank]),
-                                          info.get("device_memory_bytes") if isinstance(info, dict) else None))
+        for rank in sorted((held | set(self.gpu.device_ranks)) & set(info)):
+            parts.append(allocator_memory(rank, self.store.counters([rank]), info[rank].get("device_memory_bytes")))
         parts = [p for p in parts if len(p)]
         return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COLUMNS)
 

@@ -81,11 +81,6 @@ OPERATORS = (f"Device time by the host operator that launched it (the top {TOP_S
              "kernels, copies and fills whose launch call's innermost enclosing row is one of that name, time "
              "summed; total: those launched inside one at any depth; share: of the rank's device time with a "
              "launch in the trace)")
-ALLOCATOR = ("Memory the framework's allocator held (PyTorch's [memory] events; bytes allocated, after each event: "
-             "'total' the allocator's own figure, 'since the trace began' the events' bytes summed where the trace "
-             "writes no total; peak at: the time from the device's first event to the peak; growth: last minus "
-             "first; of reserved: the peak over the most the allocator reserved from the device; of device "
-             "memory: the peak and the most reserved over the device's memory, where the trace gives it)")
 NVML = ("NVML counters in each device's window in the trace (the sampler's gpuI_ counters of the machine, GPU I = "
         "device gpu:I; samples taken from the device's first work to its last; trace busy: the union of its work "
         "over that window, what NVML's utilisation samples)")
@@ -263,21 +258,6 @@ def gpu_tables(run, top: int = TOP_SHOWN) -> list[tuple[str, pd.DataFrame]]:
              for c in copies.to_dict("records")],
             columns=["rank", "device", "direction", "copies", "time", "bytes", "bandwidth", "mean", "peak",
                      "vs calibrated"])))
-    allocator = run.allocator
-    if len(allocator):
-        tables.append((ALLOCATOR, pd.DataFrame(
-            [[a["rank"], a["device"], a["basis"], f"{a['allocations']:,} / {a['frees']:,}",
-              format_bytes(a["peak_bytes"]), format_ns(a["peak_ns"] - a["first_ns"]), format_bytes(a["start_bytes"]),
-              format_bytes(a["end_bytes"]),
-              ("+" if a["growth_bytes"] > 0 else "") + format_bytes(a["growth_bytes"]),
-              "-" if a["reserved_peak_bytes"] != a["reserved_peak_bytes"] else format_bytes(a["reserved_peak_bytes"]),
-              "-" if a["peak_share_of_reserved"] != a["peak_share_of_reserved"]
-              else format_percent(a["peak_share_of_reserved"]),
-              "-" if a["device_memory_bytes"] != a["device_memory_bytes"] else
-              f"{format_bytes(a['device_memory_bytes'])}: peak {format_percent(a['peak_share_of_device'])}, "
-              f"reserved {format_percent(a['reserved_share_of_device'])}"] for a in allocator.to_dict("records")],
-            columns=["rank", "device", "basis", "allocations / frees", "peak", "peak at", "first", "last", "growth",
-                     "reserved peak", "of reserved", "of device memory"])))
     nvml = _nvml(run)
     if len(nvml):
         tables.append((NVML, pd.DataFrame(
@@ -341,9 +321,7 @@ def gpu_json(run) -> dict:
                         "in bytes/s", "late_arrivals": LATE, "copies": COPIES + "; bandwidths in bytes/s",
                         "nvml": NVML + "; values in the unit column",
                         "operators": OPERATORS.replace(f"the top {TOP_SHOWN} per rank by self time", "every operator "
-                                                       "with device time, the most self time first") + "; times in ns",
-                        "allocator": ALLOCATOR + "; bytes, times in ns (peak_ns and first_ns: since the epoch, on "
-                                                 "the run's clock)"},
+                                                       "with device time, the most self time first") + "; times in ns"},
         "device_ranks": gpu.device_ranks,
         "temporal": records(gpu.temporal_table()),
         "temporal_launched": records(gpu.launched_table()),
@@ -362,6 +340,5 @@ def gpu_json(run) -> dict:
         "late_arrivals": records(late_arrivals(run.collectives())),
         "copies": records(gpu.copy_table(run.copy_bytes_per_s)),
         "nvml": records(_nvml(run)),
-        "allocator": records(run.allocator),
         "operators": records(gpu.operator_table()),
     }

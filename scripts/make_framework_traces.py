@@ -2,6 +2,7 @@
 
     .venvs/torch/bin/python scripts/make_framework_traces.py torch --out tests/data/torch_gloo
     .venvs/torch/bin/python scripts/make_framework_traces.py torch --record-shapes --out tests/data/torch_gloo_shapes
+    .venvs/torch/bin/python scripts/make_framework_traces.py torch --profile-memory --out tests/data/torch_gloo_memory
     .venvs/torch/bin/python scripts/make_framework_traces.py torch-collectives --out tests/data/torch_gloo_collectives
 
     .venvs/mxnet/bin/python scripts/make_framework_traces.py mxnet --out tests/data/mxnet_dist_sync
@@ -14,8 +15,9 @@
 torch: a 2-process gloo DistributedDataParallel job on 127.0.0.1 (CPU), profiled with torch.profiler for 3 active
 steps; each rank writes ``rank<r>.pt.trace.json.gz`` (Kineto JSON, gzip); ``--record-shapes`` profiles with
 torch.profiler's ``record_shapes`` (each op's input shapes and types: gloo's all-reduce spans then give their
-bytes). The model, Linear(64, 128) + Linear(128, 10), has 9,610 float32 parameters: one DDP bucket, all-reduced
-once a step (38,440 bytes). The venv is made with
+bytes); ``--profile-memory`` with its ``profile_memory`` (an instant ``[memory]`` event per allocation and free of
+the CPU allocator, with its totals). The model, Linear(64, 128) + Linear(128, 10), has 9,610 float32 parameters:
+one DDP bucket, all-reduced once a step (38,440 bytes). The venv is made with
 ``python3 -m venv .venvs/torch && .venvs/torch/bin/pip install torch==2.13.0`` (FORMATS.md section 7).
 
 torch-collectives: a 2-process gloo job on 127.0.0.1 that runs each collective of torch.distributed once (no
@@ -65,7 +67,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _torch_rank(rank: int, world: int, out: str, port: int, record_shapes: bool) -> None:
+def _torch_rank(rank: int, world: int, out: str, port: int, record_shapes: bool, profile_memory: bool) -> None:
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
@@ -80,7 +82,7 @@ def _torch_rank(rank: int, world: int, out: str, port: int, record_shapes: bool)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     data = [(torch.randn(32, 64), torch.randint(0, 10, (32,))) for _ in range(5)]
     with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=3),
-                 record_shapes=record_shapes) as prof:
+                 record_shapes=record_shapes, profile_memory=profile_memory) as prof:
         for x, y in data:
             with record_function("dataloader_next"):
                 x, y = x.clone(), y.clone()
@@ -94,11 +96,11 @@ def _torch_rank(rank: int, world: int, out: str, port: int, record_shapes: bool)
     dist.destroy_process_group()
 
 
-def make_torch(out: Path, record_shapes: bool = False) -> None:
+def make_torch(out: Path, record_shapes: bool = False, profile_memory: bool = False) -> None:
     import torch.multiprocessing as mp
 
     out.mkdir(parents=True, exist_ok=True)
-    mp.spawn(_torch_rank, args=(2, str(out), _free_port(), record_shapes), nprocs=2, join=True)
+    mp.spawn(_torch_rank, args=(2, str(out), _free_port(), record_shapes, profile_memory), nprocs=2, join=True)
     for path in sorted(out.glob("rank*.pt.trace.json.gz")):
         print(f"{path}: {path.stat().st_size} bytes")
 
@@ -376,6 +378,8 @@ def main() -> None:
                         help="tf1: write each worker's RunMetadata.step_stats as protobuf text instead of the timeline")
     parser.add_argument("--record-shapes", action="store_true",
                         help="torch: profile with record_shapes (input shapes and types of each op)")
+    parser.add_argument("--profile-memory", action="store_true",
+                        help="torch: profile with profile_memory (the allocator's events)")
     parser.add_argument("--task", help=argparse.SUPPRESS)
     parser.add_argument("--ports", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -388,7 +392,7 @@ def main() -> None:
             make_tf1(args.out, args.step_stats)
             return
         if args.framework == "torch":
-            make_torch(args.out, args.record_shapes)
+            make_torch(args.out, args.record_shapes, args.profile_memory)
             return
         if args.framework == "tf2-json":
             make_tf2_json(args.source or args.out, args.out)

@@ -12,6 +12,7 @@ import gzip
 import json
 from decimal import Decimal
 from itertools import accumulate
+from pathlib import Path
 
 import pytest
 from shared_data import SHARED
@@ -23,8 +24,14 @@ RESNET = SHARED / "wild_traces" / "kineto_tb_resnet50_w0"
 
 
 def _truth(folder) -> dict:
-    """Per device as ddltrace names it: events, basis, peak bytes and its time (ns), first and last bytes."""
+    """Per device as ddltrace names it of the folder's one trace: events, basis, peak bytes and its time (ns), first
+    and last bytes (:func:`_truth_of`)."""
     (path,) = folder.glob("*.json.gz")
+    return _truth_of(path)
+
+
+def _truth_of(path) -> dict:
+    """Per device as ddltrace names it of one trace file: see :func:`_truth`."""
     trace = json.loads(gzip.open(path).read(), parse_float=Decimal)
     events = trace["traceEvents"]
     memory = {f"gpu:{d['id']}": d["totalGlobalMem"] for d in trace.get("deviceProperties", [])}
@@ -58,13 +65,38 @@ def test_the_allocator_s_peak_is_the_file_s(folder, capsys):
     assert main(["analyze", str(folder), "--json"]) == 0
     captured = capsys.readouterr()
     (store,) = json.loads(captured.out)["stores"]
-    got = {row["device"]: row for row in store["gpu"]["allocator"]}
+    got = {row["device"]: row for row in store["memory"]["allocator"]}
     assert set(got) == set(truth) and "allocator" in store["capabilities"]
     for device, want in truth.items():
         mine = {k: got[device][k] for k in want}
         assert mine == want, device
     n = sum(t["events"] for t in truth.values())
     assert f"skipped {n} event(s): [memory] events (PyTorch's allocator), kept as counters" in captured.err
+
+
+def test_a_cpu_job_s_allocator_is_shown_without_device_work(capsys, tmp_path):
+    """A real 2-rank gloo job profiled with profile_memory (tests/data/torch_gloo_memory: the CPU allocator's events,
+    no device): its allocator's figures per rank, each the file's, in the text, the JSON and the report (they were
+    read for ranks with device work only)."""
+    folder = Path(__file__).parent / "data" / "torch_gloo_memory"
+    assert main(["analyze", str(folder), "--json"]) == 0
+    (store,) = json.loads(capsys.readouterr().out)["stores"]
+    assert not store["gpu"] and "allocator" in store["capabilities"]
+    rows = store["memory"]["allocator"]
+    for rank in (0, 1):
+        path = folder / f"rank{rank}.pt.trace.json.gz"
+        truth = _truth_of(path)["cpu"]
+        assert truth["basis"] == "total" and set(_truth_of(path)) == {"cpu"}
+        base = json.loads(gzip.open(path).read())["baseTimeNanoseconds"]  # (times since boot to the epoch)
+        truth.update(peak_ns=truth["peak_ns"] + base, first_ns=truth["first_ns"] + base)
+        (row,) = [r for r in rows if r["rank"] == rank]
+        assert {k: row[k] for k in truth} == truth
+    assert main(["analyze", str(folder)]) == 0
+    text = capsys.readouterr().out
+    assert f"Allocator memory of {folder}: 2 ranks" in text
+    assert main(["report", str(folder), "--out", str(tmp_path / "r"), "--quiet"]) == 0
+    assert (tmp_path / "r" / "allocator.png").is_file()
+    assert "Memory the framework's allocator held" in (tmp_path / "r" / "report.md").read_text()
 
 
 def test_damaged_allocator_events_keep_what_they_hold(tmp_path, capsys):
@@ -98,7 +130,7 @@ def test_the_report_shows_the_allocator_s_table_and_figure(tmp_path):
         pytest.skip(f"{DF} absent (../shared)")
     assert main(["report", str(DF), "--out", str(tmp_path / "r"), "--quiet"]) == 0
     text = (tmp_path / "r" / "report.md").read_text()
-    assert (tmp_path / "r" / "gpu_allocator.png").is_file() and "Memory the framework's allocator held" in text
+    assert (tmp_path / "r" / "allocator.png").is_file() and "Memory the framework's allocator held" in text
     assert "6.17 GiB" in text and "51.9 %" in text  # gpu:1's peak and its share of the reserve (the file's figures)
 
 

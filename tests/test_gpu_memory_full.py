@@ -67,4 +67,4 @@ def test_report_takes_thresholds_and_shows_the_finding_with_the_allocator_s_figu
     assert doc["thresholds"]["gpu.reserved_share_max"] == 0.3  # (the report took the defaults only before)
     md = (out / "report.md").read_text()
     card = md[md.index("A device's memory nearly full"):].split("\n### ")[0]
-    assert "gpu_allocator.png" in card and (out / "gpu_allocator.png").is_file()
+    assert "allocator.png" in card and (out / "allocator.png").is_file()

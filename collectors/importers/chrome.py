@@ -275,6 +275,7 @@ class ChromeTrace:
     thread_names: dict[tuple[Any, Any], str] = field(default_factory=dict)
     counters: list[tuple[Any, str, int, float]] = field(default_factory=list)
     counter_columns: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
+    allocator_events: Counter = field(default_factory=Counter)  # PyTorch's allocator events kept, per pid
     read: int = 0
     skipped: Counter = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
@@ -469,6 +470,7 @@ class _Builder:
             if keep.any():
                 named = np.array([f"{device_name}_{counter}" for _, device_name in places], dtype=object)
                 t.counter_columns.append((pids[keep], named[codes[keep]], times[keep], value[keep]))
+        t.allocator_events.update(e.pid for e in events)
         t.skipped["[memory] events (PyTorch's allocator), kept as counters"] += len(events)
 
     def _no_time(self, ph: str, status: int) -> bool:
@@ -513,6 +515,7 @@ class _Builder:
             t.process_args.setdefault(pid, {}).update(extra)
         t.counters.extend(other.counters)
         t.counter_columns.extend(other.counter_columns)
+        t.allocator_events.update(other.allocator_events)
 
     def finish(self) -> ChromeTrace:
         t = self.trace
@@ -559,6 +562,7 @@ class _Builder:
             t.counters = [(short(pid), name, ts, value) for pid, name, ts, value in t.counters]
             t.counter_columns = [(_objects([short(p) for p in pid.tolist()]), name, ts, value)
                                  for pid, name, ts, value in t.counter_columns]
+            t.allocator_events = Counter({short(pid): n for pid, n in t.allocator_events.items()})
         if any(len(c) > NAME_CUT or len(n) > NAME_CUT for c, n in t.keys):
             t.keys = [(short(c), short(n)) for c, n in t.keys]
         for names in (t.process_names, t.process_labels, t.thread_names):

@@ -81,5 +81,8 @@ def chrome_part(trace: ChromeTrace, *, fmt: str, rank: int | tuple, ctx: ImportC
     _pid, names, t_ns, values = trace.counter_arrays(counter_pid)
     counters = counters_table(np.full(len(names), counter_rank, dtype=np.int32), names, t_ns + offset_ns,
                               values) if len(names) else None
+    allocator = (trace.allocator_events.get(counter_pid, 0) if counter_pid is not None
+                 else sum(trace.allocator_events.values()))
     return RankPart(rank=rank, timeline=timeline, counters=counters,
-                    info={"format": fmt, "file": trace.path, **(info or {})}, clock=clock)
+                    info={"format": fmt, "file": trace.path, **({"allocator_events": allocator} if allocator else {}),
+                          **(info or {})}, clock=clock)

@@ -315,6 +315,7 @@ def _ranks(ranks: list[int]) -> str:
 def render_run(r: RunAnalysis, phase: str) -> list[str]:
     from ddltrace.gpu_section import render_gpu
     from ddltrace.host_section import render_host_collectives
+    from ddltrace.memory_section import render_memory
     from ddltrace.node_section import render_nodes
 
     note = []
@@ -372,6 +373,7 @@ def render_run(r: RunAnalysis, phase: str) -> list[str]:
     out.extend(render_nodes(r))
     out.extend(render_gpu(r))
     out.extend(render_host_collectives(r))
+    out.extend(render_memory(r))
     if r.can("wait_states"):
         totals = r.wait_state_table().sum()
         if totals.sum() > 0:
@@ -502,6 +504,7 @@ def to_json(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFr
     from ddltrace.gpu_section import gpu_json
     from ddltrace.host_section import host_collectives_json
     from ddltrace.json_output import records
+    from ddltrace.memory_section import memory_json
     from ddltrace.node_section import node_frame
     from ddltrace.timeline import CATEGORIES
 
@@ -526,6 +529,7 @@ def to_json(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFr
             "wait_states_ns": _records(r.wait_state_table()) if r.can("wait_states") else [],  # not made: none
             "gpu": gpu_json(r),
             "host_collectives": host_collectives_json(r),
+            "memory": memory_json(r),
             "nodes": records(node_frame(r, thresholds)),
             "clock": clock_alignment(r.store.manifest).to_dict(),
         })

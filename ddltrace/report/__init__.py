@@ -367,6 +367,12 @@ def _run_figures(run, pixels: dict[str, dict[int, np.ndarray]], label: str) -> l
                           figures.png_bytes(figures.queue_figure(series, MAX_QUEUE_LENGTH,
                                                                  f"Launch queue per stream, rank {rank}"))))
     out.extend(_gpu_figures(run, label))
+    if len(run.allocator):
+        out.append(Figure(f"allocator{label}", "Memory the framework's allocator held",
+                          "The bytes allocated after each of the allocator's events (PyTorch's [memory] events), per "
+                          "rank and device, each peak marked: the allocator's own total where the trace writes it, "
+                          "else the events' bytes summed from the trace's first (what it held beyond its start).",
+                          figures.png_bytes(figures.allocator_figure(run.allocator_series(), run.allocator))))
     return out
 
 
@@ -425,12 +431,6 @@ def _gpu_figures(run, label: str) -> list[Figure]:
                           "the kernels, copies and fills an operator launched itself (its launch call's innermost "
                           "enclosing row on its thread); total, those launched inside it at any depth.",
                           figures.png_bytes(figures.operator_figure(operators))))
-    if len(run.allocator):
-        out.append(Figure(f"gpu_allocator{label}", "Memory the framework's allocator held",
-                          "The bytes allocated after each of the allocator's events (PyTorch's [memory] events), per "
-                          "rank and device, each peak marked: the allocator's own total where the trace writes it, "
-                          "else the events' bytes summed from the trace's first (what it held beyond its start).",
-                          figures.png_bytes(figures.allocator_figure(run.allocator_series(), run.allocator))))
     if "nvml" in run.capabilities:
         windows = {d: (int(p["window_start_ns"].min()), int((p["window_start_ns"] + p["window_ns"]).max()))
                    for d, p in temporal.groupby("device")}
@@ -596,7 +596,7 @@ _FIGURE_FOR = (  # finding id fragment -> figure key prefix that shows it (the f
     ("gpu_exposed", "gpu_overlap"),
     ("gpu_straggler", "gpu_skew"),
     ("gpu_slow_coll", "gpu_busbw"),
-    ("gpu_memory", "gpu_allocator"),
+    ("gpu_memory", "allocator"),
     ("sequential", "timeline_init"),
     ("init", "timeline_init"),
     ("saturat", "scaling"),
@@ -665,6 +665,10 @@ def assemble(runs: list, findings: list, profile: str | None = None, model: str 
     from ddltrace.host_section import host_tables
 
     tables.extend((name, frame.set_index(frame.columns[0])) for name, frame in host_tables(main))
+    if len(main.allocator):
+        from ddltrace.memory_section import ALLOCATOR, allocator_table
+
+        tables.append((ALLOCATOR, allocator_table(main).set_index("rank")))
     tables.append((f"Where the time goes by event name, largest first (the {main.workers}-worker run, all its ranks, "
                    f"whole run; total: the calls' summed durations; a name longer than {NAME_CHARS} characters cut)",
                    top))
