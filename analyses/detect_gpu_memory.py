@@ -32,7 +32,7 @@ FULL_ADVICE = ("The job itself uses the device's memory. Free room with activati
 CACHED_SHARE_ADVICE = 0.25
 
 
-@detector("gpu_memory_full", "A device's memory nearly full", {"device", "allocator"})
+@detector("gpu_memory_full", "a device's memory nearly full", {"device", "allocator"})
 def detect(runs, th) -> list[Finding | Skipped]:
     """The most reserved at or above gpu.reserved_share_max of a device's memory (see the module docstring)."""
     findings = []
