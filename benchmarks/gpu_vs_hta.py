@@ -26,7 +26,10 @@ HTA also runs ``get_cuda_kernel_launch_stats`` and ``get_queue_length_summary``;
 launch count, mean CPU / GPU duration and launch delay (µs), runtime and launch-delay outliers (ddltrace / HTA),
 and per stream the queue length's change count, mean over the changes and maximum; and
 ``get_memory_bw_summary``: per rank and kind of copy (HTA's names), the count and mean bandwidth (GB/s) of both
-(ddltrace's mean only where the store holds the copies' bytes: the Kineto importer does not put them there yet).
+(ddltrace's mean only where the store holds the copies' bytes). HTA's count is of the points of its bandwidth time
+series above 0, not of copies: where copies overlap, and where its running sum leaves a floating-point residue
+after a copy ends (trace_diff/test: 3,819 of its 8,448 DtoD points), it counts more, and its mean is lower
+(docs/ANALYSES.md).
 
 Last, the floor the 10x target meets: the fastest of three fresh interpreters that only import pandas (what every
 analysis of ``analyze`` reads the store with), and that only import what ``ddltrace import`` needs, times the number
