@@ -40,3 +40,15 @@ def test_a_rank_in_the_evidence_reads_as_a_rank_not_a_count():
     assert [format_quantity(1, u) for u in ("devices", "launches", "gaps", "ratio", "MB/s")] \
         == ["1 device", "1 launch", "1 gap", "1 ratio", "1 MB/s"]
     assert format_quantity(1.5, "workers") == "1.5 workers" and format_quantity(0, "devices") == "0 devices"
+
+
+@pytest.mark.parametrize("command", ["analyze", "report"])
+def test_the_thresholds_under_help_print_no_exponent(command, capsys):
+    from ddltrace.analyses.thresholds import DEFAULTS
+    from ddltrace.cli import main
+
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "gpu.busbw_min_bytes=1048576" in text and "e+" not in text  # (it read 1.04858e+06)
+    assert all(f"{key}=" in text for key in DEFAULTS)

@@ -34,6 +34,12 @@ SHOWN_CATEGORIES = ("compute", "comm", "wait", "barrier", "io", "memcpy", "idle"
 MAX_RANKS_SHOWN = 32
 
 
+#: The thresholds and their defaults, under ``--help`` of the commands that take them.
+THRESHOLDS_EPILOG = ("Thresholds: " + ", ".join(f"{k}={int(t.value) if float(t.value).is_integer() else f'{t.value:g}'}"
+                                                 for k, t in DEFAULTS.items())
+                     + ". See docs/ANALYSES.md for what each detector measures and why its default is what it is.")
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "analyze", help="find what holds a run back (findings with evidence, breakdown, scaling)",
@@ -43,8 +49,7 @@ def register(subparsers) -> None:
                     "low overlap, cache cliff, a slow link between nodes). Findings come costliest first (the "
                     "time the job loses to each), each with its evidence; analyses the input cannot support (a "
                     "timeline, matched messages, ...) are listed with the reason.",
-        epilog="Thresholds: " + ", ".join(f"{k}={t.value:g}" for k, t in DEFAULTS.items())
-               + ". See docs/ANALYSES.md for what each detector measures and why its default is what it is.")
+        epilog=THRESHOLDS_EPILOG)
     p.add_argument("stores", nargs="+", metavar="STORE",
                    help="trace store(s) written by ddltrace run / import, or trace files or folders (anything "
                         "ddltrace import reads), imported into a temporary store first")

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from ddltrace.commands.analyze import (
+    THRESHOLDS_EPILOG,
     add_threshold_options,
     add_where_options,
     check_workers_see,
@@ -20,7 +21,8 @@ def register(subparsers) -> None:
         "report", help="write the bottleneck report of one run or a scaling series",
         description="Analyse one or more trace stores (several stores of one job at different worker counts "
                     "make a scaling series) and write report.html (self-contained, figures embedded), "
-                    "report.md with the figures as PNG files beside it, and findings.json.")
+                    "report.md with the figures as PNG files beside it, and findings.json.",
+        epilog=THRESHOLDS_EPILOG)
     p.add_argument("stores", nargs="+", metavar="STORE",
                    help="trace store folder(s), or trace files or folders (anything ddltrace import reads), "
                         "imported into a temporary store first")
