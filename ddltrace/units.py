@@ -53,5 +53,7 @@ def format_percent(fraction: float) -> str:
 
 
 def counted(n: float, noun: str) -> str:
-    """'1 rank', '3 ranks', '4 ranks' for 4.0: a count with its noun, plural unless it is one."""
-    return f"{n:g} {noun}{'' if n == 1 else 's'}"
+    """'1 rank', '3 ranks', '4 ranks' for 4.0, '1,048,576 messages': a count with its noun, plural unless it is
+    one (never in exponent form)."""
+    number = f"{int(n):,}" if float(n).is_integer() else three_digits(n)
+    return f"{number} {noun}{'' if n == 1 else 's'}"

@@ -52,3 +52,10 @@ def test_the_thresholds_under_help_print_no_exponent(command, capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "gpu.busbw_min_bytes=1048576" in text and "e+" not in text  # (it read 1.04858e+06)
     assert all(f"{key}=" in text for key in DEFAULTS)
+
+
+def test_a_count_with_its_noun_prints_no_exponent():
+    from ddltrace.units import counted
+
+    assert [counted(1, "rank"), counted(4.0, "rank"), counted(1048576, "matched message"), counted(2.5, "worker")] \
+        == ["1 rank", "4 ranks", "1,048,576 matched messages", "2.5 workers"]  # (the third read 1.04858e+06)
