@@ -52,8 +52,13 @@ def format_percent(fraction: float) -> str:
     return "n/a" if fraction is None or math.isnan(fraction) else f"{100 * fraction:.1f} %"
 
 
+def format_count(n: float) -> str:
+    """A count as '4', '1,048,576', '7,100,000' (thousands separated), a fractional one as :func:`three_digits`
+    writes it: never in exponent form."""
+    return f"{int(n):,}" if float(n).is_integer() else three_digits(n)
+
+
 def counted(n: float, noun: str) -> str:
     """'1 rank', '3 ranks', '4 ranks' for 4.0, '1,048,576 messages': a count with its noun, plural unless it is
     one (never in exponent form)."""
-    number = f"{int(n):,}" if float(n).is_integer() else three_digits(n)
-    return f"{number} {noun}{'' if n == 1 else 's'}"
+    return f"{format_count(n)} {noun}{'' if n == 1 else 's'}"

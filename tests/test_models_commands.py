@@ -96,6 +96,9 @@ def test_optimize_command(series, capsys):
     assert all(r["N_ps"] + r["N_mr"] * r["N_wr"] <= 6 for r in result["ranked"])
     assert len(result["ranked"][0]["layers"]) == 5
     assert main(["optimize", "--dnn", "mnist-adam", "--profile", str(series / "profile.json"), "--machines", "6",
+                 "--samples", "7.1e6", "--max-workers", "2", "--threads", "1"]) == 0
+    assert "configurations, 7,100,000 samples per epoch" in capsys.readouterr().out  # (it read 7.1e+06)
+    assert main(["optimize", "--dnn", "mnist-adam", "--profile", str(series / "profile.json"), "--machines", "6",
                  "--config", "4/4/4"]) == 2
     assert "does not fit 6 machines" in capsys.readouterr().err
     assert main(["optimize", "--dnn", "nonet", "--profile", str(series / "profile.json"), "--machines", "6"]) == 2

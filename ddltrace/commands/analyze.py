@@ -35,7 +35,7 @@ MAX_RANKS_SHOWN = 32
 
 
 #: The thresholds and their defaults, under ``--help`` of the commands that take them.
-THRESHOLDS_EPILOG = ("Thresholds: " + ", ".join(f"{k}={int(t.value) if float(t.value).is_integer() else f'{t.value:g}'}"
+THRESHOLDS_EPILOG = ("Thresholds: " + ", ".join(f"{k}={int(t.value) if float(t.value).is_integer() else t.value}"
                                                  for k, t in DEFAULTS.items())
                      + ". See docs/ANALYSES.md for what each detector measures and why its default is what it is.")
 

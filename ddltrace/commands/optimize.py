@@ -18,7 +18,7 @@ from ddltrace.errors import DdltraceError
 from ddltrace.models.dnn import load_dnn
 from ddltrace.models.quantities import load_json, parse_int_list, parse_what_if, profile_constants
 from ddltrace.options import integer, positive
-from ddltrace.units import format_ns
+from ddltrace.units import format_count, format_ns
 
 #: Monte Carlo draws of the profile's constants for the intervals of the printed configurations.
 DRAWS = 100
@@ -168,8 +168,8 @@ def run(args) -> int:
                    "baseline": baseline, "ranked": rows}, sys.stdout, indent=2)
         print()
         return 0
-    print(f"{dnn.name} on {args.machines} machines: {len(rows)} configurations, {args.samples:g} samples per "
-          f"epoch, weights read every {args.read_every:g} samples ({args.read_bound} of eq. 10/11)"
+    print(f"{dnn.name} on {args.machines} machines: {len(rows)} configurations, {format_count(args.samples)} samples "
+          f"per epoch, weights read every {format_count(args.read_every)} samples ({args.read_bound} of eq. 10/11)"
           + (f"; what-if: {' '.join(args.what_if)}" if args.what_if else ""))
     header = (f"{'rank':>4}  {'W/R/PS':<8} {'H':>3}  {'T_epoch':>9}  {'95 % interval':>21}  {'fastest':>7}  "
               f"{'compute':>9}  {'activ.':>9}  {'reads':>9}  ")

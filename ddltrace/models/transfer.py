@@ -35,6 +35,7 @@ from ddltrace.errors import DdltraceError
 from ddltrace.models import hashemi
 from ddltrace.models.hashemi import Constants, Workload
 from ddltrace.models.quantities import check_profile_format
+from ddltrace.units import format_count
 
 #: The feed-forward constants (seconds per multiply-add, per neuron): curves against segment bytes.
 CPU = ("C_muladd", "C_act", "C_err")
@@ -227,7 +228,7 @@ def per_sample_work(record: Mapping, counts: Mapping, working_set: float, z: Map
         err = cpu_cost(record, "C_err", working_set, z.get("C_err", 0.0))
         if act is None or err is None:
             raise DdltraceError(f"{record['source']}: the profile lacks C_act or C_err, which the DNN's "
-                                f"{counts['neurons']:g} neurons per sample need")
+                                f"{format_count(counts['neurons'])} neurons per sample need")
         work += counts["neurons"] * (act + err)
     return work
 
