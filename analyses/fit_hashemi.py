@@ -43,7 +43,7 @@ from ddltrace.models.hashemi import Constants, Workload
 FITTABLE = ("c_p", "c_b", "c_u", "t_phase_min", "kappa", "t_slice")
 #: Terms that only act past a knee: kept only when leave-one-out errors say the runs support them.
 KNEE_TERMS = ("c_u", "t_phase_min", "kappa")
-PROFILE_CONSTANTS = ("r_d", "r_m", "w_m", "r_net", "lat_net")
+PROFILE_CONSTANTS = ("r_d", "r_m", "w_m", "r_net", "lat_net", "net_duplex")
 SERVER_ROLES = ("server", "ps", "parameter_server", "parameter-server")
 
 

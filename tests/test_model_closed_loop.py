@@ -7,6 +7,7 @@ server's cost is a sleep) slowed it too: the server-bound job's w = 1 on the quo
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -48,6 +49,33 @@ def test_the_closed_loop_by_hand():
     paper = Workload(d=4096, b=64, n_f=2, n_w=40000, epochs=1, s=8)
     assert hashemi.t_phase(1, paper, TRUE) == pytest.approx(max(WL.d * TRUE.c_p,
                                                                 hashemi.t_net(WL.d, 1, paper, TRUE)))
+
+
+def test_the_server_takes_a_push_in_during_its_send_at_the_links_duplex_share():
+    """With other workers in the loop the server holds t + max(c_u, t (1 - net_duplex / 2)) per update: 0 keeps
+    the directions taking turns (t + max(c_u, t), the model before), 1 a full-duplex link (half the push left after
+    the send, on average); alone, c_u + 2 t whatever the link. Carried to B, B's profile's net_duplex is taken as
+    it is, A's kept where B's profile has none."""
+    t, c_u = 13.4e-3, 1.7e-3
+    assert hashemi.server_service(1, c_u, t, 1.0) == hashemi.server_service(1, c_u, t) == c_u + 2 * t
+    assert hashemi.server_service(4, c_u, t) == hashemi.server_service(4, c_u, t, 0.0) == 2 * t
+    assert hashemi.server_service(4, c_u, t, 1.0) == pytest.approx(1.5 * t)
+    assert hashemi.server_service(4, 12e-3, t, 1.0) == pytest.approx(t + 12e-3)  # the update outlasts the rest
+    slow = Constants(c_p=TRUE.c_p, c_u=c_u, r_net=4.2e-8)
+    duplex = Constants(c_p=TRUE.c_p, c_u=c_u, r_net=4.2e-8, net_duplex=1.0)
+    message = 4.2e-8 * WL.s * WL.n_w
+    assert hashemi.t_phase(64, WL, duplex) == pytest.approx(WL.d / WL.b * 1.5 * message, rel=1e-3)
+    assert hashemi.t_phase(1, WL, duplex) == hashemi.t_phase(1, WL, slow)
+    assert hashemi.t_phase(4, WL, duplex) < hashemi.t_phase(4, WL, slow)
+    assert hashemi.knee(WL, duplex)[0] > hashemi.knee(WL, slow)[0]
+    a = {"constants": {"r_net": {"value": 4.2e-8, "uncertainty": 0.0}, "net_duplex": {"value": 0.0,
+                                                                                     "uncertainty": 0.0}}}
+    ratios = {"sample": 1.0, "update": 1.0, "held": {"r_net": 1.0}, "missing": {}}
+    for b_record, want in (({"constants": {"r_net": {"value": 4.2e-8, "uncertainty": 0.0},
+                                           "net_duplex": {"value": 0.98, "uncertainty": 0.01}}}, 0.98),
+                           ({"constants": {"r_net": {"value": 4.2e-8, "uncertainty": 0.0}}}, 0.3)):
+        on_b, _, _ = transfer.carry(replace(slow, net_duplex=0.3), WL, a, b_record, ratios)
+        assert on_b.net_duplex == want
 
 
 def _runs(k: Constants) -> list[dict]:

@@ -35,6 +35,36 @@ def test_client_measures_latency_and_bandwidth(server):
     assert res.parallel[2].value > 0
 
 
+def test_both_ways_at_once_stream_each_way_and_a_version_1_server_is_asked_nothing(server, monkeypatch):
+    """A version 2 server streams back while it takes a DUPLEX request's bytes and counts them; measure() asks a
+    version 1 server nothing of it (its NetworkResult's duplex None), and neither it nor the loopback calibration
+    makes a net_duplex (there both directions share the machine's CPU with the probe, not a link)."""
+    from ddltrace.collectors.microbench.measure import Measurement
+    from ddltrace.collectors.microbench.suite import record_duplex
+
+    host, port = server.address
+    with network.ProbeClient(host, port) as client:
+        assert client.server_version == 2
+        assert client.duplex(3 << 20) > 0  # (raises unless both sides got every byte and the count is right)
+        one, both = network.both_ways(client, size=1 << 20, repeats=3)
+    assert len(one.values) >= 3 and len(both.values) >= 3
+    assert network.measure(host, port, quick=True, stream_sizes=(1 << 20, 2 << 20), parallel=(),
+                           duplex=False).duplex is None
+    monkeypatch.setattr(network, "VERSION", 1)
+    with network.ProbeServer("127.0.0.1", 0) as old:
+        assert network.measure(*old.address, quick=True, stream_sizes=(1 << 20, 2 << 20), parallel=()).duplex is None
+
+    def timed(value: float) -> Measurement:
+        return Measurement(value, 0.0, "s", [value] * 3)
+
+    shares = []
+    for both_s in (1.0, 1.5, 2.5, 0.9):  # as long as one way, half again, more than twice, faster
+        p = {"constants": {}, "notes": []}
+        record_duplex(p, timed(1.0), timed(both_s), "test")
+        shares.append(p["constants"]["net_duplex"]["value"])
+    assert shares == [1.0, 0.5, 0.0, 1.0]
+
+
 def test_pingpong_echoes_the_bytes(server):
     with network.ProbeClient(*server.address) as client:
         payload = bytes(range(256)) * 16

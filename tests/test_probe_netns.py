@@ -140,3 +140,34 @@ def test_rate_limit_is_recovered_after_the_goodput_factor(netns_pair, gbit):
     assert abs(measured / expected - 1) < 0.05, (
         f"{gbit} Gbit/s tbf: measured {measured * 8 / 1e9:.4f} Gbit/s of payload, expected "
         f"{expected * 8 / 1e9:.4f} (r_net CI ± {res['ci'] / res['r_net']:.1%})")
+
+
+DUPLEX_CLIENT = """
+import json, sys
+from ddltrace.collectors.microbench import network
+from ddltrace.collectors.microbench.suite import record_duplex
+host, port = sys.argv[1], int(sys.argv[2])
+with network.ProbeClient(host, port, timeout=10) as c:
+    one, both = network.both_ways(c, repeats=3)
+p = {"constants": {}, "notes": []}
+record_duplex(p, one, both, "netns")
+print(json.dumps({"one": one.value, "both": both.value, **p["constants"]["net_duplex"]}))
+"""
+
+
+def test_a_shaped_veth_keeps_each_directions_bandwidth_while_the_other_is_busy(netns_pair):
+    """Both ends shaped to 200 Mbit/s (the net B of benchmarks/new_hardware.py): streaming 4 MiB both ways at once
+    takes about as long as one way, net_duplex near 1: the closed loop's server takes a push in during its send of
+    the weights (hashemi.server_service)."""
+    host, port = netns_pair
+    _shape(200e6)
+    try:
+        proc = subprocess.run(["ip", "netns", "exec", NS_CLIENT, sys.executable, "-c", DUPLEX_CLIENT, host, str(port)],
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        _unshape()
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(proc.stdout)
+    print(f"200 Mbit/s: one way {res['one']:.4f} s, both ways {res['both']:.4f} s, net_duplex {res['value']:.3f}")
+    assert res["one"] > (4 << 20) * 8 / 200e6  # the shaping held: 4 MiB take longer than at the line rate
+    assert res["value"] > 0.8 and res["uncertainty"] < 0.1

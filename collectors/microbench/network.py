@@ -6,6 +6,8 @@ Protocol (TCP, big-endian): a request is ``"DDLP", op (1 byte), size (8 bytes), 
   already serving its maximum number of clients answers ``"DDLB"`` in its place and closes.
 - PINGPONG: ``count`` times the client sends ``size`` bytes and the server sends them back.
 - SINK: the client streams ``size`` bytes; the server answers the byte count it received (8 bytes).
+- DUPLEX (version 2): the client streams ``size`` bytes and the server, at the same time, streams ``size`` bytes
+  back; once both are through, the server answers the byte count it received (8 bytes).
 - BYE: the server closes the connection.
 
 The server listens on loopback unless told otherwise, serves at most ``max_clients`` connections at once,
@@ -20,6 +22,10 @@ What the client measures:
   dominate): r_net (seconds per payload byte) is the slope, with its standard error. This is TCP
   goodput: on Ethernet with TCP timestamps at most 1448 / 1514 = 0.957 of the line rate.
 - Parallel streams: P connections streaming at once, the aggregate bytes per second.
+- Both directions at once (a version 2 server): the time to stream ``DUPLEX_SIZE`` bytes each way at once against
+  one way alone. On a full-duplex path the two take as long; on a shaped link whose acknowledgements queue behind
+  the data going the other way, a direction slows while the other is busy (``suite.record_network``'s
+  ``net_duplex``).
 """
 
 from __future__ import annotations
@@ -40,12 +46,12 @@ if TYPE_CHECKING:  # measure (numpy) is imported where a measurement is made: 'd
 MAGIC = b"DDLP"
 BUSY = b"DDLB"
 """Sent instead of the hello's answer by a server already serving its maximum number of clients."""
-VERSION = 1
+VERSION = 2
 MAX_CLIENTS = 1024
 """The most connections a server serves at once: one thread each, and the listen backlog."""
 IDLE_TIMEOUT_S = (0.001, 86400.0)
 """The idle timeout's range, in s: the kernel's timeval counts microseconds, and a day bounds a silent peer."""
-OP_HELLO, OP_PINGPONG, OP_SINK, OP_BYE = 0, 1, 2, 3
+OP_HELLO, OP_PINGPONG, OP_SINK, OP_BYE, OP_DUPLEX = 0, 1, 2, 3, 4
 REQUEST = struct.Struct("!4sBQQ")
 HELLO_REPLY = struct.Struct("!4sBQ")
 COUNT = struct.Struct("!Q")
@@ -59,6 +65,8 @@ MAX_COUNT = 1_000_000
 """The most round trips in one ping-pong request."""
 DEFAULT_PORT = 5210
 
+DUPLEX_SIZE = 4 << 20
+"""Bytes each way of the both-directions measurement."""
 LATENCY_SIZES = (1, 8, 64, 512, 4096, 16384, 65536)
 STREAM_SIZES = (256 * 1024, 1 << 20, 4 << 20, 16 << 20, 64 << 20)
 
@@ -227,13 +235,16 @@ class ProbeServer:
                         if not _recv_exact(conn, view):
                             return
                         _sendall(conn, view)
-                elif op == OP_SINK and 0 < size <= MAX_SINK:
+                elif op in (OP_SINK, OP_DUPLEX) and 0 < size <= MAX_SINK:
+                    sender = _streamer(conn, size) if op == OP_DUPLEX else None
                     view, left = memoryview(buf), size
                     while left:
                         n = conn.recv_into(view[:min(left, len(view))])
                         if n == 0:
                             return
                         left -= n
+                    if sender is not None:
+                        sender.join()
                     _sendall(conn, COUNT.pack(size))
                 else:
                     if op != OP_BYE:
@@ -248,6 +259,24 @@ class ProbeServer:
                 self._conns.discard(conn)
             conn.close()
             self._slots.release()
+
+
+def _streamer(conn: socket.socket, size: int) -> threading.Thread:
+    """A started thread that sends ``size`` zero bytes on ``conn`` (the other direction of a DUPLEX request); a
+    connection that fails ends it, and the reader of the request sees the failure."""
+    def send() -> None:
+        payload, left = memoryview(bytearray(CHUNK)), size
+        try:
+            while left:
+                piece = payload[:min(left, CHUNK)]
+                _sendall(conn, piece)
+                left -= len(piece)
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    return thread
 
 
 # --------------------------------------------------------------------------------------------------- client
@@ -357,6 +386,37 @@ class ProbeClient:
             raise DdltraceError(f"peer {self.peer}: received {received} B of {size} B")
         return elapsed
 
+    def duplex(self, size: int) -> float:
+        """Seconds to stream ``size`` bytes to the server while it streams ``size`` bytes back, both through and
+        its count back (a version 2 server)."""
+        inbound = memoryview(bytearray(CHUNK))
+        try:
+            t0 = time.perf_counter()
+            _sendall(self.sock, REQUEST.pack(MAGIC, OP_DUPLEX, size, 0))
+            sender = _streamer(self.sock, size)
+            left = size
+            while left:
+                n = self.sock.recv_into(inbound[:min(left, CHUNK)])
+                if n == 0:
+                    raise DdltraceError(f"peer {self.peer}: closed the connection during a two-way stream of {size} B")
+                left -= n
+            sender.join()
+            reply = bytearray(COUNT.size)
+            if not _recv_exact(self.sock, memoryview(reply)):
+                raise DdltraceError(f"peer {self.peer}: closed the connection during a two-way stream of {size} B")
+            elapsed = time.perf_counter() - t0
+        except TimeoutError as exc:
+            self.close()
+            raise DdltraceError(f"peer {self.peer}: stopped answering during a two-way stream of {size} B") from exc
+        except OSError as exc:
+            self.close()
+            raise DdltraceError(f"peer {self.peer}: connection lost during a two-way stream of {size} B "
+                                f"({exc.strerror or exc})") from exc
+        (received,) = COUNT.unpack(reply)
+        if received != size:
+            raise DdltraceError(f"peer {self.peer}: received {received} B of {size} B")
+        return elapsed
+
     def close(self) -> None:
         try:
             _sendall(self.sock, REQUEST.pack(MAGIC, OP_BYE, 0, 0))
@@ -373,7 +433,8 @@ class ProbeClient:
 
 @dataclass
 class NetworkResult:
-    """lat_net (s) and r_net (s/B) with their fits; the sweeps' points; parallel-stream bandwidths (B/s)."""
+    """lat_net (s) and r_net (s/B) with their fits; the sweeps' points; parallel-stream bandwidths (B/s); the
+    seconds to stream ``DUPLEX_SIZE`` bytes one way and both ways at once (None from a version 1 server)."""
 
     peer: str
     lat_fit: LinearFit
@@ -381,6 +442,7 @@ class NetworkResult:
     latency_points: list[tuple[int, Measurement]]
     stream_points: list[tuple[int, Measurement]]
     parallel: dict[int, Measurement]
+    duplex: tuple[Measurement, Measurement] | None = None
 
 
 def latency_sweep(client: ProbeClient, sizes=LATENCY_SIZES, repeats: int = 3, min_time: float = 0.02):
@@ -402,6 +464,15 @@ def stream_sweep(client: ProbeClient, sizes=STREAM_SIZES, repeats: int = 3):
     payload = memoryview(bytearray(CHUNK))
     client.stream(CHUNK, payload)  # warm-up: the congestion window opens
     return [(size, repeat(lambda s=size: client.stream(s, payload), repeats=repeats)) for size in sizes]
+
+
+def both_ways(client: ProbeClient, size: int = DUPLEX_SIZE, repeats: int = 3):
+    """(seconds to stream ``size`` bytes one way, seconds to stream them both ways at once), alternating."""
+    from ddltrace.collectors.microbench.measure import repeat
+
+    payload = memoryview(bytearray(CHUNK))
+    return (repeat(lambda: client.stream(size, payload), repeats=repeats),
+            repeat(lambda: client.duplex(size), repeats=repeats))
 
 
 def parallel_streams(host: str, port: int, streams: int, total: int, repeats: int = 3, timeout: float = 5.0):
@@ -441,8 +512,9 @@ def parallel_streams(host: str, port: int, streams: int, total: int, repeats: in
 
 
 def measure(host: str, port: int, quick: bool = False, timeout: float = 5.0, stream_sizes=None,
-            parallel=None, progress=None) -> NetworkResult:
-    """The whole network calibration against the probe server at ``host:port``."""
+            parallel=None, progress=None, duplex: bool = True) -> NetworkResult:
+    """The whole network calibration against the probe server at ``host:port``; ``duplex``: also the two
+    directions at once (from a version 2 server)."""
     from ddltrace.collectors.microbench.measure import linear_fit
 
     repeats = 3 if quick else 5
@@ -454,6 +526,11 @@ def measure(host: str, port: int, quick: bool = False, timeout: float = 5.0, str
             progress("network bandwidth")
         sizes = stream_sizes or STREAM_SIZES
         bw_points = stream_sweep(client, sizes, repeats=repeats)
+        times = None
+        if duplex and client.server_version >= 2:
+            if progress:
+                progress("network both ways at once")
+            times = both_ways(client, repeats=repeats)
     lat_fit = linear_fit([s for s, _ in lat_points], [m.value for _, m in lat_points], relative=True)
     bw_fit = linear_fit([s for s, _ in bw_points], [m.value for _, m in bw_points])
     par = {}
@@ -461,7 +538,7 @@ def measure(host: str, port: int, quick: bool = False, timeout: float = 5.0, str
         if progress:
             progress(f"network {p} streams")
         par[p] = parallel_streams(host, port, p, max(sizes), repeats=repeats, timeout=timeout)
-    return NetworkResult(f"{host}:{port}", lat_fit, bw_fit, lat_points, bw_points, par)
+    return NetworkResult(f"{host}:{port}", lat_fit, bw_fit, lat_points, bw_points, par, times)
 
 
 def serve(host: str = "127.0.0.1", port: int = DEFAULT_PORT, max_clients: int = 16, idle_timeout: float = 30.0,

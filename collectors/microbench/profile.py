@@ -56,9 +56,13 @@ def add_curve(profile: dict, name: str, x_name: str, x_unit: str, y_unit: str, p
                                "points": points}
 
 
+#: Constants that are shares of something (0..1), where 0 is a measured value.
+SHARES = ("net_duplex",)
+
+
 def problems(profile: dict) -> list[str]:
-    """Every way ``profile`` breaks the format: constants must be positive and finite, uncertainties finite
-    and not negative."""
+    """Every way ``profile`` breaks the format: constants must be positive and finite (a share of :data:`SHARES`
+    0 to 1), uncertainties finite and not negative."""
     out = []
     if profile.get("format") != FORMAT:
         out.append(f"format is {profile.get('format')!r}, not {FORMAT!r}")
@@ -74,7 +78,10 @@ def problems(profile: dict) -> list[str]:
         except (KeyError, TypeError, ValueError):
             out.append(f"constant {name}: value or uncertainty missing")
             continue
-        if not (math.isfinite(value) and value > 0):
+        if name in SHARES:
+            if not (math.isfinite(value) and 0 <= value <= 1):
+                out.append(f"constant {name}: value {value} is not a share from 0 to 1")
+        elif not (math.isfinite(value) and value > 0):
             out.append(f"constant {name}: value {value} is not positive and finite")
         if not (math.isfinite(unc) and unc >= 0):
             out.append(f"constant {name}: uncertainty {unc} is not finite and >= 0")

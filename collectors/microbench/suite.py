@@ -214,12 +214,16 @@ def run_net(p: dict, opts: Options) -> None:
         placement = "loopback, client and server processes unpinned"
     try:
         res = network.measure(host, port, quick=opts.quick, timeout=opts.net_timeout, progress=opts.progress,
-                              stream_sizes=network.STREAM_SIZES[:-1] if opts.quick else None)
+                              stream_sizes=network.STREAM_SIZES[:-1] if opts.quick else None,
+                              duplex=opts.peer is not None)
     finally:
         if server is not None:
             server.terminate()
             server.wait(timeout=10)
     record_network(p, res, placement)
+    if opts.peer is None:
+        p["notes"].append("net_duplex not measured on loopback: both directions there share this machine's CPU "
+                          "with the probe, not a link (calibrate with --peer measures it)")
     if opts.quick:
         p["notes"].append("MPI ping-pong skipped in --quick (starting an MPI job takes seconds)")
     else:
@@ -267,10 +271,28 @@ def record_network(p: dict, res: network.NetworkResult, placement: str) -> None:
     for streams, meas in res.parallel.items():
         _meas_constant(p, f"net_bw_{streams}_streams", meas, "B/s", f"aggregate goodput of {streams} parallel streams",
                        placement)
+    if res.duplex is not None:
+        record_duplex(p, *res.duplex, placement)
     prof.add_curve(p, "net_pingpong", "message_bytes", "B", "s",
                    [{"x": s, "y": m.value, "spread": m.spread} for s, m in res.latency_points], "one-way time")
     prof.add_curve(p, "net_stream", "message_bytes", "B", "s",
                    [{"x": s, "y": m.value, "spread": m.spread} for s, m in res.stream_points], "stream + ack time")
+
+
+def record_duplex(p: dict, one: Measurement, both: Measurement, placement: str) -> None:
+    """net_duplex from the seconds to stream DUPLEX_SIZE bytes one way (``one``) and both ways at once
+    (``both``): ``2 - both / one``, clipped to 0..1. 1 where the two directions keep their own bandwidth (a
+    full-duplex path: both ways take as long as one), 0 where they take turns (twice as long); its uncertainty is
+    the ratio's, from the two measurements' spreads (first order)."""
+    ratio = both.value / one.value
+    spread = ratio * math.hypot(both.uncertainty / both.value, one.uncertainty / one.value)
+    prof.add_constant(p, "net_duplex", min(1.0, max(0.0, 2.0 - ratio)), spread, "1",
+                      "share of a direction's bandwidth it keeps while the other direction is busy (1: full duplex, "
+                      "0: the directions take turns)",
+                      f"2 - t(both ways at once) / t(one way), {network.DUPLEX_SIZE} B each way: {both.value:.4g} s "
+                      f"against {one.value:.4g} s (medians of {len(both.values)} and {len(one.values)} runs), clipped "
+                      f"to 0..1; uncertainty: the ratio's from the runs' spreads (first order); {placement}",
+                      both.busy_runs + one.busy_runs, float(np.nansum(both.other_cpu_s + one.other_cpu_s)))
 
 
 def record_mpi(p: dict, opts: Options) -> None:

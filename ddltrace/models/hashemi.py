@@ -67,7 +67,9 @@ class Constants:
     """The model's constants (seconds, seconds per byte). ``kappa`` is the described contention extension:
     past the knee the phase time is multiplied by ``1 + kappa * (w - w*)``; zero is the paper's model. ``t_slice``
     (seconds) is not the paper's: the length of the scheduler's round as the runs saw it, for models whose ranks
-    share cores (:func:`at_share`)."""
+    share cores (:func:`at_share`). ``net_duplex`` (0..1) is not the paper's either: the share of its bandwidth a
+    direction of the network keeps while the other is busy (calibrate's ``net_duplex``), which the closed loop's
+    server uses (:func:`server_service`); 0, the directions taking turns, unless a profile measured it."""
 
     c_p: float = 0.0
     c_b: float = 0.0
@@ -80,6 +82,7 @@ class Constants:
     t_phase_min: float = 0.0
     kappa: float = 0.0
     t_slice: float = 0.0
+    net_duplex: float = 0.0
 
     def scaled(self, changes: dict[str, tuple[str, float]]) -> Constants:
         """A what-if copy: ``{'r_net': ('scale', 0.1), 'c_u': ('set', 2e-5)}``."""
@@ -94,7 +97,7 @@ class Constants:
 NAMES = tuple(Constants.__dataclass_fields__)
 #: The unit of each constant (model.json's ``unit``, the fit's report).
 UNITS = {"c_p": "s/sample", "c_b": "s/batch", "c_u": "s/update", "r_d": "s/B", "r_m": "s/B", "w_m": "s/B",
-         "r_net": "s/B", "lat_net": "s", "t_phase_min": "s", "kappa": "1/worker", "t_slice": "s"}
+         "r_net": "s/B", "lat_net": "s", "t_phase_min": "s", "kappa": "1/worker", "t_slice": "s", "net_duplex": "1"}
 
 
 def t_processing(n: float, c_p: float) -> float:
@@ -206,23 +209,27 @@ def _plain(x):
     return float(x) if np.ndim(x) == 0 else x
 
 
-def server_service(n: int, c_u, message):
+def server_service(n: int, c_u, message, duplex=0.0):
     """Seconds the server is held per update with ``n`` workers in the loop: it sends the weights with a send that
-    blocks for a message's time on its link (and with that link busy, the acknowledgements of incoming data wait
-    behind it, so nothing flows in meanwhile), then receives a push and applies it. Alone (n = 1) the push comes
-    only after the worker's compute: ``c_u + 2 t``. With other workers, their pushes flow in while the server
-    applies the previous one: ``t + max(c_u, t)`` (what the reference job's server showed on 200 Mbit/s links:
-    docs/MODELS.md). ``c_u``, ``message``: numbers, or arrays of draws."""
-    return c_u + 2 * message if n <= 1 else message + larger(c_u, message)
+    blocks for a message's time on its link, then receives a push and applies it. Alone (n = 1) the push comes only
+    after the worker's compute: ``c_u + 2 t``. With other workers, the next push flows in while the server sends:
+    at the share ``duplex`` of the link's bandwidth that the incoming direction keeps with the outgoing one busy
+    (:class:`Constants`' ``net_duplex``), from a point of the send that is, on average, its middle, so ``t (1 -
+    duplex / 2)`` of it is left once the send ends; and that rest flows while the server applies the previous push:
+    ``t + max(c_u, t (1 - duplex / 2))``. With ``duplex`` 0 (a link whose acknowledgements of incoming data wait
+    behind the outgoing weights, as the 200 Mbit/s links with tbf's default burst had it) ``t + max(c_u, t)``; on a
+    full-duplex link ``t + max(c_u, t / 2)`` (the links with a 32 KB burst: docs/MODELS.md). ``c_u``, ``message``,
+    ``duplex``: numbers, or arrays of draws."""
+    return c_u + 2 * message if n <= 1 else message + larger(c_u, message * (1.0 - duplex / 2.0))
 
 
-def _mva_cycle(n: int, think, c_u, message):
+def _mva_cycle(n: int, think, c_u, message, duplex=0.0):
     """Seconds of one worker's cycle (its own time, then its wait and service at the server) with ``n`` workers:
     mean value analysis of the closed loop (one queue, its service time at each population from
     :func:`server_service`), n steps; numbers, or arrays of draws (a queue of 0 where a draw's cycle is 0)."""
     queue, cycle = 0.0, think + server_service(1, c_u, message)
     for m in range(1, n + 1):
-        residence = server_service(m, c_u, message) * (1.0 + queue)
+        residence = server_service(m, c_u, message, duplex) * (1.0 + queue)
         cycle = think + residence
         queue = divided(m * residence, cycle, 0.0)
     return cycle
@@ -233,10 +240,10 @@ def serial_cycle(w: float, wl: Workload, k: Constants):
     constants that are numbers or arrays of draws."""
     think, message = serial_stations(wl, k)
     lo = max(1, math.floor(w))
-    low = _mva_cycle(lo, think, k.c_u, message)
+    low = _mva_cycle(lo, think, k.c_u, message, k.net_duplex)
     if w <= lo:
         return low
-    return low + (w - lo) * (_mva_cycle(lo + 1, think, k.c_u, message) - low)
+    return low + (w - lo) * (_mva_cycle(lo + 1, think, k.c_u, message, k.net_duplex) - low)
 
 
 def phase_terms(w: float, wl: Workload, k: Constants) -> dict[str, float]:
@@ -270,7 +277,8 @@ def _knee_bounds(wl: Workload, k: Constants) -> tuple:
     per_sample = k.c_p + k.c_b / wl.b + wl.s * (k.r_m * wl.n_f + (k.r_m + k.w_m) * wl.n_w / wl.b)
     if wl.serial:  # the closed loop saturates at (Z + S(1)) / S(inf)
         think, message = serial_stations(wl, k)
-        w_server = divided(think + server_service(1, k.c_u, message), server_service(2, k.c_u, message), math.inf)
+        w_server = divided(think + server_service(1, k.c_u, message),
+                           server_service(2, k.c_u, message, k.net_duplex), math.inf)
     else:
         message = None
         send_per_batch = 2 * k.r_net * wl.s * wl.n_w + 2 * k.lat_net
@@ -302,7 +310,7 @@ def knee(wl: Workload, k: Constants) -> tuple[float, str]:
         return math.inf, "none"
     if w_server > w_floor:
         return w_floor, "floor"
-    return w_server, ("network" if wl.serial and k.c_u < message else "server")
+    return w_server, ("network" if wl.serial and k.c_u < message * (1.0 - k.net_duplex / 2.0) else "server")
 
 
 def _serial_phase(w: float, wl: Workload, k: Constants):

@@ -41,6 +41,8 @@ from ddltrace.units import format_count
 CPU = ("C_muladd", "C_act", "C_err")
 #: The constants the fit holds at the profile's value (seconds per byte, seconds).
 HELD = ("r_m", "w_m", "r_net", "lat_net", "r_d")
+#: Profile constants B's profile gives as they are (a share, not a cost: no ratio to A's); A's kept without one.
+TAKEN = ("net_duplex",)
 #: Costs carried by the per-sample work (c_p) and by a pass over the weights (c_b, c_u).
 PER_SAMPLE = ("c_p", "t_phase_min")
 PER_UPDATE = ("c_b", "c_u")
@@ -94,7 +96,9 @@ def check_record(record: Any, where: str) -> None:
     for name, entry in constants.items():
         if not isinstance(entry, Mapping):
             raise DdltraceError(f"{where}: constant {name} must be an object with a value")
-        _number(entry.get("value"), f"{where}: constant {name}")
+        value = _number(entry.get("value"), f"{where}: constant {name}", zero=name in TAKEN)
+        if name in TAKEN and value > 1:
+            raise DdltraceError(f"{where}: constant {name} = {value!r}: a share, must be at most 1")
         _number(entry.get("uncertainty", 0.0), f"{where}: {name}'s uncertainty", zero=True)
     for name, curve in curves.items():
         _points(curve.get("points") if isinstance(curve, Mapping) else curve, f"{where}: curve {name}")
@@ -130,7 +134,7 @@ def profile_record(profile: Any, source: str, s: float) -> dict:
     if isinstance(machine, Mapping):
         record["machine"] = " ".join(str(machine[k]) for k in ("hostname", "cpu_model") if machine.get(k))
         record["allowance"] = _allowance(machine, source)
-    for name in (*CPU, *HELD):
+    for name in (*CPU, *HELD, *TAKEN):
         entry = table.get(name)
         if entry is None:
             continue
@@ -140,7 +144,7 @@ def profile_record(profile: Any, source: str, s: float) -> dict:
             points = _points(value, f"{source}: constant {name}")
             record["curves"][name] = {"curve": name, "points": points}
             value = float(np.median([pt[1] for pt in points]))
-        record["constants"][name] = {"value": _number(value, f"{source}: constant {name}"),
+        record["constants"][name] = {"value": _number(value, f"{source}: constant {name}", zero=name in TAKEN),
                                      "uncertainty": _number(uncertainty, f"{source}: {name}'s uncertainty",
                                                             zero=True)}
         alias = entry.get("alias_of") if isinstance(entry, Mapping) else None
@@ -599,6 +603,10 @@ def carry(k: Constants, wl: Workload, a: Mapping, b: Mapping, ratios: Mapping, s
                 notes.append(f"{name}: {ratios['missing'][name]}'s profile has no {name}; the model's "
                              f"{value:.3g} is kept on B")
     values = {name: getattr(k, name) * factors.get(name, 1.0) for name in hashemi.NAMES}
+    for name in TAKEN:
+        entry = (b.get("constants") or {}).get(name)
+        if entry is not None:
+            values[name] = float(entry["value"])
     if shares and wl.cpu_shares:  # each message waits for a receiver off its core on B, as the fit had it on A
         period, _ = off_core_period(b, shares, t_slice)
         extra = messages_per_batch(runs, w) * hashemi.off_core_wait(shares["share_b"], period)
