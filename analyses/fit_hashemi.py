@@ -19,7 +19,8 @@ returns self, what was learnt ends in ``_``:
 The fit is bounded least squares (scipy.optimize.least_squares, constants >= 0) on relative residuals, so
 runs of 1 s and 100 s weigh alike; it restarts from several server costs because ``max()`` hides c_u from
 runs that are not server-bound. Intervals come from the Jacobian at the optimum (Student t). Constants a
-hardware profile measured (r_m, w_m, r_net, lat_net, r_d) are held fixed; others can be fixed with ``fixed``.
+hardware profile measured (r_m, w_m, r_net, lat_net, r_d, net_duplex) are held fixed; others can be fixed with
+``fixed``.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ class HashemiFit:
 
     Parameters: ``d`` samples, ``n_f`` features per sample, ``n_w`` weights, ``s`` bytes per value, ``epochs``
     (defaults for runs whose records lack them); ``storage`` ('shared', 'local', 'partitioned') for the
-    initialisation term; ``profile``: measured constants (r_m, w_m, r_net, lat_net, r_d) held fixed;
+    initialisation term; ``profile``: measured constants (r_m, w_m, r_net, lat_net, r_d, net_duplex) held fixed;
     ``free``: which of c_p, c_b, c_u, t_phase_min, kappa to fit (c_b is dropped when all runs share one
     batch size, as c_p and c_b cannot then be told apart); ``fixed``: values to hold fixed instead;
     ``confidence`` of the intervals; ``divergence_threshold``: relative error that flags a run;

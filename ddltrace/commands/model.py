@@ -54,7 +54,7 @@ def register(subparsers) -> None:
     f.add_argument("--csv", metavar="FILE", help="measurements instead of stores: columns w, b, phase_s "
                                                  "[, init_s, d, epochs, label]")
     f.add_argument("--profile", metavar="FILE", help="hardware profile from 'ddltrace calibrate' (r_m, w_m, r_net, "
-                                                     "lat_net, r_d are held fixed)")
+                                                     "lat_net, r_d and net_duplex are held fixed)")
     f.add_argument("--disk-profile", metavar="A-disk.json",
                    help="A's disk section apart ('ddltrace calibrate --only disk'; --profile then without r_d, so "
                         "that the fit learns A's whole read from the initialisations): kept in the model, with the "
