@@ -362,37 +362,22 @@ class ProbeClient:
     def stream(self, size: int, payload: memoryview | None = None) -> float:
         """Seconds to stream ``size`` bytes and get the server's count back."""
         payload = payload if payload is not None else memoryview(bytearray(CHUNK))
-        try:
-            t0 = time.perf_counter()
-            _sendall(self.sock, REQUEST.pack(MAGIC, OP_SINK, size, 0))
+
+        def send() -> None:
             left = size
             while left:
                 piece = payload[:min(left, len(payload))]
                 _sendall(self.sock, piece)
                 left -= len(piece)
-            reply = bytearray(COUNT.size)
-            if not _recv_exact(self.sock, memoryview(reply)):
-                raise DdltraceError(f"peer {self.peer}: closed the connection during a stream of {size} B")
-            elapsed = time.perf_counter() - t0
-        except TimeoutError as exc:
-            self.close()
-            raise DdltraceError(f"peer {self.peer}: stopped answering during a stream of {size} B") from exc
-        except OSError as exc:
-            self.close()
-            raise DdltraceError(f"peer {self.peer}: connection lost during a stream of {size} B "
-                                f"({exc.strerror or exc})") from exc
-        (received,) = COUNT.unpack(reply)
-        if received != size:
-            raise DdltraceError(f"peer {self.peer}: received {received} B of {size} B")
-        return elapsed
+
+        return self._counted(OP_SINK, size, "a stream", send)
 
     def duplex(self, size: int) -> float:
         """Seconds to stream ``size`` bytes to the server while it streams ``size`` bytes back, both through and
         its count back (a version 2 server)."""
         inbound = memoryview(bytearray(CHUNK))
-        try:
-            t0 = time.perf_counter()
-            _sendall(self.sock, REQUEST.pack(MAGIC, OP_DUPLEX, size, 0))
+
+        def both() -> None:
             sender = _streamer(self.sock, size)
             left = size
             while left:
@@ -401,16 +386,26 @@ class ProbeClient:
                     raise DdltraceError(f"peer {self.peer}: closed the connection during a two-way stream of {size} B")
                 left -= n
             sender.join()
+
+        return self._counted(OP_DUPLEX, size, "a two-way stream", both)
+
+    def _counted(self, op: int, size: int, what: str, transfer) -> float:
+        """Seconds from sending request ``op`` for ``size`` bytes, through ``transfer()`` (which moves them), to the
+        server's byte count, which must be ``size``; every failure one error naming the peer and ``what``."""
+        try:
+            t0 = time.perf_counter()
+            _sendall(self.sock, REQUEST.pack(MAGIC, op, size, 0))
+            transfer()
             reply = bytearray(COUNT.size)
             if not _recv_exact(self.sock, memoryview(reply)):
-                raise DdltraceError(f"peer {self.peer}: closed the connection during a two-way stream of {size} B")
+                raise DdltraceError(f"peer {self.peer}: closed the connection during {what} of {size} B")
             elapsed = time.perf_counter() - t0
         except TimeoutError as exc:
             self.close()
-            raise DdltraceError(f"peer {self.peer}: stopped answering during a two-way stream of {size} B") from exc
+            raise DdltraceError(f"peer {self.peer}: stopped answering during {what} of {size} B") from exc
         except OSError as exc:
             self.close()
-            raise DdltraceError(f"peer {self.peer}: connection lost during a two-way stream of {size} B "
+            raise DdltraceError(f"peer {self.peer}: connection lost during {what} of {size} B "
                                 f"({exc.strerror or exc})") from exc
         (received,) = COUNT.unpack(reply)
         if received != size:
