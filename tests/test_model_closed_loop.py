@@ -13,6 +13,7 @@ import pytest
 
 from ddltrace.analyses.fit_hashemi import HashemiFit
 from ddltrace.cli import main
+from ddltrace.errors import DdltraceError
 from ddltrace.models import hashemi, transfer
 from ddltrace.models.hashemi import Constants, Workload
 
@@ -76,6 +77,11 @@ def test_the_server_takes_a_push_in_during_its_send_at_the_links_duplex_share():
                            ({"constants": {"r_net": {"value": 4.2e-8, "uncertainty": 0.0}}}, 0.3)):
         on_b, _, _ = transfer.carry(replace(slow, net_duplex=0.3), WL, a, b_record, ratios)
         assert on_b.net_duplex == want
+    # a profile's share above 1 is named, not carried (0 is a measured value)
+    with pytest.raises(DdltraceError, match="net_duplex = 1.5: a share, must be at most 1"):
+        transfer.profile_record({"constants": {"net_duplex": {"value": 1.5, "uncertainty": 0.0}}}, "B.json", 8.0)
+    assert transfer.profile_record({"constants": {"net_duplex": {"value": 0.0, "uncertainty": 0.0}}}, "B.json",
+                                   8.0)["constants"]["net_duplex"]["value"] == 0.0
 
 
 def _runs(k: Constants) -> list[dict]:

@@ -216,10 +216,10 @@ def server_service(n: int, c_u, message, duplex=0.0):
     at the share ``duplex`` of the link's bandwidth that the incoming direction keeps with the outgoing one busy
     (:class:`Constants`' ``net_duplex``), from a point of the send that is, on average, its middle, so ``t (1 -
     duplex / 2)`` of it is left once the send ends; and that rest flows while the server applies the previous push:
-    ``t + max(c_u, t (1 - duplex / 2))``. With ``duplex`` 0 (a link whose acknowledgements of incoming data wait
-    behind the outgoing weights, as the 200 Mbit/s links with tbf's default burst had it) ``t + max(c_u, t)``; on a
-    full-duplex link ``t + max(c_u, t / 2)`` (the links with a 32 KB burst: docs/MODELS.md). ``c_u``, ``message``,
-    ``duplex``: numbers, or arrays of draws."""
+    ``t + max(c_u, t (1 - duplex / 2))``. With ``duplex`` 0 (the directions taking turns; no profile measured it)
+    ``t + max(c_u, t)``, the model before the constant was measured; on a full-duplex link ``t + max(c_u, t / 2)``
+    (the net B's 200 Mbit/s links measure 0.98: docs/MODELS.md). ``c_u``, ``message``, ``duplex``: numbers, or
+    arrays of draws."""
     return c_u + 2 * message if n <= 1 else message + larger(c_u, message * (1.0 - duplex / 2.0))
 
 

@@ -63,6 +63,14 @@ def _number(raw: Any, where: str, *, zero: bool = False) -> float:
     return value
 
 
+def _constant(raw: Any, where: str, name: str) -> float:
+    """A profile constant's value: a finite number > 0, or for a share of :data:`TAKEN` one from 0 to 1."""
+    value = _number(raw, where, zero=name in TAKEN)
+    if name in TAKEN and value > 1:
+        raise DdltraceError(f"{where} = {raw!r}: a share, must be at most 1")
+    return value
+
+
 def _points(raw: Any, where: str, cpu: bool = False) -> list[list[float]]:
     """[[x, y, spread], ...] sorted by x from calibrate's ``{"points": [{"x", "y", "spread"}]}`` or [[x, y], ...]."""
     items = raw.get("points") if isinstance(raw, Mapping) else raw
@@ -96,9 +104,7 @@ def check_record(record: Any, where: str) -> None:
     for name, entry in constants.items():
         if not isinstance(entry, Mapping):
             raise DdltraceError(f"{where}: constant {name} must be an object with a value")
-        value = _number(entry.get("value"), f"{where}: constant {name}", zero=name in TAKEN)
-        if name in TAKEN and value > 1:
-            raise DdltraceError(f"{where}: constant {name} = {value!r}: a share, must be at most 1")
+        _constant(entry.get("value"), f"{where}: constant {name}", name)
         _number(entry.get("uncertainty", 0.0), f"{where}: {name}'s uncertainty", zero=True)
     for name, curve in curves.items():
         _points(curve.get("points") if isinstance(curve, Mapping) else curve, f"{where}: curve {name}")
@@ -144,7 +150,7 @@ def profile_record(profile: Any, source: str, s: float) -> dict:
             points = _points(value, f"{source}: constant {name}")
             record["curves"][name] = {"curve": name, "points": points}
             value = float(np.median([pt[1] for pt in points]))
-        record["constants"][name] = {"value": _number(value, f"{source}: constant {name}", zero=name in TAKEN),
+        record["constants"][name] = {"value": _constant(value, f"{source}: constant {name}", name),
                                      "uncertainty": _number(uncertainty, f"{source}: {name}'s uncertainty",
                                                             zero=True)}
         alias = entry.get("alias_of") if isinstance(entry, Mapping) else None
