@@ -38,7 +38,7 @@ def detect(runs, th) -> list[Finding | Skipped]:
     findings = []
     for run in runs:
         table = run.allocator
-        known = table[table["reserved_share_of_device"].notna()] if len(table) else table
+        known = table[table["reserved_share_of_device"].notna()]
         if not len(known):
             findings.append(short_of("gpu_memory_full", run.name, "the allocator's reserved bytes (PyTorch 1.10 "
                                      "and later) and the device's memory (Kineto's deviceProperties)",

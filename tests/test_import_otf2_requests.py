@@ -37,39 +37,31 @@ def _two_ranks(path, regions):
         yield comm, {name: d.region(name) for name in regions}, *(w.event_writer_from_location(loc) for loc in locs)
 
 
+def _calls(writer, region, calls) -> None:
+    """Write each (region name, enter time, leave time, events) of ``calls``: the region entered, each (event
+    writer method, *arguments) of ``events`` written, the region left."""
+    for name, enter, leave, events in calls:
+        writer.enter(enter, region[name])
+        for event, *args in events:
+            getattr(writer, event)(*args)
+        writer.leave(leave, region[name])
+
+
 def _write_archive(path) -> None:
     """Rank 0 posts two MPI_Irecv (from rank 1, tags 5 and 6) and completes both in one MPI_Waitall entered at 200 ns;
     rank 1 sends tag 5 with MPI_Send at 250 ns and tag 6 with MPI_Isend at 550 ns, completed by MPI_Wait. Then rank 1
     posts an MPI_Irecv (tag 7) that rank 0's MPI_Send at 900 ns matches, completed by an MPI_Wait entered at 700 ns."""
     with _two_ranks(path, ("MPI_Irecv", "MPI_Isend", "MPI_Send", "MPI_Wait", "MPI_Waitall")) as (comm, region, r0, r1):
-        r0.enter(100, region["MPI_Irecv"])
-        r0.mpi_irecv_request(105, 1)
-        r0.leave(110, region["MPI_Irecv"])
-        r0.enter(120, region["MPI_Irecv"])
-        r0.mpi_irecv_request(125, 2)
-        r0.leave(130, region["MPI_Irecv"])
-        r0.enter(200, region["MPI_Waitall"])
-        r0.mpi_irecv(300, 1, comm, 5, 800, 1)
-        r0.mpi_irecv(600, 1, comm, 6, 1600, 2)
-        r0.leave(610, region["MPI_Waitall"])
-        r0.enter(900, region["MPI_Send"])
-        r0.mpi_send(905, 1, comm, 7, 24)
-        r0.leave(910, region["MPI_Send"])
-        r1.enter(250, region["MPI_Send"])
-        r1.mpi_send(255, 0, comm, 5, 800)
-        r1.leave(260, region["MPI_Send"])
-        r1.enter(550, region["MPI_Isend"])
-        r1.mpi_isend(555, 0, comm, 6, 1600, 41)
-        r1.leave(560, region["MPI_Isend"])
-        r1.enter(570, region["MPI_Wait"])
-        r1.mpi_isend_complete(575, 41)
-        r1.leave(580, region["MPI_Wait"])
-        r1.enter(650, region["MPI_Irecv"])
-        r1.mpi_irecv_request(655, 42)
-        r1.leave(660, region["MPI_Irecv"])
-        r1.enter(700, region["MPI_Wait"])
-        r1.mpi_irecv(950, 0, comm, 7, 24, 42)
-        r1.leave(960, region["MPI_Wait"])
+        _calls(r0, region, [("MPI_Irecv", 100, 110, [("mpi_irecv_request", 105, 1)]),
+                            ("MPI_Irecv", 120, 130, [("mpi_irecv_request", 125, 2)]),
+                            ("MPI_Waitall", 200, 610, [("mpi_irecv", 300, 1, comm, 5, 800, 1),
+                                                       ("mpi_irecv", 600, 1, comm, 6, 1600, 2)]),
+                            ("MPI_Send", 900, 910, [("mpi_send", 905, 1, comm, 7, 24)])])
+        _calls(r1, region, [("MPI_Send", 250, 260, [("mpi_send", 255, 0, comm, 5, 800)]),
+                            ("MPI_Isend", 550, 560, [("mpi_isend", 555, 0, comm, 6, 1600, 41)]),
+                            ("MPI_Wait", 570, 580, [("mpi_isend_complete", 575, 41)]),
+                            ("MPI_Irecv", 650, 660, [("mpi_irecv_request", 655, 42)]),
+                            ("MPI_Wait", 700, 960, [("mpi_irecv", 950, 0, comm, 7, 24, 42)])])
 
 
 def test_requests_of_an_otf2_archive_give_each_receive_its_message_and_the_late_senders(tmp_path):
@@ -104,25 +96,13 @@ def test_matched_probes_give_their_receives_the_message_s_envelope(tmp_path):
     before rank 0 sent, is a late sender of 150 ns."""
     regions = ("MPI_Send", "MPI_Mprobe", "MPI_Mrecv", "MPI_Improbe", "MPI_Imrecv", "MPI_Wait")
     with _two_ranks(tmp_path / "trace", regions) as (comm, region, r0, r1):
-        for t, tag, size in ((250, 9, 21), (350, 10, 33)):
-            r0.enter(t, region["MPI_Send"])
-            r0.mpi_send(t + 2, 1, comm, tag, size)
-            r0.leave(t + 5, region["MPI_Send"])
-        r1.enter(100, region["MPI_Mprobe"])
-        r1.mpi_probe(300, 0, comm, 9, 0)
-        r1.leave(305, region["MPI_Mprobe"])
-        r1.enter(310, region["MPI_Mrecv"])
-        r1.mpi_mrecv(312, 0, 21)
-        r1.leave(315, region["MPI_Mrecv"])
-        r1.enter(400, region["MPI_Improbe"])
-        r1.mpi_probe(402, 0, comm, 10, 1)
-        r1.leave(405, region["MPI_Improbe"])
-        r1.enter(410, region["MPI_Imrecv"])
-        r1.mpi_imrecv_request(412, 1, 0)
-        r1.leave(415, region["MPI_Imrecv"])
-        r1.enter(420, region["MPI_Wait"])
-        r1.mpi_imrecv(425, 0, 33)
-        r1.leave(430, region["MPI_Wait"])
+        _calls(r0, region, [("MPI_Send", t, t + 5, [("mpi_send", t + 2, 1, comm, tag, size)])
+                            for t, tag, size in ((250, 9, 21), (350, 10, 33))])
+        _calls(r1, region, [("MPI_Mprobe", 100, 305, [("mpi_probe", 300, 0, comm, 9, 0)]),
+                            ("MPI_Mrecv", 310, 315, [("mpi_mrecv", 312, 0, 21)]),
+                            ("MPI_Improbe", 400, 405, [("mpi_probe", 402, 0, comm, 10, 1)]),
+                            ("MPI_Imrecv", 410, 415, [("mpi_imrecv_request", 412, 1, 0)]),
+                            ("MPI_Wait", 420, 430, [("mpi_imrecv", 425, 0, 33)])])
     out = tmp_path / "store"
     assert main(["import", str(tmp_path / "trace"), "--out", str(out), "--progress", "never"]) == 0
     t1 = TraceStore.open(out).timeline([1]).set_index("name")

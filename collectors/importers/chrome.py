@@ -198,6 +198,9 @@ def _numbers(values: list) -> np.ndarray:
     return out
 
 
+_NO_ROWS = np.empty(0, dtype=np.int64)
+
+
 def _objects(values) -> np.ndarray:
     """A 1-D object array of ``values`` (a list or tuple), whatever they are (a tuple among them stays one
     element)."""
@@ -282,7 +285,14 @@ class ChromeTrace:
 
     def counter_arrays(self, pid: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Every counter sample as columns (pid and name object arrays, t_ns int64, value float64): the ``C``
-        events' in file order, then each block of ``counter_columns``; only those of process ``pid`` where given."""
+        events' in file order, then each block of ``counter_columns``; only those of process ``pid`` where given.
+        Read once the trace is read (:meth:`_Builder.finish`): the columns and each process's rows are made at the
+        first call, so that a file of many processes is split in one pass."""
+        columns, rows = self._counters_by_pid
+        return columns if pid is None else tuple(column[rows.get(pid, _NO_ROWS)] for column in columns)
+
+    @functools.cached_property
+    def _counters_by_pid(self) -> tuple[tuple[np.ndarray, ...], dict[Any, np.ndarray]]:
         blocks = list(self.counter_columns)
         if self.counters:
             pids, names, times, values = zip(*self.counters, strict=True)
@@ -290,12 +300,12 @@ class ChromeTrace:
                               np.array(times, dtype=np.int64), np.array(values, dtype=np.float64)))
         if not blocks:
             return (np.empty(0, dtype=object), np.empty(0, dtype=object), np.empty(0, dtype=np.int64),
-                    np.empty(0, dtype=np.float64))
+                    np.empty(0, dtype=np.float64)), {}
         columns = tuple(np.concatenate(column) for column in zip(*blocks, strict=True))
-        if pid is None:
-            return columns
-        mine = np.array([p == pid for p in columns[0].tolist()], dtype=bool)
-        return tuple(column[mine] for column in columns)
+        codes, pids = _codes(columns[0].tolist())
+        order = np.argsort(codes, kind="stable")
+        starts = np.searchsorted(codes[order], np.arange(len(pids) + 1))
+        return columns, {pid: order[starts[i]:starts[i + 1]] for i, pid in enumerate(pids)}
 
     @property
     def ts_us(self) -> np.ndarray:
