@@ -148,10 +148,10 @@ from ddltrace.collectors.microbench import network
 from ddltrace.collectors.microbench.suite import record_duplex
 host, port = sys.argv[1], int(sys.argv[2])
 with network.ProbeClient(host, port, timeout=10) as c:
-    one, both = network.both_ways(c, repeats=3)
+    one, both = network.both_ways(c, repeats=5)  # as the suite's full calibration
 p = {"constants": {}, "notes": []}
 record_duplex(p, one, both, "netns")
-print(json.dumps({"one": one.value, "both": both.value, **p["constants"]["net_duplex"]}))
+print(json.dumps({"one": one.value, "both": both.value, "boths": both.values, **p["constants"]["net_duplex"]}))
 """
 
 
@@ -168,6 +168,12 @@ def test_a_shaped_veth_keeps_each_directions_bandwidth_while_the_other_is_busy(n
         _unshape()
     assert proc.returncode == 0, proc.stderr
     res = json.loads(proc.stdout)
-    print(f"200 Mbit/s: one way {res['one']:.4f} s, both ways {res['both']:.4f} s, net_duplex {res['value']:.3f}")
+    print(f"200 Mbit/s: one way {res['one']:.4f} s, both ways {res['both']:.4f} s, net_duplex {res['value']:.3f} "
+          f"± {res['uncertainty']:.3f}; both ways, each run: {', '.join(f'{t:.4f}' for t in res['boths'])} s")
     assert res["one"] > (4 << 20) * 8 / 200e6  # the shaping held: 4 MiB take longer than at the line rate
-    assert res["value"] > 0.8 and res["uncertainty"] < 0.1
+    # Most two-way runs take as long as one way (net_duplex 1.00); some take up to 1.4 times as long (likely:
+    # each direction's ACKs queue behind the other's data in the tbf queue). One run of this test in 6 read
+    # 0.72 ± 0.29 on an idle machine, one in CI 0.83 ± 0.28. Taking turns would double the time (net_duplex 0):
+    # every run must be far from that.
+    assert res["value"] > 0.5
+    assert max(res["boths"]) < 1.6 * res["one"]
