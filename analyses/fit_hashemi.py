@@ -175,10 +175,11 @@ class HashemiFit:
         value = float(kept.median())
         if alone.any():
             others = per_update[~alone]
-            tail = (f"; the {len(others)} other runs' {others.min():.3g} to {others.max():.3g} s hold the server's "
-                    "waits for ranks off their cores, which the shares charge apart") if len(others) else ""
-            notes.append(f"c_u measured from the server's trace: {value:.3g} s per update (median of the "
-                         f"{len(kept)} runs whose ranks had a core each, a share of {ALONE_SHARE:g} or more{tail})")
+            tail = (f"; the other runs' {others.min():.3g} to {others.max():.3g} s hold the server's waits for ranks "
+                    "off their cores, which the shares charge apart") if len(others) else ""
+            which = "the run" if len(kept) == 1 else f"the median of the {len(kept)} runs"
+            notes.append(f"c_u measured from the server's trace: {value:.3g} s per update ({which} whose ranks had "
+                         f"a core each, a share of {ALONE_SHARE:g} or more{tail})")
         else:
             notes.append(f"c_u measured from the server's trace: {value:.3g} s per update (median of {len(kept)} "
                          f"runs, {kept.min():.3g} to {kept.max():.3g} s)")
