@@ -39,7 +39,9 @@ interval (95 %), the measured phase, the error, the term that binds on B (predic
 whether the knee predicted on B is on the side of each w that the runs show. B's measured phase at a w is the
 median of ``--b-runs`` runs of the job on B (default 3: one run of B is one draw, and on a quota its w = 1 phase moves
 by tens of per cent between runs); below each row, B's runs, their range and each model's error against each run
-(:func:`b_median`). The load average (1 min) before and after each run says how busy the shared machine was.
+(:func:`b_median`). After B's runs at a w, A runs once more (not fitted): how far A's phase and compute per sample
+moved meanwhile is printed below the row and in the summary (:func:`drift`), the machine's own drift, against which
+to read an error. The load average (1 min) before and after each run says how busy the shared machine was.
 ``--repeats N`` repeats everything and prints the errors' spread.
 
 On two real machines: run the job at several w on A under ``ddltrace run`` and calibrate both machines, then
@@ -372,6 +374,20 @@ def run_series(machine, shape: str, workers: list[int], folder: Path, samples: i
     return out
 
 
+def drift(first: dict[int, dict], again: dict[int, dict]) -> dict[int, dict]:
+    """Per w, A's run before B's runs and its run after them (not fitted): their phases (s), compute per sample (s)
+    and how much each moved (after / before - 1). This VM's core slows and speeds up by 5-27 % over minutes
+    (docs/MODELS.md, nh-s14a): a model's error below that is not the model's."""
+    out = {}
+    for w, row in again.items():
+        before = first[w]
+        out[w] = {"phase_s": [before["phase_s"], row["phase_s"]],
+                  "compute_per_sample_s": [before["compute_per_sample_s"], row["compute_per_sample_s"]],
+                  "phase_moved": row["phase_s"] / before["phase_s"] - 1,
+                  "compute_moved": row["compute_per_sample_s"] / before["compute_per_sample_s"] - 1}
+    return out
+
+
 def b_median(runs: list[dict]) -> dict:
     """B's runs of the job at one w as one row: ``phase_s`` the median of their phases (s; of two, their mean), with
     ``phases_s`` (each run's, in the order run), ``min_s``, ``max_s`` and ``spread`` ((max - min) / median); the
@@ -555,6 +571,12 @@ def print_comparison(title: str, result: dict) -> None:
         print(f"  {r['w']:<3d} {measured}     {'   '.join(cells)}  {ratio}")
         if len(r.get("measured_runs_s") or []) > 1:
             print("      " + runs_text(r))
+        moved = (result.get("a_again") or {}).get(r["w"])
+        if moved:
+            print(f"      A again after B's runs (not fitted): phase {moved['phase_s'][1]:.3f} s against "
+                  f"{moved['phase_s'][0]:.3f} s before them ({100 * moved['phase_moved']:+.1f} %), compute "
+                  f"{1e6 * moved['compute_per_sample_s'][1]:.0f} against {1e6 * moved['compute_per_sample_s'][0]:.0f} "
+                  f"us/sample ({100 * moved['compute_moved']:+.1f} %)")
         if r.get("update_waits_s"):
             waits = ", ".join(f"{1e3 * x:.2f}" for x in r["update_waits_s"])
             print(f"      the server's mean wait per update it received on B: {waits} ms (about a message's time on "
@@ -603,10 +625,13 @@ def simulated(args) -> list[dict]:
                     data = machine_b.data_file(args.samples) if b_name == "disk" else None
                     if b_name == "disk":
                         machine_b.calibrate_disks(a, folder)
-                    for w in workers:  # A once (the fit's run), then B's runs (their median is compared)
+                    a_again = {}
+                    for w in workers:  # A once (the fit's run), then B's runs (their median is compared), then A
                         runs_a.update(run_series(a, shape, [w], folder, args.samples, data))
                         runs_b[w] = b_median([run_series(machine_b, shape, [w], folder, args.samples, data, n)[w]
                                               for n in range(1, args.b_runs + 1)])
+                        # again, not fitted: how far the machine itself moved while B's runs ran
+                        a_again[w] = run_series(a, shape, [w], folder, args.samples, data, run=2)[w]
                     throttled = machine_b.quota.throttled() if b_name == "quota" else None
                     if b_name == "disk":  # bytes the throttled cgroup read and wrote on the disk
                         throttled = machine_b.throttle.bytes_done()
@@ -617,7 +642,8 @@ def simulated(args) -> list[dict]:
                 result = compare(prediction, serial, runs_a, runs_b, shares)
                 result.update({"repeat": repeat, "b": b_name, "b_description": machine_b.description,
                                "shape": shape, "job": job_args(shape, args.samples), "a_runs": runs_a, "b_runs": runs_b,
-                               "throttled": throttled, "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+                               "throttled": throttled, "a_again": drift(runs_a, a_again),
+                               "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
                                "host": socket.gethostname(), "cores": os.cpu_count()})
                 if b_name == "disk":
                     result["init"] = init_on_b(prediction, runs_a, runs_b)
@@ -651,6 +677,10 @@ def summary(results: list[dict]) -> None:
                           f"{statistics.median(errors):+.1f} %, range {min(errors):+.1f} .. {max(errors):+.1f} % over "
                           f"{len(errors)} repeat(s); against each of B's {len(runs)} runs {min(runs):+.1f} .. "
                           f"{max(runs):+.1f} %")
+        moved = [100 * m["phase_moved"] for r in mine for m in (r.get("a_again") or {}).values()]
+        if moved:
+            print(f"  {b:<6s} {shape:<8s} A's phase moved {min(moved):+.1f} .. {max(moved):+.1f} % between its run "
+                  "before B's runs and one after them (the machine's own drift)")
         for label, key in (("max", "knee_sides"), ("serial", "serial_knee_sides"), ("shares", "shares_knee_sides")):
             sides = [s["agree"] for r in mine for s in r.get(key, [])]
             if sides:

@@ -60,8 +60,23 @@ def test_b_runs_are_compared_through_their_median_with_each_runs_error_kept(tmp_
     assert "measured_s" not in result["rows"][1]  # B ran at w = 1 only
     waits = [float(measurements_from_store(s, servers=1)["server_update_wait_s"]) for s in stores]
     assert row["update_waits_s"] == waits
+    # A run again after B's runs (here the quota's first two runs stand for A's before and after): how far the
+    # machine moved meanwhile, from the files
+    again = {}
+    for name in ("quota-compute-w1", "quota-compute-w1-run2"):
+        truth = json.loads((QUOTA / name / "ground_truth.json").read_text())
+        again[name] = {**nh.run_row(QUOTA / name / "store"),
+                       "compute_per_sample_s": truth["compute_per_sample_s"]["measured"]}
+    before, after = again["quota-compute-w1"], again["quota-compute-w1-run2"]
+    result["a_again"] = nh.drift({1: before}, {1: after})
+    moved = after["phase_s"] / before["phase_s"] - 1
+    assert result["a_again"][1]["phase_moved"] == pytest.approx(moved)
+    assert result["a_again"][1]["compute_moved"] == pytest.approx(
+        after["compute_per_sample_s"] / before["compute_per_sample_s"] - 1)
     nh.print_comparison("quota B", result)
     printed = capsys.readouterr().out
+    assert (f"A again after B's runs (not fitted): phase {after['phase_s']:.3f} s against {before['phase_s']:.3f} s "
+            f"before them ({100 * moved:+.1f} %)") in printed
     listed = ", ".join(f"{1e3 * x:.2f}" for x in waits)
     assert f"the server's mean wait per update it received on B: {listed} ms" in printed
     assert f"B's 3 runs: {', '.join(f'{p:.3f}' for p in phases)} s; median {sorted(phases)[1]:.3f} s" in printed
@@ -71,6 +86,7 @@ def test_b_runs_are_compared_through_their_median_with_each_runs_error_kept(tmp_
     nh.summary([result])
     printed = capsys.readouterr().out
     within = sum(abs(predicted / p - 1) <= 0.10 for p in phases)
+    assert f"A's phase moved {100 * moved:+.1f} .. {100 * moved:+.1f} %" in printed
     assert (f"max: {int(abs(row['error']) <= 0.10)} of 1 predictions within 10 % of B's median" in printed
             and f"of B's single runs {within} of 3 within 10 %" in printed), printed
     # the knee is judged on the medians (B's w = 2 here is A's run, only to give the knee a second w)
