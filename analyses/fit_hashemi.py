@@ -165,8 +165,7 @@ class HashemiFit:
             raise DdltraceError("c_u from the trace: the runs carry no server busy time (no server rank found; "
                                 "give --servers)")
         rows = frame.dropna(subset=["server_busy_s"])
-        per_update = pd.Series([row["server_busy_s"] / (wl.d * wl.epochs / wl.b) for row in rows.to_dict("records")
-                                for wl in [self._workload(row)]], index=rows.index)
+        per_update = pd.Series([self._busy_per_update(row) for row in rows.to_dict("records")], index=rows.index)
         alone = pd.Series(False, index=rows.index)
         if self.cpu_shares:
             server = rows["server_cpu_share"] if "server_cpu_share" in rows.columns else rows["cpu_share"]
@@ -184,6 +183,11 @@ class HashemiFit:
             notes.append(f"c_u measured from the server's trace: {value:.3g} s per update (median of {len(kept)} "
                          f"runs, {kept.min():.3g} to {kept.max():.3g} s)")
         return value
+
+    def _busy_per_update(self, row: Mapping[str, Any]) -> float:
+        """A run's server busy seconds per update: over its d E / b updates."""
+        wl = self._workload(row)
+        return row["server_busy_s"] / (wl.d * wl.epochs / wl.b)
 
     def _base_constants(self, extra: Mapping[str, float] | None = None) -> Constants:
         values = {name: 0.0 for name in hashemi.NAMES}

@@ -376,8 +376,8 @@ def run_series(machine, shape: str, workers: list[int], folder: Path, samples: i
 
 def drift(first: dict[int, dict], again: dict[int, dict]) -> dict[int, dict]:
     """Per w, A's run before B's runs and its run after them (not fitted): their phases (s), compute per sample (s)
-    and how much each moved (after / before - 1). This VM's core slows and speeds up by 5-27 % over minutes
-    (docs/MODELS.md, nh-s14a): a model's error below that is not the model's."""
+    and how much each moved (after / before - 1). On this VM A's phase moved by up to a third between two runs at one
+    w seconds apart (docs/MODELS.md, nh-s14b): a model's error within that is not the model's alone."""
     out = {}
     for w, row in again.items():
         before = first[w]

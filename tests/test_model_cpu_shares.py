@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analyses.fit_hashemi import HashemiFit, measurements_from_store, measurements_from_stores
+from analyses.fit_hashemi import ALONE_SHARE, HashemiFit, measurements_from_store, measurements_from_stores
 from ddltrace.cli import main
 from ddltrace.models import quota_loop
 
@@ -91,7 +91,7 @@ def test_the_cpu_shares_fit_finds_the_workers_cpu_on_real_runs():
     # c_u is the server's busy time per update where every rank had a core (w = 1 on A's 2 cores); beyond the
     # cores its blocking sends wait for workers off theirs, and its busy time per update grows with w
     busy = runs["server_busy_s"] / (runs["d"] / runs["b"])
-    alone = (runs["cpu_share"] >= 0.9) & (runs["server_cpu_share"] >= 0.9)
+    alone = (runs["cpu_share"] >= ALONE_SHARE) & (runs["server_cpu_share"] >= ALONE_SHARE)
     assert list(runs["w"][alone]) == [1]
     assert shares.constants_.c_u == pytest.approx(busy[alone].iloc[0])
     assert (busy[~alone] > 2 * busy[alone].iloc[0]).all()
