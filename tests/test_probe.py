@@ -63,6 +63,10 @@ def test_both_ways_at_once_stream_each_way_and_a_version_1_server_is_asked_nothi
         record_duplex(p, timed(1.0), timed(both_s), "test")
         shares.append(p["constants"]["net_duplex"]["value"])
     assert shares == [1.0, 0.5, 0.0, 1.0]
+    # the two-way runs' range is in its method: a link where some runs take longer shows it there
+    p = {"constants": {}, "notes": []}
+    record_duplex(p, timed(1.0), Measurement(1.0, 0.0, "s", [1.0, 1.0, 1.4]), "test")
+    assert "the two-way runs 1-1.4 s" in p["constants"]["net_duplex"]["method"]
 
 
 def test_pingpong_echoes_the_bytes(server):

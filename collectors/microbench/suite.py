@@ -283,15 +283,17 @@ def record_duplex(p: dict, one: Measurement, both: Measurement, placement: str) 
     """net_duplex from the seconds to stream DUPLEX_SIZE bytes one way (``one``) and both ways at once
     (``both``): ``2 - both / one``, clipped to 0..1. 1 where the two directions keep their own bandwidth (a
     full-duplex path: both ways take as long as one), 0 where they take turns (twice as long); its uncertainty is
-    the ratio's, from the two measurements' spreads (first order)."""
+    the ratio's, from the two measurements' spreads (first order). Its method names the two-way runs' range: on a
+    tbf-shaped link some take up to 1.4 times one way's time while most take as long (docs/CALIBRATION.md)."""
     ratio = both.value / one.value
     spread = ratio * math.hypot(both.uncertainty / both.value, one.uncertainty / one.value)
     prof.add_constant(p, "net_duplex", min(1.0, max(0.0, 2.0 - ratio)), spread, "1",
                       "share of a direction's bandwidth it keeps while the other direction is busy (1: full duplex, "
                       "0: the directions take turns)",
                       f"2 - t(both ways at once) / t(one way), {network.DUPLEX_SIZE} B each way: {both.value:.4g} s "
-                      f"against {one.value:.4g} s (medians of {len(both.values)} and {len(one.values)} runs), clipped "
-                      f"to 0..1; uncertainty: the ratio's from the runs' spreads (first order); {placement}",
+                      f"against {one.value:.4g} s (medians of {len(both.values)} and {len(one.values)} runs; the "
+                      f"two-way runs {min(both.values):.4g}-{max(both.values):.4g} s), clipped to 0..1; uncertainty: "
+                      f"the ratio's from the runs' spreads (first order); {placement}",
                       both.busy_runs + one.busy_runs, float(np.nansum(both.other_cpu_s + one.other_cpu_s)))
 
 
