@@ -284,7 +284,7 @@ def record_duplex(p: dict, one: Measurement, both: Measurement, placement: str) 
     (``both``): ``2 - both / one``, clipped to 0..1. 1 where the two directions keep their own bandwidth (a
     full-duplex path: both ways take as long as one), 0 where they take turns (twice as long); its uncertainty is
     the ratio's, from the two measurements' spreads (first order). Its method names the two-way runs' range: on a
-    tbf-shaped link some take up to 1.4 times one way's time while most take as long (docs/CALIBRATION.md)."""
+    tbf-shaped link some take up to 1.6 times one way's time while most take as long (docs/CALIBRATION.md)."""
     ratio = both.value / one.value
     spread = ratio * math.hypot(both.uncertainty / both.value, one.uncertainty / one.value)
     prof.add_constant(p, "net_duplex", min(1.0, max(0.0, 2.0 - ratio)), spread, "1",
