@@ -42,6 +42,31 @@ print(json.dumps(stretches))
 """
 
 
+def stretches(period_us: int = 10000, quota_us: int = 5000, seconds: float = 0.3) -> list[list[tuple[float, float]]]:
+    """Per cgroup, the (start, end) seconds (CLOCK_MONOTONIC) of each stretch its busy loop ran, the first and last
+    left out (the loop's own start and end cut them). The loops are killed and the cgroups removed on any exit."""
+    groups = [CPU / f"ddlt_stretches_{os.getpid()}_{i}" for i in range(2)]
+    loops: list[subprocess.Popen] = []
+    try:
+        for group in groups:
+            group.mkdir()
+            (group / "cpu.cfs_period_us").write_text(str(period_us))
+            (group / "cpu.cfs_quota_us").write_text(str(quota_us))
+        for i, group in enumerate(groups):
+            time.sleep(0.0037 * (i + 1))  # the two start at different points of a period
+            loops.append(subprocess.Popen([sys.executable, "-c", LOOP, str(group / "tasks"), str(seconds)],
+                                          stdout=subprocess.PIPE, text=True))
+        return [[tuple(x) for x in json.loads(loop.communicate()[0])[2:-1]] for loop in loops]
+    finally:
+        for loop in loops:
+            if loop.poll() is None:
+                loop.kill()
+                loop.wait()
+        for group in groups:
+            if group.is_dir():
+                group.rmdir()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--period-us", type=int, default=10000)
@@ -51,28 +76,17 @@ def main() -> int:
     if not CPU.is_dir() or os.geteuid() != 0:
         print(f"quota_stretches: needs root and the cgroup v1 cpu controller at {CPU}", file=sys.stderr)
         return 2
-    groups = [CPU / f"ddlt_stretches_{os.getpid()}_{i}" for i in range(2)]
+    period = args.period_us / 1e6
     try:
-        for group in groups:
-            group.mkdir()
-            (group / "cpu.cfs_period_us").write_text(str(args.period_us))
-            (group / "cpu.cfs_quota_us").write_text(str(args.quota_us))
-        loops = []
-        for i, group in enumerate(groups):
-            time.sleep(0.0037 * (i + 1))  # the two start at different points of a period
-            loops.append(subprocess.Popen([sys.executable, "-c", LOOP, str(group / "tasks"), str(args.seconds)],
-                                          stdout=subprocess.PIPE, text=True))
-        period = args.period_us / 1e6
-        for i, loop in enumerate(loops):
-            stretches = json.loads(loop.communicate()[0])[2:-1]  # the first and last are cut by the loop's ends
-            starts = ", ".join(f"{start % period * 1e3:.2f}" for start, _ in stretches)
-            lengths = [(end - start) * 1e3 for start, end in stretches]
-            print(f"cgroup {i}: {len(stretches)} stretches of {min(lengths):.2f} to {max(lengths):.2f} ms (mean "
-                  f"{sum(lengths) / len(lengths):.2f} ms); each stretch's start within the period (ms): {starts}")
-    finally:
-        for group in groups:
-            if group.is_dir():
-                group.rmdir()
+        measured = stretches(args.period_us, args.quota_us, args.seconds)
+    except KeyboardInterrupt:
+        print("quota_stretches: interrupted (the loops are stopped and the cgroups removed)", file=sys.stderr)
+        return 130
+    for i, runs in enumerate(measured):
+        starts = ", ".join(f"{start % period * 1e3:.2f}" for start, _ in runs)
+        lengths = [(end - start) * 1e3 for start, end in runs]
+        print(f"cgroup {i}: {len(runs)} stretches of {min(lengths):.2f} to {max(lengths):.2f} ms (mean "
+              f"{sum(lengths) / len(lengths):.2f} ms); each stretch's start within the period (ms): {starts}")
     return 0
 
 

@@ -47,6 +47,7 @@ SERIAL = {
     # cgroups, loop disks, calibrations and the predictions made from them
     "test_calibrate", "test_disk_throttle", "test_microbench", "test_model_cpu_shares", "test_model_init_on_b",
     "test_model_transfer", "test_model_transfer_share", "test_new_hardware", "test_new_hardware_b_runs",
+    "test_quota_stretches",
     # real jobs and what they measure, signals
     "test_detectors", "test_faults", "test_frameworks_bootstrap", "test_pmpi", "test_pmpi_openmpi", "test_run",
     "test_run_abrupt", "test_run_launcher", "test_samplers", "test_wait_states", "test_workload_job",
