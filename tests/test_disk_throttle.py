@@ -251,7 +251,10 @@ def test_the_disk_bs_initialisation_is_predicted_from_as_runs_and_both_disks_r_d
     # over by about (w - 1) x A's part of a read (the throttle gives the next worker back the previous one's parsing,
     # docs/MODELS.md): +5-10 % expected at this rate; diskb-2 (256 KiB/s) -3.2 .. +6.5 %, diskb-3 (1 MiB/s) up to +27 %
     assert abs(row["error"]) <= 0.20, result
-    assert row["scaled_s"] > 100 * measured  # the fitted r_d x B's / A's takes A's parsing for disk time
+    # the fitted r_d x B's / A's takes A's parsing for disk time: off by more than an order of magnitude (the ratio
+    # of the two disks' r_d depends on how fast A's page cache read during calibrate: 55x in one CI run, over 100x in
+    # the others)
+    assert row["scaled_s"] > 10 * measured
 
 
 def test_a_loop_disk_left_by_a_dead_owner_is_removed_and_a_live_ones_kept(tmp_path):
