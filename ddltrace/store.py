@@ -579,13 +579,13 @@ class TraceStore:
 
         table, path = self._read_table(folder, rank)
         frame = table.to_pandas()
-        if dtypes is TIMELINE_DTYPES:  # written before a later column existed: it reads as all missing
-            for column in LATER_COLUMNS:
-                if column not in frame.columns:
-                    frame.insert(list(dtypes).index(column), column, pd.array([pd.NA] * len(frame), dtypes[column]))
-        missing = [c for c in dtypes if c not in frame.columns]
+        later = LATER_COLUMNS if dtypes is TIMELINE_DTYPES else ()
+        missing = [c for c in dtypes if c not in frame.columns and c not in later]
         if missing:
             raise StoreError(f"{path}: missing column(s) {', '.join(missing)}")
+        for column in [c for c in dtypes if c in later]:  # written before it existed: it reads as all missing
+            if column not in frame.columns:
+                frame.insert(list(dtypes).index(column), column, pd.array([pd.NA] * len(frame), dtypes[column]))
         return frame
 
     def _read_timeline(self, rank: int) -> pd.DataFrame:

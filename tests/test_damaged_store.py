@@ -55,6 +55,29 @@ def test_analyze_names_the_damaged_rank_in_its_text_and_json(tmp_path, capsys):
     assert {r["rank"] for r in doc["stores"][0]["breakdown_ns"]} == {0, 1, 3, 4}
 
 
+@pytest.mark.parametrize("dropped", [("lane", "source"), ("lane", "source", "correlation"), "counters"])
+def test_a_rank_file_short_of_columns_is_named_and_left_out(tmp_path, capsys, dropped):
+    """A timeline file without some of its columns, one written before a later column (correlation) existed among
+    them, or a rank's counters file copied in its place: that rank is named with the columns it lacks and left out
+    (before: an IndexError traceback from inserting the later column past the table's end)."""
+    import pyarrow.parquet as pq
+
+    store = _copy(SERIES, tmp_path)
+    path = store / "timeline" / "rank-00002.parquet"
+    if dropped == "counters":
+        shutil.copyfile(store / "counters" / "rank-00002.parquet", path)
+    else:
+        table = pq.read_table(path)
+        pq.write_table(table.drop([c for c in dropped if c in table.column_names]), path)
+    for verb in ("info", "analyze"):
+        code, out, err = _run(capsys, verb, store)
+        assert code == 0 and "rank-00002.parquet: missing column(s)" in err and "Traceback" not in err, err
+        if dropped != "counters":
+            assert "lane, source" in err
+    code, out, _ = _run(capsys, "analyze", "--json", store)
+    assert {r["rank"] for r in json.loads(out)["stores"][0]["breakdown_ns"]} == {0, 1, 3, 4}
+
+
 def test_report_names_the_damaged_rank_in_findings_json_and_the_page(tmp_path, capsys):
     store = _copy(SERIES, tmp_path)
     _damage_rank_file(store, 3)
