@@ -163,9 +163,12 @@ class Thresholds(Mapping[str, float]):
         """A copy with the thresholds of a JSON or TOML file applied."""
         path = Path(path)
         try:
-            text = path.read_text()
+            text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise DdltraceError(f"{path}: cannot read config ({exc.strerror})") from None
+        except UnicodeDecodeError as exc:
+            raise DdltraceError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})"
+                                ) from None
         try:
             data = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
         except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:

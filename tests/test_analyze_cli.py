@@ -12,6 +12,8 @@ import pytest
 from ddltrace.analyses.synthetic import write_ps_store
 from ddltrace.cli import main
 
+DATA = Path(__file__).resolve().parent / "data"
+
 MS = 1_000_000
 
 
@@ -90,6 +92,22 @@ def test_a_series_gives_the_scaling_study(stores, capsys):
 def test_bad_input_is_one_line_and_exit_2(stores, capsys, argv, message):
     rc, out, err = analyze(capsys, *[a.format(healthy=stores / "healthy") for a in argv])
     assert rc == 2 and message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_config_or_rules_file_not_in_utf8_is_one_line_and_exit_2(stores, capsys, tmp_path):
+    """A Latin-1 TOML given to --config (analyze, report) or --rules (import): one line naming the file and the
+    byte (before: a UnicodeDecodeError traceback, exit 1), and the import writes no store."""
+    latin1 = tmp_path / "seuils.toml"
+    latin1.write_bytes('# seuil réglé\n[thresholds]\n"ps.busy_min" = 0.7\n'.encode("latin-1"))
+    for argv in (["analyze", stores / "healthy", "--config", latin1],
+                 ["report", stores / "healthy", "--config", latin1, "--out", tmp_path / "report"],
+                 ["import", DATA / "torch_gloo" / "rank0.pt.trace.json.gz", "--out", tmp_path / "store",
+                  "--rules", latin1]):
+        rc = main([str(a) for a in argv])
+        err = capsys.readouterr().err
+        assert rc == 2 and f"{latin1}: not UTF-8 text (byte 0xe9 at offset 9)" in err, err
+        assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "store").exists()
 
 
 def test_the_installed_command(stores):

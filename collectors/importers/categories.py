@@ -116,9 +116,12 @@ class Categorizer:
         if user_rules is not None:
             path = Path(user_rules)
             try:
-                text = path.read_text()
+                text = path.read_text(encoding="utf-8")
             except OSError as exc:
                 raise DdltraceError(f"{path}: cannot read rules file ({exc.strerror})") from exc
+            except UnicodeDecodeError as exc:
+                raise DdltraceError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+                                    f"{exc.start})") from None
             mine, replace = load_rules(text, str(path))
             rules = mine if replace else mine + rules
         self.rules = rules

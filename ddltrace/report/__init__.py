@@ -506,8 +506,8 @@ def scaling_table(runs: list) -> pd.DataFrame:
 def _read_model(model_path: str) -> dict:
     """The fitted model at ``model_path`` (``ddltrace model fit --out``), or one line saying why it cannot be."""
     try:
-        model = json.loads(Path(model_path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        model = json.loads(Path(model_path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8
         raise DdltraceError(f"{model_path}: cannot read the model ({exc})") from exc
     if not isinstance(model, dict):
         raise DdltraceError(f"{model_path}: not a model written by 'ddltrace model fit'")
@@ -575,8 +575,8 @@ def _profile_figure(profile_path: str) -> Figure | None:
     """C_muladd against segment size from a hardware profile's curves, the machine's caches marked, when it has
     them."""
     try:
-        profile = json.loads(Path(profile_path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        profile = json.loads(Path(profile_path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8
         raise DdltraceError(f"{profile_path}: cannot read the hardware profile ({exc})") from exc
     curves = profile_curves(profile) if isinstance(profile, dict) else {}
     if not curves:
