@@ -63,6 +63,8 @@ if TYPE_CHECKING:  # pandas is imported where a DataFrame is read or given: writ
 #: Version of the on-disk layout; a store with a higher number is refused.
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
+#: The start of a manifest note that says what ``ddltrace import`` found wrong in a file it read.
+IMPORT_PROBLEM = "import problem: "
 _MACHINE = -1
 #: The largest world size a manifest may give: MPI counts ranks in a C int.
 MAX_WORLD_SIZE = 2**31 - 1
@@ -354,11 +356,17 @@ class TraceStore:
                                f"{self.world_size} has no usable entry in the manifest")
         for rank in sorted(self._empty(listed) - found.keys()):
             source = self.rank_info(rank).get("file")
-            problems = [n.removeprefix("import problem: ") for n in self.manifest.get("notes", [])
-                        if isinstance(n, str) and source and n.startswith(f"import problem: {source}")]
+            problems = [n for n in self.import_problems if source and n.startswith(source)]
             found[rank] = (problems[0] + f"; rank {rank} holds no events" if problems else
                            f"{source or self.label or self.path}: rank {rank} holds no events")
         return dict(sorted(found.items())[:limit])
+
+    @property
+    def import_problems(self) -> list[str]:
+        """What ``ddltrace import`` found wrong in the files it read (a gzip stream or JSON cut short, an event it
+        could not use, ...), each naming its file: the store holds what could be read of them."""
+        return [n.removeprefix(IMPORT_PROBLEM) for n in self.manifest.get("notes") or []
+                if isinstance(n, str) and n.startswith(IMPORT_PROBLEM)]
 
     def missing_count(self) -> int:
         """How many ranks of the run the store holds no usable timeline for (damaged, not listed, or empty)."""

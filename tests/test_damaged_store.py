@@ -245,3 +245,35 @@ def test_a_rank_whose_file_gave_no_event_is_named_missing_with_the_imports_probl
     assert [r["rank"] for r in run["breakdown_ns"]] == [0]
     code, out, _ = _run(capsys, "analyze", store, "--quiet")
     assert code == 0 and "Missing ranks in" in out and "rank 1 holds no events" in out
+
+
+def test_a_trace_cut_short_is_named_damaged_by_info_analyze_and_report(tmp_path, capsys):
+    """A gzipped Kineto trace cut short imports what was decoded, and every command that reads the store says so,
+    naming the file (before: only the import's own output did; analyze and report read as if the file were
+    whole): info, analyze (text and --json), and the report (report.md, report.html, findings.json)."""
+    whole = Path(__file__).resolve().parent / "data" / "torch_gloo" / "rank0.pt.trace.json.gz"
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    store = tmp_path / "store"
+    code, out, err = _run(capsys, "import", cut, "--out", store)
+    assert code == 0 and f"{cut}: gzip stream truncated" in out + err
+    assert _run(capsys, "import", whole, "--out", tmp_path / "whole")[0] == 0
+
+    def events(info: str) -> int:
+        return int(next(line.split()[1] for line in info.splitlines() if line.startswith("events")))
+
+    code, out, _ = _run(capsys, "info", store)
+    assert code == 0 and f"damaged     {cut}: gzip stream truncated at compressed byte" in out
+    assert 0 < events(out) < events(_run(capsys, "info", tmp_path / "whole")[1])
+    assert "damaged" not in _run(capsys, "info", tmp_path / "whole")[1]
+    code, out, _ = _run(capsys, "analyze", store)
+    line = next(line for line in out.splitlines() if line.startswith("Damaged input"))
+    assert code == 0 and f"{cut}: gzip stream truncated" in line and "what could be read" in line
+    doc = json.loads(_run(capsys, "analyze", "--json", store)[1])
+    assert any(p.startswith(f"{cut}: gzip stream truncated") for p in doc["stores"][0]["import_problems"])
+    assert _run(capsys, "report", store, "--out", tmp_path / "report")[0] == 0
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "## Damaged input" in md and "gzip stream truncated" in md
+    assert "Damaged input" in (tmp_path / "report" / "report.html").read_text()
+    problems = json.loads((tmp_path / "report" / "findings.json").read_text())["import_problems"]
+    assert any("gzip stream truncated" in p for p in problems[str(store)])

@@ -251,6 +251,7 @@ def render(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFra
     lines.append(f"ddltrace analyze: {len(runs)} store{'s' if len(runs) > 1 else ''}; "
                  f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} note(s)")
     lines.extend(render_missing(r) for r in runs if r.store.missing_count())
+    lines.extend(render_damaged_input(r) for r in runs if r.store.import_problems)
     lines.append("")
     if findings:
         lines.append("Findings, costliest first (cost: the time the job loses to it)")
@@ -280,6 +281,15 @@ def render_missing(r: RunAnalysis, named: int = 8) -> str:
     more = f"; and {count - len(missing)} more" if count > len(missing) else ""
     return (f"Missing ranks in {r.name}: {shown}{more}. Everything below is of the other {world - count} of {world} "
             f"ranks.")
+
+
+def render_damaged_input(r: RunAnalysis, named: int = 3) -> str:
+    """One line naming what the import found wrong in the files of ``r``'s store (a file cut short, ...): the
+    analysis is of what could be read of them."""
+    problems = r.store.import_problems
+    more = f"; and {len(problems) - named} more" if len(problems) > named else ""
+    return (f"Damaged input in {r.name}: {'; '.join(problems[:named])}{more}. Everything below is of what could be "
+            "read.")
 
 
 def render_finding(f: Finding) -> list[str]:
@@ -522,6 +532,7 @@ def to_json(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFr
             "workers_inferred": r.workers_inferred, "batch_size": r.batch_size,
             "capabilities": sorted(r.capabilities), "holds": r.holding,
             "missing_ranks": missing_ranks(r), "missing_count": r.store.missing_count(),
+            "import_problems": r.store.import_problems,
             "roles": {str(k): v for k, v in r.roles.items()},
             "phases": _records(r.phase_table),
             "breakdown_phase": shown,

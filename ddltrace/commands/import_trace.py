@@ -438,6 +438,8 @@ def _align_clocks(store, mode: str, messages, exchanging: set[int]) -> None:
 
 
 def _finish_manifest(store, reports, clocks: dict, formats: Counter, world_sizes: list[int]) -> None:
+    from ddltrace.store import IMPORT_PROBLEM
+
     kinds = sorted(clocks)
     method = _CLOCK_METHODS[kinds[0]] if len(kinds) == 1 else "mixed: " + "; ".join(
         f"ranks {sorted(clocks[k])}: {_CLOCK_METHODS[k]}" for k in kinds)
@@ -451,7 +453,7 @@ def _finish_manifest(store, reports, clocks: dict, formats: Counter, world_sizes
         skipped = ", ".join(f"{n} {why}" for why, n in report.skipped.most_common())
         notes.append(f"import {report.path} ({report.format or 'unknown format'}): {report.events} events read, "
                      f"{report.intervals} intervals kept" + (f"; skipped: {skipped}" if skipped else ""))
-        notes.extend(f"import problem: {p}" for p in report.problems)
+        notes.extend(f"{IMPORT_PROBLEM}{p}" for p in report.problems)
     notes.extend(_views(store))
     _restore_run_entries(store, reports)
 

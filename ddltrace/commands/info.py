@@ -39,11 +39,12 @@ def run(args) -> int:
         missing = store.run.get("missing_nodes")
         json.dump({**summary.to_dict(), **({"uncategorised": uncategorised} if uncategorised else {}),
                    **({"missing_nodes": missing} if missing else {}),
+                   **({"import_problems": store.import_problems} if store.import_problems else {}),
                    "nodes": [n.to_dict() for n in nodes], "clock": clock.to_dict()}, sys.stdout, indent=2,
                   default=str)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(render(summary, nodes, clock))
+        sys.stdout.write(render(summary, nodes, clock, store.import_problems))
         if uncategorised:
             from ddltrace.collectors.importers.categories import uncategorised_text
 
@@ -90,9 +91,11 @@ def _job_line(workload: dict) -> str | None:
             f"{one_line(str(config.get('compute')))} compute")
 
 
-def render(summary: StoreSummary, nodes: list | None = None, clock: ClockAlignment | None = None) -> str:
+def render(summary: StoreSummary, nodes: list | None = None, clock: ClockAlignment | None = None,
+           damaged_input: list[str] = ()) -> str:
     """The human table of ``ddltrace info`` (the manifest's strings with their control characters escaped);
-    ``clock``: how the ranks' clocks were aligned (:mod:`ddltrace.clock_alignment`), after the counters."""
+    ``clock``: how the ranks' clocks were aligned (:mod:`ddltrace.clock_alignment`), after the counters;
+    ``damaged_input``: what the import found wrong in the files it read (:attr:`TraceStore.import_problems`)."""
     run = summary.run
     lines = [f"store       {one_line(summary.path)}"]
     if run.get("command"):
@@ -113,6 +116,8 @@ def render(summary: StoreSummary, nodes: list | None = None, clock: ClockAlignme
     if summary.damaged:
         lines.append(f"damaged     rank {', '.join(map(str, sorted(summary.damaged)))} left out (the warnings "
                      "above say why); the figures below are of the other ranks")
+    for problem in damaged_input:
+        lines.append(f"damaged     {one_line(problem)} (the store holds what could be read)")
     if summary.unlisted:
         named = sorted(summary.unlisted)
         why = ("not in the files imported, whose run names that world" if run.get("imported_files") else

@@ -62,6 +62,9 @@ class Report:
     trace_left_out: str | None = None
     #: The ranks each store holds no usable timeline for: (store, [(rank, why)], how many in all, world size).
     missing: list[tuple[str, list[tuple[int, str]], int, int]] = field(default_factory=list)
+    #: What the import found wrong in each store's files (store, [problem naming its file]): the store holds what
+    #: could be read of them.
+    damaged_input: list[tuple[str, list[str]]] = field(default_factory=list)
     #: How each store's ranks were put on one clock (store, :class:`~ddltrace.clock_alignment.ClockAlignment`).
     clocks: list = field(default_factory=list)
     #: The detectors' thresholds the findings were judged by (name -> value).
@@ -146,6 +149,7 @@ def build_report(stores: list[str | os.PathLike], out: str | os.PathLike, *, pro
     report.clocks = [(r.name, clock_alignment(r.store.manifest)) for r in runs]
     report.missing = [(r.name, list(r.store.missing().items()), r.store.missing_count(), r.store.world_size)
                       for r in runs if r.store.missing_count()]
+    report.damaged_input = [(r.name, r.store.import_problems) for r in runs if r.store.import_problems]
     from ddltrace.gpu_section import gpu_tables
 
     report.gpu = [(r.name, tables) for r in runs if (tables := gpu_tables(r))]
@@ -718,6 +722,7 @@ def findings_document(report: Report) -> dict:
     """The machine-readable findings (the schema of ``ddltrace analyze --json``): costliest first, each with its
     ``cost_ns``, the analyses not made from this input with the reason, and per store the ranks it holds no
     usable timeline for (``missing_ranks``: rank and reason; the findings are of the other ranks), per store
+    what the import found wrong in its files (``import_problems``: the findings are of what could be read), per store
     how its clocks were aligned (``clocks``: ``ddltrace info --json``'s ``clock``), and the thresholds the
     findings were judged by (``thresholds``, as ``analyze --json`` gives them)."""
     from ddltrace.analyses.requirements import not_made_json
@@ -727,6 +732,7 @@ def findings_document(report: Report) -> dict:
             "not_made": not_made_json(report.not_made),
             "missing_ranks": {store: [{"rank": rank, "reason": why} for rank, why in named]
                               for store, named, _, _ in report.missing},
+            "import_problems": dict(report.damaged_input),
             "clocks": {store: clock.to_dict() for store, clock in report.clocks},
             "thresholds": report.thresholds}
 
