@@ -361,6 +361,17 @@ class TraceStore:
                            f"{source or self.label or self.path}: rank {rank} holds no events")
         return dict(sorted(found.items())[:limit])
 
+    def refuse_if_empty(self, nothing: str) -> None:
+        """Refuse (a :class:`StoreError`, one line ending in ``nothing``, e.g. "nothing to report") a store none of
+        whose ranks holds a usable timeline (a trace file cut before its first event, an import that kept nothing):
+        its analysis would be of no rank at all, a 0 % verdict over a "0-worker run"."""
+        if self.world_size and self.missing_count() < self.world_size:
+            return
+        named = list(self.missing(2).values())
+        reason = (f" ({named[0]}" + (f"; and {self.missing_count() - 1} more)" if self.missing_count() > 1 else ")")
+                  if named else "")
+        raise StoreError(f"{self.label or self.path}: no rank holds a usable timeline{reason}; {nothing}")
+
     @property
     def import_problems(self) -> list[str]:
         """What ``ddltrace import`` found wrong in the files it read (a gzip stream or JSON cut short, an event it

@@ -13,7 +13,7 @@ import pytest
 from ddltrace.analyses.synthetic import ps_job, write_ps_store
 from ddltrace.cli import main
 from ddltrace.report import build_report
-from ddltrace.store import write_store
+from ddltrace.store import TraceStore, write_store
 from ddltrace.timeline import make_timeline
 
 XSS = "<script>alert(1)</script>"
@@ -430,16 +430,29 @@ def test_superlinear_efficiency_stays_in_the_figure():
 
 @pytest.mark.parametrize("text", ['{"traceEvents": [', '{"traceEvents": []}'])
 def test_a_trace_with_no_event_is_one_line_and_no_report(tmp_path, capsys, text):
-    """A trace cut before its first event (or holding none) imports as one rank of no events: the report was written
-    all the same, exit 0, its verdict 'the largest share of time is compute (0.0 %)' over a '0-worker run'."""
+    """A trace cut before its first event (or holding none): the report was written all the same, exit 0, its verdict
+    'the largest share of time is compute (0.0 %)' over a '0-worker run'. The import it makes first now refuses it
+    (one line naming the file, exit 2: so do ``import`` and ``analyze``), and a store imported before that, of one
+    rank of no events, is refused by report and analyze, one line each."""
     trace = tmp_path / "cut.json"
     trace.write_text(text)
     out = tmp_path / "r"
-    assert main(["report", str(trace), "--out", str(out), "--quiet"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"ddltrace: error: {trace}: no rank holds a usable timeline ({trace}: rank 0 holds no events); "
-                   "nothing to report"]
-    assert not out.exists() and not list(tmp_path.glob(".r.*"))
+    for argv in (["report", trace, "--out", out, "--quiet"], ["analyze", trace, "--quiet"],
+                 ["import", trace, "--out", tmp_path / "store"]):
+        assert main([str(a) for a in argv]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"ddltrace: error: nothing imported from 1 file(s): {trace}: 0 events read, none kept as an "
+                       "interval or a counter sample" + ("" if text.endswith("}") else
+                                                         " (skipped: 1 events array never closed (tolerated))")]
+    assert not out.exists() and not list(tmp_path.glob(".r.*")) and not (tmp_path / "store").exists()
+    store = tmp_path / "old-store"  # as an import before this change wrote it
+    TraceStore.create(store, run={"world_size": 1}).add_rank(0, make_timeline(), file=str(trace))
+    for verb, argv in (("report", ["--out", out, "--quiet"]), ("analyze", [])):
+        assert main([verb, str(store), *map(str, argv)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"ddltrace: error: {store}: no rank holds a usable timeline ({trace}: rank 0 holds no "
+                       f"events); nothing to {verb}"]
+    assert not out.exists()
 
 
 def test_the_verdict_names_the_largest_share_among_every_category(tmp_path):

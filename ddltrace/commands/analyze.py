@@ -217,6 +217,7 @@ def run(args) -> int:
             runs = [analyze_with_progress(path, args.quiet, mapper=mapper) for path in stores]
         for path, r in zip(stores, runs, strict=True):
             r.store.label = labels.get(path)
+            r.store.refuse_if_empty("nothing to analyze")
         if args.profile:
             from ddltrace.gpu_section import copy_bandwidths
             from ddltrace.node_section import link_bandwidth

@@ -277,8 +277,9 @@ def _import(args, out: Path) -> int:
                 part.info["identity"] = "/".join(map(str, part.rank))
                 _set_rank(part, rank)
                 _add(store, part, clocks, exchanging)
-            if not store.ranks:
-                named = [p for r in reports for p in r.problems[:1]] or unknown
+            if not any(store.rank_info(r).get("events") or store.rank_info(r).get("counter_samples")
+                       for r in store.ranks):  # no rank, or none with an event or a counter sample
+                named = [p for r in reports for p in r.problems[:1]] or unknown or [_kept_nothing(r) for r in reports]
                 details = "; ".join(named[:3]) + (f"; and {len(named) - 3} more" if len(named) > 3 else "")
                 raise DdltraceError(f"nothing imported from {len(files)} file(s): {details}")
             _resolve_peers(store, numbered)
@@ -435,6 +436,13 @@ def _align_clocks(store, mode: str, messages, exchanging: set[int]) -> None:
         clock["unaligned_ranks"] = result.unaligned
         notes.append(f"clock alignment: ranks {result.unaligned} have no two-sided bound (messages in one direction "
                      "only, or none); their times are left as recorded")
+
+
+def _kept_nothing(report) -> str:
+    """Why a file gave no event: what was read of it and what was skipped."""
+    skipped = ", ".join(f"{n} {why}" for why, n in report.skipped.most_common())
+    return (f"{report.path}: {report.events} events read, none kept as an interval or a counter sample"
+            + (f" (skipped: {skipped})" if skipped else ""))
 
 
 def _finish_manifest(store, reports, clocks: dict, formats: Counter, world_sizes: list[int]) -> None:

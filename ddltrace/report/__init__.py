@@ -128,7 +128,7 @@ def build_report(stores: list[str | os.PathLike], out: str | os.PathLike, *, pro
         store.label = (labels or {}).get(str(given))
         say(f"analysing {store.label or store.path} ({i}/{len(opened)})")
         runs.append(analyze_with_progress(store, quiet=progress is None, verb="report", mapper=mapper))
-        _refuse_if_empty(store)
+        store.refuse_if_empty("nothing to report")
     runs.sort(key=lambda r: (r.workers, r.name))
     if profile:
         from ddltrace.gpu_section import copy_bandwidths
@@ -183,18 +183,6 @@ def _refuse_twice(opened: list[TraceStore], given: list, labels: dict[str, str])
         if where in seen:
             raise DdltraceError(f"{shown}: given twice; give each run once")
         seen.add(where)
-
-
-def _refuse_if_empty(store: TraceStore) -> None:
-    """Refuse (one line, nothing written) a store none of whose ranks holds a usable timeline (a trace file cut
-    before its first event, an import that kept nothing): its report would be of no rank at all, a 0 % verdict
-    over a "0-worker run"."""
-    if store.world_size and store.missing_count() < store.world_size:
-        return
-    named = list(store.missing(2).values())
-    reason = (f" ({named[0]}" + (f"; and {store.missing_count() - 1} more)" if store.missing_count() > 1 else ")")
-              if named else "")
-    raise DdltraceError(f"{store.label or store.path}: no rank holds a usable timeline{reason}; nothing to report")
 
 
 # -- assembling ---------------------------------------------------------------------------------------------
