@@ -237,3 +237,39 @@ def test_force_replaces_a_store_but_never_a_file_or_a_folder_of_other_things(tmp
     assert main(["import", str(trace), str(_mxnet_file(tmp_path / "profile_rank1.json", 1)), "--out", str(store),
                  "--force"]) == 0
     assert TraceStore.open(store).ranks == [0, 1]  # a store is replaced, as before
+
+
+def _kineto_copy(path: Path, **changes) -> Path:
+    """tests/data/torch_gloo's rank 0 trace with ``changes`` made to its header (``world_size``: distributedInfo's;
+    ``shift_ns``: added to baseTimeNanoseconds)."""
+    import gzip
+
+    doc = json.loads(gzip.decompress((Path(__file__).resolve().parent / "data" / "torch_gloo" /
+                                      "rank0.pt.trace.json.gz").read_bytes()))
+    if "world_size" in changes:
+        doc["distributedInfo"]["world_size"] = changes["world_size"]
+    doc["baseTimeNanoseconds"] += changes.get("shift_ns", 0)
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize("changes, why", [
+    ({"world_size": 16}, "of a world of 2 and of 16 ranks"),
+    ({"shift_ns": 2 * 86400 * 10**9}, "47 h 59 min apart on the wall clock"),  # 2 days less the trace's 12 s
+])
+def test_two_runs_giving_one_rank_are_refused_in_one_line(tmp_path, capsys, changes, why):
+    """Two files that both give rank 0 but are of two runs (worlds of different sizes, or two days apart on the wall
+    clock) are refused, one line naming both, and no store: merged, their rank read as one run spanning both (QA:
+    two wild traces 2.8 years apart gave rank 0 a span of 24,736 h, 100 % idle). Two files of one run that give
+    one rank (here a second a second later) are still merged."""
+    first = _kineto_copy(tmp_path / "a.json")
+    second = _kineto_copy(tmp_path / "b.json", **changes)
+    assert main(["import", str(first), str(second), "--out", str(tmp_path / "store")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"ddltrace: error: {first} and {second} both give rank 0, {why}: they are of two runs (import "
+                   "each into a store of its own)"]
+    assert not (tmp_path / "store").exists()
+    later = _kineto_copy(tmp_path / "c.json", shift_ns=10**9)
+    assert main(["import", str(first), str(later), "--out", str(tmp_path / "merged")]) == 0
+    store = TraceStore.open(tmp_path / "merged")
+    assert store.ranks == [0] and store.rank_info(0)["files"] == [str(first), str(later)]

@@ -259,10 +259,13 @@ def _import(args, out: Path) -> int:
                             continue
                         if not is_aggregate:
                             detailed.add(part.rank)
+                        _refuse_another_run(store, part, path, clocks)
                         _add(store, part, clocks, exchanging)
                         formats[importer.name] += 1
                         if part.info.get("world_size"):
                             world_sizes.append(int(part.info["world_size"]))
+                except TwoRuns:
+                    raise
                 except DdltraceError as exc:
                     report.skipped["unreadable file"] += 1
                     report.problems.append(str(exc))
@@ -327,6 +330,44 @@ def _set_rank(part, rank: int) -> None:
     if part.counter_table is not None:
         part.counters = renumbered(part.counter_table)
     part.rank = rank
+
+
+class TwoRuns(DdltraceError):
+    """Two files of the import give one rank but are of two runs: the whole import is refused."""
+
+
+#: Two files that give one rank times further apart than this (and than ``RUN_GAP_SPANS`` times the longer of the
+#: two spans) are of two runs, not of one.
+RUN_GAP_NS = 3600 * 10**9
+RUN_GAP_SPANS = 10
+
+
+def _refuse_another_run(store, part, path, clocks: dict) -> None:
+    """Refuse (one line, nothing written) a part that gives a rank an earlier file already gave, where the two are
+    of two runs: the files say worlds of different sizes, or their times on the wall clock lie more than an hour,
+    and more than ten times the longer span, apart. Merged, their rank would read as one run spanning both
+    (two traces 2.8 years apart: 24,736 h, 100 % idle)."""
+    entry = store.manifest["ranks"].get(str(part.rank))
+    if not isinstance(entry, dict):
+        return
+    earlier = (entry.get("files") or [entry.get("file")])[0]
+    rank, size, old_size = part.rank, part.info.get("world_size"), entry.get("world_size")
+    if size and old_size and size != old_size:
+        raise TwoRuns(f"{earlier} and {path} both give rank {rank}, of a world of {old_size} and of {size} "
+                            "ranks: they are of two runs (import each into a store of its own)")
+    table = part.table
+    if part.clock != "epoch" or rank not in clocks.get("epoch", ()) or not table.num_rows or "start_ns" not in entry:
+        return
+    import pyarrow.compute as pc
+
+    start = pc.min(table["start_ns"]).as_py()
+    end = pc.max(pc.add(table["start_ns"], table["dur_ns"])).as_py()
+    gap = max(start - entry["end_ns"], entry["start_ns"] - end)
+    if gap > max(RUN_GAP_NS, RUN_GAP_SPANS * max(end - start, entry["end_ns"] - entry["start_ns"])):
+        from ddltrace.units import format_ns
+
+        raise TwoRuns(f"{earlier} and {path} both give rank {rank}, {format_ns(gap)} apart on the wall clock: "
+                            "they are of two runs (import each into a store of its own)")
 
 
 def _add(store, part, clocks: dict, exchanging: set[int]) -> None:
