@@ -262,7 +262,7 @@ def test_tf1_timeline_worker_rank_ps_rank_and_dedup(tmp_path):
     assert worker.loc["_Send", "category"] == "comm"
     assert worker.loc["MatMul", "lane"] == worker.loc["RecvTensor", "lane"] == "cpu:0/lane 0"  # pids 1, 5 merged
     assert (by_rank[1].timeline["name"] == "sgemm").sum() == 1  # stream:all dropped
-    assert ctx.report.skipped["duplicate GPU events (/stream:all)"] == 1
+    assert ctx.report.dropped["duplicate GPU events (/stream:all)"] == 1
     assert by_rank[("ps", 0)].timeline["name"].tolist() == ["ApplyGradientDescent"]
 
 

@@ -132,14 +132,15 @@ def _store(run: dict) -> TraceStore:
     return TraceStore.open(run["store"])
 
 
-def _import_summary(out: str) -> tuple[dict[str, tuple[int, int]], Counter]:
-    """From import's own lines: {file: (events read, intervals kept)} and the skipped events by reason."""
+def _import_summary(out: str) -> tuple[dict[str, tuple[int, int]], Counter, Counter]:
+    """From import's own lines: {file: (events read, intervals kept)}, the skipped events by reason and the
+    intervals dropped by reason."""
     per_file = {m[1]: (int(m[2]), int(m[3]))
                 for m in re.finditer(r"^  (.+) \[[\w-]+\]: (\d+) events, (\d+) intervals", out, re.M)}
-    skipped = Counter()
-    for m in re.finditer(r"^\s+skipped (\d+) event\(s\): (.+)$", out, re.M):
-        skipped[m[2].strip()] += int(m[1])
-    return per_file, skipped
+    skipped, dropped = Counter(), Counter()
+    for m in re.finditer(r"^\s+(skipped|dropped) (\d+) (?:event|interval)\(s\): (.+)$", out, re.M):
+        (skipped if m[1] == "skipped" else dropped)[m[3].strip()] += int(m[2])
+    return per_file, skipped, dropped
 
 
 @pytest.mark.parametrize("folder", FOLDERS)
@@ -350,14 +351,14 @@ def test_event_counts(folder, runs):
     """Events read = the file's events; each phase skipped = the file's count of it; intervals kept plus the
     intervals import says it dropped = the file's X events, B/E and b/e pairs; info counts the store's rows."""
     run, (_fmt, trace, timeline, found) = _chrome_or_skip(folder, runs)
-    per_file, skipped = _import_summary(run["import"][1])
+    per_file, skipped, dropped = _import_summary(run["import"][1])
     (read, kept), = per_file.values()
     assert read == trace["events"]
     for reason, phases in PHASE_REASONS.items():
         memory = skipped.get(MEMORY_REASON, 0) if phases == "iI" else 0
         assert skipped.get(reason, 0) + memory == sum(trace["phases"][p] for p in phases), reason
-    dropped = sum(n for reason, n in skipped.items() if reason not in PHASE_REASONS and reason != MEMORY_REASON)
-    assert kept + dropped == trace["phases"]["X"] + trace["phases"]["B"] + trace["phases"]["b"]
+    assert not {reason for reason in skipped if reason not in PHASE_REASONS and reason != MEMORY_REASON}, skipped
+    assert kept + sum(dropped.values()) == trace["phases"]["X"] + trace["phases"]["B"] + trace["phases"]["b"]
     assert kept == len(timeline) == json.loads(run["info --json"][1])["events"]
     # what was kept is what the file holds: every kept row is one of the file's intervals
     assert (found >= 0).sum() == kept

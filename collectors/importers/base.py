@@ -119,6 +119,10 @@ class FileReport:
     events: int = 0
     intervals: int = 0
     skipped: Counter = field(default_factory=Counter)
+    #: intervals made from the file's events but not kept (an event on a duplicate lane, a B/E pair of a copy, a
+    #: rank's aggregate beside its detailed trace), by why: ``events`` = the events of the intervals kept and dropped
+    #: + ``skipped``
+    dropped: Counter = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
     #: run-level manifest entries the file carries, which the store's manifest takes (ddltrace's own export:
     #: ``workload``, ``clock``, ``notes``; collectors/importers/ddltrace_export.py)

@@ -138,6 +138,8 @@ def _fast_decoder(x_args: type | None) -> msgspec.json.Decoder:
 
 
 #: What a decoder raises on text that is not (UTF-8) JSON, or nested deeper than msgspec follows.
+#: Why an event the file ends inside is skipped (counted read too: docs/IMPORTERS.md).
+TRUNCATED = "truncated event at the end of the file"
 _MALFORMED = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
 _DECODE_EVENTS = msgspec.json.Decoder(list[Event], float_hook=exact_time.float_text)
 _DECODE_ANY = msgspec.json.Decoder()
@@ -985,7 +987,7 @@ class _Reader:
         self.offset += skimmer.consumed
         self.strings_cut += skimmer.cut_strings
         if end is None:
-            self.trace.skipped["truncated event at the end of the file"] += 1
+            self.trace.skipped[TRUNCATED] += 1
             self.trace.problems.append(f"{self.trace.path}: the file ends inside the event at byte {start} "
                                        f"({skimmer.consumed / (1 << 20):.1f} MiB); it was skipped")
             return b""
@@ -1057,7 +1059,7 @@ class _Reader:
             end = skimmer.feed(body, pos)
             self.strings_cut += skimmer.cut_strings
             if end is None:
-                self.trace.skipped["truncated event at the end of the file"] += 1
+                self.trace.skipped[TRUNCATED] += 1
                 self.trace.problems.append(f"{self.trace.path}: JSON truncated at byte {self.offset + len(body)}: "
                                            f"the last {len(body) - pos} bytes (an incomplete event) were skipped")
                 return
@@ -1136,7 +1138,7 @@ class _Reader:
             return
         pos = _malformed_offset(error)
         if pos is None or pos >= len(rest):  # failed at the very end: at the ']' we put after it
-            self.trace.skipped["truncated event at the end of the file"] += 1
+            self.trace.skipped[TRUNCATED] += 1
             self.trace.problems.append(
                 f"{self.trace.path}: JSON truncated at byte {self.offset + len(body)}: the last "
                 f"{len(rest)} bytes (an incomplete event) were skipped")

@@ -10,14 +10,14 @@ import pyarrow as pa
 
 from ddltrace.arrow_timeline import counters_table, numbers
 from ddltrace.collectors.importers.base import ImportContext, RankPart, build_timeline
-from ddltrace.collectors.importers.chrome import ChromeTrace
+from ddltrace.collectors.importers.chrome import TRUNCATED, ChromeTrace
 
 
 def record(ctx: ImportContext, trace: ChromeTrace) -> None:
     """Add what the reader counted to the file's report."""
     if ctx.report is None:
         return
-    ctx.report.events += trace.read
+    ctx.report.events += trace.read + trace.skipped.get(TRUNCATED, 0)  # (read: the whole events)
     ctx.report.skipped.update(trace.skipped)
     ctx.report.problems.extend(trace.problems)
 
@@ -54,7 +54,7 @@ def chrome_part(trace: ChromeTrace, *, fmt: str, rank: int | tuple, ctx: ImportC
         keep = keep_lane[lane_codes]
         dropped = int((~keep).sum())
         if dropped and ctx.report is not None:
-            ctx.report.skipped[drop_reason] += dropped
+            ctx.report.dropped[drop_reason] += dropped
         lane_codes, key_codes, ts, dur = lane_codes[keep], key_codes[keep], ts[keep], dur[keep]
         row_steps = row_steps[keep] if row_steps is not None else None
         row_correlation = row_correlation[keep] if row_correlation is not None else None

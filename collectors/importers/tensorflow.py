@@ -96,7 +96,7 @@ def read_tf1(path: Path, ctx: ImportContext):
         mine = row_code == ident_code[ident]
         rows = np.flatnonzero(mine & ~twin)
         if ctx.report is not None and (mine & twin).any():
-            ctx.report.skipped[_MEMCPY_TWIN] += int((mine & twin).sum())
+            ctx.report.dropped[_MEMCPY_TWIN] += int((mine & twin).sum())
         if not len(rows):
             continue
         if job in ("worker", "localhost"):

@@ -255,7 +255,9 @@ def _import(args, out: Path) -> int:
                             deferred.append(part)
                             continue
                         if is_aggregate and part.rank in detailed:
-                            report.skipped["aggregate profile of a rank whose detailed trace was imported"] += 1
+                            rows = part.table.num_rows  # counted kept as the file was read
+                            report.dropped["aggregate profile of a rank whose detailed trace was imported"] += rows
+                            report.intervals -= rows
                             continue
                         if not is_aggregate:
                             detailed.add(part.rank)
@@ -500,8 +502,10 @@ def _finish_manifest(store, reports, clocks: dict, formats: Counter, world_sizes
     notes = store.manifest.setdefault("notes", [])
     for report in reports:
         skipped = ", ".join(f"{n} {why}" for why, n in report.skipped.most_common())
+        dropped = ", ".join(f"{n} {why}" for why, n in report.dropped.most_common())
         notes.append(f"import {report.path} ({report.format or 'unknown format'}): {report.events} events read, "
-                     f"{report.intervals} intervals kept" + (f"; skipped: {skipped}" if skipped else ""))
+                     f"{report.intervals} intervals kept" + (f"; skipped: {skipped}" if skipped else "")
+                     + (f"; intervals dropped: {dropped}" if dropped else ""))
         notes.extend(f"{IMPORT_PROBLEM}{p}" for p in report.problems)
     notes.extend(_views(store))
     _restore_run_entries(store, reports)
@@ -556,6 +560,8 @@ def _print_summary(out: Path, reports, elapsed: float, store, folder_notes: list
         print(f"  {r.path} [{r.format or '?'}]: {r.events} events, {r.intervals} intervals")
         for why, n in r.skipped.most_common():
             print(f"      skipped {n} event(s): {why}")
+        for why, n in r.dropped.most_common():
+            print(f"      dropped {n} interval(s): {why}")
         for problem in r.problems:
             print(f"      problem: {problem}")
     for note in [*folder_notes, *_views(store)]:
