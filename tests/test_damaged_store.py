@@ -263,17 +263,17 @@ def test_a_trace_cut_short_is_named_damaged_by_info_analyze_and_report(tmp_path,
         return int(next(line.split()[1] for line in info.splitlines() if line.startswith("events")))
 
     code, out, _ = _run(capsys, "info", store)
-    assert code == 0 and f"damaged     {cut}: gzip stream truncated at compressed byte" in out
+    assert code == 0 and f"problem     {cut}: gzip stream truncated at compressed byte" in out
     assert 0 < events(out) < events(_run(capsys, "info", tmp_path / "whole")[1])
-    assert "damaged" not in _run(capsys, "info", tmp_path / "whole")[1]
+    assert "problem" not in _run(capsys, "info", tmp_path / "whole")[1]
     code, out, _ = _run(capsys, "analyze", store)
-    line = next(line for line in out.splitlines() if line.startswith("Damaged input"))
-    assert code == 0 and f"{cut}: gzip stream truncated" in line and "what could be read" in line
+    line = next(line for line in out.splitlines() if line.startswith("Import problems"))
+    assert code == 0 and f"{cut}: gzip stream truncated" in line and "what the import could read" in line
     doc = json.loads(_run(capsys, "analyze", "--json", store)[1])
     assert any(p.startswith(f"{cut}: gzip stream truncated") for p in doc["stores"][0]["import_problems"])
     assert _run(capsys, "report", store, "--out", tmp_path / "report")[0] == 0
     md = (tmp_path / "report" / "report.md").read_text()
-    assert "## Damaged input" in md and "gzip stream truncated" in md
-    assert "Damaged input" in (tmp_path / "report" / "report.html").read_text()
+    assert "## Import problems" in md and "gzip stream truncated" in md
+    assert "Import problems" in (tmp_path / "report" / "report.html").read_text()
     problems = json.loads((tmp_path / "report" / "findings.json").read_text())["import_problems"]
     assert any("gzip stream truncated" in p for p in problems[str(store)])

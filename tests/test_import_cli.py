@@ -246,14 +246,16 @@ def test_force_replaces_a_store_but_never_a_file_or_a_folder_of_other_things(tmp
 
 
 def _kineto_copy(path: Path, **changes) -> Path:
-    """tests/data/torch_gloo's rank 0 trace with ``changes`` made to its header (``world_size``: distributedInfo's;
+    """tests/data/torch_gloo's rank 0 trace with ``changes`` made to its header (``world_size``, ``rank``:
+    distributedInfo's;
     ``shift_ns``: added to baseTimeNanoseconds)."""
     import gzip
 
     doc = json.loads(gzip.decompress((Path(__file__).resolve().parent / "data" / "torch_gloo" /
                                       "rank0.pt.trace.json.gz").read_bytes()))
-    if "world_size" in changes:
-        doc["distributedInfo"]["world_size"] = changes["world_size"]
+    for key in ("world_size", "rank"):
+        if key in changes:
+            doc["distributedInfo"][key] = changes[key]
     doc["baseTimeNanoseconds"] += changes.get("shift_ns", 0)
     path.write_text(json.dumps(doc))
     return path
@@ -279,3 +281,14 @@ def test_two_runs_giving_one_rank_are_refused_in_one_line(tmp_path, capsys, chan
     assert main(["import", str(first), str(later), "--out", str(tmp_path / "merged")]) == 0
     store = TraceStore.open(tmp_path / "merged")
     assert store.ranks == [0] and store.rank_info(0)["files"] == [str(first), str(later)]
+
+
+def test_a_rank_beyond_its_world_size_is_a_problem_and_the_world_holds_it(tmp_path, capsys):
+    """distributedInfo rank 5 of a world_size 2: the import says so, and the store's world holds rank 5 (before:
+    nothing said, and a world of 2 ranks with rank 5 recorded in it)."""
+    trace = _kineto_copy(tmp_path / "r5.json", rank=5)
+    assert main(["import", str(trace), "--out", str(tmp_path / "store")]) == 0
+    assert (f"problem: {trace}: distributedInfo.rank 5 is not a rank of its world_size 2 (0 to world_size - 1)"
+            in capsys.readouterr().out)
+    store = TraceStore.open(tmp_path / "store")
+    assert store.ranks == [5] and store.world_size == 6

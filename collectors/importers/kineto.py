@@ -449,6 +449,9 @@ def read(path: Path, ctx: ImportContext):
     if world_size is not None and not (_is_int(world_size) and 0 < world_size <= MAX_RANK + 1):
         trace.problems.append(f"{path}: distributedInfo.world_size {world_size!r} is not a world size; ignored")
         world_size = None
+    if world_size is not None and default is not None and default >= world_size:
+        trace.problems.append(f"{path}: distributedInfo.rank {default} is not a rank of its world_size {world_size} "
+                              "(0 to world_size - 1); the store's world is made to hold it")
     sizes = group_sizes(info["pg_config"]) if "pg_config" in info else None
     if sizes is None and "pg_config" in info:
         trace.problems.append(f"{path}: distributedInfo.pg_config is not a list of process groups each with its "

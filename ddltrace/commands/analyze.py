@@ -252,7 +252,7 @@ def render(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFra
     lines.append(f"ddltrace analyze: {len(runs)} store{'s' if len(runs) > 1 else ''}; "
                  f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} note(s)")
     lines.extend(render_missing(r) for r in runs if r.store.missing_count())
-    lines.extend(render_damaged_input(r) for r in runs if r.store.import_problems)
+    lines.extend(render_import_problems(r) for r in runs if r.store.import_problems)
     lines.append("")
     if findings:
         lines.append("Findings, costliest first (cost: the time the job loses to it)")
@@ -284,13 +284,13 @@ def render_missing(r: RunAnalysis, named: int = 8) -> str:
             f"ranks.")
 
 
-def render_damaged_input(r: RunAnalysis, named: int = 3) -> str:
+def render_import_problems(r: RunAnalysis, named: int = 3) -> str:
     """One line naming what the import found wrong in the files of ``r``'s store (a file cut short, ...): the
     analysis is of what could be read of them."""
     problems = r.store.import_problems
     more = f"; and {len(problems) - named} more" if len(problems) > named else ""
-    return (f"Damaged input in {r.name}: {'; '.join(problems[:named])}{more}. Everything below is of what could be "
-            "read.")
+    return (f"Import problems in {r.name}: {'; '.join(problems[:named])}{more}. Everything below is of what the "
+            "import could read.")
 
 
 def render_finding(f: Finding) -> list[str]:

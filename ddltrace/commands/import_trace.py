@@ -497,7 +497,7 @@ def _finish_manifest(store, reports, clocks: dict, formats: Counter, world_sizes
     store.manifest["clock"] = {"method": method, "offsets_ns": {}, "uncertainty_ns": {},
                                "per_rank": {str(r): k for k, ranks in clocks.items() for r in ranks}}
     store.manifest["run"].update({"framework": "+".join(sorted(formats)), "imported_files": len(reports),
-                                  "world_size": max([len(store.ranks), *world_sizes,
+                                  "world_size": max([max(store.ranks, default=-1) + 1, *world_sizes,
                                                      *(r.world_size for r in reports if r.world_size)])})
     notes = store.manifest.setdefault("notes", [])
     for report in reports:

@@ -92,10 +92,10 @@ def _job_line(workload: dict) -> str | None:
 
 
 def render(summary: StoreSummary, nodes: list | None = None, clock: ClockAlignment | None = None,
-           damaged_input: list[str] = ()) -> str:
+           import_problems: list[str] = ()) -> str:
     """The human table of ``ddltrace info`` (the manifest's strings with their control characters escaped);
     ``clock``: how the ranks' clocks were aligned (:mod:`ddltrace.clock_alignment`), after the counters;
-    ``damaged_input``: what the import found wrong in the files it read (:attr:`TraceStore.import_problems`)."""
+    ``import_problems``: what the import found wrong in the files it read (:attr:`TraceStore.import_problems`)."""
     run = summary.run
     lines = [f"store       {one_line(summary.path)}"]
     if run.get("command"):
@@ -116,8 +116,8 @@ def render(summary: StoreSummary, nodes: list | None = None, clock: ClockAlignme
     if summary.damaged:
         lines.append(f"damaged     rank {', '.join(map(str, sorted(summary.damaged)))} left out (the warnings "
                      "above say why); the figures below are of the other ranks")
-    for problem in damaged_input:
-        lines.append(f"damaged     {one_line(problem)} (the store holds what could be read)")
+    for problem in import_problems:
+        lines.append(f"problem     {one_line(problem)}")
     if summary.unlisted:
         named = sorted(summary.unlisted)
         why = ("not in the files imported, whose run names that world" if run.get("imported_files") else

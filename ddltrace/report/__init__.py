@@ -64,7 +64,7 @@ class Report:
     missing: list[tuple[str, list[tuple[int, str]], int, int]] = field(default_factory=list)
     #: What the import found wrong in each store's files (store, [problem naming its file]): the store holds what
     #: could be read of them.
-    damaged_input: list[tuple[str, list[str]]] = field(default_factory=list)
+    import_problems: list[tuple[str, list[str]]] = field(default_factory=list)
     #: How each store's ranks were put on one clock (store, :class:`~ddltrace.clock_alignment.ClockAlignment`).
     clocks: list = field(default_factory=list)
     #: The detectors' thresholds the findings were judged by (name -> value).
@@ -149,7 +149,7 @@ def build_report(stores: list[str | os.PathLike], out: str | os.PathLike, *, pro
     report.clocks = [(r.name, clock_alignment(r.store.manifest)) for r in runs]
     report.missing = [(r.name, list(r.store.missing().items()), r.store.missing_count(), r.store.world_size)
                       for r in runs if r.store.missing_count()]
-    report.damaged_input = [(r.name, r.store.import_problems) for r in runs if r.store.import_problems]
+    report.import_problems = [(r.name, r.store.import_problems) for r in runs if r.store.import_problems]
     from ddltrace.gpu_section import gpu_tables
 
     report.gpu = [(r.name, tables) for r in runs if (tables := gpu_tables(r))]
@@ -720,7 +720,7 @@ def findings_document(report: Report) -> dict:
             "not_made": not_made_json(report.not_made),
             "missing_ranks": {store: [{"rank": rank, "reason": why} for rank, why in named]
                               for store, named, _, _ in report.missing},
-            "import_problems": dict(report.damaged_input),
+            "import_problems": dict(report.import_problems),
             "clocks": {store: clock.to_dict() for store, clock in report.clocks},
             "thresholds": report.thresholds}
 

@@ -94,7 +94,7 @@ def html(report) -> str:
              + ", ".join(f"<code>{_e(s)}</code>" for s in report.stores) + "</p>",
              '<p class="verdict">' + " ".join(_e(s) for s in report.verdict) + "</p>",
              *_html_missing(report),
-             *_html_damaged_input(report),
+             *_html_import_problems(report),
              *_html_perfetto(report),
              "<h2>Findings</h2>"]
     if not report.findings:
@@ -175,14 +175,15 @@ def _html_missing(report) -> list[str]:
     return parts
 
 
-def _damaged_input_sentence(store: str) -> str:
-    return f"The import found these files of {store} damaged; everything in this report is of what could be read:"
+def _import_problems_sentence(store: str) -> str:
+    return (f"What the import found wrong in the files of {store} (everything in this report is of what it could "
+            "read):")
 
 
-def _html_damaged_input(report) -> list[str]:
-    parts = ["<h2>Damaged input</h2>"] if report.damaged_input else []
-    for store, problems in report.damaged_input:
-        parts.append(f"<p>{_e(_damaged_input_sentence(store))}</p><ul>"
+def _html_import_problems(report) -> list[str]:
+    parts = ["<h2>Import problems</h2>"] if report.import_problems else []
+    for store, problems in report.import_problems:
+        parts.append(f"<p>{_e(_import_problems_sentence(store))}</p><ul>"
                      + "".join(f"<li>{_e(p)}</li>" for p in problems) + "</ul>")
     return parts
 
@@ -493,10 +494,10 @@ def markdown(report) -> str:
         lines += ["## Missing ranks", ""]
         for sentence, ranks in _missing_lines(report):
             lines += [_md_escape(sentence), "", *[f"- {_md_escape(r)}" for r in ranks], ""]
-    if report.damaged_input:
-        lines += ["## Damaged input", ""]
-        for store, problems in report.damaged_input:
-            lines += [_md_escape(_damaged_input_sentence(store)), "", *[f"- {_md_escape(p)}" for p in problems], ""]
+    if report.import_problems:
+        lines += ["## Import problems", ""]
+        for store, problems in report.import_problems:
+            lines += [_md_escape(_import_problems_sentence(store)), "", *[f"- {_md_escape(p)}" for p in problems], ""]
     lines += ["## Findings", ""]
     if not report.findings:
         lines += ["No findings.", ""]
