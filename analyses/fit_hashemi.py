@@ -817,7 +817,7 @@ def measurements_from_store(path: str | Path, *, batch: float | None = None, sam
         if phases is None:
             continue
         messages.append(_messages(frame, phases.init_end_ns, phases.steady_end_ns))
-        if phases.method == "mpi":
+        if phases.method in ("mpi", "ends"):
             raise DdltraceError(f"{path}: rank {rank} shows no steps and no repeating pattern; the computation "
                                 "phase cannot be told from initialisation (the collector must mark steps)")
         methods.add(phases.method)

@@ -90,8 +90,9 @@ SYNC_GAP_NS = 100_000
 class RankPhases:
     """Phase boundaries of one rank (ns, common clock) and its steps.
 
-    ``method`` says how they were found: "markers", "pattern", "collectives" or "mpi" (MPI_Init/Finalize or the
-    first/last event); "aggregate" when there are none to find (per-call totals: the whole rank is one phase).
+    ``method`` says how they were found: "markers", "pattern", "collectives", "mpi" (MPI_Init / MPI_Finalize) or
+    "ends" (neither: the rank's first and last event); "aggregate" when there are none to find (per-call totals:
+    the whole rank is one phase).
     ``startup_end_ns``: the end of the rank's start-up, MPI_Init (see the module docstring), inside initialisation;
     ``startup_traced`` False where the rank traced no MPI_Init (a framework's profile): ``startup_ns`` is then 0,
     not measured, and shown as '-'.
@@ -202,8 +203,9 @@ def segment_rank(timeline: pd.DataFrame) -> RankPhases | None:
     is_final = np.isin(names, list(FINALIZE_NAMES))[name_codes]
     after_init = int(ends[is_init].max()) if is_init.any() else start
     before_final = int(starts[is_final].min()) if is_final.any() else end
+    bounded = bool(is_init.any() or is_final.any())  # by MPI_Init / MPI_Finalize, else by the ends
     if before_final <= after_init:  # an aggregated profile laid out as a timeline: Init and Finalize say nothing
-        after_init, before_final = start, end
+        after_init, before_final, bounded = start, end, False
     pattern = np.isin(categories, [CODE[c] for c in PATTERN_CATEGORIES]) & ~is_init & ~is_final
     is_sync = (names == CLOCK_SYNC)[name_codes]
     # None: the rank traced no MPI_Init nor clock synchronisation (a framework's profile), so no start-up to measure
@@ -255,8 +257,8 @@ def segment_rank(timeline: pd.DataFrame) -> RankPhases | None:
             return _finish(rank, start, startup, init_end, steady_end, end, starts, ends, categories, "collectives", 0,
                            _steps_frame([], [], []))
     steady_end = max(before_final, after_init)
-    return _finish(rank, start, startup, after_init, steady_end, end, starts, ends, categories, "mpi", 0,
-                   _steps_frame([], [], []))
+    return _finish(rank, start, startup, after_init, steady_end, end, starts, ends, categories,
+                   "mpi" if bounded else "ends", 0, _steps_frame([], [], []))
 
 
 def largest_receive_ends(calls: pd.DataFrame, init_end_ns: int, steady_end_ns: int) -> np.ndarray:

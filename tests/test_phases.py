@@ -165,3 +165,12 @@ def test_a_servers_gradients_are_its_largest_receives_completed():
     assert server.to_record()["step_median_ns"] == 110
     marked = RankPhases(0, 0, 100, 500, 600, 100, 10, "markers")
     assert gradient_steps(marked, ends) is marked  # the job said what its steps are
+
+
+def test_without_mpi_init_finalize_or_a_pattern_the_ends_bound_the_steady_state_and_say_so():
+    """A rank with no steps, no pattern and no MPI_Init / MPI_Finalize (a TF1 timeline): its first and last event
+    bound it, method "ends" (before: "mpi", and analyze said "mpi: 1 rank(s)" of a trace without MPI)."""
+    rows = [{"rank": 0, "name": "MatMul", "category": "compute", "start_ns": 100, "dur_ns": 300},
+            {"rank": 0, "name": "Add", "category": "compute", "start_ns": 500, "dur_ns": 200}]
+    p = segment_rank(make_timeline(rows))
+    assert (p.method, p.start_ns, p.init_end_ns, p.steady_end_ns, p.end_ns) == ("ends", 100, 100, 700, 700)

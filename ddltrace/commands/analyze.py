@@ -40,6 +40,14 @@ THRESHOLDS_EPILOG = ("Thresholds: " + ", ".join(f"{k}={int(t.value) if float(t.v
                      + ". See docs/ANALYSES.md for what each detector measures and why its default is what it is.")
 
 
+#: How :func:`~ddltrace.analyses.phases.segment_rank` found a rank's phases, in words.
+PHASE_METHODS = {"markers": "the steps the trace marks", "pattern": "the rank's repeating pattern of calls",
+                 "collectives": "the collectives around its point-to-point traffic",
+                 "mpi": "MPI_Init and MPI_Finalize (no steps found)",
+                 "ends": "the rank's first and last event (no steps, no MPI_Init or MPI_Finalize)",
+                 "aggregate": "none (per-call totals: the whole rank is one phase)"}
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "analyze", help="find what holds a run back (findings with evidence, breakdown, scaling)",
@@ -397,8 +405,8 @@ def render_run(r: RunAnalysis, phase: str) -> list[str]:
                 f"{k.replace('_', ' ')} {format_ns(v)}" for k, v in totals.items() if v > 0))
     out.extend(render_clock(r))
     if timed:
-        out.append("  " + "; ".join(f"{m}: {n} rank(s)" for m, n in phases["method"].value_counts().items())
-                   + " (how phases were found)")
+        out.append("  phases found by " + "; ".join(f"{PHASE_METHODS.get(m, m)}: {n} rank(s)"
+                                                    for m, n in phases["method"].value_counts().items()))
     else:
         out.append(f"  no phases or steps: this input holds {r.holding}")
     return out
