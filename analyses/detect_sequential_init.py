@@ -80,12 +80,17 @@ def _fit(x, y) -> LineFit | None:
     return LineFit(slope, float(y.mean() - slope * x.mean()), r, p, stderr)
 
 
-def within_run(run, th) -> list[Finding | Skipped]:
+def _ranks_fitted(run, th):
+    """The phase table of the ranks whose initialisation is read: the workers where there are enough of them (a
+    parameter server initialises differently: weights, not data), else every rank."""
     table = run.phase_table
     workers = [r for r in run.worker_ranks if r in table.index]
+    return table.loc[workers] if len(workers) >= th["seq_init.min_ranks"] else table
+
+
+def within_run(run, th) -> list[Finding | Skipped]:
+    table = _ranks_fitted(run, th)
     least = th["seq_init.min_ranks"]
-    if len(workers) >= least:
-        table = table.loc[workers]  # a parameter server initialises differently (weights, not data)
     if len(table) < least:
         return [short_of("sequential_init", run.name, f"{least:g} or more ranks to fit the end of each rank's "
                          "initialisation against its rank number (seq_init.min_ranks)", counted(len(table), "rank"))]
@@ -144,9 +149,10 @@ def within_run(run, th) -> list[Finding | Skipped]:
 def across_runs(runs, th) -> list[Finding | Skipped]:
     points, startups = {}, {}
     for run in runs:
-        if len(run.phase_table):
-            points.setdefault(run.workers, []).append(float(np.median(run.phase_table["job_init_ns"])))
-            startups.setdefault(run.workers, []).append(float(np.median(run.phase_table["startup_ns"])))
+        table = _ranks_fitted(run, th)  # the ranks within_run reads: one median for one quantity
+        if len(table):
+            points.setdefault(run.workers, []).append(float(np.median(table["job_init_ns"])))
+            startups.setdefault(run.workers, []).append(float(np.median(table["startup_ns"])))
     if len(points) < 3:
         at = f" at w = {', '.join(map(str, sorted(points)))}" if points else ""
         return [short_of("sequential_init", ", ".join(r.name for r in runs), "runs of one job at 3 or more worker "
