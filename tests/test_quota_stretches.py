@@ -1,6 +1,9 @@
 """scripts/quota_stretches.py: two busy loops, each in a cgroup with a CFS quota of half a core per 10 ms. What it
-reports is the kernel's: each loop runs the quota's share of the time, in stretches that begin at one point of its
-own cgroup's period (docs/MODELS.md, "Are the ranks' periods aligned?"), and nothing is left behind."""
+reports is the kernel's: each loop runs the quota's share of the time, in stretches shorter than two periods, and
+nothing is left behind. Where the stretches begin (docs/MODELS.md, "Are the ranks' periods aligned?": at one point
+of each cgroup's own period on an idle machine) is not asserted: with other processes on the cores a loop gets its
+core back on the scheduler's tick, not on its period (48 starts 8-12 ms apart, no phase of the period preferred,
+beside two other busy loops)."""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not qs.CPU.is_dir(),
                                 reason="needs root and the cgroup v1 cpu controller")
 
 
-def test_each_loop_runs_its_quota_in_stretches_on_its_own_periods_grid():
+def test_each_loop_runs_its_quota_in_stretches_shorter_than_two_periods():
     period, quota = 0.010, 0.005
     runs = qs.stretches(int(period * 1e6), int(quota * 1e6), seconds=0.4)
     for one in runs:
@@ -27,8 +30,6 @@ def test_each_loop_runs_its_quota_in_stretches_on_its_own_periods_grid():
         # the share of a core it ran, between its first stretch's start and its last one's end: the quota's
         ran = float(np.sum(ends - starts)) / float(ends[-1] - starts[0])
         assert 0.35 < ran < 0.65, ran
-        # every stretch begins at one point of the period (the refill of its budget), to within a tenth of it
-        phase = np.angle(np.mean(np.exp(2j * np.pi * starts / period)))
-        offset = (starts / period - phase / (2 * np.pi) + 0.5) % 1 - 0.5
-        assert np.median(np.abs(offset)) < 0.1
+        # no stretch runs past the budget by much (a loop outside its cgroup would run the whole 0.4 s in one)
+        assert float(np.max(ends - starts)) < 2 * period
     assert not list(qs.CPU.glob(f"ddlt_stretches_{os.getpid()}_*"))  # the cgroups are gone
