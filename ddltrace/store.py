@@ -905,6 +905,20 @@ def _ranges(ranks: list[int]) -> str:
     return ", ".join(out)
 
 
+def rank_runs(named: list[tuple[int, str]]) -> list[tuple[int, int, str]]:
+    """(rank, rank, why) per rank, but one (first, last, why with "rank N" for each one's number: '...: rank N of the
+    world of 128 is not in the trace') for consecutive ranks whose reasons differ only in their own number (HTA's
+    trace_filter holds 2 ranks of 128: 126 lines that said the same)."""
+    runs: list[list] = []  # [first, last, the reason with the rank's number as "rank N", the first's reason]
+    for rank, why in named:
+        said = why.replace(f"rank {rank} ", "rank N ")
+        if runs and runs[-1][2] == said != why and runs[-1][1] == rank - 1:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank, said, why])
+    return [(first, last, why if first == last else said) for first, last, said, why in runs]
+
+
 def write_store(path: str | os.PathLike, timeline: pd.DataFrame, counters: pd.DataFrame | None = None,
                 run: Mapping[str, Any] | None = None, clock: Mapping[str, Any] | None = None,
                 rank_info: Mapping[int, Mapping[str, Any]] | None = None, *,

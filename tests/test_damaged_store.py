@@ -277,3 +277,19 @@ def test_a_trace_cut_short_is_named_damaged_by_info_analyze_and_report(tmp_path,
     assert "Import problems" in (tmp_path / "report" / "report.html").read_text()
     problems = json.loads((tmp_path / "report" / "findings.json").read_text())["import_problems"]
     assert any("gzip stream truncated" in p for p in problems[str(store)])
+
+
+def test_consecutive_ranks_missing_for_one_reason_are_one_entry_of_the_missing_line(tmp_path, capsys):
+    """One rank of a world of 128 traced: analyze's line names ranks 1-127 once, as the report does (before: eight
+    entries that said the same, then 'and 119 more')."""
+    import gzip
+
+    doc = json.loads(gzip.decompress((Path(__file__).resolve().parent / "data" / "torch_gloo" /
+                                      "rank0.pt.trace.json.gz").read_bytes()))
+    doc["distributedInfo"]["world_size"] = 128
+    trace = tmp_path / "rank0.json"
+    trace.write_text(json.dumps(doc))
+    code, out, _ = _run(capsys, "analyze", trace)
+    line = next(line for line in out.splitlines() if line.startswith("Missing ranks"))
+    assert code == 0 and line == (f"Missing ranks in {trace}: ranks 1-127 ({trace}: rank N of the world of 128 is "
+                                  "not in the trace). Everything below is of the other 1 of 128 ranks.")

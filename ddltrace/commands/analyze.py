@@ -283,11 +283,16 @@ def render(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFra
 def render_missing(r: RunAnalysis, named: int = 8) -> str:
     """One line naming the ranks of ``r``'s run that the store holds no usable timeline for, and why: everything
     below (findings, breakdown, scaling) is of the other ranks."""
-    missing = r.store.missing(named)
+    from ddltrace.store import rank_runs
+
+    missing = r.store.missing()
     count = r.store.missing_count()
     world = r.store.world_size
-    shown = "; ".join(f"rank {rank} ({why})" for rank, why in missing.items())
-    more = f"; and {count - len(missing)} more" if count > len(missing) else ""
+    runs = rank_runs(list(missing.items()))[:named]  # consecutive ranks missing for one reason: one entry
+    shown = "; ".join(f"rank {first} ({why})" if first == last else f"ranks {first}-{last} ({why})"
+                      for first, last, why in runs)
+    left = count - sum(last - first + 1 for first, last, _ in runs)
+    more = f"; and {left} more" if left else ""
     return (f"Missing ranks in {r.name}: {shown}{more}. Everything below is of the other {world - count} of {world} "
             f"ranks.")
 

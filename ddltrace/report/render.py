@@ -14,6 +14,7 @@ import numbers
 import pandas as pd
 
 from ddltrace import __version__
+from ddltrace.store import rank_runs
 
 _CSS = """
 body { font-family: -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; margin: 0 auto;
@@ -142,28 +143,15 @@ def html(report) -> str:
 
 def _missing_lines(report) -> list[tuple[str, list[str]]]:
     """Per store with missing ranks: its sentence and a line per rank named (rank and why), or per run of
-    consecutive ranks missing for the same reason (:func:`_rank_runs`)."""
+    consecutive ranks missing for the same reason (:func:`~ddltrace.store.rank_runs`)."""
     out = []
     for store, named, count, world in report.missing:
         more = f" (and {count - len(named)} more)" if count > len(named) else ""
         out.append((f"{store}: {count} of {world} ranks {'has' if count == 1 else 'have'} no usable timeline{more}; "
-                    f"everything in this report is of the other {world - count}.", _rank_runs(named)))
+                    f"everything in this report is of the other {world - count}.",
+                    [f"rank {first}: {why}" if first == last else f"ranks {first}-{last}: {why}"
+                     for first, last, why in rank_runs(named)]))
     return out
-
-
-def _rank_runs(named: list[tuple[int, str]]) -> list[str]:
-    """'rank 5: why' per rank, but one line 'ranks 2-127: ...: rank N of the world of 128 is not in the trace' for
-    consecutive ranks whose reasons differ only in their own number (HTA's trace_filter holds 2 ranks of 128:
-    126 lines that said the same)."""
-    runs: list[list] = []  # [first, last, the reason with the rank's number as "rank N", the first's reason]
-    for rank, why in named:
-        said = why.replace(f"rank {rank} ", "rank N ")
-        if runs and runs[-1][2] == said != why and runs[-1][1] == rank - 1:
-            runs[-1][1] = rank
-        else:
-            runs.append([rank, rank, said, why])
-    return [f"rank {first}: {why}" if first == last else f"ranks {first}-{last}: {said}"
-            for first, last, said, why in runs]
 
 
 def _html_missing(report) -> list[str]:
