@@ -46,6 +46,48 @@ def check_writable(folder: str | os.PathLike, what: str) -> None:
         raise DdltraceError(f"{where}: cannot write {what} there ({exc.strerror or exc})") from None
 
 
+def refuse_inside(out: str | os.PathLike, folder: str | os.PathLike, what: str) -> None:
+    """Refuse (one line) an output ``out`` at or inside ``folder``, the input ``what`` the command reads (a trace
+    store, a record folder): writing there would change or remove what it reads."""
+    out_path, inside = Path(out).resolve(), Path(folder).resolve()
+    if out_path == inside or inside in out_path.parents:
+        raise DdltraceError(f"{out}: inside {folder}, {what} this command reads; choose an output outside it")
+
+
+def refuse_in_store(out: str | os.PathLike) -> None:
+    """Refuse (one line) a file output ``out`` inside a trace store (a folder above it that is one): it would
+    replace or add to the store's own files."""
+    from ddltrace.store import is_store_folder
+
+    for folder in Path(out).resolve().parents:
+        if is_store_folder(folder):
+            raise DdltraceError(f"{out}: inside the trace store {folder}; choose an output outside it")
+
+
+def refuse_other_file(out: str | os.PathLike, what: str, is_mine) -> None:
+    """Refuse (one line) an output file ``out`` that exists and is not ``what`` (``is_mine(path)`` False: a file
+    this command did not write), or that lies in a trace store (:func:`refuse_in_store`); a ``what`` it wrote
+    before is replaced."""
+    refuse_in_store(out)
+    path = Path(out)
+    if path.is_dir():
+        raise DdltraceError(f"{out}: a folder; give a file name for {what}")
+    if path.exists() and not is_mine(path):
+        raise DdltraceError(f"{out}: exists and is not {what}, which alone would be replaced; choose another "
+                            "output, or remove it yourself")
+
+
+def json_with_keys(path: Path, keys: tuple[str, ...]) -> bool:
+    """Whether ``path`` is a JSON object with every one of ``keys`` (a file of ddltrace's own of one kind)."""
+    import json
+
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and all(key in doc for key in keys)
+
+
 #: Writes the disk refuses (full, over quota, read-only, file too large), whatever the output.
 DISK_REFUSED = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
 

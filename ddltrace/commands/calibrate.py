@@ -90,6 +90,10 @@ def run(args) -> int:
         print("± A, ± B: one standard uncertainty each, relative; 'differs': |B - A| above twice the two in "
               "quadrature")
         return 0
+    from ddltrace.outputs import json_with_keys, refuse_other_file
+
+    refuse_other_file(args.out, "a hardware profile",  # before the measurements, not after them
+                      lambda path: json_with_keys(path, ("format", "constants", "machine")))
     progress = _Progress(quiet=args.quiet)
     opts = suite.Options(quick=args.quick, sections=suite.parse_sections(args.only), peer=args.peer,
                          disk_path=args.disk_path, disk_bytes=args.disk_size * 2**20 if args.disk_size else None,

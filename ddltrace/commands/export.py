@@ -64,9 +64,11 @@ def _progress(store):
 
 def run(args) -> int:
     from ddltrace.chrome import export_chrome
+    from ddltrace.outputs import refuse_inside
     from ddltrace.store import TraceStore
 
     out = Path(args.chrome)
+    refuse_inside(out, args.store, "the trace store")
     if out.is_dir():
         raise DdltraceError(f"{out}: is a folder (give a file name for the Chrome trace)")
     if out.exists() and not args.force:

@@ -172,6 +172,10 @@ def run_fit(args) -> int:
     if args.cpu_shares and not args.serial_comm:
         raise DdltraceError("--cpu-shares: only with --serial-comm (the closed loop, whose workers poll while they "
                             "wait)")
+    if args.out:
+        from ddltrace.outputs import json_with_keys, refuse_other_file
+
+        refuse_other_file(args.out, "a fitted model", lambda path: json_with_keys(path, ("model", "constants", "job")))
     frame, job = _measurements(args)
     profile, raw_profile = {}, None
     if args.profile:

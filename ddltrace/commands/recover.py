@@ -43,7 +43,11 @@ def run(args) -> int:
     if not args.out:
         raise DdltraceError(f"--out: required with {args.records} (the trace store folder to create)")
     from ddltrace.collectors.launcher import recover_store, summary_line
+    from ddltrace.outputs import refuse_inside
 
+    refuse_inside(args.out, args.records, "the record folder")  # which is deleted once the store is written
+    if Path(args.out).exists():  # (StoreLock's own line names --force, which recover has not)
+        raise DdltraceError(f"{args.out}: already exists (choose another --out, or remove it yourself)")
     result = recover_store(Path(args.records), Path(args.out))
     print(summary_line(result))
     for note in result.notes:
