@@ -83,7 +83,10 @@ def summarise_timeline(rank: int, timeline: pd.DataFrame, aggregate: bool = Fals
     out.breakdown = rank_breakdown(timeline, found)
     on_device = device_lanes(timeline["lane"])
     if on_device.any():
-        out.host_breakdown = rank_breakdown(timeline[host_lanes(timeline["lane"])], found)
+        host = timeline[host_lanes(timeline["lane"])]
+        # the host's gaps are its own work where it recorded any; a host that recorded nothing (a device-only
+        # trace: rocprofv3's kernel dispatches) ran nothing recorded, idle, not 100 % compute
+        out.host_breakdown = rank_breakdown(host, found, gap=None if len(host) else "idle")
         out.device_breakdown = rank_breakdown(timeline[on_device], found, gap="idle")
     out.calls = calls = mpi_calls(timeline)
     p2p = calls[calls["name"].isin(P2P) & (calls["peer"] >= 0)]

@@ -81,3 +81,22 @@ def test_analyze_and_report_show_the_device(store, tmp_path, capsys):
     # the per-rank table is of every lane at once (97 % "compute" where the host alone computes 69 %): its title says so
     title = next(line for line in md.replace("\\", "").splitlines() if line.startswith("### Time per category"))
     assert "every lane of the rank at once, its CPU threads and its device's streams" in title
+
+
+def test_a_host_that_recorded_nothing_is_idle_not_compute():
+    """A device-only trace (rocprofv3's kernel dispatches, no host records): the host side recorded nothing, so
+    its whole span is idle (before: its gaps counted as the host's own work, 100 % compute, while info said 0 ns);
+    a host that recorded something keeps its gaps as its own work."""
+    from ddltrace.analyses.rank_summary import summarise_timeline
+    from ddltrace.timeline import make_timeline
+
+    kernels = [{"rank": 0, "lane": "gpu:0/stream 7", "name": f"k{i}", "category": "compute",
+                "start_ns": 1000 * i, "dur_ns": 400} for i in range(10)]
+    summary = summarise_timeline(0, make_timeline(kernels))
+    host = summary.host_breakdown[["compute", "idle"]].sum()
+    assert host["compute"] == 0 and host["idle"] == 9400  # the rank's span: the first kernel's start to the last end
+    assert summary.device_breakdown["compute"].sum() == 4000
+    launch = {"rank": 0, "lane": "cpu/thread 1", "name": "hipLaunchKernel", "category": "other", "start_ns": 0,
+              "dur_ns": 100}
+    host = summarise_timeline(0, make_timeline([launch, *kernels])).host_breakdown[["compute", "other"]].sum()
+    assert host["other"] == 100 and host["compute"] == 9300
