@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 
 import pytest
 from shared_data import corpus, needs
@@ -15,6 +16,8 @@ from shared_data import corpus, needs
 from ddltrace.analyses.gpu_lanes import device_work
 from ddltrace.analyses.gpu_launch import launch_pairs
 from ddltrace.cli import main
+from ddltrace.collectors.importers.base import ImportContext
+from ddltrace.collectors.importers.rocprof import csv_rank
 from ddltrace.store import TraceStore
 
 REAL = corpus("tracelens_rocprofv3_mi350x", "908_results.json.gz")
@@ -102,6 +105,69 @@ def test_csv_trace_files(tmp_path, name, text, want):
     tl = TraceStore.open(tmp_path / "store").timeline().sort_values("start_ns")
     got = [(r.lane, r.name, r.category, r.dur_ns, r.correlation) for r in tl.itertuples()]
     assert got == want
+
+
+def _process_csvs(folder, pid: int, kernel: str) -> None:
+    """One process's three CSV trace files as rocprofv3 names them (``<pid>_<domain>_trace.csv``): two HIP calls,
+    the kernel the first launched (correlation id 1) and the copy the second made (2)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{pid}_hip_api_trace.csv").write_text(
+        '"Domain","Function","Process_Id","Thread_Id","Correlation_Id","Start_Timestamp","End_Timestamp"\n'
+        f'"HIP_RUNTIME_API","hipLaunchKernel",{pid},{pid},1,1000,2000\n'
+        f'"HIP_RUNTIME_API","hipMemcpyAsync",{pid},{pid},2,3000,3500\n')
+    (folder / f"{pid}_kernel_trace.csv").write_text(
+        '"Kind","Agent_Id","Queue_Id","Stream_Id","Thread_Id","Dispatch_Id","Kernel_Id","Kernel_Name",'
+        '"Correlation_Id","Start_Timestamp","End_Timestamp"\n'
+        f'"KERNEL_DISPATCH","Agent 1",1,0,{pid},1,7,"{kernel}",1,5000,9000\n')
+    (folder / f"{pid}_memory_copy_trace.csv").write_text(
+        '"Kind","Direction","Stream_Id","Source_Agent_Id","Destination_Agent_Id","Correlation_Id",'
+        '"Start_Timestamp","End_Timestamp"\n'
+        '"MEMORY_COPY","MEMORY_COPY_HOST_TO_DEVICE",0,"Agent 0","Agent 1",2,9500,9900\n')
+
+
+def test_csv_files_of_one_process_are_one_rank(tmp_path, capsys):
+    """Two processes' CSV files in one folder: one rank per process (by pid: 98 before 1234, though its files sort
+    after), each with its API calls, kernel and copy; each launch is paired with its kernel by correlation id, and
+    analyze makes the launch analyses (none of them "not made" for want of correlation ids)."""
+    _process_csvs(tmp_path / "csv", 1234, "gemm_kernel")
+    _process_csvs(tmp_path / "csv", 98, "scale_kernel")
+    assert main(["import", str(tmp_path / "csv"), "--out", str(tmp_path / "store"), "--progress", "never"]) == 0
+    assert "ranks 0, 1, in" in capsys.readouterr().out
+    tl = TraceStore.open(tmp_path / "store").timeline()
+    for rank, kernel in [(0, "scale_kernel"), (1, "gemm_kernel")]:
+        own = tl[tl["rank"] == rank]
+        assert sorted(own["name"]) == sorted(["hipLaunchKernel", "hipMemcpyAsync", kernel,
+                                              "MEMORY_COPY_HOST_TO_DEVICE"])
+        pairs = launch_pairs(own, device_work(own)).sort_values("correlation")
+        assert pairs["kernel"].tolist() == [kernel, "MEMORY_COPY_HOST_TO_DEVICE"]
+        assert pairs["launch_delay_ns"].tolist() == [5000 - 2000, 9500 - 3500]
+    assert main(["analyze", str(tmp_path / "store"), "--json", "--quiet"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert not [n["analysis"] for n in doc["not_made"] if "correlation ids" in n["needs"]]
+    assert len(doc["stores"][0]["gpu"]["launches"]) == 2
+
+
+def test_csv_processes_of_one_pid_on_two_hosts_are_two_ranks(tmp_path, capsys):
+    """rocprofv3's default output folder is the host's name: one pid in two folders is two processes."""
+    _process_csvs(tmp_path / "node-b", 500, "gemm_kernel")
+    _process_csvs(tmp_path / "node-a", 500, "scale_kernel")
+    assert main(["import", str(tmp_path), "--out", str(tmp_path / "store"), "--progress", "never"]) == 0
+    assert "ranks 0, 1, in" in capsys.readouterr().out
+    tl = TraceStore.open(tmp_path / "store").timeline()
+    assert set(tl.loc[tl["name"].str.endswith("_kernel"), ["rank", "name"]].itertuples(index=False)) == {
+        (0, "scale_kernel"), (1, "gemm_kernel")}
+
+
+@pytest.mark.parametrize(("name", "want"), [
+    ("77_rccl_api_trace.csv", ("rocprofv3 process", "h", 77, "77")),
+    ("run_memory_copy_trace.csv", ("rocprofv3 process", "h", -1, "run")),
+    ("kernel_trace.csv.gz", ("rocprofv3 process", "h", -1, "")),
+    ("rank3_kernel_trace.csv", 3),
+])
+def test_csv_rank_of_a_file_name(name, want):
+    """--rank-from auto: the process (folder, pid, prefix) of rocprofv3's file name, or the number after 'rank'."""
+    ctx = ImportContext(categorizer=None)
+    assert csv_rank(Path("h") / name, ctx) == want
 
 
 @pytest.mark.parametrize(("text", "what"), [

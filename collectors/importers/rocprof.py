@@ -27,7 +27,9 @@ process, numbered after the other ranks.
 ``memory_copy_trace.csv`` (``Kind,Direction,Source_Agent_Id,Destination_Agent_Id,Correlation_Id,...``) and the
 API traces (``Domain,Function,Process_Id,Thread_Id,Correlation_Id,Start_Timestamp,End_Timestamp``), one file
 each; the agent is as written (``Agent 2`` or ``2``: rocprofv3's agent index, which counts CPU agents too unless
-``--agent-index type-relative``), so a CSV's lanes are ``gpu:agent<N>/...``.
+``--agent-index type-relative``), so a CSV's lanes are ``gpu:agent<N>/...``. The files of one process (one folder,
+one file name prefix: ``<pid>_kernel_trace.csv``, ``<pid>_hip_api_trace.csv``) are one rank, so its launches pair
+with its kernels; one rank per process, in order of folder and pid (:func:`csv_rank`).
 """
 
 from __future__ import annotations
@@ -269,7 +271,7 @@ def _int(text) -> int:
 
 def read_csv(path: Path, ctx: ImportContext):
     """One CSV trace file: kernels on ``gpu:agent<A>/stream <S>`` (``queue <Q>`` without ``Stream_Id``), copies on
-    ``gpu:agent<A>/memory copy``, API calls on ``cpu/thread <T>``; the rank from the file name or position."""
+    ``gpu:agent<A>/memory copy``, API calls on ``cpu/thread <T>``; the rank of its process (:func:`csv_rank`)."""
     source = ByteSource(path)
     rows_in = csv.DictReader(io.StringIO(source.read_all().decode("utf-8", "replace")))
     header = [h.strip() for h in rows_in.fieldnames or []]
@@ -305,7 +307,31 @@ def read_csv(path: Path, ctx: ImportContext):
             rows.add(f"cpu/thread {r.get('Thread_Id')}", cat, r.get("Function") or "", start, end, corr)
     if ctx.report is not None:
         ctx.report.problems.extend(source.problems)
-    yield rows.part(path, rank_from_path(path, ctx.rank_from, ctx), {})
+    yield rows.part(path, csv_rank(path, ctx), {})
+
+
+#: A CSV trace file's name: rocprofv3's output file prefix (``-o``, by default ``%pid%``), then the domain.
+_CSV_NAME = re.compile(r"(?i)^(.*?)_?(kernel|memory_copy|[a-z]+_api)_trace\.csv(\.gz)?$")
+_LEADING_NUMBER = re.compile(r"^(\d+)")
+_RANK_WORD = re.compile(r"(?i)rank[-_.]?(\d+)")
+
+
+def csv_rank(path: Path, ctx: ImportContext) -> int | tuple:
+    """The rank of a CSV trace file. ``--rank-from auto``: the number after ``rank`` in the file name
+    (``rank3_kernel_trace.csv``, from ``-o rank%rank%``), else the process: rocprofv3 writes one process's domains
+    as ``<prefix>_<domain>_trace.csv`` in one folder (by default ``<hostname>/<pid>_kernel_trace.csv``), so the
+    files of one folder and prefix are one rank (an identity the command numbers after the other ranks, in order of
+    folder, then pid: the prefix's leading number, then prefix). Only the API traces carry a ``Process_Id``
+    column, so the pid is the name's. Other modes: :func:`rank_from_path`."""
+    if ctx.rank_from != "auto":
+        return rank_from_path(path, ctx.rank_from, ctx)
+    named = _RANK_WORD.search(path.name)
+    if named:
+        return int(named.group(1))
+    m = _CSV_NAME.match(path.name)
+    prefix = m.group(1) if m else path.name
+    pid = _LEADING_NUMBER.match(prefix)
+    return ("rocprofv3 process", str(path.parent), int(pid.group(1)) if pid else -1, prefix)
 
 
 register(Importer(FORMAT, "ROCm rocprofv3 (rocprofiler-sdk) JSON (--output-format json)", sniff, read))
