@@ -40,6 +40,7 @@ from scipy.optimize import least_squares
 from ddltrace.errors import DdltraceError
 from ddltrace.models import drawn_knees, hashemi, transfer
 from ddltrace.models.hashemi import Constants, Workload
+from ddltrace.options import LARGEST
 
 FITTABLE = ("c_p", "c_b", "c_u", "t_phase_min", "kappa", "t_slice")
 #: Terms that only act past a knee: kept only when leave-one-out errors say the runs support them.
@@ -61,11 +62,12 @@ def _records(measurements: Any, source: str | None = None) -> pd.DataFrame:
     for col in ("w", "b", "phase_s", "init_s", "d", "epochs"):
         if col in frame.columns:
             frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
-    bad = frame.index[~((frame["w"] >= 1) & (frame["w"] % 1 == 0) & (frame["b"] > 0)
-                        & (frame["phase_s"] > 0))].tolist()
+    numbers = [c for c in ("w", "b", "phase_s", "init_s", "d", "epochs") if c in frame.columns]
+    bad = frame.index[~((frame["w"] >= 1) & (frame["w"] % 1 == 0) & (frame["b"] > 0) & (frame["phase_s"] > 0)
+                        & (frame[numbers].abs().fillna(0) <= LARGEST).all(axis=1))].tolist()
     if bad:
         raise DdltraceError(f"{where}: {'line(s)' if source else 'run(s)'} {bad} need w a whole number of workers "
-                            ">= 1, b > 0 and phase_s > 0 s")
+                            f">= 1, b > 0 and phase_s > 0 s, and every number at most {LARGEST:g}")
     if "label" not in frame.columns:
         frame["label"] = [f"w={int(w)} b={b:g}" for w, b in zip(frame["w"], frame["b"], strict=True)]
     return frame.reset_index(drop=True)
@@ -662,8 +664,8 @@ def _model_number(raw: Any, where: str, finite: bool = True) -> float:
     'not measured' in a run's record)."""
     if isinstance(raw, bool) or not isinstance(raw, int | float):
         raise DdltraceError(f"{where} must be a number, got {raw!r}")
-    if finite and not (math.isfinite(raw) and raw >= 0):
-        raise DdltraceError(f"{where} = {raw!r}: must be a finite number >= 0")
+    if finite and not (math.isfinite(raw) and 0 <= raw <= LARGEST):
+        raise DdltraceError(f"{where} = {raw!r}: must be a finite number from 0 to {LARGEST:g}")
     return float(raw)
 
 

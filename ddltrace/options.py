@@ -75,9 +75,14 @@ def number(low: float | None = None, high: float | None = None, unit: str = "", 
     return parse
 
 
+#: The largest magnitude of a number given to the models (in its own unit: s, B, samples, ...): far past any
+#: machine's or job's, and small enough that their products and quotients stay finite (1e300 made infinities).
+LARGEST = 1e15
+
+
 def positive(unit: str = "") -> Callable[[str], float]:
-    """An argparse ``type``: a finite number above 0."""
-    return number(0, None, unit, low_open=True)
+    """An argparse ``type``: a finite number above 0, at most :data:`LARGEST`."""
+    return number(0, LARGEST, unit, low_open=True)
 
 
 def finite(text: str, what: str) -> float:

@@ -11,6 +11,8 @@ def format_ns(ns: float) -> str:
         return "n/a"
     sign = "-" if ns < 0 else ""
     ns = abs(float(ns))
+    if math.isinf(ns):  # (the inputs are bounded: ddltrace.options.LARGEST; a guard, not a figure)
+        return f"{sign}inf s"
     if 999.5 <= ns < 3.6e12:  # three digits, rounded before the unit is chosen: 999.6 ms is '1 s', not '1e+03 ms'
         ns = float(f"{ns:.3g}")
     if ns < 1e3:

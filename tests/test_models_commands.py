@@ -245,7 +245,7 @@ def test_model_fit_from_csv(tmp_path, capsys):
         assert main(["model", "fit", "--csv", str(tmp_path / "one.csv"), "--samples", str(D)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert err == [f"ddltrace: error: {tmp_path / 'one.csv'}: line(s) [3] need w a whole number of workers >= 1, "
-                       "b > 0 and phase_s > 0 s"], (w, b, phase)
+                       "b > 0 and phase_s > 0 s, and every number at most 1e+15"], (w, b, phase)
 
 
 QUOTA = Path(__file__).resolve().parent.parent / "sample_traces" / "ps-sgd-quota"
@@ -706,3 +706,49 @@ def test_predict_puts_the_worker_counts_in_order_once_each(series, tmp_path, cap
     capsys.readouterr()
     assert main(["model", "predict", str(model), "--workers", "16,1,4,4", "--json"]) == 0
     assert [r["w"] for r in json.loads(capsys.readouterr().out)["rows"]] == [1, 4, 16]
+
+
+def test_numbers_past_any_machine_are_one_line_not_an_overflow(series, tmp_path, capsys):
+    """Finite numbers so large (or small) that the models' products overflowed were tracebacks, exit 1 (QA of
+    2026-11-26: a model's c_u = 1e300, a CSV's phase_s = 1e308, --samples 1e300, plan ps --compute-time 1e-300s);
+    now one line naming the thing, exit 2. So are a --workers list with an empty item and a count past MPI's."""
+    stores = sorted(str(p) for p in series.glob("run-*"))
+    model = tmp_path / "model.json"
+    assert main(["model", "fit", *stores, "--dnn", "mlp-2-10k-2", "--out", str(model)]) == 0
+    doc = json.loads(model.read_text())
+    doc["constants"]["c_u"]["value"] = 1e300
+    huge = tmp_path / "huge.json"
+    huge.write_text(json.dumps(doc))
+    csv = tmp_path / "runs.csv"
+    csv.write_text("w,b,phase_s\n1,64,1e308\n2,64,1e308\n4,64,1e308\n")
+    capsys.readouterr()
+    for argv, says in (
+            (["model", "predict", huge, "--workers", "1,4"], f"{huge}: constant c_u = 1e+300: must be a finite "
+                                                             "number from 0 to 1e+15"),
+            (["model", "fit", "--csv", csv, "--samples", "16384"], f"{csv}: line(s) [2, 3, 4] need"),
+            (["model", "predict", model, "--workers", "1,,2"], "--workers: '1,,2' has an empty item"),
+            (["model", "predict", model, "--workers", "99999999999999999999"], "must be a whole number from 1 to"),
+            (["model", "predict", model, "--workers", "1,4", "--plot", tmp_path / "keep.json"],
+             "not a picture file matplotlib writes"),
+            (["plan", "ps", "--param-bytes", "1e300GB", "--workers", "8", "--bandwidth", "10Gbit/s",
+              "--compute-time", "0.5s"], "--param-bytes: '1e300GB' is out of range"),
+            (["plan", "ps", "--param-bytes", "250MB", "--workers", "8", "--bandwidth", "10Gbit/s",
+              "--compute-time", "1e-300s"], "--compute-time: '1e-300s' is out of range")):
+        assert main([str(a) for a in argv]) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], err
+    with pytest.raises(SystemExit) as exited:  # argparse's range check
+        main(["model", "fit", "--csv", str(csv), "--samples", "1e300"])
+    assert exited.value.code == 2 and "1e300 is out of range" in capsys.readouterr().err
+
+
+def test_the_plot_types_are_the_ones_matplotlib_writes():
+    """--plot is checked against a list kept here (matplotlib is imported only to draw): every type on it is one
+    matplotlib writes (newer versions write more: avif, gif)."""
+    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from ddltrace.commands.model import PLOT_TYPES
+
+    matplotlib.use("Agg")
+    assert set(PLOT_TYPES) <= set(FigureCanvasAgg.get_supported_filetypes())

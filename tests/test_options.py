@@ -92,7 +92,8 @@ def test_probe_serve_limits_are_refused_when_parsed(option, value, words):
      ["--samples: inf is not a finite number"]),
     (["plan", "gpus", "--overhead-ratio", "1.5"], ["--overhead-ratio: 1.5 is out of range (expected 0 to 1)"]),
     (["plan", "placement", "--dnn", "alexnet", "--batch", "0", "--workers", "2"], ["--batch: 0 is out of range"]),
-    (["model", "fit", "--threshold", "nan"], ["--threshold: nan is not a finite number (expected above 0)"]),
+    (["model", "fit", "--threshold", "nan"],
+     ["--threshold: nan is not a finite number (expected above 0 up to 1e+15)"]),
     (["workload", "ps-sgd", "--out", "o", "--lr", "nan"], ["--lr: nan is not a finite number"]),
     (["workload", "ps-sgd", "--out", "o", "--seed", "-1"], ["--seed: -1 is out of range"]),
 ])

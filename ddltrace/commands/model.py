@@ -886,7 +886,14 @@ def _init_on_b(model: dict, source: str, profile: str, disk_b: dict | None, work
     return init_transfer.init_on_b(model, disk_b, workers)
 
 
+#: The file types matplotlib's Agg backend writes (``FigureCanvasAgg.get_supported_filetypes``), for --plot.
+PLOT_TYPES = ("eps", "jpeg", "jpg", "pdf", "pgf", "png", "ps", "raw", "rgba", "svg", "svgz", "tif", "tiff", "webp")
+
+
 def run_predict(args) -> int:
+    if args.plot and Path(args.plot).suffix.lower().lstrip(".") not in PLOT_TYPES:
+        raise DdltraceError(f"--plot {args.plot}: not a picture file matplotlib writes (give a name ending in "
+                            f"{', '.join('.' + t for t in ('png', 'pdf', 'svg'))}, ...)")
     model = load_json(args.model, "model")
     workers = sorted(set(parse_int_list(args.workers, "--workers")))  # the table, the plot's line, "the first w past"
     what_if = parse_what_if(args.what_if)

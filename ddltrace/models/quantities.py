@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ddltrace.errors import DdltraceError
+from ddltrace.options import LARGEST, MAX_COUNT
 
 _NUMBER = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
 
@@ -30,6 +31,8 @@ def _split(text: str, what: str) -> tuple[float, str]:
     value = float(match.group(1))
     if not math.isfinite(value):
         raise DdltraceError(f"{what}: {text!r} is not a finite number")
+    if value and not 1 / LARGEST <= abs(value) <= LARGEST:
+        raise DdltraceError(f"{what}: {text!r} is out of range (0, or {1 / LARGEST:g} to {LARGEST:g} of its unit)")
     return value, match.group(2).lower()
 
 
@@ -70,18 +73,20 @@ def parse_bandwidth(text: str | float, what: str = "bandwidth") -> float:
 
 
 def parse_int_list(text: str, what: str) -> list[int]:
-    """'1,2,4,8' -> [1, 2, 4, 8]; every item a positive integer."""
-    items = [t.strip() for t in str(text).split(",") if t.strip()]
-    if not items:
+    """'1,2,4,8' -> [1, 2, 4, 8]; every item a positive integer, at most MPI's largest count (2**31 - 1)."""
+    items = [t.strip() for t in str(text).split(",")]
+    if not any(items):
         raise DdltraceError(f"{what}: empty list")
+    if not all(items):
+        raise DdltraceError(f"{what}: {text!r} has an empty item (expected e.g. 1,2,4,8)")
     out = []
     for item in items:
         try:
             value = int(item)
         except ValueError:
             raise DdltraceError(f"{what}: {item!r} is not an integer (expected e.g. 1,2,4,8)") from None
-        if value < 1:
-            raise DdltraceError(f"{what}: {value} must be a positive integer")
+        if not 1 <= value <= MAX_COUNT:
+            raise DdltraceError(f"{what}: {value} must be a whole number from 1 to {MAX_COUNT}")
         out.append(value)
     return out
 
@@ -180,8 +185,9 @@ def profile_constants(profile: Mapping[str, Any], source: str = "profile") -> di
         if isinstance(value, bool):
             continue
         if isinstance(value, int | float):
-            if not math.isfinite(value) or value < 0:
-                raise DdltraceError(f"{source}: constant {name} = {value} must be a finite number >= 0")
+            if not math.isfinite(value) or not 0 <= value <= LARGEST:
+                raise DdltraceError(f"{source}: constant {name} = {value} must be a finite number from 0 to "
+                                    f"{LARGEST:g}")
             out[name] = float(value) / 8 if unit in ("bit/s", "b/s", "bps") else float(value)
         elif isinstance(value, list | Mapping):
             out[name] = value
