@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import csv
 import gzip
+import json
+import re
 import sqlite3
 from collections import defaultdict
 from pathlib import Path
@@ -19,6 +21,8 @@ from ddltrace.store import TraceStore
 SAXPY = corpus("pipit_nsys_saxpy_mpi", "saxpy-mpi-cuda_nsys_perlmutter0.sqlite.gz")
 NBODY = corpus("pipit_nsys_nbody_nvtx", "trace.csv")
 DEVICE_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+#: The analyses that need the ``correlation`` column (a launch linked to its kernel) or copies' ``bytes``.
+LINKED_ANALYSES = {"gpu_launches", "gpu_idle", "gpu_stream_idle", "gpu_operators", "gpu_memcpy_bandwidth"}
 
 
 @pytest.fixture(scope="module")
@@ -53,15 +57,18 @@ def test_device_time_per_device_and_stream(saxpy):
 
 def test_runtime_calls_and_mpi_ranges_on_the_host_thread(saxpy):
     """CUDA runtime calls and NVTX ranges (those of nsys's MPI domain categorised by the MPI rules) are on the
-    calling thread, named from StringIds; start times are the session's utcEpochNs plus the export's ns."""
+    calling thread, named from StringIds without CUPTI's version suffix (cudaMalloc_v3020: cudaMalloc), the CUDA
+    backtrace records (eventClass 67, each around a call of its correlation id) left out; start times are the
+    session's utcEpochNs plus the export's ns."""
     db, store = saxpy
     tl = store.timeline()
     strings = dict(db.execute("SELECT id, value FROM StringIds"))
-    runtime = db.execute("SELECT nameId, start, end FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchall()
+    runtime = [(re.sub(r"_v\d+$", "", strings[n]), s) for n, s in db.execute(
+        "SELECT nameId, start FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE eventClass != 67")]
     epoch = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()[0]
-    rows = tl[tl["name"].isin({strings[n] for n, _s, _e in runtime})]
-    assert len(rows) == len(runtime)
-    assert sorted(rows["start_ns"] - epoch) == sorted(s for _n, s, _e in runtime)
+    rows = tl[tl["name"].isin({n for n, _s in runtime})]
+    assert sorted(zip(rows["name"], rows["start_ns"] - epoch, strict=True)) == sorted(runtime)
+    assert {"cudaMalloc", "cudaMemcpy", "cudaLaunchKernel"} <= set(rows["name"])
     mpi = db.execute("SELECT textId, end - start FROM NVTX_EVENTS WHERE domainId = 1 AND eventType = 59").fetchall()
     calls = tl[tl["name"].str.startswith("MPI_")]
     assert sorted(zip(calls["name"], calls["dur_ns"], strict=True)) == sorted((strings[t], d) for t, d in mpi)
@@ -73,6 +80,30 @@ def test_runtime_calls_and_mpi_ranges_on_the_host_thread(saxpy):
     assert int(tl["start_ns"].min()) == epoch + min(
         db.execute("SELECT min(start) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()[0],
         db.execute("SELECT min(start) FROM NVTX_EVENTS WHERE end IS NOT NULL").fetchone()[0])
+
+
+def test_copy_bytes_and_correlation_ids_are_the_exports(saxpy, capsys):
+    """Each copy's bytes (262144000 each) and correlationId, each kernel's and runtime call's correlationId, are
+    the export's; each kernel shares its id with its cudaLaunchKernel, so analyze makes the launch analyses and
+    the copy bandwidth (they said they needed correlation ids, and showed '-' for the bandwidth)."""
+    db, store = saxpy
+    tl = store.timeline()
+    epoch = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()[0]
+    tl = tl.assign(start_ns=tl["start_ns"] - epoch)
+    copies = tl[tl["name"].str.startswith("Memcpy")]
+    assert sorted(zip(copies["start_ns"], copies["bytes"], copies["correlation"], strict=True)) == sorted(
+        db.execute("SELECT start, bytes, correlationId FROM CUPTI_ACTIVITY_KIND_MEMCPY"))
+    kernels = tl[tl["lane"].str.startswith("gpu:") & (tl["category"] == "compute")]
+    assert sorted(zip(kernels["start_ns"], kernels["correlation"], strict=True)) == sorted(
+        db.execute("SELECT start, correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL"))
+    calls = tl[tl["lane"].str.startswith("cpu/") & tl["correlation"].notna()]
+    assert sorted(zip(calls["start_ns"], calls["correlation"], strict=True)) == sorted(db.execute(
+        "SELECT start, correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE eventClass != 67"))
+    launches = calls[calls["name"] == "cudaLaunchKernel"]
+    assert sorted(launches["correlation"]) == sorted(kernels["correlation"]) and len(launches) == 5
+    assert tl.loc[~tl["name"].str.startswith(("Memcpy", "Memset")), "bytes"].isna().all()
+    assert main(["analyze", "--json", str(store.path)]) == 0
+    assert not LINKED_ANALYSES & {n["analysis"] for n in json.loads(capsys.readouterr().out)["not_made"]}
 
 
 def test_info_device_side_is_the_exports(saxpy, capsys):
@@ -134,6 +165,22 @@ def test_nvtx_csv_report_ranges_per_name(tmp_path, capsys):
     assert set(tl["lane"]) == {f"cpu/thread {rows[0]['TID']}"}
     assert int(tl["start_ns"].min()) == min(int(row["Start (ns)"]) for row in rows)
     assert set(tl.loc[tl["name"] == "cudaDeviceSynchronize", "category"].astype(str)) == {"wait"}
+    assert set(tl.loc[tl["name"] == "cudaMallocManaged", "category"].astype(str)) == {"other"}
+
+
+def test_nvtx_csv_ranges_named_as_runtime_calls_are_categorised_as_them(tmp_path):
+    """A range named as a CUDA runtime call is categorised as the SQLite export's runtime calls (cudaMalloc*:
+    other, a synchronisation: wait, a copy call: memcpy; cudaMallocManaged was compute), the program's own ranges
+    stay compute."""
+    report = tmp_path / "report.csv"
+    report.write_text("Start (ns),End (ns),Duration (ns),Name,PID,TID\n"
+                      "0,100,100,main,7,7\n10,30,20,cudaMallocManaged,7,7\n30,40,10,cudaMemcpy,7,7\n"
+                      "40,50,10,cudaDeviceSynchronize,7,7\n50,60,10,cudaGetLastError,7,7\n60,70,10,bodyForce,7,7\n")
+    assert main(["import", str(report), "--out", str(tmp_path / "store"), "--progress", "never"]) == 0
+    tl = TraceStore.open(tmp_path / "store").timeline()
+    assert dict(zip(tl["name"], tl["category"].astype(str), strict=True)) == {
+        "main": "compute", "cudaMallocManaged": "other", "cudaMemcpy": "memcpy", "cudaDeviceSynchronize": "wait",
+        "cudaGetLastError": "other", "bodyForce": "compute"}
 
 
 def test_nvtx_csv_report_without_its_columns_is_one_line(tmp_path, capsys):
@@ -146,29 +193,53 @@ def test_nvtx_csv_report_without_its_columns_is_one_line(tmp_path, capsys):
     assert rc == 2 and str(bad) in err and "Name" in err and "Traceback" not in err
 
 
-def _two_rank_export(path: Path) -> None:
+#: The synthetic export's copy and fill per process: (correlation id, bytes) of its Memcpy HtoD and its Memset.
+COPY, FILL = (100, 4096), (101, 1024)
+
+
+def _two_rank_export(path: Path, rank_names: bool = True) -> None:
     """An export in nsys's schema (the tables and columns read) of two MPI processes on one node, each with its
-    own GPU: what ``nsys profile mpirun -np 2 ...`` exports in one file."""
+    own GPU: what ``nsys profile mpirun -np 2 ...`` exports in one file (``rank_names`` False: its threads
+    unnamed, as without ``--trace=mpi``). Process r launches 3 + r kernels (correlation ids 1, 2, ...: CUPTI counts
+    from 1 in each process), a copy of ``COPY`` bytes (r + 1 times) and a fill of ``FILL``; each launch call is
+    named with CUPTI's version suffix and has a CUDA backtrace record (eventClass 67) around it, as nsys 2022.2
+    writes them."""
     db = sqlite3.connect(path)
     db.executescript("""
         CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
         CREATE TABLE ThreadNames (nameId INT, priority INT, globalTid INT);
         CREATE TABLE TARGET_INFO_SESSION_START_TIME (utcEpochNs INT, utcTime TEXT, localTime TEXT);
-        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT, end INT, deviceId INT, streamId INT, globalPid INT,
-                                                 demangledName INT, shortName INT);
-        CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INT, end INT, globalTid INT, nameId INT);
-        INSERT INTO StringIds VALUES (1, 'MPI Rank 0'), (2, 'MPI Rank 1'), (3, 'gemm'), (4, 'cudaLaunchKernel');
+        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT, end INT, deviceId INT, streamId INT, correlationId INT,
+                                                 globalPid INT, demangledName INT, shortName INT);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INT, end INT, deviceId INT, streamId INT, correlationId INT,
+                                                 globalPid INT, bytes INT, copyKind INT);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INT, end INT, deviceId INT, streamId INT, correlationId INT,
+                                                 globalPid INT, value INT, bytes INT);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INT, end INT, eventClass INT, globalTid INT,
+                                                  correlationId INT, nameId INT);
+        INSERT INTO StringIds VALUES (1, 'MPI Rank 0'), (2, 'MPI Rank 1'), (3, 'gemm'), (4, 'cudaLaunchKernel_v7000'),
+                                     (5, 'cudaLaunchKernel'), (6, 'cudaMemcpyAsync_v3020'),
+                                     (7, 'cudaMemsetAsync_v3020');
         INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (1700000000000000000, '', '');
     """)
     for rank, pid in ((0, 4100), (1, 4200)):
         process = (1 << 56) | (pid << 24)
-        db.execute("INSERT INTO ThreadNames VALUES (?, 10, ?)", (rank + 1, process | pid))
+        if rank_names:
+            db.execute("INSERT INTO ThreadNames VALUES (?, 10, ?)", (rank + 1, process | pid))
         for k in range(3 + rank):
             start = 1000 + 500 * k
-            db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, 4)",
-                       (start, start + 20, process | pid))
-            db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, ?, 7, ?, 3, 3)",
-                       (start + 30, start + 130 + 50 * rank, rank, process))
+            db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 0, ?, ?, 4)",
+                       (start, start + 20, process | pid, k + 1))
+            db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 67, ?, ?, 5)",
+                       (start - 1, start + 21, process | pid, k + 1))
+            db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, ?, 7, ?, ?, 3, 3)",
+                       (start + 30, start + 130 + 50 * rank, rank, k + 1, process))
+        db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (5000, 5020, 0, ?, ?, 6)", (process | pid, COPY[0]))
+        db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (5030, 5300, ?, 7, ?, ?, ?, 1)",
+                   (rank, COPY[0], process, COPY[1] * (rank + 1)))
+        db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (6000, 6020, 0, ?, ?, 7)", (process | pid, FILL[0]))
+        db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (6030, 6100, ?, 7, ?, ?, 0, ?)",
+                   (rank, FILL[0], process, FILL[1]))
     db.commit()
     db.close()
 
@@ -194,3 +265,44 @@ def test_one_rank_per_process_when_processes_name_their_ranks(tmp_path):
         assert set(kernels["lane"]) == {f"gpu:{rank}/stream 7"}
         assert set(mine.loc[mine["name"] == "cudaLaunchKernel", "lane"]) == {
             f"cpu/thread {4100 + 100 * rank} (MPI Rank {rank})"}
+
+
+def test_copy_bytes_and_correlation_ids_of_each_rank(tmp_path, capsys):
+    """Per rank (process), each copy's and fill's bytes and every row's correlation id are the export's; each
+    kernel shares its id with its cudaLaunchKernel call (named without the _v7000 suffix, once: the backtrace
+    records left out), each copy and fill with its async call; host calls have no bytes. analyze then makes the
+    launch analyses and the copy bandwidth."""
+    path = tmp_path / "job.sqlite"
+    _two_rank_export(path)
+    assert main(["import", str(path), "--out", str(tmp_path / "store"), "--progress", "never"]) == 0
+    assert "skipped 7 event(s): CUDA backtrace records" in capsys.readouterr().out
+    store = TraceStore.open(tmp_path / "store")
+    tl = store.timeline()
+    for rank in (0, 1):
+        mine = tl[tl["rank"] == rank]
+        ids = {name: sorted(rows["correlation"]) for name, rows in mine.groupby("name")}
+        assert ids == {"gemm": list(range(1, 4 + rank)), "cudaLaunchKernel": list(range(1, 4 + rank)),
+                       "Memcpy HtoD": [COPY[0]], "cudaMemcpyAsync": [COPY[0]], "Memset": [FILL[0]],
+                       "cudaMemsetAsync": [FILL[0]]}
+        nbytes = {name: list(rows["bytes"].dropna()) for name, rows in mine.groupby("name")}
+        assert nbytes == {"gemm": [], "cudaLaunchKernel": [], "Memcpy HtoD": [COPY[1] * (rank + 1)],
+                          "cudaMemcpyAsync": [], "Memset": [FILL[1]], "cudaMemsetAsync": []}
+    assert main(["analyze", "--json", str(store.path)]) == 0
+    assert not LINKED_ANALYSES & {n["analysis"] for n in json.loads(capsys.readouterr().out)["not_made"]}
+
+
+def test_processes_of_one_rank_keep_their_correlation_ids_apart(tmp_path):
+    """Two processes whose threads name no rank: one rank, where both processes' ids 1, 2, ... would pair a
+    launch with the other process's kernel; each id is kept apart by its process (its id + its position among
+    the processes x 2**32), so each launch shares its id with its own kernel only."""
+    path = tmp_path / "job.sqlite"
+    _two_rank_export(path, rank_names=False)
+    assert main(["import", str(path), "--out", str(tmp_path / "store"), "--progress", "never"]) == 0
+    tl = TraceStore.open(tmp_path / "store").timeline()
+    assert set(tl["rank"]) == {0}
+    kernels, launches = tl[tl["name"] == "gemm"], tl[tl["name"] == "cudaLaunchKernel"]
+    assert sorted(kernels["correlation"]) == sorted(launches["correlation"]) == [
+        *range(1, 4), *((1 << 32) + k for k in range(1, 5))]
+    pairs = kernels.merge(launches, on="correlation", suffixes=("_kernel", "_launch"))
+    assert sorted(set(zip(pairs["lane_launch"], pairs["lane_kernel"], strict=True))) == [
+        ("cpu/thread 4100", "gpu:0/stream 7"), ("cpu/thread 4200", "gpu:1/stream 7")]

@@ -5,11 +5,20 @@ read with the standard library's ``sqlite3``, and the NVTX push/pop trace report
 Tables read (NVIDIA's "SQLite Export Schema Reference"; names through ``StringIds``):
 
 * ``CUPTI_ACTIVITY_KIND_KERNEL`` (``demangledName``, else ``shortName``), ``_MEMCPY`` (named ``Memcpy HtoD`` ...
-  from ``copyKind``), ``_MEMSET``: device work, lane ``gpu:<deviceId>/stream <streamId>``;
-* ``CUPTI_ACTIVITY_KIND_RUNTIME`` (``nameId``): CUDA runtime calls on the calling thread;
+  from ``copyKind``), ``_MEMSET``: device work, lane ``gpu:<deviceId>/stream <streamId>``; a copy's or fill's
+  ``bytes`` goes into the ``bytes`` column;
+* ``CUPTI_ACTIVITY_KIND_RUNTIME`` (``nameId``): CUDA runtime calls on the calling thread, named without CUPTI's
+  version suffix (``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel``, as Kineto names them); its CUDA backtrace
+  records (``eventClass`` 67, written with ``--cudabacktrace``: a second row of a call, its correlation id and
+  thread, around it) are skipped;
 * ``NVTX_EVENTS`` push/pop (``eventType`` 59) and start/end (60) ranges with an end (``text``, else
   ``textId``): NVTX ranges on the thread that opened them; ranges of the ``MPI`` domain (``nsys --trace=mpi``
   records MPI calls so) get the cat ``mpi``, so the MPI rules categorise them by name.
+
+Every row's ``correlationId`` (device work and runtime calls) goes into the ``correlation`` column: a launch call
+(``cudaLaunchKernel``, ``cudaMemcpyAsync``) and the kernel, copy or fill it launched carry the same one (the GPU
+launch analyses pair them). CUPTI numbers them per process, so in a rank made of several processes' rows each id
+gets its process's position among them (sorted by ``globalPid``) times 2**32 added, keeping the processes' ids apart.
 
 Host lanes are ``cpu/thread <tid>`` (with the thread's name, ``ThreadNames``), the thread id being the low 24 bits
 of ``globalTid``. Times are ns since the session started, made epoch ns with
@@ -29,7 +38,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pyarrow as pa
 
+from ddltrace.arrow_timeline import numbers
 from ddltrace.collectors.importers.base import (
     ImportContext,
     Importer,
@@ -53,9 +64,17 @@ NVTX_DOMAIN_CREATE = 75
 #: CUPTI's memcpy kinds (CUpti_ActivityMemcpyKind), as Nsight Systems names them.
 COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH",
               10: "PtoP"}
+#: CUPTI_ACTIVITY_KIND_RUNTIME.eventClass of a CUDA backtrace record (TRACE_PROCESS_EVENT_CUDABACKTRACE).
+CUDA_BACKTRACE = 67
+#: CUPTI's version suffix of a runtime call's name (``cudaMalloc_v3020``).
+_API_VERSION = re.compile(r"_v\d+$")
+#: An NVTX range named as a CUDA runtime call (the CSV report's ``cudaMallocManaged``).
+_RUNTIME_NAME = re.compile(r"^cuda[A-Z]\w*$")
 #: A thread's name that nsys gives an MPI rank's thread.
 _MPI_RANK = re.compile(r"^MPI Rank (\d+)$")
 _TID_BITS = 0xFFFFFF
+#: CUPTI's correlation ids are 32-bit: a process's position among a rank's processes goes above them.
+_CORRELATION_BITS = 32
 
 
 def sniff(head: bytes, path: Path) -> bool:
@@ -92,8 +111,14 @@ def _columns(db: sqlite3.Connection, table: str) -> set[str]:
     return {row[1] for row in db.execute(f"PRAGMA table_info([{table}])")}
 
 
+def _count(value) -> int:
+    """An optional non-negative integer of the export (a correlation id, a byte count) as an int, -1: none."""
+    return value if isinstance(value, int) and value >= 0 else -1
+
+
 class _Reader:
-    """Collects (lane, cat, name, start, end) rows from the export's tables (``db`` None: rows added by hand)."""
+    """Collects (lane, cat, name, start, end, correlation, bytes) rows from the export's tables (``db`` None: rows
+    added by hand)."""
 
     def __init__(self, db: sqlite3.Connection | None, ctx: ImportContext):
         self.db, self.ctx = db, ctx
@@ -107,10 +132,15 @@ class _Reader:
         self.lanes: dict[str, int] = {}
         self.keys: dict[tuple[str, str], int] = {}
         self.lane, self.key, self.start, self.end, self.process = [], [], [], [], []
+        self.correlation: list[int] = []  # each row's correlationId, -1: none
+        self.bytes: list[int] = []  # each row's bytes moved or set, -1: none
         self.read = 0
 
-    def add(self, lane: str, cat: str, name: str, start: int, end: int, process: int) -> None:
+    def add(self, lane: str, cat: str, name: str, start: int, end: int, process: int, correlation: int = -1,
+            nbytes: int = -1) -> None:
         self.process.append(process)
+        self.correlation.append(correlation)
+        self.bytes.append(nbytes)
         self.lane.append(self.lanes.setdefault(lane, len(self.lanes)))
         self.key.append(self.keys.setdefault((cat, name), len(self.keys)))
         self.start.append(start)
@@ -129,30 +159,48 @@ class _Reader:
         if kernel in self.tables:
             cols = _columns(self.db, kernel)
             name = "demangledName" if "demangledName" in cols else "shortName"
-            for start, end, device, stream, name_id, process in self.db.execute(
-                    f"SELECT start, end, deviceId, streamId, {name}, {self._pid(kernel)} FROM {kernel}"):
-                self.row(f"gpu:{device}/stream {stream}", "cuda_kernel", self._name(name_id), start, end, process)
+            for start, end, device, stream, name_id, process, correlation in self.db.execute(
+                    f"SELECT start, end, deviceId, streamId, {name}, {self._ids(kernel)} FROM {kernel}"):
+                self.row(f"gpu:{device}/stream {stream}", "cuda_kernel", self._name(name_id), start, end, process,
+                         correlation)
         copies = "CUPTI_ACTIVITY_KIND_MEMCPY"
         if copies in self.tables:
-            for start, end, device, stream, kind, process in self.db.execute(
-                    f"SELECT start, end, deviceId, streamId, copyKind, {self._pid(copies)} FROM {copies}"):
+            for start, end, device, stream, kind, process, correlation, nbytes in self.db.execute(
+                    f"SELECT start, end, deviceId, streamId, copyKind, {self._ids(copies)}, "
+                    f"{self._column(copies, 'bytes')} FROM {copies}"):
                 self.row(f"gpu:{device}/stream {stream}", "cuda_memcpy", f"Memcpy {COPY_KINDS.get(kind, kind)}",
-                         start, end, process)
+                         start, end, process, correlation, nbytes)
         fills = "CUPTI_ACTIVITY_KIND_MEMSET"
         if fills in self.tables:
-            for start, end, device, stream, process in self.db.execute(
-                    f"SELECT start, end, deviceId, streamId, {self._pid(fills)} FROM {fills}"):
-                self.row(f"gpu:{device}/stream {stream}", "cuda_memset", "Memset", start, end, process)
+            for start, end, device, stream, process, correlation, nbytes in self.db.execute(
+                    f"SELECT start, end, deviceId, streamId, {self._ids(fills)}, {self._column(fills, 'bytes')} "
+                    f"FROM {fills}"):
+                self.row(f"gpu:{device}/stream {stream}", "cuda_memset", "Memset", start, end, process,
+                         correlation, nbytes)
 
-    def _pid(self, table: str) -> str:
-        """The column of ``table`` naming the process (``globalPid``), else 0: one process."""
-        return "globalPid" if "globalPid" in _columns(self.db, table) else "0"
+    def _column(self, table: str, column: str, default: str = "NULL") -> str:
+        """``column`` where ``table`` has it (older exports lack some), else the SQL ``default``."""
+        return column if column in _columns(self.db, table) else default
+
+    def _ids(self, table: str) -> str:
+        """The SQL of a device table's process (``globalPid``, else 0: one process) and ``correlationId``."""
+        return f"{self._column(table, 'globalPid', '0')}, {self._column(table, 'correlationId')}"
 
     def runtime(self) -> None:
-        if "CUPTI_ACTIVITY_KIND_RUNTIME" in self.tables:
-            for start, end, tid, name_id in self.db.execute(
-                    "SELECT start, end, globalTid, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME"):
-                self.row(self.host_lane(tid), "cuda_runtime", self._name(name_id), start, end, tid & ~_TID_BITS)
+        """CUDA runtime calls as rows on the calling thread, with their ``correlationId``; backtrace records
+        (duplicates of a call) skipped."""
+        table = "CUPTI_ACTIVITY_KIND_RUNTIME"
+        if table not in self.tables:
+            return
+        for start, end, tid, name_id, correlation, event_class in self.db.execute(
+                f"SELECT start, end, globalTid, nameId, {self._column(table, 'correlationId')}, "
+                f"{self._column(table, 'eventClass')} FROM {table}"):
+            if event_class == CUDA_BACKTRACE:
+                self.read += 1
+                self.skip("CUDA backtrace records (a second row of a runtime call)")
+                continue
+            self.row(self.host_lane(tid), "cuda_runtime", _API_VERSION.sub("", self._name(name_id)), start, end,
+                     tid & ~_TID_BITS, correlation)
 
     def nvtx(self) -> None:
         """NVTX ranges as rows; NVTX's thread names added to ``thread_names``."""
@@ -183,12 +231,14 @@ class _Reader:
         return {tid & ~_TID_BITS: int(m.group(1)) for tid, name in self.thread_names.items()
                 if (m := _MPI_RANK.match(name))}
 
-    def row(self, lane: str, cat: str, name: str, start, end, process: int = 0) -> None:
+    def row(self, lane: str, cat: str, name: str, start, end, process: int = 0, correlation=None,
+            nbytes=None) -> None:
+        """One interval (ns); ``correlation`` and ``nbytes`` (bytes) as the export has them, None: none."""
         self.read += 1
         if start is None or end is None or end < start:
             self.skip("intervals without a valid start and end")
             return
-        self.add(lane, cat, name, int(start), int(end), process)
+        self.add(lane, cat, name, int(start), int(end), process, _count(correlation), _count(nbytes))
 
     def part(self, path: Path, rank: int | tuple, epoch_ns: int, process: int | None = None) -> RankPart:
         """One rank's part: the rows of ``process`` (None: all); ``epoch_ns`` (the session's start, 0: unknown)
@@ -196,15 +246,30 @@ class _Reader:
         rows = np.flatnonzero(np.array(self.process, dtype=np.int64) == process) if process is not None else \
             np.arange(len(self.start))
         start = np.array(self.start, dtype=np.int64)[rows]
+        correlation, nbytes = self._correlations(rows), np.array(self.bytes, dtype=np.int64)[rows]
+        extra = {"correlation": numbers(np.maximum(correlation, 0), pa.int64(), correlation < 0),
+                 "bytes": numbers(np.maximum(nbytes, 0), pa.int64(), nbytes < 0)}
         timeline = build_timeline(
             rank=0 if isinstance(rank, tuple) else rank, lane_codes=np.array(self.lane, dtype=np.int64)[rows],
             lane_table=list(self.lanes), key_codes=np.array(self.key, dtype=np.int64)[rows],
             key_table=list(self.keys), start_ns=start + epoch_ns,
-            dur_ns=np.array(self.end, dtype=np.int64)[rows] - start, fmt=FORMAT, ctx=self.ctx)
+            dur_ns=np.array(self.end, dtype=np.int64)[rows] - start, fmt=FORMAT, ctx=self.ctx, extra=extra)
         if self.ctx.report is not None:
             self.ctx.report.intervals += len(timeline)
         return RankPart(rank=rank, timeline=timeline, info={"format": FORMAT, "file": str(path), "role": "worker"},
                         clock="epoch" if epoch_ns else "relative")
+
+    def _correlations(self, rows: np.ndarray) -> np.ndarray:
+        """The correlation ids of ``rows`` (-1: none); where they are of several processes, each id plus its
+        process's position among them times 2**32 (CUPTI numbers each process's ids from 1). Kept as they are
+        where some are of no known process (0: a device table without ``globalPid``), which cannot be told apart."""
+        ids = np.array(self.correlation, dtype=np.int64)[rows]
+        linked = ids >= 0
+        processes, position = np.unique(np.array(self.process, dtype=np.int64)[rows][linked], return_inverse=True)
+        if len(processes) < 2 or (processes == 0).any():
+            return ids
+        ids[linked] += position.reshape(-1) << _CORRELATION_BITS
+        return ids
 
     def _name(self, string_id) -> str:
         return self.strings.get(string_id, f"<string {string_id}>")
@@ -252,8 +317,9 @@ def sniff_csv(head: bytes, path: Path) -> bool:
 
 def read_csv(path: Path, ctx: ImportContext):
     """NVTX push/pop ranges of the CSV report: each row an interval on ``cpu/thread <TID>`` (``cpu/pid <PID>
-    thread <TID>`` when the report holds several processes), cat ``nvtx``; ns since the session start
-    (``relative``); the rank from the file's name or position."""
+    thread <TID>`` when the report holds several processes), cat ``nvtx`` (``cuda_runtime`` where it is named as a
+    CUDA runtime call: categorised as the export's runtime calls); ns since the session start (``relative``); the
+    rank from the file's name or position."""
     import csv
     import io
 
@@ -274,7 +340,8 @@ def read_csv(path: Path, ctx: ImportContext):
             reader.skip("CSV rows without integer times and thread")
     several = len({pid for pid, *_ in parsed}) > 1
     for pid, tid, name, start, end in parsed:
-        reader.row(f"cpu/pid {pid} thread {tid}" if several else f"cpu/thread {tid}", "nvtx", name, start, end)
+        cat = "cuda_runtime" if _RUNTIME_NAME.match(name) else "nvtx"
+        reader.row(f"cpu/pid {pid} thread {tid}" if several else f"cpu/thread {tid}", cat, name, start, end)
     if ctx.report is not None:
         ctx.report.events += reader.read
         ctx.report.problems.extend(source.problems)
