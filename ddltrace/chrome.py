@@ -5,8 +5,12 @@ per rank in order of first appearance, named after the lane), each interval a co
 ``ts``/``dur`` in microseconds, the exact decimals of the store's integer ns: :func:`us_text`) whose ``cat`` is
 the timeline category and whose ``args`` hold bytes, peer, step, tag, comm, request, correlation and source
 where known; a launch and the device work it launched (one correlation id) are joined by a flow arrow
-(``s``/``f``, :func:`_flow_events`). Counters become ``C`` events on the rank's process (machine-wide counters on
-a process named "machine"). Metadata events (``ph: "M"``) name every process and thread and order the ranks (a rank's
+(``s``/``f``, :func:`_flow_events`). Counters become ``C`` events on the rank's process, the machine-wide ones
+(counters rank -1, in an export of every rank) on a process named "machine" (:data:`MACHINE_PID`), each sample's
+name and value as the store has them (``NAME@HOST`` for a node's of a store made across nodes; the host of plain
+names is the one of ``otherData.run.hosts``); ``ddltrace import`` reads them back as the store's machine counters.
+A sample whose value is NaN (the sampler could not read it) is not written: a ``C`` event holds numbers. Metadata
+events (``ph: "M"``) name every process and thread and order the ranks (a rank's
 ``process_name`` carries its manifest entry, ``ddltrace_rank``: role, aggregate, ...); the run's metadata goes in
 the top-level ``otherData`` (``run``, and the manifest's :data:`RUN_ENTRIES`: workload, clock, notes).
 
@@ -33,10 +37,12 @@ from ddltrace.errors import DdltraceError
 from ddltrace.store import TraceStore, atomic_output
 
 _ARG_COLUMNS = ("bytes", "peer", "step", "tag", "comm", "request", "correlation")
+#: pid of the "machine" process that holds the machine-wide counters (the store's counters rank :data:`MACHINE_RANK`).
 MACHINE_PID = 2**31 - 1
+MACHINE_RANK = -1
 #: Rows of a rank turned into events at a time: their args' Python objects (~1 KB a row) are held for these only.
 CHUNK_ROWS = 65536
-_encode = msgspec.json.Encoder().encode  # pid of the "machine" process that holds machine-wide counters
+_encode = msgspec.json.Encoder().encode
 
 
 def us_text(ns: int) -> msgspec.Raw:
@@ -118,6 +124,8 @@ def _flow_events(rank: int, frame: pd.DataFrame, tids: dict, flow_ids: Iterator[
 
 
 def _counter_events(pid: int, counters: pd.DataFrame, origin: int) -> Iterator[dict]:
+    """A ``C`` event on process ``pid`` per sample of ``counters`` (``ts``: its ``t_ns`` from ``origin``, exact µs;
+    ``args``: its name and value), NaN values left out."""
     for name, t_ns, value in zip(counters["name"], counters["t_ns"], counters["value"], strict=True):
         if value != value:  # NaN: the sampler could not read it; Chrome's C events need numbers
             continue
@@ -192,9 +200,9 @@ def export_chrome(store: TraceStore, out: str | os.PathLike, ranks: list[int] | 
                 emit(event)
             if progress is not None:
                 progress(done, total, count)
-        if ranks is None and -1 in store.counter_ranks:
+        if ranks is None and MACHINE_RANK in store.counter_ranks:
             emit(_meta("process_name", MACHINE_PID, name="machine"))
-            for event in _counter_events(MACHINE_PID, store.counters([-1]), origin):
+            for event in _counter_events(MACHINE_PID, store.counters([MACHINE_RANK]), origin):
                 emit(event)
         fh.write(b"\n]}\n")
     return count

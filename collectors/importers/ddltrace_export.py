@@ -1,14 +1,17 @@
 """ddltrace's own Chrome trace JSON (``ddltrace export --chrome``, a report's ``trace.json``) read back into a store.
 
-The inverse of ddltrace/chrome.py: each process is a rank (``pid``; the process named "machine" holds machine-wide
-counters, which are not read back), each thread a lane (its ``thread_name``), ``cat`` the timeline category as the
-store had it (rules ``ddltrace-*`` of categories.toml, tried before every other rule), ``ts``/``dur`` the exact ns
-the export wrote (``ts`` from ``otherData.origin_ns``), ``args`` the nullable columns (bytes, peer, step, tag, comm,
-request, correlation) and the rank's ``source``; a rank's host comes from its process name ("rank 3 (node7)") and
-the rest of its manifest entry (role, aggregate, world size, ...) from that event's ``ddltrace_rank``. Counters are
-the rank's ``C`` events. The run's workload, clock and notes entries (``otherData``) go to the file's report
-(``FileReport.manifest``), which ``ddltrace import`` writes into the store's manifest, and so does the run's world size
-(``FileReport.world_size``: an export of ranks 3-4 of a world of 5 imports as those ranks of a world of 5).
+The inverse of ddltrace/chrome.py: each process is a rank (``pid``; the process named "machine" holds the
+machine-wide counters, read back as the store's machine counters, counters rank -1), each thread a lane (its
+``thread_name``), ``cat`` the timeline category as the store had it (rules ``ddltrace-*`` of categories.toml, tried
+before every other rule), ``ts``/``dur`` the exact ns the export wrote (``ts`` from ``otherData.origin_ns``),
+``args`` the nullable columns (bytes, peer, step, tag, comm, request, correlation) and the rank's ``source``; a
+rank's host comes from its process name ("rank 3 (node7)") and the rest of its manifest entry (role, aggregate,
+world size, ...) from that event's ``ddltrace_rank``. Counters are the rank's ``C`` events (the machine's go with
+the first rank's part, as rows of rank -1, which the store writes to its machine counters); those of a process that
+is neither a rank nor the machine are not kept, and counted so. The run's workload, clock and notes entries
+(``otherData``) go to the file's report (``FileReport.manifest``), which ``ddltrace import`` writes into the store's
+manifest, and so does the run's world size (``FileReport.world_size``: an export of ranks 3-4 of a world of 5
+imports as those ranks of a world of 5).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from ddltrace.arrow_timeline import counters_table
 from ddltrace.collectors.importers.base import ImportContext, Importer, register
 from ddltrace.collectors.importers.chrome import read_chrome
 from ddltrace.collectors.importers.convert import chrome_part, record
@@ -32,6 +36,12 @@ _PROCESS = re.compile(r"^rank (\d+)(?: \((.*)\))?$")
 #: The timeline's nullable integer columns the export writes in ``args`` (ddltrace/chrome.py's ``_ARG_COLUMNS``).
 COLUMNS = ("bytes", "peer", "step", "tag", "comm", "request", "correlation")
 FORMAT = "ddltrace"
+#: The process of the machine-wide counters (ddltrace/chrome.py's ``MACHINE_PID``) and their rank in the store.
+MACHINE_PROCESS = "machine"
+MACHINE_RANK = -1
+#: The reader's count of ``C`` events (collectors/importers/chrome.py), one sample each in ddltrace's export.
+KEPT_COUNTERS = "counter (C) events, kept as counters"
+NOT_KEPT_COUNTERS = "counter (C) events of a process that is neither a rank nor the machine, not kept"
 #: Times from this on (ns) are taken as the Unix epoch's (2001-09-09), as the generic Chrome reader takes them.
 EPOCH_NS = 10**18
 
@@ -103,12 +113,14 @@ class ArgColumns:
 def read(path: Path, ctx: ImportContext):
     columns = ArgColumns()
     trace = read_chrome(path, amend=columns, x_args=ExportArgs, processes=ctx.processes)
-    record(ctx, trace)
     ranks: dict[Any, tuple[int, str | None]] = {}
     for pid, name in trace.process_names.items():
         found = _PROCESS.match(name)
         if found:
             ranks[pid] = (int(found.group(1)), found.group(2))
+    machine = [pid for pid, name in trace.process_names.items() if name == MACHINE_PROCESS]
+    _count_unclaimed_counters(trace, {*ranks, *machine})
+    record(ctx, trace)
     lane_pid = np.array([pid for pid, _ in trace.lanes], dtype=object)
     row_pid = lane_pid[trace.lane_key] if len(trace.lane_key) else np.empty(0, dtype=object)
     values, missing = columns.arrays(len(trace.ts_ns))
@@ -120,14 +132,45 @@ def read(path: Path, ctx: ImportContext):
     if ctx.report is not None:
         ctx.report.manifest = _run_entries(trace.header.get("otherData"), ctx.report)
         ctx.report.world_size = _world_size(trace.header.get("otherData"), ctx.report)
-    for pid, (rank, host) in sorted(ranks.items(), key=lambda item: item[1][0]):
+    for index, (pid, (rank, host)) in enumerate(sorted(ranks.items(), key=lambda item: item[1][0])):
         rows = np.flatnonzero(row_pid == pid)
         part = chrome_part(trace, fmt=FORMAT, rank=rank, ctx=ctx, rows=rows, clock=clock, offset_ns=origin,
                            lane_name=lambda p, t: trace.thread_names.get((p, t)) or f"tid {t}",
                            row_columns=values, row_missing=missing, info={**_saved(trace, pid), "host": host},
                            counter_pid=pid)
         _keep_source(part, Counter(sources[rows].tolist()))
+        if index == 0:
+            _add_machine_counters(part, trace, machine, origin)
         yield part
+
+
+def _count_unclaimed_counters(trace, claimed: set) -> None:
+    """Move the ``C`` events of the processes not in ``claimed`` (neither a rank nor the machine: not read back)
+    from the reader's count of counters kept to one of counters not kept (one sample an event, as the export
+    writes them)."""
+    pids = trace.counter_arrays()[0]
+    unclaimed = sum(pid not in claimed for pid in pids.tolist())
+    if unclaimed:
+        trace.skipped[KEPT_COUNTERS] -= unclaimed
+        trace.skipped[NOT_KEPT_COUNTERS] += unclaimed
+        if not trace.skipped[KEPT_COUNTERS]:
+            del trace.skipped[KEPT_COUNTERS]
+
+
+def _add_machine_counters(part, trace, machine: list, origin: int) -> None:
+    """Add the samples of the ``machine`` processes (their ``ts`` from ``origin``, ns) to ``part``'s counters as
+    rows of :data:`MACHINE_RANK`: the store writes them to its machine counters, names and all (``NAME@HOST`` for
+    a node's of a store made across nodes)."""
+    import pyarrow as pa
+
+    tables = [part.counter_table] if part.counter_table is not None else []
+    for pid in machine:
+        _pid, names, t_ns, values = trace.counter_arrays(pid)
+        if len(names):
+            tables.append(counters_table(np.full(len(names), MACHINE_RANK, dtype=np.int32), names,
+                                         t_ns + origin, values))
+    if tables:
+        part.counters = pa.concat_tables(tables)
 
 
 def _run_entries(other, report) -> dict:

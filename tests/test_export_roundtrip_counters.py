@@ -1,0 +1,84 @@
+"""``ddltrace export --chrome`` then ``ddltrace import``: the counters come back as the store had them, the
+machine-wide ones (counters rank -1, process "machine" in the export) included (was: dropped, 445 samples of 3
+series of 874 of 14, while the import's summary counted all 874 kept)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from ddltrace.cli import main
+from ddltrace.store import TraceStore
+
+PAR_W4 = Path(__file__).resolve().parent.parent / "sample_traces" / "ps-sgd" / "par-w4" / "store"
+#: The columns of a counters file: the rank (-1: the machine), the series' name, the time (ns) and the value.
+COLUMNS = ["rank", "name", "t_ns", "value"]
+
+
+@pytest.fixture
+def round_trip(tmp_path, capsys) -> tuple[Path, str]:
+    """par-w4 exported and imported back into ``tmp_path/back``; the import's printed summary."""
+    out = tmp_path / "par.json"
+    assert main(["export", str(PAR_W4), "--chrome", str(out), "--quiet"]) == 0
+    back = tmp_path / "back"
+    capsys.readouterr()
+    assert main(["import", str(out), "--out", str(back), "--progress", "never"]) == 0
+    return back, capsys.readouterr().out
+
+
+def _counters(store: Path) -> dict[str, list[tuple]]:
+    """Each counters file of ``store`` (``machine``, ``rank-00003``) as its rows of :data:`COLUMNS`, in file order."""
+    return {file.stem: list(zip(*(pq.read_table(file, columns=COLUMNS).column(c).to_pylist() for c in COLUMNS),
+                                strict=True))
+            for file in sorted((store / "counters").glob("*.parquet"))}
+
+
+def test_every_counter_sample_comes_back_with_its_rank_or_the_machine(round_trip):
+    """Every series and sample (name, exact ns time, value) of every rank and of the machine, in its file."""
+    back, _ = round_trip
+    original, imported = _counters(PAR_W4), _counters(back)
+    assert imported == original
+    assert {row[0] for row in imported["machine"]} == {-1} and len(imported["machine"]) == 429
+    assert sum(map(len, imported.values())) == 874
+    assert TraceStore.open(back).counter_ranks == TraceStore.open(PAR_W4).counter_ranks == [-1, 0, 1, 2, 3, 4]
+
+
+def test_info_gives_the_same_counters_line(round_trip, capsys):
+    back, _ = round_trip
+    lines = []
+    for store in (PAR_W4, back):
+        assert main(["info", str(store)]) == 0
+        lines.append([line for line in capsys.readouterr().out.splitlines() if line.startswith("counters ")])
+    assert lines[0] == lines[1] == ["counters    874 samples of 14 series"]
+
+
+def test_info_json_gives_the_same_counters(round_trip, capsys):
+    """``info --json``: the same samples and series."""
+    back, _ = round_trip
+    found = []
+    for store in (PAR_W4, back):
+        assert main(["info", str(store), "--json"]) == 0
+        found.append(json.loads(capsys.readouterr().out))
+    before, after = found
+    assert (after["counter_samples"], after["counter_names"]) == (before["counter_samples"], before["counter_names"])
+
+
+def test_the_import_counts_the_counter_events_it_kept(round_trip, tmp_path, capsys):
+    """All 874 ``C`` events kept, and so counted; one of a process that is neither a rank nor the machine is
+    counted as not kept (was: counted kept, and dropped)."""
+    _, summary = round_trip
+    assert "skipped 874 event(s): counter (C) events, kept as counters" in summary
+    trace = json.loads((tmp_path / "par.json").read_text())
+    trace["traceEvents"].append({"ph": "C", "name": "stray", "pid": 77, "tid": 0, "ts": 1, "args": {"stray": 1.0}})
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(trace))
+    assert main(["import", str(edited), "--out", str(tmp_path / "edited"), "--progress", "never"]) == 0
+    summary = capsys.readouterr().out
+    assert "skipped 874 event(s): counter (C) events, kept as counters" in summary
+    assert "skipped 1 event(s): counter (C) events of a process that is neither a rank nor the machine, not kept" \
+        in summary
+    assert sum(map(len, _counters(tmp_path / "edited").values())) == 874
+
