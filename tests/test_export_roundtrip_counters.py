@@ -82,3 +82,19 @@ def test_the_import_counts_the_counter_events_it_kept(round_trip, tmp_path, caps
         in summary
     assert sum(map(len, _counters(tmp_path / "edited").values())) == 874
 
+
+
+def test_info_gives_the_same_per_node_table(round_trip, capsys):
+    """The machine counters' node (the run's one host, ``run.hosts``, for their plain names): ``info``'s per-node
+    table and its ``--json`` rows as the original's."""
+    back, _ = round_trip
+    tables, nodes = [], []
+    for store in (PAR_W4, back):
+        assert main(["info", str(store)]) == 0
+        text = capsys.readouterr().out
+        tables.append(text[text.index("\nper node"):].splitlines()[:4])
+        assert main(["info", str(store), "--json"]) == 0
+        nodes.append(json.loads(capsys.readouterr().out)["nodes"])
+    assert tables[0] == tables[1] and tables[1][3].split()[:2] == ["vm", "33"]
+    assert nodes[0] == nodes[1] and [n["host"] for n in nodes[1]] == ["vm"]
+    assert TraceStore.open(back).run["hosts"] == TraceStore.open(PAR_W4).run["hosts"] == ["vm"]

@@ -130,6 +130,9 @@ class FileReport:
     #: the world size of the run the file is a part of, where it says (ddltrace's own export of some ranks:
     #: ``otherData.run.world_size``), which the store's ``run.world_size`` takes where larger than its ranks
     world_size: int | None = None
+    #: the hosts of the run the file is of, where it says (ddltrace's own export: ``otherData.run.hosts``), which the
+    #: store's ``run.hosts`` takes: the host of the machine counters' plain names (ddltrace/node_summary.py)
+    hosts: list[str] | None = None
 
 
 @dataclass

@@ -132,6 +132,7 @@ def read(path: Path, ctx: ImportContext):
     if ctx.report is not None:
         ctx.report.manifest = _run_entries(trace.header.get("otherData"), ctx.report)
         ctx.report.world_size = _world_size(trace.header.get("otherData"), ctx.report)
+        ctx.report.hosts = _hosts(trace.header.get("otherData"), ctx.report)
     for index, (pid, (rank, host)) in enumerate(sorted(ranks.items(), key=lambda item: item[1][0])):
         rows = np.flatnonzero(row_pid == pid)
         part = chrome_part(trace, fmt=FORMAT, rank=rank, ctx=ctx, rows=rows, clock=clock, offset_ns=origin,
@@ -208,6 +209,19 @@ def _world_size(other, report) -> int | None:
         return world
     report.problems.append(f"{report.path}: otherData.run.world_size {str(world)[:40]!r} is not a world size (an "
                            f"integer from 1 to {MAX_WORLD_SIZE}); the store counts its ranks")
+    return None
+
+
+def _hosts(other, report) -> list[str] | None:
+    """The hosts of the exported run (``otherData.run.hosts``: the host of its machine counters' plain names), or
+    None where the export gives none; one that is not a list of texts is named among the file's problems and left
+    out."""
+    run = other.get("run") if isinstance(other, dict) else None
+    hosts = run.get("hosts") if isinstance(run, dict) else None
+    if hosts is None or (isinstance(hosts, list) and all(isinstance(h, str) for h in hosts)):
+        return hosts
+    report.problems.append(f"{report.path}: otherData.run.hosts is not a list of texts: the run's hosts are not "
+                           "restored (nor the node of its machine counters)")
     return None
 
 

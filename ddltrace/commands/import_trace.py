@@ -499,6 +499,9 @@ def _finish_manifest(store, reports, clocks: dict, formats: Counter, world_sizes
     store.manifest["run"].update({"framework": "+".join(sorted(formats)), "imported_files": len(reports),
                                   "world_size": max([max(store.ranks, default=-1) + 1, *world_sizes,
                                                      *(r.world_size for r in reports if r.world_size)])})
+    hosts = sorted({host for report in reports for host in report.hosts or ()})
+    if hosts:
+        store.manifest["run"]["hosts"] = hosts
     notes = store.manifest.setdefault("notes", [])
     for report in reports:
         skipped = ", ".join(f"{n} {why}" for why, n in report.skipped.most_common())
