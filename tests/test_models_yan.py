@@ -103,3 +103,18 @@ def test_optimise_ranks_and_checks_constraints():
         yan.optimise(dnn, hw, 8, N_sample=1, N_read=1, configurations=[(4, 4, 1)])
     with pytest.raises(DdltraceError, match="cores"):
         yan.optimise(dnn, hw, 8, N_sample=1, N_read=1, threads=[32])
+
+
+def test_a_search_too_large_is_refused_with_its_size(monkeypatch):
+    """The configurations are counted before they are made: 8 machines at --max-workers 2 are the 30 ranked
+    (N_ps + N_mr N_wr <= 8); 100,000 machines (QA: ran the machine out of memory) are refused, naming the count."""
+    dnn = load_dnn("mnist-adam")
+    hw = yan.Hardware(C_muladd=1e-10, C_act=1e-9, C_err=1e-9, C_ncost=5e-5, C_nbw=1.25e9, cores=16)
+    ranked = yan.optimise(dnn, hw, 8, N_sample=60000, N_read=70, threads=[16], max_workers=2)
+    assert len(ranked) == sum(1 for wr in (1, 2) for mr in range(1, 8) for ps in range(1, 8) if ps + mr * wr <= 8)
+    monkeypatch.setattr(yan, "MAX_CONFIGURATIONS", len(ranked) - 1)
+    with pytest.raises(DdltraceError, match=f"machines: 8: {len(ranked)} configurations"):
+        yan.optimise(dnn, hw, 8, N_sample=60000, N_read=70, threads=[16], max_workers=2)
+    monkeypatch.undo()
+    with pytest.raises(DdltraceError, match="machines: 100000: 4,999,950,000 configurations"):
+        yan.optimise(dnn, hw, 100_000, N_sample=60000, N_read=70, max_workers=1)
