@@ -1108,6 +1108,29 @@ class StoreLock:
             self._fd = None
 
 
+#: Two parts of a run (two files of one rank, two stores) whose times on the wall clock lie further apart than this,
+#: and than ``RUN_GAP_SPANS`` times the longer of their spans, are of two runs, not of one.
+RUN_GAP_NS = 3600 * 10**9
+RUN_GAP_SPANS = 10
+#: Times from this many ns on are the wall clock's (2001-09-09): a relative clock's are far below.
+WALL_CLOCK_NS = 10**18
+
+
+def two_runs_apart(a: tuple[int, int], b: tuple[int, int]) -> int:
+    """The gap (ns) between the spans ``a`` and ``b`` (start, end ns on one wall clock) where it says they are of two
+    runs (:data:`RUN_GAP_NS`, :data:`RUN_GAP_SPANS`), else 0."""
+    gap = max(b[0] - a[1], a[0] - b[1])
+    return gap if gap > max(RUN_GAP_NS, RUN_GAP_SPANS * max(a[1] - a[0], b[1] - b[0])) else 0
+
+
+def _wall_span(store: TraceStore) -> tuple[int, int] | None:
+    """The first start and last end (ns) of the store's ranks where they are wall-clock times, else None."""
+    entries = [store.manifest["ranks"].get(str(r)) for r in store.ranks]
+    spans = [(e["start_ns"], e["end_ns"]) for e in entries if isinstance(e, dict) and isinstance(e.get("start_ns"), int)
+             and isinstance(e.get("end_ns"), int) and e["start_ns"] >= WALL_CLOCK_NS]
+    return (min(s for s, _ in spans), max(e for _, e in spans)) if spans else None
+
+
 def merge_stores(first: TraceStore, second: TraceStore, out: str | os.PathLike, *,
                  renumber: bool = False, amend: Callable[[TraceStore, dict[str, str]], None] | None = None,
                  tell: Callable[[str], None] | None = None) -> TraceStore:
@@ -1125,6 +1148,13 @@ def merge_stores(first: TraceStore, second: TraceStore, out: str | os.PathLike, 
     written and the store published, so that no reader ever sees the store without it (``said``: the merge's own
     notes by what they are on, ``world_size``, ``clock``, ``workload``).
     """
+    spans = _wall_span(first), _wall_span(second)
+    gap = two_runs_apart(*spans) if None not in spans else 0
+    if gap:
+        from ddltrace.units import format_ns
+
+        raise StoreError(f"{second.path}: {format_ns(gap)} apart from {first.path} on the wall clock: not a part of "
+                         "its run (merge joins the parts of one job)")
     offset = 0
     overlap = set(first.ranks) & set(second.ranks)
     if overlap:

@@ -179,3 +179,24 @@ def test_times_and_correlation_ids_are_delta_encoded_and_read_back_as_written(tm
                if e.get("ph") == "X" and isinstance(e.get("args"), dict) and "correlation" in e["args"]}
     read = set(pq.read_table(path, columns=["correlation"]).column(0).drop_null().to_pylist())
     assert written and read == written
+
+
+def test_stores_of_two_runs_are_not_merged(tmp_path):
+    """Two stores whose ranks' wall-clock times lie two days apart (more than an hour, and than ten times either
+    span) are not parts of one job: refused, naming the gap, nothing written (QA: an nsys trace merged with ranks of
+    a ps-sgd run gave a 29,881 h run). Stores of one run, minutes apart, still merge."""
+    day = 86_400 * 10**9
+    t0 = 1_790_000_000 * 10**9  # 2026, on the wall clock
+
+    def store(name: str, rank: int, start: int) -> TraceStore:
+        rows = [{"rank": rank, "name": "work", "category": "compute", "start_ns": start + i * 10**6, "dur_ns": 500_000}
+                for i in range(10)]
+        return write_store(tmp_path / name, make_timeline(rows), run={"world_size": 2})
+
+    first = store("a", 0, t0)
+    # (two days less the first store's span)
+    with pytest.raises(StoreError, match=r"b: 47 h 59 min apart from .*a on the wall clock: not a part of its run"):
+        merge_stores(first, store("b", 1, t0 + 2 * day), tmp_path / "ab")
+    assert not (tmp_path / "ab").exists()
+    merged = merge_stores(first, store("c", 1, t0 + 5 * 60 * 10**9), tmp_path / "ac")
+    assert merged.ranks == [0, 1]

@@ -338,12 +338,6 @@ class TwoRuns(DdltraceError):
     """Two files of the import give one rank but are of two runs: the whole import is refused."""
 
 
-#: Two files that give one rank times further apart than this (and than ``RUN_GAP_SPANS`` times the longer of the
-#: two spans) are of two runs, not of one.
-RUN_GAP_NS = 3600 * 10**9
-RUN_GAP_SPANS = 10
-
-
 def _refuse_another_run(store, part, path, clocks: dict) -> None:
     """Refuse (one line, nothing written) a part that gives a rank an earlier file already gave, where the two are
     of two runs: the files say worlds of different sizes, or their times on the wall clock lie more than an hour,
@@ -362,10 +356,12 @@ def _refuse_another_run(store, part, path, clocks: dict) -> None:
         return
     import pyarrow.compute as pc
 
+    from ddltrace.store import two_runs_apart
+
     start = pc.min(table["start_ns"]).as_py()
     end = pc.max(pc.add(table["start_ns"], table["dur_ns"])).as_py()
-    gap = max(start - entry["end_ns"], entry["start_ns"] - end)
-    if gap > max(RUN_GAP_NS, RUN_GAP_SPANS * max(end - start, entry["end_ns"] - entry["start_ns"])):
+    gap = two_runs_apart((start, end), (entry["start_ns"], entry["end_ns"]))
+    if gap:
         from ddltrace.units import format_ns
 
         raise TwoRuns(f"{earlier} and {path} both give rank {rank}, {format_ns(gap)} apart on the wall clock: "
