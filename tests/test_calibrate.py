@@ -266,6 +266,19 @@ def test_compare_json_gives_each_constant_of_the_two_profiles(tmp_path, capsys):
     assert by_name["w_m"]["a"] is None and by_name["w_m"]["verdict"] == "only in B"
 
 
+@pytest.mark.parametrize("b_value, verdict", [(598e-12, "differs"), (380e-12, "same within 2 sigma")])
+def test_a_constant_and_its_reciprocal_get_one_verdict(b_value, verdict):
+    """r_net and C_nbw = 8 / r_net are one measurement: compared on the log scale they get one verdict (QA: the
+    quota profiles' r_net 254 -> 598 ps/B +- 17 %, 31 % read 'same within 2 sigma' and their C_nbw 'differs',
+    the test made on the values themselves)."""
+    a, b = (prof.new_profile({}, quick=True, sections=["net"]) for _ in "ab")
+    for profile, value, spread in ((a, 254e-12, 0.17), (b, b_value, 0.31)):
+        prof.add_constant(profile, "r_net", value, spread * value, "s/B", "network time per byte")
+        prof.add_constant(profile, "C_nbw", 8 / value, spread * 8 / value, "bit/s", "network bandwidth")
+    verdicts = {r["constant"]: r["verdict"] for r in prof.compare_constants(a, b)}
+    assert verdicts == {"r_net": verdict, "C_nbw": verdict}
+
+
 def test_quiet_leaves_stderr_empty_and_the_summary_on_stdout(tmp_path, capsys):
     out = tmp_path / "p.json"
     assert main(["calibrate", "--quick", "--only", "mem", "--quiet", "--out", str(out)]) == 0

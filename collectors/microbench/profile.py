@@ -190,10 +190,21 @@ def table(rows: list[tuple], header: tuple) -> str:
     return "\n".join(lines)
 
 
+def _differ(ca: dict, cb: dict) -> bool:
+    """Whether two measurements of one constant differ by more than twice their combined standard uncertainty (on the
+    log scale where both are > 0: see :func:`compare_constants`)."""
+    va, vb = ca["value"], cb["value"]
+    if va > 0 and vb > 0:
+        return abs(math.log(vb / va)) > 2 * math.hypot(ca["uncertainty"] / va, cb["uncertainty"] / vb)
+    return abs(vb - va) > 2 * math.hypot(ca["uncertainty"], cb["uncertainty"])
+
+
 def compare_constants(a: dict, b: dict) -> list[dict]:
     """Per constant of either profile: its ``unit``, A's and B's ``value`` and ``uncertainty`` (``None`` where that
     profile lacks it), ``ratio`` B / A, and the ``verdict``: ``differs`` where the difference exceeds twice the
-    combined uncertainty (the two standard uncertainties in quadrature), else ``same within 2 sigma``;
+    combined uncertainty, else ``same within 2 sigma``: for values > 0 on the log scale (|ln(B / A)| against the two
+    relative uncertainties in quadrature), so that a constant and its reciprocal (r_net and C_nbw = 8 / r_net)
+    get one verdict; else the two standard uncertainties in quadrature against B - A;
     ``only in A`` / ``only in B``; ``units differ`` (no ratio: A's and B's ``unit`` are both given) where the two
     profiles record it in different units."""
     records = []
@@ -208,9 +219,8 @@ def compare_constants(a: dict, b: dict) -> list[dict]:
         elif ca["unit"] != cb["unit"]:
             record.update(b_unit=cb["unit"], ratio=None, verdict="units differ")
         else:
-            combined = math.hypot(ca["uncertainty"], cb["uncertainty"])
-            record.update(ratio=cb["value"] / ca["value"],
-                          verdict="differs" if abs(cb["value"] - ca["value"]) > 2 * combined else "same within 2 sigma")
+            record.update(ratio=cb["value"] / ca["value"] if ca["value"] else None,
+                          verdict="differs" if _differ(ca, cb) else "same within 2 sigma")
         records.append(record)
     return records
 
