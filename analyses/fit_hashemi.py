@@ -307,7 +307,8 @@ class HashemiFit:
             err_with, err_without = with_term["abs_pct_error"].mean(), without["abs_pct_error"].mean()
             if err_without <= err_with:
                 self.unsupported_[term] = float(theta[names.index(term)])
-                notes.append(f"{term} is not supported by these runs: leave-one-out errors are lower without it "
+                than = "lower" if err_without < err_with else "no higher"  # (equal: the simpler model)
+                notes.append(f"{term} is not supported by these runs: leave-one-out errors are {than} without it "
                              f"({err_without:.1f} % vs {err_with:.1f} %), so it is held at 0 (fitted, it would be "
                              f"{self.unsupported_[term]:.3g})")
                 names = reduced
