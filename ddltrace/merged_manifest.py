@@ -207,13 +207,13 @@ def merged_clock(first: MergedPart, second: MergedPart) -> tuple[dict, str | Non
     references = [(c.get("method"), c.get("reference_rank")) for c in clocks]
     if references[0] == references[1]:
         return clock, None
-    from ddltrace.store import _ranges
+    from ddltrace.store import rank_ranges
 
-    ways = [f"ranks {_ranges(p.held)}: {method or 'not recorded'}" + (f", onto rank {ref}'s clock"
+    ways = [f"ranks {rank_ranges(p.held)}: {method or 'not recorded'}" + (f", onto rank {ref}'s clock"
                                                                        if ref is not None else "")
             for p, (method, ref) in zip((first, second), references, strict=True)]
     clock["method"] = "not one alignment: " + "; ".join(ways)
     clock.pop("reference_rank", None)
     return clock, (f"clocks not aligned to each other: {first.path} and {second.path} were put on their clocks "
-                   f"differently ({'; '.join(ways)}); the times of ranks {_ranges(first.held)} and those of ranks "
-                   f"{_ranges(second.held)} are not on one clock")
+                   f"differently ({'; '.join(ways)}); the times of ranks {rank_ranges(first.held)} and those of ranks "
+                   f"{rank_ranges(second.held)} are not on one clock")

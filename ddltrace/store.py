@@ -733,11 +733,11 @@ class TraceStore:
         unknown = sorted(set(wanted) - set(known))
         if unknown:
             raise StoreError(f"{self.path}: no rank {', '.join(map(str, unknown))} "
-                             f"(the store has ranks {_ranges(known)})")
+                             f"(the store has ranks {rank_ranges(known)})")
         return wanted
 
     def __repr__(self) -> str:
-        return f"TraceStore({str(self.path)!r}, ranks={_ranges(self.ranks)})"
+        return f"TraceStore({str(self.path)!r}, ranks={rank_ranges(self.ranks)})"
 
 
 def _shown(value: Any) -> str:
@@ -890,7 +890,7 @@ def _counters_sound(table: pa.Table, rank: int) -> bool:
     return not (values_of(table.column("rank"))[0] != rank).any()
 
 
-def _ranges(ranks: list[int]) -> str:
+def rank_ranges(ranks: list[int]) -> str:
     """'0-3, 7' for [0, 1, 2, 3, 7]."""
     if not ranks:
         return "none"
@@ -974,7 +974,7 @@ def verify_written(store: TraceStore, ranks: Iterable[int]) -> None:
     reread = TraceStore.open(store.path)
     missing = sorted(set(ranks) - set(reread.ranks))
     if missing:
-        raise StoreError(f"{store.path}: ranks {_ranges(missing)} were not written")
+        raise StoreError(f"{store.path}: ranks {rank_ranges(missing)} were not written")
     shared: dict[Path, list[tuple[int, int]]] = {}
     for rank in reread.ranks:
         path, span = reread.timeline_source(rank)
@@ -1159,7 +1159,7 @@ def merge_stores(first: TraceStore, second: TraceStore, out: str | os.PathLike, 
     overlap = set(first.ranks) & set(second.ranks)
     if overlap:
         if not renumber:
-            raise StoreError(f"{second.path}: ranks {_ranges(sorted(overlap))} are also in {first.path}: two "
+            raise StoreError(f"{second.path}: ranks {rank_ranges(sorted(overlap))} are also in {first.path}: two "
                              "parts of one job hold different ranks")
         offset = max(first.ranks) + 1
     out = Path(out)

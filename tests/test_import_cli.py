@@ -297,3 +297,18 @@ def test_a_rank_beyond_its_world_size_is_a_problem_and_the_world_holds_it(tmp_pa
             in capsys.readouterr().out)
     store = TraceStore.open(tmp_path / "store")
     assert store.ranks == [5] and store.world_size == 6
+
+
+def test_ranks_on_the_wall_clock_beside_ranks_on_their_own_are_an_import_problem(tmp_path, capsys):
+    """One file on the wall clock, one whose times are relative to its own start: imported, each its rank, and
+    the mix named as a problem of the relative one, which analyze shows (before: nothing said, and info's span of
+    the two read as a run of hundreds of thousands of hours)."""
+    events = [{"ph": "X", "name": "work", "cat": "cpu", "pid": 1, "tid": 1, "dur": 50}]
+    wall, relative = tmp_path / "wall.json", tmp_path / "rel.json"
+    wall.write_text(json.dumps({"traceEvents": [{**events[0], "ts": 1_790_000_000_000_000}]}))
+    relative.write_text(json.dumps({"traceEvents": [{**events[0], "ts": 10}]}))
+    assert main(["import", str(wall), str(relative), "--out", str(tmp_path / "store")]) == 0
+    said = f"{relative}: its times are relative to its own start (ranks 1), while ranks 0 are on the wall clock"
+    assert said in capsys.readouterr().out
+    assert main(["analyze", str(tmp_path / "store")]) == 0
+    assert any(line.startswith("Import problems") and said in line for line in capsys.readouterr().out.splitlines())

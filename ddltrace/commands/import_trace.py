@@ -477,6 +477,23 @@ def _align_clocks(store, mode: str, messages, exchanging: set[int]) -> None:
                      "only, or none); their times are left as recorded")
 
 
+def _name_mixed_clocks(store, reports, clocks: dict) -> None:
+    """Where some ranks are on the wall clock and others' times are relative to their own start, a problem of the
+    first file of a relative rank: no span or alignment across the two sets means anything (QA: a TensorBoard folder
+    of two such hosts read as a run of 492,109 h)."""
+    from ddltrace.store import rank_ranges
+
+    relative, wall = sorted(clocks.get("relative", ())), sorted(clocks.get("epoch", ()))
+    if not relative or not wall:
+        return
+    path = store.rank_info(relative[0]).get("file")
+    report = next((r for r in reports if r.path == path), None)
+    if report is not None:
+        report.problems.append(f"{path}: its times are relative to its own start (ranks {rank_ranges(relative)}), "
+                               f"while ranks {rank_ranges(wall)} are on the wall clock: their times cannot be put on "
+                               "one clock, and a span or a wait across the two is not the run's")
+
+
 def _kept_nothing(report) -> str:
     """Why a file gave no event: what was read of it and what was skipped."""
     skipped = ", ".join(f"{n} {why}" for why, n in report.skipped.most_common())
@@ -498,6 +515,7 @@ def _finish_manifest(store, reports, clocks: dict, formats: Counter, world_sizes
     hosts = sorted({host for report in reports for host in report.hosts or ()})
     if hosts:
         store.manifest["run"]["hosts"] = hosts
+    _name_mixed_clocks(store, reports, clocks)
     notes = store.manifest.setdefault("notes", [])
     for report in reports:
         skipped = ", ".join(f"{n} {why}" for why, n in report.skipped.most_common())
