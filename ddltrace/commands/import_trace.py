@@ -483,7 +483,10 @@ def _name_mixed_clocks(store, reports, clocks: dict) -> None:
     of two such hosts read as a run of 492,109 h)."""
     from ddltrace.store import rank_ranges
 
-    relative, wall = sorted(clocks.get("relative", ())), sorted(clocks.get("epoch", ()))
+    def timed(kind: str) -> list[int]:  # the ranks of that clock with events (an empty rank has no times)
+        return sorted(r for r in clocks.get(kind, ()) if store.rank_info(r).get("events"))
+
+    relative, wall = timed("relative"), timed("epoch")
     if not relative or not wall:
         return
     path = store.rank_info(relative[0]).get("file")
