@@ -80,17 +80,17 @@ def _fit(x, y) -> LineFit | None:
     return LineFit(slope, float(y.mean() - slope * x.mean()), r, p, stderr)
 
 
-def _ranks_fitted(run, th):
-    """The phase table of the ranks whose initialisation is read: the workers where there are enough of them (a
+def _ranks_fitted(run, least: int):
+    """The phase table of the ranks whose initialisation is read: the workers where there are ``least`` of them (a
     parameter server initialises differently: weights, not data), else every rank."""
     table = run.phase_table
     workers = [r for r in run.worker_ranks if r in table.index]
-    return table.loc[workers] if len(workers) >= th["seq_init.min_ranks"] else table
+    return table.loc[workers] if len(workers) >= max(least, 1) else table
 
 
 def within_run(run, th) -> list[Finding | Skipped]:
-    table = _ranks_fitted(run, th)
     least = th["seq_init.min_ranks"]
+    table = _ranks_fitted(run, least)
     if len(table) < least:
         return [short_of("sequential_init", run.name, f"{least:g} or more ranks to fit the end of each rank's "
                          "initialisation against its rank number (seq_init.min_ranks)", counted(len(table), "rank"))]
@@ -149,7 +149,7 @@ def within_run(run, th) -> list[Finding | Skipped]:
 def across_runs(runs, th) -> list[Finding | Skipped]:
     points, startups = {}, {}
     for run in runs:
-        table = _ranks_fitted(run, th)  # the ranks within_run reads: one median for one quantity
+        table = _ranks_fitted(run, 1)  # its workers, as the scaling table's medians and within_run's (w >= min_ranks)
         if len(table):
             points.setdefault(run.workers, []).append(float(np.median(table["job_init_ns"])))
             startups.setdefault(run.workers, []).append(float(np.median(table["startup_ns"])))
@@ -174,7 +174,7 @@ def across_runs(runs, th) -> list[Finding | Skipped]:
         id="sequential_init_scaling",
         title=f"Initialisation grows linearly with the number of workers: +{Quantity(fit.slope, 'ns/worker')}, "
               f"{growth:.1f}x from w = {int(w[0])} to w = {int(w[-1])} (the job's own: from the end of MPI_Init to "
-              "the first step, median rank of each run)"
+              "the first step, median worker of each run)"
               + (f"; start-up before it (first event to the end of MPI_Init): "
                  f"{'+' if startup_fit.slope >= 0 else ''}{Quantity(startup_fit.slope, 'ns/worker')}"
                  if startup_fit else ""),

@@ -366,11 +366,9 @@ def test_sample_init_scaling_is_the_jobs_initialisation(samples):
             sync = timeline[timeline["name"] == "ddltrace_clock_sync"].iloc[0]  # the one MPI_Init runs
             rank = int(timeline["rank"].iloc[0])
             ranks[rank] = (int(timeline["start_ns"].min()), int(sync["start_ns"] + sync["dur_ns"]))
-        # the workers' medians where there are seq_init.min_ranks of them, as within a run (the server
-        # initialises differently), else every rank's
+        # the workers' medians (the server initialises differently), as the scaling table's
         workers_here = [r for r in samples[n].worker_ranks if r in ranks]
-        if len(workers_here) >= TH["seq_init.min_ranks"]:
-            ranks = {r: ranks[r] for r in workers_here}
+        ranks = {r: ranks[r] for r in workers_here} or ranks
         startup.append(np.median([end - first for first, end in ranks.values()]))
         init.append(np.median([phases.loc[r, "init_end_ns"] - end for r, (_, end) in ranks.items()]))
     assert [found.evidence["startup_at_min_w"].value, found.evidence["startup_at_max_w"].value] == \
