@@ -31,7 +31,7 @@ def test_pmpi_trace_gaps_are_compute_and_phases_split_exactly():
     assert t.loc[0, "idle"] == 0
     steady = table_of(rows, "steady")  # no pattern: steady runs from MPI_Init's end to MPI_Finalize's start
     assert steady.loc[0, "total_ns"] == 900 and steady.loc[0, "compute"] == 900 - 50 - 150 - 25
-    assert steady.loc[0, "overlap"] == pytest.approx(675 / (675 + 150 + 25))
+    assert steady.loc[0, "overlap"] == pytest.approx(675 / (675 + 150 + 25 + 50))  # the barrier exposed too
     assert sum(table_of(rows, p).loc[0, "total_ns"] for p in ("init", "steady", "final")) == 1040
 
 

@@ -384,7 +384,7 @@ def render_run(r: RunAnalysis, phase: str) -> list[str]:
                      format_percent(row["overlap"]), *[""] * (len(overlaps) - 1)])
     out.extend("  " + line for line in _columns(header, rows))
     out.append("  overlap(P): Rudra's communication overlap over phase P of the rank (run: its whole run), compute / "
-               "(compute + exposed comm + wait); the low-overlap finding takes the median worker's "
+               "(compute + exposed comm + wait + barrier); the low-overlap finding takes the median worker's "
                f"overlap({_PHASE_WORD[r.main_phase]}). average: the mean of the workers; slowest: the worker with "
                "the most busy time (compute + io + memcpy) in the phase, the one the others wait for")
     if timed:

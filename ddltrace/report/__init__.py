@@ -643,7 +643,8 @@ def assemble(runs: list, findings: list, profile: str | None = None, model: str 
     lanes = ("every lane of the rank at once, its CPU threads and its device's streams: an instant counts once, as "
              "compute where any lane computes (each side alone: the next table); " if len(device) else "")
     tables = [(f"Time per category and rank, whole run ({lanes}shares of the rank's time and Rudra's overlap, "
-               "compute / (compute + exposed comm + wait), in per cent: overlap(run) over the rank's whole run"
+               "compute / (compute + exposed comm + wait + barrier), in per cent: overlap(run) over the rank's whole "
+               "run"
                f"{steady_text})", table)]
     if len(device):
         tables.append(("Host and device side by side, whole run (ranks with a device: host = its CPU threads, "
