@@ -150,3 +150,25 @@ def test_run_into_a_read_only_folder_is_one_line_before_the_job(tmp_path):
         locked.chmod(0o755)
     assert_usage_line(result, "ddltrace: error:", f"{locked}: cannot write the store there (Permission denied)")
     assert not marker.exists() and not (locked / "store").exists()
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--launcher", 'mpiexec -n 2 "unbalanced', "--", "true"],
+     "--launcher 'mpiexec -n 2 \"unbalanced': cannot be split into words (No closing quotation)"),
+    (["--launcher", " ", "--", "true"], "--launcher: empty"),
+    (["--np", "2", "--", "no-such-command-here"], "no-such-command-here: no such command"),
+    (["--", "no-such-command-here"], "no-such-command-here: no such command"),
+    (["--steps", "1-2", "--", "true"], "--steps: only with --framework"),
+    (["--pyspy-rate", "50", "--", "true"], "--pyspy-rate: only with --pyspy"),
+    (["--launcher-addr", "10.0.0.1", "--", "true"], "--launcher-addr: only with --launcher"),
+    (["--out", "", "--", "true"], "--out: empty"),
+])
+def test_run_refuses_what_would_fail_or_be_ignored_before_the_job(argv, says, capsys, tmp_path, monkeypatch):
+    """QA of 2026-11-26: a launcher with an unbalanced quote was a ValueError traceback; a command that does not
+    exist ran under mpiexec (its errors, an empty store, exit 1); options of another option were taken and ignored;
+    an empty --out wrote to the default name. Each is one line, exit 2, and no job, no store."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0], err
+    assert list(tmp_path.iterdir()) == []

@@ -46,7 +46,7 @@ def register(subparsers) -> None:
     p.add_argument("--sample-hz", type=number(*SAMPLE_HZ, unit="Hz"), default=10.0, metavar="HZ",
                    help=f"system and GPU samples per second, {SAMPLE_HZ[0]:g} to {SAMPLE_HZ[1]:g} (default 10)")
     p.add_argument("--pyspy", action="store_true", help="sample each Python process's stacks with py-spy")
-    p.add_argument("--pyspy-rate", type=integer(1, 1000, unit="Hz"), default=100, metavar="HZ",
+    p.add_argument("--pyspy-rate", type=integer(1, 1000, unit="Hz"), metavar="HZ",
                    help="py-spy samples per second, 1 to 1000 (default 100)")
     p.add_argument("--framework", metavar="NAME",
                    help="switch this framework's profiler on: pytorch, mxnet, tf, horovod or cntk")
@@ -64,6 +64,28 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def _check_options(args, argv: list[str]) -> None:
+    """Refuse, before the job runs, options that would be ignored or fail later: each one line naming it."""
+    import shlex
+    import shutil
+
+    for option, value, needs, given in (("--steps", args.steps, "--framework", args.framework),
+                                        ("--pyspy-rate", args.pyspy_rate, "--pyspy", args.pyspy),
+                                        ("--launcher-addr", args.launcher_addr, "--launcher", args.launcher)):
+        if value is not None and not given:
+            raise DdltraceError(f"{option}: only with {needs}")
+    for option, value in (("--out", args.out), ("--launcher", args.launcher)):
+        if value is not None and not value.strip():
+            raise DdltraceError(f"{option}: empty")
+    if args.launcher is not None:
+        try:
+            shlex.split(args.launcher)
+        except ValueError as exc:
+            raise DdltraceError(f"--launcher {args.launcher!r}: cannot be split into words ({exc})") from None
+    elif shutil.which(argv[0]) is None:  # (a launcher's nodes may have what this machine lacks)
+        raise DdltraceError(f"{argv[0]}: no such command (not a program on PATH, nor an executable file)")
+
+
 def run(args) -> int:
     from ddltrace.collectors import frameworks
     from ddltrace.collectors.launcher import RunConfig, run_job
@@ -73,11 +95,12 @@ def run(args) -> int:
         argv = argv[1:]
     if not argv:
         raise DdltraceError("command: nothing to run (give it after --, e.g. ddltrace run --np 4 -- python job.py)")
+    _check_options(args, argv)
     steps = frameworks.parse_steps(args.steps) if args.steps else frameworks.DEFAULT_STEPS
     out = Path(args.out) if args.out else Path(f"ddltrace-run-{_dt.datetime.now():%Y%m%d-%H%M%S}")
     check_writable(out.parent, "the store")  # before the job runs, not after it
     result = run_job(RunConfig(argv=argv, out=out, np=args.np, launcher=args.launcher, sample_hz=args.sample_hz,
-                               pyspy=args.pyspy, pyspy_rate_hz=args.pyspy_rate, progress=not args.no_progress,
+                               pyspy=args.pyspy, pyspy_rate_hz=args.pyspy_rate or 100, progress=not args.no_progress,
                                framework=args.framework, steps=steps, record_shapes=args.record_shapes,
                                launcher_addr=args.launcher_addr))
     for note in result.notes:  # on stderr, as every line of ddltrace's own: stdout is the job's
