@@ -57,9 +57,10 @@ from ddltrace.units import format_ns
 _GRACE_S = (5.0, 10.0)  # SIGTERM, then SIGKILL, this long after the first interrupt
 NODES = "nodes"  # the node agents' folder in the record folder: one folder per host
 GATHER_WAIT_S = 15.0  # after the job, how long the nodes' links may stay silent before a node is given up
-#: The store's note of a run stopped by Ctrl-C or SIGTERM (the ranks' lines say which ended abruptly: maybe none).
-INTERRUPTED_NOTE = ("interrupted (Ctrl-C / SIGTERM): the job was stopped; a rank that had not ended by then is "
-                    "marked abrupt")
+#: The store's note of a run stopped by Ctrl-C, SIGTERM or SIGHUP (the ranks' lines say which ended abruptly: maybe
+#: none).
+INTERRUPTED_NOTE = ("interrupted (Ctrl-C / SIGTERM / SIGHUP): the job was stopped; a rank that had not ended by then "
+                    "is marked abrupt")
 
 # timeline rows of the wrapper that are not MPI calls of the job: the gaps between calls, its own clock syncs
 NOT_CALLS = (OUTSIDE_MPI, POLLING, *(name for name, _ in PSEUDO))
@@ -117,10 +118,12 @@ def _header_progress(folder: Path) -> tuple[int, int]:
 
 
 class _Interrupts:
-    """SIGINT/SIGTERM while the job runs: a flag, and escalating signals to the job's process group
+    """SIGINT/SIGTERM/SIGHUP while the job runs: a flag, and escalating signals to the job's process group
     (:meth:`escalate`). Once the store is written (:meth:`start_write`): the first says what is written and
-    how long it will take, the next abandons the write (:class:`WriteAbandoned`; the records are kept). One
-    handler for both, so that no signal falls between them."""
+    how long it will take, the next abandons the write (:class:`WriteAbandoned`; the records are kept), and those
+    after it are ignored, so that the abandon's own cleanup (the partial store removed) is not cut short. One
+    handler for all three, so that no signal falls between them. SIGHUP (the terminal closed, an ssh session lost)
+    is an interrupt like the others: before, it killed ddltrace at once, no store, the job left running."""
 
     def __init__(self, stream=None):
         self.first: float | None = None
@@ -132,7 +135,7 @@ class _Interrupts:
         self.write_signals = 0
 
     def __enter__(self):
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             self._old[sig] = signal.signal(sig, self._handler)
         return self
 
@@ -152,13 +155,13 @@ class _Interrupts:
                 self.first = time.monotonic()
             return
         self.write_signals += 1
-        if self.writing.phase == _RENAMING:  # one step from done: abandoning now would gain nothing
+        if self.writing.phase == _RENAMING or self.write_signals > 2:  # one step from done, or abandoning already
             return
-        if self.write_signals >= 2:
-            print("\nddltrace: write abandoned", file=self.stream, flush=True)
+        if self.write_signals == 2:
+            _say(self.stream, "\nddltrace: write abandoned")
             raise WriteAbandoned()
-        print(f"\nddltrace: {self.writing.describe()}. Interrupt again to abandon the write and keep the "
-              f"records in {self.records}", file=self.stream, flush=True)
+        _say(self.stream, f"\nddltrace: {self.writing.describe()}. Interrupt again to abandon the write and keep the "
+                          f"records in {self.records}")
 
     def escalate(self, proc: subprocess.Popen) -> None:
         """After an interrupt: SIGINT to the job's process group, SIGTERM after 5 s, SIGKILL after 10 s."""
@@ -172,6 +175,14 @@ class _Interrupts:
             except ProcessLookupError:
                 pass
             self.sent = step + 1
+
+
+def _say(stream, line: str) -> None:
+    """Print ``line`` to ``stream`` where it can still be written (after a SIGHUP the terminal may be gone)."""
+    try:
+        print(line, file=stream, flush=True)
+    except OSError:
+        pass
 
 
 def _python_children(root: int) -> list[int]:

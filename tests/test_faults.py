@@ -401,3 +401,40 @@ def test_recover_names_a_cut_rank_file_and_an_unreadable_one_and_keeps_the_rest(
     assert (f"unreadable record file: {garbled / 'rank-00001.pmpi'}: not a ddltrace PMPI record file (bad magic or "
             "too short); rank 1 left out") in done.stdout and "wrote no record file" not in done.stdout, done.stdout
     assert stored_calls(tmp_path / "G") == {0: logged[0]}
+
+
+@needs_mpi
+def test_sighup_stops_the_job_and_writes_the_store(tmp_path, cleanup):
+    """The terminal closed or the ssh session lost (SIGHUP to ``ddltrace run``): handled as Ctrl-C, the job stopped
+    and the store written with every call (before: ddltrace died at once, exit 129, no store, the job left running)."""
+    out = tmp_path / "S"
+    run = Run(tmp_path, out, "sleep")
+    cleanup["runs"].append(run)
+    cleanup["records"].append(records := run.records())
+    logged = run.logged()
+    run.proc.send_signal(signal.SIGHUP)
+    assert run.proc.wait(timeout=LONG_S) == 130, run.stderr()
+    assert stored_calls(out) == logged == {0: CALLS, 1: CALLS}
+    assert TraceStore.open(out).run["interrupted"] is True
+    assert not records.exists()
+
+
+@needs_mpi
+def test_a_burst_of_signals_during_the_write_leaves_no_partial_store(tmp_path, cleanup):
+    """Ctrl-C pressed many times, fast, during the write (QA: 2 times in 3 the partial .S.*.tmp stayed: every
+    signal after the one that abandons the write abandoned it again, inside its cleanup): the write is abandoned
+    once, the partial store removed, the records kept."""
+    out = tmp_path / "S"
+    run = Run(tmp_path, out, "sleep", env={"DDLTRACE_TEST_WRITE_DELAY_S": "4"})
+    cleanup["runs"].append(run)
+    cleanup["records"].append(records := run.records())
+    run.logged()
+    run.proc.send_signal(signal.SIGINT)  # stops the job
+    wait_for(lambda: past_rank0(tmp_path, "S", run.proc.pid), "the write to be past rank 0")
+    for pause in [0.0] * 10 + [0.002] * 20:  # (back to back, then one at a time through the cleanup)
+        run.proc.send_signal(signal.SIGINT)
+        time.sleep(pause)
+    assert run.proc.wait(timeout=LONG_S) == 130
+    assert run.stderr().count("write abandoned") == 1
+    assert not out.exists() and not list(tmp_path.glob(".S.*.tmp")), "the partial store is removed"
+    assert len(list(records.glob("rank-*.pmpi"))) == 2
