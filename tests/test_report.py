@@ -519,7 +519,7 @@ def test_two_runs_of_as_many_workers_are_told_apart_by_their_store(tmp_path):
     verdict = html.unescape(re.search(r'<p class="verdict">(.*?)</p>', page, re.S).group(1))
     first = doc["findings"][0]  # the dominant bottleneck: which run it is of, and which run the shares are of
     assert verdict.startswith(f"The dominant bottleneck, in the w = 4 run ({first['store']}): {first['title']}")
-    assert f"across the workers of the 4-worker run ({main}) the largest share" in verdict
+    assert f"across the workers of the 4-worker run ({main}), over their whole runs, the largest share" in verdict
     assert f"(w = 4 ({html.escape(main)}) run)</span>" in card
     assert f"to zoom into every event of the w = 4 ({html.escape(main)}) run where" in page  # trace.json's run
     assert f"To zoom into every event of the w = 4 ({main}) run: open" in files.markdown.read_text().replace("\\", "")

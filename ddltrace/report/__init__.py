@@ -202,6 +202,9 @@ def verdict(findings: list, runs: list) -> list[str]:
     top = max(shares, key=shares.get)  # idle or other may well be the largest (a device waiting, MPI_Init)
     same_w = sum(r.workers == main.workers for r in runs) > 1
     of_main = f"the {main.workers}-worker run" + (f" ({main.name})" if same_w else "")  # which, where w is not
+    # the share's window and definition: the breakdown table's (on a device, every lane together)
+    defined = "over their whole runs" + (", host and device lanes together (each side alone: the GPU section)"
+                                         if main.device_breakdown is not None and len(main.device_breakdown) else "")
     if serious:
         first = serious[0]
         cost_text = f", costing about {format_ns(first.cost_ns)} ({first.cost_basis})" if first.cost_basis else ""
@@ -210,11 +213,11 @@ def verdict(findings: list, runs: list) -> list[str]:
         others = len(serious) - 1
         return [f"The dominant bottleneck{where}: {first.title}{cost_text}.",
                 f"{others} more finding{'s' if others != 1 else ''} at warning level or above; across the workers "
-                f"of {of_main} the largest share of time is {top} ({format_percent(shares[top])})."]
+                f"of {of_main}, {defined}, the largest share of time is {top} ({format_percent(shares[top])})."]
     runner_up = sorted(shares, key=shares.get)[-2]
     then = f", then {runner_up} ({format_percent(shares[runner_up])})" if shares[runner_up] >= 0.0005 else ""
     return ["No bottleneck was found at warning level or above.",
-            f"Across the workers of {of_main} the largest share of time is {top} "
+            f"Across the workers of {of_main}, {defined}, the largest share of time is {top} "
             f"({format_percent(shares[top])}){then}."]
 
 
