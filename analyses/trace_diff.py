@@ -27,6 +27,8 @@ DEVICES = ("all", "cpu", "gpu")
 SUMMARY_COLUMNS = ["name", "category", "count", "sum_ns"]
 COLUMNS = ["name", "category", "control_count", "test_count", "control_ns", "test_ns", "diff_count", "diff_ns",
            "change"]
+#: A name's change of count (HTA's trace_diff's words): in test only, in control only, more rows, fewer, as many (its
+#: time may have changed all the same: diff_ns).
 CHANGES = ("added", "deleted", "increased", "decreased", "unchanged")
 
 

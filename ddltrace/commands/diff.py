@@ -110,7 +110,8 @@ def render(table, sides: list[dict], changes: dict, device: str, top: int) -> st
     largest change in summed time."""
     lines = [f"control  {_window(sides[0])}", f"test     {_window(sides[1])}",
              f"rows compared: {_ROWS[device]}; names: {len(table):,} "
-             f"({', '.join(f'{n:,} {c}' for c, n in changes.items())})", ""]
+             f"({', '.join(f'{n:,} {c}' for c, n in changes.items())}: of their counts, as HTA's trace_diff says them; "
+             "the time of a name whose count is unchanged may have changed)", ""]
     shown = table if top <= 0 else table.head(top)
     headers = ["name", "category", "count c", "count t", "time c", "time t", "diff time", "diff count"]
     body = [[_short(r.name), str(r.category), f"{r.control_count:,}", f"{r.test_count:,}", format_ns(r.control_ns),
