@@ -145,3 +145,24 @@ def test_the_overlap_of_the_finding_and_of_the_table_say_their_phase(capsys):
     assert len(steady) == 8
     assert finding == pytest.approx((steady[3] + steady[4]) / 2, abs=0.06)
     assert any(line.strip().startswith("overlap(P):") and "steady" in line for line in lines[at:])
+
+
+def test_a_job_that_did_not_end_well_is_said_by_info_and_analyze(tmp_path, capsys):
+    """A job whose rank was killed (mpiexec's exit code 9, every rank ended abruptly): info and analyze say so,
+    with the ranks (QA: analyze said 'No findings' and neither showed the exit code); a job that ended well gets no
+    such line."""
+    from ddltrace.store import write_store
+    from ddltrace.timeline import make_timeline
+
+    rows = [{"rank": r, "name": "work", "category": "compute", "start_ns": 1000 * i, "dur_ns": 500}
+            for r in (0, 1) for i in range(5)]
+    for name, run, ended in (("killed", {"exit_code": 9}, "abrupt"), ("fine", {"exit_code": 0}, "normal")):
+        write_store(tmp_path / name, make_timeline(rows), run={"world_size": 2, **run},
+                    rank_info={r: {"ended": ended} for r in (0, 1)})
+    assert main(["info", str(tmp_path / "killed")]) == 0
+    assert "job ended   exit code 9" in capsys.readouterr().out
+    rc, out, _ = analyze(capsys, tmp_path / "killed")
+    assert rc == 0 and (f"The job in {tmp_path / 'killed'} did not end well: exit code 9; rank 0, 1 ended abruptly"
+                        in out)
+    assert json.loads(analyze(capsys, tmp_path / "killed", "--json")[1])["stores"][0]["exit_code"] == 9
+    assert "did not end well" not in analyze(capsys, tmp_path / "fine")[1]

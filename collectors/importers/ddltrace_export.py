@@ -133,6 +133,7 @@ def read(path: Path, ctx: ImportContext):
         ctx.report.manifest = _run_entries(trace.header.get("otherData"), ctx.report)
         ctx.report.world_size = _world_size(trace.header.get("otherData"), ctx.report)
         ctx.report.hosts = _hosts(trace.header.get("otherData"), ctx.report)
+        ctx.report.run_end = _run_end(trace.header.get("otherData"))
     for index, (pid, (rank, host)) in enumerate(sorted(ranks.items(), key=lambda item: item[1][0])):
         rows = np.flatnonzero(row_pid == pid)
         part = chrome_part(trace, fmt=FORMAT, rank=rank, ctx=ctx, rows=rows, clock=clock, offset_ns=origin,
@@ -210,6 +211,16 @@ def _world_size(other, report) -> int | None:
     report.problems.append(f"{report.path}: otherData.run.world_size {str(world)[:40]!r} is not a world size (an "
                            f"integer from 1 to {MAX_WORLD_SIZE}); the store counts its ranks")
     return None
+
+
+def _run_end(other) -> dict:
+    """How the exported run ended (``otherData.run``'s ``exit_code``, an int, and ``interrupted``, a bool), where the
+    export says so: ``info`` and ``analyze`` say it of the imported store too."""
+    run = other.get("run") if isinstance(other, dict) else None
+    run = run if isinstance(run, dict) else {}
+    code, interrupted = run.get("exit_code"), run.get("interrupted")
+    return {**({"exit_code": code} if isinstance(code, int) and not isinstance(code, bool) else {}),
+            **({"interrupted": interrupted} if isinstance(interrupted, bool) else {})}
 
 
 def _hosts(other, report) -> list[str] | None:

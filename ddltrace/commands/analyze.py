@@ -261,6 +261,7 @@ def render(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFra
                  f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} note(s)")
     lines.extend(render_missing(r) for r in runs if r.store.missing_count())
     lines.extend(render_import_problems(r) for r in runs if r.store.import_problems)
+    lines.extend(render_job_end(r) for r in runs if render_job_end(r))
     lines.append("")
     if findings:
         lines.append("Findings, costliest first (cost: the time the job loses to it)")
@@ -295,6 +296,20 @@ def render_missing(r: RunAnalysis, named: int = 8) -> str:
     more = f"; and {left} more" if left else ""
     return (f"Missing ranks in {r.name}: {shown}{more}. Everything below is of the other {world - count} of {world} "
             f"ranks.")
+
+
+def render_job_end(r: RunAnalysis) -> str | None:
+    """One line where the job did not end well: its exit code (or the interrupt that stopped it) and the ranks that
+    ended abruptly; None where it exited 0 with every rank ended normally (or nothing was recorded)."""
+    from ddltrace.commands.info import job_end
+
+    code = r.store.run.get("exit_code")
+    abrupt = [rank for rank in r.store.ranks if r.store.rank_info(rank).get("ended") == "abrupt"]
+    ended = job_end(r.store.run)
+    if (code in (0, None) and not r.store.run.get("interrupted")) and not abrupt:
+        return None
+    ranks = f"; rank {_ranks(abrupt)} ended abruptly (their records up to the end are kept)" if abrupt else ""
+    return f"The job in {r.name} did not end well: {ended or 'exit code not recorded'}{ranks}."
 
 
 def render_import_problems(r: RunAnalysis, named: int = 3) -> str:
@@ -547,6 +562,7 @@ def to_json(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFr
             "capabilities": sorted(r.capabilities), "holds": r.holding,
             "missing_ranks": missing_ranks(r), "missing_count": r.store.missing_count(),
             "import_problems": r.store.import_problems,
+            "exit_code": r.store.run.get("exit_code"), "interrupted": r.store.run.get("interrupted") is True,
             "roles": {str(k): v for k, v in r.roles.items()},
             "phases": _records(r.phase_table),
             "breakdown_phase": shown,

@@ -91,6 +91,16 @@ def _job_line(workload: dict) -> str | None:
             f"{one_line(str(config.get('compute')))} compute")
 
 
+def job_end(run: dict) -> str | None:
+    """How the job ended, where ``ddltrace run`` recorded it: its exit code (a negative one: the signal that ended
+    it), and whether ddltrace stopped it (an interrupt: Ctrl-C, SIGTERM, SIGHUP); None where nothing is recorded."""
+    code, interrupted = run.get("exit_code"), run.get("interrupted") is True
+    if not isinstance(code, int) or isinstance(code, bool):
+        return "stopped by an interrupt (Ctrl-C / SIGTERM / SIGHUP)" if interrupted else None
+    said = f"exit code {code}" + (f" (ended by signal {-code})" if code < 0 else "")
+    return said + ("; stopped by an interrupt (Ctrl-C / SIGTERM / SIGHUP)" if interrupted else "")
+
+
 def render(summary: StoreSummary, nodes: list | None = None, clock: ClockAlignment | None = None,
            import_problems: list[str] = ()) -> str:
     """The human table of ``ddltrace info`` (the manifest's strings with their control characters escaped);
@@ -130,6 +140,9 @@ def render(summary: StoreSummary, nodes: list | None = None, clock: ClockAlignme
                  + (f" of {len(summary.counter_names)} series" if summary.counter_names else ""))
     if clock is not None:
         lines.extend(clock.lines())
+    ended = job_end(run)
+    if ended:
+        lines.append(f"job ended   {ended}")
     abrupt = [r.rank for r in summary.ranks if r.ended == "abrupt"]
     if abrupt:
         lines.append(f"ended abruptly: rank {', '.join(map(str, abrupt))} (records up to the end are kept)")
