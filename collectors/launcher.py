@@ -592,6 +592,13 @@ def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_co
         store.add_rank(0, timeline, counters.get(0), save=False, host=hosts[0], pid=root_pid, ended=ended,
                        role="process", exit_code=exit_code)
         ranks[0] = ended
+    kept = {rr.pid for rr in rank_records} | {part.pid for part in fw_parts} | \
+        ({root_pid} if not mpi and not fw_parts else set())
+    left = sorted(pid for pid, rows in stacks.items() if pid not in kept and rows is not None and len(rows))
+    if left:  # py-spy samples every Python process of the job; the store holds the ranks' (and the command's)
+        notes.append(f"py-spy stacks of {len(left)} Python process(es) that are not a rank (pid "
+                     f"{', '.join(map(str, left[:8]))}{', ...' if len(left) > 8 else ''}: a rank's child, or a "
+                     "program the command started) are not kept")
     missing = sorted(set(range(world)) - set(ranks) - set(unreadable)) if mpi or fw_parts else []
     if missing:
         notes.append(no_record_note(missing, world, mpi, run.get("missing_nodes")))
