@@ -92,6 +92,20 @@ def test_pyspy_samples_a_python_job(tmp_path):
     assert stacks["name"].str.contains("load_batch (job.py:4)", regex=False).any()
 
 
+def test_pyspy_stacks_of_a_process_that_is_not_a_rank_are_said_not_kept(tmp_path):
+    """The command is a shell that starts the Python job: py-spy samples the job, but the store holds the command's
+    process (the shell) only, so the job's stacks are not kept, and a note says so with its pid (QA: 0 stacks, and
+    nothing said)."""
+    (tmp_path / "job.py").write_text(JOB)
+    result = run_job(RunConfig(argv=["sh", "-c", f"{sys.executable} {tmp_path / 'job.py'}; true"],
+                               out=tmp_path / "store", pyspy=True, pyspy_rate_hz=50, stream=io.StringIO()))
+    if any("ptrace not permitted" in n for n in result.notes):
+        pytest.skip("ptrace is not permitted on this machine")
+    said = [n for n in result.notes if n.startswith("py-spy stacks of 1 Python process(es) that are not a rank")]
+    assert said and "are not kept" in said[0], result.notes
+    assert said[0] in TraceStore.open(tmp_path / "store").manifest["notes"]
+
+
 # Each rank alternates a busy function and a sleeping one and logs when each ran (time.time_ns, the clock the
 # store's rows are on). py-spy leaves idle samples out unless told --idle, and its chrometrace then keeps the
 # last busy stack open across the sleep: every sleep was attributed to the busy function, and the sleeping one
