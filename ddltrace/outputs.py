@@ -55,12 +55,13 @@ def refuse_inside(out: str | os.PathLike, folder: str | os.PathLike, what: str) 
 
 
 def refuse_in_store(out: str | os.PathLike) -> None:
-    """Refuse (one line) a file output ``out`` inside a trace store (a folder above it that is one): it would
+    """Refuse (one line) a file output ``out`` inside a trace store (a folder above it with a store's manifest and
+    timeline folder: a folder of the user's that merely holds one of the two is not taken for a store): it would
     replace or add to the store's own files."""
-    from ddltrace.store import is_store_folder
+    from ddltrace.store import MANIFEST
 
     for folder in Path(out).resolve().parents:
-        if is_store_folder(folder):
+        if (folder / MANIFEST).is_file() and (folder / "timeline").is_dir():
             raise DdltraceError(f"{out}: inside the trace store {folder}; choose an output outside it")
 
 

@@ -67,7 +67,8 @@ def test_model_fit_out_onto_an_input_or_another_file_is_refused_and_a_model_is_r
     essay.write_text("[1, 2]")
     _refused(capsys, ["model", "fit", *stores, "--out", essay], "exists and is not a fitted model")
     assert essay.read_text() == "[1, 2]"
-    model = tmp_path / "model.json"
+    model = tmp_path / "project" / "model.json"  # a folder of the user's with a "timeline" folder is not a store
+    (tmp_path / "project" / "timeline").mkdir(parents=True)
     for _ in range(2):  # a model it wrote is replaced
         assert main(["model", "fit", *map(str, stores), "--out", str(model)]) == 0
         assert json.loads(model.read_text())["model"]

@@ -261,7 +261,7 @@ def render(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFra
                  f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} note(s)")
     lines.extend(render_missing(r) for r in runs if r.store.missing_count())
     lines.extend(render_import_problems(r) for r in runs if r.store.import_problems)
-    lines.extend(render_job_end(r) for r in runs if render_job_end(r))
+    lines.extend(filter(None, (render_job_end(r) for r in runs)))
     lines.append("")
     if findings:
         lines.append("Findings, costliest first (cost: the time the job loses to it)")
