@@ -376,8 +376,9 @@ class TraceStore:
     def import_problems(self) -> list[str]:
         """What ``ddltrace import`` found wrong in the files it read (a gzip stream or JSON cut short, an event it
         could not use, ...), each naming its file: the store holds what could be read of them."""
-        return [n.removeprefix(IMPORT_PROBLEM) for n in self.manifest.get("notes") or []
-                if isinstance(n, str) and n.startswith(IMPORT_PROBLEM)]
+        notes = self.manifest.get("notes")  # (a damaged manifest's may be anything)
+        return [n.removeprefix(IMPORT_PROBLEM) for n in notes if isinstance(n, str) and n.startswith(IMPORT_PROBLEM)
+                ] if isinstance(notes, list) else []
 
     def missing_count(self) -> int:
         """How many ranks of the run the store holds no usable timeline for (damaged, not listed, or empty)."""

@@ -212,6 +212,8 @@ def _check_verbs(capsys, mutations) -> None:
 @example([("set", ("workload", "config", "workers"), -3)])
 @example([("set", ("workload", "ground_truth"), 1)])
 @example([("set", ("workload",), [1, "x"])])
+@example([("set", ("notes",), True)])  # (import_problems iterated it: a TypeError, make test 2026-11-26)
+@example([("set", ("run", "exit_code"), "9")])
 @example([("set", ("ranks", "0"), None)])  # (the test of empty ranks read such an entry: a traceback, CI 2026-11-25)
 def test_mutated_manifest_is_a_result_or_one_line(capsys, mutations):
     _check_verbs(capsys, mutations)

@@ -94,6 +94,7 @@ def _job_line(workload: dict) -> str | None:
 def job_end(run: dict) -> str | None:
     """How the job ended, where ``ddltrace run`` recorded it: its exit code (a negative one: the signal that ended
     it), and whether ddltrace stopped it (an interrupt: Ctrl-C, SIGTERM, SIGHUP); None where nothing is recorded."""
+    run = run if isinstance(run, dict) else {}  # (a damaged manifest's may be anything)
     code, interrupted = run.get("exit_code"), run.get("interrupted") is True
     if not isinstance(code, int) or isinstance(code, bool):
         return "stopped by an interrupt (Ctrl-C / SIGTERM / SIGHUP)" if interrupted else None
