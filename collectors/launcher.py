@@ -57,6 +57,8 @@ from ddltrace.units import format_ns
 _GRACE_S = (5.0, 10.0)  # SIGTERM, then SIGKILL, this long after the first interrupt
 NODES = "nodes"  # the node agents' folder in the record folder: one folder per host
 GATHER_WAIT_S = 15.0  # after the job, how long the nodes' links may stay silent before a node is given up
+#: MPICH's shared-memory segments in /dev/shm (its ch4 shm transport), one per node and job.
+MPICH_SHM = "mpich_shm_*"
 #: The store's note of a run stopped by Ctrl-C, SIGTERM or SIGHUP (the ranks' lines say which ended abruptly: maybe
 #: none).
 INTERRUPTED_NOTE = ("interrupted (Ctrl-C / SIGTERM / SIGHUP): the job was stopped; a rank that had not ended by then "
@@ -175,6 +177,23 @@ class _Interrupts:
             except ProcessLookupError:
                 pass
             self.sent = step + 1
+
+
+def _remove_left_shm(before: set[Path]) -> int:
+    """Remove the MPICH shared-memory files (:data:`MPICH_SHM`) made since ``before`` that no live process maps: a
+    rank killed, or stopped by an interrupt, leaves its segment (2-3 MB of memory each, until a reboot). The
+    number removed."""
+    mapped = ""
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        with contextlib.suppress(OSError):
+            mapped += maps.read_text()
+    removed = 0
+    for path in set(record_sets.SHM.glob(MPICH_SHM)) - before:
+        if str(path) not in mapped:
+            with contextlib.suppress(OSError):
+                path.unlink()
+                removed += 1
+    return removed
 
 
 def _say(stream, line: str) -> None:
@@ -330,6 +349,7 @@ def _run_job(cfg, out, mpi, lib, work, records, fw_env, gatherer, command) -> Ru
         record_sets.register(records, job)
         print(f"ddltrace: raw records in {records}; if this ddltrace dies before writing the store: "
               f"ddltrace recover {records} --out {out}", file=stream, flush=True)
+    shm_before = set(record_sets.SHM.glob(MPICH_SHM)) if mpi else set()
     with _Interrupts(stream) as interrupts:
         try:
             proc = subprocess.Popen(cmd, env=env, start_new_session=True)
@@ -384,6 +404,10 @@ def _run_job(cfg, out, mpi, lib, work, records, fw_env, gatherer, command) -> Ru
                          f"was not built, so MPI calls are not recorded ({cfg.launcher} started the job as it is)")
         if interrupted:
             notes.append(INTERRUPTED_NOTE)
+        left = _remove_left_shm(shm_before) if mpi else 0
+        if left:
+            notes.append(f"removed {left} MPICH shared-memory file(s) ({MPICH_SHM} in {record_sets.SHM}) the job's "
+                         "stopped ranks left, that no process still maps")
         collectors = (["node agents (system, gpu)"] if gpu is None else ["system"] + ["gpu"] * gpu.available) \
             + ["py-spy"] * bool(cfg.pyspy)
         links = {}

@@ -420,6 +420,21 @@ def test_sighup_stops_the_job_and_writes_the_store(tmp_path, cleanup):
 
 
 @needs_mpi
+def test_the_shared_memory_a_killed_rank_leaves_is_removed(tmp_path, cleanup):
+    """A rank killed (SIGKILL) leaves MPICH's shared-memory segment in /dev/shm (2-3 MB, until a reboot: about 180
+    of earlier sessions' were left here): `run` removes the one its job made that no process maps, and says so."""
+    job = tmp_path / "killed.py"
+    job.write_text("import os, signal, time\nfrom mpi4py import MPI\nMPI.COMM_WORLD.Barrier()\n"
+                   "if MPI.COMM_WORLD.Get_rank() == 1:\n    os.kill(os.getpid(), signal.SIGKILL)\ntime.sleep(1)\n")
+    before = set(record_sets.SHM.glob("mpich_shm_*"))
+    done = subprocess.run([str(DDLTRACE), "run", "--np", "2", "--no-progress", "--out", str(tmp_path / "S"), "--",
+                           sys.executable, str(job)], capture_output=True, text=True, timeout=LONG_S)
+    assert done.returncode != 0 and "exit code 9" in done.stderr, done.stderr
+    assert "note: removed 1 MPICH shared-memory file(s)" in done.stderr
+    assert set(record_sets.SHM.glob("mpich_shm_*")) <= before
+
+
+@needs_mpi
 def test_a_burst_of_signals_during_the_write_leaves_no_partial_store(tmp_path, cleanup):
     """Ctrl-C pressed many times, fast, during the write (QA: 2 times in 3 the partial .S.*.tmp stayed: every
     signal after the one that abandons the write abandoned it again, inside its cleanup): the write is abandoned
