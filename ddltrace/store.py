@@ -1113,7 +1113,8 @@ class StoreLock:
 #: and than ``RUN_GAP_SPANS`` times the longer of their spans, are of two runs, not of one.
 RUN_GAP_NS = 3600 * 10**9
 RUN_GAP_SPANS = 10
-#: Times from this many ns on are the wall clock's (2001-09-09): a relative clock's are far below.
+#: Times from this many ns on are the wall clock's (2001-09-09): a relative clock's are far below (the generic
+#: Chrome reader takes them so too).
 WALL_CLOCK_NS = 10**18
 
 

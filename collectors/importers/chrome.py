@@ -137,9 +137,9 @@ def _fast_decoder(x_args: type | None) -> msgspec.json.Decoder:
                                 float_hook=exact_time.float_text)
 
 
-#: What a decoder raises on text that is not (UTF-8) JSON, or nested deeper than msgspec follows.
 #: Why an event the file ends inside is skipped (counted read too: docs/IMPORTERS.md).
 TRUNCATED = "truncated event at the end of the file"
+#: What a decoder raises on text that is not (UTF-8) JSON, or nested deeper than msgspec follows.
 _MALFORMED = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
 _DECODE_EVENTS = msgspec.json.Decoder(list[Event], float_hook=exact_time.float_text)
 _DECODE_ANY = msgspec.json.Decoder()

@@ -28,6 +28,7 @@ from ddltrace.arrow_timeline import counters_table
 from ddltrace.collectors.importers.base import ImportContext, Importer, register
 from ddltrace.collectors.importers.chrome import read_chrome
 from ddltrace.collectors.importers.convert import chrome_part, record
+from ddltrace.store import WALL_CLOCK_NS
 
 #: The start of every file ddltrace/chrome.py writes (``ddltrace_export`` first since the export says so;
 #: ``run`` first in files written before), also pretty-printed (``json.dumps(indent=...)`` keeps the keys' order).
@@ -42,8 +43,6 @@ MACHINE_RANK = -1
 #: The reader's count of ``C`` events (collectors/importers/chrome.py), one sample each in ddltrace's export.
 KEPT_COUNTERS = "counter (C) events, kept as counters"
 NOT_KEPT_COUNTERS = "counter (C) events of a process that is neither a rank nor the machine, not kept"
-#: Times from this on (ns) are taken as the Unix epoch's (2001-09-09), as the generic Chrome reader takes them.
-EPOCH_NS = 10**18
 
 
 def sniff(head: bytes, path: Path) -> bool:
@@ -127,7 +126,7 @@ def read(path: Path, ctx: ImportContext):
     sources = np.array(columns.sources + [None] * (len(trace.ts_ns) - len(columns.sources)), dtype=object)
     origin = trace.header.get("otherData", {}).get("origin_ns", 0)  # (files written before it: 0)
     origin = origin if isinstance(origin, int) and not isinstance(origin, bool) else 0
-    epoch = bool(len(trace.ts_ns)) and int(trace.ts_ns.min()) + origin >= EPOCH_NS
+    epoch = bool(len(trace.ts_ns)) and int(trace.ts_ns.min()) + origin >= WALL_CLOCK_NS
     clock = "epoch" if epoch else "relative"
     if ctx.report is not None:
         ctx.report.manifest = _run_entries(trace.header.get("otherData"), ctx.report)

@@ -298,25 +298,16 @@ def render_missing(r: RunAnalysis, named: int = 8) -> str:
             f"ranks.")
 
 
-def _job_run(r: RunAnalysis) -> dict:
-    """How the job ended as the store's run entry says it: ``exit_code`` (an int) and ``interrupted`` (True), each
-    where recorded (a damaged manifest's entry may say anything)."""
-    run = r.store.run if isinstance(r.store.run, dict) else {}
-    code = run.get("exit_code")
-    return {**({"exit_code": code} if isinstance(code, int) and not isinstance(code, bool) else {}),
-            **({"interrupted": True} if run.get("interrupted") is True else {})}
-
-
 def render_job_end(r: RunAnalysis) -> str | None:
     """One line where the job did not end well: its exit code (or the interrupt that stopped it) and the ranks that
     ended abruptly; None where it exited 0 with every rank ended normally (or nothing was recorded)."""
-    from ddltrace.commands.info import job_end
+    from ddltrace.commands.info import job_end, job_run_end
 
-    run = _job_run(r)
+    run = job_run_end(r.store.run)
     code = run.get("exit_code")
     abrupt = [rank for rank in r.store.ranks if r.store.rank_info(rank).get("ended") == "abrupt"]
     ended = job_end(run)
-    if (code in (0, None) and run.get("interrupted") is not True) and not abrupt:
+    if code in (0, None) and not run.get("interrupted") and not abrupt:
         return None
     ranks = f"; rank {_ranks(abrupt)} ended abruptly (their records up to the end are kept)" if abrupt else ""
     return f"The job in {r.name} did not end well: {ended or 'exit code not recorded'}{ranks}."
@@ -555,6 +546,7 @@ def to_json(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFr
             phase: str, skipped: list[Skipped] = ()) -> dict:
     from ddltrace.analyses.requirements import not_made_json
     from ddltrace.clock_alignment import clock_alignment
+    from ddltrace.commands.info import job_run_end
     from ddltrace.gpu_section import gpu_json
     from ddltrace.host_section import host_collectives_json
     from ddltrace.json_output import records
@@ -572,7 +564,7 @@ def to_json(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFr
             "capabilities": sorted(r.capabilities), "holds": r.holding,
             "missing_ranks": missing_ranks(r), "missing_count": r.store.missing_count(),
             "import_problems": r.store.import_problems,
-            "exit_code": _job_run(r).get("exit_code"), "interrupted": _job_run(r).get("interrupted") is True,
+            **{"exit_code": None, "interrupted": False, **job_run_end(r.store.run)},
             "roles": {str(k): v for k, v in r.roles.items()},
             "phases": _records(r.phase_table),
             "breakdown_phase": shown,

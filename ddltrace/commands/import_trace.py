@@ -350,7 +350,7 @@ def _refuse_another_run(store, part, path, clocks: dict) -> None:
     rank, size, old_size = part.rank, part.info.get("world_size"), entry.get("world_size")
     if size and old_size and size != old_size:
         raise TwoRuns(f"{earlier} and {path} both give rank {rank}, of a world of {old_size} and of {size} "
-                            "ranks: they are of two runs (import each into a store of its own)")
+                      "ranks: they are of two runs (import each into a store of its own)")
     table = part.table
     if part.clock != "epoch" or rank not in clocks.get("epoch", ()) or not table.num_rows or "start_ns" not in entry:
         return
@@ -365,7 +365,7 @@ def _refuse_another_run(store, part, path, clocks: dict) -> None:
         from ddltrace.units import format_ns
 
         raise TwoRuns(f"{earlier} and {path} both give rank {rank}, {format_ns(gap)} apart on the wall clock: "
-                            "they are of two runs (import each into a store of its own)")
+                      "they are of two runs (import each into a store of its own)")
 
 
 def _add(store, part, clocks: dict, exchanging: set[int]) -> None:

@@ -91,12 +91,22 @@ def _job_line(workload: dict) -> str | None:
             f"{one_line(str(config.get('compute')))} compute")
 
 
-def job_end(run: dict) -> str | None:
-    """How the job ended, where ``ddltrace run`` recorded it: its exit code (a negative one: the signal that ended
-    it), and whether ddltrace stopped it (an interrupt: Ctrl-C, SIGTERM, SIGHUP); None where nothing is recorded."""
-    run = run if isinstance(run, dict) else {}  # (a damaged manifest's may be anything)
-    code, interrupted = run.get("exit_code"), run.get("interrupted") is True
-    if not isinstance(code, int) or isinstance(code, bool):
+def job_run_end(run) -> dict:
+    """How the job ended as a store's run entry records it: ``exit_code`` (an int) and ``interrupted`` (True), each
+    where recorded (a damaged manifest's entry may say anything)."""
+    run = run if isinstance(run, dict) else {}
+    code = run.get("exit_code")
+    return {**({"exit_code": code} if isinstance(code, int) and not isinstance(code, bool) else {}),
+            **({"interrupted": True} if run.get("interrupted") is True else {})}
+
+
+def job_end(run) -> str | None:
+    """How the job ended, where ``ddltrace run`` recorded it (:func:`job_run_end`): its exit code (a negative one:
+    the signal that ended it), and whether ddltrace stopped it (an interrupt: Ctrl-C, SIGTERM, SIGHUP); None where
+    nothing is recorded."""
+    ended = job_run_end(run)
+    code, interrupted = ended.get("exit_code"), ended.get("interrupted", False)
+    if code is None:
         return "stopped by an interrupt (Ctrl-C / SIGTERM / SIGHUP)" if interrupted else None
     said = f"exit code {code}" + (f" (ended by signal {-code})" if code < 0 else "")
     return said + ("; stopped by an interrupt (Ctrl-C / SIGTERM / SIGHUP)" if interrupted else "")
