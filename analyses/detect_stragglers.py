@@ -13,6 +13,11 @@ z-scores are +-0.67 whatever their difference): the slower is the straggler when
 with one worker there is nothing to compare, and the analysis says so). Compute per step catches the slow rank even
 in a synchronous job, where every rank's step time is the same because the fast ones wait for it. The evidence puts
 the slowest worker beside the average (RALP).
+Where the ranks meet at a host backend's collectives (PyTorch's gloo: at least ``gpu.late_min_instances`` of its
+spans matched across ranks) compute per step is not measured: the framework's ops hold the collectives' waits
+(``DistributedDataParallel.forward`` waits for the buffers' broadcast), so the rank that waits has the larger
+compute (an H100 job: the victim's 74.7 ms a step, the straggler's 33.9 ms). It is listed as not made, and
+:mod:`~ddltrace.analyses.detect_host_straggler` judges the ranks by their arrivals at the collectives.
 On per-call aggregates (IPM) there are no steps and no steady state: the measure is each worker's compute over
 the whole run. Ranks that are all ranks of a slow node (:mod:`~ddltrace.analyses.detect_slow_node`: every rank of
 one node slow) are left to that finding: one cause, the node, reported once.
@@ -64,6 +69,12 @@ def detect(runs, th) -> list[Finding | Skipped]:
     other (see the module docstring)."""
     findings = []
     for run in runs:
+        held = held_waits(run, th)
+        if held:
+            findings.append(short_of("stragglers", run.name, "compute per step that holds no collective's wait (on "
+                                     "gloo, the framework's ops hold them: DistributedDataParallel.forward waits "
+                                     "there for the buffers' broadcast)", held))
+            continue
         measured = measures(run)
         workers = next(iter(measured.values()))[0]  # the same workers for each measure
         if len(workers) != 2 and len(workers) < th["straggler.min_ranks"]:
@@ -124,6 +135,20 @@ def detect(runs, th) -> list[Finding | Skipped]:
             ))
             break  # one finding per run: the first measure that names a straggler
     return findings
+
+
+def held_waits(run, th) -> str:
+    """Where the run's ranks meet at a host backend's collectives (gloo's spans matched across ranks, at least
+    ``gpu.late_min_instances``), what the store holds instead of an honest compute per step, in words; "" where
+    they do not."""
+    if "host_comm" not in run.capabilities:
+        return ""
+    instances = run.host_collectives()
+    matched = int((instances["ranks"] >= 2).sum()) if len(instances) else 0
+    if matched < th["gpu.late_min_instances"]:
+        return ""
+    return (f"{counted(matched, 'gloo collective')} matched across ranks, whose waits the ranks' compute holds: "
+            "the straggler at the host collectives judges the ranks by their arrivals there")
 
 
 def _pair(run, what: str, workers: list[int], values: np.ndarray, th) -> Finding | None:

@@ -156,17 +156,8 @@ def match_instances(kernels: pd.DataFrame, world_size: int, link_bytes_per_s: fl
     ``carry`` columns of ``kernels``, each the largest value over the instance's kernels."""
     if not len(kernels):
         return pd.DataFrame(columns=COLUMNS + list(carry))
-    k = kernels.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
-    use_steps = bool(k["step"].notna().all())
-    step = k["step"].astype("Int64").fillna(-1).to_numpy(np.int64) if use_steps else np.full(len(k), -1)
-    k = k.assign(step_key=step)
-    k["seq"] = k.groupby(["rank", "group", "collective", "step_key"], sort=False).cumcount()
-    single = k["collective"].isin(POINT_TO_POINT | {"unknown"}).to_numpy()
-    # a kernel that is matched on no other rank is an instance of its own; point-to-point ones always are
-    k["instance"] = np.where(single, -1 - np.arange(len(k)), 0)
-    keys = ["group", "collective", "step_key", "seq"]
-    shared = k[~single].groupby(keys, sort=False).ngroup()
-    k.loc[~single, "instance"] = shared.to_numpy()
+    k = matched(kernels)
+    use_steps = bool(kernels["step"].notna().all())
     # latest start first within each instance: its first row is the late arriver, its second the next latest
     k = k.sort_values(["instance", "start_ns", "rank"], ascending=[True, False, True], kind="stable")
     instance = k["instance"].to_numpy()
@@ -194,6 +185,26 @@ def match_instances(kernels: pd.DataFrame, world_size: int, link_bytes_per_s: fl
         out[column] = _agreed(k[column].to_numpy(object), first)
     bandwidth(out, world_size, link_bytes_per_s)
     return out[COLUMNS + list(carry)].sort_values("first_start_ns", kind="stable", ignore_index=True)
+
+
+def matched(kernels: pd.DataFrame) -> pd.DataFrame:
+    """``kernels`` (:func:`rank_collectives` of each rank, concatenated) sorted by rank and start, with
+    ``step_key`` (the step, -1 where some kernel has none: then the order is over the whole trace), ``seq`` (the
+    kernel's place among its rank's of that group, collective and step) and ``instance``: the instance it is
+    matched into (one id per (group, collective, step, seq) on every rank; a negative id of its own for
+    point-to-point and ``unknown`` kernels, which are not matched)."""
+    k = kernels.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
+    use_steps = bool(k["step"].notna().all())
+    step = k["step"].astype("Int64").fillna(-1).to_numpy(np.int64) if use_steps else np.full(len(k), -1)
+    k = k.assign(step_key=step)
+    k["seq"] = k.groupby(["rank", "group", "collective", "step_key"], sort=False).cumcount()
+    single = k["collective"].isin(POINT_TO_POINT | {"unknown"}).to_numpy()
+    # a kernel that is matched on no other rank is an instance of its own; point-to-point ones always are
+    k["instance"] = np.where(single, -1 - np.arange(len(k)), 0)
+    keys = ["group", "collective", "step_key", "seq"]
+    shared = k[~single].groupby(keys, sort=False).ngroup()
+    k.loc[~single, "instance"] = shared.to_numpy()
+    return k
 
 
 def bandwidth(instances: pd.DataFrame, world_size: int, link_bytes_per_s: float | None = None) -> None:
@@ -250,6 +261,32 @@ def summary(instances: pd.DataFrame) -> pd.DataFrame:
 
 
 LATE_COLUMNS = ["rank", "late", "instances", "lead_ns", "lead_median_ns", "caused_wait_ns"]
+
+
+def waits_for(kernels: pd.DataFrame) -> pd.DataFrame:
+    """Who waited for whom, in wall time: for every pair (late rank L, waiting rank r), the time rank r's spans of
+    the matched instances L started last at spent before L arrived (from r's own start to L's, per instance), the
+    union of those intervals on r's clock in ns, so collectives that wait at once (two of gloo's worker threads,
+    two NCCL streams) count once. Columns ``late_rank``, ``rank``, ``instances`` (how many L was last at with r in
+    them), ``wait_ns``; ``kernels`` as :func:`match_instances` takes them."""
+    columns = ["late_rank", "rank", "instances", "wait_ns"]
+    if not len(kernels):
+        return pd.DataFrame(columns=columns)
+    k = matched(kernels)
+    k = k[k["instance"] >= 0].sort_values(["instance", "start_ns", "rank"], ascending=[True, False, True],
+                                          kind="stable")
+    first = k.groupby("instance", sort=False)["rank"].transform("first").to_numpy()
+    latest = k.groupby("instance", sort=False)["start_ns"].transform("max").to_numpy(np.int64)
+    waits = pd.DataFrame({"late_rank": first, "rank": k["rank"].to_numpy(), "start_ns": k["start_ns"].to_numpy(),
+                          "end_ns": latest})
+    waits = waits[waits["rank"] != waits["late_rank"]].sort_values(["late_rank", "rank", "start_ns"])
+    rows = []
+    for (late, rank), part in waits.groupby(["late_rank", "rank"], sort=True):
+        start, end = part["start_ns"].to_numpy(np.int64), part["end_ns"].to_numpy(np.int64)
+        reach = np.maximum.accumulate(end)  # the union of the intervals, sorted by start: each one's new part
+        new_from = np.maximum(start, np.r_[np.iinfo(np.int64).min, reach[:-1]])
+        rows.append([int(late), int(rank), len(part), int(np.clip(end - new_from, 0, None).sum())])
+    return pd.DataFrame(rows, columns=columns)
 
 
 def late_arrivals(instances: pd.DataFrame) -> pd.DataFrame:

@@ -103,6 +103,12 @@ DEFAULTS: dict[str, Threshold] = {
     "gpu.late_min_instances": Threshold(5, "collectives", "fewer matched collectives say little about a pattern"),
     "gpu.late_lead_min_ns": Threshold(
         50e3, "ns", "the late rank's median lead over the next latest: below 50 µs it is launch jitter"),
+    "host.late_wait_share_min": Threshold(
+        0.8, "fraction of all ranks' caused wait", "the rank the others wait for takes four fifths of their wait at "
+        "the collectives: in a healthy job it is spread over the ranks"),
+    "host.late_wait_step_min": Threshold(
+        0.25, "fraction of the step time", "the others wait for it a quarter of a step or more (as "
+        "straggler.excess_min): healthy ResNet-18 DDP jobs on an H100 over gloo caused 1.3 to 10.9 %"),
     "gpu.busbw_ratio": Threshold(
         0.5, "ratio", "a collective whose bus bandwidth is under half the calibrated link's (1 / r_net) moves its "
         "data far slower than the link allows (nccl-tests reach 80-95 % of it on large messages)"),
