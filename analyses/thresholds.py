@@ -97,6 +97,9 @@ DEFAULTS: dict[str, Threshold] = {
     "gpu.exposed_comm_min": Threshold(
         0.1, "fraction of the device's window", "communication kernels running with no compute kernel beside them "
         "for a tenth of the device's time; HTA's traces of well-tuned data-parallel jobs show a few per cent"),
+    "gpu.launch_short_share_min": Threshold(
+        0.5, "fraction of the host wait", "launch-bound when most of the devices' host wait is in gaps under 1 ms "
+        "(the host's overhead between launches); real traces part at 5-24 % and 70-100 %"),
     "gpu.late_share_min": Threshold(
         0.8, "fraction of the matched collectives", "a rank that arrives last at four collectives in five delays "
         "nearly every one: chance spreads the last place over the ranks"),

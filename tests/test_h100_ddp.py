@@ -28,7 +28,7 @@ def stores(tmp_path_factory) -> dict[str, Path]:
     """Each Kineto run imported with the CLI, as a user would."""
     base = tmp_path_factory.mktemp("h100")
     out = {}
-    for name in ("healthy", "straggler1", "straggler0", "hostbound"):
+    for name in ("healthy", "straggler1", "straggler0", "hostbound", "nccl1"):
         out[name] = base / name
         files = [str(p) for p in sorted((RUNS / name).glob("*.pt.trace.json.gz"))]
         assert main(["import", *files, "--out", str(out[name]), "--progress", "never"]) == 0
@@ -110,3 +110,17 @@ def test_the_run_store_names_the_straggler_and_joins_real_nvml_counters(capsys):
     assert util["samples"] == len(window) >= 3
     assert util["mean"] == pytest.approx(window["value"].mean())
     assert 0 < util["mean"] < 100
+
+
+def test_a_host_that_sleeps_is_not_called_launch_bound(stores):
+    """hostbound sleeps 30 ms before each step: its devices wait for the host in long gaps, not between launches,
+    though its median kernel is shorter than its launch call (the old test, which called it launch-bound)."""
+    found, _ = findings(stores["hostbound"])
+    finding = found["gpu_host_bound"]
+    assert "launch-bound" not in finding.title and "input pipeline" in finding.advice
+    assert finding.evidence["host_wait_in_short_gaps"].value < 0.1
+    assert finding.evidence["kernel_gpu_duration_median"].value < finding.evidence["launch_cpu_duration_median"].value
+    # one rank on NCCL, nothing slowing its host: ResNet-18's short kernels wait on the launches themselves
+    found, _ = findings(stores["nccl1"])
+    assert "(launch-bound)" in found["gpu_host_bound"].title
+    assert found["gpu_host_bound"].evidence["host_wait_in_short_gaps"].value > 0.9
