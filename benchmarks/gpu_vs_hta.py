@@ -259,8 +259,9 @@ def _timed(argv: list[str]) -> tuple[float, dict | None, dict, str]:
 def compare(folder: Path, hta_python: Path, tmp: Path) -> dict:
     job = tmp / folder.name
     job.mkdir()
-    for f in folder.glob("*.json*"):
-        shutil.copy(f, job / f.name)
+    for f in folder.glob("*.json*"):  # the traces: not the ground truth beside sample_traces/h100-ddp's
+        if f.name.endswith((".json", ".json.gz")) and f.name != "job.json":
+            shutil.copy(f, job / f.name)
     hta_s, hta, hta_steps, hta_err = _timed([str(hta_python), "-c", _HTA_CHILD, str(job), "all"])
     t0 = time.perf_counter()  # ddltrace end to end: the command a user runs on the trace folder
     done = subprocess.run([str(DDLTRACE), "analyze", str(job), "--json", "--quiet"], capture_output=True, text=True,

@@ -124,3 +124,32 @@ def test_a_host_that_sleeps_is_not_called_launch_bound(stores):
     found, _ = findings(stores["nccl1"])
     assert "(launch-bound)" in found["gpu_host_bound"].title
     assert found["gpu_host_bound"].evidence["host_wait_in_short_gaps"].value > 0.9
+
+
+def test_nvml_utilisation_agrees_with_the_traces_busy_time_over_a_long_window(capsys):
+    """Two instruments of one GPU: NVML's utilisation (the share of its sample period with a kernel running) and
+    the union of the trace's device work over the same window, on the H100 run sleeping 60 ms a step (3.2 s)."""
+    store = RUNS / "run-nvml-host60" / "store"
+    capsys.readouterr()
+    assert main(["analyze", str(store), "--json"]) == 0
+    util = next(r for r in json.loads(capsys.readouterr().out)["stores"][0]["gpu"]["nvml"]
+                if r["counter"] == "util_percent")
+    assert util["window_ns"] > 3e9 and util["samples"] >= 50
+    assert util["mean"] == pytest.approx(100 * util["trace_busy_share"], abs=2.0)
+    # the device's busy share is the trace's: 40 steps of about 17 ms of work in steps of 79 ms (the truth's median)
+    steps = [json.loads(line) for line in (RUNS / "run-nvml-host60" / "truth.rank0.jsonl").read_text().splitlines()]
+    step = np.median([s["t1_ns"] - s["t0_ns"] for s in steps if 5 <= s["step"] <= 44])
+    assert 0.1 < util["trace_busy_share"] < (step - job("run-nvml-host60")["host_ms"] * 1e6) / step
+    # NVML's samples average over up to 1 s: over a shorter window (the straggler run's 0.4 s) the output says so
+    assert "a window under 2 s" not in main_text(store)
+    assert "a window under 2 s" in main_text(RUNS / "run-straggler" / "store")
+
+
+def main_text(store: Path) -> str:
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["analyze", str(store)]) == 0
+    return out.getvalue()
