@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ddltrace.analyses.breakdown import device_lanes
+from ddltrace.analyses.breakdown import host_lanes
 from ddltrace.analyses.gpu_collectives import COLUMNS, RANK_COLUMNS, bandwidth, match_instances, parse_name
 
 #: The prefix of a host backend's collective spans.
@@ -67,7 +67,7 @@ def rank_collectives(rank: int, timeline: pd.DataFrame) -> pd.DataFrame:
     if not np.any(named):
         return pd.DataFrame(columns=SPAN_COLUMNS)
     spans = timeline[named]
-    spans = spans[~device_lanes(spans["lane"])]
+    spans = spans[host_lanes(spans["lane"])]  # not the device streams' annotation lanes (gpu_user_annotation)
     kind = np.array([collective(n) for n in spans["name"]], dtype=object)
     spans, kind = spans[kind != "unknown"], kind[kind != "unknown"]
     group = spans["comm"].astype("string").fillna("").to_numpy(object) if "comm" in spans else ""

@@ -153,3 +153,25 @@ def main_text(store: Path) -> str:
     with contextlib.redirect_stdout(out):
         assert main(["analyze", str(store)]) == 0
     return out.getvalue()
+
+
+def test_gloos_all_reduces_move_the_models_gradients_once_a_step(tmp_path, capsys):
+    """With record_shapes, the bytes of gloo's all-reduces in a step are ResNet-18's parameters (job.json: counted
+    from the model), and each collective is counted once: the device streams' annotation lanes (Kineto's
+    gpu_user_annotation, which repeat gloo's span names) are not collectives (they were, doubling the instances
+    and listing half as 'a profile without record_shapes')."""
+    files = [str(p) for p in sorted((RUNS / "shapes").glob("*.pt.trace.json.gz"))]
+    assert main(["import", *files, "--out", str(tmp_path / "s"), "--progress", "never"]) == 0
+    capsys.readouterr()
+    assert main(["analyze", str(tmp_path / "s"), "--json"]) == 0
+    host = json.loads(capsys.readouterr().out)["stores"][0]["host_collectives"]
+    instances = pd.DataFrame(host["collectives"])
+    truth = job("shapes")
+    steps = 2
+    count = instances.groupby("collective").size()
+    # DDP's buckets: three all-reduces a step; two broadcasts (the buffers, and a count) a step
+    assert count["allreduce"] == 3 * steps and count["broadcast"] == 2 * steps
+    assert (instances["ranks"] == 2).all()
+    reduced = instances[instances["collective"] == "allreduce"]
+    assert reduced.groupby("step")["bytes"].sum().tolist() == [truth["parameter_bytes"]] * steps
+    assert [row["sized"] for row in host["sizes"]] == ["6 of 6", "4 of 4"]

@@ -23,6 +23,7 @@ p.add_argument("--host-ms", type=float, default=0.0, help="host-side input delay
 p.add_argument("--truth-log", default="")
 p.add_argument("--kineto", default="", help="folder: torch.profiler writes its own trace there (steps 5-6)")
 p.add_argument("--active", type=int, default=2, help="with --kineto: the steps profiled, from step 5")
+p.add_argument("--record-shapes", action="store_true", help="with --kineto: record each op's input shapes")
 a = p.parse_args()
 
 dist.init_process_group(a.backend)
@@ -41,7 +42,7 @@ prof = None
 if a.kineto:
     from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
     prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
-                   schedule=schedule(wait=3, warmup=1, active=a.active),
+                   schedule=schedule(wait=3, warmup=1, active=a.active), record_shapes=a.record_shapes,
                    on_trace_ready=tensorboard_trace_handler(a.kineto, worker_name=f"rank{rank}", use_gzip=True))
     prof.start()
 for step in range(1, a.steps + 1):
