@@ -175,3 +175,19 @@ def test_gloos_all_reduces_move_the_models_gradients_once_a_step(tmp_path, capsy
     reduced = instances[instances["collective"] == "allreduce"]
     assert reduced.groupby("step")["bytes"].sum().tolist() == [truth["parameter_bytes"]] * steps
     assert [row["sized"] for row in host["sizes"]] == ["6 of 6", "4 of 4"]
+
+
+def test_the_allocators_peak_is_torchs_own(tmp_path, capsys):
+    """The peak, the end and the most reserved that ddltrace reads from the allocator's events of an H100 step are
+    the figures torch.cuda gave inside the job over the same steps (truth.memory.rank0.json), to the byte."""
+    files = [str(p) for p in sorted((RUNS / "memory").glob("*.pt.trace.json.gz"))]
+    assert main(["import", *files, "--out", str(tmp_path / "m"), "--progress", "never"]) == 0
+    capsys.readouterr()
+    assert main(["analyze", str(tmp_path / "m"), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["stores"][0]["memory"]["allocator"]
+    gpu = next(r for r in rows if r["device"] == "gpu:0")
+    truth = json.loads((RUNS / "memory" / "truth.memory.rank0.json").read_text())
+    assert gpu["basis"] == "total"
+    assert gpu["peak_bytes"] == truth["max_allocated"]
+    assert gpu["end_bytes"] == truth["allocated_at_end"]
+    assert gpu["reserved_peak_bytes"] == truth["max_reserved"]

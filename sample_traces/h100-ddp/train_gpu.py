@@ -24,6 +24,8 @@ p.add_argument("--truth-log", default="")
 p.add_argument("--kineto", default="", help="folder: torch.profiler writes its own trace there (steps 5-6)")
 p.add_argument("--active", type=int, default=2, help="with --kineto: the steps profiled, from step 5")
 p.add_argument("--record-shapes", action="store_true", help="with --kineto: record each op's input shapes")
+p.add_argument("--profile-memory", action="store_true", help="with --kineto: record the allocator's events, and the "
+               "allocator's peak over the profiled steps in TRUTH_LOG.memory.rankR.json")
 a = p.parse_args()
 
 dist.init_process_group(a.backend)
@@ -43,9 +45,15 @@ if a.kineto:
     from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
     prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
                    schedule=schedule(wait=3, warmup=1, active=a.active), record_shapes=a.record_shapes,
+                   profile_memory=a.profile_memory,
                    on_trace_ready=tensorboard_trace_handler(a.kineto, worker_name=f"rank{rank}", use_gzip=True))
     prof.start()
+peak = {}
 for step in range(1, a.steps + 1):
+    if a.profile_memory and step == 5:  # the first profiled step (wait 3, warmup 1)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats(dev)
+        peak["allocated_at_start"] = torch.cuda.memory_allocated(dev)
     t0 = time.time_ns()
     if a.host_ms:
         time.sleep(a.host_ms / 1e3)
@@ -63,10 +71,17 @@ for step in range(1, a.steps + 1):
     opt.step()
     torch.cuda.synchronize()
     times.append((step, t0, time.time_ns()))
+    if a.profile_memory and step == 4 + a.active:  # the last profiled step
+        peak.update(max_allocated=torch.cuda.max_memory_allocated(dev),
+                    max_reserved=torch.cuda.max_memory_reserved(dev),
+                    allocated_at_end=torch.cuda.memory_allocated(dev), steps=f"5-{4 + a.active}")
     if prof:
         prof.step()
 if prof:
     prof.stop()
+if a.truth_log and peak:
+    with open(f"{a.truth_log}.memory.rank{rank}.json", "w") as f:
+        json.dump(peak, f)
 if a.truth_log:
     with open(f"{a.truth_log}.rank{rank}.jsonl", "w") as f:
         for s, t0, t1 in times:
