@@ -191,3 +191,18 @@ def test_the_allocators_peak_is_torchs_own(tmp_path, capsys):
     assert gpu["peak_bytes"] == truth["max_allocated"]
     assert gpu["end_bytes"] == truth["allocated_at_end"]
     assert gpu["reserved_peak_bytes"] == truth["max_reserved"]
+
+
+@pytest.mark.parametrize("name", ["healthy", "straggler1", "hostbound"])
+def test_the_steps_are_the_jobs_own(stores, name):
+    """The steps ddltrace finds in the H100 traces (Kineto's ProfilerStep spans) start and last as the job's own
+    clock said (truth.rankR.jsonl, time.time_ns() around each step), within 0.1 ms: the import keeps the trace's
+    wall clock and its step numbering (torch.profiler counts from 0: the job's steps 5 and 6 are its 4 and 5)."""
+    run = analyze_store(stores[name])
+    for rank in run.worker_ranks:
+        steps = run.phases[rank].steps
+        truth = [json.loads(line) for line in (RUNS / name / f"truth.rank{rank}.jsonl").read_text().splitlines()]
+        truth = [t for t in truth if t["step"] in (5, 6)]
+        assert steps["step"].tolist() == [4, 5]
+        assert np.allclose(steps["start_ns"], [t["t0_ns"] for t in truth], atol=1e5, rtol=0)
+        assert np.allclose(steps["dur_ns"], [t["t1_ns"] - t["t0_ns"] for t in truth], atol=1e5, rtol=0)
