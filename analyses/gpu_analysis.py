@@ -39,6 +39,7 @@ from ddltrace.analyses import (
     gpu_stream_idle,
     gpu_temporal,
 )
+from ddltrace.analyses.breakdown import host_lanes
 from ddltrace.analyses.gpu_lanes import device_work, has_streams
 
 
@@ -103,7 +104,8 @@ class GpuAnalysis:
                            or moved["bytes_per_s"].max() > self.copy_series[1]["bytes_per_s"].max()):
             self.copy_series = (rank, moved)
         pairs = gpu_launch.launch_pairs(timeline, work)
-        self.idle.append(gpu_idle.idle_breakdown(rank, work, pairs))
+        host = timeline[host_lanes(timeline["lane"])][["start_ns", "dur_ns", "category", "name"]]
+        self.idle.append(gpu_idle.idle_breakdown(rank, work, pairs, host))
         if streams:
             self.stream_idle.append(gpu_stream_idle.stream_idle(rank, work, timeline))
             if keep is not None and not keep.all():

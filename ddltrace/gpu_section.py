@@ -59,7 +59,11 @@ QUEUES = ("Queue length per stream (HTA's definition: operations launched and no
           "launch call; share of the rank's window)")
 IDLE = ("GPU idle time waiting for the host (each idle gap of the device, up to the end of the launch call of the "
         "work that ends it: the device had nothing queued; other: the rest of the idle time; unlinked: gaps ended by "
-        "work with no correlated launch; share of the device's window)")
+        "work with no correlated launch; share of the device's window; of the host wait, under 1 ms: in gaps whose "
+        "host wait is under 1 ms, the host's overhead between launches; longer: where the host was in the rest, by "
+        "its lanes: in a collective / synchronising / in a CPU op / in none, each instant to the first that holds "
+        "it; top CPU op: the op overlapping them most)")
+LONG_WAITS = ("long_in_comm_ns", "long_in_sync_ns", "long_in_ops_ns", "long_outside_ns")
 STREAM_IDLE = ("Idle time per stream (HTA's idle-time breakdown: each gap between two items of work on the stream; "
                "host wait where the second's launch call started after the first ended, kernel wait where not and "
                "the gap is under 30 us, other the rest; share of the stream's idle time)")
@@ -245,8 +249,12 @@ def gpu_tables(run, top: int = TOP_SHOWN) -> list[tuple[str, pd.DataFrame]]:
         tables.append((IDLE, pd.DataFrame(
             [[i["rank"], i["device"], format_ns(i["window_ns"]), format_ns(i["idle_ns"]),
               f"{format_ns(i['host_wait_ns'])} ({format_percent(i['share_host_wait'])})", format_ns(i["other_ns"]),
-              format_ns(i["unlinked_ns"]), f"{i['host_wait_gaps']} of {i['gaps']}"] for i in idle.to_dict("records")],
-            columns=["rank", "device", "window", "idle", "host wait", "other", "unlinked", "gaps with host wait"])))
+              format_ns(i["unlinked_ns"]), f"{i['host_wait_gaps']} of {i['gaps']}", format_ns(i["host_wait_short_ns"]),
+              " / ".join(format_ns(i[k]) for k in LONG_WAITS),
+              f"{i['long_top_op']} ({format_ns(i['long_top_op_ns'])})" if i["long_top_op_ns"] else "-"]
+             for i in idle.to_dict("records")],
+            columns=["rank", "device", "window", "idle", "host wait", "other", "unlinked", "gaps with host wait",
+                     "under 1 ms", "longer: collective / sync / CPU op / none", "top CPU op"])))
     for title, stream_idle in ((STREAM_IDLE, gpu.stream_idle_table()),
                                (STREAM_IDLE_LAUNCHED, gpu.stream_idle_launched_table())):
         if len(stream_idle):

@@ -179,3 +179,25 @@ def test_report_shows_each_gpu_finding_with_its_figure(tmp_path):
     card = md[md.index("Straggler at the GPU collectives"):].split("\n### ")[0]  # the finding's card
     assert "gpu_skew.png" in card
     assert "Collectives by kind" in md and "Late arrivals at the collectives" in md
+
+
+RESNET50 = corpus("kineto_tb_resnet50_w0", "worker0.1623143089861.pt.trace.json.gz")
+
+
+@needs(RESNET50)
+def test_the_host_bound_finding_names_what_the_host_was_doing(tmp_path):
+    """Kineto's TensorBoard ResNet-50 worker (the PyTorch profiler tutorial's, whose diagnosis is its DataLoader):
+    its kernels are shorter than their launches, yet its devices wait for the host in long gaps, in which the host
+    is in the DataLoader's __next__. The op's overlap with those gaps is checked against the file's own spans."""
+    store = imported(tmp_path, RESNET50, "resnet50")
+    found, _ = gpu_findings(store)
+    finding = found["gpu_host_bound"]
+    op = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    assert f"(the host in {op})" in finding.title and "num_workers" in finding.advice
+    assert finding.evidence["long_waits_ops"].value > 0.9
+    evs, _ = events(RESNET50)
+    loads = [e for e in evs if e.get("name") == op]
+    idle = analyze_store(store).gpu.idle_table().iloc[0]
+    # the DataLoader's spans hold the long waits' CPU-op time, and are no longer than their own summed durations
+    assert 0.95 * idle["long_in_ops_ns"] <= idle["long_top_op_ns"] <= sum(ns(e["dur"]) for e in loads)
+    assert idle["long_top_op"] == op

@@ -206,3 +206,22 @@ def test_the_steps_are_the_jobs_own(stores, name):
         assert steps["step"].tolist() == [4, 5]
         assert np.allclose(steps["start_ns"], [t["t0_ns"] for t in truth], atol=1e5, rtol=0)
         assert np.allclose(steps["dur_ns"], [t["t1_ns"] - t["t0_ns"] for t in truth], atol=1e5, rtol=0)
+
+
+def test_where_the_host_was_while_the_gpu_waited(stores):
+    """The GPU's long waits for the host, split by what the host's lanes hold: on straggler1 the victim, rank 0, is
+    in gloo's collectives for all of them, the sleeper, rank 1, mostly in no op at all (its time.sleep); on
+    hostbound both ranks sleep."""
+    found, _ = findings(stores["straggler1"])
+    assert "(the host in its collectives)" in found["gpu_host_bound"].title
+    idle = analyze_store(stores["straggler1"]).gpu.idle_table().set_index("rank")
+    long = idle["host_wait_ns"] - idle["host_wait_short_ns"]
+    assert idle.loc[0, "long_in_comm_ns"] / long[0] > 0.95
+    assert idle.loc[1, "long_outside_ns"] / long[1] > 0.7
+    parts = ["long_in_comm_ns", "long_in_sync_ns", "long_in_ops_ns", "long_outside_ns"]
+    assert (idle[parts].sum(axis=1) == long).all()
+    found, _ = findings(stores["hostbound"])
+    assert "(the host outside the framework's ops)" in found["gpu_host_bound"].title
+    # the sleeps: one 30 ms sleep a step in each rank's long waits (2 steps; the first begins before the window)
+    idle = analyze_store(stores["hostbound"]).gpu.idle_table()
+    assert (idle["long_outside_ns"] > job("hostbound")["host_ms"] * 1e6).all()
