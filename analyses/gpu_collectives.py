@@ -269,7 +269,20 @@ def waits_for(kernels: pd.DataFrame) -> pd.DataFrame:
     union of those intervals on r's clock in ns, so collectives that wait at once (two of gloo's worker threads,
     two NCCL streams) count once. Columns ``late_rank``, ``rank``, ``instances`` (how many L was last at with r in
     them), ``wait_ns``; ``kernels`` as :func:`match_instances` takes them."""
-    columns = ["late_rank", "rank", "instances", "wait_ns"]
+    return _union_waits(_wait_intervals(kernels), ["late_rank", "rank"])
+
+
+def waited(kernels: pd.DataFrame) -> pd.DataFrame:
+    """Each rank's own wait at the matched instances, in wall time: the union over them of the intervals from its
+    start to the last rank's (Scalasca's Wait at N x N, the collectives' early arrivers). Columns ``rank``,
+    ``instances`` (those it was not last at), ``wait_ns``."""
+    return _union_waits(_wait_intervals(kernels), ["rank"])
+
+
+def _wait_intervals(kernels: pd.DataFrame) -> pd.DataFrame:
+    """Per span of a matched instance other than its late arriver's: ``late_rank``, ``rank``, ``start_ns`` (the
+    span's) and ``end_ns`` (the late arriver's start)."""
+    columns = ["late_rank", "rank", "start_ns", "end_ns"]
     if not len(kernels):
         return pd.DataFrame(columns=columns)
     k = matched(kernels)
@@ -278,15 +291,20 @@ def waits_for(kernels: pd.DataFrame) -> pd.DataFrame:
     first = k.groupby("instance", sort=False)["rank"].transform("first").to_numpy()
     latest = k.groupby("instance", sort=False)["start_ns"].transform("max").to_numpy(np.int64)
     waits = pd.DataFrame({"late_rank": first, "rank": k["rank"].to_numpy(), "start_ns": k["start_ns"].to_numpy(),
-                          "end_ns": latest})
-    waits = waits[waits["rank"] != waits["late_rank"]].sort_values(["late_rank", "rank", "start_ns"])
+                          "end_ns": latest}, columns=columns)
+    return waits[waits["rank"] != waits["late_rank"]]
+
+
+def _union_waits(waits: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """The union (ns) of the ``waits`` intervals of each group of ``keys``, with their count (``instances``)."""
     rows = []
-    for (late, rank), part in waits.groupby(["late_rank", "rank"], sort=True):
+    for key, part in waits.sort_values([*keys, "start_ns"]).groupby(keys, sort=True):
         start, end = part["start_ns"].to_numpy(np.int64), part["end_ns"].to_numpy(np.int64)
         reach = np.maximum.accumulate(end)  # the union of the intervals, sorted by start: each one's new part
         new_from = np.maximum(start, np.r_[np.iinfo(np.int64).min, reach[:-1]])
-        rows.append([int(late), int(rank), len(part), int(np.clip(end - new_from, 0, None).sum())])
-    return pd.DataFrame(rows, columns=columns)
+        rows.append([*(int(k) for k in (key if isinstance(key, tuple) else (key,))), len(part),
+                     int(np.clip(end - new_from, 0, None).sum())])
+    return pd.DataFrame(rows, columns=[*keys, "instances", "wait_ns"])
 
 
 def late_arrivals(instances: pd.DataFrame) -> pd.DataFrame:

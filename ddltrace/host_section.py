@@ -25,13 +25,31 @@ SIZES = ("Where each kind's bytes come from (input tensors: the spans' own input
          "files list no groups; sized: instances with bytes, of all)")
 LATE = ("Late arrivals at gloo's collectives (per rank: the matched instances it started last at, and the wait of "
         "the other ranks' spans for it)")
+WAITED = ("Each rank's own wait at gloo's collectives (wall time from its arrival to the last rank's, the union over "
+          "the matched instances it was not last at: Scalasca's Wait at N x N; the breakdown counts that time in "
+          "whatever the rank's threads were in, a compute op such as DistributedDataParallel.forward, which waits "
+          "for the buffers' broadcast, included)")
 
 
 def host_tables(run) -> list[tuple[str, pd.DataFrame]]:
     """The host backend's collectives of one store (by kind, where their bytes come from, and the late arrivals)
     as (title, table) pairs; none where it has none."""
     tables = collective_tables(run.host_collectives(), COLLECTIVES, LATE)
-    return tables[:1] + [(SIZES, sizes(run))] + tables[1:] if tables else []
+    if not tables:
+        return []
+    return tables[:1] + [(SIZES, sizes(run))] + tables[1:] + ([(WAITED, own_waits(run))] if len(tables) > 1 else [])
+
+
+def own_waits(run) -> pd.DataFrame:
+    """Per rank of the host collectives' spans: its own wait at them (:func:`~ddltrace.analyses.gpu_collectives.
+    waited`), as text cells."""
+    from ddltrace.analyses.gpu_collectives import waited
+    from ddltrace.units import format_ns
+
+    found = waited(run.host_collective_spans).set_index("rank")
+    ranks = sorted(set(run.host_collective_spans["rank"]))
+    return pd.DataFrame([[r, format_ns(found["wait_ns"].get(r, 0)), int(found["instances"].get(r, 0))]
+                         for r in ranks], columns=["rank", "waited", "instances"])
 
 
 def sizes(run) -> pd.DataFrame:
@@ -62,7 +80,7 @@ def render_host_collectives(run) -> list[str]:
 def host_collectives_json(run) -> dict:
     """The host backend's collective instances of one store for ``--json`` (times in ns, bandwidths in
     bytes/s); empty when it has none."""
-    from ddltrace.analyses.gpu_collectives import late_arrivals
+    from ddltrace.analyses.gpu_collectives import late_arrivals, waited
     from ddltrace.json_output import records
 
     instances = run.host_collectives()
@@ -72,6 +90,7 @@ def host_collectives_json(run) -> dict:
     return {"definitions": {"collectives": COLLECTIVES + "; one row per instance, times in ns, bandwidths in bytes/s, "
                                            "share_bytes: an all-gather's or gather's one-rank share, group_size: the "
                                            "n it was multiplied by, size_from: where bytes come from",
-                            "sizes": SIZES, "late_arrivals": LATE},
+                            "sizes": SIZES, "late_arrivals": LATE, "waited": WAITED + "; wait_ns in ns"},
             "collectives": records(instances), "sizes": records(sizes(run)),
-            "late_arrivals": records(late_arrivals(instances))}
+            "late_arrivals": records(late_arrivals(instances)),
+            "waited": records(waited(run.host_collective_spans))}

@@ -225,3 +225,18 @@ def test_where_the_host_was_while_the_gpu_waited(stores):
     # the sleeps: one 30 ms sleep a step in each rank's long waits (2 steps; the first begins before the window)
     idle = analyze_store(stores["hostbound"]).gpu.idle_table()
     assert (idle["long_outside_ns"] > job("hostbound")["host_ms"] * 1e6).all()
+
+
+def test_each_ranks_own_wait_at_the_collectives(stores, capsys):
+    """The host collectives' table of each rank's own wait (Wait at N x N): on straggler1 rank 0 waits the 40 ms
+    of each step's broadcasts (skews read from the files) and a little more at the all-reduces; rank 1, late at
+    every one, waits for nothing. With two ranks it is the straggler finding's caused wait."""
+    capsys.readouterr()
+    assert main(["analyze", str(stores["straggler1"]), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    waited = {r["rank"]: r["wait_ns"] for r in out["stores"][0]["host_collectives"]["waited"]}
+    skews = [s for s in broadcast_skews("straggler1") if s > 20e6]
+    assert 2 * np.median(skews) <= waited[0] <= 2.2 * np.median(skews)
+    assert waited.get(1, 0) == 0
+    finding = next(f for f in out["findings"] if f["id"] == "host_straggler")
+    assert finding["cost_ns"] == pytest.approx(waited[0])
