@@ -84,17 +84,19 @@ def classify_rows(start_ns: np.ndarray, dur_ns: np.ndarray, categories: np.ndarr
         lane, code = int(lanes[rows[0]]), int(categories[rows[0]])
         if lane >= 0 and code >= 0:
             by_lane.setdefault(lane, {})[code] = rows
+    combined_rank = np.full(nseg, -1, dtype=np.int16)  # each segment's place in LANE_PRIORITY so far
     for groups in by_lane.values():
-        lane_code = np.full(nseg, -1, dtype=np.int16)
-        for category in LANE_PRIORITY:
+        lane_rank = np.full(nseg, -1, dtype=np.int16)
+        for place, category in enumerate(LANE_PRIORITY):
             rows = groups.get(CODE[category])
             if rows is None:
                 continue
             diff = np.bincount(si[rows], minlength=nseg + 1) - np.bincount(ei[rows], minlength=nseg + 1)
-            lane_code[np.cumsum(diff)[:-1] > 0] = CODE[category]
-        any_compute |= lane_code == CODE["compute"]
-        higher = _rank_of(lane_code) > _rank_of(combined)
-        combined[higher] = lane_code[higher]
+            lane_rank[np.cumsum(diff)[:-1] > 0] = place
+        any_compute |= lane_rank == PLACE_OF_COMPUTE
+        higher = lane_rank > combined_rank
+        combined_rank[higher] = lane_rank[higher]
+    combined[combined_rank >= 0] = PRIORITY_CODES[combined_rank[combined_rank >= 0]]
     combined[any_compute] = CODE["compute"]
     if gap is None:
         gap = "idle" if (categories == CODE["compute"]).any() else "compute"
@@ -108,10 +110,6 @@ def time_per_category(edges: np.ndarray, codes: np.ndarray) -> dict[str, int]:
     return {c: int(sums[i]) for i, c in enumerate(CATEGORIES)}
 
 
-_ORDER = np.full(len(CATEGORIES) + 1, -1, dtype=np.int16)
-for _i, _c in enumerate(LANE_PRIORITY):
-    _ORDER[CODE[_c]] = _i
-
-
-def _rank_of(codes: np.ndarray) -> np.ndarray:
-    return np.where(codes < 0, -1, _ORDER[np.maximum(codes, 0)])
+#: The category code of each place in LANE_PRIORITY, and the place of compute.
+PRIORITY_CODES = np.array([CODE[c] for c in LANE_PRIORITY], dtype=np.int16)
+PLACE_OF_COMPUTE = LANE_PRIORITY.index("compute")
