@@ -1,0 +1,33 @@
+"""A real JAX profile from an NVIDIA H200 (sample_traces/h200-jax: jax.profiler's XPlane of 10 jitted steps, each
+in a StepTraceAnnotation), held against the job's own clock (truth.jsonl) and the file itself."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ddltrace.analyses.run_analysis import analyze_store
+from ddltrace.cli import main
+
+RUN = Path(__file__).resolve().parent.parent / "sample_traces" / "h200-jax"
+
+
+def test_a_jax_profile_from_an_h200_gives_the_jobs_steps_and_kernels(tmp_path):
+    assert main(["import", str(RUN / "vm.xplane.pb"), "--out", str(tmp_path / "j"), "--progress", "never"]) == 0
+    run = analyze_store(tmp_path / "j")
+    truth = [json.loads(line) for line in (RUN / "truth.jsonl").read_text().splitlines()]
+    steps = run.phases[0].steps
+    # StepTraceAnnotation's steps, numbered as the job numbered them, where and as long as its own clock said
+    # (the step includes block_until_ready: the device's work is in it); measured within 22 us
+    assert steps["step"].tolist() == [t["step"] for t in truth] == list(range(10))
+    assert np.allclose(steps["start_ns"], [t["t0_ns"] for t in truth], atol=1e5, rtol=0)
+    assert np.allclose(steps["dur_ns"], [t["t1_ns"] - t["t0_ns"] for t in truth], atol=1e5, rtol=0)
+    # the device's kernels: every step runs the same jitted program, so the kernel count is a multiple of 10,
+    # and the matmuls (cuBLAS's sm90 GEMMs, TF32) take the most device time
+    work = run.store.timeline([0])
+    device = work[work["lane"].str.startswith("gpu:") & (work["category"] == "compute")]
+    assert len(device) % 10 == 0 and len(device) >= 100
+    by_name = device.groupby("name")["dur_ns"].sum().sort_values(ascending=False)
+    assert "gemm" in by_name.index[0]
