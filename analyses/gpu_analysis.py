@@ -105,7 +105,8 @@ class GpuAnalysis:
             self.copy_series = (rank, moved)
         pairs = gpu_launch.launch_pairs(timeline, work)
         host = timeline[host_lanes(timeline["lane"])][["start_ns", "dur_ns", "category", "name"]]
-        self.idle.append(gpu_idle.idle_breakdown(rank, work, pairs, host))
+        with_graphs = gpu_launch.launch_pairs(timeline, work, graphs=True)  # a graph's kernels wait for its launch
+        self.idle.append(gpu_idle.idle_breakdown(rank, work, with_graphs, host))
         if streams:
             self.stream_idle.append(gpu_stream_idle.stream_idle(rank, work, timeline))
             if keep is not None and not keep.all():

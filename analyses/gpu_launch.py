@@ -7,7 +7,12 @@ HIP counterparts), paired with the device work (kernel, copy or fill: :func:`~dd
 device_work`) that carries the same correlation id on the same rank (Kineto writes ``args.correlation`` on both;
 rocprofv3 ``correlation_id.internal``). The TensorFlow and JAX profilers (XPlane) name the host event of a launch
 after what it launched (the kernel's name, ``MemcpyH2D``) and give it the kernel's ``correlation_id``: a host row
-with the same correlation id and the same name as the device work is its launch too.
+with the same correlation id and the same name as the device work is its launch too. A CUDA (HIP) graph's launch
+(:data:`GRAPH_LAUNCHES`: ``cudaGraphLaunch`` in Kineto, ``cuGraphLaunch (CudaGraph:18)`` in an XPlane of JAX, which
+runs every jitted step as a graph on GPUs) carries the correlation id of every kernel of the graph: with
+``graphs=True`` (what the idle analysis takes, :mod:`~ddltrace.analyses.gpu_idle`: a gap a graph's first kernel
+ends waited for that launch) one pair per kernel; the launch statistics, queue length and operators keep HTA's set,
+whose list has no graph launch (its negative_queue_length_values_check trace: 70 cudaGraphLaunch).
 For each pair, all in ns:
 
 * ``cpu_duration_ns``: the runtime call's duration;
@@ -43,6 +48,8 @@ LAUNCH_NAMES = frozenset({
     "hipMemsetAsync", "hipMemcpyWithStream", "hipMemcpyHtoDAsync", "hipMemcpyDtoHAsync", "hipMemcpyDtoDAsync",
 })
 _LAUNCH_NAME_LIST = sorted(LAUNCH_NAMES)
+#: The runtime calls that launch a graph (a name that begins with one: XPlane appends " (CudaGraph:<id>)").
+GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")
 #: HTA's cut-offs (ns): a runtime call longer than this is a runtime outlier.
 RUNTIME_CUTOFF_NS = 50_000
 #: HTA's cut-offs (ns): a launch delay longer than this is a launch-delay outlier.
@@ -56,10 +63,10 @@ COLUMNS = ["rank", "runtime", "launches", "cpu_duration_mean_ns", "cpu_duration_
            "launch_delay_outliers", "short_kernels"]
 
 
-def launch_pairs(timeline: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
+def launch_pairs(timeline: pd.DataFrame, work: pd.DataFrame, graphs: bool = False) -> pd.DataFrame:
     """Each launch of one rank's ``timeline`` with the device ``work`` it launched (:data:`PAIR_COLUMNS`, and
     ``launch_row``: the launch's position in ``timeline``; one row per pair, as HTA's inner join: a launch whose
-    activity is not in the trace is left out)."""
+    activity is not in the trace is left out); with ``graphs``, the graph launches too (one pair per kernel)."""
     if "correlation" not in timeline or not len(work) or work["correlation"].isna().all():
         return pd.DataFrame(columns=[*PAIR_COLUMNS, "launch_row"])
     host = np.flatnonzero(~device_lanes(timeline["lane"]) & timeline["correlation"].notna().to_numpy(bool))
@@ -70,6 +77,8 @@ def launch_pairs(timeline: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
     launch = timeline["name"].array.take(host)  # (arrays, not Series: pandas' per-call cost is most of it here)
     kernel = work["name"].array.take(done)
     keep = launch.isin(_LAUNCH_NAME_LIST)
+    if graphs:
+        keep |= np.asarray(pd.Series(launch).str.startswith(GRAPH_LAUNCHES, na=False), bool)
     named = ~keep  # the XPlane launches: a host row named as the device work it launched
     if named.any():
         keep[named] = np.asarray(launch[named] == kernel[named], bool)

@@ -31,3 +31,26 @@ def test_a_jax_profile_from_an_h200_gives_the_jobs_steps_and_kernels(tmp_path):
     assert len(device) % 10 == 0 and len(device) >= 100
     by_name = device.groupby("name")["dur_ns"].sum().sort_values(ascending=False)
     assert "gemm" in by_name.index[0]
+
+
+def test_the_cuda_graph_launches_of_jax_are_paired_with_the_graphs_kernels(tmp_path):
+    """JAX runs each jitted step as a CUDA graph: the XPlane's host event `cuGraphLaunch (CudaGraph:N)` carries
+    the correlation id of every kernel of the graph. Each of those kernels is paired with it (one pair per kernel),
+    so the idle gaps the graphs end are linked to a launch (before: no pair, no idle table for the run)."""
+    from ddltrace.analyses.gpu_lanes import device_work
+    from ddltrace.analyses.gpu_launch import launch_pairs
+
+    assert main(["import", str(RUN / "vm.xplane.pb"), "--out", str(tmp_path / "j"), "--progress", "never"]) == 0
+    run = analyze_store(tmp_path / "j")
+    timeline = run.store.timeline([0])
+    pairs = launch_pairs(timeline, device_work(timeline), graphs=True)
+    graphs = pairs[pairs["launch"].str.startswith("cuGraphLaunch")]
+    host = timeline[timeline["name"].str.startswith("cuGraphLaunch") & ~timeline["lane"].str.startswith("gpu:")]
+    work = device_work(timeline)
+    launched = work[work["correlation"].isin(set(host["correlation"]))]
+    assert len(host) == 10 and len(graphs) == len(launched) >= 10 * 10
+    assert set(graphs["correlation"]) == set(host["correlation"])
+    # HTA's set, which the launch statistics and queue length keep, has no graph launch
+    assert not launch_pairs(timeline, work)["launch"].str.startswith("cuGraphLaunch").any()
+    idle = run.gpu.idle_table()
+    assert len(idle) == 1 and idle.loc[0, "host_wait_ns"] > 0 and idle.loc[0, "unlinked_ns"] == 0
