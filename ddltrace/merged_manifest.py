@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 #: A note of :func:`no_record_note`: the ranks it names.
-_UNFILED = re.compile(r"^ranks \[([\d, ]*)\]:? (?:of \d+ )?(?:wrote no|no) (record file|framework profile)")
+_UNFILED = re.compile(r"^ranks \[([\d, -]*)\]:? (?:of \d+ )?(?:wrote no|no) (record file|framework profile)")
 #: A note on a rank a store left out (collectors/launcher.py: an unreadable record file): the rank.
 _LEFT_OUT = re.compile(r"; rank (\d+) left out$")
 #: A note already naming the store it is of (a store merged before): named once.
@@ -98,8 +98,11 @@ def on_joined_node(note: Any, joined: Iterable[str]) -> bool:
 def no_record_note(ranks: list[int], world: int, mpi: bool, missing_nodes: dict | None) -> str:
     """The note on the ``ranks`` none of whose files reached the store. With nodes missing (their parts not
     gathered: collectors/node_link.py) a rank's file may be in such a part, not lost: the note says so."""
+    from ddltrace.store import rank_ranges
+
     what, why = ("record file", "died before MPI_Init, or never started") if mpi else ("framework profile",
                                                                                        "never wrote one")
+    ranks = f"[{rank_ranges(ranks)}]"  # '[0-99999]', not 100,000 numbers (ranges since session 16; both are read)
     if missing_nodes:
         return (f"ranks {ranks}: no {what} gathered (in the part of missing node(s) {', '.join(sorted(missing_nodes))}"
                 f", which `ddltrace merge` joins, or {why})")
@@ -109,7 +112,17 @@ def no_record_note(ranks: list[int], world: int, mpi: bool, missing_nodes: dict 
 def unfiled_ranks(note: Any) -> set[int] | None:
     """The ranks of a note of :func:`no_record_note`, or None for another note."""
     found = _UNFILED.match(note) if isinstance(note, str) else None
-    return {int(r) for r in found.group(1).split(",") if r.strip()} if found else None
+    return _listed(found.group(1)) if found else None
+
+
+def _listed(text: str) -> set[int]:
+    """The ranks of a note's list: '3, 5' (before session 16) or '0-4, 7' (:func:`~ddltrace.store.rank_ranges`)."""
+    ranks = set()
+    for item in (part.strip() for part in text.split(",")):
+        if item:
+            first, _, last = item.partition("-")
+            ranks.update(range(int(first), int(last or first) + 1))
+    return ranks
 
 
 def still_unfiled(notes: Iterable[tuple[Any, int]], held: Iterable[int], world: int,
@@ -118,7 +131,7 @@ def still_unfiled(notes: Iterable[tuple[Any, int]], held: Iterable[int], world: 
     (a record file of an MPI job, or a framework profile, as the notes say) and that the merged store still lacks
     (it holds ``held``); None where it lacks none of them."""
     found = [(m, shift) for note, shift in notes if isinstance(note, str) and (m := _UNFILED.match(note))]
-    named = {int(r) + shift for m, shift in found for r in m.group(1).split(",") if r.strip()}
+    named = {r + shift for m, shift in found for r in _listed(m.group(1))}
     left = sorted(named - set(held))
     mpi = any(m.group(2) == "record file" for m, _ in found)
     return no_record_note(left, world, mpi, missing_nodes) if left else None

@@ -316,3 +316,18 @@ def test_a_store_merged_again_names_each_notes_store_once(parts, tmp_path):
     assert set(tagged) <= set(_notes(again))
     assert [n for n in _notes(again) if n not in _notes(first)] == [f"{n} (a note of {c})" for n in _notes(c)
                                                                     if n not in _notes(first)]
+
+
+def test_the_note_on_ranks_without_a_file_lists_ranges_and_reads_both_forms():
+    """A job of 100,000 ranks none of which wrote a file had a note of 100,000 numbers (QA: `run --np 100000`); it
+    lists ranges now, and the ranks are read back from it and from a note written before, which merge relies on."""
+    from ddltrace.merged_manifest import no_record_note, still_unfiled, unfiled_ranks
+
+    note = no_record_note(list(range(100_000)), 100_000, True, None)
+    assert note.startswith("ranks [0-99999] wrote no record file") and len(note) < 100
+    assert unfiled_ranks(note) == set(range(100_000))
+    old = "ranks [3, 4, 7] of 8 wrote no framework profile"
+    assert unfiled_ranks(old) == {3, 4, 7}
+    assert still_unfiled([(old, 0)], held=[3], world=8, missing_nodes=None) == \
+        "ranks [4, 7] of 8 wrote no framework profile"
+    assert unfiled_ranks(no_record_note([0, 1, 2, 5], 6, False, None)) == {0, 1, 2, 5}
