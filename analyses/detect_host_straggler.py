@@ -10,16 +10,15 @@ gloo's spans (:mod:`~ddltrace.analyses.host_collectives`) of the early rank star
 collective does, the late rank's start when it arrives.
 
 It measures the arrivals: it matches the spans into instances across ranks (by collective, step and order) and
-takes, for each pair of a late
-rank L and another rank r, the wall time r's spans of the instances L started last at spent before L arrived
-(:func:`~ddltrace.analyses.gpu_collectives.waits_for`: the union of the intervals, so gloo's two worker threads
-waiting at once count once). L's *caused wait* is the median of that over the other workers. A finding when the rank
-with the most caused wait has ``host.late_wait_share_min`` (80 %) or more of all ranks' caused wait, over at least
-``gpu.late_min_instances`` (5) matched instances (with fewer it is listed as not made), and it is at least
-``host.late_wait_step_min`` (25 %) of the others' median step time per step (the same job without a straggler:
-0.1 to 23.4 % in eight H100 runs, the most where rank 1 reached the first all-reduce 6 to 14 ms late, two ranks
-sharing one GPU; with one sleeping 40 ms: 49 to 53 %). Start times are compared on the run's
-clock: on several hosts their clocks' skew is in them (the importer says when it was not corrected).
+takes, for each pair of a late rank L and another rank r, the wall time r's spans of the instances L started last at
+spent before L arrived (:func:`~ddltrace.analyses.gpu_collectives.waits_for`: the union of the intervals, so gloo's
+two worker threads waiting at once count once). L's *caused wait* is the median of that over the other workers. A
+finding when the rank with the most caused wait has ``host.late_wait_share_min`` (80 %) or more of all ranks' caused
+wait, over at least ``gpu.late_min_instances`` (5) matched instances (with fewer it is listed as not made), and it
+is at least ``host.late_wait_step_min`` (25 %) of the others' median step time per step (the same job without a
+straggler: 0.1 to 23.4 % in eight H100 runs, the most where rank 1 reached the first all-reduce 6 to 14 ms late, two
+ranks sharing one GPU; with one sleeping 40 ms: 49 to 53 %). Start times are compared on the run's clock: on several
+hosts their clocks' skew is in them (the importer says when it was not corrected).
 
 Cost: the late rank's caused wait, the others' time waiting for it (the median other worker's).
 """
