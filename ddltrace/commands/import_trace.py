@@ -573,9 +573,9 @@ def _note_uncategorised(store, categorizer) -> None:
 def _print_summary(out: Path, reports, elapsed: float, store, folder_notes: list[str]) -> None:
     total_events = sum(r.events for r in reports)
     total_intervals = sum(r.intervals for r in reports)
-    print(f"imported {len(reports)} file(s) into {out}: {total_events} events read, {total_intervals} intervals "
-          f"kept, ranks {', '.join(map(str, store.ranks))}, in {elapsed:.2f} s")
     ignored = [r for r in reports if not r.format and not r.problems]
+    print(f"imported {len(reports) - len(ignored)} file(s) into {out}: {total_events} events read, {total_intervals} "
+          f"intervals kept, ranks {', '.join(map(str, store.ranks))}, in {elapsed:.2f} s")
     if ignored:
         print(f"  {len(ignored)} file(s) in the folders are not traces and were skipped: "
               + ", ".join(Path(r.path).name for r in ignored[:5]) + (", ..." if len(ignored) > 5 else ""))
