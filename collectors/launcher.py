@@ -410,6 +410,12 @@ def _run_job(cfg, out, mpi, lib, work, records, fw_env, gatherer, command) -> Ru
                          "stopped ranks left, that no process still maps")
         collectors = (["node agents (system, gpu)"] if gpu is None else ["system"] + ["gpu"] * gpu.available) \
             + ["py-spy"] * bool(cfg.pyspy)
+        if mpi or cfg.framework:  # what a recovery would otherwise lose, should the write fail or be abandoned
+            with contextlib.suppress(OSError):
+                record_sets.save_samples(records, system_rows + gpu_rows)
+                record_sets.register(records, {**job, "exit_code": proc.returncode, "end_ns": end_ns,
+                                               "interrupted": interrupted, "collectors": collectors,
+                                               "gpus": gpu.devices if gpu is not None else []})
         links = {}
         if gatherer is not None:
             progress.phase = "gathering the nodes' parts"
@@ -754,6 +760,16 @@ def summary_line(result: RunResult) -> str:
 
 
 
+def _int(value, default: int) -> int:
+    """``value`` where it is an int (not a bool), else ``default``: a job file's field read with care."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _strings(value) -> list[str]:
+    """``value`` where it is a list of texts, else []: a job file's field read with care."""
+    return [str(v) for v in value] if isinstance(value, list) and all(isinstance(v, str) for v in value) else []
+
+
 def recover_store(path: str | Path, out: str | Path, stream=None, *, local: bool = True) -> RunResult:
     """Make the store ``out`` from the record set at ``path`` that a ``ddltrace run`` left (killed, or its
     write failed or was abandoned), then delete the set. What that process held in memory (system and GPU
@@ -782,10 +798,13 @@ def recover_store(path: str | Path, out: str | Path, stream=None, *, local: bool
     exit_code = job.get("exit_code") if isinstance(job.get("exit_code"), int) else None
     end_ns = job.get("end_ns") if isinstance(job.get("end_ns"), int) else None
     interrupted = job.get("interrupted") is True
+    samples, unreadable = record_sets.load_samples(rs.path)
+    lost = ([] if samples else ["the system and GPU samples"]) + ["py-spy stacks"] * (job.get("pyspy") is True)
+    if exit_code is None:
+        lost.append("the job's exit code, its end (the last call recorded is taken instead)")
     notes = [f"recovered by `ddltrace recover` from {rs.path}: the `ddltrace run` that started the job did not "
-             "write the store; not recorded: the system and GPU samples and py-spy stacks that process held"
-             + ("" if exit_code is not None else ", the job's exit code, its end (the last call recorded is "
-                "taken instead)")]
+             "write the store" + ("; its system and GPU samples were kept with the records" if samples else "")
+             + (f"; not recorded: {', '.join(lost)}" if lost else "")] + ([unreadable] if unreadable else [])
     if interrupted:
         notes.append(INTERRUPTED_NOTE)
     with StoreLock(out):
@@ -793,7 +812,8 @@ def recover_store(path: str | Path, out: str | Path, stream=None, *, local: bool
             progress = interrupts.start_write(out, rs.path)
             result = _gather(cfg, out, bool(job.get("np") or job.get("launcher") or rs.rank_files), rs.path,
                              job.get("launch") or argv, job.get("flavour") or "", int(job.get("start_ns") or 0),
-                             end_ns, exit_code, interrupted, [], {}, notes, -1, [], [], work / "framework",
+                             end_ns, exit_code, interrupted, samples, {}, notes, _int(job.get("job_pid"), -1),
+                             _strings(job.get("collectors")), _strings(job.get("gpus")), work / "framework",
                              progress)
         result.store.update_run(recovered_from=str(rs.path))
     record_sets.discard(rs.path, job)

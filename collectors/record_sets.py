@@ -3,7 +3,9 @@
 A record set is a folder: ``/dev/shm/ddltrace-records-XXXX`` for local ranks (``--np``), else
 ``.STORE.XXXX/records`` beside the store (``--launcher``). It holds each rank's ``rank-NNNNN.pmpi`` (written
 by the PMPI wrapper) and :data:`JOB_FILE`, what ``run`` wrote before starting the job (the command, its start
-time, where the store was to go, which processes own the set) and when it ended (exit code, end time). Every
+time, where the store was to go, which processes own the set) and when it ended (exit code, end time, the
+collectors and GPUs), and, once the job has ended, :data:`SAMPLES_FILE`: the system and GPU samples ``run`` held
+(so that a recovery keeps them where the store's write failed or was abandoned). Every
 set is also named in ``<cache>/record-sets/`` (``$DDLTRACE_CACHE`` or ``~/.cache/ddltrace``) so that
 ``ddltrace recover`` finds those outside /dev/shm. ``run`` deletes the set only after the store is written,
 verified and renamed into place; a ``run`` that is killed, fails or is abandoned leaves it for
@@ -29,6 +31,7 @@ from ddltrace.errors import DdltraceError
 from ddltrace.store import atomic_output
 
 JOB_FILE = "ddltrace-run.json"
+SAMPLES_FILE = "samples.parquet"
 SHM = Path("/dev/shm")
 SHM_PREFIX = "ddltrace-records-"
 
@@ -85,6 +88,34 @@ def register(records: Path, job: dict) -> None:
         _entry(records).write_text(str(records.resolve()))
     except OSError:
         pass  # the set is still found in /dev/shm, and `run` printed its path
+
+
+def save_samples(records: Path, rows: list[tuple[int, str, int, float]]) -> None:
+    """Keep the samplers' rows (pid or -1, counter, t_ns, value) in the set as :data:`SAMPLES_FILE` (Parquet,
+    written whole then renamed: a half-written file is never read)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    keys, names, times, values = (list(column) for column in zip(*rows, strict=True)) if rows else ([], [], [], [])
+    table = pa.table({"pid": pa.array(keys, pa.int64()), "name": pa.array(names, pa.string()),
+                      "t_ns": pa.array(times, pa.int64()), "value": pa.array(values, pa.float64())})
+    with atomic_output(records / SAMPLES_FILE) as fh:
+        pq.write_table(table, fh)
+
+
+def load_samples(records: Path) -> tuple[list[tuple[int, str, int, float]], str]:
+    """The rows :func:`save_samples` kept in the set, and "" or why they cannot be read (none kept: ([], ""))."""
+    path = records / SAMPLES_FILE
+    if not path.is_file():
+        return [], ""
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path, columns=["pid", "name", "t_ns", "value"])
+    except Exception as exc:  # noqa: BLE001 (pyarrow raises several kinds on a damaged file)
+        return [], f"{path}: the system and GPU samples kept there cannot be read ({exc})"
+    columns = [table.column(c).to_pylist() for c in ("pid", "name", "t_ns", "value")]
+    return list(zip(*columns, strict=True)), ""
 
 
 def discard(records: Path, job: dict) -> None:

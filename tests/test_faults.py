@@ -189,6 +189,10 @@ def test_ctrl_c_twice_during_the_write_keeps_the_records_and_recover_makes_the_s
     assert stored_calls(out) == logged == {0: CALLS, 1: CALLS}
     store = TraceStore.open(out)
     assert store.run["interrupted"] is True and store.run["exit_code"] is not None
+    # the samples run held were kept with the records (they were lost): the machine's and each rank's process's
+    assert len(store.counters([-1])) and all(len(store.counters([r])) for r in (0, 1))
+    assert "system" in store.run["collectors"] and not any("system and GPU samples" in n and "not recorded" in n
+                                                          for n in store.manifest["notes"])
     assert not records.exists() and not list(tmp_path.glob(".S.*")), "records and work folder deleted after"
 
 
@@ -308,6 +312,7 @@ def test_full_disk_keeps_the_records_and_recover_makes_the_store_elsewhere(tmp_p
     done = ddltrace("recover", str(records), "--out", str(tmp_path / "S"))
     assert done.returncode == 0, done.stderr
     assert stored_calls(tmp_path / "S") == logged == {0: CALLS, 1: CALLS}
+    assert len(TraceStore.open(tmp_path / "S").counters([-1])), "the system samples kept with the records"
     assert not records.exists()
 
 
