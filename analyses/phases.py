@@ -72,7 +72,9 @@ from ddltrace.timeline import CATEGORIES, category_codes
 
 INIT_NAMES = frozenset({"MPI_Init", "MPI_Init_thread"})
 FINALIZE_NAMES = frozenset({"MPI_Finalize"})
-#: The PMPI collector's clock synchronisation, run inside its MPI_Init (and its MPI_Finalize) wrapper.
+#: The PMPI collector's clock synchronisation, run inside its MPI_Init (start-up) and its MPI_Finalize wrapper
+#: (finalisation: every rank waits there for the last to arrive, category ``barrier`` in stores written since
+#: session 16, ``other`` before).
 CLOCK_SYNC = "ddltrace_clock_sync"
 PATTERN_CATEGORIES = ("comm", "wait", "barrier")
 SYNC_CATEGORIES = ("wait", "barrier")
@@ -201,15 +203,19 @@ def segment_rank(timeline: pd.DataFrame) -> RankPhases | None:
 
     is_init = np.isin(names, list(INIT_NAMES))[name_codes]
     is_final = np.isin(names, list(FINALIZE_NAMES))[name_codes]
+    is_sync = (names == CLOCK_SYNC)[name_codes]
     after_init = int(ends[is_init].max()) if is_init.any() else start
     before_final = int(starts[is_final].min()) if is_final.any() else end
     bounded = bool(is_init.any() or is_final.any())  # by MPI_Init / MPI_Finalize, else by the ends
     if before_final <= after_init:  # an aggregated profile laid out as a timeline: Init and Finalize say nothing
         after_init, before_final, bounded = start, end, False
-    pattern = np.isin(categories, [CODE[c] for c in PATTERN_CATEGORIES]) & ~is_init & ~is_final
-    is_sync = (names == CLOCK_SYNC)[name_codes]
+    # the collector's clock synchronisations are no calls of the job's (a closing one is a barrier: see CLOCK_SYNC)
+    pattern = np.isin(categories, [CODE[c] for c in PATTERN_CATEGORIES]) & ~is_init & ~is_final & ~is_sync
     # None: the rank traced no MPI_Init nor clock synchronisation (a framework's profile), so no start-up to measure
     startup = _startup_end(after_init, starts, ends, is_sync, pattern) if is_init.any() or is_sync.any() else None
+    closing = is_sync & (starts > max(after_init, startup or after_init))
+    if closing.any():  # finalisation begins where the collector's closing synchronisation does, inside MPI_Finalize
+        before_final = max(min(before_final, int(starts[closing].min())), after_init)
 
     steps = timeline["step"]
     if steps.notna().any():
@@ -247,7 +253,7 @@ def segment_rank(timeline: pd.DataFrame) -> RankPhases | None:
     base = np.array([base_name(n) if isinstance(n, str) else n for n in names], dtype=object)
     p2p = np.isin(base, list(P2P))[name_codes] & ~is_init & ~is_final
     collective = (np.isin(base, list(COLLECTIVES))[name_codes] | (categories == CODE["barrier"])) \
-        & ~is_init & ~is_final
+        & ~is_init & ~is_final & ~is_sync
     if p2p.sum() >= MIN_CYCLES and collective.any():
         first, last = np.quantile(starts[p2p], [0.1, 0.9])
         opening, closing = collective & (starts <= first), collective & (starts >= last)

@@ -117,6 +117,19 @@ def test_phase_of_times():
     assert p.phase_of([5, 10, 50, 95]).tolist() == ["init", "steady", "steady", "final"]
 
 
+def test_finalisation_begins_at_the_collectors_closing_synchronisation():
+    """The PMPI collector's MPI_Finalize synchronises the clocks before finalising: every rank waits there for the
+    last to arrive (a straggler's victims, seconds), which is finalisation, not the steady state."""
+    rows = [{"rank": 0, "name": "MPI_Init", "category": "other", "start_ns": 0, "dur_ns": 10},
+            {"rank": 0, "name": "ddltrace_clock_sync", "category": "other", "start_ns": 10, "dur_ns": 2},
+            {"rank": 0, "name": "MPI_Send", "category": "comm", "start_ns": 30, "dur_ns": 2},
+            {"rank": 0, "name": "ddltrace_clock_sync", "category": "barrier", "start_ns": 60, "dur_ns": 28},
+            {"rank": 0, "name": "MPI_Finalize", "category": "other", "start_ns": 90, "dur_ns": 10}]
+    p = segment_rank(make_timeline(rows))
+    assert p.steady_end_ns == 60  # was 90, where MPI_Finalize begins
+    assert p.phase_of([5, 50, 70, 95]).tolist() == ["init", "steady", "final", "final"]
+
+
 def test_startup_ends_where_mpi_init_returns_to_the_job(parallel):
     """Start-up is MPI_Init as the job sees it: the PMPI collector's MPI_Init returns after its clock
     synchronisation (ddltrace_clock_sync), which counts as start-up; the synchronisation at MPI_Finalize does not,

@@ -143,6 +143,13 @@ def test_mpi4py_calls_are_recorded_with_their_columns(recorded):
     cat = dict(zip(t1["name"], t1["category"].astype(str), strict=True))
     assert (cat["MPI_Barrier"], cat["MPI_Waitall"], cat["MPI_Recv_c"], cat["MPI_Mprobe"], cat["MPI_Allreduce_c"],
             cat["outside MPI"]) == ("barrier", "wait", "wait", "wait", "comm", "compute")
+    # the collector's two clock synchronisations: the one in MPI_Init is start-up ("other"), the one in
+    # MPI_Finalize, where every rank waits for the last to arrive, a barrier; finalisation begins there
+    syncs = t0[t0["name"] == "ddltrace_clock_sync"].sort_values("start_ns")
+    assert syncs["category"].astype(str).tolist() == ["other", "barrier"]
+    from ddltrace.analyses.phases import segment_rank
+
+    assert segment_rank(t0).steady_end_ns <= syncs["start_ns"].iloc[1]  # the closing one is in finalisation
     send = t0[(t0["name"] == "MPI_Send_c")].iloc[0]
     assert (send["bytes"], send["peer"], send["tag"]) == (80, 1, 11)
     recv = t1[(t1["name"] == "MPI_Recv_c")].iloc[0]

@@ -188,11 +188,16 @@ def to_timeline(rr: RankRecords, *, end_ns: int | None = None, align: bool = Tru
     main = rec["tid"] == rr.main_tid
     lanes = np.where(main, "main", np.char.add("thread:", rec["tid"].astype(str)).astype(object))
 
+    category = fn_cats[fn]
+    sync = np.flatnonzero(fn == _ID["ddltrace_clock_sync"] - 1)
+    if len(sync) > 1:  # the closing synchronisation, in MPI_Finalize: every rank waits there for the last to come
+        category = category.copy()
+        category[sync[np.argsort(t0[sync])[1:]]] = "barrier"
     frame = pd.DataFrame({
         "rank": np.full(len(rec), rr.rank, dtype=np.int32),
         "lane": lanes,
         "name": fn_names[fn],
-        "category": fn_cats[fn],
+        "category": category,
         "start_ns": t0,
         "dur_ns": t1 - t0,
         "bytes": _nullable(rec["bytes"], rec["bytes"] < 0, "Int64"),
