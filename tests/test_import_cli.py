@@ -313,3 +313,17 @@ def test_ranks_on_the_wall_clock_beside_ranks_on_their_own_are_an_import_problem
     assert said in capsys.readouterr().out
     assert main(["analyze", str(tmp_path / "store")]) == 0
     assert any(line.startswith("Import problems") and said in line for line in capsys.readouterr().out.splitlines())
+
+
+def test_files_of_two_runs_whose_ranks_do_not_overlap_are_said_to_be(tmp_path, capsys):
+    """sample_traces/h200-graphs holds two single-GPU runs 41.5 s apart (eager, then graphed), which one import
+    reads as ranks 0 and 1: an import problem says their times do not overlap, as one job's ranks' do (the H100
+    straggler run's two ranks, whose profiled windows overlap, get no such line)."""
+    samples = Path(__file__).resolve().parent.parent / "sample_traces"
+    assert main(["import", str(samples / "h200-graphs"), "--out", str(tmp_path / "g"), "--progress", "never"]) == 0
+    problems = TraceStore.open(tmp_path / "g").import_problems
+    assert len(problems) == 1 and "2 groups that do not overlap" in problems[0]
+    assert "ranks 0 first; ranks 1 41.5 s after" in problems[0]
+    assert main(["import", str(samples / "h100-ddp" / "straggler1"), "--out", str(tmp_path / "s"),
+                 "--progress", "never"]) == 0
+    assert not TraceStore.open(tmp_path / "s").import_problems
