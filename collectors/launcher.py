@@ -759,7 +759,6 @@ def summary_line(result: RunResult) -> str:
             f"{format_ns(result.elapsed_ns)}, exit code {exit_code}")
 
 
-
 def _int(value, default: int) -> int:
     """``value`` where it is an int (not a bool), else ``default``: a job file's field read with care."""
     return value if isinstance(value, int) and not isinstance(value, bool) else default
