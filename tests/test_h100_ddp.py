@@ -240,3 +240,13 @@ def test_each_ranks_own_wait_at_the_collectives(stores, capsys):
     assert waited.get(1, 0) == 0
     finding = next(f for f in out["findings"] if f["id"] == "host_straggler")
     assert finding["cost_ns"] == pytest.approx(waited[0])
+
+
+def test_the_reports_picture_of_the_straggler_at_the_host_collectives(stores, tmp_path):
+    """The report shows the host straggler finding with gloo's collectives' start skew (rank 1 last, 40 ms skews),
+    not the busiest-rank figure, whose 'slowest' is the victim (its compute holds the wait)."""
+    assert main(["report", str(stores["straggler1"]), "--out", str(tmp_path / "r")]) == 0
+    text = (tmp_path / "r" / "report.md").read_text()
+    section = text[text.index("Straggler at the host collectives"):text.index("GPU idle waiting for the host")]
+    assert "host_skew.png" in section and "avg_slowest.png" not in section
+    assert (tmp_path / "r" / "host_skew.png").stat().st_size > 1000

@@ -362,6 +362,15 @@ def _run_figures(run, pixels: dict[str, dict[int, np.ndarray]], label: str) -> l
                           figures.png_bytes(figures.queue_figure(series, MAX_QUEUE_LENGTH,
                                                                  f"Launch queue per stream, rank {rank}"))))
     out.extend(_gpu_figures(run, label))
+    if "host_comm" in run.capabilities:
+        instances = run.host_collectives()
+        matched = instances[instances["ranks"] >= 2]
+        if len(matched):
+            out.append(Figure(f"host_skew{label}", "gloo's collectives: start skew across ranks",
+                              "Each of gloo's collectives matched across ranks (collective, step, order): latest minus "
+                              "earliest start of its spans, the time the early ranks waited, coloured by the rank "
+                              "that arrived last.",
+                              figures.png_bytes(figures.collective_skew_figure(matched))))
     if len(run.allocator):
         out.append(Figure(f"allocator{label}", "Memory the framework's allocator held",
                           "The bytes allocated after each of the allocator's events (PyTorch's [memory] events), per "
@@ -590,6 +599,7 @@ _FIGURE_FOR = (  # finding id fragment -> figure key prefix that shows it (the f
     ("gpu_host", "gpu_idle"),
     ("gpu_exposed", "gpu_overlap"),
     ("gpu_straggler", "gpu_skew"),
+    ("host_straggler", "host_skew"),
     ("gpu_slow_coll", "gpu_busbw"),
     ("gpu_memory", "allocator"),
     ("sequential", "timeline_init"),
