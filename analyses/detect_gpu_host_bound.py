@@ -15,7 +15,8 @@ case's. The median kernel
 against its launch call (:mod:`~ddltrace.analyses.gpu_launch`) is evidence, not the test: on Kineto's TensorBoard
 ResNet-50 worker the kernels are shorter than their launches, yet 76 % of its host wait is in gaps over 1 ms (its
 DataLoader, the tutorial's diagnosis), and on sample_traces/h100-ddp/hostbound 95 % (a 30 ms sleep a step).
-Needs the correlation ids that link launches to their kernels (Kineto).
+Needs the correlation ids that link launches to their kernels (Kineto; a CUDA graph's launch to the graph's kernels:
+JAX's XPlane).
 
 Cost: the median over the devices of each device's host-wait time (the device time the job gets back if the host
 keeps it fed). The share and the time are each a median over the devices: with an even count, or devices of
@@ -48,7 +49,7 @@ HOST_ADVICE = ("The host is busy between launches: look at its lanes in the gaps
                "printing a loss every step), and move host-side work off the training loop.")
 
 
-@detector("gpu_host_bound", "GPU idle waiting for the host", {"device", "correlation"})
+@detector("gpu_host_bound", "GPU idle waiting for the host", {"device", "launch_links"})
 def detect(runs, th) -> list[Finding]:
     """Median device idle share waiting for the host at or above gpu.host_wait_min (see the module docstring)."""
     findings = []

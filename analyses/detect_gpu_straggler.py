@@ -26,7 +26,8 @@ ADVICE = ("Find what the late rank does before each collective: more work (an un
           "pipeline, logging, checkpoints on rank 0). Balance the work or move the extra work off the step.")
 
 
-@detector("gpu_straggler", "a straggler rank at the GPU collectives", {"device", "device_comm", "device_ranks"})
+@detector("gpu_straggler", "a straggler rank at the GPU collectives",
+          {"device", "device_comm", "device_ranks", "one_run"})
 def detect(runs, th) -> list[Finding | Skipped]:
     """One rank last at most matched collectives, well behind the others (see the module docstring)."""
     findings = []

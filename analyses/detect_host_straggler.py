@@ -16,7 +16,7 @@ two worker threads waiting at once count once). L's *caused wait* is the median 
 finding when the rank with the most caused wait has ``host.late_wait_share_min`` (80 %) or more of all ranks' caused
 wait, over at least ``gpu.late_min_instances`` (5) matched instances (with fewer it is listed as not made), and it
 is at least ``host.late_wait_step_min`` (25 %) of the others' median step time per step (the same job without a
-straggler: 0.1 to 23.4 % in eight H100 runs, the most where rank 1 reached the first all-reduce 6 to 14 ms late, two
+straggler: 0.1 to 23.6 % in eight H100 runs, the most where rank 1 reached the first all-reduce 6 to 14 ms late, two
 ranks sharing one GPU; with one sleeping 40 ms: 49 to 53 %). Start times are compared on the run's clock: on several
 hosts their clocks' skew is in them (the importer says when it was not corrected).
 
@@ -59,7 +59,8 @@ def step_time(run, ranks: list[int]) -> float | None:
     return float(np.median(np.concatenate(times))) if times else None
 
 
-@detector("host_straggler", "a straggler rank at the host backend's collectives", {"host_comm", "two_workers"})
+@detector("host_straggler", "a straggler rank at the host backend's collectives",
+          {"host_comm", "two_workers", "one_run"})
 def detect(runs, th) -> list[Finding | Skipped]:
     """One rank the others wait for at the host backend's collectives (see the module docstring)."""
     findings = []

@@ -63,7 +63,7 @@ def measures(run) -> dict[str, tuple[list[int], np.ndarray]]:
     return out
 
 
-@detector("stragglers", "stragglers", {"totals", "two_workers"})
+@detector("stragglers", "stragglers", {"totals", "two_workers", "one_run"})
 def detect(runs, th) -> list[Finding | Skipped]:
     """Workers whose compute per step (or step time) is a robust outlier, or of two workers the one well above the
     other (see the module docstring)."""

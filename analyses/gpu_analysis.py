@@ -39,7 +39,6 @@ from ddltrace.analyses import (
     gpu_stream_idle,
     gpu_temporal,
 )
-from ddltrace.analyses.breakdown import host_lanes
 from ddltrace.analyses.gpu_lanes import device_work, has_streams
 
 
@@ -59,6 +58,8 @@ class GpuAnalysis:
     worst: list = field(default_factory=list)
     queues: list = field(default_factory=list)
     launch_ranks: list[int] = field(default_factory=list)
+    #: ranks with some launch linked to its kernels, a CUDA graph's included (the idle analysis reads them)
+    linked_ranks: list[int] = field(default_factory=list)
     #: (rank, its queue-length series) of the rank with the longest queue, for the report's figure
     queue_series: tuple[int, pd.DataFrame] | None = None
     #: per rank, its communication kernels (:func:`~ddltrace.analyses.gpu_collectives.rank_collectives`)
@@ -103,10 +104,11 @@ class GpuAnalysis:
         if len(moved) and (self.copy_series is None
                            or moved["bytes_per_s"].max() > self.copy_series[1]["bytes_per_s"].max()):
             self.copy_series = (rank, moved)
-        pairs = gpu_launch.launch_pairs(timeline, work)
-        host = timeline[host_lanes(timeline["lane"])][["start_ns", "dur_ns", "category", "name"]]
         with_graphs = gpu_launch.launch_pairs(timeline, work, graphs=True)  # a graph's kernels wait for its launch
-        self.idle.append(gpu_idle.idle_breakdown(rank, work, with_graphs, host))
+        pairs = gpu_launch.without_graphs(with_graphs)  # HTA's set, for the launch statistics and queue length
+        self.idle.append(gpu_idle.idle_breakdown(rank, work, with_graphs, timeline))
+        if len(with_graphs):
+            self.linked_ranks.append(rank)
         if streams:
             self.stream_idle.append(gpu_stream_idle.stream_idle(rank, work, timeline))
             if keep is not None and not keep.all():
@@ -227,6 +229,8 @@ class GpuAnalysis:
             have.add("device_ranks")
         if self.launch_ranks:
             have.add("correlation")
+        if self.linked_ranks:
+            have.add("launch_links")
         if any(len(c) for c in self.copies):
             have.add("device_copies")
         if any(c["bytes"].notna().any() for c in self.collective_kernels + self.copies):
@@ -247,7 +251,8 @@ class GpuAnalysis:
         if not any(c["bytes"].notna().any() for c in self.collective_kernels + self.copies):
             said.append("no payload bytes on its collectives or copies")
         if not self.launch_ranks:
-            said.append("no correlation ids linking a CPU launch (cudaLaunchKernel, ...) to its kernel")
+            said.append("no correlation ids linking a CPU launch (cudaLaunchKernel, ...) to its kernel"
+                        + (" (only CUDA graphs' launches to theirs)" if self.linked_ranks else ""))
         elif len(self.launch_ranks) < n:
             said.append(f"correlated launches on {len(self.launch_ranks)} of them only")
         return ", ".join(said)

@@ -192,7 +192,8 @@ def matched(kernels: pd.DataFrame) -> pd.DataFrame:
     ``step_key`` (the step, -1 where some kernel has none: then the order is over the whole trace), ``seq`` (the
     kernel's place among its rank's of that group, collective and step) and ``instance``: the instance it is
     matched into (one id per (group, collective, step, seq) on every rank; a negative id of its own for
-    point-to-point and ``unknown`` kernels, which are not matched)."""
+    point-to-point and ``unknown`` kernels, which are not matched, and for the kernels of an instance one of
+    which ended before its last started: no collective's, whose kernels all wait for the last rank)."""
     k = kernels.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
     use_steps = bool(k["step"].notna().all())
     step = k["step"].astype("Int64").fillna(-1).to_numpy(np.int64) if use_steps else np.full(len(k), -1)
@@ -204,6 +205,13 @@ def matched(kernels: pd.DataFrame) -> pd.DataFrame:
     keys = ["group", "collective", "step_key", "seq"]
     shared = k[~single].groupby(keys, sort=False).ngroup()
     k.loc[~single, "instance"] = shared.to_numpy()
+    # one collective's kernels (spans) overlap: each waits until the last rank arrives. Where one ended before the
+    # last started they are not one collective (files of separate runs, clocks far apart): each is its own
+    instance = k["instance"].to_numpy()
+    latest = k.groupby("instance")["start_ns"].transform("max").to_numpy(np.int64)
+    early_end = (k["start_ns"] + k["dur_ns"]).to_numpy(np.int64) < latest
+    apart = (instance >= 0) & pd.Series(early_end).groupby(instance).transform("any").to_numpy(bool)
+    k.loc[apart, "instance"] = -1 - len(k) - np.flatnonzero(apart)
     return k
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ddltrace.analyses.breakdown import host_lanes
 from ddltrace.analyses.gpu_lanes import NOT_FOUND, _merged, lookup
 
 COLUMNS = ["rank", "device", "window_ns", "idle_ns", "host_wait_ns", "other_ns", "unlinked_ns", "gaps",
@@ -43,10 +44,10 @@ SHORT_GAP_NS = 1_000_000
 
 
 def idle_breakdown(rank: int, work: pd.DataFrame, pairs: pd.DataFrame,
-                   host: pd.DataFrame | None = None) -> pd.DataFrame:
+                   timeline: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per device of ``rank``: :data:`COLUMNS`. ``work``: the rank's device work; ``pairs``: its launch
-    pairs (empty where the trace has no correlation ids: every gap is then unlinked); ``host``: the rank's rows on
-    host lanes (start_ns, dur_ns, category, name), where the long host waits' split comes from (all outside without)."""
+    pairs (empty where the trace has no correlation ids: every gap is then unlinked); ``timeline``: the rank's, whose
+    rows on host lanes give the long host waits' split (all outside without; read only where some wait is long)."""
     rows = []
     launch_end = None
     if len(pairs):
@@ -68,8 +69,15 @@ def idle_breakdown(rank: int, work: pd.DataFrame, pairs: pd.DataFrame,
         rows.append([rank, device, window, idle, int(wait.sum()), int((gap - wait)[linked].sum()),
                      int(gap[~linked].sum()), len(gap), int((wait > 0).sum()),
                      wait.sum() / window if window else 0.0, int(wait[~long].sum()),
-                     *host_activity(a[long], a[long] + wait[long], host)])
+                     *host_activity(a[long], a[long] + wait[long], _host_rows(timeline) if long.any() else None)])
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _host_rows(timeline: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The rows of ``timeline`` on host lanes (start_ns, dur_ns, category, name); None without a timeline."""
+    if timeline is None:
+        return None
+    return timeline.loc[host_lanes(timeline["lane"]), ["start_ns", "dur_ns", "category", "name"]]
 
 
 def host_activity(start: np.ndarray, end: np.ndarray, host: pd.DataFrame | None) -> list[int]:

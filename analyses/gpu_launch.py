@@ -96,6 +96,13 @@ def launch_pairs(timeline: pd.DataFrame, work: pd.DataFrame, graphs: bool = Fals
     return pairs
 
 
+def without_graphs(pairs: pd.DataFrame) -> pd.DataFrame:
+    """``pairs`` (:func:`launch_pairs` with ``graphs``) less the graph launches' pairs: what :func:`launch_pairs`
+    gives without them, row for row."""
+    graph = pairs["launch"].astype(str).str.startswith(GRAPH_LAUNCHES).to_numpy(bool) if len(pairs) else []
+    return pairs[~graph].reset_index(drop=True) if np.any(graph) else pairs
+
+
 def _inner_join(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Positions (i, j) of every pair with ``left[i] == right[j]``, in the order of ``left``, then of ``right``
     among the rows of one key (the rows of pandas' inner ``merge``), by a sort of ``right`` and a binary search."""

@@ -36,7 +36,7 @@ from ddltrace.analyses.requirements import (
 )
 from ddltrace.analyses.wait_states import mpi_calls, summarize, wait_states
 from ddltrace.errors import DamagedStoreWarning, StoreError
-from ddltrace.store import TraceStore, _shown
+from ddltrace.store import SEPARATE_RUNS, TraceStore, _shown
 from ddltrace.timeline import CATEGORIES, empty_timeline
 
 #: Keys of the run metadata that may hold the batch size (samples per worker and step).
@@ -98,6 +98,8 @@ class RunAnalysis:
             have = have | {"communication"}  # (one rank's waits alone are on its own devices, not on other ranks)
         if len(self.worker_ranks) >= 2:
             have = have | {"two_workers"}
+        if not any(p.startswith(SEPARATE_RUNS) for p in self.store.import_problems):
+            have = have | {"one_run"}  # (files of separate runs read as ranks: comparing them says nothing)
         spans = self.host_collective_spans
         if len(spans):
             sized = spans["bytes"].notna().any() or spans["share_bytes"].notna().any()

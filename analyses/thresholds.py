@@ -111,7 +111,7 @@ DEFAULTS: dict[str, Threshold] = {
         "the collectives: in a healthy job it is spread over the ranks"),
     "host.late_wait_step_min": Threshold(
         0.25, "fraction of the step time", "the others wait for it a quarter of a step or more (as "
-        "straggler.excess_min): healthy ResNet-18 DDP jobs on an H100 over gloo caused 0.1 to 23.4 %"),
+        "straggler.excess_min): healthy ResNet-18 DDP jobs on an H100 over gloo caused 0.1 to 23.6 %"),
     "gpu.busbw_ratio": Threshold(
         0.5, "ratio", "a collective whose bus bandwidth is under half the calibrated link's (1 / r_net) moves its "
         "data far slower than the link allows (nccl-tests reach 80-95 % of it on large messages)"),

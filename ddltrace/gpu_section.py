@@ -245,6 +245,7 @@ def gpu_tables(run, top: int = TOP_SHOWN) -> list[tuple[str, pd.DataFrame]]:
               f"{format_ns(q['time_at_max_queue_ns'])} ({format_percent(q['share_at_max_queue'])})"]
              for q in queues.to_dict("records")],
             columns=["rank", "device", "stream", "changes", "mean (HTA)", "mean (time)", "max", "min", "full"])))
+    if gpu.linked_ranks:
         idle = gpu.idle_table()
         tables.append((IDLE, pd.DataFrame(
             [[i["rank"], i["device"], format_ns(i["window_ns"]), format_ns(i["idle_ns"]),
@@ -349,7 +350,7 @@ def gpu_json(run) -> dict:
         "launches": records(gpu.launch_table()),
         "worst_launches": records(gpu.worst_launch_table()),
         "queues": records(gpu.queue_table()),
-        "idle": records(gpu.idle_table()) if gpu.launch_ranks else [],
+        "idle": records(gpu.idle_table()) if gpu.linked_ranks else [],
         "idle_streams": records(gpu.stream_idle_table()),
         "idle_streams_launched": records(gpu.stream_idle_launched_table()),
         "collectives": records(run.collectives()),

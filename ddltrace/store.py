@@ -65,6 +65,8 @@ SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 #: The start of a manifest note that says what ``ddltrace import`` found wrong in a file it read.
 IMPORT_PROBLEM = "import problem: "
+#: How the import problem on ranks of separate runs begins (``ddltrace import``: times in groups that do not overlap).
+SEPARATE_RUNS = "the ranks' times fall into"
 _MACHINE = -1
 #: The largest world size a manifest may give: MPI counts ranks in a C int.
 MAX_WORLD_SIZE = 2**31 - 1

@@ -250,3 +250,23 @@ def test_the_reports_picture_of_the_straggler_at_the_host_collectives(stores, tm
     section = text[text.index("Straggler at the host collectives"):text.index("GPU idle waiting for the host")]
     assert "host_skew.png" in section and "avg_slowest.png" not in section
     assert (tmp_path / "r" / "host_skew.png").stat().st_size > 1000
+
+
+def test_ranks_of_two_runs_are_not_compared(tmp_path, capsys):
+    """QA: rank 0 of the healthy run and rank 1 of straggler1, 12.9 s apart, read as one job had rank 0 'wait
+    13.1 s' in a 163 ms trace (16,000 % of a step). The import says they are separate runs; the detectors that
+    compare ranks are not made, and gloo's spans that do not overlap are matched into no collective (one
+    collective's spans all wait for its last rank)."""
+    for name, rank in (("healthy", 0), ("straggler1", 1)):
+        source = next((RUNS / name).glob(f"rank{rank}.*.pt.trace.json.gz"))
+        (tmp_path / "mix").mkdir(exist_ok=True)
+        (tmp_path / "mix" / source.name).write_bytes(source.read_bytes())
+    capsys.readouterr()
+    assert main(["analyze", str(tmp_path / "mix"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert not {f["id"] for f in out["findings"]} & {"host_straggler", "straggler", "gpu_straggler"}
+    reasons = {row["analysis"]: row["reason"] for row in out["not_made"]}
+    assert all("ranks of one run" in reasons[a] for a in ("stragglers", "host_straggler"))
+    host = out["stores"][0]["host_collectives"]
+    assert all(row["ranks"] == 1 for row in host["collectives"]) and host["late_arrivals"] == []
+    assert all(row["wait_ns"] == 0 for row in host["waited"])

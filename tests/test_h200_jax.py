@@ -54,3 +54,15 @@ def test_the_cuda_graph_launches_of_jax_are_paired_with_the_graphs_kernels(tmp_p
     assert not launch_pairs(timeline, work)["launch"].str.startswith("cuGraphLaunch").any()
     idle = run.gpu.idle_table()
     assert len(idle) == 1 and idle.loc[0, "host_wait_ns"] > 0 and idle.loc[0, "unlinked_ns"] == 0
+
+
+def test_the_idle_analysis_is_made_on_a_profile_whose_launches_are_graphs(capsys):
+    """The JAX profile's only linked launches are its CUDA graphs': the idle analysis is made (its table in the text
+    and --json) and listed as not made no more, while HTA's launch statistics, which take no graph, still are."""
+    assert main(["analyze", str(RUN / "vm.xplane.pb"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    store = out["stores"][0]
+    assert len(store["gpu"]["idle"]) == 1 and store["gpu"]["idle"][0]["host_wait_ns"] > 0
+    assert store["gpu"]["launches"] == []
+    missing = {row["analysis"] for row in out["not_made"]}
+    assert "gpu_idle" not in missing and "gpu_launches" in missing

@@ -374,7 +374,7 @@ def _apart(store) -> list[str]:
     apart than ten times the longest rank's span and a second: the ranks of one job run at once (their profiled
     windows overlap), so those are files of two runs (two single-GPU runs in one folder, 41 s apart, read as ranks
     0 and 1). Not refused, as the same rank twice is (:func:`_refuse_another_run`): said."""
-    from ddltrace.store import IMPORT_PROBLEM, RUN_GAP_SPANS, WALL_CLOCK_NS, rank_ranges
+    from ddltrace.store import IMPORT_PROBLEM, RUN_GAP_SPANS, SEPARATE_RUNS, WALL_CLOCK_NS, rank_ranges
     from ddltrace.units import format_ns
 
     spans = sorted((e["start_ns"], e["end_ns"], r) for r in store.ranks
@@ -394,7 +394,7 @@ def _apart(store) -> list[str]:
         return []
     described = [f"ranks {rank_ranges(sorted(r for _, _, r in g))}" + (
         f" {format_ns(g[0][0] - spans[0][0])} after" if i else " first") for i, g in enumerate(groups)]
-    return [f"{IMPORT_PROBLEM}the ranks' times fall into {len(groups)} groups that do not overlap ("
+    return [f"{IMPORT_PROBLEM}{SEPARATE_RUNS} {len(groups)} groups that do not overlap ("
             + "; ".join(described) + f"; no rank's trace longer than {format_ns(longest)}): "
             "the ranks of one job run at once, so these look like files of separate runs (import each into a store "
             "of its own)"]

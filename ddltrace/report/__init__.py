@@ -397,7 +397,7 @@ def _gpu_figures(run, label: str) -> list[Figure]:
     if not gpu.device_ranks:
         return out
     temporal = gpu.temporal_table()
-    if "correlation" in run.capabilities:  # gpu_idle (HTA's) needs each launch linked to its kernel
+    if "launch_links" in run.capabilities:  # gpu_idle (HTA's) needs each launch linked to its kernel
         out.append(Figure(f"gpu_idle{label}", "GPU time per device, and idle waiting for the host",
                           "Each device's window (its first work to its last): compute kernels, other work only "
                           "(communication, copies), idle with nothing queued while the host had not yet launched "
