@@ -9,9 +9,12 @@ device ``gpu:I``.
 
 Per device and counter (:func:`joined`): the samples taken inside the device's window in the trace (its first
 device work to its last, over the ranks that hold it: :mod:`~ddltrace.analyses.gpu_temporal`), their count, mean,
-minimum and maximum in the counter's unit, beside the trace's busy share of the same window (the union of the
-device's work over the window: NVML's utilisation measures the same thing, sampled). A device with no sample in
-its window has ``samples`` 0 and no figures.
+minimum and maximum in the counter's unit, beside the trace's busy share (the union of the device's work over its
+window: NVML's utilisation measures the same thing, sampled). Where several ranks share one device (processes
+time-sliced on one GPU) it is their busy times over their windows, summed (``busy / window`` of the temporal
+breakdown's rows of that device): each rank's union, not the union across the ranks, which the per-rank summaries
+do not keep (on sample_traces/h100-ddp/run-straggler, two ranks on one H100: 38.7 %, their union 43.5 %, NVML
+34.3 % over 3 samples). A device with no sample in its window has ``samples`` 0 and no figures.
 """
 
 from __future__ import annotations

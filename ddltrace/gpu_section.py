@@ -87,7 +87,8 @@ OPERATORS = (f"Device time by the host operator that launched it (the top {TOP_S
              "launch in the trace)")
 NVML = ("NVML counters in each device's window in the trace (the sampler's gpuI_ counters of the machine, GPU I = "
         "device gpu:I; samples taken from the device's first work to its last; trace busy: the union of its work "
-        "over that window, what NVML's utilisation samples)")
+        "over that window, what NVML's utilisation samples; on a device several ranks share, their busy times "
+        "over their windows, summed, not the union across them)")
 #: NVML averages its utilisation over a sample period of 1/6 s to 1 s (by product: nvmlDeviceGetUtilizationRates);
 #: over a device window shorter than two of the longest the window's edges weigh in its mean (on an H100: 20 points
 #: off over 0.83 s, 1.7 over 1.6 s, 0.9 over 3.2 s).
