@@ -76,7 +76,8 @@ COLLECTIVES = ("Collectives by kind (communication kernels, matched across ranks
                "latest minus earliest start of a matched instance; wait: the early arrivers' summed wait; skew and "
                "wait '-' where no instance was matched)")
 LATE = ("Late arrivals at the collectives (per rank: the matched instances it started last at, and the wait of the "
-        "other ranks' kernels for it)")
+        "other ranks' kernels for it, summed over the instances: collectives that wait at once count each, so it "
+        "can exceed the wall time)")
 COPIES = ("Memory copies per direction (name says the direction; time: summed durations; bytes: of the copies whose "
           "size the trace gives, '(n of N)' where some have none; bandwidth: those bytes / those copies' summed "
           "duration; mean: of each copy's bytes / duration; peak: of the summed bandwidth of concurrent "
@@ -146,7 +147,7 @@ def collective_tables(instances: pd.DataFrame, title: str = COLLECTIVES,
     if len(late):
         tables.append((late_title, pd.DataFrame(
             [[x["rank"], f"{x['late']} of {x['instances']}", format_ns(x["caused_wait_ns"])]
-             for x in late.to_dict("records")], columns=["rank", "arrived last", "others' wait"])))
+             for x in late.to_dict("records")], columns=["rank", "arrived last", "others' wait (summed)"])))
     return tables
 
 

@@ -24,7 +24,8 @@ SIZES = ("Where each kind's bytes come from (input tensors: the spans' own input
          "matched ranks: the share x the ranks the instance was matched on, every rank of the world, where the "
          "files list no groups; sized: instances with bytes, of all)")
 LATE = ("Late arrivals at gloo's collectives (per rank: the matched instances it started last at, and the wait of "
-        "the other ranks' spans for it)")
+        "the other ranks' spans for it, summed over the instances: gloo's two worker threads waiting at once count "
+        "twice, so it can exceed the wall time; the wall-time waits are the next table's)")
 WAITED = ("Each rank's own wait at gloo's collectives (wall time from its arrival to the last rank's, the union over "
           "the matched instances it was not last at: Scalasca's Wait at N x N; the breakdown counts that time in "
           "whatever the rank's threads were in, a compute op such as DistributedDataParallel.forward, which waits "

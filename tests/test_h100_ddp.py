@@ -66,7 +66,7 @@ def test_the_straggler_is_the_rank_the_others_wait_for(stores, name):
     skews = broadcast_skews(name)
     per_step = np.median([s for s in skews if s > 20e6])
     assert per_step == pytest.approx(job(name)["straggle_ms"] * 1e6, rel=0.05)
-    waited = finding.evidence["caused_wait_per_step"].value
+    waited = finding.evidence["others_wait_wall_per_step"].value
     assert per_step <= waited <= 1.1 * per_step  # the all-reduces' small waits on top of the broadcast's
     assert finding.evidence["steps"].value == 2
     assert finding.cost_ns == pytest.approx(2 * waited)

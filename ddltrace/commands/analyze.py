@@ -30,6 +30,10 @@ if TYPE_CHECKING:  # the analyses and pandas are imported where used: the CLI st
 PHASES = ("init", "steady", "final")
 #: How a phase is named in a column's label (``overlap(steady)``).
 _PHASE_WORD = {"all": "run", "init": "init", "steady": "steady", "final": "final"}
+#: Said of the busiest worker where gloo's collectives are in the store: their waits are inside its ops.
+HELD_WAITS = ("; on gloo its compute holds the waits at the collectives (DistributedDataParallel.forward waits for "
+              "the buffers' broadcast), so the busiest may be the one that waits: the straggler at the host "
+              "collectives reads the arrivals")
 SHOWN_CATEGORIES = ("compute", "comm", "wait", "barrier", "io", "memcpy", "idle", "other")
 MAX_RANKS_SHOWN = 32
 
@@ -402,7 +406,8 @@ def render_run(r: RunAnalysis, phase: str) -> list[str]:
     out.append("  overlap(P): Rudra's communication overlap over phase P of the rank (run: its whole run), compute / "
                "(compute + exposed comm + wait + barrier); the low-overlap finding takes the median worker's "
                f"overlap({_PHASE_WORD[r.main_phase]}). average: the mean of the workers; slowest: the worker with "
-               "the most busy time (compute + io + memcpy) in the phase, the one the others wait for")
+               "the most busy time (compute + io + memcpy) in the phase, the one the others wait for"
+               + (HELD_WAITS if "host_comm" in r.capabilities else ""))
     if timed:
         out.append("  start-up: MPI's, the rank's first event to the end of its MPI_Init (the PMPI collector's clock "
                    "synchronisation inside it; '-' where the rank traced none, a framework's profile); init: the job's "

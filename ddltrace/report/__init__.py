@@ -342,7 +342,11 @@ def _run_figures(run, pixels: dict[str, dict[int, np.ndarray]], label: str) -> l
                           f"Time per category in {where}: the average worker and the slowest one, the worker with "
                           "the most busy time (compute + io + memcpy), the one the others wait for (Park et al., "
                           "figure 2). Busy time is stacked first and its end marked: the slowest's whole bar may "
-                          "be shorter than the average's, since it waits least.",
+                          "be shorter than the average's, since it waits least."
+                          + (" On gloo a rank's compute holds its waits at the collectives (DistributedDataParallel"
+                             ".forward waits for the buffers' broadcast): the busiest may be the one that waits, and "
+                             "the straggler at the host collectives reads the arrivals."
+                             if "host_comm" in run.capabilities else ""),
                           figures.png_bytes(figures.average_slowest_figure(pair, where[4:].capitalize()))))
     staleness = _staleness(run)
     if staleness is not None and len(staleness):
