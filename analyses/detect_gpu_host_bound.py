@@ -84,10 +84,11 @@ def detect(runs, th) -> list[Finding]:
                       "gaps_with_host_wait": Quantity(int(idle["host_wait_gaps"].sum()), "gaps"),
                       "host_wait_in_short_gaps": Quantity(short, "fraction"),
                       **{f"long_waits_{k}": Quantity(v, "fraction") for k, v in parts.items() if any(parts.values())},
-                      "launch_cpu_duration_median": Quantity(cpu, "ns"),
-                      "kernel_gpu_duration_median": Quantity(gpu, "ns"),
-                      "short_kernels": Quantity(int(launches["short_kernels"].sum()), "kernels"),
-                      "launches": Quantity(int(launches["launches"].sum()), "launches")},
+                      **({"launch_cpu_duration_median": Quantity(cpu, "ns"),
+                          "kernel_gpu_duration_median": Quantity(gpu, "ns"),
+                          "short_kernels": Quantity(int(launches["short_kernels"].sum()), "kernels"),
+                          "launches": Quantity(int(launches["launches"].sum()), "launches")}
+                         if len(launches) else {})},  # (HTA's launch set: none where every launch is a graph's)
             ranks=sorted({int(r) for r in idle["rank"][share >= th["gpu.host_wait_min"]]}),
             phase="all",
             advice=LAUNCH_ADVICE if launch_bound else ADVICE.get(where_key(parts), HOST_ADVICE).format(op=op),

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from ddltrace.analyses.run_analysis import analyze_store
 from ddltrace.cli import main
@@ -66,3 +67,9 @@ def test_the_idle_analysis_is_made_on_a_profile_whose_launches_are_graphs(capsys
     assert store["gpu"]["launches"] == []
     missing = {row["analysis"] for row in out["not_made"]}
     assert "gpu_idle" not in missing and "gpu_launches" in missing
+    # and the finding: 47 % of the window waiting for the host, all in gaps under 1 ms (a small MLP's short
+    # kernels between steps of a Python loop), with no launch statistics in its evidence (none in HTA's set)
+    finding = next(f for f in out["findings"] if f["id"] == "gpu_host_bound")
+    assert "(launch-bound)" in finding["title"] and "launches" not in finding["evidence"]
+    assert finding["evidence"]["host_wait_share_median"]["value"] == pytest.approx(
+        store["gpu"]["idle"][0]["share_host_wait"])
