@@ -16,7 +16,7 @@ two worker threads waiting at once count once). L's *caused wait* is the median 
 finding when the rank with the most caused wait has ``host.late_wait_share_min`` (80 %) or more of all ranks' caused
 wait, over at least ``gpu.late_min_instances`` (5) matched instances (with fewer it is listed as not made), and it
 is at least ``host.late_wait_step_min`` (25 %) of the others' median step time per step (the same job without a
-straggler: 0.1 to 23.6 % in eight H100 runs, the most where rank 1 reached the first all-reduce 6 to 14 ms late, two
+straggler: 0.1 to 23.6 % in seven GPU runs, the most where rank 1 reached the first all-reduce 6 to 14 ms late, two
 ranks sharing one GPU; with one sleeping 40 ms: 49 to 53 %). Start times are compared on the run's clock: on several
 hosts their clocks' skew is in them (the importer says when it was not corrected).
 
@@ -29,6 +29,7 @@ import numpy as np
 
 from ddltrace.analyses.findings import Finding, Quantity, detector, short_of
 from ddltrace.analyses.gpu_collectives import waits_for
+from ddltrace.analyses.host_collectives import matched_count
 from ddltrace.analyses.requirements import Skipped
 from ddltrace.units import counted
 
@@ -41,8 +42,7 @@ def caused_waits(run) -> tuple[dict[int, float], int]:
     """(caused wait per late rank in ns: the median over the other workers of their wall-time wait for it, the
     number of instances matched across two or more ranks)."""
     spans = run.host_collective_spans
-    instances = run.host_collectives()
-    matched = int((instances["ranks"] >= 2).sum()) if len(instances) else 0
+    matched = matched_count(run)
     waits = waits_for(spans)
     workers = [w for w in run.worker_ranks if w in set(spans["rank"])]
     caused = {}

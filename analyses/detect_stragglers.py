@@ -33,6 +33,7 @@ import numpy as np
 
 from ddltrace.analyses.detect_slow_node import slow_node
 from ddltrace.analyses.findings import Finding, Quantity, detector, short_of
+from ddltrace.analyses.host_collectives import matched_count
 from ddltrace.analyses.requirements import Skipped
 from ddltrace.units import counted
 
@@ -143,8 +144,7 @@ def held_waits(run, th) -> str:
     they do not."""
     if "host_comm" not in run.capabilities:
         return ""
-    instances = run.host_collectives()
-    matched = int((instances["ranks"] >= 2).sum()) if len(instances) else 0
+    matched = matched_count(run)
     if matched < th["gpu.late_min_instances"]:
         return ""
     return (f"{counted(matched, 'gloo collective')} matched across ranks, whose waits the ranks' compute holds: "

@@ -43,6 +43,8 @@ import re
 import numpy as np
 import pandas as pd
 
+from ddltrace.analyses.gpu_lanes import union_ns
+
 #: Collectives in the order their names are looked for (a longer name before the one it contains).
 COLLECTIVES = ("reducescatter", "allreduce", "allgather", "alltoall", "broadcast", "sendrecv", "reduce", "send",
                "recv")
@@ -305,13 +307,9 @@ def _wait_intervals(kernels: pd.DataFrame) -> pd.DataFrame:
 
 def _union_waits(waits: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """The union (ns) of the ``waits`` intervals of each group of ``keys``, with their count (``instances``)."""
-    rows = []
-    for key, part in waits.sort_values([*keys, "start_ns"]).groupby(keys, sort=True):
-        start, end = part["start_ns"].to_numpy(np.int64), part["end_ns"].to_numpy(np.int64)
-        reach = np.maximum.accumulate(end)  # the union of the intervals, sorted by start: each one's new part
-        new_from = np.maximum(start, np.r_[np.iinfo(np.int64).min, reach[:-1]])
-        rows.append([*(int(k) for k in (key if isinstance(key, tuple) else (key,))), len(part),
-                     int(np.clip(end - new_from, 0, None).sum())])
+    rows = [[*(int(k) for k in (key if isinstance(key, tuple) else (key,))), len(part),
+             union_ns(part["start_ns"].to_numpy(np.int64), part["end_ns"].to_numpy(np.int64))]
+            for key, part in waits.groupby(keys, sort=True)]
     return pd.DataFrame(rows, columns=[*keys, "instances", "wait_ns"])
 
 

@@ -49,6 +49,7 @@ def idle_breakdown(rank: int, work: pd.DataFrame, pairs: pd.DataFrame,
     pairs (empty where the trace has no correlation ids: every gap is then unlinked); ``timeline``: the rank's, whose
     rows on host lanes give the long host waits' split (all outside without; read only where some wait is long)."""
     rows = []
+    host = None  # the rank's host rows, read once where some device's wait is long
     launch_end = None
     if len(pairs):
         end = pairs["launch_start_ns"].astype(np.int64) + pairs["cpu_duration_ns"].astype(np.int64)
@@ -66,10 +67,12 @@ def idle_breakdown(rank: int, work: pd.DataFrame, pairs: pd.DataFrame,
         window = int(hi[-1] - lo[0]) if len(lo) else 0
         idle = int(gap.sum())
         long = wait >= SHORT_GAP_NS
+        if long.any() and host is None:
+            host = _host_rows(timeline)
         rows.append([rank, device, window, idle, int(wait.sum()), int((gap - wait)[linked].sum()),
                      int(gap[~linked].sum()), len(gap), int((wait > 0).sum()),
                      wait.sum() / window if window else 0.0, int(wait[~long].sum()),
-                     *host_activity(a[long], a[long] + wait[long], _host_rows(timeline) if long.any() else None)])
+                     *host_activity(a[long], a[long] + wait[long], host)])
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -112,8 +115,7 @@ def _top_op(start: np.ndarray, end: np.ndarray, host: pd.DataFrame) -> list:
     def covered(x: np.ndarray) -> np.ndarray:  # length of the intervals before x
         at = np.searchsorted(start, x, side="right")
         inside = np.maximum(at - 1, 0)
-        return before[np.maximum(at - 1, 0)] + np.where(at > 0, np.clip(np.minimum(x, end[inside]) - start[inside], 0,
-                                                                          None), 0)
+        return before[inside] + np.where(at > 0, np.clip(np.minimum(x, end[inside]) - start[inside], 0, None), 0)
 
     first = ops["start_ns"].to_numpy(np.int64)
     overlap = pd.Series(covered(first + ops["dur_ns"].to_numpy(np.int64)) - covered(first), index=ops.index)

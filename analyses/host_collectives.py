@@ -105,6 +105,12 @@ def instances(spans: pd.DataFrame, world_size: int, group_sizes: list[int] | Non
     return out[INSTANCE_COLUMNS]
 
 
+def matched_count(run) -> int:
+    """How many of the run's host-backend collective instances were matched across two or more ranks."""
+    found = run.host_collectives()
+    return int((found["ranks"] >= 2).sum()) if len(found) else 0
+
+
 def not_sized(found: pd.DataFrame, world_size: int, group_sizes: list[int] | None) -> pd.DataFrame:
     """Per collective whose instances (:func:`instances`) are not all sized: how many are not, and why (columns
     collective, instances, reason); empty where every one is sized."""
