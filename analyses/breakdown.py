@@ -6,7 +6,10 @@ Every nanosecond of a rank, from its first event to its last, gets exactly one c
   as communication, so the categories are ranked barrier > wait > comm > memcpy > io > compute > other (an
   unclassified span, such as a step marker around the step, never hides what it contains);
 * across lanes, compute wins: communication that runs while another lane computes is hidden, and only the rest
-  is *exposed* (this is what Rudra's communication overlap needs);
+  is *exposed* (this is what Rudra's communication overlap needs); but a host thread's own time in a span that
+  holds others (not a leaf op) is not computing while another host thread of the rank is in a collective, a wait
+  or a barrier: it is blocked in the collective a host backend (gloo) runs on its own threads
+  (:mod:`~ddltrace.analyses.segments`);
 * time no row covers is **compute** on a rank whose rows are all MPI calls (a PMPI trace: computation is what
   happens between calls, as IPM counts it) and **idle** on a rank that records its computation explicitly.
 
@@ -67,9 +70,9 @@ def host_lanes(lanes: pd.Series) -> np.ndarray:
 def classify(timeline: pd.DataFrame, cuts, gap: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """:func:`~ddltrace.analyses.segments.classify_rows` of a timeline's rows: the span of ``cuts`` in segments
     (``edges``, ns) and the category of each (``codes``, index into CATEGORIES)."""
-    lanes, _ = pd.factorize(timeline["lane"])  # a missing lane (-1) is no lane's
+    lanes, names = pd.factorize(timeline["lane"])  # a missing lane (-1) is no lane's
     return classify_rows(timeline["start_ns"].to_numpy(np.int64), timeline["dur_ns"].to_numpy(np.int64),
-                         category_codes(timeline["category"]), lanes, cuts, gap)
+                         category_codes(timeline["category"]), lanes, cuts, gap, [str(n) for n in names])
 
 
 def rank_breakdown(timeline: pd.DataFrame, phases: RankPhases, gap: str | None = None) -> pd.DataFrame:

@@ -73,8 +73,8 @@ def detect(runs, th) -> list[Finding | Skipped]:
         held = held_waits(run, th)
         if held:
             findings.append(short_of("stragglers", run.name, "compute per step that holds no collective's wait (on "
-                                     "gloo, the framework's ops hold them: DistributedDataParallel.forward waits "
-                                     "there for the buffers' broadcast)", held))
+                                     "gloo, a wait for its threads' collective inside a leaf op or a Python frame "
+                                     "stays compute)", held))
             continue
         measured = measures(run)
         workers = next(iter(measured.values()))[0]  # the same workers for each measure
@@ -147,7 +147,7 @@ def held_waits(run, th) -> str:
     matched = matched_count(run)
     if matched < th["gpu.late_min_instances"]:
         return ""
-    return (f"{counted(matched, 'gloo collective')} matched across ranks, whose waits the ranks' compute holds: "
+    return (f"{counted(matched, 'gloo collective')} matched across ranks, whose waits the ranks' compute may hold: "
             "the straggler at the host collectives judges the ranks by their arrivals there")
 
 

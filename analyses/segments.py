@@ -4,6 +4,15 @@ no row is), on NumPy arrays alone: ``ddltrace info`` reads a store's Arrow table
 pass their DataFrames' columns (:func:`ddltrace.analyses.breakdown.classify`).
 
 Which lanes are a device's, and which annotate a device's stream, is decided here too, per distinct lane name.
+
+One rule looks across a rank's host lanes. A thread blocked in a host backend's collective records nothing:
+PyTorch's gloo runs the collective on its own threads (``gloo:broadcast`` on ``pt_gloo_runloop``) while the caller
+waits inside whatever span it is in (``DistributedDataParallel.forward`` waiting for the buffers' broadcast, 41 ms
+a step in ``sample_traces/h100-ddp/straggler1``, where the early rank's breakdown said 92 % compute). So the own
+time of a compute span that holds other spans on its lane (a parent, never a leaf op) is the wait for a call of
+another host lane of the rank (a collective, a wait or a barrier) where the thread's stretch of own time ends
+just after that call does (within ``WAKE_NS``: the thread woken by its end): over the call's span the instant takes
+the other lanes' category. Across lanes compute still wins wherever a leaf op, a kernel or any other lane computes.
 """
 
 from __future__ import annotations
@@ -55,14 +64,15 @@ def sorted_unique(values: np.ndarray) -> np.ndarray:
 
 
 def classify_rows(start_ns: np.ndarray, dur_ns: np.ndarray, categories: np.ndarray, lanes: np.ndarray, cuts,
-                  gap: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+                  gap: str | None = None, lane_names: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Split the span of ``cuts`` (sorted ns boundaries; the first and last bound the rank) into segments.
 
     The rows: ``start_ns`` and ``dur_ns`` (ns), ``categories`` (index into CATEGORIES, -1 for none) and ``lanes``
     (a code per distinct lane, -1 for none). ``gap`` is the category of time no row covers (default: compute on a
-    rank of MPI calls only, else idle). Returns ``edges`` (ns, increasing) and ``codes`` (index into CATEGORIES of
-    each segment between two edges). Vectorised: per lane and category one pass of ``np.bincount`` over the rows,
-    no Python loop per row.
+    rank of MPI calls only, else idle). ``lane_names`` (the name of each lane code) says which lanes are the
+    host's, for the rule on host collectives (the module's docstring); without them no lane is. Returns ``edges``
+    (ns, increasing) and ``codes`` (index into CATEGORIES of each segment between two edges). Vectorised: per lane
+    and category one pass of ``np.bincount`` over the rows, no Python loop per row.
     """
     cuts = np.asarray(cuts, dtype=np.int64)
     lo, hi = int(cuts[0]), int(cuts[-1])
@@ -85,15 +95,23 @@ def classify_rows(start_ns: np.ndarray, dur_ns: np.ndarray, categories: np.ndarr
         if lane >= 0 and code >= 0:
             by_lane.setdefault(lane, {})[code] = rows
     combined_rank = np.full(nseg, -1, dtype=np.int16)  # each segment's place in LANE_PRIORITY so far
-    for groups in by_lane.values():
+    host = _host_lanes(by_lane, lane_names)
+    parents = _parents(starts, ends, lanes, by_lane, host)
+    for lane, groups in by_lane.items():
         lane_rank = np.full(nseg, -1, dtype=np.int16)
         for place, category in enumerate(LANE_PRIORITY):
             rows = groups.get(CODE[category])
             if rows is None:
                 continue
-            diff = np.bincount(si[rows], minlength=nseg + 1) - np.bincount(ei[rows], minlength=nseg + 1)
-            lane_rank[np.cumsum(diff)[:-1] > 0] = place
-        any_compute |= lane_rank == PLACE_OF_COMPUTE
+            lane_rank[_covered(si[rows], ei[rows], nseg)] = place
+        computing = lane_rank == PLACE_OF_COMPUTE
+        if lane in parents:
+            leaves = groups[CODE["compute"]][~parents[lane]]
+            waits = np.concatenate([rows for other in host - {lane} for code, rows in by_lane[other].items()
+                                    if code in COMM_CODES])
+            computing &= ~_held(computing & ~_covered(si[leaves], ei[leaves], nseg), edges, starts[waits],
+                                ends[waits])
+        any_compute |= computing
         higher = lane_rank > combined_rank
         combined_rank[higher] = lane_rank[higher]
     combined[combined_rank >= 0] = PRIORITY_CODES[combined_rank[combined_rank >= 0]]
@@ -102,6 +120,60 @@ def classify_rows(start_ns: np.ndarray, dur_ns: np.ndarray, categories: np.ndarr
         gap = "idle" if (categories == CODE["compute"]).any() else "compute"
     combined[combined < 0] = CODE[gap]
     return edges, combined
+
+
+def _covered(si: np.ndarray, ei: np.ndarray, nseg: int) -> np.ndarray:
+    """Whether any of the rows (segment indices ``si`` to ``ei``, end excluded) covers each of ``nseg`` segments."""
+    diff = np.bincount(si, minlength=nseg + 1) - np.bincount(ei, minlength=nseg + 1)
+    return np.cumsum(diff)[:-1] > 0
+
+
+def _host_lanes(by_lane: dict[int, dict[int, np.ndarray]], lane_names: Sequence[str] | None) -> set[int]:
+    """The codes of the host's lanes among ``by_lane``'s (none without ``lane_names``)."""
+    if lane_names is None:
+        return set()
+    return {lane for lane in by_lane if not is_device_lane(str(lane_names[lane]))
+            and not is_annotation_lane(str(lane_names[lane]))}
+
+
+def _parents(starts: np.ndarray, ends: np.ndarray, lanes: np.ndarray, by_lane: dict[int, dict[int, np.ndarray]],
+             host: set[int]) -> dict[int, np.ndarray]:
+    """For each host lane the rule on host collectives (the module's docstring) may concern (it computes, and
+    another host lane has collectives, waits or barriers), whether each of its compute rows (in ``by_lane``'s
+    order) holds another of the lane's rows: the lane's rows sorted by start, longest first, a row is a parent when
+    the next one starts before it ends."""
+    talking = {lane for lane in host if COMM_CODES & by_lane[lane].keys()}
+    out = {}
+    for lane in (lane for lane in host if CODE["compute"] in by_lane[lane] and talking - {lane}):
+        rows = np.flatnonzero((lanes == lane) & (ends > starts))
+        order = rows[np.lexsort((-ends[rows], starts[rows]))]
+        parent = np.zeros(len(starts), dtype=bool)
+        parent[order[:-1]] = starts[order[1:]] < ends[order[:-1]]
+        if parent.any():
+            out[lane] = parent[by_lane[lane][CODE["compute"]]]
+    return out
+
+
+def _held(own: np.ndarray, edges: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Of the segments where a lane is in a parent's own time (``own``), those it spends blocked in a call of
+    another host lane (rows ``starts`` to ``ends``, ns): each stretch of own time that ends within
+    :data:`WAKE_NS` after one of those calls ends (the thread woken by it), over that call's span."""
+    held = np.zeros(len(own), dtype=bool)
+    if not len(starts) or not own.any():
+        return held
+    before = np.concatenate([[False], own[:-1]])
+    after = np.concatenate([own[1:], [False]])
+    last = np.flatnonzero(own & ~after)  # each stretch's last segment
+    by_end = np.argsort(ends, kind="stable")
+    woke = edges[last + 1]  # each stretch's end (ns)
+    call = by_end[np.maximum(np.searchsorted(ends[by_end], woke, side="right") - 1, 0)]
+    matched = (ends[call] <= woke) & (woke - ends[call] <= WAKE_NS)
+    stretch = np.cumsum(own & ~before) - 1  # each segment's stretch (where own)
+    seg_start = edges[:-1]
+    inside = own & matched[stretch]
+    waited = call[stretch[inside]]
+    held[inside] = (seg_start[inside] >= starts[waited]) & (seg_start[inside] < ends[waited])
+    return held
 
 
 def time_per_category(edges: np.ndarray, codes: np.ndarray) -> dict[str, int]:
@@ -113,3 +185,9 @@ def time_per_category(edges: np.ndarray, codes: np.ndarray) -> dict[str, int]:
 #: The category code of each place in LANE_PRIORITY, and the place of compute.
 PRIORITY_CODES = np.array([CODE[c] for c in LANE_PRIORITY], dtype=np.int16)
 PLACE_OF_COMPUTE = LANE_PRIORITY.index("compute")
+#: The categories of a call a thread can be blocked in: a collective, a wait, a barrier.
+COMM_CODES = frozenset(CODE[c] for c in ("comm", "wait", "barrier"))
+#: How soon after the end of the call it waited for a blocked thread records again (ns): 26-110 us measured on
+#: an H100 host (``sample_traces/h100-ddp``: the autograd thread after gloo's all-reduces, the main thread after
+#: the buffers' broadcast).
+WAKE_NS = 500_000

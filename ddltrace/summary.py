@@ -86,14 +86,14 @@ class StoreSummary:
         return out
 
 
-def _time_per_category(rows: dict[str, np.ndarray], start: int | None, end: int | None,
+def _time_per_category(rows: dict[str, np.ndarray], start: int | None, end: int | None, lane_names: list[str],
                        gap: str | None = None) -> dict[str, int]:
-    """ns per category of the ``rows`` (columns start_ns, dur_ns, categories, lanes) over [start, end], each instant
-    once (:func:`~ddltrace.analyses.segments.classify_rows`)."""
+    """ns per category of the ``rows`` (columns start_ns, dur_ns, categories, lanes: codes into ``lane_names``) over
+    [start, end], each instant once (:func:`~ddltrace.analyses.segments.classify_rows`)."""
     if not len(rows["start_ns"]) or start is None or end <= start:
         return dict.fromkeys(CATEGORIES, 0)
     edges, codes = classify_rows(rows["start_ns"], rows["dur_ns"], rows["categories"], rows["lanes"], [start, end],
-                                 gap)
+                                 gap, lane_names)
     sums = np.bincount(codes.astype(np.int64), weights=np.diff(edges), minlength=len(CATEGORIES))
     return {c: int(sums[i]) for i, c in enumerate(CATEGORIES)}
 
@@ -114,14 +114,15 @@ def _rank_summary(rank: int, table: pa.Table, info: dict) -> RankSummary:
     count = len(rows["start_ns"])
     start = int(rows["start_ns"].min()) if count else None
     end = int((rows["start_ns"] + rows["dur_ns"]).max()) if count else None
-    time_ns = _time_per_category(rows, start, end)
+    time_ns = _time_per_category(rows, start, end, lane_names)
     host_ns = device_ns = None
     flagged = np.where(rows["lanes"] < 0, len(lane_names), rows["lanes"])  # a missing lane's name is ""
     on_device = lane_flags(flagged, [*lane_names, ""], is_device_lane)
     marks = lane_flags(flagged, [*lane_names, ""], is_annotation_lane)
     if on_device.any():
-        host_ns = _time_per_category({k: v[~on_device & ~marks] for k, v in rows.items()}, start, end)
-        device_ns = _time_per_category({k: v[on_device] for k, v in rows.items()}, start, end, gap="idle")
+        host_ns = _time_per_category({k: v[~on_device & ~marks] for k, v in rows.items()}, start, end, lane_names)
+        device_ns = _time_per_category({k: v[on_device] for k, v in rows.items()}, start, end, lane_names,
+                                       gap="idle")
     return RankSummary(rank, count, start, end, time_ns, info.get("host"), info.get("role"), info.get("ended"),
                        host_ns, device_ns, int(on_device.sum()) if device_ns else None, bool(info.get("aggregate")),
                        int(marks.sum()) if device_ns else None)

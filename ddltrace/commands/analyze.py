@@ -30,10 +30,10 @@ if TYPE_CHECKING:  # the analyses and pandas are imported where used: the CLI st
 PHASES = ("init", "steady", "final")
 #: How a phase is named in a column's label (``overlap(steady)``).
 _PHASE_WORD = {"all": "run", "init": "init", "steady": "steady", "final": "final"}
-#: Said of the busiest worker where gloo's collectives are in the store: their waits are inside its ops.
-HELD_WAITS = ("; on gloo its compute holds the waits at the collectives (DistributedDataParallel.forward waits for "
-              "the buffers' broadcast), so the busiest may be the one that waits: the straggler at the host "
-              "collectives reads the arrivals")
+#: Said of the busiest worker where gloo's collectives are in the store: a wait inside a leaf op is still compute.
+HELD_WAITS = ("; on gloo a thread waits for the collectives on gloo's threads: inside a span that holds others "
+              "(DistributedDataParallel.forward waiting for the buffers' broadcast) that wait is comm, inside a "
+              "leaf op or a Python frame it stays compute: the straggler at the host collectives reads the arrivals")
 SHOWN_CATEGORIES = ("compute", "comm", "wait", "barrier", "io", "memcpy", "idle", "other")
 MAX_RANKS_SHOWN = 32
 
