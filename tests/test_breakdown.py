@@ -59,6 +59,33 @@ def test_compute_on_another_lane_hides_communication():
     assert t.loc[0, [f"share_{c}" for c in CATEGORIES]].sum() == pytest.approx(1.0)
 
 
+def test_a_parent_span_blocked_on_another_threads_collective_is_not_compute():
+    """DDP's forward waiting for gloo's broadcast, in ns: the main thread's own time in the parent span, over the
+    collective, is the collective's category where the thread resumes just after the collective ends."""
+    gloo = row("gloo:broadcast", "comm", 100_000, 40_000_000, lane="cpu/thread 2 (pt_gloo_runloop)")
+    woke = 100_000 + 40_000_000 + 80_000  # the main thread's next call, 80 us after the broadcast's end
+    rows = [row("DistributedDataParallel.forward", "compute", 0, 50_000_000, lane="cpu/thread 1"),
+            row("c10d::broadcast_", "comm", 20_000, 50_000, lane="cpu/thread 1"),
+            row("aten::conv2d", "compute", woke, 4_000_000, lane="cpu/thread 1"), gloo]
+    t = table_of(rows)
+    # c10d::broadcast_'s own 50 us, then the whole broadcast; the rest of the forward is compute
+    assert t.loc[0, "comm"] == 50_000 + 40_000_000
+    assert t.loc[0, "compute"] == 50_000_000 - 50_000 - 40_000_000
+    # the same spans where the main thread resumes 5 ms after the broadcast: it was computing
+    late = [r if r["name"] != "aten::conv2d" else {**r, "start_ns": woke + 5_000_000} for r in rows]
+    t = table_of(late)
+    assert t.loc[0, "comm"] == 50_000 and t.loc[0, "compute"] == 50_000_000 - 50_000
+    # a leaf op computing over the collective is compute (the collective hidden behind it), and so is the parent's
+    # own time before it (that stretch ends with the leaf's start, not with the collective's end)
+    leaf = [*rows, row("aten::mm", "compute", 1_000_000, 10_000_000, lane="cpu/thread 1")]
+    t = table_of(leaf)
+    assert t.loc[0, "comm"] == 50_000 + (40_100_000 - 11_000_000)
+    # on a device's lanes nothing changes: the host is not blocked by a kernel
+    device = [{**r, "lane": "gpu:0/stream 7"} if r is gloo else r for r in rows]
+    t = table_of(device)
+    assert t.loc[0, "comm"] == 50_000 and t.loc[0, "compute"] == 50_000_000 - 50_000
+
+
 def test_average_beside_the_slowest():
     rows = []
     for rank, compute in ((0, 300), (1, 500), (2, 400)):
