@@ -73,8 +73,7 @@ def detect(runs, th) -> list[Finding | Skipped]:
         held = held_waits(run, th)
         if held:
             findings.append(short_of("stragglers", run.name, "compute per step that holds no collective's wait (on "
-                                     "gloo, a wait for its threads' collective inside a leaf op or a Python frame "
-                                     "stays compute)", held))
+                                     "gloo, a wait for its threads' collective inside a leaf op stays compute)", held))
             continue
         measured = measures(run)
         workers = next(iter(measured.values()))[0]  # the same workers for each measure

@@ -395,7 +395,8 @@ def test_communication_libraries_in_xplane_and_tf_kernels(name):
     ("Runtime", "cudaLaunchKernel", "other"),
     ("Runtime", "cudaStreamSynchronize", "wait"),
     ("Operator", "aten::conv2d", "compute"),
-    ("Python", "nn.Module: ResNet", "compute"),
+    ("Python", "nn.Module: ResNet", "other"),                 # Python's frames: where the code was, no work
+    ("python_function", "<built-in function sleep>", "other"),
     ("Trace", "PyTorch Profiler (0)", "other"),
     ("kernel", "void at::native::vectorized_elementwise_kernel<4>", "compute"),  # 1.10 on
     ("KERNEL", "sgemm", "compute"),

@@ -33,7 +33,7 @@ _PHASE_WORD = {"all": "run", "init": "init", "steady": "steady", "final": "final
 #: Said of the busiest worker where gloo's collectives are in the store: a wait inside a leaf op is still compute.
 HELD_WAITS = ("; on gloo a thread waits for the collectives on gloo's threads: inside a span that holds others "
               "(DistributedDataParallel.forward waiting for the buffers' broadcast) that wait is comm, inside a "
-              "leaf op or a Python frame it stays compute: the straggler at the host collectives reads the arrivals")
+              "leaf op it stays compute: the straggler at the host collectives reads the arrivals")
 SHOWN_CATEGORIES = ("compute", "comm", "wait", "barrier", "io", "memcpy", "idle", "other")
 MAX_RANKS_SHOWN = 32
 
