@@ -11,8 +11,9 @@ waits inside whatever span it is in (``DistributedDataParallel.forward`` waiting
 a step in ``sample_traces/h100-ddp/straggler1``, where the early rank's breakdown said 92 % compute). So the own
 time of a compute span that holds other spans on its lane (a parent, never a leaf op) is the wait for a call of
 another host lane of the rank (a collective, a wait or a barrier) where the thread's stretch of own time ends
-just after that call does (within ``WAKE_NS``: the thread woken by its end): over the call's span the instant takes
-the other lanes' category. Across lanes compute still wins wherever a leaf op, a kernel or any other lane computes.
+just after that call does (within ``WAKE_NS``: the thread woken by its end) and lies at least half within it:
+over the call's span the instant takes the other lanes' category. Across lanes compute still wins wherever a leaf
+op, a kernel or any other lane computes.
 """
 
 from __future__ import annotations
@@ -157,17 +158,19 @@ def _parents(starts: np.ndarray, ends: np.ndarray, lanes: np.ndarray, by_lane: d
 def _held(own: np.ndarray, edges: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Of the segments where a lane is in a parent's own time (``own``), those it spends blocked in a call of
     another host lane (rows ``starts`` to ``ends``, ns): each stretch of own time that ends within
-    :data:`WAKE_NS` after one of those calls ends (the thread woken by it), over that call's span."""
+    :data:`WAKE_NS` after one of those calls ends (the thread woken by it) and lies at least half within the call
+    (not a thread that went on with its own work after the call's end: a busy thread's stretches between its ops
+    are short, and end just after a call's end by chance), over that call's span."""
     held = np.zeros(len(own), dtype=bool)
     if not len(starts) or not own.any():
         return held
     before = np.concatenate([[False], own[:-1]])
     after = np.concatenate([own[1:], [False]])
-    last = np.flatnonzero(own & ~after)  # each stretch's last segment
+    began, woke = edges[np.flatnonzero(own & ~before)], edges[np.flatnonzero(own & ~after) + 1]  # each stretch (ns)
     by_end = np.argsort(ends, kind="stable")
-    woke = edges[last + 1]  # each stretch's end (ns)
     call = by_end[np.maximum(np.searchsorted(ends[by_end], woke, side="right") - 1, 0)]
-    matched = (ends[call] <= woke) & (woke - ends[call] <= WAKE_NS)
+    inside_call = ends[call] - np.maximum(began, starts[call])
+    matched = (ends[call] <= woke) & (woke - ends[call] <= WAKE_NS) & (2 * inside_call >= woke - began)
     stretch = np.cumsum(own & ~before) - 1  # each segment's stretch (where own)
     seg_start = edges[:-1]
     inside = own & matched[stretch]
