@@ -73,3 +73,12 @@ def test_the_idle_analysis_is_made_on_a_profile_whose_launches_are_graphs(capsys
     assert "(launch-bound)" in finding["title"] and "launches" not in finding["evidence"]
     assert finding["evidence"]["host_wait_share_median"]["value"] == pytest.approx(
         store["gpu"]["idle"][0]["share_host_wait"])
+
+
+def test_the_folder_beside_the_jobs_files_is_one_rank(tmp_path):
+    """The folder as it is (the profile beside jax_job.py and truth.jsonl, which are no traces): the one process is
+    rank 0 of 1 (the skipped files counted made it rank 2 of a world of 3, two ranks "missing")."""
+    assert main(["import", str(RUN), "--out", str(tmp_path / "j"), "--progress", "never"]) == 0
+    manifest = json.loads((tmp_path / "j" / "manifest.json").read_text())
+    assert sorted(int(r) for r in manifest["ranks"]) == [0]
+    assert manifest["run"]["world_size"] == 1 and manifest["run"]["imported_files"] == 1

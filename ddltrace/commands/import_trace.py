@@ -210,7 +210,7 @@ def _import(args, out: Path) -> int:
     reports: list[FileReport] = []
     unknown: list[str] = []  # files of the folders in no known format: named only when nothing else was read
     plan = []
-    for index, path in enumerate(files):
+    for path in files:
         report = FileReport(str(path))
         reports.append(report)
         try:
@@ -223,7 +223,9 @@ def _import(args, out: Path) -> int:
                 unknown.append(str(exc))
             continue
         report.format = importer.name
-        plan.append((importer.name.endswith("summary") or importer.name == "ipm", index, path, importer, report))
+        # a file's place among the traces (the rank of a file whose name gives none): the files skipped beside
+        # them are not counted (a JAX profile with its job's script in the folder was rank 2 of 3)
+        plan.append((importer.name.endswith("summary") or importer.name == "ipm", len(plan), path, importer, report))
     plan.sort(key=lambda item: (item[0], item[1]))  # aggregates after detailed traces of the same ranks
 
     started = time.perf_counter()
@@ -544,7 +546,8 @@ def _finish_manifest(store, reports, clocks: dict, formats: Counter, world_sizes
         f"ranks {sorted(clocks[k])}: {_CLOCK_METHODS[k]}" for k in kinds)
     store.manifest["clock"] = {"method": method, "offsets_ns": {}, "uncertainty_ns": {},
                                "per_rank": {str(r): k for k, ranks in clocks.items() for r in ranks}}
-    store.manifest["run"].update({"framework": "+".join(sorted(formats)), "imported_files": len(reports),
+    store.manifest["run"].update({"framework": "+".join(sorted(formats)),
+                                  "imported_files": sum(1 for report in reports if report.format),
                                   "world_size": max([max(store.ranks, default=-1) + 1, *world_sizes,
                                                      *(r.world_size for r in reports if r.world_size)])})
     hosts = sorted({host for report in reports for host in report.hosts or ()})
