@@ -5,7 +5,9 @@ setting up, up to processing the first batch) and a *computation phase* of repea
 cycles, and ends with a short finalisation. ddltrace finds the same three phases on each rank by itself:
 
 1. **Step markers.** When the source marks steps (the ``step`` column, e.g. PyTorch's ``ProfilerStep#N``), the
-   steady state runs from the start of the first marked step to the end of the last; each step value is one step.
+   steady state runs from the start of the first marked step to the end of the last; each step value is one step,
+   from its rows' first start to their last end (its device work included) or to the next step's start, whichever
+   comes first (:func:`_until_next`).
 2. **The repeating pattern.** Otherwise the rank's communication calls (rows in the categories comm, wait and
    barrier, MPI_Init/Finalize excluded) are read as a sequence of name#tag. The period ``p`` is the smallest shift
    under which the sequence matches itself for nearly (95 %) as many positions as the best shift; the cycle is
@@ -166,6 +168,18 @@ class RankPhases:
                 "startup_traced": self.startup_traced}
 
 
+def _until_next(start: pd.Series, end: pd.Series) -> np.ndarray:
+    """Each marked step's end (ns), cut where the next step starts: a device that lags its host runs a step's work
+    during the next ones (HTA's negative_queue_length_values_check: five ProfilerSteps of 210-217 ms whose kernels
+    ended 377 ms after each step's start), and a step that ran to its last kernel's end overlapped the next; the
+    last step keeps its own end, device work included."""
+    start, end = start.to_numpy(np.int64), end.to_numpy(np.int64)
+    order = np.argsort(start, kind="stable")
+    cut = end.copy()
+    cut[order[:-1]] = np.minimum(end[order[:-1]], np.maximum(start[order[1:]], start[order[:-1]]))
+    return cut
+
+
 def _steps_frame(step, start, end) -> pd.DataFrame:
     start = np.asarray(start, dtype=np.int64)
     end = np.asarray(end, dtype=np.int64)
@@ -226,7 +240,7 @@ def segment_rank(timeline: pd.DataFrame) -> RankPhases | None:
                                                                                end=("end", "max"))
         init_end = max(int(grouped["start"].min()), start)
         steady_end = min(int(grouped["end"].max()), end)
-        step_frame = _steps_frame(grouped.index, grouped["start"], grouped["end"])
+        step_frame = _steps_frame(grouped.index, grouped["start"], _until_next(grouped["start"], grouped["end"]))
         return _finish(rank, start, startup, init_end, steady_end, end, starts, ends, categories, "markers", 0,
                        step_frame)
 

@@ -529,3 +529,25 @@ def test_the_benchmarks_figures_are_the_files(nccl_run, capsys):
         assert got["non_compute"] == pytest.approx(100 * (want["busy"] - want["compute"]) / want["window"], abs=1e-4)
         assert got["overlap"] == pytest.approx(100 * want["overlap"] / want["comm"], abs=1e-4)
         assert got["events"] == want["events"]
+
+
+@pytest.mark.skipif(not UNLAUNCHED.exists(), reason=f"{UNLAUNCHED} absent")
+def test_steps_of_a_lagging_device_do_not_overlap(tmp_path):
+    """negative_queue_length_values_check's device runs each step's kernels long after its ProfilerStep ended: a
+    step runs to its device work's end or to the next step's start, whichever is first, so the steps do not
+    overlap and each but the last is as long as the file's ProfilerStep start to the next one's (it was 377 ms,
+    the steps 210-217 ms)."""
+    (path,) = UNLAUNCHED.glob("*.json.gz")
+    with gzip.open(path, "rt") as fh:
+        marks = sorted((e for e in json.load(fh)["traceEvents"]
+                        if e.get("ph") == "X" and e.get("name", "").startswith("ProfilerStep#")), key=lambda e: e["ts"])
+    out = tmp_path / "store"
+    assert main(["import", str(path), "--out", str(out), "--progress", "never"]) == 0
+    run = analyze_store(out)
+    (rank,) = run.phases
+    steps = run.phases[rank].steps.sort_values("start_ns")
+    assert len(steps) == len(marks) == 5
+    assert (steps["end_ns"].to_numpy()[:-1] <= steps["start_ns"].to_numpy()[1:]).all()
+    periods_us = [float(b["ts"]) - float(a["ts"]) for a, b in zip(marks, marks[1:], strict=False)]
+    assert steps["dur_ns"].to_numpy()[:-1] / 1e3 == pytest.approx(periods_us, abs=1)
+    assert steps["dur_ns"].iloc[-1] / 1e3 >= float(marks[-1]["dur"])  # the last: to its kernels' end
