@@ -2,9 +2,10 @@
 
 Every nanosecond of a rank, from its first event to its last, gets exactly one category:
 
-* within one lane (thread or stream) the innermost call wins: an MPI call inside an annotated compute span counts
-  as communication, so the categories are ranked barrier > wait > comm > memcpy > io > compute > other (an
-  unclassified span, such as a step marker around the step, never hides what it contains);
+* within one lane (thread or stream) the highest-ranked category among the calls covering an instant wins,
+  barrier > wait > comm > memcpy > io > compute > other: an MPI call inside an annotated compute span counts as
+  communication (the innermost call), and a lower-ranked call takes the category of what holds it (a runtime
+  call inside an op is the op's compute; an unclassified span, such as a step marker, never hides what it holds);
 * across lanes, compute wins: communication that runs while another lane computes is hidden, and only the rest
   is *exposed* (this is what Rudra's communication overlap needs); but a host thread's own time in a span that
   holds others (not a leaf op) is not computing while another host thread of the rank is in a collective, a wait
@@ -21,7 +22,8 @@ all-lanes view counts an instant as compute when either computes).
 
 Tables are pandas DataFrames, one row per rank; times in ns, shares as fractions of the phase.
 The average rank stands beside the slowest (RALP, paper 003 figure 2): the slowest is the rank with the most
-busy time (compute + io + memcpy) in the phase, the one the others wait for.
+busy time (compute + io + memcpy) in the phase, the one whose work the others wait for (a rank late for
+other reasons, a sleep or an input wait, is not the busiest: the straggler findings name it).
 """
 
 from __future__ import annotations

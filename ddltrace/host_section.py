@@ -27,9 +27,9 @@ LATE = ("Late arrivals at gloo's collectives (per rank: the matched instances it
         "the other ranks' spans for it, summed over the instances: gloo's two worker threads waiting at once count "
         "twice, so it can exceed the wall time; the wall-time waits are the next table's)")
 WAITED = ("Each rank's own wait at gloo's collectives (wall time from its arrival to the last rank's, the union over "
-          "the matched instances it was not last at: Scalasca's Wait at N x N; the breakdown counts that time in "
-          "whatever the rank's threads were in, a compute op such as DistributedDataParallel.forward, which waits "
-          "for the buffers' broadcast, included)")
+          "the matched instances it was not last at: Scalasca's Wait at N x N; the breakdown counts that time as "
+          "comm where the rank's thread waits inside a span that holds others, such as DistributedDataParallel"
+          ".forward waiting for the buffers' broadcast, and as compute where it waits inside a leaf op)")
 
 
 def host_tables(run) -> list[tuple[str, pd.DataFrame]]:

@@ -406,7 +406,8 @@ def render_run(r: RunAnalysis, phase: str) -> list[str]:
     out.append("  overlap(P): Rudra's communication overlap over phase P of the rank (run: its whole run), compute / "
                "(compute + exposed comm + wait + barrier); the low-overlap finding takes the median worker's "
                f"overlap({_PHASE_WORD[r.main_phase]}). average: the mean of the workers; slowest: the worker with "
-               "the most busy time (compute + io + memcpy) in the phase, the one the others wait for"
+               "the most busy time (compute + io + memcpy) in the phase, the one whose work the others wait for "
+               "unless a rank is late for other reasons (a sleep, an input wait: the straggler findings name it)"
                + (HELD_WAITS if "host_comm" in r.capabilities else ""))
     if timed:
         out.append("  start-up: MPI's, the rank's first event to the end of its MPI_Init (the PMPI collector's clock "

@@ -244,7 +244,7 @@ def scan_rank(store_path: str, windows: dict[str, tuple[int, int]], span: tuple[
     category of each of :data:`~ddltrace.report.figures.PIXEL_COLUMNS` columns of each window in ``windows``
     (computed over the rank's ``span``, its first to last event; none when None), and its calls and recorded time
     (ns) per event name and category. None for a rank that cannot be read (the analysis named it)."""
-    from ddltrace.analyses.breakdown import classify
+    from ddltrace.analyses.breakdown import annotation_lanes, classify
     from ddltrace.analyses.rank_summary import _open
     from ddltrace.errors import StoreError
 
@@ -257,7 +257,9 @@ def scan_rank(store_path: str, windows: dict[str, tuple[int, int]], span: tuple[
         segments = classify(frame, list(span))
         rows = {key: figures.category_columns(*segments, np.linspace(a, b, figures.PIXEL_COLUMNS + 1))
                 .astype(np.int8) for key, (a, b) in windows.items()}
-    totals = frame.groupby(["name", "category"], observed=True)["dur_ns"].agg(["count", "sum"])
+    # a stream's annotation spans are copies of the host's region marks, not calls of their own (docs/ANALYSES.md)
+    calls = frame[~annotation_lanes(frame["lane"])]
+    totals = calls.groupby(["name", "category"], observed=True)["dur_ns"].agg(["count", "sum"])
     return rank, rows, totals
 
 
@@ -340,12 +342,14 @@ def _run_figures(run, pixels: dict[str, dict[int, np.ndarray]], label: str) -> l
         where = "the steady state" if run.main_phase == "steady" else "the whole run"
         out.append(Figure(f"avg_slowest{label}", "Average worker beside the slowest (the most busy time)",
                           f"Time per category in {where}: the average worker and the slowest one, the worker with "
-                          "the most busy time (compute + io + memcpy), the one the others wait for (Park et al., "
-                          "figure 2). Busy time is stacked first and its end marked: the slowest's whole bar may "
-                          "be shorter than the average's, since it waits least."
-                          + (" On gloo a rank's compute holds its waits at the collectives (DistributedDataParallel"
-                             ".forward waits for the buffers' broadcast): the busiest may be the one that waits, and "
-                             "the straggler at the host collectives reads the arrivals."
+                          "the most busy time (compute + io + memcpy) (Park et al., figure 2): the one whose work "
+                          "the others wait for, unless a rank is late for other reasons (a sleep, an input wait: "
+                          "the straggler findings name it). Busy time is stacked first and its end marked: the "
+                          "slowest's whole bar may be shorter than the average's, since it waits least."
+                          + (" On gloo a rank's wait at the collectives, run on gloo's threads, is comm where it "
+                             "waits inside a span that holds others (DistributedDataParallel.forward waiting for the "
+                             "buffers' broadcast), compute inside a leaf op; the straggler at the host collectives "
+                             "reads the arrivals."
                              if "host_comm" in run.capabilities else ""),
                           figures.png_bytes(figures.average_slowest_figure(pair, where[4:].capitalize()))))
     staleness = _staleness(run)
@@ -680,7 +684,8 @@ def assemble(runs: list, findings: list, profile: str | None = None, model: str 
 
         tables.append((ALLOCATOR, allocator_table(main).set_index("rank")))
     tables.append((f"Where the time goes by event name, largest first (the {main.workers}-worker run, all its ranks, "
-                   f"whole run; total: the calls' summed durations; a name longer than {NAME_CHARS} characters cut)",
+                   f"whole run; total: the calls' summed durations, a device stream's copies of the host's region "
+                   f"marks left out; a name longer than {NAME_CHARS} characters cut)",
                    top))
     if series is not None:
         tables.insert(0, ("Scaling series (phase times: medians over the workers; startup_s: MPI's start-up, first "

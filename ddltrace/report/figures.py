@@ -192,8 +192,8 @@ def average_slowest_figure(table: pd.DataFrame, title: str) -> Figure:
     """The average worker beside the slowest, time per category (RALP, paper 003 figure 2).
 
     ``table`` has two rows (average, slowest) and one column per category in ns. The slowest is the worker with
-    the most busy time (compute + io + memcpy) in the phase, the one the others wait for: its whole bar may well
-    be shorter than the average's (it waits less), so the busy categories are stacked first and a black tick
+    the most busy time (compute + io + memcpy) in the phase, the one whose work the others wait for: its whole bar
+    may well be shorter than the average's (it waits less), so the busy categories are stacked first and a black tick
     marks where each bar's busy time ends, labelled with it.
     """
     used = [c for c in BUSY_FIRST if c in table and table[c].sum() > 0]
