@@ -375,6 +375,15 @@ class TraceStore:
         raise StoreError(f"{self.label or self.path}: no rank holds a usable timeline{reason}; {nothing}")
 
     @property
+    def problem_ranks(self) -> list[int]:
+        """The ranks read from a file an import problem names (cut short, an event that could not be used): what
+        the store holds of them is what could be read."""
+        problems = self.import_problems
+        files = {rank: self.rank_info(rank).get("file") for rank in self.ranks}
+        return sorted(rank for rank, file in files.items()
+                      if isinstance(file, str) and any(p.startswith(f"{file}:") for p in problems))
+
+    @property
     def import_problems(self) -> list[str]:
         """What ``ddltrace import`` found wrong in the files it read (a gzip stream or JSON cut short, an event it
         could not use, ...), each naming its file: the store holds what could be read of them."""

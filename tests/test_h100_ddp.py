@@ -287,3 +287,40 @@ def test_ranks_of_two_runs_are_not_compared(tmp_path, capsys):
     host = out["stores"][0]["host_collectives"]
     assert all(row["ranks"] == 1 for row in host["collectives"]) and host["late_arrivals"] == []
     assert all(row["wait_ns"] == 0 for row in host["waited"])
+
+
+@pytest.mark.parametrize("damage", ["empty", "garbage"])
+def test_a_profile_named_as_a_trace_that_is_none_is_an_import_problem(tmp_path, capsys, damage):
+    """QA: rank 1's file emptied (or overwritten) beside rank 0's was only 'not a trace' among skipped files. A
+    file named as a profiler names its traces is damaged: an import problem naming it; rank 0 is still used."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    good = next((RUNS / "straggler1").glob("rank0.*.pt.trace.json.gz"))
+    (folder / good.name).write_bytes(good.read_bytes())
+    bad = folder / next((RUNS / "straggler1").glob("rank1.*.pt.trace.json.gz")).name
+    bad.write_bytes(b"" if damage == "empty" else gzip.compress(b"garbage"))
+    capsys.readouterr()
+    assert main(["analyze", str(folder)]) == 0
+    captured = capsys.readouterr()
+    assert f"problem: {bad}: not a trace format" in captured.err
+    assert "imported 1 file(s)" in captured.err and "not traces and were skipped" not in captured.err
+    assert f"Import problems in {folder}: {bad}" in captured.out
+
+
+def test_findings_about_a_rank_read_from_a_cut_file_say_so(tmp_path, capsys):
+    """Rank 1's file cut short (its last 3 %): the import names the problem, and every finding about rank 1 says
+    that its figures are of what could be read; rank 0's file is whole."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for path in sorted((RUNS / "straggler1").glob("*.pt.trace.json.gz")):
+        data = gzip.decompress(path.read_bytes())
+        if path.name.startswith("rank1."):
+            data = data[:int(len(data) * 0.97)]
+        (folder / path.name).write_bytes(gzip.compress(data))
+    capsys.readouterr()
+    assert main(["analyze", str(folder), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert any("truncated" in p for p in out["stores"][0]["import_problems"])
+    about_1 = [f for f in out["findings"] if 1 in f["ranks"]]
+    assert about_1 and all("rank 1 read from a damaged file" in f["title"] for f in about_1)
+    assert all("damaged file" not in f["title"] for f in out["findings"] if 1 not in f["ranks"])

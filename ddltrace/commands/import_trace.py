@@ -91,6 +91,18 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+#: How the profilers name their trace files (torch.profiler's ``*.pt.trace.json[.gz]``, a TensorBoard profile's
+#: ``*.trace.json.gz`` and ``*.xplane.pb``, Nsight's ``*.nsys-rep``, OTF2's ``*.otf2``): a file of a folder named so
+#: that is no trace is damaged (empty, cut, overwritten), an import problem naming it, not a file skipped beside the
+#: traces (QA: an empty rank-1 profile beside rank 0's was only "not a trace", its rank "not in the trace").
+TRACE_NAMES = (".pt.trace.json", ".pt.trace.json.gz", ".trace.json.gz", ".xplane.pb", ".nsys-rep", ".otf2")
+
+
+def _named_as_trace(path: Path) -> bool:
+    """Whether ``path``'s name is a profiler's name for its trace files (:data:`TRACE_NAMES`)."""
+    return path.name.lower().endswith(TRACE_NAMES)
+
+
 def _expand(paths: list[str]) -> tuple[list[Path], set[Path], list[str]]:
     """Files to import, which of them came from searching a folder (not named on the command line), and notes
     on what a folder held but is not read. An OTF2 archive's member files (``X.def``, ``X/``) are left to its
@@ -217,7 +229,7 @@ def _import(args, out: Path) -> int:
             importer = get_importer(args.format) if args.format else detect(path)
         except DdltraceError as exc:
             report.skipped["not a known trace format"] += 1
-            if path not in found_in_folders:
+            if path not in found_in_folders or _named_as_trace(path):
                 report.problems.append(str(exc))
             else:
                 unknown.append(str(exc))
@@ -609,7 +621,8 @@ def _print_summary(out: Path, reports, elapsed: float, store, folder_notes: list
     total_events = sum(r.events for r in reports)
     total_intervals = sum(r.intervals for r in reports)
     ignored = [r for r in reports if not r.format and not r.problems]
-    print(f"imported {len(reports) - len(ignored)} file(s) into {out}: {total_events} events read, {total_intervals} "
+    print(f"imported {sum(1 for r in reports if r.format)} file(s) into {out}: {total_events} events read, "
+          f"{total_intervals} "
           f"intervals kept, ranks {', '.join(map(str, store.ranks))}, in {elapsed:.2f} s")
     if ignored:
         print(f"  {len(ignored)} file(s) in the folders are not traces and were skipped: "
