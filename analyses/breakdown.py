@@ -80,8 +80,36 @@ def classify(timeline: pd.DataFrame, cuts, gap: str | None = None) -> tuple[np.n
 def rank_breakdown(timeline: pd.DataFrame, phases: RankPhases, gap: str | None = None) -> pd.DataFrame:
     """Time per phase and category of one rank (ns): one row per phase (columns rank, phase, then CATEGORIES).
     ``gap``: see :func:`classify`."""
+    return phase_breakdown(*rank_segments(timeline, phases, gap), phases)
+
+
+def rank_segments(timeline: pd.DataFrame, phases: RankPhases, gap: str | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`classify` of the rank's rows over its phases' bounds: ``edges`` (ns) and ``codes``."""
+    return classify(timeline, [phases.start_ns, phases.init_end_ns, phases.steady_end_ns, phases.end_ns], gap)
+
+
+def time_in_steps(edges: np.ndarray, codes: np.ndarray, steps: pd.DataFrame, category: str = "compute"
+                  ) -> np.ndarray:
+    """ns of ``category`` inside each of ``steps`` (start_ns, end_ns; disjoint), from the segments of
+    :func:`rank_segments` (whose edges hold the steps' bounds only where a row starts or ends there: a segment is
+    cut at them here)."""
+    if not len(steps) or len(edges) < 2:
+        return np.zeros(len(steps), dtype=np.int64)
+    mine = codes == CATEGORIES.index(category)
+    before = np.concatenate([[0], np.cumsum(np.where(mine, np.diff(edges), 0))])  # category's ns up to each edge
+
+    def upto(x: np.ndarray) -> np.ndarray:  # category's ns from edges[0] to x
+        x = np.clip(x, edges[0], edges[-1])
+        at = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, len(edges) - 2)
+        return before[at] + np.where(mine[at], x - edges[at], 0)
+
+    return upto(steps["end_ns"].to_numpy(np.int64)) - upto(steps["start_ns"].to_numpy(np.int64))
+
+
+def phase_breakdown(edges: np.ndarray, codes: np.ndarray, phases: RankPhases) -> pd.DataFrame:
+    """:func:`rank_breakdown` from the segments of :func:`rank_segments`."""
     bounds = [phases.start_ns, phases.init_end_ns, phases.steady_end_ns, phases.end_ns]
-    edges, codes = classify(timeline, bounds, gap)
     lengths = np.diff(edges)
     phase_idx = np.clip(np.searchsorted(bounds[1:3], edges[:-1], side="right"), 0, 2)
     key = phase_idx * len(CATEGORIES) + codes.astype(np.int64)

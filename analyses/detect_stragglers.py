@@ -1,10 +1,12 @@
 """Stragglers and load imbalance: one worker far slower than the others.
 
-It measures, per worker (parameter servers excluded), its compute time per step in the steady state (the
-steady-state compute divided by its number of steps; the whole steady-state compute when no steps were found) and
-its median step time. For each measure it computes the robust z-score of every worker, ``z = 0.6745 (x - median) /
-MAD`` (Iglewicz and Hoaglin), with the MAD floored at ``straggler.mad_floor`` (2 %) of the median so that identical
-ranks do not make any difference infinite. A worker is a straggler when z >= ``straggler.z_min`` (3.5, the usual
+It measures, per worker (parameter servers excluded), its compute time per step in the steady state (the compute
+inside its steps divided by their number: not the steady state's time outside them, such as a worker's wait
+between the initialisation's barrier and its first pull, 18-54 ms in ps-sgd's runs, which made a 300 % slower
+straggler 283 % slower; the whole steady-state compute when no steps were found) and its median step time. For
+each measure it computes the robust z-score of every worker, ``z = 0.6745 (x - median) / MAD`` (Iglewicz and
+Hoaglin), with the MAD floored at ``straggler.mad_floor`` (2 %) of the median so that identical ranks do not make
+any difference infinite. A worker is a straggler when z >= ``straggler.z_min`` (3.5, the usual
 outlier cut) and it is at least ``straggler.excess_min`` (25 %) above the median: a shared machine's noise is
 smaller than that, a slow node is not. Needs ``straggler.min_ranks`` (3) workers with a steady state for that test
 (with fewer, other than two, it is listed as not made). With exactly two workers there is no outlier test (their
@@ -14,9 +16,9 @@ with one worker there is nothing to compare, and the analysis says so). Compute 
 in a synchronous job, where every rank's step time is the same because the fast ones wait for it. The evidence puts
 the slowest worker beside the average (RALP).
 Where the ranks meet at a host backend's collectives (PyTorch's gloo: at least ``gpu.late_min_instances`` of its
-spans matched across ranks) compute per step is not measured: the framework's ops hold the collectives' waits
-(``DistributedDataParallel.forward`` waits for the buffers' broadcast), so the rank that waits has the larger
-compute (an H100 job: the victim's 74.7 ms a step, the straggler's 33.9 ms). It is listed as not made, and
+spans matched across ranks) compute per step is not measured: a wait for gloo's threads inside a leaf op stays
+that op's compute (inside a span that holds others it is comm: :mod:`~ddltrace.analyses.segments`; before that
+rule an H100 job's victim had 74.7 ms a step, the straggler 33.9 ms). It is listed as not made, and
 :mod:`~ddltrace.analyses.detect_host_straggler` judges the ranks by their arrivals at the collectives.
 On per-call aggregates (IPM) there are no steps and no steady state: the measure is each worker's compute over
 the whole run. Ranks that are all ranks of a slow node (:mod:`~ddltrace.analyses.detect_slow_node`: every rank of
@@ -56,7 +58,8 @@ def measures(run) -> dict[str, tuple[list[int], np.ndarray]]:
     table = run.table(run.main_phase)
     out = {}
     steps = {w: len(run.phases[w].steps) for w in workers}
-    compute = np.array([table.loc[w, "compute"] / max(1, steps[w]) for w in workers], dtype=float)
+    compute = np.array([_in_steps(run.phases[w].steps) / steps[w] if steps[w] else table.loc[w, "compute"]
+                        for w in workers], dtype=float)
     whole = "steady-state compute" if run.main_phase == "steady" else "compute over the whole run"
     out["compute per step" if all(steps.values()) else whole] = (workers, compute)
     if workers and all(steps.values()):
@@ -135,6 +138,11 @@ def detect(runs, th) -> list[Finding | Skipped]:
             ))
             break  # one finding per run: the first measure that names a straggler
     return findings
+
+
+def _in_steps(steps) -> float:
+    """The compute inside a worker's steps (ns; their ``compute_ns``, which the rank's summary adds)."""
+    return float(steps["compute_ns"].sum())
 
 
 def held_waits(run, th) -> str:

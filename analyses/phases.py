@@ -20,7 +20,8 @@ cycles, and ends with a short finalisation. ddltrace finds the same three phases
    call in the server's training, which goes on while the other workers still send): it starts where the call
    before it ends, so the computation of the first batch counts as steady state, and ends where its last call
    ends. Each cycle of ``p`` calls, cut just before the call that follows the longest gap (the compute), is one
-   step: a step is compute then communicate.
+   step: a step is compute then communicate; the calls after the last whole cycle, to the end of the steady state,
+   are one more (a worker's last batch: its compute and gradient, and no pull after it).
 3. **Collectives around point-to-point traffic.** With no regular pattern (a server answering workers in the order
    they come), initialisation ends where the last collective (MPI_Barrier, ...) that starts before the first 10 %
    of the rank's point-to-point calls ends, and finalisation starts at the first collective after the last 10 %.
@@ -257,6 +258,8 @@ def segment_rank(timeline: pd.DataFrame) -> RankPhases | None:
         steady_end = int(t_end[b])
         first = a + offset
         cut = np.arange(first + p - 1, b + 1, p)  # index of each cycle's last call
+        if len(cut) and b > cut[-1]:  # the last batch's compute and push, with no pull after it: a step too
+            cut = np.append(cut, b)
         if len(cut) >= MIN_CYCLES:
             step_ends = t_end[cut]
             step_starts = np.concatenate([[t_end[first - 1] if first > 0 else init_end], step_ends[:-1]])

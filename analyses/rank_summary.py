@@ -11,14 +11,21 @@ reduce_summaries` builds the :class:`~ddltrace.analyses.run_analysis.RunAnalysis
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ddltrace.analyses import host_collectives
-from ddltrace.analyses.breakdown import device_lanes, host_lanes, rank_breakdown
+from ddltrace.analyses.breakdown import (
+    device_lanes,
+    host_lanes,
+    phase_breakdown,
+    rank_breakdown,
+    rank_segments,
+    time_in_steps,
+)
 from ddltrace.analyses.gpu_analysis import GpuAnalysis
 from ddltrace.analyses.phases import RankPhases, largest_receive_ends, segment_rank, whole_run
 from ddltrace.analyses.wait_states import COLLECTIVES, P2P, mpi_calls
@@ -79,8 +86,9 @@ def summarise_timeline(rank: int, timeline: pd.DataFrame, aggregate: bool = Fals
     found = whole_run(timeline) if aggregate else segment_rank(timeline)
     if found is None:
         return out
-    out.phases = found
-    out.breakdown = rank_breakdown(timeline, found)
+    segments = rank_segments(timeline, found)
+    out.phases = replace(found, steps=found.steps.assign(compute_ns=time_in_steps(*segments, found.steps)))
+    out.breakdown = phase_breakdown(*segments, found)
     on_device = device_lanes(timeline["lane"])
     if on_device.any():
         host = timeline[host_lanes(timeline["lane"])]

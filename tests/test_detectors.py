@@ -345,6 +345,26 @@ def test_samples_show_what_their_readme_says(samples):
     assert [f.ranks for f in straggler] == [[2]]
 
 
+def test_sample_workers_steps_are_the_jobs_batches(samples):
+    """Each worker's steps are its batches in steps.csv, the last one (compute and push, no pull after it) counted
+    (QA: every worker was one short)."""
+    for name, run in samples.items():
+        batches = pd.read_csv(SAMPLES / name / "steps.csv").groupby("rank").size()
+        for rank in run.worker_ranks:
+            assert len(run.phases[rank].steps) == batches[rank], (name, rank)
+
+
+def test_the_straggler_is_as_much_slower_as_the_job_made_it(samples):
+    """straggler-w4's rank 2 computes 800 us a sample against 200 us (ground_truth.json): 300 % slower. Compute per
+    step is the compute inside the steps (QA: 283 %, the wait before the first pull and the missed last step in it)."""
+    truth = json.loads((SAMPLES / "straggler-w4" / "ground_truth.json").read_text())["workers"]
+    per_batch = {int(r): w["compute_ns"] / w["batches"] for r, w in truth.items()}
+    (finding,) = [f for f in run_detectors([samples["straggler-w4"]], TH) if f.id == "straggler"]
+    excess = per_batch[2] / np.median([v for r, v in per_batch.items() if r != 2]) - 1
+    assert finding.evidence["excess_over_median"].value == pytest.approx(excess, abs=0.03)
+    assert finding.evidence["slowest"].value == pytest.approx(per_batch[2], rel=0.01)
+
+
 def test_sample_init_scaling_is_the_jobs_initialisation(samples):
     """The initialisation that grows with w is the job's (paper 002's term: reading, setting up, to the first
     batch), from the end of MPI_Init; counted from each rank's first event it held MPI's start-up too and read
