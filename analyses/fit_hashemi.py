@@ -808,6 +808,7 @@ def measurements_from_store(path: str | Path, *, batch: float | None = None, sam
         raise DdltraceError(f"{path}: the run metadata has no batch_size; give it (--batch) or record it in the run")
     d = setting(samples, ("samples", "dataset_size", "d"), ("--samples", "--dataset-size"))
     e = setting(epochs, ("epochs",), ("--epochs",))
+    n_w = _first(config, ("n_w",))  # the weights the job said it has (ps-sgd's configuration records them)
     phase, init, methods = 0.0, 0.0, set()
     window = [None, None]
     messages, workers, server_frames = [], [], []
@@ -847,6 +848,7 @@ def measurements_from_store(path: str | Path, *, batch: float | None = None, sam
             "workers_read": float(len(workers)),
             "b": float(b),
             "d": None if d is None else float(d), "epochs": None if e is None else float(e),
+            "n_w": None if n_w is None else float(n_w),
             "phase_s": phase, "init_s": init, "phases_by": ",".join(sorted(methods)),
             "server_busy_s": max(servers_busy) if servers_busy else math.nan,
             "server_update_wait_s": max(servers_wait, default=math.nan),

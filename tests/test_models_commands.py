@@ -198,6 +198,21 @@ def test_model_fit_on_the_committed_scaling_series(tmp_path, capsys):
 
 
 @pytest.mark.skipif(not (SAMPLES / "par-w1" / "store").exists(), reason="the committed sample traces are absent")
+def test_without_a_dnn_the_fit_takes_the_runs_own_n_w(tmp_path, capsys):
+    """The job records its n_w (40,000: the 2 - 10K - 2 network) in the manifest: a fit given no --dnn nor --n-w
+    keeps it, so a network what-if moves the prediction (QA: n_w was 0 and r_net=1e-8 changed nothing)."""
+    stores = [str(SAMPLES / f"par-w{w}" / "store") for w in (1, 2, 4, 8)]
+    out = tmp_path / "model.json"
+    assert main(["model", "fit", *stores, "--out", str(out)]) == 0
+    config = json.loads((SAMPLES / "par-w1" / "ground_truth.json").read_text())["config"]
+    assert json.loads(out.read_text())["workload"]["n_w"] == config["n_w"] == 40000
+    capsys.readouterr()
+    assert main(["model", "predict", str(out), "--workers", "4", "--what-if", "r_net=1e-8", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert rows[0]["what_if_s"] > 1.1 * rows[0]["predicted_s"]
+
+
+@pytest.mark.skipif(not (SAMPLES / "par-w1" / "store").exists(), reason="the committed sample traces are absent")
 def test_a_store_given_twice_is_refused_not_fitted_twice(tmp_path, capsys):
     """The same run named twice (another spelling of its path too) is one line and exit 2: fitted twice it added a
     degree of freedom and narrowed every interval without a word."""

@@ -193,6 +193,9 @@ def run_fit(args) -> int:
         n_f = n_f if n_f is not None else float(dnn.input_neurons)
         s = s if s is not None else float(dnn.bytes_per_value)
         work = transfer.work_counts(dnn)
+    if n_w is None and "n_w" in frame:  # the runs' own n_w, where every run says the same
+        said = set(frame["n_w"].dropna())
+        n_w = said.pop() if len(said) == 1 and len(frame["n_w"].dropna()) == len(frame) else None
     free = [name.strip() for name in args.free.split(",") if name.strip()]
     # the profile the fit held, kept in the model: 'model predict --profile B.json' carries the costs from it
     machine = transfer.profile_record(raw_profile, args.profile, s or 8.0) if raw_profile else None
