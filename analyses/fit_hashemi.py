@@ -936,6 +936,9 @@ def server_update_wait_s(frame: pd.DataFrame, start_ns: int, end_ns: int) -> flo
 
 def measurements_from_stores(paths: Sequence[str | Path], **overrides: Any) -> pd.DataFrame:
     """Measurements of a scaling series: one row per store, checked to be one job at 2+ configurations."""
+    missing = [str(p) for p in paths if not Path(p).exists()]
+    if missing:
+        raise DdltraceError(f"{missing[0]}: no such trace store")
     if len(paths) < 2:
         raise DdltraceError(f"{len(paths)} store given: fitting needs a series of runs of one job at 2 or more "
                             "worker counts")

@@ -66,6 +66,11 @@ def _did_you_mean(parser: argparse.ArgumentParser, message: str) -> str:
                  if word.startswith("--")]
     else:
         return ""
+    own = {o for action in parser._actions for o in action.option_strings}
+    placed = [word for word, _ in pairs if word in own]  # ddltrace's own option, given after the verb
+    if placed:
+        return f"; {', '.join(placed)} {'goes' if len(placed) == 1 else 'go'} before the command ('ddltrace " \
+            f"{' '.join(placed)} VERB ...')"
     hints = [f"'{close[0]}' for '{word}'" if len(pairs) > 1 else f"'{close[0]}'"
              for word, known in pairs if (close := difflib.get_close_matches(word, known, n=1))]
     return f"; did you mean {', '.join(hints)}?" if hints else ""

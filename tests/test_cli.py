@@ -110,6 +110,7 @@ def test_merging_a_store_with_itself_is_one_line_a_user_can_act_on(tmp_path, cap
      "did you mean '--threshold' for '--thresold', '--json' for '--jsn'?"),
     (["model", "fti"], "did you mean 'fit'?"),
     (["analyze", "{store}", "--phase", "stedy"], "did you mean 'steady'?"),
+    (["info", "{store}", "--debug"], "--debug goes before the command ('ddltrace --debug VERB ...')"),
 ])
 def test_a_near_miss_of_a_verb_or_option_names_the_one_meant(args, hint, tiny_store):
     result = run_cli(*[a.format(store=tiny_store.path) for a in args])

@@ -767,3 +767,9 @@ def test_the_plot_types_are_the_ones_matplotlib_writes():
 
     matplotlib.use("Agg")
     assert set(PLOT_TYPES) <= set(FigureCanvasAgg.get_supported_filetypes())
+
+
+def test_a_missing_store_is_named_before_the_series_is_counted(tmp_path, capsys):
+    """QA: 'model fit MISSING' said "1 store given: fitting needs a series", not that the store is not there."""
+    assert main(["model", "fit", str(tmp_path / "nowhere")]) == 2
+    assert capsys.readouterr().err.strip() == f"ddltrace: error: {tmp_path / 'nowhere'}: no such trace store"
