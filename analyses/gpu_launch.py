@@ -46,10 +46,14 @@ LAUNCH_NAMES = frozenset({
     "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaMemcpyAsync",
     "cudaMemsetAsync", "hipLaunchKernel", "hipExtModuleLaunchKernel", "hipModuleLaunchKernel", "hipMemcpyAsync",
     "hipMemsetAsync", "hipMemcpyWithStream", "hipMemcpyHtoDAsync", "hipMemcpyDtoHAsync", "hipMemcpyDtoDAsync",
+    "hipExtLaunchKernel",  # (not in HTA's list: TraceLens' MI300 trace launches its NCCL kernels so)
 })
 _LAUNCH_NAME_LIST = sorted(LAUNCH_NAMES)
 #: The runtime calls that launch a graph (a name that begins with one: XPlane appends " (CudaGraph:<id>)").
 GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")
+#: The blocking copies and fills (a name that begins with one and is not in LAUNCH_NAMES: ``cudaMemcpy``,
+#: ``cudaMemcpy2D``, ``hipMemset``): the host puts the work on the device and waits for it; not in HTA's list.
+BLOCKING_COPIES = ("cudaMemcpy", "cudaMemset", "cuMemcpy", "cuMemset", "hipMemcpy", "hipMemset")
 #: HTA's cut-offs (ns): a runtime call longer than this is a runtime outlier.
 RUNTIME_CUTOFF_NS = 50_000
 #: HTA's cut-offs (ns): a launch delay longer than this is a launch-delay outlier.
@@ -66,7 +70,8 @@ COLUMNS = ["rank", "runtime", "launches", "cpu_duration_mean_ns", "cpu_duration_
 def launch_pairs(timeline: pd.DataFrame, work: pd.DataFrame, graphs: bool = False) -> pd.DataFrame:
     """Each launch of one rank's ``timeline`` with the device ``work`` it launched (:data:`PAIR_COLUMNS`, and
     ``launch_row``: the launch's position in ``timeline``; one row per pair, as HTA's inner join: a launch whose
-    activity is not in the trace is left out); with ``graphs``, the graph launches too (one pair per kernel)."""
+    activity is not in the trace is left out); with ``graphs``, the launches HTA's list lacks too: the graph
+    launches (one pair per kernel) and the blocking copies and fills (:data:`BLOCKING_COPIES`)."""
     if "correlation" not in timeline or not len(work) or work["correlation"].isna().all():
         return pd.DataFrame(columns=[*PAIR_COLUMNS, "launch_row"])
     host = np.flatnonzero(~device_lanes(timeline["lane"]) & timeline["correlation"].notna().to_numpy(bool))
@@ -78,7 +83,7 @@ def launch_pairs(timeline: pd.DataFrame, work: pd.DataFrame, graphs: bool = Fals
     kernel = work["name"].array.take(done)
     keep = launch.isin(_LAUNCH_NAME_LIST)
     if graphs:
-        keep |= np.asarray(pd.Series(launch).str.startswith(GRAPH_LAUNCHES, na=False), bool)
+        keep |= np.asarray(pd.Series(launch).str.startswith((*GRAPH_LAUNCHES, *BLOCKING_COPIES), na=False), bool)
     named = ~keep  # the XPlane launches: a host row named as the device work it launched
     if named.any():
         keep[named] = np.asarray(launch[named] == kernel[named], bool)
@@ -97,10 +102,14 @@ def launch_pairs(timeline: pd.DataFrame, work: pd.DataFrame, graphs: bool = Fals
 
 
 def without_graphs(pairs: pd.DataFrame) -> pd.DataFrame:
-    """``pairs`` (:func:`launch_pairs` with ``graphs``) less the graph launches' pairs: what :func:`launch_pairs`
-    gives without them, row for row."""
-    graph = pairs["launch"].astype(str).str.startswith(GRAPH_LAUNCHES).to_numpy(bool) if len(pairs) else []
-    return pairs[~graph].reset_index(drop=True) if np.any(graph) else pairs
+    """``pairs`` (:func:`launch_pairs` with ``graphs``) less the graph launches' and blocking copies' pairs: what
+    :func:`launch_pairs` gives without them, row for row."""
+    if not len(pairs):
+        return pairs
+    launch = pairs["launch"].astype(str)
+    extra = (launch.str.startswith(GRAPH_LAUNCHES) | (launch.str.startswith(BLOCKING_COPIES)
+                                                      & ~launch.isin(_LAUNCH_NAME_LIST))).to_numpy(bool)
+    return pairs[~extra].reset_index(drop=True) if extra.any() else pairs
 
 
 def _inner_join(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -306,3 +306,22 @@ def test_processes_of_one_rank_keep_their_correlation_ids_apart(tmp_path):
     pairs = kernels.merge(launches, on="correlation", suffixes=("_kernel", "_launch"))
     assert sorted(set(zip(pairs["lane_launch"], pairs["lane_kernel"], strict=True))) == [
         ("cpu/thread 4100", "gpu:0/stream 7"), ("cpu/thread 4200", "gpu:1/stream 7")]
+
+
+def test_gaps_ended_by_a_blocking_copy_waited_for_the_host(saxpy, tmp_path, capsys):
+    """Every device activity of the export has its runtime call (same correlationId), the copies' being blocking
+    cudaMemcpy calls, which HTA's launch list lacks: the device's idle gaps they end are host wait, as the
+    per-stream table has them (QA: the device table called all 724 ms unlinked, the stream table host wait)."""
+    db, store = saxpy
+    device_ids = {c for t in DEVICE_TABLES
+                  if db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (t,)).fetchone()
+                  for (c,) in db.execute(f"SELECT correlationId FROM {t}")}
+    runtime = {c for (c,) in db.execute("SELECT correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME")}
+    assert device_ids and device_ids <= runtime
+    capsys.readouterr()
+    assert main(["analyze", str(store.path), "--json"]) == 0
+    gpu = json.loads(capsys.readouterr().out)["stores"][0]["gpu"]
+    (idle,) = gpu["idle"]
+    assert idle["unlinked_ns"] == 0 and idle["host_wait_gaps"] == idle["gaps"]
+    streams = sum(row["idle_ns"] for row in gpu["idle_streams"] if row["idle_category"] == "host_wait")
+    assert idle["host_wait_ns"] == pytest.approx(streams, rel=0.01)
