@@ -161,3 +161,46 @@ def test_tf_multiworker_launch_figures(imported):
     assert got["launch_delay_outliers"] == sum(d > 100_000_000 for *_, d in pairs) > 0
     assert got["launch_delay_median_ns"] > 100_000
 
+
+
+def copy_bytes(path: Path) -> dict[str, int]:
+    """{device plane: bytes} of the stream events' ``memcpy_details`` stats (``... size:N ...``: XStat.str_value = 5,
+    or ref_value = 7 naming a stat_metadata entry), summed per device plane."""
+    import re
+
+    out: dict[str, int] = defaultdict(int)
+    for number, _kind, plane in pw.fields(path.read_bytes()):
+        if number != 1:
+            continue
+        fields = list(pw.fields(pw.message(plane)))
+        plane_name = next((pw.text(v) for n, _k, v in fields if n == 2), "")
+        if not plane_name.startswith("/device:"):
+            continue
+        stat_names = {k: _name(m) for k, m in _entries(fields, 5).items()}
+        details = {k for k, name in stat_names.items() if name == "memcpy_details"}
+        for line_name, _base, events in xplane_lines(fields):
+            if line_name in DERIVED:
+                continue
+            for event in events:
+                for n, _k, v in event:
+                    if n != 4:
+                        continue
+                    stat = {sn: sv for sn, _sk, sv in pw.fields(pw.message(v))}
+                    if pw.number(stat.get(1, 0)) not in details:
+                        continue
+                    text = pw.text(stat[5]) if 5 in stat else stat_names.get(pw.number(stat.get(7, 0)), "")
+                    if found := re.search(r"\bsize:(\d+)", text):
+                        out[plane_name] += int(found.group(1))
+    return out
+
+
+def test_copies_carry_their_bytes_from_memcpy_details(imported):
+    """Each copy's bytes are its ``memcpy_details`` stat's size (QA: the TF 2 profile's copies had none, and the
+    copy bandwidth table was not made)."""
+    path = TRACES["tf2_gpu_multiworker"]
+    want = copy_bytes(path)
+    assert want and sum(want.values()) == 3112 + 37447 + 36944 + 40559 + 36944
+    tl = TraceStore.open(imported("tf2_gpu_multiworker")).timeline()
+    device = tl[tl["lane"].str.startswith("gpu:") & (tl["category"] == "memcpy")]
+    got = device.groupby(device["lane"].str.split("/").str[0])["bytes"].sum().to_dict()
+    assert sorted(got.values()) == sorted(want.values())

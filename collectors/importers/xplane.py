@@ -16,6 +16,7 @@ the folder or file name (``worker1/``), as in the trace-viewer JSON.
 
 from __future__ import annotations
 
+import re
 import struct
 from collections import Counter
 from pathlib import Path
@@ -133,6 +134,8 @@ def sniff(raw: bytes, path: Path) -> bool:
 _BROKEN = (ValueError, struct.error)
 #: Start and end times (ps) beyond this are not times (int64 ns holds ±9.2e18 ns = ±9.2e21 ps).
 _MAX_PS = 1 << 62
+#: A copy's bytes in its ``memcpy_details`` stat (``kind_src:pageable kind_dst:device size:1024 ...``).
+_COPY_SIZE = re.compile(r"\bsize:(\d+)")
 
 
 def _in_range(start_ps: int, duration_ps: int) -> bool:
@@ -170,7 +173,7 @@ def read(path: Path, ctx: ImportContext):
             start_ns, clock = profile_start, "epoch"
     lanes: dict[str, int] = {}
     keys: dict[tuple[str, str], int] = {}
-    lane_codes, key_codes, starts, durs, steps, correlations = [], [], [], [], [], []
+    lane_codes, key_codes, starts, durs, steps, correlations, sizes = [], [], [], [], [], [], []
     lane_device: list[int] = []  # per lane: its device plane's code, -1 on the host
     step_rows: list[tuple[int, int, int, int]] = []  # (device code, start ps, end ps, step) of the Steps lines
     events_read = 0
@@ -207,7 +210,7 @@ def read(path: Path, ctx: ImportContext):
                     skipped["events with a negative duration or a time out of range"] += 1
                     continue
                 name = event_meta.get(meta, f"event {meta}")
-                step, cat, correlation = -1, "", -1
+                step, cat, correlation, size = -1, "", -1, -1
                 try:
                     for raw in raw_stats:  # Trace("train", step_num=i) marks a step
                         stat_name, value = _stat(raw, stat_names)
@@ -217,15 +220,19 @@ def read(path: Path, ctx: ImportContext):
                             cat = "tf_function"
                         elif stat_name == "correlation_id" and isinstance(value, int):
                             correlation = value
+                        elif stat_name == "memcpy_details" and isinstance(value, str):  # "kind_src:... size:N"
+                            found = _COPY_SIZE.search(value)
+                            size = int(found.group(1)) if found else -1
                 except _BROKEN:
                     skipped["events with unreadable stats (kept without them)"] += 1
-                    step, cat, correlation = -1, "", -1
+                    step, cat, correlation, size = -1, "", -1, -1
                 lane_codes.append(lane)
                 key_codes.append(keys.setdefault((cat, name), len(keys)))
                 starts.append(start_ps)
                 durs.append(duration_ps)
                 steps.append(step if 0 <= step < _MAX_PS else -1)
                 correlations.append(correlation if 0 <= correlation < _MAX_PS else -1)
+                sizes.append(size if 0 <= size < _MAX_PS else -1)
     if ctx.report is not None:
         ctx.report.events += events_read
         ctx.report.intervals += len(starts)
@@ -233,6 +240,7 @@ def read(path: Path, ctx: ImportContext):
     starts_ps = np.array(starts, dtype=np.int64)
     step_arr = np.array(steps, dtype=np.int64)
     corr_arr = np.array(correlations, dtype=np.int64)
+    size_arr = np.array(sizes, dtype=np.int64)
     if step_rows:
         columns = np.array(step_rows, dtype=np.int64).T  # device code, start, end (ps), step
         row_device = np.array(lane_device, dtype=np.int64)[np.array(lane_codes, dtype=np.int64)]
@@ -244,7 +252,8 @@ def read(path: Path, ctx: ImportContext):
                               start_ns=starts_ps // 1000 + start_ns,
                               dur_ns=np.array(durs, dtype=np.int64) // 1000, fmt="tf2", ctx=ctx,
                               extra={"step": numbers(np.maximum(step_arr, 0), pa.int64(), step_arr < 0),
-                                     "correlation": numbers(np.maximum(corr_arr, 0), pa.int64(), corr_arr < 0)})
+                                     "correlation": numbers(np.maximum(corr_arr, 0), pa.int64(), corr_arr < 0),
+                                     "bytes": numbers(np.maximum(size_arr, 0), pa.int64(), size_arr < 0)})
     yield RankPart(rank=rank, timeline=timeline, clock=clock,
                    info={"format": "tf2-xplane", "file": str(path),
                          "time_base": "ns since the epoch" if clock == "epoch" else "ns since the profile started"})
