@@ -92,3 +92,21 @@ def test_summary_and_compare_on_empty_sides():
 
     empty = trace_diff.summary(pd.DataFrame(columns=["name", "category", "dur_ns"]))
     assert list(empty.columns) == trace_diff.SUMMARY_COLUMNS and not len(trace_diff.compare(empty, empty))
+
+
+IPM = SHARED / "wild_traces/ipm_hunold_1494937738/hunold.1494937738.200810.ipm.xml"
+
+
+@pytest.mark.skipif(not IPM.is_file(), reason=f"{IPM.name} absent")
+def test_a_diff_of_per_call_totals_says_its_counts_are_rows(tmp_path, capsys):
+    """An IPM profile keeps a row per call and partner with the calls' totals (its MPI_Send: 34,569 calls in the
+    file, 6 rows): the diff says so, not that the counts are unchanged calls (QA)."""
+    out = tmp_path / "ipm"
+    assert main(["import", str(IPM), "--out", str(out), "--progress", "never"]) == 0
+    capsys.readouterr()
+    assert main(["diff", str(out), str(out)]) == 0
+    text = capsys.readouterr().out
+    assert text.count("holds per-call totals") == 1 and "its counts are rows, not calls" in text
+    assert main(["diff", str(out), str(out), "--json"]) == 0
+    sides = json.loads(capsys.readouterr().out)
+    assert sides["control"]["aggregate"] and sides["test"]["aggregate"]

@@ -87,7 +87,7 @@ def _side(store_path: str, label: str, rank: int | None, step: str | None, devic
     rows = trace_diff.window(timeline, chosen, device)
     span = int((rows["start_ns"] + rows["dur_ns"]).max() - rows["start_ns"].min()) if len(rows) else 0
     return {"label": label, "rank": rank, "step": chosen, "steps": len(steps), "rows": len(rows), "span_ns": span,
-            "summary": trace_diff.summary(rows)}
+            "aggregate": bool(store.rank_info(rank).get("aggregate")), "summary": trace_diff.summary(rows)}
 
 
 def _listed(values: list[int]) -> str:
@@ -95,7 +95,7 @@ def _listed(values: list[int]) -> str:
 
 
 def _described(side: dict) -> dict:
-    return {k: side[k] for k in ("label", "rank", "step", "rows", "span_ns")}
+    return {k: side[k] for k in ("label", "rank", "step", "rows", "span_ns", "aggregate")}
 
 
 def _window(side: dict) -> str:
@@ -125,6 +125,10 @@ def render(table, sides: list[dict], changes: dict, device: str, top: int) -> st
         lines.append(f"({len(table) - len(shown):,} more names: --top 0 shows all, --json gives every figure)")
     lines += ["", "count: rows of the name in the window; time: their durations summed (a row nested in another "
                   "counts in both, as in HTA's TraceDiff); c: control, t: test; diff: test minus control"]
+    lines += list(dict.fromkeys(
+        f"rank {side['rank']} of {side['label']} holds per-call totals (an IPM profile: a row per call and partner, "
+        "the number of calls not kept): its counts are rows, not calls; its times are the calls' totals"
+        for side in sides if side["aggregate"]))
     return "\n".join(lines) + "\n"
 
 
