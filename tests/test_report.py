@@ -396,10 +396,10 @@ def test_the_report_tables_are_analyze_figures_with_their_units(demo_report, cap
     assert sorted(scaling) == ["4", "8"]
     title = tables.split("### Scaling series")[1].split("\n")[0]  # what its '-' would mean, and its reference
     assert ("efficiency of the steady state against the run with the fewest workers at its batch size; '-': no "
-            "worker traced an MPI_Init (startup_s), no other run at its batch size (efficiency_steady))") in title
+            "worker traced an MPI_Init (startup), no other run at its batch size (efficiency_steady))") in title
     for run in doc["scaling"]:
         row = scaling[str(run["workers"])]
-        assert [row["startup_s"], row["job_init_s"], row["steady_s"], row["total_s"]] == \
+        assert [row["startup"], row["job_init"], row["steady"], row["total"]] == \
             [format_ns(run[k]) for k in ("startup_ns", "job_init_ns", "steady_ns", "total_ns")]
         assert row["efficiency_steady"] == format_percent(run["efficiency_steady"])
     per_rank = rows("Time per category and rank")
@@ -407,7 +407,7 @@ def test_the_report_tables_are_analyze_figures_with_their_units(demo_report, cap
     assert sorted(per_rank, key=int) == [str(r["rank"]) for r in w8["breakdown_ns"]]
     for ref in w8["breakdown_ns"]:
         row = per_rank[str(ref["rank"])]
-        assert row["compute"] == format_ns(ref["compute"]) and row["total_ns"] == format_ns(ref["total_ns"])
+        assert row["compute"] == format_ns(ref["compute"]) and row["total"] == format_ns(ref["total_ns"])
         assert row["share_wait"] == format_percent(ref["wait"] / ref["total_ns"])
         assert row["overlap(run)"] == format_percent(ref["overlap"])
 
@@ -780,3 +780,16 @@ def test_the_queue_figure_says_which_streams_it_draws():
     assert len(drawn) == 8 and "gpu:0/stream 0" not in drawn  # stream 0's queue is the shortest
     figures.plt.close(fig)
     assert queue_streams(series[series["stream"].isin(["stream 1", "stream 2"])]) == "each of its 2 streams"
+
+
+def test_a_column_heading_drops_the_unit_its_cells_carry():
+    """A cell says its unit ('6 s'), so the heading does not say another (QA: 'total_ns' over '6 s')."""
+    import pandas as pd
+
+    from ddltrace.report.render import _table_cells
+
+    frame = pd.DataFrame({"total_ns": [6e9], "steady_s": [1.5], "copied_bytes": [2048], "rate_bytes_per_s": [1e9],
+                          "ns": [7]}, index=pd.Index([0], name="rank"))
+    header, rows = _table_cells(frame)
+    assert header == ["rank", "total", "steady", "copied", "rate", "ns"]
+    assert rows == [["0", "6 s", "1.5 s", "2 KiB", "1000 MB/s", "7"]]

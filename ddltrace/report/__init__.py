@@ -688,11 +688,11 @@ def assemble(runs: list, findings: list, profile: str | None = None, model: str 
                    f"marks left out; a name longer than {NAME_CHARS} characters cut)",
                    top))
     if series is not None:
-        tables.insert(0, ("Scaling series (phase times: medians over the workers; startup_s: MPI's start-up, first "
-                          "event to the end of MPI_Init; job_init_s: the job's own initialisation, from there to the "
+        tables.insert(0, ("Scaling series (phase times: medians over the workers; startup: MPI's start-up, first "
+                          "event to the end of MPI_Init; job_init: the job's own initialisation, from there to the "
                           "first step; the whole run: first to last event; efficiency of the steady state against "
                           "the run with the fewest workers at its batch size; '-': no worker traced an MPI_Init "
-                          "(startup_s), no other run at its batch size (efficiency_steady))", series))
+                          "(startup), no other run at its batch size (efficiency_steady))", series))
     name = Path(main.name)  # a run folder's store (ddltrace workload's RUN/store) is named by its run: seq-w8/store
     title = "ddltrace report: " + ((f"{name.parent.name}/{name.name}" if name.name == "store" else name.name)
                                    if len(runs) == 1

@@ -78,8 +78,17 @@ def _cell(column: str, value) -> str:
     return str(value) if isinstance(value, numbers.Integral) else three_digits(value)
 
 
+def _header(column: str) -> str:
+    """A column's heading: its name less the unit suffix :func:`_cell` reads (``total_ns`` -> ``total``), since
+    each cell carries its unit (QA: a ``total_ns`` column of cells reading "6 s")."""
+    for suffix in ("_bytes_per_s", "_ns", "_s", "_bytes"):
+        if column.endswith(suffix) and len(column) > len(suffix):
+            return column[:-len(suffix)]
+    return column
+
+
 def _table_cells(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    header = [str(frame.index.name or "")] + [str(c) for c in frame.columns]
+    header = [str(frame.index.name or "")] + [_header(str(c)) for c in frame.columns]
     rows = [[str(index)] + [_cell(str(column), value) for column, value in zip(frame.columns, row, strict=True)]
             for index, row in zip(frame.index, frame.itertuples(index=False), strict=True)]
     return header, rows
