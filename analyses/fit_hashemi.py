@@ -186,6 +186,25 @@ class HashemiFit:
                          f"runs, {kept.min():.3g} to {kept.max():.3g} s)")
         return value
 
+    def _check_c_u(self, frame: pd.DataFrame, notes: list[str]) -> None:
+        """Where c_u was fitted and the runs carry their server's busy time, a note when the server's own busy time
+        per update lies outside c_u's interval: the runs' plateau is then not the server's work alone (QA: ps-sgd's
+        par-w1..8 on 2 cores fitted 4.21 ms [3.19, 5.23], the server busy 2.50 ms per update at w = 8, its 9 ranks
+        waiting for the cores)."""
+        low, high = self.ci_.get("c_u", (math.nan, math.nan))
+        if "server_busy_s" not in frame.columns or frame["server_busy_s"].isna().all() or not low <= high:
+            return
+        rows = frame.dropna(subset=["server_busy_s"])
+        per_update = np.array([self._busy_per_update(row) for row in rows.to_dict("records")])
+        measured = float(np.median(per_update))
+        if low <= measured <= high:
+            return
+        notes.append(f"c_u fitted {self.params_['c_u']:.3g} s per update [{low:.3g}, {high:.3g}], but the server's "
+                     f"own trace says {measured:.3g} s busy per update (the median over {len(per_update)} runs, "
+                     f"{per_update.min():.3g} to {per_update.max():.3g} s): what flattens the runs is not the "
+                     "server's work alone (ranks sharing cores, the network); --c-u-from-trace holds c_u at the "
+                     "trace's figure")
+
     def _busy_per_update(self, row: Mapping[str, Any]) -> float:
         """A run's server busy seconds per update: over its d E / b updates."""
         wl = self._workload(row)
@@ -353,6 +372,7 @@ class HashemiFit:
             self.ci_[name] = (max(0.0, value - tval * se), value + tval * se)
         self.constants_ = replace(base, **dict(zip(names, theta, strict=True)))
         self.rms_relative_error_ = float(math.sqrt(np.mean(result.fun**2)))
+        self._check_c_u(frame, notes)
         self._fit_init(frame, notes)
         self.divergence_ = self.divergence(frame)
         if "init_s" in frame.columns and (frame["init_s"] > 0).any() and "init" not in set(self.divergence_["term"]):

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from dnn_files import write_convs_dnn
 from test_fit_hashemi import EPOCHS, N_F, N_W, D, write_run
@@ -773,3 +775,23 @@ def test_a_missing_store_is_named_before_the_series_is_counted(tmp_path, capsys)
     """QA: 'model fit MISSING' said "1 store given: fitting needs a series", not that the store is not there."""
     assert main(["model", "fit", str(tmp_path / "nowhere")]) == 2
     assert capsys.readouterr().err.strip() == f"ddltrace: error: {tmp_path / 'nowhere'}: no such trace store"
+
+
+@pytest.mark.skipif(not (SAMPLES / "par-w1" / "store").exists(), reason="the committed sample traces are absent")
+def test_a_fitted_c_u_the_servers_trace_contradicts_is_said(capsys):
+    """On 2 cores the par series flattens at w = 8 because its 9 ranks share the cores: a free c_u takes the plateau
+    (4.2 ms an update) where the server's own trace says it was busy far less: the fit says so, with the trace's
+    figure, the median over the runs of busy seconds over d E / b updates (their ground truth's busy time)."""
+    stores = [str(SAMPLES / f"par-w{w}" / "store") for w in (1, 2, 4, 8)]
+    assert main(["model", "fit", *stores]) == 0
+    text = capsys.readouterr().out
+    (note,) = [line for line in text.splitlines() if "the server's own trace says" in line]
+    per_update = []
+    for w in (1, 2, 4, 8):
+        truth = json.loads((SAMPLES / f"par-w{w}" / "ground_truth.json").read_text())
+        config = truth["config"]
+        per_update.append(truth["server"]["busy_ns"] / 1e9 / (config["samples"] * config["epochs"] / config["batch"]))
+    measured = float(re.search(r"says ([0-9.e-]+) s busy per update", note).group(1))
+    assert measured == pytest.approx(float(np.median(per_update)), rel=0.15)
+    low, high = (float(x) for x in re.search(r"\[([0-9.e-]+), ([0-9.e-]+)\]", note).groups())
+    assert not low <= measured <= high
