@@ -477,7 +477,8 @@ def _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, i
         if rr.lost:
             held = len(rr.records) + len(rr.completions)
             notes.append(f"{path}: the file ends before {rr.lost:,} of the {held + rr.lost:,} records (MPI calls "
-                         f"and requests completed) rank {rr.rank} wrote (cut short, or a segment could not be mapped); "
+                         f"and requests completed) rank {rr.rank} wrote (cut short, or its file system full: the file "
+                         "could not grow, and they were dropped); "
                          f"the {len(rr.records):,} MPI calls it holds are kept")
     nodes: list[node_agent.NodePart] = []
     if (records / NODES).is_dir():

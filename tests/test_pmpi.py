@@ -379,3 +379,35 @@ def test_a_late_sender_to_the_second_request_of_a_waitall_is_found(tmp_path):
     enter, leave = waitall["start_ns"], waitall["start_ns"] + waitall["dur_ns"]
     assert late["time_ns"].iloc[0] == min(send["start_ns"], leave) - enter
     assert late["time_ns"].iloc[0] > 150_000_000
+
+
+@needs_mpi
+def test_a_full_record_file_system_drops_records_and_the_job_runs_on(tmp_path):
+    """The record folder on a full file system (a 64 KiB tmpfs: the header's 4 KiB fit, a 4 MiB segment does not):
+    the ranks' records past the header are dropped and counted lost, and the job runs to its end. The segment's
+    pages are reserved before they are mapped: with the file only grown (ftruncate, what a full /dev/shm allows),
+    the first record stored into it killed the rank with SIGBUS (QA: a 20 MB /dev/shm, the job dead at iteration
+    2816 of 40000)."""
+    import shutil
+
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("a full file system needs a small tmpfs: mounting one needs root")
+    lib = build_wrapper()
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(rec)], capture_output=True,
+                             text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        (tmp_path / "job.py").write_text("from mpi4py import MPI\n"
+                                         "for _ in range(3000):\n    MPI.COMM_WORLD.allreduce(1)\n")
+        cmd, env = mpiexec_command(2, [sys.executable, str(tmp_path / "job.py")])
+        env.update(LD_PRELOAD=str(lib), DDLTRACE_PMPI_DIR=str(rec))
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        for rank in (0, 1):
+            records = read_records(rec / f"rank-{rank:05d}.pmpi")
+            assert len(records.records) == 0 and records.lost >= 3000
+    finally:
+        subprocess.run(["umount", "-l", str(rec)], check=False)

@@ -92,6 +92,7 @@ static ddlt_rec *segs[MAX_SEGS];
 static pthread_mutex_t seg_lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread int32_t my_tid;
 static __thread ddlt_rec sink; /* where records go when the file cannot grow */
+static int grow_failed;         /* the file could not grow (its file system full): every later record is sunk */
 static int64_t test_offset;
 static MPI_Comm sync_comm = MPI_COMM_NULL;
 
@@ -136,11 +137,15 @@ static void calibrate(void) {
 static ddlt_rec *map_segment(uint32_t s) {
     pthread_mutex_lock(&seg_lock);
     ddlt_rec *p = __atomic_load_n(&segs[s], __ATOMIC_ACQUIRE);
-    if (!p) {
+    if (!p && !grow_failed) {
         off_t off = HEADER_SIZE + (off_t)s * SEG_RECORDS * sizeof(ddlt_rec);
         off_t need = off + (off_t)SEG_RECORDS * sizeof(ddlt_rec);
         off_t size = lseek(fd, 0, SEEK_END);
-        if (size < need && ftruncate(fd, need) != 0) {
+        /* The segment's pages reserved, not only the file's size set: on a full tmpfs (/dev/shm) ftruncate
+         * succeeds and the first store into an unbacked page kills the rank with SIGBUS. The records past the
+         * file's end are counted lost by the reader (n_slots against the file's size). */
+        if (size < need && posix_fallocate(fd, size, need - size) != 0) {
+            grow_failed = 1;
             pthread_mutex_unlock(&seg_lock);
             return NULL;
         }
@@ -160,7 +165,7 @@ static inline ddlt_rec *slot(uint64_t i) {
     uint64_t s = i >> SEG_SHIFT;
     if (s >= MAX_SEGS) return NULL;
     ddlt_rec *p = __atomic_load_n(&segs[s], __ATOMIC_ACQUIRE);
-    if (__builtin_expect(p == NULL, 0)) p = map_segment((uint32_t)s);
+    if (__builtin_expect(p == NULL, 0)) p = grow_failed ? NULL : map_segment((uint32_t)s);
     return p ? &p[i & (SEG_RECORDS - 1)] : NULL;
 }
 
@@ -356,7 +361,7 @@ void ddlt_after_init(int64_t t0, int64_t t1, uint16_t fn, int ret) {
         snprintf(path, sizeof path, "%s/extra-%05d-%d.pmpi", dir, rank, (int)getpid());
         fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     }
-    if (fd < 0 || ftruncate(fd, HEADER_SIZE) != 0) {
+    if (fd < 0 || posix_fallocate(fd, 0, HEADER_SIZE) != 0) {
         fprintf(stderr, "ddltrace pmpi: rank %d: cannot create %s (%s); not recording\n", rank, path,
                 strerror(errno));
         return;
