@@ -155,9 +155,42 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
 
 
+class _ReaderMayLeave:
+    """A standard stream whose reader may go away (a pipe to ``head``, a closed terminal): a write or flush that
+    finds the pipe broken points the stream's descriptor at /dev/null and goes on, so the command finishes its work
+    (QA: ``ddltrace run ... | head -n1`` never ran the job, and a run whose pipe broke part-way exited 0 without
+    writing its store)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._to_null()
+            return self._stream.write(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._to_null()
+            self._stream.flush()
+
+    def _to_null(self) -> None:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, self._stream.fileno())
+        os.close(null)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
 def command() -> None:
     """The ``ddltrace`` command (the console script and ``python -m ddltrace``): :func:`main` on the command line,
-    then :func:`end`."""
+    its standard streams kept writable whoever reads them (:class:`_ReaderMayLeave`), then :func:`end`."""
+    sys.stdout, sys.stderr = _ReaderMayLeave(sys.stdout), _ReaderMayLeave(sys.stderr)
     end(main())
 
 

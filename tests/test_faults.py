@@ -458,3 +458,19 @@ def test_a_burst_of_signals_during_the_write_leaves_no_partial_store(tmp_path, c
     assert run.stderr().count("write abandoned") == 1
     assert not out.exists() and not list(tmp_path.glob(".S.*.tmp")), "the partial store is removed"
     assert len(list(records.glob("rank-*.pmpi"))) == 2
+
+
+@needs_mpi
+def test_a_reader_that_leaves_does_not_stop_the_run(tmp_path, cleanup):
+    """`ddltrace run ... 2>&1 | head -n1`: the reader of ddltrace's output leaves after one line. The job runs to its
+    end and the store is written with every call (before: a broken pipe made `run` exit 0 at once, the job never run;
+    part-way, no store and no word)."""
+    (tmp_path / "job.py").write_text(JOB)
+    (log := tmp_path / "log").mkdir()
+    out = tmp_path / "S"
+    command = (f"{DDLTRACE} run --np 2 --out {out} -- {sys.executable} {tmp_path / 'job.py'} {log} {CALLS} end 2>&1 "
+               "| head -n1")
+    done = subprocess.run(["bash", "-o", "pipefail", "-c", command], capture_output=True, text=True, timeout=LONG_S)
+    assert done.returncode == 0 and done.stdout.count("\n") == 1, done.stdout
+    logged = {int(p.stem[4:]): json.loads(p.read_text())["allreduce"] for p in log.glob("rank*.json")}
+    assert stored_calls(out) == logged == {0: CALLS, 1: CALLS}
