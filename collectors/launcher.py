@@ -43,7 +43,7 @@ from ddltrace.collectors.mpi_env import find_tool, local_env, mpi_flavour, mpiex
 from ddltrace.collectors.pmpi.build import build_wrapper
 from ddltrace.collectors.pmpi.records import OUTSIDE_MPI, POLLING, RankRecords, read_records, to_timeline
 from ddltrace.collectors.pmpi.table import PSEUDO
-from ddltrace.collectors.pyspy_stacks import PySpyRecorder
+from ddltrace.collectors.pyspy_stacks import PySpyRecorder, saved_stacks
 from ddltrace.collectors.system_sampler import MACHINE, SystemSampler
 from ddltrace.collectors.workloads import ps_sgd_config
 from ddltrace.errors import DdltraceError
@@ -772,9 +772,10 @@ def _strings(value) -> list[str]:
 
 def recover_store(path: str | Path, out: str | Path, stream=None, *, local: bool = True) -> RunResult:
     """Make the store ``out`` from the record set at ``path`` that a ``ddltrace run`` left (killed, or its
-    write failed or was abandoned), then delete the set. What that process held in memory (system and GPU
-    samples, py-spy stacks) is lost, and after a kill during the job its exit code and end too; the notes say
-    so. ``local`` False: the set was copied from another node, whose processes this machine cannot see (no
+    write failed or was abandoned), then delete the set. The system and GPU samples it held in memory are lost
+    unless it saved them with the records (it does once the job has ended), the py-spy stacks its py-spy processes
+    wrote to its work folder are read back, and after a kill during the job its exit code and end are lost; the
+    notes say so. ``local`` False: the set was copied from another node, whose processes this machine cannot see (no
     check that the job has ended)."""
     stream = stream if stream is not None else sys.stderr
     rs = record_sets.load(path)
@@ -799,12 +800,16 @@ def recover_store(path: str | Path, out: str | Path, stream=None, *, local: bool
     end_ns = job.get("end_ns") if isinstance(job.get("end_ns"), int) else None
     interrupted = job.get("interrupted") is True
     samples, unreadable = record_sets.load_samples(rs.path)
-    lost = ([] if samples else ["the system and GPU samples"]) + ["py-spy stacks"] * (job.get("pyspy") is True)
+    stacks, stack_notes = saved_stacks(work / "pyspy") if job.get("pyspy") is True else ({}, [])
+    lost = ([] if samples else ["the system and GPU samples"]) + ["py-spy stacks"] * (job.get("pyspy") is True
+                                                                                       and not stacks)
     if exit_code is None:
         lost.append("the job's exit code, its end (the last call recorded is taken instead)")
     notes = [f"recovered by `ddltrace recover` from {rs.path}: the `ddltrace run` that started the job did not "
              "write the store" + ("; its system and GPU samples were kept with the records" if samples else "")
-             + (f"; not recorded: {', '.join(lost)}" if lost else "")] + ([unreadable] if unreadable else [])
+             + ("; its py-spy stacks were kept in its work folder" if stacks else "")
+             + (f"; not recorded: {', '.join(lost)}" if lost else "")] + ([unreadable] if unreadable else []) \
+        + stack_notes
     if interrupted:
         notes.append(INTERRUPTED_NOTE)
     with StoreLock(out):
@@ -812,7 +817,7 @@ def recover_store(path: str | Path, out: str | Path, stream=None, *, local: bool
             progress = interrupts.start_write(out, rs.path)
             result = _gather(cfg, out, bool(job.get("np") or job.get("launcher") or rs.rank_files), rs.path,
                              job.get("launch") or argv, job.get("flavour") or "", int(job.get("start_ns") or 0),
-                             end_ns, exit_code, interrupted, samples, {}, notes, _int(job.get("job_pid"), -1),
+                             end_ns, exit_code, interrupted, samples, stacks, notes, _int(job.get("job_pid"), -1),
                              _strings(job.get("collectors")), _strings(job.get("gpus")), work / "framework",
                              progress)
         result.store.update_run(recovered_from=str(rs.path))

@@ -54,6 +54,8 @@ class PySpyRecorder:
         cmd = [self.pyspy, "record", "--pid", str(pid), "--format", "chrometrace", "--rate", str(self.rate_hz),
                "--output", str(out), "--nonblocking", "--idle"]
         start_ns = time.time_ns()
+        # beside the stacks, where py-spy's times start: `ddltrace recover` places them (py-spy outlives a killed run)
+        (self.out_dir / f"pyspy-{pid}.start").write_text(str(start_ns))
         try:
             proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
         except OSError as exc:
@@ -88,6 +90,22 @@ class PySpyRecorder:
                 continue
             out[pid] = stacks_to_rows(path, start_ns)
         return out
+
+
+def saved_stacks(folder: Path) -> tuple[dict[int, pd.DataFrame], list[str]]:
+    """The stacks a run's py-spy processes left in ``folder`` (``pyspy-PID.json`` beside its ``.start``), per pid,
+    for ``ddltrace recover``: py-spy writes its file when its process ends, also after the run that started it was
+    killed. A file that is empty, cut or not py-spy's is named in the notes and left out."""
+    out: dict[int, pd.DataFrame] = {}
+    notes: list[str] = []
+    for path in sorted(folder.glob("pyspy-*.json")) if folder.is_dir() else []:
+        pid = path.stem.removeprefix("pyspy-")
+        start = path.with_suffix(".start")
+        try:
+            out[int(pid)] = stacks_to_rows(path, int(start.read_text()))
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # (json's errors are ValueErrors)
+            notes.append(f"py-spy: {path} cannot be read ({type(exc).__name__}: {exc}); its stacks left out")
+    return out, notes
 
 
 def stacks_to_rows(path: Path, start_ns: int) -> pd.DataFrame:

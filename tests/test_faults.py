@@ -66,14 +66,15 @@ JOB = textwrap.dedent("""
 class Run:
     """One `ddltrace run --np 2` of the job, its stderr in a file."""
 
-    def __init__(self, tmp_path: Path, out: Path, after: str, env: dict | None = None, name: str = "run"):
+    def __init__(self, tmp_path: Path, out: Path, after: str, env: dict | None = None, name: str = "run",
+                 options: tuple[str, ...] = ()):
         self.log = tmp_path / f"{name}-log"
         self.log.mkdir()
         self.before = set(record_sets.SHM.glob(record_sets.SHM_PREFIX + "*"))
         self.err = tmp_path / f"{name}.err"
         (tmp_path / "job.py").write_text(JOB)
         self.proc = subprocess.Popen(
-            [str(DDLTRACE), "run", "--np", "2", "--no-progress", "--out", str(out), "--", sys.executable,
+            [str(DDLTRACE), "run", "--np", "2", "--no-progress", *options, "--out", str(out), "--", sys.executable,
              str(tmp_path / "job.py"), str(self.log), str(CALLS), after],
             stdout=subprocess.DEVNULL, stderr=open(self.err, "w"), env={**os.environ, **(env or {})})
 
@@ -234,6 +235,32 @@ def test_sigkill_of_run_then_recover(tmp_path, cleanup):
     assert store.run["exit_code"] is None and store.run["recovered_from"] == str(records)
     assert {store.rank_info(r)["ended"] for r in store.ranks} == {"normal"}
     assert not records.exists() and not list(tmp_path.glob(".S.*")), "records and work folder deleted after"
+
+
+@needs_mpi
+def test_a_killed_runs_pyspy_stacks_are_recovered(tmp_path, cleanup):
+    """py-spy outlives a killed `ddltrace run`: it writes each rank's stacks to the run's work folder when the rank
+    ends, and `recover` reads them back with the records (QA: it said "not recorded: py-spy stacks" and deleted
+    the complete files)."""
+    if find_tool("py-spy") is None:
+        pytest.skip("no py-spy beside this Python")
+    out, go = tmp_path / "S", tmp_path / "go"
+    run = Run(tmp_path, out, str(go), options=("--pyspy",))
+    cleanup["runs"].append(run)
+    cleanup["records"].append(records := run.records())
+    run.logged()
+    wait_for(lambda: len(list(tmp_path.glob(".S.*/pyspy/pyspy-*.start"))) >= 2, "py-spy on both ranks")
+    run.proc.send_signal(signal.SIGKILL)
+    run.proc.wait()
+    go.touch()
+    wait_for(lambda: not record_sets.load(records).job_alive, "the job to end")
+    done = ddltrace("recover", str(records), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    store = TraceStore.open(out)
+    notes = " ".join(store.manifest["notes"])
+    assert "py-spy stacks were kept" in notes and "not recorded: py-spy" not in notes
+    stacks = {rank: int((tl["source"] == "py-spy").sum()) for rank, tl in store.iter_timeline()}
+    assert set(stacks) == {0, 1} and all(n > 0 for n in stacks.values()), stacks
 
 
 @needs_mpi
