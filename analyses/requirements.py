@@ -14,6 +14,8 @@ A store's *capabilities* (:data:`CAPABILITIES`) come from its manifest and its M
 * ``p2p_partners``: the partner of every point-to-point call: a timeline's calls (a call not there was not made),
   or per-call totals that name the partner rank (IPM's hash entries), on at least one rank.
 * ``hosts``: ranks on two or more hosts (the manifest's ``host`` of each rank), for the analyses across nodes.
+* ``open_calls``: a rank stopped inside an MPI call (the manifest's ``open_calls`` of a rank, which the PMPI
+  collector's records give when the job was interrupted or killed).
 * ``staleness_log``: the staleness of each applied gradient (the workload's gradients.csv, or counters named
   ``staleness``).
 * ``host_comm``, ``host_bytes``: a host backend's collective spans (PyTorch's ``gloo:all_reduce``, ...), and their
@@ -43,6 +45,8 @@ CAPABILITIES: dict[str, str] = {
     "mpi_calls": "MPI point-to-point or collective calls on two or more ranks",
     "p2p_partners": "the partner rank of each point-to-point call (a timeline's calls, or totals per partner)",
     "staleness_log": "a staleness log (the staleness of each applied gradient)",
+    "open_calls": "calls still open when the job was stopped (ranks stopped inside an MPI call: the records of a "
+                  "`ddltrace run` whose job was interrupted or killed)",
     "hosts": "ranks on two or more hosts",
     "device": "device work (kernels, copies or collectives on a device lane)",
     "streams": "stream ids on every device lane (its kernels' CUDA/HIP stream)",
@@ -182,6 +186,8 @@ def capabilities(store, message_ranks: int = 0, collective_ranks: int = 0) -> tu
         have.add("totals")
     if len({str(store.rank_info(r).get("host") or "") for r in ranks} - {""}) >= 2:
         have.add("hosts")
+    if any(open_calls(store, r) for r in ranks):
+        have.add("open_calls")
     if ranks and not aggregate:
         have.update({"timeline", "p2p_partners"})
         if message_ranks >= 2:
@@ -195,6 +201,12 @@ def capabilities(store, message_ranks: int = 0, collective_ranks: int = 0) -> tu
         if message_ranks:
             have.add("p2p_partners")
     return frozenset(have), describe_holding(store, aggregate)
+
+
+def open_calls(store, rank: int) -> list[str]:
+    """The names of the calls rank ``rank`` was inside when it stopped (its manifest entry's ``open_calls``)."""
+    calls = store.rank_info(rank).get("open_calls")
+    return [c for c in calls if isinstance(c, str)] if isinstance(calls, list) else []
 
 
 def describe_holding(store, aggregate: list[int]) -> str:

@@ -65,6 +65,9 @@ DEFAULTS: dict[str, Threshold] = {
     "staleness.violation_max": Threshold(
         0.05, "fraction of gradients", "Rudra: sigma <= 2n holds for nearly all updates; over 5 % above it warns"),
     # I/O and input pipeline
+    "hang.blocked_min_ns": Threshold(
+        1e9, "ns", "a rank a second inside one MPI call when its job was stopped was waiting for another rank, not "
+        "moving data"),
     "io.share_max": Threshold(
         0.25, "fraction of the steady state", "a quarter of every step in I/O means the input pipeline sets the pace"),
     # communication overlap

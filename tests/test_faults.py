@@ -501,3 +501,40 @@ def test_a_reader_that_leaves_does_not_stop_the_run(tmp_path, cleanup):
     assert done.returncode == 0 and done.stdout.count("\n") == 1, done.stdout
     logged = {int(p.stem[4:]): json.loads(p.read_text())["allreduce"] for p in log.glob("rank*.json")}
     assert stored_calls(out) == logged == {0: CALLS, 1: CALLS}
+
+
+HUNG_JOB = textwrap.dedent("""
+    import sys, time
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    for _ in range(200):
+        comm.allreduce(1)
+    open(f"{sys.argv[1]}/rank{comm.Get_rank()}.ready", "w").close()
+    if comm.Get_rank() == 2:
+        time.sleep(300)  # stuck in its own code: the others wait at the barrier
+    comm.Barrier()
+""")
+
+
+@needs_mpi
+def test_a_hung_job_stopped_by_ctrl_c_names_the_rank_the_others_wait_for(tmp_path, cleanup):
+    """Rank 2 sleeps before a barrier the others entered; Ctrl-C stops the job 2 s later. The store keeps the two
+    ranks' open MPI_Barrier calls, and `analyze` says the job hung waiting for rank 2 (QA: "No findings", the
+    wait in the finalisation phase)."""
+    (tmp_path / "job.py").write_text(HUNG_JOB)
+    (ready := tmp_path / "ready").mkdir()
+    out = tmp_path / "S"
+    proc = subprocess.Popen([str(DDLTRACE), "run", "--np", "3", "--no-progress", "--out", str(out), "--",
+                             sys.executable, str(tmp_path / "job.py"), str(ready)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: len(list(ready.glob("*.ready"))) == 3, "the ranks at their barrier")
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=LONG_S) == 130
+    store = TraceStore.open(out)
+    assert {r: store.rank_info(r)["open_calls"] for r in (0, 1)} == {0: ["MPI_Barrier"], 1: ["MPI_Barrier"]}
+    done = ddltrace("analyze", str(out), "--json")
+    assert done.returncode == 0, done.stderr
+    (hang,) = [f for f in json.loads(done.stdout)["findings"] if f["id"] == "hang"]
+    assert hang["ranks"] == [2] and "ranks 0-1 stopped blocked in MPI_Barrier" in hang["title"]
+    assert hang["evidence"]["longest_wait"]["value"] >= 2e9

@@ -1,0 +1,75 @@
+"""A hung job: ranks stopped inside MPI calls that waited long for another rank.
+
+``ddltrace run`` keeps every call a rank was inside when the job was stopped (Ctrl-C, a time limit, a kill): the
+PMPI collector's record of it has no end, the manifest lists it (``open_calls``) and the timeline has it last until
+the rank's end. It measures, per rank, how long its open call had lasted: a rank whose open call had lasted
+``hang.blocked_min_ns`` (1 s) or more was blocked, waiting for another rank. The collector's own clock
+synchronisation inside MPI_Finalize is not the job's call: a rank stopped there had left the job's code (after
+Ctrl-C, its Python's exit). The wait runs to the rank's end, the stop included (after Ctrl-C ``run`` gives the ranks
+up to 5 s to end before it terminates them). The finding names the blocked ranks, their calls and how long they had
+waited (ns, from the call's start to the rank's end), and the ranks they wait for: the partners their open
+point-to-point calls name, and the ranks that were in no such call (a rank computing, sleeping or stuck outside MPI
+holds up every collective the others entered). Where every rank was blocked, none of them can be the one the others
+wait for: a deadlock.
+
+Cost: the longest of the blocked ranks' waits (the job lost at least that much before it was stopped).
+"""
+
+from __future__ import annotations
+
+from ddltrace.analyses.findings import Finding, Quantity, detector
+from ddltrace.analyses.phases import CLOCK_SYNC
+from ddltrace.analyses.requirements import open_calls
+from ddltrace.store import rank_ranges
+
+#: The blocked ranks whose open call and wait the evidence lists, at most.
+SHOWN = 8
+ADVICE = ("Look at what the awaited ranks were doing when the job was stopped (their last calls in the timeline, "
+          "py-spy's stacks with --pyspy): a rank stuck in its own code, a receive that no send matches, a collective "
+          "some ranks never enter (a branch on the rank, an early exit). A deadlock: the ranks' open calls wait for "
+          "each other.")
+
+
+@detector("hang", "a hung job (ranks stopped blocked inside MPI calls)", {"timeline", "open_calls"})
+def detect(runs, th) -> list[Finding]:
+    """Ranks stopped inside an MPI call open for hang.blocked_min_ns or more (see the module docstring)."""
+    findings = []
+    for run in runs:
+        blocked: dict[int, tuple[str, int]] = {}  # rank: (its longest open call, how long it had waited, ns)
+        awaited: set[int] = set()
+        for rank in run.store.ranks:
+            names = set(open_calls(run.store, rank)) - {CLOCK_SYNC}  # (the collector's own, in MPI_Finalize)
+            if not names:
+                continue
+            timeline = run.store.timeline([rank])
+            ends = timeline["start_ns"] + timeline["dur_ns"]
+            last = timeline[timeline["name"].astype(str).isin(names) & (ends == ends.max())]
+            if not len(last):
+                continue
+            row = last.loc[last["dur_ns"].idxmax()]
+            if row["dur_ns"] >= th["hang.blocked_min_ns"]:
+                blocked[rank] = (str(row["name"]), int(row["dur_ns"]))
+                peers = last["peer"].dropna()
+                awaited.update(int(p) for p in peers if 0 <= int(p) != rank)
+        if not blocked:
+            continue
+        free = [r for r in run.store.ranks if r not in blocked]
+        awaited = (awaited | set(free)) - set(blocked)
+        ranks = sorted(blocked)
+        longest = max(wait for _, wait in blocked.values())
+        calls = sorted({name for name, _ in blocked.values()})
+        waits = (f"for rank{'s' if len(awaited) > 1 else ''} {rank_ranges(sorted(awaited))}" if awaited else
+                 "for each other: every rank was blocked (a deadlock)")
+        findings.append(Finding(
+            id="hang",
+            title=f"Hung: rank{'s' if len(ranks) > 1 else ''} {rank_ranges(ranks)} stopped blocked in "
+                  f"{', '.join(calls)} for up to {Quantity(float(longest), 'ns')}, waiting {waits}",
+            severity="error",
+            evidence={"blocked_ranks": Quantity(len(ranks), "ranks"),
+                      "longest_wait": Quantity(float(longest), "ns"),
+                      **{f"rank_{r}_{name}": Quantity(float(wait), "ns")  # (the first ranks' calls)
+                         for r, (name, wait) in sorted(blocked.items())[:SHOWN]},
+                      "awaited_ranks": Quantity(len(awaited), "ranks")},
+            ranks=sorted(awaited) or ranks, phase="all", advice=ADVICE, store=run.name, cost_ns=float(longest),
+            cost_basis="the longest wait of a blocked rank, from its open call's start to its end"))
+    return findings
