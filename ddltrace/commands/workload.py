@@ -82,8 +82,9 @@ def run(args) -> int:
             cmd, env = mpiexec_command(ranks, job)
         env.setdefault("OPENBLAS_NUM_THREADS", "1")
         exit_code = subprocess.run(cmd, env=env).returncode
-    if exit_code != 0:
-        raise DdltraceError(f"ps-sgd: the job exited with status {exit_code} ({' '.join(job)})")
+    if exit_code != 0:  # the job failed, not the input: exit 1, as `ddltrace run` does for a failed job
+        print(f"ddltrace: error: ps-sgd: the job exited with status {exit_code} ({' '.join(job)})", file=sys.stderr)
+        return 1
     truth = out / "ground_truth.json"
     if not truth.exists():
         raise DdltraceError(f"{truth}: the job ended without writing its ground truth")
