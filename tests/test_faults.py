@@ -249,7 +249,11 @@ def test_a_killed_runs_pyspy_stacks_are_recovered(tmp_path, cleanup):
     cleanup["runs"].append(run)
     cleanup["records"].append(records := run.records())
     run.logged()
-    wait_for(lambda: len(list(tmp_path.glob(".S.*/pyspy/pyspy-*.start"))) >= 2, "py-spy on both ranks")
+    job = [sys.executable, str(tmp_path / "job.py"), str(run.log)]  # the ranks' command (not mpiexec's, hydra's)
+    ranks = [proc.pid for proc in psutil.process_iter(["cmdline"]) if (proc.info["cmdline"] or [])[:3] == job]
+    assert len(ranks) == 2, ranks
+    wait_for(lambda: all(any(tmp_path.glob(f".S.*/pyspy/pyspy-{pid}.start")) for pid in ranks), "py-spy on both ranks")
+    time.sleep(2)  # py-spy attached (it takes a moment) and sampling the ranks' wait for the go file
     run.proc.send_signal(signal.SIGKILL)
     run.proc.wait()
     go.touch()
