@@ -5,12 +5,11 @@ PMPI collector's record of it has no end, the manifest lists it (``open_calls``)
 the rank's end. It measures, per rank, how long its open call had lasted: a rank whose open call had lasted
 ``hang.blocked_min_ns`` (1 s) or more was blocked, waiting for another rank. The collector's own clock
 synchronisation inside MPI_Finalize is not the job's call: a rank stopped there had left the job's code (after
-Ctrl-C, its Python's exit). The wait runs to the rank's end, the stop included (after Ctrl-C ``run`` gives the ranks
-up to 5 s to end before it terminates them). The finding names the blocked ranks, their calls and how long they had
-waited (ns, from the call's start to the rank's end), and the ranks they wait for: the partners their open
-point-to-point calls name, and the ranks that were in no such call (a rank computing, sleeping or stuck outside MPI
-holds up every collective the others entered). Where every rank was blocked, none of them can be the one the others
-wait for: a deadlock.
+Ctrl-C, its Python's exit). The wait runs to the stop (the store's ``interrupted_ns``: the first Ctrl-C, SIGTERM or
+SIGHUP ``run`` received), else to the rank's end. The finding names the blocked ranks, their calls and how long they
+had waited (ns), and the ranks they wait for: the partners their open point-to-point calls name, and the ranks that
+were in no such call (a rank computing, sleeping or stuck outside MPI holds up every collective the others entered).
+Where every rank was blocked, none of them can be the one the others wait for: a deadlock.
 
 Cost: the longest of the blocked ranks' waits (the job lost at least that much before it was stopped).
 """
@@ -19,9 +18,12 @@ from __future__ import annotations
 
 from ddltrace.analyses.findings import Finding, Quantity, detector
 from ddltrace.analyses.phases import CLOCK_SYNC
+from ddltrace.analyses.rank_summary import stopped_at
 from ddltrace.analyses.requirements import open_calls
 from ddltrace.store import rank_ranges
 
+#: No stop recorded: a call's wait runs to its end (ns).
+END = 2**63 - 1
 #: The blocked ranks whose open call and wait the evidence lists, at most.
 SHOWN = 8
 ADVICE = ("Look at what the awaited ranks were doing when the job was stopped (their last calls in the timeline, "
@@ -35,6 +37,7 @@ def detect(runs, th) -> list[Finding]:
     """Ranks stopped inside an MPI call open for hang.blocked_min_ns or more (see the module docstring)."""
     findings = []
     for run in runs:
+        stop = stopped_at(run.store)
         blocked: dict[int, tuple[str, int]] = {}  # rank: (its longest open call, how long it had waited, ns)
         awaited: set[int] = set()
         for rank in run.store.ranks:
@@ -47,8 +50,9 @@ def detect(runs, th) -> list[Finding]:
             if not len(last):
                 continue
             row = last.loc[last["dur_ns"].idxmax()]
-            if row["dur_ns"] >= th["hang.blocked_min_ns"]:
-                blocked[rank] = (str(row["name"]), int(row["dur_ns"]))
+            wait = min(int(row["start_ns"] + row["dur_ns"]), stop or END) - int(row["start_ns"])
+            if wait >= th["hang.blocked_min_ns"]:
+                blocked[rank] = (str(row["name"]), wait)
                 peers = last["peer"].dropna()
                 awaited.update(int(p) for p in peers if 0 <= int(p) != rank)
         if not blocked:
@@ -71,5 +75,6 @@ def detect(runs, th) -> list[Finding]:
                          for r, (name, wait) in sorted(blocked.items())[:SHOWN]},
                       "awaited_ranks": Quantity(len(awaited), "ranks")},
             ranks=sorted(awaited) or ranks, phase="all", advice=ADVICE, store=run.name, cost_ns=float(longest),
-            cost_basis="the longest wait of a blocked rank, from its open call's start to its end"))
+            cost_basis="the longest wait of a blocked rank, from its open call's start to the stop"
+                       + ("" if stop else " (none recorded: to the rank's end)")))
     return findings

@@ -786,6 +786,7 @@ def measurements_from_store(path: str | Path, *, batch: float | None = None, sam
       A store of per-call totals (IPM) is refused: it has no phases (``requirements.FIT``).
     """
     from ddltrace.analyses.phases import segment_rank
+    from ddltrace.analyses.rank_summary import stopped_at
     from ddltrace.analyses.requirements import FIT, describe_holding
     from ddltrace.store import TraceStore
 
@@ -837,7 +838,7 @@ def measurements_from_store(path: str | Path, *, batch: float | None = None, sam
             server_frames.append(frame)
             continue
         workers.append(rank)
-        phases = segment_rank(frame)
+        phases = segment_rank(frame, stopped_at(store))
         if phases is None:
             continue
         messages.append(_messages(frame, phases.init_end_ns, phases.steady_end_ns))

@@ -199,11 +199,25 @@ def whole_run(timeline: pd.DataFrame) -> RankPhases | None:
                       startup_traced=False)
 
 
-def segment_rank(timeline: pd.DataFrame) -> RankPhases | None:
+def segment_rank(timeline: pd.DataFrame, stopped_ns: int | None = None) -> RankPhases | None:
     """Phases and steps of one rank's timeline (rows of one rank); None when the rank has no events.
+    ``stopped_ns``: where the job was interrupted (the store's ``interrupted_ns``): the steady state ends there at
+    the latest, and a step with it (the ranks' wait for the stop, up to 5 s after Ctrl-C, is finalisation: an
+    interrupted run's workers read 35 % compute against 92 % in the same job run to its end).
 
     Vectorised: names, tags and categories are compared as integer codes (each distinct name looked at once),
     so the cost per row is a few numpy operations, not a Python call."""
+    found = _segment(timeline)
+    if found is None or stopped_ns is None or not found.init_end_ns < stopped_ns < found.steady_end_ns:
+        return found
+    steps = found.steps[found.steps["start_ns"] < stopped_ns]
+    ends = np.minimum(steps["end_ns"].to_numpy(np.int64), stopped_ns)
+    return replace(found, steady_end_ns=int(stopped_ns),
+                   steps=_steps_frame(steps["step"], steps["start_ns"], ends))
+
+
+def _segment(timeline: pd.DataFrame) -> RankPhases | None:
+    """:func:`segment_rank` without the stop."""
     if not len(timeline):
         return None
     rank = int(timeline["rank"].iloc[0])

@@ -76,14 +76,24 @@ def summarise_rank(store: str | os.PathLike | TraceStore, rank: int) -> RankSumm
         timeline = opened._read_timeline(rank)
     except StoreError as exc:
         return RankSummary(rank, damaged=f"{exc}; rank {rank} left out")
-    return summarise_timeline(rank, timeline, aggregate=bool(opened.rank_info(rank).get("aggregate")))
+    return summarise_timeline(rank, timeline, aggregate=bool(opened.rank_info(rank).get("aggregate")),
+                              stopped_ns=stopped_at(opened))
 
 
-def summarise_timeline(rank: int, timeline: pd.DataFrame, aggregate: bool = False) -> RankSummary:
+def stopped_at(store: TraceStore) -> int | None:
+    """Where the store's job was interrupted (ns; its run's ``interrupted_ns``, which ``ddltrace run`` records), or
+    None."""
+    value = store.run.get("interrupted_ns")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def summarise_timeline(rank: int, timeline: pd.DataFrame, aggregate: bool = False,
+                       stopped_ns: int | None = None) -> RankSummary:
     """The summary of one rank's timeline (rows of that rank only); ``aggregate``: the rank holds per-call totals
-    (no phases are sought, :func:`~ddltrace.analyses.phases.whole_run`)."""
+    (no phases are sought, :func:`~ddltrace.analyses.phases.whole_run`); ``stopped_ns``: where the job was
+    interrupted (:func:`~ddltrace.analyses.phases.segment_rank`)."""
     out = RankSummary(rank, events=len(timeline))
-    found = whole_run(timeline) if aggregate else segment_rank(timeline)
+    found = whole_run(timeline) if aggregate else segment_rank(timeline, stopped_ns)
     if found is None:
         return out
     segments = rank_segments(timeline, found)

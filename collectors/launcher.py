@@ -129,6 +129,7 @@ class _Interrupts:
 
     def __init__(self, stream=None):
         self.first: float | None = None
+        self.first_ns: int | None = None  # the first interrupt's wall-clock time (ns), for the store's run
         self.sent = 0
         self._old = {}
         self.stream = stream
@@ -154,7 +155,7 @@ class _Interrupts:
     def _handler(self, signum, frame):
         if self.writing is None:
             if self.first is None:
-                self.first = time.monotonic()
+                self.first, self.first_ns = time.monotonic(), time.time_ns()
             return
         self.write_signals += 1
         if self.writing.phase == _RENAMING or self.write_signals > 2:  # one step from done, or abandoning already
@@ -393,7 +394,7 @@ def _run_job(cfg, out, mpi, lib, work, records, fw_env, gatherer, command) -> Ru
         if mpi or cfg.framework:  # what a recovery could not know otherwise
             with contextlib.suppress(OSError):
                 record_sets.register(records, {**job, "exit_code": proc.returncode, "end_ns": end_ns,
-                                               "interrupted": interrupted})
+                                               "interrupted": interrupted, "interrupted_ns": interrupts.first_ns})
         exit_code = proc.returncode
         system_rows = system.stop() if system is not None else []
         gpu_rows = gpu.stop() if gpu is not None else []
@@ -423,6 +424,8 @@ def _run_job(cfg, out, mpi, lib, work, records, fw_env, gatherer, command) -> Ru
         result = _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, interrupted,
                          system_rows + gpu_rows, stacks, notes, proc.pid, collectors,
                          gpu.devices if gpu is not None else [], work / "framework", progress, links)
+        if interrupts.first_ns is not None:  # where the job was stopped: its steady state ends there at the latest
+            result.store.update_run(interrupted_ns=interrupts.first_ns)
         print(summary_line(result), file=stream, flush=True)
     return result
 
@@ -820,6 +823,8 @@ def recover_store(path: str | Path, out: str | Path, stream=None, *, local: bool
                              end_ns, exit_code, interrupted, samples, stacks, notes, _int(job.get("job_pid"), -1),
                              _strings(job.get("collectors")), _strings(job.get("gpus")), work / "framework",
                              progress)
-        result.store.update_run(recovered_from=str(rs.path))
+        result.store.update_run(recovered_from=str(rs.path),
+                                **({"interrupted_ns": job["interrupted_ns"]} if _int(job.get("interrupted_ns"), 0) > 0
+                                   else {}))
     record_sets.discard(rs.path, job)
     return result
