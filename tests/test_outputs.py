@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from small_tmpfs import small_tmpfs
 
 DDLTRACE = [sys.executable, "-m", "ddltrace"]
 
@@ -29,18 +30,8 @@ def assert_one_error_line(result, *words):
 @pytest.fixture
 def full_disk(tmp_path):
     """A 16 KiB tmpfs, unmounted at the end whatever happens."""
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("a full disk needs a small tmpfs: mounting one needs root")
-    small = tmp_path / "small"
-    small.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(small)], capture_output=True,
-                             text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path / "small", "16k") as small:
         yield small
-    finally:
-        subprocess.run(["umount", "-l", str(small)], check=True)
 
 
 @pytest.mark.parametrize("existing", [False, True])

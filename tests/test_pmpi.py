@@ -388,18 +388,10 @@ def test_a_full_record_file_system_drops_records_and_the_job_runs_on(tmp_path):
     pages are reserved before they are mapped: with the file only grown (ftruncate, what a full /dev/shm allows),
     the first record stored into it killed the rank with SIGBUS (QA: a 20 MB /dev/shm, the job dead at iteration
     2816 of 40000)."""
-    import shutil
+    from small_tmpfs import small_tmpfs
 
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("a full file system needs a small tmpfs: mounting one needs root")
     lib = build_wrapper()
-    rec = tmp_path / "rec"
-    rec.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(rec)], capture_output=True,
-                             text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path / "rec", "64k") as rec:
         (tmp_path / "job.py").write_text("from mpi4py import MPI\n"
                                          "for _ in range(3000):\n    MPI.COMM_WORLD.allreduce(1)\n")
         cmd, env = mpiexec_command(2, [sys.executable, str(tmp_path / "job.py")])
@@ -409,5 +401,3 @@ def test_a_full_record_file_system_drops_records_and_the_job_runs_on(tmp_path):
         for rank in (0, 1):
             records = read_records(rec / f"rank-{rank:05d}.pmpi")
             assert len(records.records) == 0 and records.lost >= 3000
-    finally:
-        subprocess.run(["umount", "-l", str(rec)], check=False)
