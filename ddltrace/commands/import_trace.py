@@ -622,8 +622,7 @@ def _print_summary(out: Path, reports, elapsed: float, store, folder_notes: list
     total_intervals = sum(r.intervals for r in reports)
     ignored = [r for r in reports if not r.format and not r.problems]
     print(f"imported {sum(1 for r in reports if r.format)} file(s) into {out}: {total_events} events read, "
-          f"{total_intervals} "
-          f"intervals kept, ranks {', '.join(map(str, store.ranks))}, in {elapsed:.2f} s")
+          f"{total_intervals} intervals kept, ranks {', '.join(map(str, store.ranks))}, in {elapsed:.2f} s")
     if ignored:
         print(f"  {len(ignored)} file(s) in the folders are not traces and were skipped: "
               + ", ".join(Path(r.path).name for r in ignored[:5]) + (", ..." if len(ignored) > 5 else ""))
