@@ -9,7 +9,9 @@ Ctrl-C, its Python's exit). The wait runs to the stop (the store's ``interrupted
 SIGHUP ``run`` received), else to the rank's end. The finding names the blocked ranks, their calls and how long they
 had waited (ns), and the ranks they wait for: the partners their open point-to-point calls name, and the ranks that
 were in no such call (a rank computing, sleeping or stuck outside MPI holds up every collective the others entered).
-Where every rank was blocked, none of them can be the one the others wait for: a deadlock.
+Where every rank was blocked, none of them can be the one the others wait for: a deadlock, with what each open
+point-to-point call waits for (a receive no rank sends to shows there: rank 0's MPI_Recv waits for rank 2, in
+MPI_Barrier).
 
 Cost: the longest of the blocked ranks' waits (the job lost at least that much before it was stopped).
 """
@@ -40,6 +42,7 @@ def detect(runs, th) -> list[Finding]:
         stop = stopped_at(run.store)
         blocked: dict[int, tuple[str, int]] = {}  # rank: (its longest open call, how long it had waited, ns)
         awaited: set[int] = set()
+        edges: list[tuple[int, str, int]] = []  # (rank, its open point-to-point call, the partner it names)
         for rank in run.store.ranks:
             names = set(open_calls(run.store, rank)) - {CLOCK_SYNC}  # (the collector's own, in MPI_Finalize)
             if not names:
@@ -53,8 +56,11 @@ def detect(runs, th) -> list[Finding]:
             wait = min(int(row["start_ns"] + row["dur_ns"]), stop or END) - int(row["start_ns"])
             if wait >= th["hang.blocked_min_ns"]:
                 blocked[rank] = (str(row["name"]), wait)
-                peers = last["peer"].dropna()
-                awaited.update(int(p) for p in peers if 0 <= int(p) != rank)
+                with_peer = last.dropna(subset=["peer"])
+                for name, peer in zip(with_peer["name"].astype(str), with_peer["peer"].astype(int), strict=True):
+                    if 0 <= peer != rank:
+                        awaited.add(peer)
+                        edges.append((rank, name, peer))
         if not blocked:
             continue
         free = [r for r in run.store.ranks if r not in blocked]
@@ -63,7 +69,10 @@ def detect(runs, th) -> list[Finding]:
         longest = max(wait for _, wait in blocked.values())
         calls = sorted({name for name, _ in blocked.values()})
         waits = (f"for rank{'s' if len(awaited) > 1 else ''} {rank_ranges(sorted(awaited))}" if awaited else
-                 "for each other: every rank was blocked (a deadlock)")
+                 "for each other: every rank was blocked (a deadlock"
+                 + "".join(f"; rank {r}'s {name} waits for rank {peer}, in {blocked[peer][0]}"
+                           for r, name, peer in edges[:SHOWN] if peer in blocked) + ")")
+        named = sorted({peer for _, _, peer in edges})
         findings.append(Finding(
             id="hang",
             title=f"Hung: rank{'s' if len(ranks) > 1 else ''} {rank_ranges(ranks)} stopped blocked in "
@@ -74,7 +83,7 @@ def detect(runs, th) -> list[Finding]:
                       **{f"rank_{r}_{name}": Quantity(float(wait), "ns")  # (the first ranks' calls)
                          for r, (name, wait) in sorted(blocked.items())[:SHOWN]},
                       "awaited_ranks": Quantity(len(awaited), "ranks")},
-            ranks=sorted(awaited) or ranks, phase="all", advice=ADVICE, store=run.name, cost_ns=float(longest),
+            ranks=sorted(awaited) or named or ranks, phase="all", advice=ADVICE, store=run.name, cost_ns=float(longest),
             cost_basis="the longest wait of a blocked rank, from its open call's start to the stop"
                        + ("" if stop else " (none recorded: to the rank's end)")))
     return findings

@@ -156,29 +156,34 @@ def main(argv: list[str] | None = None) -> int:
 
 
 class _ReaderMayLeave:
-    """A standard stream whose reader may go away (a pipe to ``head``, a closed terminal): a write or flush that
-    finds the pipe broken points the stream's descriptor at /dev/null and goes on, so the command finishes its work
-    (QA: ``ddltrace run ... | head -n1`` never ran the job, and a run whose pipe broke part-way exited 0 without
-    writing its store)."""
+    """A standard stream whose reader may go away (a pipe to ``head``, a closed terminal) or whose file cannot take
+    more (a full disk): a write or flush that fails points the stream's descriptor at /dev/null and goes on, so the
+    command finishes its work (QA: ``ddltrace run ... | head -n1`` never ran the job, and a run whose pipe broke
+    part-way exited 0 without writing its store). A failure other than a reader gone is kept in :attr:`lost`, which
+    :func:`end` reports (QA: ``> /dev/full`` ended in a traceback)."""
 
     def __init__(self, stream):
         self._stream = stream
+        #: why output was lost (a full disk, an I/O error), None where it was not
+        self.lost: str | None = None
 
     def write(self, text: str) -> int:
         try:
             return self._stream.write(text)
-        except BrokenPipeError:
-            self._to_null()
+        except OSError as exc:
+            self._to_null(exc)
             return self._stream.write(text)
 
     def flush(self) -> None:
         try:
             self._stream.flush()
-        except BrokenPipeError:
-            self._to_null()
+        except OSError as exc:
+            self._to_null(exc)
             self._stream.flush()
 
-    def _to_null(self) -> None:
+    def _to_null(self, exc: OSError) -> None:
+        if not isinstance(exc, BrokenPipeError):
+            self.lost = self.lost or exc.strerror or str(exc)
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, self._stream.fileno())
         os.close(null)
@@ -209,10 +214,18 @@ def end(code: int) -> NoReturn:
         except (BrokenPipeError, ValueError):  # the reader went away (| head), or the stream was closed
             pass
         except OSError as exc:  # a full disk or an I/O error: the output is cut, which the exit code must say
-            with contextlib.suppress(OSError):
-                os.write(2, f"ddltrace: the output could not be written ({exc.strerror})\n".encode())
-            os._exit(EXIT_FLUSH_FAILED)
+            _output_lost(exc.strerror)
+    lost = next((s.lost for s in (sys.stdout, sys.stderr) if getattr(s, "lost", None)), None)
+    if lost:  # (a write during the command failed: :class:`_ReaderMayLeave` let the command finish)
+        _output_lost(lost)
     os._exit(code)
+
+
+def _output_lost(why: str) -> NoReturn:
+    """End saying that the output could not be written (on the terminal's descriptor 2, where it can be)."""
+    with contextlib.suppress(OSError):
+        os.write(2, f"ddltrace: the output could not be written ({why})\n".encode())
+    os._exit(EXIT_FLUSH_FAILED)
 
 
 if __name__ == "__main__":

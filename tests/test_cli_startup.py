@@ -214,3 +214,20 @@ def test_output_that_cannot_be_written_is_an_error_not_a_silent_success(tmp_path
                               timeout=120, cwd=tmp_path, env=env)
     assert done.returncode == 120, done.stderr
     assert "the output could not be written" in done.stderr
+
+
+def test_output_that_fails_during_the_command_is_one_line_not_a_traceback(tmp_path):
+    """stdout on a full disk, written to while the command runs (analyze --json writes more than a buffer): the
+    command finishes, says once that the output could not be written and exits 120 (QA: a traceback from the write)."""
+    import os
+
+    from shared_data import REPO
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    store = REPO / "sample_traces" / "ps-sgd" / "seq-w2" / "store"
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "ddltrace", "analyze", str(store), "--json"], stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 120 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.count("the output could not be written (No space left on device)") == 1

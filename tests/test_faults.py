@@ -520,6 +520,40 @@ HUNG_JOB = textwrap.dedent("""
 """)
 
 
+UNMATCHED_JOB = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    open(f"{sys.argv[1]}/rank{comm.Get_rank()}.ready", "w").close()
+    if comm.Get_rank() == 0:
+        comm.Recv(np.zeros(1), source=2)  # a receive no rank sends to
+    comm.Barrier()
+""")
+
+
+@needs_mpi
+def test_a_receive_no_rank_sends_to_is_named_in_the_deadlock(tmp_path, cleanup):
+    """Rank 0 waits for a message rank 2 never sends, the others wait at the barrier: every rank is blocked, and
+    the finding says which call waits for whom (QA: only 'every rank was blocked', as for any deadlock)."""
+    (tmp_path / "job.py").write_text(UNMATCHED_JOB)
+    (ready := tmp_path / "ready").mkdir()
+    out = tmp_path / "S"
+    proc = subprocess.Popen([str(DDLTRACE), "run", "--np", "3", "--no-progress", "--out", str(out), "--",
+                             sys.executable, str(tmp_path / "job.py"), str(ready)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: len(list(ready.glob("*.ready"))) == 3, "the ranks at their calls")
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=LONG_S) == 130
+    done = ddltrace("analyze", str(out), "--json")
+    assert done.returncode == 0, done.stderr
+    (hang,) = [f for f in json.loads(done.stdout)["findings"] if f["id"] == "hang"]
+    assert "a deadlock" in hang["title"] and re.search(r"rank 0's MPI_Recv(_c)? waits for rank 2, in MPI_Barrier",
+                                                        hang["title"]), hang["title"]
+    assert hang["ranks"] == [2]
+
+
 @needs_mpi
 def test_a_hung_job_stopped_by_ctrl_c_names_the_rank_the_others_wait_for(tmp_path, cleanup):
     """Rank 2 sleeps before a barrier the others entered; Ctrl-C stops the job 2 s later. The store keeps the two

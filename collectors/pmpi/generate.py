@@ -66,7 +66,10 @@ def _function(w: Wrapper, fn_id: int, large: bool) -> str:
         lines.append(f"    MPI_Status ddlt_st; if ({w.status} == MPI_STATUS_IGNORE) {w.status} = &ddlt_st;")
     if w.pre:
         lines.append(f"    {w.pre}")
-    lines += [f"    ddlt_rec *r = ddlt_begin({fn_id});", f"    int ret = {call};", "    int64_t t1 = ddlt_now();"]
+    lines.append(f"    ddlt_rec *r = ddlt_begin({fn_id});")
+    if w.known:
+        lines.append(f"    {w.known}")
+    lines += [f"    int ret = {call};", "    int64_t t1 = ddlt_now();"]
     for column in ("bytes", "peer", "tag", "comm", "request", "aux"):
         expr = getattr(w, column)
         if expr is None:

@@ -30,7 +30,10 @@ class Wrapper:
     of an MPI_Wait (an MPI_Test that completed).
     ``done``: a C statement run after a successful call that completes several requests (Waitall, Waitany, Waitsome
     and their Test twins): it writes one :data:`REQUEST_DONE` record per request completed, with its status.
-    ``pre``: C statements run before the call. ``status``: name of an ``MPI_Status *`` parameter to capture
+    ``pre``: C statements run before the call. ``known``: C statements run on the record ``r`` before the call,
+    what the arguments already say (a blocking call's partner), so that a call still open when the rank stopped
+    names it (a receive no rank sends to: :mod:`~ddltrace.analyses.detect_hang`); the expressions after the call
+    overwrite it. ``status``: name of an ``MPI_Status *`` parameter to capture
     (a local status replaces MPI_STATUS_IGNORE so that source, tag and size are known). ``flag``: name of the
     ``int *`` set by Test*/Iprobe; a true flag marks the record completed. ``large``: has a ``_c`` twin.
     """
@@ -47,6 +50,7 @@ class Wrapper:
     aux: str | None = None
     done: str | None = None
     pre: str = ""
+    known: str = ""
     post: str = ""  # after the call's records, on every path that ran ``pre``: free what it took
     status: str | None = None
     flag: str | None = None
@@ -79,7 +83,7 @@ _DONE_SOME = "ddlt_done_some(ddlt_cp, ddlt_n, *outcount, array_of_indices, array
 def _sends(name: str, blocking: bool) -> Wrapper:
     return Wrapper(name, _P2P_SEND if blocking else _P2P_ISEND, "comm", large=True,
                    bytes="ddlt_type_bytes(count, datatype)", peer="dest", tag="tag",
-                   request=None if blocking else _REQ_POST)
+                   request=None if blocking else _REQ_POST, known="r->peer = dest; r->tag = tag;" if blocking else "")
 
 
 WRAPPERS: tuple[Wrapper, ...] = (
@@ -95,7 +99,7 @@ WRAPPERS: tuple[Wrapper, ...] = (
             "MPI_Status *status", "wait", large=True, status="status",
             bytes="ret == MPI_SUCCESS ? ddlt_status_bytes(status, datatype) : -1",
             peer="ret == MPI_SUCCESS ? status->MPI_SOURCE : source",
-            tag="ret == MPI_SUCCESS ? status->MPI_TAG : tag"),
+            tag="ret == MPI_SUCCESS ? status->MPI_TAG : tag", known="r->peer = source; r->tag = tag;"),
     Wrapper("MPI_Irecv", "void *buf, COUNT count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, "
             "MPI_Request *request", "comm", large=True, bytes="ddlt_type_bytes(count, datatype)",
             peer="source", tag="tag", request=_REQ_POST),
