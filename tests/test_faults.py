@@ -520,6 +520,27 @@ HUNG_JOB = textwrap.dedent("""
 """)
 
 
+def stopped_by_ctrl_c(tmp_path: Path, job: str) -> tuple[Path, dict]:
+    """``job`` (its argv[1]: a folder where each of its 3 ranks writes ``rankN.ready`` at its blocking call) run
+    under `ddltrace run --np 3`, stopped by Ctrl-C 2 s after every rank is ready: its store, and the hang finding
+    of `analyze --json` on it."""
+    (tmp_path / "job.py").write_text(job)
+    (ready := tmp_path / "ready").mkdir()
+    out = tmp_path / "S"
+    with open(tmp_path / "run.err", "w") as err:
+        proc = subprocess.Popen([str(DDLTRACE), "run", "--np", "3", "--no-progress", "--out", str(out), "--",
+                                 sys.executable, str(tmp_path / "job.py"), str(ready)],
+                                stdout=subprocess.DEVNULL, stderr=err)
+    wait_for(lambda: len(list(ready.glob("*.ready"))) == 3, "the ranks at their blocking calls")
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=LONG_S) == 130, (tmp_path / "run.err").read_text()
+    done = ddltrace("analyze", str(out), "--json")
+    assert done.returncode == 0, done.stderr
+    (hang,) = [f for f in json.loads(done.stdout)["findings"] if f["id"] == "hang"]
+    return out, hang
+
+
 UNMATCHED_JOB = textwrap.dedent("""
     import sys
     import numpy as np
@@ -536,19 +557,7 @@ UNMATCHED_JOB = textwrap.dedent("""
 def test_a_receive_no_rank_sends_to_is_named_in_the_deadlock(tmp_path, cleanup):
     """Rank 0 waits for a message rank 2 never sends, the others wait at the barrier: every rank is blocked, and
     the finding says which call waits for whom (QA: only 'every rank was blocked', as for any deadlock)."""
-    (tmp_path / "job.py").write_text(UNMATCHED_JOB)
-    (ready := tmp_path / "ready").mkdir()
-    out = tmp_path / "S"
-    proc = subprocess.Popen([str(DDLTRACE), "run", "--np", "3", "--no-progress", "--out", str(out), "--",
-                             sys.executable, str(tmp_path / "job.py"), str(ready)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: len(list(ready.glob("*.ready"))) == 3, "the ranks at their calls")
-    time.sleep(2)
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=LONG_S) == 130
-    done = ddltrace("analyze", str(out), "--json")
-    assert done.returncode == 0, done.stderr
-    (hang,) = [f for f in json.loads(done.stdout)["findings"] if f["id"] == "hang"]
+    _, hang = stopped_by_ctrl_c(tmp_path, UNMATCHED_JOB)
     assert "a deadlock" in hang["title"] and re.search(r"rank 0's MPI_Recv(_c)? waits for rank 2, in MPI_Barrier",
                                                         hang["title"]), hang["title"]
     assert hang["ranks"] == [2]
@@ -559,21 +568,9 @@ def test_a_hung_job_stopped_by_ctrl_c_names_the_rank_the_others_wait_for(tmp_pat
     """Rank 2 sleeps before a barrier the others entered; Ctrl-C stops the job 2 s later. The store keeps the two
     ranks' open MPI_Barrier calls, and `analyze` says the job hung waiting for rank 2 (QA: "No findings", the
     wait in the finalisation phase)."""
-    (tmp_path / "job.py").write_text(HUNG_JOB)
-    (ready := tmp_path / "ready").mkdir()
-    out = tmp_path / "S"
-    proc = subprocess.Popen([str(DDLTRACE), "run", "--np", "3", "--no-progress", "--out", str(out), "--",
-                             sys.executable, str(tmp_path / "job.py"), str(ready)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: len(list(ready.glob("*.ready"))) == 3, "the ranks at their barrier")
-    time.sleep(2)
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=LONG_S) == 130
+    out, hang = stopped_by_ctrl_c(tmp_path, HUNG_JOB)
     store = TraceStore.open(out)
     assert {r: store.rank_info(r)["open_calls"] for r in (0, 1)} == {0: ["MPI_Barrier"], 1: ["MPI_Barrier"]}
-    done = ddltrace("analyze", str(out), "--json")
-    assert done.returncode == 0, done.stderr
-    (hang,) = [f for f in json.loads(done.stdout)["findings"] if f["id"] == "hang"]
     assert hang["ranks"] == [2] and "ranks 0-1 stopped blocked in MPI_Barrier" in hang["title"]
     # from the barrier to the Ctrl-C (about 2 s), not to the ranks' end (the stop's up to 5 s more)
     stopped = store.run["interrupted_ns"]
