@@ -391,6 +391,14 @@ class TraceStore:
         return [n.removeprefix(IMPORT_PROBLEM) for n in notes if isinstance(n, str) and n.startswith(IMPORT_PROBLEM)
                 ] if isinstance(notes, list) else []
 
+    @property
+    def notes(self) -> list[str]:
+        """What the run or import that made the store said about it besides :attr:`import_problems` (a sampler that
+        could not run, emulated compute, a store made by ``ddltrace recover`` and what it could not know, ...)."""
+        notes = self.manifest.get("notes")
+        return [n for n in notes if isinstance(n, str) and not n.startswith(IMPORT_PROBLEM)] \
+            if isinstance(notes, list) else []
+
     def missing_count(self) -> int:
         """How many ranks of the run the store holds no usable timeline for (damaged, not listed, or empty)."""
         world = self.world_size

@@ -47,6 +47,28 @@ def test_info_json_matches_the_store(tiny_store, capsys):
     assert doc["span_ns"] == int((timeline["start_ns"] + timeline["dur_ns"]).max() - timeline["start_ns"].min())
 
 
+def test_info_gives_the_stores_notes_and_not_its_import_problems_twice(tiny_store, tmp_path, capsys):
+    """The notes a run left in the store (a sampler that could not run, emulated compute) are `info`'s, one line
+    each, and in its JSON; an import problem stays on its own "problem" line."""
+    import shutil
+
+    from ddltrace.store import IMPORT_PROBLEM
+
+    copy = tmp_path / "noted"
+    shutil.copytree(tiny_store.path, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["notes"] = ["GPU sampler off: NVML not usable here", f"{IMPORT_PROBLEM}r1.json: JSON truncated at byte 9"]
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["info", str(copy)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line for line in lines if line.startswith("note ")] == ["note        GPU sampler off: NVML not usable here"]
+    assert "problem     r1.json: JSON truncated at byte 9" in lines
+    assert main(["info", str(copy), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["notes"] == ["GPU sampler off: NVML not usable here"]
+    assert doc["import_problems"] == ["r1.json: JSON truncated at byte 9"]
+
+
 def test_export_command(tiny_store, tmp_path):
     out = tmp_path / "t.json"
     result = run_cli("export", str(tiny_store.path), "--chrome", str(out))

@@ -235,6 +235,14 @@ def test_sigkill_of_run_then_recover(tmp_path, cleanup):
     assert store.run["exit_code"] is None and store.run["recovered_from"] == str(records)
     assert {store.rank_info(r)["ended"] for r in store.ranks} == {"normal"}
     assert not records.exists() and not list(tmp_path.glob(".S.*")), "records and work folder deleted after"
+    info = ddltrace("info", str(out)).stdout  # the store says it was recovered, wherever it is read
+    assert f"note        recovered by `ddltrace recover` from {records}" in info, info
+    said = ddltrace("analyze", str(out)).stdout
+    assert f"{out} was made by `ddltrace recover` from the raw records {records}" in said, said
+    assert "exit code and end are not known" in said
+    stored = json.loads(ddltrace("analyze", str(out), "--json").stdout)["stores"][0]
+    assert stored["recovered_from"] == str(records) and stored["exit_code"] is None
+    assert any(note.startswith("recovered by `ddltrace recover`") for note in stored["notes"])
 
 
 @needs_mpi

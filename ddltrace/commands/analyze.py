@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from ddltrace.analyses.findings import SEVERITIES, Finding, detect, severity_rank
 from ddltrace.analyses.requirements import Skipped
 from ddltrace.analyses.thresholds import DEFAULTS, Thresholds
+from ddltrace.errors import one_line
 from ddltrace.rank_progress import PROGRESS_EVENTS, PROGRESS_EVERY_S, PROGRESS_RANKS, rank_progress
 from ddltrace.units import format_ns, format_percent
 
@@ -304,16 +305,22 @@ def render_missing(r: RunAnalysis, named: int = 8) -> str:
 
 def render_job_end(r: RunAnalysis) -> str | None:
     """One line where the job did not end well: its exit code (or the interrupt that stopped it) and the ranks that
-    ended abruptly; None where it exited 0 with every rank ended normally (or nothing was recorded)."""
+    ended abruptly; where ``ddltrace recover`` made the store, that it did and that the exit code is not known; None
+    where it exited 0 with every rank ended normally (or nothing was recorded)."""
     from ddltrace.commands.info import job_end, job_run_end
 
     run = job_run_end(r.store.run)
     code = run.get("exit_code")
     abrupt = [rank for rank in r.store.ranks if r.store.rank_info(rank).get("ended") == "abrupt"]
     ended = job_end(run)
+    recovered = r.store.run.get("recovered_from")
+    ranks = f"; rank {_ranks(abrupt)} ended abruptly (their records up to the end are kept)" if abrupt else ""
+    if isinstance(recovered, str) and code is None:
+        return (f"{r.name} was made by `ddltrace recover` from the raw records {one_line(recovered)}: the `ddltrace "
+                f"run` of the job did not write it, so the job's exit code and end are not known (its end is the last "
+                f"call recorded){'; ' + ended if ended else ''}{ranks}.")
     if code in (0, None) and not run.get("interrupted") and not abrupt:
         return None
-    ranks = f"; rank {_ranks(abrupt)} ended abruptly (their records up to the end are kept)" if abrupt else ""
     return f"The job in {r.name} did not end well: {ended or 'exit code not recorded'}{ranks}."
 
 
@@ -571,6 +578,7 @@ def to_json(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFr
             "missing_ranks": missing_ranks(r), "missing_count": r.store.missing_count(),
             "import_problems": r.store.import_problems,
             **{"exit_code": None, "interrupted": False, **job_run_end(r.store.run)},
+            "recovered_from": r.store.run.get("recovered_from"), "notes": r.store.notes,
             "roles": {str(k): v for k, v in r.roles.items()},
             "phases": _records(r.phase_table),
             "breakdown_phase": shown,

@@ -40,11 +40,12 @@ def run(args) -> int:
         json.dump({**summary.to_dict(), **({"uncategorised": uncategorised} if uncategorised else {}),
                    **({"missing_nodes": missing} if missing else {}),
                    **({"import_problems": store.import_problems} if store.import_problems else {}),
+                   **({"notes": store.notes} if store.notes else {}),
                    "nodes": [n.to_dict() for n in nodes], "clock": clock.to_dict()}, sys.stdout, indent=2,
                   default=str)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(render(summary, nodes, clock, store.import_problems))
+        sys.stdout.write(render(summary, nodes, clock, store.import_problems, store.notes))
         if uncategorised:
             from ddltrace.collectors.importers.categories import uncategorised_text
 
@@ -113,10 +114,11 @@ def job_end(run) -> str | None:
 
 
 def render(summary: StoreSummary, nodes: list | None = None, clock: ClockAlignment | None = None,
-           import_problems: list[str] = ()) -> str:
+           import_problems: list[str] = (), notes: list[str] = ()) -> str:
     """The human table of ``ddltrace info`` (the manifest's strings with their control characters escaped);
     ``clock``: how the ranks' clocks were aligned (:mod:`ddltrace.clock_alignment`), after the counters;
-    ``import_problems``: what the import found wrong in the files it read (:attr:`TraceStore.import_problems`)."""
+    ``import_problems``: what the import found wrong in the files it read (:attr:`TraceStore.import_problems`);
+    ``notes``: what the run or import said of the store (:attr:`TraceStore.notes`), after how the job ended."""
     run = summary.run
     lines = [f"store       {one_line(summary.path)}"]
     if run.get("command"):
@@ -157,6 +159,7 @@ def render(summary: StoreSummary, nodes: list | None = None, clock: ClockAlignme
     abrupt = [r.rank for r in summary.ranks if r.ended == "abrupt"]
     if abrupt:
         lines.append(f"ended abruptly: rank {', '.join(map(str, abrupt))} (records up to the end are kept)")
+    lines.extend(f"note        {one_line(note)}" for note in notes)
     aggregate = [r.rank for r in summary.ranks if r.aggregate]
     if aggregate:
         lines.append(f"aggregates  {len(aggregate)} rank(s) hold per-call totals (no timeline): the times per "
