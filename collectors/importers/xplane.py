@@ -94,34 +94,52 @@ def _plane(data: bytes):
     return name, lines, event_meta, stat_names, stats
 
 
+def _plane_name(data: bytes) -> str:
+    """The name of a plane that does not decode, where its name field comes before the damage; else ""."""
+    try:
+        for number, _kind, v in pw.fields(data):
+            if number == 2:
+                return pw.text(v)
+    except _BROKEN:
+        pass
+    return ""
+
+
 def _line(data: bytes):
-    """(name, timestamp_ns, [(metadata_id, offset_ps, duration_ps, raw stats)])."""
+    """(name, timestamp_ns, [(metadata_id, offset_ps, duration_ps, raw stats, occurrences)], damage): ``damage`` is
+    None, or what broke a line damaged after its name, whose events before the damage are returned (a line damaged
+    before its name raises)."""
     name = display = ""
     timestamp_ns, events = 0, []
-    for number, _kind, v in pw.fields(data):
-        if number == 2:
-            name = pw.text(v)
-        elif number == 11:
-            display = pw.text(v)
-        elif number == 3:
-            timestamp_ns = pw.signed(v)
-        elif number == 4:
-            meta = offset = duration = 0
-            occurrences = None
-            stats = []
-            for n, _k, ev in pw.fields(pw.message(v)):
-                if n == 1:
-                    meta = pw.signed(ev)
-                elif n == 2:
-                    offset = pw.signed(ev)
-                elif n == 3:
-                    duration = pw.signed(ev)
-                elif n == 5:
-                    occurrences = pw.number(ev)
-                elif n == 4:
-                    stats.append(pw.message(ev))
-            events.append((meta, offset, duration, stats, occurrences))
-    return display or name, timestamp_ns, events
+    try:
+        for number, _kind, v in pw.fields(data):
+            if number == 2:
+                name = pw.text(v)
+            elif number == 11:
+                display = pw.text(v)
+            elif number == 3:
+                timestamp_ns = pw.signed(v)
+            elif number == 4:
+                meta = offset = duration = 0
+                occurrences = None
+                stats = []
+                for n, _k, ev in pw.fields(pw.message(v)):
+                    if n == 1:
+                        meta = pw.signed(ev)
+                    elif n == 2:
+                        offset = pw.signed(ev)
+                    elif n == 3:
+                        duration = pw.signed(ev)
+                    elif n == 5:
+                        occurrences = pw.number(ev)
+                    elif n == 4:
+                        stats.append(pw.message(ev))
+                events.append((meta, offset, duration, stats, occurrences))
+    except _BROKEN as exc:
+        if not (display or name):
+            raise
+        return display or name, timestamp_ns, events, exc
+    return display or name, timestamp_ns, events, None
 
 
 def sniff(raw: bytes, path: Path) -> bool:
@@ -158,12 +176,15 @@ def read(path: Path, ctx: ImportContext):
         if ctx.report is not None:
             ctx.report.problems.append(f"{path}: the XSpace is damaged after its plane {len(planes)} ({exc}: "
                                        f"truncated?); the {len(planes)} complete plane(s) before it are kept")
+    problems = ctx.report.problems if ctx.report is not None else []
     parsed = []
-    for plane in planes:  # a damaged plane, line or event is skipped and counted; the rest is kept
+    for number, plane in enumerate(planes, 1):  # a damaged plane, line or event is named and counted; the rest kept
         try:
             parsed.append(_plane(plane))
-        except _BROKEN:
+        except _BROKEN as exc:
             skipped["unreadable XPlane planes"] += 1
+            problems.append(f"{path}: plane {_plane_name(plane) or f'number {number}'} does not decode ({exc}): "
+                            "its events are lost; the other planes are kept")
     if planes and not parsed:
         raise DdltraceError(f"{path}: not a readable XPlane protobuf (none of its {len(planes)} planes decodes)")
     start_ns, clock = 0, "relative"
@@ -184,10 +205,16 @@ def read(path: Path, ctx: ImportContext):
         on_device = not plane_name.startswith("/host:")
         for raw_line in lines:
             try:
-                line_name, timestamp_ns, events = _line(raw_line)
-            except _BROKEN:
+                line_name, timestamp_ns, events, damage = _line(raw_line)
+            except _BROKEN as exc:
                 skipped["unreadable XPlane lines"] += 1
+                problems.append(f"{path}: a line of plane {plane_name} does not decode ({exc}): its events are lost; "
+                                "the plane's other lines are kept")
                 continue
+            if damage is not None:
+                skipped["XPlane lines damaged part way (their events before the damage kept)"] += 1
+                problems.append(f"{path}: line {line_name} of plane {plane_name} is damaged after its event "
+                                f"{len(events)} ({damage}): those {len(events)} are kept, the rest of the line is lost")
             events_read += len(events)
             if on_device and line_name in DERIVED_LINES:
                 skipped[DROPPED] += len(events)
