@@ -118,3 +118,15 @@ def test_a_search_too_large_is_refused_with_its_size(monkeypatch):
     monkeypatch.undo()
     with pytest.raises(DdltraceError, match="machines: 100000: 4,999,950,000 configurations"):
         yan.optimise(dnn, hw, 100_000, N_sample=60000, N_read=70, max_workers=1)
+
+
+def test_the_default_search_tries_every_thread_count_up_to_the_cores():
+    """QA: the default searched only H = cores, where the NIC split H ways (C_nbw(H) = C_nbw / H) made reads-bound
+    configurations twice as slow; every H from 1 to the cores is searched now, so the best is the model's own."""
+    dnn = load_dnn("mnist-adam")
+    hw = yan.Hardware(C_muladd=1e-10, C_act=1e-9, C_err=1e-9, C_ncost=5e-5, C_nbw=2.4e7, cores=2)
+    ranked = yan.optimise(dnn, hw, 8, N_sample=60000, N_read=70, max_workers=2)
+    assert {c.H for c in ranked} == {1, 2}
+    best_each = [yan.optimise(dnn, hw, 8, N_sample=60000, N_read=70, threads=[h], max_workers=2)[0] for h in (1, 2)]
+    assert ranked[0].t_epoch == min(c.t_epoch for c in best_each)
+    assert ranked[0].H == 1  # the weight reads dominate: one thread keeps the whole NIC

@@ -46,7 +46,8 @@ def register(subparsers) -> None:
     p.add_argument("--read-bound", choices=READ_BOUNDS, default="min",
                    help="PS read time: min (eq. 11, the default: it ranks Yan et al.'s Table 1 best, see "
                         "benchmarks/model_ranking.py), max (eq. 10) or their mean")
-    p.add_argument("--threads", help="thread counts H to try, e.g. 1,8,16 (default: the profile's cores)")
+    p.add_argument("--threads", help="thread counts H to try, e.g. 1,8,16 (default: every H from 1 to the profile's "
+                                        "cores)")
     p.add_argument("--max-workers", type=integer(1), default=4,
                    help="largest N_wr, workers per replica (default 4; the search grows with its square)")
     p.add_argument("--config", action="append", default=[], metavar="W/R/PS",

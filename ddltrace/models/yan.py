@@ -471,23 +471,25 @@ def optimise(dnn: DNN, hw: Hardware, machines: int, *, N_sample: float, N_read: 
     """Minimise T_epoch over N_ps, N_mr, N_wr (N_ps + N_mr * N_wr <= machines), threads H <= cores and the
     per-layer partitions and replicas; returns every configuration ranked, fastest first.
 
-    ``configurations`` restricts the search to given (N_wr, N_mr, N_ps) triples; ``max_workers`` bounds N_wr
-    (the DNN's useful model parallelism).
+    ``threads`` restricts H to the given counts (default: every H from 1 to the cores: more threads divide the
+    NIC, C_nbw(H) = C_nbw / H, so the most threads are not always the fastest); ``configurations`` restricts the
+    search to given (N_wr, N_mr, N_ps) triples; ``max_workers`` bounds N_wr (the DNN's useful model parallelism).
     """
     if machines < 2:
         raise DdltraceError(f"machines: {machines}: need at least 2 (a parameter server and a worker)")
     if read_bound not in READ_BOUNDS:
         raise DdltraceError(f"read bound {read_bound!r}: use one of {', '.join(READ_BOUNDS)}")
-    thread_counts = sorted(set(threads or [max(1, hw.cores)]))
+    thread_counts = sorted(set(threads or range(1, max(1, hw.cores) + 1)))
     if any(h < 1 or h > max(1, hw.cores) for h in thread_counts):
         raise DdltraceError(f"threads {thread_counts}: each must be between 1 and the {hw.cores} cores (C2)")
     if configurations is None:
         wr_cap = min(machines - 1, max_workers or machines)
         count = sum(machines - mr * wr for wr in range(1, wr_cap + 1) for mr in range(1, (machines - 1) // wr + 1))
-        if count > MAX_CONFIGURATIONS:
-            raise DdltraceError(f"machines: {machines}: {count:,} configurations (N_ps + N_mr N_wr <= {machines}) to "
-                                f"search, each a dynamic program over the layers; at most {MAX_CONFIGURATIONS:,} "
-                                "(about a minute and a GiB): give fewer machines or a lower --max-workers")
+        if count * len(thread_counts) > MAX_CONFIGURATIONS:
+            raise DdltraceError(f"machines: {machines}: {count:,} configurations (N_ps + N_mr N_wr <= {machines}) at "
+                                f"{len(thread_counts)} thread count(s) H to search, each a dynamic program over the "
+                                f"layers; at most {MAX_CONFIGURATIONS:,} (about a minute and a GiB): give fewer "
+                                "machines, a lower --max-workers or fewer --threads")
         configurations = [(wr, mr, ps) for wr in range(1, wr_cap + 1) for mr in range(1, machines)
                           for ps in range(1, machines) if ps + mr * wr <= machines]
     ranked = []
