@@ -72,6 +72,7 @@ from ddltrace.analyses.wait_states import (
     completions,
 )
 from ddltrace.timeline import CATEGORIES, category_codes
+from ddltrace.units import format_ns
 
 INIT_NAMES = frozenset({"MPI_Init", "MPI_Init_thread"})
 FINALIZE_NAMES = frozenset({"MPI_Finalize"})
@@ -104,6 +105,7 @@ class RankPhases:
     ``steps`` has columns step, start_ns, end_ns, dur_ns (one row per step; empty when none was found);
     ``step_unit`` says what one is: "step" (a marked step, or a cycle of the rank's pattern: compute then
     communicate), or "gradient" for a parameter server (:func:`gradient_steps`).
+    ``notes``: what the steps' reading had to decide (a marked step whose devices ran it apart: :func:`_marked`).
     """
 
     rank: int
@@ -118,6 +120,7 @@ class RankPhases:
     steps: pd.DataFrame = field(default_factory=lambda: _steps_frame([], [], []))
     step_unit: str = "step"
     startup_traced: bool = True
+    notes: tuple[str, ...] = ()
 
     @property
     def init_ns(self) -> int:
@@ -179,6 +182,47 @@ def _until_next(start: pd.Series, end: pd.Series) -> np.ndarray:
     cut = end.copy()
     cut[order[:-1]] = np.minimum(end[order[:-1]], np.maximum(start[order[1:]], start[order[:-1]]))
     return cut
+
+
+def _device_of(lanes: pd.Series) -> pd.Series:
+    """The device of each lane (``gpu:4`` of ``gpu:4/stream:7``), "host" for a host lane."""
+    head = lanes.astype(str).str.split("/", n=1).str[0]
+    return head.where(head.str.match(r"(?:gpu|device|tpu|xpu):"), "host")
+
+
+def _marked(marked: pd.DataFrame) -> tuple[pd.DataFrame, tuple[str, ...]]:
+    """The marked steps (columns step, start, end; ns; in order of start) from the rows that carry a step number,
+    and notes. A step's rows on one device form one span; the spans of its devices that overlap or nearly (the gap
+    after the ones before no longer than the longest of them) are one step, as the devices of a data-parallel step
+    run it together. Spans further apart are taken as a step of each (the TF2 multi-worker XPlane's step 0 ran on
+    gpu:4 and, 628 ms later, on gpu:6, about 20 ms each: one step over both read 669 ms), and a note says so."""
+    spans = pd.DataFrame({"step": marked["step"].astype("int64"), "device": _device_of(marked["lane"]),
+                          "start": marked["start_ns"], "end": marked["start_ns"] + marked["dur_ns"]}) \
+        .groupby(["step", "device"], sort=False).agg(start=("start", "min"), end=("end", "max")).reset_index() \
+        .sort_values(["step", "start"], kind="stable").reset_index(drop=True)
+    by_step = spans.groupby("step", sort=False)
+    reach = by_step["end"].cummax().groupby(spans["step"]).shift()  # the latest end of the step's spans before
+    longest = (spans["end"] - spans["start"]).groupby(spans["step"]).cummax()
+    apart = (spans["start"] - reach > longest).fillna(False)
+    spans["part"] = apart.astype("int64").groupby(spans["step"]).cumsum()
+    steps = spans.groupby(["step", "part"], sort=False).agg(start=("start", "min"), end=("end", "max"),
+                                                            devices=("device", ", ".join)).reset_index()
+    notes = []
+    split = steps[steps.groupby("step")["part"].transform("max") > 0]
+    for step, part in list(split.groupby("step", sort=True))[:NOTED_STEPS]:
+        gap = int((part["start"].iloc[1:].to_numpy() - part["end"].cummax().iloc[:-1].to_numpy()).min())
+        said = " and ".join(f"{d} ({format_ns(e - s)})" for d, s, e in part[["devices", "start", "end"]].itertuples(
+            index=False))
+        notes.append(f"step {step}: its rows on {said} lie {format_ns(gap)} apart: taken as {len(part)} "
+                     "steps, one where each ran it")
+    if split["step"].nunique() > NOTED_STEPS:
+        notes.append(f"and {split['step'].nunique() - NOTED_STEPS} more steps so split")
+    frame = steps[["step", "start", "end"]].sort_values("start", kind="stable").reset_index(drop=True)
+    return frame, tuple(notes)
+
+
+#: How many split steps (:func:`_marked`) a rank's notes name one by one.
+NOTED_STEPS = 3
 
 
 def _steps_frame(step, start, end) -> pd.DataFrame:
@@ -248,16 +292,12 @@ def _segment(timeline: pd.DataFrame) -> RankPhases | None:
 
     steps = timeline["step"]
     if steps.notna().any():
-        marked = timeline[steps.notna()]
-        m_end = marked["start_ns"] + marked["dur_ns"]
-        grouped = pd.DataFrame({"step": marked["step"].astype("int64"), "start": marked["start_ns"],
-                                "end": m_end}).groupby("step", sort=True).agg(start=("start", "min"),
-                                                                               end=("end", "max"))
+        grouped, notes = _marked(timeline[steps.notna()])
         init_end = max(int(grouped["start"].min()), start)
         steady_end = min(int(grouped["end"].max()), end)
-        step_frame = _steps_frame(grouped.index, grouped["start"], _until_next(grouped["start"], grouped["end"]))
-        return _finish(rank, start, startup, init_end, steady_end, end, starts, ends, categories, "markers", 0,
-                       step_frame)
+        step_frame = _steps_frame(grouped["step"], grouped["start"], _until_next(grouped["start"], grouped["end"]))
+        return replace(_finish(rank, start, startup, init_end, steady_end, end, starts, ends, categories, "markers",
+                               0, step_frame), notes=notes)
 
     tags = timeline["tag"].to_numpy(dtype=np.float64, na_value=np.nan)[order]
     tag_codes = pd.factorize(tags, use_na_sentinel=False)[0]

@@ -65,8 +65,16 @@ def test_steps_and_op_lines_are_not_device_time(tmp_path, capsys):
         inside = sum(step_start <= s < step_start + step_dur for (dev, line), ev in lines.items()
                      if (dev, line) in streams and dev == device for s, _d in ev)
         assert inside > 600 and (mine["step"] == 0).sum() == inside
+    # step 0 ran on gpu:4 and, 628 ms later, on gpu:6 (QA: read as one step of 669 ms, 94 % of it the gap between):
+    # a step on each device, within its Steps event, and a note that says so
     phases = segment_rank(timeline)
-    assert phases.method == "markers" and phases.steps["step"].tolist() == [0]
+    assert phases.method == "markers" and phases.steps["step"].tolist() == [0, 0]
+    for device, (start, end) in zip(("gpu:4", "gpu:6"), phases.steps[["start_ns", "end_ns"]].to_numpy(), strict=True):
+        ((step_start, step_dur),) = steps[device]
+        assert step_start // 1000 <= start < end <= (step_start + step_dur) // 1000 + 1
+        assert end - start > 0.95 * step_dur / 1000
+    gap = phases.steps["start_ns"].iloc[1] - phases.steps["end_ns"].iloc[0]
+    assert 627e6 < gap < 629e6 and len(phases.notes) == 1 and "lie 628 ms apart: taken as 2 steps" in phases.notes[0]
 
 
 def test_trace_viewer_json_steps_line(tmp_path):

@@ -75,6 +75,27 @@ def test_step_markers_win():
     assert p.steps["dur_ns"].tolist() == [900] * 4 and p.steps["step"].tolist() == [0, 1, 2, 3]
 
 
+def test_a_marked_step_is_one_across_devices_that_run_it_together_and_one_per_device_where_they_ran_it_apart():
+    """Two devices' step 1 overlapping (a host lane too, which starts it): one step over all three. Their step 2 on
+    gpu:1 a long while after gpu:0's: a step of each, with a note; steps 0 and 3 nearly touching: one step."""
+    def row(lane, step, start, dur):
+        return {"rank": 0, "name": "k", "category": "compute", "lane": lane, "start_ns": start, "dur_ns": dur,
+                "step": step}
+
+    rows = [row("gpu:0/stream:7", 0, 0, 900), row("gpu:1/stream:7", 0, 1_000, 800),  # 100 ns apart: together
+            row("host:cpu/main", 1, 2_000, 100), row("gpu:0/stream:7", 1, 2_050, 900),
+            row("gpu:1/stream:7", 1, 2_500, 900),
+            row("gpu:0/stream:7", 2, 4_000, 1_000), row("gpu:1/stream:7", 2, 60_000, 1_200),
+            row("gpu:0/stream:7", 3, 62_000, 500)]
+    p = segment_rank(make_timeline(rows))
+    assert p.steps["step"].tolist() == [0, 1, 2, 2, 3]
+    assert p.steps["start_ns"].tolist() == [0, 2_000, 4_000, 60_000, 62_000]
+    assert p.steps["dur_ns"].tolist() == [1_800, 1_400, 1_000, 1_200, 500]
+    assert p.notes == ("step 2: its rows on gpu:0 (1 us) and gpu:1 (1.2 us) lie 55 us apart: taken as 2 steps, one "
+                       "where each ran it",)
+    assert (p.init_end_ns, p.steady_end_ns) == (0, 62_500)
+
+
 def test_without_a_pattern_mpi_init_and_finalize_bound_the_steady_state():
     rows = [{"rank": 2, "name": "MPI_Init", "category": "other", "start_ns": 50, "dur_ns": 100},
             {"rank": 2, "name": "work", "category": "compute", "start_ns": 200, "dur_ns": 700},

@@ -441,9 +441,15 @@ def render_run(r: RunAnalysis, phase: str) -> list[str]:
     if timed:
         out.append("  phases found by " + "; ".join(f"{PHASE_METHODS.get(m, m)}: {n} rank(s)"
                                                     for m, n in phases["method"].value_counts().items()))
+        out.extend(f"  rank {rank}'s {note}" for rank, notes in phase_notes(r).items() for note in notes)
     else:
         out.append(f"  no phases or steps: this input holds {r.holding}")
     return out
+
+
+def phase_notes(r: RunAnalysis) -> dict[int, list[str]]:
+    """Per rank, what reading its steps had to decide (:attr:`~ddltrace.analyses.phases.RankPhases.notes`)."""
+    return {rank: list(p.notes) for rank, p in sorted(r.phases.items()) if p.notes}
 
 
 def render_clock(r: RunAnalysis) -> list[str]:
@@ -581,6 +587,7 @@ def to_json(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFr
             "recovered_from": r.store.run.get("recovered_from"), "notes": r.store.notes,
             "roles": {str(k): v for k, v in r.roles.items()},
             "phases": _records(r.phase_table),
+            "phase_notes": {str(rank): notes for rank, notes in phase_notes(r).items()},
             "breakdown_phase": shown,
             "breakdown_ns": _records(table[list(CATEGORIES) + ["total_ns", "overlap"]]),
             "main_phase": r.main_phase,
