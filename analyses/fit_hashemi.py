@@ -605,6 +605,8 @@ def _json_records(frame: pd.DataFrame) -> list[dict]:
 
 
 #: The numbers of a run's record that predictions read back from a model file (a --csv run may carry more columns).
+#: The bytes per value s a model may have: those of the DNN format (``ddltrace.models.dnn``).
+BYTES_PER_VALUE = (1, 2, 4, 8)
 RUN_NUMBERS = ("w", "b", "d", "epochs", "phase_s", "init_s", "workers_read", "server_busy_s", "server_update_wait_s",
                "ranks", "cpu_share", "server_cpu_share", "sent_per_batch", "received_per_batch")
 
@@ -614,11 +616,12 @@ def constants_from_model(model: Mapping[str, Any], source: str = "model") -> tup
     if not isinstance(model, Mapping) or model.get("model") != "hashemi-asgd":
         raise DdltraceError(f"{source}: not a fitted ASGD model (expected \"model\": \"hashemi-asgd\"; "
                             "make one with 'ddltrace model fit')")
-    try:
-        entries = dict(model["constants"])
-        workload = dict(model["workload"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise DdltraceError(f"{source}: malformed model file ({exc})") from None
+    for key in ("constants", "workload"):
+        if key not in model:
+            raise DdltraceError(f"{source}: malformed model file (no '{key}')")
+        if not isinstance(model[key], Mapping):
+            raise DdltraceError(f"{source}: '{key}' must be an object")
+    entries, workload = dict(model["constants"]), dict(model["workload"])
     missing = [name for name in ("c_p", "c_b", "c_u") if name not in entries]
     if missing:
         raise DdltraceError(f"{source}: malformed model file (no constant {', '.join(missing)})")
@@ -634,7 +637,17 @@ def constants_from_model(model: Mapping[str, Any], source: str = "model") -> tup
                 _model_number(entry[key], f"{source}: constant {name}'s {key}")
     for key in ("d", "n_f", "n_w", "s", "epochs"):
         if workload.get(key) is not None:
-            _model_number(workload[key], f"{source}: workload {key}")
+            value = _model_number(workload[key], f"{source}: workload {key}")
+            if key in ("d", "epochs") and value == 0:
+                raise DdltraceError(f"{source}: workload {key} = 0: must be > 0")
+            if key == "s" and value not in BYTES_PER_VALUE:
+                raise DdltraceError(f"{source}: workload s = {workload[key]!r}: the bytes per value must be one of "
+                                    f"{', '.join(map(str, BYTES_PER_VALUE))}")
+    knee = model.get("knee")
+    if knee is not None and not isinstance(knee, Mapping):
+        raise DdltraceError(f"{source}: 'knee' must be an object")
+    if (knee or {}).get("batch") is not None and not _model_number(knee["batch"], f"{source}: knee batch") > 0:
+        raise DdltraceError(f"{source}: knee batch = {knee['batch']!r}: must be > 0 (the batch of the fit)")
     for key, value in (model.get("work_per_sample") or {}).items():
         if key != "dnn":
             _model_number(value, f"{source}: work_per_sample {key}")
@@ -647,7 +660,9 @@ def constants_from_model(model: Mapping[str, Any], source: str = "model") -> tup
     for i, run in enumerate(runs):
         for key, value in run.items():
             if key in RUN_NUMBERS and value is not None:
-                _model_number(value, f"{source}: measurements[{i}].{key}", finite=False)
+                number = _model_number(value, f"{source}: measurements[{i}].{key}", finite=False)
+                if key in ("w", "b", "d", "epochs") and not number > 0 and not math.isnan(number):
+                    raise DdltraceError(f"{source}: measurements[{i}].{key} = {value!r}: must be > 0")
     if model.get("profile") is not None:
         from ddltrace.models import transfer
 

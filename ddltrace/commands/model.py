@@ -390,18 +390,22 @@ def _workload(model: dict, source: str, batch: float | None) -> tuple:
 
     constants, workload = constants_from_model(model, source)
     measured = pd.DataFrame(model.get("measurements") or [])
-    fit_b = (model.get("knee") or {}).get("batch") or (float(measured["b"].mode()[0]) if len(measured) else None)
+    # each checked > 0 where given (constants_from_model)
+    fit_b = (model.get("knee") or {}).get("batch")
+    if fit_b is None and "b" in measured and measured["b"].notna().any():
+        fit_b = float(measured["b"].mode()[0])
     b = batch or fit_b
-    d = workload.get("d") or (float(measured["d"].dropna().median()) if "d" in measured and
-                              measured["d"].notna().any() else None)
-    epochs = workload.get("epochs") or 1.0
+    d = workload.get("d")
+    if d is None and "d" in measured and measured["d"].notna().any():
+        d = float(measured["d"].dropna().median())
+    epochs = 1.0 if workload.get("epochs") is None else workload["epochs"]
     if "epochs" in measured and measured["epochs"].notna().any():
         epochs = float(measured["epochs"].dropna().median())
-    if not b or not d:
+    if b is None or d is None:
         raise DdltraceError(f"{source}: the model lacks the batch size or the data set size; give --batch")
     wl = hashemi.Workload(d=float(d), b=float(b), n_f=workload.get("n_f") or 0.0, n_w=workload.get("n_w") or 0.0,
                           serial=bool(workload.get("serial")), cpu_shares=bool(workload.get("cpu_shares")),
-                          epochs=float(epochs), s=workload.get("s") or 8.0)
+                          epochs=float(epochs), s=8.0 if workload.get("s") is None else workload["s"])
     factor, fitted_on = 1.0, model.get("profile")
     if fit_b and isinstance(fitted_on, dict):
         counts = model.get("work_per_sample") or {"muladds": 1.0, "neurons": 0.0}
