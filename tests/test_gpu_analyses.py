@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+import sys
 from collections import defaultdict
 from decimal import Decimal
 from pathlib import Path
@@ -298,6 +300,12 @@ def test_one_gpu_processs_waits_are_not_exposed_communication(tmp_path):
     assert "low_overlap" not in {f.id for f in findings}
     (said,) = [s for s in skipped if s.analysis == "low_overlap"]
     assert said.needs == "communication between ranks (two or more ranks, or communication time on a rank)"
+    # nor is the breakdown's overlap column a number (QA: 34.7 %, the compute over compute plus the waits)
+    assert all(run.table(phase)["overlap"].isna().all() for phase in ("all", run.main_phase))
+    shown = subprocess.run([sys.executable, "-m", "ddltrace", "analyze", str(out)], capture_output=True, text=True,
+                           timeout=120).stdout
+    row = next(line.split() for line in shown.splitlines() if line.strip().startswith("0 ") and "worker" in line)
+    assert row[-2:] == ["n/a", "n/a"] and "(n/a: the input holds no communication between ranks)" in shown
 
 
 @needs[CPU_ONLY]

@@ -412,7 +412,9 @@ def render_run(r: RunAnalysis, phase: str) -> list[str]:
     out.extend("  " + line for line in _columns(header, rows))
     out.append("  overlap(P): Rudra's communication overlap over phase P of the rank (run: its whole run), compute / "
                "(compute + exposed comm + wait + barrier); the low-overlap finding takes the median worker's "
-               f"overlap({_PHASE_WORD[r.main_phase]}). average: the mean of the workers; slowest: the worker with "
+               f"overlap({_PHASE_WORD[r.main_phase]})"
+               + ("" if "communication" in r.capabilities else " (n/a: the input holds no communication between ranks)")
+               + ". average: the mean of the workers; slowest: the worker with "
                "the most busy time (compute + io + memcpy) in the phase, the one whose work the others wait for "
                "unless a rank is late for other reasons (a sleep, an input wait: the straggler findings name it)"
                + (HELD_WAITS if "host_comm" in r.capabilities else ""))
