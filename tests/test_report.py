@@ -731,6 +731,25 @@ def test_an_event_name_of_thousands_of_characters_is_cut_in_the_table(tmp_path):
     assert names == [long[:NAME_CHARS - 3] + "...", "short"]
 
 
+def test_the_event_name_table_keeps_a_hosts_launch_apart_from_the_kernel_of_its_name(tmp_path):
+    """XPlane names a host's launch after its kernel or copy: the table added the 24 host launches of MemcpyD2H
+    (2.85 ms) to the 24 copies (77 us) as 48 calls. Host and device rows of one name are two rows, 'on' says
+    which."""
+    rows = [{"rank": 0, "name": "MemcpyD2H", "category": "memcpy", "lane": "host:cpu/tf_op", "start_ns": i * 1000,
+             "dur_ns": 100} for i in range(3)]
+    rows += [{"rank": 0, "name": "MemcpyD2H", "category": "memcpy", "lane": "gpu:0/stream:7",
+              "start_ns": i * 1000 + 200, "dur_ns": 40} for i in range(3)]
+    path = tmp_path / "store"
+    write_store(path, make_timeline(rows), run={"command": "job", "world_size": 1})
+    md = build_report([str(path)], tmp_path / "rep").markdown.read_text().replace("\\", "")
+    table = md.split("### Where the time goes by event name")[1].split("\n\n")[1].splitlines()
+    assert [c.strip() for c in table[0].split("|")[1:-1]] == ["name", "category", "on", "calls", "total",
+                                                            "mean per call"]
+    assert [[c.strip() for c in line.split("|")[1:-1]] for line in table[2:]] == [
+        ["MemcpyD2H", "memcpy", "host", "3", "300 ns", "100 ns"], ["MemcpyD2H", "memcpy", "device", "3", "120 ns",
+                                                                    "40 ns"]]
+
+
 def test_runs_at_no_common_batch_size_are_no_scaling_series(sequential_series, tmp_path):
     """A run at batch 64 beside one at batch 128 (two jobs, as a GPU trace beside a ps-sgd store): analyze compares
     neither with the other (speedup and efficiency NaN), yet the report drew their phase times as one series and an

@@ -244,7 +244,7 @@ def scan_rank(store_path: str, windows: dict[str, tuple[int, int]], span: tuple[
     category of each of :data:`~ddltrace.report.figures.PIXEL_COLUMNS` columns of each window in ``windows``
     (computed over the rank's ``span``, its first to last event; none when None), and its calls and recorded time
     (ns) per event name and category. None for a rank that cannot be read (the analysis named it)."""
-    from ddltrace.analyses.breakdown import annotation_lanes, classify
+    from ddltrace.analyses.breakdown import annotation_lanes, classify, device_lanes
     from ddltrace.analyses.rank_summary import _open
     from ddltrace.errors import StoreError
 
@@ -259,7 +259,8 @@ def scan_rank(store_path: str, windows: dict[str, tuple[int, int]], span: tuple[
                 .astype(np.int8) for key, (a, b) in windows.items()}
     # a stream's annotation spans are copies of the host's region marks, not calls of their own (docs/ANALYSES.md)
     calls = frame[~annotation_lanes(frame["lane"])]
-    totals = calls.groupby(["name", "category"], observed=True)["dur_ns"].agg(["count", "sum"])
+    side = np.where(device_lanes(calls["lane"]), "device", "host")  # a kernel's launch may bear its name (XPlane)
+    totals = calls.groupby([calls["name"], calls["category"], side], observed=True)["dur_ns"].agg(["count", "sum"])
     return rank, rows, totals
 
 
@@ -276,7 +277,7 @@ def scan(run, limit: int = 15, mapper=map) -> tuple[dict[str, dict[int, np.ndarr
     rank_summary.keep_open(run.store)
     spans = {r: (p.start_ns, p.end_ns) for r, p in run.phases.items()}
     pixels: dict[str, dict[int, np.ndarray]] = {key: {} for key in windows}
-    totals: dict[tuple[str, str], list[int]] = {}
+    totals: dict[tuple[str, str, str], list[int]] = {}
     ranks = run.store.ranks
     for result in mapper(partial(scan_rank, str(run.store.path), windows), [spans.get(r) for r in ranks], ranks):
         if not isinstance(result, tuple):  # a rank that cannot be read, or whose task was given up
@@ -284,12 +285,13 @@ def scan(run, limit: int = 15, mapper=map) -> tuple[dict[str, dict[int, np.ndarr
         rank, rows, grouped = result
         for key, row in rows.items():
             pixels[key][rank] = row
-        for (name, category), count, total in zip(grouped.index, grouped["count"], grouped["sum"], strict=True):
-            entry = totals.setdefault((name, str(category)), [0, 0])
+        for (name, category, side), count, total in zip(grouped.index, grouped["count"], grouped["sum"],
+                                                        strict=True):
+            entry = totals.setdefault((name, str(category), side), [0, 0])
             entry[0] += int(count)
             entry[1] += int(total)
-    rows = sorted(((n, c, k, t) for (n, c), (k, t) in totals.items()), key=lambda r: -r[3])[:limit]
-    table = pd.DataFrame(rows, columns=["name", "category", "calls", "total_ns"])
+    rows = sorted(((n, c, w, k, t) for (n, c, w), (k, t) in totals.items()), key=lambda r: -r[4])[:limit]
+    table = pd.DataFrame(rows, columns=["name", "category", "on", "calls", "total_ns"])
     table["total"] = table["total_ns"].map(format_ns)
     table["mean per call"] = (table["total_ns"] / table["calls"].clip(lower=1)).map(format_ns)
     table["name"] = table["name"].map(_cut_name)
@@ -684,8 +686,9 @@ def assemble(runs: list, findings: list, profile: str | None = None, model: str 
 
         tables.append((ALLOCATOR, allocator_table(main).set_index("rank")))
     tables.append((f"Where the time goes by event name, largest first (the {main.workers}-worker run, all its ranks, "
-                   f"whole run; total: the calls' summed durations, a device stream's copies of the host's region "
-                   f"marks left out; a name longer than {NAME_CHARS} characters cut)",
+                   f"whole run; on: the host's lanes or a device's, apart, as a host's launch may bear its kernel's "
+                   f"or copy's name; total: the calls' summed durations, a device stream's copies of the host's "
+                   f"region marks left out; a name longer than {NAME_CHARS} characters cut)",
                    top))
     if series is not None:
         tables.insert(0, ("Scaling series (phase times: medians over the workers; startup: MPI's start-up, first "
