@@ -87,6 +87,24 @@ def test_a_trace_built_here_gives_its_own_counts_sums_and_changes(tmp_path, caps
     assert "--test-step 7: rank 0 of" in capsys.readouterr().err
 
 
+def test_a_side_read_from_a_damaged_file_says_so(tmp_path, capsys):
+    """A trace cut short: its side is what the import could read, and diff says so as analyze does (QA: nothing was
+    said, and a cut XPlane was compared whole, 5,043 names 'added')."""
+    events = [_x("ProfilerStep#1", 0, 100, cat="user_annotation"), _x("aten::mm", 10, 3), _x("aten::relu", 30, 2)]
+    control = _chrome(tmp_path / "control.json", events)
+    text = json.dumps({"traceEvents": events})
+    cut = tmp_path / "cut.json"
+    cut.write_text(text[:text.index('"aten::relu"') + 30])
+    got = _diff(capsys, control, cut)
+    assert got["control"]["import_problems"] == []
+    (problem,) = got["test"]["import_problems"]
+    assert problem.startswith(f"{cut}: ") and "truncated" in problem
+    assert [r["name"] for r in got["names"] if r["change"] == "deleted"] == ["aten::relu"]  # the cut event is lost
+    assert main(["diff", str(control), str(cut), "--quiet"]) == 0
+    said = capsys.readouterr().out.splitlines()
+    assert said[3] == f"Import problems in {cut}: {problem}. Its side is of what the import could read."
+
+
 def test_summary_and_compare_on_empty_sides():
     import pandas as pd
 

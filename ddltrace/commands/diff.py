@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from ddltrace.errors import DdltraceError
+from ddltrace.errors import DdltraceError, one_line
 from ddltrace.units import format_ns
 
 #: Rows of the table shown by default (``--top``).
@@ -87,7 +87,8 @@ def _side(store_path: str, label: str, rank: int | None, step: str | None, devic
     rows = trace_diff.window(timeline, chosen, device)
     span = int((rows["start_ns"] + rows["dur_ns"]).max() - rows["start_ns"].min()) if len(rows) else 0
     return {"label": label, "rank": rank, "step": chosen, "steps": len(steps), "rows": len(rows), "span_ns": span,
-            "aggregate": bool(store.rank_info(rank).get("aggregate")), "summary": trace_diff.summary(rows)}
+            "aggregate": bool(store.rank_info(rank).get("aggregate")), "import_problems": store.import_problems,
+            "summary": trace_diff.summary(rows)}
 
 
 def _listed(values: list[int]) -> str:
@@ -95,7 +96,7 @@ def _listed(values: list[int]) -> str:
 
 
 def _described(side: dict) -> dict:
-    return {k: side[k] for k in ("label", "rank", "step", "rows", "span_ns", "aggregate")}
+    return {k: side[k] for k in ("label", "rank", "step", "rows", "span_ns", "aggregate", "import_problems")}
 
 
 def _window(side: dict) -> str:
@@ -111,7 +112,14 @@ def render(table, sides: list[dict], changes: dict, device: str, top: int) -> st
     lines = [f"control  {_window(sides[0])}", f"test     {_window(sides[1])}",
              f"rows compared: {_ROWS[device]}; names: {len(table):,} "
              f"({', '.join(f'{n:,} {c}' for c, n in changes.items())}: of their counts, as HTA's trace_diff says them; "
-             "the time of a name whose count is unchanged may have changed)", ""]
+             "the time of a name whose count is unchanged may have changed)"]
+    for side in sides:  # a side read from damaged files is of what the import could read (analyze says it alike)
+        problems = side["import_problems"]
+        if problems:
+            more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
+            lines.append(f"Import problems in {side['label']}: {'; '.join(map(one_line, problems[:3]))}{more}. Its "
+                         "side is of what the import could read.")
+    lines.append("")
     shown = table if top <= 0 else table.head(top)
     headers = ["name", "category", "count c", "count t", "time c", "time t", "diff time", "diff count"]
     body = [[_short(r.name), str(r.category), f"{r.control_count:,}", f"{r.test_count:,}", format_ns(r.control_ns),
