@@ -48,3 +48,35 @@ def test_a_model_file_s_bad_workload_or_knee_batch_is_one_line_not_a_default(mod
     assert main(["model", "predict", str(bad), "--workers", "1,2"]) == 2
     line = _one_error(capsys)
     assert line.startswith(f"ddltrace: error: {bad}: ") and said in line, line
+
+
+def test_a_knee_under_one_worker_is_said_alike_by_fit_and_predict_with_no_made_up_value(tmp_path, capsys):
+    """QA: where the transfers alone outlast a worker's batch, w* = (b A - send) / c_u is at or below 0 and was
+    printed as exactly 1 worker with no note, while a slower worker (w* 0.03) printed 0.03: the knee ran backwards.
+    w* is now continuous; fit and predict both say 'w* < 1' and what it means; model.json's knee.w and predict
+    --json's are the formula's value."""
+    from test_fit_hashemi import EPOCHS, N_F, N_W, D, write_run
+
+    from ddltrace.models import hashemi
+
+    true = hashemi.Constants(c_p=1e-5, c_u=2e-3, r_m=1e-10, w_m=1e-10, r_net=1e-7)
+    wl = hashemi.Workload(d=D, b=64, n_f=N_F, n_w=N_W, epochs=EPOCHS)
+    w_star, cause = hashemi.knee(wl, true)
+    slower = hashemi.knee(wl, hashemi.Constants(**{**true.__dict__, "c_p": 1e-3}))[0]
+    assert w_star < 0 and cause == "server" and w_star < slower  # a slower worker moves the knee out, not in
+    stores = [str(write_run(tmp_path / f"w{w}", w, 64, EPOCHS * hashemi.t_phase(w, wl, true), 0.01))
+              for w in (1, 2, 4, 16)]
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps({"r_m": 1e-10, "w_m": 1e-10, "r_net": 1e-7}))
+    out = tmp_path / "model.json"
+    assert main(["model", "fit", *stores, "--dnn", "mlp-2-10k-2", "--profile", str(profile), "--out", str(out)]) == 0
+    said = "w* < 1: the server/network term is the larger already at one worker"
+    fitted = capsys.readouterr().out
+    assert "knee: w* < 1 worker" in fitted and said in fitted and "w* = 1 workers" not in fitted
+    knee_w = json.loads(out.read_text())["knee"]["w"]
+    assert knee_w < 0
+    assert main(["model", "predict", str(out), "--workers", "1,2,4"]) == 0
+    predicted = capsys.readouterr().out
+    assert "knee: w* < 1 worker (server)" in predicted and said in predicted
+    assert main(["model", "predict", str(out), "--workers", "1,2,4", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["knee"]["model"]["w"] == pytest.approx(knee_w)

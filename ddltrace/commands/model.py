@@ -295,16 +295,16 @@ def describe_fit(fit, job: str = "", held: dict | None = None) -> str:
     else:
         low, high = fit.knee_ci_
         interval = ("" if math.isnan(low) else
-                    f" [{100 * fit.confidence:.0f} %: {low:.3g} to {'no bound' if math.isinf(high) else f'{high:.3g}'}"
-                    f", the fitted constants drawn with their covariance]")
-        lines.append(f"\nknee: w* = {fit.knee_:.3g} workers{interval} ({fit.knee_cause_} term takes over) at batch "
+                    f" [{100 * fit.confidence:.0f} %: {_workers(low)} to "
+                    f"{'no bound' if math.isinf(high) else _workers(high)}, the fitted constants drawn with their "
+                    "covariance]")
+        lines.append(f"\nknee: {_knee_text(fit.knee_)}{interval} ({fit.knee_cause_} term takes over) at batch "
                      f"{fit.knee_batch_:g}")
-        if fit.knee_ < 1:  # (w* is continuous: under 1, that term is the larger from the first worker on)
-            lines.append(f"  w* is under 1 worker: the {fit.knee_cause_} term is the larger already at one worker, "
-                         "so adding workers does not shorten the phase")
+        if fit.knee_ < 1:
+            lines.append(f"  {_under_one(fit.knee_cause_)}")
         elif low < 1:
-            lines.append(f"  the interval's low end is under 1 worker: in those draws the {fit.knee_cause_} term is "
-                         "the larger already at one worker")
+            lines.append(f"  the interval's low end is under 1 worker: in those draws the {_term(fit.knee_cause_)} "
+                         "term is the larger already at one worker")
     lines.append(f"fit: rms relative error {format_percent(fit.rms_relative_error_)} over {fit.n_runs_} runs (of the "
                  "model's computation phase against each run's)")
     if len(fit.loo_):
@@ -361,6 +361,27 @@ def _on_profile(model: dict, source: str, profile_path: str, constants, wl, seri
     _, factors, notes = transfer.transfer(constants, wl, counts, fitted_on, on_b, serial=serial, runs=runs)
     return {"a": fitted_on, "b": on_b, "counts": counts, "factors": factors, "notes": notes,
             "server_split": transfer.server_split(constants.c_u, fitted_on, runs)}
+
+
+def _workers(w: float) -> str:
+    """A knee (workers) for the text: the formula's w* under 1 (it may be 0 or negative there) is '< 1'."""
+    return "< 1" if w < 1 else f"{w:.3g}"
+
+
+def _knee_text(w: float) -> str:
+    """'w* = 3.2 workers', or 'w* < 1 worker' (the formula's value is no worker count there)."""
+    return "w* < 1 worker" if w < 1 else f"w* = {w:.3g} workers"
+
+
+def _term(cause: str) -> str:
+    """The term a knee's cause names: Hashemi's T_net is the server's updates and the transfers together."""
+    return "floor" if cause == "floor" else "server/network"
+
+
+def _under_one(cause: str) -> str:
+    """What a knee under 1 worker means, said alike by model fit and model predict."""
+    return (f"w* < 1: the {_term(cause)} term is the larger already at one worker, so from the first worker on "
+            "each added worker gains less than its ideal share")
 
 
 def _knee(model: dict, wl, k, c_u_factor: float = 1.0) -> tuple[float, str, float | None]:
@@ -537,8 +558,8 @@ def _describe_knee_on_a(drawn: dict) -> str:
     if "why_not" in drawn:
         return f"  interval: not drawn: {drawn['why_not']}" if drawn["why_not"] != "no knee" else ""
     low, high = drawn["ci"]
-    return (f"  {100 * drawn['confidence']:.0f} % interval: {low:.3g} to "
-            f"{'no bound' if math.isinf(high) else f'{high:.3g}'} workers, over {drawn['draws']} draws of "
+    return (f"  {100 * drawn['confidence']:.0f} % interval: {_workers(low)} to "
+            f"{'no bound' if math.isinf(high) else _workers(high)} workers, over {drawn['draws']} draws of "
             f"{KNEE_ON_A_COVERS}")
 
 
@@ -994,10 +1015,12 @@ def run_predict(args) -> int:
         print(f"  {name}: {text}")
     names = {"model": "", "profile": " on B", "what_if": f" with {label}" + (" on B" if moved else "")}
     for name, (w_star, cause, at_least) in knees.items():
-        where = "none" if math.isinf(w_star) else f"w* = {w_star:.3g} workers ({cause})"
+        where = "none" if math.isinf(w_star) else f"{_knee_text(w_star)} ({cause})"
         if math.isinf(w_star) and at_least:
             where = f"w* >= {at_least:.3g} workers (no run shows the server's limit)"
         print(f"knee{names[name]}: {where}")
+        if w_star < 1:
+            print(f"  {_under_one(cause)}")
         if name in table.attrs["knee_intervals"] and _describe_knee_on_a(table.attrs["knee_intervals"][name]):
             print(_describe_knee_on_a(table.attrs["knee_intervals"][name]))
         if name == "profile":

@@ -283,7 +283,6 @@ def _knee_bounds(wl: Workload, k: Constants) -> tuple:
         message = None
         send_per_batch = 2 * k.r_net * wl.s * wl.n_w + 2 * k.lat_net
         w_server = divided(wl.b * per_sample - send_per_batch, k.c_u, math.inf)
-        w_server = pick(w_server <= 0, pick(k.c_u > 0, 1.0, math.inf), w_server)
     w_floor = divided(wl.d * per_sample, k.t_phase_min, math.inf)
     return w_server, w_floor, message
 
@@ -301,9 +300,10 @@ def knee(wl: Workload, k: Constants) -> tuple[float, str]:
     The server term overtakes the worker's compute where (d/b) c_u + (d/w)(2 r_net s n_w + lat_net)/b equals
     (d/w)(c_p + c_b/b + mem per sample): ``w* = (b A - (2 r_net s n_w + lat_net)) / c_u`` with A the worker's
     time per sample; the floor is reached at ``w = d A / T_phase_min``. Returns the smaller (:func:`w_star`), with
-    its cause ('server' or 'floor'); ``inf`` when neither ever binds. For the closed loop (``wl.serial``): the
-    saturation point ``(Z + S(1)) / S(inf)`` of :func:`server_service` ('server', or 'network' when a message takes
-    longer than the update).
+    its cause ('server' or 'floor'); ``inf`` when neither ever binds. w* is continuous: under 1 (0 or negative where
+    the transfers alone outlast the worker's batch) that term is the larger already at one worker. For the closed
+    loop (``wl.serial``): the saturation point ``(Z + S(1)) / S(inf)`` of :func:`server_service` ('server', or
+    'network' when a message takes longer than the update).
     """
     w_server, w_floor, message = _knee_bounds(wl, k)
     if math.isinf(w_server) and math.isinf(w_floor):
