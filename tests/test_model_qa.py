@@ -80,3 +80,31 @@ def test_a_knee_under_one_worker_is_said_alike_by_fit_and_predict_with_no_made_u
     assert "knee: w* < 1 worker (server)" in predicted and said in predicted
     assert main(["model", "predict", str(out), "--workers", "1,2,4", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["knee"]["model"]["w"] == pytest.approx(knee_w)
+
+
+def test_optimize_takes_the_compute_constants_at_the_dnn_s_precision(tmp_path, capsys):
+    """QA: optimize read C_muladd's f32 curve, C_act and C_err (the profile's defaults, aliases of the f32
+    constants) for a DNN in doubles, where model fit / predict take the _f64 ones: a profile whose f64 constants
+    and curves are ten times slower gave the same epoch. Now a DNN of 8 bytes per value takes the f64 siblings (its
+    compute ten times), one of 4 the f32 ones (unchanged)."""
+    def profile(f64: float) -> dict:
+        constants = {"C_nbw": {"value": 8e9, "unit": "bit/s"}, "C_ncost": {"value": 1e-5}}
+        curves = {}
+        for name, value in (("C_muladd_gemm", 1e-10), ("C_act_sigmoid_numpy", 2e-9), ("C_err_sigmoid_numpy", 3e-10)):
+            for suffix, times in (("_f32", 1.0), ("_f64", f64)):
+                constants[name + suffix] = {"value": value * times, "uncertainty": 0.01 * value * times}
+                curves[name + suffix] = {"points": [{"x": 1e3, "y": value * times}, {"x": 1e9, "y": value * times}]}
+            constants[name.split("_")[0] + "_" + name.split("_")[1]] = {
+                "value": value, "uncertainty": 0.01 * value, "alias_of": name + "_f32"}
+        return {"format": "ddltrace-hardware-profile", "machine": {"physical_cores": 1}, "constants": constants,
+                "curves": curves}
+
+    def compute(dnn: str, f64: float) -> float:
+        path = tmp_path / f"hw-{f64}.json"
+        path.write_text(json.dumps(profile(f64)))
+        assert main(["optimize", "--dnn", dnn, "--profile", str(path), "--machines", "2", "--config", "1/1/1",
+                     "--samples", "1000", "--json"]) == 0
+        return json.loads(capsys.readouterr().out)["ranked"][0]["compute_s"]
+
+    assert compute("mlp-2-10k-2", 10.0) == pytest.approx(10 * compute("mlp-2-10k-2", 1.0), rel=1e-9)
+    assert compute("mnist-adam", 10.0) == pytest.approx(compute("mnist-adam", 1.0), rel=1e-9)

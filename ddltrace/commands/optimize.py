@@ -16,7 +16,7 @@ import sys
 
 from ddltrace.errors import DdltraceError
 from ddltrace.models.dnn import load_dnn
-from ddltrace.models.quantities import load_json, parse_int_list, parse_what_if, profile_constants
+from ddltrace.models.quantities import load_json, parse_int_list, parse_what_if, precision_name, profile_constants
 from ddltrace.options import integer, positive
 from ddltrace.units import format_count, format_ns
 
@@ -75,22 +75,26 @@ def parse_config(text: str) -> tuple[int, int, int]:
     return values
 
 
-def _relative_uncertainty(profile: dict) -> dict[str, float]:
-    """Each constant's uncertainty over its value (one standard deviation), 0 where the profile gives none."""
+def _relative_uncertainty(profile: dict, bytes_per_value: int) -> dict[str, float]:
+    """Each constant's uncertainty over its value (one standard deviation), 0 where the profile gives none; the
+    compute constants' at the DNN's precision (``bytes_per_value``)."""
     table = profile.get("constants", profile) if isinstance(profile, dict) else {}
     out = {}
     for name, alias in UNCERTAIN.items():
-        entry = table.get(name, table.get(alias) if alias else None)
+        name_there = precision_name(table, name, bytes_per_value)
+        entry = table.get(name_there, table.get(alias) if alias else None)
         if isinstance(entry, dict) and entry.get("value"):
             out[name] = abs(float(entry.get("uncertainty") or 0.0) / float(entry["value"]))
     return out
 
 
-def _hardware(path: str, what_if: list[str]):
+def _hardware(path: str, what_if: list[str], bytes_per_value: int):
+    """Yan's constants of the profile at ``path``, the compute ones at the DNN's precision (``bytes_per_value``),
+    with the what-ifs made; and the profile as read."""
     from ddltrace.models import yan
 
     raw = load_json(path, "hardware profile")
-    hw = yan.Hardware.from_profile(profile_constants(raw, path), path)
+    hw = yan.Hardware.from_profile(profile_constants(raw, path, bytes_per_value), path)
     if what_if:
         changes = parse_what_if(what_if)
         cores = changes.get("cores")
@@ -121,7 +125,7 @@ def _intervals(dnn, hw, raw: dict, args, configs: list[tuple]) -> tuple[list, li
     """(low, high, share of draws fastest) of each configuration over the profile's uncertainties."""
     import numpy as np
 
-    rel = _relative_uncertainty(raw)
+    rel = _relative_uncertainty(raw, dnn.bytes_per_value)
     rng = np.random.default_rng(0)
     times = np.empty((DRAWS, len(configs)))
     for i in range(DRAWS):
@@ -137,7 +141,7 @@ def run(args) -> int:
     from ddltrace.models import yan
 
     dnn = load_dnn(args.dnn)
-    hw, raw = _hardware(args.profile, args.what_if)
+    hw, raw = _hardware(args.profile, args.what_if, dnn.bytes_per_value)
     threads = parse_int_list(args.threads, "--threads") if args.threads else None
     configs = [parse_config(c) for c in args.config] or None
     ranked = yan.optimise(dnn, hw, args.machines, N_sample=args.samples, N_read=args.read_every, threads=threads,
@@ -155,7 +159,7 @@ def run(args) -> int:
         row.update(t_epoch_low_s=lo, t_epoch_high_s=hi, fastest_share=share)
     baseline = None
     if args.baseline:
-        hw_a, _ = _hardware(args.baseline, [])
+        hw_a, _ = _hardware(args.baseline, [], dnn.bytes_per_value)
         for row, key in zip(shown, keys, strict=True):
             row["baseline_t_epoch_s"] = _one(dnn, hw_a, args, key)
         best_a = yan.optimise(dnn, hw_a, args.machines, N_sample=args.samples, N_read=args.read_every,

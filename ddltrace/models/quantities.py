@@ -154,7 +154,26 @@ def check_profile_format(profile: Mapping[str, Any], source: str) -> None:
         raise DdltraceError(f"{source}: hardware profile {problem}")
 
 
-def profile_constants(profile: Mapping[str, Any], source: str = "profile") -> dict[str, Any]:
+#: The compute constants calibrate measures in single and double precision; each names the one the models take by
+#: default (``alias_of``, e.g. ``C_muladd_gemm_f32``).
+PRECISION_CONSTANTS = ("C_muladd", "C_act", "C_err")
+
+
+def precision_name(table: Mapping[str, Any], name: str, bytes_per_value: float | None) -> str:
+    """The profile constant (and curve) that ``name`` stands for at the job's precision: for C_muladd, C_act and
+    C_err aliased to a calibrate constant ending ``_f32`` / ``_f64``, its sibling at ``bytes_per_value`` (4: f32,
+    8: f64) where the profile has it; else ``name`` (another precision, a hand-written profile, none given)."""
+    entry = table.get(name)
+    alias = entry.get("alias_of") if isinstance(entry, Mapping) else None
+    if (name not in PRECISION_CONSTANTS or not isinstance(alias, str) or alias[-4:] not in ("_f32", "_f64")
+            or bytes_per_value not in (4, 8)):
+        return name
+    sibling = alias[:-4] + ("_f32" if bytes_per_value == 4 else "_f64")
+    return sibling if sibling in table else name
+
+
+def profile_constants(profile: Mapping[str, Any], source: str = "profile",
+                      bytes_per_value: float | None = None) -> dict[str, Any]:
     """The constants of a hardware profile as plain numbers (or curves), keyed by the papers' names, in seconds,
     bytes and bytes per second.
 
@@ -162,8 +181,10 @@ def profile_constants(profile: Mapping[str, Any], source: str = "profile") -> di
     {"value", "uncertainty", "unit", ...}}, "curves": {name: {"points": [{"x", "y"}]}}, "machine": {...}}``):
     a constant in ``bit/s`` is turned into bytes per second; ``C_muladd`` becomes its curve against segment
     bytes (the curve of the constant it is an alias of) and ``C_interf`` the curve against H (``C_interf_cache``,
-    else ``C_interf_mem``); ``cores`` comes from the machine's physical cores. A hand-written profile may give
-    plain numbers at the top level or under ``"constants"``, and curves as lists of ``[x, y]`` pairs.
+    else ``C_interf_mem``); ``cores`` comes from the machine's physical cores. With ``bytes_per_value`` (the
+    DNN's precision) C_muladd, C_act and C_err are those measured at it (:func:`precision_name`: the f64 siblings
+    for 8). A hand-written profile may give plain numbers at the top level or under ``"constants"``, and curves as
+    lists of ``[x, y]`` pairs.
     """
     if not isinstance(profile, Mapping):
         raise DdltraceError(f"{source}: a hardware profile must be a JSON object")
@@ -191,7 +212,13 @@ def profile_constants(profile: Mapping[str, Any], source: str = "profile") -> di
             out[name] = float(value) / 8 if unit in ("bit/s", "b/s", "bps") else float(value)
         elif isinstance(value, list | Mapping):
             out[name] = value
+    for name in PRECISION_CONSTANTS:
+        measured = precision_name(table, name, bytes_per_value)
+        if measured != name and measured in out:
+            out[name] = out[measured]
     alias = table.get("C_muladd", {}).get("alias_of") if isinstance(table.get("C_muladd"), Mapping) else None
+    if precision_name(table, "C_muladd", bytes_per_value) != "C_muladd":
+        alias = precision_name(table, "C_muladd", bytes_per_value)
     for curve_name, key in ((alias, "C_muladd"), ("C_interf_cache", "C_interf"), ("C_interf_mem", "C_interf")):
         curve = curves.get(curve_name) if curve_name else None
         if curve is None or isinstance(out.get(key), list):  # no such curve, or a curve is already there
