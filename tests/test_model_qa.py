@@ -108,3 +108,35 @@ def test_optimize_takes_the_compute_constants_at_the_dnn_s_precision(tmp_path, c
 
     assert compute("mlp-2-10k-2", 10.0) == pytest.approx(10 * compute("mlp-2-10k-2", 1.0), rel=1e-9)
     assert compute("mnist-adam", 10.0) == pytest.approx(compute("mnist-adam", 1.0), rel=1e-9)
+
+
+def test_a_profile_with_the_bandwidth_but_no_r_net_gives_r_net_from_it(series, tmp_path, capsys):  # noqa: F811
+    """QA: a profile with C_nbw and no r_net gave optimize and plan B's network (1 / C_nbw), while model predict
+    --profile kept A's r_net ("B's profile has no r_net; the model's ... is kept") and model fit held it at 0. Now
+    r_net = 1 / C_nbw (8 / C_nbw in bit/s) with C_nbw's relative uncertainty: B without r_net predicts as B."""
+    a = json.loads((series / "profile.json").read_text())
+    b = json.loads(json.dumps(a))
+    b["constants"]["r_net"].update(value=3e-9, uncertainty=3e-10)
+    b["constants"]["C_nbw"].update(value=8 / 3e-9, uncertainty=0.1 * 8 / 3e-9)
+    b_path, bare = tmp_path / "B.json", tmp_path / "B-no-r_net.json"
+    b_path.write_text(json.dumps(b))
+    del b["constants"]["r_net"]
+    bare.write_text(json.dumps(b))
+    model = tmp_path / "model.json"
+    stores = [str(series / f"run-b64-w{w}") for w in (1, 2, 4, 16)]
+    assert main(["model", "fit", *stores, "--dnn", "mlp-2-10k-2", "--profile", str(series / "profile.json"),
+                 "--out", str(model)]) == 0
+    capsys.readouterr()
+    rows = []
+    for profile in (b_path, bare):
+        assert main(["model", "predict", str(model), "--workers", "1,4,16", "--profile", str(profile), "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert not any("r_net" in note for note in out["transfer"]["notes"]), out["transfer"]["notes"]
+        rows.append([r[key] for r in out["rows"] for key in ("profile_s", "profile_low_s", "profile_high_s")])
+    assert rows[1] == pytest.approx(rows[0], rel=1e-9)
+    refit = tmp_path / "refit.json"
+    assert main(["model", "fit", *stores, "--dnn", "mlp-2-10k-2", "--profile", str(bare), "--out", str(refit)]) == 0
+    assert "network term" not in capsys.readouterr().out
+    r_net = json.loads(refit.read_text())["constants"]["r_net"]
+    assert r_net["source"] == "profile" and r_net["value"] == pytest.approx(3e-9)
+    assert r_net["uncertainty"] == pytest.approx(3e-10)

@@ -181,7 +181,8 @@ def profile_constants(profile: Mapping[str, Any], source: str = "profile",
     {"value", "uncertainty", "unit", ...}}, "curves": {name: {"points": [{"x", "y"}]}}, "machine": {...}}``):
     a constant in ``bit/s`` is turned into bytes per second; ``C_muladd`` becomes its curve against segment
     bytes (the curve of the constant it is an alias of) and ``C_interf`` the curve against H (``C_interf_cache``,
-    else ``C_interf_mem``); ``cores`` comes from the machine's physical cores. With ``bytes_per_value`` (the
+    else ``C_interf_mem``); ``cores`` comes from the machine's physical cores; r_net, where the profile gives only
+    C_nbw, is ``1 / C_nbw`` (seconds per byte: 8 / C_nbw in bit/s). With ``bytes_per_value`` (the
     DNN's precision) C_muladd, C_act and C_err are those measured at it (:func:`precision_name`: the f64 siblings
     for 8). A hand-written profile may give plain numbers at the top level or under ``"constants"``, and curves as
     lists of ``[x, y]`` pairs.
@@ -235,6 +236,8 @@ def profile_constants(profile: Mapping[str, Any], source: str = "profile",
             points.insert(0, [1.0, 1.0])
         if points:
             out[key] = points
+    if "r_net" not in out and out.get("C_nbw", 0) > 0:  # (a profile with the bandwidth alone: Yan's C_nbw)
+        out["r_net"] = 1.0 / out["C_nbw"]
     machine = profile.get("machine") if isinstance(profile.get("machine"), Mapping) else {}
     if "cores" not in out and (machine.get("physical_cores") or machine.get("logical_cpus")):
         out["cores"] = float(machine.get("physical_cores") or machine.get("logical_cpus"))

@@ -34,7 +34,7 @@ import numpy as np
 from ddltrace.errors import DdltraceError
 from ddltrace.models import hashemi
 from ddltrace.models.hashemi import Constants, Workload
-from ddltrace.models.quantities import check_profile_format
+from ddltrace.models.quantities import check_profile_format, profile_constants
 from ddltrace.units import format_count
 
 #: The feed-forward constants (seconds per multiply-add, per neuron): curves against segment bytes.
@@ -127,7 +127,8 @@ def profile_record(profile: Any, source: str, s: float) -> dict:
     """What the transfer needs from a hardware profile (``ddltrace calibrate``'s, or hand-written), kept in the
     model: ``{"source", "machine", "constants": {name: {"value", "uncertainty"}}, "curves": {name: {"curve",
     "points"}}}`` for C_muladd, C_act, C_err (their curves at the job's precision: ``s`` bytes per value picks
-    the ``_f32`` / ``_f64`` sibling of the curve the constant is an alias of) and r_m, w_m, r_net, lat_net, r_d."""
+    the ``_f32`` / ``_f64`` sibling of the curve the constant is an alias of) and r_m, w_m, r_net, lat_net, r_d
+    (r_net, where the profile gives only C_nbw, ``1 / C_nbw`` with its relative uncertainty, first order)."""
     if not isinstance(profile, Mapping):
         raise DdltraceError(f"{source}: a hardware profile must be a JSON object")
     check_profile_format(profile, source)
@@ -160,6 +161,12 @@ def profile_record(profile: Any, source: str, s: float) -> dict:
             chosen = wanted if wanted in curves else (alias if alias in curves else None)
             if chosen:
                 record["curves"][name] = {"curve": chosen, "raw": curves[chosen]}
+    if "r_net" not in record["constants"] and table.get("C_nbw") is not None:  # the bandwidth alone: 1 / C_nbw
+        entry = table["C_nbw"] if isinstance(table["C_nbw"], Mapping) else {"value": table["C_nbw"]}
+        relative = (_number(entry.get("uncertainty", 0.0), f"{source}: C_nbw's uncertainty", zero=True)
+                    / _constant(entry.get("value"), f"{source}: constant C_nbw", "C_nbw"))
+        value = profile_constants(profile, source)["C_nbw"]  # bytes per second, whatever unit the profile gave
+        record["constants"]["r_net"] = {"value": 1.0 / value, "uncertainty": relative / value}
     # curves whose points carry their runs' CPU share become seconds of CPU per operation (the core's speed), with
     # calibrate's own share of a core divided out: only when all of the job's compute curves do
     timed = [name for name in CPU if name in record["constants"]]
