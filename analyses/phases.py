@@ -194,17 +194,21 @@ def _marked(marked: pd.DataFrame) -> tuple[pd.DataFrame, tuple[str, ...]]:
     """The marked steps (columns step, start, end; ns; in order of start) from the rows that carry a step number,
     and notes. A step's rows on one device form one span; the spans of its devices that overlap or nearly (the gap
     after the ones before no longer than the longest of them) are one step, as the devices of a data-parallel step
-    run it together. Spans further apart are taken as a step of each (the TF2 multi-worker XPlane's step 0 ran on
-    gpu:4 and, 628 ms later, on gpu:6, about 20 ms each: one step over both read 669 ms), and a note says so."""
+    run it together. Device spans further apart are taken as a step of each (the TF2 multi-worker XPlane's step 0
+    ran on gpu:4 and, 628 ms later, on gpu:6, about 20 ms each: one step over both read 669 ms), and a note says so;
+    the host's rows of the step join its first (a device runs its host's step later, by as many steps as its queue
+    holds: that is no step apart)."""
     spans = pd.DataFrame({"step": marked["step"].astype("int64"), "device": _device_of(marked["lane"]),
                           "start": marked["start_ns"], "end": marked["start_ns"] + marked["dur_ns"]}) \
-        .groupby(["step", "device"], sort=False).agg(start=("start", "min"), end=("end", "max")).reset_index() \
-        .sort_values(["step", "start"], kind="stable").reset_index(drop=True)
-    by_step = spans.groupby("step", sort=False)
-    reach = by_step["end"].cummax().groupby(spans["step"]).shift()  # the latest end of the step's spans before
-    longest = (spans["end"] - spans["start"]).groupby(spans["step"]).cummax()
-    apart = (spans["start"] - reach > longest).fillna(False)
-    spans["part"] = apart.astype("int64").groupby(spans["step"]).cumsum()
+        .groupby(["step", "device"], sort=False).agg(start=("start", "min"), end=("end", "max")).reset_index()
+    on_host = spans["device"] == "host"
+    devices = spans[~on_host].sort_values(["step", "start"], kind="stable")
+    reach = devices.groupby("step", sort=False)["end"].cummax().groupby(devices["step"]).shift()  # the ends before
+    longest = (devices["end"] - devices["start"]).groupby(devices["step"]).cummax()
+    apart = (devices["start"] - reach > longest).fillna(False)
+    spans["part"] = 0
+    spans.loc[devices.index, "part"] = apart.astype("int64").groupby(devices["step"]).cumsum()
+    spans = spans.sort_values(["step", "part", "start"], kind="stable")
     steps = spans.groupby(["step", "part"], sort=False).agg(start=("start", "min"), end=("end", "max"),
                                                             devices=("device", ", ".join)).reset_index()
     notes = []

@@ -96,6 +96,22 @@ def test_a_marked_step_is_one_across_devices_that_run_it_together_and_one_per_de
     assert (p.init_end_ns, p.steady_end_ns) == (0, 62_500)
 
 
+def test_a_device_that_runs_its_hosts_step_late_is_no_step_apart():
+    """A device whose queue is deep runs step N's kernels long after the host marked it (here 350 us after a 50 us
+    host step): the host and its device are one step, never split as two devices that ran it apart are."""
+    rows = []
+    for step in range(3):
+        t = step * 60_000
+        rows += [{"rank": 0, "name": "ProfilerStep", "category": "other", "lane": "host:cpu/main", "start_ns": t,
+                  "dur_ns": 50_000, "step": step},
+                 {"rank": 0, "name": "k", "category": "compute", "lane": "gpu:0/stream:7", "start_ns": t + 400_000,
+                  "dur_ns": 50_000, "step": step}]
+    p = segment_rank(make_timeline(rows))
+    assert p.steps["step"].tolist() == [0, 1, 2] and p.notes == ()
+    assert p.steps["start_ns"].tolist() == [0, 60_000, 120_000]
+    assert p.steps["end_ns"].tolist() == [60_000, 120_000, 570_000]  # each cut at the next step's start
+
+
 def test_without_a_pattern_mpi_init_and_finalize_bound_the_steady_state():
     rows = [{"rank": 2, "name": "MPI_Init", "category": "other", "start_ns": 50, "dur_ns": 100},
             {"rank": 2, "name": "work", "category": "compute", "start_ns": 200, "dur_ns": 700},
