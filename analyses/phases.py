@@ -184,10 +184,13 @@ def _until_next(start: pd.Series, end: pd.Series) -> np.ndarray:
     return cut
 
 
-def _device_of(lanes: pd.Series) -> pd.Series:
-    """The device of each lane (``gpu:4`` of ``gpu:4/stream:7``), "host" for a host lane."""
-    head = lanes.astype(str).str.split("/", n=1).str[0]
-    return head.where(head.str.match(r"(?:gpu|device|tpu|xpu):"), "host")
+def _device_of(lanes: pd.Series) -> np.ndarray:
+    """The device of each row's lane (``gpu:4`` of ``gpu:4/stream:7``), "host" for a host lane; worked out once
+    per distinct lane."""
+    codes, names = pd.factorize(lanes.astype(str), use_na_sentinel=False)
+    head = pd.Series(names, dtype=object).str.split("/", n=1).str[0]
+    devices = head.where(head.str.match(r"(?:gpu|device|tpu|xpu):"), "host").to_numpy(dtype=object)
+    return devices[codes]
 
 
 def _marked(marked: pd.DataFrame) -> tuple[pd.DataFrame, tuple[str, ...]]:
