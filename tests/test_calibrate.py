@@ -285,3 +285,25 @@ def test_quiet_leaves_stderr_empty_and_the_summary_on_stdout(tmp_path, capsys):
     captured = capsys.readouterr()
     assert captured.err == "" and "profile written to" in captured.out
     assert "r_m" in json.loads(out.read_text())["constants"]
+
+
+def test_compare_s_legend_states_the_rule_its_verdicts_follow(tmp_path, capsys):
+    """QA: the legend said "'differs': |B - A| above twice the two in quadrature" while the verdict compares |ln(B /
+    A)| with twice the relative uncertainties in quadrature. r_m 100 ps/B ± 1 % against 150 ps/B ± 20 %: |B - A| =
+    50 ps is under twice 30 ps, |ln 1.5| = 0.405 over twice 0.2: 'differs', as the legend now says. And a fitted
+    model given as B is named as one, as optimize and model predict name it."""
+    pa, pb = _two_profiles(tmp_path, 1.5e-10)
+    b = prof.load(pb)
+    prof.add_constant(b, "r_m", 1.5e-10, 3e-11, "s/B", "memory read time per byte")
+    prof.save(b, pb)
+    assert main(["calibrate", "--compare", str(pa), str(pb)]) == 0
+    text = capsys.readouterr().out
+    row = next(line for line in text.splitlines() if line.startswith("r_m"))
+    assert row.endswith("differs")
+    assert math.log(1.5) > 2 * math.hypot(0.01, 0.2) and 5e-11 < 2 * math.hypot(1e-12, 3e-11)  # the two rules part
+    assert "'differs': |ln(B / A)| above twice the two relative uncertainties in quadrature" in text
+    model = tmp_path / "model.json"
+    model.write_text(json.dumps({"model": "hashemi-asgd", "constants": {}, "workload": {}}))
+    assert main(["calibrate", "--compare", str(pa), str(model)]) == 2
+    expected = f"ddltrace: error: {model}: a fitted model ('ddltrace model fit --out'), not a hardware profile"
+    assert capsys.readouterr().err.strip() == expected + " (written by 'ddltrace calibrate')"

@@ -22,7 +22,8 @@ import os
 from pathlib import Path
 
 from ddltrace.errors import DdltraceError
-from ddltrace.models.quantities import PROFILE_FORMAT, PROFILE_FORMAT_VERSION, format_version_problem
+from ddltrace.models.quantities import (PROFILE_FORMAT, PROFILE_FORMAT_VERSION, check_profile_format,
+                                        format_version_problem)
 
 FORMAT, FORMAT_VERSION = PROFILE_FORMAT, PROFILE_FORMAT_VERSION
 
@@ -114,6 +115,8 @@ def load(path: str | os.PathLike) -> dict:
         raise DdltraceError(f"{path}: not a readable JSON profile ({exc})") from exc
     if not isinstance(profile, dict):
         raise DdltraceError(f"{path}: not a ddltrace hardware profile")
+    if profile.get("model") == "hashemi-asgd":  # model fit's output: said as optimize and model predict say it
+        check_profile_format(profile, str(path))
     bad = problems(profile)
     if bad:
         raise DdltraceError(f"{path}: invalid hardware profile: " + "; ".join(bad[:5]))

@@ -87,8 +87,9 @@ def run(args) -> int:
         print(f"B: {args.compare[1]} ({b['machine'].get('hostname')}, {b['machine'].get('cpu_model')}, "
               f"{b['created_utc']})")
         print(prof.table(prof.compare(a, b), prof.COMPARE_HEADER))
-        print("± A, ± B: one standard uncertainty each, relative; 'differs': |B - A| above twice the two in "
-              "quadrature")
+        print("± A, ± B: one standard uncertainty each, relative; 'differs': |ln(B / A)| above twice the two "
+              "relative uncertainties in quadrature (where A or B is 0: |B - A| above twice the two uncertainties in "
+              "quadrature)")
         return 0
     from ddltrace.outputs import json_with_keys, refuse_other_file
 
