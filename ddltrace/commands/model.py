@@ -1033,11 +1033,14 @@ def run_predict(args) -> int:
         print(f"best worker count on B: {best} (the fewest of those asked within "
               f"{100 * BEST_TOLERANCE:.0f} % of the fastest predicted phase)")
         past = table.attrs["transfer"]["best_past_knee"]
-        if past and past["best_w"] > past["from_w"]:
+        if past:
+            falls = (f"{_seconds(past['from_s'])} at w = {past['from_w']}, {_seconds(past['best_s'])} at w = "
+                     f"{past['best_w']} ({100 * (past['best_s'] - past['from_s']) / past['from_s']:+.0f} %)"
+                     if past["best_w"] > past["from_w"] else
+                     f"{_seconds(past['best_s'])} at w = {past['best_w']}, the first count asked past the knee, is "
+                     f"within {100 * BEST_TOLERANCE:.0f} % of the fastest")
             print(f"  past the knee on B (w* = {past['knee_w']:.3g}) each added worker gains less than half of its "
-                  f"ideal share, but the phase still falls: {_seconds(past['from_s'])} at w = {past['from_w']}, "
-                  f"{_seconds(past['best_s'])} at w = {past['best_w']} "
-                  f"({100 * (past['best_s'] - past['from_s']) / past['from_s']:+.0f} %)")
+                  f"ideal share, but the phase still falls: {falls}")
         print("\n".join(_describe_transfer(table)))
     if init is not None and "missing" in init:
         print(f"initialisation on B: not predicted: {init['missing']}")
