@@ -259,8 +259,9 @@ def scan_rank(store_path: str, windows: dict[str, tuple[int, int]], span: tuple[
                 .astype(np.int8) for key, (a, b) in windows.items()}
     # a stream's annotation spans are copies of the host's region marks, not calls of their own (docs/ANALYSES.md)
     calls = frame[~annotation_lanes(frame["lane"])]
-    side = np.where(device_lanes(calls["lane"]), "device", "host")  # a kernel's launch may bear its name (XPlane)
-    totals = calls.groupby([calls["name"], calls["category"], side], observed=True)["dur_ns"].agg(["count", "sum"])
+    # a host's launch may bear its kernel's or copy's name (XPlane): a name's host rows and device rows apart
+    on_device = pd.Series(device_lanes(calls["lane"]), index=calls.index, name="on_device")
+    totals = calls.groupby([calls["name"], calls["category"], on_device], observed=True)["dur_ns"].agg(["count", "sum"])
     return rank, rows, totals
 
 
@@ -285,9 +286,9 @@ def scan(run, limit: int = 15, mapper=map) -> tuple[dict[str, dict[int, np.ndarr
         rank, rows, grouped = result
         for key, row in rows.items():
             pixels[key][rank] = row
-        for (name, category, side), count, total in zip(grouped.index, grouped["count"], grouped["sum"],
-                                                        strict=True):
-            entry = totals.setdefault((name, str(category), side), [0, 0])
+        for (name, category, on_device), count, total in zip(grouped.index, grouped["count"], grouped["sum"],
+                                                             strict=True):
+            entry = totals.setdefault((name, str(category), "device" if on_device else "host"), [0, 0])
             entry[0] += int(count)
             entry[1] += int(total)
     rows = sorted(((n, c, w, k, t) for (n, c, w), (k, t) in totals.items()), key=lambda r: -r[4])[:limit]
