@@ -164,3 +164,17 @@ def test_the_best_count_past_the_knee_on_b_is_explained_when_it_is_the_first_pas
     assert main(predict) == 0
     text = capsys.readouterr().out
     assert f"past the knee on B (w* = {past['knee_w']:.3g})" in text and "at w = 16, the first count asked" in text
+
+
+def test_a_what_if_or_bytes_per_value_outside_its_domain_is_refused(model_file, series, capsys):  # noqa: F811
+    """QA: --what-if net_duplex=2 was taken (a share from 0 to 1: past 2 the server's t (1 - net_duplex / 2) turns
+    negative), and model fit --bytes-per-value 3 too, where a DNN description allows 1, 2, 4 or 8 bytes."""
+    for change in ("net_duplex=2", "net_duplex=1.01"):
+        assert main(["model", "predict", str(model_file), "--workers", "1,2", "--what-if", change]) == 2
+        assert _one_error(capsys).startswith(f"ddltrace: error: --what-if {change}: net_duplex is a share from 0 to 1")
+    assert main(["model", "predict", str(model_file), "--workers", "1,2", "--what-if", "net_duplex=1"]) == 0
+    capsys.readouterr()
+    stores = [str(series / f"run-b64-w{w}") for w in (1, 2, 4)]
+    assert main(["model", "fit", *stores, "--bytes-per-value", "3"]) == 2
+    assert _one_error(capsys) == ("ddltrace: error: --bytes-per-value 3: give one of 1, 2, 4, 8 (bytes of a value, "
+                                  "as in a DNN description)")

@@ -166,9 +166,12 @@ def _measurements(args) -> tuple[pd.DataFrame, str]:
 
 
 def run_fit(args) -> int:
-    from ddltrace.analyses.fit_hashemi import PROFILE_CONSTANTS, HashemiFit
+    from ddltrace.analyses.fit_hashemi import BYTES_PER_VALUE, PROFILE_CONSTANTS, HashemiFit
     from ddltrace.models import init_transfer, transfer
 
+    if args.bytes_per_value is not None and args.bytes_per_value not in BYTES_PER_VALUE:
+        raise DdltraceError(f"--bytes-per-value {args.bytes_per_value:g}: give one of "
+                            f"{', '.join(map(str, BYTES_PER_VALUE))} (bytes of a value, as in a DNN description)")
     if args.cpu_shares and not args.serial_comm:
         raise DdltraceError("--cpu-shares: only with --serial-comm (the closed loop, whose workers poll while they "
                             "wait)")
@@ -685,6 +688,10 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
             where = "on B" if moved else f"in {source}" + (f" ({source_of})" if source_of else "")
             raise DdltraceError(f"--what-if {name}={factor:g}x: {name} is 0 {where}, so a factor changes nothing; "
                                 f"give a value instead ({name}=VALUE, in {hashemi.UNITS[name]})")
+        value = factor if how == "set" else getattr(base, name) * factor
+        if name in transfer.TAKEN and value > 1:  # a share: t (1 - net_duplex / 2) would turn negative past 2
+            raise DdltraceError(f"--what-if {name}={factor:g}{'x' if how == 'scale' else ''}: {name} is a share "
+                                f"from 0 to 1, this gives {value:.3g}")
     knees = {"model": knee_on_a()}
     if moved:
         at_least = None
