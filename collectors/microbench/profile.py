@@ -22,8 +22,12 @@ import os
 from pathlib import Path
 
 from ddltrace.errors import DdltraceError
-from ddltrace.models.quantities import (PROFILE_FORMAT, PROFILE_FORMAT_VERSION, check_profile_format,
-                                        format_version_problem)
+from ddltrace.models.quantities import (
+    PROFILE_FORMAT,
+    PROFILE_FORMAT_VERSION,
+    check_profile_format,
+    format_version_problem,
+)
 
 FORMAT, FORMAT_VERSION = PROFILE_FORMAT, PROFILE_FORMAT_VERSION
 
