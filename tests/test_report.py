@@ -182,6 +182,14 @@ def test_report_draws_a_fitted_model_beside_the_series(tmp_path, capsys):
     (tmp_path / "bad.json").write_text("[1, 2]")
     assert main(["report", *stores, "--model", str(tmp_path / "bad.json"), "--out", str(tmp_path / "r2")]) == 2
     assert "bad.json: not a model" in capsys.readouterr().err
+    # a model whose knee is under one worker (model.json holds the formula's w*, 0 or less too): no line at w* < 1
+    model = json.loads((tmp_path / "model.json").read_text())
+    model["knee"]["w"] = -0.03
+    (tmp_path / "under.json").write_text(json.dumps(model))
+    assert main(["report", *stores, "--model", str(tmp_path / "under.json"), "--out", str(tmp_path / "r3"),
+                 "--quiet"]) == 0
+    text = (tmp_path / "r3" / "report.html").read_text()
+    assert "the knee w* is under 1 worker" in text and "with the knee w* where the server saturates" not in text
 
 
 # -- issue 18 item 3, on the demo's own input -------------------------------------------------------------------

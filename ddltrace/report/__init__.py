@@ -555,14 +555,17 @@ def _series_figures(runs: list, findings: list, model: str | None = None) -> tup
     curve = None
     if model:
         curve, model_knee = _model_curve(model, series)
-        knee = model_knee or knee
+        knee = model_knee if model_knee is not None else knee
+    under_one = knee is not None and knee < 1  # (model.json's w* may be the formula's 0 or less: no line to draw)
     out = [Figure("scaling", "Phase times against workers",
                   "MPI start-up (first event to the end of MPI_Init), the job's own initialisation (from there to "
                   "the first step), steady state and the whole run against workers, medians over the workers "
                   "(Hashemi et al., figure 9)"
                   + (", the steady state beside the fitted model (dashed)" if curve is not None else "")
-                  + (", with the knee w* where the server saturates" if knee else "") + ".",
-                  figures.png_bytes(figures.scaling_figure(series, knee, curve)))]
+                  + (", with the knee w* where the server saturates" if knee and not under_one else "")
+                  + ("; the knee w* is under 1 worker (the server or network term the larger from the first worker "
+                     "on), so no knee line" if under_one else "") + ".",
+                  figures.png_bytes(figures.scaling_figure(series, None if under_one else knee, curve)))]
     r_o = float(series["overhead_ratio"].iloc[0])
     if r_o == r_o:
         out.append(Figure("efficiency", "Parallel efficiency",
