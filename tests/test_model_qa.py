@@ -178,3 +178,17 @@ def test_a_what_if_or_bytes_per_value_outside_its_domain_is_refused(model_file, 
     assert main(["model", "fit", *stores, "--bytes-per-value", "3"]) == 2
     assert _one_error(capsys) == ("ddltrace: error: --bytes-per-value 3: give one of 1, 2, 4, 8 (bytes of a value, "
                                   "as in a DNN description)")
+
+
+def test_the_contention_term_adds_nothing_at_one_worker_where_the_knee_is_under_one():
+    """kappa (w - w*) past the knee: with w* under one worker (the formula's own, no longer clipped to 1) it would
+    add kappa (1 - w*) at w = 1, where one worker contends with no other; it counts from one worker there."""
+    from ddltrace.models import hashemi
+
+    wl = hashemi.Workload(d=4096, b=64, n_w=40_000)
+    k = hashemi.Constants(c_p=1e-6, c_u=5e-3, r_net=4e-8, kappa=0.5)
+    assert hashemi.w_star(wl, k) < 1
+    plain = hashemi.t_phase(1, wl, hashemi.Constants(c_p=1e-6, c_u=5e-3, r_net=4e-8))
+    assert hashemi.t_phase(1, wl, k) == plain
+    assert hashemi.t_phase(3, wl, k) == pytest.approx(
+        hashemi.t_phase(3, wl, hashemi.Constants(c_p=1e-6, c_u=5e-3, r_net=4e-8)) * (1 + 0.5 * 2))

@@ -318,6 +318,12 @@ def _serial_phase(w: float, wl: Workload, k: Constants):
     return np.maximum(wl.d / wl.b * serial_cycle(w, wl, k) / float(w), k.t_phase_min)
 
 
+def _contended_from(wl: Workload, k: Constants):
+    """The worker count from which the contention extension adds: w*, or 1 where w* is under one worker (one worker
+    contends with no other)."""
+    return np.maximum(w_star(wl, k), 1.0)
+
+
 def t_phase(w, wl: Workload, k: Constants):
     """Seconds of one pass over the data (the computation phase, one epoch) on w workers, with the floor and, when
     ``kappa > 0``, the contention extension past the knee: at a number w (a float), at an array of w (an array), or
@@ -330,10 +336,10 @@ def t_phase(w, wl: Workload, k: Constants):
         base = np.maximum(np.maximum(terms["net"], terms["worker"]), terms["floor"])
     if isinstance(k.kappa, np.ndarray):  # draws: the extension only in those with kappa > 0
         if np.any(k.kappa > 0):
-            contended = base * (1 + k.kappa * np.maximum(0.0, np.asarray(w, dtype=float) - w_star(wl, k)))
+            contended = base * (1 + k.kappa * np.maximum(0.0, np.asarray(w, dtype=float) - _contended_from(wl, k)))
             base = np.where(k.kappa > 0, contended, base)
     elif k.kappa > 0:
-        base = base * (1 + k.kappa * np.maximum(0.0, np.asarray(w, dtype=float) - w_star(wl, k)))
+        base = base * (1 + k.kappa * np.maximum(0.0, np.asarray(w, dtype=float) - _contended_from(wl, k)))
     return _plain(base)
 
 
