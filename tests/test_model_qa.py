@@ -192,3 +192,22 @@ def test_the_contention_term_adds_nothing_at_one_worker_where_the_knee_is_under_
     assert hashemi.t_phase(1, wl, k) == plain
     assert hashemi.t_phase(3, wl, k) == pytest.approx(
         hashemi.t_phase(3, wl, hashemi.Constants(c_p=1e-6, c_u=5e-3, r_net=4e-8)) * (1 + 0.5 * 2))
+
+
+def test_the_servers_busy_time_split_is_a_fit_that_was_made():
+    """busy per update = cpu / share + rest over A's runs: where least squares gives a negative rest, the line is fit
+    again through the origin (QA: the net B's runs printed 'server busy 0.96 ms / share + 0 ms', the slope of the
+    fit whose rest was -0.99 ms, with the rest clipped: it said 0.96 ms at w = 1 where the run measured 0.125 ms)."""
+    import numpy as np
+
+    from ddltrace.models import transfer
+
+    points = [(1, 1.0, 0.125e-3), (2, 1 / 1.633, 0.3315e-3), (4, 1 / 2.609, 1.616e-3)]  # (w, share, busy per update)
+    runs = [{"w": w, "cpu_share": share, "d": 4096, "b": 64, "server_busy_s": busy * 64} for w, share, busy in points]
+    got = transfer.server_measured({}, runs)
+    x = np.array([1 / s for _, s, _ in points])
+    y = np.array([b for _, _, b in points])
+    assert np.polyfit(x, y, 1)[1] < 0  # the unconstrained rest
+    slope = float(x @ y / (x @ x))
+    assert got["how"] == f"server busy {1e3 * slope:.3g} ms / share + 0 ms per update over 3 runs"
+    assert got["cpu_fraction"] == 1.0 and got["busy_s"] == pytest.approx(0.3315e-3)

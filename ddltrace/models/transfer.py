@@ -514,8 +514,9 @@ def server_measured(a: Mapping, runs: Sequence[Mapping]) -> dict:
     the share of it that is CPU (``cpu_fraction``, and ``how`` it was found).
 
     The CPU fraction comes from how the server's busy time per update grew as the ranks' share of a core fell
-    across A's runs: busy = cpu / share + rest (least squares over the runs); a sleep or a wait on a device does
-    not grow. Without two runs at shares 20 % apart, all of it is taken for CPU."""
+    across A's runs: busy = cpu / share + rest (least squares over the runs; where the rest comes out negative, the
+    fit through the origin, rest 0); a sleep or a wait on a device does not grow. Without two runs at shares 20 %
+    apart, all of it is taken for CPU."""
     per_update, inverse = [], []
     for r in runs:
         if not (is_finite(r.get("server_busy_s")) and is_finite(r.get("d")) and is_finite(r.get("b"))):
@@ -530,6 +531,8 @@ def server_measured(a: Mapping, runs: Sequence[Mapping]) -> dict:
     ok = np.isfinite(x)
     if ok.sum() >= 2 and x[ok].max() >= 1.2 * x[ok].min():
         slope, intercept = np.polyfit(x[ok], y[ok], 1)
+        if intercept < 0:  # no time per update is negative: the fit again with none beside the CPU's
+            slope, intercept = float(x[ok] @ y[ok]) / float(x[ok] @ x[ok]), 0.0
         cpu, off = max(0.0, float(slope)), max(0.0, float(intercept))
         fraction = cpu / (cpu + off) if cpu + off > 0 else 1.0
         how = (f"server busy {1e3 * cpu:.3g} ms / share + {1e3 * off:.3g} ms per update over {int(ok.sum())} runs")
