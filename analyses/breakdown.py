@@ -11,8 +11,10 @@ Every nanosecond of a rank, from its first event to its last, gets exactly one c
   holds others (not a leaf op) is not computing while another host thread of the rank is in a collective, a wait
   or a barrier: it is blocked in the collective a host backend (gloo) runs on its own threads
   (:mod:`~ddltrace.analyses.segments`);
-* time no row covers is **compute** on a rank whose rows are all MPI calls (a PMPI trace: computation is what
-  happens between calls, as IPM counts it) and **idle** on a rank that records its computation explicitly.
+* time no row covers is **compute** on a rank whose rows are all MPI calls (a PMPI, Score-P or IPM trace of MPI
+  alone: computation is what happens between calls, as IPM counts it) and **idle** elsewhere: on a rank that
+  records its computation explicitly, and on one whose rows say nothing of it (a host's runtime API calls alone,
+  a Chrome trace of some operators: until 2026-11-26 their gaps were compute, 66 % of a rocprofv3 host).
 
 A rank with a device (lanes named ``gpu:<n>/...`` and the like, see :func:`device_lanes`) is also broken down
 over its host lanes alone and over its device lanes alone (a stream's annotation lanes, :func:`annotation_lanes`,
@@ -39,6 +41,7 @@ from ddltrace.analyses.segments import (  # noqa: F401  (the lane rules, also re
     is_annotation_lane,
     is_device_lane,
     lane_flags,
+    untraced_gap,
 )
 from ddltrace.timeline import CATEGORIES, category_codes
 
@@ -71,10 +74,14 @@ def host_lanes(lanes: pd.Series) -> np.ndarray:
 
 def classify(timeline: pd.DataFrame, cuts, gap: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """:func:`~ddltrace.analyses.segments.classify_rows` of a timeline's rows: the span of ``cuts`` in segments
-    (``edges``, ns) and the category of each (``codes``, index into CATEGORIES)."""
+    (``edges``, ns) and the category of each (``codes``, index into CATEGORIES). ``gap``: the category of time no
+    row covers; None: :func:`~ddltrace.analyses.segments.untraced_gap` of the rows."""
     lanes, names = pd.factorize(timeline["lane"])  # a missing lane (-1) is no lane's
+    categories = category_codes(timeline["category"])
+    if gap is None:
+        gap = untraced_gap(categories, timeline["name"].unique())
     return classify_rows(timeline["start_ns"].to_numpy(np.int64), timeline["dur_ns"].to_numpy(np.int64),
-                         category_codes(timeline["category"]), lanes, cuts, gap, [str(n) for n in names])
+                         categories, lanes, cuts, gap, [str(n) for n in names])
 
 
 def rank_breakdown(timeline: pd.DataFrame, phases: RankPhases, gap: str | None = None) -> pd.DataFrame:

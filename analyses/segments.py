@@ -35,6 +35,20 @@ CODE = {c: i for i, c in enumerate(CATEGORIES)}
 DEVICE_LANE_PREFIXES = ("gpu:", "tpu:", "mtia:", "xpu:", "hpu:")
 
 
+#: Names of the rows of a rank traced at its MPI calls alone: the calls, and the PMPI collector's own rows.
+MPI_NAME_PREFIXES = ("MPI_", "PMPI_", "ddltrace_")
+
+
+def untraced_gap(categories: np.ndarray, names: Sequence[str]) -> str:
+    """The category of the time no row covers on a rank (``categories``: the rows' codes; ``names``: their distinct
+    names): compute where no row computes and every row is an MPI call (the PMPI collector's, Score-P's or IPM's
+    rank that traced nothing else: the time outside MPI is the job's own, as Scalasca and IPM count it); else idle,
+    the time not known to be work (a host's API calls alone, a device, a trace of some operators)."""
+    if (np.asarray(categories) == CODE["compute"]).any() or not len(names):
+        return "idle"
+    return "compute" if all(str(n).startswith(MPI_NAME_PREFIXES) for n in names) else "idle"
+
+
 def is_annotation_lane(name: str) -> bool:
     """Whether lane ``name`` annotates a device's stream (it ends with :data:`ANNOTATION_LANE_SUFFIX`)."""
     return name.endswith(ANNOTATION_LANE_SUFFIX)
@@ -65,12 +79,12 @@ def sorted_unique(values: np.ndarray) -> np.ndarray:
 
 
 def classify_rows(start_ns: np.ndarray, dur_ns: np.ndarray, categories: np.ndarray, lanes: np.ndarray, cuts,
-                  gap: str | None = None, lane_names: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                  gap: str = "idle", lane_names: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Split the span of ``cuts`` (sorted ns boundaries; the first and last bound the rank) into segments.
 
     The rows: ``start_ns`` and ``dur_ns`` (ns), ``categories`` (index into CATEGORIES, -1 for none) and ``lanes``
-    (a code per distinct lane, -1 for none). ``gap`` is the category of time no row covers (default: compute on a
-    rank of MPI calls only, else idle). ``lane_names`` (the name of each lane code) says which lanes are the
+    (a code per distinct lane, -1 for none). ``gap`` is the category of time no row covers (:func:`untraced_gap`
+    tells it from the rows' names; default idle). ``lane_names`` (the name of each lane code) says which lanes are the
     host's, for the rule on host collectives (the module's docstring); without them no lane is. Returns ``edges``
     (ns, increasing) and ``codes`` (index into CATEGORIES of each segment between two edges). Vectorised: per lane
     and category one pass of ``np.bincount`` over the rows, no Python loop per row.
@@ -117,8 +131,6 @@ def classify_rows(start_ns: np.ndarray, dur_ns: np.ndarray, categories: np.ndarr
         combined_rank[higher] = lane_rank[higher]
     combined[combined_rank >= 0] = PRIORITY_CODES[combined_rank[combined_rank >= 0]]
     combined[any_compute] = CODE["compute"]
-    if gap is None:
-        gap = "idle" if (categories == CODE["compute"]).any() else "compute"
     combined[combined < 0] = CODE[gap]
     return edges, combined
 

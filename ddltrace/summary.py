@@ -15,7 +15,14 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from ddltrace.analyses.segments import CODE, classify_rows, is_annotation_lane, is_device_lane, lane_flags
+from ddltrace.analyses.segments import (
+    CODE,
+    classify_rows,
+    is_annotation_lane,
+    is_device_lane,
+    lane_flags,
+    untraced_gap,
+)
 from ddltrace.arrow_timeline import CATEGORIES, codes_of, values_of
 from ddltrace.store import TraceStore
 
@@ -87,11 +94,17 @@ class StoreSummary:
 
 
 def _time_per_category(rows: dict[str, np.ndarray], start: int | None, end: int | None, lane_names: list[str],
-                       gap: str | None = None) -> dict[str, int]:
-    """ns per category of the ``rows`` (columns start_ns, dur_ns, categories, lanes: codes into ``lane_names``) over
-    [start, end], each instant once (:func:`~ddltrace.analyses.segments.classify_rows`)."""
+                       names_of=None, gap: str | None = None) -> dict[str, int]:
+    """ns per category of the ``rows`` (columns start_ns, dur_ns, categories, lanes: codes into ``lane_names``,
+    row: each row's index in the rank's table) over [start, end], each instant once
+    (:func:`~ddltrace.analyses.segments.classify_rows`); ``gap`` None: the rows' own
+    (:func:`~ddltrace.analyses.segments.untraced_gap`; ``names_of(row)``, the distinct names of those rows, is read
+    only where no row computes)."""
     if not len(rows["start_ns"]) or start is None or end <= start:
         return dict.fromkeys(CATEGORIES, 0)
+    if gap is None:
+        computes = (rows["categories"] == CODE["compute"]).any()
+        gap = "idle" if computes else untraced_gap(rows["categories"], names_of(rows["row"]))
     edges, codes = classify_rows(rows["start_ns"], rows["dur_ns"], rows["categories"], rows["lanes"], [start, end],
                                  gap, lane_names)
     sums = np.bincount(codes.astype(np.int64), weights=np.diff(edges), minlength=len(CATEGORIES))
@@ -100,27 +113,41 @@ def _time_per_category(rows: dict[str, np.ndarray], start: int | None, end: int 
 
 def _columns(table: pa.Table) -> tuple[dict[str, np.ndarray], list[str]]:
     """What the summary reads of a rank's table: start_ns and dur_ns (ns), categories (index into CATEGORIES), lanes
-    (a code per distinct lane, -1: none), and the lanes' names."""
+    (a code per distinct lane, -1: none), row (each row's index), and the lanes' names."""
     categories, names = codes_of(table.column("category"))
     lookup = np.array([CODE.get(name, -1) for name in names] + [-1], dtype=np.int16)
     lanes, lane_names = codes_of(table.column("lane"))
     return {"start_ns": values_of(table.column("start_ns"))[0].astype(np.int64, copy=False),
             "dur_ns": values_of(table.column("dur_ns"))[0].astype(np.int64, copy=False),
-            "categories": lookup[categories], "lanes": lanes}, lane_names
+            "categories": lookup[categories], "lanes": lanes, "row": np.arange(table.num_rows)}, lane_names
+
+
+def _names_of(table: pa.Table):
+    """``names_of(rows)``: the distinct names of the table's ``rows`` (indices), the name column read once."""
+    read = []
+
+    def names_of(rows: np.ndarray) -> list[str]:
+        if not read:
+            read.append(codes_of(table.column("name")))
+        codes, names = read[0]
+        return [names[i] for i in np.unique(codes[rows]) if i >= 0]
+    return names_of
 
 
 def _rank_summary(rank: int, table: pa.Table, info: dict) -> RankSummary:
     rows, lane_names = _columns(table)
+    names_of = _names_of(table)
     count = len(rows["start_ns"])
     start = int(rows["start_ns"].min()) if count else None
     end = int((rows["start_ns"] + rows["dur_ns"]).max()) if count else None
-    time_ns = _time_per_category(rows, start, end, lane_names)
+    time_ns = _time_per_category(rows, start, end, lane_names, names_of)
     host_ns = device_ns = None
     flagged = np.where(rows["lanes"] < 0, len(lane_names), rows["lanes"])  # a missing lane's name is ""
     on_device = lane_flags(flagged, [*lane_names, ""], is_device_lane)
     marks = lane_flags(flagged, [*lane_names, ""], is_annotation_lane)
     if on_device.any():
-        host_ns = _time_per_category({k: v[~on_device & ~marks] for k, v in rows.items()}, start, end, lane_names)
+        host_ns = _time_per_category({k: v[~on_device & ~marks] for k, v in rows.items()}, start, end, lane_names,
+                                     names_of)
         device_ns = _time_per_category({k: v[on_device] for k, v in rows.items()}, start, end, lane_names,
                                        gap="idle")
     return RankSummary(rank, count, start, end, time_ns, info.get("host"), info.get("role"), info.get("ended"),

@@ -86,7 +86,8 @@ def test_analyze_and_report_show_the_device(store, tmp_path, capsys):
 def test_a_host_that_recorded_nothing_is_idle_not_compute():
     """A device-only trace (rocprofv3's kernel dispatches, no host records): the host side recorded nothing, so
     its whole span is idle (before: its gaps counted as the host's own work, 100 % compute, while info said 0 ns);
-    a host that recorded something keeps its gaps as its own work."""
+    a host that recorded its runtime calls alone has idle gaps too: no row says it worked there (they were its
+    compute until 2026-11-26)."""
     from ddltrace.analyses.rank_summary import summarise_timeline
     from ddltrace.timeline import make_timeline
 
@@ -98,5 +99,5 @@ def test_a_host_that_recorded_nothing_is_idle_not_compute():
     assert summary.device_breakdown["compute"].sum() == 4000
     launch = {"rank": 0, "lane": "cpu/thread 1", "name": "hipLaunchKernel", "category": "other", "start_ns": 0,
               "dur_ns": 100}
-    host = summarise_timeline(0, make_timeline([launch, *kernels])).host_breakdown[["compute", "other"]].sum()
-    assert host["other"] == 100 and host["compute"] == 9300
+    host = summarise_timeline(0, make_timeline([launch, *kernels])).host_breakdown[["compute", "other", "idle"]].sum()
+    assert host["other"] == 100 and host["compute"] == 0 and host["idle"] == 9300

@@ -266,7 +266,7 @@ def test_the_reports_picture_of_the_straggler_at_the_host_collectives(stores, tm
     spans = [e["dur"] for p in sorted((RUNS / "straggler1").glob("*.pt.trace.json.gz"))
              for e in json.load(gzip.open(p))["traceEvents"]
              if e.get("cat") == "user_annotation" and e.get("name") == "ProfilerStep#4"]
-    assert row.split("|")[3].strip() == "2" == str(len(spans))
+    assert row.split("|")[3].strip() == "host" and row.split("|")[4].strip() == "2" == str(len(spans))
 
 
 def test_ranks_of_two_runs_are_not_compared(tmp_path, capsys):
