@@ -8,8 +8,10 @@ synchronisation inside MPI_Finalize is not the job's call: a rank stopped there 
 Ctrl-C, its Python's exit). The wait runs to the stop (the store's ``interrupted_ns``: the first Ctrl-C, SIGTERM or
 SIGHUP ``run`` received), else to the rank's end. The finding names the blocked ranks, their calls and how long they
 had waited (ns), and the ranks they wait for: the partners their open point-to-point calls name, and the ranks that
-were in no such call (a rank computing, sleeping or stuck outside MPI holds up every collective the others entered).
-Where every rank was blocked, none of them can be the one the others wait for: a deadlock, with what each open
+were in no such call (a rank computing, sleeping or stuck outside MPI holds up every collective the others entered),
+and the ranks of the world the store holds no timeline of (a node whose part was not gathered: what they did is not
+known, so they may be the ones waited for). Where every rank of the world was blocked, none of them can be the one
+the others wait for: a deadlock, with what each open
 point-to-point call waits for (a receive no rank sends to shows there: rank 0's MPI_Recv waits for rank 2, in
 MPI_Barrier).
 
@@ -64,11 +66,15 @@ def detect(runs, th) -> list[Finding]:
         if not blocked:
             continue
         free = [r for r in run.store.ranks if r not in blocked]
-        awaited = (awaited | set(free)) - set(blocked)
+        missing = set(run.store.missing()) - set(blocked)  # ranks of the world the store holds no timeline of
+        awaited = (awaited | set(free) | missing) - set(blocked)
         ranks = sorted(blocked)
         longest = max(wait for _, wait in blocked.values())
         calls = sorted({name for name, _ in blocked.values()})
-        waits = (f"for rank{'s' if len(awaited) > 1 else ''} {rank_ranges(sorted(awaited))}" if awaited else
+        unseen = sorted(awaited & missing)
+        waits = (f"for rank{'s' if len(awaited) > 1 else ''} {rank_ranges(sorted(awaited))}"
+                 + (f" (rank{'s' if len(unseen) > 1 else ''} {rank_ranges(unseen)} not in the store: "
+                    "what it did is not known)" if unseen else "") if awaited else
                  "for each other: every rank was blocked (a deadlock"
                  + "".join(f"; rank {r}'s {name} waits for rank {peer}, in {blocked[peer][0]}"
                            for r, name, peer in edges[:SHOWN] if peer in blocked) + ")")
@@ -82,7 +88,8 @@ def detect(runs, th) -> list[Finding]:
                       "longest_wait": Quantity(float(longest), "ns"),
                       **{f"rank_{r}_{name}": Quantity(float(wait), "ns")  # (the first ranks' calls)
                          for r, (name, wait) in sorted(blocked.items())[:SHOWN]},
-                      "awaited_ranks": Quantity(len(awaited), "ranks")},
+                      "awaited_ranks": Quantity(len(awaited), "ranks"),
+                      **({"awaited_ranks_not_in_store": Quantity(len(unseen), "ranks")} if unseen else {})},
             ranks=sorted(awaited) or named or ranks, phase="all", advice=ADVICE, store=run.name, cost_ns=float(longest),
             cost_basis="the longest wait of a blocked rank, from its open call's start to the stop"
                        + ("" if stop else " (none recorded: to the rank's end)")))
