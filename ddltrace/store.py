@@ -344,16 +344,23 @@ class TraceStore:
 
     def missing(self, limit: int = MAX_MISSING_NAMED) -> dict[int, str]:
         """Ranks of the run this store holds no usable timeline for, each with why, in rank order: a damaged file
-        or manifest entry (:attr:`damaged`; a file is found damaged when the timeline is read), or no usable entry
-        in the manifest for a rank below the world size, or an entry of no events (an imported file that gave
-        none). At most ``limit`` ranks (see :meth:`missing_count`)."""
+        or manifest entry (:attr:`damaged`; a file is found damaged when the timeline is read), or for a rank below
+        the world size with no usable entry, the run's note on the ranks none of whose files it gathered (a node
+        whose part was not gathered, which ``ddltrace merge`` joins) where it has one, else no usable entry in the
+        manifest; or an entry of no events (an imported file that gave none). At most ``limit`` ranks (see
+        :meth:`missing_count`)."""
+        from ddltrace.merged_manifest import unfiled_ranks
+
         listed = {r for r in map(_rank_of_key, self.manifest["ranks"]) if r is not None}
         found = dict(self.damaged)
+        unfiled = [(ranks, note) for note in self.notes if (ranks := unfiled_ranks(note))]  # what the run knew
         for rank in range(self.world_size):
             if len(found) >= limit:
                 break
             if rank not in listed:
-                found[rank] = (f"{self.label}: rank {rank} of the world of {self.world_size} is not in the trace"
+                said = next((note for ranks, note in unfiled if rank in ranks), None)
+                found[rank] = (said if said else
+                               f"{self.label}: rank {rank} of the world of {self.world_size} is not in the trace"
                                if self.label else f"{self.path / MANIFEST}: rank {rank} of the world of "
                                f"{self.world_size} has no usable entry in the manifest")
         for rank in sorted(self._empty(listed) - found.keys()):

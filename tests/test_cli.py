@@ -184,3 +184,27 @@ def test_info_says_a_rank_missing_from_an_imported_trace_is_not_in_the_files(tmp
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("not listed"))
     assert line == ("not listed  rank 0 of the world of 2: not in the files imported, whose run names that world, so "
                     "no timeline here")
+
+
+def test_a_rank_of_a_node_whose_part_was_not_gathered_is_said_so_not_a_damaged_manifest(tiny_store, tmp_path,
+                                                                                        capsys):
+    """A run whose node's part was not gathered notes the ranks none of whose files it gathered; info and analyze
+    gave 'no usable entry in the manifest' for them, as if the store were damaged (QA, a simulated node killed)."""
+    import shutil
+
+    from ddltrace.merged_manifest import no_record_note
+
+    copy = tmp_path / "part"
+    shutil.copytree(tiny_store.path, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["run"]["world_size"] = 5  # the tiny store's ranks 0-3, and rank 4 on the node not gathered
+    note = no_record_note([4], 5, True, {"n2": "/tmp/part-of-n2"})
+    manifest["notes"] = [note]
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["info", str(copy)]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("not listed"))
+    assert line == f"not listed  rank 4 of the world of 5: the run's note: {note}, so no timeline here"
+    assert "missing node(s) n2, which `ddltrace merge` joins" in line
+    assert main(["analyze", str(copy), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["stores"][0]["missing_ranks"] == [{"rank": 4, "reason": note}]

@@ -174,8 +174,7 @@ def test_a_note_on_ranks_with_no_file_is_kept_for_those_still_missing_and_the_wo
     assert capsys.readouterr().err == ""
     merged = TraceStore.open(out)
     assert merged.ranks == [0, 1, 2, 3] and merged.world_size == 5
-    assert merged.missing() == {4: f"{out / 'manifest.json'}: rank 4 of the world of 5 has no usable entry in the "
-                                   "manifest"}
+    assert merged.missing() == {4: "ranks [4] wrote no record file (died before MPI_Init, or never started)"}
     unfiled = no_record_note([3, 4], 5, True, None)
     assert unfiled in _notes(a)
     assert merged.manifest["notes"] == [*[n for n in _kept(a, b) if not n.startswith(unfiled)],

@@ -119,6 +119,8 @@ def render(summary: StoreSummary, nodes: list | None = None, clock: ClockAlignme
     ``clock``: how the ranks' clocks were aligned (:mod:`ddltrace.clock_alignment`), after the counters;
     ``import_problems``: what the import found wrong in the files it read (:attr:`TraceStore.import_problems`);
     ``notes``: what the run or import said of the store (:attr:`TraceStore.notes`), after how the job ended."""
+    from ddltrace.merged_manifest import unfiled_ranks
+
     run = summary.run
     lines = [f"store       {one_line(summary.path)}"]
     if run.get("command"):
@@ -145,8 +147,11 @@ def render(summary: StoreSummary, nodes: list | None = None, clock: ClockAlignme
         named = sorted(summary.unlisted)
         why = ("not in the files imported, whose run names that world" if run.get("imported_files") else
                "no usable entry in the manifest")
+        said = {summary.unlisted[r] for r in named}  # the run's own note on them, where it has one (store.missing)
+        if len(said) == 1 and unfiled_ranks(note := said.pop()) is not None:
+            why = f"the run's note: {note}"
         lines.append(f"not listed  rank {', '.join(map(str, named[:16]))}{' ...' if len(named) > 16 else ''} of the "
-                     f"world of {summary.world_size}: {why}, so no timeline here")
+                     f"world of {summary.world_size}: {one_line(why)}, so no timeline here")
     lines.append(f"time span   {format_ns(summary.span_ns)}")
     lines.append(f"events      {summary.events}")
     lines.append(f"counters    {summary.counter_samples} samples"
