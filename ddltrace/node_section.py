@@ -56,20 +56,22 @@ def title(thresholds=None) -> str:
     return TITLE.format(min_bytes=format_bytes(min_bytes(thresholds)))
 
 
-def render_nodes(run, thresholds=None) -> list[str]:
-    """The text lines of the per-node view (none for a store on one host)."""
+def node_display(run, thresholds=None) -> pd.DataFrame:
+    """The per-node view as the text and the report show it: one row of cells (str, each with its unit) per node,
+    indexed by host (empty for a store on one host). The partner-unknown column is there only where a call names
+    no partner."""
     table = node_frame(run, thresholds)
     if not len(table):
-        return []
+        return pd.DataFrame()
     unplaced = bool(table["p2p_intra_ns"].isna().any() or table["p2p_no_partner_sent_bytes"].sum()
                     or table["p2p_no_partner_ns"].sum())
-    header = ["host", "ranks", "compute", "comm", "wait", "p2p within", "p2p across (sent / received)",
+    header = ["ranks", "compute", "comm", "wait", "p2p within", "p2p across (sent / received)",
               *(["p2p partner unknown"] if unplaced else []), "coll within", "coll across", "bandwidth across"]
     rows = []
     for _, row in table.iterrows():
         rate = row["inter_bytes_per_s"]
         placed = pd.notna(row["p2p_intra_ns"])  # None: no point-to-point call of the node names its partner
-        rows.append([row["host"], ",".join(map(str, row["ranks"])),
+        rows.append([",".join(map(str, row["ranks"])),
                      *[format_ns(row[f"{c}_ns"]) if not math.isnan(row[f"{c}_ns"]) else "-"
                        for c in ("compute", "comm", "wait")],
                      f"{format_bytes(row['p2p_intra_bytes'])} in {format_ns(row['p2p_intra_ns'])}" if placed else "-",
@@ -80,6 +82,16 @@ def render_nodes(run, thresholds=None) -> list[str]:
                      *[f"{format_bytes(row[f'{k}_bytes'])} in {format_ns(row[f'{k}_ns'])}"
                        if pd.notna(row[f"{k}_bytes"]) else "-" for k in ("coll_intra", "coll_inter")],
                      f"{three_digits(rate / 1e6)} MB/s" if math.isfinite(rate) else "-"])
+    return pd.DataFrame(rows, columns=header, index=pd.Index(table["host"].astype(str), name="host"))
+
+
+def render_nodes(run, thresholds=None) -> list[str]:
+    """The text lines of the per-node view (none for a store on one host)."""
+    shown = node_display(run, thresholds)
+    if not len(shown):
+        return []
+    header = ["host", *shown.columns]
+    rows = [[host, *cells] for host, cells in zip(shown.index, shown.itertuples(index=False), strict=True)]
     widths = [max(len(x) for x in column) for column in zip(header, *rows, strict=True)]
     lines = ["  ".join(x.ljust(w) for x, w in zip(line, widths, strict=True)).rstrip() for line in [header, *rows]]
     return ["", "  " + title(thresholds), *("  " + line for line in lines)]

@@ -146,3 +146,10 @@ def test_the_report_has_the_finding_and_a_per_node_table(runs, tmp_path):
     table = md.split("### Per node", 1)[1].split("\n### ", 1)[0]
     rows = [line for line in table.splitlines() if line.startswith("| ddlc")]
     assert [row.split("|")[1].strip() for row in rows] == [h.replace("-", "\\-") for h in hosts]  # Markdown
+    # one heading per column, as analyze's (QA: 'p2p_intra | p2p_intra', the bytes and the time both cut to it)
+    (heading,) = [line for line in table.splitlines() if line.startswith("| host |")]
+    cells = [c.strip().replace("\\", "") for c in heading.split("|")[1:-1]]
+    assert cells[:7] == ["host", "ranks", "compute", "comm", "wait", "p2p within", "p2p across (sent / received)"]
+    assert len(set(cells)) == len(cells) and "p2p partner unknown" not in cells  # (every call names its partner)
+    sent = 2 * REPS * SIZE
+    assert all(f"| {format_bytes(sent)} / {format_bytes(sent)} in " in row.replace("\\", "") for row in rows)

@@ -677,11 +677,11 @@ def assemble(runs: list, findings: list, profile: str | None = None, model: str 
         tables.append(("Host and device side by side, whole run (ranks with a device: host = its CPU threads, "
                        "device = its gpu: streams, idle where none runs; streams' annotation spans in neither)",
                        device))
-    from ddltrace.node_section import node_frame, title
+    from ddltrace.node_section import node_display, title
 
-    nodes = node_frame(main)
+    nodes = node_display(main)  # (the cells as analyze shows them: one heading per column, each cell with its unit)
     if len(nodes):
-        tables.append((title(), nodes.set_index("host")))
+        tables.append((title(), nodes))
     from ddltrace.host_section import host_tables
 
     tables.extend((name, frame.set_index(frame.columns[0])) for name, frame in host_tables(main))
