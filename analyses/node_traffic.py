@@ -8,6 +8,10 @@ calls of the timeline (:func:`~ddltrace.analyses.wait_states.mpi_calls`, with th
   (its rank's, its partner's): its payload ``bytes`` (the call's own count, as the collector recorded it; 0 where
   unknown) and its ``time_ns`` (the call's own duration; for a non-blocking call only the post, the Wait* that
   completes it is counted with the Wait*'s own calls, not here). A pair of one host with itself is intra-node.
+  An MPI_Sendrecv (or _replace) counts once, for its destination (the ``peer`` the collectors record; its source
+  is not recorded): its time, and its ``bytes`` as sent, the one count the collector gives (IPM's hash entry per
+  call; the PMPI collector's is what it sent and received together, so an exchange of two PMPI Sendrecvs counts
+  its bytes twice).
 * **Collectives** (:func:`collective_traffic`): the k-th collective of every rank on a communicator is one
   instance (as in wait-state matching); an instance whose ranks sit on two or more hosts is inter-node, else
   intra-node. Each rank's call counts for its own host: bytes (its own count) and time (its duration).
@@ -38,11 +42,15 @@ from ddltrace.analyses.wait_states import (
     RECV_BLOCKING,
     SEND_BLOCKING,
     SEND_NONBLOCKING,
+    SENDRECV,
     completions,
     match_messages,
 )
 
-SENDS = SEND_BLOCKING | SEND_NONBLOCKING
+#: The calls whose ``bytes`` count as sent to their ``peer``: sends, and MPI_Sendrecv (its peer is its destination).
+SENDS = SEND_BLOCKING | SEND_NONBLOCKING | SENDRECV
+#: The point-to-point calls counted here: :data:`~ddltrace.analyses.wait_states.P2P` and MPI_Sendrecv.
+POINT_TO_POINT = P2P | SENDRECV
 
 #: Columns of :func:`pair_bandwidth`.
 BANDWIDTH_COLUMNS = ["host_a", "host_b", "messages", "bytes", "time_ns", "bytes_per_s", "peak_bytes_per_s"]
@@ -62,7 +70,7 @@ def p2p_calls(calls: pd.DataFrame, hosts: dict[int, str]) -> pd.DataFrame:
     """Every point-to-point call with a partner, both ranks with a host: columns host (its rank's), peer_host,
     sent (the send's bytes, 0 for a receive or where unknown), received (the receive's bytes, 0 for a send),
     time_ns (the call's own duration)."""
-    p2p = calls[calls["name"].isin(P2P) & (calls["peer"] >= 0)]
+    p2p = calls[calls["name"].isin(POINT_TO_POINT) & (calls["peer"] >= 0)]
     own, peer = p2p["rank"].map(hosts), p2p["peer"].map(hosts)
     known = own.notna() & peer.notna()
     p2p = p2p[known]
@@ -76,7 +84,7 @@ def p2p_calls(calls: pd.DataFrame, hosts: dict[int, str]) -> pd.DataFrame:
 def p2p_traffic(calls: pd.DataFrame, hosts: dict[int, str]) -> pd.DataFrame:
     """Point-to-point bytes and call time per pair of hosts (see the module docstring): columns host_a, host_b
     (sorted, equal for intra-node traffic), calls, bytes, time_ns."""
-    p2p = calls[calls["name"].isin(P2P) & (calls["peer"] >= 0)]
+    p2p = calls[calls["name"].isin(POINT_TO_POINT) & (calls["peer"] >= 0)]
     own = p2p["rank"].map(hosts)
     peer = p2p["peer"].map(hosts)
     known = own.notna() & peer.notna()
@@ -92,7 +100,7 @@ def p2p_without_partner(calls: pd.DataFrame, hosts: dict[int, str]) -> pd.DataFr
     per-call totals, or a partner rank without a host), per host: columns host, calls (rows of the timeline: an
     IPM row is all of a rank's calls of one name), sent (the sends' bytes), time_ns (the calls' own durations).
     :func:`p2p_calls` cannot place them within or across nodes."""
-    p2p = calls[calls["name"].isin(P2P) & calls["rank"].isin(list(hosts))]
+    p2p = calls[calls["name"].isin(POINT_TO_POINT) & calls["rank"].isin(list(hosts))]
     p2p = p2p[p2p["peer"].map(hosts).isna()]
     frame = pd.DataFrame({"host": p2p["rank"].map(hosts).astype(str), "calls": 1,
                           "sent": p2p["bytes"].clip(lower=0).where(p2p["name"].isin(SENDS), 0),

@@ -58,7 +58,11 @@ N_TO_1 = frozenset({"MPI_Reduce", "MPI_Gather", "MPI_Gatherv"})
 ONE_TO_N = frozenset({"MPI_Bcast", "MPI_Scatter", "MPI_Scatterv"})
 COLLECTIVES = BARRIER | N_TO_N | N_TO_1 | ONE_TO_N
 P2P = SEND_BLOCKING | SEND_NONBLOCKING | RECV_BLOCKING | RECV_NONBLOCKING
-RELEVANT = P2P | WAITS | PROBES | COLLECTIVES
+#: Send and receive in one call: kept by :func:`mpi_calls` for the traffic between nodes (their ``peer`` is the
+#: destination, their ``bytes`` as the collector counted them), but not in :data:`P2P`: no wait state is matched
+#: on them (their receive's source is not recorded).
+SENDRECV = frozenset({"MPI_Sendrecv", "MPI_Sendrecv_replace"})
+RELEVANT = P2P | SENDRECV | WAITS | PROBES | COLLECTIVES
 
 PATTERNS: dict[str, str] = {
     "late_sender": "Late Sender",

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(not present, reason="shared IPM profiles absent"
 
 
 P2P = {"MPI_Send", "MPI_Isend", "MPI_Recv", "MPI_Irecv", "MPI_Ssend", "MPI_Issend", "MPI_Bsend", "MPI_Ibsend",
-       "MPI_Rsend", "MPI_Irsend", "MPI_Mrecv", "MPI_Imrecv"}
+       "MPI_Rsend", "MPI_Irsend", "MPI_Mrecv", "MPI_Imrecv", "MPI_Sendrecv", "MPI_Sendrecv_replace"}
 
 
 def _tasks(path: Path) -> dict[int, dict]:

@@ -28,6 +28,9 @@ METHOD = ("matched messages: each rank's offset to rank {ref} bounded by its sen
 MPI_SENDS = {"MPI_Send", "MPI_Isend", "MPI_Ssend", "MPI_Issend", "MPI_Bsend", "MPI_Ibsend", "MPI_Rsend",
              "MPI_Irsend"}
 MPI_RECVS = {"MPI_Recv", "MPI_Irecv"}
+#: Calls that send and receive at once: not paired for alignment (the collectors record one partner, the
+#: destination, and one byte count for both halves), but point-to-point traffic with that partner.
+MPI_SENDRECVS = {"MPI_Sendrecv", "MPI_Sendrecv_replace"}
 MPI_BLOCKING_RECVS = {"MPI_Recv"}  # an Irecv's end says nothing about the data's arrival
 
 

@@ -5,7 +5,8 @@ IPM keeps no time line, only totals. Each rank becomes one aggregate lane: the t
 count), laid end to end from the rank's start stamp, so per-category sums give the compute / barrier / wait
 ratios of Hashemi et al.'s Figure 5. The rank's manifest entry says ``aggregate: true``.
 
-A point-to-point call (send or receive) is one row per partner rank instead, its ``peer`` the partner: IPM's
+A point-to-point call (send, receive, or MPI_Sendrecv: IPM keys it by its destination) is one row per partner
+rank instead, its ``peer`` the partner: IPM's
 hash entries (``<hent call= bytes= orank= count=>time ...``) give each partner's calls, bytes per call and time.
 Each partner's row holds its hash entries' share of the ``<func>`` entry's time and bytes (in whole ns and
 bytes, the remainders to the largest shares), so a call's rows still sum to the file's total; on
@@ -121,7 +122,8 @@ def _task_part(task, ctx: ImportContext, path: Path, p2p: frozenset[str]) -> Ran
 def read(path: Path, ctx: ImportContext):
     import xml.etree.ElementTree as ET  # here, not at the top: every import run loads the importers' modules
 
-    from ddltrace.collectors.importers.align import MPI_RECVS, MPI_SENDS  # (no pandas: an import loads none)
+    # (no pandas: an import loads none)
+    from ddltrace.collectors.importers.align import MPI_RECVS, MPI_SENDRECVS, MPI_SENDS
 
     source = ByteSource(path)
     parser = ET.XMLPullParser(events=("end",))
@@ -134,7 +136,7 @@ def read(path: Path, ctx: ImportContext):
                     continue
                 tasks += 1
                 try:
-                    part = _task_part(element, ctx, path, frozenset(MPI_SENDS | MPI_RECVS))
+                    part = _task_part(element, ctx, path, frozenset(MPI_SENDS | MPI_RECVS | MPI_SENDRECVS))
                 except (ValueError, TypeError) as exc:
                     if ctx.report is not None:
                         ctx.report.skipped["IPM task with unreadable numbers"] += 1
