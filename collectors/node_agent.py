@@ -12,7 +12,9 @@ the launcher starts first runs this file as a script (os, sys and fcntl only: a 
 The agent runs the system sampler over the processes registered on its node and their children, and the GPU
 sampler (NVML, where present), until the last registered process has ended; then it writes
 ``D/<host>/samples.parquet`` (pid or -1 for the machine, name, t_ns, value) and ``D/<host>/agent.json``
-(host, its pid, start and end, GPUs, notes), each by an atomic rename, and releases the lock. The launching
+(host, its pid, start and end, GPUs, notes), each by an atomic rename, and releases the lock. Meanwhile it saves
+the samples taken so far every :data:`CHECKPOINT_S` (``samples-NNNNN.parquet``, beside ``agent.started.json``):
+an agent killed, or whose node is lost, leaves them, and :func:`read_nodes` keeps them, saying so. The launching
 ``ddltrace run`` reads every node's folder after the job (:func:`read_nodes`). ``D`` must be on a file system
 every node writes (as the PMPI record folder is). Pids are those of the node's PID namespace, hence the
 (host, pid) key.
@@ -151,6 +153,50 @@ def _python_rank(pid: int) -> bool:
     return b"python" in os.path.basename(argv[0]).lower() and not any(a.endswith(b"node_agent.py") for a in argv)
 
 
+#: Every this many seconds the agent saves the samples taken since its last save (``samples-NNNNN.parquet``), so
+#: that an agent killed with its node keeps what it sampled up to then (:func:`read_nodes`).
+CHECKPOINT_S = 2.0
+#: What the agent knows of itself from its start (its ``agent.json`` comes at its end).
+STARTED = "agent.started.json"
+_CHUNKS = "samples-*.parquet"
+
+
+class _Checkpoints:
+    """The samples of ``samplers`` (each with a ``rows`` list it appends to) saved in chunks, each the rows taken
+    since the last (t_ns moved by ``offset``)."""
+
+    def __init__(self, folder: str, offset: int, samplers):
+        self.folder, self.offset, self.samplers = folder, offset, samplers
+        self.done = [0] * len(samplers)
+        self.saved = 0
+
+    def save(self) -> None:
+        import pandas as pd
+
+        rows = []
+        for i, sampler in enumerate(self.samplers):
+            new = sampler.rows[self.done[i]:]  # (a copy: the sampler's thread appends meanwhile)
+            self.done[i] += len(new)
+            rows += new
+        if not rows:
+            return
+        frame = pd.DataFrame(rows, columns=["pid", "name", "t_ns", "value"])
+        frame["t_ns"] = frame["t_ns"].astype("int64") + self.offset
+        tmp = os.path.join(self.folder, f".samples-{self.saved:05d}.parquet")
+        frame.to_parquet(tmp, index=False)
+        os.replace(tmp, os.path.join(self.folder, f"samples-{self.saved:05d}.parquet"))
+        self.saved += 1
+
+    def clear(self) -> None:
+        """Remove the chunks and the start's description: the agent's samples.parquet and agent.json are written."""
+        import contextlib
+        import glob
+
+        for path in [*glob.glob(os.path.join(self.folder, _CHUNKS)), os.path.join(self.folder, STARTED)]:
+            with contextlib.suppress(OSError):
+                os.remove(path)
+
+
 def run_agent(folder: str, hz: float, pyspy_hz: int | None = None, poll_s: float = 0.1, linger: int = 3,
               link: tuple[str, str] | None = None) -> None:
     """Sample this node until no registered process has run for ``linger`` polls of ``poll_s`` s (a rank
@@ -158,7 +204,8 @@ def run_agent(folder: str, hz: float, pyspy_hz: int | None = None, poll_s: float
     py-spy on each registered Python process (from inside the node: py-spy cannot read a process of another
     PID namespace), its stacks in ``stacks-PID.parquet``. With ``link`` (the launching process's "HOST:PORT"
     and the run's token), a clock ping-pong with it at the start and at the end, and, when the record folder
-    is not the launcher's (node-local disk), the node's part sent to it (collectors/node_link.py)."""
+    is not the launcher's (node-local disk), the node's part sent to it (collectors/node_link.py). Every
+    :data:`CHECKPOINT_S` it saves the samples taken since (:class:`_Checkpoints`)."""
     import signal
     import socket
     import threading
@@ -187,8 +234,14 @@ def run_agent(folder: str, hz: float, pyspy_hz: int | None = None, poll_s: float
         pyspy = PySpyRecorder(os.path.join(folder, "pyspy"), pyspy_hz)
     # the link once sampling runs: a launcher that cannot be reached costs no samples
     node_link, clock, link_notes = _open_link(link, host, records, shared, offset) if link else (None, {}, [])
+    _write_json(os.path.join(folder, STARTED), {"host": host, "agent_pid": os.getpid(), "start_ns": start_ns,
+                                                 "sample_hz": hz, "test_clock_offset_ns": offset})
+    checkpoints, saved_at = _Checkpoints(folder, offset, [system, gpu]), time.monotonic()
     idle, attached = 0, set()
     while not stop.wait(poll_s):
+        if time.monotonic() - saved_at >= CHECKPOINT_S:
+            checkpoints.save()
+            saved_at = time.monotonic()
         alive = registered(folder)[0]
         idle = 0 if alive else idle + 1
         if idle >= linger:
@@ -207,8 +260,6 @@ def run_agent(folder: str, hz: float, pyspy_hz: int | None = None, poll_s: float
         frame.assign(start_ns=frame["start_ns"] + offset).to_parquet(tmp, index=False)
         os.replace(tmp, os.path.join(folder, f"stacks-{pid}.parquet"))
     end_ns = time.time_ns() + offset
-    import json
-
     import pandas as pd
 
     frame = pd.DataFrame(rows, columns=["pid", "name", "t_ns", "value"])
@@ -224,12 +275,20 @@ def run_agent(folder: str, hz: float, pyspy_hz: int | None = None, poll_s: float
             "cpu_s_sampling": round(cpu_sampling, 4), "wall_s_sampling": round(wall_sampling, 4),
             "cpu_s_total": round(_cpu_s(), 4),
             "notes": [f"{host}: {note}" for note in (pyspy.notes if pyspy is not None else [])] + link_notes}
-    tmp = os.path.join(folder, f".agent.{os.getpid()}.json")
-    with open(tmp, "w") as fh:
-        json.dump(info, fh)
-    os.replace(tmp, os.path.join(folder, "agent.json"))
+    _write_json(os.path.join(folder, "agent.json"), info)
+    checkpoints.clear()
     if node_link is not None:
         _report(node_link, clock, records, shared)
+
+
+def _write_json(path: str, value: dict) -> None:
+    """``value`` as JSON at ``path``, by an atomic rename."""
+    import json
+
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}")
+    with open(tmp, "w") as fh:
+        json.dump(value, fh)
+    os.replace(tmp, path)
 
 
 def _open_link(link: tuple[str, str], host: str, records: str, shared: bool, offset: int):
@@ -293,10 +352,16 @@ def read_nodes(folder, wait_s: float = 15.0) -> tuple[list[NodePart], list[str]]
             info = json.loads((node / "agent.json").read_text())
             samples = pd.read_parquet(node / "samples.parquet")
         except (OSError, ValueError) as exc:
-            why = (f"no {os.path.basename(exc.filename)}" if isinstance(exc, FileNotFoundError) and exc.filename
-                   else f"{type(exc).__name__}: {exc}")
-            notes.append(f"node {node.name}: its agent left no samples ({why}); {_log_tail(node / 'agent.log')}")
-            continue
+            saved = _saved_part(node)
+            if saved is None:
+                why = (f"no {os.path.basename(exc.filename)}" if isinstance(exc, FileNotFoundError) and exc.filename
+                       else f"{type(exc).__name__}: {exc}")
+                notes.append(f"node {node.name}: its agent left no samples ({why}); {_log_tail(node / 'agent.log')}")
+                continue
+            info, samples = saved
+            notes.append(f"node {node.name}: its agent ended before writing its samples (killed, or its node lost): "
+                         f"the {len(samples):,} it had saved, to {(info['end_ns'] - info['start_ns']) / 1e9:.1f} s "
+                         f"after its start, are kept (it saves every {CHECKPOINT_S:g} s; the last are lost)")
         stacks = {int(p.stem.split("-")[1]): pd.read_parquet(p) for p in node.glob("stacks-*.parquet")}
         parts.append(NodePart(node.name, samples, info, stacks))
         notes.extend(info.get("notes", []))
@@ -306,6 +371,26 @@ def read_nodes(folder, wait_s: float = 15.0) -> tuple[list[NodePart], list[str]]
             gpu_off.setdefault(str(part.info["gpu_off"]), []).append(part.host)
     notes += [f"on node(s) {', '.join(hosts)}: {reason}" for reason, hosts in gpu_off.items()]
     return parts, notes
+
+
+def _saved_part(node) -> tuple[dict, object] | None:
+    """(info, samples) from what an agent that did not finish had saved (:class:`_Checkpoints`, :data:`STARTED`):
+    its start's description, its end taken as its last sample's time; None where it saved no samples."""
+    import json
+
+    import pandas as pd
+
+    chunks = sorted(node.glob(_CHUNKS))
+    try:
+        info = json.loads((node / STARTED).read_text())
+        samples = pd.concat([pd.read_parquet(p) for p in chunks], ignore_index=True) if chunks else None
+    except (OSError, ValueError):
+        return None
+    if samples is None or not len(samples) or not isinstance(info.get("start_ns"), int):
+        return None
+    ranks = node / "ranks"
+    pids = sorted(int(p.name) for p in ranks.iterdir() if p.name.isdigit()) if ranks.is_dir() else []
+    return {**info, "end_ns": int(samples["t_ns"].max()), "pids": pids, "saved_only": True}, samples
 
 
 def _log_tail(log, limit: int = 800) -> str:

@@ -44,8 +44,8 @@ def join_part(store_path: str | Path, part: str | Path, out: str | Path) -> Trac
     if not part.is_dir():
         raise DdltraceError(f"{part}: no such folder (the part of a missing node, copied from that node)")
     host = part_host(store, part)
-    if not list(part.glob("records/rank-*.pmpi")) and not (part / "records" / NODES / host /
-                                                           "samples.parquet").exists():
+    if not list(part.glob("records/rank-*.pmpi")) and not list((part / "records" / NODES / host).glob(
+            "samples*.parquet")):  # (the agent's samples, or those it saved before it was stopped)
         raise DdltraceError(f"{part}: node {host}'s part holds no rank record file and no agent samples")
     if out.exists():
         raise DdltraceError(f"{out}: already exists (choose another --out)")

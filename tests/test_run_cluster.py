@@ -17,6 +17,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import pandas as pd
 import psutil
 import pytest
 from clock_truth import check_rank_clocks, cli_output
@@ -162,8 +163,9 @@ def test_info_shows_a_row_per_node(cluster_run, capsys):
 
 
 def test_a_node_whose_agent_dies_is_named_and_the_rest_kept(tmp_path):
-    """SIGKILL one node's agent during the job: the store is written with the other node's counters, and the
-    notes name the node whose agent left nothing."""
+    """SIGKILL one node's agent during the job once it has saved its first samples: the store is written with the
+    other node's counters and the samples the dead agent had saved (QA: a killed agent lost all its samples, 3 s
+    of them), and the notes name the node and say so."""
     (tmp_path / "job.py").write_text("import time\nfrom mpi4py import MPI\nMPI.COMM_WORLD.Barrier()\ntime.sleep(4)\n"
                                      "MPI.COMM_WORLD.Barrier()\n")
     with cl.Cluster(2) as cluster:
@@ -184,18 +186,45 @@ def test_a_node_whose_agent_dies_is_named_and_the_rest_kept(tmp_path):
                         agent = pid
             time.sleep(0.1)
         assert agent is not None, "no agent found on node 1"
+        folder = Path(os.readlink(f"/proc/{agent}/fd/1")).parent  # (its output goes to its node folder's log)
+        wait_until = time.monotonic() + 30
+        while not (folder / "samples-00000.parquet").exists() and time.monotonic() < wait_until:
+            time.sleep(0.05)
+        saved = pd.read_parquet(folder / "samples-00000.parquet")
         os.kill(agent, signal.SIGKILL)
         out, _ = run.communicate(timeout=120)
     assert run.returncode == 0, out
     store = TraceStore.open(tmp_path / "store")
     assert store.ranks == [0, 1, 2, 3]
-    names = set(store.counters([-1])["name"])
-    assert f"cpu_percent@{cluster.nodes[0].host}" in names
-    assert not any(n.endswith(f"@{victim.host}") for n in names)
-    # the note keeps what the agent's log said (empty: killed before writing any), not its path: the log went with
-    # the run's records once the store was written
-    note = next(n for n in store.manifest["notes"] if n.startswith(f"node {victim.host}: its agent left no samples"))
-    assert note == f"node {victim.host}: its agent left no samples (no agent.json); its log is empty", note
+    machine = store.counters([-1])
+    assert f"cpu_percent@{cluster.nodes[0].host}" in set(machine["name"])
+    kept = machine[machine["name"].str.endswith(f"@{victim.host}")]
+    assert len(kept) >= len(saved[saved["pid"] == -1]) > 0  # at least its first save's machine samples
+    note = next(n for n in store.manifest["notes"] if n.startswith(f"node {victim.host}: its agent ended"))
+    assert note.startswith(f"node {victim.host}: its agent ended before writing its samples (killed, or its node "
+                           f"lost): the ") and "are kept (it saves every 2 s; the last are lost)" in note, note
+
+
+def test_what_an_agent_saved_before_it_was_stopped_is_read_as_its_part(tmp_path):
+    """An agent that saved two chunks of samples and its start's description, then died: its part is those samples,
+    its end the last sample's time, its ranks the pids registered; a note says what was kept."""
+    from ddltrace.collectors.node_agent import STARTED, read_nodes
+
+    node = tmp_path / "n1"
+    (node / "ranks").mkdir(parents=True)
+    (node / "agent.lock").touch()
+    (node / "ranks" / "4242").write_text("123")
+    (node / STARTED).write_text(json.dumps({"host": "n1", "agent_pid": 7, "start_ns": 1_000_000_000,
+                                            "sample_hz": 10.0, "test_clock_offset_ns": 0}))
+    for i, times in enumerate(([1_100_000_000, 1_200_000_000], [3_600_000_000])):
+        pd.DataFrame({"pid": [-1] * len(times), "name": ["cpu_percent"] * len(times), "t_ns": times,
+                      "value": [50.0] * len(times)}).to_parquet(node / f"samples-{i:05d}.parquet", index=False)
+    parts, notes = read_nodes(tmp_path, wait_s=0)
+    (part,) = parts
+    assert part.host == "n1" and list(part.samples["t_ns"]) == [1_100_000_000, 1_200_000_000, 3_600_000_000]
+    assert (part.info["start_ns"], part.info["end_ns"], part.info["pids"]) == (1_000_000_000, 3_600_000_000, [4242])
+    assert notes == ["node n1: its agent ended before writing its samples (killed, or its node lost): the 3 it had "
+                     "saved, to 2.6 s after its start, are kept (it saves every 2 s; the last are lost)"]
 
 
 def test_a_node_agents_log_is_kept_in_the_note_on_its_node(tmp_path):
