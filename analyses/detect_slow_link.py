@@ -113,16 +113,16 @@ def _detect_run(run, th) -> Finding | Skipped | None:
 
 def _common_node(pairs: list[tuple[str, str]], bw) -> str | None:
     """The node every slow pair goes through, when every pair through it is slow and some other pair is not (or
-    it has two or more pairs and no pair avoids it); else None."""
-    common = set(pairs[0]).intersection(*map(set, pairs[1:]))
-    if len(common) != 1:
-        return None
-    node = common.pop()
-    through = bw[(bw["host_a"] == node) | (bw["host_b"] == node)]
-    others = len(bw) - len(through)
-    if len(through) == len(pairs) and (others > 0 or len(pairs) >= 2):
-        return node
-    return None
+    it has two or more pairs and no pair avoids it); else None. One slow pair goes through both its nodes: the one
+    whose every pair is slow is named (a star: the server's pair with the worker of the slow link, the server's
+    other pairs fast), none where both or neither are."""
+    def every_pair_through_is_slow(node: str) -> bool:
+        through = bw[(bw["host_a"] == node) | (bw["host_b"] == node)]
+        return len(through) == len(pairs) and (len(bw) - len(through) > 0 or len(pairs) >= 2)
+
+    found = [node for node in sorted(set(pairs[0]).intersection(*map(set, pairs[1:])))
+             if every_pair_through_is_slow(node)]
+    return found[0] if len(found) == 1 else None
 
 
 def _rate(bytes_per_s: float) -> str:
