@@ -6,17 +6,19 @@ count), laid end to end from the rank's start stamp, so per-category sums give t
 ratios of Hashemi et al.'s Figure 5. The rank's manifest entry says ``aggregate: true``.
 
 A point-to-point call (send, receive, or MPI_Sendrecv: IPM keys it by its destination) is one row per partner
-rank instead, its ``peer`` the partner: IPM's
-hash entries (``<hent call= bytes= orank= count=>time ...``) give each partner's calls, bytes per call and time.
-Each partner's row holds its hash entries' share of the ``<func>`` entry's time and bytes (in whole ns and
-bytes, the remainders to the largest shares), so a call's rows still sum to the file's total; on
-ipm_hunold_1494937738 the hash entries' own sums agree with the ``<func>`` totals to the file's five significant
-digits (counts exactly). The partners place each node's point-to-point traffic within and between nodes
-(:mod:`~ddltrace.analyses.node_traffic`); with no times per call they are not messages to match.
+rank instead, its ``peer`` the partner: IPM's hash entries (``<hent call= bytes= orank= count=>time ...``) give
+each partner's calls, bytes per call and time. Each partner's row holds its hash entries' bytes exactly (bytes per
+call times count, whole numbers in the file) and their share of the ``<func>`` entry's time (in whole ns, the
+remainders to the largest shares), so a call's rows sum to the file's total time. The ``<func>`` entry's bytes
+have five significant digits: on ipm_hunold_1494937738, rank 0's MPI_Send to rank 1 as a share of its 3.1472e+07
+was 13,095,849 B where the hash entries give 13,095,936 B. Times have five digits in both. The partners place
+each node's point-to-point traffic within and between nodes (:mod:`~ddltrace.analyses.node_traffic`); with no
+times per call they are not messages to match.
 """
 
 from __future__ import annotations
 
+from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
@@ -51,10 +53,17 @@ def _float(element, name: str, where: str) -> float:
     return _number(element.get(name), f"attribute {name}", where)
 
 
-def _partners(task, where: str, p2p: frozenset[str]) -> dict[str, dict[int, list[float]]]:
+def _epoch_ns(text, where: str) -> int:
+    """``stamp_init`` (s since the epoch, as decimal text) in whole ns, read exactly: through a float the
+    microseconds of ``1494937738.200810`` came out 16 ns off."""
+    _number(text, "attribute stamp_init", where)  # the same checks and message as every other number
+    return int((Decimal(text.strip()) * 1_000_000_000).to_integral_value())
+
+
+def _partners(task, where: str, p2p: frozenset[str]) -> dict[str, dict[int, list]]:
     """Per point-to-point call name (one of ``p2p``), per partner rank (``orank``): [time (s), bytes] summed
-    over the task's hash entries (bytes per call times count)."""
-    out: dict[str, dict[int, list[float]]] = {}
+    over the task's hash entries (bytes per call times count, exact integers)."""
+    out: dict[str, dict[int, list]] = {}
     for hent in task.iter("hent"):
         name = hent.get("call")
         if name not in p2p or hent.get("orank") is None:
@@ -63,9 +72,9 @@ def _partners(task, where: str, p2p: frozenset[str]) -> dict[str, dict[int, list
         partner = int(_number(hent.get("orank"), f"{what} orank", where))
         count = _number(hent.get("count") or 0, f"{what} count", where)
         times = (hent.text or "0").split()
-        entry = out.setdefault(name, {}).setdefault(partner, [0.0, 0.0])
+        entry = out.setdefault(name, {}).setdefault(partner, [0.0, 0])
         entry[0] += _number(times[0] if times else "0", f"{what} time (s)", where)
-        entry[1] += _number(hent.get("bytes") or 0, f"{what} bytes", where) * count
+        entry[1] += int(_number(hent.get("bytes") or 0, f"{what} bytes", where)) * int(count)
     return out
 
 
@@ -83,7 +92,7 @@ def _shares(total: int, weights: list[float]) -> list[int]:
 def _task_part(task, ctx: ImportContext, path: Path, p2p: frozenset[str]) -> RankPart:
     where = f"{path}: task mpi_rank={task.get('mpi_rank')}"
     rank = int(_number(task.get("mpi_rank"), "mpi_rank", where))
-    start_ns = int(round(_float(task, "stamp_init", where) * 1e9))
+    start_ns = _epoch_ns(task.get("stamp_init"), where)
     perf = task.find("perf")
     if perf is None:
         raise ValueError(f"{where}: no <perf>")
@@ -102,7 +111,7 @@ def _task_part(task, ctx: ImportContext, path: Path, p2p: frozenset[str]) -> Ran
         by = partners.get(name) or {-1: [time_s, nbytes]}  # a call with no partner: one row
         keys += [key] * len(by)
         durs += _shares(int(round(time_s * 1e9)), [v[0] for v in by.values()])
-        sizes += _shares(int(nbytes), [v[1] for v in by.values()])
+        sizes += [int(v[1]) for v in by.values()]
         peers += list(by)
     dur_ns = np.array(durs, dtype=np.int64)
     starts = start_ns + np.concatenate([[0], np.cumsum(dur_ns)[:-1]]).astype(np.int64)
