@@ -193,6 +193,27 @@ def test_nvtx_csv_report_without_its_columns_is_one_line(tmp_path, capsys):
     assert rc == 2 and str(bad) in err and "Name" in err and "Traceback" not in err
 
 
+def test_nvtx_csv_damaged_rows_are_named_and_skipped(tmp_path, capsys):
+    """A row run into the next by garbage bytes (line 3: 9 fields) and a row the file ends inside (line 6, 4 of
+    its 6 fields) are each named by their line and skipped, the other rows kept. The first was kept from its first
+    fields while the row it swallowed was lost, and the cut row imported, both without a word (QA: nsys stats
+    CSV of the n-body, 130 of 131 rows read, no problem line)."""
+    report = tmp_path / "report.csv"
+    report.write_bytes(b"Start (ns),End (ns),Duration (ns),Name,PID,TID\n0,100,100,main,7,7\n"
+                       b"10,20,10,a,7\x00\xff\xff9,10,b,7,7\n30,40,10,c,7,7\n40,50,99,d,7,7\n60,70,10,e")
+    assert main(["import", str(report), "--out", str(tmp_path / "store"), "--progress", "never"]) == 0
+    out = capsys.readouterr().out
+    assert "5 events, 2 intervals" in out
+    assert (f"{report}: 3 damaged row(s) skipped, the rest kept: line 3 (9 fields where the header has 6), "
+            "line 5 (duration 99 ns where end - start is 10 ns), line 6 (the file ends inside it)") in out
+    assert list(TraceStore.open(tmp_path / "store").timeline()["name"]) == ["main", "c"]
+    report.write_bytes(b"Start (ns),End (ns),Duration (ns),Name,PID,TID\n0,100,100,main,7")
+    assert main(["import", str(report), "--out", str(tmp_path / "store2"), "--progress", "never"]) == 2
+    err = capsys.readouterr().err
+    assert "every row of the nsys NVTX push/pop trace CSV is damaged: line 2 (the file ends inside it)" in err
+    assert "Traceback" not in err
+
+
 #: The synthetic export's copy and fill per process: (correlation id, bytes) of its Memcpy HtoD and its Memset.
 COPY, FILL = (100, 4096), (101, 1024)
 

@@ -315,34 +315,65 @@ def sniff_csv(head: bytes, path: Path) -> bool:
     return first.startswith(CSV_HEADER) and b",TID" in first
 
 
+def _csv_damage(fields: list[str], header: list[str], column: dict[str, int]) -> str | None:
+    """Why a row of the CSV report is damaged (None: it is whole): a field count other than the header's, bytes
+    that are not text, times or thread that are not integers, or a duration that is not its end - start."""
+    if len(fields) != len(header):
+        return f"{len(fields)} fields where the header has {len(header)}"
+    if any(ch < " " and ch != "\t" or ch in "\x7f\ufffd" for f in fields for ch in f):
+        return "bytes that are not text"
+    try:
+        start, end, _ = (int(fields[column[c]]) for c in ("Start (ns)", "End (ns)", "TID"))
+        duration = int(fields[column["Duration (ns)"]])
+    except ValueError:
+        return "times or thread that are not integers"
+    return None if duration == end - start else f"duration {duration} ns where end - start is {end - start} ns"
+
+
 def read_csv(path: Path, ctx: ImportContext):
     """NVTX push/pop ranges of the CSV report: each row an interval on ``cpu/thread <TID>`` (``cpu/pid <PID>
     thread <TID>`` when the report holds several processes), cat ``nvtx`` (``cuda_runtime`` where it is named as a
     CUDA runtime call: categorised as the export's runtime calls); ns since the session start (``relative``); the
-    rank from the file's name or position."""
+    rank from the file's name or position. A damaged row (:func:`_csv_damage`), or the last one where the file
+    ends inside it, is skipped and named by its line in one problem line; the rest are kept."""
     import csv
     import io
 
     source = ByteSource(path)
-    text = io.StringIO(source.read_all().decode("utf-8", "replace"))
-    rows = csv.DictReader(text)
-    missing = [c for c in CSV_COLUMNS if c not in (rows.fieldnames or [])]
+    text = source.read_all().decode("utf-8", "replace")
+    rows = csv.reader(io.StringIO(text))
+    header = next(rows, [])
+    missing = [c for c in (*CSV_COLUMNS, "Duration (ns)") if c not in header]
     if missing:
         raise DdltraceError(f"{path}: not an nsys NVTX push/pop trace CSV (no column {', '.join(missing)})")
+    column = {c: header.index(c) for c in header}
+    cut_line = text.count("\n") + 1 if text and not text.endswith("\n") else None  # the file ends inside it
     reader = _Reader(None, ctx)
-    parsed = []
-    for row in rows:
-        try:
-            parsed.append((row.get("PID") or "", int(row["TID"]), row["Name"] or "", int(row["Start (ns)"]),
-                           int(row["End (ns)"])))
-        except (TypeError, ValueError):
+    parsed, damaged = [], []
+    for fields in rows:
+        if not fields:
+            continue
+        why = "the file ends inside it" if rows.line_num == cut_line else _csv_damage(fields, header, column)
+        if why is not None:
             reader.read += 1
-            reader.skip("CSV rows without integer times and thread")
+            damaged.append(f"line {rows.line_num} ({why})")
+            continue
+        pid = fields[column["PID"]] if "PID" in column else ""
+        parsed.append((pid, int(fields[column["TID"]]), fields[column["Name"]],
+                       int(fields[column["Start (ns)"]]), int(fields[column["End (ns)"]])))
     several = len({pid for pid, *_ in parsed}) > 1
     for pid, tid, name, start, end in parsed:
         cat = "cuda_runtime" if _RUNTIME_NAME.match(name) else "nvtx"
         reader.row(f"cpu/pid {pid} thread {tid}" if several else f"cpu/thread {tid}", cat, name, start, end)
+    if damaged:
+        more = f", and {len(damaged) - 5} more" if len(damaged) > 5 else ""
+        listed = f"{', '.join(damaged[:5])}{more}"
+        if not parsed:
+            raise DdltraceError(f"{path}: every row of the nsys NVTX push/pop trace CSV is damaged: {listed}")
+        reader.skip("damaged CSV rows (named in the problem line)", len(damaged))
     if ctx.report is not None:
+        if damaged:
+            ctx.report.problems.append(f"{path}: {len(damaged)} damaged row(s) skipped, the rest kept: {listed}")
         ctx.report.events += reader.read
         ctx.report.problems.extend(source.problems)
     yield reader.part(path, rank_from_path(path, ctx.rank_from, ctx), 0)
