@@ -193,3 +193,23 @@ def test_a_truncated_real_file_is_refused_in_one_line(tmp_path, capsys):
     assert main(["import", str(path), "--out", str(tmp_path / "store"), "--progress", "never"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(path) in err[0] and "not a readable rocprofv3 JSON" in err[0], err
+
+
+def test_a_cut_gzip_stream_is_one_clear_line(tmp_path, capsys):
+    """A .json.gz cut inside its gzip stream: exit 2, one line naming the file once and where the stream ends,
+    not "kept what was decoded" (nothing is: the document is read whole). It was `PATH: PATH: gzip stream
+    truncated at compressed byte N (kept what was decoded)`. A document whole before trailing garbage is kept,
+    the garbage named."""
+    whole = gzip.compress(json.dumps({"rocprofiler-sdk-tool": [_process()]}).encode())
+    cut = tmp_path / "4242_results.json.gz"
+    cut.write_bytes(whole[:len(whole) // 2])
+    assert main(["import", str(cut), "--out", str(tmp_path / "store"), "--progress", "never"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].count(str(cut)) == 1 and "kept" not in err[0], err
+    assert (f"{cut}: gzip stream truncated at compressed byte {len(whole) // 2}, inside its JSON document "
+            "(a rocprofv3 JSON is read whole)") in err[0]
+    tail = tmp_path / "7_results.json.gz"
+    tail.write_bytes(whole + b"garbage")
+    assert main(["import", str(tail), "--out", str(tmp_path / "store2"), "--progress", "never"]) == 0
+    out = capsys.readouterr().out
+    assert "7 events, 6 intervals" in out and f"{tail}: 7 bytes of trailing garbage after the gzip stream" in out

@@ -213,12 +213,15 @@ def read(path: Path, ctx: ImportContext):
 
     source = ByteSource(path)
     raw = source.read_all()
-    if source.problems:
-        raise DdltraceError(f"{path}: {source.problems[0]}")
     try:
         doc = msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
+        if source.problems:  # the damaged gzip stream cut the document: say so once, without "kept"
+            why = source.problems[0].removeprefix(f"{source.path}: ").split(" (kept", 1)[0].split("; kept", 1)[0]
+            raise DdltraceError(f"{path}: {why}, inside its JSON document (a rocprofv3 JSON is read whole)") from exc
         raise DdltraceError(f"{path}: not a readable rocprofv3 JSON ({exc})") from exc
+    if ctx.report is not None:
+        ctx.report.problems.extend(source.problems)  # damage past the whole document (trailing garbage)
     processes = doc.get("rocprofiler-sdk-tool") if isinstance(doc, dict) else None
     if not isinstance(processes, list) or not processes or not all(isinstance(p, dict) for p in processes):
         raise DdltraceError(f"{path}: rocprofv3 JSON without a process ('rocprofiler-sdk-tool' must be a "
