@@ -4,7 +4,10 @@ every location at the first damage in any, so the importer reads each location o
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
+from shared_data import SHARED
 
 from ddltrace.cli import main
 from ddltrace.store import TraceStore
@@ -72,3 +75,61 @@ def test_one_damaged_location_is_named_and_the_other_ranks_are_whole(tmp_path, c
     assert damaged[0] == clean[0] and damaged[2] == clean[2]  # the other ranks whole, to the ns
     kept = damaged.get(1, [])
     assert kept == clean[1][:len(kept)] and len(kept) < len(clean[1])  # rank 1: a prefix of its calls at most
+
+
+def test_an_anchor_not_named_otf2_is_told_to_be_renamed(tmp_path, capsys):
+    """The anchor renamed to .txt: recognised by its bytes and refused in one line saying it must be named *.otf2
+    (it was 'not a trace format ddltrace knows (starts with the bytes 03 42 4f 54 46 32 ...)', and with --format
+    otf2 the library's 'INVALID (1): Unknown error code: This no valid file extension!'); a member file named with
+    --format otf2 is not an anchor."""
+    folder = tmp_path / "archive"
+    _write_archive(folder, 10)
+    anchor = next(folder.glob("*.otf2"))
+    renamed = anchor.rename(anchor.with_suffix(".txt"))
+    for extra in ([], ["--format", "otf2"]):
+        assert main(["import", str(renamed), "--out", str(tmp_path / "store"), *extra]) == 2
+        err = capsys.readouterr().err
+        assert (f"{renamed}: an OTF2 anchor file, but the OTF2 library opens an archive only by an anchor named "
+                f"*.otf2: rename it {anchor.name}") in err and "Traceback" not in err
+    member = next(folder.glob("*.def"))
+    assert main(["import", str(member), "--out", str(tmp_path / "store"), "--format", "otf2"]) == 2
+    assert f"{member}: not an OTF2 anchor file (an archive is read from its *.otf2 anchor)" in capsys.readouterr().err
+
+
+PAPI = SHARED / "wild_traces/pipit_otf2_papi"
+
+
+def _damaged_papi(tmp_path, member: str, at: int, garbage: bytes):
+    """A copy of pipit_otf2_papi with ``garbage`` written over ``member`` from byte ``at``; its anchor."""
+    shutil.copytree(PAPI, tmp_path / "papi")
+    target = tmp_path / "papi" / member
+    data = bytearray(target.read_bytes())
+    data[at:at + len(garbage)] = garbage
+    target.write_bytes(bytes(data))
+    return tmp_path / "papi" / "traces.otf2"
+
+
+@pytest.mark.skipif(not PAPI.is_dir(), reason="pipit_otf2_papi absent")
+def test_definitions_naming_an_undefined_id_are_said_damaged(tmp_path, capsys):
+    """32 bytes of traces.def overwritten: a definition names id 242, which none defines. It read 'interrupted by
+    reader callback: KeyError: 242' (the otf2 package's exception); now what is wrong, in words."""
+    pytest.importorskip("otf2")
+    anchor = _damaged_papi(tmp_path, "traces.def", 5111, b"\x00\xff" * 16)
+    assert main(["import", str(anchor), "--out", str(tmp_path / "store")]) == 2
+    err = capsys.readouterr().err
+    assert (f"{anchor}: not a readable OTF2 archive (a record of its definitions refers to id 242, which no "
+            "definition defines: its definitions are damaged)") in err and "KeyError" not in err
+
+
+@pytest.mark.skipif(not PAPI.is_dir(), reason="pipit_otf2_papi absent")
+def test_a_damaged_rank_kept_from_the_global_reader_is_said_so_once(tmp_path, capsys):
+    """16 bytes of rank 0's event file overwritten: read on its own it gives no event, the global reader 48 before
+    the damage, which are kept. It printed 'rank 0 ... none kept' and then 'the 48 events ... are kept'."""
+    pytest.importorskip("otf2")
+    anchor = _damaged_papi(tmp_path, "traces/0.evt", 859, b"\xff" * 16)
+    assert main(["import", str(anchor), "--out", str(tmp_path / "store")]) == 0
+    out = capsys.readouterr().out
+    assert "none kept" not in out and out.count(f"{anchor}: rank 0") == 1, out
+    assert ("the 48 events of the rank read together with the other ranks before the damage are kept (more than its "
+            "locations gave on their own)") in out
+    assert len(_calls(tmp_path / "store")[0]) > 0

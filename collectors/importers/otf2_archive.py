@@ -38,7 +38,9 @@ _RANK = re.compile(r"(\d+)\s*$")
 
 
 def sniff(raw: bytes, path: Path) -> bool:
-    return b"OTF2" in raw[:16] and path.suffix == ".otf2"
+    """An OTF2 anchor file: by its magic (``OTF2`` after its two header bytes) whatever its name, so that
+    :func:`read` can say one renamed must be named ``*.otf2``."""
+    return raw[2:6] == b"OTF2" or (b"OTF2" in raw[:16] and path.suffix == ".otf2")
 
 
 #: The C library's error callback type: (user data, file, line, function, error code, format, va_list) -> code.
@@ -69,8 +71,16 @@ def _library_quiet(said: list[str]):
         said.extend(line.strip() for line in printed.getvalue().splitlines()[-1:] if line.strip())
 
 
-def _reason(exc: Exception, said: list[str]) -> str:
-    """Why the library stopped: its exception, with the first two messages it gave (innermost first)."""
+#: The otf2 package's callback failing on a record that names an id no definition defines (its last line).
+_UNDEFINED = re.compile(r"^KeyError: (\d+)$")
+
+
+def _reason(exc: Exception, said: list[str], part: str = "event data") -> str:
+    """Why the library stopped: its exception, with the first two messages it gave (innermost first); a record of
+    ``part`` naming an undefined id (the package's KeyError) in words."""
+    undefined = next((m.group(1) for m in map(_UNDEFINED.match, said) if m), None)
+    if undefined is not None:
+        return f"a record of its {part} refers to id {undefined}, which no definition defines: its {part} are damaged"
     plain = [text for text in said if text and "%" not in text]
     return f"{exc}: {'; '.join(plain[:2])}" if plain else str(exc)
 
@@ -219,7 +229,8 @@ def _read(path: Path, location_ref: int | None = None) -> tuple[_Fold, str | Non
                     reader.events([loc for loc in locations if loc._ref == location_ref])
                 stream = iter(events)
         except Exception as exc:  # the C library reports any damage as a generic error
-            raise DdltraceError(f"{path}: not a readable OTF2 archive ({_reason(exc, said)})") from exc
+            why = _reason(exc, said, "definitions")
+            raise DdltraceError(f"{path}: not a readable OTF2 archive ({why})") from exc
         where = [(loc._ref, _rank_of(loc), loc.name or f"location {loc._ref}", int(loc.number_of_events or 0))
                  for loc in locations]
         declared = sum(count for ref, _, _, count in where if location_ref is None or ref == location_ref)
@@ -242,18 +253,18 @@ def _read(path: Path, location_ref: int | None = None) -> tuple[_Fold, str | Non
 _RUNAWAY = 10
 
 
-def _read_each_location(path: Path, where: list, whole: _Fold, problems: list[str]) -> _Fold:
+def _read_each_location(path: Path, where: list, whole: _Fold, damaged: list[tuple[int, str, int]]) -> _Fold:
     """Every location read on its own into ``whole`` (an empty fold; the global reader stops every location at
-    the first damage in any): a damaged location keeps the events before its damage and is named in
-    ``problems``."""
+    the first damage in any): a damaged location keeps the events before its damage and is added to ``damaged``
+    as (rank, what is wrong in words, the events it kept)."""
     for ref, rank, name, _ in where:
         try:
             fold, why, _ = _read(path, ref)
         except DdltraceError as exc:
             fold, why = _Fold(whole.resolution, whole.offset), str(exc)
         if why is not None:
-            problems.append(f"{path}: rank {rank} ({name}): OTF2 events unreadable after its event {fold.events} "
-                            f"({why}); " + ("the events before it are kept" if fold.events else "none kept"))
+            damaged.append((rank, f"{path}: rank {rank} ({name}): OTF2 events unreadable after its event "
+                                  f"{fold.events} ({why})", fold.events))
             fold.skipped["OTF2 locations with damaged event data"] += 1
         whole.rank_events.update(fold.rank_events)
         whole.location_events.update(fold.location_events)
@@ -281,16 +292,39 @@ def _cut_short(path: Path, where: list, fold: _Fold, named: str) -> list[str]:
     return short
 
 
+def _not_an_anchor(path: Path) -> str | None:
+    """Why the library cannot open ``path`` as an archive's anchor when it is not named ``*.otf2`` (None when it
+    is): the library refuses any other name."""
+    if path.suffix == ".otf2":
+        return None
+    with open(path, "rb") as fh:
+        anchor = fh.read(6)[2:] == b"OTF2"
+    return (f"{path}: an OTF2 anchor file, but the OTF2 library opens an archive only by an anchor named *.otf2: "
+            f"rename it {path.stem}.otf2" if anchor else
+            f"{path}: not an OTF2 anchor file (an archive is read from its *.otf2 anchor)")
+
+
 def read(path: Path, ctx: ImportContext):
+    if (wrong := _not_an_anchor(path)) is not None:
+        raise DdltraceError(wrong)
     fold, why, where = _read(path)
     problems: list[str] = []
     if why is not None:  # each location on its own; a rank keeps what the global reader got where that is more
-        each = _read_each_location(path, where, _Fold(fold.resolution, fold.offset), problems)
+        damaged: list[tuple[int, str, int]] = []
+        each = _read_each_location(path, where, _Fold(fold.resolution, fold.offset), damaged)
+        richer = {}
         for rank, count in fold.rank_events.items():
             if count > each.rank_events[rank]:
                 each.per_rank[rank], each.rank_events[rank] = fold.per_rank[rank], count
-                problems.append(f"{path}: rank {rank}: the {count} events read together with the other ranks "
-                                "before the damage are kept (more than its locations gave on their own)")
+                richer[rank] = count
+        for rank, said, kept in damaged:
+            problems.append(f"{said}; " + (
+                f"the {richer[rank]} events of the rank read together with the other ranks before the damage are "
+                "kept (more than its locations gave on their own)" if rank in richer else
+                "the events before it are kept" if kept else "none kept"))
+        problems += [f"{path}: rank {rank}: the {count} events read together with the other ranks before the "
+                     "damage are kept (more than its locations gave on their own)"
+                     for rank, count in richer.items() if rank not in {r for r, _, _ in damaged}]
         each.events = sum(each.rank_events.values())
         fold = each
         if not fold.events:
