@@ -107,6 +107,29 @@ def test_csv_trace_files(tmp_path, name, text, want):
     assert got == want
 
 
+def test_a_damaged_csv_row_is_named_by_its_line_and_the_rest_kept(tmp_path, capsys):
+    """A row run into the next by garbage (too many fields), a row of bytes that are not text and a last row the
+    file ends inside: each named by its line and skipped, the whole rows kept (QA on nsys' CSV, whose reader this
+    one was like: a damaged row was kept from its first fields or dropped, and nothing said)."""
+    lines = KERNEL_CSV_OLD.splitlines()
+    text = "\n".join([lines[0], lines[1], lines[2] + ',"KERNEL_DISPATCH",4,1', lines[1].replace("scale", "sc\x00le"),
+                      lines[2], lines[1][:30]])  # (no final newline: the file ends inside the last row)
+    path = tmp_path / "900_kernel_trace.csv"
+    path.write_text(text)
+    assert main(["import", str(path), "--out", str(tmp_path / "store"), "--progress", "never"]) == 0
+    out = capsys.readouterr().out
+    assert (f"{path}: 3 damaged row(s) skipped, the rest kept: line 3 (13 fields where the header has 10), line 4 "
+            "(bytes that are not text), line 6 (the file ends inside it)") in out, out
+    tl = TraceStore.open(tmp_path / "store").timeline().sort_values("start_ns")
+    assert tl["name"].tolist() == ["scale(float*, int)", "rcclKernel"]
+    cut = tmp_path / "cut" / "900_kernel_trace.csv"
+    cut.parent.mkdir()
+    cut.write_text(lines[0] + "\n" + lines[1][:30])
+    assert main(["import", str(cut), "--out", str(tmp_path / "s2"), "--progress", "never"]) == 2
+    assert "every row of the rocprofv3 trace CSV is damaged: line 2 (the file ends inside it)" in \
+        capsys.readouterr().err
+
+
 def _process_csvs(folder, pid: int, kernel: str) -> None:
     """One process's three CSV trace files as rocprofv3 names them (``<pid>_<domain>_trace.csv``): two HIP calls,
     the kernel the first launched (correlation id 1) and the copy the second made (2)."""

@@ -41,6 +41,7 @@ import numpy as np
 import pyarrow as pa
 
 from ddltrace.arrow_timeline import numbers
+from ddltrace.collectors.importers import csv_rows
 from ddltrace.collectors.importers.base import (
     ImportContext,
     Importer,
@@ -316,17 +317,12 @@ def sniff_csv(head: bytes, path: Path) -> bool:
 
 
 def _csv_damage(fields: list[str], header: list[str], column: dict[str, int]) -> str | None:
-    """Why a row of the CSV report is damaged (None: it is whole): a field count other than the header's, bytes
-    that are not text, times or thread that are not integers, or a duration that is not its end - start."""
-    if len(fields) != len(header):
-        return f"{len(fields)} fields where the header has {len(header)}"
-    if any(ch < " " and ch != "\t" or ch in "\x7f\ufffd" for f in fields for ch in f):
-        return "bytes that are not text"
-    try:
-        start, end, _ = (int(fields[column[c]]) for c in ("Start (ns)", "End (ns)", "TID"))
-        duration = int(fields[column["Duration (ns)"]])
-    except ValueError:
-        return "times or thread that are not integers"
+    """Why a row of the CSV report is damaged (None: it is whole): :func:`~.csv_rows.row_damage` of its times and
+    thread, or a duration that is not its end - start."""
+    why = csv_rows.row_damage(fields, header, [column[c] for c in ("Start (ns)", "End (ns)", "TID", "Duration (ns)")])
+    if why is not None:
+        return why
+    start, end, duration = (int(fields[column[c]]) for c in ("Start (ns)", "End (ns)", "Duration (ns)"))
     return None if duration == end - start else f"duration {duration} ns where end - start is {end - start} ns"
 
 
@@ -347,7 +343,7 @@ def read_csv(path: Path, ctx: ImportContext):
     if missing:
         raise DdltraceError(f"{path}: not an nsys NVTX push/pop trace CSV (no column {', '.join(missing)})")
     column = {c: header.index(c) for c in header}
-    cut_line = text.count("\n") + 1 if text and not text.endswith("\n") else None  # the file ends inside it
+    cut_line = csv_rows.cut_line(text)
     reader = _Reader(None, ctx)
     parsed, damaged = [], []
     for fields in rows:
@@ -366,14 +362,13 @@ def read_csv(path: Path, ctx: ImportContext):
         cat = "cuda_runtime" if _RUNTIME_NAME.match(name) else "nvtx"
         reader.row(f"cpu/pid {pid} thread {tid}" if several else f"cpu/thread {tid}", cat, name, start, end)
     if damaged:
-        more = f", and {len(damaged) - 5} more" if len(damaged) > 5 else ""
-        listed = f"{', '.join(damaged[:5])}{more}"
         if not parsed:
-            raise DdltraceError(f"{path}: every row of the nsys NVTX push/pop trace CSV is damaged: {listed}")
+            raise DdltraceError(f"{path}: every row of the nsys NVTX push/pop trace CSV is damaged: "
+                                f"{csv_rows.listed(damaged)}")
         reader.skip("damaged CSV rows (named in the problem line)", len(damaged))
     if ctx.report is not None:
         if damaged:
-            ctx.report.problems.append(f"{path}: {len(damaged)} damaged row(s) skipped, the rest kept: {listed}")
+            ctx.report.problems.append(csv_rows.problem(path, damaged))
         ctx.report.events += reader.read
         ctx.report.problems.extend(source.problems)
     yield reader.part(path, rank_from_path(path, ctx.rank_from, ctx), 0)

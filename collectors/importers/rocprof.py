@@ -43,6 +43,7 @@ import numpy as np
 import pyarrow as pa
 
 from ddltrace.arrow_timeline import numbers
+from ddltrace.collectors.importers import csv_rows
 from ddltrace.collectors.importers.base import (
     ImportContext,
     Importer,
@@ -276,20 +277,25 @@ def read_csv(path: Path, ctx: ImportContext):
     """One CSV trace file: kernels on ``gpu:agent<A>/stream <S>`` (``queue <Q>`` without ``Stream_Id``), copies on
     ``gpu:agent<A>/memory copy``, API calls on ``cpu/thread <T>``; the rank of its process (:func:`csv_rank`)."""
     source = ByteSource(path)
-    rows_in = csv.DictReader(io.StringIO(source.read_all().decode("utf-8", "replace")))
-    header = [h.strip() for h in rows_in.fieldnames or []]
+    text = source.read_all().decode("utf-8", "replace")
+    reader = csv.reader(io.StringIO(text))
+    header = [h.strip() for h in next(reader, [])]
     kind = _csv_kind(header)
     if kind is None:
         raise DdltraceError(f"{path}: not a rocprofv3 trace CSV (its header names none of kernel_trace's, "
                             "memory_copy_trace's or an API trace's columns)")
-    rows = _Rows(ctx)
-    for r in rows_in:
-        try:
-            start, end, corr = _int(r["Start_Timestamp"]), _int(r["End_Timestamp"]), _int(r.get("Correlation_Id"))
-        except (TypeError, ValueError):
-            rows.read += 1
-            rows.skip("CSV rows without integer timestamps")
+    rows, damaged, cut = _Rows(ctx), [], csv_rows.cut_line(text)
+    times = [header.index(c) for c in ("Start_Timestamp", "End_Timestamp")]
+    for fields in reader:
+        if not fields:
             continue
+        why = "the file ends inside it" if reader.line_num == cut else csv_rows.row_damage(fields, header, times)
+        if why is not None:  # (a row run into the next by garbage, a row cut short: named, the rest kept)
+            rows.read += 1
+            damaged.append(f"line {reader.line_num} ({why})")
+            continue
+        r = dict(zip(header, fields, strict=True))
+        start, end, corr = _int(r["Start_Timestamp"]), _int(r["End_Timestamp"]), _int(r.get("Correlation_Id"))
         if kind == "kernel":
             stream = r.get("Stream_Id")
             where = f"stream {stream}" if stream not in (None, "") else f"queue {r.get('Queue_Id')}"
@@ -308,7 +314,13 @@ def read_csv(path: Path, ctx: ImportContext):
             cat = "hip_api" if domain.startswith("hip") else "hsa_api" if domain.startswith("hsa") else \
                 "rccl_api" if domain.startswith("rccl") else "marker_api" if domain.startswith("marker") else domain
             rows.add(f"cpu/thread {r.get('Thread_Id')}", cat, r.get("Function") or "", start, end, corr)
+    if damaged:
+        if rows.read == len(damaged):  # (nothing else read)
+            raise DdltraceError(f"{path}: every row of the rocprofv3 trace CSV is damaged: {csv_rows.listed(damaged)}")
+        rows.skip("damaged CSV rows (named in the problem line)", len(damaged))
     if ctx.report is not None:
+        if damaged:
+            ctx.report.problems.append(csv_rows.problem(path, damaged))
         ctx.report.problems.extend(source.problems)
     yield rows.part(path, csv_rank(path, ctx), {})
 
