@@ -123,7 +123,7 @@ def test_a_late_receiver_does_not_make_a_slow_link_look_fast(tmp_path):
     assert bw.loc[("A", "C"), "peak_bytes_per_s"] == pytest.approx(INTER / 402e-3)
     assert bw.loc[("A", "B"), "peak_bytes_per_s"] == pytest.approx(INTER / 4e-3)
     found = [f for f in detect([run], Thresholds())[0] if f.id == "slow_link"]
-    assert len(found) == 1 and "Slow link between nodes A - C" in found[0].title, found
+    assert len(found) == 1 and "Slow link: node C's link (1 pair through it, A - C)" in found[0].title, found
 
 
 IPM = corpus("ipm_hunold_1494937738", "hunold.1494937738.200810.ipm.xml")
