@@ -146,17 +146,10 @@ def test_the_best_count_past_the_knee_on_b_is_explained_when_it_is_the_first_pas
     """QA: the text explained a best worker count past the knee on B only where it lay beyond the first count asked
     past the knee; where the best is that first count, --json carried transfer.best_past_knee and the text said
     nothing. A's quota runs carried to a B with r_net x200 (knee on B about 6), asked at 1, 2, 4, 16: best 16."""
-    from test_models_commands import QUOTA
+    from test_models_commands import slow_network_b
 
-    model = tmp_path / "model.json"
-    stores = [str(QUOTA / f"A-compute-w{w}" / "store") for w in (1, 2, 4)]
-    assert main(["model", "fit", *stores, "--dnn", "mlp-2-10k-2", "--profile", str(QUOTA / "A.json"),
-                 "--servers", "1", "--out", str(model)]) == 0
-    b = json.loads((QUOTA / "A.json").read_text())
-    b["constants"]["r_net"]["value"] *= 200
-    b["constants"]["r_net"]["uncertainty"] *= 200
-    (tmp_path / "B.json").write_text(json.dumps(b))
-    predict = ["model", "predict", str(model), "--workers", "1,2,4,16", "--profile", str(tmp_path / "B.json")]
+    model, b = slow_network_b(tmp_path)
+    predict = ["model", "predict", str(model), "--workers", "1,2,4,16", "--profile", str(b)]
     capsys.readouterr()
     assert main([*predict, "--json"]) == 0
     past = json.loads(capsys.readouterr().out)["transfer"]["best_past_knee"]

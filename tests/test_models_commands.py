@@ -268,11 +268,9 @@ def test_model_fit_from_csv(tmp_path, capsys):
 QUOTA = Path(__file__).resolve().parent.parent / "sample_traces" / "ps-sgd-quota"
 
 
-def test_a_best_count_past_the_knee_on_b_says_the_phase_still_falls(tmp_path, capsys):
-    """A model fitted to the committed A runs, carried to a B whose network is 200 times slower (A's profile with
-    r_net x200): the network term shrinks as 1/w, so the phase keeps falling past the knee on B and the best of
-    1..16 workers is 16. The report says so, with the phases of its own rows (it printed knee 6, best 16 and no
-    word why)."""
+def slow_network_b(tmp_path) -> tuple[Path, Path]:
+    """(model, B's profile): a model fitted to the committed A runs of the quota sample, and A's profile with r_net
+    x200 (a B whose network is 200 times slower: the knee on B about 6)."""
     model = tmp_path / "model.json"
     stores = [str(QUOTA / f"A-compute-w{w}" / "store") for w in (1, 2, 4)]
     assert main(["model", "fit", *stores, "--dnn", "mlp-2-10k-2", "--profile", str(QUOTA / "A.json"),
@@ -281,7 +279,16 @@ def test_a_best_count_past_the_knee_on_b_says_the_phase_still_falls(tmp_path, ca
     b["constants"]["r_net"]["value"] *= 200
     b["constants"]["r_net"]["uncertainty"] *= 200
     (tmp_path / "B.json").write_text(json.dumps(b))
-    predict = ["model", "predict", str(model), "--workers", "1,2,4,8,16", "--profile", str(tmp_path / "B.json")]
+    return model, tmp_path / "B.json"
+
+
+def test_a_best_count_past_the_knee_on_b_says_the_phase_still_falls(tmp_path, capsys):
+    """A model fitted to the committed A runs, carried to a B whose network is 200 times slower (A's profile with
+    r_net x200): the network term shrinks as 1/w, so the phase keeps falling past the knee on B and the best of
+    1..16 workers is 16. The report says so, with the phases of its own rows (it printed knee 6, best 16 and no
+    word why)."""
+    model, b = slow_network_b(tmp_path)
+    predict = ["model", "predict", str(model), "--workers", "1,2,4,8,16", "--profile", str(b)]
     capsys.readouterr()
     assert main([*predict, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
