@@ -105,6 +105,25 @@ def _plane_name(data: bytes) -> str:
     return ""
 
 
+def _event(data: bytes) -> tuple:
+    """(metadata_id, offset_ps, duration_ps, raw stats, occurrences) of one XEvent (occurrences None unless it is an
+    aggregate)."""
+    meta = offset = duration = 0
+    occurrences, stats = None, []
+    for n, _k, v in pw.fields(data):
+        if n == 1:
+            meta = pw.signed(v)
+        elif n == 2:
+            offset = pw.signed(v)
+        elif n == 3:
+            duration = pw.signed(v)
+        elif n == 5:
+            occurrences = pw.number(v)
+        elif n == 4:
+            stats.append(pw.message(v))
+    return meta, offset, duration, stats, occurrences
+
+
 def _line(data: bytes):
     """(name, timestamp_ns, [(metadata_id, offset_ps, duration_ps, raw stats, occurrences)], damage): ``damage`` is
     None, or what broke a line damaged after its name, whose events before the damage are returned (a line damaged
@@ -120,21 +139,7 @@ def _line(data: bytes):
             elif number == 3:
                 timestamp_ns = pw.signed(v)
             elif number == 4:
-                meta = offset = duration = 0
-                occurrences = None
-                stats = []
-                for n, _k, ev in pw.fields(pw.message(v)):
-                    if n == 1:
-                        meta = pw.signed(ev)
-                    elif n == 2:
-                        offset = pw.signed(ev)
-                    elif n == 3:
-                        duration = pw.signed(ev)
-                    elif n == 5:
-                        occurrences = pw.number(ev)
-                    elif n == 4:
-                        stats.append(pw.message(ev))
-                events.append((meta, offset, duration, stats, occurrences))
+                events.append(_event(pw.message(v)))
     except _BROKEN as exc:
         if not (display or name):
             raise
