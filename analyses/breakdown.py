@@ -78,8 +78,9 @@ def classify(timeline: pd.DataFrame, cuts, gap: str | None = None) -> tuple[np.n
     row covers; None: :func:`~ddltrace.analyses.segments.untraced_gap` of the rows."""
     lanes, names = pd.factorize(timeline["lane"])  # a missing lane (-1) is no lane's
     categories = category_codes(timeline["category"])
-    if gap is None:
-        gap = untraced_gap(categories, timeline["name"].unique())
+    if gap is None:  # (the names read only where no row computes)
+        computes = (categories == CATEGORIES.index("compute")).any()
+        gap = "idle" if computes else untraced_gap(categories, timeline["name"].unique())
     return classify_rows(timeline["start_ns"].to_numpy(np.int64), timeline["dur_ns"].to_numpy(np.int64),
                          categories, lanes, cuts, gap, [str(n) for n in names])
 
