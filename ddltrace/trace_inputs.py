@@ -16,7 +16,7 @@ import secrets
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ddltrace.errors import DdltraceError
@@ -35,10 +35,13 @@ def is_trace_input(path: str) -> bool:
 
 
 @contextlib.contextmanager
-def as_stores(paths: list[str], verb: str, quiet: bool) -> Iterator[tuple[list[str], dict[str, str]]]:
+def as_stores(paths: list[str], verb: str, quiet: bool, left: list | None = None
+              ) -> Iterator[tuple[list[str], dict[str, str]]]:
     """(``paths`` with each trace input replaced by a temporary store of it, removed on leaving; each temporary
     store's path -> the trace it holds, what the output calls the run). A line on stderr says which were imported,
-    and the import's summary follows it unless ``quiet``."""
+    and the import's summary follows it unless ``quiet``. With ``left`` (several runs that stand alone: analyze,
+    report), a trace that cannot be imported, where others are given, is left out with a warning naming it
+    (:func:`left_out`) and appended to ``left`` as (path, why)."""
     temporary: Path | None = None
     stores, labels = [], {}
     try:
@@ -60,16 +63,43 @@ def as_stores(paths: list[str], verb: str, quiet: bool) -> Iterator[tuple[list[s
                 with temporary_writes():  # (removed below: written for speed, not to be kept)
                     _import(path, out, quiet)
             except DdltraceError as exc:
-                if not any(option in str(exc) for option in _IMPORT_OPTIONS):
-                    raise
-                raise DdltraceError(f"{exc} (ddltrace {verb} imports a trace with import's defaults: give "
-                                    f"'ddltrace import {path} --out STORE' the options, then {verb} STORE)") from None
+                if any(option in str(exc) for option in _IMPORT_OPTIONS):
+                    exc = DdltraceError(f"{exc} (ddltrace {verb} imports a trace with import's defaults: give "
+                                        f"'ddltrace import {path} --out STORE' the options, then {verb} STORE)")
+                if left is None or len(paths) == 1:
+                    raise exc from None
+                left_out(verb, exc)
+                left.append((path, str(exc)))
+                continue
             stores.append(str(out))
             labels[str(out)] = path
         yield stores, labels
     finally:
         if temporary is not None:
             shutil.rmtree(temporary, ignore_errors=True)
+
+
+def left_out(verb: str, exc: Exception) -> None:
+    """The warning on an input left out of a command over several runs (it could not be read: ``exc`` says why)."""
+    print(f"ddltrace {verb}: warning: {exc}; left out, the other runs are used", file=sys.stderr, flush=True)
+
+
+def usable(paths: list, verb: str, use: Callable, left: list) -> list:
+    """``use(path)`` of each of ``paths``, leaving out (with :func:`left_out`'s warning, appended to ``left`` as
+    (path, why)) one that raises :class:`DdltraceError` where several runs were given; with one given, or none
+    usable, the error is the command's."""
+    done = []
+    for path in paths:
+        try:
+            done.append(use(path))
+        except DdltraceError as exc:
+            if len(paths) + len(left) == 1:
+                raise
+            left_out(verb, exc)
+            left.append((path, str(exc)))
+    if not done:
+        raise DdltraceError(f"nothing to {verb}: none of the {len(left)} runs given could be read ({left[0][1]})")
+    return done
 
 
 def _scratch_name(verb: str) -> Path:

@@ -166,3 +166,41 @@ def test_a_job_that_did_not_end_well_is_said_by_info_and_analyze(tmp_path, capsy
                         in out)
     assert json.loads(analyze(capsys, tmp_path / "killed", "--json")[1])["stores"][0]["exit_code"] == 9
     assert "did not end well" not in analyze(capsys, tmp_path / "fine")[1]
+
+
+PS_SGD = Path(__file__).resolve().parent.parent / "sample_traces" / "ps-sgd"
+
+
+def test_a_store_given_twice_is_refused_by_any_path(tmp_path, capsys):
+    """The same store twice (QA: every finding twice and a 'series' of two identical runs, exit 0), as report
+    refuses it: by the same path, another spelling of it, or a link to it."""
+    store = PS_SGD / "seq-w4" / "store"
+    (tmp_path / "link").symlink_to(store)
+    for other in (store, Path(str(store) + "/"), tmp_path / "link"):
+        assert main(["analyze", str(store), str(other), "--quiet"]) == 2
+        assert "given twice" in capsys.readouterr().err
+
+
+def test_a_run_that_cannot_be_read_among_several_is_left_out_and_named(tmp_path, capsys):
+    """An empty folder and a missing store beside two good runs: named on stderr, in a line before the analysis
+    and in --json's left_out, and the others analysed (QA: the whole analysis refused, exit 2). None readable:
+    one line, exit 2."""
+    (tmp_path / "empty").mkdir()
+    good = [str(PS_SGD / f"seq-w{w}" / "store") for w in (1, 4)]
+    given = [good[0], str(tmp_path / "empty"), str(tmp_path / "gone"), good[1]]
+    assert main(["analyze", *given, "--quiet"]) == 0
+    out, err = capsys.readouterr()
+    assert f"ddltrace analyze: warning: {tmp_path / 'empty'}: no files to import; left out, the other runs are " \
+           "used" in err
+    assert out.startswith(f"Left out: {tmp_path / 'empty'}: no files to import (the other runs are analysed).\n"
+                          f"Left out: {tmp_path / 'gone'}: no such trace store (the other runs are analysed).\n")
+    assert "ddltrace analyze: 2 stores" in out
+    assert main(["analyze", *given, "--quiet", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    empty, gone = f"{tmp_path / 'empty'}: no files to import", f"{tmp_path / 'gone'}: no such trace store"
+    assert doc["left_out"] == [{"input": str(tmp_path / "empty"), "reason": empty},
+                               {"input": str(tmp_path / "gone"), "reason": gone}]
+    assert [s["store"] for s in doc["stores"]] == good
+    assert main(["analyze", str(tmp_path / "empty"), str(tmp_path / "gone"), "--quiet"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == \
+        f"ddltrace: error: nothing to analyze: none of the 2 runs given could be read ({empty})"

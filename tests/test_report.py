@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -820,3 +821,23 @@ def test_a_column_heading_drops_the_unit_its_cells_carry():
     header, rows = _table_cells(frame)
     assert header == ["rank", "total", "steady", "copied", "rate", "ns"]
     assert rows == [["0", "6 s", "1.5 s", "2 KiB", "1000 MB/s", "7"]]
+
+
+def test_a_run_that_cannot_be_read_among_several_is_left_out_and_named(tmp_path):
+    """An empty folder and a missing store beside two good runs: the report is of the two, and a section names the
+    runs left out and why (findings.json's left_out; QA: the whole report refused, exit 2)."""
+    (tmp_path / "empty").mkdir()
+    good = [str(SAMPLES / f"seq-w{w}" / "store") for w in (1, 4)]
+    out = tmp_path / "rep"
+    done = subprocess.run([sys.executable, "-m", "ddltrace", "report", good[0], str(tmp_path / "empty"),
+                           str(tmp_path / "gone"), good[1], "--out", str(out), "--quiet"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert f"ddltrace report: warning: {tmp_path / 'gone'}: no such trace store; left out" in done.stderr
+    md = (out / "report.md").read_text().replace("\\", "")
+    section = md.split("## Runs left out", 1)[1].split("## Findings", 1)[0]
+    assert f"- {tmp_path / 'empty'}: no files to import" in section
+    assert f"- {tmp_path / 'gone'}: no such trace store" in section
+    doc = json.loads((out / "findings.json").read_text())
+    assert [x["input"] for x in doc["left_out"]] == [str(tmp_path / "empty"), str(tmp_path / "gone")]
+    assert sorted(doc["stores"]) == sorted(good)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from ddltrace.analyses.findings import SEVERITIES, Finding, detect, severity_rank
 from ddltrace.analyses.requirements import Skipped
 from ddltrace.analyses.thresholds import DEFAULTS, Thresholds
-from ddltrace.errors import one_line
+from ddltrace.errors import DdltraceError, one_line
 from ddltrace.rank_progress import PROGRESS_EVENTS, PROGRESS_EVERY_S, PROGRESS_RANKS, rank_progress
 from ddltrace.units import format_ns, format_percent
 
@@ -159,6 +159,20 @@ def check_workers_see(mapper, stores: list[str], labels: dict[str, str], verb: s
     mapper.check_visible(stores, hint)
 
 
+def refuse_twice(paths: list[str]) -> None:
+    """Refuse a store or trace given twice (the same folder or file, by any path or link): its findings would be
+    found "in 2 runs" and its two runs a scaling series of one worker count."""
+    from pathlib import Path
+
+    seen: dict[Path, str] = {}
+    for path in paths:
+        where = Path(path).resolve()
+        if where in seen:
+            also = f" (as {seen[where]} too)" if seen[where] != path else ""
+            raise DdltraceError(f"{path}: given twice{also}; give each run once")
+        seen[where] = path
+
+
 def analyze_with_progress(path, quiet: bool = False, verb: str = "analyze", mapper=None):
     """:func:`~ddltrace.analyses.run_analysis.analyze_store` of the store at ``path`` (or open), its ranks summarised by
     ``mapper`` (:mod:`ddltrace.executor`; None: in this process for a store of under :data:`POOL_MIN_EVENTS`
@@ -220,17 +234,24 @@ def run(args) -> int:
         from ddltrace.analyses.run_analysis import not_made
         from ddltrace.analyses.scaling import scaling_table
         from ddltrace.heap_reuse import keep_freed_memory
-        from ddltrace.trace_inputs import as_stores
+        from ddltrace.trace_inputs import as_stores, usable
     keep_freed_memory()  # a third fewer page faults in the analyses' frames (the module says why)
 
     thresholds = thresholds_of(args)
-    with as_stores(args.stores, "analyze", args.quiet) as (stores, labels):  # the analyses read the stores to the end
+    refuse_twice(args.stores)
+    left: list[tuple[str, str]] = []  # (input, why) of each left out: it could not be read, others could
+    with as_stores(args.stores, "analyze", args.quiet, left) as (stores, labels):  # (the stores read to the end)
         with rank_mapper(args) as mapper:
             check_workers_see(mapper, stores, labels, "analyze")
-            runs = [analyze_with_progress(path, args.quiet, mapper=mapper) for path in stores]
-        for path, r in zip(stores, runs, strict=True):
-            r.store.label = labels.get(path)
-            r.store.refuse_if_empty("nothing to analyze")
+
+            def analysed(path):  # (a store that cannot be read, among several, is left out: trace_inputs.usable)
+                r = analyze_with_progress(path, args.quiet, mapper=mapper)
+                r.store.label = labels.get(path)
+                r.store.refuse_if_empty("nothing to analyze")
+                return r
+
+            runs = usable(stores, "analyze", analysed, left)
+        left = [(labels.get(path, path), why) for path, why in left]
         if args.profile:
             from ddltrace.gpu_section import copy_bandwidths
             from ddltrace.node_section import link_bandwidth
@@ -247,9 +268,11 @@ def run(args) -> int:
         if args.json:
             from ddltrace.json_output import encode
 
-            sys.stdout.write(encode(to_json(runs, findings, scaling, thresholds, args.phase, skipped)) + "\n")
+            doc = to_json(runs, findings, scaling, thresholds, args.phase, skipped)
+            sys.stdout.write(encode({**doc, "left_out": [{"input": i, "reason": why} for i, why in left]}) + "\n")
         else:
-            sys.stdout.write(render(runs, findings, scaling, args.phase, skipped))
+            sys.stdout.write("".join(f"Left out: {one_line(why)} (the other runs are analysed).\n" for _, why in left)
+                             + render(runs, findings, scaling, args.phase, skipped))
     if args.fail_on and any(severity_rank(f.severity) >= severity_rank(args.fail_on) for f in findings):
         return 1
     return 0

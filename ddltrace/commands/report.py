@@ -70,11 +70,12 @@ def run(args) -> int:
     def progress(message: str) -> None:
         print(f"ddltrace report: {message}", file=sys.stderr, flush=True)
 
-    with as_stores(args.stores, "report", args.quiet) as (stores, labels), rank_mapper(args) as mapper:
+    left: list[tuple[str, str]] = []  # (input, why) of each run left out: it could not be read, others could
+    with as_stores(args.stores, "report", args.quiet, left) as (stores, labels), rank_mapper(args) as mapper:
         check_workers_see(mapper, stores, labels, "report")
         files = build_report(stores, args.out, profile=args.profile, model=args.model, labels=labels,
                              progress=None if args.quiet else progress, mapper=mapper,
-                             thresholds=thresholds)
+                             thresholds=thresholds, left=left)
     print(f"report: {files.html}")
     print(f"        {files.markdown} ({len(files.figures)} figures beside it)")
     if files.trace:

@@ -65,6 +65,8 @@ class Report:
     #: What the import found wrong in each store's files (store, [problem naming its file]): the store holds what
     #: could be read of them.
     import_problems: list[tuple[str, list[str]]] = field(default_factory=list)
+    #: The runs given that could not be read, left out of the report (input, why): the report is of the others.
+    left_out: list[tuple[str, str]] = field(default_factory=list)
     #: How each store's ranks were put on one clock (store, :class:`~ddltrace.clock_alignment.ClockAlignment`).
     clocks: list = field(default_factory=list)
     #: The detectors' thresholds the findings were judged by (name -> value).
@@ -101,21 +103,28 @@ def _analyses():
 def build_report(stores: list[str | os.PathLike], out: str | os.PathLike, *, profile: str | None = None,
                  model: str | None = None, thresholds=None,
                  progress: Callable[[str], None] | None = None, mapper=None,
-                 labels: dict[str, str] | None = None) -> ReportFiles:
+                 labels: dict[str, str] | None = None, left: list[tuple[str, str]] | None = None) -> ReportFiles:
     """Analyse ``stores`` and write the report into the folder ``out`` (created if needed).
 
     ``profile`` is a hardware profile (``ddltrace calibrate``), ``model`` a fitted model (``ddltrace model fit``).
     ``mapper`` summarises the ranks (:mod:`ddltrace.executor`: local processes, a Dask cluster's tasks; None: as
     :func:`~ddltrace.commands.analyze.analyze_with_progress` chooses by the store's size). ``labels``: a store's
     path -> what the report calls its run (the trace a temporary store was imported from), else the path.
+    ``left``: (input, why) of the runs given that could not be read (others could); those this function cannot
+    read are added, and the report names them all.
     """
     from ddltrace.commands.analyze import analyze_with_progress
+    from ddltrace.trace_inputs import usable
 
     say = progress or (lambda message: None)
     if not stores:
         raise DdltraceError("report: give at least one trace store")
     findings_module, run_analysis, thresholds_module = _analyses()
-    opened = [TraceStore.open(s) for s in stores]
+    left = [] if left is None else left
+    shown = {str(s): (labels or {}).get(str(s)) or str(s) for s in stores}
+    lost = len(left)
+    opened, stores = map(list, zip(*usable(stores, "report", lambda s: (TraceStore.open(s), s), left),
+                                   strict=True))
     _refuse_twice(opened, stores, labels or {})
     if model:
         _read_model(model)  # a model that cannot be read is one line before the analysis, used or not
@@ -123,12 +132,19 @@ def build_report(stores: list[str | os.PathLike], out: str | os.PathLike, *, pro
     check_writable(out, "the report")  # before the analysis, not after it
     if thresholds is None:
         thresholds = thresholds_module.Thresholds()
-    runs = []
-    for i, (store, given) in enumerate(zip(opened, stores, strict=True), 1):
+    numbered = {id(store): i for i, store in enumerate(opened, 1)}
+
+    def analysed(pair):
+        store, given = pair
         store.label = (labels or {}).get(str(given))
-        say(f"analysing {store.label or store.path} ({i}/{len(opened)})")
-        runs.append(analyze_with_progress(store, quiet=progress is None, verb="report", mapper=mapper))
+        say(f"analysing {store.label or store.path} ({numbered[id(store)]}/{len(opened)})")
+        run = analyze_with_progress(store, quiet=progress is None, verb="report", mapper=mapper)
         store.refuse_if_empty("nothing to report")
+        return run
+
+    runs = usable(list(zip(opened, stores, strict=True)), "report", analysed, left)
+    left[lost:] = [(shown.get(str(given[1] if isinstance(given, tuple) else given), str(given)), why)
+                   for given, why in left[lost:]]  # (named as the report names runs)
     runs.sort(key=lambda r: (r.workers, r.name))
     if profile:
         from ddltrace.gpu_section import copy_bandwidths
@@ -150,6 +166,7 @@ def build_report(stores: list[str | os.PathLike], out: str | os.PathLike, *, pro
     report.missing = [(r.name, list(r.store.missing().items()), r.store.missing_count(), r.store.world_size)
                       for r in runs if r.store.missing_count()]
     report.import_problems = [(r.name, r.store.import_problems) for r in runs if r.store.import_problems]
+    report.left_out = list(left)
     from ddltrace.gpu_section import gpu_tables
 
     report.gpu = [(r.name, tables) for r in runs if (tables := gpu_tables(r))]
@@ -740,7 +757,8 @@ def findings_document(report: Report) -> dict:
     """The machine-readable findings (the schema of ``ddltrace analyze --json``): costliest first, each with its
     ``cost_ns``, the analyses not made from this input with the reason, and per store the ranks it holds no
     usable timeline for (``missing_ranks``: rank and reason; the findings are of the other ranks), per store
-    what the import found wrong in its files (``import_problems``: the findings are of what could be read), per store
+    what the import found wrong in its files (``import_problems``: the findings are of what could be read), the runs
+    given that could not be read (``left_out``: input and reason; the findings are of the others), per store
     how its clocks were aligned (``clocks``: ``ddltrace info --json``'s ``clock``), and the thresholds the
     findings were judged by (``thresholds``, as ``analyze --json`` gives them)."""
     from ddltrace.analyses.requirements import not_made_json
@@ -751,6 +769,7 @@ def findings_document(report: Report) -> dict:
             "missing_ranks": {store: [{"rank": rank, "reason": why} for rank, why in named]
                               for store, named, _, _ in report.missing},
             "import_problems": dict(report.import_problems),
+            "left_out": [{"input": given, "reason": why} for given, why in report.left_out],
             "clocks": {store: clock.to_dict() for store, clock in report.clocks},
             "thresholds": report.thresholds}
 

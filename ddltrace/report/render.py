@@ -104,6 +104,7 @@ def html(report) -> str:
              + ", ".join(f"<code>{_e(s)}</code>" for s in report.stores) + "</p>",
              '<p class="verdict">' + " ".join(_e(s) for s in report.verdict) + "</p>",
              *_html_missing(report),
+             *_html_left_out(report),
              *_html_import_problems(report),
              *_html_perfetto(report),
              "<h2>Findings</h2>"]
@@ -170,6 +171,16 @@ def _html_missing(report) -> list[str]:
     for sentence, ranks in _missing_lines(report):
         parts.append(f"<p>{_e(sentence)}</p><ul>" + "".join(f"<li>{_e(r)}</li>" for r in ranks) + "</ul>")
     return parts
+
+
+LEFT_OUT = "The runs below could not be read and are left out; everything in this report is of the others:"
+
+
+def _html_left_out(report) -> list[str]:
+    if not report.left_out:
+        return []
+    return ["<h2>Runs left out</h2>", f"<p>{_e(LEFT_OUT)}</p><ul>"
+            + "".join(f"<li>{_e(why)}</li>" for _, why in report.left_out) + "</ul>"]
 
 
 def _import_problems_sentence(store: str) -> str:
@@ -491,6 +502,9 @@ def markdown(report) -> str:
         lines += ["## Missing ranks", ""]
         for sentence, ranks in _missing_lines(report):
             lines += [_md_escape(sentence), "", *[f"- {_md_escape(r)}" for r in ranks], ""]
+    if report.left_out:
+        lines += ["## Runs left out", "", _md_escape(LEFT_OUT), "",
+                  *[f"- {_md_escape(why)}" for _, why in report.left_out], ""]
     if report.import_problems:
         lines += ["## Import problems", ""]
         for store, problems in report.import_problems:
