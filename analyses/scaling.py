@@ -1,6 +1,6 @@
 """Scaling study over several stores of one job, and Chang's Lemma 3.1 (paper 001; MODELS.md section 3).
 
-:func:`scaling_table` puts the runs side by side by number of workers w (one table per batch size): phase times
+:func:`scaling_table` puts the runs side by side by number of workers w (one block per series): phase times
 (medians over the workers, ns: the MPI start-up ``startup_ns``, each worker's first event to the end of its MPI_Init,
 over the workers that traced one: 0 and ``startup_traced`` False where none did, a framework's profile;
 the job's own initialisation ``job_init_ns``, from there to its first step, paper 002's term; ``steady_ns``,
@@ -9,8 +9,10 @@ state (the training phase) and of the whole run, and the overhead ratio R_O meas
 worker's steady state that is not compute (exposed communication, waits, barriers, I/O, idle), median over workers,
 with the range over workers as its uncertainty.
 
-Speedup is against the run with the fewest workers w0 at the same batch size (NaN for a run alone at its batch
-size: there is nothing to compare it with), assuming that run scaled perfectly:
+Runs are compared within a series, the runs of one job at one batch size (:mod:`~ddltrace.analyses.same_job`;
+the ``series`` column names it); speedup is against the series' base, the median of its runs at the fewest
+workers w0 (NaN, and ``left_out`` saying why, for a run whose series holds no other worker count: there is nothing
+to compare it with; :func:`scaling_notes` gives a line for each), assuming that run scaled perfectly:
 S(w) = w0 T(w0) / T(w); efficiency E(w) = S(w) / w. Lemma 3.1 predicts E(N) = 1 / (1 + (N - 1) R_O) from the
 R_O of the base run (``efficiency_lemma_base``) and from each run's own R_O (``efficiency_lemma_own``); a measured
 efficiency well below the prediction means the overhead grows with w (a saturating server), one above it means the
@@ -21,6 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
+from ddltrace.analyses.same_job import series_labels, series_of
 
 
 def lemma_speedup(overhead_ratio: float, n: float) -> float:
@@ -56,38 +60,59 @@ def overhead_ratio(run) -> tuple[float, float, float]:
 
 
 def scaling_table(runs) -> pd.DataFrame:
-    """One row per run, sorted by batch size then w; see the module docstring for the columns' meaning."""
+    """One row per run, by series (:func:`~ddltrace.analyses.same_job.series_of`: one job at one batch size) then w
+    and store; see the module docstring for the columns' meaning."""
+    groups = series_of(runs)
+    labels = series_labels(groups)
     rows = []
-    for run in runs:
-        phases = run.phase_table
-        if not len(phases):
-            continue
-        workers = [w for w in run.worker_ranks if w in phases.index] or list(phases.index)
-        r_o, r_lo, r_hi = overhead_ratio(run)
-        traced = [w for w in workers if phases.loc[w, "startup_traced"]]
-        rows.append({"store": run.name, "workers": run.workers, "batch_size": run.batch_size,
-                     "startup_ns": float(np.median(phases.loc[traced, "startup_ns"])) if traced else 0.0,
-                     "startup_traced": bool(traced),
-                     "job_init_ns": float(np.median(phases.loc[workers, "job_init_ns"])),
-                     "steady_ns": float(np.median(phases.loc[workers, "steady_ns"])),
-                     "final_ns": float(np.median(phases.loc[workers, "final_ns"])),
-                     "total_ns": float(run.run_span_ns), "overhead_ratio": r_o, "overhead_ratio_min": r_lo,
-                     "overhead_ratio_max": r_hi})
+    for key, members in groups.items():
+        for run in members:
+            phases = run.phase_table
+            if not len(phases):
+                continue
+            workers = [w for w in run.worker_ranks if w in phases.index] or list(phases.index)
+            r_o, r_lo, r_hi = overhead_ratio(run)
+            traced = [w for w in workers if phases.loc[w, "startup_traced"]]
+            rows.append({"store": run.name, "series": labels[key], "workers": run.workers,
+                         "batch_size": run.batch_size,
+                         "startup_ns": float(np.median(phases.loc[traced, "startup_ns"])) if traced else 0.0,
+                         "startup_traced": bool(traced),
+                         "job_init_ns": float(np.median(phases.loc[workers, "job_init_ns"])),
+                         "steady_ns": float(np.median(phases.loc[workers, "steady_ns"])),
+                         "final_ns": float(np.median(phases.loc[workers, "final_ns"])),
+                         "total_ns": float(run.run_span_ns), "overhead_ratio": r_o, "overhead_ratio_min": r_lo,
+                         "overhead_ratio_max": r_hi})
     table = pd.DataFrame(rows)
     if not len(table):
         return table
-    parts = []
-    for _, part in table.groupby(table["batch_size"].fillna(-1), sort=True):
-        part = part.sort_values("workers").copy()
-        base = part.iloc[0]
-        w0 = max(int(base["workers"]), 1)
-        alone = len(part) == 1  # no other run at its batch size: nothing to compare it with (NaN, not S = w0)
-        for what in ("steady", "total"):
-            part[f"speedup_{what}"] = np.nan if alone else w0 * base[f"{what}_ns"] / part[f"{what}_ns"]
-            part[f"efficiency_{what}"] = part[f"speedup_{what}"] / part["workers"].clip(lower=1)
-        part["efficiency_lemma_base"] = np.nan if alone else [lemma_efficiency(base["overhead_ratio"], n) / (
-            lemma_efficiency(base["overhead_ratio"], w0)) for n in part["workers"]]
-        part["efficiency_lemma_own"] = [lemma_efficiency(r, n) for r, n in zip(part["overhead_ratio"],
-                                                                              part["workers"], strict=True)]
-        parts.append(part)
-    return pd.concat(parts, ignore_index=True)
+    return pd.concat([_compared(part) for _, part in table.groupby("series", sort=False)], ignore_index=True)
+
+
+def _compared(part: pd.DataFrame) -> pd.DataFrame:
+    """One series' rows with speedup, efficiency and Lemma 3.1's predictions against its base: the median of its
+    runs at the fewest workers w0 (time and R_O); NaN, and ``left_out`` saying why, where all its runs are at one w."""
+    part = part.copy()
+    w0 = int(part["workers"].min())
+    base = part[part["workers"] == w0].median(numeric_only=True)
+    alone = part["workers"].nunique() < 2  # nothing to compare with (NaN, not S = w0)
+    part["left_out"] = None
+    if alone:
+        part["left_out"] = ("no other run of its job at its batch size" if len(part) == 1 else
+                            f"its job's {len(part)} runs at its batch size are all at w = {w0}")
+    w0 = max(w0, 1)
+    for what in ("steady", "total"):
+        part[f"speedup_{what}"] = np.nan if alone else w0 * base[f"{what}_ns"] / part[f"{what}_ns"]
+        part[f"efficiency_{what}"] = part[f"speedup_{what}"] / part["workers"].clip(lower=1)
+    part["efficiency_lemma_base"] = np.nan if alone else [lemma_efficiency(base["overhead_ratio"], n) / (
+        lemma_efficiency(base["overhead_ratio"], w0)) for n in part["workers"]]
+    part["efficiency_lemma_own"] = [lemma_efficiency(r, n) for r, n in zip(part["overhead_ratio"],
+                                                                          part["workers"], strict=True)]
+    return part
+
+
+def scaling_notes(table: pd.DataFrame) -> list[str]:
+    """Lines to print under :func:`scaling_table`'s ``table``: each run left out of every series, and why."""
+    if not len(table):
+        return []
+    return [f"{row.store} (w = {row.workers}, {row.series}): left out, {row.left_out}"
+            for row in table.itertuples() if row.left_out]
