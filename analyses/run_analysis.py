@@ -365,6 +365,10 @@ def reduce_summaries(store: TraceStore, summaries: Iterable, total: int | None =
                 summary.calls = None  # in the scratch folder now
             if progress is not None:
                 progress(done, total if total is not None else done, events)
+        # a rank read by another process named the store by its absolute path: named here as it was given, so that
+        # the parallel and the serial analyses say the same
+        given, absolute = str(store.path), os.path.abspath(store.path)
+        damaged = [(rank, why.replace(absolute, given) if absolute != given else why) for rank, why in damaged]
         for rank, why in sorted(damaged):
             store.damaged[rank] = why
         if damaged and not store.ranks:

@@ -102,3 +102,21 @@ def test_the_ring_benchmarks_wait_states_are_those_matched_on_all_calls_at_once(
     at_once = summarise_states(run.wait_states)
     assert set(at_once["pattern"]) >= {"late_sender", "late_receiver", "wait_at_barrier", "wait_at_nxn"}
     pd.testing.assert_frame_equal(run.wait_state_summary.reset_index(drop=True), at_once.reset_index(drop=True))
+
+
+def test_a_damaged_ranks_reason_names_the_store_as_given_whatever_the_mapper(tmp_path, monkeypatch):
+    """A store given by a relative path: its damaged rank's reason names it so whether the rank was read in this
+    process or in a pool's (QA: `--jobs 2` named /tmp/qa6/bad/..., the serial analysis bad/...)."""
+    import shutil
+
+    (tmp_path / "bad").mkdir()
+    shutil.copytree(STORE, tmp_path / "bad" / "store")
+    (tmp_path / "bad" / "store" / "timeline/rank-00002.parquet").write_bytes(b"not parquet")
+    monkeypatch.chdir(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DamagedStoreWarning)
+        local = analyze_store("bad/store")
+        with multiprocessing.get_context("spawn").Pool(2) as pool:
+            pooled = analyze_store("bad/store", mapper=pool.imap_unordered)
+    assert local.store.damaged == pooled.store.damaged
+    assert pooled.store.damaged[2].startswith("bad/store/timeline/rank-00002.parquet: ")
