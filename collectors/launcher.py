@@ -103,6 +103,8 @@ class RunResult:
     ranks: dict[int, str] = field(default_factory=dict)
     calls: int = 0
     notes: list[str] = field(default_factory=list)
+    #: the signal that stopped the job (SIGINT, SIGTERM, SIGHUP: the first ddltrace received), 0 where none did
+    stop_signal: int = 0
 
 
 def _header_progress(folder: Path) -> tuple[int, int]:
@@ -130,6 +132,7 @@ class _Interrupts:
     def __init__(self, stream=None):
         self.first: float | None = None
         self.first_ns: int | None = None  # the first interrupt's wall-clock time (ns), for the store's run
+        self.first_signal = 0  # the first interrupt's signal
         self.sent = 0
         self._old = {}
         self.stream = stream
@@ -155,7 +158,7 @@ class _Interrupts:
     def _handler(self, signum, frame):
         if self.writing is None:
             if self.first is None:
-                self.first, self.first_ns = time.monotonic(), time.time_ns()
+                self.first, self.first_ns, self.first_signal = time.monotonic(), time.time_ns(), signum
             return
         self.write_signals += 1
         if self.writing.phase == _RENAMING or self.write_signals > 2:  # one step from done, or abandoning already
@@ -426,6 +429,7 @@ def _run_job(cfg, out, mpi, lib, work, records, fw_env, gatherer, command) -> Ru
                          gpu.devices if gpu is not None else [], work / "framework", progress, links)
         if interrupts.first_ns is not None:  # where the job was stopped: its steady state ends there at the latest
             result.store.update_run(interrupted_ns=interrupts.first_ns)
+            result.stop_signal = interrupts.first_signal
         print(summary_line(result), file=stream, flush=True)
     return result
 

@@ -451,16 +451,19 @@ def test_recover_names_a_cut_rank_file_and_an_unreadable_one_and_keeps_the_rest(
 
 
 @needs_mpi
-def test_sighup_stops_the_job_and_writes_the_store(tmp_path, cleanup):
-    """The terminal closed or the ssh session lost (SIGHUP to ``ddltrace run``): handled as Ctrl-C, the job stopped
-    and the store written with every call (before: ddltrace died at once, exit 129, no store, the job left running)."""
+@pytest.mark.parametrize("stop", [signal.SIGHUP, signal.SIGTERM], ids=["SIGHUP", "SIGTERM"])
+def test_sighup_or_sigterm_stops_the_job_and_writes_the_store(tmp_path, cleanup, stop):
+    """The terminal closed or the ssh session lost (SIGHUP to ``ddltrace run``), or a scheduler's SIGTERM: handled as
+    Ctrl-C, the job stopped and the store written with every call (before: on SIGHUP ddltrace died at once, no
+    store, the job left running); the exit status is 128 + the signal, as the shell reports one (it was 130 for
+    every signal, where the other commands give 143 for SIGTERM)."""
     out = tmp_path / "S"
     run = Run(tmp_path, out, "sleep")
     cleanup["runs"].append(run)
     cleanup["records"].append(records := run.records())
     logged = run.logged()
-    run.proc.send_signal(signal.SIGHUP)
-    assert run.proc.wait(timeout=LONG_S) == 130, run.stderr()
+    run.proc.send_signal(stop)
+    assert run.proc.wait(timeout=LONG_S) == 128 + stop, run.stderr()
     assert stored_calls(out) == logged == {0: CALLS, 1: CALLS}
     assert TraceStore.open(out).run["interrupted"] is True
     assert not records.exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import signal
 import sys
 from pathlib import Path
 
@@ -105,6 +106,6 @@ def run(args) -> int:
                                launcher_addr=args.launcher_addr))
     for note in result.notes:  # on stderr, as every line of ddltrace's own: stdout is the job's
         print(f"ddltrace: note: {note}", file=sys.stderr)
-    if result.interrupted:
-        return 130
+    if result.interrupted:  # 128 + the signal that stopped it, as the shell reports one (130 Ctrl-C, 143 SIGTERM)
+        return 128 + (result.stop_signal or signal.SIGINT)
     return 0 if result.exit_code == 0 else 1
