@@ -10,8 +10,9 @@ whose clients do not wait is well sized. It also estimates the saturation point 
 (server busy time per worker step): the number of workers at which the server's work per round equals the
 workers' compute (MODELS.md section 1).
 
-**Across runs** (three or more stores of one batch size with different w; a batch size with fewer is listed as not
-made, as is a run with no server) it looks for the knee of paper 002's figure 9: the steady-state (computation
+**Across runs** (per series: the runs of one job at one batch size, :mod:`~ddltrace.analyses.same_job`, each judged
+alone; a series of fewer than three w is listed as not made, as is a run with no server; several runs of a series
+at one w give the median of each figure) it looks for the knee of paper 002's figure 9: the steady-state (computation
 phase) time, median over workers, should fall as w grows; the knee w* is the last w after which one more step in w
 cuts it by less than ``ps.knee_gain_min`` (10 %). A finding when the knee comes before the largest w and the wait
 per update (exposed communication + wait + barrier time of a worker per step, median over workers) at the largest w
@@ -29,6 +30,7 @@ import numpy as np
 
 from ddltrace.analyses.findings import Finding, Quantity, detector, short_of
 from ddltrace.analyses.requirements import Skipped
+from ddltrace.analyses.same_job import series_of
 from ddltrace.analyses.wait_states import COLLECTIVES, RECV_BLOCKING, RECV_NONBLOCKING, WAITS, base_name
 from ddltrace.units import counted
 
@@ -148,21 +150,20 @@ def _steady_per_run(run) -> tuple[float, float, float]:
 
 def across_runs(runs, th) -> list[Finding | Skipped]:
     findings = []
-    groups: dict = {}
-    for run in runs:
-        if run.worker_ranks:
-            groups.setdefault(run.batch_size, {}).setdefault(run.workers, run)
-    for batch, series in groups.items():
-        if len(series) < 3:
-            findings.append(short_of("ps_saturation", ", ".join(series[k].name for k in sorted(series)),
-                                     "runs of one job at one batch size and 3 or more worker counts (the knee of "
-                                     "the steady state against w)",
-                                     f"{counted(len(series), 'store')} at batch "
-                                     f"{batch if batch else 'unknown'}, w = {', '.join(map(str, sorted(series)))}",
-                                     part="across runs"))
+    for members in series_of([run for run in runs if run.worker_ranks]).values():
+        at: dict[int, list] = {}
+        for run in members:
+            at.setdefault(run.workers, []).append(_steady_per_run(run))
+        w = sorted(at)
+        batch = members[0].batch_size
+        names = ", ".join(run.name for run in members)
+        if len(w) < 3:
+            findings.append(short_of("ps_saturation", names, "runs of one job at one batch size and 3 or more worker "
+                                     "counts (the knee of the steady state against w)",
+                                     f"{counted(len(members), 'store')} at batch {batch if batch else 'unknown'}, "
+                                     f"w = {', '.join(map(str, w))}", part="across runs"))
             continue
-        w = sorted(series)
-        values = [_steady_per_run(series[k]) for k in w]
+        values = [np.median(at[k], axis=0) for k in w]  # several runs at one w: the median of each figure
         steady = np.array([v[0] for v in values])
         wait = np.array([v[1] for v in values])
         knee = next((i for i in range(len(w) - 1) if steady[i + 1] > steady[i] * (1 - th["ps.knee_gain_min"])), None)
@@ -187,10 +188,11 @@ def across_runs(runs, th) -> list[Finding | Skipped]:
                 "wait_per_update_at_max_w": Quantity(float(wait[-1]), "ns"),
                 "wait_growth": Quantity(float(growth), "ratio"),
                 "batch_size": Quantity(batch if batch is not None else float("nan"), "samples"),
+                "runs": Quantity(len(members), "runs"),
             },
             phase="steady",
             advice=ADVICE,
-            store=", ".join(series[k].name for k in w),
+            store=names,
             cost_ns=lost,
             cost_basis=f"the wait per update at w = {w[-1]} minus that at w = {w[0]}, times the median worker's "
                        f"{values[-1][2]:.0f} updates at w = {w[-1]}",

@@ -14,7 +14,9 @@ are at least ``seq_init.min_ranks`` (4) of them (a parameter server sets up weig
 ranks, and needs that many: on fewer ranks the detector is listed as not made, with the count.
 Ranks that start together and read in parallel finish in random order: no line, or a line too small to matter.
 
-**Across runs** (stores at three or more different w; on fewer it is listed as not made) it fits the job's
+**Across runs** (per series: the runs of one job at one batch size, :mod:`~ddltrace.analyses.same_job`, each fitted
+alone; a series of fewer than three w is listed as not made; several runs at one w give the median of each figure)
+it fits the job's
 initialisation time against w (paper 002 figure 9): per run the median over its ranks of
 :attr:`~ddltrace.analyses.phases.RankPhases.job_init_ns`, from the end of the rank's MPI_Init (the PMPI collector's
 clock synchronisation inside it included) to the end of its initialisation phase: the paper's initialisation term
@@ -41,6 +43,7 @@ import numpy as np
 
 from ddltrace.analyses.findings import Finding, Quantity, detector, short_of
 from ddltrace.analyses.requirements import Skipped
+from ddltrace.analyses.same_job import series_of
 from ddltrace.units import counted
 
 ADVICE = ("Initialisation is serialised across ranks: each rank starts its own setup only when the previous one "
@@ -152,28 +155,32 @@ def within_run(run, th) -> list[Finding | Skipped]:
 
 
 def across_runs(runs, th) -> list[Finding | Skipped]:
-    points, startups = {}, {}
+    return [f for members in series_of(runs).values() for f in _series(members, th)]
+
+
+def _series(runs, th) -> list[Finding | Skipped]:
+    """The across-run finding of one series (runs of one job at one batch size), by w; several runs at one w:
+    the median of their initialisations (and start-ups, and spans)."""
+    points: dict[int, list] = {}
     for run in runs:
         table = _ranks_fitted(run, 1)  # its workers, as the scaling table's medians and within_run's (w >= min_ranks)
         if len(table):
-            points.setdefault(run.workers, []).append(float(np.median(table["job_init_ns"])))
-            startups.setdefault(run.workers, []).append(float(np.median(table["startup_ns"])))
+            points.setdefault(run.workers, []).append((float(np.median(table["job_init_ns"])),
+                                                       float(np.median(table["startup_ns"])), run.run_span_ns))
     if len(points) < 3:
         at = f" at w = {', '.join(map(str, sorted(points)))}" if points else ""
         return [short_of("sequential_init", ", ".join(r.name for r in runs), "runs of one job at 3 or more worker "
                          "counts (a line of initialisation time against w)", counted(len(runs), "store") + at,
                          part="across runs")]
     w = np.array(sorted(points), dtype=float)
-    init = np.array([np.median(points[k]) for k in sorted(points)])
-    startup = np.array([np.median(startups[k]) for k in sorted(startups)])
+    init, startup, span = np.array([np.median(points[k], axis=0) for k in sorted(points)]).T
     fit = _fit(w, init)
     if fit is None or fit.slope <= 0:
         return []
     growth = init[-1] / max(init[0], 1.0)
     if fit.rvalue ** 2 < th["seq_init.series_r2_min"] or fit.pvalue > 0.05 or growth < th["seq_init.growth_min"]:
         return []
-    last = max(runs, key=lambda r: r.workers)
-    share = init[-1] / max(last.run_span_ns, 1)
+    share = init[-1] / max(span[-1], 1)
     startup_fit = _fit(w, startup)
     return [Finding(
         id="sequential_init_scaling",
@@ -196,10 +203,11 @@ def across_runs(runs, th) -> list[Finding | Skipped]:
             "startup_slope": Quantity(float(startup_fit.slope) if startup_fit else 0.0, "ns/worker"),
             "startup_at_min_w": Quantity(float(startup[0]), "ns"),
             "startup_at_max_w": Quantity(float(startup[-1]), "ns"),
+            "runs": Quantity(len(runs), "runs"),
         },
         phase="init",
         advice=ADVICE,
-        store=", ".join(r.name for r in sorted(runs, key=lambda r: r.workers)),
+        store=", ".join(r.name for r in runs),
         cost_ns=float(init[-1] - init[0]),
         cost_basis=f"initialisation at w = {int(w[-1])} minus that at w = {int(w[0])}",
     )]

@@ -5,7 +5,9 @@ when their manifests' ``workload`` entries (the job's name and configuration, wh
 ``ddltrace run`` record) are equal except for :data:`PER_RUN_KEYS`: the worker count, what the job derives from it
 (ranks, the learning rate alpha the server scales by w, gradients per update, softsync's n, the server rank, a
 lone worker's local update) and where the data set lay (the job makes it from ``samples`` and ``seed``, which are
-compared). So ``par-w1`` and ``par-w4`` are one job; ``seq-w4`` (``init`` sequential), ``server-saturated-w4``
+compared); and when the manifests' commands run the job under the same programs (:func:`wrapper`: a cgroup's
+``in-quota`` gives the job another machine, so ``ps-sgd-quota``'s runs on its CPU-quota B are not A's job).
+So ``par-w1`` and ``par-w4`` are one job; ``seq-w4`` (``init`` sequential), ``server-saturated-w4``
 (``server_cost``), ``straggler-w4`` and the disk runs (``samples``, ``epochs``, ``sample_time``) each another.
 
 A store whose manifest does not describe its job (an imported trace, a synthetic store) has nothing to tell its job
@@ -18,7 +20,9 @@ The order the runs are given in does not matter: series come sorted by their key
 from __future__ import annotations
 
 import json
+import shlex
 from collections import Counter
+from pathlib import PurePath
 
 from ddltrace.analyses.run_analysis import BATCH_KEYS
 
@@ -35,8 +39,20 @@ def job_of(run) -> dict:
     config = workload.get("config") if isinstance(workload, dict) else None
     if not isinstance(config, dict):
         return {"undescribed": str(run.store.run.get("framework") or "unknown framework")}
-    return {"job": str(workload.get("job") or "unnamed job"),
+    return {"job": str(workload.get("job") or "unnamed job"), "wrapper": wrapper(run.store.run.get("command")),
             **{k: v for k, v in config.items() if k not in PER_RUN_KEYS}}
+
+
+def wrapper(command) -> str:
+    """The programs ``command`` runs the job under, by name: the words before its Python interpreter that are
+    neither options nor numbers (``in-quota``, a cgroup's CPU quota; ``mpiexec``), 'none' for none."""
+    try:
+        words = shlex.split(command) if isinstance(command, str) else [str(w) for w in command or []]
+    except ValueError:  # unbalanced quotes: no wrapper to read
+        return "none"
+    names = [PurePath(w).name for w in words]
+    before = next((i for i, name in enumerate(names) if name.startswith("python")), 0)
+    return " ".join(n for n in names[:before] if not n.startswith("-") and not n.isdigit()) or "none"
 
 
 def series_key(run) -> str:

@@ -634,3 +634,51 @@ def test_of_two_workers_the_one_computing_longer_is_named(tmp_path):
     assert found.evidence["slowest"].value == pytest.approx(computed[1] / 8, rel=0.05)
     assert found.evidence["other"].value == pytest.approx(computed[0] / 8, rel=0.1)
     assert found.cost_ns == pytest.approx(computed[1] - computed[0], rel=0.1)
+
+
+def _across(runs, finding_id):
+    """The across-run findings ``finding_id`` of ``runs`` given in this order and in the reverse one (the same)."""
+    found = [[f.to_dict() for f in run_detectors(order, TH) if f.id == finding_id] for order in (runs, runs[::-1])]
+    assert found[0] == found[1]
+    return [f for f in run_detectors(runs, TH) if f.id == finding_id]
+
+
+def test_the_knee_is_of_one_job_whatever_the_order(samples):
+    """QA: the knee detector kept the first run given at each w: server-saturated-w4 (another job: server_cost 2 ms)
+    before par-w1..8 gave w* = 2, after them w* = 4. Now it is par's series alone, w* = 4, in either order."""
+    par = [samples[f"par-w{w}"] for w in (1, 2, 4, 8)]
+    (found,) = _across([samples["server-saturated-w4"], *par], "ps_saturation_scaling")
+    assert found.evidence["knee_w"].value == 4 and found.store == ", ".join(r.name for r in par)
+
+
+def test_the_knee_of_the_quota_runs_is_as_model_fit_finds():
+    """QA: ps-sgd-quota/*/store gave w* = 1 or w* = 2 by the order given: the first of A-compute-w1 and B's three
+    w = 1 runs (the job under a CPU quota) was A's base. Now B's runs are another job: w* = 1, as model fit's 1.03."""
+    paths = sorted((SAMPLES.parent / "ps-sgd-quota").glob("*/store"))
+    if len(paths) != 6:
+        pytest.skip("sample_traces/ps-sgd-quota is not complete in this tree")
+    (found,) = _across([analyze_store(p) for p in paths], "ps_saturation_scaling")
+    assert found.evidence["knee_w"].value == 1 and found.evidence["runs"].value == 3
+    assert "quota-compute" not in found.store
+
+
+def test_several_runs_at_one_w_are_their_median(stores, tmp_path):
+    """Runs of one job at one w are combined, each figure the median over them, not the first given kept."""
+    again = analyze_store(write_ps_store(tmp_path / "again", workers=4, steps=12, init="sequential",
+                                         server_ns=3 * MS, read_ns=10 * MS, seed=7))
+    series = [stores[f"bad_w{w}"] for w in (1, 2, 4, 8)]
+    (one,) = _across(series, "ps_saturation_scaling")
+    (both,) = _across([again, *series], "ps_saturation_scaling")
+    assert both.evidence["runs"].value == 5 and both.evidence["knee_w"].value == one.evidence["knee_w"].value
+    (init,) = _across([again, *series], "sequential_init_scaling")
+    assert init.evidence["runs"].value == 5
+
+
+def test_initialisation_scaling_is_fitted_per_job(samples, tmp_path):
+    """QA: seq-w1..8 with par-w4 lost "Initialisation grows linearly" (the median at w = 4 of seq's and par's), and
+    a store of another framework given beside them was folded in. Each job's series is fitted alone now."""
+    seq = [samples[f"seq-w{w}"] for w in (1, 2, 4, 8)]
+    other = analyze_store(write_ps_store(tmp_path / "other", workers=4, steps=12))  # undescribed: another job
+    (found,) = _across([*seq, samples["par-w4"], other], "sequential_init_scaling")
+    assert found.store == ", ".join(r.name for r in seq) and found.evidence["runs"].value == 4
+    assert found.evidence["slope"].value == _across(seq, "sequential_init_scaling")[0].evidence["slope"].value

@@ -89,3 +89,19 @@ def test_undescribed_stores_are_one_job_per_framework_never_a_described_one(runs
     groups = series_of([*synthetic, runs["par-w1"], runs["par-w2"]])
     assert sorted(len(v) for v in groups.values()) == [2, 2]
     assert "undescribed (synthetic), batch 64" in series_labels(groups).values()
+
+
+def test_a_wrapper_that_changes_the_machine_parts_jobs(tmp_path):
+    """ps-sgd-quota's runs on the CPU-quota B (its command under a cgroup's in-quota) have A's configuration: the
+    programs the job runs under tell them apart, so B's three w = 1 runs are left out, not A's base."""
+    paths = sorted((TRACES / "ps-sgd-quota").glob("*/store"))
+    if len(paths) != 6:
+        pytest.skip("sample_traces/ps-sgd-quota is not complete in this tree")
+    quota = [analyze_store(p) for p in paths]
+    table = scaling_table(quota).set_index("store")
+    a = table.loc[[str(p) for p in paths if p.parent.name.startswith("A-")]]
+    b = table.loc[[str(p) for p in paths if p.parent.name.startswith("quota-")]]
+    assert a["series"].nunique() == b["series"].nunique() == 1 and set(a["series"]) != set(b["series"])
+    assert "wrapper=in-quota" in b["series"].iloc[0] and a["left_out"].isna().all()
+    assert set(b["left_out"]) == {"its job's 3 runs at its batch size are all at w = 1"}
+    assert a["speedup_steady"].iloc[0] == 1.0
