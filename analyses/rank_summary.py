@@ -28,6 +28,7 @@ from ddltrace.analyses.breakdown import (
 )
 from ddltrace.analyses.gpu_analysis import GpuAnalysis
 from ddltrace.analyses.phases import RankPhases, largest_receive_ends, segment_rank, whole_run
+from ddltrace.analyses.segments import SAMPLED_STACKS
 from ddltrace.analyses.wait_states import COLLECTIVES, P2P, mpi_calls
 from ddltrace.errors import StoreError
 from ddltrace.store import TraceStore
@@ -93,6 +94,7 @@ def summarise_timeline(rank: int, timeline: pd.DataFrame, aggregate: bool = Fals
     (no phases are sought, :func:`~ddltrace.analyses.phases.whole_run`); ``stopped_ns``: where the job was
     interrupted (:func:`~ddltrace.analyses.phases.segment_rank`)."""
     out = RankSummary(rank, events=len(timeline))
+    timeline = timeline[timeline["source"] != SAMPLED_STACKS] if "source" in timeline else timeline
     found = whole_run(timeline) if aggregate else segment_rank(timeline, stopped_ns)
     if found is None:
         return out

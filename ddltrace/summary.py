@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from ddltrace.analyses.segments import (
     CODE,
+    SAMPLED_STACKS,
     classify_rows,
     is_annotation_lane,
     is_device_lane,
@@ -134,7 +135,14 @@ def _names_of(table: pa.Table):
     return names_of
 
 
-def _rank_summary(rank: int, table: pa.Table, info: dict) -> RankSummary:
+def _rank_summary(rank: int, table: pa.Table, info: dict, sampled: bool = False) -> RankSummary:
+    """One rank's row of ``info``; ``sampled``: the run recorded py-spy's stacks, whose rows are neither the rank's
+    time nor its span (as the analyses leave them out: :data:`~ddltrace.analyses.segments.SAMPLED_STACKS`)."""
+    events = table.num_rows
+    if sampled:
+        sources, source_names = codes_of(table.column("source"))
+        if SAMPLED_STACKS in source_names:
+            table = table.filter(pa.array(sources != source_names.index(SAMPLED_STACKS)))
     rows, lane_names = _columns(table)
     names_of = _names_of(table)
     count = len(rows["start_ns"])
@@ -150,14 +158,15 @@ def _rank_summary(rank: int, table: pa.Table, info: dict) -> RankSummary:
                                      names_of)
         device_ns = _time_per_category({k: v[on_device] for k, v in rows.items()}, start, end, lane_names,
                                        gap="idle")
-    return RankSummary(rank, count, start, end, time_ns, info.get("host"), info.get("role"), info.get("ended"),
+    return RankSummary(rank, events, start, end, time_ns, info.get("host"), info.get("role"), info.get("ended"),
                        host_ns, device_ns, int(on_device.sum()) if device_ns else None, bool(info.get("aggregate")),
                        int(marks.sum()) if device_ns else None)
 
 
 def summarize(store: TraceStore) -> StoreSummary:
     """Summarise ``store`` rank by rank."""
-    ranks = [_rank_summary(rank, table, store.rank_info(rank)) for rank, table in store.iter_timeline_tables()]
+    sampled = SAMPLED_STACKS in (store.run.get("collectors") or [])
+    ranks = [_rank_summary(rank, table, store.rank_info(rank), sampled) for rank, table in store.iter_timeline_tables()]
     starts = [r.start_ns for r in ranks if r.start_ns is not None]
     ends = [r.end_ns for r in ranks if r.end_ns is not None]
     counters = store.counter_tables()

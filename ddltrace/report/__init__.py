@@ -263,12 +263,14 @@ def scan_rank(store_path: str, windows: dict[str, tuple[int, int]], span: tuple[
     (ns) per event name and category. None for a rank that cannot be read (the analysis named it)."""
     from ddltrace.analyses.breakdown import annotation_lanes, classify, device_lanes
     from ddltrace.analyses.rank_summary import _open
+    from ddltrace.analyses.segments import SAMPLED_STACKS
     from ddltrace.errors import StoreError
 
     try:
         frame = _open(store_path)._read_timeline(rank)
     except StoreError:
         return None
+    frame = frame[frame["source"] != SAMPLED_STACKS]  # py-spy's samples of the stacks the other rows cover
     rows = {}
     if span is not None and windows:
         segments = classify(frame, list(span))
