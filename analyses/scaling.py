@@ -14,7 +14,9 @@ the ``series`` column names it); speedup is against the series' base, the median
 workers w0 (NaN, and ``left_out`` saying why, for a run whose series holds no other worker count: there is nothing
 to compare it with; :func:`scaling_notes` gives a line for each), assuming that run scaled perfectly:
 S(w) = w0 T(w0) / T(w); efficiency E(w) = S(w) / w. Lemma 3.1 predicts E(N) = 1 / (1 + (N - 1) R_O) from the
-R_O of the base run (``efficiency_lemma_base``) and from each run's own R_O (``efficiency_lemma_own``); a measured
+R_O of the base run (``efficiency_lemma_base``) and from each run's own R_O (``efficiency_lemma_own``), both
+normalised as the measured efficiency is, to E(w0) = 1: lemma(R_O, w) / lemma(R_O, w0), the efficiency against w0
+the lemma predicts had the overhead ratio been that R_O at every w (NaN for a run left out); a measured
 efficiency well below the prediction means the overhead grows with w (a saturating server), one above it means the
 base run's overhead hid behind compute at larger w.
 """
@@ -105,8 +107,8 @@ def _compared(part: pd.DataFrame) -> pd.DataFrame:
         part[f"efficiency_{what}"] = part[f"speedup_{what}"] / part["workers"].clip(lower=1)
     part["efficiency_lemma_base"] = np.nan if alone else [lemma_efficiency(base["overhead_ratio"], n) / (
         lemma_efficiency(base["overhead_ratio"], w0)) for n in part["workers"]]
-    part["efficiency_lemma_own"] = [lemma_efficiency(r, n) for r, n in zip(part["overhead_ratio"],
-                                                                          part["workers"], strict=True)]
+    part["efficiency_lemma_own"] = np.nan if alone else [lemma_efficiency(r, n) / lemma_efficiency(r, w0) for r, n in
+                                                         zip(part["overhead_ratio"], part["workers"], strict=True)]
     return part
 
 

@@ -105,3 +105,16 @@ def test_a_wrapper_that_changes_the_machine_parts_jobs(tmp_path):
     assert "wrapper=in-quota" in b["series"].iloc[0] and a["left_out"].isna().all()
     assert set(b["left_out"]) == {"its job's 3 runs at its batch size are all at w = 1"}
     assert a["speedup_steady"].iloc[0] == 1.0
+
+
+def test_both_lemma_columns_are_normalised_to_the_base(runs):
+    """QA: par-w2, -w4, -w8's E lemma (own) read 85.1 % at w0 = 2 beside E lemma (base) 100.0 % and a measured
+    100 %: the own column was lemma(R_O, w), not normalised to E(w0) = 1 as the others are."""
+    from ddltrace.analyses.scaling import lemma_efficiency
+
+    par = [analyze_store(TRACES / "ps-sgd" / f"par-w{w}" / "store") for w in (2, 4, 8)]
+    table = scaling_table(par)
+    assert table["efficiency_lemma_own"].iloc[0] == table["efficiency_lemma_base"].iloc[0] == 1.0
+    for r_o, w, own in zip(table["overhead_ratio"], table["workers"], table["efficiency_lemma_own"], strict=True):
+        assert own == pytest.approx(lemma_efficiency(r_o, w) / lemma_efficiency(r_o, 2))
+    assert np.isnan(scaling_table([runs["par-w4"], runs["seq-w4"]])["efficiency_lemma_own"]).all()  # left out
