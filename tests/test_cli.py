@@ -208,3 +208,21 @@ def test_a_rank_of_a_node_whose_part_was_not_gathered_is_said_so_not_a_damaged_m
     assert main(["analyze", str(copy), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["stores"][0]["missing_ranks"] == [{"rank": 4, "reason": note}]
+
+
+def test_a_framework_profilers_window_is_said_where_the_stores_time_is_shown(tmp_path, capsys):
+    """A store of `run --framework` holds the profiler's window of steps, not the job: info's time span, analyze's
+    breakdown and the report's verdict say so (QA: 'time span 373 ms' of an 8.5 s job, 'shares of the whole run')."""
+    from ddltrace.store import write_store
+
+    rows = [{"rank": 0, "lane": "cpu/thread 1", "name": f"ProfilerStep#{s}", "category": "compute",
+             "start_ns": s * 1_000_000, "dur_ns": 900_000, "step": s} for s in range(5, 10)]
+    write_store(tmp_path / "s", rows, run={"command": "torchrun job.py", "world_size": 1, "framework": "pytorch",
+                                           "profiled_steps": [5, 9]})
+    window = "the profiled steps 5-9 (the framework profiler's window: the time and shares are of it, not of the " \
+             "whole job)"
+    assert main(["info", str(tmp_path / "s")]) == 0
+    assert f"time span   4.9 ms, {window}" in capsys.readouterr().out
+    assert main(["analyze", str(tmp_path / "s"), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "; shares of the profiled steps 5-9)" in out and f"  the store holds {window}" in out

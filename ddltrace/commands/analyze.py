@@ -404,9 +404,15 @@ def render_run(r: RunAnalysis, phase: str) -> list[str]:
     table = r.table(phase)
     phases = r.phase_table
     ranks = len(r.ranks)
+    from ddltrace.commands.info import profiled_window
+
+    window = profiled_window(r.store.run)
+    whole = window.split(" (", 1)[0] if window else "the whole run"  # (a framework's window: its steps alone)
     out = [f"Breakdown of {r.name} (w = {r.workers} worker{'s' if r.workers != 1 else ''}, {ranks} "
            f"rank{'s' if ranks != 1 else ''}; shares of "
-           f"{'the whole run' if phase == 'all' else 'the ' + phase + ' phase'})", *note]
+           f"{whole if phase == 'all' else 'the ' + phase + ' phase'})", *note]
+    if window:
+        out.append(f"  the store holds {window}")
     if r.workers_inferred:
         out.append(f"  {r.workers_inferred}")
     if not len(table):

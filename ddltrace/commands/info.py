@@ -101,6 +101,16 @@ def job_run_end(run) -> dict:
             **({"interrupted": True} if run.get("interrupted") is True else {})}
 
 
+def profiled_window(run) -> str | None:
+    """Where a framework's profiler recorded only some steps of the job (``run.profiled_steps``, ``ddltrace run
+    --framework``'s window): the words saying the store's time is that window's; None elsewhere."""
+    steps = run.get("profiled_steps") if isinstance(run, dict) else None
+    if not (isinstance(steps, list) and len(steps) == 2 and all(type(x) is int for x in steps)):
+        return None
+    return (f"the profiled steps {steps[0]}-{steps[1]} (the framework profiler's window: the time and shares are of "
+            "it, not of the whole job)")
+
+
 def job_end(run) -> str | None:
     """How the job ended, where ``ddltrace run`` recorded it (:func:`job_run_end`): its exit code (a negative one:
     the signal that ended it), and whether ddltrace stopped it (an interrupt: Ctrl-C, SIGTERM, SIGHUP); None where
@@ -152,7 +162,8 @@ def render(summary: StoreSummary, nodes: list | None = None, clock: ClockAlignme
             why = f"the run's note: {note}"
         lines.append(f"not listed  rank {', '.join(map(str, named[:16]))}{' ...' if len(named) > 16 else ''} of the "
                      f"world of {summary.world_size}: {one_line(why)}, so no timeline here")
-    lines.append(f"time span   {format_ns(summary.span_ns)}")
+    window = profiled_window(run)
+    lines.append(f"time span   {format_ns(summary.span_ns)}" + (f", {window}" if window else ""))
     lines.append(f"events      {summary.events}")
     lines.append(f"counters    {summary.counter_samples} samples"
                  + (f" of {len(summary.counter_names)} series" if summary.counter_names else ""))

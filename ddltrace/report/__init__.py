@@ -220,7 +220,11 @@ def verdict(findings: list, runs: list) -> list[str]:
     same_w = sum(r.workers == main.workers for r in runs) > 1
     of_main = f"the {main.workers}-worker run" + (f" ({main.name})" if same_w else "")  # which, where w is not
     # the share's window and definition: the breakdown table's (on a device, every lane together)
-    defined = "over their whole runs" + (", host and device lanes together (each side alone: the GPU section)"
+    from ddltrace.commands.info import profiled_window
+
+    window = profiled_window(main.store.run)
+    defined = ("over " + (window.split(" (", 1)[0] if window else "their whole runs")
+               ) + (", host and device lanes together (each side alone: the GPU section)"
                                          if main.device_breakdown is not None and len(main.device_breakdown) else "")
     if serious:
         first = serious[0]
@@ -733,7 +737,11 @@ def assemble(runs: list, findings: list, profile: str | None = None, model: str 
         left_out = (f"No {TRACE_FILE} beside this report: the run holds {events:,} events, more than the "
                     f"{TRACE_MAX_EVENTS:,} a Chrome trace for Perfetto UI is written for; 'ddltrace export STORE "
                     "--chrome OUT --ranks 0-3' writes a few ranks.")
-    return Report(title=title, verdict=verdict(findings, runs), findings=findings, finding_figures=finding_figures,
+    from ddltrace.commands.info import profiled_window
+
+    said = verdict(findings, runs) + [f"{r.name} holds {window}." for r in runs
+                                      if (window := profiled_window(r.store.run))]
+    return Report(title=title, verdict=said, findings=findings, finding_figures=finding_figures,
                   figures=figs, tables=tables, stores=[r.name for r in runs],
                   workers={r.name: r.workers for r in runs}, trace_store=None if left_out else main.store,
                   trace_left_out=left_out)
