@@ -17,7 +17,7 @@ phase) time, median over workers, should fall as w grows; the knee w* is the las
 cuts it by less than ``ps.knee_gain_min`` (10 %). A finding when the knee comes before the largest w and the wait
 per update (exposed communication + wait + barrier time of a worker per step, median over workers) at the largest w
 is at least ``ps.wait_growth_min`` (1.5) times that at the smallest: the workers wait more, the server is the limit.
-Error when past the knee the time rises again.
+Error when past the knee the time rises again: at the largest w at least ``ps.rise_min`` (10 %) above the knee's.
 
 Cost: within a run, the median worker's Late Sender + Late Receiver time on the server in the steady state; across
 runs, the growth of the wait per update (at the largest w minus at the smallest) times the median worker's
@@ -172,7 +172,7 @@ def across_runs(runs, th) -> list[Finding | Skipped]:
         growth = wait[-1] / wait[0] if wait[0] > 0 else float("inf")
         if growth < th["ps.wait_growth_min"]:
             continue
-        rises = steady[-1] > steady[knee] * 1.1
+        rises = steady[-1] >= steady[knee] * (1 + th["ps.rise_min"])
         lost = max(float(wait[-1] - wait[0]), 0.0) * values[-1][2]
         findings.append(Finding(
             id="ps_saturation_scaling",

@@ -53,6 +53,9 @@ DEFAULTS: dict[str, Threshold] = {
         0.1, "fraction", "across runs: a step to more workers that cuts the steady state by < 10 % is past the knee"),
     "ps.wait_growth_min": Threshold(
         1.5, "ratio", "across runs: wait per update at the largest w over the smallest w"),
+    "ps.rise_min": Threshold(
+        0.1, "fraction", "across runs: the steady state at the largest w at least 10 % above that at the knee rises "
+        "again (an error); less is within the run-to-run noise of a shared machine"),
     # stragglers
     "straggler.z_min": Threshold(
         3.5, "1", "robust z (0.6745 (x - median) / MAD) above 3.5 is an outlier (Iglewicz and Hoaglin)"),
