@@ -610,7 +610,10 @@ def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_co
         sampled = counters.get(rank)
         if fw_counters is not None and sampled is not None:
             sampled = make_counters(pd.concat([sampled, fw_counters], ignore_index=True))
-        how = "abrupt" if part.info.get("ended_by") else ended  # an uncaught exception, or a SIGTERM it caught
+        # normal only where the process recorded Python's exit (not by an uncaught exception, or a SIGTERM it
+        # caught): a rank killed by a signal, os.abort or os._exit records none, whatever the job's exit code
+        clean = part.info.get("exited_ns") and not part.info.get("ended_by") and not interrupted
+        how = "normal" if clean else "abrupt"
         store.add_rank(rank, timeline, sampled if sampled is not None else fw_counters, save=False, ended=how,
                        **part.info)
         ranks[rank] = how

@@ -1,5 +1,6 @@
 """`ddltrace run --framework` without a framework installed: the bootstrap in real Python processes (identity
-from the launch, the import hook, the sitecustomize chain, bad settings) and the host side on real traces."""
+from the launch, the import hook, the sitecustomize chain, bad settings, how the process ended) and the host side
+on real traces; with .venvs/torch (`make test-frameworks`), real torchrun jobs that end badly."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import gzip
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -17,8 +20,52 @@ from ddltrace.cli import main
 from ddltrace.collectors import frameworks
 from ddltrace.collectors.importers import Categorizer
 from ddltrace.errors import DdltraceError
+from ddltrace.store import TraceStore
 
 DATA = Path(__file__).parent / "data"
+TORCH_PYTHON = Path(__file__).resolve().parents[1] / ".venvs" / "torch" / "bin" / "python"
+needs_torch = pytest.mark.skipif(not TORCH_PYTHON.exists(), reason=f"no {TORCH_PYTHON} (make test-frameworks)")
+
+#: a 2-rank gloo DDP job, as a user writes it: ``STEPS FAIL_AT MODE``; rank 1 ends in step FAIL_AT after its
+#: forward pass, by MODE: raise (a RuntimeError), abort (os.abort) or exit (os._exit(3)); 0: no failure
+TORCH_JOB = textwrap.dedent("""
+    import os, sys, torch, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    steps, fail_at, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(),
+                                                        torch.nn.Linear(256, 10)))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(128, 256), torch.randint(0, 10, (128,))
+    for step in range(1, steps + 1):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        if step == fail_at and dist.get_rank() == 1:
+            if mode == "abort":
+                os.abort()
+            if mode == "exit":
+                os._exit(3)
+            raise RuntimeError(f"rank 1 fails at step {step}")
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    dist.barrier()
+    dist.destroy_process_group()
+""")
+
+
+def _torchrun(tmp_path: Path, window: str, steps: int, fail_at: int = 0, mode: str = "raise") -> tuple[int, Path]:
+    """``ddltrace run --framework pytorch --steps WINDOW`` of TORCH_JOB under torchrun: (exit code, store)."""
+    job, store = tmp_path / "job.py", tmp_path / "store"
+    job.write_text(TORCH_JOB)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    code = main(["run", "--no-progress", "--framework", "pytorch", "--steps", window, "--out", str(store), "--",
+                 str(TORCH_PYTHON), "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                 str(port), str(job), str(steps), str(fail_at), mode])
+    return code, store
 
 
 def _python(code: str, fw_dir: Path, extra_path: str = "", **env) -> subprocess.CompletedProcess:
@@ -91,7 +138,8 @@ def test_host_side_ranks_roles_and_the_clock_mark(tmp_path):
                                        (12, "rank1.pt.trace.json.gz", "worker", 1),
                                        (13, "rank1.pt.trace.json.gz", "server", None)):
         _process_folder(fw, rank_file, {"pid": pid, "role": role, "rank": rank, "index": 0, "host": "vm",
-                                        "framework": "pytorch", "from": "RANK", "steps": [2, 4], "marks": []})
+                                        "framework": "pytorch", "from": "RANK", "steps": [2, 4], "marks": [],
+                                        "exited_ns": 1})
     notes: list[str] = []
     parts = frameworks.collect(fw, Categorizer(), notes)
     assert [p.identity for p in parts] == [0, 1, ("server", 0)] and not notes
@@ -159,3 +207,44 @@ def test_a_job_that_writes_no_profile_still_gives_a_store(tmp_path):
     store = TraceStore.open(out)
     assert store.ranks == [0] and store.rank_info(0)["role"] == "process" and store.run["framework"] == "pytorch"
     assert any("no process wrote a pytorch profile" in n for n in store.manifest["notes"])
+
+
+@pytest.mark.parametrize("end, exited, ended_by", [
+    ("pass", True, None),
+    ("raise ValueError('bad batch')", True, "an uncaught ValueError: bad batch"),
+    ("os._exit(3)", False, None),
+    ("os.abort()", False, None),
+    ("os.kill(os.getpid(), signal.SIGKILL)", False, None)])
+def test_the_bootstrap_records_pythons_exit_and_nothing_where_none_ran(tmp_path, end, exited, ended_by):
+    """A process that wrote its meta records at exit that Python's exit ran (and the exception it died of); one ended
+    by os._exit, os.abort or a signal runs no exit hook and records nothing, and the host side says so."""
+    code = ("import os, signal, _ddltrace_boot\n"
+            "proc = _ddltrace_boot.Process('pytorch')\n"
+            "proc.update(rank=0)\n"
+            f"{end}\n")
+    done = _python(code, tmp_path / "fw", RANK="0", WORLD_SIZE="1")
+    assert (done.returncode == 0) is (end == "pass"), done.stderr
+    (folder,) = (tmp_path / "fw").iterdir()
+    meta = json.loads((folder / "meta.json").read_text())
+    assert ("exited_ns" in meta) is exited and meta.get("ended_by") == ended_by
+    notes: list[str] = []
+    (part,) = frameworks.collect(tmp_path / "fw", Categorizer(), notes)
+    said = f"rank 0's process (pid {meta['pid']}) ended without Python's exit (a signal, os.abort, os._exit): abrupt"
+    assert (said in notes) is not exited and ("exited_ns" in part.info) is exited
+
+
+@needs_torch
+@pytest.mark.parametrize("fail_at, mode", [(7, "abort"), (11, "exit"), (0, "raise")])
+def test_a_rank_killed_without_an_exception_is_abrupt(tmp_path, fail_at, mode):
+    """Rank 1 ends by os.abort inside the window 5-9, or by os._exit after it: no exception, so nothing said how it
+    ended, and torchrun's exit code 1 (>= 0) made it 'ended normally'. Now it is abrupt, and a note says why; a
+    job that ends well has both ranks normal."""
+    code, store = _torchrun(tmp_path, "5-9", 12, fail_at, mode)
+    assert code == (1 if fail_at else 0)
+    s = TraceStore.open(store)
+    notes = s.manifest["notes"]
+    said = (f"rank 1's process (pid {s.rank_info(1)['pid']}) ended without Python's exit (a signal, os.abort, "
+            "os._exit): abrupt")
+    assert s.rank_info(1)["ended"] == ("abrupt" if fail_at else "normal") and (said in notes) is bool(fail_at)
+    if not fail_at:
+        assert s.rank_info(0)["ended"] == "normal" and not any("without Python's exit" in n for n in notes)

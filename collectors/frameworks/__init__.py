@@ -105,9 +105,12 @@ def collect(fw_dir: Path, categorizer, notes: list[str]) -> list[ProcessPart]:
     for folder in sorted(p for p in fw_dir.glob("*") if (p / "meta.json").exists()):
         meta = _read_meta(folder)
         notes.extend(f"pid {meta['pid']} ({meta.get('role')}): {n}" for n in meta.get("notes", []))
+        who = f"rank {meta['rank']}" if meta.get("rank") is not None else meta.get("role") or "a process"
         if meta.get("ended_by"):
-            who = f"rank {meta['rank']}" if meta.get("rank") is not None else meta.get("role") or "a process"
             notes.append(f"{who} (pid {meta['pid']}) ended by {meta['ended_by']}")
+        elif not meta.get("exited_ns"):  # the bootstrap records Python's exit: none ran
+            notes.append(f"{who}'s process (pid {meta['pid']}) ended without Python's exit (a signal, os.abort, "
+                         "os._exit): abrupt")
         timelines, counters, clocks, formats, groups = [], [], set(), set(), set()
         for index, entry in enumerate(meta.get("files", [])):
             path = folder / entry["path"]
@@ -153,7 +156,8 @@ def _part(meta: dict, timelines: list, counters: list, clocks: set, formats: set
             "profiled_steps": meta.get("profiled_steps"), "steps_window": meta.get("steps"),
             "clock_method": method, "clock_offset_ns": offset, "clock_uncertainty_ns": uncertainty,
             "backend": meta.get("backend"), "ended_by": meta.get("ended_by"),
-            "ended_by_ns": meta.get("ended_by_ns"), "group_sizes": sorted(groups) or None}
+            "ended_by_ns": meta.get("ended_by_ns"), "exited_ns": meta.get("exited_ns"),
+            "group_sizes": sorted(groups) or None}
     return ProcessPart(identity=identity, pid=int(meta["pid"]), timeline=timeline, counters=table,
                        info={k: v for k, v in info.items() if v is not None})
 

@@ -5,7 +5,7 @@ Environment set by ``ddltrace run --framework``:
 
 - ``DDLTRACE_FRAMEWORK``: pytorch, mxnet, tf, horovod or cntk;
 - ``DDLTRACE_FW_DIR``: the run's framework folder; each process writes into ``<host>-<pid>/`` below it
-  the framework's trace files and ``meta.json`` (identity, window, files, clock marks);
+  the framework's trace files and ``meta.json`` (identity, window, files, clock marks, how it ended);
 - ``DDLTRACE_FW_STEPS``: ``FIRST-LAST``, the training steps to profile (counted from 1, inclusive);
 - ``DDLTRACE_FW_RECORD_SHAPES``: ``1`` to have torch.profiler record each op's input shapes (``--record-shapes``).
 
@@ -91,7 +91,7 @@ class Process:
                      "argv": list(sys.argv), **identity(), "steps": [self.first, self.last], "files": [], "marks": [],
                      "notes": [], "started_ns": time.time_ns()}
         self.folder = os.path.join(os.environ["DDLTRACE_FW_DIR"], f"{self.meta['host']}-{os.getpid()}")
-        atexit.register(self._record_exception)  # registered first, so it runs after the framework's exit hooks
+        atexit.register(self._record_end)  # registered first, so it runs after the framework's exit hooks
 
     def path(self, name: str) -> str:
         """A file in this process's folder (created on first use)."""
@@ -122,12 +122,18 @@ class Process:
         self.meta["notes"].append(text)
         self.update()
 
-    def _record_exception(self) -> None:
-        """At exit, in a process that wrote its meta: the uncaught exception it dies of, if any (Python sets
-        ``sys.last_value`` when it prints one), and when (wall ns)."""
+    def _record_end(self) -> None:
+        """At Python's exit, in a process that wrote its meta: that Python's exit ran (``exited_ns``, wall ns), and
+        the uncaught exception it dies of, if any (Python sets ``sys.last_value`` when it prints one). A process
+        ended by a signal, ``os.abort`` or ``os._exit`` runs no exit hook: its meta lacks ``exited_ns``."""
+        if not os.path.exists(os.path.join(self.folder, "meta.json")):
+            return
+        now = time.time_ns()
         error = getattr(sys, "last_value", None)
-        if error is not None and os.path.exists(os.path.join(self.folder, "meta.json")):
-            self.update(ended_by=f"an uncaught {type(error).__name__}: {error}"[:500], ended_by_ns=time.time_ns())
+        if error is not None:
+            self.update(ended_by=f"an uncaught {type(error).__name__}: {error}"[:500], ended_by_ns=now, exited_ns=now)
+        else:
+            self.update(exited_ns=now)
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
