@@ -10,7 +10,8 @@ Counters (names carry their unit; rates are per second over the last interval):
   ``net_IFACE_sent_bytes`` and ``net_IFACE_recv_bytes`` (bytes since the sampler started; Linux only); the
   job's tree as a whole: ``job_cpu_percent`` (100 = one core), ``job_rss_bytes``, ``job_processes``;
 - each process of the tree (keyed by pid, mapped to its rank by the launcher): ``cpu_percent`` (100 = one
-  core), ``rss_bytes``, and at each tree rescan (1 Hz) ``ctx_switches_per_s``.
+  core; over the last :data:`CPU_WINDOW_S`, from that long after the process is first seen), ``rss_bytes``, and at
+  each tree rescan (1 Hz) ``ctx_switches_per_s``.
 
 On Linux the values are read straight from /proc, one file per value group (psutil's general path costs
 about 4x more here); elsewhere psutil gives them. The tree is rescanned (a walk of /proc, the costly part)
@@ -125,6 +126,10 @@ def check_rate(hz: float) -> None:
 
 
 FIRST_RESCAN_S = 0.1  # the first look again at the job's process tree, in s; the interval doubles up to the refresh
+#: A process's ``cpu_percent`` is its CPU time over at least the last this many seconds: CPU time comes in clock
+#: ticks (10 ms), so over one 10 ms sample (100 Hz) a single-threaded process read 0, 100, 200 or 300 % (QA); over
+#: 0.2 s a tick is 5 % of a core.
+CPU_WINDOW_S = 0.2
 
 
 class SystemSampler:
@@ -144,7 +149,7 @@ class SystemSampler:
         self._whole_disks = physical_disks()
         self._last: dict = {}
         self._interfaces0: dict[str, tuple[int, int]] = {}  # interface -> (sent, received) bytes at the start
-        self._cpu: dict[int, tuple[float, float]] = {}  # pid -> (monotonic s, CPU s) at its last sample
+        self._cpu: dict[int, list[tuple[float, float]]] = {}  # pid -> its (monotonic s, CPU s) of CPU_WINDOW_S
         self._ctx: dict[int, tuple[float, int]] = {}
         self._members: list[int] = []
         self._tree_at = -1e9
@@ -252,14 +257,14 @@ class SystemSampler:
             except (OSError, ValueError, IndexError, psutil.Error):
                 continue
             alive.append(pid)
-            prev = self._cpu.get(pid)
-            # CPU time comes in clock ticks (10 ms): over less than half a period (the last sample at stop, right
-            # after a regular one) one tick would read as hundreds of percent, so such a short span is skipped
-            if prev is None:
-                self._cpu[pid] = (now, cpu_s)
-            elif now - prev[0] >= 0.5 / self.hz:
-                self._cpu[pid] = (now, cpu_s)
-                cpu = 100.0 * (cpu_s - prev[1]) / (now - prev[0])
+            # the rate over the samples of the last CPU_WINDOW_S (the oldest kept at least that old): a sample
+            # closer to the window's start than that is not yet a rate (the first 0.2 s of a process)
+            seen = self._cpu.setdefault(pid, [])
+            seen.append((now, cpu_s))
+            while len(seen) > 2 and now - seen[1][0] >= CPU_WINDOW_S:
+                del seen[0]
+            if now - seen[0][0] >= CPU_WINDOW_S:
+                cpu = 100.0 * (cpu_s - seen[0][1]) / (now - seen[0][0])
                 self.rows.append((pid, "cpu_percent", t_ns, cpu))
                 job_cpu += cpu
                 cpu_measured = True

@@ -48,6 +48,27 @@ def test_system_sampler_sees_the_machine_and_the_process_tree():
         SystemSampler(hz=0)
 
 
+def test_a_processs_cpu_at_a_high_rate_is_a_rate_over_enough_clock_ticks():
+    """A process busy half of each 20 ms (a loop of 10 ms busy, 10 ms asleep) sampled at 100 Hz: CPU time comes in
+    10 ms ticks, so a rate over one 10 ms sample read 0, 100, 200 or 300 % (QA); over the sampler's 0.2 s window
+    every sample is within 30 points of the mean (on a busy machine the child gets less than its half of a core:
+    the mean is no more than its 50 %)."""
+    code = ("import time\nend = time.time() + 2.5\nwhile time.time() < end:\n    t = time.time()\n"
+            "    while time.time() - t < 0.01: pass\n    time.sleep(0.01)\n")
+    child = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        sampler = SystemSampler(hz=100, root_pid=child.pid).start()
+        time.sleep(2.0)
+        rows = sampler.stop()
+    finally:
+        child.kill()
+        child.wait()
+    cpu = [v for k, n, _, v in rows if k == child.pid and n == "cpu_percent"]
+    assert len(cpu) > 100, len(cpu)  # at the sampling rate, from 0.2 s on
+    mean = sum(cpu) / len(cpu)
+    assert 10 <= mean <= 60 and all(abs(v - mean) <= 30 for v in cpu), (mean, sorted(cpu)[:3] + sorted(cpu)[-3:])
+
+
 def test_gpu_sampler_without_driver_records_why_and_does_nothing():
     gpu = GpuSampler(hz=10)
     if gpu.available:
