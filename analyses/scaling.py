@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from ddltrace.analyses.same_job import series_labels, series_of
+from ddltrace.units import format_percent
 
 
 def lemma_speedup(overhead_ratio: float, n: float) -> float:
@@ -113,8 +114,28 @@ def _compared(part: pd.DataFrame) -> pd.DataFrame:
 
 
 def scaling_notes(table: pd.DataFrame) -> list[str]:
-    """Lines to print under :func:`scaling_table`'s ``table``: each run left out of every series, and why."""
+    """Lines to print under :func:`scaling_table`'s ``table``: each run left out of every series, and why; each run
+    whose efficiency is above 100 % (superlinear), and what its R_O against its base's says of why."""
     if not len(table):
         return []
-    return [f"{row.store} (w = {row.workers}, {row.series}): left out, {row.left_out}"
-            for row in table.itertuples() if row.left_out]
+    notes = [f"{row.store} (w = {row.workers}, {row.series}): left out, {row.left_out}"
+             for row in table.itertuples() if row.left_out]
+    for _, part in table.groupby("series", sort=False):
+        base = float(part.loc[part["workers"] == part["workers"].min(), "overhead_ratio"].median())
+        for row in part.itertuples():
+            above = [f"{what} {format_percent(e)}" for what, e in (("steady", row.efficiency_steady),
+                                                                   ("total", row.efficiency_total)) if e > 1]
+            if above:
+                notes.append(f"{row.store} (w = {row.workers}): E above 100 % ({', '.join(above)}), superlinear: "
+                             + _superlinear_why(row.overhead_ratio, base, row.workers))
+    return notes
+
+
+def _superlinear_why(r_o: float, base: float, workers: int) -> str:
+    """Why a run did more than w times its base's work per second, as far as R_O tells."""
+    if r_o < base:
+        return (f"its R_O {format_percent(r_o)} is below the base's {format_percent(base)}: the base run's overhead "
+                f"(waits, exposed communication) hid behind compute at w = {workers}")
+    return (f"its R_O {format_percent(r_o)} is not below the base's {format_percent(base)}: each worker's compute "
+            "was faster than the base's (a smaller share of the data per worker, in cache), or the base run was "
+            "slowed (timings on a shared machine move by tens of per cent)")

@@ -62,7 +62,7 @@ def test_the_scaling_table_compares_runs_of_one_job_only(runs):
         assert np.isnan(row["speedup_steady"]) and np.isnan(row["efficiency_steady"])
         assert row["left_out"] == "no other run of its job at its batch size"
         assert row["series"] not in set(par["series"])
-    notes = scaling_notes(table)
+    notes = [n for n in scaling_notes(table) if "left out" in n]
     assert len(notes) == 2 and all("left out, no other run of its job at its batch size" in n for n in notes)
     assert any(n.startswith(runs["disk-w2"].name) and "samples=8192" in n for n in notes)
 
@@ -118,3 +118,18 @@ def test_both_lemma_columns_are_normalised_to_the_base(runs):
     for r_o, w, own in zip(table["overhead_ratio"], table["workers"], table["efficiency_lemma_own"], strict=True):
         assert own == pytest.approx(lemma_efficiency(r_o, w) / lemma_efficiency(r_o, 2))
     assert np.isnan(scaling_table([runs["par-w4"], runs["seq-w4"]])["efficiency_lemma_own"]).all()  # left out
+
+
+def test_efficiency_above_100_percent_gets_a_note(runs):
+    """QA: the disk series' E steady 179.1 % and 200.2 % (seq-w2's 113.3 %) were printed with no word. A run with E
+    above 100 % gets a note saying so and what its R_O against the base's says: here below it, the base run's
+    overhead hidden behind compute at the larger w; no note for a run at or under 100 %."""
+    table = scaling_table([runs[f"disk-w{w}"] for w in (1, 2, 4)])
+    notes = scaling_notes(table)
+    e = table.set_index("workers")["efficiency_steady"]
+    assert e[2] == pytest.approx(1.791, abs=0.001) and e[4] == pytest.approx(2.002, abs=0.001)
+    assert [n.split(" (w = ")[1][0] for n in notes] == ["2", "4"]
+    assert notes[1].startswith(f"{runs['disk-w4'].name} (w = 4): E above 100 % (steady 200.2 %), superlinear: its R_O")
+    assert "is below the base's 57.4 %: the base run's overhead (waits, exposed communication) hid behind compute" \
+        in notes[1]
+    assert not scaling_notes(scaling_table([runs["par-w1"], runs["disk-w1"]]))[2:]  # two left out, no E at all
