@@ -8,7 +8,10 @@ of its run. Per node, over the samples its sampler took (the job's span on that 
 - ``mem_peak_bytes``: the largest ``mem_used_bytes`` (total minus available memory), bytes;
 - ``sent_bytes`` / ``recv_bytes``: bytes sent / received on all its interfaces but loopback from the sampler's
   start to its last sample (the last ``net_IFACE_sent_bytes`` / ``net_IFACE_recv_bytes`` summed over the
-  interfaces), None where the store has no per-interface counters (stores made before they existed).
+  interfaces), None where the store has no per-interface counters (stores made before they existed);
+- ``job_cpu_percent``: mean CPU use of the job's processes on the node (``job_cpu_percent``; 100 % = one core),
+  ``job_rss_peak_bytes``: the largest of their summed resident memory (``job_rss_bytes``): the job's own, where
+  the machine's figures hold every other user of the node too.
 
 Read from the counters' Arrow table with NumPy (no pandas: ``ddltrace info`` starts without it).
 """
@@ -36,6 +39,8 @@ class NodeRow:
     mem_peak_bytes: float | None
     sent_bytes: float | None
     recv_bytes: float | None
+    job_cpu_percent: float | None = None
+    job_rss_peak_bytes: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -70,7 +75,10 @@ def per_node(machine: pa.Table, hosts: list[str]) -> list[NodeRow]:
             found = _IFACE.match(metric)
             if found and found.group(1) != "lo" and len(samples):
                 total[found.group(2)] = (total[found.group(2)] or 0.0) + float(samples[-1])
+        job_cpu, job_rss = by.get("job_cpu_percent"), by.get("job_rss_bytes")
         rows.append(NodeRow(host, int(len(cpu)) if cpu is not None else 0,
                             float(cpu.mean()) if cpu is not None and len(cpu) else None,
-                            float(mem.max()) if mem is not None and len(mem) else None, total["sent"], total["recv"]))
+                            float(mem.max()) if mem is not None and len(mem) else None, total["sent"], total["recv"],
+                            float(job_cpu.mean()) if job_cpu is not None and len(job_cpu) else None,
+                            float(job_rss.max()) if job_rss is not None and len(job_rss) else None))
     return rows

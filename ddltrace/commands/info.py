@@ -64,16 +64,20 @@ def _nodes(store: TraceStore) -> list:
 
 def _node_lines(nodes: list) -> list[str]:
     """The per-node table: CPU (mean of all cores, %), peak memory used, bytes sent and received on the
-    node's interfaces but loopback, over the samples of the node's sampler."""
-    header = ["node", "samples", "CPU mean", "memory peak", "sent", "received"]
+    node's interfaces but loopback, and the job's own CPU (mean, 100 % = one core) and resident memory (peak), over
+    the samples of the node's sampler."""
+    header = ["node", "samples", "CPU mean", "memory peak", "sent", "received", "job CPU mean", "job memory peak"]
     rows = [[one_line(n.host), str(n.samples),
              "-" if n.cpu_percent is None else format_percent(n.cpu_percent / 100),
              "-" if n.mem_peak_bytes is None else format_bytes(n.mem_peak_bytes),
              "-" if n.sent_bytes is None else format_bytes(n.sent_bytes),
-             "-" if n.recv_bytes is None else format_bytes(n.recv_bytes)] for n in nodes]
+             "-" if n.recv_bytes is None else format_bytes(n.recv_bytes),
+             "-" if n.job_cpu_percent is None else format_percent(n.job_cpu_percent / 100),
+             "-" if n.job_rss_peak_bytes is None else format_bytes(n.job_rss_peak_bytes)] for n in nodes]
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
-    lines = ["", "per node (machine counters over each node's samples; CPU: all cores; sent/received: all "
-                 "interfaces but loopback)"]
+    lines = ["", "per node (machine counters over each node's samples; CPU: all cores, every user; sent/received: all "
+                 "interfaces but loopback; job: the job's processes on the node, CPU 100 % = one core, memory their "
+                 "summed resident peak)"]
     for row in [header, *rows]:
         lines.append("  ".join(v.ljust(w) if i == 0 else v.rjust(w)
                                for i, (v, w) in enumerate(zip(row, widths, strict=True))))
