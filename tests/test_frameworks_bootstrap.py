@@ -248,3 +248,21 @@ def test_a_rank_killed_without_an_exception_is_abrupt(tmp_path, fail_at, mode):
     assert s.rank_info(1)["ended"] == ("abrupt" if fail_at else "normal") and (said in notes) is bool(fail_at)
     if not fail_at:
         assert s.rank_info(0)["ended"] == "normal" and not any("without Python's exit" in n for n in notes)
+
+
+@needs_torch
+@pytest.mark.parametrize("window, fail_at, marked", [("10-20", 0, {10, 11, 12}), ("5-9", 7, {5, 6})])
+def test_only_the_steps_the_job_finished_are_marked(tmp_path, window, fail_at, marked):
+    """torch opens step N + 1 when step N ends: a 12-step job profiled over 10-20 read a 13th step (the final barrier
+    and teardown), and a rank that raised in step 7 an unfinished step 7. Their spans are dropped, their rows kept
+    without a step, and the rank's ``unfinished_step`` names it."""
+    code, store = _torchrun(tmp_path, window, 12, fail_at)
+    assert code == (1 if fail_at else 0)
+    s = TraceStore.open(store)
+    timeline = s.timeline()
+    for rank in (0, 1):
+        mine = timeline[timeline["rank"] == rank]
+        spans = set(mine.loc[mine["name"].str.startswith("ProfilerStep#"), "name"])
+        assert spans == {f"ProfilerStep#{n}" for n in marked} and set(mine["step"].dropna()) == marked
+        assert s.rank_info(rank)["profiled_steps"] == [min(marked), max(marked)]
+    assert s.rank_info(1)["unfinished_step"] == max(marked) + 1

@@ -142,6 +142,8 @@ def _part(meta: dict, timelines: list, counters: list, clocks: set, formats: set
 
     filled = [t for t in timelines if len(t)]
     timeline = make_timeline(pd.concat(filled, ignore_index=True)) if filled else empty_timeline()
+    if meta.get("unfinished_step") is not None:
+        timeline = _without_step(timeline, int(meta["unfinished_step"]))
     offset, method, uncertainty = _clock_offset(timeline, meta.get("marks", []), min(clocks, default="epoch"))
     timeline["start_ns"] = timeline["start_ns"] + np.int64(offset)
     table = None
@@ -157,9 +159,18 @@ def _part(meta: dict, timelines: list, counters: list, clocks: set, formats: set
             "clock_method": method, "clock_offset_ns": offset, "clock_uncertainty_ns": uncertainty,
             "backend": meta.get("backend"), "ended_by": meta.get("ended_by"),
             "ended_by_ns": meta.get("ended_by_ns"), "exited_ns": meta.get("exited_ns"),
-            "group_sizes": sorted(groups) or None}
+            "unfinished_step": meta.get("unfinished_step"), "group_sizes": sorted(groups) or None}
     return ProcessPart(identity=identity, pid=int(meta["pid"]), timeline=timeline, counters=table,
                        info={k: v for k, v in info.items() if v is not None})
+
+
+def _without_step(timeline: pd.DataFrame, number: int) -> pd.DataFrame:
+    """``timeline`` without the span ``ProfilerStep#number`` of a step the job did not finish (the torch bootstrap's
+    ``unfinished_step``: the profiler stopped inside it), host's and devices' copies; its rows are kept, without a
+    step."""
+    timeline = timeline[timeline["name"] != f"ProfilerStep#{number}"].reset_index(drop=True)
+    timeline.loc[timeline["step"] == number, "step"] = pd.NA
+    return timeline
 
 
 def number(parts: list[ProcessPart], taken: set[int]) -> dict[int, int]:

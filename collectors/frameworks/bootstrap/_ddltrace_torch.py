@@ -6,7 +6,10 @@ needed in the script. The profiler starts one step before the window (one warm-u
 dropped, as torch.profiler's schedule does), records the window's steps (with each op's input shapes where
 ``DDLTRACE_FW_RECORD_SHAPES`` is 1: ``ddltrace run --record-shapes``, which gives gloo's collectives their bytes) and
 writes the Kineto trace (``trace.pt.trace.json``) when the window ends or, if the job ends inside it, at exit. Its
-``ProfilerStep#N`` spans carry the job's own step numbers (N = 5..9 for the window 5-9). The rank is read from the
+``ProfilerStep#N`` spans carry the job's own step numbers (N = 5..9 for the window 5-9). torch opens step N + 1 when
+step N ends; where the profiler stops before that step ended (the job's exit, a SIGTERM, the job's own profiler) the
+meta's ``unfinished_step`` says N + 1, and the host side drops its span (a 12-step job's window 10-20 read a 13th
+step, the final barrier and teardown). The rank is read from the
 launcher (torchrun's RANK) or, for jobs that pass it in code, from ``init_process_group``.
 
 Torch has one profiler session per process: a job that runs ``torch.profiler`` (or ``torch.autograd.profiler``)
@@ -46,6 +49,7 @@ class _Profiling:
         self.optimizer = None
         self.profiler = None
         self.done = False
+        self.unfinished_step = None  # the step under way when the profiler stopped before it ended (job's number)
         self.warmup = 1 if proc.first >= 2 else 0
         self.start_after = proc.first - 1 - self.warmup  # steps completed when the profiler starts
         self.jobs_sessions: set = set()  # the job's own profiler sessions under way (autograd profile objects)
@@ -107,7 +111,7 @@ class _Profiling:
         self.proc.note(f"the job started its own torch profiler after step {self.steps}: the window "
                        f"{self.proc.first}-{self.proc.last} ends there")
         self.done = True  # counts no more steps, also when nothing was recorded yet (still warming up)
-        self.profiler.stop()
+        self.stop_inside_step()
 
     def start(self) -> None:
         from torch.profiler import ProfilerActivity, profile, schedule
@@ -168,6 +172,12 @@ class _Profiling:
         if self.steps == self.start_after + self.warmup:  # the first recorded step begins
             self.mark()
 
+    def stop_inside_step(self) -> None:
+        """Stop the profiler before the step under way ended (torch opened it when the previous one ended): its
+        number is the meta's ``unfinished_step``, a span the host side does not take for a step."""
+        self.unfinished_step = self.profiler.step_num
+        self.profiler.stop()
+
     def export(self, prof) -> None:
         """Write the trace (the window's end, the job's exit or a SIGTERM inside it, or the job's own profiler
         starting)."""
@@ -176,7 +186,7 @@ class _Profiling:
         self.done = True
         last = min(self.steps, self.proc.last)
         self.proc.update(profiled_steps=[self.proc.first, last] if last >= self.proc.first else None,
-                         profiled_until_ns=time.time_ns())
+                         profiled_until_ns=time.time_ns(), unfinished_step=self.unfinished_step)
         self.proc.add_file(TRACE, "kineto")
         self.writing = False
         if signal.getsignal(signal.SIGTERM) == self.on_sigterm:
@@ -193,7 +203,7 @@ class _Profiling:
             self.proc.note(f"SIGTERM after step {self.steps}, inside the window {self.proc.first}-{self.proc.last}:"
                            " trace written before exiting")
             self.done = True
-            self.profiler.stop()
+            self.stop_inside_step()
         self.end_by_sigterm()
 
     def end_by_sigterm(self) -> None:
@@ -206,7 +216,7 @@ class _Profiling:
             if self.steps < self.proc.last:
                 self.proc.note(f"the job ended after step {self.steps}, inside the window "
                                f"{self.proc.first}-{self.proc.last}")
-            self.profiler.stop()
+            self.stop_inside_step()
         elif self.profiler is None and self.steps and not self.done:  # (done: the job's profiler ran instead)
             self.proc.note(f"the job ended after step {self.steps}, before the window {self.proc.first}-"
                            f"{self.proc.last}: nothing profiled")
