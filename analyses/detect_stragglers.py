@@ -15,6 +15,9 @@ z-scores are +-0.67 whatever their difference): the slower is the straggler when
 with one worker there is nothing to compare, and the analysis says so). Compute per step catches the slow rank even
 in a synchronous job, where every rank's step time is the same because the fast ones wait for it. The evidence puts
 the slowest worker beside the average (RALP).
+Only the steps a worker finished count (:func:`finished_steps`): a rank that ended abruptly ended inside its last,
+whose compute may hold a wait for a dead peer (a healthy rank 0 read 212 % slower from the one step in which rank 1
+died); an abrupt worker with no finished step leaves the analysis not made.
 Where the ranks meet at a host backend's collectives (PyTorch's gloo: at least ``gpu.late_min_instances`` of its
 spans matched across ranks) compute per step is not measured: a wait for gloo's threads inside a leaf op stays
 that op's compute (inside a span that holds others it is comm: :mod:`~ddltrace.analyses.segments`; before that
@@ -52,18 +55,35 @@ def robust_z(values: np.ndarray, mad_floor: float) -> tuple[np.ndarray, float, f
     return 0.6745 * (values - median) / mad, median, mad, measured
 
 
+def finished_steps(run, rank: int):
+    """The rank's steps that it finished (the rows of its phases' ``steps``): all but the last of a rank that ended
+    abruptly (it ended inside it), unless its profile left that one out already (the torch bootstrap's
+    ``unfinished_step``)."""
+    steps = run.phases[rank].steps
+    info = run.store.rank_info(rank)
+    if info.get("ended") == "abrupt" and info.get("unfinished_step") is None:
+        return steps.iloc[:-1]
+    return steps
+
+
+def unjudged(run, workers: list[int]) -> list[int]:
+    """The abrupt ``workers`` with no finished step: their compute is that of a step they did not finish."""
+    return [w for w in workers if run.store.rank_info(w).get("ended") == "abrupt" and not len(finished_steps(run, w))]
+
+
 def measures(run) -> dict[str, tuple[list[int], np.ndarray]]:
-    """Per-worker compute per step and step time (ns)."""
+    """Per-worker compute per step and step time (ns), over the steps each finished."""
     workers = [w for w in run.worker_ranks if w in run.phases and run.phases[w].steady_ns > 0]
     table = run.table(run.main_phase)
     out = {}
-    steps = {w: len(run.phases[w].steps) for w in workers}
-    compute = np.array([_in_steps(run.phases[w].steps) / steps[w] if steps[w] else table.loc[w, "compute"]
+    steps = {w: finished_steps(run, w) for w in workers}
+    compute = np.array([_in_steps(steps[w]) / len(steps[w]) if len(steps[w]) else table.loc[w, "compute"]
                         for w in workers], dtype=float)
     whole = "steady-state compute" if run.main_phase == "steady" else "compute over the whole run"
-    out["compute per step" if all(steps.values()) else whole] = (workers, compute)
-    if workers and all(steps.values()):
-        out["step time"] = (workers, np.array([float(run.phases[w].steps["dur_ns"].median()) for w in workers]))
+    every = all(len(found) for found in steps.values())
+    out["compute per step" if every else whole] = (workers, compute)
+    if workers and every:
+        out["step time"] = (workers, np.array([float(steps[w]["dur_ns"].median()) for w in workers]))
     return out
 
 
@@ -80,6 +100,12 @@ def detect(runs, th) -> list[Finding | Skipped]:
             continue
         measured = measures(run)
         workers = next(iter(measured.values()))[0]  # the same workers for each measure
+        cut = unjudged(run, workers)
+        if cut:
+            findings.append(short_of("stragglers", run.name, "a finished step on every worker (a rank that ended "
+                                     "abruptly did not finish its last)", f"rank{'s' * (len(cut) > 1)} "
+                                     f"{', '.join(map(str, cut))} ended abruptly with no finished step"))
+            continue
         if len(workers) != 2 and len(workers) < th["straggler.min_ranks"]:
             of = f" of its {counted(len(run.worker_ranks), 'worker')}" if len(run.worker_ranks) != len(workers) else ""
             findings.append(short_of("stragglers", run.name, f"{th['straggler.min_ranks']:g} or more workers with a "
@@ -107,7 +133,7 @@ def detect(runs, th) -> list[Finding | Skipped]:
             ranks = [int(workers[i]) for i in slow]
             if node is not None and set(ranks) <= set(node["ranks"]):
                 break  # the slow node's finding names them
-            times = max(1, len(run.phases[workers[worst]].steps))  # once for the whole compute
+            times = max(1, len(finished_steps(run, workers[worst])))  # once for the whole compute
             lost = (float(values[worst]) - median) * times
             findings.append(Finding(
                 id="straggler",
@@ -164,7 +190,7 @@ def _pair(run, what: str, workers: list[int], values: np.ndarray, th) -> Finding
     if not values[fast] > 0 or values[slow] / values[fast] - 1 < th["straggler.excess_min"]:
         return None
     excess = float(values[slow] / values[fast] - 1)
-    times = max(1, len(run.phases[workers[slow]].steps))  # once for the whole compute
+    times = max(1, len(finished_steps(run, workers[slow])))  # once for the whole compute
     lost = float(values[slow] - values[fast]) * times
     return Finding(
         id="straggler",

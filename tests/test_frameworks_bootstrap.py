@@ -266,3 +266,18 @@ def test_only_the_steps_the_job_finished_are_marked(tmp_path, window, fail_at, m
         assert spans == {f"ProfilerStep#{n}" for n in marked} and set(mine["step"].dropna()) == marked
         assert s.rank_info(rank)["profiled_steps"] == [min(marked), max(marked)]
     assert s.rank_info(1)["unfinished_step"] == max(marked) + 1
+
+
+@needs_torch
+def test_no_straggler_is_named_from_a_step_the_ranks_did_not_finish(tmp_path, capsys):
+    """Rank 1 raises in step 5, the first of the window 5-9, after its forward pass; rank 0 waits in its backward for
+    the dead peer until gloo gives up. That unfinished step named the healthy rank 0 the straggler (its compute held
+    the wait); now the stragglers analysis is not made, and says why."""
+    code, store = _torchrun(tmp_path, "5-9", 12, 5)
+    assert code == 1
+    capsys.readouterr()
+    main(["analyze", str(store), "--json"])
+    analysed = json.loads(capsys.readouterr().out)
+    assert not [f for f in analysed["findings"] if f["id"] == "straggler"]
+    (skipped,) = [n for n in analysed["not_made"] if n["analysis"] == "stragglers"]
+    assert skipped["holds"] == "ranks 0, 1 ended abruptly with no finished step"
