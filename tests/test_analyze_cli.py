@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -204,3 +205,19 @@ def test_a_run_that_cannot_be_read_among_several_is_left_out_and_named(tmp_path,
     assert main(["analyze", str(tmp_path / "empty"), str(tmp_path / "gone"), "--quiet"]) == 2
     assert capsys.readouterr().err.splitlines()[-1] == \
         f"ddltrace: error: nothing to analyze: none of the 2 runs given could be read ({empty})"
+
+
+def test_the_scaling_study_names_each_runs_series_and_the_runs_left_out(capsys):
+    """Runs of two jobs given together (par and seq): each row names its store and series, the series are compared
+    apart, and the run of no series is named as left out, with why (QA: one series through both jobs)."""
+    given = [str(PS_SGD / name / "store") for name in ("par-w1", "par-w2", "seq-w2")]
+    assert main(["analyze", *given, "--quiet"]) == 0
+    out = capsys.readouterr().out
+    table = out.split("Scaling study", 1)[1].splitlines()
+    header = re.split(r"\s{2,}", table[1].strip())
+    assert header[:3] == ["series", "store", "w"]
+    cells = [re.split(r"\s{2,}", line.strip())[:3] for line in table[2:5]]
+    par, seq = "ps-sgd init=parallel, batch 64", "ps-sgd init=sequential, batch 64"
+    assert cells == [[par, given[0], "1"], [par, given[1], "2"], [seq, given[2], "2"]]
+    assert f"  {given[2]} (w = 2, ps-sgd init=sequential, batch 64): left out, no other run of its job at its " \
+           "batch size" in out

@@ -404,8 +404,10 @@ def test_the_report_tables_are_analyze_figures_with_their_units(demo_report, cap
     scaling = rows("Scaling series")
     assert sorted(scaling) == ["4", "8"]
     title = tables.split("### Scaling series")[1].split("\n")[0]  # what its '-' would mean, and its reference
-    assert ("efficiency of the steady state against the run with the fewest workers at its batch size; '-': no "
-            "worker traced an MPI_Init (startup), no other run at its batch size (efficiency_steady))") in title
+    assert ("(one job at one batch size; phase times: medians over the workers, and over the series' runs at a "
+            "worker count;") in title
+    assert ("efficiency of the steady state against the series' run with the fewest workers; '-': no worker traced "
+            "an MPI_Init (startup)") in title
     for run in doc["scaling"]:
         row = scaling[str(run["workers"])]
         assert [row["startup"], row["job_init"], row["steady"], row["total"]] == \

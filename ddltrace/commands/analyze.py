@@ -533,30 +533,36 @@ def render_device(r: RunAnalysis, phase: str) -> list[str]:
 def render_scaling(scaling: pd.DataFrame) -> list[str]:
     import pandas as pd
 
-    out = ["Scaling study (speedup against the run with the fewest workers; Chang's Lemma 3.1 from R_O)"]
-    header = ["w", "batch", "start-up", "init", "steady", "total", "S steady", "E steady", "S total", "E total", "R_O",
-              "E lemma (base)", "E lemma (own)"]
+    from ddltrace.analyses.scaling import scaling_notes
+
+    out = ["Scaling study (speedup against the run with the fewest workers of its series: one job at one batch "
+           "size; Chang's Lemma 3.1 from R_O)"]
+    header = ["series", "store", "w", "batch", "start-up", "init", "steady", "total", "S steady", "E steady",
+              "S total", "E total", "R_O", "E lemma (base)", "E lemma (own)"]
     rows = []
-    for _, row in scaling.iterrows():
+    for _, row in scaling.iterrows():  # (in the table's order: by series, then w, then store)
         r_o = (f"{format_percent(row['overhead_ratio'])} ({format_percent(row['overhead_ratio_min'])}"
                f"-{format_percent(row['overhead_ratio_max'])})")
-        rows.append([str(int(row["workers"])), "-" if pd.isna(row["batch_size"]) else str(int(row["batch_size"])),
+        rows.append([one_line(str(row["series"])) if isinstance(row["series"], str) else "-",
+                     one_line(str(row["store"])),
+                     str(int(row["workers"])), "-" if pd.isna(row["batch_size"]) else str(int(row["batch_size"])),
                      format_ns(row["startup_ns"]) if row["startup_traced"] else "-", format_ns(row["job_init_ns"]),
                      format_ns(row["steady_ns"]),
                      format_ns(row["total_ns"]),
                      *_compared(row), r_o, _compared_percent(row["efficiency_lemma_base"]),
-                     format_percent(row["efficiency_lemma_own"])])
+                     _compared_percent(row["efficiency_lemma_own"])])
     out.extend("  " + line for line in _columns(header, rows))
-    out.append("  S, E: speedup and efficiency against the run with the fewest workers w0 at the same batch size "
-               "(taken to scale perfectly up to w0; '-' for a run alone at its batch size, nothing to compare it "
-               "with), S(w) = w0 T(w0) / T(w), E = S / w, T the steady state (steady) or the whole run (total); "
-               "R_O: the share of a worker's steady state that is not compute, median over the workers (their "
-               "range); E lemma: Lemma 3.1's 1 / (1 + (w - 1) R_O) from the base run's R_O (normalised to E(w0) = 1) "
-               "and from the run's own")
+    out.append("  S, E: speedup and efficiency against the run with the fewest workers w0 in its series (one job at "
+               "one batch size; the median of its runs at w0; taken to scale perfectly up to w0; '-' for a run "
+               "left out, see below), S(w) = w0 T(w0) / T(w), E = S / w, T the steady state (steady) or the whole "
+               "run (total); R_O: the share of a worker's steady state that is not compute, median over the workers "
+               "(their range); E lemma: Lemma 3.1's 1 / (1 + (w - 1) R_O) from the base run's R_O and from the "
+               "run's own, both normalised to E(w0) = 1")
     out.append("  medians over the workers: start-up = MPI's, each worker's first event to the end of its MPI_Init "
                "(the PMPI collector's clock synchronisation inside it); init = the job's own initialisation, from "
                "there to its first step; steady = its steady state; total = the whole run, first event of any rank "
                "to the last; start-up '-': no worker traced an MPI_Init (a framework's profile), none measured")
+    out.extend(f"  {one_line(note)}" for note in scaling_notes(scaling))
     return out
 
 

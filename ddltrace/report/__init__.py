@@ -181,7 +181,7 @@ def _unrelated_runs(runs: list) -> list:
 
     if len({r.workers for r in runs}) < 2 or not all(r.can("scaling") for r in runs):
         return []
-    if scaling_table(runs)["efficiency_steady"].notna().sum() >= 2:
+    if len(scaling_table(runs)) >= 2:
         return []
     holds = "; ".join(f"w = {r.workers}, " + (f"batch {r.batch_size:g}" if r.batch_size else "batch not given")
                       for r in runs)
@@ -523,22 +523,33 @@ def _steady_window(run) -> tuple[int, int] | None:
 
 
 def scaling_table(runs: list) -> pd.DataFrame:
-    """One row per run, indexed by workers: startup_s (MPI's start-up: first event to the end of MPI_Init; NaN, shown
-    '-' and not drawn, where no worker traced an MPI_Init),
-    job_init_s (the job's own initialisation: from there to the first step), steady_s, total_s (seconds) and the
-    steady state's efficiency against the smallest run with Chang's Lemma 3.1 from its R_O, the figures of ``ddltrace
-    analyze --json``'s ``scaling`` (:func:`ddltrace.analyses.scaling.scaling_table`: phase times are medians over the
-    workers)."""
+    """The series the report draws: of :func:`ddltrace.analyses.scaling.scaling_table`'s series (one job at one batch
+    size), the one with the most runs; one row per worker count (the median of its runs there), indexed from 0:
+    workers, startup_s (MPI's start-up: first event to the end of MPI_Init; NaN, shown '-' and not drawn, where no
+    worker traced an MPI_Init), job_init_s (the job's own initialisation: from there to the first step), steady_s,
+    total_s (seconds, medians over the workers) and the steady state's efficiency against the series' smallest run
+    with Chang's Lemma 3.1 from its R_O. ``attrs``: ``series`` (its label, None where no series of two runs) and
+    ``notes`` (:func:`~ddltrace.analyses.scaling.scaling_notes`: the runs left out, and why; E above 100 %)."""
+    from ddltrace.analyses.scaling import scaling_notes
     from ddltrace.analyses.scaling import scaling_table as analyses_scaling
 
-    table = analyses_scaling(runs).sort_values("workers")
-    return pd.DataFrame({"workers": table["workers"].astype(int),
-                         "startup_s": table["startup_ns"].where(table["startup_traced"]) / 1e9,
-                         "job_init_s": table["job_init_ns"] / 1e9,
-                         "steady_s": table["steady_ns"] / 1e9, "total_s": table["total_ns"] / 1e9,
-                         "efficiency_steady": table["efficiency_steady"],
-                         "efficiency_lemma_base": table["efficiency_lemma_base"],
-                         "overhead_ratio": table["overhead_ratio"]}).reset_index(drop=True)
+    table = analyses_scaling(runs)
+    kept = table[table["left_out"].isna()]
+    sizes = kept.groupby("series", sort=True).size().sort_values(ascending=False, kind="stable")
+    chosen = kept[kept["series"] == sizes.index[0]] if len(sizes) else kept
+    frame = pd.DataFrame({"workers": chosen["workers"].astype(int),
+                          "startup_s": chosen["startup_ns"].where(chosen["startup_traced"]) / 1e9,
+                          "job_init_s": chosen["job_init_ns"] / 1e9,
+                          "steady_s": chosen["steady_ns"] / 1e9, "total_s": chosen["total_ns"] / 1e9,
+                          "efficiency_steady": chosen["efficiency_steady"],
+                          "efficiency_lemma_base": chosen["efficiency_lemma_base"],
+                          "overhead_ratio": chosen["overhead_ratio"]})
+    frame = frame.groupby("workers", as_index=False, sort=True).median()
+    others = [label for label in sizes.index[1:]]
+    frame.attrs = {"series": sizes.index[0] if len(sizes) else None,
+                   "notes": scaling_notes(table) + [f"series not drawn (fewer runs than the one drawn): {label}"
+                                                    for label in others]}
+    return frame
 
 
 def _read_model(model_path: str) -> dict:
@@ -568,8 +579,8 @@ def _series_figures(runs: list, findings: list, model: str | None = None) -> tup
     if len({r.workers for r in runs}) < 2 or not all(r.can("scaling") for r in runs):
         return [], None  # the phases a scaling series compares need a timeline (see report.not_made)
     series = scaling_table(runs)
-    if series["efficiency_steady"].notna().sum() < 2:
-        return [], None  # no two runs at one batch size: no series to draw (see _unrelated_runs)
+    if len(series) < 2:
+        return [], None  # no two runs of one job at one batch size: no series to draw (see _unrelated_runs)
     knee = None
     for f in findings:
         for key, q in f.evidence.items():
@@ -596,7 +607,9 @@ def _series_figures(runs: list, findings: list, model: str | None = None) -> tup
                           f"ratio R_O = {format_percent(r_o)} measured on the smallest run (the median worker's share "
                           "of its steady state outside compute).",
                           figures.png_bytes(figures.efficiency_figure(series, r_o))))
-    return out, series.set_index("workers")[["startup_s", "job_init_s", "steady_s", "total_s", "efficiency_steady"]]
+    shown = series.set_index("workers")[["startup_s", "job_init_s", "steady_s", "total_s", "efficiency_steady"]]
+    shown.attrs = series.attrs
+    return out, shown
 
 
 def profile_curves(profile: dict) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -718,11 +731,13 @@ def assemble(runs: list, findings: list, profile: str | None = None, model: str 
                    f"region marks left out; a name longer than {NAME_CHARS} characters cut)",
                    top))
     if series is not None:
-        tables.insert(0, ("Scaling series (phase times: medians over the workers; startup: MPI's start-up, first "
-                          "event to the end of MPI_Init; job_init: the job's own initialisation, from there to the "
-                          "first step; the whole run: first to last event; efficiency of the steady state against "
-                          "the run with the fewest workers at its batch size; '-': no worker traced an MPI_Init "
-                          "(startup), no other run at its batch size (efficiency_steady))", series))
+        notes = "".join(f"; {note}" for note in series.attrs.get("notes", []))
+        tables.insert(0, (f"Scaling series {series.attrs.get('series')} (one job at one batch size; phase times: "
+                          "medians over the workers, and over the series' runs at a worker count; startup: MPI's "
+                          "start-up, first event to the end of MPI_Init; job_init: the job's own initialisation, from "
+                          "there to the first step; the whole run: first to last event; efficiency of the steady "
+                          "state against the series' run with the fewest workers; '-': no worker traced an MPI_Init "
+                          f"(startup){notes})", series))
     name = Path(main.name)  # a run folder's store (ddltrace workload's RUN/store) is named by its run: seq-w8/store
     title = "ddltrace report: " + ((f"{name.parent.name}/{name.name}" if name.name == "store" else name.name)
                                    if len(runs) == 1
