@@ -279,17 +279,17 @@ def waits_for(kernels: pd.DataFrame) -> pd.DataFrame:
     union of those intervals on r's clock in ns, so collectives that wait at once (two of gloo's worker threads,
     two NCCL streams) count once. Columns ``late_rank``, ``rank``, ``instances`` (how many L was last at with r in
     them), ``wait_ns``; ``kernels`` as :func:`match_instances` takes them."""
-    return _union_waits(_wait_intervals(kernels), ["late_rank", "rank"])
+    return _union_waits(wait_intervals(kernels), ["late_rank", "rank"])
 
 
 def waited(kernels: pd.DataFrame) -> pd.DataFrame:
     """Each rank's own wait at the matched instances, in wall time: the union over them of the intervals from its
     start to the last rank's (Scalasca's Wait at N x N, the collectives' early arrivers). Columns ``rank``,
     ``instances`` (those it was not last at), ``wait_ns``."""
-    return _union_waits(_wait_intervals(kernels), ["rank"])
+    return _union_waits(wait_intervals(kernels), ["rank"])
 
 
-def _wait_intervals(kernels: pd.DataFrame) -> pd.DataFrame:
+def wait_intervals(kernels: pd.DataFrame) -> pd.DataFrame:
     """Per span of a matched instance other than its late arriver's: ``late_rank``, ``rank``, ``start_ns`` (the
     span's) and ``end_ns`` (the late arriver's start)."""
     columns = ["late_rank", "rank", "start_ns", "end_ns"]

@@ -50,3 +50,26 @@ def test_both_ranks_compute_alike_with_or_without_stacks(run):
         assert table.loc[1, "other"] >= 0.95 * sum(sleeps_ns("stack"))
     # rank 0 waits for rank 1 inside DistributedDataParallel.forward while gloo's threads broadcast: comm
     assert table.loc[0, "comm"] >= 0.9 * steps * SLEEP_NS
+
+
+def test_the_waits_for_the_late_rank_are_the_stragglers_not_low_overlap(run):
+    """Rank 0 waits at gloo's collectives for rank 1, which sleeps 40 ms a step: the host straggler finding counts
+    those waits; the low-overlap finding counted them again (cost beside the straggler's over the same time). The
+    overlap is judged without them: Rudra's measure with them stays in the table (rank 0 under 20 %), and no
+    low-overlap finding is left."""
+    from ddltrace.analyses.detect_overlap import late_arrival_waits
+    from ddltrace.analyses.findings import detect
+    from ddltrace.analyses.gpu_collectives import waits_for
+    from ddltrace.analyses.thresholds import Thresholds
+
+    _, r = run
+    table = r.table(r.main_phase)
+    late = late_arrival_waits(r, [0, 1])
+    whole = waits_for(r.host_collective_spans).set_index(["late_rank", "rank"])["wait_ns"]
+    assert 2 * SLEEP_NS < late[0] <= whole[(1, 0)]  # (the steady state's share of the run's waits for rank 1)
+    assert table.loc[0, "overlap"] < 0.2
+    own = table.loc[0, "compute"] / (table.loc[0, "compute"] + table.loc[0, "comm"] - late[0])
+    assert own > 0.5
+    findings, _ = detect([r], Thresholds())
+    ids = {f.id for f in findings}
+    assert "host_straggler" in ids and "low_overlap" not in ids
