@@ -547,8 +547,10 @@ def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_co
         "collectors": ["pmpi"] * mpi + collectors + [f"{cfg.framework} profiler"] * bool(cfg.framework),
         "sample_hz": cfg.sample_hz, "gpus": gpus,
     }
-    if cfg.framework:
-        run["profiled_steps"] = list(cfg.steps)
+    if cfg.framework:  # the window asked for, and what the processes profiled of it (their first to last step)
+        run["steps_window"] = list(cfg.steps)
+        done = [part.info["profiled_steps"] for part in fw_parts if _step_range(part.info.get("profiled_steps"))]
+        run["profiled_steps"] = [min(a for a, _ in done), max(b for _, b in done)] if done else None
         if cfg.framework in frameworks.TORCH_PROFILED:
             run["record_shapes"] = cfg.record_shapes
     if nodes:
@@ -768,6 +770,11 @@ def summary_line(result: RunResult) -> str:
     exit_code = "unknown" if result.exit_code is None else result.exit_code
     return (f"ddltrace: wrote {result.store.path}: {len(result.ranks)} ranks ({ended}), {result.calls:,} MPI calls, "
             f"{format_ns(result.elapsed_ns)}, exit code {exit_code}")
+
+
+def _step_range(value) -> bool:
+    """Whether ``value`` is a [first, last] pair of step numbers (a process's ``profiled_steps``)."""
+    return isinstance(value, list) and len(value) == 2 and all(type(x) is int for x in value) and value[0] <= value[1]
 
 
 def _int(value, default: int) -> int:

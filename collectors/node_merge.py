@@ -58,7 +58,8 @@ def join_part(store_path: str | Path, part: str | Path, out: str | Path) -> Trac
         record_sets.register(records, dict(  # no owner: the run that made the part has ended
             command=command, launch=shlex.split(run.get("launch") or ""), flavour=run.get("mpi_flavour") or "",
             np=None, launcher=run.get("launch"), framework=None if run.get("framework") in ("mpi", "process")
-            else run.get("framework"), steps=run.get("profiled_steps"), sample_hz=run.get("sample_hz"),
+            else run.get("framework"), steps=run.get("steps_window") or run.get("profiled_steps"),
+            sample_hz=run.get("sample_hz"),
             pyspy=False, out=str(out), work=str(work), start_ns=run.get("start_ns"), host=host,
             end_ns=run.get("end_ns"), exit_code=run.get("exit_code"), interrupted=run.get("interrupted")))
         part_store = recover_store(records, Path(tmp) / "part", stream=io.StringIO(), local=False).store

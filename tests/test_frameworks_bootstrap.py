@@ -266,6 +266,9 @@ def test_only_the_steps_the_job_finished_are_marked(tmp_path, window, fail_at, m
         assert spans == {f"ProfilerStep#{n}" for n in marked} and set(mine["step"].dropna()) == marked
         assert s.rank_info(rank)["profiled_steps"] == [min(marked), max(marked)]
     assert s.rank_info(1)["unfinished_step"] == max(marked) + 1
+    # the run says what was profiled, and the window asked for apart (it said the window: 10-20 of a 12-step job)
+    assert s.run["profiled_steps"] == [min(marked), max(marked)]
+    assert s.run["steps_window"] == [int(x) for x in window.split("-")]
 
 
 @needs_torch
