@@ -57,7 +57,8 @@ def mpiexec_command(np: int, argv: list[str], mpiexec: str | None = None) -> tup
     """The command line and environment that start ``argv`` on ``np`` local ranks."""
     mpiexec = mpiexec or find_tool("mpiexec")
     if mpiexec is None:
-        raise DdltraceError("mpiexec: not found (install the MPI extra: pip install 'ddltrace[mpi]')")
+        raise DdltraceError("mpiexec: not found (install the MPI extra: pip install '<ddltrace checkout>[mpi]', "
+                            "or make install in the checkout)")
     flavour = mpi_flavour(mpiexec)
     cmd = [mpiexec, "-n", str(np)]
     if flavour == "openmpi":

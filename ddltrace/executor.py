@@ -253,7 +253,8 @@ class DaskMapper(_Mapper):
             from distributed import Client
             from distributed.versions import VersionMismatchWarning
         except ImportError as exc:
-            raise DdltraceError("--scheduler needs Dask distributed: pip install 'ddltrace[dask]'") from exc
+            raise DdltraceError("--scheduler needs Dask distributed: pip install '<ddltrace checkout>[dask]', or "
+                                "make install in the checkout") from exc
         import logging
 
         # distributed's own log lines (a lost connection's traceback as the client closes) would bury the one line

@@ -38,7 +38,7 @@ DDLTRACE = Path(sys.executable).parent / "ddltrace"
 CALLS = int(os.environ.get("DDLTRACE_FAULT_CALLS", "5000"))
 LONG_S = 120 + CALLS / 5000  # the longest wait for a job or a write (s): longer with more calls
 needs_mpi = pytest.mark.skipif(find_tool("mpicc") is None or find_tool("mpiexec") is None,
-                               reason="no mpicc/mpiexec beside this Python (pip install 'ddltrace[mpi]')")
+                               reason="no mpicc/mpiexec beside this Python (make install)")
 
 # argv: LOG_DIR CALLS AFTER, AFTER one of "end", "sleep" (until a signal stops the job), or a file to wait for
 JOB = textwrap.dedent("""

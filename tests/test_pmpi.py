@@ -21,7 +21,7 @@ from ddltrace.collectors.pmpi.table import WRAPPERS, names
 from ddltrace.errors import DdltraceError
 
 needs_mpi = pytest.mark.skipif(find_tool("mpicc") is None or find_tool("mpiexec") is None,
-                               reason="no mpicc/mpiexec beside this Python (pip install 'ddltrace[mpi]')")
+                               reason="no mpicc/mpiexec beside this Python (make install)")
 
 JOB = textwrap.dedent("""
     import time

@@ -18,7 +18,7 @@ from ddltrace.collectors.mpi_env import find_tool
 from ddltrace.store import TraceStore
 
 needs_mpi = pytest.mark.skipif(find_tool("mpicc") is None or find_tool("mpiexec") is None,
-                               reason="no mpicc/mpiexec beside this Python (pip install 'ddltrace[mpi]')")
+                               reason="no mpicc/mpiexec beside this Python (make install)")
 
 # Each rank times its own calls with MPI.Wtime: compute is the time between one MPI call's return and the
 # next call (what the wrapper calls "outside MPI"), barrier and wait around the calls.

@@ -21,7 +21,7 @@ from ddltrace.store import TraceStore
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(find_tool("mpicc") is None or find_tool("mpiexec") is None,
-                                reason="no mpicc/mpiexec beside this Python (pip install 'ddltrace[mpi]')")
+                                reason="no mpicc/mpiexec beside this Python (make install)")
 
 DYING_JOB = textwrap.dedent("""
     import os, signal, sys

@@ -91,7 +91,7 @@ def _load():
         import otf2
         from _otf2.ErrorCodes import Error
     except ImportError as exc:
-        raise DdltraceError("OTF2 archives need the 'otf2' package: pip install 'ddltrace[otf2]' "
+        raise DdltraceError("OTF2 archives need the 'otf2' package: pip install '<ddltrace checkout>[otf2]' "
                             "(or pip install otf2)") from exc
     return otf2, Error
 

@@ -77,7 +77,7 @@ def build_wrapper(mpicc: str | None = None, *, quiet: bool = True) -> Path:
     mpicc = mpicc or find_tool("mpicc")
     if mpicc is None:
         raise DdltraceError("mpicc: no MPI compiler wrapper found beside this Python or on PATH; the PMPI "
-                            "wrapper cannot be built (install the MPI extra: pip install 'ddltrace[mpi]', "
+                            "wrapper cannot be built (install the MPI extra: pip install '<ddltrace checkout>[mpi]', "
                             "or put your MPI's mpicc on PATH)")
     if os.sep in mpicc:
         mpicc = os.path.abspath(mpicc)
