@@ -40,10 +40,13 @@ def as_stores(paths: list[str], verb: str, quiet: bool, left: list | None = None
     """(``paths`` with each trace input replaced by a temporary store of it, removed on leaving; each temporary
     store's path -> the trace it holds, what the output calls the run). A line on stderr says which were imported,
     and the import's summary follows it unless ``quiet``. With ``left`` (several runs that stand alone: analyze,
-    report), a trace that cannot be imported, where others are given, is left out with a warning naming it
-    (:func:`left_out`) and appended to ``left`` as (path, why)."""
+    report), a folder of stores is its stores (:func:`stores_in`), and a trace that cannot be imported, where
+    others are given, is left out with a warning naming it (:func:`left_out`) and appended to ``left`` as (path,
+    why)."""
     temporary: Path | None = None
     stores, labels = [], {}
+    if left is not None:  # (the commands over several runs: a folder of stores is its stores)
+        paths = [each for path in paths for each in stores_in(path)]
     try:
         for i, path in enumerate(paths):
             if not is_trace_input(path):
@@ -77,6 +80,25 @@ def as_stores(paths: list[str], verb: str, quiet: bool, left: list | None = None
     finally:
         if temporary is not None:
             shutil.rmtree(temporary, ignore_errors=True)
+
+
+def stores_in(path: str) -> list[str]:
+    """``path``, or, for a folder that is no store but holds stores (a run's stores side by side: w1.store, w2.store,
+    ...), those stores in name order. A folder of stores beside other files is refused in one line: its files were
+    read as traces and the stores' own files called unknown formats."""
+    folder = Path(path)
+    if not folder.is_dir() or is_store_folder(folder):
+        return [path]
+    inside = sorted(folder.iterdir())
+    stores = [str(p) for p in inside if p.is_dir() and is_store_folder(p)]
+    if not stores:
+        return [path]
+    others = [p.name for p in inside if not (p.is_dir() and is_store_folder(p)) and not p.name.startswith(".")]
+    if others:
+        raise DdltraceError(f"{path}: holds trace stores ({', '.join(Path(s).name for s in stores[:3])}"
+                            f"{', ...' if len(stores) > 3 else ''}) and other files ({', '.join(others[:3])}"
+                            f"{', ...' if len(others) > 3 else ''}): give the stores, or the trace files, by name")
+    return stores
 
 
 def left_out(verb: str, exc: Exception) -> None:

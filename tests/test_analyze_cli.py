@@ -221,3 +221,21 @@ def test_the_scaling_study_names_each_runs_series_and_the_runs_left_out(capsys):
     assert cells == [[par, given[0], "1"], [par, given[1], "2"], [seq, given[2], "2"]]
     assert f"  {given[2]} (w = 2, ps-sgd init=sequential, batch 64): left out, no other run of its job at its " \
            "batch size" in out
+
+
+def test_a_folder_of_stores_is_its_stores(tmp_path, capsys):
+    """`analyze runs/` where runs/ holds stores side by side: each store is a run (QA: each store's parquet files
+    were read as trace files, 'not a trace format ddltrace knows', and report kept only a trace beside them). A
+    folder of stores beside other files: one line saying so."""
+    import shutil
+
+    runs = tmp_path / "runs"
+    for w in (1, 2):
+        shutil.copytree(PS_SGD / f"par-w{w}" / "store", runs / f"w{w}.store")
+    assert main(["analyze", str(runs), "--quiet", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [s["store"] for s in doc["stores"]] == [str(runs / "w1.store"), str(runs / "w2.store")]
+    assert [r["workers"] for r in doc["scaling"]] == [1, 2]
+    (runs / "run.json").write_text("{}")
+    assert main(["analyze", str(runs), "--quiet"]) == 2
+    assert f"{runs}: holds trace stores (w1.store, w2.store) and other files (run.json)" in capsys.readouterr().err

@@ -234,13 +234,14 @@ def run(args) -> int:
         from ddltrace.analyses.run_analysis import not_made
         from ddltrace.analyses.scaling import scaling_table
         from ddltrace.heap_reuse import keep_freed_memory
-        from ddltrace.trace_inputs import as_stores, usable
+        from ddltrace.trace_inputs import as_stores, stores_in, usable
     keep_freed_memory()  # a third fewer page faults in the analyses' frames (the module says why)
 
     thresholds = thresholds_of(args)
-    refuse_twice(args.stores)
+    given = [each for path in args.stores for each in stores_in(path)]  # (a folder of stores: its stores)
+    refuse_twice(given)
     left: list[tuple[str, str]] = []  # (input, why) of each left out: it could not be read, others could
-    with as_stores(args.stores, "analyze", args.quiet, left) as (stores, labels):  # (the stores read to the end)
+    with as_stores(given, "analyze", args.quiet, left) as (stores, labels):  # (the stores read to the end)
         with rank_mapper(args) as mapper:
             check_workers_see(mapper, stores, labels, "analyze")
 
