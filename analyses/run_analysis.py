@@ -475,7 +475,8 @@ def _roles(store: TraceStore, peers: dict[int, set[int]]) -> tuple[dict[int, str
                 return ({r: ("server" if r == centre else "worker") for r in store.ranks},
                         f"inferred: the ranks other than the server, rank {centre}, the centre of a star of "
                         f"steady-state messages ({unsaid})")
-    why = "two ranks cannot show a star" if len(peers) < 3 else "no star of steady-state messages"
+    why = ("fewer than three ranks exchange point-to-point messages in their steady states: no star to see"
+           if len(peers) < 3 else "no star of steady-state messages")
     return {}, f"unknown: every rank counted as a worker ({unsaid}; {why})"
 
 

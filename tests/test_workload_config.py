@@ -81,7 +81,7 @@ def test_a_store_without_configuration_or_roles_says_how_w_was_got(tmp_path, cap
     out = capsys.readouterr().out
     assert (f"Breakdown of {two} (w = 2 workers, 2 ranks; shares of the whole run)\n"
             "  w and roles unknown: every rank counted as a worker (no job configuration or roles in the manifest; "
-            "two ranks cannot show a star)\n") in out
+            "fewer than three ranks exchange point-to-point messages in their steady states: no star to see)\n") in out
     assert (f"Breakdown of {three} (w = 2 workers, 3 ranks; shares of the whole run)\n"
             "  w and roles inferred: the ranks other than the server, rank 0, the centre of a star of steady-state "
             "messages (no job configuration or roles in the manifest)\n") in out

@@ -194,7 +194,7 @@ def run(args) -> int:
         print(line + f"{row['bottleneck']:<24} {layers}")
     if len(rows) > args.top:
         print(f"... {len(rows) - args.top} more (--top N)")
-    print("T_epoch: seconds per epoch, the sum of compute (U_f + U_b + U_w of each layer's slowest segment, times "
+    print("T_epoch: time per epoch, the sum of compute (U_f + U_b + U_w of each layer's slowest segment, times "
           "C_interf(H), x N_sample / Q(l)), activ. (the remote activations and error terms M_f + M_b, x N_sample / "
           f"Q(l)) and reads (the weight reads M_w, {args.read_bound} of eq. 10/11, x N_sample / N_read); bottleneck: "
           "the largest of the three; W/R/PS: workers per replica N_wr / model replicas N_mr / parameter servers N_ps, "
