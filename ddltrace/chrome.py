@@ -6,7 +6,7 @@ per rank in order of first appearance, named after the lane), each interval a co
 the timeline category and whose ``args`` hold bytes, peer, step, tag, comm, request, correlation and source
 where known; a launch and the device work it launched (one correlation id) are joined by a flow arrow
 (``s``/``f``, :func:`_flow_events`). Counters become ``C`` events on the rank's process, the machine-wide ones
-(counters rank -1, in an export of every rank) on a process named "machine" (:data:`MACHINE_PID`), each sample's
+(counters rank -1, in every export, with --ranks too) on a process named "machine" (:data:`MACHINE_PID`), each sample's
 name and value as the store has them (``NAME@HOST`` for a node's of a store made across nodes; the host of plain
 names is the one of ``otherData.run.hosts``); ``ddltrace import`` reads them back as the store's machine counters.
 A sample whose value is NaN (the sampler could not read it) is not written: a ``C`` event holds numbers. Metadata
@@ -200,7 +200,7 @@ def export_chrome(store: TraceStore, out: str | os.PathLike, ranks: list[int] | 
                 emit(event)
             if progress is not None:
                 progress(done, total, count)
-        if ranks is None and MACHINE_RANK in store.counter_ranks:
+        if MACHINE_RANK in store.counter_ranks:  # (the machine's, with any ranks: merge keeps one of each sample)
             emit(_meta("process_name", MACHINE_PID, name="machine"))
             for event in _counter_events(MACHINE_PID, store.counters([MACHINE_RANK]), origin):
                 emit(event)

@@ -1217,7 +1217,7 @@ def _merge_into(first: TraceStore, second: TraceStore, out: Path, offset: int,
         run = {**second.run, **first.run}
         merged = TraceStore.create(staging, run)
         merged.manifest["merged_from"] = [str(first.path), str(second.path)]
-        parts = []
+        parts, machine = [], []
         for source, shift in ((first, 0), (second, offset)):
             taken = []
             for rank, frame in source.iter_timeline():
@@ -1230,9 +1230,14 @@ def _merge_into(first: TraceStore, second: TraceStore, out: Path, offset: int,
                                                 "timeline_file", "rows")})
                 taken.append(rank)
             if _MACHINE in source.counter_ranks:
-                merged.add_counters(source.counters([_MACHINE]), save=False)
+                machine.append(source.counters([_MACHINE]))
             parts.append(MergedPart(source.path, source.manifest, taken, shift, source.world_size,
                                     source.world_size == source.run.get("world_size")))
+        if machine:  # a machine's sample both stores hold (parts of one run exported apart) is one sample
+            import pandas as pd
+
+            merged.add_counters(pd.concat(machine, ignore_index=True).drop_duplicates(["name", "t_ns", "value"]),
+                                save=False)
         missing = still_missing({**parts[1].missing_nodes, **parts[0].missing_nodes}, joined_nodes(*parts))
         merged.run.pop("missing_nodes", None)
         merged.run.update({"missing_nodes": missing} if missing else {})

@@ -27,7 +27,8 @@ def register(subparsers) -> None:
 
 
 def parse_ranks(text: str | None) -> list[int] | None:
-    """'0,2-5' -> [0, 2, 3, 4, 5]; None stays None."""
+    """'0,2-5' -> [0, 2, 3, 4, 5], each rank once in order of first mention ('1,1' wrote rank 1 twice: its rows
+    doubled on import); None stays None."""
     if text is None:
         return None
     ranks: list[int] = []
@@ -42,7 +43,7 @@ def parse_ranks(text: str | None) -> list[int] | None:
         if lo > hi:  # range() of it is empty: the export held no event and said nothing
             raise DdltraceError(f"--ranks: '{part}' is an empty range (its first rank is above its last: {hi}-{lo}?)")
         ranks.extend(range(lo, hi + 1))
-    return ranks
+    return list(dict.fromkeys(ranks))
 
 
 def _progress(store):
