@@ -211,3 +211,91 @@ def test_run_entries_of_the_wrong_kind_or_differing_between_exports_are_named_no
     notes = TraceStore.open(both).manifest["notes"]
     assert "the clock entry of the exported run(s) is not restored: not every file imported carries the same one" \
         in notes and TraceStore.open(both).manifest["clock"]["method"] != "another clock"
+
+
+def test_a_rank_two_files_give_is_their_union(tmp_path, capsys):
+    """The same export given twice, and an export beside a copy cut to its first counter samples: each rank's rows
+    and counters once (QA: every interval doubled, steps 514 -> 1028; the last file's counters replaced the
+    earlier's, 89 samples or 29 by the order given), and the import counts the rows it found twice."""
+    out = tmp_path / "par.json"
+    export_chrome(TraceStore.open(PAR_W4), out)
+    doc = json.loads(out.read_text())
+    first_ts = min(e["ts"] for e in doc["traceEvents"] if e.get("ph") == "C")
+    cut = tmp_path / "cut" / "par.json"
+    cut.parent.mkdir()
+    cut.write_text(json.dumps({**doc, "traceEvents": [e for e in doc["traceEvents"] if e.get("ph") != "C"
+                                                      or e["ts"] <= first_ts]}))
+    original = TraceStore.open(PAR_W4)
+    for files in ([out, out], [cut, out], [out, cut]):
+        store = tmp_path / f"s{len(list(tmp_path.glob('s*')))}"
+        assert main(["import", *map(str, files), "--out", str(store), "--progress", "never"]) == 0
+        said = capsys.readouterr().out
+        got = TraceStore.open(store)
+        for rank in original.ranks:
+            assert _rows(got.written_table(rank)) == _rows(original.written_table(rank)), (files, rank)
+            assert len(got.counters([rank])) == len(original.counters([rank])), (files, rank)
+        assert "rows of a rank another file gave already (the same interval twice)" in said
+
+
+def test_an_export_cut_at_a_line_is_a_problem_naming_the_file_the_events_before_the_cut_kept(tiny_store, tmp_path,
+                                                                                             capsys):
+    """An export cut between two lines (one event a line: `head -n N`) ends with its events array open; the export
+    always closes it (a temporary file, renamed), so the import names the file and the cut as a problem and keeps
+    the events before it, not the Horovod reader's 'never closed (tolerated)' (QA8 #1)."""
+    out = tmp_path / "t.json"
+    export_chrome(tiny_store, out)
+    lines = out.read_bytes().splitlines(keepends=True)
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(b"".join(lines[:len(lines) // 2]))
+    kept = sum(b'"ph":"X"' in line for line in lines[:len(lines) // 2])
+    back = tmp_path / "back"
+    assert main(["import", str(cut), "--out", str(back), "--progress", "never"]) == 0
+    said = capsys.readouterr().out
+    assert "tolerated" not in said
+    notes = TraceStore.open(back).manifest["notes"]
+    assert [n for n in notes if n.startswith(f"import problem: {cut}: cut at byte {len(cut.read_bytes().rstrip())}: "
+                                             "the file ends after a whole event with its events array still open")]
+    assert not [n for n in notes if "tolerated" in n]
+    assert sum(len(frame) for _, frame in TraceStore.open(back).iter_timeline()) == kept
+
+
+def test_damaged_origin_and_rank_entries_are_named_and_left_out_not_guessed(tiny_store, tmp_path):
+    """``otherData.origin_ns`` missing (with times that are not on the wall clock) or not an integer: an import problem
+    says the times are relative, and they are (not placed in 1970 from a made-up origin); a ``ddltrace_rank`` value of
+    the wrong kind (pid "x", open_calls 7) is named and left out of the rank's manifest entry, the rest restored
+    (QA8 #10)."""
+    out = tmp_path / "t.json"
+    export_chrome(tiny_store, out)
+    doc = json.loads(out.read_text())
+    assert doc["otherData"]["origin_ns"] == 0  # (the tiny store's times are relative)
+    first = min(e["ts"] for e in doc["traceEvents"] if e["ph"] == "X")
+    for origin in ("zz", None, 2**63, True):
+        if origin is None:
+            doc["otherData"].pop("origin_ns")
+        else:
+            doc["otherData"]["origin_ns"] = origin
+        bad = tmp_path / f"origin-{origin}.json"
+        bad.write_text(json.dumps(doc))
+        back = tmp_path / f"back-{origin}"
+        assert main(["import", str(bad), "--out", str(back), "--progress", "never", "--quiet"]) == 0
+        store = TraceStore.open(back)
+        said = "missing" if origin is None else f"{str(origin)!r} is not a time (integer ns since the epoch)"
+        assert f"import problem: {bad}: otherData.origin_ns {said}: the times are relative (from an unknown origin), " \
+            "not on the wall clock" in store.manifest["notes"]
+        assert min(store.rank_info(r)["start_ns"] for r in store.ranks) == round(first * 1000)
+    doc["otherData"]["origin_ns"] = 0
+    names = [e for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name" and e["pid"] == 1]
+    names[0]["args"]["ddltrace_rank"].update(pid="x", open_calls=7, role="rank")
+    bad = tmp_path / "entry.json"
+    bad.write_text(json.dumps(doc))
+    back = tmp_path / "back-entry"
+    assert main(["import", str(bad), "--out", str(back), "--progress", "never", "--quiet"]) == 0
+    store = TraceStore.open(back)
+    notes = store.manifest["notes"]
+    assert f"import problem: {bad}: rank 1's ddltrace_rank.pid 'x' is not a process id (an integer from 0): left out " \
+        "of its manifest entry" in notes
+    assert f"import problem: {bad}: rank 1's ddltrace_rank.open_calls '7' is not a list of call names: left out of " \
+        "its manifest entry" in notes
+    info = store.rank_info(1)
+    assert "pid" not in info and "open_calls" not in info and info["role"] == "rank" and info["ended"] == "normal"
+    assert not [n for n in notes if "origin_ns" in n or "rank 0's" in n]

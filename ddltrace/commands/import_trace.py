@@ -276,7 +276,7 @@ def _import(args, out: Path) -> int:
                         if not is_aggregate:
                             detailed.add(part.rank)
                         _refuse_another_run(store, part, path, clocks)
-                        _add(store, part, clocks, exchanging)
+                        _add(store, part, clocks, exchanging, report)
                         formats[importer.name] += 1
                         if part.info.get("world_size"):
                             world_sizes.append(int(part.info["world_size"]))
@@ -414,19 +414,34 @@ def _apart(store) -> list[str]:
             "of its own)"]
 
 
-def _add(store, part, clocks: dict, exchanging: set[int]) -> None:
+def _add(store, part, clocks: dict, exchanging: set[int], report=None) -> None:
     """Write a part's rank (as the Arrow table the importer made: no pandas), merging with what earlier files
-    gave the same rank; note it in ``exchanging`` when it holds MPI sends or receives that clock alignment could
-    pair (not per-call totals: IPM's name their partners, but a total has no send or receive time)."""
+    gave the same rank: their union, a row (an interval, a counter sample) both give kept once and counted in
+    ``report`` (a file given twice, exports of overlapping ranks: their rows were doubled, and the last file's
+    counters replaced the others'); note it in ``exchanging`` when it holds MPI sends or receives that clock
+    alignment could pair (not per-call totals: IPM's name their partners, but a total has no send or receive
+    time)."""
     import pyarrow as pa
 
     from ddltrace.collectors.importers.align import has_point_to_point
 
     rank = int(part.rank)
     info = {k: v for k, v in part.info.items() if v is not None}
-    timeline = part.table
+    timeline, counters = part.table, part.counter_table
     if str(rank) in store.manifest["ranks"]:  # (not store.ranks: that sorts every rank, each time)
-        timeline = pa.concat_tables([store.written_table(rank), timeline])
+        import pandas as pd
+
+        both = pa.concat_tables([store.written_table(rank), timeline]).to_pandas()
+        timeline = both.drop_duplicates(ignore_index=True)
+        earlier = store.counters([rank]) if rank in store.counter_ranks else None
+        if earlier is not None and len(earlier):
+            given = counters.to_pandas() if isinstance(counters, pa.Table) else counters
+            samples = pd.concat([earlier, given], ignore_index=True) if given is not None else earlier
+            counters = samples.drop_duplicates(["name", "t_ns", "value"], ignore_index=True)
+        if report is not None and len(both) > len(timeline):
+            report.dropped["rows of a rank another file gave already (the same interval twice)"] += \
+                len(both) - len(timeline)
+            report.intervals -= len(both) - len(timeline)
         old = store.rank_info(rank)
         files = old.get("files", [old.get("file")])
         info["files"] = [*files, info.pop("file", None)]
@@ -434,7 +449,7 @@ def _add(store, part, clocks: dict, exchanging: set[int]) -> None:
             info["format"] = f"{old['format']}+{info.get('format')}"
         if old.get("peer_identities") or info.get("peer_identities"):
             info["peer_identities"] = {**old.get("peer_identities", {}), **info.get("peer_identities", {})}
-    store.add_rank(rank, timeline, part.counter_table, save=False, group=True, **info)  # small ranks: one file
+    store.add_rank(rank, timeline, counters, save=False, group=True, **info)  # small ranks: one file
     clocks.setdefault(part.clock, set()).add(rank)
     if has_point_to_point(part.table) and not info.get("aggregate"):  # per-call totals have no times to pair
         exchanging.add(rank)
