@@ -57,6 +57,8 @@ _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _TRACE_EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[')
 _SPACE_AND_COMMAS = re.compile(rb"[\s,]*")
 _MALFORMED_AT = re.compile(r"\(byte (\d+)\)")
+#: The reader's count of a file whose events array never closes after a whole event (old Horovod timelines).
+NEVER_CLOSED = "events array never closed (tolerated)"
 _MAX_LISTED = 10  # damaged pieces described one by one; the rest are counted
 _KNOWN_PHASES = set("XBEbeniIsftCMNODPRcpv(),{}")  # every phase the format defines
 _LANE_AND_KEY = attrgetter("pid", "tid", "cat", "name")
@@ -284,6 +286,9 @@ class ChromeTrace:
     read: int = 0
     skipped: Counter = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
+    #: Where the text ended with the events array still open after a whole event (decoded bytes; None: closed, or
+    #: cut inside an event, a problem of its own): tolerated for old Horovod, a cut file for a dialect that closes it.
+    open_end: int | None = None
 
     def counter_arrays(self, pid: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Every counter sample as columns (pid and name object arrays, t_ns int64, value float64): the ``C``
@@ -519,6 +524,7 @@ class _Builder:
         t.read += other.read
         t.skipped.update(other.skipped)
         t.problems.extend(other.problems)
+        t.open_end = other.open_end if other.open_end is not None else t.open_end
         t.header.update(other.header)
         t.process_names.update(other.process_names)
         t.process_labels.update(other.process_labels)
@@ -1126,7 +1132,8 @@ class _Reader:
         # the array never closes: old Horovod ('},' after every event), or the file is truncated
         open_body = body.rstrip(b",").rstrip()
         if not open_body or self._decode_piece(open_body):
-            self.trace.skipped["events array never closed (tolerated)"] += 1
+            self.trace.skipped[NEVER_CLOSED] += 1
+            self.trace.open_end = self.offset + len(body)
             return
         consumed = self._cut(body, len(body))
         if consumed is None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +27,9 @@ import numpy as np
 
 from ddltrace.arrow_timeline import counters_table
 from ddltrace.collectors.importers.base import ImportContext, Importer, register
-from ddltrace.collectors.importers.chrome import read_chrome
+from ddltrace.collectors.importers.chrome import NEVER_CLOSED, read_chrome
 from ddltrace.collectors.importers.convert import chrome_part, record
-from ddltrace.store import WALL_CLOCK_NS
+from ddltrace.store import MAX_WORLD_SIZE, WALL_CLOCK_NS
 
 #: The start of every file ddltrace/chrome.py writes (``ddltrace_export`` first since the export says so;
 #: ``run`` first in files written before), also pretty-printed (``json.dumps(indent=...)`` keeps the keys' order).
@@ -41,6 +42,8 @@ FORMAT = "ddltrace"
 MACHINE_PROCESS = "machine"
 MACHINE_RANK = -1
 #: The reader's count of ``C`` events (collectors/importers/chrome.py), one sample each in ddltrace's export.
+#: ``otherData.origin_ns`` at or beyond this is damage (2**62 ns is 146 years; the times added to it stay in int64).
+_ORIGIN_BELOW = 1 << 62
 KEPT_COUNTERS = "counter (C) events, kept as counters"
 NOT_KEPT_COUNTERS = "counter (C) events of a process that is neither a rank nor the machine, not kept"
 
@@ -119,15 +122,17 @@ def read(path: Path, ctx: ImportContext):
             ranks[pid] = (int(found.group(1)), found.group(2))
     machine = [pid for pid, name in trace.process_names.items() if name == MACHINE_PROCESS]
     _count_unclaimed_counters(trace, {*ranks, *machine})
+    _cut_at_line(trace)
+    origin = _origin(trace)
     record(ctx, trace)
+    problems = ctx.report.problems if ctx.report is not None else []
     lane_pid = np.array([pid for pid, _ in trace.lanes], dtype=object)
     row_pid = lane_pid[trace.lane_key] if len(trace.lane_key) else np.empty(0, dtype=object)
     values, missing = columns.arrays(len(trace.ts_ns))
     sources = np.array(columns.sources + [None] * (len(trace.ts_ns) - len(columns.sources)), dtype=object)
-    origin = trace.header.get("otherData", {}).get("origin_ns", 0)  # (files written before it: 0)
-    origin = origin if isinstance(origin, int) and not isinstance(origin, bool) else 0
-    epoch = bool(len(trace.ts_ns)) and int(trace.ts_ns.min()) + origin >= WALL_CLOCK_NS
+    epoch = origin is not None and bool(len(trace.ts_ns)) and int(trace.ts_ns.min()) + origin >= WALL_CLOCK_NS
     clock = "epoch" if epoch else "relative"
+    origin = origin or 0
     if ctx.report is not None:
         ctx.report.manifest = _run_entries(trace.header.get("otherData"), ctx.report)
         ctx.report.world_size = _world_size(trace.header.get("otherData"), ctx.report)
@@ -137,12 +142,42 @@ def read(path: Path, ctx: ImportContext):
         rows = np.flatnonzero(row_pid == pid)
         part = chrome_part(trace, fmt=FORMAT, rank=rank, ctx=ctx, rows=rows, clock=clock, offset_ns=origin,
                            lane_name=lambda p, t: trace.thread_names.get((p, t)) or f"tid {t}",
-                           row_columns=values, row_missing=missing, info={**_saved(trace, pid), "host": host},
+                           row_columns=values, row_missing=missing,
+                           info={**_saved(trace, pid, rank, problems), "host": host},
                            counter_pid=pid)
         _keep_source(part, Counter(sources[rows].tolist()))
         if index == 0:
             _add_machine_counters(part, trace, machine, origin)
         yield part
+
+
+def _cut_at_line(trace) -> None:
+    """An events array that never closes (the text ends after a whole event: an export cut at a line, one event a
+    line) named among the file's problems: ``ddltrace export`` writes a temporary file and renames it, so its array
+    is always closed, and the reader's tolerance of an open one is for old Horovod timelines."""
+    if trace.open_end is None:
+        return
+    trace.skipped.pop(NEVER_CLOSED, None)
+    trace.problems.append(f"{trace.path}: cut at byte {trace.open_end}: the file ends after a whole event with its "
+                          f"events array still open (ddltrace export always closes it); the events before the cut "
+                          f"were kept, those after it are not in the file")
+
+
+def _origin(trace) -> int | None:
+    """The ns that ``ts`` count from (``otherData.origin_ns``); None where it is damaged or missing while the times
+    are not on the wall clock themselves (exports written before it: their ``ts`` the store's ns), named among the
+    file's problems: the times are then relative, not placed in 1970."""
+    other = trace.header.get("otherData")
+    other = other if isinstance(other, dict) else {}
+    origin = other.get("origin_ns")
+    if type(origin) is int and 0 <= origin < _ORIGIN_BELOW:
+        return origin
+    if origin is None and (not len(trace.ts_ns) or int(trace.ts_ns.min()) >= WALL_CLOCK_NS):
+        return 0
+    said = "missing" if origin is None else f"{str(origin)[:40]!r} is not a time (integer ns since the epoch)"
+    trace.problems.append(f"{trace.path}: otherData.origin_ns {said}: the times are relative (from an unknown "
+                          "origin), not on the wall clock")
+    return None
 
 
 def _count_unclaimed_counters(trace, claimed: set) -> None:
@@ -235,15 +270,56 @@ def _hosts(other, report) -> list[str] | None:
     return None
 
 
-def _saved(trace, pid) -> dict:
+def _whole(low: int, high: int = 1 << 63) -> Callable[[Any], bool]:
+    return lambda v: type(v) is int and low <= v < high
+
+
+def _texts(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+#: The entries of a rank's manifest entry whose kind is known, and the test a value carried in ``ddltrace_rank``
+#: must pass to be restored (what the collectors and importers write there); others are restored as they are.
+RANK_ENTRY_KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "pid": (_whole(0), "a process id (an integer from 0)"),
+    "pids": (lambda v: isinstance(v, list) and all(_whole(0)(x) for x in v), "a list of process ids"),
+    "state": (_whole(-(1 << 63)), "an integer"),
+    "ended": (lambda v: isinstance(v, str), "a text"),
+    "role": (lambda v: isinstance(v, str), "a text"),
+    "open_calls": (_texts, "a list of call names"),
+    "notes": (_texts, "a list of texts"),
+    "aggregate": (lambda v: isinstance(v, bool), "true or false"),
+    "world_size": (_whole(1, MAX_WORLD_SIZE + 1), "a world size"),
+    "exited_ns": (_whole(0), "a time (integer ns)"),
+    "clock_offset_ns": (_whole(-(1 << 63)), "an integer (ns)"),
+    "clock_uncertainty_ns": (_whole(0), "an integer (ns) from 0"),
+}
+
+
+def _saved(trace, pid, rank: int, problems: list[str]) -> dict:
     """The rank's manifest entry the export carried (``ddltrace_rank`` of its ``process_name``: role, aggregate,
-    world size, ...), without what the store derives from the files again."""
+    world size, ...), without what the store derives from the files again; an entry of :data:`RANK_ENTRY_KINDS`
+    whose value is not of its kind is named in ``problems`` (the file's) and left out."""
     from ddltrace.chrome import DERIVED_INFO  # (here: the export module loads pandas, which no import needs)
 
     saved = trace.process_args.get(pid, {}).get("ddltrace_rank")
-    if not isinstance(saved, dict):
+    if saved is None:
         return {}
-    return {k: v for k, v in saved.items() if k not in DERIVED_INFO}
+    if not isinstance(saved, dict):
+        problems.append(f"{trace.path}: rank {rank}'s ddltrace_rank is not an object: its manifest entry "
+                              "(role, how it ended, ...) is not restored")
+        return {}
+    kept = {}
+    for key, value in saved.items():
+        if key in DERIVED_INFO:
+            continue
+        test, kind = RANK_ENTRY_KINDS.get(key, (None, ""))
+        if test is not None and not test(value):
+            problems.append(f"{trace.path}: rank {rank}'s ddltrace_rank.{key} {str(value)[:40]!r} is not "
+                                  f"{kind}: left out of its manifest entry")
+            continue
+        kept[key] = value
+    return kept
 
 
 def _keep_source(part, sources: Counter) -> None:
