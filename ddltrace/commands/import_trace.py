@@ -431,8 +431,13 @@ def _add(store, part, clocks: dict, exchanging: set[int], report=None) -> None:
     if str(rank) in store.manifest["ranks"]:  # (not store.ranks: that sorts every rank, each time)
         import pandas as pd
 
-        both = pa.concat_tables([store.written_table(rank), timeline]).to_pandas()
-        timeline = both.drop_duplicates(ignore_index=True)
+        written = store.written_table(rank)
+        both = pa.concat_tables([written, timeline])
+        if _overlap(written, timeline):  # (files of a rank one after another, TF1's per step, hold no row twice)
+            both = both.to_pandas()
+            timeline = both.drop_duplicates(ignore_index=True)
+        else:
+            timeline = both
         earlier = store.counters([rank]) if rank in store.counter_ranks else None
         if earlier is not None and len(earlier):
             given = counters.to_pandas() if isinstance(counters, pa.Table) else counters
@@ -453,6 +458,17 @@ def _add(store, part, clocks: dict, exchanging: set[int], report=None) -> None:
     clocks.setdefault(part.clock, set()).add(rank)
     if has_point_to_point(part.table) and not info.get("aggregate"):  # per-call totals have no times to pair
         exchanging.add(rank)
+
+
+def _overlap(a, b) -> bool:
+    """Whether two Arrow timelines' spans (first start to last start) overlap: only then can a row be in both."""
+    import pyarrow.compute as pc
+
+    if not a.num_rows or not b.num_rows:
+        return False
+    a_lo, a_hi = pc.min_max(a.column("start_ns")).values()
+    b_lo, b_hi = pc.min_max(b.column("start_ns")).values()
+    return a_lo.as_py() <= b_hi.as_py() and b_lo.as_py() <= a_hi.as_py()
 
 
 def _resolve_peers(store, numbered: dict[tuple, int]) -> None:
