@@ -1159,6 +1159,37 @@ def _wall_span(store: TraceStore) -> tuple[int, int] | None:
     return (min(s for s, _ in spans), max(e for _, e in spans)) if spans else None
 
 
+def separate_runs(store) -> list[str]:
+    """An import problem where the ranks' times on the wall clock fall into groups that do not overlap, further
+    apart than ten times the longest rank's span and a second: the ranks of one job run at once (their profiled
+    windows overlap), so those are files of two runs (two single-GPU runs in one folder, 41 s apart, read as ranks
+    0 and 1; two stores of runs 8.8 s apart merged into one). Not refused, as an import's same rank twice is: said
+    (``ddltrace import`` and ``merge_stores``)."""
+    from ddltrace.units import format_ns
+
+    spans = sorted((e["start_ns"], e["end_ns"], r) for r in store.ranks
+                   if isinstance(e := store.manifest["ranks"].get(str(r)), dict)
+                   and isinstance(e.get("start_ns"), int) and isinstance(e.get("end_ns"), int)
+                   and e["start_ns"] >= WALL_CLOCK_NS and e["end_ns"] > e["start_ns"])
+    if len(spans) < 2:
+        return []
+    longest = max(end - start for start, end, _ in spans)
+    groups, reach = [[spans[0]]], spans[0][1]
+    for span in spans[1:]:
+        if span[0] - reach > max(RUN_GAP_SPANS * longest, 10**9):
+            groups.append([])
+        groups[-1].append(span)
+        reach = max(reach, span[1])
+    if len(groups) < 2:
+        return []
+    described = [f"ranks {rank_ranges(sorted(r for _, _, r in g))}" + (
+        f" {format_ns(g[0][0] - spans[0][0])} after" if i else " first") for i, g in enumerate(groups)]
+    return [f"{IMPORT_PROBLEM}{SEPARATE_RUNS} {len(groups)} groups that do not overlap ("
+            + "; ".join(described) + f"; no rank's trace longer than {format_ns(longest)}): "
+            "the ranks of one job run at once, so these look like files of separate runs (import each into a store "
+            "of its own)"]
+
+
 def merge_stores(first: TraceStore, second: TraceStore, out: str | os.PathLike, *,
                  renumber: bool = False, amend: Callable[[TraceStore, dict[str, str]], None] | None = None,
                  tell: Callable[[str], None] | None = None) -> TraceStore:
@@ -1248,6 +1279,7 @@ def _merge_into(first: TraceStore, second: TraceStore, out: Path, offset: int,
                                                      (second.path, second.manifest.get("workload")), out)
         if workload is not None:
             merged.manifest["workload"] = workload
+        said["runs"] = next(iter(separate_runs(merged)), None)  # (the import's check: two runs, not one job's)
         said = {on: note for on, note in said.items() if note}
         merged.manifest["notes"] = [*merged_notes(*parts, merged.ranks, merged.run), *said.values()]
         if amend is not None:

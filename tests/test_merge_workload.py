@@ -131,9 +131,12 @@ def test_stores_of_different_runs_or_without_the_entry_keep_none_and_say_why(par
         assert main(["merge", str(first), str(second), "--out", str(out)]) == 0
         err = capsys.readouterr().err.strip().splitlines()
         note = f"no workload entry (the job's configuration): {why}"
-        assert err == [f"ddltrace: note: {note}"]
         merged = TraceStore.open(out)
-        assert "workload" not in merged.manifest and merged.manifest["notes"] == [*_kept(first, second), note]
+        # seq-w4 ran apart from par-w4: the merged ranks' times fall into two groups, said as an import says it
+        apart = [n for n in merged.manifest["notes"] if "the ranks' times fall into 2 groups" in n]
+        assert len(apart) == (1 if second == seq else 0)
+        assert err == [f"ddltrace: note: {note}", *(f"ddltrace: note: {n}" for n in apart)]
+        assert "workload" not in merged.manifest and merged.manifest["notes"] == [*_kept(first, second), note, *apart]
         assert merged.ranks == [0, 1, 2, 3, 4]
         assert analyze_store(merged).workers_inferred is not None
     # ranks 3-4 of seq-w4 keep their own clock offsets and uncertainties (before: par-w4's, the first store's)

@@ -303,7 +303,9 @@ def _import(args, out: Path) -> int:
                 raise DdltraceError(f"nothing imported from {len(files)} file(s): {details}")
             _resolve_peers(store, numbered)
             _finish_manifest(store, reports, clocks, formats, world_sizes)
-            folder_notes += _apart(store)
+            from ddltrace.store import separate_runs
+
+            folder_notes += separate_runs(store)
             store.manifest["notes"].extend(folder_notes)
             _note_uncategorised(store, categorizer)
             _align_clocks(store, args.align, _resolve_messages(messages, numbered), exchanging)
@@ -381,37 +383,6 @@ def _refuse_another_run(store, part, path, clocks: dict) -> None:
 
         raise TwoRuns(f"{earlier} and {path} both give rank {rank}, {format_ns(gap)} apart on the wall clock: "
                       "they are of two runs (import each into a store of its own)")
-
-
-def _apart(store) -> list[str]:
-    """An import problem where the ranks' times on the wall clock fall into groups that do not overlap, further
-    apart than ten times the longest rank's span and a second: the ranks of one job run at once (their profiled
-    windows overlap), so those are files of two runs (two single-GPU runs in one folder, 41 s apart, read as ranks
-    0 and 1). Not refused, as the same rank twice is (:func:`_refuse_another_run`): said."""
-    from ddltrace.store import IMPORT_PROBLEM, RUN_GAP_SPANS, SEPARATE_RUNS, WALL_CLOCK_NS, rank_ranges
-    from ddltrace.units import format_ns
-
-    spans = sorted((e["start_ns"], e["end_ns"], r) for r in store.ranks
-                   if isinstance(e := store.manifest["ranks"].get(str(r)), dict)
-                   and isinstance(e.get("start_ns"), int) and isinstance(e.get("end_ns"), int)
-                   and e["start_ns"] >= WALL_CLOCK_NS and e["end_ns"] > e["start_ns"])
-    if len(spans) < 2:
-        return []
-    longest = max(end - start for start, end, _ in spans)
-    groups, reach = [[spans[0]]], spans[0][1]
-    for span in spans[1:]:
-        if span[0] - reach > max(RUN_GAP_SPANS * longest, 10**9):
-            groups.append([])
-        groups[-1].append(span)
-        reach = max(reach, span[1])
-    if len(groups) < 2:
-        return []
-    described = [f"ranks {rank_ranges(sorted(r for _, _, r in g))}" + (
-        f" {format_ns(g[0][0] - spans[0][0])} after" if i else " first") for i, g in enumerate(groups)]
-    return [f"{IMPORT_PROBLEM}{SEPARATE_RUNS} {len(groups)} groups that do not overlap ("
-            + "; ".join(described) + f"; no rank's trace longer than {format_ns(longest)}): "
-            "the ranks of one job run at once, so these look like files of separate runs (import each into a store "
-            "of its own)"]
 
 
 def _add(store, part, clocks: dict, exchanging: set[int], report=None) -> None:
