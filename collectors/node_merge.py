@@ -12,6 +12,7 @@ the PMPI ping-pong)."""
 from __future__ import annotations
 
 import io
+import re
 import shlex
 import shutil
 import tempfile
@@ -23,6 +24,12 @@ from ddltrace.errors import DdltraceError
 from ddltrace.merged_manifest import on_joined_node, still_missing, still_unfiled, unfiled_ranks
 from ddltrace.store import TraceStore, merge_stores
 from ddltrace.workload_entry import relocated
+
+#: The recovery's note on a rank whose record file it could not read (collectors/launcher.py): the rank.
+_UNREADABLE = re.compile(r"^unreadable record file: .*; rank (\d+) left out$")
+#: The recovery's note where no rank's record file was read (collectors/launcher.py): of the part alone, false of the
+#: run whose store holds the other nodes' ranks.
+_NO_PMPI = "no rank wrote a PMPI record file:"
 
 
 def part_host(store: TraceStore, part: Path) -> str:
@@ -55,11 +62,12 @@ def join_part(store_path: str | Path, part: str | Path, out: str | Path) -> Trac
         shutil.copytree(part, work)
         records = work / "records"
         command = shlex.split(run.get("command") or "") or ["(unknown command)"]
+        world = run.get("world_size")  # (the part's ranks are of the run's world, also where none is readable)
         record_sets.register(records, dict(  # no owner: the run that made the part has ended
             command=command, launch=shlex.split(run.get("launch") or ""), flavour=run.get("mpi_flavour") or "",
-            np=None, launcher=run.get("launch"), framework=None if run.get("framework") in ("mpi", "process")
-            else run.get("framework"), steps=run.get("steps_window") or run.get("profiled_steps"),
-            sample_hz=run.get("sample_hz"),
+            np=world if type(world) is int and world >= 1 else None, launcher=run.get("launch"),
+            framework=None if run.get("framework") in ("mpi", "process") else run.get("framework"),
+            steps=run.get("steps_window") or run.get("profiled_steps"), sample_hz=run.get("sample_hz"),
             pyspy=False, out=str(out), work=str(work), start_ns=run.get("start_ns"), host=host,
             end_ns=run.get("end_ns"), exit_code=run.get("exit_code"), interrupted=run.get("interrupted")))
         part_store = recover_store(records, Path(tmp) / "part", stream=io.StringIO(), local=False).store
@@ -72,9 +80,18 @@ def _fix_manifest(merged: TraceStore, said: dict[str, str], store: TraceStore, p
                   part: Path, work: Path, out: Path) -> None:
     """The merged manifest (before it is written; its ranks' clock entries from the store that held each, ``said``
     the merge's own notes): the node no longer missing, the hosts and nodes, the job's ``workload`` entry, the notes
-    on ranks with no file only for those still without one, the part's notes naming ``part``, not ``work`` (its
-    copy in a temporary folder), and the merge's note on clocks aligned differently, if any."""
+    on ranks with no file only for those still without one (not a rank whose file the part holds unreadable), the
+    part's notes but the recovery's own ('no rank wrote a PMPI record file' is not true of the run), the merge's note
+    on clocks aligned differently where the part gave ranks (else the store's clock entry), and every note,
+    ``merged_from`` and ``run.recovered_from`` naming ``part``, the folder the user gave, not ``work`` or the part's
+    store (merge's copies of it in a temporary folder)."""
+    def named(note: str) -> str:
+        return note.replace(str(part_store.path), str(part)).replace(str(work), str(part))
+
+    merged.manifest["merged_from"] = [str(store.path), str(part)]
     run = merged.manifest["run"]
+    if isinstance(run.get("recovered_from"), str):  # (the part's records, where the run's store was not recovered)
+        run["recovered_from"] = named(run["recovered_from"])
     workload = _workload(store, part_store, out)
     if workload is not None:
         merged.manifest["workload"] = workload
@@ -88,13 +105,21 @@ def _fix_manifest(merged: TraceStore, said: dict[str, str], store: TraceStore, p
         run["nodes"] = sorted(set(store.run.get("nodes", [])) | set(part_store.run["nodes"]))
     run["world_size"] = max(store.run.get("world_size") or 0, max(merged.ranks, default=-1) + 1)
     store_notes = store.manifest.get("notes", [])
+    part_notes = [named(n) for n in part_store.manifest.get("notes", []) if isinstance(n, str)]
+    unreadable = {int(m.group(1)) for n in part_notes if (m := _UNREADABLE.match(n))}
     notes = [n for n in store_notes if unfiled_ranks(n) is None and not on_joined_node(n, {host})]
-    left = still_unfiled([(n, 0) for n in store_notes], merged.ranks, run["world_size"], missing)
+    left = still_unfiled([(n, 0) for n in store_notes], [*merged.ranks, *unreadable], run["world_size"], missing)
     notes += [left] if left else []
-    # the part's own notes, but not the recovery's (what the launching process held is in the run's store)
-    # nor those on the ranks of other nodes
-    notes += [n.replace(str(work), str(part)) for n in part_store.manifest.get("notes", [])
-              if not n.startswith("recovered by") and unfiled_ranks(n) is None and n not in notes]
+    # the part's own notes, but not the recovery's (what the launching process held is in the run's store; its
+    # 'no rank wrote a PMPI record file' is of the part alone) nor those on the ranks of other nodes
+    notes += [n for n in part_notes if not n.startswith(("recovered by", _NO_PMPI)) and unfiled_ranks(n) is None
+              and n not in notes]
+    if not part_store.ranks:  # (no rank of the part: the run's store's clock is the merged store's)
+        said.pop("clock", None)
+        if isinstance(store.manifest.get("clock"), dict):
+            merged.manifest["clock"] = store.manifest["clock"]
+    if "clock" in said:
+        said["clock"] = named(said["clock"])
     merged.manifest["notes"] = [*notes, *([said["clock"]] if "clock" in said else []),
                                 f"node {host}: its part joined by `ddltrace merge` from {part}"]
 
