@@ -513,7 +513,7 @@ def test_fit_and_optimize_say_what_their_columns_are(series, capsys):
             "--max-workers", "2", "--threads", "1,4"]
     assert main(args) == 0
     text = capsys.readouterr().out
-    assert "T_epoch: seconds per epoch, the sum of compute (U_f + U_b + U_w" in text
+    assert "T_epoch: time per epoch, the sum of compute (U_f + U_b + U_w" in text
     assert "bottleneck: the largest" in text
     assert main([*args, "--json"]) == 0
     for row in json.loads(capsys.readouterr().out)["ranked"]:
