@@ -299,3 +299,30 @@ def test_damaged_origin_and_rank_entries_are_named_and_left_out_not_guessed(tiny
     info = store.rank_info(1)
     assert "pid" not in info and "open_calls" not in info and info["role"] == "rank" and info["ended"] == "normal"
     assert not [n for n in notes if "origin_ns" in n or "rank 0's" in n]
+
+
+def test_the_runs_own_entries_come_back_from_an_export(tmp_path, capsys):
+    """The run's command, framework, profiled steps and collectors come back on import (QA: lost, so a framework
+    store's window and py-spy's rows were no longer said as such after a round trip); one of the wrong kind is
+    named and left out."""
+    from ddltrace.store import write_store
+
+    run = {"command": "torchrun job.py", "framework": "pytorch", "world_size": 1, "profiled_steps": [5, 9],
+           "steps_window": [5, 20], "collectors": ["system", "py-spy", "pytorch profiler"], "sample_hz": 10.0,
+           "exit_code": 0, "interrupted": False}
+    rows = [{"rank": 0, "lane": "cpu/thread 1", "name": f"ProfilerStep#{s}", "category": "compute",
+             "start_ns": 1_700_000_000_000_000_000 + s * 10**6, "dur_ns": 900_000, "step": s} for s in range(5, 10)]
+    store = write_store(tmp_path / "s", rows, run=run)
+    out = tmp_path / "s.json"
+    export_chrome(store, out)
+    assert main(["import", str(out), "--out", str(tmp_path / "back"), "--progress", "never"]) == 0
+    back = TraceStore.open(tmp_path / "back").run
+    assert {k: back.get(k) for k in run if k != "world_size"} == {k: v for k, v in run.items() if k != "world_size"}
+    doc = json.loads(out.read_text())
+    doc["otherData"]["run"]["profiled_steps"] = "5-9"
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert main(["import", str(tmp_path / "bad.json"), "--out", str(tmp_path / "bad"), "--progress", "never"]) == 0
+    assert "otherData.run.profiled_steps '5-9' is not a [first, last] pair of steps: left out of the store's run" \
+        in capsys.readouterr().out
+    assert "profiled_steps" not in TraceStore.open(tmp_path / "bad").run

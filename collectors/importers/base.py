@@ -133,9 +133,9 @@ class FileReport:
     #: the hosts of the run the file is of, where it says (ddltrace's own export: ``otherData.run.hosts``), which the
     #: store's ``run.hosts`` takes: the host of the machine counters' plain names (ddltrace/node_summary.py)
     hosts: list[str] | None = None
-    #: how the run the file is of ended (ddltrace's own export: ``otherData.run``'s ``exit_code``, ``interrupted``),
-    #: which the store's ``run`` takes where every file read says the same
-    run_end: dict[str, Any] = field(default_factory=dict)
+    #: what the file says of the run it is of (ddltrace's own export: ``otherData.run``'s command, framework, how it
+    #: ended, its profiled steps, collectors, ...), which the store's ``run`` takes where every file read says the same
+    run: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -137,7 +137,7 @@ def read(path: Path, ctx: ImportContext):
         ctx.report.manifest = _run_entries(trace.header.get("otherData"), ctx.report)
         ctx.report.world_size = _world_size(trace.header.get("otherData"), ctx.report)
         ctx.report.hosts = _hosts(trace.header.get("otherData"), ctx.report)
-        ctx.report.run_end = _run_end(trace.header.get("otherData"))
+        ctx.report.run = _run(trace.header.get("otherData"), ctx.report)
     for index, (pid, (rank, host)) in enumerate(sorted(ranks.items(), key=lambda item: item[1][0])):
         rows = np.flatnonzero(row_pid == pid)
         part = chrome_part(trace, fmt=FORMAT, rank=rank, ctx=ctx, rows=rows, clock=clock, offset_ns=origin,
@@ -247,16 +247,6 @@ def _world_size(other, report) -> int | None:
     return None
 
 
-def _run_end(other) -> dict:
-    """How the exported run ended (``otherData.run``'s ``exit_code``, an int, and ``interrupted``, a bool), where the
-    export says so: ``info`` and ``analyze`` say it of the imported store too."""
-    run = other.get("run") if isinstance(other, dict) else None
-    run = run if isinstance(run, dict) else {}
-    code, interrupted = run.get("exit_code"), run.get("interrupted")
-    return {**({"exit_code": code} if isinstance(code, int) and not isinstance(code, bool) else {}),
-            **({"interrupted": interrupted} if isinstance(interrupted, bool) else {})}
-
-
 def _hosts(other, report) -> list[str] | None:
     """The hosts of the exported run (``otherData.run.hosts``: the host of its machine counters' plain names), or
     None where the export gives none; one that is not a list of texts is named among the file's problems and left
@@ -276,6 +266,46 @@ def _whole(low: int, high: int = 1 << 63) -> Callable[[Any], bool]:
 
 def _texts(v: Any) -> bool:
     return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+#: The entries of the exported run (``otherData.run``) the imported store's ``run`` takes back, each with the test
+#: its value must pass: the job's command and framework, how it ended, the framework profiler's steps, the collectors
+#: and samplers that ran (whose rows' meaning depends on them: py-spy's are left out of a rank's time), the MPI
+#: library. The import's own entries stand where a value fails (named among the file's problems).
+RUN_KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "command": (lambda v: isinstance(v, str), "a text"),
+    "launch": (lambda v: isinstance(v, str), "a text"),
+    "framework": (lambda v: isinstance(v, str), "a text"),
+    "exit_code": (_whole(-(1 << 31), 1 << 31), "an integer"),
+    "interrupted": (lambda v: isinstance(v, bool), "true or false"),
+    "interrupted_ns": (_whole(0), "a time (integer ns)"),
+    "profiled_steps": (lambda v: isinstance(v, list) and len(v) == 2 and all(_whole(0)(x) for x in v),
+                       "a [first, last] pair of steps"),
+    "steps_window": (lambda v: isinstance(v, list) and len(v) == 2 and all(_whole(0)(x) for x in v),
+                     "a [first, last] pair of steps"),
+    "collectors": (_texts, "a list of texts"),
+    "sample_hz": (lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v >= 0, "a rate (Hz)"),
+    "mpi_flavour": (lambda v: v is None or isinstance(v, str), "a text"),
+    "mpi_library": (lambda v: v is None or isinstance(v, str), "a text"),
+    "record_shapes": (lambda v: isinstance(v, bool), "true or false"),
+}
+
+
+def _run(other, report) -> dict:
+    """What the export says of its run (``otherData.run``'s :data:`RUN_KINDS` entries) that passes its test; one
+    that fails is named among the file's problems and left out (the import's own stands)."""
+    run = other.get("run") if isinstance(other, dict) else None
+    run = run if isinstance(run, dict) else {}
+    kept = {}
+    for key, (ok, kind) in RUN_KINDS.items():
+        if key not in run:
+            continue
+        if ok(run[key]):
+            kept[key] = run[key]
+        else:
+            report.problems.append(f"{report.path}: otherData.run.{key} {str(run[key])[:40]!r} is not {kind}: left "
+                                   "out of the store's run")
+    return kept
 
 
 #: The entries of a rank's manifest entry whose kind is known, and the test a value carried in ``ddltrace_rank``

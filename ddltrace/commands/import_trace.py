@@ -568,8 +568,8 @@ def _finish_manifest(store, reports, clocks: dict, formats: Counter, world_sizes
     if hosts:
         store.manifest["run"]["hosts"] = hosts
     read = [report for report in reports if report.format]
-    for key in ("exit_code", "interrupted"):  # how the run ended, where every file read says the same
-        said = [report.run_end.get(key) for report in read]
+    for key in sorted({key for report in read for key in report.run}):  # what the run was, where every file says so
+        said = [report.run.get(key) for report in read]
         if said and said[0] is not None and all(value == said[0] for value in said):
             store.manifest["run"][key] = said[0]
     _name_mixed_clocks(store, reports, clocks)
