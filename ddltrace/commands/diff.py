@@ -27,10 +27,10 @@ def register(subparsers) -> None:
     for side in ("control", "test"):
         p.add_argument(f"--{side}-rank", type=integer(0), metavar="R", help=f"the {side}'s rank (default: its first)")
         p.add_argument(f"--{side}-step", metavar="N|all",
-                       help=f"the {side}'s training step as its trace numbers it (PyTorch's ProfilerStep#N counts "
-                            "from 0: run --steps 5-6 profiles #4 and #5; the error lists a rank's steps), or 'all' for "
-                            "its whole run (default: the rank's first step; the whole run where the trace marks no "
-                            "steps)")
+                       help=f"the {side}'s training step as its trace numbers it (run --framework pytorch's: the "
+                            "job's step numbers, 5-9 for --steps 5-9; a job's own torch.profiler schedule numbers its "
+                            "ProfilerStep#N from 0; the error lists a rank's steps), or 'all' for its whole run "
+                            "(default: the rank's first step; the whole run where the trace marks no steps)")
     p.add_argument("--device", choices=("all", "cpu", "gpu"), default="all",
                    help="the host's rows (cpu), the devices' (gpu: kernels, copies, device annotations) or all "
                         "(default)")
