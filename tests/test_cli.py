@@ -67,6 +67,11 @@ def test_info_gives_the_stores_notes_and_not_its_import_problems_twice(tiny_stor
     doc = json.loads(capsys.readouterr().out)
     assert doc["notes"] == ["GPU sampler off: NVML not usable here"]
     assert doc["import_problems"] == ["r1.json: JSON truncated at byte 9"]
+    manifest["notes"] = [f"import r{i}.json (chrome): 9 events read" for i in range(25)]  # a note per file imported
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["info", str(copy)]) == 0
+    shown = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note ")]
+    assert len(shown) == 11 and shown[-1] == "note        ... and 15 more notes (info --json lists them all)"
 
 
 def test_export_command(tiny_store, tmp_path):

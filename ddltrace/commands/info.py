@@ -15,6 +15,10 @@ if TYPE_CHECKING:  # the store and pandas are imported where used: the CLI start
     from ddltrace.summary import StoreSummary
 
 
+#: How many of the store's notes the table shows, the first ones (``--json`` gives all).
+NOTES_SHOWN = 10
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "info", help="show what a trace store holds",
@@ -179,7 +183,9 @@ def render(summary: StoreSummary, nodes: list | None = None, clock: ClockAlignme
     abrupt = [r.rank for r in summary.ranks if r.ended == "abrupt"]
     if abrupt:
         lines.append(f"ended abruptly: rank {', '.join(map(str, abrupt))} (records up to the end are kept)")
-    lines.extend(f"note        {one_line(note)}" for note in notes)
+    lines.extend(f"note        {one_line(note)}" for note in notes[:NOTES_SHOWN])
+    if len(notes) > NOTES_SHOWN:  # (an import of a thousand files leaves a note per file)
+        lines.append(f"note        ... and {len(notes) - NOTES_SHOWN} more notes (info --json lists them all)")
     aggregate = [r.rank for r in summary.ranks if r.aggregate]
     if aggregate:
         lines.append(f"aggregates  {len(aggregate)} rank(s) hold per-call totals (no timeline): the times per "
