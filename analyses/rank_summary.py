@@ -94,7 +94,8 @@ def summarise_timeline(rank: int, timeline: pd.DataFrame, aggregate: bool = Fals
     (no phases are sought, :func:`~ddltrace.analyses.phases.whole_run`); ``stopped_ns``: where the job was
     interrupted (:func:`~ddltrace.analyses.phases.segment_rank`)."""
     out = RankSummary(rank, events=len(timeline))
-    timeline = timeline[timeline["source"] != SAMPLED_STACKS] if "source" in timeline else timeline
+    if "source" in timeline and (sampled := (timeline["source"] == SAMPLED_STACKS).to_numpy(bool)).any():
+        timeline = timeline[~sampled]  # (a copy only where there are py-spy's rows to leave out)
     found = whole_run(timeline) if aggregate else segment_rank(timeline, stopped_ns)
     if found is None:
         return out

@@ -40,13 +40,10 @@ def as_stores(paths: list[str], verb: str, quiet: bool, left: list | None = None
     """(``paths`` with each trace input replaced by a temporary store of it, removed on leaving; each temporary
     store's path -> the trace it holds, what the output calls the run). A line on stderr says which were imported,
     and the import's summary follows it unless ``quiet``. With ``left`` (several runs that stand alone: analyze,
-    report), a folder of stores is its stores (:func:`stores_in`), and a trace that cannot be imported, where
-    others are given, is left out with a warning naming it (:func:`left_out`) and appended to ``left`` as (path,
-    why)."""
+    report, whose inputs :func:`stores_in` has expanded), a trace that cannot be imported, where others are given,
+    is left out with a warning naming it (:func:`left_out`) and appended to ``left`` as (path, why)."""
     temporary: Path | None = None
     stores, labels = [], {}
-    if left is not None:  # (the commands over several runs: a folder of stores is its stores)
-        paths = [each for path in paths for each in stores_in(path)]
     try:
         for i, path in enumerate(paths):
             if not is_trace_input(path):
@@ -99,6 +96,18 @@ def stores_in(path: str) -> list[str]:
                             f"{', ...' if len(stores) > 3 else ''}) and other files ({', '.join(others[:3])}"
                             f"{', ...' if len(others) > 3 else ''}): give the stores, or the trace files, by name")
     return stores
+
+
+def refuse_twice(paths: list[str]) -> None:
+    """Refuse a store or trace given twice (the same folder or file, by any path or link): its findings would be
+    found "in 2 runs" and its two runs a scaling series of one worker count."""
+    seen: dict[Path, str] = {}
+    for path in paths:
+        where = Path(path).resolve()
+        if where in seen:
+            also = f" (as {seen[where]} too)" if seen[where] != path else ""
+            raise DdltraceError(f"{path}: given twice{also}; give each run once")
+        seen[where] = path
 
 
 def left_out(verb: str, exc: Exception) -> None:

@@ -264,6 +264,10 @@ def _whole(low: int, high: int = 1 << 63) -> Callable[[Any], bool]:
     return lambda v: type(v) is int and low <= v < high
 
 
+def _step_pair(v: Any) -> bool:
+    return isinstance(v, list) and len(v) == 2 and all(_whole(0)(x) for x in v)
+
+
 def _texts(v: Any) -> bool:
     return isinstance(v, list) and all(isinstance(x, str) for x in v)
 
@@ -279,10 +283,8 @@ RUN_KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "exit_code": (_whole(-(1 << 31), 1 << 31), "an integer"),
     "interrupted": (lambda v: isinstance(v, bool), "true or false"),
     "interrupted_ns": (_whole(0), "a time (integer ns)"),
-    "profiled_steps": (lambda v: isinstance(v, list) and len(v) == 2 and all(_whole(0)(x) for x in v),
-                       "a [first, last] pair of steps"),
-    "steps_window": (lambda v: isinstance(v, list) and len(v) == 2 and all(_whole(0)(x) for x in v),
-                     "a [first, last] pair of steps"),
+    "profiled_steps": (_step_pair, "a [first, last] pair of steps"),
+    "steps_window": (_step_pair, "a [first, last] pair of steps"),
     "collectors": (_texts, "a list of texts"),
     "sample_hz": (lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v >= 0, "a rate (Hz)"),
     "mpi_flavour": (lambda v: v is None or isinstance(v, str), "a text"),

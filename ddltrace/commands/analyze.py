@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from ddltrace.analyses.findings import SEVERITIES, Finding, detect, severity_rank
 from ddltrace.analyses.requirements import Skipped
 from ddltrace.analyses.thresholds import DEFAULTS, Thresholds
-from ddltrace.errors import DdltraceError, one_line
+from ddltrace.errors import one_line
 from ddltrace.rank_progress import PROGRESS_EVENTS, PROGRESS_EVERY_S, PROGRESS_RANKS, rank_progress
 from ddltrace.units import format_ns, format_percent
 
@@ -159,20 +159,6 @@ def check_workers_see(mapper, stores: list[str], labels: dict[str, str], verb: s
     mapper.check_visible(stores, hint)
 
 
-def refuse_twice(paths: list[str]) -> None:
-    """Refuse a store or trace given twice (the same folder or file, by any path or link): its findings would be
-    found "in 2 runs" and its two runs a scaling series of one worker count."""
-    from pathlib import Path
-
-    seen: dict[Path, str] = {}
-    for path in paths:
-        where = Path(path).resolve()
-        if where in seen:
-            also = f" (as {seen[where]} too)" if seen[where] != path else ""
-            raise DdltraceError(f"{path}: given twice{also}; give each run once")
-        seen[where] = path
-
-
 def analyze_with_progress(path, quiet: bool = False, verb: str = "analyze", mapper=None):
     """:func:`~ddltrace.analyses.run_analysis.analyze_store` of the store at ``path`` (or open), its ranks summarised by
     ``mapper`` (:mod:`ddltrace.executor`; None: in this process for a store of under :data:`POOL_MIN_EVENTS`
@@ -234,7 +220,7 @@ def run(args) -> int:
         from ddltrace.analyses.run_analysis import not_made
         from ddltrace.analyses.scaling import scaling_table
         from ddltrace.heap_reuse import keep_freed_memory
-        from ddltrace.trace_inputs import as_stores, stores_in, usable
+        from ddltrace.trace_inputs import as_stores, refuse_twice, stores_in, usable
     keep_freed_memory()  # a third fewer page faults in the analyses' frames (the module says why)
 
     thresholds = thresholds_of(args)

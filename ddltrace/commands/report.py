@@ -61,7 +61,7 @@ def run(args) -> int:
     with quiet_gc.loading():  # (the module says why)
         from ddltrace.heap_reuse import keep_freed_memory
         from ddltrace.report import build_report  # matplotlib loads only when a report is drawn
-        from ddltrace.trace_inputs import as_stores
+        from ddltrace.trace_inputs import as_stores, stores_in
 
     check_out(Path(args.out), args.force)
     thresholds = thresholds_of(args)  # (a bad one said before any work)
@@ -71,7 +71,8 @@ def run(args) -> int:
         print(f"ddltrace report: {message}", file=sys.stderr, flush=True)
 
     left: list[tuple[str, str]] = []  # (input, why) of each run left out: it could not be read, others could
-    with as_stores(args.stores, "report", args.quiet, left) as (stores, labels), rank_mapper(args) as mapper:
+    given = [each for path in args.stores for each in stores_in(path)]  # (a folder of stores: its stores)
+    with as_stores(given, "report", args.quiet, left) as (stores, labels), rank_mapper(args) as mapper:
         check_workers_see(mapper, stores, labels, "report")
         files = build_report(stores, args.out, profile=args.profile, model=args.model, labels=labels,
                              progress=None if args.quiet else progress, mapper=mapper,

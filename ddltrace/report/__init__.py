@@ -125,7 +125,7 @@ def build_report(stores: list[str | os.PathLike], out: str | os.PathLike, *, pro
     lost = len(left)
     opened, stores = map(list, zip(*usable(stores, "report", lambda s: (TraceStore.open(s), s), left),
                                    strict=True))
-    _refuse_twice(opened, stores, labels or {})
+    _refuse_twice(stores, labels or {})
     if model:
         _read_model(model)  # a model that cannot be read is one line before the analysis, used or not
     out = Path(out)
@@ -190,16 +190,13 @@ def _unrelated_runs(runs: list) -> list:
             for r in runs]
 
 
-def _refuse_twice(opened: list[TraceStore], given: list, labels: dict[str, str]) -> None:
-    """Refuse a store (or trace) given twice: the report would be of two runs that are one, each finding "found in
-    2 runs", a scaling series of one worker count."""
-    seen: set[Path] = set()
-    for store, name in zip(opened, given, strict=True):
-        shown = labels.get(str(name)) or str(name)
-        where = Path(shown).resolve() if labels.get(str(name)) else store.path.resolve()
-        if where in seen:
-            raise DdltraceError(f"{shown}: given twice; give each run once")
-        seen.add(where)
+def _refuse_twice(given: list, labels: dict[str, str]) -> None:
+    """Refuse a store (or trace) given twice (:func:`~ddltrace.trace_inputs.refuse_twice`, by what the report calls
+    each: a temporary store by its trace): the report would be of two runs that are one, each finding "found in 2
+    runs", a scaling series of one worker count."""
+    from ddltrace.trace_inputs import refuse_twice
+
+    refuse_twice([labels.get(str(name)) or str(name) for name in given])
 
 
 # -- assembling ---------------------------------------------------------------------------------------------
@@ -274,7 +271,8 @@ def scan_rank(store_path: str, windows: dict[str, tuple[int, int]], span: tuple[
         frame = _open(store_path)._read_timeline(rank)
     except StoreError:
         return None
-    frame = frame[frame["source"] != SAMPLED_STACKS]  # py-spy's samples of the stacks the other rows cover
+    if (sampled := (frame["source"] == SAMPLED_STACKS).to_numpy(bool)).any():  # py-spy's samples of the stacks
+        frame = frame[~sampled]  # the other rows cover (a copy only where there are some)
     rows = {}
     if span is not None and windows:
         segments = classify(frame, list(span))
