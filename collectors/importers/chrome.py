@@ -853,7 +853,8 @@ class _Reader:
         bad = 0
         for s, e in zip(starts, ends, strict=False):
             piece = buf[s:e].strip().rstrip(b",").rstrip()
-            if piece.endswith(b"]") and final:
+            closed = final and piece.endswith(b"]")
+            if closed:
                 piece = piece[:-1].rstrip()
             events, error = self._events_of(piece) if piece else ([], None)
             if error is None:
@@ -861,6 +862,16 @@ class _Reader:
                 if len(good) >= 4096:  # into columns as they come: an Event struct is ~10x its columns
                     self.builder.add(good)
                     good = []
+                continue
+            pos = _malformed_offset(error)
+            if final and e == len(buf) and not closed and not isinstance(error, RecursionError) and (
+                    pos is None or pos > len(piece)):
+                # the file ends inside this event: the decoder failed only at the ']' put after it (or ran out of
+                # text), so the text is a cut event, not a malformed one (an MXNet profile cut inside its first
+                # event was "malformed JSON at byte 99 (expected ':')")
+                self.trace.skipped[TRUNCATED] += 1
+                self.trace.problems.append(f"{self.trace.path}: JSON truncated at byte {self.offset + len(buf)}: "
+                                           f"the last {e - s} bytes (an incomplete event) were skipped")
                 continue
             deep = isinstance(error, RecursionError)
             self.trace.skipped["event nested too deep to decode" if deep else "undecodable JSON (event skipped)"] += 1
@@ -870,7 +881,6 @@ class _Reader:
             if deep:
                 self.trace.problems.append(_too_deep(self.trace.path, self.offset + s, e - s))
                 continue
-            pos = _malformed_offset(error)
             where = self.offset + s + (max(pos - 2, 0) if pos else len(piece))
             what = "malformed" if pos else "truncated"
             self.trace.problems.append(f"{self.trace.path}: {what} JSON at byte {where} ({error}); "
