@@ -12,7 +12,8 @@ names is the one of ``otherData.run.hosts``); ``ddltrace import`` reads them bac
 A sample whose value is NaN (the sampler could not read it) is not written: a ``C`` event holds numbers. Metadata
 events (``ph: "M"``) name every process and thread and order the ranks (a rank's
 ``process_name`` carries its manifest entry, ``ddltrace_rank``: role, aggregate, ...); the run's metadata goes in
-the top-level ``otherData`` (``run``, and the manifest's :data:`RUN_ENTRIES`: workload, clock, notes).
+the top-level ``otherData`` (``run``, and the manifest's :data:`RUN_ENTRIES`: workload, clock, notes, and the
+events no rule knew, ``uncategorised``, which ``info``'s ``uncategorised:`` line is made of).
 
 The file is written rank by rank, so memory stays at one rank's events.
 
@@ -60,8 +61,10 @@ def _meta(kind: str, pid: int, tid: int = 0, **args) -> dict:
 
 #: The run-level manifest entries the export carries in ``otherData`` and ``ddltrace import`` restores: the workload's
 #: configuration (w, the server rank, batch size: what ``analyze`` reads), the clock alignment (offsets and their
-#: uncertainties, ns) and the run's notes.
-RUN_ENTRIES = ("workload", "clock", "notes")
+#: uncertainties, ns), the run's notes, and the events of raw categories no rule knew (``uncategorised``: one row per
+#: format and raw category, ``info``'s ``uncategorised:`` line; the export's ``cat`` is the category they were filed
+#: under, so the import cannot find them again).
+RUN_ENTRIES = ("workload", "clock", "notes", "uncategorised")
 #: Entries of a rank's manifest entry that the store derives from its files (not carried in the export).
 DERIVED_INFO = frozenset({"events", "start_ns", "end_ns", "counter_samples", "file", "files", "format",
                            "timeline_file", "rows", "host"})

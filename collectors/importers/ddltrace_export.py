@@ -8,9 +8,9 @@ before every other rule), ``ts``/``dur`` the exact ns the export wrote (``ts`` f
 rank's host comes from its process name ("rank 3 (node7)") and the rest of its manifest entry (role, aggregate,
 world size, ...) from that event's ``ddltrace_rank``. Counters are the rank's ``C`` events (the machine's go with
 the first rank's part, as rows of rank -1, which the store writes to its machine counters); those of a process that
-is neither a rank nor the machine are not kept, and counted so. The run's workload, clock and notes entries
-(``otherData``) go to the file's report (``FileReport.manifest``), which ``ddltrace import`` writes into the store's
-manifest, and so does the run's world size (``FileReport.world_size``: an export of ranks 3-4 of a world of 5
+is neither a rank nor the machine are not kept, and counted so. The run's workload, clock, notes and uncategorised
+entries (``otherData``) go to the file's report (``FileReport.manifest``), which ``ddltrace import`` writes into the
+store's manifest, and so does the run's world size (``FileReport.world_size``: an export of ranks 3-4 of a world of 5
 imports as those ranks of a world of 5).
 """
 
@@ -209,10 +209,19 @@ def _add_machine_counters(part, trace, machine: list, origin: int) -> None:
         part.counters = pa.concat_tables(tables)
 
 
+def _uncategorised_rows(value: Any) -> bool:
+    """Whether ``value`` is a manifest's ``uncategorised`` entry (collectors/importers/categories.py's
+    ``Categorizer.uncategorised``): a list of rows, each a format and raw category (texts) with the events and the
+    distinct names of it (integers from 0), as ``info`` shows them."""
+    return isinstance(value, list) and all(
+        isinstance(row, dict) and isinstance(row.get("format"), str) and isinstance(row.get("cat"), str)
+        and _whole(0)(row.get("events")) and _whole(0)(row.get("names")) for row in value)
+
+
 def _run_entries(other, report) -> dict:
     """The run-level manifest entries the export carried in ``otherData`` (ddltrace/chrome.py's ``RUN_ENTRIES``:
-    workload, clock, notes) for the store's manifest; one of the wrong kind is named among the file's problems and
-    left out (the store's own entry stays)."""
+    workload, clock, notes, uncategorised) for the store's manifest; one of the wrong kind is named among the file's
+    problems and left out (the store's own entry stays)."""
     from ddltrace.chrome import RUN_ENTRIES
 
     other = other if isinstance(other, dict) else {}
@@ -224,6 +233,13 @@ def _run_entries(other, report) -> dict:
         if key == "notes" and not (isinstance(value, list) and all(isinstance(n, str) for n in value)):
             report.problems.append(f"{report.path}: otherData.notes is not a list of texts: the run's notes are not "
                                    "restored")
+        elif key == "uncategorised":
+            if _uncategorised_rows(value):
+                kept[key] = value
+            else:
+                report.problems.append(f"{report.path}: otherData.uncategorised is not a list of rows of a format, a "
+                                       "raw category and its events and names: the events no rule knew are not "
+                                       "restored")
         elif key != "notes" and not isinstance(value, dict):
             report.problems.append(f"{report.path}: otherData.{key} is not an object: the run's {key} entry is not "
                                    "restored")

@@ -307,7 +307,7 @@ def _import(args, out: Path) -> int:
 
             folder_notes += separate_runs(store)
             store.manifest["notes"].extend(folder_notes)
-            _note_uncategorised(store, categorizer)
+            uncategorised = _note_uncategorised(store, categorizer)
             _align_clocks(store, args.align, _resolve_messages(messages, numbered), exchanging)
             store.save_manifest()
             verify_written(store, store.ranks)  # every rank's rows as the manifest counts them, before publishing
@@ -319,7 +319,7 @@ def _import(args, out: Path) -> int:
         if mapper is not None:
             mapper.close()
     elapsed = time.perf_counter() - started
-    _print_summary(out, reports, elapsed, TraceStore.open(out), folder_notes)
+    _print_summary(out, reports, elapsed, TraceStore.open(out), folder_notes, uncategorised)
     if args.explain:
         _print_explain(categorizer)
     return 0
@@ -609,17 +609,24 @@ def _views(store) -> list[str]:
     return [f"rank {rank}: {view}" for rank, view in views.items() if view]
 
 
-def _note_uncategorised(store, categorizer) -> None:
-    """The events no rule knew, by raw category: in the manifest (``uncategorised``, read by ``info``) and its notes."""
+def _note_uncategorised(store, categorizer) -> list[dict]:
+    """The events no rule knew, by raw category: in the manifest (``uncategorised``, read by ``info``) and its notes;
+    after the rows an exported store's ``otherData`` gave back (:func:`_restore_run_entries`: its events were filed
+    under a category before the export, and its note is among the notes restored). Returns this import's own rows."""
     from ddltrace.collectors.importers.categories import uncategorised_text
 
     rows = categorizer.uncategorised()
     if rows:
-        store.manifest["uncategorised"] = rows
+        restored = store.manifest.get("uncategorised") or []
+        store.manifest["uncategorised"] = [*restored, *rows]
         store.manifest.setdefault("notes", []).append(uncategorised_text(rows))
+    return rows
 
 
-def _print_summary(out: Path, reports, elapsed: float, store, folder_notes: list[str]) -> None:
+def _print_summary(out: Path, reports, elapsed: float, store, folder_notes: list[str],
+                   uncategorised: list[dict]) -> None:
+    """What was imported; ``uncategorised``: the events of this import no rule knew (not those an export's
+    ``otherData`` gave back: filed under a category before the export, no rule of this import would find them)."""
     total_events = sum(r.events for r in reports)
     total_intervals = sum(r.intervals for r in reports)
     ignored = [r for r in reports if not r.format and not r.problems]
@@ -640,10 +647,10 @@ def _print_summary(out: Path, reports, elapsed: float, store, folder_notes: list
             print(f"      problem: {problem}")
     for note in [*folder_notes, *_views(store)]:
         print(f"  {note}")
-    if store.manifest.get("uncategorised"):
+    if uncategorised:
         from ddltrace.collectors.importers.categories import uncategorised_text
 
-        print(f"  {uncategorised_text(store.manifest['uncategorised'])}")
+        print(f"  {uncategorised_text(uncategorised)}")
     print(f"  clock: {store.manifest['clock']['method']}")
     for note in store.manifest.get("notes", []):
         if note.startswith("clock alignment"):
