@@ -802,3 +802,43 @@ def test_a_fitted_c_u_the_servers_trace_contradicts_is_said(capsys):
     assert measured == pytest.approx(float(np.median(per_update)), rel=0.15)
     low, high = (float(x) for x in re.search(r"\[([0-9.e-]+), ([0-9.e-]+)\]", note).groups())
     assert not low <= measured <= high
+
+
+def test_optimize_intervals_sharing_a_draw_s_cache_equal_one_search_per_configuration(series):
+    """The intervals solve the printed configurations of one draw with one boundary-cost cache: each T_epoch equals
+    yan.optimise's for that configuration alone (a fresh cache), the search each draw used to run."""
+    import argparse
+
+    from ddltrace.commands import optimize
+    from ddltrace.models import yan
+    from ddltrace.models.dnn import load_dnn
+
+    dnn = load_dnn("mnist-adam")
+    hw, raw = optimize._hardware(str(series / "profile.json"), [], dnn.bytes_per_value)
+    args = argparse.Namespace(machines=6, samples=6e4, read_every=70, read_bound="min")
+    configs = [(2, 1, 1, 1), (1, 2, 2, 4), (2, 2, 2, 4), (1, 1, 5, 1)]
+    shared: dict = {}
+    for wr, mr, ps, h in configs:
+        alone = yan.optimise(dnn, hw, 6, N_sample=6e4, N_read=70, threads=[h], configurations=[(wr, mr, ps)])
+        assert optimize._one(dnn, hw, args, (wr, mr, ps, h), shared) == alone[0].t_epoch
+    lines = []
+    low, high, fastest = optimize._intervals(dnn, hw, raw, args, configs, lines.append)
+    assert all(lo <= hi for lo, hi in zip(low, high, strict=True)) and math.isclose(sum(fastest), 1.0)
+
+
+def test_optimize_progress_lines_come_every_two_seconds_of_work_and_not_for_short_work(monkeypatch):
+    from ddltrace.commands import optimize
+
+    clock = iter([0.0, 0.5, 1.0, 2.1, 3.0, 4.2, 4.3])  # the start, then one reading per tick
+    monkeypatch.setattr(optimize.time, "perf_counter", lambda: next(clock))
+    said = []
+    tick = optimize.progress_ticks(said.append, "configurations searched")
+    for done in range(1, 7):
+        tick(done, 6)
+    assert said == ["3 of 6 configurations searched (2 s)", "5 of 6 configurations searched (4 s)",
+                    "6 of 6 configurations searched (4 s)"]
+    clock = iter([0.0, 0.1, 0.2])
+    quiet = []
+    tick = optimize.progress_ticks(quiet.append, "draws")
+    tick(1, 2), tick(2, 2)
+    assert quiet == []

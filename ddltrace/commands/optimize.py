@@ -13,11 +13,13 @@ from __future__ import annotations
 import json
 import math
 import sys
+import time
 
 from ddltrace.errors import DdltraceError
 from ddltrace.models.dnn import load_dnn
 from ddltrace.models.quantities import load_json, parse_int_list, parse_what_if, precision_name, profile_constants
 from ddltrace.options import integer, positive
+from ddltrace.rank_progress import PROGRESS_EVERY_S
 from ddltrace.units import format_count, format_ns
 
 #: Monte Carlo draws of the profile's constants for the intervals of the printed configurations.
@@ -111,30 +113,50 @@ def _hardware(path: str, what_if: list[str], bytes_per_value: int):
     return hw, raw
 
 
-def _one(dnn, hw, args, config) -> float:
-    """T_epoch of one (N_wr, N_mr, N_ps, H) configuration on ``hw`` (H capped at its cores)."""
+def _one(dnn, hw, args, config, cache: dict | None = None) -> float:
+    """T_epoch of one (N_wr, N_mr, N_ps, H) configuration on ``hw`` (H capped at its cores); ``cache`` is
+    :func:`~ddltrace.models.yan.optimise_layers`' (boundary costs of one DNN on one ``hw``, shared between
+    configurations)."""
     from ddltrace.models import yan
 
     wr, mr, ps, h = config
-    return yan.optimise(dnn, hw, args.machines, N_sample=args.samples, N_read=args.read_every,
-                        threads=[min(h, max(1, hw.cores))], read_bound=args.read_bound,
-                        configurations=[(wr, mr, ps)])[0].t_epoch
+    res = yan.Resources(ps, mr, wr, min(h, max(1, hw.cores)), args.samples, args.read_every, args.read_bound)
+    return yan.optimise_layers(dnn, res, hw, cache).t_epoch
 
 
-def _intervals(dnn, hw, raw: dict, args, configs: list[tuple]) -> tuple[list, list, list]:
-    """(low, high, share of draws fastest) of each configuration over the profile's uncertainties."""
+def _intervals(dnn, hw, raw: dict, args, configs: list[tuple], say) -> tuple[list, list, list]:
+    """(low, high, share of draws fastest) of each configuration over the profile's uncertainties; progress lines
+    through ``say``."""
     import numpy as np
 
     rel = _relative_uncertainty(raw, dnn.bytes_per_value)
     rng = np.random.default_rng(0)
     times = np.empty((DRAWS, len(configs)))
+    tick = progress_ticks(say, "draws of the profile's constants")
     for i in range(DRAWS):
         changes = {name: ("scale", math.exp(rng.standard_normal() * r)) for name, r in rel.items()}
-        drawn = hw.scaled(changes)
-        times[i] = [_one(dnn, drawn, args, c) for c in configs]
+        drawn, cache = hw.scaled(changes), {}
+        times[i] = [_one(dnn, drawn, args, c, cache) for c in configs]
+        tick(i + 1, DRAWS)
     low, high = np.percentile(times, [2.5, 97.5], axis=0)
     fastest = np.bincount(times.argmin(axis=1), minlength=len(configs)) / DRAWS
     return low.tolist(), high.tolist(), fastest.tolist()
+
+
+def progress_ticks(say, what: str):
+    """``tick(done, total)``: a line through ``say`` every :data:`~ddltrace.rank_progress.PROGRESS_EVERY_S`
+    seconds of the work (none for work shorter than that), and at its end if one was printed."""
+    started = last = time.perf_counter()
+    printed = False
+
+    def tick(done: int, total: int) -> None:
+        nonlocal last, printed
+        now = time.perf_counter()
+        if now - last >= PROGRESS_EVERY_S or (printed and done == total):
+            last, printed = now, True
+            say(f"{done:,} of {total:,} {what} ({now - started:.0f} s)")
+
+    return tick
 
 
 def run(args) -> int:
@@ -144,8 +166,12 @@ def run(args) -> int:
     hw, raw = _hardware(args.profile, args.what_if, dnn.bytes_per_value)
     threads = parse_int_list(args.threads, "--threads") if args.threads else None
     configs = [parse_config(c) for c in args.config] or None
+    def say(message: str) -> None:
+        print(f"ddltrace optimize: {message}", file=sys.stderr, flush=True)
+
     ranked = yan.optimise(dnn, hw, args.machines, N_sample=args.samples, N_read=args.read_every, threads=threads,
-                          read_bound=args.read_bound, configurations=configs, max_workers=args.max_workers)
+                          read_bound=args.read_bound, configurations=configs, max_workers=args.max_workers,
+                          progress=progress_ticks(say, "configurations searched"))
     rows = [{"rank": i + 1, "config": c.label, "N_wr": c.N_wr, "N_mr": c.N_mr, "N_ps": c.N_ps, "H": c.H,
              "t_epoch_s": c.t_epoch, "compute_s": c.breakdown.compute, "activations_s": c.breakdown.activations,
              "weight_reads_s": c.breakdown.weights, "bottleneck": c.breakdown.bottleneck,
@@ -154,17 +180,19 @@ def run(args) -> int:
             for i, c in enumerate(ranked)]
     shown = rows[:args.top]
     keys = [(r["N_wr"], r["N_mr"], r["N_ps"], r["H"]) for r in shown]
-    low, high, fastest = _intervals(dnn, hw, raw, args, keys)
+    low, high, fastest = _intervals(dnn, hw, raw, args, keys, say)
     for row, lo, hi, share in zip(shown, low, high, fastest, strict=True):
         row.update(t_epoch_low_s=lo, t_epoch_high_s=hi, fastest_share=share)
     baseline = None
     if args.baseline:
         hw_a, _ = _hardware(args.baseline, [], dnn.bytes_per_value)
+        cache_a: dict = {}
         for row, key in zip(shown, keys, strict=True):
-            row["baseline_t_epoch_s"] = _one(dnn, hw_a, args, key)
+            row["baseline_t_epoch_s"] = _one(dnn, hw_a, args, key, cache_a)
         best_a = yan.optimise(dnn, hw_a, args.machines, N_sample=args.samples, N_read=args.read_every,
                               threads=threads and [min(h, max(1, hw_a.cores)) for h in threads],
-                              read_bound=args.read_bound, configurations=configs, max_workers=args.max_workers)[0]
+                              read_bound=args.read_bound, configurations=configs, max_workers=args.max_workers,
+                              progress=progress_ticks(say, "configurations searched on --baseline's profile"))[0]
         baseline = {"profile": args.baseline, "best": best_a.label, "best_H": best_a.H,
                     "best_t_epoch_s": best_a.t_epoch}
     if args.json:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -467,13 +467,15 @@ MAX_CONFIGURATIONS = 500_000
 
 def optimise(dnn: DNN, hw: Hardware, machines: int, *, N_sample: float, N_read: float, threads: Iterable[int] | None
              = None, read_bound: str = "min", configurations: Iterable[tuple[int, int, int]] | None = None,
-             max_workers: int | None = None) -> list[RankedConfiguration]:
+             max_workers: int | None = None, progress: Callable[[int, int], None] | None = None
+             ) -> list[RankedConfiguration]:
     """Minimise T_epoch over N_ps, N_mr, N_wr (N_ps + N_mr * N_wr <= machines), threads H <= cores and the
     per-layer partitions and replicas; returns every configuration ranked, fastest first.
 
     ``threads`` restricts H to the given counts (default: every H from 1 to the cores: more threads divide the
     NIC, C_nbw(H) = C_nbw / H, so the most threads are not always the fastest); ``configurations`` restricts the
     search to given (N_wr, N_mr, N_ps) triples; ``max_workers`` bounds N_wr (the DNN's useful model parallelism).
+    ``progress(done, total)`` is called after each (triple, H) is solved.
     """
     if machines < 2:
         raise DdltraceError(f"machines: {machines}: need at least 2 (a parameter server and a worker)")
@@ -492,13 +494,18 @@ def optimise(dnn: DNN, hw: Hardware, machines: int, *, N_sample: float, N_read: 
                                 "machines, a lower --max-workers or fewer --threads")
         configurations = [(wr, mr, ps) for wr in range(1, wr_cap + 1) for mr in range(1, machines)
                           for ps in range(1, machines) if ps + mr * wr <= machines]
-    ranked = []
-    cache: dict = {}
+    configurations = list(configurations)
     for wr, mr, ps in configurations:
         if ps + mr * wr > machines or min(wr, mr, ps) < 1:
             raise DdltraceError(f"configuration {wr}/{mr}/{ps} (#W/#R/#PS) does not fit {machines} machines (C1)")
+    ranked = []
+    cache: dict = {}
+    total = len(configurations) * len(thread_counts)
+    for wr, mr, ps in configurations:
         for H in thread_counts:
             res = Resources(ps, mr, wr, H, N_sample, N_read, read_bound)
             ranked.append(RankedConfiguration(ps, mr, wr, H, optimise_layers(dnn, res, hw, cache)))
+            if progress:
+                progress(len(ranked), total)
     ranked.sort(key=lambda c: c.t_epoch)
     return ranked
