@@ -59,10 +59,13 @@ NODES = "nodes"  # the node agents' folder in the record folder: one folder per 
 GATHER_WAIT_S = 15.0  # after the job, how long the nodes' links may stay silent before a node is given up
 #: MPICH's shared-memory segments in /dev/shm (its ch4 shm transport), one per node and job.
 MPICH_SHM = "mpich_shm_*"
-#: The store's note of a run stopped by Ctrl-C, SIGTERM or SIGHUP (the ranks' lines say which ended abruptly: maybe
-#: none).
-INTERRUPTED_NOTE = ("interrupted (Ctrl-C / SIGTERM / SIGHUP): the job was stopped; a rank that had not ended by then "
-                    "is marked abrupt")
+#: The start of the store's note on a run stopped by Ctrl-C, SIGTERM or SIGHUP (:func:`_interrupted_note` says how
+#: each rank ended).
+INTERRUPTED_NOTE = "interrupted (Ctrl-C / SIGTERM / SIGHUP): the job was stopped"
+#: An MPI rank's ``ended`` where its MPI_Finalize returned but began after the interrupt: it ended on its way out of
+#: the stopped job (mpi4py turns SIGINT into KeyboardInterrupt, and its exit calls MPI_Finalize), not at the end of
+#: its work ("normal": its MPI_Finalize began before the interrupt; "abrupt": it did not return).
+ENDED_BY_INTERRUPT = "interrupted"
 
 # timeline rows of the wrapper that are not MPI calls of the job: the gaps between calls, its own clock syncs
 NOT_CALLS = (OUTSIDE_MPI, POLLING, *(name for name, _ in PSEUDO))
@@ -406,8 +409,6 @@ def _run_job(cfg, out, mpi, lib, work, records, fw_env, gatherer, command) -> Ru
         if mpi and lib is None:
             notes.append(f"no MPI compiler (mpicc) beside the launcher, this Python or on PATH: the PMPI wrapper "
                          f"was not built, so MPI calls are not recorded ({cfg.launcher} started the job as it is)")
-        if interrupted:
-            notes.append(INTERRUPTED_NOTE)
         left = _remove_left_shm(shm_before) if mpi else 0
         if left:
             notes.append(f"removed {left} MPICH shared-memory file(s) ({MPICH_SHM} in {record_sets.SHM}) the job's "
@@ -418,7 +419,8 @@ def _run_job(cfg, out, mpi, lib, work, records, fw_env, gatherer, command) -> Ru
             with contextlib.suppress(OSError):
                 record_sets.save_samples(records, system_rows + gpu_rows)
                 record_sets.register(records, {**job, "exit_code": proc.returncode, "end_ns": end_ns,
-                                               "interrupted": interrupted, "collectors": collectors,
+                                               "interrupted": interrupted, "interrupted_ns": interrupts.first_ns,
+                                               "collectors": collectors,
                                                "gpus": gpu.devices if gpu is not None else []})
         links = {}
         if gatherer is not None:
@@ -426,10 +428,9 @@ def _run_job(cfg, out, mpi, lib, work, records, fw_env, gatherer, command) -> Ru
             links = gatherer.wait(GATHER_WAIT_S)
         result = _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, interrupted,
                          system_rows + gpu_rows, stacks, notes, proc.pid, collectors,
-                         gpu.devices if gpu is not None else [], work / "framework", progress, links)
-        if interrupts.first_ns is not None:  # where the job was stopped: its steady state ends there at the latest
-            result.store.update_run(interrupted_ns=interrupts.first_ns)
-            result.stop_signal = interrupts.first_signal
+                         gpu.devices if gpu is not None else [], work / "framework", progress, links,
+                         interrupts.first_ns)
+        result.stop_signal = interrupts.first_signal
         print(summary_line(result), file=stream, flush=True)
     return result
 
@@ -465,10 +466,12 @@ class _WriteProgress:
 
 
 def _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, interrupted, sample_rows,
-            stacks, notes, root_pid, collectors, gpus, fw_dir, progress, links=None) -> RunResult:
+            stacks, notes, root_pid, collectors, gpus, fw_dir, progress, links=None,
+            interrupted_ns: int | None = None) -> RunResult:
     """Make the store at ``out`` from the records and samples: built beside it, verified, renamed into place.
     ``end_ns`` None (a recovery): the job's end is the last time any rank recorded. ``exit_code`` None: not
-    known. ``links``: what the node agents' links said (host: collectors/node_link.py's node dict)."""
+    known. ``links``: what the node agents' links said (host: collectors/node_link.py's node dict).
+    ``interrupted_ns``: when the first interrupt came (wall clock, ns), where known."""
     rank_records: list[RankRecords] = []
     unreadable: set[int] = set()
     paths = sorted(records.glob("rank-*.pmpi"))
@@ -503,7 +506,7 @@ def _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, i
         with building(out) as staging:  # a full disk is its one line; the records stay for recover
             store = _write(cfg, staging, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_code, interrupted,
                            sample_rows, stacks, notes, root_pid, collectors, gpus, fw_dir, progress, nodes,
-                           links or {}, unreadable)
+                           links or {}, unreadable, interrupted_ns)
             progress.phase = "verifying the store"
             verify_written(store, [rr.rank for rr in rank_records])
             progress.phase = _RENAMING
@@ -518,11 +521,13 @@ def _gather(cfg, out, mpi, records, cmd, flavour, start_ns, end_ns, exit_code, i
 
 def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_code, interrupted, sample_rows,
            stacks, notes, root_pid, collectors, gpus, fw_dir, progress, nodes=(), links=None,
-           unreadable=frozenset()) -> TraceStore:
+           unreadable=frozenset(), interrupted_ns=None) -> TraceStore:
     """Write every rank's timeline and counters, then the manifest, into the new store ``path``; ``nodes``:
     what the node agents sampled; ``links``: what their links to this process said (clock, gather);
-    ``unreadable``: ranks whose record file could not be read (the notes name it)."""
+    ``unreadable``: ranks whose record file could not be read (the notes name it); ``interrupted_ns``: when the
+    first interrupt came (wall clock, ns; None: none came, or not known)."""
     links = links or {}
+    interrupted_ns = interrupted_ns if interrupted and _int(interrupted_ns, 0) > 0 else None
     pid_rank = {rr.pid: rr.rank for rr in rank_records}
     fw_parts, fw_ranks = _framework_parts(cfg, fw_dir, set(pid_rank.values()), notes)
     node_clocks = node_clock.NodeClocks(links)
@@ -547,6 +552,8 @@ def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_co
         "collectors": ["pmpi"] * mpi + collectors + [f"{cfg.framework} profiler"] * bool(cfg.framework),
         "sample_hz": cfg.sample_hz, "gpus": gpus,
     }
+    if interrupted_ns is not None:  # where the job was stopped: its steady state ends there at the latest
+        run["interrupted_ns"] = interrupted_ns
     if cfg.framework:  # the window asked for, and what the processes profiled of it (their first to last step)
         run["steps_window"] = list(cfg.steps)
         done = [part.info["profiled_steps"] for part in fw_parts if _step_range(part.info.get("profiled_steps"))]
@@ -601,9 +608,10 @@ def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_co
             timeline = make_timeline(pd.concat([timeline, part.timeline.assign(rank=rr.rank)], ignore_index=True))
             info = {f"framework_{k}": v for k, v in part.info.items() if k not in ("pid", "host")}
         timeline = _with_stacks(timeline, node_stacks.get(rr.rank, stacks.get(rr.pid)), rr.rank)
+        how = _mpi_ended(rr, timeline, interrupted_ns)
         store.add_rank(rr.rank, timeline, counters.get(rr.rank), save=False, host=rr.host, pid=rr.pid,
-                       ended=rr.ended, state=rr.state, open_calls=rr.open_calls, role="rank", **info)
-        ranks[rr.rank] = rr.ended
+                       ended=how, state=rr.state, open_calls=rr.open_calls, role="rank", **info)
+        ranks[rr.rank] = how
         progress.done += len(rr.records)
     ended = ("unknown" if exit_code is None else "normal" if exit_code >= 0 and not interrupted else "abrupt")
     for rank, part in sorted(framework_of.items()):
@@ -645,6 +653,8 @@ def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_co
     missing = sorted(set(range(world)) - set(ranks) - set(unreadable)) if mpi or fw_parts else []
     if missing:
         notes.append(no_record_note(missing, world, mpi, run.get("missing_nodes")))
+    if interrupted:
+        notes.append(_interrupted_note(ranks, interrupted_ns, start_ns))
     if mpi and not rank_records and not fw_parts:
         notes.append("no rank wrote a PMPI record file: the job never called MPI_Init under the wrapper "
                      "(not an MPI program, or a launcher that drops LD_PRELOAD)")
@@ -657,6 +667,39 @@ def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_co
     store.manifest["run"]["mpi_calls"] = calls
     store.save_manifest()
     return store
+
+
+def _mpi_ended(rr: RankRecords, timeline: pd.DataFrame, interrupted_ns: int | None) -> str:
+    """How an MPI rank ended: its MPI_Finalize returned ("normal"), or did not ("abrupt"); a rank whose
+    MPI_Finalize returned but began after the interrupt (``interrupted_ns``, on the common clock) ended because
+    the job was stopped (:data:`ENDED_BY_INTERRUPT`)."""
+    if rr.ended != "normal" or interrupted_ns is None:
+        return rr.ended
+    finalize = timeline.loc[(timeline["source"] == "pmpi") & (timeline["name"] == "MPI_Finalize"), "start_ns"]
+    return ENDED_BY_INTERRUPT if len(finalize) and int(finalize.min()) >= interrupted_ns else rr.ended
+
+
+def _interrupted_note(ranks: dict[int, str], interrupted_ns: int | None, start_ns: int) -> str:
+    """The store's note on an interrupted run: when the interrupt came, and how its ranks ended (``ranks``: rank:
+    ended), each group named."""
+    when = f" {format_ns(interrupted_ns - start_ns)} after the start" if interrupted_ns is not None else ""
+    said = {"normal": "MPI_Finalize began before the interrupt (work done): ended normal",
+            ENDED_BY_INTERRUPT: "MPI_Finalize began after the interrupt (on the way out of the stopped job): "
+                                f"ended {ENDED_BY_INTERRUPT}",
+            "abrupt": "ended abrupt (records up to the end kept)",
+            "unknown": "how it ended is not known"}
+    parts = []
+    for how, words in said.items():
+        group = sorted(r for r, h in ranks.items() if h == how)
+        if group:
+            parts.append(f"rank {_rank_list(group)}: {words}")
+    if interrupted_ns is None and any(h == "normal" for h in ranks.values()):
+        parts.append("when the interrupt came is not recorded, so a rank whose MPI_Finalize returned reads normal")
+    return INTERRUPTED_NOTE + when + "".join(f"; {p}" for p in parts)
+
+
+def _rank_list(ranks: list[int], shown: int = 8) -> str:
+    return ", ".join(map(str, ranks[:shown])) + (f" and {len(ranks) - shown} more" if len(ranks) > shown else "")
 
 
 def _framework_parts(cfg: RunConfig, fw_dir: Path, taken: set[int],
@@ -763,10 +806,15 @@ def _with_stacks(timeline: pd.DataFrame, stack_rows: pd.DataFrame | None, rank: 
 
 
 def summary_line(result: RunResult) -> str:
-    abrupt = sorted(r for r, how in result.ranks.items() if how != "normal")
-    ended = f"{len(result.ranks) - len(abrupt)} ended normally"
+    stopped = sorted(r for r, how in result.ranks.items() if how == ENDED_BY_INTERRUPT)
+    abrupt = sorted(r for r, how in result.ranks.items() if how not in ("normal", ENDED_BY_INTERRUPT))
+    normal = len(result.ranks) - len(abrupt) - len(stopped)
+    said = [f"{normal} ended normally"] if normal or not (stopped or abrupt) else []
+    if stopped:  # their MPI_Finalize began after the interrupt (ENDED_BY_INTERRUPT)
+        said.append(f"{len(stopped)} on their way out of the stopped job ({_rank_list(stopped)})")
     if abrupt:
-        ended += f", {len(abrupt)} abruptly ({', '.join(map(str, abrupt[:8]))}{'...' if len(abrupt) > 8 else ''})"
+        said.append(f"{len(abrupt)} abruptly ({', '.join(map(str, abrupt[:8]))}{'...' if len(abrupt) > 8 else ''})")
+    ended = ", ".join(said)
     exit_code = "unknown" if result.exit_code is None else result.exit_code
     return (f"ddltrace: wrote {result.store.path}: {len(result.ranks)} ranks ({ended}), {result.calls:,} MPI calls, "
             f"{format_ns(result.elapsed_ns)}, exit code {exit_code}")
@@ -827,8 +875,6 @@ def recover_store(path: str | Path, out: str | Path, stream=None, *, local: bool
              + ("; its py-spy stacks were kept in its work folder" if stacks else "")
              + (f"; not recorded: {', '.join(lost)}" if lost else "")] + ([unreadable] if unreadable else []) \
         + stack_notes
-    if interrupted:
-        notes.append(INTERRUPTED_NOTE)
     with StoreLock(out):
         with _Interrupts(stream) as interrupts:
             progress = interrupts.start_write(out, rs.path)
@@ -836,9 +882,7 @@ def recover_store(path: str | Path, out: str | Path, stream=None, *, local: bool
                              job.get("launch") or argv, job.get("flavour") or "", int(job.get("start_ns") or 0),
                              end_ns, exit_code, interrupted, samples, stacks, notes, _int(job.get("job_pid"), -1),
                              _strings(job.get("collectors")), _strings(job.get("gpus")), work / "framework",
-                             progress)
-        result.store.update_run(recovered_from=str(rs.path),
-                                **({"interrupted_ns": job["interrupted_ns"]} if _int(job.get("interrupted_ns"), 0) > 0
-                                   else {}))
+                             progress, interrupted_ns=_int(job.get("interrupted_ns"), 0) or None)
+        result.store.update_run(recovered_from=str(rs.path))
     record_sets.discard(rs.path, job)
     return result
