@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 
-.PHONY: install system-deps hta test test-faults-heavy test-damaged-heavy test-frameworks framework-traces lint demo demo-live demo-cluster sample-traces sample-store benchmarks clean
+.PHONY: install system-deps hta tracelens test test-faults-heavy test-damaged-heavy test-frameworks framework-traces lint demo demo-live demo-cluster sample-traces sample-store benchmarks clean
 
 # Debian packages some tests drive for real: chromium (the report rendered headless), iproute2 (network
 # namespaces and tc for the network probe), iperf3 and fio (reference tools of the benchmarks). Installed
@@ -51,6 +51,41 @@ $(HTA_VENV)/.installed:
 	  || { rm -rf $(HTA_VENV); echo "HTA could not be installed: the tests that compare with it will skip"; }
 
 hta: $(HTA_VENV)/.installed
+
+# TraceLens (AMD-AGI/TraceLens, MIT), the second reference of the GPU analyses (benchmarks/gpu_vs_tracelens.py), in
+# its own venv. It is not on PyPI (PyPI's "tracelens" is another package): pip installs it from GitHub at
+# TRACELENS_COMMIT; where GitHub cannot be reached, from TRACELENS_SRC, a clone or bare mirror of the repository that
+# holds that commit (`make tracelens TRACELENS_SRC=/work/.mirror/AMD-AGI+TraceLens/repo`: `git archive` of the
+# commit's package into a temporary folder), or a folder of its source. Its package without its declared
+# dependencies (xprof, protobuf, office365-rest-python-client, msal, matplotlib, openpyxl, tabulate, PyYAML: its JAX,
+# Excel, SharePoint and plotting paths, which its PyTorch trace analysis never imports) and the four modules that
+# `import TraceLens` and its TreePerf and NcclAnalyser use. Where neither source works it says so, and the benchmark
+# says TraceLens is absent. Not part of `make test`.
+TRACELENS_VENV   = .venvs/tracelens
+TRACELENS_COMMIT = 171dd74721ca1ec45709e5805b68ae1f65e27811
+TRACELENS_URL    = https://github.com/AMD-AGI/TraceLens
+TRACELENS_IMPORTS = 'pandas<3' numpy tqdm orjson
+TRACELENS_SRC   ?=
+TRACELENS_PIP    = $(TRACELENS_VENV)/bin/pip install -q --disable-pip-version-check --no-deps --no-warn-conflicts
+$(TRACELENS_VENV)/.installed:
+	@$(PYTHON) -m venv $(TRACELENS_VENV) \
+	  && $(TRACELENS_VENV)/bin/pip install -q --disable-pip-version-check $(TRACELENS_IMPORTS) \
+	  || { rm -rf $(TRACELENS_VENV); echo "TraceLens not installed: pip could not install $(TRACELENS_IMPORTS)"; exit 0; }; \
+	if $(TRACELENS_PIP) "TraceLens @ git+$(TRACELENS_URL)@$(TRACELENS_COMMIT)" 2>/dev/null; then \
+	  how="from $(TRACELENS_URL)"; \
+	elif [ -n "$(TRACELENS_SRC)" ] && git -C "$(TRACELENS_SRC)" cat-file -e $(TRACELENS_COMMIT)^{commit} 2>/dev/null; then \
+	  tmp=$$(mktemp -d) && git -C "$(TRACELENS_SRC)" archive $(TRACELENS_COMMIT) TraceLens setup.py README.md LICENSE MANIFEST.in \
+	    2>/dev/null | tar -x -C $$tmp && $(TRACELENS_PIP) $$tmp && how="from $(TRACELENS_SRC) (git archive)"; rm -rf $$tmp; \
+	elif [ -n "$(TRACELENS_SRC)" ] && [ -f "$(TRACELENS_SRC)/setup.py" ] && [ -d "$(TRACELENS_SRC)/TraceLens" ]; then \
+	  $(TRACELENS_PIP) "$(TRACELENS_SRC)" && how="from the folder $(TRACELENS_SRC) (its commit not checked)"; \
+	fi; \
+	if [ -n "$$how" ] && $(TRACELENS_VENV)/bin/python -c "import TraceLens" 2>/dev/null; then touch $@; echo "TraceLens $(TRACELENS_COMMIT) installed in $(TRACELENS_VENV) $$how"; \
+	elif [ -n "$$how" ]; then rm -rf $(TRACELENS_VENV); echo "TraceLens installed $$how does not import: removed"; \
+	else rm -rf $(TRACELENS_VENV); echo "TraceLens could not be installed: pip could not get $(TRACELENS_URL) and" \
+	  "TRACELENS_SRC ($(if $(TRACELENS_SRC),$(TRACELENS_SRC) holds no commit $(TRACELENS_COMMIT) and no TraceLens source,not given))" \
+	  "gives no copy; benchmarks/gpu_vs_tracelens.py will say TraceLens is absent"; fi
+
+tracelens: $(TRACELENS_VENV)/.installed
 
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
 # Two parts: the tests that only read and compute, on TEST_JOBS processes (pytest-xdist), then those marked serial in
