@@ -20,6 +20,12 @@ straggler: 0.1 to 23.6 % in seven GPU runs, the most where rank 1 reached the fi
 ranks sharing one GPU; with one sleeping 40 ms: 49 to 53 %). Start times are compared on the run's clock: on several
 hosts their clocks' skew is in them (the importer says when it was not corrected).
 
+Only the steps each rank finished count (:func:`~ddltrace.analyses.detect_stragglers.finished_steps`, as for the
+stragglers): the spans that start inside them, their number and their median time. After a rank died, the others'
+waits in the step it did not finish were divided among the finished steps alone (sample_traces/h100-ddp/run-straggler
+with its straggler dead after its broadcasts in the last of 5 steps: 207.1 ms over 4 steps, 51.8 ms a step for its
+40 ms sleep; now 167.1 ms, 41.8 ms); an abrupt worker with no finished step leaves the analysis not made.
+
 Cost: the late rank's caused wait, the others' time waiting for it (the median other worker's).
 """
 
@@ -27,9 +33,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ddltrace.analyses.detect_stragglers import finished_steps, unjudged
 from ddltrace.analyses.findings import Finding, Quantity, detector, short_of
-from ddltrace.analyses.gpu_collectives import waits_for
-from ddltrace.analyses.host_collectives import matched_count
+from ddltrace.analyses.gpu_collectives import match_instances, waits_for
 from ddltrace.analyses.requirements import Skipped
 from ddltrace.units import counted
 
@@ -38,11 +44,28 @@ ADVICE = ("Find what the late rank does before each collective that the others d
           "the extra work off the step or balance the shards.")
 
 
+def finished_spans(run):
+    """The host backend's collective spans (:attr:`~ddltrace.analyses.run_analysis.RunAnalysis.
+    host_collective_spans`) that start inside a step their rank finished (:func:`~ddltrace.analyses.
+    detect_stragglers.finished_steps`; a rank without phases has none)."""
+    spans = run.host_collective_spans
+    keep = np.zeros(len(spans), dtype=bool)
+    for rank in set(spans["rank"]) & set(run.phases):
+        steps = finished_steps(run, int(rank))
+        mine = np.flatnonzero((spans["rank"] == rank).to_numpy())
+        start = spans["start_ns"].to_numpy(np.int64)[mine]
+        at = np.searchsorted(steps["start_ns"].to_numpy(np.int64), start, side="right") - 1
+        ends = steps["end_ns"].to_numpy(np.int64)
+        keep[mine] = (at >= 0) & (start < ends[np.maximum(at, 0)]) if len(steps) else False
+    return spans[keep]
+
+
 def caused_waits(run) -> tuple[dict[int, float], int]:
     """(caused wait per late rank in ns: the median over the other workers of their wall-time wait for it, the
-    number of instances matched across two or more ranks)."""
-    spans = run.host_collective_spans
-    matched = matched_count(run)
+    number of instances matched across two or more ranks), both over the spans of :func:`finished_spans`."""
+    spans = finished_spans(run)
+    found = match_instances(spans, run.store.world_size)
+    matched = int((found["ranks"] >= 2).sum()) if len(found) else 0
     waits = waits_for(spans)
     workers = [w for w in run.worker_ranks if w in set(spans["rank"])]
     caused = {}
@@ -53,8 +76,8 @@ def caused_waits(run) -> tuple[dict[int, float], int]:
 
 
 def step_time(run, ranks: list[int]) -> float | None:
-    """The median step time (ns) over ``ranks``' steps; None where they have none."""
-    times = [run.phases[r].steps["dur_ns"].to_numpy(float) for r in ranks if r in run.phases]
+    """The median step time (ns) over the steps ``ranks`` finished; None where they have none."""
+    times = [finished_steps(run, r)["dur_ns"].to_numpy(float) for r in ranks if r in run.phases]
     times = [t for t in times if len(t)]
     return float(np.median(np.concatenate(times))) if times else None
 
@@ -65,6 +88,12 @@ def detect(runs, th) -> list[Finding | Skipped]:
     """One rank the others wait for at the host backend's collectives (see the module docstring)."""
     findings = []
     for run in runs:
+        cut = unjudged(run, [w for w in run.worker_ranks if w in run.phases])
+        if cut:
+            findings.append(short_of("host_straggler", run.name, "a finished step on every worker (a rank that "
+                                     "ended abruptly did not finish its last)", f"rank{'s' * (len(cut) > 1)} "
+                                     f"{', '.join(map(str, cut))} ended abruptly with no finished step"))
+            continue
         caused, matched = caused_waits(run)
         if matched < th["gpu.late_min_instances"]:
             findings.append(short_of("host_straggler", run.name, f"{th['gpu.late_min_instances']:g} or more "
@@ -77,7 +106,7 @@ def detect(runs, th) -> list[Finding | Skipped]:
         share = caused[late] / sum(caused.values())
         others = [w for w in run.worker_ranks if w != late]
         step = step_time(run, others)
-        steps = int(np.median([len(run.phases[w].steps) for w in others if w in run.phases] or [0]))
+        steps = int(np.median([len(finished_steps(run, w)) for w in others if w in run.phases] or [0]))
         per_step = caused[late] / steps if steps else None
         if share < th["host.late_wait_share_min"] or step is None or per_step is None \
                 or per_step / step < th["host.late_wait_step_min"]:
