@@ -16,6 +16,18 @@ sender, tag and bytes, known at its completion (MpiIrecv, in the Wait), go to it
 collector has them (to the Wait's row where the trace holds no post of its request).
 MPI_Init/Finalize keep their names, by which the phase analysis finds initialisation and finalisation. A
 location group ("MPI Rank N") is a rank; times are the archive's one clock, converted with its timer resolution.
+
+Metric records (Score-P's PAPI / rusage / perf / plugin counters: OTF2 Metric events of a MetricClass, or of a
+MetricInstance scoped to a location or location group) become the rank's counters: one series per metric member
+and location, named after the member (``PAPI_TOT_CYC``; ``PAPI_TOT_CYC [OMP thread 1]`` where a rank's member is
+recorded by more than one location), each value as recorded times the member's base ** exponent. What a value means
+(its member's unit, mode, type, description, occurrence) is the rank's ``counter_series`` entry
+(:func:`_series_meanings`): a cumulative count since the location's counters started (ACCUMULATED_START, what
+Score-P writes for PAPI), a count per interval (ACCUMULATED_LAST / NEXT), or a value at an instant (ABSOLUTE_*,
+RELATIVE_*, ACCUMULATED_POINT). Where a count's samples are taken at region enters and leaves (a metric class that is
+SYNCHRONOUS_STRICT or SYNCHRONOUS: the Metric record just before the Enter / Leave at the same timestamp on the same
+location, as Score-P writes it), each call's count between its Enter and Leave is summed per region name and member
+into the rank's ``region_counters`` (:class:`_RegionCounts`; read by :mod:`ddltrace.analyses.region_counters`).
 """
 
 from __future__ import annotations
@@ -30,7 +42,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from ddltrace.arrow_timeline import optional_integers
+from ddltrace.arrow_timeline import counters_table, optional_integers
 from ddltrace.collectors.importers.base import ImportContext, Importer, RankPart, build_timeline, register
 from ddltrace.errors import DdltraceError
 
@@ -100,7 +112,7 @@ def _piece(rows: list, lane: int, frame: list, end_ns: int, *, child_enters: boo
     """The region's exclusive piece from its current start (its Enter, or where its last child left) to
     ``end_ns`` (where a child enters, or its Leave). A leaf is kept even when it lasts 0 ns (one call); an
     empty piece of a region with children is not a row. The requests completed in the region go with its last."""
-    name, start, nbytes, peer, tag, has_children, request, completed, posted = frame
+    name, start, nbytes, peer, tag, has_children, request, completed, posted = frame[:9]
     if end_ns > start or not (has_children or child_enters):
         rows.append((lane, name, start, end_ns - start, nbytes, peer, tag, request,
                      () if child_enters else tuple(completed), posted))
@@ -144,31 +156,47 @@ class _Fold:
         self.events = 0
         self.rank_events: Counter = Counter()
         self.location_events: Counter = Counter()  # by the location's reference
+        self.meanings: dict[int, _Member] = {}  # by the metric member's reference
+
+    def state(self, rank: int) -> dict:
+        """The rank's fold state, made empty on first use."""
+        return self.per_rank.setdefault(rank, _new_state())
 
     def add(self, location, event) -> None:
         self.events += 1
         self.location_events[location._ref] += 1
         rank = _rank_of(location)
         self.rank_events[rank] += 1
-        state = self.per_rank.setdefault(rank, {"stacks": {}, "rows": [], "host": "", "lanes": {}, "messages": {}})
+        state = self.state(rank)
         group = location.group
         if not state["host"] and group.system_tree_parent is not None:
             state["host"] = group.system_tree_parent.name
-        lane = state["lanes"].setdefault(location.name or f"location {location._ref}", len(state["lanes"]))
+        label = location.name or f"location {location._ref}"
+        lane = state["lanes"].setdefault(label, len(state["lanes"]))
         stack = state["stacks"].setdefault(lane, [])
         kind = type(event).__name__
         t_ns = int(round((event.time - self.offset) * 1e9 / self.resolution))
         if kind == "Enter":
             if stack:  # the enclosing region's piece up to here is its own time
                 _piece(state["rows"], lane, stack[-1], t_ns, child_enters=True)
-            stack.append([event.region.name, t_ns, None, None, None, False, None, [], False])
+            name = event.region.name
+            counts = state["counts"].get(lane)
+            stack.append([name, t_ns, None, None, None, False, None, [], False,
+                          None if counts is None else counts.enter(name, stack, event.time)])
         elif kind == "Leave":
             if not stack:
                 self.skipped["Leave without an Enter"] += 1
                 return
-            _piece(state["rows"], lane, stack.pop(), t_ns, child_enters=False)
+            frame = stack.pop()
+            _piece(state["rows"], lane, frame, t_ns, child_enters=False)
+            state["calls"][frame[0]] += 1
+            counts = state["counts"].get(lane)
+            if counts is not None:
+                counts.leave(frame, stack, event.time, state["regions"])
             if stack:  # the enclosing region's own time resumes
                 stack[-1][1] = t_ns
+        elif kind == "Metric":
+            self._metric(location, label, state, lane, event, t_ns)
         elif kind in ("MpiSend", "MpiIsend", "MpiRecv"):
             if stack:
                 top = stack[-1]
@@ -205,11 +233,227 @@ class _Fold:
         else:
             self.skipped[f"OTF2 {kind} records (not intervals)"] += 1
 
+    def _metric(self, location, label: str, state: dict, lane: int, event, t_ns: int) -> None:
+        """A Metric record: each member's value (times its base ** exponent) a sample of its series; a count sampled
+        at enters and leaves (a synchronous metric class recorded by its own location) also kept for the region
+        counts. A metric instance's values belong to its scope: a location, or a location group (a rank); one
+        scoped to a system-tree node or a group of locations is no one rank's, and is counted as skipped."""
+        metric = event.metric
+        of_class = not hasattr(metric, "metric_class")
+        if not of_class:
+            scope = metric.scope
+            if hasattr(scope, "group"):  # a Location
+                state, label = self.state(_rank_of(scope)), scope.name or f"location {scope._ref}"
+            elif hasattr(scope, "system_tree_parent"):  # a LocationGroup
+                state, label = self.state(_rank_of_group(scope)), scope.name or f"location group {scope._ref}"
+            else:
+                self.skipped["OTF2 Metric records of a metric instance scoped to a system-tree node or a group "
+                             "(no one rank's; not kept)"] += 1
+                return
+            metric = metric.metric_class
+        self.skipped["OTF2 Metric records, kept as counters"] += 1
+        synchronous = of_class and int(metric.occurrence.value) != _ASYNCHRONOUS
+        for member, value in zip(metric.members, event.values, strict=False):
+            meaning = self.meanings.get(member._ref)
+            if meaning is None:
+                meaning = self.meanings[member._ref] = _Member.of(member, metric)
+            value = value * meaning.scale if meaning.scale != 1 else value
+            series = state["series"].get((label, member._ref))
+            if series is None:
+                series = state["series"][(label, member._ref)] = (meaning, [], [])
+            series[1].append(t_ns)
+            series[2].append(value)
+            if synchronous and meaning.counted:
+                counts = state["counts"].get(lane)
+                if counts is None:
+                    counts = state["counts"][lane] = _RegionCounts()
+                counts.sample(member._ref, meaning, event.time, value)
+
+
+def _new_state(host: str = "") -> dict:
+    """A rank's fold state: per lane (code) its stack of open regions and its region counts, the rows so far,
+    its lanes by name, the messages of matched probes, its metric series by (location name, member reference),
+    its region counts by (region name, member reference) and its calls left by region name."""
+    return {"stacks": {}, "rows": [], "host": host, "lanes": {}, "messages": {}, "series": {}, "counts": {},
+            "regions": {}, "calls": Counter()}
+
+
+#: OTF2's metric mode bits (the ``_otf2`` bindings' MetricValueProperty and MetricTiming): the value's property in
+#: the low half-byte, its timing in the high one; and the asynchronous occurrence (not at enters and leaves).
+_VALUE_MASK, _TIMING_MASK = 15, 240
+_ACCUMULATED, _ABSOLUTE, _RELATIVE = 0, 1, 2
+_START, _POINT, _LAST, _NEXT = 0, 16, 32, 48
+_ASYNCHRONOUS = 2
+
+#: What a member's values mean, by its mode's value property and timing (OTF2's OTF2_MetricTiming_enum: START
+#: belongs to the interval since the measurement began, POINT to its instant only, LAST to the interval since the
+#: series' previous sample, NEXT to the one until its next).
+_MEANINGS = {
+    (_ACCUMULATED, _START): "cumulative: the count since the location's counters started (Score-P starts them at "
+                            "its initialisation, before main's Enter); a stretch's count is the value at its end "
+                            "minus the value at its start",
+    (_ACCUMULATED, _LAST): "per interval: the count since the series' previous sample",
+    (_ACCUMULATED, _NEXT): "per interval: the count from this sample to the series' next",
+    (_ACCUMULATED, _POINT): "an accumulated value valid at its instant only (no interval)",
+    (_ABSOLUTE, _POINT): "an absolute value (a rate, a temperature, ...) at its instant",
+    (_ABSOLUTE, _LAST): "an absolute value (a rate, a mean, ...) over the interval since the series' previous sample",
+    (_ABSOLUTE, _NEXT): "an absolute value (a rate, a mean, ...) over the interval to the series' next sample",
+    (_RELATIVE, _POINT): "a relative value at its instant",
+    (_RELATIVE, _LAST): "a relative value over the interval since the series' previous sample",
+    (_RELATIVE, _NEXT): "a relative value over the interval to the series' next sample",
+}
+
+
+def _enum_name(value) -> str:
+    """The name of one of the bindings' enum values (``ACCUMULATED_START``), else its number."""
+    return type(value)._names.get(int(value.value), str(int(value.value))) if hasattr(type(value), "_names") \
+        else str(value)
+
+
+class _Member:
+    """What a metric member's values are: name, unit, description, type, mode, value type and scale (base **
+    exponent), its class's occurrence, and whether it is a count whose stretches can be summed (:attr:`counted`:
+    accumulated with START, LAST or NEXT timing)."""
+
+    __slots__ = ("name", "unit", "description", "metric_type", "mode", "value_type", "scale", "occurrence",
+                 "property", "timing", "counted")
+
+    @classmethod
+    def of(cls, member, metric_class) -> _Member:
+        self = cls()
+        self.name, self.unit, self.description = member.name, member.unit or "", member.description or ""
+        self.metric_type, self.mode = _enum_name(member.metric_type), _enum_name(member.metric_mode)
+        self.value_type, self.occurrence = _enum_name(member.value_type), _enum_name(metric_class.occurrence)
+        mode = int(member.metric_mode.value)
+        self.property, self.timing = mode & _VALUE_MASK, mode & _TIMING_MASK
+        base = 10 if _enum_name(member.base) == "DECIMAL" else 2
+        exponent = int(member.exponent)
+        self.scale = base ** exponent if exponent >= 0 else float(base) ** exponent
+        self.counted = self.property == _ACCUMULATED and self.timing in (_START, _LAST, _NEXT)
+        return self
+
+    def meaning(self) -> dict:
+        """The member's entry of a rank's ``counter_series``, less its location and samples."""
+        return {"metric": self.name, "unit": self.unit, "description": self.description,
+                "metric_type": self.metric_type, "mode": self.mode, "occurrence": self.occurrence,
+                "value_type": self.value_type, "scale": self.scale,
+                "meaning": _MEANINGS.get((self.property, self.timing), f"mode {self.mode}")}
+
+
+class _RegionCounts:
+    """One location's counts sampled at its enters and leaves, and each region call's share of them.
+
+    ``latest``: per member, the archive time (ticks) of its last sample and the count up to then (the value of an
+    ACCUMULATED_START member; the running sum of an ACCUMULATED_LAST one, its sample included; of an
+    ACCUMULATED_NEXT one, its sample not yet included). A region's Enter / Leave takes the counts sampled at its own
+    timestamp (Score-P writes the Metric record just before it); a call whose Enter and Leave both have a member's
+    count gets the difference (its inclusive count), which is added to its region's sums: ``[calls measured,
+    inclusive count of the calls not inside a call of the same name (recursion counted once), exclusive count (the
+    inclusive count less its children's), calls whose exclusive count is known (every child measured)]``."""
+
+    __slots__ = ("latest", "running", "members")
+
+    def __init__(self):
+        self.latest: dict[int, tuple[int, object]] = {}
+        self.running: dict[int, object] = {}
+        self.members: set[int] = set()
+
+    def sample(self, ref: int, meaning: _Member, ticks: int, value) -> None:
+        self.members.add(ref)
+        if meaning.timing == _START:
+            self.latest[ref] = (ticks, value)
+        elif meaning.timing == _LAST:
+            self.running[ref] = self.running.get(ref, 0) + value
+            self.latest[ref] = (ticks, self.running[ref])
+        else:  # NEXT: this sample's count lies after its instant
+            before = self.running.get(ref, 0)
+            self.running[ref] = before + value
+            self.latest[ref] = (ticks, before)
+
+    def _at(self, ticks: int) -> dict:
+        return {ref: count for ref, (when, count) in self.latest.items() if when == ticks}
+
+    def enter(self, name: str, stack: list, ticks: int) -> list:
+        """A call's counts at its Enter, its children's inclusive counts, the members a child did not measure, and
+        whether it is the outermost call of its name on the stack."""
+        return [self._at(ticks), {}, set(), not any(frame[0] == name for frame in stack)]
+
+    def leave(self, frame: list, stack: list, ticks: int, regions: dict) -> None:
+        entered = frame[9]
+        measured = {}
+        if entered is not None:
+            at_enter, children, unmeasured, outermost = entered
+            at_leave = self._at(ticks)
+            for ref in at_enter.keys() & at_leave.keys():
+                inclusive = measured[ref] = at_leave[ref] - at_enter[ref]
+                sums = regions.get((frame[0], ref))
+                if sums is None:
+                    sums = regions[(frame[0], ref)] = [0, 0, 0, 0]
+                sums[0] += 1
+                if outermost:
+                    sums[1] += inclusive
+                if ref not in unmeasured:
+                    sums[2] += inclusive - children.get(ref, 0)
+                    sums[3] += 1
+        parent = stack[-1][9] if stack else None
+        if parent is not None:
+            for ref in self.members:
+                if ref in measured:
+                    parent[1][ref] = parent[1].get(ref, 0) + measured[ref]
+                else:
+                    parent[2].add(ref)
+
+
+def _series_names(series: dict) -> dict:
+    """Each series' counter name, by its (location name, member reference): the member's name, with the location in
+    brackets where the rank has the member's name from more than one (location, member)."""
+    by_name: dict[str, list] = {}
+    for key, (meaning, _, _) in series.items():
+        by_name.setdefault(meaning.name, []).append(key)
+    names = {}
+    for name, keys in by_name.items():
+        for label, ref in keys:
+            alone = len(keys) == 1
+            shared = sum(1 for other, _ in keys if other == label) > 1
+            names[(label, ref)] = (name if alone else f"{name} [{label}]") + (f" (member {ref})" if shared else "")
+    return names
+
+
+def _series_meanings(state: dict, names: dict) -> dict:
+    """The rank's ``counter_series`` entry: per counter name what its values are (:meth:`_Member.meaning`), the
+    location that recorded them, and how many samples."""
+    return {names[key]: {**meaning.meaning(), "location": key[0], "samples": len(times)}
+            for key, (meaning, times, _) in state["series"].items()}
+
+
+def _region_sums(state: dict, members: dict) -> list[dict]:
+    """The rank's ``region_counters`` entry: per region name and metric (summed over the rank's locations and
+    members of that name), its calls, the calls measured, the inclusive and exclusive counts (see
+    :class:`_RegionCounts`) and the calls whose exclusive count is known."""
+    sums: dict[tuple[str, str], list] = {}
+    units: dict[str, str] = {}
+    for (region, ref), (measured, inclusive, exclusive, known) in state["regions"].items():
+        meaning = members[ref]
+        units[meaning.name] = meaning.unit
+        row = sums.setdefault((region, meaning.name), [0, 0, 0, 0])
+        row[0] += measured
+        row[1] += inclusive
+        row[2] += exclusive
+        row[3] += known
+    return [{"region": region, "metric": metric, "unit": units[metric], "calls": state["calls"][region],
+             "measured_calls": row[0], "inclusive": row[1], "exclusive": row[2], "exclusive_calls": row[3]}
+            for (region, metric), row in sorted(sums.items())]
+
 
 def _rank_of(location) -> int:
     """The rank of a location: the number ending its group's name ("MPI Rank 3"), else the group's id."""
-    m = _RANK.search(location.group.name or "")
-    return int(m.group(1)) if m else int(location.group._ref)
+    return _rank_of_group(location.group)
+
+
+def _rank_of_group(group) -> int:
+    """The rank of a location group: the number ending its name ("MPI Rank 3"), else its id."""
+    m = _RANK.search(group.name or "")
+    return int(m.group(1)) if m else int(group._ref)
 
 
 def _read(path: Path, location_ref: int | None = None) -> tuple[_Fold, str | None, list]:
@@ -269,11 +513,20 @@ def _read_each_location(path: Path, where: list, whole: _Fold, damaged: list[tup
         whole.rank_events.update(fold.rank_events)
         whole.location_events.update(fold.location_events)
         whole.skipped.update(fold.skipped)
+        whole.meanings.update(fold.meanings)
         for r, state in fold.per_rank.items():
-            mine = whole.per_rank.setdefault(r, {"stacks": {}, "rows": [], "host": state["host"], "lanes": {}})
+            mine = whole.per_rank.setdefault(r, _new_state(state["host"]))
             codes = [mine["lanes"].setdefault(lane, len(mine["lanes"])) for lane in state["lanes"]]
             mine["rows"] += [(codes[row[0]], *row[1:]) for row in state["rows"]]
             mine["stacks"].update({codes[lane]: stack for lane, stack in state["stacks"].items()})
+            for key, (meaning, times, values) in state["series"].items():
+                _, had_times, had_values = mine["series"].setdefault(key, (meaning, [], []))
+                had_times += times
+                had_values += values
+            mine["calls"].update(state["calls"])
+            for key, sums in state["regions"].items():
+                had = mine["regions"].setdefault(key, [0, 0, 0, 0])
+                had[:] = [a + b for a, b in zip(had, sums, strict=True)]
     return whole
 
 
@@ -356,9 +609,20 @@ def read(path: Path, ctx: ImportContext):
                    "request": optional_integers([r[7] for r in rows], pa.int64())})
         if ctx.report is not None:
             ctx.report.intervals += len(timeline)
-        yield RankPart(rank=rank, timeline=timeline, clock="shared",
-                       info={"format": "otf2", "file": str(path), "host": state["host"],
-                             "time_base": "ns since the archive's global offset"})
+        info = {"format": "otf2", "file": str(path), "host": state["host"],
+                "time_base": "ns since the archive's global offset"}
+        counters = None
+        if state["series"]:
+            names = _series_names(state["series"])
+            order = sorted(state["series"], key=lambda key: names[key])
+            sample_names = [names[key] for key in order for _ in state["series"][key][1]]
+            times = np.array([t for key in order for t in state["series"][key][1]], dtype=np.int64)
+            values = np.array([float(v) for key in order for v in state["series"][key][2]], dtype=np.float64)
+            counters = counters_table(np.full(len(times), rank, dtype=np.int32), sample_names, times, values)
+            info["counter_series"] = _series_meanings(state, names)
+            if state["regions"]:
+                info["region_counters"] = _region_sums(state, fold.meanings)
+        yield RankPart(rank=rank, timeline=timeline, counters=counters, clock="shared", info=info)
 
 
 register(Importer("otf2", "OTF2 archive (anchor file .otf2; needs the otf2 package)", read=read, sniff=sniff,
