@@ -7,12 +7,12 @@ A store's *capabilities* (:data:`CAPABILITIES`) come from its manifest and its M
   importer laid end to end: their sums per category are the file's, their order and start times are invented.
 * ``aggregates``: every rank holds per-call totals only.
 * ``totals``: time per category per rank over the whole run (a timeline or aggregates both give it).
-* ``messages``: point-to-point calls with a partner rank on two or more ranks of a timeline (Late Sender, Late
-  Receiver, a parameter server's star).
+* ``messages``: point-to-point calls (MPI_Sendrecv among them, :data:`~ddltrace.analyses.wait_states.P2P`) with a
+  partner rank on two or more ranks of a timeline (Late Sender, Late Receiver, a parameter server's star).
 * ``collectives``: collective calls on two or more ranks of a timeline (Wait at Barrier, Wait at N x N, ...).
 * ``mpi_calls``: ``messages`` or ``collectives``.
 * ``p2p_partners``: the partner of every point-to-point call: a timeline's calls (a call not there was not made),
-  or per-call totals that name the partner rank (IPM's hash entries), on at least one rank.
+  or per-call totals that name the partner rank (IPM's hash entries, MPI_Sendrecv's too), on at least one rank.
 * ``hosts``: ranks on two or more hosts (the manifest's ``host`` of each rank), for the analyses across nodes.
 * ``open_calls``: a rank stopped inside an MPI call (the manifest's ``open_calls`` of a rank, which the PMPI
   collector's records give when the job was interrupted or killed).

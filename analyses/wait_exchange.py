@@ -38,9 +38,12 @@ import pandas as pd
 from ddltrace.analyses.phases import PHASES, RankPhases
 from ddltrace.analyses.wait_states import (
     BARRIER,
+    BLOCKING_RECEIVES,
     COLLECTIVE_NAMES,
     COLLECTIVES,
     COLUMNS,
+    MESSAGE_RECEIVES,
+    MESSAGE_SENDS,
     MISSING,
     N_TO_1,
     N_TO_N,
@@ -50,7 +53,6 @@ from ddltrace.analyses.wait_states import (
     P2P,
     PATTERNS,
     PROBES,
-    RECV_BLOCKING,
     RECV_NONBLOCKING,
     RELEVANT,
     SEND_BLOCKING,
@@ -75,7 +77,7 @@ INBOX = np.dtype([("rank", "<i4"), ("name", "i1"), ("start_ns", "<i8"), ("peer",
 #: The columns of a wait-state summary: time (ns) and instances per rank, pattern, partner (-1: none) and phase.
 SUMMARY_COLUMNS = ["pattern", "rank", "peer", "phase", "instances", "time_ns"]
 _NUMERIC = ["start_ns", "end_ns", "peer", "tag", "comm", "request", "bytes"]
-_PARTNERED = np.array(sorted(SEND_BLOCKING | SEND_NONBLOCKING | RECV_BLOCKING | RECV_NONBLOCKING), dtype=object)
+_PARTNERED = np.array(sorted(MESSAGE_SENDS | MESSAGE_RECEIVES), dtype=object)
 
 
 class WaitStateExchange:
@@ -219,8 +221,8 @@ def _table(names) -> np.ndarray:
 
 #: Per group of names, a table of the name codes in it (``_IS[group][codes]``: a mask, one look-up per call).
 _IS = {group: _table(names) for group, names in (
-    ("recv", RECV_BLOCKING | RECV_NONBLOCKING), ("send", SEND_BLOCKING | SEND_NONBLOCKING),
-    ("late_sender", RECV_BLOCKING), ("late_receiver", SEND_BLOCKING), ("post", SEND_NONBLOCKING | RECV_NONBLOCKING),
+    ("recv", MESSAGE_RECEIVES), ("send", MESSAGE_SENDS),
+    ("late_sender", BLOCKING_RECEIVES), ("late_receiver", SEND_BLOCKING), ("post", SEND_NONBLOCKING | RECV_NONBLOCKING),
     ("wait", WAITS), ("probe", PROBES), ("barrier", BARRIER), ("nxn", N_TO_N), ("n_to_1", N_TO_1),
     ("one_to_n", ONE_TO_N), ("partnered", _PARTNERED))}
 _COLLECTIVE_CODE = np.array([COLLECTIVE_NAMES.index(n) if n in COLLECTIVES else -1 for n in NAMES], np.int16)

@@ -6,10 +6,10 @@ Each pattern is time a rank spends blocked inside an MPI call because another ra
 ================== =========================================================================================
 pattern            time (charged to the waiting rank)
 ================== =========================================================================================
-late_sender        blocking receive (MPI_Recv/Mrecv, or the MPI_Wait* completing an Irecv/Imrecv) entered before the
-                   matching send: ``min(enter(send), leave(recv)) - enter(recv)``; for a Wait* completing
-                   several receives only the latest sender counts. A blocking MPI_Probe or MPI_Mprobe that
-                   returned a message waits for that message's send the same way:
+late_sender        blocking receive (MPI_Recv/Mrecv, the MPI_Wait* completing an Irecv/Imrecv, or the receive half of an
+                   MPI_Sendrecv) entered before the matching send: ``min(enter(send), leave(recv)) - enter(recv)``;
+                   for a Wait* completing several receives only the latest sender counts. A blocking MPI_Probe or
+                   MPI_Mprobe that returned a message waits for that message's send the same way:
                    ``min(enter(send), leave(probe)) - enter(probe)`` (the instance is named after the probe);
                    MPI_Iprobe / MPI_Improbe polling is not counted (see docs/ANALYSES.md)
 late_receiver      blocking send (MPI_Send/Ssend/Bsend/Rsend, or the Wait* completing an Isend) entered before the
@@ -34,6 +34,16 @@ probe's communicator, source and tag: the PMPI reader gives them). Collectives a
 each communicator: the k-th collective call of every rank on communicator c is one instance; ``peer`` is the root of
 rooted ones.
 Names ending in ``_c`` (MPI-4 large count) count as their base name.
+
+MPI_Sendrecv (and _replace) is a send and a receive in one call. Its row is its send half, ``peer`` the destination
+and ``tag`` the send tag (as the PMPI collector and IPM record it): matched as a send entered at the call's entry, so
+a receive that waits for it counts Late Sender. Not Late Receiver: the call's time also holds its own receive's wait,
+so its send half is not taken as a blocking send. Its receive half is matched where the store holds it: the row of no
+duration the PMPI collector writes at the call's exit (:data:`SENDRECV_RECEIVED`: ``peer`` the message's source,
+``tag`` its tag), which :func:`mpi_calls` gives as a blocking receive over the call's time (:data:`RECEIVE_HALF`):
+``min(enter(send), leave(Sendrecv)) - enter(Sendrecv)`` is its Late Sender, and a blocking send to it that waits
+for the call's entry counts Late Receiver. Without receive halves (IPM; PMPI records made before the collector wrote
+them) a Sendrecv's receive is not matched: a ring of Sendrecvs alone then shows no wait state.
 """
 
 from __future__ import annotations
@@ -57,12 +67,22 @@ N_TO_N = frozenset({"MPI_Allreduce", "MPI_Allgather", "MPI_Allgatherv", "MPI_All
 N_TO_1 = frozenset({"MPI_Reduce", "MPI_Gather", "MPI_Gatherv"})
 ONE_TO_N = frozenset({"MPI_Bcast", "MPI_Scatter", "MPI_Scatterv"})
 COLLECTIVES = BARRIER | N_TO_N | N_TO_1 | ONE_TO_N
-P2P = SEND_BLOCKING | SEND_NONBLOCKING | RECV_BLOCKING | RECV_NONBLOCKING
-#: Send and receive in one call: kept by :func:`mpi_calls` for the traffic between nodes (their ``peer`` is the
-#: destination, their ``bytes`` as the collector counted them), but not in :data:`P2P`: no wait state is matched
-#: on them (their receive's source is not recorded).
+#: Send and receive in one call (see the module's docstring): its row's ``peer`` is the destination, its ``bytes`` as
+#: the collector counted them.
 SENDRECV = frozenset({"MPI_Sendrecv", "MPI_Sendrecv_replace"})
-RELEVANT = P2P | SENDRECV | WAITS | PROBES | COLLECTIVES
+#: Point-to-point calls, MPI_Sendrecv among them (before 2026-11-26 it was not: a store whose only calls with a
+#: partner were Sendrecvs held no ``messages`` and its wait states were not made).
+P2P = SEND_BLOCKING | SEND_NONBLOCKING | RECV_BLOCKING | RECV_NONBLOCKING | SENDRECV
+#: The timeline's row for the receive half of a Sendrecv: no duration, at the call's exit, on its lane; ``peer`` the
+#: message's source, ``tag`` its tag (the PMPI collector's; collectors/pmpi/table.py names it the same).
+SENDRECV_RECEIVED = "ddltrace_sendrecv_received"
+#: That receive half among :func:`mpi_calls`' rows: a blocking receive from the call's entry to its exit.
+RECEIVE_HALF = "MPI_Sendrecv receive half"
+#: The calls matched as sends and as receives of one message (:func:`match_messages`), and the receives that block.
+MESSAGE_SENDS = SEND_BLOCKING | SEND_NONBLOCKING | SENDRECV
+MESSAGE_RECEIVES = RECV_BLOCKING | RECV_NONBLOCKING | {RECEIVE_HALF}
+BLOCKING_RECEIVES = RECV_BLOCKING | {RECEIVE_HALF}
+RELEVANT = P2P | {RECEIVE_HALF} | WAITS | PROBES | COLLECTIVES
 
 PATTERNS: dict[str, str] = {
     "late_sender": "Late Sender",
@@ -89,24 +109,51 @@ def mpi_calls(timeline: pd.DataFrame) -> pd.DataFrame:
     """The rows wait-state analysis needs (point-to-point, waits, blocking probes, collectives), in compact form.
 
     Columns rank, name (base name), start_ns, end_ns, peer, tag, comm, request, bytes (int64; :data:`MISSING`
-    where missing).
+    where missing). The receive half of a Sendrecv (:data:`SENDRECV_RECEIVED`) comes after the calls, named
+    :data:`RECEIVE_HALF`, over its call's time (:func:`receive_halves`).
     Call it rank by rank while streaming a store and concatenate: memory stays at the MPI calls.
     """
     codes, uniques = pd.factorize(timeline["name"], use_na_sentinel=False)
     base = np.array([base_name(n) if isinstance(n, str) else n for n in uniques], dtype=object)  # once per name
     keep = np.isin(base, list(RELEVANT))[codes] if len(codes) else np.zeros(0, dtype=bool)
-    part = timeline[keep]
+    out = _call_rows(timeline[keep], base[codes[keep]])
+    if (out["name"] == "MPI_Mrecv").any():
+        _mrecv_communicators(out, timeline[np.isin(base, list(MATCHED_PROBES))[codes]])
+    if SENDRECV_RECEIVED in set(base) and out["name"].isin(SENDRECV).any():
+        out = pd.concat([out, receive_halves(timeline, codes, base)], ignore_index=True)
+    return out
+
+
+def _call_rows(part: pd.DataFrame, names: np.ndarray, start=None, end=None) -> pd.DataFrame:
+    """The columns of :func:`mpi_calls` of the timeline rows ``part`` named ``names``; ``start`` and ``end`` (ns):
+    their times where not the rows' own."""
     out = pd.DataFrame({
         "rank": part["rank"].to_numpy(np.int64),
-        "name": base[codes[keep]],
-        "start_ns": part["start_ns"].to_numpy(np.int64),
-        "end_ns": (part["start_ns"] + part["dur_ns"]).to_numpy(np.int64),
+        "name": names,
+        "start_ns": part["start_ns"].to_numpy(np.int64) if start is None else start,
+        "end_ns": (part["start_ns"] + part["dur_ns"]).to_numpy(np.int64) if end is None else end,
     })
     for column in ("peer", "tag", "comm", "request", "bytes"):
         out[column] = part[column].astype("Int64").fillna(MISSING).to_numpy(np.int64)
-    if (out["name"] == "MPI_Mrecv").any():
-        _mrecv_communicators(out, timeline[np.isin(base, list(MATCHED_PROBES))[codes]])
     return out
+
+
+def receive_halves(timeline: pd.DataFrame, codes: np.ndarray, base: np.ndarray) -> pd.DataFrame:
+    """The receive halves (:data:`SENDRECV_RECEIVED` rows) of one rank's ``timeline`` as calls named
+    :data:`RECEIVE_HALF` from their Sendrecv's entry to its exit (ns): each half's call is the Sendrecv or _replace
+    on its lane that ended where the half is (the collector writes it at the call's exit); a half whose call is not
+    in the timeline is left out. ``codes`` and ``base``: the rows' names as :func:`mpi_calls` factorised them."""
+    halves = timeline[(base == SENDRECV_RECEIVED)[codes]]
+    calls = timeline[np.isin(base, list(SENDRECV))[codes]]
+    lane = pd.concat([halves["lane"], calls["lane"]]).astype("string").fillna("")
+    ends = pd.DataFrame({"lane": lane.iloc[len(halves):].to_numpy(object),
+                         "at": (calls["start_ns"] + calls["dur_ns"]).to_numpy(np.int64),
+                         "enter": calls["start_ns"].to_numpy(np.int64)})
+    found = pd.DataFrame({"lane": lane.iloc[:len(halves)].to_numpy(object),
+                          "at": halves["start_ns"].to_numpy(np.int64), "row": np.arange(len(halves))}
+                         ).merge(ends.drop_duplicates(["lane", "at"], keep=False), on=["lane", "at"])
+    return _call_rows(halves.iloc[found["row"].to_numpy()], RECEIVE_HALF, found["enter"].to_numpy(np.int64),
+                      found["at"].to_numpy(np.int64))
 
 
 def _mrecv_communicators(calls: pd.DataFrame, probes: pd.DataFrame) -> None:
@@ -180,9 +227,10 @@ def _fifo(frame: pd.DataFrame, key: list[str]) -> pd.DataFrame:
 def match_messages(calls: pd.DataFrame) -> pd.DataFrame | None:
     """Each send matched to its receive (see Matching above): one row per message, the columns of
     :func:`mpi_calls` suffixed ``_s`` (the send) and ``_r`` (the receive), ``src``, ``dst``, ``seq`` and ``idx_s``,
-    ``idx_r`` (the calls' index in ``calls``); None when ``calls`` holds no sends or no receives with a partner."""
-    sends = calls[calls["name"].isin(SEND_BLOCKING | SEND_NONBLOCKING) & (calls["peer"] >= 0)]
-    recvs = calls[calls["name"].isin(RECV_BLOCKING | RECV_NONBLOCKING) & (calls["peer"] >= 0)]
+    ``idx_r`` (the calls' index in ``calls``); None when ``calls`` holds no sends or no receives with a partner.
+    A Sendrecv's row is a send, its receive half (:data:`RECEIVE_HALF`) a receive."""
+    sends = calls[calls["name"].isin(MESSAGE_SENDS) & (calls["peer"] >= 0)]
+    recvs = calls[calls["name"].isin(MESSAGE_RECEIVES) & (calls["peer"] >= 0)]
     if not len(sends) or not len(recvs):
         return None
     sends = _fifo(sends.assign(src=sends["rank"], dst=sends["peer"], idx=sends.index), ["comm", "src", "dst", "tag"])
@@ -221,7 +269,7 @@ def probe_receives(calls: pd.DataFrame) -> pd.DataFrame:
     Matching above): columns ``probe`` and ``recv``, indices into ``calls``; probes with no receive after them on
     their channel are left out."""
     probes = calls[calls["name"].isin(PROBES) & (calls["peer"] >= 0)]
-    recvs = calls[calls["name"].isin(RECV_BLOCKING | RECV_NONBLOCKING) & (calls["peer"] >= 0)]
+    recvs = calls[calls["name"].isin(MESSAGE_RECEIVES) & (calls["peer"] >= 0)]
     if not len(probes) or not len(recvs):
         return pd.DataFrame({"probe": np.zeros(0, np.int64), "recv": np.zeros(0, np.int64)})
     key = ["rank", "comm", "peer", "tag"]
@@ -238,19 +286,21 @@ def point_to_point(calls: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=COLUMNS)
     done = completions(calls)
     out = [_probe_late_senders(calls, pairs)]
-    # the call that blocks each side: itself if blocking, else the Wait* that completed it
+    # the call that blocks each side: itself if blocking, else the Wait* that completed it; a Sendrecv's send half
+    # blocks as neither (its call's time holds its receive's wait: see the module's docstring)
     for side, other, pattern in (("r", "s", "late_sender"), ("s", "r", "late_receiver")):
-        blocking = pairs[f"name_{side}"].isin(RECV_BLOCKING | SEND_BLOCKING).to_numpy()
+        mine = pairs if side == "r" else pairs[~pairs["name_s"].isin(SENDRECV)]
+        blocking = mine[f"name_{side}"].isin(BLOCKING_RECEIVES | SEND_BLOCKING).to_numpy()
         frame = pd.DataFrame({
-            "rank": pairs[f"rank_{side}"].to_numpy(), "peer": pairs[f"rank_{other}"].to_numpy(),
-            "comm": pairs["comm"].to_numpy(), "other_enter": pairs[f"start_ns_{other}"].to_numpy(),
-            "name": pairs[f"name_{side}"].to_numpy(dtype=object),
-            "enter": pairs[f"start_ns_{side}"].to_numpy(), "leave": pairs[f"end_ns_{side}"].to_numpy(),
-            "call": pairs[f"idx_{side}"].to_numpy(),
+            "rank": mine[f"rank_{side}"].to_numpy(), "peer": mine[f"rank_{other}"].to_numpy(),
+            "comm": mine["comm"].to_numpy(), "other_enter": mine[f"start_ns_{other}"].to_numpy(),
+            "name": mine[f"name_{side}"].to_numpy(dtype=object),
+            "enter": mine[f"start_ns_{side}"].to_numpy(), "leave": mine[f"end_ns_{side}"].to_numpy(),
+            "call": mine[f"idx_{side}"].to_numpy(),
         })
         nb = ~blocking
         if nb.any():
-            posted = pairs.loc[nb, f"idx_{side}"].to_numpy()
+            posted = mine.loc[nb, f"idx_{side}"].to_numpy()
             known = np.isin(posted, done.index)
             rows = np.flatnonzero(nb)
             frame = frame.drop(index=rows[~known])
