@@ -593,6 +593,7 @@ def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_co
         counters[rank] = make_counters(pd.concat([counters[rank], frame], ignore_index=True)) if rank in counters \
             else frame
     ranks: dict[int, str] = {}
+    seen_after: dict[int, int] = {}  # rank: ns it was seen alive after its last call (_alive_after_last_call)
     calls = 0
     framework_of = {fw_ranks[i]: part for i, part in enumerate(fw_parts)}
     progress.total = sum(len(rr.records) for rr in rank_records)
@@ -603,6 +604,11 @@ def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_co
         timeline = to_timeline(rr, end_ns=end_ns + rr.test_offset_ns if rr.ended != "normal" else None)
         calls += int(((timeline["source"] == "pmpi") & ~timeline["name"].isin(NOT_CALLS)).sum())
         info = {}
+        tail = _alive_after_last_call(rr, timeline, counters.get(rr.rank), end_ns)
+        if tail is not None:  # (an abrupt rank that stopped outside MPI: its time after its last call, as seen)
+            timeline = make_timeline(pd.concat([timeline, tail], ignore_index=True))
+            info["seen_alive_until_ns"] = int(tail["start_ns"].iloc[0] + tail["dur_ns"].iloc[0])
+            seen_after[rr.rank] = int(tail["dur_ns"].iloc[0])
         if rr.rank in framework_of:  # the same process's framework events, beside its MPI calls
             part = framework_of.pop(rr.rank)
             timeline = make_timeline(pd.concat([timeline, part.timeline.assign(rank=rr.rank)], ignore_index=True))
@@ -655,6 +661,12 @@ def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_co
         notes.append(no_record_note(missing, world, mpi, run.get("missing_nodes")))
     if interrupted:
         notes.append(_interrupted_note(ranks, interrupted_ns, start_ns))
+    if seen_after:
+        notes.append(f"rank {_rank_list(sorted(seen_after))} ended abruptly outside any MPI call: the time from "
+                     "its last call to the last sample that saw its process alive (up to "
+                     f"{format_ns(max(seen_after.values()))}; `seen_alive_until_ns` in its entry) is kept as "
+                     f"'{OUTSIDE_MPI}' (source launcher), so that its span holds it; when it died after that sample is "
+                     "not known (within a sampling interval, unless its node's agent stopped first)")
     if mpi and not rank_records and not fw_parts:
         notes.append("no rank wrote a PMPI record file: the job never called MPI_Init under the wrapper "
                      "(not an MPI program, or a launcher that drops LD_PRELOAD)")
@@ -667,6 +679,29 @@ def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_co
     store.manifest["run"]["mpi_calls"] = calls
     store.save_manifest()
     return store
+
+
+def _alive_after_last_call(rr: RankRecords, timeline: pd.DataFrame, counters: pd.DataFrame | None,
+                           end_ns: int) -> pd.DataFrame | None:
+    """The row that keeps an abrupt rank's time after its last MPI call, where no call was open when it stopped
+    (an open call already lasts to the job's end): ``outside MPI`` on its main lane, from its last call's end to the
+    last sample that saw its process alive (resident memory above 0: a killed process's zombie has none; at most
+    ``end_ns``, the job's end). Before, the rank's span ended at its last call: a node killed 3 s after the ranks'
+    last calls left every rank of the run (the other node's too, stopped by the launcher at the job's end) with a
+    span of 0.1 s. None where no sample saw the process after its last call (no samples: a recovery without them)."""
+    if rr.ended == "normal" or rr.open_calls or counters is None or not len(counters) or not len(timeline):
+        return None
+    seen = counters.loc[(counters["name"] == "rss_bytes") & (counters["value"] > 0), "t_ns"]
+    main = timeline[timeline["lane"] == "main"]
+    if not len(seen) or not len(main):
+        return None
+    last = int((main["start_ns"] + main["dur_ns"]).max())
+    alive = min(int(seen.max()), end_ns)
+    if alive <= last:
+        return None
+    return make_timeline(pd.DataFrame({"rank": [rr.rank], "lane": ["main"], "name": [OUTSIDE_MPI],
+                                       "category": ["compute"], "start_ns": [last], "dur_ns": [alive - last],
+                                       "source": ["launcher"]}))
 
 
 def _mpi_ended(rr: RankRecords, timeline: pd.DataFrame, interrupted_ns: int | None) -> str:
