@@ -157,6 +157,9 @@ class _Fold:
         self.rank_events: Counter = Counter()
         self.location_events: Counter = Counter()  # by the location's reference
         self.meanings: dict[int, _Member] = {}  # by the metric member's reference
+        from otf2.definitions import Location, LocationGroup, MetricInstance
+
+        self._instance, self._location, self._group = MetricInstance, Location, LocationGroup
 
     def state(self, rank: int) -> dict:
         """The rank's fold state, made empty on first use."""
@@ -239,12 +242,12 @@ class _Fold:
         counts. A metric instance's values belong to its scope: a location, or a location group (a rank); one
         scoped to a system-tree node or a group of locations is no one rank's, and is counted as skipped."""
         metric = event.metric
-        of_class = not hasattr(metric, "metric_class")
+        of_class = not isinstance(metric, self._instance)
         if not of_class:
             scope = metric.scope
-            if hasattr(scope, "group"):  # a Location
+            if isinstance(scope, self._location):
                 state, label = self.state(_rank_of(scope)), scope.name or f"location {scope._ref}"
-            elif hasattr(scope, "system_tree_parent"):  # a LocationGroup
+            elif isinstance(scope, self._group):
                 state, label = self.state(_rank_of_group(scope)), scope.name or f"location group {scope._ref}"
             else:
                 self.skipped["OTF2 Metric records of a metric instance scoped to a system-tree node or a group "
