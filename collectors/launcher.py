@@ -568,7 +568,10 @@ def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_co
                                                                          "cpu_s_total")} for node in nodes}
     if links:
         run["node_links"] = node_clock.link_summary(links)
-        notes.extend(node_clock.lost_notes(links, str(cfg.out)))
+        for host, node in links.items():  # how a lost link ended (collectors/node_link.py's Gatherer.wait)
+            if node.get("lost") and host in run["node_links"]:
+                run["node_links"][host]["lost"] = node["lost"]
+        notes.extend(_link_notes(links, str(cfg.out)))
         missing = {h: n.get("part") for h, n in links.items() if n.get("state") != "complete" and not n.get("shared")}
         if missing:
             run["missing_nodes"] = missing  # host: the folder on that node holding its part
@@ -702,6 +705,27 @@ def _alive_after_last_call(rr: RankRecords, timeline: pd.DataFrame, counters: pd
     return make_timeline(pd.DataFrame({"rank": [rr.rank], "lane": ["main"], "name": [OUTSIDE_MPI],
                                        "category": ["compute"], "start_ns": [last], "dur_ns": [alive - last],
                                        "source": ["launcher"]}))
+
+
+def _link_notes(links: dict[str, dict], store: str) -> list[str]:
+    """A note per node whose link did not complete: a node-local part not gathered
+    (:func:`~ddltrace.collectors.node_clock.lost_notes`), or, with the record folder shared, what ended the agent's
+    link. Before, the latter read "its agent's link broke" for an agent that was killed (its end closed the
+    connection: nothing broke), beside the note that the agent ended before writing its samples."""
+    shared = {host: node for host, node in links.items() if node.get("shared") and node.get("state") != "complete"}
+    notes = node_clock.lost_notes({h: n for h, n in links.items() if h not in shared}, store)
+    kept = "its part is in the shared record folder and is read from there, as every node's"
+    for host, node in sorted(shared.items()):
+        error, how = node.get("error") or "no reason given", node.get("lost")
+        if how == "closed":
+            said = (f"its agent ended before it was done: its end of the link to this process closed early ({error}), "
+                    "as it does when the agent is killed or dies, or its node goes down")
+        elif how == "silent":
+            said = f"its agent said nothing after the job ({error}): still writing, stuck, or its node unreachable"
+        else:
+            said = f"its agent's link to this process failed ({error})"
+        notes.append(f"node {host}: {said}; {kept}; the clock measurements the agent sends at its end did not come")
+    return notes
 
 
 def _mpi_ended(rr: RankRecords, timeline: pd.DataFrame, interrupted_ns: int | None) -> str:

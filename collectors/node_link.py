@@ -189,7 +189,7 @@ class Gatherer:
             while True:
                 op = conn.recv(1, socket.MSG_PEEK)
                 if not op:
-                    raise ConnectionError("connection closed before the node's part was complete")
+                    raise ConnectionError("the node closed the connection before its part was complete")
                 if op == b"P":
                     conn.recv(1)
                     conn.sendall(_NS.pack(time.time_ns()))
@@ -207,7 +207,12 @@ class Gatherer:
                     return
         except (OSError, ValueError, KeyError, ConnectionError) as exc:
             if node["state"] not in ("complete", "lost"):
-                node.update(state="lost", error=f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+                # closed: the node's end closed it (the agent ended: killed, died, its node down), or reset it;
+                # refused: it sent what this process does not take; error: this side failed (a file not written)
+                lost = "closed" if isinstance(exc, ConnectionError) else \
+                    "refused" if isinstance(exc, (ValueError, KeyError)) else "error"
+                node.update(state="lost", lost=lost,
+                            error=f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
         finally:
             if greeting:
                 with self._lock:
@@ -244,7 +249,9 @@ class Gatherer:
     def wait(self, timeout_s: float) -> dict[str, dict]:
         """Wait until every node that said hello has completed or is lost, at most ``timeout_s`` s without
         word from the pending nodes (a message, a piece of a file, a keep-alive); then stop listening. The
-        nodes, by host."""
+        nodes, by host: a lost one has ``error`` (what happened) and ``lost``, how: "closed" (its end closed or
+        reset the connection: the agent ended before it was done, killed or dead, or its node went down),
+        "silent" (no word for ``timeout_s``), "refused" (it sent what is not taken), "error" (this side failed)."""
         deadline = time.monotonic() + timeout_s
         last = -1
         while time.monotonic() < deadline:
@@ -261,7 +268,8 @@ class Gatherer:
         with self._lock:
             for node in self.nodes.values():
                 if node["state"] in ("running", "gathering"):
-                    node.update(state="lost", error=f"no word from the node for {timeout_s:g} s after the job")
+                    node.update(state="lost", lost="silent",
+                                error=f"no word from the node for {timeout_s:g} s after the job")
             return {host: {k: v for k, v in node.items() if k != "heard"} for host, node in self.nodes.items()}
 
     def close(self) -> None:

@@ -1,7 +1,8 @@
 """A node killed in the middle of a 2-node run whose record folder is shared: every rank's time after its last MPI
 call is in its span, to the last sample that saw its process alive. Before, the run's ranks (the surviving node's
 too, stopped by the launcher when the node died, 3 s after their last call) had spans of 0.1 s: ``info``'s time span
-read 103 ms of a 3.7 s run.
+read 103 ms of a 3.7 s run. And the dead node's agent, whose link closed as it died, is said to have ended (before:
+"its agent's link broke").
 
 Needs root, iproute2, util-linux and MPICH; skips with the reason where any is missing."""
 
@@ -72,3 +73,8 @@ def test_a_killed_nodes_run_keeps_every_ranks_time_after_its_last_call(tmp_path)
             assert summary.ranks[rank].span_ns >= 2.5e9, (rank, summary.ranks[rank].span_ns)
     assert summary.span_ns >= 2.5e9, out
     assert any(n.startswith("rank 0, 1, 2, 3 ended abruptly outside any MPI call") for n in store.manifest["notes"])
+    # the dead node's agent closed its link as it died: no note says the link broke (tests/test_node_link_lost_s19.py)
+    notes = [n for n in store.manifest["notes"] if n.startswith(f"node {victim}:")]
+    assert not any("broke" in n for n in notes), notes
+    assert any(n.startswith(f"node {victim}: its agent ended before it was done") for n in notes), notes
+    assert store.run["node_links"][victim]["lost"] == "closed"
