@@ -8,7 +8,15 @@ from __future__ import annotations
 
 import re
 
-from ddltrace.collectors.pmpi.table import PSEUDO, REQUEST_DONE, WRAPPERS, Wrapper, names, table_hash
+from ddltrace.collectors.pmpi.table import (
+    PSEUDO,
+    REQUEST_DONE,
+    SENDRECV_RECEIVED,
+    WRAPPERS,
+    Wrapper,
+    names,
+    table_hash,
+)
 
 _PLAIN = {"COUNTS": "const int {}[]", "DISPLS": "const int {}[]", "COUNT": "int {}"}
 _LARGE = {"COUNTS": "const MPI_Count {}[]", "DISPLS": "const MPI_Aint {}[]", "COUNT": "MPI_Count {}"}
@@ -96,6 +104,7 @@ def generate(available: set[str] | None = None) -> str:
         f"#define DDLT_TABLE_HASH {table_hash()}u",
         f"#define DDLT_FN_CLOCK_SYNC {ids[PSEUDO[0][0]]}",
         f"#define DDLT_FN_REQUEST_DONE {ids[REQUEST_DONE]}",
+        f"#define DDLT_FN_SENDRECV_RECEIVED {ids[SENDRECV_RECEIVED]}",
         '#include "runtime.c"',
         "",
     ]

@@ -6,6 +6,13 @@ whether MPI_Finalize returned (``ended`` "normal") or not ("abrupt").
 
 Times are converted to the common clock (rank 0's) with the offsets the runtime measured at MPI_Init and
 MPI_Finalize, interpolated linearly in between (drift); without a finalize measurement the init offset holds.
+
+An MPI_Sendrecv (or _replace) is two rows of the timeline, as it is two records of the file: the call (its send half:
+``bytes`` sent, ``peer`` its destination, ``tag`` its send tag, its duration) and, at its exit, a row of no duration
+named :data:`~ddltrace.collectors.pmpi.table.SENDRECV_RECEIVED` (its receive half: ``bytes`` received, ``peer`` the
+source of the message, ``tag`` its tag), so that each byte of an exchange is counted once as sent, by the call that
+sent it, and once as received (:mod:`~ddltrace.analyses.node_traffic`). Files written before the receive halves
+existed (:attr:`RankRecords.sendrecv_split` False) give a Sendrecv's ``bytes`` as what it sent and received together.
 """
 
 from __future__ import annotations
@@ -17,7 +24,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ddltrace.collectors.pmpi.table import REQUEST_DONE, categories, names, polls, table_hashes
+from ddltrace.collectors.pmpi.table import (
+    REQUEST_DONE,
+    SENDRECV_RECEIVED,
+    categories,
+    names,
+    polls,
+    table_hashes,
+)
 from ddltrace.errors import DdltraceError
 from ddltrace.timeline import make_timeline
 
@@ -76,6 +90,14 @@ class RankRecords:
     #: ``request`` the request, ``aux`` its message's bytes (-1 unknown), ``peer`` and ``tag`` its status's, ``t0`` and
     #: ``t1`` the completing call's exit (files written before the runtime made them have none)
     completions: np.ndarray = field(default_factory=lambda: np.zeros(0, RECORD_DTYPE), repr=False)
+    #: the receive halves of the rank's MPI_Sendrecv and MPI_Sendrecv_replace calls, one
+    #: :data:`~ddltrace.collectors.pmpi.table.SENDRECV_RECEIVED` record each, apart from the calls in ``records``:
+    #: ``peer``, ``tag`` and ``bytes`` (-1 unknown) of the message received, ``comm`` the call's, ``t0`` and ``t1`` the
+    #: call's exit
+    received: np.ndarray = field(default_factory=lambda: np.zeros(0, RECORD_DTYPE), repr=False)
+    #: whether the wrapper recorded a Sendrecv's bytes sent, its receive half apart (``received``); False for a file
+    #: written before it did: a Sendrecv's ``bytes`` are what it sent and received together
+    sendrecv_split: bool = True
 
     @property
     def ended(self) -> str:
@@ -147,11 +169,13 @@ def read_records(path: str | Path) -> RankRecords:
         raise DdltraceError(f"{path}: record with unknown function id {int(records['fn'].max())}")
     syncs = [ClockSync(*sync_values[4 * i:4 * i + 4]) for i in range(min(max(n_sync, 0), 2))]
     done = records["fn"] == _ID[REQUEST_DONE]
+    halves = records["fn"] == _ID[SENDRECV_RECEIVED]
     return RankRecords(path=path, rank=rank, world_size=world, pid=pid, state=state, main_tid=main_tid,
                        host=host.split(b"\0")[0].decode(errors="replace"),
                        library=library.split(b"\0")[0].decode(errors="replace"),
-                       test_offset_ns=test_offset, syncs=syncs, records=records[~done],
-                       lost=max(int(n_slots) - available, 0), completions=records[done])
+                       test_offset_ns=test_offset, syncs=syncs, records=records[~done & ~halves],
+                       lost=max(int(n_slots) - available, 0), completions=records[done], received=records[halves],
+                       sendrecv_split=thash in table_hashes(SENDRECV_RECEIVED))
 
 
 def ticks_to_ns(ticks: np.ndarray, pairs: np.ndarray) -> np.ndarray:
@@ -170,8 +194,10 @@ def ticks_to_ns(ticks: np.ndarray, pairs: np.ndarray) -> np.ndarray:
 
 
 def to_timeline(rr: RankRecords, *, end_ns: int | None = None, align: bool = True) -> pd.DataFrame:
-    """The rank's timeline: one row per MPI call (source "pmpi") plus the gaps between calls on the thread
-    that initialised MPI, as category "compute" named "outside MPI" (IPM's view: wall time minus MPI time).
+    """The rank's timeline: one row per MPI call (source "pmpi"), a row of no duration at the exit of each
+    MPI_Sendrecv (and _replace) for its receive half (:data:`~ddltrace.collectors.pmpi.table.SENDRECV_RECEIVED`, see
+    the module's docstring), plus the gaps between calls on the thread that initialised MPI, as category "compute"
+    named "outside MPI" (IPM's view: wall time minus MPI time).
 
     A call still open when the rank died lasts until ``end_ns`` (local ns; default: its own start).
     ``align`` puts times on rank 0's clock.
@@ -210,7 +236,8 @@ def to_timeline(rr: RankRecords, *, end_ns: int | None = None, align: bool = Tru
     is_poll = np.isin(fn, _POLL_IDS)
     missed = is_poll & ((rec["flags"] & COMPLETED) == 0)
     gaps = _outside_mpi(t0[main], t1[main], rr.rank, missed[main], is_poll[main])
-    frame = pd.concat([frame, gaps], ignore_index=True) if len(gaps) else frame
+    halves = _receive_halves(rr)
+    frame = pd.concat([frame, *(part for part in (halves, gaps) if len(part))], ignore_index=True)
     if align and len(frame):  # both ends, so that rows that touch still touch after a drift correction
         start = frame["start_ns"].to_numpy()
         end = start + frame["dur_ns"].to_numpy()
@@ -219,6 +246,27 @@ def to_timeline(rr: RankRecords, *, end_ns: int | None = None, align: bool = Tru
         frame["dur_ns"] = np.maximum(end + rr.offset_at(end) - start, 0)
     frame = frame.sort_values("start_ns", kind="stable").reset_index(drop=True)
     return make_timeline(frame)
+
+
+def _receive_halves(rr: RankRecords) -> pd.DataFrame:
+    """The rows of the receive halves of the rank's Sendrecv calls (:attr:`RankRecords.received`): no duration, at
+    the call's exit, on its thread's lane; ``peer`` the source (none for MPI_PROC_NULL), ``bytes`` received."""
+    rec = rr.received
+    if not len(rec):
+        return pd.DataFrame()
+    fn = _ID[SENDRECV_RECEIVED] - 1
+    return pd.DataFrame({
+        "rank": np.full(len(rec), rr.rank, dtype=np.int32),
+        "lane": np.where(rec["tid"] == rr.main_tid, "main",
+                         np.char.add("thread:", rec["tid"].astype(str)).astype(object)).astype(object),
+        "name": SENDRECV_RECEIVED, "category": categories()[fn],
+        "start_ns": rec["t0"].astype(np.int64), "dur_ns": np.zeros(len(rec), dtype=np.int64),
+        "bytes": _nullable(rec["bytes"], rec["bytes"] < 0, "Int64"),
+        "peer": _nullable(rec["peer"], (rec["peer"] == NA32) | (rec["peer"] < 0), "Int32"),
+        "tag": _nullable(rec["tag"], (rec["tag"] == NA32) | (rec["tag"] < 0), "Int32"),
+        "comm": _nullable(rec["comm"], rec["comm"] == NA64, "Int64"),
+        "source": "pmpi",
+    })
 
 
 def _imrecv_envelopes(rec: np.ndarray) -> np.ndarray:

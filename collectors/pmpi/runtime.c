@@ -46,6 +46,9 @@
 #ifndef DDLT_FN_REQUEST_DONE
 #define DDLT_FN_REQUEST_DONE 0
 #endif
+#ifndef DDLT_FN_SENDRECV_RECEIVED
+#define DDLT_FN_SENDRECV_RECEIVED 0
+#endif
 
 typedef struct ddlt_sync {
     int64_t offset_ns;      /* rank 0's clock minus this rank's clock */
@@ -272,6 +275,16 @@ void ddlt_done_some(const MPI_Request reqs[], int n, int outcount, const int ind
     for (int k = 0; k < outcount; k++)
         if (indices[k] >= 0 && indices[k] < n)
             ddlt_done(reqs[indices[k]], statuses == MPI_STATUSES_IGNORE ? MPI_STATUS_IGNORE : &statuses[k], t1);
+}
+
+void ddlt_received(const MPI_Status *status, MPI_Datatype type, MPI_Comm comm, int64_t t1) {
+    ddlt_rec *r = ddlt_begin(DDLT_FN_SENDRECV_RECEIVED);
+    r->t0 = t1;
+    r->peer = status->MPI_SOURCE;
+    r->tag = status->MPI_TAG;
+    r->bytes = ddlt_status_bytes(status, type);
+    r->comm = DDLT_H(comm);
+    ddlt_end(r, MPI_SUCCESS, t1);
 }
 
 /* Offset of rank 0's clock to ours, by SYNC_ROUNDS ping-pongs per rank, keeping the shortest round trip. */

@@ -22,7 +22,7 @@ typedef struct ddlt_rec {
     int32_t tag;             /* tag of a point-to-point call; DDLT_NA32 if none */
     int64_t t0;              /* enter: ddlt_now() (TSC ticks on x86, else CLOCK_REALTIME ns) */
     volatile int64_t t1;     /* exit, same clock; 0 while the call is in progress */
-    int64_t bytes;           /* payload bytes; -1 if unknown */
+    int64_t bytes;           /* payload bytes; -1 if unknown (MPI_Sendrecv: sent; its receive half's: received) */
     int64_t comm;            /* communicator handle; DDLT_NA64 if none */
     int64_t request;         /* request handle (made by I-calls, completed by Wait/Test); DDLT_NA64 if none */
     int64_t aux;             /* number of requests of Waitall/Waitsome/Testall/..., message handle of Imrecv,
@@ -55,6 +55,9 @@ void ddlt_done(MPI_Request req, const MPI_Status *status, int64_t t1);
 void ddlt_done_all(const MPI_Request reqs[], int n, const MPI_Status statuses[], int64_t t1);
 void ddlt_done_some(const MPI_Request reqs[], int n, int outcount, const int indices[], const MPI_Status statuses[],
                     int64_t t1);
+/* The receive half of an MPI_Sendrecv / MPI_Sendrecv_replace, after the call's own record (its send half): a
+   ddltrace_sendrecv_received record with its status's source, tag and size in bytes of type (-1 unknown). */
+void ddlt_received(const MPI_Status *status, MPI_Datatype type, MPI_Comm comm, int64_t t1);
 int ddlt_comm_size(MPI_Comm comm);
 int ddlt_comm_rank(MPI_Comm comm);
 void ddlt_after_init(int64_t t0, int64_t t1, uint16_t fn, int ret);

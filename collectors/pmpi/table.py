@@ -28,8 +28,10 @@ class Wrapper:
     ``bytes``, ``peer``, ``tag``, ``comm``, ``request``, ``aux``: C expressions (after the call) for the record;
     ``aux`` is the request count of Waitall/Testall/..., the message handle of MPI_Imrecv, the bytes of the status
     of an MPI_Wait (an MPI_Test that completed).
-    ``done``: a C statement run after a successful call that completes several requests (Waitall, Waitany, Waitsome
-    and their Test twins): it writes one :data:`REQUEST_DONE` record per request completed, with its status.
+    ``done``: a C statement run after a successful call, after its record, that writes records of its own: a call
+    that completes several requests (Waitall, Waitany, Waitsome and their Test twins) one :data:`REQUEST_DONE` record
+    per request completed, with its status; MPI_Sendrecv and MPI_Sendrecv_replace one :data:`SENDRECV_RECEIVED`
+    record, their receive half (their own record is their send half).
     ``pre``: C statements run before the call. ``known``: C statements run on the record ``r`` before the call,
     what the arguments already say (a blocking call's partner), so that a call still open when the rank stopped
     names it (a receive no rank sends to: :mod:`~ddltrace.analyses.detect_hang`); the expressions after the call
@@ -57,6 +59,8 @@ class Wrapper:
     kind: str = field(default="plain")  # plain | init | finalize
 
 
+#: A send to MPI_PROC_NULL moves nothing: its bytes are 0, whatever count it was given.
+_TO_NULL = "dest == MPI_PROC_NULL"
 _P2P_SEND = "const void *buf, COUNT count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm"
 _P2P_ISEND = _P2P_SEND + ", MPI_Request *request"
 _REQ_POST = "DDLT_H(*request)"
@@ -103,15 +107,17 @@ WRAPPERS: tuple[Wrapper, ...] = (
     Wrapper("MPI_Irecv", "void *buf, COUNT count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, "
             "MPI_Request *request", "comm", large=True, bytes="ddlt_type_bytes(count, datatype)",
             peer="source", tag="tag", request=_REQ_POST),
+    # send and receive in one call: the record is the send half (bytes sent, to dest, sendtag); after it, a
+    # SENDRECV_RECEIVED record holds the receive half, from the status (source, tag, bytes received)
     Wrapper("MPI_Sendrecv", "const void *sendbuf, COUNT sendcount, MPI_Datatype sendtype, int dest, int sendtag, "
             "void *recvbuf, COUNT recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm, "
             "MPI_Status *status", "comm", large=True, status="status",
-            bytes="ddlt_type_bytes(sendcount, sendtype) + (ret == MPI_SUCCESS ? "
-                  "ddlt_status_bytes(status, recvtype) : 0)",
-            peer="dest", tag="sendtag"),
+            bytes=f"{_TO_NULL} ? 0 : ddlt_type_bytes(sendcount, sendtype)", peer="dest", tag="sendtag",
+            done="ddlt_received(status, recvtype, comm, t1);"),
     Wrapper("MPI_Sendrecv_replace", "void *buf, COUNT count, MPI_Datatype datatype, int dest, int sendtag, "
-            "int source, int recvtag, MPI_Comm comm, MPI_Status *status", "comm", large=True,
-            bytes="2 * ddlt_type_bytes(count, datatype)", peer="dest", tag="sendtag"),
+            "int source, int recvtag, MPI_Comm comm, MPI_Status *status", "comm", large=True, status="status",
+            bytes=f"{_TO_NULL} ? 0 : ddlt_type_bytes(count, datatype)", peer="dest", tag="sendtag",
+            done="ddlt_received(status, datatype, comm, t1);"),
     # probes and matched receives
     Wrapper("MPI_Probe", "int source, int tag, MPI_Comm comm, MPI_Status *status", "wait", status="status",
             bytes="ret == MPI_SUCCESS ? ddlt_status_bytes(status, MPI_BYTE) : -1",
@@ -239,9 +245,16 @@ WRAPPERS += tuple(
 #: completed, ``aux`` the size of its status's message (bytes; -1 unknown), ``peer`` and ``tag`` its status's, both
 #: times the call's exit. Not a call: :func:`~ddltrace.collectors.pmpi.records.read_records` keeps them apart.
 REQUEST_DONE = "ddltrace_request_done"
+#: The receive half of an MPI_Sendrecv or MPI_Sendrecv_replace, a record written after the call's own (its send half:
+#: ``bytes`` sent, ``peer`` its destination, ``tag`` its send tag): ``peer``, ``tag`` and ``bytes`` (-1 unknown) of
+#: its status, the message it received, ``comm`` the call's, both times the call's exit. Not a call:
+#: :func:`~ddltrace.collectors.pmpi.records.read_records` keeps them apart. Files written before it existed record
+#: what a Sendrecv sent and received together in its ``bytes``, and no receive half.
+SENDRECV_RECEIVED = "ddltrace_sendrecv_received"
 #: Record kinds that the runtime writes itself (not MPI calls): name and category. New kinds go at the end, so that
 #: a file written by an older table (one without the last of them) keeps its ids (:func:`table_hashes`).
-PSEUDO: tuple[tuple[str, str], ...] = (("ddltrace_clock_sync", "other"), (REQUEST_DONE, "wait"))
+PSEUDO: tuple[tuple[str, str], ...] = (("ddltrace_clock_sync", "other"), (REQUEST_DONE, "wait"),
+                                       (SENDRECV_RECEIVED, "comm"))
 
 
 def names() -> list[str]:
@@ -274,8 +287,10 @@ def table_hash() -> int:
     return zlib.crc32("\n".join(names()).encode())
 
 
-def table_hashes() -> frozenset[int]:
+def table_hashes(having: str | None = None) -> frozenset[int]:
     """The hashes of the tables whose record files this one reads: its own and those of the tables it extends by
-    pseudo records only (the same ids for every call; a file written before a pseudo kind existed has none)."""
+    pseudo records only (the same ids for every call; a file written before a pseudo kind existed has none).
+    ``having``: only those of the tables that have that pseudo kind (the files written since it existed)."""
     full = names()
-    return frozenset(zlib.crc32("\n".join(full[:len(full) - k]).encode()) for k in range(len(PSEUDO)))
+    last = len(PSEUDO) if having is None else len(PSEUDO) - [name for name, _ in PSEUDO].index(having)
+    return frozenset(zlib.crc32("\n".join(full[:len(full) - k]).encode()) for k in range(last))
