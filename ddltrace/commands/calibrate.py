@@ -14,7 +14,16 @@ IOPS (page cache bypassed), network lat_net and r_net (against 'ddltrace probe s
 server), an MPI ping-pong, and the GPU when NVML sees one. Writes one JSON profile: each constant with its
 uncertainty and unit, the curves, and the machine's description. Every benchmark records the CPU time other
 processes took while it ran: on a busy machine the figures are noisy, and the summary says where.
+
+With --conv-algorithms: measure instead each conv layer of a DNN description (--dnn) with two real convolution
+algorithms on this machine's CPU, GEMM (im2col + BLAS) and FFT (scipy.fft), forward and backward, at each mini-batch
+size (--batches), and write the description with their tables (time with its spread, workspace bytes) for
+'ddltrace plan batch --dnn FILE' (Chang et al.'s mini-batch program). docs/CALIBRATION.md says how.
 """
+
+#: calibrate's options that belong to the hardware profile's run, refused beside --conv-algorithms
+_PROFILE_ONLY = (("only", "--only"), ("peer", "--peer"), ("disk_path", "--disk-path"), ("disk_size", "--disk-size"),
+                 ("cpu_window", "--cpu-window"), ("compare", "--compare"))
 
 
 def register(subparsers) -> None:
@@ -24,8 +33,9 @@ def register(subparsers) -> None:
     p.add_argument("--only", metavar="SECTIONS", help="comma-separated sections among cpu,mem,disk,net,gpu")
     p.add_argument("--peer", metavar="HOST:PORT", help="probe server for the network section (default: a "
                    "loopback server started here)")
-    p.add_argument("--out", metavar="FILE", default="hardware-profile.json",
-                   help="profile file to write (default: hardware-profile.json)")
+    p.add_argument("--out", metavar="FILE",
+                   help="profile file to write (default: hardware-profile.json; with --conv-algorithms the DNN "
+                        "description with the tables, default DNN-algorithms.json)")
     p.add_argument("--disk-path", metavar="DIR", help="directory for the disk benchmark's file (default: the temp dir)")
     p.add_argument("--disk-size", metavar="MIB", type=integer(1, 2**20, unit="MiB"),
                    help="disk file size in MiB (default: 32 quick, 1024)")
@@ -39,6 +49,16 @@ def register(subparsers) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"),
                    help="compare two profiles instead of measuring")
+    c = p.add_argument_group("convolution algorithm tables (Chang et al.'s mini-batch program)")
+    c.add_argument("--conv-algorithms", action="store_true",
+                   help="measure GEMM and FFT convolutions (CPU, forward + backward) of each conv layer of --dnn at "
+                        "each of --batches and write the DNN description with the tables, instead of a profile")
+    c.add_argument("--dnn", metavar="DNN", help="DNN description (a file, or a bundled name: alexnet, vgg11, ...)")
+    c.add_argument("--batches", metavar="LIST", help="mini-batch sizes (default 1,2,4,8)")
+    c.add_argument("--repeats", type=integer(1, 1000), metavar="N",
+                   help="timed runs per layer, algorithm and batch; the median is kept (default 5, 3 with --quick)")
+    c.add_argument("--threads", type=integer(1, 1024), metavar="N",
+                   help="BLAS and scipy.fft threads (default 1: per-core figures, as the profile's)")
     p.set_defaults(func=run)
 
 
@@ -71,6 +91,18 @@ class _Progress:
 
 
 def run(args) -> int:
+    from ddltrace.errors import DdltraceError
+
+    if args.conv_algorithms:
+        return run_conv_algorithms(args)
+    given = [option for option, value in (("--dnn", args.dnn), ("--batches", args.batches),
+                                          ("--repeats", args.repeats), ("--threads", args.threads))
+             if value is not None]
+    if given:
+        raise DdltraceError(f"calibrate: {', '.join(given)} go{'es' if len(given) == 1 else ''} with "
+                            "--conv-algorithms")
+    if args.out is None:
+        args.out = "hardware-profile.json"
     from ddltrace.collectors.microbench import profile as prof
     from ddltrace.collectors.microbench import suite
 
@@ -141,3 +173,71 @@ def _incomplete(profile: dict, path) -> int:
     failed = "; ".join(f"section {section} {why}" for section, why in missing.items())
     print(f"ddltrace: error: {failed}; {kept}", file=sys.stderr)
     return EXIT_BAD_INPUT
+
+
+class _LayerProgress(_Progress):
+    """calibrate's progress line, and off a terminal one line per layer (as per section for the profile)."""
+
+    def __init__(self, quiet: bool = False):
+        super().__init__(quiet=quiet)
+        self.layer = None
+
+    def __call__(self, step: str) -> None:
+        layer = step.split()[0]
+        if self.quiet or self.tty or layer == self.layer:
+            super().__call__(step)
+            return
+        self.layer = layer
+        self.stream.write(f"calibrate [{time.perf_counter() - self.t0:5.1f} s] {step}\n")
+        self.stream.flush()
+
+
+def run_conv_algorithms(args) -> int:
+    """--conv-algorithms: the DNN description with measured algorithm tables (collectors/microbench/conv_algorithms)."""
+    from ddltrace.errors import DdltraceError
+    from ddltrace.models.quantities import parse_int_list
+
+    given = [option for dest, option in _PROFILE_ONLY if getattr(args, dest) is not None]
+    if given:
+        raise DdltraceError(f"calibrate --conv-algorithms: {', '.join(given)} belong{'s' if len(given) == 1 else ''} "
+                            "to the hardware profile's run, not to the convolution tables")
+    if not args.dnn:
+        raise DdltraceError("calibrate --conv-algorithms needs --dnn (a DNN description with conv layers, e.g. "
+                            "alexnet)")
+    batches = sorted(set(parse_int_list(args.batches, "--batches"))) if args.batches else [1, 2, 4, 8]
+    from pathlib import Path
+
+    from ddltrace.outputs import json_with_keys, refuse_other_file
+
+    out = args.out or f"{Path(args.dnn).stem}-algorithms.json"
+    refuse_other_file(out, "a DNN description with algorithm tables",
+                      lambda path: json_with_keys(path, ("format", "layers", "algorithm_tables")))
+    from ddltrace.collectors.microbench import conv_algorithms
+
+    repeats = args.repeats or (conv_algorithms.QUICK_REPEATS if args.quick else conv_algorithms.DEFAULT_REPEATS)
+    progress = _LayerProgress(quiet=args.quiet)
+    try:
+        description = conv_algorithms.calibrate(args.dnn, batches, repeats=repeats, threads=args.threads or 1,
+                                                progress=progress)
+    finally:
+        progress.done()
+    path = conv_algorithms.save(description, out)
+    if args.json:
+        import json
+
+        print(json.dumps(description, indent=1))
+        return 0
+    meta = description["algorithm_tables"]
+    m = meta["machine"]
+    print(f"{description['name']}: convolution algorithms on {m['cpu_model']} ({meta['threads']} threads), "
+          f"{meta['dtype']}, forward + backward, median of {meta['repeats']} runs ± 1.4826 x MAD")
+    for line in conv_algorithms.summary(description):
+        print(line)
+    busy = sum(e["busy_runs"] for layer in description["layers"] for table in (layer.get("algorithms") or {}).values()
+               for e in table.values() if isinstance(e, dict) and "busy_runs" in e)
+    if busy:
+        print(f"note: other processes used over a quarter of a core during {busy} run(s): the times are noisy")
+    print("CPU algorithms (numpy/scipy), not a GPU's cuDNN: docs/CALIBRATION.md says how a GPU user gets theirs")
+    print(f"written to {path} ({meta['seconds']:.1f} s); then: ddltrace plan batch --dnn {path} --gpu-memory SIZE "
+          f"--batches {','.join(str(b) for b in batches)}")
+    return 0

@@ -31,6 +31,9 @@ Per layer (counts are per sample):
 - ``algorithms``: optional per-layer algorithm table for Chang's mini-batch program:
   ``{"gemm": {"32": {"time_s": 0.012, "workspace_bytes": 1.0e6}, "64": {...}}, "fft": {...}}``
   (time of one mini-batch of that size through the layer, forward and backward, and the workspace it needs).
+  Optional per entry: ``time_spread_s`` (the time's spread, seconds, >= 0: ``ddltrace calibrate --conv-algorithms``
+  writes 1.4826 x the runs' median absolute deviation); other fields of an entry (that command's ``forward_s``,
+  ``runs``, ...) are kept in the file and not read.
 
 Top level: ``format`` (``ddltrace-dnn/1``), ``name``, ``source`` (where the numbers come from), ``notes``,
 ``bytes_per_value`` (4 for float, 8 for double), ``input``: ``{"neurons": n, "rows": r}`` (one sample's values).
@@ -57,10 +60,12 @@ _BUNDLED = Path(__file__).with_name("dnns")
 
 @dataclass(frozen=True)
 class AlgorithmCost:
-    """One algorithm of one layer at one mini-batch size: time in seconds, workspace in bytes."""
+    """One algorithm of one layer at one mini-batch size: time in seconds, workspace in bytes, and the time's spread
+    in seconds where the table gives one (a measured table does)."""
 
     time_s: float
     workspace_bytes: float
+    time_spread_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -165,8 +170,13 @@ def _parse_algorithms(raw: Any, where: str, problems: list[str]) -> dict[str, di
                 if isinstance(v, bool) or not isinstance(v, int | float) or v < 0 or v != v:
                     problems.append(f"{spot}.{key} must be a number >= 0, got {v!r}")
                 values.append(v)
-            if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-                table[algo][b] = AlgorithmCost(float(values[0]), float(values[1]))
+            spread = cost.get("time_spread_s")
+            if spread is not None and (isinstance(spread, bool) or not isinstance(spread, int | float) or spread < 0
+                                       or spread != spread):
+                problems.append(f"{spot}.time_spread_s must be a number >= 0, got {spread!r}")
+            elif all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+                table[algo][b] = AlgorithmCost(float(values[0]), float(values[1]),
+                                               None if spread is None else float(spread))
     return table
 
 
