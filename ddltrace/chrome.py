@@ -15,7 +15,11 @@ events (``ph: "M"``) name every process and thread and order the ranks (a rank's
 the top-level ``otherData`` (``run``, and the manifest's :data:`RUN_ENTRIES`: workload, clock, notes, and the
 events no rule knew, ``uncategorised``, which ``info``'s ``uncategorised:`` line is made of).
 
-The file is written rank by rank, so memory stays at one rank's events.
+The file is written rank by rank, so memory stays at one rank's events. A rank of the run the export does not hold
+(the store found its file damaged while the ranks were written, or held none of it: :meth:`TraceStore.missing`) is
+named with why in a top-level key after the events array, ``ddltrace_missing`` (rank -> the store's line): the
+header is written before the ranks are read, and Chrome's JSON takes top-level keys after ``traceEvents`` (Perfetto
+stops reading at an unknown one, after every event). ``ddltrace import`` keeps each as a note on the rank.
 
 Precision: ``ts`` counts from ``otherData.origin_ns`` (:func:`origin_ns`, a whole second on the store's clock) and
 ``ts``/``dur`` are the store's nanoseconds exactly in decimal µs (``2524.938``): Perfetto UI and chrome://tracing read
@@ -207,5 +211,18 @@ def export_chrome(store: TraceStore, out: str | os.PathLike, ranks: list[int] | 
             emit(_meta("process_name", MACHINE_PID, name="machine"))
             for event in _counter_events(MACHINE_PID, store.counters([MACHINE_RANK]), origin):
                 emit(event)
-        fh.write(b"\n]}\n")
+        missing = not_exported(store, ranks)  # (a rank's file is found damaged as it is read: known only now)
+        fh.write(b"\n]" + (b',"' + MISSING_KEY.encode() + b'":' + msgspec.json.encode(
+            {str(r): why for r, why in missing.items()}) if missing else b"") + b"}\n")
     return count
+
+
+#: The top-level key after the events array naming the ranks of the run the export does not hold, each with why.
+MISSING_KEY = "ddltrace_missing"
+
+
+def not_exported(store: TraceStore, ranks: list[int] | None = None) -> dict[int, str]:
+    """The ranks of the run (of ``ranks``, where given) the store holds no usable timeline of, each with the store's
+    line saying why (:meth:`TraceStore.missing`: a file found damaged when the ranks were read, a rank none of
+    whose files reached the store, one that holds no events); read after the ranks are."""
+    return {r: why for r, why in store.missing().items() if ranks is None or r in ranks}

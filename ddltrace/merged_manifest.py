@@ -7,7 +7,10 @@ ranks' clock alignment and the run's world size once the two are one store.
   (``merge_stores(renumber=True)``), its notes keep its own rank numbers and their tag says how they map. The notes on
   ranks none of whose files reached a store (collectors/launcher.py's :func:`no_record_note`) are false for the
   ranks the other store supplies: they are replaced by one note on the ranks the merged store still lacks, if any;
-  a note that a store left a rank out (its file unreadable) says where the other store supplies it.
+  a note that a store left a rank out (its file unreadable) says where the other store supplies it. A note on ranks
+  whose trace was given but gave no timeline (:func:`unread_note`: a file of an import that did not read, a rank an
+  export did not hold, a rank a merge left out) is kept for the ranks it names, with the other store's rank numbers
+  where it was renumbered, and says which of them the other store supplies.
   An import's ``import problem:`` notes are kept: :meth:`TraceStore.missing` reads them to say why a rank of the
   file they name holds no events.
 - Missing nodes: a node whose part a store did not gather (``run.missing_nodes``, and its ``missing node HOST:``
@@ -31,6 +34,14 @@ from typing import Any
 
 #: A note of :func:`no_record_note`: the ranks it names.
 _UNFILED = re.compile(r"^ranks \[([\d, -]*)\]:? (?:of \d+ )?(?:wrote no|no) (record file|framework profile)")
+#: A note of :func:`unread_note`: the ranks it names, and where its text after them starts.
+_UNREAD = re.compile(r"^ranks \[([\d, -]*)\]: (?=(?:its file was given and did not read|in no file read|not in the "
+                     r"export|left out of the merge)\b)")
+#: What a note of :func:`unread_note` says of its ranks, by how they came to be without a timeline.
+UNREAD_FILE = "its file was given and did not read"
+NO_FILE_READ = "in no file read"
+NOT_EXPORTED = "not in the export"
+NOT_MERGED = "left out of the merge"
 #: A note on a rank a store left out (collectors/launcher.py: an unreadable record file): the rank.
 _LEFT_OUT = re.compile(r"; rank (\d+) left out$")
 #: A note already naming the store it is of (a store merged before): named once.
@@ -109,9 +120,29 @@ def no_record_note(ranks: list[int], world: int, mpi: bool, missing_nodes: dict 
     return f"ranks {ranks} wrote no record file ({why})" if mpi else f"ranks {ranks} of {world} wrote no {what}"
 
 
+def unread_note(ranks: list[int], why: str) -> str:
+    """The note on ``ranks`` of the run whose trace was given but gave the store no timeline, and why: ``why`` starts
+    with what happened (:data:`UNREAD_FILE`, :data:`NO_FILE_READ`, :data:`NOT_EXPORTED` or :data:`NOT_MERGED`) and
+    names the file and what was wrong with it. :meth:`TraceStore.missing` (through :func:`unfiled_ranks`) gives it as
+    the reason each of those ranks is missing, and ``info`` shows it on its ``not listed`` line."""
+    from ddltrace.store import rank_ranges
+
+    note = f"ranks [{rank_ranges(sorted(set(ranks)))}]: {why}"
+    if not _UNREAD.match(note):
+        raise ValueError(f"not a note of unread ranks: {note[:120]!r}")
+    return note
+
+
 def unfiled_ranks(note: Any) -> set[int] | None:
-    """The ranks of a note of :func:`no_record_note`, or None for another note."""
-    found = _UNFILED.match(note) if isinstance(note, str) else None
+    """The ranks of a note of :func:`no_record_note` or of :func:`unread_note` (ranks the run knows it has no
+    timeline of, and why), or None for another note."""
+    found = (_UNFILED.match(note) or _UNREAD.match(note)) if isinstance(note, str) else None
+    return _listed(found.group(1)) if found else None
+
+
+def unread_ranks(note: Any) -> set[int] | None:
+    """The ranks of a note of :func:`unread_note`, or None for another note (one of :func:`no_record_note` too)."""
+    found = _UNREAD.match(note) if isinstance(note, str) else None
     return _listed(found.group(1)) if found else None
 
 
@@ -142,7 +173,10 @@ def merged_notes(first: MergedPart, second: MergedPart, held: Iterable[int], run
     note both carry once, a note of one store followed by ``(a note of STORE)``, and in place of their notes on
     ranks with no file the one on those it still lacks, and a note on a rank left out that the other store supplies
     saying so; no ``missing node HOST:`` note of a node whose ranks it now holds (see the module). A note of a
-    store whose ranks were renumbered (``shift``) says how its rank numbers map to the merged store's."""
+    store whose ranks were renumbered (``shift``) says how its rank numbers map to the merged store's; a note on
+    ranks whose trace gave no timeline (:func:`unread_note`) names them as the merged store numbers them."""
+    from ddltrace.store import rank_ranges
+
     joined = joined_nodes(first, second)
     notes_of = [[n for n in part.manifest.get("notes") or [] if isinstance(n, str) and not on_joined_node(n, joined)]
                 for part in (first, second)]
@@ -153,15 +187,25 @@ def merged_notes(first: MergedPart, second: MergedPart, held: Iterable[int], run
         # a renumbered store's notes keep its rank numbers: the tag says how they map
         of = f"a note of {part.path}" + (f", whose rank r is rank r + {part.shift} here" if part.shift else "")
         for note in notes:
-            if unfiled_ranks(note) is not None:
+            unread = _UNREAD.match(note)
+            if unread:  # on ranks as the merged store numbers them, and which of them the other store supplies
+                ranks = sorted(r + part.shift for r in _listed(unread.group(1)))
+                if part.shift:
+                    note = f"ranks [{rank_ranges(ranks)}]: {note[unread.end():]}"
+                supplied = [r for r in ranks if r in other.held]
+            elif unfiled_ranks(note) is not None:
                 continue
-            left_out = _LEFT_OUT.search(note)
+            tag = f"a note of {part.path}" if unread else of  # (an unread note's ranks are renumbered already)
+            left_out = _LEFT_OUT.search(note) if not unread else None
             rank = int(left_out.group(1)) + part.shift if left_out else None
-            if rank in other.held:
-                shown = f"{note} ({of}; the merged store holds rank {rank}, from {other.path})"
+            if unread and supplied:
+                shown = (f"{note} ({tag}; the merged store holds rank{'s' if len(supplied) > 1 else ''} "
+                         f"{rank_ranges(supplied)}, from {other.path})")
+            elif rank in other.held:
+                shown = f"{note} ({tag}; the merged store holds rank {rank}, from {other.path})"
             else:
-                tagged = _TAGGED.search(note) and not part.shift
-                shown = note if note in both or tagged else f"{note} ({of})"
+                tagged = _TAGGED.search(note) and not (part.shift and not unread)
+                shown = note if note in both or tagged else f"{note} ({tag})"
             if shown not in kept:
                 kept.append(shown)
     left = still_unfiled([(n, part.shift) for part, notes in zip((first, second), notes_of, strict=True)

@@ -136,6 +136,9 @@ class FileReport:
     #: what the file says of the run it is of (ddltrace's own export: ``otherData.run``'s command, framework, how it
     #: ended, its profiled steps, collectors, ...), which the store's ``run`` takes where every file read says the same
     run: dict[str, Any] = field(default_factory=dict)
+    #: the ranks of the run the file says are not in it, each with why (ddltrace's own export: ``ddltrace_missing``,
+    #: a rank its store found damaged, ...), which ``ddltrace import`` notes for each rank the store does not hold
+    missing: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -11,7 +11,8 @@ the first rank's part, as rows of rank -1, which the store writes to its machine
 is neither a rank nor the machine are not kept, and counted so. The run's workload, clock, notes and uncategorised
 entries (``otherData``) go to the file's report (``FileReport.manifest``), which ``ddltrace import`` writes into the
 store's manifest, and so does the run's world size (``FileReport.world_size``: an export of ranks 3-4 of a world of 5
-imports as those ranks of a world of 5).
+imports as those ranks of a world of 5), and the ranks of the run the export does not hold, each with why (the
+``ddltrace_missing`` key after the events: ``FileReport.missing``, a note on each rank the store does not hold).
 """
 
 from __future__ import annotations
@@ -138,6 +139,7 @@ def read(path: Path, ctx: ImportContext):
         ctx.report.world_size = _world_size(trace.header.get("otherData"), ctx.report)
         ctx.report.hosts = _hosts(trace.header.get("otherData"), ctx.report)
         ctx.report.run = _run(trace.header.get("otherData"), ctx.report)
+        ctx.report.missing = _missing(trace.header, ctx.report)
     for index, (pid, (rank, host)) in enumerate(sorted(ranks.items(), key=lambda item: item[1][0])):
         rows = np.flatnonzero(row_pid == pid)
         part = chrome_part(trace, fmt=FORMAT, rank=rank, ctx=ctx, rows=rows, clock=clock, offset_ns=origin,
@@ -246,6 +248,23 @@ def _run_entries(other, report) -> dict:
         else:
             kept[key] = value
     return kept
+
+
+def _missing(header: dict, report) -> dict[int, str]:
+    """The ranks of the exported run the export does not hold, each with the store's line saying why (the key after
+    the events array, ddltrace/chrome.py's ``MISSING_KEY``: a rank whose file the store found damaged, ...); one
+    that is not an object of ranks and texts is named among the file's problems and left out."""
+    from ddltrace.chrome import MISSING_KEY
+
+    said = header.get(MISSING_KEY)
+    if said is None:
+        return {}
+    if isinstance(said, dict) and all(isinstance(k, str) and k.isascii() and k.isdigit() and len(k) < 11
+                                      and isinstance(v, str) for k, v in said.items()):
+        return {int(k): v for k, v in said.items()}
+    report.problems.append(f"{report.path}: {MISSING_KEY} is not an object of ranks and texts: why the ranks it "
+                           "names are not in the export is not kept")
+    return {}
 
 
 def _world_size(other, report) -> int | None:

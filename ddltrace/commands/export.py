@@ -64,9 +64,9 @@ def _progress(store):
 
 
 def run(args) -> int:
-    from ddltrace.chrome import export_chrome
+    from ddltrace.chrome import export_chrome, not_exported
     from ddltrace.outputs import refuse_inside
-    from ddltrace.store import TraceStore
+    from ddltrace.store import TraceStore, rank_ranges
 
     out = Path(args.chrome)
     refuse_inside(out, args.store, "the trace store")
@@ -75,9 +75,13 @@ def run(args) -> int:
     if out.exists() and not args.force:
         raise DdltraceError(f"{out}: already exists (choose another --chrome, or add --force)")
     store = TraceStore.open(args.store)
+    ranks = parse_ranks(args.ranks)
     try:  # written to a temporary file and renamed: a failure leaves nothing
-        count = export_chrome(store, args.chrome, parse_ranks(args.ranks), None if args.quiet else _progress(store))
+        count = export_chrome(store, args.chrome, ranks, None if args.quiet else _progress(store))
     except OSError as exc:  # a full disk, a folder that refuses
         raise refused(exc, args.chrome, "the Chrome trace") from None
-    print(f"wrote {args.chrome}: {count} events from {store.path}")
+    missing = not_exported(store, ranks)  # (each with why in the file, after its events: import keeps it)
+    print(f"wrote {args.chrome}: {count} events from {store.path}"
+          + (f"; not in it, each with why (ddltrace import keeps it): rank {rank_ranges(sorted(missing))} of the "
+             f"world of {store.world_size}" if missing else ""))
     return 0

@@ -303,6 +303,7 @@ def _import(args, out: Path) -> int:
                 raise DdltraceError(f"nothing imported from {len(files)} file(s): {details}")
             _resolve_peers(store, numbered)
             _finish_manifest(store, reports, clocks, formats, world_sizes)
+            _note_missing(store, reports)
             from ddltrace.store import separate_runs
 
             folder_notes += separate_runs(store)
@@ -583,6 +584,25 @@ def _finish_manifest(store, reports, clocks: dict, formats: Counter, world_sizes
         notes.extend(f"{IMPORT_PROBLEM}{p}" for p in report.problems)
     notes.extend(_views(store))
     _restore_run_entries(store, reports)
+
+
+def _note_missing(store, reports) -> None:
+    """A note (ddltrace/merged_manifest.py's ``unread_note``: :meth:`TraceStore.missing` gives it as the reason, and
+    ``info`` on its ``not listed`` line) on each rank of the world the store holds no timeline of that an export
+    names as not in it, with the exported store's reason (a file it found damaged, ...; was: "not in the files
+    imported"). A rank another file gave, or one the run's own notes already explain, gets none."""
+    from ddltrace.merged_manifest import NOT_EXPORTED, unfiled_ranks, unread_note
+
+    held, world = set(store.ranks), store.world_size
+    notes = store.manifest.setdefault("notes", [])
+    explained = {r for note in notes for r in unfiled_ranks(note) or ()}
+    said: dict[str, list[int]] = {}
+    for report in reports:
+        for rank, why in sorted(report.missing.items()):
+            if rank < world and rank not in held and rank not in explained and why not in notes:
+                said.setdefault(f"{NOT_EXPORTED} {report.path}: {why}", []).append(rank)
+    for why, ranks in said.items():
+        notes.append(unread_note(ranks, why))
 
 
 def _restore_run_entries(store, reports) -> None:

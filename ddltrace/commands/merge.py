@@ -4,6 +4,7 @@ store's notes and ``run.missing_nodes`` name the node and the folder), or merge 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
@@ -28,21 +29,39 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def note_left_out(stores, merged, said: dict[str, str]) -> None:
+    """Before the merged store is written (``merge_stores``' ``amend``): a note (ddltrace/merged_manifest.py's
+    ``unread_note``, which :meth:`TraceStore.missing` gives as the reason and ``info`` on its ``not listed`` line) on
+    each rank of the run a store left out as the merge read it, a file or a manifest entry found damaged (its
+    :attr:`TraceStore.damaged` line), that the merged store does not hold (was: a warning on stderr only, and the
+    merged store's ``info`` said "no usable entry in the manifest")."""
+    from ddltrace.merged_manifest import NOT_MERGED, unread_note
+
+    held = set(merged.ranks)
+    for store in stores:
+        for rank, why in sorted(store.damaged.items()):
+            if rank not in held and rank < merged.world_size:
+                merged.manifest["notes"].append(unread_note([rank], f"{NOT_MERGED}: {why}"))
+
+
 def run(args) -> int:
-    from ddltrace.store import TraceStore, merge_stores
+    from ddltrace.store import TraceStore, merge_stores, rank_ranges
 
     part, out = Path(args.part), Path(args.out)
     if not out.parent.is_dir():
         raise DdltraceError(f"{out.parent}: no such folder for the merged store")
     if (part / "manifest.json").exists():
         # the merge's own notes (world size, clocks, workload entry), a line each; the stores' stay in the manifest
-        merged = merge_stores(TraceStore.open(args.store), TraceStore.open(part), out,
+        stores = TraceStore.open(args.store), TraceStore.open(part)
+        merged = merge_stores(*stores, out, amend=functools.partial(note_left_out, stores),
                               tell=lambda note: print(f"ddltrace: note: {note}", file=sys.stderr))
+        left_out = sorted({r for store in stores for r in store.damaged} - set(merged.ranks))
     else:
         from ddltrace.collectors.node_merge import join_part
 
-        merged = join_part(args.store, part, out)
+        merged, left_out = join_part(args.store, part, out), []
     missing = merged.run.get("missing_nodes")
     print(f"ddltrace: wrote {merged.path}: {len(merged.ranks)} ranks"
-          + (f"; still missing: node(s) {', '.join(sorted(missing))}" if missing else ""))
+          + (f"; still missing: node(s) {', '.join(sorted(missing))}" if missing else "")
+          + (f"; left out, damaged (its notes say why): rank {rank_ranges(left_out)}" if left_out else ""))
     return 0
