@@ -221,6 +221,7 @@ def _import(args, out: Path) -> int:
     progress = _Progress(files, args.progress)
     reports: list[FileReport] = []
     unknown: list[str] = []  # files of the folders in no known format: named only when nothing else was read
+    unread: list[tuple[Path, int | None, str]] = []  # files given that did not read: path, place among traces, why
     plan = []
     for path in files:
         report = FileReport(str(path))
@@ -231,6 +232,7 @@ def _import(args, out: Path) -> int:
             report.skipped["not a known trace format"] += 1
             if path not in found_in_folders or _named_as_trace(path):
                 report.problems.append(str(exc))
+                unread.append((path, None, str(exc)))
             else:
                 unknown.append(str(exc))
             continue
@@ -285,6 +287,7 @@ def _import(args, out: Path) -> int:
                 except DdltraceError as exc:
                     report.skipped["unreadable file"] += 1
                     report.problems.append(str(exc))
+                    unread.append((path, task.index, str(exc)))
                 progress.file_done(path)
             next_rank = max(store.ranks, default=-1) + 1
             numbered: dict[tuple, int] = {}
@@ -303,7 +306,7 @@ def _import(args, out: Path) -> int:
                 raise DdltraceError(f"nothing imported from {len(files)} file(s): {details}")
             _resolve_peers(store, numbered)
             _finish_manifest(store, reports, clocks, formats, world_sizes)
-            _note_missing(store, reports)
+            _note_missing(store, reports, unread, args.rank_from, session_ranks)
             from ddltrace.store import separate_runs
 
             folder_notes += separate_runs(store)
@@ -586,12 +589,20 @@ def _finish_manifest(store, reports, clocks: dict, formats: Counter, world_sizes
     _restore_run_entries(store, reports)
 
 
-def _note_missing(store, reports) -> None:
+def _note_missing(store, reports, unread: list[tuple[Path, int | None, str]], rank_from: str,
+                  session_ranks: dict) -> None:
     """A note (ddltrace/merged_manifest.py's ``unread_note``: :meth:`TraceStore.missing` gives it as the reason, and
-    ``info`` on its ``not listed`` line) on each rank of the world the store holds no timeline of that an export
-    names as not in it, with the exported store's reason (a file it found damaged, ...; was: "not in the files
-    imported"). A rank another file gave, or one the run's own notes already explain, gets none."""
-    from ddltrace.merged_manifest import NOT_EXPORTED, unfiled_ranks, unread_note
+    ``info`` on its ``not listed`` line) on each rank of the world the store holds no timeline of whose trace was
+    given: a rank an export names as not in it, with the exported store's reason (a file it found damaged, ...); the
+    rank of a file that did not read (by its TensorBoard host, else as ``--rank-from`` numbers it, in ``auto`` by
+    the number in its name or its folder's), naming the file and why; and the other ranks of the world no file read
+    gave while some file given did not read whose rank is not known (or is one another file gave), naming those files
+    (was: "not in the files imported", the file and why only among the problems). A rank another file gave, or one
+    the run's own notes already explain, gets none."""
+    from itertools import islice
+
+    from ddltrace.merged_manifest import NO_FILE_READ, NOT_EXPORTED, UNREAD_FILE, unfiled_ranks, unread_note
+    from ddltrace.store import MAX_MISSING_NAMED
 
     held, world = set(store.ranks), store.world_size
     notes = store.manifest.setdefault("notes", [])
@@ -601,8 +612,42 @@ def _note_missing(store, reports) -> None:
         for rank, why in sorted(report.missing.items()):
             if rank < world and rank not in held and rank not in explained and why not in notes:
                 said.setdefault(f"{NOT_EXPORTED} {report.path}: {why}", []).append(rank)
+    unplaced = []  # (no rank number known of them, or one another file gave or outside the world: may be any)
+    for path, index, error in unread:
+        rank, how = _rank_of_unread(path, index, rank_from, session_ranks)
+        if rank is not None and rank < world and rank not in held and rank not in explained:
+            said.setdefault(f"{UNREAD_FILE} (rank {rank} {how}): {error}", []).append(rank)
+        elif rank is None or rank in held or rank >= world:
+            unplaced.append(error)
     for why, ranks in said.items():
         notes.append(unread_note(ranks, why))
+    explained |= {r for ranks in said.values() for r in ranks}
+    left = list(islice((r for r in range(world) if r not in held and r not in explained), MAX_MISSING_NAMED))
+    if left and unplaced:
+        listed = "; ".join(unplaced[:3]) + (f"; and {len(unplaced) - 3} more" if len(unplaced) > 3 else "")
+        notes.append(unread_note(left, f"{NO_FILE_READ}; of the files given, {len(unplaced)} did not read and may "
+                                       f"hold {'it' if len(left) == 1 else 'them'}: {listed}"))
+
+
+def _rank_of_unread(path: Path, index: int | None, rank_from: str, session_ranks: dict) -> tuple[int | None, str]:
+    """The rank a file that did not read was given as, and how that is known: its host's (a TensorBoard session
+    file), else as ``--rank-from`` numbers files (``order``: its place among the traces; ``name``/``dir``: the number in
+    its name or its folder's; ``auto``: a rank-like number there, ``rank3``, ``worker_3``); (None, "") where none is
+    (the rank the format would have read from the file)."""
+    from ddltrace.collectors.importers.base import ImportContext, rank_from_path
+
+    if path in session_ranks:
+        return session_ranks[path][0], "by its host, as TensorBoard's profile folder orders them"
+    if rank_from == "order":
+        return (index, "by its place among the traces given") if index is not None else (None, "")
+    try:
+        rank = rank_from_path(path, rank_from, ImportContext(None, rank_from, -1))
+    except DdltraceError:  # (--rank-from name or dir, and no number there)
+        return None, ""
+    if rank < 0:  # auto: no rank-like number in its name or its folder's
+        return None, ""
+    return rank, {"name": "by its file name", "dir": "by its folder's name"}.get(
+        rank_from, "by its name")
 
 
 def _restore_run_entries(store, reports) -> None:
