@@ -448,7 +448,8 @@ def calibrate(dnn_ref: str, batches: list[int], repeats: int = DEFAULT_REPEATS, 
     precision = np.dtype(dtype).name
     when = started.isoformat(timespec="seconds")
     raw["source"] = (f"{raw.get('source', '')}; algorithm tables measured {when} on {machine['hostname']} "
-                     f"({machine['cpu_model']}, {threads} threads, numpy {np.__version__}, scipy {scipy.__version__}) "
+                     f"({machine['cpu_model']}, {threads} thread{'s' if threads > 1 else ''}, numpy {np.__version__}, "
+                     f"scipy {scipy.__version__}) "
                      "by 'ddltrace calibrate --conv-algorithms': CPU convolutions, GEMM (im2col + BLAS) and FFT "
                      f"(scipy.fft), forward and backward, {precision}; time_s the median of {repeats} runs, "
                      "time_spread_s 1.4826 x their MAD, workspace_bytes the algorithm's own buffers at their peak "

@@ -229,7 +229,8 @@ def run_conv_algorithms(args) -> int:
         return 0
     meta = description["algorithm_tables"]
     m = meta["machine"]
-    print(f"{description['name']}: convolution algorithms on {m['cpu_model']} ({meta['threads']} threads), "
+    threads = f"{meta['threads']} thread{'s' if meta['threads'] > 1 else ''}"
+    print(f"{description['name']}: convolution algorithms on {m['cpu_model']} ({threads}), "
           f"{meta['dtype']}, forward + backward, median of {meta['repeats']} runs ± 1.4826 x MAD")
     for line in conv_algorithms.summary(description):
         print(line)

@@ -221,6 +221,16 @@ def run_ps(args) -> int:
     return 0
 
 
+def _time_spread(dnn, choice) -> float | None:
+    """The spread of a choice's time: its tables' time_spread_s in quadrature (independent runs), None where one of
+    the chosen entries gives none (a table written by hand)."""
+    spreads = [layer.algorithms[choice.algorithms[layer.name]][choice.batch].time_spread_s
+               for layer in dnn.layers if layer.name in choice.algorithms]
+    if not choice.feasible or not spreads or any(s is None for s in spreads):
+        return None
+    return math.sqrt(sum(s * s for s in spreads))
+
+
 def run_batch(args) -> int:
     from ddltrace.models import chang
 
@@ -229,25 +239,35 @@ def run_batch(args) -> int:
                      _profile_gpu_memory)
     batches = parse_int_list(args.batches, "--batches")
     best, choices = chang.choose_batch(dnn, batches, memory)
+    spreads = {c.batch: _time_spread(dnn, c) for c in choices}
     if args.json:
-        return _dump({"dnn": dnn.name, "gpu_memory_bytes": memory, "best_batch": best.batch if best else None,
+        return _dump({"dnn": dnn.name, "tables_source": dnn.source, "gpu_memory_bytes": memory,
+                      "best_batch": best.batch if best else None,
                       "choices": [{"batch": c.batch, "feasible": c.feasible,
-                                   "time_s": c.time_s if c.feasible else None, "samples_per_s": c.samples_per_s,
+                                   "time_s": c.time_s if c.feasible else None, "time_spread_s": spreads[c.batch],
+                                   "samples_per_s": c.samples_per_s,
                                    "memory_bytes": c.memory_bytes, "workspace_bytes": c.workspace_bytes,
                                    "algorithms": c.algorithms, "reason": c.reason} for c in choices]})
     print(f"mini-batch program for {dnn.name} within {format_bytes(memory)} of GPU memory")
-    print(f"{'batch':>6}  {'memory':>10}  {'workspace':>10}  {'time':>9}  {'samples/s':>10}  algorithms")
+    if dnn.source:
+        print(f"  tables from: {dnn.source}")
+    spread_shown = any(v is not None for v in spreads.values())
+    width = 21 if spread_shown else 9
+    print(f"{'batch':>6}  {'memory':>10}  {'workspace':>10}  {'time':>{width}}  {'samples/s':>10}  algorithms")
     for c in choices:
         if c.feasible:
             algos = " ".join(f"{k}={v}" for k, v in c.algorithms.items())
+            took = format_ns(c.time_s * 1e9) + (f" ± {format_ns(spreads[c.batch] * 1e9)}"
+                                                 if spreads[c.batch] is not None else "")
             print(f"{c.batch:>6}  {format_bytes(c.memory_bytes):>10}  {format_bytes(c.workspace_bytes):>10}  "
-                  f"{format_ns(c.time_s * 1e9):>9}  {c.samples_per_s:>10.1f}  {algos}")
+                  f"{took:>{width}}  {c.samples_per_s:>10.1f}  {algos}")
         else:
-            print(f"{c.batch:>6}  {format_bytes(c.memory_bytes):>10}  {'-':>10}  {'-':>9}  {'-':>10}  "
+            print(f"{c.batch:>6}  {format_bytes(c.memory_bytes):>10}  {'-':>10}  {'-':>{width}}  {'-':>10}  "
                   f"does not fit: {c.reason}")
     print("  memory: M(b) = b x (input + all feature maps) x bytes per value + 3 x (weights + biases) x bytes per "
           "value; workspace: the chosen algorithms' (their table's); time: one mini-batch through every layer with "
-          "the chosen algorithm (the sum of their table's times); samples/s: batch / time")
+          "the chosen algorithm (the sum of their table's times)" +
+          ("; ±: their time_spread_s in quadrature" if spread_shown else "") + "; samples/s: batch / time")
     if best is None:
         print("no batch size fits the GPU memory")
         return 0
