@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 from ctrl_c import default_sigint
 
+from ddltrace.collectors import record_sets
 from ddltrace.collectors.launcher import ENDED_BY_INTERRUPT, _interrupted_note, _mpi_ended
 from ddltrace.collectors.mpi_env import find_tool
 from ddltrace.store import TraceStore
@@ -84,3 +85,43 @@ def test_a_rank_that_began_its_finalize_before_the_interrupt_ended_normally():
                     "rank 0: MPI_Finalize began before the interrupt (work done): ended normal; "
                     "rank 1: MPI_Finalize began after the interrupt (on the way out of the stopped job): ended "
                     "interrupted; rank 2: ended abrupt (records up to the end kept)")
+
+
+def test_a_recovered_interrupted_run_keeps_when_the_interrupt_came(tmp_path):
+    """Ctrl-C, then `run` killed during its write (SIGKILL), then `ddltrace recover`: the store has the interrupt's
+    time and the ranks read as above. Before, the record set's last description (written once the samplers stopped)
+    dropped `interrupted_ns`, so a recovery lost it and a rank finalised on the way out read normal."""
+    (tmp_path / "job.py").write_text(JOB)
+    (ready := tmp_path / "ready").mkdir()
+    ddltrace = str(REPO / ".venv" / "bin" / "ddltrace")
+    proc = subprocess.Popen([ddltrace, "run", "--np", "2", "--no-progress", "--out", str(tmp_path / "store"), "--",
+                             sys.executable, str(tmp_path / "job.py"), str(ready)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint,
+                            env={**os.environ, "DDLTRACE_TEST_WRITE_DELAY_S": "5"})
+    records = None
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(list(ready.glob("*.ready"))) < 2:
+            time.sleep(0.1)
+        time.sleep(1.5)
+        os.kill(proc.pid, signal.SIGINT)
+        deadline = time.monotonic() + 60  # the write has begun: its staging folder beside the store
+        while time.monotonic() < deadline and not list(tmp_path.glob(".store.*.tmp")):
+            time.sleep(0.05)
+        proc.kill()
+        _, err = proc.communicate(timeout=30)
+        records = Path(err.split("raw records in ", 1)[1].split(";", 1)[0])
+        done = subprocess.run([ddltrace, "recover", str(records), "--out", str(tmp_path / "again")],
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if records is not None and records.exists():  # (a failed recovery leaves them: not in /dev/shm for good)
+            record_sets.discard(records, {"work": str(next(tmp_path.glob(".store.*"), tmp_path / "none"))})
+    assert done.returncode == 0, done.stderr
+    store = TraceStore.open(tmp_path / "again")
+    assert store.run["interrupted"] is True and store.run["interrupted_ns"] > store.run["start_ns"]
+    ended = {store.rank_info(r)["ended"] for r in store.ranks}
+    assert ended <= {ENDED_BY_INTERRUPT, "abrupt"} and "normal" not in ended, ended
+    assert any(n.startswith("interrupted (Ctrl-C") and "after the start" in n for n in store.manifest["notes"])
