@@ -163,6 +163,13 @@ for path in sorted(os.path.join(sys.argv[1], f) for f in os.listdir(sys.argv[1])
         row["check_all"] = metrics(events, True)
     if mine and len(mine) != len(events) and row["fills"]:
         row["check_set"] = metrics(mine, True)
+    # HTA's set (ddltrace's launched work): the device events whose correlation id a host event carries (or none)
+    launched = {e["args"]["correlation"] for e in a.tree.events if e.get("cat") not in DEVICE
+                and isinstance(e.get("args"), dict) and e["args"].get("correlation") is not None}
+    launched.add(None)
+    hta_set = [e for e in events if e.get("args", {}).get("correlation") in launched]
+    if hta_set and len(hta_set) not in (len(events), len(mine)):
+        row["check_launched"], row["launched_events"] = metrics(hta_set, True), len(hta_set)
     del a, events, mine
     lap("check (untimed)")
 order = sorted(ranks, key=int)
@@ -317,6 +324,9 @@ def print_trace(r: dict) -> None:
             near = o.get("launched") or o
             _row("  TraceLens' set, fills as memory (check)", rank, near, tracelens_terms(t["check_set"]),
                  f"{near.get('events')} / {t.get('events')} (untimed)")
+        if t.get("check_launched") and o.get("launched"):
+            _row("  HTA's set, fills as memory (check)", rank, o["launched"], tracelens_terms(t["check_launched"]),
+                 f"{o['launched']['events']} / {t['launched_events']} (untimed)")
         if t.get("check_all"):
             _row("  all device work, fills as memory (check)", rank, o, tracelens_terms(t["check_all"]),
                  f"{o.get('events')} / {t.get('all_events')} (untimed)")
@@ -449,10 +459,14 @@ def main() -> None:
             r = compare(folder.resolve(), python, Path(tmp))
             results.append(r)
             print_trace(r)
-    both = [r for r in results if r["tracelens"] is not None and r["ours"] is not None]
+    both = [r for r in results if r["tracelens"] is not None and r["ours"] is not None
+            and all("timeline" in t for t in r["tracelens"]["ranks"].values())]
     if both:
+        left = [r["trace"] for r in results if r not in both]
+        if left:
+            print(f"left out of the totals (a tool gave no GPU timeline): {', '.join(left)}")
         tl_s, ours_s = sum(r["tracelens_s"] for r in both), sum(r["ours_s"] for r in both)
-        print(f"all traces both tools read ({len(both)}): ddltrace {ours_s:.2f} s, TraceLens {tl_s:.2f} s, "
+        print(f"the {len(both)} traces both tools gave a timeline of: ddltrace {ours_s:.2f} s, TraceLens {tl_s:.2f} s, "
               f"TraceLens / ddltrace {tl_s / ours_s:.2f}x (fresh processes, module imports included; load average "
               f"{load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after, {os.cpu_count()} CPUs)")
         ours, tl = _sums(both, "ours_steps"), _sums(both, "tracelens_steps")
