@@ -11,6 +11,13 @@ Every nanosecond of a rank, from its first event to its last, gets exactly one c
   holds others (not a leaf op) is not computing while another host thread of the rank is in a collective, a wait
   or a barrier: it is blocked in the collective a host backend (gloo) runs on its own threads
   (:mod:`~ddltrace.analyses.segments`);
+* at a host backend's collectives (gloo's spans, matched across ranks by :mod:`~ddltrace.analyses.host_collectives`)
+  the part of a rank's communication from its entry to the last rank's entry is **wait**, the rest comm: Scalasca's
+  Wait at N x N, the time an early rank waits for a late one, not moving data (:func:`collective_comm` of each rank's
+  segments, then :func:`with_wait_at_nxn` across ranks, ns; a span matched on no other rank stays comm). In
+  ``sample_traces/cpu-gloo-stack`` rank 0's 132.2 ms of comm holds 121.8 ms of waiting for rank 1, asleep 40 ms a
+  step: wait, 10.4 ms comm left. The analysis's map and reduce steps do not call them yet
+  (``analyses/rank_summary.py``, ``run_analysis.py``): its breakdown still files that wait as comm;
 * time no row covers is **compute** on a rank whose rows are all MPI calls (a PMPI, Score-P or IPM trace of MPI
   alone: computation is what happens between calls, as IPM counts it) and **idle** elsewhere: on a rank that
   records its computation explicitly, and on one whose rows say nothing of it (a host's runtime API calls alone,
@@ -171,3 +178,55 @@ def average_and_slowest(table: pd.DataFrame, ranks=None) -> pd.DataFrame:
     average = part.mean(numeric_only=True).to_frame("average").T
     slow = part.loc[[slowest]].rename(index={slowest: f"slowest (rank {slowest})"})
     return pd.concat([average, slow])
+
+
+def collective_comm(edges: np.ndarray, codes: np.ndarray, spans: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The stretches of a rank's segments (``edges``, ns, and ``codes`` of :func:`rank_segments`) filed as comm
+    that overlap its host backend's collective ``spans`` (:func:`~ddltrace.analyses.host_collectives.
+    rank_collectives`: start_ns, dur_ns): (starts, ends) in ns, disjoint, what :func:`with_wait_at_nxn` needs of
+    the rank once its spans are matched across ranks (a few per collective, where the rank's segments are many)."""
+    change = np.diff(np.concatenate([[0], (codes == CATEGORIES.index("comm")).astype(np.int8), [0]]))
+    lo, hi = edges[np.flatnonzero(change == 1)], edges[np.flatnonzero(change == -1)]
+    order = np.argsort(spans["start_ns"].to_numpy(np.int64), kind="stable")
+    start = spans["start_ns"].to_numpy(np.int64)[order]
+    reach = np.maximum.accumulate(start + spans["dur_ns"].to_numpy(np.int64)[order]) if len(start) else start
+    at = np.searchsorted(start, hi, side="left") - 1  # the spans that start before the stretch ends: up to here
+    overlaps = (at >= 0) & (reach[np.maximum(at, 0)] > lo) if len(start) else np.zeros(len(lo), dtype=bool)
+    return lo[overlaps], hi[overlaps]
+
+
+def with_wait_at_nxn(breakdown: pd.DataFrame, comm: dict[int, tuple[np.ndarray, np.ndarray]], spans: pd.DataFrame,
+                     phases: dict[int, RankPhases]) -> pd.DataFrame:
+    """``breakdown`` (:func:`rank_breakdown` rows of any ranks, ns) with each rank's comm time at its host backend's
+    collectives that waited for the last rank to arrive filed as wait: Scalasca's Wait at N x N, from the rank's
+    entry to the last rank's (:func:`~ddltrace.analyses.gpu_collectives.wait_intervals` of all ranks' ``spans``,
+    matched across ranks), where the rank's segments filed it as comm (``comm``: :func:`collective_comm` of each
+    rank; an instant another lane computes stays compute). Each phase's total is unchanged: ns move from comm to
+    wait."""
+    from ddltrace.analyses.gpu_collectives import wait_intervals
+
+    out = breakdown.copy()
+    for rank, part in wait_intervals(spans).groupby("rank"):
+        if int(rank) not in comm or int(rank) not in phases:
+            continue
+        moved = _phase_overlaps(part["start_ns"].to_numpy(np.int64), part["end_ns"].to_numpy(np.int64),
+                                comm[int(rank)], phases[int(rank)])
+        mine = (out["rank"] == rank).to_numpy()
+        moved = moved[out.loc[mine, "phase"].map(PHASES.index).to_numpy()]
+        out.loc[mine, "comm"] -= moved
+        out.loc[mine, "wait"] += moved
+    return out
+
+
+def _phase_overlaps(start: np.ndarray, end: np.ndarray, stretches: tuple[np.ndarray, np.ndarray],
+                    phases: RankPhases) -> np.ndarray:
+    """ns of the union of the intervals [``start``, ``end``) inside the union of ``stretches``, per phase (in
+    :data:`~ddltrace.analyses.phases.PHASES`' order)."""
+    from ddltrace.analyses.gpu_lanes import intersection_ns
+
+    bounds = [phases.start_ns, phases.init_end_ns, phases.steady_end_ns, phases.end_ns]
+    out = np.zeros(len(PHASES), dtype=np.int64)
+    for k, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+        out[k] = intersection_ns((np.clip(start, lo, hi), np.clip(end, lo, hi)),
+                                 (np.clip(stretches[0], lo, hi), np.clip(stretches[1], lo, hi)))
+    return out
