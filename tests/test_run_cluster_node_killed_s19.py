@@ -13,13 +13,14 @@ import sys
 import textwrap
 import time
 
+import pytest
 from cluster_jobs import MPIEXEC, NEEDS_CLUSTER
 
 from ddltrace.collectors import cluster as cl
 from ddltrace.store import TraceStore
 from ddltrace.summary import summarize
 
-pytestmark = NEEDS_CLUSTER
+pytestmark = [pytest.mark.serial, *NEEDS_CLUSTER]  # (simulated nodes: as tests/conftest.py's SERIAL files)
 
 JOB = textwrap.dedent("""
     import sys, time
