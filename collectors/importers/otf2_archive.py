@@ -112,7 +112,7 @@ def _piece(rows: list, lane: int, frame: list, end_ns: int, *, child_enters: boo
     """The region's exclusive piece from its current start (its Enter, or where its last child left) to
     ``end_ns`` (where a child enters, or its Leave). A leaf is kept even when it lasts 0 ns (one call); an
     empty piece of a region with children is not a row. The requests completed in the region go with its last."""
-    name, start, nbytes, peer, tag, has_children, request, completed, posted = frame[:9]
+    name, start, nbytes, peer, tag, has_children, request, completed, posted, _counts = frame
     if end_ns > start or not (has_children or child_enters):
         rows.append((lane, name, start, end_ns - start, nbytes, peer, tag, request,
                      () if child_enters else tuple(completed), posted))
@@ -160,10 +160,14 @@ class _Fold:
         from otf2.definitions import Location, LocationGroup, MetricInstance
 
         self._instance, self._location, self._group = MetricInstance, Location, LocationGroup
+        self._metrics: dict[int, tuple] = {}  # how each metric's records are read (:meth:`_how`), by its reference
 
     def state(self, rank: int) -> dict:
         """The rank's fold state, made empty on first use."""
-        return self.per_rank.setdefault(rank, _new_state())
+        state = self.per_rank.get(rank)
+        if state is None:
+            state = self.per_rank[rank] = _new_state()
+        return state
 
     def add(self, location, event) -> None:
         self.events += 1
@@ -199,7 +203,7 @@ class _Fold:
             if stack:  # the enclosing region's own time resumes
                 stack[-1][1] = t_ns
         elif kind == "Metric":
-            self._metric(location, label, state, lane, event, t_ns)
+            self._metric(label, state, lane, event, t_ns)
         elif kind in ("MpiSend", "MpiIsend", "MpiRecv"):
             if stack:
                 top = stack[-1]
@@ -236,41 +240,60 @@ class _Fold:
         else:
             self.skipped[f"OTF2 {kind} records (not intervals)"] += 1
 
-    def _metric(self, location, label: str, state: dict, lane: int, event, t_ns: int) -> None:
+    def _metric(self, label: str, state: dict, lane: int, event, t_ns: int) -> None:
         """A Metric record: each member's value (times its base ** exponent) a sample of its series; a count sampled
         at enters and leaves (a synchronous metric class recorded by its own location) also kept for the region
         counts. A metric instance's values belong to its scope: a location, or a location group (a rank); one
         scoped to a system-tree node or a group of locations is no one rank's, and is counted as skipped."""
         metric = event.metric
-        of_class = not isinstance(metric, self._instance)
-        if not of_class:
-            scope = metric.scope
-            if isinstance(scope, self._location):
-                state, label = self.state(_rank_of(scope)), scope.name or f"location {scope._ref}"
-            elif isinstance(scope, self._group):
-                state, label = self.state(_rank_of_group(scope)), scope.name or f"location group {scope._ref}"
-            else:
-                self.skipped["OTF2 Metric records of a metric instance scoped to a system-tree node or a group "
-                             "(no one rank's; not kept)"] += 1
-                return
-            metric = metric.metric_class
+        how = self._metrics.get(metric._ref)
+        if how is None:
+            how = self._metrics[metric._ref] = self._how(metric)
+        scope, members, synchronous = how
+        if members is None:
+            self.skipped["OTF2 Metric records of a metric instance scoped to a system-tree node or a group "
+                         "(no one rank's; not kept)"] += 1
+            return
+        if scope is not None:
+            state, label = self.state(scope[0]), scope[1]
         self.skipped["OTF2 Metric records, kept as counters"] += 1
-        synchronous = of_class and int(metric.occurrence.value) != _ASYNCHRONOUS
-        for member, value in zip(metric.members, event.values, strict=False):
-            meaning = self.meanings.get(member._ref)
-            if meaning is None:
-                meaning = self.meanings[member._ref] = _Member.of(member, metric)
-            value = value * meaning.scale if meaning.scale != 1 else value
-            series = state["series"].get((label, member._ref))
+        series_of, counts = state["series"], None
+        for (ref, meaning), value in zip(members, event.values, strict=False):
+            if meaning.scale != 1:
+                value = value * meaning.scale
+            series = series_of.get((label, ref))
             if series is None:
-                series = state["series"][(label, member._ref)] = (meaning, [], [])
+                series = series_of[(label, ref)] = (meaning, [], [])
             series[1].append(t_ns)
             series[2].append(value)
             if synchronous and meaning.counted:
-                counts = state["counts"].get(lane)
                 if counts is None:
-                    counts = state["counts"][lane] = _RegionCounts()
-                counts.sample(member._ref, meaning, event.time, value)
+                    counts = state["counts"].get(lane)
+                    if counts is None:
+                        counts = state["counts"][lane] = _RegionCounts()
+                counts.sample(ref, meaning, event.time, value)
+
+    def _how(self, metric) -> tuple:
+        """How a metric's records are read: the (rank, series location name) of a metric instance's scope (None: the
+        recording location's), its members' (reference, :class:`_Member`) (None: an instance of no one rank), and
+        whether its samples are taken at enters and leaves (a metric class not ASYNCHRONOUS)."""
+        scope = None
+        if isinstance(metric, self._instance):
+            where = metric.scope
+            if isinstance(where, self._location):
+                scope = (_rank_of(where), where.name or f"location {where._ref}")
+            elif isinstance(where, self._group):
+                scope = (_rank_of_group(where), where.name or f"location group {where._ref}")
+            else:
+                return None, None, False
+            metric = metric.metric_class
+        members = []
+        for member in metric.members:
+            meaning = self.meanings.get(member._ref)
+            if meaning is None:
+                meaning = self.meanings[member._ref] = _Member.of(member, metric)
+            members.append((member._ref, meaning))
+        return scope, members, scope is None and int(metric.occurrence.value) != _ASYNCHRONOUS
 
 
 def _new_state(host: str = "") -> dict:
