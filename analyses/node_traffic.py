@@ -10,20 +10,22 @@ calls of the timeline (:func:`~ddltrace.analyses.wait_states.mpi_calls`, with th
   completes it is counted with the Wait*'s own calls, not here). A pair of one host with itself is intra-node.
   An MPI_Sendrecv (or _replace) counts once, for its destination (the ``peer`` the collectors record): its time,
   and its ``bytes`` as sent (IPM's hash entry per call; the PMPI collector's bytes sent). What it received counts
-  where the PMPI collector recorded it, in the call's receive half (:data:`SENDRECV_RECEIVED`, a row of no duration
-  at the call's exit naming the message's source, read by :func:`receive_halves`): as a receive, for the pair of
-  its rank's host and its source's, in the node's bytes received. So each byte of an exchange counts once as sent
-  and once as received. IPM keeps no receive half: there a Sendrecv's received bytes count nowhere. Stores made
-  by the PMPI collector before it recorded receive halves hold a Sendrecv's bytes sent and received together in
-  its ``bytes``, read here as sent: an exchange's bytes count twice there.
+  where the PMPI collector recorded it, in the call's receive half (a row of no duration at the call's exit naming
+  the message's source; :data:`~ddltrace.analyses.wait_states.RECEIVE_HALF` among the MPI calls): as a receive of
+  no time (the call's row holds it), for the pair of its rank's host and its source's, in the node's bytes
+  received. So each byte of an exchange counts once as sent and once as received. IPM keeps no receive half: there
+  a Sendrecv's received bytes count nowhere. Stores made by the PMPI collector before it recorded receive halves
+  hold a Sendrecv's bytes sent and received together in its ``bytes``, read here as sent: an exchange's bytes
+  count twice there.
 * **Collectives** (:func:`collective_traffic`): the k-th collective of every rank on a communicator is one
   instance (as in wait-state matching); an instance whose ranks sit on two or more hosts is inter-node, else
   intra-node. Each rank's call counts for its own host: bytes (its own count) and time (its duration).
 * **Transfers** (:func:`transfers`): each send matched to its receive (MPI's matching, as for Late Sender). Its
   transfer time is from when both sides had entered (``max(enter(send), enter(recv))``) to the end of the receive
-  (the receive's leave, or the leave of the Wait* that completed an Irecv): the time the payload took to arrive
-  once both sides were ready. Over a pair of hosts' matched inter-node messages of at least ``min_bytes`` (small
-  messages are left out: their time is latency, not bandwidth), its **effective bandwidth** is their bytes divided
+  (the receive's leave, the leave of the Wait* that completed an Irecv, or that of the Sendrecv whose receive half
+  took it): the time the payload took to arrive once both sides were ready. Over a pair of hosts' matched
+  inter-node messages of at least ``min_bytes`` (small messages are left out: their time is latency, not
+  bandwidth), its **effective bandwidth** is their bytes divided
   by the sum of their transfer times, and its **peak bandwidth** the highest of each message's bytes / flight time
   (bytes per second), its **flight time** being from the send's entry to the end of the receive: the payload
   cannot have left before the send was entered, so that time holds its whole way over the link. The peak
@@ -39,13 +41,12 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 
 from ddltrace.analyses.wait_states import (
+    BLOCKING_RECEIVES,
     COLLECTIVES,
-    MISSING,
     P2P,
-    RECV_BLOCKING,
+    RECEIVE_HALF,
     SEND_BLOCKING,
     SEND_NONBLOCKING,
     SENDRECV,
@@ -57,11 +58,6 @@ from ddltrace.analyses.wait_states import (
 SENDS = SEND_BLOCKING | SEND_NONBLOCKING | SENDRECV
 #: The point-to-point calls counted here: :data:`~ddltrace.analyses.wait_states.P2P` and MPI_Sendrecv.
 POINT_TO_POINT = P2P | SENDRECV
-
-#: The receive half of an MPI_Sendrecv or _replace, a row the PMPI collector writes at the call's exit (no
-#: duration; ``peer`` the message's source, ``tag`` its tag, ``bytes`` received; collectors/pmpi/table.py's
-#: ``SENDRECV_RECEIVED``): not a call, and not among the MPI calls of :func:`~ddltrace.analyses.wait_states.mpi_calls`.
-SENDRECV_RECEIVED = "ddltrace_sendrecv_received"
 
 #: Columns of :func:`pair_bandwidth`.
 BANDWIDTH_COLUMNS = ["host_a", "host_b", "messages", "bytes", "time_ns", "bytes_per_s", "peak_bytes_per_s"]
@@ -77,37 +73,12 @@ def rank_hosts(store) -> dict[int, str]:
     return out
 
 
-def receive_halves(run, calls: pd.DataFrame) -> pd.DataFrame:
-    """The receive halves of the MPI_Sendrecv calls of ``run``'s ranks (rows :data:`SENDRECV_RECEIVED`), in the
-    form of :func:`~ddltrace.analyses.wait_states.mpi_calls`; read from the store only where ``calls`` (its MPI
-    calls) hold a Sendrecv, else none."""
-    empty = calls.iloc[0:0]
-    if not calls["name"].isin(SENDRECV).any():
-        return empty
-    from ddltrace.arrow_timeline import codes_of
-
-    parts = []
-    for _, table in run.store.iter_timeline_tables(run.ranks):
-        codes, names = codes_of(table.column("name"))
-        if SENDRECV_RECEIVED not in names:
-            continue
-        rows = table.filter(pa.array(codes == names.index(SENDRECV_RECEIVED))).to_pandas()
-        part = pd.DataFrame({"rank": rows["rank"].to_numpy(np.int64), "name": SENDRECV_RECEIVED,
-                             "start_ns": rows["start_ns"].to_numpy(np.int64),
-                             "end_ns": (rows["start_ns"] + rows["dur_ns"]).to_numpy(np.int64)})
-        for column in ("peer", "tag", "comm", "request", "bytes"):
-            part[column] = (rows[column].astype("Int64").fillna(MISSING).to_numpy(np.int64) if column in rows
-                            else MISSING)
-        parts.append(part)
-    return pd.concat(parts, ignore_index=True)[list(calls.columns)] if parts else empty
-
-
 def p2p_calls(calls: pd.DataFrame, hosts: dict[int, str]) -> pd.DataFrame:
     """Every point-to-point call with a partner, both ranks with a host: columns host (its rank's), peer_host,
     sent (the send's bytes, 0 for a receive or where unknown), received (the receive's bytes, 0 for a send),
-    time_ns (the call's own duration). The receive halves of Sendrecv calls in ``calls``
-    (:func:`receive_halves`) count as receives of no time."""
-    p2p = calls[calls["name"].isin(POINT_TO_POINT | {SENDRECV_RECEIVED}) & (calls["peer"] >= 0)]
+    time_ns (the call's own duration). The receive half of a Sendrecv (:data:`~ddltrace.analyses.wait_states.
+    RECEIVE_HALF`) is a receive of no time: its call's row holds the time."""
+    p2p = calls[calls["name"].isin(POINT_TO_POINT | {RECEIVE_HALF}) & (calls["peer"] >= 0)]
     own, peer = p2p["rank"].map(hosts), p2p["peer"].map(hosts)
     known = own.notna() & peer.notna()
     p2p = p2p[known]
@@ -115,7 +86,7 @@ def p2p_calls(calls: pd.DataFrame, hosts: dict[int, str]) -> pd.DataFrame:
     sends = p2p["name"].isin(SENDS)
     return pd.DataFrame({"host": own[known].astype(str), "peer_host": peer[known].astype(str),
                          "sent": size.where(sends, 0), "received": size.where(~sends, 0),
-                         "time_ns": p2p["end_ns"] - p2p["start_ns"]})
+                         "time_ns": (p2p["end_ns"] - p2p["start_ns"]).where(p2p["name"] != RECEIVE_HALF, 0)})
 
 
 def p2p_traffic(calls: pd.DataFrame, hosts: dict[int, str]) -> pd.DataFrame:
@@ -169,7 +140,7 @@ def transfers(calls: pd.DataFrame, hosts: dict[int, str]) -> pd.DataFrame:
     if pairs is None or not len(pairs):
         return pd.DataFrame(columns=columns)
     end = pairs["end_ns_r"].to_numpy().copy()
-    posted = ~pairs["name_r"].isin(RECV_BLOCKING).to_numpy()
+    posted = ~pairs["name_r"].isin(BLOCKING_RECEIVES).to_numpy()  # a Sendrecv's receive half ends with its call
     if posted.any():
         done = completions(calls)
         idx = pairs["idx_r"].to_numpy()
@@ -224,7 +195,7 @@ def node_table(run, min_bytes: float) -> pd.DataFrame:
     table = run.table("all")
     rows = []
     calls = run.calls if run.can("node_p2p") else run.calls.iloc[0:0]
-    p2p = p2p_calls(pd.concat([calls, receive_halves(run, calls)], ignore_index=True), hosts)
+    p2p = p2p_calls(calls, hosts)
     unplaced = p2p_without_partner(run.calls, hosts).set_index("host")
     timed = run.can("node_collectives")
     coll = collective_traffic(run.calls if timed else run.calls.iloc[0:0], hosts)

@@ -27,7 +27,7 @@ import pandas as pd
 import pytest
 from cluster_jobs import NEEDS_CLUSTER, run_on_cluster
 
-from ddltrace.analyses.node_traffic import SENDRECV_RECEIVED, node_table, p2p_traffic, rank_hosts
+from ddltrace.analyses.node_traffic import node_table, p2p_traffic, rank_hosts, transfers
 from ddltrace.analyses.run_analysis import analyze_store
 from ddltrace.cli import main
 from ddltrace.collectors import cluster as cl
@@ -35,6 +35,7 @@ from ddltrace.collectors.mpi_env import find_tool, mpiexec_command
 from ddltrace.collectors.pmpi import build_wrapper, read_records, to_timeline
 from ddltrace.collectors.pmpi import table as pmpi_table
 from ddltrace.collectors.pmpi.records import HEADER_SIZE, RECORD_DTYPE
+from ddltrace.collectors.pmpi.table import SENDRECV_RECEIVED
 from ddltrace.store import TraceStore, write_store
 from ddltrace.timeline import make_timeline
 
@@ -110,8 +111,9 @@ def node_truth(messages: Counter, hosts: dict[int, str]) -> dict[str, dict[str, 
     return out
 
 
-def check_nodes(run, hosts: dict[int, str]) -> None:
-    """The per-node table and the traffic per pair of hosts of ``run`` are the job's bytes, each counted once."""
+def check_nodes(run, hosts: dict[int, str], matched: bool = True) -> None:
+    """The per-node table and the traffic per pair of hosts of ``run`` are the job's bytes, each counted once; with
+    ``matched``, so are its matched messages (:func:`transfers`)."""
     truth = node_truth(job_messages(), hosts)
     table = node_table(run, 65536).set_index("host")
     for host, want in truth.items():
@@ -123,6 +125,13 @@ def check_nodes(run, hosts: dict[int, str]) -> None:
     a, b = sorted(truth)
     assert pairs == {(a, a): truth[a]["intra"], (b, b): truth[b]["intra"],
                      (a, b): truth[a]["sent"] + truth[b]["sent"]}
+    if not matched:
+        return
+    # each message matched to the receive half that took it (wait_states), ended at its Sendrecv's exit: the transfers
+    # carry the job's bytes, each once (their times can be below 0 by the clocks' alignment, some us)
+    moves = transfers(run.calls, hosts)
+    assert len(moves) == (3 * RANKS - 1) * REPS
+    assert Counter({k: int(v) for k, v in moves.groupby(["src", "dst"])["bytes"].sum().items()}) == job_messages()
 
 
 needs_mpi = pytest.mark.skipif(find_tool("mpicc") is None or find_tool("mpiexec") is None,
@@ -262,4 +271,6 @@ def test_open_mpi_records_what_each_rank_sent_and_received(tmp_path):
     frame = make_timeline(pd.concat([t for _, t in store.iter_timeline()], ignore_index=True))
     hosts = write_store(tmp_path / "hosts", frame, run={"world_size": RANKS},
                         rank_info={r: {"host": h} for r, h in HOSTS.items()})
-    check_nodes(analyze_store(hosts.path), HOSTS)
+    # Open MPI's communicator handles are addresses, another in each process: no message is matched across ranks
+    assert len(set(frame.loc[frame["name"].str.startswith("MPI_Sendrecv"), "comm"])) == RANKS
+    check_nodes(analyze_store(hosts.path), HOSTS, matched=False)
