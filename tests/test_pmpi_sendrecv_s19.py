@@ -39,6 +39,9 @@ from ddltrace.collectors.pmpi.table import SENDRECV_RECEIVED
 from ddltrace.store import TraceStore, write_store
 from ddltrace.timeline import make_timeline
 
+# serial (as tests/conftest.py's SERIAL files test_pmpi, test_slow_link): real MPI jobs, simulated nodes
+pytestmark = pytest.mark.serial
+
 RANKS, REPS, K, M = 4, 5, 1000, 3000
 ARGS = [str(REPS), str(K), str(M)]
 HOSTS = {0: "A", 1: "A", 2: "B", 3: "B"}
