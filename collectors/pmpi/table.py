@@ -86,7 +86,7 @@ _DONE_SOME = "ddlt_done_some(ddlt_cp, ddlt_n, *outcount, array_of_indices, array
 
 def _sends(name: str, blocking: bool) -> Wrapper:
     return Wrapper(name, _P2P_SEND if blocking else _P2P_ISEND, "comm", large=True,
-                   bytes="ddlt_type_bytes(count, datatype)", peer="dest", tag="tag",
+                   bytes=f"{_TO_NULL} ? 0 : ddlt_type_bytes(count, datatype)", peer="dest", tag="tag",
                    request=None if blocking else _REQ_POST, known="r->peer = dest; r->tag = tag;" if blocking else "")
 
 
