@@ -350,3 +350,23 @@ def check_proc_null(t0: pd.DataFrame, t1: pd.DataFrame) -> None:
     recv = t1[t1["name"] == "MPI_Recv"].iloc[0]
     assert (recv["bytes"], recv["peer"], recv["tag"]) == (1000, 0, 9)
 
+
+# -- the build cache's key -----------------------------------------------------------------------------------------
+
+@needs_mpi
+def test_the_build_cache_is_keyed_by_the_wrappers_this_process_generates(tmp_path, monkeypatch):
+    """The key is made of the wrappers generated from the call table in memory: a process that imported the table
+    before its file changed builds (and finds) its own wrapper, not one under the key of the file's new text. The key
+    was the file's text: a run that imported the table while this file's sends were briefly without their
+    MPI_PROC_NULL test built the wrapper without it under the new text's key, and the next run took it (Open MPI's
+    MPI_Send to MPI_PROC_NULL read 1000 bytes after the table said 0)."""
+    from ddltrace.collectors.pmpi import build
+
+    monkeypatch.setenv("DDLTRACE_CACHE", str(tmp_path))
+    plain = build.build_wrapper()
+    assert build.build_wrapper() == plain  # cached
+    generate = build.generate
+    monkeypatch.setattr(build, "generate", lambda available=None: generate(available) + "\n/* another table */\n")
+    other = build.build_wrapper()
+    assert other != plain and "another table" in (other.parent / "wrappers.c").read_text()
+    assert "another table" not in (plain.parent / "wrappers.c").read_text()

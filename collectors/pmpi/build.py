@@ -2,7 +2,9 @@
 
 The wrapper must link libmpi itself (mpi4py opens libmpi RTLD_LOCAL, so ``PMPI_*`` would not resolve
 otherwise) and must be built against the same MPI as the launcher, so the cache key is made of the
-``mpicc`` used, what ``mpicc -show`` links, the library file's identity, and the sources. Cache folder:
+``mpicc`` used, what ``mpicc -show`` links, the library file's identity, and the sources: the runtime's, and the
+wrappers as this process generates them (from the call table it imported, not the table's file, which may have
+changed since: a key of the file's text once named a wrapper generated from the table before). Cache folder:
 ``$DDLTRACE_CACHE`` or ``~/.cache/ddltrace``, ``pmpi/<key>/libddltrace_pmpi.so``.
 """
 
@@ -82,7 +84,8 @@ def build_wrapper(mpicc: str | None = None, *, quiet: bool = True) -> Path:
     if os.sep in mpicc:
         mpicc = os.path.abspath(mpicc)
     library = mpi_library(mpicc)
-    sources = {name: (_HERE / name).read_text() for name in ("runtime.c", "runtime.h", "table.py", "generate.py")}
+    sources = {name: (_HERE / name).read_text() for name in ("runtime.c", "runtime.h")}
+    sources["wrappers.c"] = generate(None)  # every wrapper of the table in memory (the build keeps the library's)
     stat = library.stat()
     key = hashlib.sha256("\0".join([
         os.path.realpath(mpicc), " ".join(_show(mpicc)), str(library), str(stat.st_size), str(int(stat.st_mtime)),
