@@ -16,8 +16,9 @@ Every nanosecond of a rank, from its first event to its last, gets exactly one c
   Wait at N x N, the time an early rank waits for a late one, not moving data (:func:`collective_comm` of each rank's
   segments, then :func:`with_wait_at_nxn` across ranks, ns; a span matched on no other rank stays comm). In
   ``sample_traces/cpu-gloo-stack`` rank 0's 132.2 ms of comm holds 121.8 ms of waiting for rank 1, asleep 40 ms a
-  step: wait, 10.4 ms comm left. The analysis's map and reduce steps do not call them yet
-  (``analyses/rank_summary.py``, ``run_analysis.py``): its breakdown still files that wait as comm;
+  step: wait, 10.4 ms comm left (the map step, :mod:`~ddltrace.analyses.rank_summary`, keeps each rank's
+  stretches; the reduce, :func:`~ddltrace.analyses.run_analysis.reduce_summaries`, moves them, in the all-lanes
+  and the host breakdowns);
 * time no row covers is **compute** on a rank whose rows are all MPI calls (a PMPI, Score-P or IPM trace of MPI
   alone: computation is what happens between calls, as IPM counts it) and **idle** elsewhere: on a rank that
   records its computation explicitly, and on one whose rows say nothing of it (a host's runtime API calls alone,

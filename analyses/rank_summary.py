@@ -19,6 +19,7 @@ import pandas as pd
 
 from ddltrace.analyses import host_collectives
 from ddltrace.analyses.breakdown import (
+    collective_comm,
     device_lanes,
     host_lanes,
     phase_breakdown,
@@ -44,8 +45,10 @@ class RankSummary:
     ``calls`` holds the rank's MPI calls (:func:`~ddltrace.analyses.wait_states.mpi_calls`), what wait-state
     matching needs across ranks (the reduce passes them to :class:`~ddltrace.analyses.wait_exchange.
     WaitStateExchange` and drops them); ``gpu`` the rank's GPU figures; ``host_collectives`` its host backend's
-    collective spans (:func:`~ddltrace.analyses.host_collectives.rank_collectives`, None where it has none);
-    ``events`` the rows read.
+    collective spans (:func:`~ddltrace.analyses.host_collectives.rank_collectives`, None where it has none), and
+    ``collective_comm`` / ``host_collective_comm`` the stretches its breakdown / host breakdown filed as comm that
+    overlap them (:func:`~ddltrace.analyses.breakdown.collective_comm`: the reduce files the part spent waiting for
+    the last rank as wait); ``events`` the rows read.
     """
 
     rank: int
@@ -58,6 +61,8 @@ class RankSummary:
     calls: pd.DataFrame | None = None
     gpu: GpuAnalysis = field(default_factory=GpuAnalysis)
     host_collectives: pd.DataFrame | None = None
+    collective_comm: tuple[np.ndarray, np.ndarray] | None = None
+    host_collective_comm: tuple[np.ndarray, np.ndarray] | None = None
     #: whether the rank holds point-to-point calls naming a partner, and collective calls
     has_messages: bool = False
     has_collectives: bool = False
@@ -102,12 +107,18 @@ def summarise_timeline(rank: int, timeline: pd.DataFrame, aggregate: bool = Fals
     segments = rank_segments(timeline, found)
     out.phases = replace(found, steps=found.steps.assign(compute_ns=time_in_steps(*segments, found.steps)))
     out.breakdown = phase_breakdown(*segments, found)
+    spans = host_collectives.rank_collectives(rank, timeline)
+    if len(spans):
+        out.host_collectives, out.collective_comm = spans, collective_comm(*segments, spans)
     on_device = device_lanes(timeline["lane"])
     if on_device.any():
         host = timeline[host_lanes(timeline["lane"])]
         # the host's gaps are its own work where it recorded any; a host that recorded nothing (a device-only
         # trace: rocprofv3's kernel dispatches) ran nothing recorded, idle, not 100 % compute
-        out.host_breakdown = rank_breakdown(host, found, gap=None if len(host) else "idle")
+        host_segments = rank_segments(host, found, gap=None if len(host) else "idle")
+        out.host_breakdown = phase_breakdown(*host_segments, found)
+        if len(spans):
+            out.host_collective_comm = collective_comm(*host_segments, spans)
         out.device_breakdown = rank_breakdown(timeline[on_device], found, gap="idle")
     out.calls = calls = mpi_calls(timeline)
     p2p = calls[calls["name"].isin(P2P) & (calls["peer"] >= 0)]
@@ -118,8 +129,6 @@ def summarise_timeline(rank: int, timeline: pd.DataFrame, aggregate: bool = Fals
     if not aggregate:
         out.largest_receive_ends = largest_receive_ends(calls, found.init_end_ns, found.steady_end_ns)
     out.gpu.add_rank(rank, timeline)
-    spans = host_collectives.rank_collectives(rank, timeline)
-    out.host_collectives = spans if len(spans) else None
     return out
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ddltrace.analyses.breakdown import average_and_slowest, breakdown_table
+from ddltrace.analyses.breakdown import average_and_slowest, breakdown_table, with_wait_at_nxn
 from ddltrace.analyses.gpu_analysis import GpuAnalysis
 from ddltrace.analyses.host_collectives import SPAN_COLUMNS, instances
 from ddltrace.analyses.phases import RankPhases, gradient_steps
@@ -339,6 +339,8 @@ def reduce_summaries(store: TraceStore, summaries: Iterable, total: int | None =
     phases: dict[int, RankPhases] = {}
     breakdowns, host, device, gpus, peers, damaged, received = {}, {}, {}, {}, {}, [], {}
     spans: dict[int, pd.DataFrame] = {}
+    comm: dict[int, tuple] = {}  # the stretches filed as comm at the host backend's collectives, per rank
+    host_comm: dict[int, tuple] = {}
     message_ranks = collective_ranks = 0
     done = events = 0
     with WaitStateExchange() as exchange:
@@ -355,7 +357,9 @@ def reduce_summaries(store: TraceStore, summaries: Iterable, total: int | None =
                     host[rank], device[rank] = summary.host_breakdown, summary.device_breakdown
                 gpus[rank] = summary.gpu
                 if summary.host_collectives is not None:
-                    spans[rank] = summary.host_collectives
+                    spans[rank], comm[rank] = summary.host_collectives, summary.collective_comm
+                    if summary.host_collective_comm is not None:
+                        host_comm[rank] = summary.host_collective_comm
                 if summary.steady_peers:
                     peers[rank] = summary.steady_peers
                 received[rank] = summary.largest_receive_ends
@@ -396,6 +400,10 @@ def reduce_summaries(store: TraceStore, summaries: Iterable, total: int | None =
                       (message_ranks, collective_ranks))
     if spans:
         run.host_collective_spans = pd.concat([spans[r] for r in sorted(spans)], ignore_index=True)
+        # Wait at N x N: a rank's comm at those collectives until the last rank entered is wait
+        run.breakdown = with_wait_at_nxn(run.breakdown, comm, run.host_collective_spans, phases)
+        if host_comm:
+            run.host_breakdown = with_wait_at_nxn(run.host_breakdown, host_comm, run.host_collective_spans, phases)
     return run
 
 
