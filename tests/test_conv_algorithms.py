@@ -235,3 +235,20 @@ def test_calibrate_writes_tables_that_plan_batch_solves_within_the_budget(tmp_pa
     assert choice["time_s"] == pytest.approx(sum(times[(n, k)] for n, k in best.items()))
     spreads = [dnn.layers[0 if n == "c1" else 2].algorithms[k][batch].time_spread_s for n, k in best.items()]
     assert choice["time_spread_s"] == pytest.approx(float(np.hypot(*spreads)))
+
+
+def test_clock_cpu_puts_the_cpu_time_in_time_s(tmp_path, capsys):
+    src, out = tmp_path / "tiny.json", tmp_path / "tiny-algorithms.json"
+    src.write_text(json.dumps(_description()))
+    assert main(["calibrate", "--conv-algorithms", "--dnn", str(src), "--batches", "1", "--repeats", "1",
+                 "--clock", "cpu", "--quick", "--out", str(out), "--quiet"]) == 0
+    written = json.loads(out.read_text())
+    assert written["algorithm_tables"]["clock"] == "cpu" and "median cpu time of 1 runs" in written["source"]
+    for entry in written["layers"][0]["algorithms"].values():
+        e = entry["1"]
+        assert (e["time_s"], e["time_spread_s"]) == (e["cpu_s"], e["cpu_spread_s"]) and e["wall_s"] > 0
+        assert e["runs"] == 1  # --quick: no runs added for busy ones
+    capsys.readouterr()
+    assert main(["calibrate", "--conv-algorithms", "--dnn", str(src), "--clock", "cpu", "--threads", "2",
+                 "--out", str(out), "--quiet"]) == 2
+    assert "--clock cpu needs one thread" in capsys.readouterr().err

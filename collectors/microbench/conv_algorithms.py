@@ -27,11 +27,13 @@ Backward is both gradients, of the weights and of the layer's input, except for 
 below it (the first conv layer on the data), whose input gradient no one needs: only dW, as frameworks do.
 Biases are left out (the same add for either algorithm).
 
-Time: one mini-batch through the layer, forward + backward (``forward_s``: the forward part), wall seconds, the
-median of ``repeats`` runs (each run long enough to time: several steps when one is short; the first, traced, step
-is the warm-up); ``time_spread_s`` 1.4826 x the runs' median absolute deviation (measure.repeat, which adds runs
-when other processes were busy: ``busy_runs``). ``cpu_s`` (with ``cpu_spread_s``): the process's CPU seconds per
-step, what the step cost the machine whoever else ran.
+Time: one mini-batch through the layer, forward + backward (``forward_s``: the forward part), the median of
+``repeats`` runs (each run long enough to time: several steps when one is short; the first, traced, step is the
+warm-up) with its spread, 1.4826 x the runs' median absolute deviation (measure.repeat, which adds runs when other
+processes were busy: ``busy_runs``), in wall seconds (``wall_s``, ``wall_spread_s``) and in the process's CPU seconds
+(``cpu_s``, ``cpu_spread_s``: what the step cost, whoever else ran); ``time_s`` and ``time_spread_s``, which
+``plan batch`` reads, are the wall ones, or the CPU ones with ``clock="cpu"`` (calibrate's ``--clock cpu``, one
+thread only), steadier on a machine others share.
 BLAS and scipy.fft run on one thread by default (``threads``; calibrate's ``--threads N``), as calibrate's other
 CPU constants are per core: on a machine others share, more threads than idle cores make a run wait for the slowest.
 ``workspace_traced_bytes``: what tracemalloc saw allocated above the start during the first step, the buffers
@@ -67,7 +69,7 @@ from ddltrace.models.dnn import DNN, load_dnn
 
 ALGORITHMS = ("gemm", "fft")
 DEFAULT_BATCHES = (1, 2, 4, 8)
-DEFAULT_REPEATS, QUICK_REPEATS = 5, 3
+DEFAULT_REPEATS = 3
 MIN_RUN_S = 0.02
 """A timed run lasts at least this long: steps shorter than it are repeated within the run and averaged."""
 DTYPES = {4: np.float32, 8: np.float64}
@@ -366,9 +368,10 @@ def traced_first_step(kind: str, g: ConvGeometry, batch: int, dtype, t: dict, wo
     return algo, peak
 
 
-def measure_one(kind: str, g: ConvGeometry, batch: int, dtype, repeats: int, workers: int) -> dict:
-    """One table entry: the step's median time and spread, its forward part, its CPU time, the workspace (module
-    docstring)."""
+def measure_one(kind: str, g: ConvGeometry, batch: int, dtype, repeats: int, workers: int, clock: str = "wall",
+                extra: int | None = None) -> dict:
+    """One table entry: the step's median wall and CPU times and their spreads (``time_s`` the one of ``clock``),
+    its forward part, the workspace (module docstring). ``extra``: runs added for busy ones (measure.repeat's)."""
     t = tensors(g, batch, dtype)
     t0 = time.perf_counter()
     algo, traced = traced_first_step(kind, g, batch, dtype, t, workers)  # (also the warm-up: pages touched)
@@ -389,27 +392,29 @@ def measure_one(kind: str, g: ConvGeometry, batch: int, dtype, repeats: int, wor
         forward_parts.append(fwd / steps)
         return (fwd + bwd) / steps
 
-    m = repeat(run, repeats=repeats)
-    return {"time_s": m.value, "time_spread_s": m.spread, "forward_s": float(np.median(forward_parts)),
-            "cpu_s": float(np.median(cpu_parts)), "cpu_spread_s": robust_spread(cpu_parts),
-            "workspace_bytes": algo.ws.peak, "workspace_traced_bytes": traced, "runs": len(m.values),
-            "steps_per_run": steps, "busy_runs": m.busy_runs}
+    m = repeat(run, repeats=repeats, extra=extra)
+    cpu, cpu_spread = float(np.median(cpu_parts)), robust_spread(cpu_parts)
+    return {"time_s": cpu if clock == "cpu" else m.value, "time_spread_s": cpu_spread if clock == "cpu" else m.spread,
+            "wall_s": m.value, "wall_spread_s": m.spread, "cpu_s": cpu, "cpu_spread_s": cpu_spread,
+            "forward_s": float(np.median(forward_parts)), "workspace_bytes": algo.ws.peak,
+            "workspace_traced_bytes": traced, "runs": len(m.values), "steps_per_run": steps, "busy_runs": m.busy_runs}
 
 
 def measure_tables(geometries: list[ConvGeometry], batches: list[int], dtype, repeats: int, threads: int = 1,
-                   progress: Callable[[str], None] | None = None) -> dict[str, dict[str, dict[str, dict]]]:
-    """{layer: {algorithm: {batch: entry}}} for every geometry, algorithm and batch size."""
+                   progress: Callable[[str], None] | None = None, clock: str = "wall",
+                   extra: int | None = None) -> dict[str, dict[str, dict[str, dict]]]:
+    """{layer: {algorithm: {batch: entry}}} for every geometry, algorithm and batch size (scipy.fft on ``threads``
+    workers; the caller sets BLAS's threads)."""
     tables: dict[str, dict[str, dict[str, dict]]] = {}
     total, done = len(geometries) * len(ALGORITHMS) * len(batches), 0
-    with blas_threads(threads):
-        for g in geometries:
-            tables[g.name] = {kind: {} for kind in ALGORITHMS}
-            for batch in batches:
-                for kind in ALGORITHMS:
-                    if progress:
-                        progress(f"{g.name} {kind} batch {batch} ({done + 1}/{total})")
-                    tables[g.name][kind][str(batch)] = measure_one(kind, g, batch, dtype, repeats, threads)
-                    done += 1
+    for g in geometries:
+        tables[g.name] = {kind: {} for kind in ALGORITHMS}
+        for batch in batches:
+            for kind in ALGORITHMS:
+                if progress:
+                    progress(f"{g.name} {kind} batch {batch} ({done + 1}/{total})")
+                tables[g.name][kind][str(batch)] = measure_one(kind, g, batch, dtype, repeats, threads, clock, extra)
+                done += 1
     return tables
 
 
@@ -424,9 +429,10 @@ def dnn_path(name: str) -> Path:
 
 
 def calibrate(dnn_ref: str, batches: list[int], repeats: int = DEFAULT_REPEATS, threads: int = 1,
-              progress: Callable[[str], None] | None = None) -> dict:
+              progress: Callable[[str], None] | None = None, clock: str = "wall", extra: int | None = None) -> dict:
     """Measure the tables of every conv layer of ``dnn_ref`` (a path or a bundled name); the description with
-    them (module docstring), ready to write."""
+    them (module docstring), ready to write. ``clock``: ``time_s`` from the wall clock, or the process's CPU time
+    (one thread only); ``extra``: runs added for busy ones (measure.repeat's; 0 for none)."""
     import scipy
 
     from ddltrace.collectors.microbench.machine import describe
@@ -438,10 +444,18 @@ def calibrate(dnn_ref: str, batches: list[int], repeats: int = DEFAULT_REPEATS, 
                             "(4) or float64 (8) only")
     if not batches or any(b < 1 for b in batches):
         raise DdltraceError(f"batch sizes must be >= 1, got {batches}")
+    if clock not in ("wall", "cpu"):
+        raise DdltraceError(f"clock {clock!r}: wall or cpu")
+    if clock == "cpu" and threads != 1:
+        raise DdltraceError("--clock cpu needs one thread: the process's CPU time adds up its threads' times")
     geometries = conv_geometries(dnn)
     started = datetime.datetime.now(datetime.UTC)
     t0 = time.perf_counter()
-    tables = measure_tables(geometries, batches, dtype, repeats, threads, progress)
+    with blas_threads(threads) as blas_set:
+        if not blas_set and clock == "cpu":
+            raise DdltraceError("--clock cpu needs one thread, and numpy's BLAS library's threads cannot be set here "
+                                "(not OpenBLAS, MKL or BLIS): use the wall clock")
+        tables = measure_tables(geometries, batches, dtype, repeats, threads, progress, clock, extra)
     seconds = time.perf_counter() - t0
     raw = json.loads(dnn_path(dnn_ref).read_text())
     machine = describe()
@@ -451,9 +465,9 @@ def calibrate(dnn_ref: str, batches: list[int], repeats: int = DEFAULT_REPEATS, 
                      f"({machine['cpu_model']}, {threads} thread{'s' if threads > 1 else ''}, numpy {np.__version__}, "
                      f"scipy {scipy.__version__}) "
                      "by 'ddltrace calibrate --conv-algorithms': CPU convolutions, GEMM (im2col + BLAS) and FFT "
-                     f"(scipy.fft), forward and backward, {precision}; time_s the median of {repeats} runs, "
-                     "time_spread_s 1.4826 x their MAD, workspace_bytes the algorithm's own buffers at their peak "
-                     "(see algorithm_tables)").lstrip("; ")
+                     f"(scipy.fft), forward and backward, {precision}; time_s the median {clock} time of {repeats} "
+                     "runs, time_spread_s 1.4826 x their MAD, workspace_bytes the algorithm's own buffers at their "
+                     "peak (see algorithm_tables)").lstrip("; ")
     by_name = {g.name: g for g in geometries}
     for layer in raw["layers"]:
         g = by_name.get(layer.get("name"))
@@ -466,16 +480,19 @@ def calibrate(dnn_ref: str, batches: list[int], repeats: int = DEFAULT_REPEATS, 
     raw["algorithm_tables"] = {
         "created_utc": when, "seconds": round(seconds, 3), "machine": machine, "threads": threads,
         "numpy": np.__version__, "scipy": scipy.__version__, "python": platform.python_version(),
-        "dtype": precision, "batches": batches, "repeats": repeats, "device": "cpu",
+        "blas_threads_set": blas_set,
+        "dtype": precision, "batches": batches, "repeats": repeats, "clock": clock, "device": "cpu",
         "algorithms": {"gemm": "im2col + one BLAS GEMM per pass for the mini-batch (numpy.dot)",
                        "fft": "scipy.fft rfftn over F x F, a batched complex GEMM per frequency (numpy.matmul), "
                               "inverse; strided layers computed at stride 1 and subsampled"},
-        "entry": {"time_s": "median seconds of one mini-batch through the layer, forward + backward",
-                  "time_spread_s": "1.4826 x the median absolute deviation of the runs (seconds)",
-                  "forward_s": "median seconds of the forward part",
+        "entry": {"time_s": f"median seconds of one mini-batch through the layer, forward + backward: "
+                            f"{'cpu_s' if clock == 'cpu' else 'wall_s'} (clock)",
+                  "time_spread_s": "its spread: 1.4826 x the median absolute deviation of the runs (seconds)",
+                  "wall_s": "median wall seconds per step", "wall_spread_s": "1.4826 x the MAD of wall_s",
                   "cpu_s": "median CPU seconds of the process (all its threads) per step: on a machine others "
-                           "share, closer than time_s to what a dedicated machine's step would take on one thread",
+                           "share, closer than wall_s to what a dedicated core's step would take (one thread)",
                   "cpu_spread_s": "1.4826 x the MAD of cpu_s over the runs",
+                  "forward_s": "median wall seconds of the forward part",
                   "workspace_bytes": "peak bytes of the algorithm's own buffers (arrays' nbytes), inputs, outputs "
                                      "and weights excluded",
                   "workspace_traced_bytes": "tracemalloc's peak above the start over the first step (a check)",

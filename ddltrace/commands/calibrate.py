@@ -56,9 +56,13 @@ def register(subparsers) -> None:
     c.add_argument("--dnn", metavar="DNN", help="DNN description (a file, or a bundled name: alexnet, vgg11, ...)")
     c.add_argument("--batches", metavar="LIST", help="mini-batch sizes (default 1,2,4,8)")
     c.add_argument("--repeats", type=integer(1, 1000), metavar="N",
-                   help="timed runs per layer, algorithm and batch; the median is kept (default 5, 3 with --quick)")
+                   help="timed runs per layer, algorithm and batch; the median is kept (default 3; up to 2 more "
+                        "where other processes were busy, none with --quick)")
     c.add_argument("--threads", type=integer(1, 1024), metavar="N",
                    help="BLAS and scipy.fft threads (default 1: per-core figures, as the profile's)")
+    c.add_argument("--clock", choices=("wall", "cpu"),
+                   help="the tables' time_s: the median wall time of a step (default) or the process's CPU time per "
+                        "step (one thread; steadier on a machine others share); both are kept in the file")
     p.set_defaults(func=run)
 
 
@@ -96,7 +100,8 @@ def run(args) -> int:
     if args.conv_algorithms:
         return run_conv_algorithms(args)
     given = [option for option, value in (("--dnn", args.dnn), ("--batches", args.batches),
-                                          ("--repeats", args.repeats), ("--threads", args.threads))
+                                          ("--repeats", args.repeats), ("--threads", args.threads),
+                                          ("--clock", args.clock))
              if value is not None]
     if given:
         raise DdltraceError(f"calibrate: {', '.join(given)} go{'es' if len(given) == 1 else ''} with "
@@ -214,11 +219,12 @@ def run_conv_algorithms(args) -> int:
                       lambda path: json_with_keys(path, ("format", "layers", "algorithm_tables")))
     from ddltrace.collectors.microbench import conv_algorithms
 
-    repeats = args.repeats or (conv_algorithms.QUICK_REPEATS if args.quick else conv_algorithms.DEFAULT_REPEATS)
     progress = _LayerProgress(quiet=args.quiet)
     try:
-        description = conv_algorithms.calibrate(args.dnn, batches, repeats=repeats, threads=args.threads or 1,
-                                                progress=progress)
+        description = conv_algorithms.calibrate(args.dnn, batches,
+                                                repeats=args.repeats or conv_algorithms.DEFAULT_REPEATS,
+                                                threads=args.threads or 1, progress=progress,
+                                                clock=args.clock or "wall", extra=0 if args.quick else None)
     finally:
         progress.done()
     path = conv_algorithms.save(description, out)
@@ -231,13 +237,16 @@ def run_conv_algorithms(args) -> int:
     m = meta["machine"]
     threads = f"{meta['threads']} thread{'s' if meta['threads'] > 1 else ''}"
     print(f"{description['name']}: convolution algorithms on {m['cpu_model']} ({threads}), "
-          f"{meta['dtype']}, forward + backward, median of {meta['repeats']} runs ± 1.4826 x MAD")
+          f"{meta['dtype']}, forward + backward, median {meta['clock']} time of {meta['repeats']} runs ± 1.4826 x "
+          "MAD")
     for line in conv_algorithms.summary(description):
         print(line)
     busy = sum(e["busy_runs"] for layer in description["layers"] for table in (layer.get("algorithms") or {}).values()
                for e in table.values() if isinstance(e, dict) and "busy_runs" in e)
     if busy:
-        print(f"note: other processes used over a quarter of a core during {busy} run(s): the times are noisy")
+        print(f"note: other processes used over a quarter of a core during {busy} run(s): the wall times are noisy" +
+              ("; --clock cpu takes each step's CPU time instead (kept in the file as cpu_s)"
+               if meta["clock"] == "wall" and meta["threads"] == 1 else ""))
     print("CPU algorithms (numpy/scipy), not a GPU's cuDNN: docs/CALIBRATION.md says how a GPU user gets theirs")
     print(f"written to {path} ({meta['seconds']:.1f} s); then: ddltrace plan batch --dnn {path} --gpu-memory SIZE "
           f"--batches {','.join(str(b) for b in batches)}")
