@@ -269,3 +269,25 @@ def test_a_damaged_rank_leaves_the_other_s_counters_whole(tmp_path, capsys):
     for key in ("counter_series", "region_counters"):
         assert damaged.rank_info(1)[key] == whole.rank_info(1)[key]
     assert damaged.counters([1]).equals(whole.counters([1]))
+
+
+@pytest.mark.skipif(not PAPI.is_dir(), reason="pipit_otf2_papi absent")
+def test_analyze_prints_and_writes_the_region_counts(tmp_path, capsys):
+    """`analyze` shows the counters per region under the run, and its JSON holds the same tables: MPI_Send's cycles
+    on rank 0 as the archive gives them (the sample at each of its 8 Leaves less the one at its Enter, summed)."""
+    truth = _from_the_archive(PAPI / "traces.otf2")
+    _import(PAPI / "traces.otf2", tmp_path / "s", capsys)
+    assert main(["analyze", str(tmp_path / "s")]) == 0
+    text = capsys.readouterr().out
+    assert "  hardware counters per region (OTF2 Metric records;" in text
+    assert "    rank 1, regions by PAPI_TOT_CYC incl:" in text
+    assert main(["analyze", str(tmp_path / "s"), "--json"]) == 0
+    counters = json.loads(capsys.readouterr().out)["stores"][0]["hardware_counters"]
+    send = [r for r in counters["regions"] if (r["rank"], r["region"], r["metric"]) == (0, "MPI_Send", "PAPI_TOT_CYC")]
+    assert [r["inclusive"] for r in send] == [truth["inclusive"][0, "MPI_Send", "PAPI_TOT_CYC"]] == [6_383_893]
+    assert {(s["rank"], s["series"]) for s in counters["series"]} == {(r, m) for r in (0, 1) for m in METRICS}
+
+
+def test_analyze_json_has_no_counters_where_the_store_has_none(tiny_store, capsys):
+    assert main(["analyze", str(tiny_store.path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["stores"][0]["hardware_counters"] == {"series": [], "regions": []}

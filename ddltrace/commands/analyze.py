@@ -379,6 +379,7 @@ def _ranks(ranks: list[int]) -> str:
 
 
 def render_run(r: RunAnalysis, phase: str) -> list[str]:
+    from ddltrace.analyses import region_counters
     from ddltrace.gpu_section import render_gpu
     from ddltrace.host_section import render_host_collectives
     from ddltrace.memory_section import render_memory
@@ -450,6 +451,7 @@ def render_run(r: RunAnalysis, phase: str) -> list[str]:
     out.extend(render_gpu(r))
     out.extend(render_host_collectives(r))
     out.extend(render_memory(r))
+    out.extend("  " + line for line in region_counters.render(r.store))
     if r.can("wait_states"):
         totals = r.wait_state_table().sum()
         if totals.sum() > 0:
@@ -587,6 +589,7 @@ def missing_ranks(r: RunAnalysis) -> list[dict]:
 
 def to_json(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFrame, thresholds: Thresholds,
             phase: str, skipped: list[Skipped] = ()) -> dict:
+    from ddltrace.analyses import region_counters
     from ddltrace.analyses.requirements import not_made_json
     from ddltrace.clock_alignment import clock_alignment
     from ddltrace.commands.info import job_run_end
@@ -623,6 +626,8 @@ def to_json(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFr
             "gpu": gpu_json(r),
             "host_collectives": host_collectives_json(r),
             "memory": memory_json(r),
+            "hardware_counters": {"series": records(region_counters.series_totals(r.store)),
+                                  "regions": records(region_counters.region_table(r.store))},
             "nodes": records(node_frame(r, thresholds)),
             "clock": clock_alignment(r.store.manifest).to_dict(),
         })
