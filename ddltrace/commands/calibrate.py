@@ -61,7 +61,7 @@ def register(subparsers) -> None:
     c.add_argument("--threads", type=integer(1, 1024), metavar="N",
                    help="BLAS and scipy.fft threads (default 1: per-core figures, as the profile's)")
     c.add_argument("--clock", choices=("wall", "cpu"),
-                   help="the tables' time_s: the median wall time of a step (default) or the process's CPU time per "
+                   help="the tables' time_s: the median wall time of a step (default) or its CPU time per "
                         "step (one thread; steadier on a machine others share); both are kept in the file")
     p.set_defaults(func=run)
 
