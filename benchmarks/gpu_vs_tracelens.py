@@ -31,9 +31,11 @@ correlation id); ddltrace's first row is over all device work. ddltrace's figure
 as its temporal breakdown; computation = its compute share (kernels only, fills are memory); exposed comm = its
 overlap table's communication time less the part under compute; exposed memory = its non-compute time less that
 (copies and fills under no kernel). Under each rank, a line of ddltrace's figures over the work launched in the
-trace (HTA's set) where it has one, and, untimed, TraceLens' own interval code over every device event with fills
-as memory (ddltrace's set and classes), and over its own set with fills as memory: the differences left are
-then each tool's names of communication kernels and time resolution.
+trace (HTA's set) where it has one, and, untimed, TraceLens' own interval code with fills as memory over every
+device event (ddltrace's set and classes), over HTA's set (the device events whose correlation id a host event
+carries) where ddltrace has that row, and over TraceLens' own set where that is not all device work and holds
+fills: the differences left on the first two are each tool's names of communication kernels and its time
+resolution (ns integers against the file's µs as floats).
 
 Also per rank: kernels (count and summed time; ddltrace's compute and communication classes, TraceLens' ``kernel``
 events) and the kernel with most time in each; the launching operator with most device time in TraceLens (its
