@@ -51,6 +51,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ddltrace.collectors.pmpi.table import SENDRECV_RECEIVED
+
 SEND_BLOCKING = frozenset({"MPI_Send", "MPI_Ssend", "MPI_Bsend", "MPI_Rsend"})
 SEND_NONBLOCKING = frozenset({"MPI_Isend", "MPI_Issend", "MPI_Ibsend", "MPI_Irsend"})
 RECV_BLOCKING = frozenset({"MPI_Recv", "MPI_Mrecv"})
@@ -73,9 +75,6 @@ SENDRECV = frozenset({"MPI_Sendrecv", "MPI_Sendrecv_replace"})
 #: Point-to-point calls, MPI_Sendrecv among them (before 2026-11-26 it was not: a store whose only calls with a
 #: partner were Sendrecvs held no ``messages`` and its wait states were not made).
 P2P = SEND_BLOCKING | SEND_NONBLOCKING | RECV_BLOCKING | RECV_NONBLOCKING | SENDRECV
-#: The timeline's row for the receive half of a Sendrecv: no duration, at the call's exit, on its lane; ``peer`` the
-#: message's source, ``tag`` its tag (the PMPI collector's; collectors/pmpi/table.py names it the same).
-SENDRECV_RECEIVED = "ddltrace_sendrecv_received"
 #: That receive half among :func:`mpi_calls`' rows: a blocking receive from the call's entry to its exit.
 RECEIVE_HALF = "MPI_Sendrecv receive half"
 #: The calls matched as sends and as receives of one message (:func:`match_messages`), and the receives that block.

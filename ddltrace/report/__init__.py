@@ -265,6 +265,7 @@ def scan_rank(store_path: str, windows: dict[str, tuple[int, int]], span: tuple[
     from ddltrace.analyses.breakdown import annotation_lanes, classify, device_lanes
     from ddltrace.analyses.rank_summary import _open
     from ddltrace.analyses.segments import SAMPLED_STACKS
+    from ddltrace.collectors.pmpi.table import SENDRECV_RECEIVED
     from ddltrace.errors import StoreError
 
     try:
@@ -278,8 +279,9 @@ def scan_rank(store_path: str, windows: dict[str, tuple[int, int]], span: tuple[
         segments = classify(frame, list(span))
         rows = {key: figures.category_columns(*segments, np.linspace(a, b, figures.PIXEL_COLUMNS + 1))
                 .astype(np.int8) for key, (a, b) in windows.items()}
-    # a stream's annotation spans are copies of the host's region marks, not calls of their own (docs/ANALYSES.md)
-    calls = frame[~annotation_lanes(frame["lane"])]
+    # a stream's annotation spans are copies of the host's region marks, not calls of their own (docs/ANALYSES.md);
+    # a Sendrecv's receive half is a record of the call's, not a call
+    calls = frame[~annotation_lanes(frame["lane"]) & (frame["name"] != SENDRECV_RECEIVED).to_numpy(bool)]
     # a host's launch may bear its kernel's or copy's name (XPlane): a name's host rows and device rows apart
     on_device = pd.Series(device_lanes(calls["lane"]), index=calls.index, name="on_device")
     totals = calls.groupby([calls["name"], calls["category"], on_device], observed=True)["dur_ns"].agg(["count", "sum"])
