@@ -21,8 +21,8 @@ from pathlib import Path
 from ddltrace.collectors import record_sets
 from ddltrace.collectors.launcher import NODES, recover_store
 from ddltrace.errors import DdltraceError
-from ddltrace.merged_manifest import on_joined_node, still_missing, still_unfiled, unfiled_ranks
-from ddltrace.store import TraceStore, merge_stores
+from ddltrace.merged_manifest import on_joined_node, still_missing, still_unfiled, unfiled_ranks, unread_ranks
+from ddltrace.store import TraceStore, merge_stores, rank_ranges
 from ddltrace.workload_entry import relocated
 
 #: The recovery's note on a rank whose record file it could not read (collectors/launcher.py): the rank.
@@ -81,6 +81,7 @@ def _fix_manifest(merged: TraceStore, said: dict[str, str], store: TraceStore, p
     """The merged manifest (before it is written; its ranks' clock entries from the store that held each, ``said``
     the merge's own notes): the node no longer missing, the hosts and nodes, the job's ``workload`` entry, the notes
     on ranks with no file only for those still without one (not a rank whose file the part holds unreadable), the
+    store's notes on ranks whose trace gave no timeline (``unread_note``) kept, naming the ranks the part gives, the
     part's notes but the recovery's own ('no rank wrote a PMPI record file' is not true of the run), the merge's note
     on clocks aligned differently where the part gave ranks (else the store's clock entry), and every note,
     ``merged_from`` and ``run.recovered_from`` naming ``part``, the folder the user gave, not ``work`` or the part's
@@ -107,13 +108,16 @@ def _fix_manifest(merged: TraceStore, said: dict[str, str], store: TraceStore, p
     store_notes = store.manifest.get("notes", [])
     part_notes = [named(n) for n in part_store.manifest.get("notes", []) if isinstance(n, str)]
     unreadable = {int(m.group(1)) for n in part_notes if (m := _UNREADABLE.match(n))}
-    notes = [n for n in store_notes if unfiled_ranks(n) is None and not on_joined_node(n, {host})]
+    # the store's notes on ranks with no record file are rebuilt for the ranks still without one; those on ranks
+    # whose trace was given and gave no timeline (merged_manifest.unread_note) are kept, saying which the part gives
+    notes = [_unread_kept(n, part_store.ranks, part) if unread_ranks(n) is not None else n for n in store_notes
+             if (unfiled_ranks(n) is None or unread_ranks(n) is not None) and not on_joined_node(n, {host})]
     left = still_unfiled([(n, 0) for n in store_notes], [*merged.ranks, *unreadable], run["world_size"], missing)
     notes += [left] if left else []
     # the part's own notes, but not the recovery's (what the launching process held is in the run's store; its
     # 'no rank wrote a PMPI record file' is of the part alone) nor those on the ranks of other nodes
-    notes += [n for n in part_notes if not n.startswith(("recovered by", _NO_PMPI)) and unfiled_ranks(n) is None
-              and n not in notes]
+    notes += [n for n in part_notes if not n.startswith(("recovered by", _NO_PMPI))
+              and (unfiled_ranks(n) is None or unread_ranks(n) is not None) and n not in notes]
     if not part_store.ranks:  # (no rank of the part: the run's store's clock is the merged store's)
         said.pop("clock", None)
         if isinstance(store.manifest.get("clock"), dict):
@@ -122,6 +126,15 @@ def _fix_manifest(merged: TraceStore, said: dict[str, str], store: TraceStore, p
         said["clock"] = named(said["clock"])
     merged.manifest["notes"] = [*notes, *([said["clock"]] if "clock" in said else []),
                                 f"node {host}: its part joined by `ddltrace merge` from {part}"]
+
+
+def _unread_kept(note: str, given: list[int], part: Path) -> str:
+    """The store's note on ranks whose trace gave no timeline (``unread_note``), saying which of them the part gives
+    (as ``merge`` of two stores says where the other store supplies one)."""
+    named = unread_ranks(note) or set()
+    supplied = [r for r in given if r in named]
+    return (f"{note} (the merged store holds rank{'s' if len(supplied) > 1 else ''} {rank_ranges(supplied)}, from "
+            f"{part})" if supplied else note)
 
 
 def _workload(store: TraceStore, part_store: TraceStore, out: Path) -> dict | None:
