@@ -22,6 +22,8 @@ ranks' clock alignment and the run's world size once the two are one store.
 - World size: the stores' declared world sizes (``run.world_size``, or the ranks a store lists where its run gives
   none); where they differ, or the ranks held reach past them, the largest, and a note says so. Ranks of the world
   held by neither store are named missing by :meth:`TraceStore.missing`.
+- Uncategorised events (``uncategorised``, ``info``'s ``uncategorised:`` line): the rows of both stores, a row both
+  carry once (:func:`merged_uncategorised`).
 """
 
 from __future__ import annotations
@@ -211,6 +213,23 @@ def merged_notes(first: MergedPart, second: MergedPart, held: Iterable[int], run
     left = still_unfiled([(n, part.shift) for part, notes in zip((first, second), notes_of, strict=True)
                           for n in notes], held, run["world_size"], run.get("missing_nodes"))
     return [*kept, *([left] if left else [])]
+
+
+def merged_uncategorised(first: Any, second: Any) -> list[dict]:
+    """The merged store's ``uncategorised`` entry (the events of raw categories no rule knew, one row per format and
+    raw category: ``info``'s ``uncategorised:`` line) from the two stores' entries: every row of either, a row both
+    carry once (the same entry: two imports of exports of one store's ranks each carry the whole store's, as they
+    carry its note, which the merged notes keep once too), in the first's order then the second's; rows that are not
+    tables (a damaged manifest's) are left out."""
+    rows = [[r for r in entry if isinstance(r, dict)] if isinstance(entry, list) else [] for entry in (first, second)]
+    merged = list(rows[0])
+    unmatched = list(rows[0])  # (a row the second carries twice and the first once is kept twice)
+    for row in rows[1]:
+        if row in unmatched:
+            unmatched.remove(row)
+        else:
+            merged.append(row)
+    return merged
 
 
 def merged_world_size(first: MergedPart, second: MergedPart) -> tuple[int, str | None]:

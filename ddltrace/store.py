@@ -1202,10 +1202,11 @@ def merge_stores(first: TraceStore, second: TraceStore, out: str | os.PathLike, 
     not gathered only where neither store holds their ranks (``run.missing_nodes``), each rank's clock entries
     from the store that held it (a note where the stores' clocks were aligned differently), the world size they
     declare (the largest, and a note, where they differ); the job's ``workload`` entry where both carry the same one
-    (ddltrace/workload_entry.py), else a note says why there is none. ``tell`` is given each of the merge's own
-    notes once the store is published. ``amend(store, said)`` may change the merged store's manifest before it is
-    written and the store published, so that no reader ever sees the store without it (``said``: the merge's own
-    notes by what they are on, ``world_size``, ``clock``, ``workload``).
+    (ddltrace/workload_entry.py), else a note says why there is none; the events no rule knew (``uncategorised``,
+    ``info``'s ``uncategorised:`` line: the rows of both, a row both carry once). ``tell`` is given each of the
+    merge's own notes once the store is published. ``amend(store, said)`` may change the merged store's manifest
+    before it is written and the store published, so that no reader ever sees the store without it (``said``: the
+    merge's own notes by what they are on, ``world_size``, ``clock``, ``workload``).
     """
     spans = _wall_span(first), _wall_span(second)
     gap = two_runs_apart(*spans) if None not in spans else 0
@@ -1240,6 +1241,7 @@ def _merge_into(first: TraceStore, second: TraceStore, out: Path, offset: int,
         joined_nodes,
         merged_clock,
         merged_notes,
+        merged_uncategorised,
         merged_world_size,
         still_missing,
     )
@@ -1279,6 +1281,9 @@ def _merge_into(first: TraceStore, second: TraceStore, out: Path, offset: int,
                                                      (second.path, second.manifest.get("workload")), out)
         if workload is not None:
             merged.manifest["workload"] = workload
+        uncategorised = merged_uncategorised(first.manifest.get("uncategorised"), second.manifest.get("uncategorised"))
+        if uncategorised:  # (info's 'uncategorised:' line; was lost, its note alone kept)
+            merged.manifest["uncategorised"] = uncategorised
         said["runs"] = next(iter(separate_runs(merged)), None)  # (the import's check: two runs, not one job's)
         said = {on: note for on, note in said.items() if note}
         merged.manifest["notes"] = [*merged_notes(*parts, merged.ranks, merged.run), *said.values()]
