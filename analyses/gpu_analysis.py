@@ -109,6 +109,8 @@ class GpuAnalysis:
         self.idle.append(gpu_idle.idle_breakdown(rank, work, with_graphs, timeline))
         if len(with_graphs):
             self.linked_ranks.append(rank)
+            # every launch has an operator around it, a graph's and a blocking copy's too (HTA's list has neither)
+            self.operators.append(gpu_operators.by_operator(rank, timeline, with_graphs))
         if streams:
             self.stream_idle.append(gpu_stream_idle.stream_idle(rank, work, timeline))
             if keep is not None and not keep.all():
@@ -116,7 +118,6 @@ class GpuAnalysis:
         if len(pairs):
             self.launch_ranks.append(rank)
             self.launches.append(gpu_launch.launch_stats(rank, pairs))
-            self.operators.append(gpu_operators.by_operator(rank, timeline, pairs))
             self.worst.append(gpu_launch.worst_launches(rank, pairs))
             window = int((timeline["start_ns"] + timeline["dur_ns"]).max() - timeline["start_ns"].min())
             series = gpu_queue.queue_length_series(pairs)

@@ -1,10 +1,11 @@
 """Device time by launching operator (analyses/gpu_operators.py) on real Kineto traces, every figure computed here
 from the JSON itself by a different method: per host thread, its events swept in start order (the longer first at
 one start) with a stack of the open ones (an event ending where the next starts is closed; one of no duration
-encloses nothing); at each launch call (HTA's runtime launch names, with the correlation id of device work), the
-stack's names are its operators, the top its parent. Each kernel, copy or fill with that correlation id adds its
-duration (the file's decimal µs x 1000) to its launch's parent's self time and, once per name, to the total of every
-name on the stack. The profiler's own bookkeeping span (cat ``Trace``) is left out, as the importer leaves it out."""
+encloses nothing); at each launch call (HTA's runtime launch names, and the graph launches and blocking copies and
+fills HTA's list lacks, with the correlation id of device work), the stack's names are its operators, the top its
+parent. Each kernel, copy or fill with that correlation id adds its duration (the file's decimal µs x 1000) to its
+launch's parent's self time and, once per name, to the total of every name on the stack. The profiler's own
+bookkeeping span (cat ``Trace``) is left out, as the importer leaves it out."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from decimal import Decimal
 import pytest
 from shared_data import SHARED
 
-from ddltrace.analyses.gpu_launch import LAUNCH_NAMES
+from ddltrace.analyses.gpu_launch import BLOCKING_COPIES, GRAPH_LAUNCHES, LAUNCH_NAMES
 from ddltrace.analyses.gpu_operators import NO_OPERATOR, parents
 from ddltrace.cli import main
 
@@ -48,7 +49,8 @@ def _truth(path) -> dict:
             while stack and stack[-1][0] <= start:
                 stack.pop()
             correlation = e.get("args", {}).get("correlation")
-            if e["name"] in LAUNCH_NAMES and correlation in work:
+            launches = e["name"] in LAUNCH_NAMES or e["name"].startswith((*GRAPH_LAUNCHES, *BLOCKING_COPIES))
+            if launches and correlation in work:
                 parent = stack[-1][1] if stack else NO_OPERATOR
                 for dur in work[correlation]:
                     self_ns[parent] += dur
@@ -62,7 +64,9 @@ def _truth(path) -> dict:
 
 
 @pytest.mark.parametrize("trace", ["df_index_resolver/df_index_resolver.json.gz",
-                                   "trace_filter/sampled_rank-0.json.gz"])
+                                   "trace_filter/sampled_rank-0.json.gz",
+                                   "negative_queue_length_values_check/rank0.json.gz",
+                                   "trace_diff/test/test.json.gz"])
 def test_every_operator_s_device_time_is_the_file_s(tmp_path, capsys, trace):
     path = SHARED / "hta_traces" / trace
     if not path.is_file():
