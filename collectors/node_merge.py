@@ -21,7 +21,14 @@ from pathlib import Path
 from ddltrace.collectors import record_sets
 from ddltrace.collectors.launcher import NODES, recover_store
 from ddltrace.errors import DdltraceError
-from ddltrace.merged_manifest import on_joined_node, still_missing, still_unfiled, unfiled_ranks, unread_ranks
+from ddltrace.merged_manifest import (
+    on_joined_node,
+    past_the_world,
+    still_missing,
+    still_unfiled,
+    unfiled_ranks,
+    unread_ranks,
+)
 from ddltrace.store import TraceStore, merge_stores, rank_ranges
 from ddltrace.workload_entry import relocated
 
@@ -105,8 +112,10 @@ def _fix_manifest(merged: TraceStore, said: dict[str, str], store: TraceStore, p
     if part_store.run.get("nodes"):
         run["nodes"] = sorted(set(store.run.get("nodes", [])) | set(part_store.run["nodes"]))
     run["world_size"] = max(store.run.get("world_size") or 0, max(merged.ranks, default=-1) + 1)
-    store_notes = store.manifest.get("notes", [])
-    part_notes = [named(n) for n in part_store.manifest.get("notes", []) if isinstance(n, str)]
+    # (a note on ranks with no timeline naming ranks past its store's world is damaged: named so, not read)
+    store_notes = [past_the_world(n, store.world_size) or n for n in store.manifest.get("notes", [])]
+    part_notes = [named(past_the_world(n, part_store.world_size) or n) for n in part_store.manifest.get("notes", [])
+                  if isinstance(n, str)]
     unreadable = {int(m.group(1)) for n in part_notes if (m := _UNREADABLE.match(n))}
     # the store's notes on ranks with no record file are rebuilt for the ranks still without one; those on ranks
     # whose trace was given and gave no timeline (merged_manifest.unread_note) are kept, saying which the part gives

@@ -10,7 +10,9 @@ ranks' clock alignment and the run's world size once the two are one store.
   a note that a store left a rank out (its file unreadable) says where the other store supplies it. A note on ranks
   whose trace was given but gave no timeline (:func:`unread_note`: a file of an import that did not read, a rank an
   export did not hold, a rank a merge left out) is kept for the ranks it names, with the other store's rank numbers
-  where it was renumbered, and says which of them the other store supplies.
+  where it was renumbered, and says which of them the other store supplies. These notes' ranks are read as the
+  ranges they list (:class:`Ranks`), and a note naming a rank past its store's world is kept named damaged
+  (:func:`past_the_world`), not read.
   An import's ``import problem:`` notes are kept: :meth:`TraceStore.missing` reads them to say why a rank of the
   file they name holds no events.
 - Missing nodes: a node whose part a store did not gather (``run.missing_nodes``, and its ``missing node HOST:``
@@ -29,7 +31,8 @@ ranks' clock alignment and the run's world size once the two are one store.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator, Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +47,8 @@ UNREAD_FILE = "its file was given and did not read"
 NO_FILE_READ = "in no file read"
 NOT_EXPORTED = "not in the export"
 NOT_MERGED = "left out of the merge"
+#: One item of a note's list of ranks: a rank or a range (at most 18 digits: a rank is below 2^31).
+_SPAN = re.compile(r"(\d{1,18})(?:-(\d{1,18}))?")
 #: A note on a rank a store left out (collectors/launcher.py: an unreadable record file): the rank.
 _LEFT_OUT = re.compile(r"; rank (\d+) left out$")
 #: A note already naming the store it is of (a store merged before): named once.
@@ -108,14 +113,15 @@ def on_joined_node(note: Any, joined: Iterable[str]) -> bool:
     return found is not None and found.group(1) in set(joined)
 
 
-def no_record_note(ranks: list[int], world: int, mpi: bool, missing_nodes: dict | None) -> str:
+def no_record_note(ranks: list[int] | Ranks, world: int, mpi: bool, missing_nodes: dict | None) -> str:
     """The note on the ``ranks`` none of whose files reached the store. With nodes missing (their parts not
     gathered: collectors/node_link.py) a rank's file may be in such a part, not lost: the note says so."""
     from ddltrace.store import rank_ranges
 
     what, why = ("record file", "died before MPI_Init, or never started") if mpi else ("framework profile",
                                                                                        "never wrote one")
-    ranks = f"[{rank_ranges(ranks)}]"  # '[0-99999]', not 100,000 numbers (ranges since session 16; both are read)
+    # '[0-99999]', not 100,000 numbers (ranges since session 16; both are read)
+    ranks = f"[{ranks.text() if isinstance(ranks, Ranks) else rank_ranges(ranks)}]"
     if missing_nodes:
         return (f"ranks {ranks}: no {what} gathered (in the part of missing node(s) {', '.join(sorted(missing_nodes))}"
                 f", which `ddltrace merge` joins, or {why})")
@@ -135,37 +141,138 @@ def unread_note(ranks: list[int], why: str) -> str:
     return note
 
 
-def unfiled_ranks(note: Any) -> set[int] | None:
+class Ranks(Set):
+    """The ranks a note lists, kept as the ranges it lists them in (a set of ints to read: ``in``, ``len``, iteration,
+    ``==``): a note's ``[0-2147483647]`` is one range, not 2^31 numbers (a damaged or hostile manifest's note
+    would take gigabytes as a set). :attr:`top` is the highest; :meth:`text` writes them as a note lists them."""
+
+    __slots__ = ("_spans", "_firsts")
+
+    def __init__(self, spans: Iterable[tuple[int, int]] = ()):
+        merged: list[list[int]] = []
+        for first, last in sorted(spans):
+            if merged and first <= merged[-1][1] + 1:
+                merged[-1][1] = max(merged[-1][1], last)
+            else:
+                merged.append([first, last])
+        self._spans = [(first, last) for first, last in merged]
+        self._firsts = [first for first, _ in self._spans]
+
+    @classmethod
+    def parse(cls, text: str) -> Ranks | None:
+        """The ranks of a note's list: '3, 5' (before session 16) or '0-4, 7' (:func:`~ddltrace.store.rank_ranges`);
+        None where it is not such a list ('1-2-3', '5-3', '-5', a number of thousands of digits)."""
+        spans = []
+        for item in (part.strip() for part in text.split(",")):
+            found = _SPAN.fullmatch(item)
+            if item and not found:
+                return None
+            if found:
+                first, last = int(found.group(1)), int(found.group(2) or found.group(1))
+                if last < first:
+                    return None
+                spans.append((first, last))
+        return cls(spans)
+
+    def __contains__(self, rank: object) -> bool:
+        if type(rank) is not int:
+            return False
+        at = bisect_right(self._firsts, rank) - 1
+        return at >= 0 and rank <= self._spans[at][1]
+
+    def __iter__(self) -> Iterator[int]:
+        for first, last in self._spans:
+            yield from range(first, last + 1)
+
+    def __len__(self) -> int:
+        return sum(last - first + 1 for first, last in self._spans)
+
+    def __eq__(self, other: object) -> bool:  # (not Set's: it would go through every rank of the ranges)
+        if isinstance(other, Ranks):
+            return self._spans == other._spans
+        if isinstance(other, Set):
+            return len(other) == len(self) and all(r in self for r in other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Ranks([{self.text()}])"
+
+    @property
+    def top(self) -> int:
+        """The highest rank listed (-1 where none is)."""
+        return self._spans[-1][1] if self._spans else -1
+
+    def shifted(self, by: int) -> Ranks:
+        """These ranks with ``by`` added to each (a renumbered store's)."""
+        return Ranks((first + by, last + by) for first, last in self._spans)
+
+    def union(self, other: Ranks) -> Ranks:
+        return Ranks([*self._spans, *other._spans])
+
+    def without(self, ranks: Iterable[int]) -> Ranks:
+        """These ranks less ``ranks`` (a store's: as many as it holds, not as many as a note may list)."""
+        cut = sorted({r for r in ranks if r in self})
+        spans, at = [], 0
+        for first, last in self._spans:
+            while at < len(cut) and cut[at] <= last:
+                if cut[at] > first:
+                    spans.append((first, cut[at] - 1))
+                first = cut[at] + 1
+                at += 1
+            if first <= last:
+                spans.append((first, last))
+        return Ranks(spans)
+
+    def text(self) -> str:
+        """'0-3, 7', as :func:`~ddltrace.store.rank_ranges` writes the list ('none' where empty)."""
+        return ", ".join(f"{a}-{b}" if b != a else f"{a}" for a, b in self._spans) or "none"
+
+
+
+def unfiled_ranks(note: Any, world: int | None = None) -> Ranks | None:
     """The ranks of a note of :func:`no_record_note` or of :func:`unread_note` (ranks the run knows it has no
-    timeline of, and why), or None for another note."""
+    timeline of, and why), or None for another note, one whose list is not one of ranks, or, given the run's
+    ``world`` size, one that names a rank past it (damaged: see :func:`past_the_world`)."""
     found = (_UNFILED.match(note) or _UNREAD.match(note)) if isinstance(note, str) else None
-    return _listed(found.group(1)) if found else None
+    ranks = Ranks.parse(found.group(1)) if found else None
+    return ranks if ranks is not None and (world is None or ranks.top < world) else None
 
 
-def unread_ranks(note: Any) -> set[int] | None:
-    """The ranks of a note of :func:`unread_note`, or None for another note (one of :func:`no_record_note` too)."""
+def unread_ranks(note: Any, world: int | None = None) -> Ranks | None:
+    """The ranks of a note of :func:`unread_note`, or None for another note (one of :func:`no_record_note` too; and
+    as :func:`unfiled_ranks`, one past ``world``)."""
     found = _UNREAD.match(note) if isinstance(note, str) else None
-    return _listed(found.group(1)) if found else None
+    ranks = Ranks.parse(found.group(1)) if found else None
+    return ranks if ranks is not None and (world is None or ranks.top < world) else None
 
 
-def _listed(text: str) -> set[int]:
-    """The ranks of a note's list: '3, 5' (before session 16) or '0-4, 7' (:func:`~ddltrace.store.rank_ranges`)."""
-    ranks = set()
-    for item in (part.strip() for part in text.split(",")):
-        if item:
-            first, _, last = item.partition("-")
-            ranks.update(range(int(first), int(last or first) + 1))
-    return ranks
+def past_the_world(note: Any, world: int) -> str | None:
+    """The note, named damaged, where it is one of :func:`unfiled_ranks` naming a rank past the ``world`` of its
+    store: it says nothing true of the run's ranks (a note of ranks [0-2147483647] in a world of 4), so it is kept as
+    text that no longer reads as one (:meth:`TraceStore.missing` does not give it as a reason, a merge does not make
+    a note on the ranks it lists); None for any other note."""
+    ranks = unfiled_ranks(note)
+    if ranks is None or ranks.top < world:
+        return None
+    return (f"damaged note (it names rank {ranks.top}, past the world of {world}: not read as the ranks the run has "
+            f"no timeline of): {note}")
 
 
 def still_unfiled(notes: Iterable[tuple[Any, int]], held: Iterable[int], world: int,
                   missing_nodes: dict | None) -> str | None:
     """The note on the ranks that ``notes`` (each with the number added to its store's ranks) name as having no file
     (a record file of an MPI job, or a framework profile, as the notes say) and that the merged store still lacks
-    (it holds ``held``); None where it lacks none of them."""
-    found = [(m, shift) for note, shift in notes if isinstance(note, str) and (m := _UNFILED.match(note))]
-    named = {r + shift for m, shift in found for r in _listed(m.group(1))}
-    left = sorted(named - set(held))
+    (it holds ``held``); None where it lacks none of them. A note naming a rank past ``world`` is not read
+    (:func:`past_the_world`)."""
+    found = [(m, ranks.shifted(shift)) for note, shift in notes if isinstance(note, str)
+             and (m := _UNFILED.match(note)) and (ranks := Ranks.parse(m.group(1))) is not None
+             and ranks.top + shift < world]
+    named = Ranks()
+    for _, ranks in found:
+        named = named.union(ranks)
+    left = named.without(held)
     mpi = any(m.group(2) == "record file" for m, _ in found)
     return no_record_note(left, world, mpi, missing_nodes) if left else None
 
@@ -182,6 +289,10 @@ def merged_notes(first: MergedPart, second: MergedPart, held: Iterable[int], run
     joined = joined_nodes(first, second)
     notes_of = [[n for n in part.manifest.get("notes") or [] if isinstance(n, str) and not on_joined_node(n, joined)]
                 for part in (first, second)]
+    # a note on ranks with no timeline that names ranks past its store's world is damaged: named so, not read
+    damaged = [{n: d for n in notes if (d := past_the_world(n, part.declared))}
+               for part, notes in zip((first, second), notes_of, strict=True)]
+    notes_of = [[damaged_of.get(n, n) for n in notes] for notes, damaged_of in zip(notes_of, damaged, strict=True)]
     # renumbered, a note both carry may be on different ranks: each is kept, naming its store
     both = set(notes_of[0]) & set(notes_of[1]) if not (first.shift or second.shift) else set()
     kept: list[str] = []
@@ -191,10 +302,10 @@ def merged_notes(first: MergedPart, second: MergedPart, held: Iterable[int], run
         for note in notes:
             unread = _UNREAD.match(note)
             if unread:  # on ranks as the merged store numbers them, and which of them the other store supplies
-                ranks = sorted(r + part.shift for r in _listed(unread.group(1)))
+                ranks = (Ranks.parse(unread.group(1)) or Ranks()).shifted(part.shift)
                 if part.shift:
-                    note = f"ranks [{rank_ranges(ranks)}]: {note[unread.end():]}"
-                supplied = [r for r in ranks if r in other.held]
+                    note = f"ranks [{ranks.text()}]: {note[unread.end():]}"
+                supplied = sorted(r for r in set(other.held) if r in ranks)
             elif unfiled_ranks(note) is not None:
                 continue
             tag = f"a note of {part.path}" if unread else of  # (an unread note's ranks are renumbered already)
