@@ -5,7 +5,9 @@ Enter/Leave pairs on each location become intervals, with **exclusive** time: a 
 its children, so the time of a name summed over its rows is its exclusive time (its inclusive time minus its
 children's), and an instant belongs to the innermost region only. A leaf region is one row per call; an
 enclosing region has one row per non-empty piece (a region its children cover entirely has none).
-MpiSend/MpiRecv and MpiIsend put bytes, peer and tag on the MPI call that encloses them; a matched probe's
+MpiSend/MpiRecv and MpiIsend put bytes, peer and tag on the MPI call that encloses them (an MPI_Sendrecv's, or
+_replace's, its MpiSend's: the row is its send half, ``peer`` the destination, as the PMPI collector and IPM give it;
+its MpiRecv is not kept, and counted as skipped; was the last event's, the receive's source); a matched probe's
 MpiProbe its message's source and tag on the MPI_Mprobe / MPI_Improbe, and the message's id on it and on the
 MPI_Mrecv (MpiMrecv, with the bytes) or MPI_Imrecv (MpiImrecvRequest) that takes the message, as the PMPI collector
 gives a matched receive its probe's envelope. A non-blocking call's request (OTF2's request id, MpiIsend's,
@@ -53,6 +55,12 @@ def sniff(raw: bytes, path: Path) -> bool:
     """An OTF2 anchor file: by its magic (``OTF2`` after its two header bytes) whatever its name, so that
     :func:`read` can say one renamed must be named ``*.otf2``."""
     return raw[2:6] == b"OTF2" or (b"OTF2" in raw[:16] and path.suffix == ".otf2")
+
+
+#: Calls that send and receive at once: each is one row, its send half (``peer`` the destination, ``tag`` the send
+#: tag, ``bytes`` sent: the MpiSend inside it), as the PMPI collector and IPM record it and analyses/wait_states.py
+#: and node_traffic.py read it; its MpiRecv (the message's source, tag and bytes) is not kept.
+_SENDRECVS = frozenset({"MPI_Sendrecv", "MPI_Sendrecv_replace"})
 
 
 #: The C library's error callback type: (user data, file, line, function, error code, format, va_list) -> code.
@@ -205,7 +213,10 @@ class _Fold:
         elif kind == "Metric":
             self._metric(label, state, lane, event, t_ns)
         elif kind in ("MpiSend", "MpiIsend", "MpiRecv"):
-            if stack:
+            if stack and kind == "MpiRecv" and stack[-1][0].removesuffix("_c") in _SENDRECVS:
+                # a Sendrecv's row is its send half (its MpiSend: peer the destination), as PMPI and IPM give it
+                self.skipped["OTF2 MpiRecv records of an MPI_Sendrecv (its row is its send half)"] += 1
+            elif stack:
                 top = stack[-1]
                 top[2] = int(event.msg_length)
                 top[3] = int(event.receiver if kind in ("MpiSend", "MpiIsend") else event.sender)
