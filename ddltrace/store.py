@@ -353,7 +353,8 @@ class TraceStore:
 
         listed = {r for r in map(_rank_of_key, self.manifest["ranks"]) if r is not None}
         found = dict(self.damaged)
-        unfiled = [(ranks, note) for note in self.notes if (ranks := unfiled_ranks(note))]  # what the run knew
+        # what the run knew (a note naming a rank past the world is damaged: no reason for any rank)
+        unfiled = [(ranks, note) for note in self.notes if (ranks := unfiled_ranks(note, self.world_size))]
         for rank in range(self.world_size):
             if len(found) >= limit:
                 break

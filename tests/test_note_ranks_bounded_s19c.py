@@ -111,3 +111,29 @@ def test_info_reads_a_store_whose_note_lists_no_ranks(tmp_path, capsys):
     store = _store(tmp_path / "a", [0, 1], ["ranks [1-2-3] wrote no record file (died before MPI_Init)"])
     assert main(["info", str(store)]) == 0  # (was: ValueError: invalid literal for int() with base 10: '2-3')
     assert "not listed  rank 2, 3 of the world of 4: no usable entry in the manifest" in capsys.readouterr().out
+
+
+def test_a_store_s_missing_rank_reason_is_no_note_past_its_world(tmp_path):
+    """missing() gave the hostile note as why rank 3 of a world of 4 is missing (it lists rank 3 and 2^31 more)."""
+    store = TraceStore.open(_store(tmp_path / "a", [0, 1, 2], [HOSTILE]))
+    assert store.missing() == {3: f"{tmp_path / 'a'}/manifest.json: rank 3 of the world of 4 has no usable entry in "
+                                  "the manifest"}
+    fair = "ranks [3] wrote no record file (died before MPI_Init, or never started)"
+    assert TraceStore.open(_store(tmp_path / "b", [0, 1, 2], [fair])).missing() == {3: fair}
+
+
+def test_importing_an_export_with_a_hostile_note_runs_in_bounded_memory(tmp_path):
+    """The import's notes on unread ranks made a set of every rank the run's notes list: an export carrying the
+    hostile note ran out of memory under 4 GiB (MemoryError). Now the notes' own lists are asked."""
+    store = _store(tmp_path / "a", [0, 1], [HOSTILE])
+    exported, out = tmp_path / "x.json", tmp_path / "back"
+    assert main(["export", str(store), "--chrome", str(exported)]) == 0
+    script = textwrap.dedent(f"""
+        import resource, sys
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+        from ddltrace.cli import main
+        sys.exit(main(["import", {str(exported)!r}, "--out", {str(out)!r}]))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert TraceStore.open(out).ranks == [0, 1]

@@ -606,23 +606,30 @@ def _note_missing(store, reports, unread: list[tuple[Path, int | None, str]], ra
 
     held, world = set(store.ranks), store.world_size
     notes = store.manifest.setdefault("notes", [])
-    explained = {r for note in notes for r in unfiled_ranks(note) or ()}
+    # the ranks the run's notes already explain, kept as the notes' lists (a note may name a range of ranks; one
+    # past the world is damaged and explains none)
+    explained_by = [ranks for note in notes if (ranks := unfiled_ranks(note, world))]
+
+    def explained(rank: int) -> bool:
+        return any(rank in ranks for ranks in explained_by)
+
     said: dict[str, list[int]] = {}
     for report in reports:
         for rank, why in sorted(report.missing.items()):
-            if rank < world and rank not in held and rank not in explained and why not in notes:
+            if rank < world and rank not in held and not explained(rank) and why not in notes:
                 said.setdefault(f"{NOT_EXPORTED} {report.path}: {why}", []).append(rank)
     unplaced = []  # (no rank number known of them, or one another file gave or outside the world: may be any)
     for path, index, error in unread:
         rank, how = _rank_of_unread(path, index, rank_from, session_ranks)
-        if rank is not None and rank < world and rank not in held and rank not in explained:
+        if rank is not None and rank < world and rank not in held and not explained(rank):
             said.setdefault(f"{UNREAD_FILE} (rank {rank} {how}): {error}", []).append(rank)
         elif rank is None or rank in held or rank >= world:
             unplaced.append(error)
     for why, ranks in said.items():
         notes.append(unread_note(ranks, why))
-    explained |= {r for ranks in said.values() for r in ranks}
-    left = list(islice((r for r in range(world) if r not in held and r not in explained), MAX_MISSING_NAMED))
+    now = {r for ranks in said.values() for r in ranks}
+    left = list(islice((r for r in range(world) if r not in held and r not in now and not explained(r)),
+                       MAX_MISSING_NAMED))
     if left and unplaced:
         listed = "; ".join(unplaced[:3]) + (f"; and {len(unplaced) - 3} more" if len(unplaced) > 3 else "")
         notes.append(unread_note(left, f"{NO_FILE_READ}; of the files given, {len(unplaced)} did not read and may "
