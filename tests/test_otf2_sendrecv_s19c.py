@@ -2,7 +2,8 @@
 analyses/wait_states.py and node_traffic.py read it): ``peer`` the destination (the MpiSend event's receiver inside
 the call), ``tag`` the send tag, ``bytes`` the bytes sent. Score-P writes the call's MpiSend before its MpiRecv, and
 the row took the last event's: the source of the message received, its tag and its bytes; so a receive waiting for
-the Sendrecv's message found no send and the node view counted its bytes as sent to its source.
+the Sendrecv's message found no send and the node view counted its bytes as sent to its source. What it received is
+its receive half, a row of its own at its Leave, as the PMPI collector writes it.
 
 No shared OTF2 archive holds a Sendrecv (../shared/wild_traces/pipit_otf2_papi and ../shared/mpi_traces/
 pipit-ping-pong-otf2: MPI_Send / MPI_Recv only), so the archive is written here with the otf2 package, as
@@ -14,8 +15,9 @@ import pandas as pd
 import pytest
 
 from ddltrace.analyses.node_traffic import p2p_traffic, rank_hosts
-from ddltrace.analyses.wait_states import mpi_calls, wait_states
+from ddltrace.analyses.wait_states import RECEIVE_HALF, mpi_calls, wait_states
 from ddltrace.cli import main
+from ddltrace.collectors.pmpi.table import SENDRECV_RECEIVED
 from ddltrace.store import TraceStore
 
 
@@ -56,6 +58,13 @@ def test_a_sendrecv_row_is_its_send_half(tmp_path, name, recv_first):
     store = TraceStore.open(out)
     row = store.timeline([0]).set_index("name").loc[name]
     assert [int(row[c]) for c in ("peer", "tag", "bytes")] == [1, 3, 64]  # (was: [2, 4, 32], the receive's)
+    # what it received is its receive half, as the PMPI collector writes it: at the call's Leave, no duration
+    half = store.timeline([0]).set_index("name").loc[SENDRECV_RECEIVED]
+    assert [int(half[c]) for c in ("peer", "tag", "bytes", "dur_ns")] == [2, 4, 32, 0]
+    assert int(half["start_ns"]) == int(row["start_ns"] + row["dur_ns"]) and half["category"] == "comm"
+    calls = mpi_calls(store.timeline([0]))
+    assert calls.loc[calls["name"] == RECEIVE_HALF, ["start_ns", "end_ns"]].values.tolist() == \
+        [[int(row["start_ns"]), int(row["start_ns"] + row["dur_ns"])]]  # a receive over the call
     states = wait_states(mpi_calls(store.timeline()))
     late = states[states["pattern"] == "late_sender"]
     # rank 1's receive waits from 100 ns for the Sendrecv entered at 500 (was: no send to match it)
@@ -84,5 +93,7 @@ def test_a_sendrecv_with_no_send_event_has_no_partner(tmp_path):
         writer.leave(120, region)
     out = tmp_path / "store"
     assert main(["import", str(tmp_path / "trace"), "--out", str(out), "--progress", "never"]) == 0
-    row = TraceStore.open(out).timeline([0]).iloc[0]
-    assert row["name"] == "MPI_Sendrecv" and all(pd.isna(row[c]) for c in ("peer", "tag", "bytes"))
+    timeline = TraceStore.open(out).timeline([0]).set_index("name")
+    row = timeline.loc["MPI_Sendrecv"]
+    assert all(pd.isna(row[c]) for c in ("peer", "tag", "bytes"))
+    assert [int(timeline.loc[SENDRECV_RECEIVED, c]) for c in ("peer", "tag", "bytes")] == [0, 4, 32]

@@ -7,7 +7,10 @@ children's), and an instant belongs to the innermost region only. A leaf region 
 enclosing region has one row per non-empty piece (a region its children cover entirely has none).
 MpiSend/MpiRecv and MpiIsend put bytes, peer and tag on the MPI call that encloses them (an MPI_Sendrecv's, or
 _replace's, its MpiSend's: the row is its send half, ``peer`` the destination, as the PMPI collector and IPM give it;
-its MpiRecv is not kept, and counted as skipped; was the last event's, the receive's source); a matched probe's
+its MpiRecv becomes the call's receive half, a row of no duration at the call's Leave named as the PMPI collector's
+(``ddltrace_sendrecv_received``: ``peer`` the source, the tag and bytes received), which the wait states match as a
+receive over the call and the per-node traffic counts as received; was the last event's, the receive's source, on the
+call's row); a matched probe's
 MpiProbe its message's source and tag on the MPI_Mprobe / MPI_Improbe, and the message's id on it and on the
 MPI_Mrecv (MpiMrecv, with the bytes) or MPI_Imrecv (MpiImrecvRequest) that takes the message, as the PMPI collector
 gives a matched receive its probe's envelope. A non-blocking call's request (OTF2's request id, MpiIsend's,
@@ -46,6 +49,7 @@ import pyarrow as pa
 
 from ddltrace.arrow_timeline import counters_table, optional_integers
 from ddltrace.collectors.importers.base import ImportContext, Importer, RankPart, build_timeline, register
+from ddltrace.collectors.pmpi.table import SENDRECV_RECEIVED
 from ddltrace.errors import DdltraceError
 
 _RANK = re.compile(r"(\d+)\s*$")
@@ -59,7 +63,8 @@ def sniff(raw: bytes, path: Path) -> bool:
 
 #: Calls that send and receive at once: each is one row, its send half (``peer`` the destination, ``tag`` the send
 #: tag, ``bytes`` sent: the MpiSend inside it), as the PMPI collector and IPM record it and analyses/wait_states.py
-#: and node_traffic.py read it; its MpiRecv (the message's source, tag and bytes) is not kept.
+#: and node_traffic.py read it; its MpiRecv (the message's source, tag and bytes) is its receive half, a row of its
+#: own at the call's Leave (:data:`~ddltrace.collectors.pmpi.table.SENDRECV_RECEIVED`), as the PMPI collector writes.
 _SENDRECVS = frozenset({"MPI_Sendrecv", "MPI_Sendrecv_replace"})
 
 
@@ -204,6 +209,9 @@ class _Fold:
                 return
             frame = stack.pop()
             _piece(state["rows"], lane, frame, t_ns, child_enters=False)
+            received = state["received"].pop(lane, None)
+            if received is not None and frame[0].removesuffix("_c") in _SENDRECVS:  # its receive half, as PMPI's
+                state["rows"].append((lane, SENDRECV_RECEIVED, t_ns, 0, *received, None, (), False))
             state["calls"][frame[0]] += 1
             counts = state["counts"].get(lane)
             if counts is not None:
@@ -214,8 +222,9 @@ class _Fold:
             self._metric(label, state, lane, event, t_ns)
         elif kind in ("MpiSend", "MpiIsend", "MpiRecv"):
             if stack and kind == "MpiRecv" and stack[-1][0].removesuffix("_c") in _SENDRECVS:
-                # a Sendrecv's row is its send half (its MpiSend: peer the destination), as PMPI and IPM give it
-                self.skipped["OTF2 MpiRecv records of an MPI_Sendrecv (its row is its send half)"] += 1
+                # a Sendrecv's row is its send half (its MpiSend: peer the destination), as PMPI and IPM give it;
+                # what it received is its receive half, a row at its Leave
+                state["received"][lane] = (int(event.msg_length), int(event.sender), int(event.msg_tag))
             elif stack:
                 top = stack[-1]
                 top[2] = int(event.msg_length)
@@ -310,9 +319,10 @@ class _Fold:
 def _new_state(host: str = "") -> dict:
     """A rank's fold state: per lane (code) its stack of open regions and its region counts, the rows so far,
     its lanes by name, the messages of matched probes, its metric series by (location name, member reference),
-    its region counts by (region name, member reference) and its calls left by region name."""
+    its region counts by (region name, member reference), its calls left by region name and, per lane, what the
+    open Sendrecv received (bytes, source, tag)."""
     return {"stacks": {}, "rows": [], "host": host, "lanes": {}, "messages": {}, "series": {}, "counts": {},
-            "regions": {}, "calls": Counter()}
+            "regions": {}, "calls": Counter(), "received": {}}
 
 
 #: OTF2's metric mode bits (the ``_otf2`` bindings' MetricValueProperty and MetricTiming): the value's property in
