@@ -30,6 +30,11 @@ in neither) (``gap="idle"``: a device is idle when no kernel, copy
 or collective runs on it), so that what the host did and what the device did can be shown side by side (the
 all-lanes view counts an instant as compute when either computes).
 
+A rank's breakdown has a row per phase and one for its time after the stop where its job was stopped (an interrupt,
+:attr:`~ddltrace.analyses.phases.RankPhases.stop_ns`; 0 elsewhere): the whole run (``phase="all"``) is the three
+phases, each rank's time up to the stop. Counted in, the ranks' wait for the stop and their way out (5.13 s of a hung
+job's 7.29 s) made its sleeping rank read 29.9 % compute, 69.2 % barrier; up to the stop it computed 96.9 %.
+
 Tables are pandas DataFrames, one row per rank; times in ns, shares as fractions of the phase.
 The average rank stands beside the slowest (RALP, paper 003 figure 2): the slowest is the rank with the most
 busy time (compute + io + memcpy) in the phase, the one whose work the others wait for (a rank late for
@@ -41,7 +46,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ddltrace.analyses.phases import PHASES, RankPhases
+from ddltrace.analyses.phases import AFTER_STOP, PARTS, RankPhases
 from ddltrace.analyses.segments import (  # noqa: F401  (the lane rules, also read from here)
     ANNOTATION_LANE_SUFFIX,
     DEVICE_LANE_PREFIXES,
@@ -94,15 +99,17 @@ def classify(timeline: pd.DataFrame, cuts, gap: str | None = None) -> tuple[np.n
 
 
 def rank_breakdown(timeline: pd.DataFrame, phases: RankPhases, gap: str | None = None) -> pd.DataFrame:
-    """Time per phase and category of one rank (ns): one row per phase (columns rank, phase, then CATEGORIES).
-    ``gap``: see :func:`classify`."""
+    """Time per phase and category of one rank (ns): one row per part of :data:`~ddltrace.analyses.phases.PARTS`
+    (columns rank, phase, then CATEGORIES): init, steady, final, and ``after_stop``, the rank's time after its job
+    was stopped (all 0 where it was not: :attr:`~ddltrace.analyses.phases.RankPhases.stop_ns`); each row's sum is
+    its part's length. ``gap``: see :func:`classify`."""
     return phase_breakdown(*rank_segments(timeline, phases, gap), phases)
 
 
 def rank_segments(timeline: pd.DataFrame, phases: RankPhases, gap: str | None = None
                   ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`classify` of the rank's rows over its phases' bounds: ``edges`` (ns) and ``codes``."""
-    return classify(timeline, [phases.start_ns, phases.init_end_ns, phases.steady_end_ns, phases.end_ns], gap)
+    """:func:`classify` of the rank's rows over its phases' bounds (and the stop's): ``edges`` (ns) and ``codes``."""
+    return classify(timeline, phases.edges(), gap)
 
 
 def time_in_steps(edges: np.ndarray, codes: np.ndarray, steps: pd.DataFrame, category: str = "compute"
@@ -125,18 +132,18 @@ def time_in_steps(edges: np.ndarray, codes: np.ndarray, steps: pd.DataFrame, cat
 
 def phase_breakdown(edges: np.ndarray, codes: np.ndarray, phases: RankPhases) -> pd.DataFrame:
     """:func:`rank_breakdown` from the segments of :func:`rank_segments`."""
-    bounds = [phases.start_ns, phases.init_end_ns, phases.steady_end_ns, phases.end_ns]
+    bounds = phases.edges()
     lengths = np.diff(edges)
-    phase_idx = np.clip(np.searchsorted(bounds[1:3], edges[:-1], side="right"), 0, 2)
+    phase_idx = np.clip(np.searchsorted(bounds[1:-1], edges[:-1], side="right"), 0, len(PARTS) - 1)
     key = phase_idx * len(CATEGORIES) + codes.astype(np.int64)
-    cells = len(PHASES) * len(CATEGORIES)
+    cells = len(PARTS) * len(CATEGORIES)
     if edges[-1] - edges[0] < 2**53:  # every partial sum an integer below 2**53 ns: float64 adds it exactly
         sums = np.rint(np.bincount(key, weights=lengths, minlength=cells)).astype(np.int64)
     else:
         sums = np.array([lengths[key == k].sum() for k in range(cells)], dtype=np.int64)
-    sums = sums.reshape(len(PHASES), len(CATEGORIES))
+    sums = sums.reshape(len(PARTS), len(CATEGORIES))
     frame = pd.DataFrame(sums, columns=list(CATEGORIES))
-    frame.insert(0, "phase", list(PHASES))
+    frame.insert(0, "phase", list(PARTS))
     frame.insert(0, "rank", phases.rank)
     return frame
 
@@ -144,9 +151,11 @@ def phase_breakdown(edges: np.ndarray, codes: np.ndarray, phases: RankPhases) ->
 def breakdown_table(breakdown: pd.DataFrame, phase: str = "all") -> pd.DataFrame:
     """One row per rank: time per category (ns), ``total_ns``, ``share_<category>`` of the phase and ``overlap``.
 
-    ``breakdown`` holds :func:`rank_breakdown` rows of any number of ranks; ``phase`` is init, steady, final or all.
+    ``breakdown`` holds :func:`rank_breakdown` rows of any number of ranks; ``phase`` is init, steady, final, all
+    (the three: the whole run, up to the stop where the job was stopped) or ``after_stop`` (the time after it, which
+    no other is of).
     """
-    part = breakdown if phase == "all" else breakdown[breakdown["phase"] == phase]
+    part = breakdown[breakdown["phase"] != AFTER_STOP] if phase == "all" else breakdown[breakdown["phase"] == phase]
     wide = part.groupby("rank", sort=True)[list(CATEGORIES)].sum().astype("int64")
     wide["total_ns"] = wide[list(CATEGORIES)].sum(axis=1)
     total = wide["total_ns"].to_numpy(float)
@@ -213,7 +222,7 @@ def with_wait_at_nxn(breakdown: pd.DataFrame, comm: dict[int, tuple[np.ndarray, 
         moved = _phase_overlaps(part["start_ns"].to_numpy(np.int64), part["end_ns"].to_numpy(np.int64),
                                 comm[int(rank)], phases[int(rank)])
         mine = (out["rank"] == rank).to_numpy()
-        moved = moved[out.loc[mine, "phase"].map(PHASES.index).to_numpy()]
+        moved = moved[out.loc[mine, "phase"].map(PARTS.index).to_numpy()]
         out.loc[mine, "comm"] -= moved
         out.loc[mine, "wait"] += moved
     return out
@@ -221,12 +230,12 @@ def with_wait_at_nxn(breakdown: pd.DataFrame, comm: dict[int, tuple[np.ndarray, 
 
 def _phase_overlaps(start: np.ndarray, end: np.ndarray, stretches: tuple[np.ndarray, np.ndarray],
                     phases: RankPhases) -> np.ndarray:
-    """ns of the union of the intervals [``start``, ``end``) inside the union of ``stretches``, per phase (in
-    :data:`~ddltrace.analyses.phases.PHASES`' order)."""
+    """ns of the union of the intervals [``start``, ``end``) inside the union of ``stretches``, per part of the
+    breakdown (in :data:`~ddltrace.analyses.phases.PARTS`' order)."""
     from ddltrace.analyses.gpu_lanes import intersection_ns
 
-    bounds = [phases.start_ns, phases.init_end_ns, phases.steady_end_ns, phases.end_ns]
-    out = np.zeros(len(PHASES), dtype=np.int64)
+    bounds = phases.edges()
+    out = np.zeros(len(PARTS), dtype=np.int64)
     for k, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
         out[k] = intersection_ns((np.clip(start, lo, hi), np.clip(end, lo, hi)),
                                  (np.clip(stretches[0], lo, hi), np.clip(stretches[1], lo, hi)))

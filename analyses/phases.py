@@ -50,6 +50,12 @@ between two. A gradient is a receive of the largest message the server receives 
 SGD each gradient is one update; n-softsync and hardsync apply n gradients per update, outside MPI, so the trace shows
 the gradients, not the updates. A server with step markers keeps them.
 
+**A stopped job.** Where the job was stopped (Ctrl-C, SIGTERM, SIGHUP: the store's ``interrupted_ns``, which
+``ddltrace run`` records) before a rank's last event, every phase of the rank ends at the stop at the latest, a step
+the stop cut with it, and the rank's time from the stop to its last event (its wait for the stop, up to 5 s, then
+its way out: Python's exit, MPI_Finalize) is its part *after the stop* (``stop_ns``, ``after_stop_ns``,
+:data:`AFTER_STOP`): no phase of the run, the breakdown's last row, left out of the whole run's shares.
+
 Times are nanoseconds on the run's common clock. ``init_work_end_ns`` is where the rank's own initialisation
 work ended: the start of the trailing run of barrier/wait calls (no more than 100 us apart) that close its
 initialisation (in a sequential initialisation this is a staircase over ranks, paper 002 figure 7).
@@ -83,6 +89,11 @@ CLOCK_SYNC = "ddltrace_clock_sync"
 PATTERN_CATEGORIES = ("comm", "wait", "barrier")
 SYNC_CATEGORIES = ("wait", "barrier")
 PHASES = ("init", "steady", "final")
+#: The part of a rank after its job was stopped (an interrupted run: ``RankPhases.stop_ns``): no phase of the run,
+#: the breakdown's last row, left out of the whole run's shares (``phase="all"``).
+AFTER_STOP = "after_stop"
+#: The rows of a rank's breakdown, in order: the three phases, then the part after the stop (empty where none).
+PARTS = (*PHASES, AFTER_STOP)
 CODE = {c: i for i, c in enumerate(CATEGORIES)}
 
 MAX_PERIOD = 32
@@ -106,6 +117,10 @@ class RankPhases:
     ``step_unit`` says what one is: "step" (a marked step, or a cycle of the rank's pattern: compute then
     communicate), or "gradient" for a parameter server (:func:`gradient_steps`).
     ``notes``: what the steps' reading had to decide (a marked step whose devices ran it apart: :func:`_marked`).
+    ``stop_ns``: where the job was stopped (an interrupted run, the store's ``interrupted_ns``) when that is before
+    the rank's last event, else None: every phase ends there at the latest, finalisation with it, and the rank's
+    time from there to its last event (``end_ns``) is its part after the stop (``after_stop_ns``), no phase of the
+    run (:func:`segment_rank`).
     """
 
     rank: int
@@ -121,6 +136,13 @@ class RankPhases:
     step_unit: str = "step"
     startup_traced: bool = True
     notes: tuple[str, ...] = ()
+    stop_ns: int | None = None
+
+    @property
+    def final_end_ns(self) -> int:
+        """End of finalisation (ns): the stop where the job was stopped before the rank's last event, else that
+        event's end."""
+        return self.end_ns if self.stop_ns is None else self.stop_ns
 
     @property
     def init_ns(self) -> int:
@@ -146,16 +168,27 @@ class RankPhases:
 
     @property
     def final_ns(self) -> int:
-        """Duration of finalisation (ns)."""
-        return self.end_ns - self.steady_end_ns
+        """Duration of finalisation (ns), to the stop where the job was stopped (:attr:`final_end_ns`)."""
+        return self.final_end_ns - self.steady_end_ns
+
+    @property
+    def after_stop_ns(self) -> int:
+        """Duration of the rank's part after the stop (ns): from where the job was stopped to its last event's end;
+        0 where it was not stopped, or ended before the stop."""
+        return self.end_ns - self.final_end_ns
+
+    def edges(self) -> list[int]:
+        """The bounds of the breakdown's parts (:data:`PARTS`), ns: start, end of init, of steady, of final, end."""
+        return [self.start_ns, self.init_end_ns, self.steady_end_ns, self.final_end_ns, self.end_ns]
 
     def bounds(self) -> list[tuple[str, int, int]]:
-        """[(phase, start_ns, end_ns)] for init, steady, final."""
-        return [("init", self.start_ns, self.init_end_ns), ("steady", self.init_end_ns, self.steady_end_ns),
-                ("final", self.steady_end_ns, self.end_ns)]
+        """[(part, start_ns, end_ns)] for init, steady, final and the part after the stop (:data:`PARTS`)."""
+        edges = self.edges()
+        return [(part, edges[k], edges[k + 1]) for k, part in enumerate(PARTS)]
 
     def phase_of(self, t_ns) -> np.ndarray:
-        """The phase name of each time in ``t_ns`` (array-like of ns)."""
+        """The phase name of each time in ``t_ns`` (array-like of ns); a time after the stop reads final (as the wait
+        states' own reading, :func:`~ddltrace.analyses.wait_exchange.blocking_states`, has it)."""
         idx = np.searchsorted([self.init_end_ns, self.steady_end_ns], np.asarray(t_ns, dtype=np.int64),
                               side="right")
         return np.asarray(PHASES, dtype=object)[idx]
@@ -166,7 +199,7 @@ class RankPhases:
                 "init_work_end_ns": self.init_work_end_ns, "startup_end_ns": self.startup_end_ns,
                 "init_ns": self.init_ns, "startup_ns": self.startup_ns, "job_init_ns": self.job_init_ns,
                 "steady_ns": self.steady_ns,
-                "final_ns": self.final_ns, "steps": int(len(self.steps)),
+                "final_ns": self.final_ns, "after_stop_ns": self.after_stop_ns, "steps": int(len(self.steps)),
                 "step_median_ns": float(self.steps["dur_ns"].median()) if len(self.steps) else float("nan"),
                 "step_unit": self.step_unit, "method": self.method, "period": self.period,
                 "startup_traced": self.startup_traced}
@@ -252,18 +285,24 @@ def whole_run(timeline: pd.DataFrame) -> RankPhases | None:
 
 def segment_rank(timeline: pd.DataFrame, stopped_ns: int | None = None) -> RankPhases | None:
     """Phases and steps of one rank's timeline (rows of one rank); None when the rank has no events.
-    ``stopped_ns``: where the job was interrupted (the store's ``interrupted_ns``): the steady state ends there at
-    the latest, and a step with it (the ranks' wait for the stop, up to 5 s after Ctrl-C, is finalisation: an
-    interrupted run's workers read 35 % compute against 92 % in the same job run to its end).
+    ``stopped_ns``: where the job was interrupted (the store's ``interrupted_ns``). Where that is before the rank's
+    last event, every phase ends there at the latest (a step with it) and ``stop_ns`` is set: the rank's time from
+    the stop to its last event (its wait for the stop, up to 5 s after Ctrl-C, then its way out) is its part after
+    the stop, no phase of the run. Counted as finalisation, it made a hung job's sleeping rank read 29.9 % compute
+    and 69.2 % barrier over its whole run, where up to the Ctrl-C it read 96.9 % compute (5.13 s of its 7.29 s came
+    after the stop, its way out waiting in MPI_Finalize's barrier).
 
     Vectorised: names, tags and categories are compared as integer codes (each distinct name looked at once),
     so the cost per row is a few numpy operations, not a Python call."""
     found = _segment(timeline)
-    if found is None or stopped_ns is None or not found.init_end_ns < stopped_ns < found.steady_end_ns:
+    if found is None or stopped_ns is None or stopped_ns >= found.end_ns:
         return found
-    steps = found.steps[found.steps["start_ns"] < stopped_ns]
-    ends = np.minimum(steps["end_ns"].to_numpy(np.int64), stopped_ns)
-    return replace(found, steady_end_ns=int(stopped_ns),
+    stop = max(int(stopped_ns), found.start_ns)
+    steps = found.steps[found.steps["start_ns"] < stop]
+    ends = np.minimum(steps["end_ns"].to_numpy(np.int64), stop)
+    return replace(found, init_end_ns=min(found.init_end_ns, stop), steady_end_ns=min(found.steady_end_ns, stop),
+                   init_work_end_ns=min(found.init_work_end_ns, stop),
+                   startup_end_ns=min(found.startup_end_ns, stop), stop_ns=stop,
                    steps=_steps_frame(steps["step"], steps["start_ns"], ends))
 
 

@@ -6,6 +6,11 @@ A rank with a device (lanes ``gpu:<n>/...``) is also split into what its host di
 device did (its device lanes; idle where none runs), each over the rank's span: the all-lanes view counts an instant
 as compute when either computes, which hides a device that is idle most of the time behind the host's CPU ops.
 Every instant is counted once by the rules of the breakdown (:mod:`ddltrace.analyses.segments`).
+
+A run that was stopped (an interrupt: the store's ``interrupted_ns``, which ``ddltrace run`` records) is counted up to
+the stop: a rank's span and its time per category end there, and its time after the stop (its wait for the stop,
+then its way out) is its ``after_stop_ns``, in no category, as ``analyze`` leaves it out of the whole run's shares
+(:data:`~ddltrace.analyses.phases.AFTER_STOP`).
 """
 
 from __future__ import annotations
@@ -32,7 +37,9 @@ from ddltrace.store import TraceStore
 class RankSummary:
     """One rank: ``events`` intervals from ``start_ns`` to ``end_ns`` (ns, common clock); ``time_ns``: the rank's
     span split by category (ns), each instant counted once as the breakdown does (innermost call within a
-    thread, compute across threads), so the categories sum to the span. ``host_time_ns`` and ``device_time_ns``:
+    thread, compute across threads), so the categories sum to the span. ``stop_ns``: where the job was stopped
+    (the store's ``interrupted_ns``) when that is before the rank's last event's end, else None: the span ends there
+    (:attr:`span_ns`), and the rest is :attr:`after_stop_ns`. ``host_time_ns`` and ``device_time_ns``:
     the same over the rank's host lanes and over its device lanes alone, ``device_events`` the rows on its device
     lanes, ``annotation_events`` those on its streams' annotation lanes, in neither view (all four None when the
     rank has no device).
@@ -51,11 +58,18 @@ class RankSummary:
     device_events: int | None = None
     aggregate: bool = False
     annotation_events: int | None = None
+    stop_ns: int | None = None
 
     @property
     def span_ns(self) -> int:
-        """Wall time from the rank's first event to the end of its last, in ns (0 when empty)."""
-        return 0 if self.start_ns is None else self.end_ns - self.start_ns
+        """Wall time from the rank's first event to the end of its last, or to the stop where the job was stopped
+        before that (:attr:`stop_ns`), in ns (0 when empty)."""
+        return 0 if self.start_ns is None else (self.end_ns if self.stop_ns is None else self.stop_ns) - self.start_ns
+
+    @property
+    def after_stop_ns(self) -> int:
+        """Wall time from the stop to the end of the rank's last event, in ns (0 where it was not stopped)."""
+        return 0 if self.start_ns is None or self.stop_ns is None else self.end_ns - self.stop_ns
 
 
 @dataclass
@@ -91,6 +105,7 @@ class StoreSummary:
         out["events"] = self.events
         for rank, summary in zip(out["ranks"], self.ranks, strict=True):
             rank["span_ns"] = summary.span_ns
+            rank["after_stop_ns"] = summary.after_stop_ns
         return out
 
 
@@ -135,9 +150,18 @@ def _names_of(table: pa.Table):
     return names_of
 
 
-def _rank_summary(rank: int, table: pa.Table, info: dict, sampled: bool = False) -> RankSummary:
+def stopped_at(run) -> int | None:
+    """Where the store's job was stopped (ns; its run's ``interrupted_ns``), or None (as
+    :func:`~ddltrace.analyses.rank_summary.stopped_at`, which ``info`` does not import: it starts without pandas)."""
+    value = run.get("interrupted_ns") if isinstance(run, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _rank_summary(rank: int, table: pa.Table, info: dict, sampled: bool = False,
+                  stopped_ns: int | None = None) -> RankSummary:
     """One rank's row of ``info``; ``sampled``: the run recorded py-spy's stacks, whose rows are neither the rank's
-    time nor its span (as the analyses leave them out: :data:`~ddltrace.analyses.segments.SAMPLED_STACKS`)."""
+    time nor its span (as the analyses leave them out: :data:`~ddltrace.analyses.segments.SAMPLED_STACKS`);
+    ``stopped_ns``: where the job was stopped (:func:`stopped_at`): the rank's time is counted up to there."""
     events = table.num_rows
     if sampled:
         sources, source_names = codes_of(table.column("source"))
@@ -148,25 +172,30 @@ def _rank_summary(rank: int, table: pa.Table, info: dict, sampled: bool = False)
     count = len(rows["start_ns"])
     start = int(rows["start_ns"].min()) if count else None
     end = int((rows["start_ns"] + rows["dur_ns"]).max()) if count else None
-    time_ns = _time_per_category(rows, start, end, lane_names, names_of)
+    stopped = stopped_ns is not None and count and stopped_ns < end and not info.get("aggregate")  # (totals: no time)
+    stop = max(stopped_ns, start) if stopped else None
+    until = end if stop is None else stop  # (the time after the stop is no category's: the module says why)
+    time_ns = _time_per_category(rows, start, until, lane_names, names_of)
     host_ns = device_ns = None
     flagged = np.where(rows["lanes"] < 0, len(lane_names), rows["lanes"])  # a missing lane's name is ""
     on_device = lane_flags(flagged, [*lane_names, ""], is_device_lane)
     marks = lane_flags(flagged, [*lane_names, ""], is_annotation_lane)
     if on_device.any():
-        host_ns = _time_per_category({k: v[~on_device & ~marks] for k, v in rows.items()}, start, end, lane_names,
+        host_ns = _time_per_category({k: v[~on_device & ~marks] for k, v in rows.items()}, start, until, lane_names,
                                      names_of)
-        device_ns = _time_per_category({k: v[on_device] for k, v in rows.items()}, start, end, lane_names,
+        device_ns = _time_per_category({k: v[on_device] for k, v in rows.items()}, start, until, lane_names,
                                        gap="idle")
     return RankSummary(rank, events, start, end, time_ns, info.get("host"), info.get("role"), info.get("ended"),
                        host_ns, device_ns, int(on_device.sum()) if device_ns else None, bool(info.get("aggregate")),
-                       int(marks.sum()) if device_ns else None)
+                       int(marks.sum()) if device_ns else None, stop)
 
 
 def summarize(store: TraceStore) -> StoreSummary:
     """Summarise ``store`` rank by rank."""
     sampled = SAMPLED_STACKS in (store.run.get("collectors") or [])
-    ranks = [_rank_summary(rank, table, store.rank_info(rank), sampled) for rank, table in store.iter_timeline_tables()]
+    stopped = stopped_at(store.run)
+    ranks = [_rank_summary(rank, table, store.rank_info(rank), sampled, stopped)
+             for rank, table in store.iter_timeline_tables()]
     starts = [r.start_ns for r in ranks if r.start_ns is not None]
     ends = [r.end_ns for r in ranks if r.end_ns is not None]
     counters = store.counter_tables()

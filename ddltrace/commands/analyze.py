@@ -314,9 +314,10 @@ def render_missing(r: RunAnalysis, named: int = 8) -> str:
 
 
 def render_job_end(r: RunAnalysis) -> str | None:
-    """One line where the job did not end well: its exit code (or the interrupt that stopped it) and the ranks that
-    ended abruptly; where ``ddltrace recover`` made the store, that it did and that the exit code is not known; None
-    where it exited 0 with every rank ended normally (or nothing was recorded)."""
+    """One line where the job did not end well: its exit code (or the interrupt that stopped it), the ranks that
+    ended abruptly, and each rank's time after the stop, which the breakdown leaves out (:func:`after_stop`); where
+    ``ddltrace recover`` made the store, that it did and that the exit code is not known; None where it exited 0
+    with every rank ended normally (or nothing was recorded)."""
     from ddltrace.commands.info import job_end, job_run_end
 
     run = job_run_end(r.store.run)
@@ -325,13 +326,28 @@ def render_job_end(r: RunAnalysis) -> str | None:
     ended = job_end(run)
     recovered = r.store.run.get("recovered_from")
     ranks = f"; rank {_ranks(abrupt)} ended abruptly (their records up to the end are kept)" if abrupt else ""
+    after = after_stop(r)
     if isinstance(recovered, str) and code is None:
         return (f"{r.name} was made by `ddltrace recover` from the raw records {one_line(recovered)}: the `ddltrace "
                 f"run` of the job did not write it, so the job's exit code and end are not known (its end is the last "
-                f"call recorded){'; ' + ended if ended else ''}{ranks}.")
-    if code in (0, None) and not run.get("interrupted") and not abrupt:
+                f"call recorded){'; ' + ended if ended else ''}{ranks}.{after}")
+    if code in (0, None) and not run.get("interrupted") and not abrupt and not after:
         return None
-    return f"The job in {r.name} did not end well: {ended or 'exit code not recorded'}{ranks}."
+    return f"The job in {r.name} did not end well: {ended or 'exit code not recorded'}{ranks}.{after}"
+
+
+def after_stop(r: RunAnalysis) -> str:
+    """Where the job was stopped before ranks' last events (:attr:`~ddltrace.analyses.phases.RankPhases.stop_ns`):
+    a sentence saying that their time after the stop (how long, of which ranks) is left out of the breakdown (its
+    whole run is each rank's time up to the stop, its phases end there); "" elsewhere."""
+    after = {rank: p.after_stop_ns for rank, p in r.phases.items() if p.after_stop_ns > 0}
+    if not after:
+        return ""
+    low, high = format_ns(min(after.values())), format_ns(max(after.values()))
+    length = high if low == high else f"{low} to {high}"
+    return (f" The ranks' time after the stop (their wait for it, then their way out: {length}, rank "
+            f"{_ranks(sorted(after))}) is left out of the breakdown below: its whole run is each rank's time up to the "
+            "stop, where its phases end at the latest (--json: phases' after_stop_ns).")
 
 
 def render_import_problems(r: RunAnalysis, named: int = 3) -> str:

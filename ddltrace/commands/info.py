@@ -171,7 +171,10 @@ def render(summary: StoreSummary, nodes: list | None = None, clock: ClockAlignme
         lines.append(f"not listed  rank {', '.join(map(str, named[:16]))}{' ...' if len(named) > 16 else ''} of the "
                      f"world of {summary.world_size}: {one_line(why)}, so no timeline here")
     window = profiled_window(run)
-    lines.append(f"time span   {format_ns(summary.span_ns)}" + (f", {window}" if window else ""))
+    after = _after_stop(summary)
+    lines.append(f"time span   {format_ns(summary.span_ns)}" + (f", {window}" if window else "")
+                 + (f"; {format_ns(after)} of it after the stop (the interrupt), which the time per category below "
+                    "leaves out" if after else ""))
     lines.append(f"events      {summary.events}")
     lines.append(f"counters    {summary.counter_samples} samples"
                  + (f" of {len(summary.counter_names)} series" if summary.counter_names else ""))
@@ -196,6 +199,16 @@ def render(summary: StoreSummary, nodes: list | None = None, clock: ClockAlignme
     return "\n".join(lines) + "\n"
 
 
+def _after_stop(summary: StoreSummary) -> int:
+    """ns of the store's time span after the stop (an interrupted run's ``interrupted_ns``), 0 where none."""
+    from ddltrace.summary import stopped_at
+
+    stop = stopped_at(summary.run)
+    if stop is None or summary.start_ns is None or stop >= summary.end_ns:
+        return 0
+    return summary.end_ns - max(stop, summary.start_ns)
+
+
 def category_table(summary: StoreSummary) -> list[str]:
     """Time per category per rank; a rank with a device gets two rows, its host lanes and its device lanes."""
     from ddltrace.arrow_timeline import CATEGORIES
@@ -206,13 +219,18 @@ def category_table(summary: StoreSummary) -> list[str]:
                ("device", r.device_events, r.device_time_ns))
               if r.device_time_ns else (("all" if split else "", r.events, r.time_ns),))]
     used = [c for c in CATEGORIES if any(times.get(c) for *_, times in views)]
+    stopped = any(r.after_stop_ns for r in summary.ranks)
     lines = ["time per category per rank (each instant once; share of the rank's span in parentheses)"
              + ("; a rank with a device: its host threads and its device streams (gpu:) side by side, the "
-                "device idle where nothing runs on it" if split else "")]
-    header = ["rank", *(["lanes"] if split else []), "events", "span"] + used
+                "device idle where nothing runs on it" if split else "")
+             + ("; the job was stopped (an interrupt): a rank's span runs from its first event to the stop, and its "
+                "time after the stop (its wait for the stop, then its way out), in no category, is 'after stop'"
+                if stopped else "")]
+    header = ["rank", *(["lanes"] if split else []), "events", "span", *(["after stop"] if stopped else [])] + used
     rows = []
     for r, label, events, times in views:
-        row = [str(r.rank), *([label] if split else []), str(events), format_ns(r.span_ns)]
+        row = [str(r.rank), *([label] if split else []), str(events), format_ns(r.span_ns),
+               *([format_ns(r.after_stop_ns)] if stopped else [])]
         for c in used:
             share = times[c] / r.span_ns if r.span_ns else float("nan")
             row.append(f"{format_ns(times[c])} ({format_percent(share)})")
