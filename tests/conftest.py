@@ -41,16 +41,18 @@ def tiny_store(tmp_path):
 #: clusters with their timeouts.
 SERIAL = {
     # simulated nodes, shaped links
-    "test_cluster", "test_demo_cluster", "test_merge_cli", "test_node_link", "test_node_traffic", "test_probe",
-    "test_probe_netns", "test_run_cluster", "test_run_cluster_local", "test_run_cluster_process", "test_slow_link",
-    "test_slow_node", "test_slow_node_cluster",
+    "test_cluster", "test_demo_cluster", "test_merge_cli", "test_node_link", "test_node_link_lost",
+    "test_node_traffic", "test_probe", "test_probe_netns", "test_run_cluster", "test_run_cluster_local",
+    "test_run_cluster_node_killed", "test_run_cluster_process", "test_slow_link", "test_slow_node",
+    "test_slow_node_cluster",
     # cgroups, loop disks, calibrations and the predictions made from them
     "test_calibrate", "test_disk_throttle", "test_microbench", "test_model_cpu_shares", "test_model_init_on_b",
     "test_model_transfer", "test_model_transfer_share", "test_new_hardware", "test_new_hardware_b_runs",
     "test_quota_stretches",
     # real jobs and what they measure, signals
     "test_detectors", "test_faults", "test_frameworks_bootstrap", "test_pmpi", "test_pmpi_openmpi", "test_run",
-    "test_run_abrupt", "test_run_launcher", "test_samplers", "test_wait_states", "test_workload_job",
+    "test_run_abrupt", "test_run_interrupted", "test_run_launcher", "test_run_seen_alive", "test_samplers",
+    "test_wait_states", "test_workload_job",
     # real Dask clusters and worker pools, with timeouts
     "test_dask_cluster", "test_executor",
 }

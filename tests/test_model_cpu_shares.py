@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analyses.fit_hashemi import ALONE_SHARE, HashemiFit, measurements_from_store, measurements_from_stores
+from ddltrace.analyses.fit_hashemi import ALONE_SHARE, HashemiFit, measurements_from_store, measurements_from_stores
 from ddltrace.cli import main
 from ddltrace.models import quota_loop
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analyses.fit_hashemi import KNEE_DRAWS, knee_draws, knee_interval
+from ddltrace.analyses.fit_hashemi import KNEE_DRAWS, knee_draws, knee_interval
 from ddltrace.cli import main
 from ddltrace.commands.model import _on_profile, _workload
 from ddltrace.models import drawn_knees, hashemi, transfer

@@ -90,7 +90,7 @@ def test_ctrl_c_stops_the_job_and_still_writes_the_store(tmp_path):
     assert store.run["interrupted"] is True
     # the job was stopped long before its 60 s sleep ended (mpi4py turns SIGINT into KeyboardInterrupt,
     # so the ranks may still call MPI_Finalize on their way out: "interrupted", else "abrupt"; not "normal", their
-    # work was not done: tests/test_run_interrupted_s19.py)
+    # work was not done: tests/test_run_interrupted.py)
     assert store.run["end_ns"] - store.run["start_ns"] < 30e9
     assert {store.rank_info(r)["ended"] for r in (0, 1)} <= {"interrupted", "abrupt"}
     assert "MPI_Barrier" in set(store.timeline([0])["name"])

@@ -13,8 +13,6 @@ import pytest
 from ddltrace.collectors.launcher import _link_notes
 from ddltrace.collectors.node_link import Gatherer, _send
 
-pytestmark = pytest.mark.serial  # (a timed silence on real sockets: as tests/test_node_link.py)
-
 
 @pytest.fixture
 def gatherer(tmp_path):

@@ -14,10 +14,8 @@ from ddltrace.collectors.mpi_env import find_tool
 from ddltrace.store import TraceStore
 from ddltrace.summary import summarize
 
-# serial (as tests/conftest.py's SERIAL files): real MPI jobs whose timing is the figure
-pytestmark = [pytest.mark.serial,
-              pytest.mark.skipif(find_tool("mpicc") is None or find_tool("mpiexec") is None,
-                                 reason="no mpicc/mpiexec beside this Python (make install)")]
+pytestmark = pytest.mark.skipif(find_tool("mpicc") is None or find_tool("mpiexec") is None,
+                                reason="no mpicc/mpiexec beside this Python (make install)")
 
 JOB = ("import os, time\nfrom mpi4py import MPI\nMPI.COMM_WORLD.Barrier()\ntime.sleep(2)\n"
        "os._exit(0)  # no MPI_Finalize: abrupt, in no call\n")

@@ -13,14 +13,13 @@ import sys
 import textwrap
 import time
 
-import pytest
 from cluster_jobs import MPIEXEC, NEEDS_CLUSTER
 
 from ddltrace.collectors import cluster as cl
 from ddltrace.store import TraceStore
 from ddltrace.summary import summarize
 
-pytestmark = [pytest.mark.serial, *NEEDS_CLUSTER]  # (simulated nodes: as tests/conftest.py's SERIAL files)
+pytestmark = NEEDS_CLUSTER
 
 JOB = textwrap.dedent("""
     import sys, time
@@ -74,7 +73,7 @@ def test_a_killed_nodes_run_keeps_every_ranks_time_after_its_last_call(tmp_path)
             assert summary.ranks[rank].span_ns >= 2.5e9, (rank, summary.ranks[rank].span_ns)
     assert summary.span_ns >= 2.5e9, out
     assert any(n.startswith("rank 0, 1, 2, 3 ended abruptly outside any MPI call") for n in store.manifest["notes"])
-    # the dead node's agent closed its link as it died: no note says the link broke (tests/test_node_link_lost_s19.py)
+    # the dead node's agent closed its link as it died: no note says the link broke (tests/test_node_link_lost.py)
     notes = [n for n in store.manifest["notes"] if n.startswith(f"node {victim}:")]
     assert not any("broke" in n for n in notes), notes
     assert any(n.startswith(f"node {victim}: its agent ended before it was done") for n in notes), notes

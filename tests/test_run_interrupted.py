@@ -25,10 +25,8 @@ from ddltrace.collectors.mpi_env import find_tool
 from ddltrace.store import TraceStore
 
 REPO = Path(__file__).resolve().parent.parent
-# serial (as tests/conftest.py's SERIAL files): real MPI jobs stopped by signals
-pytestmark = [pytest.mark.serial,
-              pytest.mark.skipif(find_tool("mpicc") is None or find_tool("mpiexec") is None,
-                                 reason="no mpicc/mpiexec beside this Python (make install)")]
+pytestmark = pytest.mark.skipif(find_tool("mpicc") is None or find_tool("mpiexec") is None,
+                                reason="no mpicc/mpiexec beside this Python (make install)")
 
 # both ranks sleep until Ctrl-C; then each one's exit calls MPI_Finalize
 JOB = ("import sys, time\nfrom mpi4py import MPI\nMPI.COMM_WORLD.Barrier()\n"
