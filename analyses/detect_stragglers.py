@@ -17,7 +17,10 @@ in a synchronous job, where every rank's step time is the same because the fast 
 the slowest worker beside the average (RALP).
 Only the steps a worker finished count (:func:`finished_steps`): a rank that ended abruptly ended inside its last,
 whose compute may hold a wait for a dead peer (a healthy rank 0 read 212 % slower from the one step in which rank 1
-died); an abrupt worker with no finished step leaves the analysis not made.
+died); a rank that ended on its way out of an interrupted job (``ended`` "interrupted": its MPI_Finalize began after
+the Ctrl-C) was stopped inside its last too, unless that step ended before the stop (a step the stop cut ends at
+it: :func:`~ddltrace.analyses.phases.segment_rank`). Such a worker with no finished step leaves the analysis not
+made.
 Where the ranks meet at a host backend's collectives (PyTorch's gloo: at least ``gpu.late_min_instances`` of its
 spans matched across ranks) compute per step is not measured: a wait for gloo's threads inside a leaf op stays
 that op's compute (inside a span that holds others it is comm: :mod:`~ddltrace.analyses.segments`; before that
@@ -55,20 +58,43 @@ def robust_z(values: np.ndarray, mad_floor: float) -> tuple[np.ndarray, float, f
     return 0.6745 * (values - median) / mad, median, mad, measured
 
 
+#: ``ended`` of a rank whose MPI_Finalize began after the job's interrupt (the collectors' launcher's
+#: ``ENDED_BY_INTERRUPT``): it left a stopped job, not the end of its work.
+INTERRUPTED = "interrupted"
+#: How a rank's ``ended`` says that it did not end at the end of its work.
+CUT_SHORT = ("abrupt", INTERRUPTED)
+
+
 def finished_steps(run, rank: int):
     """The rank's steps that it finished (the rows of its phases' ``steps``): all but the last of a rank that ended
     abruptly (it ended inside it), unless its profile left that one out already (the torch bootstrap's
-    ``unfinished_step``)."""
-    steps = run.phases[rank].steps
+    ``unfinished_step``); of a rank that ended on its way out of the interrupted job (``ended`` "interrupted"), the
+    steps that ended before the stop (one the stop cut ends at it, :attr:`~ddltrace.analyses.phases.RankPhases.
+    stop_ns`), all but the last where the stop is not known."""
+    phases = run.phases[rank]
+    steps = phases.steps
     info = run.store.rank_info(rank)
-    if info.get("ended") == "abrupt" and info.get("unfinished_step") is None:
-        return steps.iloc[:-1]
-    return steps
+    if info.get("ended") not in CUT_SHORT or info.get("unfinished_step") is not None:
+        return steps
+    if info.get("ended") == INTERRUPTED and phases.stop_ns is not None:
+        return steps[steps["end_ns"].to_numpy() < phases.stop_ns]
+    return steps.iloc[:-1]
 
 
 def unjudged(run, workers: list[int]) -> list[int]:
-    """The abrupt ``workers`` with no finished step: their compute is that of a step they did not finish."""
-    return [w for w in workers if run.store.rank_info(w).get("ended") == "abrupt" and not len(finished_steps(run, w))]
+    """The ``workers`` that ended abruptly or on their way out of the interrupted job with no finished step: their
+    compute is that of a step they did not finish."""
+    return [w for w in workers if run.store.rank_info(w).get("ended") in CUT_SHORT and not len(finished_steps(run, w))]
+
+
+def unjudged_words(run, cut: list[int]) -> tuple[str, str]:
+    """(what the stragglers' analysis needs, what the input holds) where ``cut`` (:func:`unjudged`) is not empty."""
+    ended = {run.store.rank_info(w).get("ended") for w in cut}
+    how = " or ".join(w for e, w in (("abrupt", "ended abruptly"), (INTERRUPTED, "ended on the way out of the "
+                                                                     "interrupted job")) if e in ended)
+    why = "ended abruptly" if INTERRUPTED not in ended else "ended abruptly or on the way out of an interrupted job"
+    return (f"a finished step on every worker (a rank that {why} did not finish its last)",
+            f"rank{'s' * (len(cut) > 1)} {', '.join(map(str, cut))} {how} with no finished step")
 
 
 def measures(run) -> dict[str, tuple[list[int], np.ndarray]]:
@@ -102,9 +128,7 @@ def detect(runs, th) -> list[Finding | Skipped]:
         workers = next(iter(measured.values()))[0]  # the same workers for each measure
         cut = unjudged(run, workers)
         if cut:
-            findings.append(short_of("stragglers", run.name, "a finished step on every worker (a rank that ended "
-                                     "abruptly did not finish its last)", f"rank{'s' * (len(cut) > 1)} "
-                                     f"{', '.join(map(str, cut))} ended abruptly with no finished step"))
+            findings.append(short_of("stragglers", run.name, *unjudged_words(run, cut)))
             continue
         if len(workers) != 2 and len(workers) < th["straggler.min_ranks"]:
             of = f" of its {counted(len(run.worker_ranks), 'worker')}" if len(run.worker_ranks) != len(workers) else ""

@@ -315,23 +315,29 @@ def render_missing(r: RunAnalysis, named: int = 8) -> str:
 
 def render_job_end(r: RunAnalysis) -> str | None:
     """One line where the job did not end well: its exit code (or the interrupt that stopped it), the ranks that
-    ended abruptly, and each rank's time after the stop, which the breakdown leaves out (:func:`after_stop`); where
-    ``ddltrace recover`` made the store, that it did and that the exit code is not known; None where it exited 0
-    with every rank ended normally (or nothing was recorded)."""
-    from ddltrace.commands.info import job_end, job_run_end
+    ended abruptly and those that ended on the way out of the stopped job (``ended`` "interrupted"), and each rank's
+    time after the stop, which the breakdown leaves out (:func:`after_stop`); where ``ddltrace recover`` made the
+    store, that it did and that the exit code is not known; None where it exited 0 with every rank ended normally
+    (or nothing was recorded)."""
+    from ddltrace.commands.info import ENDED_BY_INTERRUPT, job_end, job_run_end
 
     run = job_run_end(r.store.run)
     code = run.get("exit_code")
-    abrupt = [rank for rank in r.store.ranks if r.store.rank_info(rank).get("ended") == "abrupt"]
+    how = {rank: r.store.rank_info(rank).get("ended") for rank in r.store.ranks}
+    abrupt = [rank for rank, ended in how.items() if ended == "abrupt"]
+    stopped = [rank for rank, ended in how.items() if ended == ENDED_BY_INTERRUPT]
     ended = job_end(run)
     recovered = r.store.run.get("recovered_from")
     ranks = f"; rank {_ranks(abrupt)} ended abruptly (their records up to the end are kept)" if abrupt else ""
+    if stopped:
+        ranks += (f"; rank {_ranks(stopped)} ended interrupted (their MPI_Finalize began after the interrupt: on the "
+                  "way out of the stopped job, not at the end of their work)")
     after = after_stop(r)
     if isinstance(recovered, str) and code is None:
         return (f"{r.name} was made by `ddltrace recover` from the raw records {one_line(recovered)}: the `ddltrace "
                 f"run` of the job did not write it, so the job's exit code and end are not known (its end is the last "
                 f"call recorded){'; ' + ended if ended else ''}{ranks}.{after}")
-    if code in (0, None) and not run.get("interrupted") and not abrupt and not after:
+    if code in (0, None) and not run.get("interrupted") and not abrupt and not stopped and not after:
         return None
     return f"The job in {r.name} did not end well: {ended or 'exit code not recorded'}{ranks}.{after}"
 

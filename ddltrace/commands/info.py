@@ -186,6 +186,10 @@ def render(summary: StoreSummary, nodes: list | None = None, clock: ClockAlignme
     abrupt = [r.rank for r in summary.ranks if r.ended == "abrupt"]
     if abrupt:
         lines.append(f"ended abruptly: rank {', '.join(map(str, abrupt))} (records up to the end are kept)")
+    stopped = [r.rank for r in summary.ranks if r.ended == ENDED_BY_INTERRUPT]
+    if stopped:
+        lines.append(f"ended interrupted: rank {', '.join(map(str, stopped))} (their MPI_Finalize began after the "
+                     "interrupt: on the way out of the stopped job, not at the end of their work)")
     lines.extend(f"note        {one_line(note)}" for note in notes[:NOTES_SHOWN])
     if len(notes) > NOTES_SHOWN:  # (an import of a thousand files leaves a note per file)
         lines.append(f"note        ... and {len(notes) - NOTES_SHOWN} more notes (info --json lists them all)")
@@ -199,6 +203,9 @@ def render(summary: StoreSummary, nodes: list | None = None, clock: ClockAlignme
     return "\n".join(lines) + "\n"
 
 
+#: ``ended`` of a rank whose MPI_Finalize began after the job's interrupt (the launcher's ``ENDED_BY_INTERRUPT``,
+#: named here so that ``info`` starts without the collectors).
+ENDED_BY_INTERRUPT = "interrupted"
 def _after_stop(summary: StoreSummary) -> int:
     """ns of the store's time span after the stop (an interrupted run's ``interrupted_ns``), 0 where none."""
     from ddltrace.summary import stopped_at
