@@ -137,8 +137,6 @@ def render(summary: StoreSummary, nodes: list | None = None, clock: ClockAlignme
     ``clock``: how the ranks' clocks were aligned (:mod:`ddltrace.clock_alignment`), after the counters;
     ``import_problems``: what the import found wrong in the files it read (:attr:`TraceStore.import_problems`);
     ``notes``: what the run or import said of the store (:attr:`TraceStore.notes`), after how the job ended."""
-    from ddltrace.merged_manifest import unfiled_ranks
-
     run = summary.run
     lines = [f"store       {one_line(summary.path)}"]
     if run.get("command"):
@@ -161,15 +159,7 @@ def render(summary: StoreSummary, nodes: list | None = None, clock: ClockAlignme
                      "above say why); the figures below are of the other ranks")
     for problem in import_problems:
         lines.append(f"problem     {one_line(problem)}")
-    if summary.unlisted:
-        named = sorted(summary.unlisted)
-        why = ("not in the files imported, whose run names that world" if run.get("imported_files") else
-               "no usable entry in the manifest")
-        said = {summary.unlisted[r] for r in named}  # the run's own note on them, where it has one (store.missing)
-        if len(said) == 1 and unfiled_ranks(note := said.pop()) is not None:
-            why = f"the run's note: {note}"
-        lines.append(f"not listed  rank {', '.join(map(str, named[:16]))}{' ...' if len(named) > 16 else ''} of the "
-                     f"world of {summary.world_size}: {one_line(why)}, so no timeline here")
+    lines.extend(_unlisted_lines(summary))
     window = profiled_window(run)
     after = _after_stop(summary)
     lines.append(f"time span   {format_ns(summary.span_ns)}" + (f", {window}" if window else "")
@@ -206,6 +196,43 @@ def render(summary: StoreSummary, nodes: list | None = None, clock: ClockAlignme
 #: ``ended`` of a rank whose MPI_Finalize began after the job's interrupt (the launcher's ``ENDED_BY_INTERRUPT``,
 #: named here so that ``info`` starts without the collectors).
 ENDED_BY_INTERRUPT = "interrupted"
+#: How many ranks a "not listed" line names (each reason's line).
+UNLISTED_NAMED = 16
+
+
+def _unlisted_lines(summary: StoreSummary) -> list[str]:
+    """The ranks of the world the store holds no timeline of, each with :meth:`TraceStore.missing`'s reason (the
+    run's note on them, the import's problem with the file that gave no event, ...); consecutive ranks with one
+    reason on one line. A rank with no entry and no note on it: not in the files imported (an imported store), or no
+    usable entry in the manifest. A rank whose entry holds no events is listed, with no events: "no events"."""
+    from ddltrace.merged_manifest import unfiled_ranks
+    from ddltrace.store import rank_runs
+
+    recorded = {r.rank for r in summary.ranks}
+    generic = ("not in the files imported, whose run names that world" if summary.run.get("imported_files") else
+               "no usable entry in the manifest")
+
+    def said(rank: int) -> str:
+        why = summary.unlisted[rank]
+        if unfiled_ranks(why) is not None:  # the run's own note on them (store.missing)
+            return f"the run's note: {why}"
+        return why if rank in recorded else generic
+
+    lines = []
+    for empty in (False, True):
+        named = [(r, said(r)) for r in sorted(summary.unlisted) if (r in recorded) == empty]
+        groups: dict[str, list[tuple[int, int]]] = {}
+        for first, last, why in rank_runs(named):
+            groups.setdefault(why, []).append((first, last))
+        for why, spans in groups.items():
+            ranks = [str(f) if f == last else f"{f}-{last}" for f, last in spans]
+            shown = ", ".join(ranks[:UNLISTED_NAMED]) + (" ..." if len(ranks) > UNLISTED_NAMED else "")
+            label = "no events   " if empty else "not listed  "
+            lines.append(f"{label}rank {shown} of the world of {summary.world_size}: {one_line(why)}, so no "
+                         "timeline here")
+    return lines
+
+
 def _after_stop(summary: StoreSummary) -> int:
     """ns of the store's time span after the stop (an interrupted run's ``interrupted_ns``), 0 where none."""
     from ddltrace.summary import stopped_at
