@@ -5,7 +5,7 @@ Stores built here, whose rows say exactly what each rank did before and after th
 them compute) run 20 steps of 40 ms compute and a 10 ms MPI_Allreduce; ranks 0 and 1 then wait in a barrier, rank 2
 computes (sleeps) until the Ctrl-C at 2 s, and after it every rank waits in a barrier to 4 s (the way out). Before,
 the 2 s after the stop were counted in the whole run: rank 2 read 47.3 % compute, 47.5 % barrier, where up to the
-stop it computed 89.5 % of its time. The real job (Ctrl-C on `ddltrace run`) is tests/test_interrupted_shares_s19b.py.
+stop it computed 89.5 % of its time. The real job (Ctrl-C on `ddltrace run`) is tests/test_interrupted_shares.py.
 """
 
 from __future__ import annotations

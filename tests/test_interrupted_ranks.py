@@ -1,7 +1,7 @@
 """Ranks that ended on the way out of an interrupted job (``ended: "interrupted"``: their MPI_Finalize began after
 the Ctrl-C, collectors/launcher.py) read as such: a line of their own in info and analyze (only "abrupt" ranks were
 listed), and their last step, where the stop cut it, is not a finished step for the stragglers' measures (it was
-counted: only an abrupt rank's last step was left out). Stores as tests/test_after_stop_s19b.py builds them."""
+counted: only an abrupt rank's last step was left out). Stores as tests/test_after_stop.py builds them."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ STEPS = 20
 
 
 def _rows(rank: int, stop_ns: int = STOP) -> list[dict]:
-    """One rank's rows (as tests/test_after_stop_s19b.py builds them): MPI_Init, 20 steps (40 ms compute, then
+    """One rank's rows (as tests/test_after_stop.py builds them): MPI_Init, 20 steps (40 ms compute, then
     MPI_Allreduce 10 ms), then (ranks 0-1) a barrier to the stop, and from the stop (rank 2: 100 ms after it, its
     Python's exit) a barrier to the end."""
     row = {"rank": rank, "lane": "mpi"}

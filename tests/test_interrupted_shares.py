@@ -4,7 +4,7 @@ Rank 2 sleeps after 200 allreduces, ranks 0-1 wait for it in a barrier; Ctrl-C 2
 about 5 s past the Ctrl-C (their wait for the stop, then their way out, rank 2 in MPI_Finalize's barrier). Before,
 that time was the final phase and the whole run's: rank 2 read 29.9 % compute, 69.2 % barrier over 7.29 s, where it
 computed (slept) 96.9 % of its 2.16 s up to the Ctrl-C. Now it is the part after the stop, shown apart (its length)
-by analyze and info, and in neither's whole-run shares. The same stores built by hand: tests/test_after_stop_s19b.py.
+by analyze and info, and in neither's whole-run shares. The same stores built by hand: tests/test_after_stop.py.
 """
 
 from __future__ import annotations
@@ -30,10 +30,8 @@ from ddltrace.timeline import CATEGORIES
 
 REPO = Path(__file__).resolve().parent.parent
 DDLTRACE = REPO / ".venv" / "bin" / "ddltrace"
-# serial: a real MPI job stopped by a signal
-pytestmark = [pytest.mark.serial,
-              pytest.mark.skipif(find_tool("mpicc") is None or find_tool("mpiexec") is None,
-                                 reason="no mpicc/mpiexec beside this Python (make install)")]
+pytestmark = pytest.mark.skipif(find_tool("mpicc") is None or find_tool("mpiexec") is None,
+                                reason="no mpicc/mpiexec beside this Python (make install)")
 
 HUNG_JOB = textwrap.dedent("""
     import sys, time
