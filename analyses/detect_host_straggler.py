@@ -24,7 +24,8 @@ Only the steps each rank finished count (:func:`~ddltrace.analyses.detect_stragg
 stragglers): the spans that start inside them, their number and their median time. After a rank died, the others'
 waits in the step it did not finish were divided among the finished steps alone (sample_traces/h100-ddp/run-straggler
 with its straggler dead after its broadcasts in the last of 5 steps: 207.1 ms over 4 steps, 51.8 ms a step for its
-40 ms sleep; now 167.1 ms, 41.8 ms); an abrupt worker with no finished step leaves the analysis not made.
+40 ms sleep; now 167.1 ms, 41.8 ms); a worker that ended abruptly, or on its way out of an interrupted job, with no
+finished step leaves the analysis not made.
 
 Cost: the late rank's caused wait, the others' time waiting for it (the median other worker's).
 """
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ddltrace.analyses.detect_stragglers import finished_steps, unjudged
+from ddltrace.analyses.detect_stragglers import finished_steps, unjudged, unjudged_words
 from ddltrace.analyses.findings import Finding, Quantity, detector, short_of
 from ddltrace.analyses.gpu_collectives import match_instances, waits_for
 from ddltrace.analyses.requirements import Skipped
@@ -90,9 +91,7 @@ def detect(runs, th) -> list[Finding | Skipped]:
     for run in runs:
         cut = unjudged(run, [w for w in run.worker_ranks if w in run.phases])
         if cut:
-            findings.append(short_of("host_straggler", run.name, "a finished step on every worker (a rank that "
-                                     "ended abruptly did not finish its last)", f"rank{'s' * (len(cut) > 1)} "
-                                     f"{', '.join(map(str, cut))} ended abruptly with no finished step"))
+            findings.append(short_of("host_straggler", run.name, *unjudged_words(run, cut)))
             continue
         caused, matched = caused_waits(run)
         if matched < th["gpu.late_min_instances"]:

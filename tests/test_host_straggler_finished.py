@@ -83,16 +83,19 @@ def test_the_wait_per_step_is_that_of_the_finished_steps(crashed):
     assert finding.evidence["matched_collectives"].value == 4 * 5  # a step's 2 broadcasts and 3 all-reduces
 
 
-def test_an_abrupt_worker_with_no_finished_step_leaves_it_not_made(crashed, tmp_path):
-    """Rank 1 dead in the window's first step: neither rank finished a step, and the analysis says so."""
+@pytest.mark.parametrize("ended,words", [("abrupt", "ended abruptly"),
+                                         ("interrupted", "ended on the way out of the interrupted job")])
+def test_a_cut_short_worker_with_no_finished_step_leaves_it_not_made(crashed, tmp_path, ended, words):
+    """Rank 1 dead (or the job stopped) in the window's first step: neither rank finished a step, and the analysis
+    says so, in the stragglers' words (an interrupted rank's read 'ended abruptly')."""
     source = TraceStore.open(RUN)
     timeline = source.timeline()
     first = timeline[timeline["step"] == 5]
     rows = timeline[timeline["start_ns"] < int((first["start_ns"] + first["dur_ns"]).max())]
-    info = {r: {**source.rank_info(r), "ended": "abrupt"} for r in (0, 1)}
+    info = {r: {**source.rank_info(r), "ended": ended} for r in (0, 1)}
     store = write_store(tmp_path / "store", rows[rows["step"].isna() | (rows["step"] == 5)], run=source.run,
                         rank_info=info)
     findings, skipped = detect([analyze_store(store)], Thresholds())
     assert not [f for f in findings if f.id == "host_straggler"]
     (said,) = [s for s in skipped if s.analysis == "host_straggler"]
-    assert said.holds == "ranks 0, 1 ended abruptly with no finished step"
+    assert said.holds == f"ranks 0, 1 {words} with no finished step"
