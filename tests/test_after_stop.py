@@ -135,3 +135,13 @@ def test_analyze_says_the_time_after_the_stop_is_left_out(tmp_path, capsys):
     (doc,) = json.loads(capsys.readouterr().out)["stores"]
     assert [p["after_stop_ns"] for p in doc["phases"]] == [END - STOP] * 3
     assert [b["total_ns"] for b in doc["breakdown_ns"]] == [STOP] * 3
+
+
+def test_the_report_says_how_the_job_ended_and_what_the_shares_leave_out(tmp_path, capsys):
+    """The report said nothing of an interrupted job (nor of an exit code, nor of abrupt ranks): its verdict now
+    ends with analyze's line on it."""
+    store = _store(tmp_path / "s")
+    assert main(["report", str(store.path), "--out", str(tmp_path / "r")]) == 0
+    verdict = next(line for line in (tmp_path / "r" / "report.md").read_text().splitlines() if line.startswith("> "))
+    assert render_job_end(analyze_store(store)) in verdict.replace("\\", "")
+    assert "is left out of the breakdown below" in verdict

@@ -752,10 +752,14 @@ def assemble(runs: list, findings: list, profile: str | None = None, model: str 
         left_out = (f"No {TRACE_FILE} beside this report: the run holds {events:,} events, more than the "
                     f"{TRACE_MAX_EVENTS:,} a Chrome trace for Perfetto UI is written for; 'ddltrace export STORE "
                     "--chrome OUT --ranks 0-3' writes a few ranks.")
+    from ddltrace.commands.analyze import render_job_end
     from ddltrace.commands.info import profiled_window
 
-    said = verdict(findings, runs) + [f"{r.name} holds {window}." for r in runs
-                                      if (window := profiled_window(r.store.run))]
+    # the verdict, the profiled window, and how each job ended where not well (an exit code, an interrupt, ranks
+    # that ended abruptly; the time after a stop left out of the shares): as analyze says it
+    said = (verdict(findings, runs) + [f"{r.name} holds {window}." for r in runs
+                                       if (window := profiled_window(r.store.run))]
+            + [line for r in runs if (line := render_job_end(r))])
     return Report(title=title, verdict=said, findings=findings, finding_figures=finding_figures,
                   figures=figs, tables=tables, stores=[r.name for r in runs],
                   workers={r.name: r.workers for r in runs}, trace_store=None if left_out else main.store,
