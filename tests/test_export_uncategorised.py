@@ -14,11 +14,11 @@ from ddltrace.store import TraceStore
 EVENTS = [("weird_cat", "foo"), ("weird_cat", "bar"), ("weird_cat", "foo"), ("other_weird", "baz")]
 
 
-def _trace(tmp_path):
-    path = tmp_path / "unknown_cats.json"
+def _trace(path, events=EVENTS):
+    """A Chrome trace at ``path`` of ``events`` (raw category, name), 10 us each, 20 us apart."""
     path.write_text(json.dumps({"traceEvents": [
         {"ph": "X", "name": name, "cat": cat, "pid": 1, "tid": 1, "ts": 1000 + 20 * i, "dur": 10}
-        for i, (cat, name) in enumerate(EVENTS)]}))
+        for i, (cat, name) in enumerate(events)]}))
     return path
 
 
@@ -29,7 +29,7 @@ def _uncategorised_lines(capsys, store) -> list[str]:
 
 
 def test_the_uncategorised_line_survives_export_and_import(tmp_path, capsys):
-    trace = _trace(tmp_path)
+    trace = _trace(tmp_path / "unknown_cats.json")
     doc = json.loads(trace.read_text())
     counts = Counter(e["cat"] for e in doc["traceEvents"])
     names = {cat: len({e["name"] for e in doc["traceEvents"] if e["cat"] == cat}) for cat in counts}
@@ -53,7 +53,7 @@ def test_the_uncategorised_line_survives_export_and_import(tmp_path, capsys):
 
 
 def test_uncategorised_rows_of_the_wrong_kind_are_named_not_restored(tmp_path, capsys):
-    trace = _trace(tmp_path)
+    trace = _trace(tmp_path / "unknown_cats.json")
     first, exported, bad, back = (tmp_path / n for n in ("first", "first.json", "bad.json", "back"))
     assert main(["import", str(trace), "--out", str(first), "--progress", "never"]) == 0
     assert main(["export", str(first), "--chrome", str(exported)]) == 0

@@ -9,44 +9,13 @@ from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
+from test_after_stop import END, MS, _store
 
 from ddltrace.analyses.detect_stragglers import finished_steps, unjudged, unjudged_words
 from ddltrace.analyses.phases import RankPhases
 from ddltrace.analyses.run_analysis import analyze_store
 from ddltrace.cli import main
 from ddltrace.commands.analyze import render_job_end
-from ddltrace.store import TraceStore, write_store
-
-MS = 1_000_000
-STOP = 2_000 * MS
-END = 4_000 * MS
-STEPS = 20
-
-
-def _rows(rank: int, stop_ns: int = STOP) -> list[dict]:
-    """One rank's rows (as tests/test_after_stop.py builds them): MPI_Init, 20 steps (40 ms compute, then
-    MPI_Allreduce 10 ms), then (ranks 0-1) a barrier to the stop, and from the stop (rank 2: 100 ms after it, its
-    Python's exit) a barrier to the end."""
-    row = {"rank": rank, "lane": "mpi"}
-    rows = [{**row, "name": "MPI_Init", "category": "other", "start_ns": 0, "dur_ns": 10 * MS}]
-    rows += [{**row, "name": "MPI_Allreduce", "category": "comm", "start_ns": (50 + 50 * k) * MS, "dur_ns": 10 * MS}
-             for k in range(STEPS)]
-    last = (60 + 50 * (STEPS - 1)) * MS
-    if rank < 2:  # waiting for rank 2 in a barrier it never enters, then the way out
-        rows.append({**row, "name": "MPI_Barrier", "category": "barrier", "start_ns": last, "dur_ns": END - last})
-    else:  # computing (asleep) until the stop; 100 ms later it is in MPI_Finalize's barrier to the end
-        rows.append({**row, "name": "ddltrace_clock_sync", "category": "barrier", "start_ns": stop_ns + 100 * MS,
-                     "dur_ns": END - stop_ns - 100 * MS})
-    return rows
-
-
-def _store(path, interrupted_ns: int | None = STOP, ended: dict | None = None) -> TraceStore:
-    run = {"command": "job", "world_size": 3, "framework": "mpi"}
-    if interrupted_ns is not None:
-        run |= {"interrupted": True, "interrupted_ns": interrupted_ns}
-    rows = [r for rank in range(3) for r in _rows(rank)]
-    info = {rank: {"ended": (ended or {}).get(rank, "abrupt")} for rank in range(3)}
-    return write_store(path, pd.DataFrame(rows), run=run, rank_info=info)
 
 
 def test_interrupted_ranks_get_a_line_of_their_own(tmp_path, capsys):

@@ -4,7 +4,8 @@ entry, the line lost, only its note kept)."""
 
 from __future__ import annotations
 
-import json
+from test_export_uncategorised import _trace as export_trace
+from test_export_uncategorised import _uncategorised_lines
 
 from ddltrace.cli import main
 from ddltrace.merged_manifest import merged_uncategorised
@@ -15,16 +16,7 @@ EVENTS = [("weird_cat", "foo"), ("weird_cat", "bar"), ("other_weird", "baz")]
 
 
 def _trace(path):
-    path.write_text(json.dumps({"traceEvents": [
-        {"ph": "X", "name": name, "cat": cat, "pid": 1, "tid": 1, "ts": 1000 + 20 * i, "dur": 10}
-        for i, (cat, name) in enumerate(EVENTS)]}))
-    return path
-
-
-def _uncategorised_lines(capsys, store) -> list[str]:
-    capsys.readouterr()
-    assert main(["info", str(store)]) == 0
-    return [line for line in capsys.readouterr().out.splitlines() if line.startswith("uncategorised:")]
+    return export_trace(path, EVENTS)
 
 
 def test_merging_two_imports_of_one_store_s_exported_ranks_keeps_the_line_once(tmp_path, capsys):

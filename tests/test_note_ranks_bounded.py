@@ -11,6 +11,8 @@ import subprocess
 import sys
 import textwrap
 
+from test_node_merge_notes import _part, _run_store
+
 from ddltrace.cli import main
 from ddltrace.merged_manifest import Ranks, past_the_world, still_unfiled, unfiled_ranks, unread_note, unread_ranks
 from ddltrace.store import TraceStore, write_store
@@ -82,29 +84,6 @@ def test_joining_a_node_s_part_names_a_note_past_the_world_damaged(tmp_path):
     notes = TraceStore.open(out).manifest["notes"]
     assert past_the_world("ranks [2-2147483647]: not in the export F: why", 3) in notes
     assert not [n for n in notes if unfiled_ranks(n) is not None]
-
-
-def _run_store(path, notes):
-    """A 3-rank MPI run's store whose node ``nodeB`` (rank 1) was lost: rank 0 only, the node named missing."""
-    start = 1_795_692_666_108_024_769
-    rows = [{"rank": 0, "lane": "main", "name": "MPI_Barrier", "category": "barrier", "start_ns": start + i * 10**6,
-             "dur_ns": 5 * 10**5, "source": "pmpi"} for i in range(3)]
-    store = write_store(path, make_timeline(rows), None,
-                        run={"command": "python job3.py", "launch": "mpiexec -n 3 python job3.py", "framework": "mpi",
-                             "mpi_flavour": "mpich", "world_size": 3, "hosts": ["vm"], "start_ns": start,
-                             "end_ns": start + 10**8, "missing_nodes": {"nodeB": "/local/run/records"}},
-                        rank_info={0: {"host": "vm", "ended": "normal", "role": "rank"}})
-    store.manifest["notes"] = notes
-    store.save_manifest()
-    return path
-
-
-def _part(tmp_path):
-    """Node nodeB's part, holding rank 1's record file damaged."""
-    part = tmp_path / "partB"
-    (part / "records" / "nodes" / "nodeB").mkdir(parents=True)
-    (part / "records" / "rank-00001.pmpi").write_bytes(b"not a record file" * 6)
-    return part
 
 
 def test_info_reads_a_store_whose_note_lists_no_ranks(tmp_path, capsys):
