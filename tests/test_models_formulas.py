@@ -12,6 +12,7 @@ from ddltrace.errors import DdltraceError
 from ddltrace.models import chang, hashemi, ralp, rudra
 from ddltrace.models.dnn import load_dnn
 from ddltrace.models.quantities import parse_bandwidth, parse_bytes, parse_seconds, parse_what_if
+from ddltrace.units import format_bytes
 
 # -- Chang et al. ------------------------------------------------------------------------------------------
 
@@ -85,6 +86,11 @@ def test_minibatch_program_picks_fast_algorithms_within_memory(tmp_path):
     best, choices = chang.choose_batch(dnn, [32, 64, 128], base + 64 * 3e5 + 1)
     assert len(choices) == 3 and best.feasible
     assert best.samples_per_s == max(c.samples_per_s for c in choices)
+    # a batch whose activations and parameters alone overflow the memory: said in bytes' units (was '7.451e+08 B')
+    over = chang.choose_algorithms(dnn, 64, base / 2)
+    assert not over.feasible and over.reason == (f"activations and parameters alone need {format_bytes(base)}, more "
+                                                 f"than the {format_bytes(base / 2)} of the GPU")
+    assert "e+" not in over.reason
 
 
 # -- RALP ------------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ import numpy as np
 
 from ddltrace.errors import DdltraceError
 from ddltrace.models.dnn import DNN
+from ddltrace.units import format_bytes
 
 
 def _check_ratio(r_o: float) -> None:
@@ -117,7 +118,8 @@ def choose_algorithms(dnn: DNN, batch: int, gpu_memory: float) -> BatchChoice:
     base = memory_bytes(dnn, batch)
     if base > gpu_memory:
         return BatchChoice(batch, False, memory_bytes=base,
-                           reason=f"activations and parameters alone need {base:.4g} B > {gpu_memory:.4g} B")
+                           reason=f"activations and parameters alone need {format_bytes(base)}, more than the "
+                                  f"{format_bytes(gpu_memory)} of the GPU")
     variables: list[tuple[str, str]] = []
     times, spaces = [], []
     for layer in dnn.layers:
