@@ -1,7 +1,9 @@
 """Generate the C wrappers from :mod:`table` (one function per table entry and per ``_c`` twin present).
 
 ``generate(available)`` returns C source; ``available`` is the set of ``PMPI_*`` symbols the MPI library
-exports, so a wrapper is generated only for what the library has (Open MPI 5 lacks most ``_c`` twins).
+exports, so a wrapper is generated only for what the library has (Open MPI 5 lacks most ``_c`` twins). The calls
+that make and free communicators (:data:`~ddltrace.collectors.pmpi.table.MAKERS`) get wrappers that record nothing
+and keep the runtime's communicator ids.
 """
 
 from __future__ import annotations
@@ -9,10 +11,12 @@ from __future__ import annotations
 import re
 
 from ddltrace.collectors.pmpi.table import (
+    MAKERS,
     PSEUDO,
     REQUEST_DONE,
     SENDRECV_RECEIVED,
     WRAPPERS,
+    Maker,
     Wrapper,
     names,
     table_hash,
@@ -60,9 +64,9 @@ def _function(w: Wrapper, fn_id: int, large: bool) -> str:
         return "\n".join(lines)
     if w.kind == "finalize":
         lines += [
-            f"    if (!ddlt_on) return {call};",
+            f"    if (!ddlt_active) return {call};",  # a rank that records nothing still takes part in the sync
             "    ddlt_before_finalize();",
-            f"    ddlt_rec *r = ddlt_begin({fn_id});",
+            f"    ddlt_rec *r = ddlt_on ? ddlt_begin({fn_id}) : NULL;",
             f"    int ret = {call};",
             "    ddlt_after_finalize(r, ret);",
             "    return ret;",
@@ -74,16 +78,20 @@ def _function(w: Wrapper, fn_id: int, large: bool) -> str:
         lines.append(f"    MPI_Status ddlt_st; if ({w.status} == MPI_STATUS_IGNORE) {w.status} = &ddlt_st;")
     if w.pre:
         lines.append(f"    {w.pre}")
+    if w.comm:  # its id, and its ranks' world ranks (DDLT_PEER), in ddlt_ci
+        lines.append(f"    ddlt_comm_info *ddlt_ci = ddlt_comm({w.comm});")
     lines.append(f"    ddlt_rec *r = ddlt_begin({fn_id});")
+    if w.comm:
+        lines.append("    ddlt_set_comm(r, ddlt_ci);")
     if w.known:
         lines.append(f"    {w.known}")
     lines += [f"    int ret = {call};", "    int64_t t1 = ddlt_now();"]
-    for column in ("bytes", "peer", "tag", "comm", "request", "aux"):
+    for column in ("bytes", "peer", "tag", "request", "aux"):
         expr = getattr(w, column)
         if expr is None:
             continue
-        if column == "comm":
-            expr = f"DDLT_H({expr})"
+        if column == "peer" and w.comm:
+            expr = f"DDLT_PEER({expr})"
         lines.append(f"    r->{column} = {_expr(expr, large)};")
     if w.flag:
         lines.append(f"    if (ret == MPI_SUCCESS && *{w.flag}) r->flags |= DDLT_F_COMPLETED;")
@@ -94,6 +102,17 @@ def _function(w: Wrapper, fn_id: int, large: bool) -> str:
         lines.append(f"    {w.post}")
     lines += ["    return ret;", "}"]
     return "\n".join(lines)
+
+
+def _maker(m: Maker) -> str:
+    decl, args = _params(m.params, False)
+    call = f"P{m.name}({', '.join(args)})"
+    if m.kind == "free":
+        body = [f"    if (ddlt_active) ddlt_comm_forget(*{m.new});", f"    return {call};"]
+    else:
+        hook = (f"ddlt_comm_idup({args[0]}, {m.new})" if m.kind == "idup" else f"ddlt_comm_made(*{m.new})")
+        body = [f"    int ret = {call};", f"    if (ddlt_active && ret == MPI_SUCCESS) {hook};", "    return ret;"]
+    return "\n".join([f"int {m.name}({decl})", "{", *body, "}"])
 
 
 def generate(available: set[str] | None = None) -> str:
@@ -115,4 +134,7 @@ def generate(available: set[str] | None = None) -> str:
                 continue
             out.append(_function(w, ids[name], large))
             out.append("")
+    for m in MAKERS:
+        if available is None or "P" + m.name in available:
+            out += [_maker(m), ""]
     return "\n".join(out)

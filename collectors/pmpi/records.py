@@ -13,6 +13,15 @@ named :data:`~ddltrace.collectors.pmpi.table.SENDRECV_RECEIVED` (its receive hal
 source of the message, ``tag`` its tag), so that each byte of an exchange is counted once as sent, by the call that
 sent it, and once as received (:mod:`~ddltrace.analyses.node_traffic`). Files written before the receive halves
 existed (:attr:`RankRecords.sendrecv_split` False) give a Sendrecv's ``bytes`` as what it sent and received together.
+
+Communicators and peers. A record's ``comm`` is the communicator's id, the same on each of its ranks under any MPI
+library (:attr:`RankRecords.comm_ids`): :data:`COMM_WORLD` and :data:`COMM_SELF` fixed, those the job made agreed by
+their ranks when they were made (above :data:`COMM_MADE`), and its ``peer`` (a root, a status's source) the partner's
+MPI_COMM_WORLD rank (:attr:`RankRecords.world_peers`). Files written before held the handle, which only MPICH gives
+alike on every rank (its MPI_COMM_WORLD's is :data:`COMM_WORLD`; Open MPI's are addresses, another in each process:
+no message or collective of theirs is matched across ranks), and the rank in the communicator. A communicator the
+wrapper did not see made (MPI_Comm_get_parent, MPI_Comm_connect and the like) keeps its handle, and its peers their
+rank in it: its records are flagged (:data:`COMM_HANDLE`, :data:`PEER_IN_COMM`; :attr:`RankRecords.comm_handles`).
 """
 
 from __future__ import annotations
@@ -51,6 +60,17 @@ POLLING = "polling (between MPI_Test / MPI_Iprobe calls that found nothing)"
 POLL_GAP_NS = 20_000
 #: The record's flag bit set where a Test* / Iprobe / Improbe found something (runtime.h's DDLT_F_COMPLETED).
 COMPLETED = 2
+#: Flag bits (runtime.h): the record's ``comm`` is its rank's handle, not an id (DDLT_F_COMM_HANDLE), its ``peer`` a
+#: rank in that communicator, not in MPI_COMM_WORLD (DDLT_F_PEER_IN_COMM).
+COMM_HANDLE, PEER_IN_COMM = 4, 8
+#: The header's features (runtime.h DDLT_FEATURE_*; 0 in files written before): ``comm`` holds ids, ``peer`` world
+#: ranks.
+FEATURE_COMM_IDS, FEATURE_WORLD_PEERS = 1, 2
+_FEATURES = struct.Struct("<I")
+_FEATURES_AT = 1680
+#: The ids of MPI_COMM_WORLD and MPI_COMM_SELF (MPICH's handles: what the files of MPICH jobs held before), and the
+#: least id of a communicator the job made (runtime.h DDLT_COMM_*).
+COMM_WORLD, COMM_SELF, COMM_MADE = 0x44000000, 0x44000001, 2**62
 #: The function ids - 1 (as :func:`to_timeline` indexes the names) of the calls that poll.
 _POLL_IDS = np.flatnonzero(np.isin(names(), polls()))
 #: Each function's id in the record (its position in :func:`~ddltrace.collectors.pmpi.table.names`, plus 1).
@@ -98,11 +118,22 @@ class RankRecords:
     #: whether the wrapper recorded a Sendrecv's bytes sent, its receive half apart (``received``); False for a file
     #: written before it did: a Sendrecv's ``bytes`` are what it sent and received together
     sendrecv_split: bool = True
+    #: whether ``comm`` holds communicator ids, the same on each rank of a communicator (see the module's docstring);
+    #: False for a file written before: handles
+    comm_ids: bool = True
+    #: whether ``peer`` holds MPI_COMM_WORLD ranks; False for a file written before: ranks in the call's communicator
+    world_peers: bool = True
 
     @property
     def ended(self) -> str:
         """"normal" when MPI_Finalize returned, else "abrupt"."""
         return "normal" if self.state == 3 else "abrupt"
+
+    @property
+    def comm_handles(self) -> int:
+        """Records (calls and receive halves) whose ``comm`` is the rank's own handle of a communicator the wrapper
+        did not see made (flag :data:`COMM_HANDLE`): not matched across ranks under Open MPI."""
+        return int(sum(((part["flags"] & COMM_HANDLE) != 0).sum() for part in (self.records, self.received)))
 
     @property
     def open_calls(self) -> list[str]:
@@ -147,6 +178,8 @@ def read_records(path: str | Path) -> RankRecords:
     cal = np.array(rest[15:], dtype=np.int64).reshape(64, 2)
     if version != 1 or header_size != HEADER_SIZE or record_size != RECORD_DTYPE.itemsize:
         raise DdltraceError(f"{path}: unsupported record file version {version} (record size {record_size})")
+    features = _FEATURES.unpack_from(data.tobytes()[_FEATURES_AT:_FEATURES_AT + _FEATURES.size])[0] \
+        if len(data) >= _FEATURES_AT + _FEATURES.size else 0
     if thash not in table_hashes():
         raise DdltraceError(f"{path}: written by a wrapper built from another call table (hash {thash:#x}); "
                             "read it with the ddltrace version that recorded it")
@@ -175,7 +208,8 @@ def read_records(path: str | Path) -> RankRecords:
                        library=library.split(b"\0")[0].decode(errors="replace"),
                        test_offset_ns=test_offset, syncs=syncs, records=records[~done & ~halves],
                        lost=max(int(n_slots) - available, 0), completions=records[done], received=records[halves],
-                       sendrecv_split=thash in table_hashes(SENDRECV_RECEIVED))
+                       sendrecv_split=thash in table_hashes(SENDRECV_RECEIVED),
+                       comm_ids=bool(features & FEATURE_COMM_IDS), world_peers=bool(features & FEATURE_WORLD_PEERS))
 
 
 def ticks_to_ns(ticks: np.ndarray, pairs: np.ndarray) -> np.ndarray:

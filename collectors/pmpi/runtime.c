@@ -10,6 +10,12 @@
  *   [0, 4096)        header (struct ddlt_header below)
  *   [4096, ...)      64-byte records (struct ddlt_rec), mapped in segments of 65536 records
  *
+ * Communicators: each record's comm is an id that is the same on every rank of the communicator (handles are
+ * not: Open MPI's are addresses, another in each process), and its peer the partner's MPI_COMM_WORLD rank. The
+ * wrappers of the calls that make communicators agree the new one's id among its ranks (an 8-byte MPI_Bcast from
+ * its rank 0, once per communicator made) and note its ranks' world ranks, in a table from handle to id read
+ * without a lock by every recorded call (see "communicator ids" below).
+ *
  * Timestamps: on x86 the invariant TSC (rdtsc, ~10 ns), with (tick, CLOCK_REALTIME ns) calibration pairs
  * in the header; elsewhere CLOCK_REALTIME ns. Clock offset to rank 0 is measured by ping-pong on a private
  * communicator at MPI_Init and again at MPI_Finalize (drift), and kept in the header.
@@ -79,6 +85,8 @@ typedef struct ddlt_header {
     volatile int32_t cal_latest; /* slot of the latest of 62/63 once n_cal > 62 */
     int32_t pad;
     int64_t cal[64][2];          /* (tick, ns) pairs */
+    uint32_t features;           /* DDLT_FEATURE_* (runtime.h); 0 in files written before it existed */
+    uint32_t pad2;
 } ddlt_header;
 
 _Static_assert(sizeof(ddlt_rec) == 64, "record must be 64 bytes");
@@ -86,9 +94,12 @@ _Static_assert(offsetof(ddlt_header, sync) == 56, "header layout");
 _Static_assert(offsetof(ddlt_header, hostname) == 128, "header layout");
 _Static_assert(offsetof(ddlt_header, clock_kind) == 640, "header layout");
 _Static_assert(offsetof(ddlt_header, cal) == 656, "header layout");
-_Static_assert(sizeof(ddlt_header) == 1680, "header layout");
+_Static_assert(offsetof(ddlt_header, features) == 1680, "header layout");
+_Static_assert(sizeof(ddlt_header) == 1688, "header layout");
 
 int ddlt_on = 0;
+int ddlt_active = 0;
+static int world_rank, world_size = 1;
 static ddlt_header *hdr;
 static int fd = -1;
 static ddlt_rec *segs[MAX_SEGS];
@@ -277,21 +288,263 @@ void ddlt_done_some(const MPI_Request reqs[], int n, int outcount, const int ind
             ddlt_done(reqs[indices[k]], statuses == MPI_STATUSES_IGNORE ? MPI_STATUS_IGNORE : &statuses[k], t1);
 }
 
-void ddlt_received(const MPI_Status *status, MPI_Datatype type, MPI_Comm comm, int64_t t1) {
+void ddlt_received(const MPI_Status *status, MPI_Datatype type, const ddlt_comm_info *ci, int64_t t1) {
     ddlt_rec *r = ddlt_begin(DDLT_FN_SENDRECV_RECEIVED);
     r->t0 = t1;
-    r->peer = status->MPI_SOURCE;
+    r->peer = ddlt_peer(ci, status->MPI_SOURCE);
     r->tag = status->MPI_TAG;
     r->bytes = ddlt_status_bytes(status, type);
-    r->comm = DDLT_H(comm);
+    ddlt_set_comm(r, ci);
     ddlt_end(r, MPI_SUCCESS, t1);
+}
+
+/* ---- communicator ids ----
+ *
+ * A table from handle to ddlt_comm_info, open addressing, read by every recorded call without a lock (a slot's key
+ * is published after its info; a table outgrown is replaced whole and kept, since a reader may still be in it) and
+ * written under comm_lock by the calls that make and free communicators. A freed communicator's slot keeps its key
+ * with no info; a handle made again (MPICH and Open MPI both reuse them) finds its slot and takes its new info. */
+
+typedef struct comm_slot {
+    intptr_t key; /* the handle; 0: never used */
+    ddlt_comm_info *info; /* NULL: freed */
+} comm_slot;
+typedef struct comm_table {
+    uint64_t mask;
+    uint64_t used; /* slots with a key */
+    comm_slot slots[];
+} comm_table;
+
+/* An MPI_Comm_idup whose communicator has not been used yet: its id waits for the handle at *where (a library may
+   write it when the request completes). */
+typedef struct pending_idup {
+    MPI_Comm *where;
+    int64_t id;
+    int known;
+} pending_idup;
+#define MAX_PENDING 256
+
+static comm_table *comms;
+static pthread_mutex_t comm_lock = PTHREAD_MUTEX_INITIALIZER;
+static pending_idup pending[MAX_PENDING];
+static int n_pending;
+static uint32_t made; /* ids this rank has made (the low 32 bits of the next) */
+static MPI_Group world_group = MPI_GROUP_NULL;
+static ddlt_comm_info world_info = {DDLT_COMM_WORLD_ID, 1, 1, 0, NULL, 0};
+static ddlt_comm_info self_info = {DDLT_COMM_SELF_ID, 1, 1, 1, NULL, 0};
+static ddlt_comm_info null_info = {DDLT_NA64, 0, 0, 0, NULL, 0};
+static int self_world[1];
+
+static void comms_init(void) {
+    self_world[0] = world_rank;
+    self_info.world = self_world;
+    null_info.id = DDLT_H(MPI_COMM_NULL);
+    if (PMPI_Comm_group(MPI_COMM_WORLD, &world_group) != MPI_SUCCESS) world_group = MPI_GROUP_NULL;
+}
+
+static inline uint64_t mix64(uint64_t x) { /* splitmix64's finaliser */
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ULL;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBULL;
+    return x ^ (x >> 31);
+}
+
+static ddlt_comm_info *table_find(const comm_table *t, intptr_t key, int *found) {
+    *found = 0;
+    if (!t) return NULL;
+    for (uint64_t i = mix64((uint64_t)key) & t->mask;; i = (i + 1) & t->mask) {
+        intptr_t k = __atomic_load_n(&t->slots[i].key, __ATOMIC_ACQUIRE);
+        if (k == 0) return NULL;
+        if (k == key) {
+            *found = 1;
+            return __atomic_load_n(&t->slots[i].info, __ATOMIC_ACQUIRE);
+        }
+    }
+}
+
+/* Under comm_lock. Put info under key (a previous info of the key is freed); 0 where the table cannot grow. */
+static int table_put(intptr_t key, ddlt_comm_info *info) {
+    comm_table *t = comms;
+    if (!t || (t->used + 1) * 2 > t->mask + 1) { /* grow (and drop the freed): half the slots stay empty */
+        uint64_t live = 0;
+        for (uint64_t i = 0; t && i <= t->mask; i++) live += t->slots[i].info != NULL;
+        uint64_t cap = 64;
+        while (cap < 4 * (live + 1)) cap *= 2;
+        comm_table *n = calloc(1, sizeof *n + cap * sizeof(comm_slot));
+        if (!n) return 0;
+        n->mask = cap - 1;
+        for (uint64_t i = 0; t && i <= t->mask; i++) {
+            if (!t->slots[i].info) continue;
+            uint64_t j = mix64((uint64_t)t->slots[i].key) & n->mask;
+            while (n->slots[j].key) j = (j + 1) & n->mask;
+            n->slots[j] = t->slots[i];
+            n->used++;
+        }
+        __atomic_store_n(&comms, n, __ATOMIC_RELEASE); /* the old table is kept: a reader may be in it */
+        t = n;
+    }
+    uint64_t i = mix64((uint64_t)key) & t->mask;
+    while (t->slots[i].key && t->slots[i].key != key) i = (i + 1) & t->mask;
+    ddlt_comm_info *old = t->slots[i].info;
+    __atomic_store_n(&t->slots[i].info, info, __ATOMIC_RELEASE);
+    if (!t->slots[i].key) {
+        __atomic_store_n(&t->slots[i].key, key, __ATOMIC_RELEASE);
+        t->used++;
+    }
+    if (old) {
+        free((void *)old->world);
+        free(old);
+    }
+    return 1;
+}
+
+/* A new info: id, and unless translate is 0 the world ranks of the communicator's ranks (its remote group's for an
+   intercommunicator). Local calls only. */
+static ddlt_comm_info *new_info(MPI_Comm c, int64_t id, int known, int translate) {
+    ddlt_comm_info *ci = calloc(1, sizeof *ci);
+    if (!ci) return NULL;
+    ci->id = id;
+    ci->known = known;
+    if (!translate || world_group == MPI_GROUP_NULL) return ci;
+    int inter = 0, n = 0;
+    MPI_Group g;
+    PMPI_Comm_test_inter(c, &inter);
+    if ((inter ? PMPI_Comm_remote_group(c, &g) : PMPI_Comm_group(c, &g)) != MPI_SUCCESS) return ci;
+    int *in = NULL, *out = NULL;
+    if (PMPI_Group_size(g, &n) == MPI_SUCCESS && n > 0 && (in = malloc(n * sizeof(int))) &&
+        (out = malloc(n * sizeof(int)))) {
+        for (int i = 0; i < n; i++) in[i] = i;
+        if (PMPI_Group_translate_ranks(g, n, in, world_group, out) == MPI_SUCCESS) {
+            int identity = n == world_size;
+            for (int i = 0; i < n && identity; i++) identity = out[i] == i;
+            ci->translated = 1;
+            ci->size = n;
+            if (!identity) { /* a rank not in this world (MPI_UNDEFINED, negative) reads as none */
+                ci->world = out;
+                out = NULL;
+            }
+        }
+    }
+    free(in);
+    free(out);
+    PMPI_Group_free(&g);
+    return ci;
+}
+
+/* A handle not in the table: an MPI_Comm_idup's communicator used for the first time, else one the wrapper did
+   not see made (its handle, flagged: MPI_Comm_get_parent, MPI_Comm_connect and the like). */
+static ddlt_comm_info *comm_miss(MPI_Comm c) {
+    if (c == MPI_COMM_NULL) return &null_info;
+    intptr_t key = (intptr_t)DDLT_H(c);
+    pthread_mutex_lock(&comm_lock);
+    int found;
+    ddlt_comm_info *ci = table_find(comms, key, &found);
+    if (!ci) {
+        int k = 0;
+        while (k < n_pending && *pending[k].where != c) k++;
+        if (k < n_pending) {
+            ci = new_info(c, pending[k].id, pending[k].known, 1);
+            pending[k] = pending[--n_pending];
+        } else {
+            ci = new_info(c, DDLT_H(c), 0, 0);
+        }
+        if (ci && !table_put(key, ci)) {
+            free((void *)ci->world);
+            free(ci);
+            ci = NULL;
+        }
+    }
+    pthread_mutex_unlock(&comm_lock);
+    if (!ci) { /* out of memory: this call's record has the handle */
+        static __thread ddlt_comm_info spare;
+        spare = (ddlt_comm_info){DDLT_H(c), 0, 0, 0, NULL, 0};
+        return &spare;
+    }
+    return ci;
+}
+
+ddlt_comm_info *ddlt_comm(MPI_Comm comm) {
+    if (comm == MPI_COMM_WORLD) return &world_info;
+    if (comm == MPI_COMM_SELF) return &self_info;
+    int found;
+    ddlt_comm_info *ci = table_find(__atomic_load_n(&comms, __ATOMIC_ACQUIRE), (intptr_t)DDLT_H(comm), &found);
+    return ci ? ci : comm_miss(comm);
+}
+
+/* An id of this rank's own, never made before by any rank: its world rank and its count. */
+static int64_t fresh_id(void) {
+    return DDLT_COMM_ID_BASE | (int64_t)world_rank << 32 | __atomic_fetch_add(&made, 1, __ATOMIC_RELAXED);
+}
+
+void ddlt_comm_made(MPI_Comm c) {
+    if (c == MPI_COMM_NULL || c == MPI_COMM_WORLD || c == MPI_COMM_SELF) return;
+    int inter = 0, rank = -1;
+    int64_t id = 0;
+    PMPI_Comm_test_inter(c, &inter);
+    PMPI_Comm_rank(c, &rank);
+    if (!inter) { /* rank 0 makes it, tells the others */
+        id = rank == 0 ? fresh_id() : 0;
+        PMPI_Bcast(&id, 1, MPI_INT64_T, 0, c);
+    } else { /* each group's rank 0 makes one; the larger is the communicator's. An intercommunicator's
+                MPI_Allreduce gives each group the other group's: once for theirs, once for ours back */
+        int64_t mine = rank == 0 ? fresh_id() : 0, theirs = 0, ours = 0;
+        PMPI_Allreduce(&mine, &theirs, 1, MPI_INT64_T, MPI_MAX, c);
+        PMPI_Allreduce(&theirs, &ours, 1, MPI_INT64_T, MPI_MAX, c);
+        id = theirs > ours ? theirs : ours;
+    }
+    ddlt_comm_info *ci = new_info(c, id, 1, 1);
+    if (!ci) return;
+    pthread_mutex_lock(&comm_lock);
+    if (!table_put((intptr_t)DDLT_H(c), ci)) {
+        free((void *)ci->world);
+        free(ci);
+    }
+    pthread_mutex_unlock(&comm_lock);
+}
+
+void ddlt_comm_idup(MPI_Comm parent, MPI_Comm *newcomm) {
+    /* No communication may wait here (the call is non-blocking): the ranks of the parent make its idups in one
+       order (MPI's rule for collectives), so its id and its count of them give the same id on each. */
+    ddlt_comm_info *p = ddlt_comm(parent);
+    uint64_t seq = __atomic_fetch_add(&p->idups, 1, __ATOMIC_RELAXED);
+    int64_t id = DDLT_COMM_ID_BASE | DDLT_COMM_IDUP_BIT
+                 | (int64_t)(mix64((uint64_t)p->id ^ mix64(seq + 1)) & (DDLT_COMM_IDUP_BIT - 1));
+    pthread_mutex_lock(&comm_lock);
+    if (n_pending == MAX_PENDING) { /* never used: the oldest goes */
+        memmove(pending, pending + 1, (MAX_PENDING - 1) * sizeof *pending);
+        n_pending--;
+    }
+    pending[n_pending++] = (pending_idup){newcomm, id, p->known};
+    pthread_mutex_unlock(&comm_lock);
+}
+
+void ddlt_comm_forget(MPI_Comm c) {
+    if (c == MPI_COMM_NULL || c == MPI_COMM_WORLD || c == MPI_COMM_SELF) return;
+    intptr_t key = (intptr_t)DDLT_H(c);
+    pthread_mutex_lock(&comm_lock);
+    comm_table *t = comms;
+    for (uint64_t i = t ? mix64((uint64_t)key) & t->mask : 0; t && t->slots[i].key; i = (i + 1) & t->mask) {
+        if (t->slots[i].key != key) continue;
+        ddlt_comm_info *old = t->slots[i].info;
+        __atomic_store_n(&t->slots[i].info, NULL, __ATOMIC_RELEASE);
+        if (old) {
+            free((void *)old->world);
+            free(old);
+        }
+        break;
+    }
+    for (int k = 0; k < n_pending; k++)
+        if (*pending[k].where == c) pending[k--] = pending[--n_pending];
+    pthread_mutex_unlock(&comm_lock);
 }
 
 /* Offset of rank 0's clock to ours, by SYNC_ROUNDS ping-pongs per rank, keeping the shortest round trip. */
 static void clock_sync(int which) {
     if (sync_comm == MPI_COMM_NULL || which > 1) return;
-    ddlt_rec *r = ddlt_begin(DDLT_FN_CLOCK_SYNC);
-    int rank = hdr->rank, size = hdr->world_size;
+    /* a rank that could not make its file takes part all the same: rank 0 waits for each */
+    ddlt_rec *r = hdr ? ddlt_begin(DDLT_FN_CLOCK_SYNC) : NULL;
+    int rank = world_rank, size = world_size;
     ddlt_sync best = {0, 0, ddlt_now_ns(), 0};
     if (rank == 0) {
         for (int peer = 1; peer < size; peer++) {
@@ -317,6 +570,7 @@ static void clock_sync(int which) {
             }
         }
     }
+    if (!r) return;
     hdr->sync[which] = best;
     __atomic_store_n(&hdr->n_sync, which + 1, __ATOMIC_RELEASE);
     r->aux = which;
@@ -361,40 +615,37 @@ static int64_t parse_test_offset(int rank) {
     return node;
 }
 
-void ddlt_after_init(int64_t t0, int64_t t1, uint16_t fn, int ret) {
-    const char *dir = getenv("DDLTRACE_PMPI_DIR");
-    if (ret != MPI_SUCCESS || !dir || !*dir) return;
-    int rank = 0, size = 1;
-    PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    PMPI_Comm_size(MPI_COMM_WORLD, &size);
+/* This rank's record file, header written; 0 where it cannot be made (the rank then records nothing). */
+static int open_file(const char *dir) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/rank-%05d.pmpi", dir, rank);
+    snprintf(path, sizeof path, "%s/rank-%05d.pmpi", dir, world_rank);
     fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0 && errno == EEXIST) { /* another MPI world (a singleton the job started): keep it apart */
-        snprintf(path, sizeof path, "%s/extra-%05d-%d.pmpi", dir, rank, (int)getpid());
+        snprintf(path, sizeof path, "%s/extra-%05d-%d.pmpi", dir, world_rank, (int)getpid());
         fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     }
     if (fd < 0 || posix_fallocate(fd, 0, HEADER_SIZE) != 0) {
-        fprintf(stderr, "ddltrace pmpi: rank %d: cannot create %s (%s); not recording\n", rank, path,
+        fprintf(stderr, "ddltrace pmpi: rank %d: cannot create %s (%s); not recording\n", world_rank, path,
                 strerror(errno));
-        return;
+        return 0;
     }
     void *m = mmap(NULL, HEADER_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (m == MAP_FAILED) {
-        fprintf(stderr, "ddltrace pmpi: rank %d: cannot map %s (%s); not recording\n", rank, path, strerror(errno));
-        return;
+        fprintf(stderr, "ddltrace pmpi: rank %d: cannot map %s (%s); not recording\n", world_rank, path,
+                strerror(errno));
+        return 0;
     }
     hdr = (ddlt_header *)m;
-    test_offset = parse_test_offset(rank);
     hdr->version = 1;
     hdr->header_size = HEADER_SIZE;
     hdr->record_size = sizeof(ddlt_rec);
-    hdr->rank = rank;
-    hdr->world_size = size;
+    hdr->rank = world_rank;
+    hdr->world_size = world_size;
     hdr->pid = (int32_t)getpid();
     hdr->table_hash = DDLT_TABLE_HASH;
     hdr->main_tid = (int32_t)syscall(SYS_gettid);
     hdr->test_offset_ns = test_offset;
+    hdr->features = DDLT_FEATURE_COMM_IDS | DDLT_FEATURE_WORLD_PEERS;
     gethostname(hdr->hostname, sizeof hdr->hostname - 1);
     int len = 0;
     char lib[MPI_MAX_LIBRARY_VERSION_STRING];
@@ -412,21 +663,41 @@ void ddlt_after_init(int64_t t0, int64_t t1, uint16_t fn, int ret) {
     }
     memcpy(hdr->magic, "DDLTPMPI", 8);
     hdr->state = 1;
-    ddlt_on = 1;
-    ddlt_rec *r = ddlt_begin(fn);
-    r->t0 = CLOCK_KIND ? t0 : t0 + test_offset;
-    ddlt_end(r, ret, CLOCK_KIND ? t1 : t1 + test_offset);
+    return 1;
+}
+
+void ddlt_after_init(int64_t t0, int64_t t1, uint16_t fn, int ret) {
+    if (ret != MPI_SUCCESS) return;
+    const char *dir = getenv("DDLTRACE_PMPI_DIR");
+    /* The wrapper's collective work (the ids of communicators, the clock sync) needs every rank: all of them agree
+       whether it runs (every rank with the wrapper loaded takes part in this, recording or not). */
+    int want = dir && *dir, all = 0;
+    if (PMPI_Allreduce(&want, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS || !all) return;
+    PMPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    PMPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    comms_init();
+    ddlt_active = 1;
+    test_offset = parse_test_offset(world_rank);
+    if (open_file(dir)) {
+        ddlt_on = 1;
+        ddlt_rec *r = ddlt_begin(fn);
+        r->t0 = CLOCK_KIND ? t0 : t0 + test_offset;
+        ddlt_end(r, ret, CLOCK_KIND ? t1 : t1 + test_offset);
+    }
     if (PMPI_Comm_dup(MPI_COMM_WORLD, &sync_comm) != MPI_SUCCESS) sync_comm = MPI_COMM_NULL;
     clock_sync(0);
 }
 
 void ddlt_before_finalize(void) {
-    hdr->state = 2;
+    if (hdr) hdr->state = 2;
     clock_sync(1);
     if (sync_comm != MPI_COMM_NULL) PMPI_Comm_free(&sync_comm);
+    if (world_group != MPI_GROUP_NULL) PMPI_Group_free(&world_group);
 }
 
 void ddlt_after_finalize(ddlt_rec *r, int ret) {
+    ddlt_active = 0;
+    if (!r) return;
     ddlt_end(r, ret, ddlt_now());
     calibrate();
     hdr->state = 3;

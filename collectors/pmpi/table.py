@@ -26,6 +26,8 @@ class Wrapper:
     """One intercepted MPI function.
 
     ``bytes``, ``peer``, ``tag``, ``comm``, ``request``, ``aux``: C expressions (after the call) for the record;
+    ``comm`` names the communicator (the record holds its id, :data:`MAKERS`), ``peer`` a rank in it (the record
+    holds its MPI_COMM_WORLD rank; in ``known`` write ``DDLT_PEER(rank)``);
     ``aux`` is the request count of Waitall/Testall/..., the message handle of MPI_Imrecv, the bytes of the status
     of an MPI_Wait (an MPI_Test that completed).
     ``done``: a C statement run after a successful call, after its record, that writes records of its own: a call
@@ -87,7 +89,8 @@ _DONE_SOME = "ddlt_done_some(ddlt_cp, ddlt_n, *outcount, array_of_indices, array
 def _sends(name: str, blocking: bool) -> Wrapper:
     return Wrapper(name, _P2P_SEND if blocking else _P2P_ISEND, "comm", large=True,
                    bytes=f"{_TO_NULL} ? 0 : ddlt_type_bytes(count, datatype)", peer="dest", tag="tag",
-                   request=None if blocking else _REQ_POST, known="r->peer = dest; r->tag = tag;" if blocking else "")
+                   request=None if blocking else _REQ_POST,
+                   known="r->peer = DDLT_PEER(dest); r->tag = tag;" if blocking else "")
 
 
 WRAPPERS: tuple[Wrapper, ...] = (
@@ -103,7 +106,7 @@ WRAPPERS: tuple[Wrapper, ...] = (
             "MPI_Status *status", "wait", large=True, status="status",
             bytes="ret == MPI_SUCCESS ? ddlt_status_bytes(status, datatype) : -1",
             peer="ret == MPI_SUCCESS ? status->MPI_SOURCE : source",
-            tag="ret == MPI_SUCCESS ? status->MPI_TAG : tag", known="r->peer = source; r->tag = tag;"),
+            tag="ret == MPI_SUCCESS ? status->MPI_TAG : tag", known="r->peer = DDLT_PEER(source); r->tag = tag;"),
     Wrapper("MPI_Irecv", "void *buf, COUNT count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, "
             "MPI_Request *request", "comm", large=True, bytes="ddlt_type_bytes(count, datatype)",
             peer="source", tag="tag", request=_REQ_POST),
@@ -113,11 +116,11 @@ WRAPPERS: tuple[Wrapper, ...] = (
             "void *recvbuf, COUNT recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm, "
             "MPI_Status *status", "comm", large=True, status="status",
             bytes=f"{_TO_NULL} ? 0 : ddlt_type_bytes(sendcount, sendtype)", peer="dest", tag="sendtag",
-            done="ddlt_received(status, recvtype, comm, t1);"),
+            done="ddlt_received(status, recvtype, ddlt_ci, t1);"),
     Wrapper("MPI_Sendrecv_replace", "void *buf, COUNT count, MPI_Datatype datatype, int dest, int sendtag, "
             "int source, int recvtag, MPI_Comm comm, MPI_Status *status", "comm", large=True, status="status",
             bytes=f"{_TO_NULL} ? 0 : ddlt_type_bytes(count, datatype)", peer="dest", tag="sendtag",
-            done="ddlt_received(status, datatype, comm, t1);"),
+            done="ddlt_received(status, datatype, ddlt_ci, t1);"),
     # probes and matched receives
     Wrapper("MPI_Probe", "int source, int tag, MPI_Comm comm, MPI_Status *status", "wait", status="status",
             bytes="ret == MPI_SUCCESS ? ddlt_status_bytes(status, MPI_BYTE) : -1",
@@ -294,3 +297,54 @@ def table_hashes(having: str | None = None) -> frozenset[int]:
     full = names()
     last = len(PSEUDO) if having is None else len(PSEUDO) - [name for name, _ in PSEUDO].index(having)
     return frozenset(zlib.crc32("\n".join(full[:len(full) - k]).encode()) for k in range(last))
+
+
+@dataclass(frozen=True)
+class Maker:
+    """An MPI call that makes or frees communicators. Not recorded (it has no record id, so the call table and its
+    hash are those of the files before): its wrapper keeps the runtime's table from handle to communicator id.
+
+    ``kind``: "made", after a call that made ``*new`` (MPI_COMM_NULL: none), the new communicator's ranks agree its
+    id (an 8-byte MPI_Bcast from its rank 0; two 8-byte MPI_Allreduce for an intercommunicator) and note their
+    world ranks; "idup", MPI_Comm_idup (non-blocking: no communication), its id from the parent's and the parent's
+    count of idups, taken when it is first used; "free", before the call, the communicator ``*new`` is forgotten
+    (its handle, made again, gets the new one's id).
+
+    Communicators made otherwise (MPI_Comm_get_parent, MPI_Comm_connect / accept / join, MPI_Comm_spawn, the MPI-4
+    ``_from_group`` calls) keep their handle, and their peers their rank in them: records flagged (runtime.h
+    DDLT_F_COMM_HANDLE, DDLT_F_PEER_IN_COMM)."""
+
+    name: str
+    params: str
+    new: str
+    kind: str = "made"  # made | idup | free
+
+
+MAKERS: tuple[Maker, ...] = (
+    Maker("MPI_Comm_dup", "MPI_Comm comm, MPI_Comm *newcomm", "newcomm"),
+    Maker("MPI_Comm_dup_with_info", "MPI_Comm comm, MPI_Info info, MPI_Comm *newcomm", "newcomm"),
+    Maker("MPI_Comm_idup", "MPI_Comm comm, MPI_Comm *newcomm, MPI_Request *request", "newcomm", "idup"),
+    Maker("MPI_Comm_idup_with_info", "MPI_Comm comm, MPI_Info info, MPI_Comm *newcomm, MPI_Request *request",
+          "newcomm", "idup"),
+    Maker("MPI_Comm_split", "MPI_Comm comm, int color, int key, MPI_Comm *newcomm", "newcomm"),
+    Maker("MPI_Comm_split_type", "MPI_Comm comm, int split_type, int key, MPI_Info info, MPI_Comm *newcomm",
+          "newcomm"),
+    Maker("MPI_Comm_create", "MPI_Comm comm, MPI_Group group, MPI_Comm *newcomm", "newcomm"),
+    Maker("MPI_Comm_create_group", "MPI_Comm comm, MPI_Group group, int tag, MPI_Comm *newcomm", "newcomm"),
+    Maker("MPI_Cart_create", "MPI_Comm comm_old, int ndims, const int dims[], const int periods[], int reorder, "
+          "MPI_Comm *comm_cart", "comm_cart"),
+    Maker("MPI_Cart_sub", "MPI_Comm comm, const int remain_dims[], MPI_Comm *newcomm", "newcomm"),
+    Maker("MPI_Graph_create", "MPI_Comm comm_old, int nnodes, const int indx[], const int edges[], int reorder, "
+          "MPI_Comm *comm_graph", "comm_graph"),
+    Maker("MPI_Dist_graph_create", "MPI_Comm comm_old, int n, const int sources[], const int degrees[], "
+          "const int destinations[], const int weights[], MPI_Info info, int reorder, MPI_Comm *comm_dist_graph",
+          "comm_dist_graph"),
+    Maker("MPI_Dist_graph_create_adjacent", "MPI_Comm comm_old, int indegree, const int sources[], "
+          "const int sourceweights[], int outdegree, const int destinations[], const int destweights[], "
+          "MPI_Info info, int reorder, MPI_Comm *comm_dist_graph", "comm_dist_graph"),
+    Maker("MPI_Intercomm_create", "MPI_Comm local_comm, int local_leader, MPI_Comm peer_comm, int remote_leader, "
+          "int tag, MPI_Comm *newintercomm", "newintercomm"),
+    Maker("MPI_Intercomm_merge", "MPI_Comm intercomm, int high, MPI_Comm *newintracomm", "newintracomm"),
+    Maker("MPI_Comm_free", "MPI_Comm *comm", "comm", "free"),
+    Maker("MPI_Comm_disconnect", "MPI_Comm *comm", "comm", "free"),
+)
