@@ -192,7 +192,7 @@ def test_sendrecv_counts_once_for_its_destination(tmp_path):
     """An MPI_Sendrecv row (peer: its destination; bytes: one count, as IPM and the PMPI collector before its receive
     halves wrote it) counts for the pair of hosts of its rank and destination: its time, its bytes as sent. mpi_calls
     left it out, so it was counted neither within, across nor with partner unknown. (The receive halves:
-    tests/test_pmpi_sendrecv_s19.py.)"""
+    tests/test_pmpi_sendrecv.py.)"""
     rows = [_row(0, "MPI_Sendrecv", 0, 3 * MS, peer=2, nbytes=2 * INTRA),
             _row(2, "MPI_Sendrecv", 1 * MS, 3 * MS, peer=0, nbytes=2 * INTRA),
             _row(1, "MPI_Sendrecv_replace", 0, 1 * MS, peer=0, nbytes=INTRA),

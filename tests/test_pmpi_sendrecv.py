@@ -40,9 +40,6 @@ from ddltrace.collectors.pmpi.table import SENDRECV_RECEIVED
 from ddltrace.store import TraceStore, write_store
 from ddltrace.timeline import make_timeline
 
-# serial (as tests/conftest.py's SERIAL files test_pmpi, test_slow_link): real MPI jobs, simulated nodes
-pytestmark = pytest.mark.serial
-
 RANKS, REPS, K, M = 4, 5, 1000, 3000
 ARGS = [str(REPS), str(K), str(M)]
 HOSTS = {0: "A", 1: "A", 2: "B", 3: "B"}
@@ -265,7 +262,7 @@ def test_open_mpi_records_what_each_rank_sent_and_received(tmp_path, request):
     transfers, no wait state); it records MPI_COMM_WORLD's id, the same on every rank, and every message (55) and the
     Barrier are matched, as under MPICH. The wait states are MPICH's on the same job (the ``records`` fixture) within
     the jobs' timing noise: the job makes no wait, each MPI finds some ms of Late Sender and Barrier Completion (3-17
-    ms in 3 runs of each); tests/test_pmpi_comm_ids_s19d.py compares them on a job that makes waits."""
+    ms in 3 runs of each); tests/test_pmpi_comm_ids.py compares them on a job that makes waits."""
     from ddltrace.collectors.launcher import RunConfig, run_job
 
     (tmp_path / "job.py").write_text(JOB)

