@@ -186,12 +186,15 @@ class RankPhases:
         edges = self.edges()
         return [(part, edges[k], edges[k + 1]) for k, part in enumerate(PARTS)]
 
+    def part_of(self, t_ns) -> np.ndarray:
+        """The index in :data:`PARTS` of each time in ``t_ns`` (array-like of ns): its phase, or the part after the
+        stop (3) for a time at or after the stop of a stopped job."""
+        edges = [self.init_end_ns, self.steady_end_ns] + ([self.stop_ns] if self.stop_ns is not None else [])
+        return np.searchsorted(edges, np.asarray(t_ns, dtype=np.int64), side="right")
+
     def phase_of(self, t_ns) -> np.ndarray:
-        """The phase name of each time in ``t_ns`` (array-like of ns); a time after the stop reads final (as the wait
-        states' own reading, :func:`~ddltrace.analyses.wait_exchange.blocking_states`, has it)."""
-        idx = np.searchsorted([self.init_end_ns, self.steady_end_ns], np.asarray(t_ns, dtype=np.int64),
-                              side="right")
-        return np.asarray(PHASES, dtype=object)[idx]
+        """The part name (:data:`PARTS`) of each time in ``t_ns`` (array-like of ns): its phase, or ``after_stop``."""
+        return np.asarray(PARTS, dtype=object)[self.part_of(t_ns)]
 
     def to_record(self) -> dict:
         return {"rank": self.rank, "start_ns": self.start_ns, "init_end_ns": self.init_end_ns,

@@ -23,7 +23,7 @@ import pandas as pd
 from ddltrace.analyses.breakdown import average_and_slowest, breakdown_table, with_wait_at_nxn
 from ddltrace.analyses.gpu_analysis import GpuAnalysis
 from ddltrace.analyses.host_collectives import SPAN_COLUMNS, instances
-from ddltrace.analyses.phases import RankPhases, gradient_steps
+from ddltrace.analyses.phases import AFTER_STOP, RankPhases, gradient_steps
 from ddltrace.analyses.requirements import (
     ANALYSES,
     GPU_ALL,
@@ -292,9 +292,12 @@ class RunAnalysis:
         return states.assign(phase=phase)
 
     def wait_state_table(self, phase: str | None = None) -> pd.DataFrame:
-        """Wait-state time (ns) per rank and pattern, optionally in one phase."""
+        """Wait-state time (ns) per rank and pattern, optionally in one phase; the whole run's (None) leaves out the
+        waits entered after the stop of a stopped job, as the breakdown's whole run does (:data:`~ddltrace.analyses.
+        phases.AFTER_STOP`)."""
         states = self.wait_state_summary
-        return summarize(states if phase is None else states[states["phase"] == phase], self.ranks)
+        return summarize(states[states["phase"] != AFTER_STOP] if phase is None else states[states["phase"] == phase],
+                         self.ranks)
 
     @property
     def run_span_ns(self) -> int:

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ddltrace.analyses.phases import PHASES, RankPhases
+from ddltrace.analyses.phases import PARTS, RankPhases
 from ddltrace.analyses.wait_states import (
     BARRIER,
     BLOCKING_RECEIVES,
@@ -228,7 +228,7 @@ _IS = {group: _table(names) for group, names in (
 _COLLECTIVE_CODE = np.array([COLLECTIVE_NAMES.index(n) if n in COLLECTIVES else -1 for n in NAMES], np.int16)
 _PATTERN = {p: i for i, p in enumerate(PATTERNS)}
 _PATTERNS = np.array(list(PATTERNS), dtype=object)
-_PHASES = np.array([*PHASES, None], dtype=object)
+_PHASES = np.array([*PARTS, None], dtype=object)  # a phase, the part after the stop, or none
 
 
 def _completes_nothing(own: dict[str, np.ndarray]) -> bool:
@@ -344,11 +344,10 @@ def blocking_states(rank: int, own: dict[str, np.ndarray], inbox: np.ndarray, fo
     pattern, partner, enter, time = (np.concatenate(x) for x in (pattern, partner, enter, time))
     keep = time > 0
     pattern, partner, enter, time = pattern[keep], partner[keep], enter[keep], time[keep]
-    phase = np.full(len(time), len(PHASES)) if phases is None else \
-        np.searchsorted([phases.init_end_ns, phases.steady_end_ns], enter, side="right")
+    phase = np.full(len(time), len(PARTS)) if phases is None else phases.part_of(enter)
     # one group per (pattern, partner, phase): sorted on one int64 key, counted and summed per run (exact int64)
     peers, peer_code = np.unique(partner, return_inverse=True)
-    key = (pattern.astype(np.int64) * len(peers) + peer_code) * (len(PHASES) + 1) + phase
+    key = (pattern.astype(np.int64) * len(peers) + peer_code) * (len(PARTS) + 1) + phase
     order = np.argsort(key, kind="stable")
     key = key[order]
     first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else np.zeros(0, dtype=np.int64)
@@ -361,7 +360,7 @@ def blocking_states(rank: int, own: dict[str, np.ndarray], inbox: np.ndarray, fo
 
 def _summary_frame(pattern, rank, peer, phase, instances, time_ns) -> pd.DataFrame:
     """The summary rows (:data:`SUMMARY_COLUMNS`) of arrays: pattern and phase as codes (indices into
-    :data:`~ddltrace.analyses.wait_states.PATTERNS` and :data:`~ddltrace.analyses.phases.PHASES`, its length:
+    :data:`~ddltrace.analyses.wait_states.PATTERNS` and :data:`~ddltrace.analyses.phases.PARTS`, its length:
     no phase)."""
     return pd.DataFrame({"pattern": _PATTERNS[pattern], "rank": rank.astype(np.int64),
                          "peer": peer.astype(np.int64), "phase": _PHASES[phase],

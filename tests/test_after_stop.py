@@ -145,3 +145,28 @@ def test_the_report_says_how_the_job_ended_and_what_the_shares_leave_out(tmp_pat
     verdict = next(line for line in (tmp_path / "r" / "report.md").read_text().splitlines() if line.startswith("> "))
     assert render_job_end(analyze_store(store)) in verdict.replace("\\", "")
     assert "is left out of the breakdown below" in verdict
+
+
+def test_waits_entered_after_the_stop_are_left_out_of_the_whole_run_as_the_breakdown_leaves_them(tmp_path):
+    """Three ranks meet at a barrier before the stop (rank 2 50 ms late) and at one on their way out after it (rank 2
+    100 ms late): the whole run's wait states hold the first (50 ms on ranks 0 and 1), the part after the stop the
+    second (100 ms each; before, both counted in final and in the whole run: 150 ms)."""
+    world = 1_140_850_688
+
+    def rows(rank: int) -> list[dict]:
+        row = {"rank": rank, "lane": "mpi", "comm": world, "source": "pmpi"}
+        before, after = (50 * MS, 110 * MS) if rank == 2 else (0, 10 * MS)
+        return [{**row, "name": "MPI_Init", "category": "other", "start_ns": 0, "dur_ns": 10 * MS},
+                {**row, "name": "MPI_Barrier", "category": "barrier", "start_ns": 1000 * MS + before,
+                 "dur_ns": 51 * MS - before},
+                {**row, "name": "MPI_Barrier", "category": "barrier", "start_ns": STOP + after,
+                 "dur_ns": 121 * MS - after}]
+
+    store = write_store(tmp_path / "s", pd.DataFrame([r for rank in range(3) for r in rows(rank)]),
+                        run={"command": "job", "world_size": 3, "framework": "mpi", "interrupted": True,
+                             "interrupted_ns": STOP}, rank_info={rank: {"ended": "abrupt"} for rank in range(3)})
+    run = analyze_store(store)
+    assert run.wait_state_table()["wait_at_barrier"].to_dict() == {0: 50 * MS, 1: 50 * MS, 2: 0}
+    assert run.wait_state_table(AFTER_STOP)["wait_at_barrier"].to_dict() == {0: 100 * MS, 1: 100 * MS, 2: 0}
+    states = run.wait_states  # every instance, with its part: the same split as the summary's
+    assert states.groupby("phase")["time_ns"].sum().to_dict() == {AFTER_STOP: 200 * MS, "steady": 100 * MS}
