@@ -301,10 +301,11 @@ class RunAnalysis:
 
     @property
     def run_span_ns(self) -> int:
-        """From the first event of any rank to the last (ns)."""
+        """From the first event of any rank to the last (ns); of a stopped job, to the stop at the latest (each rank's
+        :attr:`~ddltrace.analyses.phases.RankPhases.final_end_ns`: the time after the stop is no part of the run)."""
         if not self.phases:
             return 0
-        return max(p.end_ns for p in self.phases.values()) - min(p.start_ns for p in self.phases.values())
+        return max(p.final_end_ns for p in self.phases.values()) - min(p.start_ns for p in self.phases.values())
 
 
 def analyze_store(store: TraceStore | str | os.PathLike, mapper: Callable = map,

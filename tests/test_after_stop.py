@@ -170,3 +170,12 @@ def test_waits_entered_after_the_stop_are_left_out_of_the_whole_run_as_the_break
     assert run.wait_state_table(AFTER_STOP)["wait_at_barrier"].to_dict() == {0: 100 * MS, 1: 100 * MS, 2: 0}
     states = run.wait_states  # every instance, with its part: the same split as the summary's
     assert states.groupby("phase")["time_ns"].sum().to_dict() == {AFTER_STOP: 200 * MS, "steady": 100 * MS}
+
+
+def test_the_run_s_span_ends_at_the_stop(tmp_path):
+    """The scaling study's total and the sequential initialisation's run share took the span to the ranks' last
+    events, 2 s past the stop here."""
+    run = analyze_store(_store(tmp_path / "s"))
+    start = min(p.start_ns for p in run.phases.values())
+    assert run.run_span_ns == STOP - start
+    assert analyze_store(_store(tmp_path / "n", interrupted_ns=None)).run_span_ns == END - start
