@@ -12,12 +12,12 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from test_faults import HUNG_JOB  # (its hung job: rank 2 asleep, the others at the barrier)
 
 from ddltrace.analyses.breakdown import breakdown_table
 from ddltrace.analyses.phases import AFTER_STOP
@@ -33,17 +33,6 @@ DDLTRACE = REPO / ".venv" / "bin" / "ddltrace"
 pytestmark = pytest.mark.skipif(find_tool("mpicc") is None or find_tool("mpiexec") is None,
                                 reason="no mpicc/mpiexec beside this Python (make install)")
 
-HUNG_JOB = textwrap.dedent("""
-    import sys, time
-    from mpi4py import MPI
-    comm = MPI.COMM_WORLD
-    for _ in range(200):
-        comm.allreduce(1)
-    open(f"{sys.argv[1]}/rank{comm.Get_rank()}.ready", "w").close()
-    if comm.Get_rank() == 2:
-        time.sleep(300)  # stuck in its own code: the others wait at the barrier
-    comm.Barrier()
-""")
 
 
 def _hung_store(tmp_path: Path) -> TraceStore:
