@@ -9,15 +9,11 @@ by analyze and info, and in neither's whole-run shares. The same stores built by
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from test_faults import HUNG_JOB  # (its hung job: rank 2 asleep, the others at the barrier)
+from test_faults import HUNG_JOB, stopped_by_ctrl_c  # (rank 2 asleep, the others at the barrier)
 
 from ddltrace.analyses.breakdown import breakdown_table
 from ddltrace.analyses.phases import AFTER_STOP
@@ -28,33 +24,14 @@ from ddltrace.store import TraceStore
 from ddltrace.summary import summarize
 from ddltrace.timeline import CATEGORIES
 
-REPO = Path(__file__).resolve().parent.parent
-DDLTRACE = REPO / ".venv" / "bin" / "ddltrace"
 pytestmark = pytest.mark.skipif(find_tool("mpicc") is None or find_tool("mpiexec") is None,
                                 reason="no mpicc/mpiexec beside this Python (make install)")
 
 
 
 def _hung_store(tmp_path: Path) -> TraceStore:
-    (tmp_path / "job.py").write_text(HUNG_JOB)
-    (ready := tmp_path / "ready").mkdir()
-    out = tmp_path / "S"
-    with open(tmp_path / "run.err", "w") as err:
-        proc = subprocess.Popen([str(DDLTRACE), "run", "--np", "3", "--no-progress", "--out", str(out), "--",
-                                 sys.executable, str(tmp_path / "job.py"), str(ready)],
-                                stdout=subprocess.DEVNULL, stderr=err)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and len(list(ready.glob("*.ready"))) < 3:
-            time.sleep(0.1)
-        time.sleep(2)
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=120) == 130, (tmp_path / "run.err").read_text()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return TraceStore.open(out)
+    """test_faults' hung job under `ddltrace run`, stopped by Ctrl-C 2 s after its ranks are at their calls."""
+    return TraceStore.open(stopped_by_ctrl_c(tmp_path, HUNG_JOB)[0])
 
 
 def test_a_hung_jobs_shares_are_of_its_time_up_to_the_ctrl_c(tmp_path):
