@@ -7,27 +7,19 @@ the export the store was imported from); the part holds rank 1's record file dam
 
 from __future__ import annotations
 
+from test_node_merge_part import _run_store as merge_part_store
+
 from ddltrace.cli import main
 from ddltrace.merged_manifest import unread_note
-from ddltrace.store import TraceStore, write_store
-from ddltrace.timeline import make_timeline
+from ddltrace.store import TraceStore
 
-START = 1_795_692_666_108_024_769
 NOT_EXPORTED = unread_note([2], "not in the export /data/run.json: /data/st/timeline/rank-00002.parquet: not a "
                                 "parquet file; rank 2 left out")
 
 
 def _run_store(path, notes):
-    rows = [{"rank": 0, "lane": "main", "name": "MPI_Barrier", "category": "barrier", "start_ns": START + i * 10**6,
-             "dur_ns": 5 * 10**5, "source": "pmpi"} for i in range(3)]
-    store = write_store(path, make_timeline(rows), None,
-                        run={"command": "python job3.py", "launch": "mpiexec -n 3 python job3.py", "framework": "mpi",
-                             "mpi_flavour": "mpich", "world_size": 3, "hosts": ["vm"], "start_ns": START,
-                             "end_ns": START + 10**8, "missing_nodes": {"nodeB": "/local/run/records"}},
-                        rank_info={0: {"host": "vm", "ended": "normal", "role": "rank"}})
-    store.manifest["notes"] = notes
-    store.save_manifest()
-    return path
+    """A 3-rank run's store whose node nodeB (rank 1) was lost, with ``notes``."""
+    return merge_part_store(path, notes, world=3, clock=None)
 
 
 def _part(tmp_path):

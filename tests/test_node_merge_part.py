@@ -17,17 +17,21 @@ CLOCK = {"method": "PMPI ping-pong to rank 0 at MPI_Init and MPI_Finalize (min r
                    "between", "offsets_ns": {"0": 0}, "uncertainty_ns": {"0": 0}, "reference_rank": 0}
 
 
-def _run_store(path):
-    """The store of a 2-rank MPI run whose node ``nodeB`` (rank 1) was lost: rank 0 only, the node named missing."""
+def _run_store(path, notes=("ranks [1] wrote no record file (died before MPI_Init, or never started)",), world=2,
+               clock=CLOCK):
+    """The store of a ``world``-rank MPI run whose node ``nodeB`` (rank 1) was lost: rank 0 only, the node named
+    missing, with the run's ``notes`` (and ``clock``, where not None)."""
     rows = [{"rank": 0, "lane": "main", "name": "MPI_Barrier", "category": "barrier", "start_ns": START + i * 10**6,
              "dur_ns": 5 * 10**5, "source": "pmpi"} for i in range(3)]
     store = write_store(path, make_timeline(rows), None,
-                        run={"command": "python job3.py", "launch": "mpiexec -n 2 python job3.py", "framework": "mpi",
-                             "mpi_flavour": "mpich", "world_size": 2, "hosts": ["vm"], "start_ns": START,
-                             "end_ns": START + 10**8, "missing_nodes": {"nodeB": "/local/run/records"}},
+                        run={"command": "python job3.py", "launch": f"mpiexec -n {world} python job3.py",
+                             "framework": "mpi", "mpi_flavour": "mpich", "world_size": world, "hosts": ["vm"],
+                             "start_ns": START, "end_ns": START + 10**8,
+                             "missing_nodes": {"nodeB": "/local/run/records"}},
                         rank_info={0: {"host": "vm", "ended": "normal", "role": "rank"}})
-    store.manifest["notes"] = ["ranks [1] wrote no record file (died before MPI_Init, or never started)"]
-    store.manifest["clock"] = CLOCK
+    store.manifest["notes"] = list(notes)
+    if clock is not None:
+        store.manifest["clock"] = clock
     store.save_manifest()
     return path
 
