@@ -138,19 +138,21 @@ def _call_rows(part: pd.DataFrame, names: np.ndarray, start=None, end=None) -> p
 
 
 def receive_halves(timeline: pd.DataFrame, codes: np.ndarray, base: np.ndarray) -> pd.DataFrame:
-    """The receive halves (:data:`SENDRECV_RECEIVED` rows) of one rank's ``timeline`` as calls named
-    :data:`RECEIVE_HALF` from their Sendrecv's entry to its exit (ns): each half's call is the Sendrecv or _replace
-    on its lane that ended where the half is (the collector writes it at the call's exit); a half whose call is not
+    """The receive halves (:data:`SENDRECV_RECEIVED` rows) of ``timeline`` as calls named :data:`RECEIVE_HALF`
+    from their Sendrecv's entry to its exit (ns): each half's call is the Sendrecv or _replace on its rank and lane
+    that ended where the half is (the collector writes it at the call's exit); a half whose call is not
     in the timeline is left out. ``codes`` and ``base``: the rows' names as :func:`mpi_calls` factorised them."""
     halves = timeline[(base == SENDRECV_RECEIVED)[codes]]
     calls = timeline[np.isin(base, list(SENDRECV))[codes]]
     lane = pd.concat([halves["lane"], calls["lane"]]).astype("string").fillna("")
-    ends = pd.DataFrame({"lane": lane.iloc[len(halves):].to_numpy(object),
+    ends = pd.DataFrame({"rank": calls["rank"].to_numpy(np.int64), "lane": lane.iloc[len(halves):].to_numpy(object),
                          "at": (calls["start_ns"] + calls["dur_ns"]).to_numpy(np.int64),
                          "enter": calls["start_ns"].to_numpy(np.int64)})
-    found = pd.DataFrame({"lane": lane.iloc[:len(halves)].to_numpy(object),
+    # keyed by rank too: ranks' lanes share names ("main"), and two ranks' calls may end in the same ns
+    key = ["rank", "lane", "at"]
+    found = pd.DataFrame({"rank": halves["rank"].to_numpy(np.int64), "lane": lane.iloc[:len(halves)].to_numpy(object),
                           "at": halves["start_ns"].to_numpy(np.int64), "row": np.arange(len(halves))}
-                         ).merge(ends.drop_duplicates(["lane", "at"], keep=False), on=["lane", "at"])
+                         ).merge(ends.drop_duplicates(key, keep=False), on=key)
     return _call_rows(halves.iloc[found["row"].to_numpy()], RECEIVE_HALF, found["enter"].to_numpy(np.int64),
                       found["at"].to_numpy(np.int64))
 
