@@ -46,7 +46,10 @@ ROOTS = {"shared": CORPUS_DIRS[0] if CORPUS_DIRS[0].is_dir() else None, "repo": 
 NOT_TRACES = {"MANIFEST.md", "scorep.cfg", "PROVENANCE.md"}
 
 #: Formats no importer reads yet: `import` must refuse them in one line naming the file (exit 2).
-UNREADABLE: dict[str, str] = {}
+UNREADABLE: dict[str, str] = {
+    "pytorch_et_linear": "PyTorch execution trace (ExecutionTraceObserver, Chakra's input): operators and tensors, "
+                         "no times",
+}
 
 #: (trace, check) -> why it fails on today's main: a check a new trace fails on is marked strict xfail here,
 #: with the issue item that fixes it, and removed when the fix lands (none at present).
