@@ -12,7 +12,11 @@ ElementTree, the ``otf2`` package, a few lines of protobuf wire format), never w
   device side (device events; busy time = the union of the file's device intervals);
 - IPM: per rank ``wtime - mtime`` (``info``'s compute) to 1 us, and one row per MPI call name;
 - OTF2: exclusive time per (rank, region) from the archive's Enter/Leave events, to 1 us;
-- XPlane: device time and event count per device stream line, each line's first start (ns), info's device side.
+- XPlane: device time and event count per device stream line, each line's first start (ns), info's device side;
+- Kineto jobs of one file per rank: per file the events read and intervals kept, per rank and device lane the
+  events and time, NCCL kernels' time as communication, info's device side per rank, the world size;
+- Nsight Systems SQLite (sqlite3): the rows read, per device lane (deviceId, streamId) events and time, the host
+  rows, info's start, span and device side.
 
 Checks that today's importers fail on are marked ``xfail(strict=True)`` with the item of issue 20 that fixes them
 (:data:`KNOWN`), so they turn into failures to remove once the fix lands.
@@ -692,3 +696,125 @@ def test_rocprofv3_kernels_per_lane(folder, runs):
     assert (info["start_ns"], info["span_ns"]) == (first, last - first)
     (rank,) = info["ranks"]
     _check_info_device(rank, len(dispatches), union_ns((s, e) for s, e, _n, _c in dispatches))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Kineto jobs of several ranks (one file per rank): each file read here with json, as the single-file checks do
+
+
+def _kineto_ranks(folder, runs) -> tuple[dict, dict]:
+    """(import's run, {rank: the file's trace}) of a folder of two or more Kineto files, each naming its rank."""
+    files = _trace_files(folder) if folder is not None else []
+    if len(files) < 2 or not all(f.name.endswith((".json", ".json.gz")) for f in files):
+        pytest.skip("not a folder of several Chrome-family JSON files")
+    run = runs(folder)
+    if TraceStore.open(run["store"]).manifest.get("run", {}).get("framework") != "kineto":
+        pytest.skip("not Kineto")
+    traces = {_json(f)["distributedInfo"]["rank"]: {**_chrome(f), "file": f} for f in files}
+    return run, traces
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_kineto_ranks_events(folder, runs):
+    """Per file: events read = the file's; intervals kept + dropped = the file's X events; the store's rows of
+    each rank = its file's intervals kept; the world is the files' ``distributedInfo.world_size``."""
+    run, traces = _kineto_ranks(folder, runs)
+    per_file, _skipped, dropped = _import_summary(run["import"][1])
+    timeline = _store(run).timeline()
+    rows = timeline.groupby("rank").size().to_dict()
+    for rank, trace in traces.items():
+        (read, kept), = [v for k, v in per_file.items() if k.endswith(trace["file"].name)]
+        assert read == trace["events"]
+        assert rows[rank] == kept
+    assert sum(kept for _read, kept in per_file.values()) + sum(dropped.values()) == \
+        sum(t["phases"]["X"] for t in traces.values())
+    info = json.loads(run["info --json"][1])
+    assert info["world_size"] == {_json(t["file"])["distributedInfo"]["world_size"] for t in traces.values()}.pop()
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_kineto_ranks_device(folder, runs):
+    """Per rank and device lane (``args.device``/``args.stream``): the store's event count and time (1 us) on
+    lane ``gpu:<device>/stream <stream>``; its NCCL kernels' time as communication; ``info``'s device side."""
+    run, traces = _kineto_ranks(folder, runs)
+    timeline = _store(run).timeline()
+    info = {r["rank"]: r for r in json.loads(run["info --json"][1])["ranks"]}
+    for rank, trace in traces.items():
+        mine = timeline[timeline["rank"] == rank]
+        device = [iv for iv in trace["intervals"] if _device_lane("kineto", trace, iv) is not None]
+        lanes = defaultdict(list)
+        for iv in device:
+            lanes[f"gpu:{iv[6]['device']}/stream {iv[6]['stream']}"].append(iv[5])
+        for lane, durs in lanes.items():
+            got = mine.loc[mine["lane"] == lane, "dur_ns"]
+            assert (len(got), abs(int(got.sum()) - sum(durs)) < 1000) == (len(durs), True), (rank, lane)
+        nccl_ns = sum(iv[5] for iv in device if "nccl" in iv[0].lower())
+        on_gpu = mine["lane"].str.startswith("gpu:").to_numpy()
+        assert int(mine.loc[on_gpu & (mine["category"] == "comm").to_numpy(), "dur_ns"].sum()) == nccl_ns
+        _check_info_device(info[rank], len(device), union_ns((iv[4], iv[4] + iv[5]) for iv in device))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Nsight Systems SQLite exports: the tables read here with sqlite3
+
+
+#: The export's device tables, as the nsys importer reads them.
+NSYS_DEVICE_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+
+
+def _nsys(path: Path, tmp: Path) -> dict:
+    """What an export holds, read here: rows of the tables read (events), per device lane its (start, end) ns,
+    the runtime calls that are not CUDA backtrace records (``eventClass`` 67) and the NVTX ranges with an end
+    (host rows), the first start and last end of all these (ns since the session's start), and the session's
+    start (epoch ns)."""
+    import sqlite3
+
+    if path.suffix == ".gz":
+        (tmp / path.stem).write_bytes(gzip.open(path).read())
+        path = tmp / path.stem
+    db = sqlite3.connect(path)
+    tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    lanes, events = defaultdict(list), 0
+    for table in [t for t in NSYS_DEVICE_TABLES if t in tables]:
+        for start, end, device, stream in db.execute(f"SELECT start, end, deviceId, streamId FROM {table}"):
+            lanes[f"gpu:{device}/stream {stream}"].append((start, end))
+            events += 1
+    runtime = db.execute("SELECT count(*), sum(eventClass = 67) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone() \
+        if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables else (0, 0)
+    nvtx = db.execute("SELECT count(*), sum(eventType IN (59, 60) AND end IS NOT NULL) FROM NVTX_EVENTS"
+                      ).fetchone() if "NVTX_EVENTS" in tables else (0, 0)
+    host = [db.execute(sql).fetchone() for sql, table in (
+        ("SELECT min(start), max(end) FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE eventClass != 67",
+         "CUPTI_ACTIVITY_KIND_RUNTIME"),
+        ("SELECT min(start), max(end) FROM NVTX_EVENTS WHERE eventType IN (59, 60) AND end IS NOT NULL",
+         "NVTX_EVENTS")) if table in tables]
+    (epoch,), = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")
+    db.close()
+    bounds = [b for b in host if b[0] is not None] + [iv for ivs in lanes.values() for iv in ivs]
+    return {"events": events + runtime[0] + nvtx[0], "lanes": lanes, "epoch": epoch,
+            "host_rows": runtime[0] - (runtime[1] or 0) + (nvtx[1] or 0),
+            "first": min(b[0] for b in bounds), "last": max(b[1] for b in bounds)}
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_nsys_device_time_per_lane(folder, runs, tmp_path):
+    """nsys SQLite: events read = the rows of the tables read; per device lane (deviceId, streamId) the store's
+    event count and time (exact: integer ns); the host rows (runtime calls, NVTX ranges); ``info``'s start,
+    span and device side."""
+    files = _trace_files(folder) if folder is not None else []
+    if not (len(files) == 1 and files[0].name.endswith((".sqlite", ".sqlite.gz"))):
+        pytest.skip("not an Nsight Systems SQLite export")
+    run = runs(folder)
+    timeline = _store(run).timeline()
+    truth = _nsys(files[0], tmp_path)
+    (read, kept), = _import_summary(run["import"][1])[0].values()
+    device = [iv for ivs in truth["lanes"].values() for iv in ivs]
+    assert (read, kept, len(timeline)) == (truth["events"], len(device) + truth["host_rows"], kept)
+    for lane, ivs in truth["lanes"].items():
+        got = timeline.loc[timeline["lane"] == lane, "dur_ns"]
+        assert (len(got), int(got.sum())) == (len(ivs), sum(e - s for s, e in ivs)), lane
+    assert (~timeline["lane"].str.startswith("gpu:")).sum() == truth["host_rows"]
+    info = json.loads(run["info --json"][1])
+    assert (info["start_ns"], info["span_ns"]) == (truth["epoch"] + truth["first"], truth["last"] - truth["first"])
+    (rank,) = info["ranks"]
+    _check_info_device(rank, len(device), union_ns(device))
