@@ -41,12 +41,17 @@ CPU constants are per core: on a machine others share, more threads than idle co
 included (a check on ``workspace_bytes``; pocketfft's per-thread line buffers and the BLAS library's own packing
 buffers are not Python allocations and are in neither).
 
-Geometry: ``ddltrace/models/dnn.py`` gives a conv layer's output rows, kernel, output channels and fan_in, not
-its stride or padding. Input channels = fan_in / kernel^2 (checked against the layer below's channels); the input's
-rows are the layer below's (``input.rows`` for the first); square maps (neurons = rows^2 x channels, checked);
-stride and padding: the smallest stride, then the smallest padding (0 to kernel - 1) with
-``(in_rows + 2 padding - kernel) // stride + 1 == rows`` (AlexNet's conv1: 224 -> 55 with kernel 11 gives stride 4,
-padding 2). The geometry used is written in the layer's notes and under ``algorithm_tables.layers``.
+Geometry: ``ddltrace/models/dnn.py`` gives a conv layer's output rows, kernel, output channels and fan_in, and
+optionally its stride and padding. Input channels = fan_in / kernel^2 (checked against the layer below's channels);
+the input's rows are the layer below's (``input.rows`` for the first); square maps (neurons = rows^2 x channels,
+checked); stride and padding: the layer's where given, else inferred: the smallest stride, then the smallest padding
+(0 to kernel - 1), with ``(in_rows + 2 padding - kernel) // stride + 1 == rows`` (AlexNet's conv1: 224 -> 55 with
+kernel 11 and its stride 4 gives padding 2). The geometry used is written in the layer's notes and under
+``algorithm_tables.layers``, with what was inferred (``inferred``); :func:`summary` names those layers.
+
+Interrupted (Ctrl-C, SIGTERM): the layers finished by then keep their tables, the others have none, and
+``algorithm_tables.partial`` says which (:func:`interruption`); ``plan batch`` reads such a file and names the layers
+it lacks. Interrupted before the first layer was finished, :func:`calibrate` lets the interrupt through.
 """
 
 from __future__ import annotations
@@ -58,7 +63,7 @@ import os
 import platform
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -66,7 +71,7 @@ import numpy as np
 
 from ddltrace.collectors.microbench.measure import blas_threads, repeat, robust_spread
 from ddltrace.errors import DdltraceError
-from ddltrace.models.dnn import DNN, load_dnn
+from ddltrace.models.dnn import DNN, load_dnn, window_rows
 
 ALGORITHMS = ("gemm", "fft")
 DEFAULT_BATCHES = (1, 2, 4, 8)
@@ -90,6 +95,8 @@ class ConvGeometry:
     out_rows: int
     data_grad: bool = True
     """Whether the backward pass computes the input's gradient (False for a conv layer with no parameters below)."""
+    inferred: tuple[str, ...] = ()
+    """Which of ``stride`` and ``padding`` the description does not give: found from the rows (module docstring)."""
 
     @property
     def padded_rows(self) -> int:
@@ -98,18 +105,30 @@ class ConvGeometry:
     def describe(self) -> str:
         return (f"input {self.in_channels} x {self.in_rows} x {self.in_rows}, {self.out_channels} filters "
                 f"{self.kernel} x {self.kernel}, stride {self.stride}, padding {self.padding} -> {self.out_channels} "
-                f"x {self.out_rows} x {self.out_rows}; backward: dW{' and dX' if self.data_grad else ' only'}")
+                f"x {self.out_rows} x {self.out_rows}; backward: dW{' and dX' if self.data_grad else ' only'}" +
+                (f"; {' and '.join(self.inferred)} inferred from the rows" if self.inferred else ""))
 
 
-def stride_and_padding(in_rows: int, kernel: int, out_rows: int) -> tuple[int, int] | None:
-    """The smallest stride, then the smallest padding (0 to kernel - 1), that take ``in_rows`` to ``out_rows``
-    rows with a ``kernel`` window; None when none does."""
-    for stride in range(1, max(in_rows, 1) + 1):
-        for padding in range(kernel):
-            span = in_rows + 2 * padding - kernel
-            if span >= 0 and span // stride + 1 == out_rows:
-                return stride, padding
+def stride_and_padding(in_rows: int, kernel: int, out_rows: int, stride: int | None = None,
+                       padding: int | None = None) -> tuple[int, int] | None:
+    """The given ``stride`` and ``padding``, and for each not given the smallest stride, then the smallest padding
+    (0 to kernel - 1), that take ``in_rows`` to ``out_rows`` rows with a ``kernel`` window; None when none does."""
+    strides = range(1, max(in_rows, 1) + 1) if stride is None else (stride,)
+    paddings = range(kernel) if padding is None else (padding,)
+    for s in strides:
+        for p in paddings:
+            if in_rows + 2 * p >= kernel and window_rows(in_rows, kernel, s, p) == out_rows:
+                return s, p
     return None
+
+
+def _unreached(layer, below_rows: int) -> str:
+    """Why no stride and padding take ``below_rows`` to the rows of conv ``layer``, naming those it gives."""
+    given = [f"{key} {getattr(layer, key)}" for key in ("stride", "padding") if getattr(layer, key) is not None]
+    sought = {0: f"stride and padding (0 to {layer.kernel - 1})", 2: "other stride and padding",
+              1: "stride" if layer.stride is None else f"padding (0 to {layer.kernel - 1})"}[len(given)]
+    return (f"layer {layer.name}: no {sought} take {below_rows} rows to {layer.rows} with kernel {layer.kernel}" +
+            (f" and the layer's {' and '.join(given)}" if given else ""))
 
 
 def conv_geometries(dnn: DNN) -> list[ConvGeometry]:
@@ -139,13 +158,14 @@ def conv_geometries(dnn: DNN) -> list[ConvGeometry]:
                 problems.append(f"{where}: fan_in / kernel^2 = {layer.fan_in // (k * k)} input channels, but "
                                 f"{below_name} has {below_channels} (a grouped convolution? this benchmark runs "
                                 "ungrouped ones)")
-            elif (found := stride_and_padding(below_rows, k, layer.rows)) is None:
-                problems.append(f"{where}: no stride and padding (0 to {k - 1}) take {below_rows} rows to "
-                                f"{layer.rows} with kernel {k}")
+            elif (found := stride_and_padding(below_rows, k, layer.rows, layer.stride, layer.padding)) is None:
+                problems.append(_unreached(layer, below_rows))
             else:
+                inferred = tuple(key for key in ("stride", "padding") if getattr(layer, key) is None)
                 geometries.append(ConvGeometry(layer.name, layer.fan_in // (k * k), below_rows, layer.channels, k,
                                                found[0], found[1], layer.rows,
-                                               data_grad=any(lower.parameters for lower in dnn.layers[:index])))
+                                               data_grad=any(lower.parameters for lower in dnn.layers[:index]),
+                                               inferred=inferred))
         below_name, below_rows = f"the layer below it ({layer.name})", layer.rows
         below_channels = layer.channels or (layer.neurons // layer.rows ** 2 if layer.rows and
                                             layer.neurons % layer.rows ** 2 == 0 else None)
@@ -409,22 +429,37 @@ def measure_one(kind: str, g: ConvGeometry, batch: int, dtype, repeats: int, wor
             "workspace_traced_bytes": traced, "runs": len(m.values), "steps_per_run": steps, "busy_runs": m.busy_runs}
 
 
-def measure_tables(geometries: list[ConvGeometry], batches: list[int], dtype, repeats: int, threads: int = 1,
-                   progress: Callable[[str], None] | None = None, clock: str = "wall",
-                   extra: int | None = None) -> dict[str, dict[str, dict[str, dict]]]:
-    """{layer: {algorithm: {batch: entry}}} for every geometry, algorithm and batch size (scipy.fft on ``threads``
-    workers; the caller sets BLAS's threads)."""
-    tables: dict[str, dict[str, dict[str, dict]]] = {}
+def measured_layers(geometries: list[ConvGeometry], batches: list[int], dtype, repeats: int, threads: int = 1,
+                    progress: Callable[[str], None] | None = None, clock: str = "wall",
+                    extra: int | None = None) -> Iterator[tuple[str, dict[str, dict[str, dict]]]]:
+    """(layer, {algorithm: {batch: entry}}) for each geometry once every algorithm and batch size of it is measured
+    (scipy.fft on ``threads`` workers; the caller sets BLAS's threads)."""
     total, done = len(geometries) * len(ALGORITHMS) * len(batches), 0
     for g in geometries:
-        tables[g.name] = {kind: {} for kind in ALGORITHMS}
+        table: dict[str, dict[str, dict]] = {kind: {} for kind in ALGORITHMS}
         for batch in batches:
             for kind in ALGORITHMS:
                 if progress:
                     progress(f"{g.name} {kind} batch {batch} ({done + 1}/{total})")
-                tables[g.name][kind][str(batch)] = measure_one(kind, g, batch, dtype, repeats, threads, clock, extra)
+                table[kind][str(batch)] = measure_one(kind, g, batch, dtype, repeats, threads, clock, extra)
                 done += 1
-    return tables
+        yield g.name, table
+
+
+def measure_tables(geometries: list[ConvGeometry], batches: list[int], dtype, repeats: int, threads: int = 1,
+                   progress: Callable[[str], None] | None = None, clock: str = "wall",
+                   extra: int | None = None) -> tuple[dict[str, dict[str, dict[str, dict]]], KeyboardInterrupt | None]:
+    """({layer: {algorithm: {batch: entry}}}, None) for every geometry (:func:`measured_layers`); interrupted
+    (Ctrl-C, SIGTERM) after at least one layer, (the finished layers' tables, the interrupt)."""
+    tables: dict[str, dict[str, dict[str, dict]]] = {}
+    try:
+        for name, table in measured_layers(geometries, batches, dtype, repeats, threads, progress, clock, extra):
+            tables[name] = table
+    except KeyboardInterrupt as stop:
+        if not tables:
+            raise
+        return tables, stop
+    return tables, None
 
 
 def dnn_path(name: str) -> Path:
@@ -440,12 +475,9 @@ def dnn_path(name: str) -> Path:
 def calibrate(dnn_ref: str, batches: list[int], repeats: int = DEFAULT_REPEATS, threads: int = 1,
               progress: Callable[[str], None] | None = None, clock: str = "wall", extra: int | None = None) -> dict:
     """Measure the tables of every conv layer of ``dnn_ref`` (a path or a bundled name); the description with
-    them (module docstring), ready to write. ``clock``: ``time_s`` from the wall clock, or the calling thread's CPU time
-    (one thread only); ``extra``: runs added for busy ones (measure.repeat's; 0 for none)."""
-    import scipy
-
-    from ddltrace.collectors.microbench.machine import describe
-
+    them (module docstring), ready to write: partial where interrupted after a layer was finished. ``clock``:
+    ``time_s`` from the wall clock, or the calling thread's CPU time (one thread only); ``extra``: runs added for
+    busy ones (measure.repeat's; 0 for none)."""
     dnn = load_dnn(dnn_ref)
     dtype = DTYPES.get(dnn.bytes_per_value)
     if dtype is None:
@@ -464,33 +496,73 @@ def calibrate(dnn_ref: str, batches: list[int], repeats: int = DEFAULT_REPEATS, 
         if not blas_set and clock == "cpu":
             raise DdltraceError("--clock cpu needs one thread, and numpy's BLAS library's threads cannot be set here "
                                 "(not OpenBLAS, MKL or BLIS): use the wall clock")
-        tables = measure_tables(geometries, batches, dtype, repeats, threads, progress, clock, extra)
-    seconds = time.perf_counter() - t0
+        tables, stop = measure_tables(geometries, batches, dtype, repeats, threads, progress, clock, extra)
+    run = {"created_utc": started.isoformat(timespec="seconds"), "seconds": round(time.perf_counter() - t0, 3),
+           "threads": threads, "blas_threads_set": blas_set, "dtype": np.dtype(dtype).name, "batches": batches,
+           "repeats": repeats, "clock": clock}
     raw = json.loads(dnn_path(dnn_ref).read_text())
-    machine = describe()
-    precision = np.dtype(dtype).name
-    when = started.isoformat(timespec="seconds")
-    raw["source"] = (f"{raw.get('source', '')}; algorithm tables measured {when} on {machine['hostname']} "
-                     f"({machine['cpu_model']}, {threads} thread{'s' if threads > 1 else ''}, numpy {np.__version__}, "
-                     f"scipy {scipy.__version__}) "
-                     "by 'ddltrace calibrate --conv-algorithms': CPU convolutions, GEMM (im2col + BLAS) and FFT "
-                     f"(scipy.fft), forward and backward, {precision}; time_s the median {clock} time of {repeats} "
-                     "runs, time_spread_s 1.4826 x their MAD, workspace_bytes the algorithm's own buffers at their "
-                     "peak (see algorithm_tables)").lstrip("; ")
+    _fill_layers(raw, geometries, tables)
+    raw["algorithm_tables"] = _tables_meta(run, geometries)
+    if stop is not None:
+        raw["algorithm_tables"]["partial"] = _partial(geometries, tables, stop)
+    raw["source"] = _source(raw.get("source", ""), raw["algorithm_tables"])
+    return raw
+
+
+def _fill_layers(raw: dict, geometries: list[ConvGeometry], tables: dict) -> None:
+    """Each measured conv layer of the description ``raw`` gets its table and its geometry in its notes; a conv layer
+    not measured (an interrupted run) loses the table it had, and its notes say so."""
     by_name = {g.name: g for g in geometries}
     for layer in raw["layers"]:
         g = by_name.get(layer.get("name"))
         if g is None:
             continue
         replaced = " (tables given before were replaced)" if "algorithms" in layer else ""
-        layer["algorithms"] = tables[g.name]
-        note = f"algorithm tables: {g.describe()}{replaced}"
+        if g.name in tables:
+            layer["algorithms"] = tables[g.name]
+            note = f"algorithm tables: {g.describe()}{replaced}"
+        else:
+            layer.pop("algorithms", None)
+            note = ("no algorithm tables: the measurement was interrupted before this layer was finished" +
+                    replaced.replace("replaced", "dropped"))
         layer["notes"] = f"{layer['notes']}; {note}" if layer.get("notes") else note
-    raw["algorithm_tables"] = {
-        "created_utc": when, "seconds": round(seconds, 3), "machine": machine, "threads": threads,
-        "numpy": np.__version__, "scipy": scipy.__version__, "python": platform.python_version(),
-        "blas_threads_set": blas_set,
-        "dtype": precision, "batches": batches, "repeats": repeats, "clock": clock, "device": "cpu",
+
+
+def _partial(geometries: list[ConvGeometry], tables: dict, stop: KeyboardInterrupt) -> dict:
+    """``algorithm_tables.partial``: the interrupt, the conv layers measured and those not."""
+    from ddltrace.interrupts import Terminated
+
+    return {"stopped_by": "SIGTERM" if isinstance(stop, Terminated) else "SIGINT",
+            "measured": [g.name for g in geometries if g.name in tables],
+            "not_measured": [g.name for g in geometries if g.name not in tables]}
+
+
+def _source(given: str, meta: dict) -> str:
+    """The description's ``source`` extended with the tables' machine, date, libraries and method."""
+    machine, threads = meta["machine"], meta["threads"]
+    partial = meta.get("partial")
+    return (f"{given}; algorithm tables measured {meta['created_utc']} on {machine['hostname']} "
+            f"({machine['cpu_model']}, {threads} thread{'s' if threads > 1 else ''}, numpy {meta['numpy']}, "
+            f"scipy {meta['scipy']}) "
+            "by 'ddltrace calibrate --conv-algorithms': CPU convolutions, GEMM (im2col + BLAS) and FFT "
+            f"(scipy.fft), forward and backward, {meta['dtype']}; time_s the median {meta['clock']} time of "
+            f"{meta['repeats']} runs, time_spread_s 1.4826 x their MAD, workspace_bytes the algorithm's own buffers "
+            "at their peak (see algorithm_tables)" +
+            (f"; partial: interrupted, no tables for {', '.join(partial['not_measured'])}" if partial else "")
+            ).lstrip("; ")
+
+
+def _tables_meta(run: dict, geometries: list[ConvGeometry]) -> dict:
+    """``algorithm_tables``: the run's options (``run``), the machine, the libraries, each entry field's meaning and
+    each conv layer's geometry."""
+    import scipy
+
+    from ddltrace.collectors.microbench.machine import describe
+
+    clock = run["clock"]
+    return {
+        **run, "machine": describe(), "numpy": np.__version__, "scipy": scipy.__version__,
+        "python": platform.python_version(), "device": "cpu",
         "algorithms": {"gemm": "im2col + one BLAS GEMM per pass for the mini-batch (numpy.dot)",
                        "fft": "scipy.fft rfftn over F x F, a batched complex GEMM per frequency (numpy.matmul), "
                               "inverse; strided layers computed at stride 1 and subsampled"},
@@ -511,7 +583,20 @@ def calibrate(dnn_ref: str, batches: list[int], repeats: int = DEFAULT_REPEATS, 
         "layers": {g.name: asdict(g) for g in geometries},
         "method": "ddltrace/collectors/microbench/conv_algorithms.py; docs/CALIBRATION.md",
     }
-    return raw
+
+
+def interruption(description: dict, path: str | os.PathLike) -> tuple[int, str] | None:
+    """For a partial description written to ``path``: (the exit status, 130 after Ctrl-C and 143 after SIGTERM,
+    one line saying so); None for a complete one."""
+    partial = description["algorithm_tables"].get("partial")
+    if not partial:
+        return None
+    terminated = partial["stopped_by"] == "SIGTERM"
+    measured, missing = partial["measured"], partial["not_measured"]
+    return (143 if terminated else 130,
+            f"ddltrace: {'terminated (SIGTERM)' if terminated else 'interrupted'}: {path} is partial, the tables of "
+            f"the {len(measured)} conv layer{'s' if len(measured) > 1 else ''} finished ({', '.join(measured)}); "
+            f"not measured: {', '.join(missing)}")
 
 
 def save(description: dict, path: str | os.PathLike) -> Path:
@@ -545,4 +630,13 @@ def summary(description: dict) -> list[str]:
                 cells.append(f"{1e3 * e['time_s']:>11.3f} ± {1e3 * e['time_spread_s']:.3f} ms".rjust(22) +
                              f"  {format_bytes(e['workspace_bytes']):>14}")
             lines.append(f"{layer['name']:<8} {batch:>5}  " + "  ".join(cells) + f"  {min(times, key=times.get)}")
-    return lines
+    inferred = inferred_words(description["algorithm_tables"]["layers"])
+    return lines + ([f"inferred from the rows, not in the description: {inferred} (give a conv layer's stride and "
+                     "padding to fix them)"] if inferred else [])
+
+
+def inferred_words(geometries: dict[str, dict]) -> str:
+    """'conv1 padding 2; conv2 stride 2, padding 0': the stride and padding inferred per layer, of the geometries
+    written under ``algorithm_tables.layers`` ('' where none was)."""
+    return "; ".join(f"{name} " + ", ".join(f"{key} {g[key]}" for key in g["inferred"])
+                     for name, g in geometries.items() if g.get("inferred"))

@@ -228,11 +228,22 @@ def run_conv_algorithms(args) -> int:
     finally:
         progress.done()
     path = conv_algorithms.save(description, out)
+    stopped = conv_algorithms.interruption(description, path)
     if args.json:
         import json
 
         print(json.dumps(description, indent=1))
-        return 0
+    else:
+        _conv_report(description, path, batches)
+    if stopped:
+        print(stopped[1], file=sys.stderr)
+    return stopped[0] if stopped else 0
+
+
+def _conv_report(description: dict, path, batches: list[int]) -> None:
+    """--conv-algorithms' text: the tables, busy runs, what they are, where they went."""
+    from ddltrace.collectors.microbench import conv_algorithms
+
     meta = description["algorithm_tables"]
     m = meta["machine"]
     threads = f"{meta['threads']} thread{'s' if meta['threads'] > 1 else ''}"
@@ -250,4 +261,3 @@ def run_conv_algorithms(args) -> int:
     print("CPU algorithms (numpy/scipy), not a GPU's cuDNN: docs/CALIBRATION.md says how a GPU user gets theirs")
     print(f"written to {path} ({meta['seconds']:.1f} s); then: ddltrace plan batch --dnn {path} --gpu-memory SIZE "
           f"--batches {','.join(str(b) for b in batches)}")
-    return 0

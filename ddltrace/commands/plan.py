@@ -231,6 +231,22 @@ def _time_spread(dnn, choice) -> float | None:
     return math.sqrt(sum(s * s for s in spreads))
 
 
+def _without_tables(dnn) -> list[str]:
+    """The conv layers with no algorithm table, in a description where some layer has one (a partial calibrate run's,
+    or tables written for some layers only): the program leaves their time and workspace out."""
+    if not any(layer.algorithms for layer in dnn.layers):
+        return []
+    return [layer.name for layer in dnn.layers if layer.type == "conv" and not layer.algorithms]
+
+
+def _without_tables_line(dnn, lacking: list[str]) -> str:
+    """The line naming the conv layers ``lacking`` a table, and why where the file says (a partial run)."""
+    why = " (partial tables: calibrate --conv-algorithms was interrupted before them)" if dnn.partial_tables else ""
+    one = len(lacking) == 1
+    return (f"  no algorithm table for {', '.join(lacking)}{why}: {'that layer adds' if one else 'those layers add'} "
+            "no time and no workspace below")
+
+
 def run_batch(args) -> int:
     from ddltrace.models import chang
 
@@ -240,8 +256,10 @@ def run_batch(args) -> int:
     batches = parse_int_list(args.batches, "--batches")
     best, choices = chang.choose_batch(dnn, batches, memory)
     spreads = {c.batch: _time_spread(dnn, c) for c in choices}
+    lacking = _without_tables(dnn)
     if args.json:
-        return _dump({"dnn": dnn.name, "tables_source": dnn.source, "gpu_memory_bytes": memory,
+        return _dump({"dnn": dnn.name, "tables_source": dnn.source, "tables_partial": dnn.partial_tables,
+                      "layers_without_tables": lacking, "gpu_memory_bytes": memory,
                       "best_batch": best.batch if best else None,
                       "choices": [{"batch": c.batch, "feasible": c.feasible,
                                    "time_s": c.time_s if c.feasible else None, "time_spread_s": spreads[c.batch],
@@ -251,6 +269,8 @@ def run_batch(args) -> int:
     print(f"mini-batch program for {dnn.name} within {format_bytes(memory)} of GPU memory")
     if dnn.source:
         print(f"  tables from: {dnn.source}")
+    if lacking:
+        print(_without_tables_line(dnn, lacking))
     spread_shown = any(v is not None for v in spreads.values())
     width = 21 if spread_shown else 9
     print(f"{'batch':>6}  {'memory':>10}  {'workspace':>10}  {'time':>{width}}  {'samples/s':>10}  algorithms")

@@ -28,6 +28,11 @@ Per layer (counts are per sample):
 - ``output_bytes``: bytes of the layer's output for one sample; default ``neurons * bytes_per_value``.
 - ``rows`` (output rows) and ``kernel`` (kernel height): optional, for locally connected layers; they set the
   halo a stripe needs from the layer below (``kernel // 2`` rows). ``channels``: optional output channels.
+- ``stride`` (rows the window moves, >= 1) and ``padding`` (zero rows added on each side, >= 0): optional, for
+  conv and pool layers, with ``kernel``. Where both are given with the layer's and the layer below's ``rows``
+  (``input.rows`` below the first), they must take the rows below to the layer's: ``(below + 2 padding - kernel)
+  // stride + 1 == rows`` (:func:`window_rows`; a pool may round up instead, as Caffe's do). ``ddltrace calibrate
+  --conv-algorithms`` runs a conv layer with them and infers what is not given from the rows.
 - ``algorithms``: optional per-layer algorithm table for Chang's mini-batch program:
   ``{"gemm": {"32": {"time_s": 0.012, "workspace_bytes": 1.0e6}, "64": {...}}, "fft": {...}}``
   (time of one mini-batch of that size through the layer, forward and backward, and the workspace it needs).
@@ -37,6 +42,9 @@ Per layer (counts are per sample):
 
 Top level: ``format`` (``ddltrace-dnn/1``), ``name``, ``source`` (where the numbers come from), ``notes``,
 ``bytes_per_value`` (4 for float, 8 for double), ``input``: ``{"neurons": n, "rows": r}`` (one sample's values).
+``algorithm_tables``: what ``ddltrace calibrate --conv-algorithms`` wrote (not read), except ``partial``, present
+where that run was interrupted: the tables of the conv layers it lists in ``not_measured`` are missing
+(:attr:`DNN.partial_tables`).
 
 Load with :func:`load_dnn` (a path, or the name of a bundled description: :func:`bundled_dnns`); every
 problem is reported at once in one :class:`~ddltrace.errors.DdltraceError` naming the file and the field.
@@ -83,6 +91,8 @@ class Layer:
     kernel: int | None = None
     channels: int | None = None
     algorithms: dict[str, dict[int, AlgorithmCost]] = field(default_factory=dict)
+    stride: int | None = None
+    padding: int | None = None
 
     @property
     def connections(self) -> int:
@@ -111,6 +121,9 @@ class DNN:
     input_rows: int | None = None
     source: str = ""
     notes: str = ""
+    partial_tables: bool = False
+    """The algorithm tables are those of an interrupted calibrate run (``algorithm_tables.partial``): some conv
+    layers' are missing."""
 
     @property
     def parameters(self) -> int:
@@ -142,6 +155,36 @@ def _positive_int(value: Any, where: str, problems: list[str], *, zero: bool = F
         problems.append(f"{where} must be a {'non-negative' if zero else 'positive'} integer, got {value!r}")
         return None
     return int(value)
+
+
+def window_rows(below_rows: int, kernel: int, stride: int, padding: int, *, ceil: bool = False) -> int:
+    """Rows out of a ``kernel``-row window moved by ``stride`` rows over ``below_rows`` rows with ``padding`` zero rows
+    on each side: ``(below_rows + 2 padding - kernel) // stride + 1``, rounded up with ``ceil`` (Caffe's pooling)."""
+    span = below_rows + 2 * padding - kernel
+    return (-(-span // stride) if ceil else span // stride) + 1
+
+
+def _parse_window(raw: Mapping, where: str, ltype: Any, sizes: tuple, problems: list[str]) -> tuple:
+    """(stride, padding) of a layer, each None where not given; a problem for a bad value, a layer that is not
+    conv or pool, no kernel, or, where ``sizes`` (below rows, kernel, rows) are all known and both are given, rows
+    they do not reach (:func:`window_rows`)."""
+    given = [key for key in ("stride", "padding") if raw.get(key) is not None]
+    before = len(problems)
+    stride = _positive_int(raw["stride"], f"{where}.stride", problems) if "stride" in given else None
+    padding = _positive_int(raw["padding"], f"{where}.padding", problems, zero=True) if "padding" in given else None
+    if not given or len(problems) > before:
+        return stride, padding
+    if ltype not in LOCAL_TYPES:
+        problems.append(f"{where}.{given[0]}: only conv and pool layers have a stride and padding, not {ltype!r}")
+    elif sizes[1] is None:
+        problems.append(f"{where}.{given[0]} needs the layer's kernel")
+    elif stride is not None and padding is not None and None not in sizes:
+        below, kernel, rows = sizes
+        reached = {window_rows(below, kernel, stride, padding, ceil=ceil) for ceil in (False, ltype == "pool")}
+        if rows not in reached:
+            problems.append(f"{where}.stride and .padding: stride {stride} and padding {padding} take the {below} rows "
+                            f"below to {min(reached)} with kernel {kernel}, not to the layer's rows {rows}")
+    return stride, padding
 
 
 def _parse_algorithms(raw: Any, where: str, problems: list[str]) -> dict[str, dict[int, AlgorithmCost]]:
@@ -209,6 +252,7 @@ def parse_dnn(data: Any, source: str = "DNN description") -> DNN:
         problems.append("'layers' must be a non-empty list")
         raw_layers = []
     seen: set[str] = set()
+    below_rows = input_rows
     for i, raw in enumerate(raw_layers):
         where = f"layers[{i}]"
         if not isinstance(raw, Mapping):
@@ -220,7 +264,7 @@ def parse_dnn(data: Any, source: str = "DNN description") -> DNN:
             problems.append(f"{where}: duplicate layer name")
         seen.add(lname)
         unknown = set(raw) - {"name", "type", "neurons", "fan_in", "weights", "biases", "output_bytes", "rows",
-                              "kernel", "channels", "algorithms", "notes"}
+                              "kernel", "channels", "stride", "padding", "algorithms", "notes"}
         if unknown:
             problems.append(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
         ltype = raw.get("type")
@@ -231,6 +275,8 @@ def parse_dnn(data: Any, source: str = "DNN description") -> DNN:
         fan_in = _positive_int(raw.get("fan_in"), f"{where}.fan_in", problems, zero=True)
         rows, kernel, channels = (_positive_int(raw[key], f"{where}.{key}", problems)
                                   if raw.get(key) is not None else None for key in ("rows", "kernel", "channels"))
+        stride, padding = _parse_window(raw, where, ltype, (below_rows, kernel, rows), problems)
+        below_rows = rows
         if "weights" in raw:
             weights = _positive_int(raw.get("weights"), f"{where}.weights", problems, zero=True)
         elif ltype == "conv":
@@ -257,12 +303,14 @@ def parse_dnn(data: Any, source: str = "DNN description") -> DNN:
             if "algorithms" in raw else {}
         if len(problems) == before and ltype in LAYER_TYPES:
             layers.append(Layer(str(lname), ltype, neurons, fan_in, weights, biases or 0, float(output_bytes),
-                                rows, kernel, channels, algorithms))
+                                rows, kernel, channels, algorithms, stride=stride, padding=padding))
     if problems:
         shown = problems[:8] + ([f"... and {len(problems) - 8} more"] if len(problems) > 8 else [])
         raise DdltraceError(f"{source}: invalid DNN description: " + "; ".join(shown))
+    tables = data.get("algorithm_tables")
     return DNN(name=name, layers=tuple(layers), bytes_per_value=int(bpv), input_neurons=input_neurons,
-               input_rows=input_rows, source=str(data.get("source", "")), notes=str(data.get("notes", "")))
+               input_rows=input_rows, source=str(data.get("source", "")), notes=str(data.get("notes", "")),
+               partial_tables=isinstance(tables, Mapping) and bool(tables.get("partial")))
 
 
 def bundled_dnns() -> list[str]:
