@@ -36,9 +36,11 @@ import pandas as pd
 from ddltrace.collectors.pmpi.table import (
     REQUEST_DONE,
     SENDRECV_RECEIVED,
-    categories,
+    makers_hash,
     names,
     polls,
+    record_categories,
+    record_names,
     table_hashes,
 )
 from ddltrace.errors import DdltraceError
@@ -66,7 +68,7 @@ COMM_HANDLE, PEER_IN_COMM = 4, 8
 #: The header's features (runtime.h DDLT_FEATURE_*; 0 in files written before): ``comm`` holds ids, ``peer`` world
 #: ranks.
 FEATURE_COMM_IDS, FEATURE_WORLD_PEERS = 1, 2
-_FEATURES = struct.Struct("<I")
+_FEATURES = struct.Struct("<II")  # features, and the hash of the communicator calls' names (table.makers_hash)
 _FEATURES_AT = 1680
 #: The ids of MPI_COMM_WORLD and MPI_COMM_SELF (MPICH's handles: what the files of MPICH jobs held before), and the
 #: least id of a communicator the job made (runtime.h DDLT_COMM_*).
@@ -74,7 +76,7 @@ COMM_WORLD, COMM_SELF, COMM_MADE = 0x44000000, 0x44000001, 2**62
 #: The function ids - 1 (as :func:`to_timeline` indexes the names) of the calls that poll.
 _POLL_IDS = np.flatnonzero(np.isin(names(), polls()))
 #: Each function's id in the record (its position in :func:`~ddltrace.collectors.pmpi.table.names`, plus 1).
-_ID = {name: i + 1 for i, name in enumerate(names()) if name}
+_ID = {name: i + 1 for i, name in enumerate(record_names()) if name}
 
 
 @dataclass
@@ -138,7 +140,7 @@ class RankRecords:
     @property
     def open_calls(self) -> list[str]:
         """Names of the calls the rank was inside when it stopped (none after a normal end)."""
-        fn_names = names()
+        fn_names = record_names()
         return [fn_names[f - 1] for f in self.records["fn"][self.records["t1"] == 0]]
 
     def offset_at(self, t_ns: np.ndarray) -> np.ndarray:
@@ -178,8 +180,8 @@ def read_records(path: str | Path) -> RankRecords:
     cal = np.array(rest[15:], dtype=np.int64).reshape(64, 2)
     if version != 1 or header_size != HEADER_SIZE or record_size != RECORD_DTYPE.itemsize:
         raise DdltraceError(f"{path}: unsupported record file version {version} (record size {record_size})")
-    features = _FEATURES.unpack_from(data.tobytes()[_FEATURES_AT:_FEATURES_AT + _FEATURES.size])[0] \
-        if len(data) >= _FEATURES_AT + _FEATURES.size else 0
+    features, makers = _FEATURES.unpack_from(data.tobytes()[_FEATURES_AT:_FEATURES_AT + _FEATURES.size]) \
+        if len(data) >= _FEATURES_AT + _FEATURES.size else (0, 0)
     if thash not in table_hashes():
         raise DdltraceError(f"{path}: written by a wrapper built from another call table (hash {thash:#x}); "
                             "read it with the ddltrace version that recorded it")
@@ -198,8 +200,12 @@ def read_records(path: str | Path) -> RankRecords:
             records[column] = np.where(ticks == 0, 0, ticks_to_ns(ticks, pairs))
     elif clock_kind != 0:
         raise DdltraceError(f"{path}: unknown clock kind {clock_kind}")
-    if len(records) and int(records["fn"].max()) > len(names()):
-        raise DdltraceError(f"{path}: record with unknown function id {int(records['fn'].max())}")
+    top = int(records["fn"].max()) if len(records) else 0
+    if top > len(record_names()):
+        raise DdltraceError(f"{path}: record with unknown function id {top}")
+    if top > len(names()) and makers != makers_hash():
+        raise DdltraceError(f"{path}: written by a wrapper built from another list of communicator calls (hash "
+                            f"{makers:#x}); read it with the ddltrace version that recorded it")
     syncs = [ClockSync(*sync_values[4 * i:4 * i + 4]) for i in range(min(max(n_sync, 0), 2))]
     done = records["fn"] == _ID[REQUEST_DONE]
     halves = records["fn"] == _ID[SENDRECV_RECEIVED]
@@ -243,8 +249,8 @@ def to_timeline(rr: RankRecords, *, end_ns: int | None = None, align: bool = Tru
     t1 = np.where(open_, np.maximum(t0, end_ns if end_ns is not None else t0), t1)
     t1 = np.maximum(t1, t0)
     fn = rec["fn"].astype(np.int64) - 1
-    fn_names = np.array(names(), dtype=object)
-    fn_cats = np.array(categories(), dtype=object)
+    fn_names = np.array(record_names(), dtype=object)
+    fn_cats = np.array(record_categories(), dtype=object)
     main = rec["tid"] == rr.main_tid
     lanes = np.where(main, "main", np.char.add("thread:", rec["tid"].astype(str)).astype(object))
 
@@ -293,7 +299,7 @@ def _receive_halves(rr: RankRecords) -> pd.DataFrame:
         "rank": np.full(len(rec), rr.rank, dtype=np.int32),
         "lane": np.where(rec["tid"] == rr.main_tid, "main",
                          np.char.add("thread:", rec["tid"].astype(str)).astype(object)).astype(object),
-        "name": SENDRECV_RECEIVED, "category": categories()[fn],
+        "name": SENDRECV_RECEIVED, "category": record_categories()[fn],
         "start_ns": rec["t0"].astype(np.int64), "dur_ns": np.zeros(len(rec), dtype=np.int64),
         "bytes": _nullable(rec["bytes"], rec["bytes"] < 0, "Int64"),
         "peer": _nullable(rec["peer"], (rec["peer"] == NA32) | (rec["peer"] < 0), "Int32"),

@@ -12,9 +12,10 @@
  *
  * Communicators: each record's comm is an id that is the same on every rank of the communicator (handles are
  * not: Open MPI's are addresses, another in each process), and its peer the partner's MPI_COMM_WORLD rank. The
- * wrappers of the calls that make communicators agree the new one's id among its ranks (an 8-byte MPI_Bcast from
- * its rank 0, once per communicator made) and note its ranks' world ranks, in a table from handle to id read
- * without a lock by every recorded call (see "communicator ids" below).
+ * wrappers of the calls that make communicators (each a record of its own, its comm the new one's id) agree the new
+ * one's id among its ranks (an 8-byte MPI_Bcast from its rank 0, once per communicator made) and note its ranks'
+ * world ranks, in a table from handle to id read without a lock by every recorded call (see "communicator ids"
+ * below). A spawned process agrees its parent intercommunicator's id with its parents inside MPI_Init.
  *
  * Timestamps: on x86 the invariant TSC (rdtsc, ~10 ns), with (tick, CLOCK_REALTIME ns) calibration pairs
  * in the header; elsewhere CLOCK_REALTIME ns. Clock offset to rank 0 is measured by ping-pong on a private
@@ -55,6 +56,9 @@
 #ifndef DDLT_FN_SENDRECV_RECEIVED
 #define DDLT_FN_SENDRECV_RECEIVED 0
 #endif
+#ifndef DDLT_MAKERS_HASH
+#define DDLT_MAKERS_HASH 0u
+#endif
 
 typedef struct ddlt_sync {
     int64_t offset_ns;      /* rank 0's clock minus this rank's clock */
@@ -86,7 +90,8 @@ typedef struct ddlt_header {
     int32_t pad;
     int64_t cal[64][2];          /* (tick, ns) pairs */
     uint32_t features;           /* DDLT_FEATURE_* (runtime.h); 0 in files written before it existed */
-    uint32_t pad2;
+    uint32_t makers_hash;        /* hash of the list of communicator calls, whose records take the ids after the
+                                    call table's (table.py MAKERS); 0 in files written before they were recorded */
 } ddlt_header;
 
 _Static_assert(sizeof(ddlt_rec) == 64, "record must be 64 bytes");
@@ -95,6 +100,7 @@ _Static_assert(offsetof(ddlt_header, hostname) == 128, "header layout");
 _Static_assert(offsetof(ddlt_header, clock_kind) == 640, "header layout");
 _Static_assert(offsetof(ddlt_header, cal) == 656, "header layout");
 _Static_assert(offsetof(ddlt_header, features) == 1680, "header layout");
+_Static_assert(offsetof(ddlt_header, makers_hash) == 1684, "header layout");
 _Static_assert(sizeof(ddlt_header) == 1688, "header layout");
 
 int ddlt_on = 0;
@@ -291,7 +297,7 @@ void ddlt_done_some(const MPI_Request reqs[], int n, int outcount, const int ind
 void ddlt_received(const MPI_Status *status, MPI_Datatype type, const ddlt_comm_info *ci, int64_t t1) {
     ddlt_rec *r = ddlt_begin(DDLT_FN_SENDRECV_RECEIVED);
     r->t0 = t1;
-    r->peer = ddlt_peer(ci, status->MPI_SOURCE);
+    r->peer = ddlt_peer(r, ci, status->MPI_SOURCE);
     r->tag = status->MPI_TAG;
     r->bytes = ddlt_status_bytes(status, type);
     ddlt_set_comm(r, ci);
@@ -329,18 +335,12 @@ static pthread_mutex_t comm_lock = PTHREAD_MUTEX_INITIALIZER;
 static pending_idup pending[MAX_PENDING];
 static int n_pending;
 static uint32_t made; /* ids this rank has made (the low 32 bits of the next) */
+static uint64_t process_tag; /* this process's own random bits, for the hashed ids it makes */
 static MPI_Group world_group = MPI_GROUP_NULL;
 static ddlt_comm_info world_info = {DDLT_COMM_WORLD_ID, 1, 1, 0, NULL, 0};
 static ddlt_comm_info self_info = {DDLT_COMM_SELF_ID, 1, 1, 1, NULL, 0};
 static ddlt_comm_info null_info = {DDLT_NA64, 0, 0, 0, NULL, 0};
 static int self_world[1];
-
-static void comms_init(void) {
-    self_world[0] = world_rank;
-    self_info.world = self_world;
-    null_info.id = DDLT_H(MPI_COMM_NULL);
-    if (PMPI_Comm_group(MPI_COMM_WORLD, &world_group) != MPI_SUCCESS) world_group = MPI_GROUP_NULL;
-}
 
 static inline uint64_t mix64(uint64_t x) { /* splitmix64's finaliser */
     x ^= x >> 30;
@@ -348,6 +348,18 @@ static inline uint64_t mix64(uint64_t x) { /* splitmix64's finaliser */
     x ^= x >> 27;
     x *= 0x94D049BB133111EBULL;
     return x ^ (x >> 31);
+}
+
+static void comms_init(void) {
+    char host[256] = {0};
+    uint64_t h = 0;
+    gethostname(host, sizeof host - 1);
+    for (const char *c = host; *c; c++) h = h * 131 + (unsigned char)*c;
+    process_tag = mix64(h ^ mix64((uint64_t)getpid() << 32 ^ (uint64_t)ddlt_now_ns()));
+    self_world[0] = world_rank;
+    self_info.world = self_world;
+    null_info.id = DDLT_H(MPI_COMM_NULL);
+    if (PMPI_Comm_group(MPI_COMM_WORLD, &world_group) != MPI_SUCCESS) world_group = MPI_GROUP_NULL;
 }
 
 static ddlt_comm_info *table_find(const comm_table *t, intptr_t key, int *found) {
@@ -399,36 +411,67 @@ static int table_put(intptr_t key, ddlt_comm_info *info) {
     return 1;
 }
 
+/* The world ranks of the group's ranks (-1 for one outside this MPI_COMM_WORLD), malloc'd, their count in *n; NULL
+   where they cannot be had. Local calls only. */
+static int *world_ranks(MPI_Group g, int *n) {
+    int *in = NULL, *out = NULL;
+    *n = 0;
+    if (world_group == MPI_GROUP_NULL || PMPI_Group_size(g, n) != MPI_SUCCESS || *n <= 0 ||
+        !(in = malloc(*n * sizeof(int))) || !(out = malloc(*n * sizeof(int)))) {
+        free(in);
+        return NULL;
+    }
+    for (int i = 0; i < *n; i++) in[i] = i;
+    if (PMPI_Group_translate_ranks(g, *n, in, world_group, out) != MPI_SUCCESS) {
+        free(out);
+        out = NULL;
+    }
+    for (int i = 0; out && i < *n; i++)
+        if (out[i] < 0) out[i] = -1; /* MPI_UNDEFINED */
+    free(in);
+    return out;
+}
+
+/* Whether a rank of the group is outside this MPI_COMM_WORLD. */
+static int group_spans(MPI_Group g) {
+    int n, spans = 0, *w = world_ranks(g, &n);
+    for (int i = 0; w && i < n; i++) spans |= w[i] < 0;
+    free(w);
+    return spans;
+}
+
 /* A new info: id, and unless translate is 0 the world ranks of the communicator's ranks (its remote group's for an
-   intercommunicator). Local calls only. */
-static ddlt_comm_info *new_info(MPI_Comm c, int64_t id, int known, int translate) {
+   intercommunicator); *spans (where not NULL): whether it has processes outside this MPI_COMM_WORLD. Local calls
+   only. */
+static ddlt_comm_info *new_info(MPI_Comm c, int64_t id, int known, int translate, int *spans) {
     ddlt_comm_info *ci = calloc(1, sizeof *ci);
     if (!ci) return NULL;
     ci->id = id;
     ci->known = known;
-    if (!translate || world_group == MPI_GROUP_NULL) return ci;
+    if (!translate) return ci;
     int inter = 0, n = 0;
     MPI_Group g;
     PMPI_Comm_test_inter(c, &inter);
-    if ((inter ? PMPI_Comm_remote_group(c, &g) : PMPI_Comm_group(c, &g)) != MPI_SUCCESS) return ci;
-    int *in = NULL, *out = NULL;
-    if (PMPI_Group_size(g, &n) == MPI_SUCCESS && n > 0 && (in = malloc(n * sizeof(int))) &&
-        (out = malloc(n * sizeof(int)))) {
-        for (int i = 0; i < n; i++) in[i] = i;
-        if (PMPI_Group_translate_ranks(g, n, in, world_group, out) == MPI_SUCCESS) {
-            int identity = n == world_size;
-            for (int i = 0; i < n && identity; i++) identity = out[i] == i;
-            ci->translated = 1;
-            ci->size = n;
-            if (!identity) { /* a rank not in this world (MPI_UNDEFINED, negative) reads as none */
-                ci->world = out;
-                out = NULL;
-            }
-        }
+    if (inter && spans && PMPI_Comm_group(c, &g) == MPI_SUCCESS) { /* its own group may span worlds too */
+        *spans = group_spans(g);
+        PMPI_Group_free(&g);
     }
-    free(in);
-    free(out);
+    if ((inter ? PMPI_Comm_remote_group(c, &g) : PMPI_Comm_group(c, &g)) != MPI_SUCCESS) return ci;
+    int *out = world_ranks(g, &n);
     PMPI_Group_free(&g);
+    if (!out) return ci;
+    int identity = n == world_size;
+    for (int i = 0; i < n; i++) {
+        identity &= out[i] == i;
+        if (spans) *spans |= out[i] < 0;
+    }
+    ci->translated = 1;
+    ci->size = n;
+    if (identity) {
+        free(out);
+    } else {
+        ci->world = out;
+    }
     return ci;
 }
 
@@ -444,10 +487,10 @@ static ddlt_comm_info *comm_miss(MPI_Comm c) {
         int k = 0;
         while (k < n_pending && *pending[k].where != c) k++;
         if (k < n_pending) {
-            ci = new_info(c, pending[k].id, pending[k].known, 1);
+            ci = new_info(c, pending[k].id, pending[k].known, 1, NULL);
             pending[k] = pending[--n_pending];
         } else {
-            ci = new_info(c, DDLT_H(c), 0, 0);
+            ci = new_info(c, DDLT_H(c), 0, 0, NULL);
         }
         if (ci && !table_put(key, ci)) {
             free((void *)ci->world);
@@ -472,44 +515,55 @@ ddlt_comm_info *ddlt_comm(MPI_Comm comm) {
     return ci ? ci : comm_miss(comm);
 }
 
-/* An id of this rank's own, never made before by any rank: its world rank and its count. */
-static int64_t fresh_id(void) {
-    return DDLT_COMM_ID_BASE | (int64_t)world_rank << 32 | __atomic_fetch_add(&made, 1, __ATOMIC_RELAXED);
+/* An id of this rank's own, never made before by any rank: its world rank and its count; for a communicator that
+   spans worlds (whose world ranks and counts repeat in the other worlds), a hash of this process's tag and its count. */
+static int64_t fresh_id(int spans) {
+    uint32_t count = __atomic_fetch_add(&made, 1, __ATOMIC_RELAXED);
+    if (!spans) return DDLT_COMM_ID_BASE | (int64_t)world_rank << 32 | count;
+    return DDLT_COMM_ID_BASE | DDLT_COMM_HASHED_BIT
+           | (int64_t)(mix64(process_tag ^ mix64(count + 1ULL)) & (DDLT_COMM_HASHED_BIT - 1));
 }
 
-void ddlt_comm_made(MPI_Comm c) {
-    if (c == MPI_COMM_NULL || c == MPI_COMM_WORLD || c == MPI_COMM_SELF) return;
+/* The id of communicator c, agreed by its ranks (collective over c). */
+static int64_t agree_id(MPI_Comm c, int spans) {
     int inter = 0, rank = -1;
-    int64_t id = 0;
     PMPI_Comm_test_inter(c, &inter);
     PMPI_Comm_rank(c, &rank);
+    int64_t mine = rank == 0 ? fresh_id(spans) : 0, theirs = 0, ours = 0;
     if (!inter) { /* rank 0 makes it, tells the others */
-        id = rank == 0 ? fresh_id() : 0;
-        PMPI_Bcast(&id, 1, MPI_INT64_T, 0, c);
-    } else { /* each group's rank 0 makes one; the larger is the communicator's. An intercommunicator's
-                MPI_Allreduce gives each group the other group's: once for theirs, once for ours back */
-        int64_t mine = rank == 0 ? fresh_id() : 0, theirs = 0, ours = 0;
-        PMPI_Allreduce(&mine, &theirs, 1, MPI_INT64_T, MPI_MAX, c);
-        PMPI_Allreduce(&theirs, &ours, 1, MPI_INT64_T, MPI_MAX, c);
-        id = theirs > ours ? theirs : ours;
+        PMPI_Bcast(&mine, 1, MPI_INT64_T, 0, c);
+        return mine;
     }
-    ddlt_comm_info *ci = new_info(c, id, 1, 1);
-    if (!ci) return;
+    /* each group's rank 0 makes one; the larger is the communicator's. An intercommunicator's MPI_Allreduce gives
+       each group the other group's: once for theirs, once for ours back */
+    PMPI_Allreduce(&mine, &theirs, 1, MPI_INT64_T, MPI_MAX, c);
+    PMPI_Allreduce(&theirs, &ours, 1, MPI_INT64_T, MPI_MAX, c);
+    return theirs > ours ? theirs : ours;
+}
+
+int64_t ddlt_comm_made(MPI_Comm c) {
+    if (c == MPI_COMM_NULL || c == MPI_COMM_WORLD || c == MPI_COMM_SELF) return DDLT_NA64;
+    int spans = 0;
+    ddlt_comm_info *ci = new_info(c, 0, 1, 1, &spans);
+    int64_t id = agree_id(c, spans); /* (out of memory, ci NULL: this rank still takes part) */
+    if (!ci) return id;
+    ci->id = id;
     pthread_mutex_lock(&comm_lock);
     if (!table_put((intptr_t)DDLT_H(c), ci)) {
         free((void *)ci->world);
         free(ci);
     }
     pthread_mutex_unlock(&comm_lock);
+    return id;
 }
 
-void ddlt_comm_idup(MPI_Comm parent, MPI_Comm *newcomm) {
+int64_t ddlt_comm_idup(MPI_Comm parent, MPI_Comm *newcomm) {
     /* No communication may wait here (the call is non-blocking): the ranks of the parent make its idups in one
        order (MPI's rule for collectives), so its id and its count of them give the same id on each. */
     ddlt_comm_info *p = ddlt_comm(parent);
     uint64_t seq = __atomic_fetch_add(&p->idups, 1, __ATOMIC_RELAXED);
-    int64_t id = DDLT_COMM_ID_BASE | DDLT_COMM_IDUP_BIT
-                 | (int64_t)(mix64((uint64_t)p->id ^ mix64(seq + 1)) & (DDLT_COMM_IDUP_BIT - 1));
+    int64_t id = DDLT_COMM_ID_BASE | DDLT_COMM_HASHED_BIT
+                 | (int64_t)(mix64((uint64_t)p->id ^ mix64(seq + 1)) & (DDLT_COMM_HASHED_BIT - 1));
     pthread_mutex_lock(&comm_lock);
     if (n_pending == MAX_PENDING) { /* never used: the oldest goes */
         memmove(pending, pending + 1, (MAX_PENDING - 1) * sizeof *pending);
@@ -517,6 +571,7 @@ void ddlt_comm_idup(MPI_Comm parent, MPI_Comm *newcomm) {
     }
     pending[n_pending++] = (pending_idup){newcomm, id, p->known};
     pthread_mutex_unlock(&comm_lock);
+    return id;
 }
 
 void ddlt_comm_forget(MPI_Comm c) {
@@ -537,6 +592,39 @@ void ddlt_comm_forget(MPI_Comm c) {
     for (int k = 0; k < n_pending; k++)
         if (*pending[k].where == c) pending[k--] = pending[--n_pending];
     pthread_mutex_unlock(&comm_lock);
+}
+
+/* ---- matched probes' envelopes ----
+ *
+ * An MPI_Mrecv names no communicator, only the message a probe matched: the probe's communicator, flags and the world
+ * rank of its source are kept by message handle until the MPI_Mrecv takes them. A table of DDLT_ENVELOPES entries,
+ * one per handle's hash, under a lock (a handle whose entry a later probe's took reads as unknown). */
+#define DDLT_ENVELOPES 1024
+static ddlt_envelope envelopes[DDLT_ENVELOPES];
+static pthread_mutex_t envelope_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void envelopes_init(void) {
+    for (int i = 0; i < DDLT_ENVELOPES; i++) envelopes[i].message = DDLT_NA64;
+}
+
+void ddlt_probed(MPI_Message message, const MPI_Status *status, const ddlt_rec *r) {
+    int64_t key = DDLT_H(message);
+    pthread_mutex_lock(&envelope_lock);
+    envelopes[mix64((uint64_t)key) & (DDLT_ENVELOPES - 1)] = (ddlt_envelope){
+        key, r->comm, status->MPI_SOURCE, r->peer, (uint16_t)(r->flags & (DDLT_F_COMM_HANDLE | DDLT_F_PEER_IN_COMM))};
+    pthread_mutex_unlock(&envelope_lock);
+}
+
+ddlt_envelope ddlt_take_envelope(int64_t message) {
+    ddlt_envelope e = {DDLT_NA64, DDLT_NA64, -1, -1, 0};
+    pthread_mutex_lock(&envelope_lock);
+    ddlt_envelope *slot = &envelopes[mix64((uint64_t)message) & (DDLT_ENVELOPES - 1)];
+    if (slot->message == message) {
+        e = *slot;
+        slot->message = DDLT_NA64;
+    }
+    pthread_mutex_unlock(&envelope_lock);
+    return e;
 }
 
 /* Offset of rank 0's clock to ours, by SYNC_ROUNDS ping-pongs per rank, keeping the shortest round trip. */
@@ -615,12 +703,13 @@ static int64_t parse_test_offset(int rank) {
     return node;
 }
 
-/* This rank's record file, header written; 0 where it cannot be made (the rank then records nothing). */
-static int open_file(const char *dir) {
+/* This rank's record file, header written; 0 where it cannot be made (the rank then records nothing). A process
+   spawned by the job (spawned: it has a parent) is of another MPI world: its file is an extra one. */
+static int open_file(const char *dir, int spawned) {
     char path[4096];
     snprintf(path, sizeof path, "%s/rank-%05d.pmpi", dir, world_rank);
-    fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0 && errno == EEXIST) { /* another MPI world (a singleton the job started): keep it apart */
+    fd = spawned ? -1 : open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (spawned || (fd < 0 && errno == EEXIST)) { /* another MPI world (a singleton the job started): keep it apart */
         snprintf(path, sizeof path, "%s/extra-%05d-%d.pmpi", dir, world_rank, (int)getpid());
         fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     }
@@ -646,6 +735,7 @@ static int open_file(const char *dir) {
     hdr->main_tid = (int32_t)syscall(SYS_gettid);
     hdr->test_offset_ns = test_offset;
     hdr->features = DDLT_FEATURE_COMM_IDS | DDLT_FEATURE_WORLD_PEERS;
+    hdr->makers_hash = DDLT_MAKERS_HASH;
     gethostname(hdr->hostname, sizeof hdr->hostname - 1);
     int len = 0;
     char lib[MPI_MAX_LIBRARY_VERSION_STRING];
@@ -676,9 +766,12 @@ void ddlt_after_init(int64_t t0, int64_t t1, uint16_t fn, int ret) {
     PMPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     PMPI_Comm_size(MPI_COMM_WORLD, &world_size);
     comms_init();
+    envelopes_init();
     ddlt_active = 1;
     test_offset = parse_test_offset(world_rank);
-    if (open_file(dir)) {
+    MPI_Comm parent = MPI_COMM_NULL;
+    PMPI_Comm_get_parent(&parent);
+    if (open_file(dir, parent != MPI_COMM_NULL)) {
         ddlt_on = 1;
         ddlt_rec *r = ddlt_begin(fn);
         r->t0 = CLOCK_KIND ? t0 : t0 + test_offset;
@@ -686,6 +779,8 @@ void ddlt_after_init(int64_t t0, int64_t t1, uint16_t fn, int ret) {
     }
     if (PMPI_Comm_dup(MPI_COMM_WORLD, &sync_comm) != MPI_SUCCESS) sync_comm = MPI_COMM_NULL;
     clock_sync(0);
+    /* a spawned process: its parents agree the intercommunicator's id as MPI_Comm_spawn returns (the wrapper's) */
+    ddlt_comm_made(parent);
 }
 
 void ddlt_before_finalize(void) {

@@ -10,9 +10,12 @@ expressions, evaluated after the call, for the record's columns. In ``params``:
 
 The record's function id is the 1-based position in :data:`WRAPPERS` followed by :data:`PSEUDO`, the
 same for every MPI library, so a record file is read without the build that made it (see
-:func:`table_hash`). Categories (see ``ddltrace.timeline.CATEGORIES``): ``barrier`` for MPI_Barrier and
-MPI_Ibarrier; ``wait`` for Wait*/Test*, blocking receives and probes (time blocked on a peer's data);
-``comm`` for calls that move payload (sends, matched receives, collectives); ``other`` for Init/Finalize.
+:func:`table_hash`); the calls that make and free communicators (:data:`MAKERS`) take the ids after those
+(:func:`record_names`), checked by a hash of their own (:func:`makers_hash`), so that the call table's hash is that
+of the files written before they were recorded. Categories (see ``ddltrace.timeline.CATEGORIES``): ``barrier``
+for MPI_Barrier and MPI_Ibarrier; ``wait`` for Wait*/Test*, blocking receives and probes (time blocked on a peer's
+data); ``comm`` for calls that move payload (sends, matched receives, collectives); ``other`` for Init/Finalize (and
+:class:`Maker`'s own).
 """
 
 from __future__ import annotations
@@ -82,6 +85,8 @@ _FREE_STATUSES = "ddlt_unroom(ddlt_sts, ddlt_sts_local);"
 _DONE_ALL = "ddlt_done_all(ddlt_cp, ddlt_n, array_of_statuses, t1);"
 #: After a Waitany / Testany that completed one: its record.
 _DONE_ANY = "if (*indx >= 0 && *indx < ddlt_n) ddlt_done(ddlt_cp[*indx], status, t1);"
+#: After a matched probe that found a message: its envelope (communicator, source's world rank) for the MPI_Mrecv.
+_PROBED = "ddlt_probed(*message, status, r);"
 #: After a Waitsome / Testsome: a record for each request it completed.
 _DONE_SOME = "ddlt_done_some(ddlt_cp, ddlt_n, *outcount, array_of_indices, array_of_statuses, t1);"
 
@@ -133,17 +138,20 @@ WRAPPERS: tuple[Wrapper, ...] = (
     Wrapper("MPI_Mprobe", "int source, int tag, MPI_Comm comm, MPI_Message *message, MPI_Status *status", "wait",
             status="status", bytes="ret == MPI_SUCCESS ? ddlt_status_bytes(status, MPI_BYTE) : -1",
             peer="ret == MPI_SUCCESS ? status->MPI_SOURCE : source",
-            tag="ret == MPI_SUCCESS ? status->MPI_TAG : tag", request="DDLT_H(*message)"),
+            tag="ret == MPI_SUCCESS ? status->MPI_TAG : tag", request="DDLT_H(*message)", done=_PROBED),
     Wrapper("MPI_Improbe", "int source, int tag, MPI_Comm comm, int *flag, MPI_Message *message, "
             "MPI_Status *status", "wait", status="status", flag="flag",
             bytes="ret == MPI_SUCCESS && *flag ? ddlt_status_bytes(status, MPI_BYTE) : -1",
             peer="ret == MPI_SUCCESS && *flag ? status->MPI_SOURCE : source",
             tag="ret == MPI_SUCCESS && *flag ? status->MPI_TAG : tag",
-            request="ret == MPI_SUCCESS && *flag ? DDLT_H(*message) : DDLT_NA64"),
+            request="ret == MPI_SUCCESS && *flag ? DDLT_H(*message) : DDLT_NA64", done=f"if (*flag) {_PROBED}"),
+    # the communicator and the source's world rank come from the probe that matched the message (its envelope)
     Wrapper("MPI_Mrecv", "void *buf, COUNT count, MPI_Datatype datatype, MPI_Message *message, MPI_Status *status",
-            "comm", large=True, status="status", comm=None, pre="int64_t ddlt_msg = DDLT_H(*message);",
+            "comm", large=True, status="status", comm=None,
+            pre="int64_t ddlt_msg = DDLT_H(*message); ddlt_envelope ddlt_env = ddlt_take_envelope(ddlt_msg);",
+            known="ddlt_set_envelope(r, &ddlt_env);",
             bytes="ret == MPI_SUCCESS ? ddlt_status_bytes(status, datatype) : -1",
-            peer="ret == MPI_SUCCESS ? status->MPI_SOURCE : DDLT_NA32",
+            peer="ret == MPI_SUCCESS ? ddlt_envelope_peer(&ddlt_env, status->MPI_SOURCE) : DDLT_NA32",
             tag="ret == MPI_SUCCESS ? status->MPI_TAG : DDLT_NA32", request="ddlt_msg"),
     # the message handle read before the call (it sets *message to MPI_MESSAGE_NULL) goes to aux: records.py gives
     # the row the communicator, source and tag of the probe that returned that handle
@@ -301,23 +309,27 @@ def table_hashes(having: str | None = None) -> frozenset[int]:
 
 @dataclass(frozen=True)
 class Maker:
-    """An MPI call that makes or frees communicators. Not recorded (it has no record id, so the call table and its
-    hash are those of the files before): its wrapper keeps the runtime's table from handle to communicator id.
+    """An MPI call that makes or frees communicators: its wrapper keeps the runtime's table from handle to
+    communicator id, and records the call (ids after the call table's, :func:`record_names`): its ``comm`` the id of
+    the communicator made (none where MPI_COMM_NULL was), or freed; its time is MPI time.
 
     ``kind``: "made", after a call that made ``*new`` (MPI_COMM_NULL: none), the new communicator's ranks agree its
-    id (an 8-byte MPI_Bcast from its rank 0; two 8-byte MPI_Allreduce for an intercommunicator) and note their
-    world ranks; "idup", MPI_Comm_idup (non-blocking: no communication), its id from the parent's and the parent's
-    count of idups, taken when it is first used; "free", before the call, the communicator ``*new`` is forgotten
-    (its handle, made again, gets the new one's id).
+    id (an 8-byte MPI_Bcast from its rank 0; two 8-byte MPI_Allreduce for an intercommunicator: across MPI worlds
+    for MPI_Comm_spawn, connect / accept and join, whose spawned processes take part from their MPI_Init) and note
+    their world ranks; "idup", MPI_Comm_idup (non-blocking: no communication), its id from the parent's and the
+    parent's count of idups, taken when it is first used; "free", before the call, the communicator ``*new`` is
+    forgotten (its handle, made again, gets the new one's id). ``category``: the timeline's, ``barrier`` for the
+    collectives that make one (every rank waits there for the last), ``wait`` for those that wait for another job
+    (connect, accept, join), ``other`` for starting processes (spawn) and for a local free.
 
-    Communicators made otherwise (MPI_Comm_get_parent, MPI_Comm_connect / accept / join, MPI_Comm_spawn, the MPI-4
-    ``_from_group`` calls) keep their handle, and their peers their rank in them: records flagged (runtime.h
-    DDLT_F_COMM_HANDLE, DDLT_F_PEER_IN_COMM)."""
+    A communicator the wrapper did not see made (around it, by ``PMPI_`` calls) keeps its handle, and its peers their
+    rank in it: records flagged (runtime.h DDLT_F_COMM_HANDLE, DDLT_F_PEER_IN_COMM)."""
 
     name: str
     params: str
     new: str
     kind: str = "made"  # made | idup | free
+    category: str = "barrier"
 
 
 MAKERS: tuple[Maker, ...] = (
@@ -345,6 +357,37 @@ MAKERS: tuple[Maker, ...] = (
     Maker("MPI_Intercomm_create", "MPI_Comm local_comm, int local_leader, MPI_Comm peer_comm, int remote_leader, "
           "int tag, MPI_Comm *newintercomm", "newintercomm"),
     Maker("MPI_Intercomm_merge", "MPI_Comm intercomm, int high, MPI_Comm *newintracomm", "newintracomm"),
-    Maker("MPI_Comm_free", "MPI_Comm *comm", "comm", "free"),
+    Maker("MPI_Comm_create_from_group", "MPI_Group group, const char *stringtag, MPI_Info info, "
+          "MPI_Errhandler errhandler, MPI_Comm *newcomm", "newcomm"),
+    Maker("MPI_Intercomm_create_from_groups", "MPI_Group local_group, int local_leader, MPI_Group remote_group, "
+          "int remote_leader, const char *stringtag, MPI_Info info, MPI_Errhandler errhandler, "
+          "MPI_Comm *newintercomm", "newintercomm"),
+    Maker("MPI_Comm_spawn", "const char *command, char *argv[], int maxprocs, MPI_Info info, int root, "
+          "MPI_Comm comm, MPI_Comm *intercomm, int array_of_errcodes[]", "intercomm", category="other"),
+    Maker("MPI_Comm_spawn_multiple", "int count, char *array_of_commands[], char **array_of_argv[], "
+          "const int array_of_maxprocs[], const MPI_Info array_of_info[], int root, MPI_Comm comm, "
+          "MPI_Comm *intercomm, int array_of_errcodes[]", "intercomm", category="other"),
+    Maker("MPI_Comm_accept", "const char *port_name, MPI_Info info, int root, MPI_Comm comm, MPI_Comm *newcomm",
+          "newcomm", category="wait"),
+    Maker("MPI_Comm_connect", "const char *port_name, MPI_Info info, int root, MPI_Comm comm, MPI_Comm *newcomm",
+          "newcomm", category="wait"),
+    Maker("MPI_Comm_join", "int fd, MPI_Comm *intercomm", "intercomm", category="wait"),
+    Maker("MPI_Comm_free", "MPI_Comm *comm", "comm", "free", "other"),
     Maker("MPI_Comm_disconnect", "MPI_Comm *comm", "comm", "free"),
 )
+
+
+def record_names() -> list[str]:
+    """Names by record id - 1: :func:`names`, then the calls that make and free communicators (:data:`MAKERS`)."""
+    return names() + [m.name for m in MAKERS]
+
+
+def record_categories() -> list[str]:
+    """Category by record id - 1 (same order as :func:`record_names`)."""
+    return categories() + [m.category for m in MAKERS]
+
+
+def makers_hash() -> int:
+    """CRC32 of :data:`MAKERS`' names in id order: the record file's header carries it, the reader checks it where
+    the file holds their records (the call table's hash, :func:`table_hash`, leaves them out)."""
+    return zlib.crc32("\n".join(m.name for m in MAKERS).encode())
