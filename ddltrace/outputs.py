@@ -7,6 +7,8 @@ disk or the folder refuses.
 - :func:`output_folder` builds a folder's files in a temporary sibling and moves them into place only when every
   one is written: a failed or interrupted write (a full disk) leaves neither partial files nor an empty folder.
 - :func:`write_file` writes one file's bytes through to the disk.
+- :func:`save_measured` writes a file of measurements atomically; where the disk refuses, it keeps them in the
+  system's temporary folder and names that file in its one line (minutes of measuring are not lost).
 - :func:`refused` turns the ``OSError`` of a write into the :class:`DdltraceError` line naming the output, in the
   system's words (:func:`os_reason`, also for pyarrow's errors).
 """
@@ -155,3 +157,29 @@ def write_file(path: Path, data: bytes) -> None:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def save_measured(path: str | os.PathLike, text: str, what: str) -> Path:
+    """Write ``text`` to ``path`` atomically (a temporary file beside it, renamed into place). Where that fails,
+    nothing is left beside ``path``; ``text`` is written to a new file in the system's temporary folder and the
+    :class:`DdltraceError` names both: measurements that took minutes are not lost to a read-only or full disk."""
+    path = Path(path)
+    tmp = temporary_beside(path)
+    try:
+        try:
+            write_file(tmp, text.encode())
+            os.replace(tmp, path)
+            return path
+        finally:
+            with contextlib.suppress(OSError):  # (missing or read-only: unlink fails with EROFS, not ENOENT)
+                tmp.unlink()
+    except OSError as exc:
+        reason = os_reason(exc)
+    try:
+        fd, kept = tempfile.mkstemp(prefix=f"ddltrace-{path.stem}-", suffix=path.suffix or ".json")
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+    except OSError as exc:
+        raise DdltraceError(f"{path}: cannot write {what} ({reason}); nor keep it in the temporary folder "
+                            f"({os_reason(exc)}): what was measured is lost") from None
+    raise DdltraceError(f"{path}: cannot write {what} ({reason}); what was measured is kept in {kept}")

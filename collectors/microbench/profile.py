@@ -96,16 +96,12 @@ def problems(profile: dict) -> list[str]:
 
 
 def save(profile: dict, path: str | os.PathLike) -> Path:
-    """Write ``profile`` as JSON (atomically); DdltraceError naming the path if it cannot be written."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        tmp.write_text(json.dumps(profile, indent=1, sort_keys=False, allow_nan=False) + "\n")
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise DdltraceError(f"{path}: cannot write the profile ({exc.strerror or exc})") from exc
-    return path
+    """Write ``profile`` as JSON (atomically); where it cannot be written, DdltraceError naming the path and the
+    file in the temporary folder that keeps the profile (:func:`ddltrace.outputs.save_measured`)."""
+    from ddltrace.outputs import save_measured
+
+    text = json.dumps(profile, indent=1, sort_keys=False, allow_nan=False) + "\n"
+    return save_measured(path, text, "the profile")
 
 
 def load(path: str | os.PathLike) -> dict:

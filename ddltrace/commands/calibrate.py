@@ -128,10 +128,13 @@ def run(args) -> int:
               "relative uncertainties in quadrature (where A or B is 0: |B - A| above twice the two uncertainties in "
               "quadrature)")
         return 0
-    from ddltrace.outputs import json_with_keys, refuse_other_file
+    from pathlib import Path
+
+    from ddltrace.outputs import check_writable, json_with_keys, refuse_other_file
 
     refuse_other_file(args.out, "a hardware profile",  # before the measurements, not after them
                       lambda path: json_with_keys(path, ("format", "constants", "machine")))
+    check_writable(Path(args.out).parent, "a hardware profile")
     progress = _Progress(quiet=args.quiet)
     opts = suite.Options(quick=args.quick, sections=suite.parse_sections(args.only), peer=args.peer,
                          disk_path=args.disk_path, disk_bytes=args.disk_size * 2**20 if args.disk_size else None,
@@ -212,11 +215,12 @@ def run_conv_algorithms(args) -> int:
     batches = sorted(set(parse_int_list(args.batches, "--batches"))) if args.batches else [1, 2, 4, 8]
     from pathlib import Path
 
-    from ddltrace.outputs import json_with_keys, refuse_other_file
+    from ddltrace.outputs import check_writable, json_with_keys, refuse_other_file
 
     out = args.out or f"{Path(args.dnn).stem}-algorithms.json"
     refuse_other_file(out, "a DNN description with algorithm tables",
                       lambda path: json_with_keys(path, ("format", "layers", "algorithm_tables")))
+    check_writable(Path(out).parent, "a DNN description with algorithm tables")
     from ddltrace.collectors.microbench import conv_algorithms
 
     progress = _LayerProgress(quiet=args.quiet)
