@@ -703,15 +703,16 @@ def test_rocprofv3_kernels_per_lane(folder, runs):
 
 
 def _kineto_ranks(folder, runs) -> tuple[dict, dict]:
-    """(import's run, {rank: the file's trace}) of a folder of two or more Kineto files, each naming its rank."""
+    """(import's run, {rank: the file's trace, its path and world size}) of a folder of two or more Kineto files,
+    each naming its rank and world size in ``distributedInfo``."""
     files = _trace_files(folder) if folder is not None else []
     if len(files) < 2 or not all(f.name.endswith((".json", ".json.gz")) for f in files):
         pytest.skip("not a folder of several Chrome-family JSON files")
     run = runs(folder)
     if TraceStore.open(run["store"]).manifest.get("run", {}).get("framework") != "kineto":
         pytest.skip("not Kineto")
-    traces = {_json(f)["distributedInfo"]["rank"]: {**_chrome(f), "file": f} for f in files}
-    return run, traces
+    infos = {f: _json(f)["distributedInfo"] for f in files}
+    return run, {info["rank"]: {**_chrome(f), "file": f, "world_size": info["world_size"]} for f, info in infos.items()}
 
 
 @pytest.mark.parametrize("folder", FOLDERS)
@@ -729,7 +730,8 @@ def test_kineto_ranks_events(folder, runs):
     assert sum(kept for _read, kept in per_file.values()) + sum(dropped.values()) == \
         sum(t["phases"]["X"] for t in traces.values())
     info = json.loads(run["info --json"][1])
-    assert info["world_size"] == {_json(t["file"])["distributedInfo"]["world_size"] for t in traces.values()}.pop()
+    (world_size,) = {t["world_size"] for t in traces.values()}
+    assert info["world_size"] == world_size
 
 
 @pytest.mark.parametrize("folder", FOLDERS)
