@@ -4,6 +4,8 @@ A store made across nodes (``ddltrace run --launcher``) holds each node's machin
 named ``NAME@HOST`` (collectors/node_agent.py); a single-node store holds them as ``NAME``, for the one host
 of its run. Per node, over the samples its sampler took (the job's span on that node):
 
+- ``samples``: how many samples the node's sampler took, the most of any one of its series (before 2026-11-26 the
+  count of ``cpu_percent`` samples alone: 0 beside a memory peak of 30 samples where a node had none);
 - ``cpu_percent``: mean of the machine's CPU use, all cores, 0-100 %;
 - ``mem_peak_bytes``: the largest ``mem_used_bytes`` (total minus available memory), bytes;
 - ``sent_bytes`` / ``recv_bytes``: bytes sent / received on all its interfaces but loopback from the sampler's
@@ -76,7 +78,7 @@ def per_node(machine: pa.Table, hosts: list[str]) -> list[NodeRow]:
             if found and found.group(1) != "lo" and len(samples):
                 total[found.group(2)] = (total[found.group(2)] or 0.0) + float(samples[-1])
         job_cpu, job_rss = by.get("job_cpu_percent"), by.get("job_rss_bytes")
-        rows.append(NodeRow(host, int(len(cpu)) if cpu is not None else 0,
+        rows.append(NodeRow(host, max(len(samples) for samples in by.values()),
                             float(cpu.mean()) if cpu is not None and len(cpu) else None,
                             float(mem.max()) if mem is not None and len(mem) else None, total["sent"], total["recv"],
                             float(job_cpu.mean()) if job_cpu is not None and len(job_cpu) else None,

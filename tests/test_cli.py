@@ -253,3 +253,19 @@ def test_info_gives_the_jobs_own_cpu_and_memory_beside_the_machines(tmp_path, ca
     assert main(["info", str(tmp_path / "s"), "--json"]) == 0
     (node,) = json.loads(capsys.readouterr().out)["nodes"]
     assert (node["job_cpu_percent"], node["job_rss_peak_bytes"]) == (34.5, 1e9)
+
+
+def test_info_counts_a_nodes_samples_where_it_sampled_no_cpu(tmp_path, capsys):
+    """The bundled sample store's node sampled memory 30 times and CPU never: its ``samples`` read 0 beside a
+    memory peak of those 30 samples (QA s20: only ``cpu_percent`` samples were counted). Checked against the file."""
+    import make_sample_store
+    import pyarrow.parquet as pq
+
+    make_sample_store.main([str(tmp_path / "tiny")])
+    machine = pq.read_table(tmp_path / "tiny" / "counters" / "machine.parquet").to_pandas()
+    per_series = machine.groupby("name").size()
+    assert "cpu_percent" not in per_series.index and per_series.max() == 30
+    capsys.readouterr()
+    assert main(["info", str(tmp_path / "tiny"), "--json"]) == 0
+    (node,) = json.loads(capsys.readouterr().out)["nodes"]
+    assert node["samples"] == per_series.max() and node["mem_peak_bytes"] == machine["value"].max()
