@@ -46,8 +46,9 @@ SERIAL = {
     "test_run_cluster_node_killed", "test_run_cluster_process", "test_slow_link", "test_slow_node",
     "test_slow_node_cluster",
     # cgroups, loop disks, calibrations and the predictions made from them
-    "test_calibrate", "test_disk_throttle", "test_microbench", "test_model_cpu_shares", "test_model_init_on_b",
-    "test_model_transfer", "test_model_transfer_share", "test_new_hardware", "test_new_hardware_b_runs",
+    "test_calibrate", "test_conv_algorithms_fields", "test_disk_throttle", "test_microbench",
+    "test_model_cpu_shares", "test_model_init_on_b", "test_model_transfer", "test_model_transfer_share",
+    "test_new_hardware", "test_new_hardware_b_runs",
     "test_quota_stretches",
     # real jobs and what they measure, signals
     "test_detectors", "test_faults", "test_frameworks_bootstrap", "test_interrupted_shares", "test_pmpi",
