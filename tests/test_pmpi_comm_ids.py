@@ -277,13 +277,18 @@ def test_a_file_written_before_reads_as_handles(mpich_made, tmp_path):
 
 
 def test_the_makers_leave_the_call_table_as_it_was():
-    """The wrappers of the calls that make communicators record nothing: no record id, so the table's hash (the
-    files' check) is unchanged; each is generated only where the library exports it."""
-    made = {m.name for m in pmpi_table.MAKERS}
-    assert {"MPI_Comm_dup", "MPI_Comm_split", "MPI_Comm_idup", "MPI_Intercomm_create", "MPI_Comm_free"} <= made
-    assert not made & set(pmpi_table.names())
+    """The calls that make communicators are recorded with ids after the call table's (record_names), which they
+    leave as it was, so its hash (the files' check) is unchanged; each is generated only where the library exports
+    it."""
+    made = [m.name for m in pmpi_table.MAKERS]
+    assert {"MPI_Comm_dup", "MPI_Comm_split", "MPI_Comm_idup", "MPI_Intercomm_create", "MPI_Comm_free",
+            "MPI_Comm_spawn", "MPI_Comm_connect", "MPI_Comm_join", "MPI_Comm_create_from_group"} <= set(made)
+    assert not set(made) & set(pmpi_table.names())
+    assert pmpi_table.record_names() == pmpi_table.names() + made
     source = generate({"PMPI_Comm_split", "PMPI_Comm_free", "PMPI_Send"})
+    split_id = pmpi_table.record_names().index("MPI_Comm_split") + 1
     assert "int MPI_Comm_split(" in source and "ddlt_comm_made(*newcomm)" in source
+    assert f"ddlt_begin({split_id})" in source and split_id > len(pmpi_table.names())
     assert "int MPI_Comm_free(" in source and "ddlt_comm_forget(*comm)" in source
     assert "int MPI_Comm_dup(" not in source and "int MPI_Comm_idup(" not in source
     assert "ddlt_set_comm(r, ddlt_ci)" in source and "DDLT_PEER(dest)" in source
