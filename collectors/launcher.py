@@ -51,6 +51,7 @@ from ddltrace.merged_manifest import no_record_note
 from ddltrace.options import SAMPLE_HZ
 from ddltrace.outputs import os_reason
 from ddltrace.store import StoreLock, TraceStore, building, publish, verify_written
+from ddltrace.summary import ended_first
 from ddltrace.timeline import make_counters, make_timeline
 from ddltrace.units import format_ns
 
@@ -598,6 +599,7 @@ def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_co
     ranks: dict[int, str] = {}
     seen_after: dict[int, int] = {}  # rank: ns it was seen alive after its last call (_alive_after_last_call)
     calls = 0
+    firsts: list[int] = []  # each rank's first event but py-spy's samples: where the store's time span starts
     framework_of = {fw_ranks[i]: part for i, part in enumerate(fw_parts)}
     progress.total = sum(len(rr.records) for rr in rank_records)
     progress.t_writing = time.monotonic()
@@ -616,6 +618,8 @@ def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_co
             part = framework_of.pop(rr.rank)
             timeline = make_timeline(pd.concat([timeline, part.timeline.assign(rank=rr.rank)], ignore_index=True))
             info = {f"framework_{k}": v for k, v in part.info.items() if k not in ("pid", "host")}
+        if len(timeline):
+            firsts.append(int(timeline["start_ns"].min()))
         timeline = _with_stacks(timeline, node_stacks.get(rr.rank, stacks.get(rr.pid)), rr.rank)
         how = _mpi_ended(rr, timeline, interrupted_ns)
         store.add_rank(rr.rank, timeline, counters.get(rr.rank), save=False, host=rr.host, pid=rr.pid,
@@ -624,6 +628,8 @@ def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_co
         progress.done += len(rr.records)
     ended = ("unknown" if exit_code is None else "normal" if exit_code >= 0 and not interrupted else "abrupt")
     for rank, part in sorted(framework_of.items()):
+        if len(part.timeline):
+            firsts.append(int(part.timeline["start_ns"].min()))
         timeline = _with_stacks(part.timeline.assign(rank=rank).astype({"rank": "int32"}), stacks.get(part.pid), rank)
         fw_counters = part.counters.assign(rank=rank).astype({"rank": "int32"}) if part.counters is not None else None
         sampled = counters.get(rank)
@@ -663,7 +669,8 @@ def _write(cfg, path, mpi, rank_records, cmd, flavour, start_ns, end_ns, exit_co
     if missing:
         notes.append(no_record_note(missing, world, mpi, run.get("missing_nodes")))
     if interrupted:
-        notes.append(_interrupted_note(ranks, interrupted_ns, start_ns))
+        first = int(min(firsts)) if firsts else (start_ns if process_ranks or not (mpi or fw_parts) else None)
+        notes.append(_interrupted_note(ranks, interrupted_ns, start_ns, first))
     if seen_after:
         notes.append(f"rank {_rank_list(sorted(seen_after))} ended abruptly outside any MPI call: the time from "
                      "its last call to the last sample that saw its process alive (up to "
@@ -738,10 +745,18 @@ def _mpi_ended(rr: RankRecords, timeline: pd.DataFrame, interrupted_ns: int | No
     return ENDED_BY_INTERRUPT if len(finalize) and int(finalize.min()) >= interrupted_ns else rr.ended
 
 
-def _interrupted_note(ranks: dict[int, str], interrupted_ns: int | None, start_ns: int) -> str:
-    """The store's note on an interrupted run: when the interrupt came, and how its ranks ended (``ranks``: rank:
-    ended), each group named."""
-    when = f" {format_ns(interrupted_ns - start_ns)} after the start" if interrupted_ns is not None else ""
+def _interrupted_note(ranks: dict[int, str], interrupted_ns: int | None, start_ns: int,
+                      span_start_ns: int | None = None) -> str:
+    """The store's note on an interrupted run: when the interrupt came, after ``start_ns`` (ddltrace's launch of the
+    job) and into the store's time span (which starts at ``span_start_ns``, the first event: ``info``'s time span),
+    and how its ranks ended (``ranks``: rank: ended), each group named."""
+    when = ""
+    if interrupted_ns is not None:
+        when = f" {format_ns(interrupted_ns - start_ns)} after the start (ddltrace's launch of the job)"
+        if span_start_ns is not None:
+            into = interrupted_ns - span_start_ns
+            when += (f", {format_ns(into)} into the store's time span" if into >= 0 else
+                     f", {format_ns(-into)} before the store's time span (its first event)")
     said = {"normal": "MPI_Finalize began before the interrupt (work done): ended normal",
             ENDED_BY_INTERRUPT: "MPI_Finalize began after the interrupt (on the way out of the stopped job): "
                                 f"ended {ENDED_BY_INTERRUPT}",
@@ -865,6 +880,10 @@ def _with_stacks(timeline: pd.DataFrame, stack_rows: pd.DataFrame | None, rank: 
 
 
 def summary_line(result: RunResult) -> str:
+    """``run``'s last line: the store, its ranks and how they ended, the job's MPI calls, the time from ddltrace's
+    launch of the job to its exit (not the store's time span, first event to last: ``info``'s), the exit code; where
+    a rank ended abruptly, what the records say of which rank ended first and which ended inside a call
+    (:func:`~ddltrace.summary.ended_first`)."""
     stopped = sorted(r for r, how in result.ranks.items() if how == ENDED_BY_INTERRUPT)
     abrupt = sorted(r for r, how in result.ranks.items() if how not in ("normal", ENDED_BY_INTERRUPT))
     normal = len(result.ranks) - len(abrupt) - len(stopped)
@@ -875,8 +894,12 @@ def summary_line(result: RunResult) -> str:
         said.append(f"{len(abrupt)} abruptly ({', '.join(map(str, abrupt[:8]))}{'...' if len(abrupt) > 8 else ''})")
     ended = ", ".join(said)
     exit_code = "unknown" if result.exit_code is None else result.exit_code
+    # (a recovery without the job's end: its last call recorded instead, _gather)
+    until = "exit" if result.exit_code is not None else "the last call recorded"
+    first = ended_first(result.store) if abrupt else None
+    evidence = f"; {first.text()}" if first is not None and first.text() else ""
     return (f"ddltrace: wrote {result.store.path}: {len(result.ranks)} ranks ({ended}), {result.calls:,} MPI calls, "
-            f"{format_ns(result.elapsed_ns)}, exit code {exit_code}")
+            f"{format_ns(result.elapsed_ns)} from launch to {until}, exit code {exit_code}{evidence}")
 
 
 def _step_range(value) -> bool:

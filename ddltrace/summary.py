@@ -15,6 +15,7 @@ then its way out) is its ``after_stop_ns``, in no category, as ``analyze`` leave
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -30,7 +31,8 @@ from ddltrace.analyses.segments import (
     untraced_gap,
 )
 from ddltrace.arrow_timeline import CATEGORIES, codes_of, values_of
-from ddltrace.store import TraceStore
+from ddltrace.store import StoreError, TraceStore
+from ddltrace.units import format_ns
 
 
 @dataclass
@@ -90,6 +92,8 @@ class StoreSummary:
     unlisted: dict[int, str] = field(default_factory=dict)
     #: the manifest's ``workload`` entry: the shipped job's configuration (``ddltrace run`` records it)
     workload: dict = field(default_factory=dict)
+    #: where a rank ended abruptly: which rank's records end first (:func:`ended_first`)
+    ended_first: EndedFirst | None = None
 
     @property
     def span_ns(self) -> int:
@@ -106,6 +110,7 @@ class StoreSummary:
         for rank, summary in zip(out["ranks"], self.ranks, strict=True):
             rank["span_ns"] = summary.span_ns
             rank["after_stop_ns"] = summary.after_stop_ns
+        out["ended_first"] = self.ended_first.to_dict() if self.ended_first is not None else None
         return out
 
 
@@ -214,4 +219,183 @@ def summarize(store: TraceStore) -> StoreSummary:
         damaged=dict(store.damaged),
         unlisted={r: why for r, why in store.missing().items() if r not in store.damaged},
         workload=store.manifest.get("workload") if isinstance(store.manifest.get("workload"), dict) else {},
+        ended_first=ended_first(store),
     )
+
+
+#: Below this gap (ns) between two ranks' last records, beyond their clocks' uncertainty, the records do not tell
+#: which rank ended first: ranks leave one collective within microseconds to about a millisecond of each other, so
+#: ranks stopped together (a job killed at once, every rank in its own code) have last records that close.
+APART_NS = 1_000_000
+
+
+@dataclass
+class RankEnd:
+    """Where a rank's records end: ``last_ns`` (common clock), the latest time they show the rank alive: the end of
+    its last record, or, for a call it was inside when it stopped (``open_calls``: the store's row of it lasts to the
+    job's end, an upper bound), that call's entry; ``host`` and ``ended`` from its manifest entry."""
+
+    rank: int
+    last_ns: int
+    open_calls: list[str]
+    ended: str | None = None
+    host: str | None = None
+
+
+@dataclass
+class EndedFirst:
+    """What a store's records say of which rank ended first, where a rank ended abruptly (:func:`ended_first`):
+    ``ranks`` each rank's :class:`RankEnd`, earliest first; ``first``: the rank whose records end first, where
+    ``ahead_ns`` (the gap to the next rank's last record) is above ``apart_ns`` (:data:`APART_NS` plus the two ranks'
+    clock uncertainty and any drift the clocks were measured to have), else None and ``together`` names the ranks whose
+    last records are within ``apart_ns`` of the earliest; ``stop_ns``: where an interrupted job was stopped; where
+    every rank's records run to the stop or past it (``after_stop``) none is singled out: they ended on their way out
+    of the stopped job."""
+
+    ranks: list[RankEnd]
+    first: int | None
+    ahead_ns: int | None
+    apart_ns: int
+    clock_ns: int
+    together: list[int] = field(default_factory=list)
+    stop_ns: int | None = None
+    #: the job was stopped (an interrupt) before every rank's last record: none ended first before the stop
+    after_stop: bool = False
+
+    def inside(self) -> dict[tuple[str, ...], list[int]]:
+        """The ranks that ended inside MPI calls, by the calls (the collector's own clock sync left out where the
+        rank was inside another)."""
+        by_calls: dict[tuple[str, ...], list[int]] = {}
+        for r in sorted(self.ranks, key=lambda r: r.rank):
+            calls = [c for c in r.open_calls if c != "ddltrace_clock_sync"] or r.open_calls
+            if calls:
+                by_calls.setdefault(tuple(dict.fromkeys(calls)), []).append(r.rank)
+        return by_calls
+
+    def text(self) -> str:
+        """The evidence in words: which rank's records end first and by how much, inside or outside a call; or that
+        none can be singled out; then the ranks that ended inside calls."""
+        said = []
+        if self.first is not None:
+            first = next(r for r in self.ranks if r.rank == self.first)
+            where = (f"inside {', '.join(dict.fromkeys(first.open_calls))} (entered then, never left)"
+                     if first.open_calls else "outside any MPI call (it died after its last record, when is not "
+                     "recorded)")
+            said.append(f"rank {first.rank}'s records end first, {format_ns(self.ahead_ns)} before any other "
+                        f"rank's, {where}")
+        elif self.after_stop:
+            said.append("every rank's records run to the stop (the interrupt) or past it: none ended before it")
+        elif len(self.together) > 1:
+            said.append(f"the last records of rank {_ranks(self.together)} end within {format_ns(self.apart_ns)} of "
+                        f"each other ({format_ns(APART_NS)}, the spread of ranks leaving one collective, plus the "
+                        f"clocks' uncertainty, {format_ns(self.clock_ns)}): none can be singled out as the first to "
+                        "end")
+        for calls, ranks in self.inside().items():
+            if ranks != [self.first]:
+                said.append(f"rank {_ranks([r for r in ranks if r != self.first])} ended inside {', '.join(calls)}")
+        return "; ".join(said)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "inside": [{"calls": list(c), "ranks": r} for c, r in self.inside().items()],
+                "text": self.text()}
+
+
+def _ranks(ranks: list[int], shown: int = 8) -> str:
+    return ", ".join(map(str, ranks[:shown])) + (f" and {len(ranks) - shown} more" if len(ranks) > shown else "")
+
+
+def records_end(table: pa.Table, open_calls: list[str]) -> int | None:
+    """Where a rank's records (``table``, its timeline) show it alive last (:class:`RankEnd`): the end of its last
+    row, but a call it was inside when it stopped (``open_calls``: the rows of those names that end last, at the
+    job's end, as the collector made them) counts at its entry; py-spy's samples are no record of the rank's own."""
+    if not table.num_rows:
+        return None
+    sources, source_names = codes_of(table.column("source"))
+    starts = values_of(table.column("start_ns"))[0].astype(np.int64, copy=False)
+    ends = starts + values_of(table.column("dur_ns"))[0].astype(np.int64, copy=False)
+    keep = sources != (source_names.index(SAMPLED_STACKS) if SAMPLED_STACKS in source_names else -2)
+    if not keep.any():
+        return None
+    starts, ends, sources = starts[keep], ends[keep], sources[keep]
+    if not open_calls:
+        return int(ends.max())
+    names, name_list = codes_of(table.column("name"))
+    names = names[keep]
+    wanted = [i for i, n in enumerate(name_list) if n in open_calls]
+    pmpi = source_names.index("pmpi") if "pmpi" in source_names else -2
+    open_rows = np.isin(names, wanted) & (sources == pmpi) & (ends == ends.max())
+    if not open_rows.any():
+        return int(ends.max())
+    return int(max(starts[open_rows].max(), ends[~open_rows].max() if (~open_rows).any() else 0))
+
+
+def _clock_bound(clock: dict, rank: int) -> int:
+    """The most rank ``rank``'s offset onto the common clock can be wrong by (ns): its largest uncertainty in the
+    store's clock entry, else the entry's largest of any rank, else 0 (one clock)."""
+    found = [table.get(str(rank)) for key in ("uncertainty_ns", "finalize_uncertainty_ns", "framework_uncertainty_ns")
+             if isinstance(table := clock.get(key), dict)]
+    found = [v for v in found if isinstance(v, int) and not isinstance(v, bool) and v >= 0]
+    if found:
+        return max(found)
+    every = [v for key in ("uncertainty_ns", "finalize_uncertainty_ns", "framework_uncertainty_ns")
+             if isinstance(table := clock.get(key), dict) for v in table.values()
+             if isinstance(v, int) and not isinstance(v, bool) and v >= 0]
+    return max(every, default=0)
+
+
+def _drift_ppm(clock: dict) -> float:
+    """The largest drift (ppm) measured between any two clocks of the store (ranks' or nodes'), 0 where none was."""
+    found = [abs(v) for key in ("drift_ppm", "node_drift_ppm") if isinstance(table := clock.get(key), dict)
+             for v in table.values() if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
+    return max(found, default=0.0)
+
+
+def ended_first(store: TraceStore) -> EndedFirst | None:
+    """Which rank's records end first (:class:`EndedFirst`), where at least one rank ended abruptly and two ranks hold
+    records (None elsewhere). Read from each rank's manifest entry (``ended``, ``open_calls``, ``end_ns``) and, for a
+    rank that ended inside a call, its timeline; the clock entry gives the uncertainty. A rank's records end at its
+    last call's exit (or its last call's entry, when it never left it), not at its death: the words say so."""
+    infos = {}
+    for rank in store.ranks:
+        info = store.rank_info(rank)
+        infos[rank] = info if isinstance(info, dict) else {}
+    if not any(info.get("ended") == "abrupt" for info in infos.values()):
+        return None
+    ends = []
+    for rank, info in infos.items():
+        calls = info.get("open_calls")
+        calls = [str(c) for c in calls] if isinstance(calls, list) else []
+        last = info.get("end_ns")
+        if calls or not isinstance(last, int) or isinstance(last, bool):
+            try:
+                last = records_end(next(iter(store.iter_timeline_tables([rank])))[1], calls)
+            except (StoreError, StopIteration):
+                last = None
+        if last is not None:
+            host = info.get("host")
+            ends.append(RankEnd(rank, int(last), calls, info.get("ended"), host if isinstance(host, str) else None))
+    if len(ends) < 2:
+        return None
+    ends.sort(key=lambda r: (r.last_ns, r.rank))
+    clock = store.manifest.get("clock") if isinstance(store.manifest.get("clock"), dict) else {}
+    starts = [v for info in infos.values() if isinstance(v := info.get("start_ns"), int)]
+    origin = min(starts, default=ends[0].last_ns)
+
+    def apart(a: RankEnd, b: RankEnd) -> tuple[int, int]:
+        """(the gap that tells ``a`` and ``b`` apart, of which the clocks' part), ns."""
+        bound = _clock_bound(clock, a.rank) + _clock_bound(clock, b.rank)
+        if a.host != b.host:  # two machines' clocks: what they may have drifted since the offsets were measured
+            bound += int(_drift_ppm(clock) * max(b.last_ns - origin, 0) / 1e6)
+        return APART_NS + bound, bound
+
+    stop = stopped_at(store.run)
+    gap = ends[1].last_ns - ends[0].last_ns
+    need, clock_ns = apart(ends[0], ends[1])
+    if stop is not None and ends[0].last_ns >= stop - need:  # (the ranks' way out of the stopped job: no sign)
+        return EndedFirst(ends, None, None, need, clock_ns, stop_ns=stop, after_stop=True)
+    if gap > need:
+        return EndedFirst(ends, ends[0].rank, gap, need, clock_ns, stop_ns=stop)
+    together = [r.rank for r in ends if r.last_ns - ends[0].last_ns <= apart(ends[0], r)[0]]
+    bounds = [apart(ends[0], next(e for e in ends if e.rank == r)) for r in together[1:]]
+    return EndedFirst(ends, None, None, max(b[0] for b in bounds), max(b[1] for b in bounds), sorted(together),
+                      stop_ns=stop)

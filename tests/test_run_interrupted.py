@@ -81,7 +81,8 @@ def test_a_rank_that_began_its_finalize_before_the_interrupt_ended_normally():
     assert _mpi_ended(done, timeline, None) == "normal"
     assert _mpi_ended(done, timeline.iloc[:1], 150) == "normal"  # (no MPI_Finalize recorded: as the file says)
     note = _interrupted_note({0: "normal", 1: ENDED_BY_INTERRUPT, 2: "abrupt"}, 3_000_000_000, 1_000_000_000)
-    assert note == ("interrupted (Ctrl-C / SIGTERM / SIGHUP): the job was stopped 2 s after the start; "
+    assert note == ("interrupted (Ctrl-C / SIGTERM / SIGHUP): the job was stopped 2 s after the start (ddltrace's "
+                    "launch of the job); "
                     "rank 0: MPI_Finalize began before the interrupt (work done): ended normal; "
                     "rank 1: MPI_Finalize began after the interrupt (on the way out of the stopped job): ended "
                     "interrupted; rank 2: ended abrupt (records up to the end kept)")

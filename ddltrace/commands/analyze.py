@@ -316,9 +316,10 @@ def render_missing(r: RunAnalysis, named: int = 8) -> str:
 def render_job_end(r: RunAnalysis) -> str | None:
     """One line where the job did not end well: its exit code (or the interrupt that stopped it), the ranks that
     ended abruptly and those that ended on the way out of the stopped job (``ended`` "interrupted"), and each rank's
-    time after the stop, which the breakdown leaves out (:func:`after_stop`); where ``ddltrace recover`` made the
-    store, that it did and that the exit code is not known; None where it exited 0 with every rank ended normally
-    (or nothing was recorded)."""
+    time after the stop, which the breakdown leaves out (:func:`after_stop`); where a rank ended abruptly, what the
+    records say of which rank ended first and which ended inside a call (:func:`ddltrace.summary.ended_first`);
+    where ``ddltrace recover`` made the store, that it did and that the exit code is not known; None where it exited
+    0 with every rank ended normally (or nothing was recorded)."""
     from ddltrace.commands.info import ENDED_BY_INTERRUPT, job_end, job_run_end
 
     run = job_run_end(r.store.run)
@@ -333,6 +334,12 @@ def render_job_end(r: RunAnalysis) -> str | None:
         ranks += (f"; rank {_ranks(stopped)} ended interrupted (their MPI_Finalize began after the interrupt: on the "
                   "way out of the stopped job, not at the end of their work)")
     after = after_stop(r)
+    if abrupt:  # what the records say of which rank ended first, and which ended inside a call
+        from ddltrace.summary import ended_first
+
+        first = ended_first(r.store)
+        said = first.text() if first is not None else ""
+        after = (f" {said[0].upper()}{said[1:]}." if said else "") + after
     if isinstance(recovered, str) and code is None:
         return (f"{r.name} was made by `ddltrace recover` from the raw records {one_line(recovered)}: the `ddltrace "
                 f"run` of the job did not write it, so the job's exit code and end are not known (its end is the last "

@@ -176,6 +176,9 @@ def render(summary: StoreSummary, nodes: list | None = None, clock: ClockAlignme
     abrupt = [r.rank for r in summary.ranks if r.ended == "abrupt"]
     if abrupt:
         lines.append(f"ended abruptly: rank {', '.join(map(str, abrupt))} (records up to the end are kept)")
+    if summary.ended_first is not None and summary.ended_first.text():  # what the records say of who ended first
+        label = "ended first" if summary.ended_first.first is not None else "ended"
+        lines.append(f"{label:<12}{summary.ended_first.text()}")
     stopped = [r.rank for r in summary.ranks if r.ended == ENDED_BY_INTERRUPT]
     if stopped:
         lines.append(f"ended interrupted: rank {', '.join(map(str, stopped))} (their MPI_Finalize began after the "
