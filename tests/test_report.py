@@ -193,6 +193,27 @@ def test_report_draws_a_fitted_model_beside_the_series(tmp_path, capsys):
     assert "the knee w* is under 1 worker" in text and "with the knee w* where the server saturates" not in text
 
 
+def test_a_model_that_is_no_fitted_model_or_has_no_series_to_go_beside_is_said(tmp_path, capsys):
+    """QA s20: a JSON object that is no model (a store's manifest) given to --model with one store was taken without
+    a word (exit 0), and with several refused only after the analysis; a real model with one store was left out of
+    the report without a word."""
+    stores = [str(SAMPLES / f"par-w{w}" / "store") for w in (1, 2)]
+    manifest = str(SAMPLES / "par-w1" / "store" / "manifest.json")
+    for given in (stores[:1], stores):
+        assert main(["report", *given, "--model", manifest, "--out", str(tmp_path / "r"), "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert err.strip().splitlines() == [f'ddltrace: error: {manifest}: not a fitted ASGD model (expected "model": '
+                                            "\"hashemi-asgd\"; make one with 'ddltrace model fit')"], err
+        assert "analysing" not in err and not (tmp_path / "r").exists()
+    assert main(["model", "fit", *stores, "--out", str(tmp_path / "model.json")]) == 0
+    assert main(["report", stores[0], "--model", str(tmp_path / "model.json"), "--out", str(tmp_path / "r"),
+                 "--quiet"]) == 0
+    text = (tmp_path / "r" / "report.md").read_text().replace("\\", "")  # (Markdown's escapes)
+    assert "the fitted model beside the scaling series (--model)**: needs a scaling series" in text
+    assert "the input holds 1 run(s): w = 1" in text
+    assert "beside the fitted model (dashed)" not in text
+
+
 # -- issue 18 item 3, on the demo's own input -------------------------------------------------------------------
 
 

@@ -126,8 +126,10 @@ def build_report(stores: list[str | os.PathLike], out: str | os.PathLike, *, pro
     opened, stores = map(list, zip(*usable(stores, "report", lambda s: (TraceStore.open(s), s), left),
                                    strict=True))
     _refuse_twice(stores, labels or {})
-    if model:
-        _read_model(model)  # a model that cannot be read is one line before the analysis, used or not
+    if model:  # a model that cannot be read, or is no fitted model, is one line before the analysis, used or not
+        from ddltrace.analyses.fit_hashemi import constants_from_model
+
+        constants_from_model(_read_model(model), model)
     out = Path(out)
     check_writable(out, "the report")  # before the analysis, not after it
     if thresholds is None:
@@ -159,7 +161,8 @@ def build_report(stores: list[str | os.PathLike], out: str | os.PathLike, *, pro
     found, skipped = findings_module.detect(runs, thresholds)  # costliest first: the verdict names the first
     say("drawing the figures")
     report = assemble(runs, found, profile, model, mapper)
-    report.not_made = run_analysis.not_made(runs) + skipped + _unrelated_runs(runs)
+    report.not_made = (run_analysis.not_made(runs) + skipped + _unrelated_runs(runs)
+                       + _model_not_drawn(report, runs, model))
     report.holdings = {r.name: r.holding for r in runs}
     report.thresholds = dict(thresholds)
     report.clocks = [(r.name, clock_alignment(r.store.manifest)) for r in runs]
@@ -188,6 +191,18 @@ def _unrelated_runs(runs: list) -> list:
     return [Skipped("scaling", ANALYSES["scaling"].title, r.name, "two or more runs of one job at one batch size "
                     "(a run is compared with the one with the fewest workers at its batch size)", holds)
             for r in runs]
+
+
+def _model_not_drawn(report, runs: list, model: str | None) -> list:
+    """Where ``--model`` was given and no scaling series was drawn to put it beside (one store, one worker count,
+    runs at different batch sizes), the entry that says so: before, the model was left out without a word."""
+    from ddltrace.analyses.requirements import Skipped
+
+    if not model or any(fig.key == "scaling" for fig in report.figures):
+        return []
+    return [Skipped("model", "the fitted model beside the scaling series (--model)", model,
+                    "a scaling series to draw it beside: two or more runs of one job at one batch size and different "
+                    "worker counts", f"{len(runs)} run(s): " + ", ".join(f"w = {r.workers}" for r in runs))]
 
 
 def _refuse_twice(given: list, labels: dict[str, str]) -> None:
