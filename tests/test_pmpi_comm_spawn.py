@@ -278,7 +278,7 @@ def test_communicator_calls_are_rows_and_their_time_is_mpi_time(run):
     communicator names it, on each of its processes."""
     t = to_timeline(run["parent", 0])
     split = t[t["name"] == "MPI_Comm_split"].iloc[0]
-    assert split["dur_ns"] >= 80e6 and split["category"] == "barrier"
+    assert split["dur_ns"] >= 50e6 and split["category"] == "barrier"  # (100 ms less scheduling noise)
     assert int(split["comm"]) == comm_of(run, SPLIT)
     outside = t[(t["name"] == OUTSIDE_MPI) & (t["start_ns"] < split["start_ns"] + split["dur_ns"])
                 & (t["start_ns"] + t["dur_ns"] > split["start_ns"])]

@@ -20,8 +20,11 @@ their ranks when they were made (above :data:`COMM_MADE`), and its ``peer`` (a r
 MPI_COMM_WORLD rank (:attr:`RankRecords.world_peers`). Files written before held the handle, which only MPICH gives
 alike on every rank (its MPI_COMM_WORLD's is :data:`COMM_WORLD`; Open MPI's are addresses, another in each process:
 no message or collective of theirs is matched across ranks), and the rank in the communicator. A communicator the
-wrapper did not see made (MPI_Comm_get_parent, MPI_Comm_connect and the like) keeps its handle, and its peers their
-rank in it: its records are flagged (:data:`COMM_HANDLE`, :data:`PEER_IN_COMM`; :attr:`RankRecords.comm_handles`).
+wrapper did not see made (made around it by ``PMPI_`` calls) keeps its handle, and its peers their rank in it: its
+records are flagged (:data:`COMM_HANDLE`, :data:`PEER_IN_COMM`; :attr:`RankRecords.comm_handles`). A partner outside
+the rank's MPI_COMM_WORLD (spawned, connected) has no world rank: its record keeps its rank in the communicator,
+flagged :data:`PEER_IN_COMM`. The calls that make and free communicators are rows too (their ids follow the call
+table's: :func:`~ddltrace.collectors.pmpi.table.record_names`), ``comm`` the communicator made or freed.
 """
 
 from __future__ import annotations

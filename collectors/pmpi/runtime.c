@@ -476,7 +476,7 @@ static ddlt_comm_info *new_info(MPI_Comm c, int64_t id, int known, int translate
 }
 
 /* A handle not in the table: an MPI_Comm_idup's communicator used for the first time, else one the wrapper did
-   not see made (its handle, flagged: MPI_Comm_get_parent, MPI_Comm_connect and the like). */
+   not see made (its handle, flagged: one made around the wrapper by PMPI_ calls). */
 static ddlt_comm_info *comm_miss(MPI_Comm c) {
     if (c == MPI_COMM_NULL) return &null_info;
     intptr_t key = (intptr_t)DDLT_H(c);
