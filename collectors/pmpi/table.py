@@ -14,8 +14,8 @@ same for every MPI library, so a record file is read without the build that made
 (:func:`record_names`), checked by a hash of their own (:func:`makers_hash`), so that the call table's hash is that
 of the files written before they were recorded. Categories (see ``ddltrace.timeline.CATEGORIES``): ``barrier``
 for MPI_Barrier and MPI_Ibarrier; ``wait`` for Wait*/Test*, blocking receives and probes (time blocked on a peer's
-data); ``comm`` for calls that move payload (sends, matched receives, collectives); ``other`` for Init/Finalize (and
-:class:`Maker`'s own).
+data); ``comm`` for calls that move payload (sends, matched receives, collectives); ``other`` for Init/Finalize. The
+communicator calls' categories are in :class:`Maker`.
 """
 
 from __future__ import annotations
