@@ -9,7 +9,10 @@ and protocol (``LL``, ``LL128``, ``SIMPLE``) where the name holds them (``ncclKe
 ``ncclDevKernel_AllGather_RING_LL``), or c10d's collective name the Kineto importer appended to a kernel's name
 from its args (``ncclDevKernel_Generic(...) [allreduce]``). A kernel whose name says no collective
 (``ncclDevKernel_Generic`` of NCCL 2.19 on and RCCL) takes the collective of the host operation that launched
-it (c10d's ``nccl:all_reduce`` around the runtime call of the same correlation id), else is kind ``unknown``. Its
+it (c10d's ``nccl:all_reduce`` around the runtime call of the same correlation id), else is kind ``unknown``; a
+point-to-point kernel launched by a collective's host operation is that collective (NCCL runs an all-to-all as
+``ncclKernel_SendRecv`` kernels under c10d's ``nccl:all_to_all``: before 2026-11-26 a DLRM job's 5 all-to-alls a
+rank were 40 unmatched point-to-point instances). Its
 payload is the timeline's ``bytes`` (nccl-tests' *size*: the whole buffer of an all-reduce, broadcast or reduce;
 the gathered output of an all-gather, the input of a reduce-scatter, the send buffer of an all-to-all; the Kineto
 importer takes it from c10d's args), its process group the timeline's ``comm`` (c10d's process group), where
@@ -92,15 +95,20 @@ def rank_collectives(rank: int, work: pd.DataFrame, timeline: pd.DataFrame | Non
     group (the ``comm`` column as text, "" where none), step, start, duration (ns) and bytes (<NA> where none).
     Columns :data:`RANK_COLUMNS`: the small table the cross-rank step reads. A kernel whose name says no
     collective takes the one its host operation says, where ``timeline`` (the rank's) links it to its launch
-    (:func:`host_collectives`)."""
+    (:func:`host_collectives`); so does a point-to-point kernel whose host operation is a collective (an
+    all-to-all's ``ncclKernel_SendRecv``)."""
     comm = work[work["category"] == "comm"]
     codes, names = pd.factorize(comm["name"].to_numpy(object))  # each distinct name parsed once
     parsed = np.array([parse_name(n) for n in names], dtype=object).reshape(-1, 3)[codes]
     collective = parsed[:, 0].copy()
     unknown = collective == "unknown"
-    if unknown.any() and timeline is not None and "correlation" in timeline:
-        said = host_collectives(timeline, comm["correlation"][unknown])
-        collective[unknown] = np.where(said != "", said, "unknown")
+    ask = unknown | np.isin(collective, list(POINT_TO_POINT))
+    if ask.any() and timeline is not None and "correlation" in timeline:
+        said = host_collectives(timeline, comm["correlation"][ask])
+        # an unknown kernel takes what its host operation says; a point-to-point one only a collective (NCCL runs an
+        # all-to-all as ncclKernel_SendRecv kernels under c10d's nccl:all_to_all)
+        take = (said != "") & (unknown[ask] | ~np.isin(said, list(POINT_TO_POINT)))
+        collective[np.flatnonzero(ask)[take]] = said[take]
     group = comm["comm"].astype("string").fillna("").to_numpy(object) if "comm" in comm else ""
     return pd.DataFrame({
         "rank": rank, "device": comm["device"].to_numpy(object), "stream": comm["stream"].to_numpy(object),

@@ -7,8 +7,8 @@ TraceLens' B200 trace (an all-gather in a group of 8). The Kineto importer puts 
 the timeline's ``bytes`` column and a collective's process group in ``comm``: both are checked against what the
 file's args say (:func:`gpu_truth.file_bytes`: c10d's ``In/Out msg nelems`` x the dtype's size, a copy's
 ``bytes``), and the bandwidth figures on those sizes and the real durations. Cross-rank matching is checked on
-the two real ranks (nothing to match: their kernels
-are point-to-point) and on a written 4-rank store whose rank 2 arrives late at every all-reduce.
+the two real ranks (their SendRecv kernels are the collectives c10d launched them for) and on a written 4-rank store
+whose rank 2 arrives late at every all-reduce.
 """
 
 from __future__ import annotations
@@ -137,16 +137,47 @@ def test_symmetric_memory_all_reduces_are_communication(tmp_path):
 
 
 @present[NCCL_JOB]
-def test_point_to_point_kernels_of_two_ranks_are_not_matched(tmp_path):
+def launching_collectives(path: Path) -> list[str]:
+    """Per NCCL kernel of a Kineto file, in start order: the collective its innermost enclosing host operation names
+    (c10d's ``nccl:all_to_all`` around the runtime call of its correlation id, on the call's thread)."""
+    evs, _ = events(path)
+    launches = {e["args"]["correlation"]: e for e in evs if e.get("cat") == "cuda_runtime"
+                and "correlation" in e.get("args", {})}
+    ops = [e for e in evs if e.get("cat") in ("cpu_op", "user_annotation")]
+    out = []
+    for k in sorted((e for e in evs if e.get("cat") == "kernel" and "nccl" in e["name"].lower()),
+                    key=lambda e: Decimal(e["ts"])):
+        launch = launches[k["args"]["correlation"]]
+        around = [o for o in ops if o["tid"] == launch["tid"] and Decimal(o["ts"]) <= Decimal(launch["ts"])
+                  and Decimal(o["ts"]) + Decimal(o["dur"]) >= Decimal(launch["ts"]) + Decimal(launch["dur"])]
+        said = [parse_name(o["name"])[0] for o in sorted(around, key=lambda o: Decimal(o["ts"]))]
+        out.append([c for c in said if c != "unknown"][-1])
+    return out
+
+
+@present[NCCL_JOB]
+def test_sendrecv_kernels_are_the_collective_their_host_operation_ran(tmp_path):
+    """The two ranks' 20 ncclKernel_SendRecv kernels are launched by c10d's all_to_all (NCCL runs an all-to-all as
+    send/recv kernels), all_reduce and _allgather_base: they are those collectives, matched across the two ranks
+    where both ran the n-th of one in a step (before: 20 point-to-point instances of one rank each, none matched)."""
     run = analyze_store(imported(tmp_path, NCCL_JOB, "tf"))
+    kernels = run.gpu.collective_kernel_table().sort_values(["rank", "start_ns"], kind="stable")
+    truth = {r: launching_collectives(p) for r, p in enumerate(sorted(NCCL_JOB.glob("*.json.gz")))}
+    assert {r: list(k["collective"]) for r, k in kernels.groupby("rank")} == truth
+    assert set(truth[0]) == {"alltoall", "allreduce", "allgather"} and len(truth[0]) == len(truth[1]) == 10
+    # the n-th of a collective in a step on each rank; one instance where the two kernels overlap in time (each
+    # waits for the other), two where one ended before the other started (the ranks' clocks apart)
+    kernels["seq"] = kernels.groupby(["rank", "collective", "step"]).cumcount()
+    kernels["end_ns"] = kernels["start_ns"] + kernels["dur_ns"]
+    pairs = kernels.groupby(["collective", "step", "seq"]).agg(n=("rank", "size"), first=("start_ns", "min"),
+                                                                last=("start_ns", "max"), end=("end_ns", "min"))
+    assert (pairs["n"] == 2).all() and len(pairs) == 10
+    together = pairs[pairs["end"] >= pairs["last"]]
     instances = run.collectives()
-    truth = {r: [e for e in events(p)[0] if e.get("cat") == "kernel" and "nccl" in e["name"].lower()]
-             for r, p in enumerate(sorted(NCCL_JOB.glob("*.json.gz")))}
-    assert len(instances) == sum(map(len, truth.values())) == 20
-    assert (instances["collective"] == "sendrecv").all() and (instances["ranks"] == 1).all()
-    assert not len(late_arrivals(instances))
-    assert instances["duration_ns"].sum() == pytest.approx(sum(ns(e["dur"]) for v in truth.values() for e in v),
-                                                           abs=20)
+    assert instances["ranks"].sum() == 20 and len(instances) == 20 - len(together) == 16
+    matched = instances[instances["ranks"] == 2].set_index(["collective", "step", "seq"]).sort_index()
+    assert list(matched.index) == list(together.index)
+    assert (matched["skew_ns"] == together["last"] - together["first"]).all()
 
 
 def test_matched_instances_name_the_late_rank_and_the_skew(tmp_path):

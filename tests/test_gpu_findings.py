@@ -119,10 +119,12 @@ def test_a_rank_late_at_every_collective_is_the_straggler(tmp_path):
 
 
 @present[NCCL_JOB]
-def test_no_straggler_where_no_collective_is_matched(nccl_job):
-    found, skipped = gpu_findings(nccl_job)  # two ranks, but point-to-point kernels only
+def test_no_straggler_where_too_few_collectives_are_matched(nccl_job):
+    """Two ranks whose 20 collectives (SendRecv kernels of c10d's all_to_all, all_reduce, _allgather_base) overlap
+    across the ranks at 4 instances only (test_gpu_collectives checks which): fewer than gpu.late_min_instances."""
+    found, skipped = gpu_findings(nccl_job)
     assert "gpu_straggler" not in found  # and it says why, rather than nothing (it was passed over in silence)
-    assert skipped["gpu_straggler"].endswith("(gpu.late_min_instances); the input holds 0 matched collectives")
+    assert skipped["gpu_straggler"].endswith("(gpu.late_min_instances); the input holds 4 matched collectives")
 
 
 @present[NCCL_DATA]
