@@ -52,9 +52,9 @@ SERIAL = {
     "test_quota_stretches",
     # real jobs and what they measure, signals
     "test_detectors", "test_faults", "test_frameworks_bootstrap", "test_interrupted_shares", "test_pmpi",
-    "test_pmpi_comm_ids", "test_pmpi_openmpi", "test_pmpi_sendrecv", "test_run", "test_run_abrupt",
-    "test_run_interrupted", "test_run_launcher", "test_run_seen_alive", "test_samplers", "test_wait_states",
-    "test_workload_job",
+    "test_pmpi_comm_ids", "test_pmpi_comm_spawn", "test_pmpi_openmpi", "test_rank_ended_first", "test_pmpi_sendrecv",
+    "test_run", "test_run_abrupt", "test_run_interrupted", "test_run_launcher", "test_run_seen_alive",
+    "test_samplers", "test_wait_states", "test_workload_job",
     # real Dask clusters and worker pools, with timeouts
     "test_dask_cluster", "test_executor",
 }
