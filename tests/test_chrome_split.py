@@ -20,6 +20,7 @@ from shared_data import CORPUS_DIRS, REPO, SHARED
 from ddltrace.collectors.importers import Categorizer, chrome, chrome_split, detect
 from ddltrace.collectors.importers import source as source_module
 from ddltrace.collectors.importers.base import FileReport, ImportContext
+from ddltrace.errors import DdltraceError
 
 CHROME_FORMATS = {"kineto", "tf1", "tf2", "mxnet", "horovod", "cntk", "chrome"}
 
@@ -75,7 +76,10 @@ def test_every_real_chrome_trace_reads_the_same_with_three_processes(small_piece
     monkeypatch.setattr(chrome_split, "read_split", counted)
     checked = []
     for path in _chrome_files():
-        if detect(path).name not in CHROME_FORMATS:
+        try:
+            if detect(path).name not in CHROME_FORMATS:
+                continue
+        except DdltraceError:  # a JSON file of no format ddltrace reads (a PyTorch execution trace of the corpus)
             continue
         _same(_read(path, 1), _read(path, 3))
         checked.append(path.name)
