@@ -21,6 +21,15 @@ if os.environ.get("DDLTRACE_HYPOTHESIS"):
     settings.load_profile(os.environ["DDLTRACE_HYPOTHESIS"])
 
 
+@pytest.fixture(scope="session")
+def hung_job(tmp_path_factory):
+    """test_faults' hung job (rank 2 asleep, the others at a barrier) under `ddltrace run --np 3`, stopped by Ctrl-C:
+    (its store, the hang finding of `analyze --json`). Run once for the tests of two files (8 s a run)."""
+    from test_faults import HUNG_JOB, stopped_by_ctrl_c
+
+    return stopped_by_ctrl_c(tmp_path_factory.mktemp("hung"), HUNG_JOB)
+
+
 @pytest.fixture
 def tiny_store(tmp_path):
     """The sample store of sample_traces/make_sample_store.py, written to a temporary folder."""

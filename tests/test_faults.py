@@ -578,11 +578,11 @@ def test_a_receive_no_rank_sends_to_is_named_in_the_deadlock(tmp_path, cleanup):
 
 
 @needs_mpi
-def test_a_hung_job_stopped_by_ctrl_c_names_the_rank_the_others_wait_for(tmp_path, cleanup):
+def test_a_hung_job_stopped_by_ctrl_c_names_the_rank_the_others_wait_for(hung_job):
     """Rank 2 sleeps before a barrier the others entered; Ctrl-C stops the job 2 s later. The store keeps the two
     ranks' open MPI_Barrier calls, and `analyze` says the job hung waiting for rank 2 (QA: "No findings", the
     wait in the finalisation phase)."""
-    out, hang = stopped_by_ctrl_c(tmp_path, HUNG_JOB)
+    out, hang = hung_job  # (conftest: run once, also for test_interrupted_shares)
     store = TraceStore.open(out)
     assert {r: store.rank_info(r)["open_calls"] for r in (0, 1)} == {0: ["MPI_Barrier"], 1: ["MPI_Barrier"]}
     assert hang["ranks"] == [2] and "ranks 0-1 stopped blocked in MPI_Barrier" in hang["title"]

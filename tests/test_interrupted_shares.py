@@ -9,11 +9,8 @@ by analyze and info, and in neither's whole-run shares. The same stores built by
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
-from test_faults import HUNG_JOB, stopped_by_ctrl_c  # (rank 2 asleep, the others at the barrier)
 
 from ddltrace.analyses.breakdown import breakdown_table
 from ddltrace.analyses.phases import AFTER_STOP
@@ -29,13 +26,8 @@ pytestmark = pytest.mark.skipif(find_tool("mpicc") is None or find_tool("mpiexec
 
 
 
-def _hung_store(tmp_path: Path) -> TraceStore:
-    """test_faults' hung job under `ddltrace run`, stopped by Ctrl-C 2 s after its ranks are at their calls."""
-    return TraceStore.open(stopped_by_ctrl_c(tmp_path, HUNG_JOB)[0])
-
-
-def test_a_hung_jobs_shares_are_of_its_time_up_to_the_ctrl_c(tmp_path):
-    store = _hung_store(tmp_path)
+def test_a_hung_jobs_shares_are_of_its_time_up_to_the_ctrl_c(hung_job):
+    store = TraceStore.open(hung_job[0])  # test_faults' hung job, stopped by Ctrl-C (conftest: run once)
     stop = store.run["interrupted_ns"]
     run = analyze_store(store)
     whole, after = run.table("all"), run.table(AFTER_STOP)
