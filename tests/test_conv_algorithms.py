@@ -172,7 +172,7 @@ def test_a_spread_is_read_and_checked():
                                                   "forward_s": 0.2}}})
     assert parse_dnn(raw).layers[0].algorithms["gemm"][2].time_spread_s == 0.01
     raw["layers"][0]["algorithms"]["gemm"]["2"]["time_spread_s"] = -1
-    with pytest.raises(DdltraceError, match=r"gemm\[2\]\.time_spread_s must be a number >= 0"):
+    with pytest.raises(DdltraceError, match=r"gemm\[2\]\.time_spread_s must be a finite number >= 0"):
         parse_dnn(raw)
 
 

@@ -43,7 +43,7 @@ def test_defaults_for_fc_and_output_bytes():
      "weights is required for a conv layer"),
     (lambda d: d.update(bytes_per_value=3), "bytes_per_value must be 1, 2, 4 or 8"),
     (lambda d: d["layers"][0].update(algorithms={"fft": {"64": {"time_s": -1, "workspace_bytes": 0}}}),
-     r"algorithms\.fft\[64\]\.time_s must be a number >= 0"),
+     r"algorithms\.fft\[64\]\.time_s must be a finite number >= 0"),
     (lambda d: d.update(format="other/2"), "this ddltrace reads 'ddltrace-dnn/1'"),
 ])
 def test_validation_names_the_field(tmp_path, mutate, message):
@@ -55,6 +55,34 @@ def test_validation_names_the_field(tmp_path, mutate, message):
     with pytest.raises(DdltraceError, match=message) as info:
         load_dnn(path)
     assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("field", ["neurons", "fan_in", "weights", "rows", "kernel", "stride", "padding"])
+def test_a_non_finite_number_is_named_not_a_traceback(tmp_path, field, bad):
+    """QA s20: NaN, Infinity and 1e400 (Python's json reads them all) in an integer field raised ValueError or
+    OverflowError from int() (a traceback, exit 1 on every command that reads a description)."""
+    layer = {"name": "c", "type": "conv", "neurons": 64, "fan_in": 9, "weights": 36, "rows": 4, "kernel": 3,
+             "stride": 1, "padding": 0, "channels": 4}
+    layer[field] = bad
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"name": "x", "input": {"neurons": 36, "rows": 6}, "layers": [layer]}))
+    kind = "non-negative" if field in ("fan_in", "weights", "padding") else "positive"
+    with pytest.raises(DdltraceError, match=rf"layers\[0\] \(c\)\.{field} must be a {kind} integer, got "
+                                            rf"{bad!r}") as info:
+        load_dnn(path)
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize("key", ["time_s", "workspace_bytes", "time_spread_s"])
+def test_an_infinite_cost_in_an_algorithm_table_is_refused(key):
+    """QA s20: time_s Infinity passed the check (a traceback from scipy's milp), time_spread_s Infinity printed
+    '± inf s'."""
+    cost = {"time_s": 1e-3, "workspace_bytes": 10, "time_spread_s": 1e-5, key: float("inf")}
+    with pytest.raises(DdltraceError, match=rf"gemm\[8\]\.{key} must be a finite number >= 0, got inf"):
+        parse_dnn({"name": "x", "input": {"neurons": 3}, "layers": [
+            {"name": "c", "type": "conv", "neurons": 4, "fan_in": 3, "weights": 3, "algorithms": {"gemm": {"8": cost}}}
+        ]})
 
 
 def test_every_problem_at_once_and_unreadable_files(tmp_path):

@@ -93,6 +93,28 @@ def test_minibatch_program_picks_fast_algorithms_within_memory(tmp_path):
     assert "e+" not in over.reason
 
 
+def test_an_algorithm_whose_workspace_alone_overflows_is_left_out_not_the_batch(tmp_path):
+    """QA s20: a gemm workspace of 1e15 B (or more) beside 1e9 B of memory made the solver find no mix, where c1's
+    fft and c2's gemm fit; at 1e13 B it found it. Such an algorithm cannot be chosen: it is left out of the program."""
+    from ddltrace.models.dnn import parse_dnn
+
+    dnn = _conv_table_dnn(tmp_path)
+    data = {"name": "two-convs", "input": {"neurons": 1000}, "layers": [
+        {"name": layer.name, "type": "conv", "neurons": 1000, "fan_in": 9, "weights": 90,
+         "algorithms": {a: {str(b): {"time_s": c.time_s, "workspace_bytes": c.workspace_bytes}
+                            for b, c in per.items()} for a, per in layer.algorithms.items()}}
+        for layer in dnn.layers]}
+    data["layers"][0]["algorithms"]["gemm"]["64"]["workspace_bytes"] = 1e15
+    huge = parse_dnn(data)
+    base = chang.memory_bytes(huge, 64)
+    choice = chang.choose_algorithms(huge, 64, base + 64 * 1.5e5)  # room for c1's fft, not c2's
+    assert choice.feasible and choice.algorithms == {"c1": "fft", "c2": "gemm"}
+    assert choice.time_s == pytest.approx(64 * (4e-4 + 2e-3))
+    data["layers"][0]["algorithms"].pop("fft")  # c1's only algorithm now needs 1e15 B: the batch cannot fit
+    alone = chang.choose_algorithms(parse_dnn(data), 64, base + 64 * 1.5e5)
+    assert not alone.feasible and alone.reason.startswith("every algorithm of layer(s) c1 needs more workspace")
+
+
 # -- RALP ------------------------------------------------------------------------------------------------
 
 

@@ -122,19 +122,30 @@ def choose_algorithms(dnn: DNN, batch: int, gpu_memory: float) -> BatchChoice:
                                   f"{format_bytes(gpu_memory)} of the GPU")
     variables: list[tuple[str, str]] = []
     times, spaces = [], []
+    timed: set[str] = set()
     for layer in dnn.layers:
         for algo, per_batch in layer.algorithms.items():
-            if batch in per_batch:
+            if batch not in per_batch:
+                continue
+            timed.add(layer.name)
+            # an algorithm whose workspace alone is more than the memory left cannot be chosen: left out of the
+            # program (a workspace of 1e15 B beside 1e9 B of memory made the solver find no mix where one fitted)
+            if per_batch[batch].workspace_bytes <= gpu_memory - base:
                 variables.append((layer.name, algo))
                 times.append(per_batch[batch].time_s)
                 spaces.append(per_batch[batch].workspace_bytes)
-    tabled = sorted({name for name, _ in variables})
-    missing = [layer.name for layer in dnn.layers if layer.algorithms and layer.name not in tabled]
+    missing = [layer.name for layer in dnn.layers if layer.algorithms and layer.name not in timed]
     if missing:
         raise DdltraceError(f"{dnn.name}: no algorithm of layer(s) {', '.join(missing)} has a time for "
                             f"mini-batch {batch}")
-    if not variables:
+    if not timed:
         raise DdltraceError(f"{dnn.name}: no layer has an algorithm table (needed by the mini-batch program)")
+    tabled = sorted({name for name, _ in variables})
+    too_big = sorted(timed - set(tabled))
+    if too_big:
+        return BatchChoice(batch, False, memory_bytes=base,
+                           reason=f"every algorithm of layer(s) {', '.join(too_big)} needs more workspace than the "
+                                  f"{format_bytes(gpu_memory - base)} the activations and parameters leave")
     n = len(variables)
     one_each = np.zeros((len(tabled), n))
     for j, (name, _) in enumerate(variables):

@@ -53,6 +53,7 @@ problem is reported at once in one :class:`~ddltrace.errors.DdltraceError` namin
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,9 +150,13 @@ class DNN:
         return min(1.0, (layer.kernel // 2) / below_rows)
 
 
+def _finite(value: Any) -> bool:
+    """Whether ``value`` is a JSON number that is finite (Python's json reads NaN, Infinity and 1e400 as floats)."""
+    return not isinstance(value, bool) and (isinstance(value, int) or isinstance(value, float) and math.isfinite(value))
+
+
 def _positive_int(value: Any, where: str, problems: list[str], *, zero: bool = False) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value) or (
-            value < 0 if zero else value <= 0):
+    if not _finite(value) or value != int(value) or (value < 0 if zero else value <= 0):
         problems.append(f"{where} must be a {'non-negative' if zero else 'positive'} integer, got {value!r}")
         return None
     return int(value)
@@ -210,14 +215,13 @@ def _parse_algorithms(raw: Any, where: str, problems: list[str]) -> dict[str, di
             values = []
             for key in ("time_s", "workspace_bytes"):
                 v = cost.get(key)
-                if isinstance(v, bool) or not isinstance(v, int | float) or v < 0 or v != v:
-                    problems.append(f"{spot}.{key} must be a number >= 0, got {v!r}")
+                if not _finite(v) or v < 0:
+                    problems.append(f"{spot}.{key} must be a finite number >= 0, got {v!r}")
                 values.append(v)
             spread = cost.get("time_spread_s")
-            if spread is not None and (isinstance(spread, bool) or not isinstance(spread, int | float) or spread < 0
-                                       or spread != spread):
-                problems.append(f"{spot}.time_spread_s must be a number >= 0, got {spread!r}")
-            elif all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            if spread is not None and (not _finite(spread) or spread < 0):
+                problems.append(f"{spot}.time_spread_s must be a finite number >= 0, got {spread!r}")
+            elif all(_finite(v) for v in values):
                 table[algo][b] = AlgorithmCost(float(values[0]), float(values[1]),
                                                None if spread is None else float(spread))
     return table
@@ -297,8 +301,8 @@ def parse_dnn(data: Any, source: str = "DNN description") -> DNN:
         output_bytes = raw.get("output_bytes")
         if output_bytes is None:
             output_bytes = (neurons or 0) * bpv
-        elif isinstance(output_bytes, bool) or not isinstance(output_bytes, int | float) or output_bytes < 0:
-            problems.append(f"{where}.output_bytes must be a number >= 0, got {output_bytes!r}")
+        elif not _finite(output_bytes) or output_bytes < 0:
+            problems.append(f"{where}.output_bytes must be a finite number >= 0, got {output_bytes!r}")
         algorithms = _parse_algorithms(raw["algorithms"], f"{where}.algorithms", problems) \
             if "algorithms" in raw else {}
         if len(problems) == before and ltype in LAYER_TYPES:
