@@ -28,6 +28,8 @@ class Threshold:
     why: str
     low: float = 0.0
     high: float = math.inf
+    #: a count (of ranks, of collectives): a whole number
+    whole: bool = False
 
 
 def _share(value: float, unit: str, why: str) -> Threshold:
@@ -39,7 +41,7 @@ def _share(value: float, unit: str, why: str) -> Threshold:
 DEFAULTS: dict[str, Threshold] = {
     # sequential initialisation
     "seq_init.min_ranks": Threshold(4, "ranks", "a line through fewer points is significant by chance too often",
-                                    low=3),
+                                    low=3, whole=True),
     "seq_init.r2_min": _share(
         0.8, "1", "a staircase explains most of the rank-to-rank variation; noise in a parallel start does not"),
     "seq_init.p_max": _share(0.01, "1", "the slope must be significant at 1 % (two-sided t test on the slope)"),
@@ -74,7 +76,7 @@ DEFAULTS: dict[str, Threshold] = {
         0.25, "fraction above the median", "a rank less than 25 % slower than the median is noise on a shared machine"),
     "straggler.mad_floor": Threshold(
         0.02, "fraction of the median", "floor on the MAD, so identical ranks do not make any difference infinite"),
-    "straggler.min_ranks": Threshold(3, "ranks", "a median and a MAD need three ranks", low=3),
+    "straggler.min_ranks": Threshold(3, "ranks", "a median and a MAD need three ranks", low=3, whole=True),
     # staleness
     "staleness.violation_max": _share(
         0.05, "fraction of gradients", "Rudra: sigma <= 2n holds for nearly all updates; over 5 % above it warns"),
@@ -121,7 +123,7 @@ DEFAULTS: dict[str, Threshold] = {
         0.8, "fraction of the matched collectives", "a rank that arrives last at four collectives in five delays "
         "nearly every one: chance spreads the last place over the ranks"),
     "gpu.late_min_instances": Threshold(5, "collectives", "fewer matched collectives say little about a pattern",
-                                        low=1),
+                                        low=1, whole=True),
     "gpu.late_lead_min_ns": Threshold(
         50e3, "ns", "the late rank's median lead over the next latest: below 50 µs it is launch jitter"),
     "host.late_wait_share_min": _share(
@@ -164,10 +166,16 @@ class Thresholds(Mapping[str, float]):
             raise DdltraceError(f"{where} {key}={value!r}: not a number") from None
         if number != number:  # NaN
             raise DdltraceError(f"{where} {key}: NaN is not a threshold")
-        low, high = DEFAULTS[key].low, DEFAULTS[key].high
-        if not (math.isfinite(number) and low <= number <= high):
-            bound = f"from {low:g} to {high:g}" if math.isfinite(high) else f"finite and at least {low:g}"
-            raise DdltraceError(f"{where} {key}={value!r}: must be {bound} ({DEFAULTS[key].unit})")
+        t = DEFAULTS[key]
+        if not (math.isfinite(number) and t.low <= number <= t.high) or t.whole and number != int(number):
+            unit = "" if t.unit == "1" else f" ({t.unit})"  # (a ratio, an R², a p-value: no unit to name)
+            if t.whole:
+                bound = f"a whole number of {t.unit}, at least {t.low:g}"
+            elif math.isfinite(t.high):
+                bound = f"from {t.low:g} to {t.high:g}{unit}"
+            else:
+                bound = f"finite and at least {t.low:g}{unit}"
+            raise DdltraceError(f"{where} {key}={value!r}: must be {bound}")
         self._values[key] = number
         self.overridden[key] = number
 

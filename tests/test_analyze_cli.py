@@ -90,11 +90,14 @@ def test_a_series_gives_the_scaling_study(stores, capsys):
     (["{healthy}", "--threshold", "ps.busy_min=much"], "not a number"),
     (["{healthy}", "--config", "missing.toml"], "missing.toml: cannot read config"),
     # out of range (QA s20: accepted, and overlap.min=5 flagged any run's overlap as low)
-    (["{healthy}", "--threshold", "overlap.min=5"], "overlap.min='5': must be from 0 to 1 (1)"),
-    (["{healthy}", "--threshold", "ps.busy_min=-1"], "ps.busy_min='-1': must be from 0 to 1"),
-    (["{healthy}", "--threshold", "straggler.min_ranks=1e400"], "straggler.min_ranks='1e400': must be finite and "
-                                                                "at least 3 (ranks)"),
-    (["{healthy}", "--threshold", "straggler.min_ranks=2"], "must be finite and at least 3 (ranks)"),
+    (["{healthy}", "--threshold", "overlap.min=5"], "overlap.min='5': must be from 0 to 1"),
+    (["{healthy}", "--threshold", "ps.busy_min=-1"], "ps.busy_min='-1': must be from 0 to 1 (fraction of "
+                                                     "the server's steady state)"),
+    (["{healthy}", "--threshold", "straggler.min_ranks=1e400"], "straggler.min_ranks='1e400': must be a whole "
+                                                                "number of ranks, at least 3"),
+    (["{healthy}", "--threshold", "straggler.min_ranks=2"], "must be a whole number of ranks, at least 3"),
+    (["{healthy}", "--threshold", "seq_init.min_ranks=5.5"], "must be a whole number of ranks, at least 3"),
+    (["{healthy}", "--threshold", "gpu.late_min_instances=2.5"], "must be a whole number of collectives, at least 1"),
     (["{healthy}", "--threshold", "hang.blocked_min_ns=inf"], "must be finite and at least 0 (ns)"),
 ])
 def test_bad_input_is_one_line_and_exit_2(stores, capsys, argv, message):
