@@ -105,7 +105,9 @@ def test_no_gpu_is_a_line_in_the_output(tmp_path, capsys):
     (["--only", "cpu,tpu"], "--only 'cpu,tpu': unknown section(s) tpu"),
     (["--only", "disk", "--disk-path", "/nonexistent/dir"], "/nonexistent/dir: disk benchmark directory does not"),
     (["--only", "disk", "--disk-size", "0"], "--disk-size: 0 is out of range"),
-    (["--compare", "/nonexistent/a.json", "/nonexistent/b.json"], "/nonexistent/a.json: no such profile"),
+    # (every case is given --out below) QA s20: --only with --compare was ignored, every constant listed
+    (["--compare", "/nonexistent/a.json", "/nonexistent/b.json", "--only", "cpu"],
+     "calibrate --compare: --only, --out go with a measurement; --compare lists every constant of the two profiles"),
 ])
 def test_bad_input_is_one_line(argv, message, tmp_path, capsys):
     out = tmp_path / "p.json"
@@ -117,6 +119,11 @@ def test_bad_input_is_one_line(argv, message, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert message in err and err.count("\n") == 0
     assert not out.exists()
+
+
+def test_compare_names_a_profile_it_cannot_read(capsys):
+    assert main(["calibrate", "--compare", "/nonexistent/a.json", "/nonexistent/b.json"]) == 2
+    assert capsys.readouterr().err.strip() == "ddltrace: error: /nonexistent/a.json: no such profile"
 
 
 def test_disk_without_room_fails_before_measuring(tmp_path, capsys):

@@ -106,12 +106,20 @@ def run(args) -> int:
     if given:
         raise DdltraceError(f"calibrate: {', '.join(given)} go{'es' if len(given) == 1 else ''} with "
                             "--conv-algorithms")
+    out_given = args.out is not None
     if args.out is None:
         args.out = "hardware-profile.json"
     from ddltrace.collectors.microbench import profile as prof
     from ddltrace.collectors.microbench import suite
 
     if args.compare:
+        measuring = [option for option, value in (("--quick", args.quick), ("--only", args.only),
+                                                  ("--peer", args.peer), ("--out", out_given),
+                                                  ("--disk-path", args.disk_path), ("--disk-size", args.disk_size),
+                                                  ("--cpu-window", args.cpu_window)) if value]
+        if measuring:  # (they were ignored without a word: --only cpu still listed every constant)
+            raise DdltraceError(f"calibrate --compare: {', '.join(measuring)} go{'es' if len(measuring) == 1 else ''} "
+                                "with a measurement; --compare lists every constant of the two profiles")
         a, b = (prof.load(path) for path in args.compare)
         if args.json:
             import json
