@@ -80,3 +80,22 @@ def test_calibrate_refuses_a_folder_it_cannot_write_before_measuring(tmp_path, e
                      f"{'a hardware profile' if '--quick' in extra else 'a DNN description with algorithm tables'}"
                      " there (Permission denied)"], result.stderr
     assert os.listdir(locked) == []
+
+
+@pytest.mark.parametrize("which", ["profile", "conv_algorithms"])
+def test_both_calibrations_save_through_it(tmp_path, which):
+    """``calibrate``'s profile and ``--conv-algorithms``' tables: a full disk keeps what was measured (before: the
+    profile lost either way, the tables a traceback on a read-only disk)."""
+    from ddltrace.collectors.microbench import conv_algorithms, profile
+
+    save = profile.save if which == "profile" else conv_algorithms.save
+    doc = json.loads(BIG)
+    with small_tmpfs(tmp_path / "small", "16k") as small:
+        with pytest.raises(DdltraceError) as err:
+            save(doc, small / "out.json")
+        assert os.listdir(small) == []
+    kept = kept_file(str(err.value))
+    try:
+        assert json.loads(kept.read_text()) == doc
+    finally:
+        kept.unlink()

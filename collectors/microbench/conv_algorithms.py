@@ -600,16 +600,11 @@ def interruption(description: dict, path: str | os.PathLike) -> tuple[int, str] 
 
 
 def save(description: dict, path: str | os.PathLike) -> Path:
-    """Write the description as JSON (atomically); DdltraceError naming the path if it cannot be written."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        tmp.write_text(json.dumps(description, indent=1, allow_nan=False) + "\n")
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise DdltraceError(f"{path}: cannot write the DNN description ({exc.strerror or exc})") from exc
-    return path
+    """Write the description as JSON (atomically); where it cannot be written, DdltraceError naming the path and the
+    file in the temporary folder that keeps the measured tables (:func:`ddltrace.outputs.save_measured`)."""
+    from ddltrace.outputs import save_measured
+
+    return save_measured(path, json.dumps(description, indent=1, allow_nan=False) + "\n", "the DNN description")
 
 
 def summary(description: dict) -> list[str]:
