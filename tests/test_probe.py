@@ -222,7 +222,8 @@ def test_calibrate_against_a_peer(tmp_path, capsys):
     from ddltrace.collectors.microbench import profile as prof
 
     constants = prof.load(out)["constants"]
-    assert {"lat_net", "r_net", "C_nbw", "C_ncost", "net_bw_2_streams"} <= set(constants)
+    assert {"lat_net", "r_net", "C_nbw", "C_ncost", "net_bw_2_streams", "net_cpu_per_byte"} <= set(constants)
+    assert 0 < constants["net_cpu_per_byte"]["value"] < 1e-6  # (0.3-0.5 ns here: docs/CALIBRATION.md)
     assert f"peer {peer}" in constants["r_net"]["method"]
     assert constants["C_nbw"]["value"] == pytest.approx(8 / constants["r_net"]["value"])
     assert "r_net" in capsys.readouterr().out

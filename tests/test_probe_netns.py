@@ -52,9 +52,10 @@ def _tools_or_skip() -> None:
             pytest.skip("ip and tc (iproute2) are not installed and could not be installed")
 
 
-def _shape(rate_bit: float) -> None:
-    """tbf on both ends of the veth at ``rate_bit`` bit/s, burst = 10 ms at that rate (at least 64 KiB)."""
-    burst = max(64 * 1024, int(rate_bit / 8 / 100))
+def _shape(rate_bit: float, burst: int | None = None) -> None:
+    """tbf on both ends of the veth at ``rate_bit`` bit/s, burst ``burst`` bytes, by default 10 ms at that rate (at
+    least 64 KiB)."""
+    burst = burst or max(64 * 1024, int(rate_bit / 8 / 100))
     for ns, dev in ((NS_CLIENT, DEV_CLIENT), (NS_SERVER, DEV_SERVER)):
         proc = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf",
                                "rate", f"{int(rate_bit)}bit", "burst", str(burst), "limit", str(4 * burst)],
@@ -176,3 +177,45 @@ def test_a_shaped_veth_keeps_each_directions_bandwidth_while_the_other_is_busy(n
     # 0.72 ± 0.29 on an idle machine, one in CI 0.83 ± 0.28, another had two of its five runs at 1.48 and 1.62
     # times one way. Taking turns would double the time (net_duplex 0): the median run must be far from that.
     assert res["value"] > 0.5
+
+
+CPU_CLIENT = """
+import json, sys
+from ddltrace.collectors.microbench import network
+with network.ProbeClient(sys.argv[1], int(sys.argv[2]), timeout=10) as c:
+    m = network.cpu_per_byte(c, repeats=3)
+print(json.dumps({"value": m.value, "values": m.values}))
+"""
+
+
+def _cpu_per_byte_shaped(host: str, port: int, burst: int) -> dict:
+    _shape(200e6, burst)
+    try:
+        shaped = subprocess.run(["ip", "netns", "exec", NS_CLIENT, sys.executable, "-c", CPU_CLIENT, host, str(port)],
+                                capture_output=True, text=True, timeout=120)
+    finally:
+        _unshape()
+    assert shaped.returncode == 0, shaped.stderr
+    return json.loads(shaped.stdout)
+
+
+def test_a_byte_over_a_shaped_veth_costs_far_more_cpu_than_over_loopback(netns_pair):
+    """The CPU a byte sent and received costs (net_cpu_per_byte) over a veth between namespaces shaped as the net B
+    (tbf, 200 Mbit/s, a 32 KiB bucket): 4-6 ns here, 11-16 ns between two nodes of the simulated cluster (a bridge
+    and a tbf queue more on the way), against 0.3-0.5 ns over loopback (64 KiB packets). The kernel's packet work,
+    which the simulated nodes' ranks share the machine's cores with (docs/MODELS.md)."""
+    host, port = netns_pair
+    veth = _cpu_per_byte_shaped(host, port, 32768)
+    server = subprocess.Popen([sys.executable, "-m", "ddltrace.collectors.microbench.network", "127.0.0.1", "0"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        lo_host, lo_port = server.stdout.readline().strip().removeprefix("listening on ").rsplit(":", 1)
+        loop = subprocess.run([sys.executable, "-c", CPU_CLIENT, lo_host, lo_port], capture_output=True, text=True,
+                              timeout=120)
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+    assert loop.returncode == 0, loop.stderr
+    lo = json.loads(loop.stdout)
+    print(f"CPU per byte: shaped veth {veth['value'] * 1e9:.2f} ns, loopback {lo['value'] * 1e9:.3f} ns")
+    assert 0 < lo["value"] and veth["value"] > 3 * lo["value"], (veth, lo)

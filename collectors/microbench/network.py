@@ -26,6 +26,12 @@ What the client measures:
   one way alone. On a full-duplex path the two take as long; on a shaped link whose acknowledgements queue behind
   the data going the other way, a direction slows while the other is busy (``suite.record_network``'s
   ``net_duplex``).
+- The CPU a byte costs (a version 2 server, loopback too): this process's CPU time (``time.process_time``: user and
+  system, and the kernel's packet work where the kernel charges it to the process running when it comes, as it does
+  without ``CONFIG_IRQ_TIME_ACCOUNTING``) over streaming ``DUPLEX_SIZE`` bytes each way at once, per byte: one byte
+  sent and one received (``net_cpu_per_byte``). On this machine 0.3-0.5 ns over loopback, 4-6 ns over a veth pair
+  between two network namespaces shaped to 200 Mbit/s (tbf, 32 KiB bucket), 11-16 ns between two nodes of the
+  simulated cluster so shaped (docs/MODELS.md).
 """
 
 from __future__ import annotations
@@ -429,7 +435,8 @@ class ProbeClient:
 @dataclass
 class NetworkResult:
     """lat_net (s) and r_net (s/B) with their fits; the sweeps' points; parallel-stream bandwidths (B/s); the
-    seconds to stream ``DUPLEX_SIZE`` bytes one way and both ways at once (None from a version 1 server)."""
+    seconds to stream ``DUPLEX_SIZE`` bytes one way and both ways at once (None from a version 1 server, or where
+    not asked for); the CPU per byte exchanged."""
 
     peer: str
     lat_fit: LinearFit
@@ -438,6 +445,9 @@ class NetworkResult:
     stream_points: list[tuple[int, Measurement]]
     parallel: dict[int, Measurement]
     duplex: tuple[Measurement, Measurement] | None = None
+    #: this process's CPU seconds per byte sent and received at once (:func:`cpu_per_byte`); None from a version 1
+    #: server
+    cpu_per_byte: Measurement | None = None
 
 
 def latency_sweep(client: ProbeClient, sizes=LATENCY_SIZES, repeats: int = 3, min_time: float = 0.02):
@@ -468,6 +478,20 @@ def both_ways(client: ProbeClient, size: int = DUPLEX_SIZE, repeats: int = 3):
     payload = memoryview(bytearray(CHUNK))
     return (repeat(lambda: client.stream(size, payload), repeats=repeats),
             repeat(lambda: client.duplex(size), repeats=repeats))
+
+
+def cpu_per_byte(client: ProbeClient, size: int = DUPLEX_SIZE, repeats: int = 3) -> Measurement:
+    """This process's CPU seconds (``time.process_time``) per byte while it streams ``size`` bytes to the server
+    and receives as many from it at once (a DUPLEX request): the cost of one byte sent plus one received, s/B."""
+    from ddltrace.collectors.microbench.measure import repeat
+
+    def once() -> float:
+        t0 = time.process_time()
+        client.duplex(size)
+        return (time.process_time() - t0) / size
+
+    client.duplex(CHUNK)  # warm-up: the congestion window opens
+    return repeat(once, repeats=repeats, unit="s/B")
 
 
 def parallel_streams(host: str, port: int, streams: int, total: int, repeats: int = 3, timeout: float = 5.0):
@@ -521,11 +545,15 @@ def measure(host: str, port: int, quick: bool = False, timeout: float = 5.0, str
             progress("network bandwidth")
         sizes = stream_sizes or STREAM_SIZES
         bw_points = stream_sweep(client, sizes, repeats=repeats)
-        times = None
-        if duplex and client.server_version >= 2:
+        times = cpu = None
+        if client.server_version >= 2:
+            if duplex:
+                if progress:
+                    progress("network both ways at once")
+                times = both_ways(client, repeats=repeats)
             if progress:
-                progress("network both ways at once")
-            times = both_ways(client, repeats=repeats)
+                progress("network CPU per byte")
+            cpu = cpu_per_byte(client, repeats=repeats)
     lat_fit = linear_fit([s for s, _ in lat_points], [m.value for _, m in lat_points], relative=True)
     bw_fit = linear_fit([s for s, _ in bw_points], [m.value for _, m in bw_points])
     par = {}
@@ -533,7 +561,7 @@ def measure(host: str, port: int, quick: bool = False, timeout: float = 5.0, str
         if progress:
             progress(f"network {p} streams")
         par[p] = parallel_streams(host, port, p, max(sizes), repeats=repeats, timeout=timeout)
-    return NetworkResult(f"{host}:{port}", lat_fit, bw_fit, lat_points, bw_points, par, times)
+    return NetworkResult(f"{host}:{port}", lat_fit, bw_fit, lat_points, bw_points, par, times, cpu)
 
 
 def serve(host: str = "127.0.0.1", port: int = DEFAULT_PORT, max_clients: int = 16, idle_timeout: float = 30.0,

@@ -273,6 +273,14 @@ def record_network(p: dict, res: network.NetworkResult, placement: str) -> None:
                        placement)
     if res.duplex is not None:
         record_duplex(p, *res.duplex, placement)
+    if res.cpu_per_byte is not None:
+        cpu = res.cpu_per_byte
+        _meas_constant(p, "net_cpu_per_byte", cpu, "s/B",
+                       "CPU time of this machine per byte it sends and receives (one byte each way, the kernel's "
+                       "packet work where it is charged to the running process)",
+                       f"this process's CPU time over {network.DUPLEX_SIZE} B streamed each way at once, per byte, "
+                       f"median of {len(cpu.values)} runs ({min(cpu.values):.3g}-{max(cpu.values):.3g} s/B); "
+                       f"{placement}")
     prof.add_curve(p, "net_pingpong", "message_bytes", "B", "s",
                    [{"x": s, "y": m.value, "spread": m.spread} for s, m in res.latency_points], "one-way time")
     prof.add_curve(p, "net_stream", "message_bytes", "B", "s",
