@@ -174,6 +174,8 @@ class HashemiFit:
             alone = (rows["cpu_share"] >= ALONE_SHARE) & (server.fillna(rows["cpu_share"]) >= ALONE_SHARE)
         kept = per_update[alone] if alone.any() else per_update
         value = float(kept.median())
+        # the runs' own figures: the intervals draw c_u as one of them (docs/MODELS.md, "c_u from the trace")
+        self.measured_runs_ = {"c_u": [float(x) for x in kept]}
         if alone.any():
             others = per_update[~alone]
             tail = (f"; the other runs' {others.min():.3g} to {others.max():.3g} s hold the server's waits for ranks "
@@ -301,6 +303,7 @@ class HashemiFit:
                 notes.append(f"--cpu-shares: the workers used at most {frame['cpu_share'].max():.2f} of a core in "
                              "every run: if they sleep or wait on something else rather than poll, their share "
                              "is not what held them, and c_p is not their CPU time")
+        self.measured_runs_ = {}
         measured = {"c_u": self._measured_c_u(frame, notes)} if self.c_u_from_trace or self.cpu_shares else {}
         base = self._base_constants(measured)
         self.measured_ = measured
@@ -326,9 +329,8 @@ class HashemiFit:
             err_with, err_without = with_term["abs_pct_error"].mean(), without["abs_pct_error"].mean()
             if err_without <= err_with:
                 self.unsupported_[term] = float(theta[names.index(term)])
-                than = "lower" if err_without < err_with else "no higher"  # (equal: the simpler model)
-                notes.append(f"{term} is not supported by these runs: leave-one-out errors are {than} without it "
-                             f"({err_without:.1f} % vs {err_with:.1f} %), so it is held at 0 (fitted, it would be "
+                notes.append(f"{term} is not supported by these runs: leave-one-out errors are "
+                             f"{_compared(err_without, err_with)}, so it is held at 0 (fitted, it would be "
                              f"{self.unsupported_[term]:.3g})")
                 names = reduced
                 base = replace(base, **{term: 0.0})
@@ -436,8 +438,9 @@ class HashemiFit:
         if self.cpu_shares:
             return knee_interval(lambda drawn: drawn_knees.searched_knees(
                 lambda w: drawn_knees.phases_at(drawn, wl, w, self.machine or {}, runs), KNEE_DRAWS,
-                transfer.KNEE_MOST), self.constants_, covariance, self.confidence)
-        return knee_interval(lambda drawn: hashemi.w_star(wl, drawn), self.constants_, covariance, self.confidence)
+                transfer.KNEE_MOST), self.constants_, covariance, self.confidence, measured=self.measured_runs_)
+        return knee_interval(lambda drawn: hashemi.w_star(wl, drawn), self.constants_, covariance, self.confidence,
+                             measured=self.measured_runs_)
 
     def _leave_one_out(self, frame: pd.DataFrame, names: list[str], base: Constants, notes: list[str]) -> pd.DataFrame:
         loo = self._loo_frame(frame, names, base)
@@ -532,7 +535,9 @@ class HashemiFit:
             elif name == "r_d" and self.r_d_fitted_:
                 entry.update(ci=[_nan_none(x) for x in self.r_d_ci_], source="fitted")
             elif name in self.measured_:
-                entry["source"] = "measured from the server's trace"
+                runs = self.measured_runs_.get(name) or []
+                entry.update(source="measured from the server's trace", runs=runs,
+                             spread=[min(runs), max(runs)] if runs else None)
             elif name in (self.fixed or {}):
                 entry["source"] = "fixed"
             elif name in (self.profile or {}):
@@ -564,12 +569,15 @@ class HashemiFit:
 KNEE_DRAWS = 2000
 
 
-def knee_draws(k: Constants, covariance: Mapping[str, Any], draws: int = KNEE_DRAWS) -> Constants:
+def knee_draws(k: Constants, covariance: Mapping[str, Any], draws: int = KNEE_DRAWS,
+               measured: Mapping[str, Sequence[float]] | None = None) -> Constants:
     """The fitted constants named in ``covariance`` (a model's ``covariance``: ``names``, ``matrix`` in their units
     squared, ``dof``) drawn ``draws`` times together from Student's t with that covariance and ``dof`` degrees of
     freedom around their values in ``k`` (as the constants' own intervals; a draw below 0 at 0; a constant the runs
     only bound is not among them and stays at 0): ``k`` with each of them an array of its draws (the same for the
-    same covariance: seed 0, so the fit's and a prediction's match)."""
+    same covariance: seed 0, so the fit's and a prediction's match). ``measured``: a constant measured from the
+    runs' traces (c_u from the server's, :func:`ddltrace.models.transfer.measured_runs`) and its runs' own figures,
+    drawn as one of them (:func:`ddltrace.models.transfer.measured_draws`)."""
     names = list(covariance["names"])
     theta = np.array([getattr(k, name) for name in names], dtype=float)
     dof = int(covariance["dof"])
@@ -577,19 +585,32 @@ def knee_draws(k: Constants, covariance: Mapping[str, Any], draws: int = KNEE_DR
     normal = rng.multivariate_normal(np.zeros(len(names)), np.asarray(covariance["matrix"], dtype=float),
                                      size=draws, method="eigh")
     drawn = theta + normal * np.sqrt(dof / rng.chisquare(dof, size=draws))[:, None]
-    return replace(k, **{name: np.where(drawn[:, j] > 0.0, drawn[:, j], 0.0) for j, name in enumerate(names)})
+    fitted = replace(k, **{name: np.where(drawn[:, j] > 0.0, drawn[:, j], 0.0) for j, name in enumerate(names)})
+    return transfer.measured_draws(fitted, measured, draws)
 
 
 def knee_interval(knees_of: Callable[[Constants], np.ndarray], k: Constants, covariance: Mapping[str, Any],
-                  confidence: float, draws: int = KNEE_DRAWS) -> tuple[float, float]:
+                  confidence: float, draws: int = KNEE_DRAWS,
+                  measured: Mapping[str, Sequence[float]] | None = None) -> tuple[float, float]:
     """The knee's ``confidence`` interval (workers): ``knees_of(drawn)``, w* of each of the fitted constants'
     draws (:func:`knee_draws`: ``drawn`` holds an array of them for each fitted constant; the functions of
     :mod:`ddltrace.models.drawn_knees` take them all at once), and their central ``confidence`` share. inf where
     the upper end never binds."""
-    knees = knees_of(knee_draws(k, covariance, draws))
+    knees = knees_of(knee_draws(k, covariance, draws, measured))
     tail = 50.0 * (1.0 - confidence)
     low, high = np.percentile(knees, [tail, 100.0 - tail], method="inverted_cdf")  # (no inf - inf between draws)
     return float(low), float(high)
+
+
+def _compared(without: float, with_term: float, most: int = 4) -> str:
+    """Two mean leave-one-out errors (percent), the term's left out and kept, in words: 'lower without it (4.37 % vs
+    4.41 %)' with the fewest decimals (1 to ``most``) that tell them apart, else 'the same without it as with it
+    (4.4 % both, to ``most`` decimals)' (the simpler model is kept where they tie)."""
+    for digits in range(1, most + 1):
+        a, b = f"{without:.{digits}f}", f"{with_term:.{digits}f}"
+        if a != b:
+            return f"{'lower' if without < with_term else 'higher'} without it ({a} % vs {b} %)"
+    return f"the same without it as with it ({without:.1f} % both, equal to {most} decimals)"
 
 
 def _nan_none(x: float | None) -> float | None:
@@ -635,6 +656,11 @@ def constants_from_model(model: Mapping[str, Any], source: str = "model") -> tup
         for key in ("stderr", "upper_bound", "fitted_value"):
             if entry.get(key) is not None:
                 _model_number(entry[key], f"{source}: constant {name}'s {key}")
+        if entry.get("runs") is not None:  # a measured constant's runs' own figures (the intervals draw from them)
+            if not isinstance(entry["runs"], list):
+                raise DdltraceError(f"{source}: constant {name}'s runs must be a list of numbers")
+            for i, x in enumerate(entry["runs"]):
+                _model_number(x, f"{source}: constant {name}'s runs[{i}]")
     for key in ("d", "n_f", "n_w", "s", "epochs"):
         if workload.get(key) is not None:
             value = _model_number(workload[key], f"{source}: workload {key}")
@@ -993,4 +1019,53 @@ def measurements_from_stores(paths: Sequence[str | Path], **overrides: Any) -> p
     frame = pd.DataFrame(rows)
     if frame[["w", "b"]].drop_duplicates().shape[0] < 2:
         raise DdltraceError("every store has the same workers and batch size: fitting needs runs at different w")
+    frame.attrs["job_settings"] = {k: v for s in settings for k, v in s.items()}  # (equal where recorded: above)
     return frame
+
+
+def store_job(store) -> dict:
+    """What a store records of its job, as ``model fit`` reads it (:func:`measurements_from_store`) without its
+    timelines: ``job`` (:func:`job_identity`), ``settings`` (:func:`job_settings` of its configuration), and ``b``,
+    ``d``, ``epochs`` from the run metadata or its command line (None where it does not say)."""
+    from ddltrace.analyses.run_analysis import job_config
+
+    run = store.run
+
+    def said(keys, flags):
+        found = _first(run, keys)
+        found = found if found is not None else _from_command(run, flags)
+        try:
+            return None if found is None else float(found)
+        except (TypeError, ValueError):
+            return None
+
+    return {"job": job_identity(run), "settings": job_settings(job_config(store)),
+            "b": said(("batch_size", "batch", "b"), ("--batch", "--batch-size", "--batch_size")),
+            "d": said(("samples", "dataset_size", "d"), ("--samples", "--dataset-size")),
+            "epochs": said(("epochs",), ("--epochs",))}
+
+
+def model_job_differences(model: Mapping[str, Any], job: Mapping[str, Any]) -> list[str]:
+    """What tells the job a fitted model (``HashemiFit.to_dict`` with ``model fit``'s ``job`` and ``job_settings``)
+    was fitted to from a store's (:func:`store_job`), as ``model fit`` refuses stores of different jobs
+    (:func:`measurements_from_stores`: the job's identity and its recorded :data:`JOB_SETTINGS`), and the series'
+    own variables the model's phase depends on (its batch, samples d and epochs: the model predicts all epochs of
+    its d at its batch): 'compute real (the model's) vs emulated', one per difference; none where they agree or
+    one side does not say."""
+    out = []
+    mine = model.get("job")
+    if mine and job.get("job") and str(mine) != str(job["job"]):
+        out.append(f"job {mine} (the model's) vs {job['job']}")
+    settings = model.get("job_settings")
+    for key, value in (settings.items() if isinstance(settings, Mapping) else ()):
+        theirs = (job.get("settings") or {}).get(key, value)
+        if json.dumps(theirs) != json.dumps(value):
+            out.append(f"{key} {'none' if value is None else value} (the model's) vs "
+                       f"{'none' if theirs is None else theirs}")
+    workload = model.get("workload") if isinstance(model.get("workload"), Mapping) else {}
+    batch = (model.get("knee") or {}).get("batch") if isinstance(model.get("knee"), Mapping) else None
+    for key, value, name in (("b", batch, "batch"), ("d", workload.get("d"), "samples d"),
+                             ("epochs", workload.get("epochs"), "epochs")):
+        if isinstance(value, int | float) and job.get(key) is not None and float(value) != float(job[key]):
+            out.append(f"{name} {float(value):g} (the model's) vs {float(job[key]):g}")
+    return out

@@ -213,6 +213,8 @@ def run_fit(args) -> int:
         if entry["source"] == "profile" and record:
             entry["uncertainty"] = held[name] = record["uncertainty"]
     model["job"] = job
+    # the job's recorded settings (fit_hashemi.JOB_SETTINGS): 'report --model' checks the series is of this job
+    model["job_settings"] = frame.attrs.get("job_settings") if not args.csv else None
     model["profile"] = machine
     model["work_per_sample"] = work
     model[init_transfer.KEY] = {
@@ -259,6 +261,27 @@ def run_fit(args) -> int:
     return 0
 
 
+def _measured_how(runs: list) -> str:
+    """How the intervals take a constant measured from the runs' traces (``runs``: their own figures)."""
+    if len(runs) > 1:
+        return (f"the {len(runs)} runs' figures; the intervals draw it as one of them, each equally likely: "
+                "docs/MODELS.md, \"c_u from the trace: its interval\"")
+    return "one run's figure: held exact in the intervals, no second run to show its spread"
+
+
+def _measured_covers(model: dict) -> str:
+    """What a prediction's intervals add for a constant measured from the runs' traces, '' where none is drawn."""
+    from ddltrace.models import transfer
+
+    entries = model.get("constants") or {}
+    drawn = transfer.measured_runs(entries)
+    held = [name for name, entry in entries.items()
+            if isinstance(entry, dict) and isinstance(entry.get("runs"), list) and len(entry["runs"]) == 1]
+    return ("".join(f"; {name} as one of the {len(runs)} runs' own figures ({min(runs):.3g} to {max(runs):.3g} "
+                    f"{entries[name].get('unit', '')}), each equally likely" for name, runs in drawn.items())
+            + "".join(f"; {name} held at the one run's figure it was measured from" for name in held))
+
+
 def _seconds(x: float) -> str:
     return "n/a" if x is None or math.isnan(x) else format_ns(x * 1e9)
 
@@ -284,6 +307,10 @@ def describe_fit(fit, job: str = "", held: dict | None = None) -> str:
             text += f"  not constrained: 0 to {fit.unconstrained_[name]:.3g} fit as well"
         elif name in fit.unsupported_:
             text += f"  not supported by the runs (fitted it would be {fit.unsupported_[name]:.3g}); held at 0"
+        elif entry.get("runs"):  # measured from the trace: the runs' own figures, what the intervals draw it from
+            runs = entry["runs"]
+            text += (f"  [{min(runs):.4e}, {max(runs):.4e}]  {entry['source']} ({_measured_how(runs)})"
+                     if len(runs) > 1 else f"  {entry['source']} ({_measured_how(runs)})")
         elif name in (held or {}):
             spread = (f"± {100 * held[name] / entry['value']:.1f} %" if entry["value"] else
                       f"± {held[name]:.4e}")
@@ -297,10 +324,11 @@ def describe_fit(fit, job: str = "", held: dict | None = None) -> str:
         lines.append("\nknee: none (neither the server nor the floor ever binds)")
     else:
         low, high = fit.knee_ci_
+        resampled = [name for name, runs in fit.measured_runs_.items() if len(runs) > 1]
         interval = ("" if math.isnan(low) else
                     f" [{100 * fit.confidence:.0f} %: {_workers(low)} to "
                     f"{'no bound' if math.isinf(high) else _workers(high)}, the fitted constants drawn with their "
-                    "covariance]")
+                    "covariance" + "".join(f", {name} as one of the runs' figures" for name in resampled) + "]")
         lines.append(f"\nknee: {_knee_text(fit.knee_)}{interval} ({fit.knee_cause_} term takes over) at batch "
                      f"{fit.knee_batch_:g}")
         if fit.knee_ < 1:
@@ -486,7 +514,8 @@ def _knee_interval_on_b(model: dict, source: str, constants, wl, moved: dict, ru
             most, one)
 
     confidence = float(model.get("confidence") or 0.95)
-    return {"ci": knee_interval(knees_of, constants, covariance, confidence), "draws": KNEE_DRAWS,
+    return {"ci": knee_interval(knees_of, constants, covariance, confidence,
+                                measured=transfer.measured_runs(model["constants"])), "draws": KNEE_DRAWS,
             "confidence": confidence, "searched_below_w": most}
 
 
@@ -527,16 +556,18 @@ def _knee_interval_on_a(model: dict, source: str, constants, wl, batch_factor: f
     ci = (model.get("knee") or {}).get("ci") or [None, None]
     if wl.cpu_shares and not what_if and wl.b == fit_b and ci[0] is not None:
         return {"ci": (float(ci[0]), math.inf if ci[1] is None else float(ci[1])), "draws": KNEE_DRAWS,
-                "confidence": confidence}
+                "confidence": confidence, "covers": KNEE_ON_A_COVERS + _measured_covers(model)}
     if wl.cpu_shares:  # the knee of each draw's predicted phases at the ranks' shares, searched over w
         a, runs = model.get("profile") or {}, model.get("measurements") or []
         ci = knee_interval(lambda drawn: drawn_knees.searched_knees(
             lambda w: drawn_knees.phases_at(drawn, wl, w, a, runs, what_if=what_if), KNEE_DRAWS, transfer.KNEE_MOST),
-            constants, covariance, confidence)
-        return {"ci": ci, "draws": KNEE_DRAWS, "confidence": confidence}
+            constants, covariance, confidence, measured=transfer.measured_runs(model["constants"]))
+        return {"ci": ci, "draws": KNEE_DRAWS, "confidence": confidence,
+                "covers": KNEE_ON_A_COVERS + _measured_covers(model)}
     ci = knee_interval(lambda drawn: hashemi.w_star(wl, drawn.scaled(what_if) if what_if else drawn), constants,
-                       covariance, confidence)
-    return {"ci": ci, "draws": KNEE_DRAWS, "confidence": confidence}
+                       covariance, confidence, measured=transfer.measured_runs(model["constants"]))
+    return {"ci": ci, "draws": KNEE_DRAWS, "confidence": confidence,
+            "covers": KNEE_ON_A_COVERS + _measured_covers(model)}
 
 
 def _json_knee_on_a(drawn: dict) -> dict:
@@ -544,7 +575,7 @@ def _json_knee_on_a(drawn: dict) -> dict:
         return {"why_not": drawn["why_not"]}
     low, high = drawn["ci"]
     return {"low_w": None if math.isinf(low) else low, "high_w": None if math.isinf(high) else high,
-            "confidence": drawn["confidence"], "draws": drawn["draws"], "covers": KNEE_ON_A_COVERS}
+            "confidence": drawn["confidence"], "draws": drawn["draws"], "covers": drawn["covers"]}
 
 
 #: How the phase's interval on B draws the fitted constants, by whether the model has a covariance.
@@ -563,7 +594,7 @@ def _describe_knee_on_a(drawn: dict) -> str:
     low, high = drawn["ci"]
     return (f"  {100 * drawn['confidence']:.0f} % interval: {_workers(low)} to "
             f"{'no bound' if math.isinf(high) else _workers(high)} workers, over {drawn['draws']} draws of "
-            f"{KNEE_ON_A_COVERS}")
+            f"{drawn['covers']}")
 
 
 def _entries_at(entries: dict, factor: float) -> dict:
@@ -591,7 +622,8 @@ def _fit_draws(constants, entries: dict, covariance: dict | None):
         return transfer.stderr_draws(entries, constants, transfer.DRAWS)
     from ddltrace.analyses.fit_hashemi import knee_draws
 
-    return transfer.bounded_draws(knee_draws(constants, covariance, transfer.DRAWS), entries, transfer.DRAWS)
+    return transfer.bounded_draws(knee_draws(constants, covariance, transfer.DRAWS, transfer.measured_runs(entries)),
+                                  entries, transfer.DRAWS)
 
 
 def _batch_sweep(model: dict, source: str, workers: list[int], batches: list[int], profile: str,
@@ -759,7 +791,7 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
             table["what_if_low_s"], table["what_if_high_s"] = transfer.interval_on_a(
                 drawn, wl, workers, a_record, runs, confidence, what_if)
         table.attrs["interval_on_a"] = {"confidence": confidence, "draws": transfer.DRAWS,
-                                        "covers": PHASE_ON_A_COVERS}
+                                        "covers": PHASE_ON_A_COVERS + _measured_covers(model)}
     else:
         table.attrs["interval_on_a"] = {"why_not": _no_covariance(source)}
     table.attrs["knee_intervals"] = knee_intervals
@@ -788,7 +820,7 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
                                    "factors": moved["factors"], "server_split": moved["server_split"],
                                    "notes": moved["notes"], "confidence": confidence,
                                    "best_w": int(best), "draws": transfer.DRAWS, "serial_comm": serial,
-                                   "fit_draws": FIT_DRAWS[covariance is not None],
+                                   "fit_draws": FIT_DRAWS[covariance is not None] + _measured_covers(model),
                                    "best_past_knee": _past_knee(table, knees["profile"][0], best)}
     table.attrs["knees"] = knees
     if moved:
@@ -870,10 +902,11 @@ def _describe_transfer(table: pd.DataFrame) -> list[str]:
              "with a rank's share of a core equal on both:",
              f"  compute per sample (c_p, t_phase_min) x{f['c_p']:.4g}: feed-forward work at the job's working set "
              "(C_muladd, C_act, C_err)",
-             f"  per batch (c_b) x{f['c_b']:.4g}: C_muladd over the weights; per update (c_u) x{f['c_u']:.4g}: the "
-             f"server's busy {1e3 * split['server_s']:.3g} ms per update ({100 * split['cpu_fraction']:.0f} % CPU, "
-             f"as C_muladd over the weights; {split['how']}), the fit's other {1e3 * split['rest_s']:.3g} ms as the "
-             "per-sample work",
+             f"  per batch (c_b) x{f['c_b']:.4g}: C_muladd over the weights; per update (c_u) x{f['c_u']:.4g}: "
+             + (f"nothing to carry: {split['how']}" if split.get("zero") else
+                f"the server's busy {1e3 * split['server_s']:.3g} ms per update ({100 * split['cpu_fraction']:.0f} % "
+                f"CPU, as C_muladd over the weights; {split['how']}), the fit's other {1e3 * split['rest_s']:.3g} ms "
+                "as the per-sample work"),
              "  each CPU-bound factor at w also times (alone_B / alone_A) share_A(w) / share_B(w), a rank's share of a "
              f"core (alone: calibrate's own, A {info['alone'][0]:.3g}, B {info['alone'][1]:.3g}; 1 where its curves "
              "are in CPU seconds); per w:",

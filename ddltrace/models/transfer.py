@@ -501,12 +501,24 @@ def server_split(c_u: float, a: Mapping, runs: Sequence[Mapping], measured: Mapp
     c_u)."""
     m = measured or server_measured(a, runs)
     on = c_u > 0  # (of an array of draws of c_u: draw by draw)
-    if m["busy_s"] is None or not (isinstance(on, np.ndarray) or on):
+    if m["busy_s"] is None:
         return {"server_s": c_u, "rest_s": 0.0, "cpu_fraction": 1.0,
                 "how": "no server busy time in the runs: all of c_u is the server's, all CPU"}
+    if not (isinstance(on, np.ndarray) or on):  # the model holds c_u at 0: none of the server's busy time is in it
+        return {"server_s": c_u, "rest_s": 0.0, "cpu_fraction": 1.0, "zero": True,
+                "how": f"c_u is 0 in the model, so none of the server's measured busy time is in it (the runs "
+                       f"measured {_busy_range(runs)} per update, median {1e3 * m['busy_s']:.3g} ms)"}
     server = hashemi.smaller(c_u, m["busy_s"])
     return {"server_s": hashemi.pick(on, server, c_u), "rest_s": hashemi.pick(on, c_u - server, 0.0),
             "cpu_fraction": hashemi.pick(on, m["cpu_fraction"], 1.0), "how": m["how"]}
+
+
+def _busy_range(runs: Sequence[Mapping]) -> str:
+    """The runs' server busy time per update, '0.698 to 1.46 ms' (or one run's '1.46 ms')."""
+    per_update = [float(r["server_busy_s"]) / (float(r["d"]) * float(r.get("epochs") or 1.0) / float(r["b"]))
+                  for r in runs if all(is_finite(r.get(key)) for key in ("server_busy_s", "d", "b"))]
+    low, high = 1e3 * min(per_update), 1e3 * max(per_update)
+    return f"{low:.3g} ms" if f"{low:.3g}" == f"{high:.3g}" else f"{low:.3g} to {high:.3g} ms"
 
 
 def server_measured(a: Mapping, runs: Sequence[Mapping]) -> dict:
@@ -725,11 +737,13 @@ def stderr_draws(entries: Mapping, k: Constants, draws: int = DRAWS, seed: int =
     for name, entry in entries.items():
         if name not in hashemi.NAMES or not isinstance(entry, Mapping):
             continue
+        if name in measured_runs(entries):
+            continue  # drawn from the runs' own figures (measured_draws)
         if entry.get("stderr"):
             values[name] = np.maximum(0.0, getattr(k, name) + rng.standard_normal(draws) * float(entry["stderr"]))
         elif entry.get("upper_bound"):
             values[name] = rng.uniform(0.0, float(entry["upper_bound"]), draws)
-    return replace(k, **values)
+    return measured_draws(replace(k, **values), measured_runs(entries), draws)
 
 
 def bounded_draws(drawn: Constants, entries: Mapping, draws: int = DRAWS, seed: int = 1) -> Constants:
@@ -740,6 +754,29 @@ def bounded_draws(drawn: Constants, entries: Mapping, draws: int = DRAWS, seed: 
     return replace(drawn, **{name: rng.uniform(0.0, float(entry["upper_bound"]), draws)
                              for name, entry in entries.items()
                              if name in hashemi.NAMES and isinstance(entry, Mapping) and entry.get("upper_bound")})
+
+
+def measured_runs(entries: Mapping) -> dict[str, list[float]]:
+    """The constants a model measured from its runs' traces (c_u from the server's: ``model fit --c-u-from-trace``,
+    ``--cpu-shares``) with the runs' own figures (``entries``' ``runs``, a model's ``constants``), where there are two
+    or more: what :func:`measured_draws` draws them from."""
+    return {name: [float(x) for x in entry["runs"]] for name, entry in entries.items()
+            if name in hashemi.NAMES and isinstance(entry, Mapping) and isinstance(entry.get("runs"), list)
+            and len(entry["runs"]) >= 2}
+
+
+def measured_draws(drawn: Constants, measured: Mapping[str, Sequence[float]] | None, draws: int = DRAWS,
+                   seed: int = 2) -> Constants:
+    """``drawn`` with each constant of ``measured`` (:func:`measured_runs`: name -> the runs' own figures, two or more)
+    an array of ``draws`` draws, each one of the runs' figures, all equally likely: the runs measured it at their w,
+    the model holds one value at every w, so which of them a run at another w would see is not known within their
+    spread (docs/MODELS.md, "c_u from the trace: its interval"). Its own stream (``seed``), so that the fitted
+    constants' draws are those without it."""
+    if not measured:
+        return drawn
+    rng = np.random.default_rng(seed)
+    return replace(drawn, **{name: rng.choice(np.asarray(values, dtype=float), draws)
+                             for name, values in measured.items() if len(values) >= 2})
 
 
 def interval_on_a(drawn: Constants, wl: Workload, workers: Sequence[int], a: Mapping, runs: Sequence[Mapping],

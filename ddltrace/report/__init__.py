@@ -129,7 +129,9 @@ def build_report(stores: list[str | os.PathLike], out: str | os.PathLike, *, pro
     if model:  # a model that cannot be read, or is no fitted model, is one line before the analysis, used or not
         from ddltrace.analyses.fit_hashemi import constants_from_model
 
-        constants_from_model(_read_model(model), model)
+        fitted = _read_model(model)
+        constants_from_model(fitted, model)
+        _refuse_other_job(fitted, model, opened, [shown.get(str(s), str(s)) for s in stores])
     out = Path(out)
     check_writable(out, "the report")  # before the analysis, not after it
     if thresholds is None:
@@ -576,6 +578,22 @@ def _read_model(model_path: str) -> dict:
     if not isinstance(model, dict):
         raise DdltraceError(f"{model_path}: not a model written by 'ddltrace model fit'")
     return model
+
+
+def _refuse_other_job(model: dict, model_path: str, opened: list, names: list[str]) -> None:
+    """Refuse (one line) a fitted model whose job is not that of every store given: the report draws it beside the
+    scaling series, at its own batch, samples and epochs, as that job's; ``model fit`` refuses stores of different
+    jobs alike (:func:`ddltrace.analyses.fit_hashemi.model_job_differences` says what differs)."""
+    from ddltrace.analyses.fit_hashemi import model_job_differences, store_job
+
+    other = [(name, found) for store, name in zip(opened, names, strict=True)
+             if (found := model_job_differences(model, store_job(store)))]
+    if other:
+        name, found = other[0]
+        more = f" (and {len(other) - 1} other store(s) given)" if len(other) > 1 else ""
+        raise DdltraceError(f"{model_path}: fitted to another job than {name}'s{more}: {'; '.join(found)}; --model "
+                            "is drawn beside the scaling series as its job's: give a model fitted to runs of the "
+                            "stores' job ('ddltrace model fit')")
 
 
 def _model_curve(model_path: str, series: pd.DataFrame) -> tuple[pd.DataFrame, float | None]:
