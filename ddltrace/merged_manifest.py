@@ -404,3 +404,112 @@ def merged_clock(first: MergedPart, second: MergedPart) -> tuple[dict, str | Non
     return clock, (f"clocks not aligned to each other: {first.path} and {second.path} were put on their clocks "
                    f"differently ({'; '.join(ways)}); the times of ranks {rank_ranges(first.held)} and those of ranks "
                    f"{rank_ranges(second.held)} are not on one clock")
+
+
+#: The option of ``ddltrace merge`` that merges stores though they look like two runs (:func:`not_one_run`).
+AS_ONE_RUN = "--as-one-run"
+#: The fields of the ``workload`` entries that may differ between parts of one run: the ground truth's path, relative
+#: to the store that holds the entry (two imports of one run's exports in different folders name it differently where
+#: the file is not on this machine); the merged store's note still names it (ddltrace/workload_entry.py).
+_PER_STORE_FIELDS = ("ground_truth",)
+
+
+def not_one_run(first: Any, second: Any, renumbered: bool = False) -> list[str]:
+    """What says that the stores ``first`` and ``second`` (:class:`~ddltrace.store.TraceStore`) are of two runs, not
+    parts of one (a text each, the second's figure before the first's; none for parts of one run):
+
+    - their world sizes (``run.world_size``) differ, where each is the run's own: a store whose run records its
+      command (``ddltrace run``, an import of its export) or whose world reaches past its ranks; a world equal to the
+      ranks a store holds (an import of files that do not say it) may be counted from them only. One store's run's
+      own world that the other's ranks reach past says so too (unless ``renumbered``: the ranks are shifted);
+    - their runs' commands (``run.command``, compared word by word) differ, where both record one (not an import's
+      own ``ddltrace import FILES``: two imports of one run's files, a rank each, name different files);
+    - their job configurations (the ``workload`` entries, :func:`~ddltrace.workload_entry.merged_workload`'s
+      comparison, but for the ground truth's path, :data:`_PER_STORE_FIELDS`) differ, where both record one.
+
+    The parts of one run (the exports of some of its ranks imported, a node's part) share all three."""
+    said = []
+    worlds = [_own_world(store) for store in (first, second)]
+    (world_a, own_a), (world_b, own_b) = worlds
+    if own_a and own_b and world_a != world_b:
+        said.append(f"world size {world_b} vs {world_a}")
+    elif not renumbered:
+        for (world, own), store, other in (((world_a, own_a), first, second), ((world_b, own_b), second, first)):
+            past = [r for r in other.ranks if world is not None and r >= world]
+            if own and past:
+                said.append(f"{other.path} holds rank {past[-1]}, past {store.path}'s world of {world}")
+                break
+    commands = [_run_command(store) for store in (first, second)]
+    if all(commands) and commands[0] != commands[1]:
+        shortest = min(map(len, commands))  # (the words past it differ from none: the other's end)
+        at = next((i for i in range(shortest) if commands[0][i] != commands[1][i]), shortest)
+        words = [c[at] if at < len(c) else "(end)" for c in commands]
+        said.append(f"command word {at + 1} {_shown(words[1])} vs {_shown(words[0])}")
+    entries = [store.manifest.get("workload") for store in (first, second)]
+    if None not in entries:
+        from ddltrace.workload_entry import _differing
+
+        bare = [{k: v for k, v in e.items() if k not in _PER_STORE_FIELDS} if isinstance(e, dict) else e
+                for e in entries]
+        # the worker count and the ranks first (what a user tells runs by), then the others by name
+        fields = sorted(_differing(*bare), key=lambda f: (f.rsplit(".", 1)[-1] not in ("workers", "ranks"), f))
+        if fields:
+            shown = [f"{f} {_shown(_field(bare[1], f))} vs {_shown(_field(bare[0], f))}" for f in fields[:3]]
+            more = f", and {len(fields) - 3} more" if len(fields) > 3 else ""
+            said.append(f"job configuration {', '.join(shown)}{more}")
+    return said
+
+
+def not_one_run_text(first: Any, second: Any, evidence: list[str]) -> str:
+    """The one line refusing to merge ``second`` into ``first``'s run, with the ``evidence`` of :func:`not_one_run`."""
+    return (f"{second.path}: not a part of {first.path}'s run (its vs {first.path}'s: {'; '.join(evidence)}): merge "
+            f"joins the parts of one run; {AS_ONE_RUN} merges them anyway, where you know they are one")
+
+
+def _own_world(store: Any) -> tuple[int | None, bool]:
+    """The world size ``store``'s run records (None where it records none that is one) and whether it is the run's
+    own (see :func:`not_one_run`), not possibly counted from the ranks the store holds."""
+    said = store.run.get("world_size")
+    if type(said) is not int or said < 1:
+        return None, False
+    return said, bool(_run_command(store)) or said > max(store.ranks, default=-1) + 1
+
+
+def _run_command(store: Any) -> list[str]:
+    """The words of the command ``store``'s run ran (``run.command``), none where it records none or only the
+    ``ddltrace import`` that made it (an import of files that do not say the job's command; one of ddltrace's own
+    export has the run's)."""
+    words = _words(store.run.get("command"))
+    return [] if "imported_files" in store.run and words[:2] == ["ddltrace", "import"] else words
+
+
+def _words(command: Any) -> list[str]:
+    """``command`` (a text or a list of words) as words; none where it is neither or cannot be split."""
+    import shlex
+
+    if isinstance(command, list):
+        return [str(w) for w in command]
+    if not isinstance(command, str):
+        return []
+    try:
+        return shlex.split(command)
+    except ValueError:  # unbalanced quotes: compared as one word
+        return [command]
+
+
+def _field(entry: Any, dotted: str) -> Any:
+    """The value at ``dotted`` (``config.workers``) in ``entry`` (None where it has none; the entry itself for
+    ``workload``, the name of an entry that is not a mapping)."""
+    if not isinstance(entry, dict):
+        return entry
+    for key in dotted.split("."):
+        entry = entry.get(key) if isinstance(entry, dict) else None
+    return entry
+
+
+def _shown(value: Any) -> str:
+    """``value`` short, as JSON (at most 60 characters)."""
+    import json
+
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:28] + "..." + text[-29:]

@@ -1193,7 +1193,7 @@ def separate_runs(store) -> list[str]:
 
 def merge_stores(first: TraceStore, second: TraceStore, out: str | os.PathLike, *,
                  renumber: bool = False, amend: Callable[[TraceStore, dict[str, str]], None] | None = None,
-                 tell: Callable[[str], None] | None = None) -> TraceStore:
+                 tell: Callable[[str], None] | None = None, as_one_run: bool = False) -> TraceStore:
     """Merge two stores of one job into a new store at ``out``.
 
     Ranks present in both are an error unless ``renumber``, which shifts the second store's ranks past
@@ -1207,15 +1207,34 @@ def merge_stores(first: TraceStore, second: TraceStore, out: str | os.PathLike, 
     ``info``'s ``uncategorised:`` line: the rows of both, a row both carry once). ``tell`` is given each of the
     merge's own notes once the store is published. ``amend(store, said)`` may change the merged store's manifest
     before it is written and the store published, so that no reader ever sees the store without it (``said``: the
-    merge's own notes by what they are on, ``world_size``, ``clock``, ``workload``).
+    merge's own notes by what they are on, ``world_size``, ``clock``, ``workload``, ``one_run``).
+
+    Stores that are evidently of two runs are refused (:class:`StoreError`, one line naming both and the evidence,
+    nothing written): their times on the wall clock far apart (:func:`two_runs_apart`), or their world sizes, their
+    runs' commands or their job configurations differing (ddltrace/merged_manifest.py's ``not_one_run``: QA, a w = 4
+    and a w = 8 run 6 s apart merged, and ``analyze`` read the gap as a 12.7 s sequential initialisation).
+    ``as_one_run`` merges them anyway (the user's word that they are one run), and a note in the merged store says
+    what looked otherwise.
     """
+    from ddltrace.merged_manifest import AS_ONE_RUN, not_one_run, not_one_run_text
+
     spans = _wall_span(first), _wall_span(second)
     gap = two_runs_apart(*spans) if None not in spans else 0
-    if gap:
+    evidence = not_one_run(first, second, renumbered=renumber)
+    if gap and not as_one_run:
         from ddltrace.units import format_ns
 
         raise StoreError(f"{second.path}: {format_ns(gap)} apart from {first.path} on the wall clock: not a part of "
-                         "its run (merge joins the parts of one job)")
+                         f"its run (merge joins the parts of one job; {AS_ONE_RUN} merges them anyway, where you "
+                         "know they are one)")
+    if evidence and not as_one_run:
+        raise StoreError(not_one_run_text(first, second, evidence))
+    if gap:
+        from ddltrace.units import format_ns
+
+        evidence.insert(0, f"{format_ns(gap)} apart on the wall clock")
+    one_run = (f"merged as one run on the user's word ({AS_ONE_RUN}), though {second.path} looked like another "
+               f"run than {first.path} (its vs {first.path}'s: {'; '.join(evidence)})") if evidence else None
     offset = 0
     overlap = set(first.ranks) & set(second.ranks)
     if overlap:
@@ -1227,16 +1246,16 @@ def merge_stores(first: TraceStore, second: TraceStore, out: str | os.PathLike, 
     if out.exists():
         raise StoreError(f"{out}: already exists (choose another output)")
     with StoreLock(out):
-        said = _merge_into(first, second, out, offset, amend)
+        said = _merge_into(first, second, out, offset, amend, one_run)
     for note in said.values() if tell is not None else ():
         tell(note)
     return TraceStore.open(out)
 
 
 def _merge_into(first: TraceStore, second: TraceStore, out: Path, offset: int,
-                amend: Callable[[TraceStore, dict[str, str]], None] | None) -> dict[str, str]:
+                amend: Callable[[TraceStore, dict[str, str]], None] | None, one_run: str | None) -> dict[str, str]:
     """Build the merged store at ``out``; the merge's own notes (why the manifest differs from the stores'), by what
-    they are on."""
+    they are on (``one_run``: that the stores were merged as one run though they looked like two)."""
     from ddltrace.merged_manifest import (
         MergedPart,
         joined_nodes,
@@ -1286,6 +1305,7 @@ def _merge_into(first: TraceStore, second: TraceStore, out: Path, offset: int,
         if uncategorised:  # (info's 'uncategorised:' line; was lost, its note alone kept)
             merged.manifest["uncategorised"] = uncategorised
         said["runs"] = next(iter(separate_runs(merged)), None)  # (the import's check: two runs, not one job's)
+        said["one_run"] = one_run
         said = {on: note for on, note in said.items() if note}
         merged.manifest["notes"] = [*merged_notes(*parts, merged.ranks, merged.run), *said.values()]
         if amend is not None:

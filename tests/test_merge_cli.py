@@ -41,17 +41,22 @@ def test_merge_two_stores_and_refusals(tmp_path, capsys):
 
 
 def test_stores_that_declare_different_world_sizes_take_the_largest_and_say_so(tmp_path, capsys):
-    """Ranks 0-3 of a run said to be of 8 ranks and ranks 4-7 of one said to be of 12: the merged store is of 12
-    ranks, 8-11 named missing, and one line on stderr and a note say which store said what (before: 8, the ranks
-    held, unsaid)."""
+    """Ranks 0-3 of a run said to be of 8 ranks and ranks 4-7 of one said to be of 12: not one run, refused on one
+    line (tests/test_merge_refuses_two_runs.py); merged with --as-one-run, the merged store is of 12 ranks, 8-11 named
+    missing, and lines on stderr and notes say which store said what (before: 8, the ranks held, unsaid) and that
+    the user merged them as one run."""
     a, b = _store(tmp_path / "a", 0), _store(tmp_path / "b", 4, world_size=12)
     capsys.readouterr()
-    assert main(["merge", str(a.path), str(b.path), "--out", str(tmp_path / "ab")]) == 0
+    assert main(["merge", str(a.path), str(b.path), "--out", str(tmp_path / "ab")]) == 2
+    assert "world size 12 vs 8" in capsys.readouterr().err and not (tmp_path / "ab").exists()
+    assert main(["merge", str(a.path), str(b.path), "--out", str(tmp_path / "ab"), "--as-one-run"]) == 0
     note = (f"world size 12: the merged stores do not declare the same one ({a.path}'s run says 8; {b.path}'s run "
             "says 12); the merged store takes the largest")
-    assert capsys.readouterr().err.strip().splitlines() == [f"ddltrace: note: {note}"]
+    user = (f"merged as one run on the user's word (--as-one-run), though {b.path} looked like another run than "
+            f"{a.path} (its vs {a.path}'s: world size 12 vs 8)")
+    assert capsys.readouterr().err.strip().splitlines() == [f"ddltrace: note: {note}", f"ddltrace: note: {user}"]
     merged = TraceStore.open(tmp_path / "ab")
-    assert merged.world_size == 12 and merged.manifest["notes"] == [note]
+    assert merged.world_size == 12 and merged.manifest["notes"] == [note, user]
     assert sorted(merged.missing()) == [8, 9, 10, 11]
 
 

@@ -113,7 +113,9 @@ def test_stores_of_different_runs_or_without_the_entry_keep_none_and_say_why(par
     """par-w4's ranks 0-2 with seq-w4's 3-4 (sequential, not parallel, initialisation; another ground truth): no
     entry, and one line on stderr, the same as the merged store's note, names both stores and the fields that
     differ; with par-w4's 3-4 imported without the entry: no entry either (no configuration is known to hold for
-    the ranks without one), the line naming the store that has none. The analyses infer w and the roles."""
+    the ranks without one), the line naming the store that has none. The analyses infer w and the roles. par-w4 with
+    seq-w4 is not one run (their job configurations and commands differ): refused unless --as-one-run, whose merge
+    says so in a note too (tests/test_merge_refuses_two_runs.py)."""
     from ddltrace.analyses.run_analysis import analyze_store
 
     a, seq, bare = parts["par-0-2"], parts["seq-3-4"], parts["par-3-4-bare"]
@@ -127,14 +129,19 @@ def test_stores_of_different_runs_or_without_the_entry_keep_none_and_say_why(par
               "the merged store keeps neither"),
              (bare, a, tmp_path / "bare-par", f"{a} has one, {bare} has none (not one run, or one store did not "
               "record it); the merged store keeps none"))
+    assert main(["merge", str(a), str(seq), "--out", str(tmp_path / "par-seq")]) == 2
+    assert "config.init" in capsys.readouterr().err and not (tmp_path / "par-seq").exists()
     for first, second, out, why in cases:
-        assert main(["merge", str(first), str(second), "--out", str(out)]) == 0
+        assert main(["merge", str(first), str(second), "--out", str(out),
+                     *(["--as-one-run"] if second == seq else [])]) == 0
         err = capsys.readouterr().err.strip().splitlines()
         note = f"no workload entry (the job's configuration): {why}"
         merged = TraceStore.open(out)
         # seq-w4 ran apart from par-w4: the merged ranks' times fall into two groups, said as an import says it
         apart = [n for n in merged.manifest["notes"] if "the ranks' times fall into 2 groups" in n]
-        assert len(apart) == (1 if second == seq else 0)
+        apart += [n for n in merged.manifest["notes"] if n.startswith("merged as one run on the user's word")]
+        assert len(apart) == (2 if second == seq else 0)
+        assert all("config.init" in n for n in apart[1:])
         assert err == [f"ddltrace: note: {note}", *(f"ddltrace: note: {n}" for n in apart)]
         assert "workload" not in merged.manifest and merged.manifest["notes"] == [*_kept(first, second), note, *apart]
         assert merged.ranks == [0, 1, 2, 3, 4]

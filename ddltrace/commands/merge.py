@@ -19,13 +19,21 @@ def register(subparsers) -> None:
                     "the launching process at the end. A node that died or could not reach it keeps its part;\n"
                     "the store names that node and the folder (`ddltrace info`, run.missing_nodes). Copy the\n"
                     "folder from the node and join it here: its ranks and counters are added to a new store.\n"
-                    "PART may also be a second trace store of the same job (ranks must not overlap).",
+                    "PART may also be a second trace store of the same run (ranks must not overlap): a part of\n"
+                    "it exported with `ddltrace export --ranks` and imported, say. Stores that are evidently\n"
+                    "of two runs are refused, nothing written: their world sizes, their runs' commands or their\n"
+                    "job configurations (the workload entries) differ where both record one, or they ran far\n"
+                    "apart on the wall clock. --as-one-run merges them anyway, where you know better.",
         epilog="examples:\n"
                "  scp -r node7:/local/.run64.x1y2/records node7-part\n"
                "  ddltrace merge run64 node7-part --out run64-full")
     p.add_argument("store", metavar="STORE", help="the run's trace store")
     p.add_argument("part", metavar="PART", help="a node's part (a folder copied from that node) or another store")
     p.add_argument("--out", metavar="NEW", required=True, help="the merged trace store folder to create")
+    p.add_argument("--as-one-run", action="store_true",
+                   help="merge two stores though they look like two runs (world sizes, commands or job "
+                        "configurations differ; far apart in time): you know they are parts of one run. A note "
+                        "in the merged store says what differed")
     p.set_defaults(func=run)
 
 
@@ -54,7 +62,8 @@ def run(args) -> int:
         # the merge's own notes (world size, clocks, workload entry), a line each; the stores' stay in the manifest
         stores = TraceStore.open(args.store), TraceStore.open(part)
         merged = merge_stores(*stores, out, amend=functools.partial(note_left_out, stores),
-                              tell=lambda note: print(f"ddltrace: note: {note}", file=sys.stderr))
+                              tell=lambda note: print(f"ddltrace: note: {note}", file=sys.stderr),
+                              as_one_run=args.as_one_run)
         left_out = sorted({r for store in stores for r in store.damaged} - set(merged.ranks))
     else:
         from ddltrace.collectors.node_merge import join_part
