@@ -319,10 +319,15 @@ def test_optimize_refuses_a_what_if_without_bandwidth_or_with_no_whole_cores(ser
     assert {r["H"] for r in json.loads(capsys.readouterr().out)["ranked"]} <= {1, 2}
 
 
-def test_a_fitted_model_given_as_a_hardware_profile_is_named_as_such(series, tmp_path, capsys):
+def test_a_fitted_model_given_as_a_hardware_profile_is_named_as_such(series, tmp_path, capsys, monkeypatch):
     """model.json has "constants" too (c_p, r_m = 0, ...): given where a hardware profile goes it was read as one and
     refused for 'constant r_m = 0.0: must be a finite number > 0' (predict --profile) or 'lacks C_muladd, C_nbw'
-    (optimize), which says nothing of the mix-up. Each command now names the file as a fitted model, exit 2."""
+    (optimize), which says nothing of the mix-up. Each command now names the file as a fitted model, exit 2.
+    Progress lines every 0 s: optimize read --baseline after its search, whose progress lines came first on a busy
+    machine (a flaky failure of this test under 8 workers); now before it."""
+    from ddltrace.commands import optimize
+
+    monkeypatch.setattr(optimize, "PROGRESS_EVERY_S", 0.0)
     stores = [str(series / f"run-b64-w{w}") for w in (1, 2, 4)]
     model = tmp_path / "model.json"
     profile = str(series / "profile.json")

@@ -164,6 +164,8 @@ def run(args) -> int:
 
     dnn = load_dnn(args.dnn)
     hw, raw = _hardware(args.profile, args.what_if, dnn.bytes_per_value)
+    # read before the search: a --baseline that is no profile is one line, not one after the search's progress
+    hw_a = _hardware(args.baseline, [], dnn.bytes_per_value)[0] if args.baseline else None
     threads = parse_int_list(args.threads, "--threads") if args.threads else None
     configs = [parse_config(c) for c in args.config] or None
     def say(message: str) -> None:
@@ -185,7 +187,6 @@ def run(args) -> int:
         row.update(t_epoch_low_s=lo, t_epoch_high_s=hi, fastest_share=share)
     baseline = None
     if args.baseline:
-        hw_a, _ = _hardware(args.baseline, [], dnn.bytes_per_value)
         cache_a: dict = {}
         for row, key in zip(shown, keys, strict=True):
             row["baseline_t_epoch_s"] = _one(dnn, hw_a, args, key, cache_a)
