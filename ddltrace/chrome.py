@@ -12,8 +12,11 @@ names is the one of ``otherData.run.hosts``); ``ddltrace import`` reads them bac
 A sample whose value is NaN (the sampler could not read it) is not written: a ``C`` event holds numbers. Metadata
 events (``ph: "M"``) name every process and thread and order the ranks (a rank's
 ``process_name`` carries its manifest entry, ``ddltrace_rank``: role, aggregate, ...); the run's metadata goes in
-the top-level ``otherData`` (``run``, and the manifest's :data:`RUN_ENTRIES`: workload, clock, notes, and the
-events no rule knew, ``uncategorised``, which ``info``'s ``uncategorised:`` line is made of).
+the top-level ``otherData`` (``run``, the manifest's every run entry: command, world size, hosts, start and end,
+GPU models, ...; and the manifest's :data:`RUN_ENTRIES`: workload, clock, notes, and the events no rule knew,
+``uncategorised``, which ``info``'s ``uncategorised:`` line is made of). ``ddltrace import`` takes every entry of
+``run`` back but the count of files imported (collectors/importers/ddltrace_export.py's ``IMPORT_OWN``); the other
+top-level entries of the manifest are the store's own, not the run's (:data:`STORE_ENTRIES`, each with why).
 
 The file is written rank by rank, so memory stays at one rank's events. A rank of the run the export does not hold
 (the store found its file damaged while the ranks were written, or held none of it: :meth:`TraceStore.missing`) is
@@ -69,6 +72,19 @@ def _meta(kind: str, pid: int, tid: int = 0, **args) -> dict:
 #: format and raw category, ``info``'s ``uncategorised:`` line; the export's ``cat`` is the category they were filed
 #: under, so the import cannot find them again).
 RUN_ENTRIES = ("workload", "clock", "notes", "uncategorised")
+#: The manifest's top-level entries that the export does not carry as they are, each with why: the store's own, of
+#: its files, not of the run (the imported store writes its own). Every other top-level entry is ``run`` (carried
+#: whole in ``otherData.run``) or one of :data:`RUN_ENTRIES` (tests/test_export_roundtrip_counters.py checks that a
+#: store's manifest holds no other).
+STORE_ENTRIES = {
+    "ranks": "each rank's entry goes in its process's ddltrace_rank, but what the store derives from its files",
+    "counter_ranks": "the ranks with counters, derived from the counters imported",
+    "created": "when the store was written",
+    "ddltrace_version": "the ddltrace that wrote the store (the export's is in otherData.ddltrace_version)",
+    "schema_version": "the store's layout",
+    "merged_from": "the stores a merged store was made from; the imported store is made from the export, whose "
+                   "otherData.store names the store exported",
+}
 #: Entries of a rank's manifest entry that the store derives from its files (not carried in the export).
 DERIVED_INFO = frozenset({"events", "start_ns", "end_ns", "counter_samples", "file", "files", "format",
                            "timeline_file", "rows", "host"})

@@ -11,8 +11,11 @@ the first rank's part, as rows of rank -1, which the store writes to its machine
 is neither a rank nor the machine are not kept, and counted so. The run's workload, clock, notes and uncategorised
 entries (``otherData``) go to the file's report (``FileReport.manifest``), which ``ddltrace import`` writes into the
 store's manifest, and so does the run's world size (``FileReport.world_size``: an export of ranks 3-4 of a world of 5
-imports as those ranks of a world of 5), and the ranks of the run the export does not hold, each with why (the
-``ddltrace_missing`` key after the events: ``FileReport.missing``, a note on each rank the store does not hold).
+imports as those ranks of a world of 5), the run's own entries (``otherData.run``: its command, start and end, GPU
+models, ...; every one but :data:`IMPORT_OWN`: ``FileReport.run``, :func:`_run`), and the ranks of the run the export
+does not hold, each with why (the ``ddltrace_missing`` key after the events: ``FileReport.missing``, a note on each
+rank the store does not hold). An entry whose value is null (``mpi_flavour`` of a run without MPI) comes back
+absent, which every reader of the manifest takes the same (``run.get``).
 """
 
 from __future__ import annotations
@@ -307,10 +310,17 @@ def _texts(v: Any) -> bool:
     return isinstance(v, list) and all(isinstance(x, str) for x in v)
 
 
-#: The entries of the exported run (``otherData.run``) the imported store's ``run`` takes back, each with the test
-#: its value must pass: the job's command and framework, how it ended, the framework profiler's steps, the collectors
-#: and samplers that ran (whose rows' meaning depends on them: py-spy's are left out of a rank's time), the MPI
-#: library. The import's own entries stand where a value fails (named among the file's problems).
+def _gpus(v: Any) -> bool:
+    """The run's GPU models: a list of texts, or one per host (a run across nodes: host -> its list)."""
+    return _texts(v) or (isinstance(v, dict) and all(isinstance(k, str) and _texts(x) for k, x in v.items()))
+
+
+#: The entries of the exported run (``otherData.run``) whose kind is known, each with the test its value must pass
+#: to be taken back: the job's command and framework, when it started and ended (ns, the launcher's clock) and how
+#: it ended, the framework profiler's steps, the collectors and samplers that ran (whose rows' meaning depends on
+#: them: py-spy's are left out of a rank's time), the GPU models, the MPI library and its calls, the nodes. The
+#: import's own entries stand where a value fails (named among the file's problems). Every other entry of the
+#: exported run is taken back as it is (:func:`_run`), but :data:`IMPORT_OWN`.
 RUN_KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "command": (lambda v: isinstance(v, str), "a text"),
     "launch": (lambda v: isinstance(v, str), "a text"),
@@ -325,18 +335,34 @@ RUN_KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "mpi_flavour": (lambda v: v is None or isinstance(v, str), "a text"),
     "mpi_library": (lambda v: v is None or isinstance(v, str), "a text"),
     "record_shapes": (lambda v: isinstance(v, bool), "true or false"),
+    "start_ns": (_whole(0), "a time (integer ns)"),
+    "end_ns": (_whole(0), "a time (integer ns)"),
+    "gpus": (_gpus, "a list of GPU models (or a list per host)"),
+    "mpi_calls": (_whole(0), "a count"),
+    "nodes": (_texts, "a list of texts"),
+    "missing_nodes": (lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()),
+                      "an object of hosts and folders"),
+    "recovered_from": (lambda v: isinstance(v, str), "a text"),
 }
+#: The entries of the exported run the import does not take back as they are, and why: the world size and the hosts
+#: are read with their own tests (:func:`_world_size`, :func:`_hosts`) and written by the import (the same figures
+#: where the export's pass), and ``imported_files`` counts the files of this import (the export is one), not of the
+#: one that made the exported store.
+IMPORT_OWN = frozenset({"world_size", "hosts", "imported_files"})
 
 
 def _run(other, report) -> dict:
-    """What the export says of its run (``otherData.run``'s :data:`RUN_KINDS` entries) that passes its test; one
-    that fails is named among the file's problems and left out (the import's own stands)."""
+    """What the export says of its run (``otherData.run``): every entry but :data:`IMPORT_OWN`, those of
+    :data:`RUN_KINDS` where they pass their test (one that fails is named among the file's problems and left out: the
+    import's own stands), the others as they are (an entry a later ddltrace records, kept as the rank's entries are:
+    was, only the entries listed, and the run's GPU models, start and end were lost)."""
     run = other.get("run") if isinstance(other, dict) else None
     run = run if isinstance(run, dict) else {}
     kept = {}
-    for key, (ok, kind) in RUN_KINDS.items():
-        if key not in run:
+    for key in run:
+        if key in IMPORT_OWN:
             continue
+        ok, kind = RUN_KINDS.get(key, (lambda v: True, ""))
         if ok(run[key]):
             kept[key] = run[key]
         else:
