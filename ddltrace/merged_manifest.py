@@ -26,6 +26,10 @@ ranks' clock alignment and the run's world size once the two are one store.
   held by neither store are named missing by :meth:`TraceStore.missing`.
 - Uncategorised events (``uncategorised``, ``info``'s ``uncategorised:`` line): the rows of both stores, a row both
   carry once (:func:`merged_uncategorised`).
+
+Before any of that, stores evidently of two runs are refused (:func:`not_one_run`: their world sizes, their runs'
+commands or their job configurations differ where both record one), unless the user says they are one run
+(:data:`AS_ONE_RUN`).
 """
 
 from __future__ import annotations

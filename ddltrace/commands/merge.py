@@ -1,5 +1,6 @@
 """``ddltrace merge STORE PART --out NEW``: join to a run's store the part a node left on its own disk (the
-store's notes and ``run.missing_nodes`` name the node and the folder), or merge two stores of one job."""
+store's notes and ``run.missing_nodes`` name the node and the folder), or merge two stores of one run (stores
+evidently of two runs refused unless ``--as-one-run``: ddltrace/merged_manifest.py's ``not_one_run``)."""
 
 from __future__ import annotations
 
