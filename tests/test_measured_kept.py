@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from read_only_folder import read_only_folder
 from small_tmpfs import small_tmpfs
 
 from ddltrace.errors import DdltraceError
@@ -62,18 +62,9 @@ def test_a_write_that_succeeds_leaves_only_the_file(tmp_path):
                                    ["--conv-algorithms", "--dnn", "alexnet", "--batches", "1", "--repeats", "1"]])
 def test_calibrate_refuses_a_folder_it_cannot_write_before_measuring(tmp_path, extra):
     """One line, exit 2, at once: before, both ran every measurement (seconds here, minutes in full), then failed."""
-    if os.geteuid() == 0 and not shutil.which("setpriv"):
-        pytest.skip("running as root without setpriv: a folder's mode cannot be made to apply")
-    drop = "-dac_override,-dac_read_search"
-    prefix = ["setpriv", f"--inh-caps={drop}", f"--bounding-set={drop}"] if os.geteuid() == 0 else []
-    locked = tmp_path / "locked"
-    locked.mkdir()
-    locked.chmod(0o555)
-    try:
+    with read_only_folder(tmp_path) as (locked, prefix):
         result = subprocess.run([*prefix, *DDLTRACE, "calibrate", *extra, "--out", str(locked / "p.json")],
                                 capture_output=True, text=True, timeout=120)
-    finally:
-        locked.chmod(0o755)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     lines = result.stderr.strip().splitlines()
     assert lines == [f"ddltrace: error: {locked}: cannot write "

@@ -4,11 +4,11 @@ analysis is one line, exit 2, and leaves neither partial files nor an empty --ou
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
+from read_only_folder import read_only_folder
 from small_tmpfs import small_tmpfs
 
 DDLTRACE = [sys.executable, "-m", "ddltrace"]
@@ -93,18 +93,9 @@ def test_a_failed_report_leaves_no_empty_out(tiny_store, tmp_path):
 
 
 def test_report_into_a_read_only_folder_is_one_line_before_the_analysis(tiny_store, tmp_path):
-    if os.geteuid() == 0 and not shutil.which("setpriv"):
-        pytest.skip("running as root without setpriv: a folder's mode cannot be made to apply")
-    drop = "-dac_override,-dac_read_search"
-    prefix = ["setpriv", f"--inh-caps={drop}", f"--bounding-set={drop}"] if os.geteuid() == 0 else []
-    locked = tmp_path / "locked"
-    locked.mkdir()
-    locked.chmod(0o555)
-    try:
+    with read_only_folder(tmp_path) as (locked, prefix):
         result = subprocess.run([*prefix, *DDLTRACE, "report", str(tiny_store.path), "--out", str(locked / "r")],
                                 capture_output=True, text=True, timeout=300)
-    finally:
-        locked.chmod(0o755)
     assert_one_error_line(result, f"{locked}: cannot write the report there (Permission denied)")
     assert "analysing" not in result.stderr and not (locked / "r").exists()
 

@@ -143,6 +143,19 @@ def test_rate_limit_is_recovered_after_the_goodput_factor(netns_pair, gbit):
         f"{expected * 8 / 1e9:.4f} (r_net CI ± {res['ci'] / res['r_net']:.1%})")
 
 
+def _shaped_client(code: str, host: str, port: int, burst: int | None = None) -> dict:
+    """What the client ``code`` prints (JSON), run in the client's namespace against the server at ``host:port``
+    with both ends shaped to 200 Mbit/s (tbf bucket ``burst``, :func:`_shape`'s default where None)."""
+    _shape(200e6, burst)
+    try:
+        proc = subprocess.run(["ip", "netns", "exec", NS_CLIENT, sys.executable, "-c", code, host, str(port)],
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        _unshape()
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
 DUPLEX_CLIENT = """
 import json, sys
 from ddltrace.collectors.microbench import network
@@ -160,15 +173,7 @@ def test_a_shaped_veth_keeps_each_directions_bandwidth_while_the_other_is_busy(n
     """Both ends shaped to 200 Mbit/s (the net B of benchmarks/new_hardware.py): streaming 4 MiB both ways at once
     takes about as long as one way, net_duplex near 1: the closed loop's server takes a push in during its send of
     the weights (hashemi.server_service)."""
-    host, port = netns_pair
-    _shape(200e6)
-    try:
-        proc = subprocess.run(["ip", "netns", "exec", NS_CLIENT, sys.executable, "-c", DUPLEX_CLIENT, host, str(port)],
-                              capture_output=True, text=True, timeout=120)
-    finally:
-        _unshape()
-    assert proc.returncode == 0, proc.stderr
-    res = json.loads(proc.stdout)
+    res = _shaped_client(DUPLEX_CLIENT, *netns_pair)
     print(f"200 Mbit/s: one way {res['one']:.4f} s, both ways {res['both']:.4f} s, net_duplex {res['value']:.3f} "
           f"± {res['uncertainty']:.3f}; both ways, each run: {', '.join(f'{t:.4f}' for t in res['boths'])} s")
     assert res["one"] > (4 << 20) * 8 / 200e6  # the shaping held: 4 MiB take longer than at the line rate
@@ -188,15 +193,6 @@ print(json.dumps({"value": m.value, "values": m.values}))
 """
 
 
-def _cpu_per_byte_shaped(host: str, port: int, burst: int) -> dict:
-    _shape(200e6, burst)
-    try:
-        shaped = subprocess.run(["ip", "netns", "exec", NS_CLIENT, sys.executable, "-c", CPU_CLIENT, host, str(port)],
-                                capture_output=True, text=True, timeout=120)
-    finally:
-        _unshape()
-    assert shaped.returncode == 0, shaped.stderr
-    return json.loads(shaped.stdout)
 
 
 def test_a_byte_over_a_shaped_veth_costs_far_more_cpu_than_over_loopback(netns_pair):
@@ -205,7 +201,7 @@ def test_a_byte_over_a_shaped_veth_costs_far_more_cpu_than_over_loopback(netns_p
     and a tbf queue more on the way), against 0.3-0.5 ns over loopback (64 KiB packets). The kernel's packet work,
     which the simulated nodes' ranks share the machine's cores with (docs/MODELS.md)."""
     host, port = netns_pair
-    veth = _cpu_per_byte_shaped(host, port, 32768)
+    veth = _shaped_client(CPU_CLIENT, host, port, 32768)
     server = subprocess.Popen([sys.executable, "-m", "ddltrace.collectors.microbench.network", "127.0.0.1", "0"],
                               stdout=subprocess.PIPE, text=True)
     try:
