@@ -126,9 +126,11 @@ def test_the_rank_that_was_killed_is_the_one_whose_records_end_first(tmp_path):
     assert (first["first"], first["ahead_ns"]) == (2, gap)
     assert {r["rank"]: r["last_ns"] for r in first["ranks"]} == last
     assert first["inside"] == [{"calls": [call], "ranks": [0, 1]}]
-    # analyze's line (the report's too: it renders the same)
+    # analyze's line (the report's too: it renders the same), and its --json the same as info's
     done = ddltrace("analyze", str(store.path))
     assert f"ended abruptly (their records up to the end are kept). R{said[1:]}." in done.stdout, done.stdout
+    done = ddltrace("analyze", str(store.path), "--json")
+    assert json.loads(done.stdout)["stores"][0]["ended_first"] == first
     # through an export of each part and a merge of the two, as the per-rank end reasons are
     for part, ranks in (("A", "0,1"), ("B", "2")):
         assert ddltrace("export", str(store.path), "--chrome", str(tmp_path / f"{part}.json"), "--ranks",

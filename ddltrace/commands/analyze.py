@@ -627,6 +627,7 @@ def to_json(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFr
     from ddltrace.json_output import records
     from ddltrace.memory_section import memory_json
     from ddltrace.node_section import node_frame
+    from ddltrace.summary import ended_first
     from ddltrace.timeline import CATEGORIES
 
     stores = []
@@ -640,7 +641,9 @@ def to_json(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFr
             "missing_ranks": missing_ranks(r), "missing_count": r.store.missing_count(),
             "import_problems": r.store.import_problems,
             **{"exit_code": None, "interrupted": False, **job_run_end(r.store.run)},
-            "recovered_from": r.store.run.get("recovered_from"), "notes": r.store.notes,
+            "recovered_from": r.store.run.get("recovered_from"),
+            "ended_first": ended.to_dict() if (ended := ended_first(r.store)) is not None else None,
+            "notes": r.store.notes,
             "roles": {str(k): v for k, v in r.roles.items()},
             "phases": _records(r.phase_table),
             "phase_notes": {str(rank): notes for rank, notes in phase_notes(r).items()},
