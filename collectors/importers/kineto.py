@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import msgspec
@@ -82,6 +83,11 @@ class DeviceArgsFields(msgspec.Struct, gc=False):
     #: ``record_shapes``' input shapes and element types, kept undecoded: read only on a backend's collective span
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
+    #: TraceFusion's marks (AMD TraceLens, :data:`FUSED_MARKS`): the rank of the file the event came from, and the
+    #: pid and correlation id as that rank's profiler wrote them (before its offset of rank x 10**N)
+    rank: Any = msgspec.UNSET
+    pid_raw: Any = msgspec.UNSET
+    correlation_raw: Any = msgspec.UNSET
 
 
 #: Size in bytes of c10d's dtype names (``c10::ScalarType`` as ``record_param_comms`` writes it).
@@ -114,8 +120,40 @@ GLOO_SIZED = frozenset({"gloo:all_reduce", "gloo:broadcast", "gloo:reduce", "glo
                         "gloo:recv", "gloo:all_gather", "gloo:gather", "gloo:scatter"})
 #: c10d's host event that carries a collective's metadata (``In msg nelems``, ``dtype``, ...: the NCCL backend's).
 PARAM_COMMS = "record_param_comms"
-#: Host events whose ``args`` are read: those that can give a collective's size.
+#: Host events whose ``args`` are read: those that can give a collective's size (and c10d's ``nccl:<op>`` spans,
+#: :data:`NCCL_OP`).
 HOST_SIZED = GLOO_SIZED | {PARAM_COMMS}
+#: Prefix of the span c10d's NCCL backend records around each collective it runs (``nccl:all_reduce``,
+#: ``nccl:all_to_all``, ``nccl:_all_gather_base``), a ``user_annotation``; with ``record_shapes`` it holds the
+#: operation's input tensors (``Input Dims``, ``Input type``).
+NCCL_OP = "nccl:"
+#: ``nccl:<op>`` spans whose input tensors are nccl-tests' size of the collective (separators removed, lower-case,
+#: as a prefix): the buffer of an all-reduce (coalesced: every tensor of it), broadcast or reduce, the input of a
+#: reduce-scatter, an all-to-all's send buffer, a send's or receive's message. Not an all-gather's, gather's or
+#: scatter's (one rank's share: nccl-tests' size is the whole, and the span does not say the group's size).
+_INPUT_IS_SIZE = ("allreduce", "reducescatter", "alltoall", "broadcast", "reduce", "send", "recv")
+
+
+def _host_sized(name) -> bool:
+    """Whether a host event of this name may give a collective's size (its args are read)."""
+    return name in HOST_SIZED or (name.__class__ is str and name.startswith(NCCL_OP))
+
+
+def op_bytes(name: str, args: DeviceArgsFields) -> int | None:
+    """nccl-tests' size of the collective a host operation ran, from the span's own args: c10d's element counts
+    and dtype (:func:`collective_bytes`; an all-to-all's send buffer where the args or the span's name say
+    all-to-all), else, for an ``nccl:<op>`` span of :data:`_INPUT_IS_SIZE`, its input tensors
+    (:func:`input_bytes`). None where they give none (and for a barrier)."""
+    said = _SEPARATORS.sub("", name.removeprefix(NCCL_OP).lower())
+    if "barrier" in said:
+        return None
+    if args.in_nelems is not msgspec.UNSET:
+        if args.collective is msgspec.UNSET and said.startswith("alltoall"):
+            args = msgspec.structs.replace(args, collective="alltoall")
+        return collective_bytes(args)
+    if name.startswith(NCCL_OP) and said.startswith(_INPUT_IS_SIZE):
+        return input_bytes(args)
+    return None
 
 
 def collective_bytes(args: DeviceArgsFields) -> int | None:
@@ -181,11 +219,17 @@ class DeviceArgs:
         self.correlations: list[np.ndarray] = []  # each event's correlation id (-1: none), in the reader's order
         self.sizes: dict[int, int] = {}  # index of an event in the reader's order -> its bytes
         self.groups: dict[int, int] = {}  # index of an event in the reader's order -> its process group's id
+        #: index of a host operation's span (record_param_comms, nccl:<op>) -> the size of its collective
+        self.op_sizes: dict[int, int] = {}
         self._count = 0  # events amended so far
         self.lanes: set[tuple] = set()  # (device, stream) of every device event placed from its args
         self._seen: set[str] = set()  # cats as written
         self._host: set[str] = set()  # those of them that are host cats
         self._marks: set[str] = set()  # those of them that are ANNOTATION_CAT
+        #: a TraceFusion file (:data:`FUSED_MARKS`): the rank of each pid its events were written with (and of each
+        #: device lane's pid, device + the rank's offset), and each rank's pid offset (rank x 10**N)
+        self.pid_rank: dict[int, int] = {}
+        self.rank_offset: dict[int, int] = {}
 
     def fresh(self) -> DeviceArgs:
         """A new, empty one (for another process's share of the file: :mod:`.chrome_split`)."""
@@ -197,8 +241,13 @@ class DeviceArgs:
         self.correlations.extend(other.correlations)
         self.sizes.update({index + rows_before: size for index, size in other.sizes.items()})
         self.groups.update({index + rows_before: group for index, group in other.groups.items()})
+        self.op_sizes.update({index + rows_before: size for index, size in other.op_sizes.items()})
         self._count += other._count
         self.lanes |= other.lanes
+        for pid, rank in other.pid_rank.items():
+            self.pid_rank.setdefault(pid, rank)
+        for rank, offset in other.rank_offset.items():
+            self.rank_offset.setdefault(rank, offset)
 
     def __call__(self, events: list) -> None:
         for cat in {e.cat for e in events} - self._seen:
@@ -207,10 +256,14 @@ class DeviceArgs:
                 self._host.add(cat)
             elif cat.lower() == ANNOTATION_CAT:
                 self._marks.add(cat)
-        self.correlations.append(_correlations([e.args for e in events]))
+        args = [e.args for e in events]
+        ids = _correlations(args)
+        if events and _fused(next((a for a in args if a is not None), None)):
+            self._fused(events, args, ids)
+        self.correlations.append(ids)
         host, marks, first = self._host, self._marks, self._count
         self._count += len(events)
-        for i, event in [(i, e) for i, e in enumerate(events, first) if e.cat not in host or e.name in HOST_SIZED]:
+        for i, event in [(i, e) for i, e in enumerate(events, first) if e.cat not in host or _host_sized(e.name)]:
             if event.cat in host:
                 if event.args is not None:
                     self._amend_host(i, event)
@@ -218,6 +271,21 @@ class DeviceArgs:
                 event.tid = (_ANNOTATES, event.tid)
             elif event.args is not None:
                 self._amend(i, event)
+
+    def _fused(self, events: list, args: list, ids: np.ndarray) -> None:
+        """A piece of a TraceFusion file: the rank of each pid, each rank's pid offset, and each event's
+        correlation id as its rank wrote it (``correlation_raw``, where TraceFusion offset it), in ``ids``."""
+        for i, (event, raw) in enumerate(zip(events, args, strict=True)):
+            marks = _decoded(raw)
+            rank = getattr(marks, "rank", None)
+            if not (_is_int(rank) and 0 <= rank <= MAX_RANK and _is_int(event.pid)):
+                continue
+            self.pid_rank.setdefault(event.pid, rank)
+            if _is_int(marks.pid_raw):
+                self.rank_offset.setdefault(rank, event.pid - marks.pid_raw)
+            own = marks.correlation_raw
+            if ids[i] >= 0 and _is_int(own) and 0 <= own < 1 << 63:
+                ids[i] = own
 
     def row_correlation(self, rows: int) -> np.ndarray:
         """The correlation id of each of the trace's ``rows`` intervals (-1: none); the ``X`` events come first,
@@ -240,10 +308,17 @@ class DeviceArgs:
         args = _decoded(event.args)
         if args is None:
             return
+        if event.name.startswith(NCCL_OP):  # only the size of the collective it ran: not the span's bytes
+            size = op_bytes(event.name, args)
+            if size is not None:
+                self.op_sizes[index] = size
+            return
         if event.name == PARAM_COMMS:
             size, group = collective_bytes(args), group_id(args.group)
             if group is not None:
                 self.groups[index] = group
+            if size is not None:
+                self.op_sizes[index] = size
         else:
             size = input_bytes(args)
         if size is not None:
@@ -255,6 +330,9 @@ class DeviceArgs:
             return
         device, stream = args.device, args.stream
         if _is_int(device) and (_is_int(stream) or isinstance(stream, str)):  # (PyTorch 1.9 wrote tid "stream 7")
+            if _is_int(args.pid_raw) and _is_int(args.rank) and _is_int(event.pid):  # TraceFusion: the rank's device
+                device += event.pid - args.pid_raw  # (its pid offset: one lane per rank and device)
+                self.pid_rank.setdefault(device, args.rank)
             event.pid, event.tid = device, stream
             self.lanes.add((device, stream))
         if args.collective is not msgspec.UNSET or args.group is not msgspec.UNSET:
@@ -270,6 +348,12 @@ class DeviceArgs:
             size = args.bytes if _is_int(args.bytes) and 0 <= args.bytes <= _INT64_MAX else None
         if size is not None:
             self.sizes[index] = size
+
+
+def _fused(args) -> bool:
+    """Whether an event's args carry TraceFusion's marks (:data:`FUSED_MARKS`: an integer ``rank`` and ``pid_raw``)."""
+    marks = _decoded(args) if args is not None else None
+    return marks is not None and _is_int(marks.rank) and _is_int(marks.pid_raw)
 
 
 def _decoded(args) -> DeviceArgsFields | None:
@@ -316,7 +400,8 @@ def _cpu_lanes(trace) -> set:
     return {trace.lanes[i] for i in np.flatnonzero(used)}  # imports numpy.ma, 10 ms of every import's start
 
 
-def _lane_namer(trace, device_lanes: set):
+def _lane_namer(trace, device_lanes: set, offset: int = 0):
+    """Each lane's name; ``offset``: the pid offset of a TraceFusion rank, taken off the device numbers named."""
     cpu_lanes = _cpu_lanes(trace) - device_lanes
 
     def lane(pid, tid):
@@ -334,7 +419,7 @@ def _lane_namer(trace, device_lanes: set):
         elif label and label != "CPU":
             proc = label.lower().replace(" ", ":")
         elif on_device or thread.startswith("stream"):
-            proc = f"gpu:{pid}"
+            proc = f"gpu:{pid - offset if _is_int(pid) else pid}"
         else:
             proc = "cpu"
         if not thread:
@@ -358,14 +443,26 @@ def distributed_rank(info) -> tuple[int | None, str | None]:
     return None, f"distributedInfo.rank {info['rank']!r} is not a rank (an integer from 0 to {MAX_RANK})"
 
 
-def row_steps(trace, gpu_lane: np.ndarray, correlation: np.ndarray) -> np.ndarray | None:
+def row_steps(trace, gpu_lane: np.ndarray, correlation: np.ndarray, rows: np.ndarray | None = None,
+              ) -> np.ndarray | None:
     """The training step of every interval (-1: none): host events by the host's ``ProfilerStep#N`` span their
     start falls in (not by a stream's copy of the span, ``gpu_user_annotation``, which marks the device's time),
     device events by the time the host launched them: the start of the earliest host event of the same
     ``correlation`` id (the runtime call; -1: none), which is where Kineto's flow arrows from launch to kernel
     begin (the arrows themselves are not read: on every Kineto trace of the corpus with both, each row gets the
     step it got by the arrows, and some traces have no arrows, or none for a few of their kernels; docs/IMPORTERS.md,
-    "Kineto steps"); None when the trace marks no steps."""
+    "Kineto steps"); None when the trace marks no steps. ``rows`` (a mask): only those rows' steps, from their own
+    steps and launches (one rank of a TraceFusion file), -1 elsewhere."""
+    if rows is not None:
+        ts, dur = trace.ts_us, trace.dur_us
+        view = SimpleNamespace(keys=trace.keys, key=trace.key[rows], lane_key=trace.lane_key[rows], ts_us=ts[rows],
+                               dur_us=dur[rows])
+        steps = row_steps(view, gpu_lane, correlation[rows])
+        if steps is None:
+            return None
+        out = np.full(len(rows), -1, dtype=np.int64)
+        out[rows] = steps
+        return out
     numbers = {k: int(m.group(1)) for k, (_cat, name) in enumerate(trace.keys) if (m := _STEP.match(name))}
     if not numbers:
         return None
@@ -405,6 +502,58 @@ def _launches(correlation: np.ndarray, host: np.ndarray, ts: np.ndarray, rows: n
     at = np.clip(np.searchsorted(distinct, correlation[rows]), 0, len(distinct) - 1)
     found = distinct[at] == correlation[rows]
     return found, starts[first[at[found]]]
+
+
+#: How many host operations' spans that began before a launch, on its thread, are looked through for one that
+#: encloses it.
+_OP_DEPTH = 64
+
+
+def sizes_from_host(trace, gpu_lane: np.ndarray, correlation: np.ndarray, op_sizes: dict[int, int],
+                    sized: dict[int, int], is_comm) -> dict[int, int]:
+    """Sizes for the communication kernels whose own args give none (older PyTorch writes no ``In msg nelems``
+    on its NCCL kernels): the size of the host operation that launched each (row -> bytes). The launch is the
+    earliest host event with the kernel's ``correlation`` id (the runtime call); its operation is the innermost
+    span of ``op_sizes`` (c10d's ``record_param_comms``, ``nccl:<op>``, each with the size its args give) on the
+    launch's own thread (lane) that encloses the launch. ``sized`` (rows with a size already: the kernel's own
+    args) is never overridden. Where one operation launched several such kernels, the first launched (then the
+    first to start) gets its size and the others none: the operation's bytes are counted once. ``is_comm(key)``
+    says whether the events of a (cat, name) key are communication kernels."""
+    if not op_sizes or not len(trace.key) or not gpu_lane.any():
+        return {}
+    on_gpu = gpu_lane[trace.lane_key]
+    comm_key = np.zeros(len(trace.keys), dtype=bool)
+    for k in set(trace.key[on_gpu].tolist()):  # (only the device's keys are asked about)
+        comm_key[k] = is_comm(k)
+    rows = np.flatnonzero(on_gpu & comm_key[trace.key] & (correlation >= 0))
+    rows = rows[~np.isin(rows, np.fromiter(sized, np.int64, len(sized)))] if sized else rows
+    if not len(rows):
+        return {}
+    ts, end = trace.ts_ns, trace.ts_ns + trace.dur_ns
+    # the launch of each kernel: the earliest host row of its correlation id
+    host = np.flatnonzero(~on_gpu & (correlation >= 0) & np.isin(correlation, correlation[rows]))
+    host = host[np.lexsort((ts[host], correlation[host]))]
+    ids, first = np.unique(correlation[host], return_index=True)
+    if not len(ids):
+        return {}
+    at = np.clip(np.searchsorted(ids, correlation[rows]), 0, len(ids) - 1)
+    found = ids[at] == correlation[rows]
+    rows, launch = rows[found], host[first[at[found]]]
+    ops = np.fromiter(op_sizes, np.int64, len(op_sizes))
+    ops = ops[np.lexsort((-end[ops], ts[ops], trace.lane_key[ops]))]  # by lane, start, outer before inner
+    op_lane, op_start, op_end = trace.lane_key[ops], ts[ops], end[ops]
+    chosen: dict[int, tuple] = {}  # operation's row -> (launch start, kernel start, kernel row) of its first kernel
+    for row, call in zip(rows.tolist(), launch.tolist(), strict=True):
+        lane, t0, t1 = trace.lane_key[call], ts[call], end[call]
+        lo = int(np.searchsorted(op_lane, lane, side="left"))
+        i = lo + int(np.searchsorted(op_start[lo:np.searchsorted(op_lane, lane, side="right")], t0, side="right"))
+        for j in range(i - 1, max(i - 1 - _OP_DEPTH, lo - 1), -1):
+            if op_end[j] >= t1:  # the latest-starting span around the launch: the innermost
+                op, here = int(ops[j]), (int(t0), int(ts[row]), row)
+                if op not in chosen or here < chosen[op]:
+                    chosen[op] = here
+                break
+    return {row: op_sizes[op] for op, (_t0, _start, row) in chosen.items()}
 
 
 def group_sizes(config) -> list[int] | None:
@@ -478,6 +627,9 @@ def read(path: Path, ctx: ImportContext):
     lane_name = _lane_namer(trace, device_args.lanes)
     gpu_lane = np.array([(lane_name(pid, tid) or "").startswith("gpu:") for pid, tid in trace.lanes], dtype=bool)
     correlation = device_args.row_correlation(len(trace.ts_ns))
+    device_args.sizes.update(sizes_from_host(
+        trace, gpu_lane, correlation, device_args.op_sizes, device_args.sizes,
+        lambda k: getattr(ctx.categorizer.rule_for("kineto", *trace.keys[k]), "category", None) == "comm"))
     yield chrome_part(trace, fmt="kineto", rank=rank, ctx=ctx, lane_name=lane_name, offset_ns=offset, clock=clock,
                       info=extra, row_steps=row_steps(trace, gpu_lane, correlation),
                       drop_reason="profiler bookkeeping spans", row_correlation=correlation,
