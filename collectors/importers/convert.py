@@ -12,6 +12,9 @@ from ddltrace.arrow_timeline import counters_table, numbers
 from ddltrace.collectors.importers.base import ImportContext, RankPart, build_timeline
 from ddltrace.collectors.importers.chrome import TRUNCATED, ChromeTrace
 
+#: A pid no process has (no counters).
+_NONE = object()
+
 
 def record(ctx: ImportContext, trace: ChromeTrace) -> None:
     """Add what the reader counted to the file's report."""
@@ -35,7 +38,8 @@ def chrome_part(trace: ChromeTrace, *, fmt: str, rank: int | tuple, ctx: ImportC
     ``row_steps`` one per interval (-1: none); ``row_correlation`` each interval's launch correlation id
     (-1: none); ``row_columns`` more optional integer columns of the timeline (``bytes``, ``comm``), a value
     per interval (-1: none, or where a column's boolean mask in ``row_missing`` is set: a column that holds
-    negative values); ``counter_pid``: only the counters of that process (several ranks in one file)."""
+    negative values); ``counter_pid``: only the counters of that process, or of those of a frozenset (several ranks
+    in one file)."""
     row_missing = row_missing or {}
     lane_names = [lane_name(pid, tid) for pid, tid in trace.lanes]
     keep_lane = np.array([n is not None for n in lane_names], dtype=bool)
@@ -78,11 +82,16 @@ def chrome_part(trace: ChromeTrace, *, fmt: str, rank: int | tuple, ctx: ImportC
     if ctx.report is not None:
         ctx.report.intervals += timeline.num_rows
     counter_rank = rank if isinstance(rank, int) else 0  # renumbered with the rank when it is an identity
-    _pid, names, t_ns, values = trace.counter_arrays(counter_pid)
+    if isinstance(counter_pid, frozenset):  # several processes (a rank of a TraceFusion file)
+        arrays = [trace.counter_arrays(pid) for pid in sorted(counter_pid, key=str)] or [trace.counter_arrays(_NONE)]
+        _pid, names, t_ns, values = (np.concatenate(column) for column in zip(*arrays, strict=True))
+    else:
+        _pid, names, t_ns, values = trace.counter_arrays(counter_pid)
     counters = counters_table(np.full(len(names), counter_rank, dtype=np.int32), names, t_ns + offset_ns,
                               values) if len(names) else None
-    allocator = (trace.allocator_events.get(counter_pid, 0) if counter_pid is not None
-                 else sum(trace.allocator_events.values()))
+    allocator = (sum(trace.allocator_events.get(pid, 0) for pid in counter_pid)
+                 if isinstance(counter_pid, frozenset) else trace.allocator_events.get(counter_pid, 0)
+                 if counter_pid is not None else sum(trace.allocator_events.values()))
     return RankPart(rank=rank, timeline=timeline, counters=counters,
                     info={"format": fmt, "file": trace.path, **({"allocator_events": allocator} if allocator else {}),
                           **(info or {})}, clock=clock)

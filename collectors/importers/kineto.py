@@ -51,6 +51,11 @@ COLLECTIVE_TAG = " [collective args]"
 ANNOTATION_CAT = "gpu_user_annotation"
 #: The tid an annotation span gets: (this, the tid it was written with), named by the lane namer.
 _ANNOTATES = "annotates"
+#: The marks AMD TraceLens' TraceFusion (``TraceLens.TraceFusion.TraceFuse``) writes on every event it fuses from
+#: the per-rank files into one: ``args.rank``, and ``args.pid_raw`` beside a pid offset by rank x 10**N (N: one more
+#: than the digits of rank 0's largest pid), ``args.correlation_raw`` beside an offset ``correlation`` (likewise);
+#: its ``process_name`` events name the processes "RANK r - CPU" / "RANK r - GPU". Such a file is read as its ranks.
+FUSED_MARKS = ("rank", "pid_raw", "correlation_raw")
 #: Largest rank a store holds (its rank column is int32).
 MAX_RANK = (1 << 31) - 1
 #: Timestamps above this (µs) are since the Unix epoch (2001-09-09), below it relative to baseTimeNanoseconds.
@@ -627,14 +632,73 @@ def read(path: Path, ctx: ImportContext):
     lane_name = _lane_namer(trace, device_args.lanes)
     gpu_lane = np.array([(lane_name(pid, tid) or "").startswith("gpu:") for pid, tid in trace.lanes], dtype=bool)
     correlation = device_args.row_correlation(len(trace.ts_ns))
-    device_args.sizes.update(sizes_from_host(
-        trace, gpu_lane, correlation, device_args.op_sizes, device_args.sizes,
-        lambda k: getattr(ctx.categorizer.rule_for("kineto", *trace.keys[k]), "category", None) == "comm"))
+    row_rank = _fused_ranks(trace, device_args) if device_args.pid_rank else None
+    for rows in [None] if row_rank is None else [row_rank == r for r in sorted(device_args.rank_offset)]:
+        device_args.sizes.update(sizes_from_host(  # (a TraceFusion file: each rank's own, its ids its own)
+            trace, gpu_lane, correlation if rows is None else np.where(rows, correlation, -1),
+            device_args.op_sizes, device_args.sizes,
+            lambda k: getattr(ctx.categorizer.rule_for("kineto", *trace.keys[k]), "category", None) == "comm"))
+    columns = {"bytes": device_args.row_values(device_args.sizes, len(trace.ts_ns)),
+               "comm": device_args.row_values(device_args.groups, len(trace.ts_ns))}
+    if row_rank is not None:
+        yield from _fused_parts(trace, device_args, ctx, row_rank, offset_ns=offset, clock=clock, info=extra,
+                                correlation=correlation, columns=columns)
+        return
     yield chrome_part(trace, fmt="kineto", rank=rank, ctx=ctx, lane_name=lane_name, offset_ns=offset, clock=clock,
                       info=extra, row_steps=row_steps(trace, gpu_lane, correlation),
-                      drop_reason="profiler bookkeeping spans", row_correlation=correlation,
-                      row_columns={"bytes": device_args.row_values(device_args.sizes, len(trace.ts_ns)),
-                                   "comm": device_args.row_values(device_args.groups, len(trace.ts_ns))})
+                      drop_reason="profiler bookkeeping spans", row_correlation=correlation, row_columns=columns)
+
+
+def _fused_ranks(trace, device_args: DeviceArgs) -> np.ndarray:
+    """The rank of each interval of a TraceFusion file (:data:`FUSED_MARKS`): its lane's, the rank of the pid its
+    events carry (a device lane: device + the rank's pid offset); a lane of a pid no event names (B/E spans only)
+    the rank's whose pid offset is the largest not above it. Every rank with an offset is in ``rank_offset``."""
+    pid_rank, offsets = device_args.pid_rank, device_args.rank_offset
+    for rank in set(pid_rank.values()) - set(offsets):
+        offsets[rank] = 0  # (no pid_raw beside its pids: none taken off its device numbers)
+    lane_rank = np.array([_rank_of(pid, pid_rank, offsets) for pid, _ in trace.lanes], dtype=np.int64)
+    return lane_rank[trace.lane_key] if len(trace.lane_key) else np.empty(0, dtype=np.int64)
+
+
+def _rank_of(pid, pid_rank: dict[int, int], offsets: dict[int, int]) -> int:
+    if pid in pid_rank:
+        return pid_rank[pid]
+    below = sorted((offset, rank) for rank, offset in offsets.items() if _is_int(pid) and offset <= pid)
+    return below[-1][1] if below else min(offsets)
+
+
+def _fused_parts(trace, device_args: DeviceArgs, ctx: ImportContext, row_rank: np.ndarray, *, offset_ns: int,
+                 clock: str, info: dict, correlation: np.ndarray, columns: dict):
+    """The ranks of a TraceFusion file, each its own part (``row_rank``: :func:`_fused_ranks`): device lanes named
+    by their own device number, steps found from the rank's own ``ProfilerStep`` spans and correlation ids (its own:
+    TraceFusion's ``correlation_raw``), its counters those of its pids."""
+    offsets = device_args.rank_offset
+    ranks = sorted(offsets)
+    counter_pids: dict[int, set] = {}
+    for pid in set(trace.counter_arrays()[0].tolist()):
+        counter_pids.setdefault(_rank_of(pid, device_args.pid_rank, offsets), set()).add(pid)
+    if ctx.report is not None:
+        ctx.report.format += f" (a TraceFusion file of {len(ranks)} ranks, split into ranks {_listed(ranks)})"
+    for rank in ranks:
+        lane_name = _lane_namer(trace, device_args.lanes, offsets[rank])
+        gpu_lane = np.array([(lane_name(pid, tid) or "").startswith("gpu:") for pid, tid in trace.lanes], dtype=bool)
+        rows = row_rank == rank
+        yield chrome_part(trace, fmt="kineto", rank=rank, ctx=ctx, lane_name=lane_name, offset_ns=offset_ns,
+                          clock=clock, info={**info, "fused_ranks": len(ranks)}, rows=rows,
+                          row_steps=row_steps(trace, gpu_lane, correlation, rows),
+                          drop_reason="profiler bookkeeping spans", row_correlation=correlation, row_columns=columns,
+                          counter_pid=frozenset(counter_pids.get(rank, ())))
+
+
+def _listed(ranks: list[int]) -> str:
+    """Ranks as ranges: 0-3, 5."""
+    runs: list[list[int]] = []
+    for rank in ranks:
+        if runs and rank == runs[-1][1] + 1:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank])
+    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in runs)
 
 
 register(Importer("kineto", "PyTorch profiler / Kineto trace JSON (.json, .json.gz)", sniff, read))
