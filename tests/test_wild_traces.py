@@ -143,7 +143,7 @@ def _import_summary(out: str) -> tuple[dict[str, tuple[int, int]], Counter, Coun
     """From import's own lines: {file: (events read, intervals kept)}, the skipped events by reason and the
     intervals dropped by reason."""
     per_file = {m[1]: (int(m[2]), int(m[3]))
-                for m in re.finditer(r"^  (.+) \[[\w-]+\]: (\d+) events, (\d+) intervals", out, re.M)}
+                for m in re.finditer(r"^  (.+) \[[\w-]+(?: \([^\]]*\))?\]: (\d+) events, (\d+) intervals", out, re.M)}
     skipped, dropped = Counter(), Counter()
     for m in re.finditer(r"^\s+(skipped|dropped) (\d+) (?:event|interval)\(s\): (.+)$", out, re.M):
         (skipped if m[1] == "skipped" else dropped)[m[3].strip()] += int(m[2])
@@ -203,9 +203,9 @@ def _chrome(path: Path) -> dict:
              if e.get("ph") == "M" and e.get("name") == "process_name" and isinstance(e.get("args"), dict)}
     intervals, open_sync, open_async = [], defaultdict(list), defaultdict(list)
 
-    def where(e) -> dict:  # the args this test reads (device, stream); the rest is not kept
+    def where(e) -> dict:  # the args this test reads (device, stream; TraceFusion's rank); the rest is not kept
         args = e.get("args")
-        return {k: args[k] for k in ("device", "stream") if k in args} if isinstance(args, dict) else {}
+        return {k: args[k] for k in ("device", "stream", "rank") if k in args} if isinstance(args, dict) else {}
 
     def named(e) -> str:  # Kineto: a device event whose name says no collective gets the one its args name
         name, args = e.get("name", ""), e.get("args")
@@ -244,8 +244,8 @@ _TF1_DEVICE = re.compile(r"/(device:)?gpu:\d+/(stream:\d+|memcpy) Compute$", re.
 def _device_lane(fmt: str, trace: dict, iv) -> tuple | None:
     """The device lane (device, stream) of a file interval, or None for host work."""
     name, cat, pid, tid, _s, _d, args = iv
-    if fmt == "kineto" and cat.lower() in KINETO_DEVICE_CATS:
-        return (args.get("device", pid), args.get("stream", tid))
+    if fmt == "kineto" and cat.lower() in KINETO_DEVICE_CATS:  # (a TraceFusion file: each rank's own)
+        return (args.get("device", pid), args.get("stream", tid), *([args["rank"]] if "rank" in args else []))
     if fmt == "tf1" and _TF1_DEVICE.search(trace["procs"].get(pid, "")):
         return (trace["procs"][pid].split()[0], None)
     if fmt == "mxnet" and trace["procs"].get(pid, "").startswith("gpu/"):
@@ -455,15 +455,22 @@ def _check_info_device(info_rank: dict, n_events: int, busy_ns: int) -> None:
 @pytest.mark.parametrize("folder", _with_known("info_device"))
 def test_info_device_side(folder, runs):
     """``info``'s device side of the rank: its events are the file's device events, and its busy time (span less
-    device idle) is the union of the file's device intervals, to 1 us."""
+    device idle) is the union of the file's device intervals, to 1 us (a TraceFusion file: of each rank, by the
+    events' ``args.rank``)."""
     run, (fmt, trace, _timeline, found) = _chrome_or_skip(folder, runs)
     idx = [k for ks in _device_groups(fmt, trace, found).values() for k in ks]
     if not idx:
         pytest.skip("no device work in this file")
     offset = _offset_ns(fmt, trace)
     ivs = [trace["intervals"][k] for k in idx]
-    (rank,) = json.loads(run["info --json"][1])["ranks"]
-    _check_info_device(rank, len(ivs), union_ns((iv[4] + offset, iv[4] + offset + iv[5]) for iv in ivs))
+    ranks = json.loads(run["info --json"][1])["ranks"]
+    by_rank = defaultdict(list)
+    for iv in ivs:
+        by_rank[iv[6].get("rank", ranks[0]["rank"])].append(iv)
+    assert sorted(by_rank) == [rank["rank"] for rank in ranks]
+    for rank in ranks:
+        ivs = by_rank[rank["rank"]]
+        _check_info_device(rank, len(ivs), union_ns((iv[4] + offset, iv[4] + offset + iv[5]) for iv in ivs))
 
 
 # ---------------------------------------------------------------------------------------------------------------
