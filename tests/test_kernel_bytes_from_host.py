@@ -19,16 +19,17 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from shared_data import corpus, needs
+from shared_data import SHARED, corpus, needs
 
 from ddltrace.analyses.run_analysis import analyze_store, not_made
 from ddltrace.cli import main
 from ddltrace.store import TraceStore
 
+TRACE_FILTER = SHARED / "hta_traces" / "trace_filter"
 DLRM = corpus("param_dlrm_kineto_8ranks", "worker0_step_12.1694128201545.pt.trace.json.gz")
 #: c10d's dtype names and record_shapes' element types, as this test needs them (bytes)
 DTYPE = {"Float": 4, "Half": 2, "Double": 8}
-INPUT_TYPE = {"float": 4, "c10::Half": 2, "double": 8, "int": 4, "long int": 8, "signed char": 1,
+INPUT_TYPE = {"float": 4, "c10::Half": 2, "double": 8, "int": 4, "long int": 8, "long": 8, "signed char": 1,
               "unsigned char": 1}
 #: nccl:<op> spans whose input tensors are nccl-tests' size (not an all-gather's: one rank's share)
 INPUT_IS_SIZE = ("allreduce", "alltoall", "reducescatter", "broadcast", "reduce", "send", "recv")
@@ -207,3 +208,15 @@ def test_dlrm_job_kernels_take_their_nccl_spans_sizes(tmp_path, capsys):
     assert len(instances) == 8 and (instances["ranks"] == 8).all()
     assert instances["busbw"].notna().all() and (instances["busbw"] > 0).all()
     assert set(instances["collective"]) == {"allreduce", "alltoall"}
+
+
+@pytest.mark.skipif(not TRACE_FILTER.is_dir(), reason=f"{TRACE_FILTER} absent (HTA's traces, ../shared)")
+def test_hta_trace_filter_kernels_take_their_nccl_spans_sizes(tmp_path):
+    """HTA's trace_filter (2 of 128 ranks, 2023): each rank's 4 all-reduces and 4 all-to-alls (SendRecv kernels) take
+    their nccl:<op> span's input tensors (``long`` the older name of int64), its 2 all-gathers none (one rank's
+    share)."""
+    store = imported(TRACE_FILTER, tmp_path / "tf")
+    for rank, path in enumerate(sorted(TRACE_FILTER.glob("*.json.gz"))):
+        want = expected_bytes(_load(path))
+        assert len(want) == 10 and sum(v is not None for v in want.values()) == 8
+        assert stored_bytes(store, rank) == want

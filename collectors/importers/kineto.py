@@ -109,9 +109,11 @@ _NAMED_COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "br
 _SEPARATORS = re.compile(r"[^a-z0-9]+")
 _INT64_MAX = (1 << 63) - 1
 #: Size in bytes of the element types ``record_shapes`` writes in ``Input type`` (the C++ names of c10's scalar
-#: types, as torch 2.13 writes them for float32, float64, float16, bfloat16, int64 ... complex32).
+#: types, as torch 2.13 writes them for float32, float64, float16, bfloat16, int64 ... complex32; older torch
+#: (HTA's trace_filter, 2023) writes int64 and int16 as ``long`` and ``short``).
 INPUT_TYPE_BYTES = {
-    "float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4, "short int": 2,
+    "float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "long": 8, "int": 4,
+    "short int": 2, "short": 2,
     "signed char": 1, "unsigned char": 1, "bool": 1, "short unsigned int": 2, "unsigned int": 4,
     "long unsigned int": 8, "c10::complex<float>": 8, "c10::complex<double>": 16, "c10::complex<c10::Half>": 4,
     "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1,
