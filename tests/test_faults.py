@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
+from mpi_tools import needs_mpi
 
 from ddltrace.collectors import record_sets
 from ddltrace.collectors.mpi_env import find_tool
@@ -37,8 +38,6 @@ REPO = Path(__file__).resolve().parent.parent
 DDLTRACE = Path(sys.executable).parent / "ddltrace"
 CALLS = int(os.environ.get("DDLTRACE_FAULT_CALLS", "5000"))
 LONG_S = 120 + CALLS / 5000  # the longest wait for a job or a write (s): longer with more calls
-needs_mpi = pytest.mark.skipif(find_tool("mpicc") is None or find_tool("mpiexec") is None,
-                               reason="no mpicc/mpiexec beside this Python (make install)")
 
 # argv: LOG_DIR CALLS AFTER, AFTER one of "end", "sleep" (until a signal stops the job), or a file to wait for
 JOB = textwrap.dedent("""

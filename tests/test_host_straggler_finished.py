@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from interval_truth import union_ns
 
 from ddltrace.analyses.findings import detect
 from ddltrace.analyses.run_analysis import analyze_store
@@ -25,17 +26,6 @@ def gloo_starts(timeline: pd.DataFrame, rank: int, name: str, step: int) -> np.n
     mine = timeline[(timeline["rank"] == rank) & (timeline["name"] == name) & (timeline["step"] == step)
                     & timeline["lane"].str.startswith("cpu")]
     return np.sort(mine["start_ns"].to_numpy(np.int64))
-
-
-def union_ns(intervals: list[tuple[int, int]]) -> int:
-    """The length (ns) of the union of ``intervals``."""
-    total, reach = 0, None
-    for a, b in sorted(intervals):
-        if reach is None or a > reach:
-            total, reach = total + b - a, b
-        elif b > reach:
-            total, reach = total + b - reach, b
-    return total
 
 
 def rank0_wait_for_rank1(timeline: pd.DataFrame, step: int) -> int:

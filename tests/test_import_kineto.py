@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from interval_truth import union_ns
 from shared_data import SHARED, corpus, needs
 
 from ddltrace.cli import main
@@ -218,17 +219,6 @@ def _info(store: TraceStore, capsys) -> dict:
     return rank
 
 
-def _union_ns(intervals) -> int:
-    """Length of the union of (start, end) intervals, each instant once."""
-    busy, reach = 0, None
-    for start, end in sorted(intervals):
-        if reach is None or start > reach:
-            busy, reach = busy + end - start, end
-        elif end > reach:
-            busy, reach = busy + end - reach, end
-    return busy
-
-
 @needs(BERT_H100)
 def test_gpu_user_annotations_are_marks_not_device_time(tmp_path, capsys):
     """A gpu_user_annotation span (bert-small's ProfilerStep#6 as seen on stream 7, 3.9 ms over its kernels) is
@@ -248,7 +238,7 @@ def test_gpu_user_annotations_are_marks_not_device_time(tmp_path, capsys):
     assert list(on_marks["name"]) == [m["name"] for m in marks]
     rank = _info(store, capsys)
     assert rank["device_events"] == len(work) and rank["annotation_events"] == len(marks)
-    busy = _union_ns((round(e["ts"] * 1000), round(e["ts"] * 1000) + round(e["dur"] * 1000)) for e in work)
+    busy = union_ns((round(e["ts"] * 1000), round(e["ts"] * 1000) + round(e["dur"] * 1000)) for e in work)
     device = rank["device_time_ns"]
     assert abs(rank["span_ns"] - device["idle"] - busy) < 1000 and device["other"] == 0
     analysis = analyze_store(store)

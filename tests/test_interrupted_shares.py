@@ -10,19 +10,17 @@ by analyze and info, and in neither's whole-run shares. The same stores built by
 from __future__ import annotations
 
 import numpy as np
-import pytest
+from mpi_tools import needs_mpi
 
 from ddltrace.analyses.breakdown import breakdown_table
 from ddltrace.analyses.phases import AFTER_STOP
 from ddltrace.analyses.run_analysis import analyze_store
-from ddltrace.collectors.mpi_env import find_tool
 from ddltrace.commands.analyze import render_job_end
 from ddltrace.store import TraceStore
 from ddltrace.summary import summarize
 from ddltrace.timeline import CATEGORIES
 
-pytestmark = pytest.mark.skipif(find_tool("mpicc") is None or find_tool("mpiexec") is None,
-                                reason="no mpicc/mpiexec beside this Python (make install)")
+pytestmark = needs_mpi
 
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from mpi_tools import HAVE_MPI, needs_mpi
 
 from ddltrace.collectors.mpi_env import find_tool, mpiexec_command
 from ddltrace.collectors.pmpi import build_wrapper, read_records, to_timeline
@@ -19,9 +20,6 @@ from ddltrace.collectors.pmpi.generate import generate
 from ddltrace.collectors.pmpi.records import RECORD_DTYPE, RankRecords, ticks_to_ns
 from ddltrace.collectors.pmpi.table import WRAPPERS, names
 from ddltrace.errors import DdltraceError
-
-needs_mpi = pytest.mark.skipif(find_tool("mpicc") is None or find_tool("mpiexec") is None,
-                               reason="no mpicc/mpiexec beside this Python (make install)")
 
 JOB = textwrap.dedent("""
     import time
@@ -123,7 +121,7 @@ def _record(tmp: Path, job: str, ranks: int) -> dict[int, RankRecords]:
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    if find_tool("mpicc") is None or find_tool("mpiexec") is None:
+    if not HAVE_MPI:
         pytest.skip("no mpicc/mpiexec")
     assert build_wrapper() == build_wrapper()  # cached
     return _record(tmp_path_factory.mktemp("pmpi"), JOB, 2)

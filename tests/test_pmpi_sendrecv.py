@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from cluster_jobs import NEEDS_CLUSTER, run_on_cluster
+from mpi_tools import HAVE_MPI, needs_mpi
 
 from ddltrace.analyses.node_traffic import node_table, p2p_traffic, rank_hosts, transfers
 from ddltrace.analyses.run_analysis import analyze_store
@@ -141,14 +142,12 @@ def check_nodes(run, hosts: dict[int, str], matched: bool = True) -> None:
     assert Counter({k: int(v) for k, v in moves.groupby(["src", "dst"])["bytes"].sum().items()}) == job_messages()
 
 
-needs_mpi = pytest.mark.skipif(find_tool("mpicc") is None or find_tool("mpiexec") is None,
-                               reason="no mpicc/mpiexec beside this Python (make install)")
 
 
 @pytest.fixture(scope="module")
 def records(tmp_path_factory):
     """The job's record files, run by mpiexec (MPICH) under the wrapper."""
-    if find_tool("mpicc") is None or find_tool("mpiexec") is None:
+    if not HAVE_MPI:
         pytest.skip("no mpicc/mpiexec beside this Python (make install)")
     tmp = tmp_path_factory.mktemp("sendrecv")
     (tmp / "job.py").write_text(JOB)
@@ -287,7 +286,7 @@ def test_open_mpi_records_what_each_rank_sent_and_received(tmp_path, request):
     check_nodes(analyze_store(hosts.path), HOSTS)  # every message matched, its bytes the job's
     calls = mpi_calls(frame)
     assert collective_rows(calls).groupby(["comm", "instance"])["rank"].nunique().to_dict() == {(COMM_WORLD, 0): RANKS}
-    if find_tool("mpicc") is None or find_tool("mpiexec") is None:
+    if not HAVE_MPI:
         return
     mpich = mpi_calls(make_timeline(pd.concat([to_timeline(read_records(p)) for p in request.getfixturevalue(
         "records").values()], ignore_index=True)))

@@ -11,14 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from mpi_tools import needs_mpi
 
 from ddltrace.cli import main
 from ddltrace.collectors.launcher import RunConfig, run_job, summary_line
-from ddltrace.collectors.mpi_env import find_tool
 from ddltrace.store import TraceStore
-
-needs_mpi = pytest.mark.skipif(find_tool("mpicc") is None or find_tool("mpiexec") is None,
-                               reason="no mpicc/mpiexec beside this Python (make install)")
 
 # Each rank times its own calls with MPI.Wtime: compute is the time between one MPI call's return and the
 # next call (what the wrapper calls "outside MPI"), barrier and wait around the calls.

@@ -14,14 +14,13 @@ import time
 from pathlib import Path
 
 import pytest
+from mpi_tools import needs_mpi
 
 from ddltrace.collectors.launcher import RunConfig, run_job
-from ddltrace.collectors.mpi_env import find_tool
 from ddltrace.store import TraceStore
 
 REPO = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.skipif(find_tool("mpicc") is None or find_tool("mpiexec") is None,
-                                reason="no mpicc/mpiexec beside this Python (make install)")
+pytestmark = needs_mpi
 
 DYING_JOB = textwrap.dedent("""
     import os, signal, sys

@@ -16,17 +16,15 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
-import pytest
 from ctrl_c import default_sigint
+from mpi_tools import needs_mpi
 
 from ddltrace.collectors import record_sets
 from ddltrace.collectors.launcher import ENDED_BY_INTERRUPT, _interrupted_note, _mpi_ended
-from ddltrace.collectors.mpi_env import find_tool
 from ddltrace.store import TraceStore
 
 REPO = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.skipif(find_tool("mpicc") is None or find_tool("mpiexec") is None,
-                                reason="no mpicc/mpiexec beside this Python (make install)")
+pytestmark = needs_mpi
 
 # both ranks sleep until Ctrl-C; then each one's exit calls MPI_Finalize
 JOB = ("import sys, time\nfrom mpi4py import MPI\nMPI.COMM_WORLD.Barrier()\n"

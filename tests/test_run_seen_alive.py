@@ -7,15 +7,13 @@ from __future__ import annotations
 import io
 import sys
 
-import pytest
+from mpi_tools import needs_mpi
 
 from ddltrace.collectors.launcher import RunConfig, run_job
-from ddltrace.collectors.mpi_env import find_tool
 from ddltrace.store import TraceStore
 from ddltrace.summary import summarize
 
-pytestmark = pytest.mark.skipif(find_tool("mpicc") is None or find_tool("mpiexec") is None,
-                                reason="no mpicc/mpiexec beside this Python (make install)")
+pytestmark = needs_mpi
 
 JOB = ("import os, time\nfrom mpi4py import MPI\nMPI.COMM_WORLD.Barrier()\ntime.sleep(2)\n"
        "os._exit(0)  # no MPI_Finalize: abrupt, in no call\n")
