@@ -48,6 +48,17 @@ def _info(capsys, store: Path) -> dict[str, list[str]]:
     return lines
 
 
+def assert_rank_1_named(capsys, path: Path, world: int, note: str) -> dict[str, list[str]]:
+    """The store at ``path`` holds ranks 0 and 2 of ``world``, rank 1 missing for ``note``, and ``info`` says so;
+    ``info``'s lines (:func:`_info`)."""
+    store = TraceStore.open(path)
+    assert store.ranks == [0, 2] and store.world_size == world
+    assert store.missing() == {1: note}
+    info = _info(capsys, path)
+    assert info["not listed"] == [f"rank 1 of the world of {world}: the run's note: {note}, so no timeline here"]
+    return info
+
+
 def test_export_then_import_still_names_the_damaged_rank_and_why(damaged, tmp_path, capsys):
     store, why = damaged
     world = json.loads((store / "manifest.json").read_text())["run"]["world_size"]
@@ -64,12 +75,7 @@ def test_export_then_import_still_names_the_damaged_rank_and_why(damaged, tmp_pa
 
     assert main(["import", str(out), "--out", str(back), "--progress", "never"]) == 0
     note = unread_note([1], f"not in the export {out}: {why}")
-    imported = TraceStore.open(back)
-    assert imported.ranks == [0, 2] and imported.world_size == world
-    assert imported.missing() == {1: note}
-    info = _info(capsys, back)
-    assert info["not listed"] == [f"rank 1 of the world of {world}: the run's note: {note}, so no timeline here"]
-    assert note in info["note"]
+    assert note in assert_rank_1_named(capsys, back, world, note)["note"]
 
     again, back_again = tmp_path / "again.json", tmp_path / "back_again"  # a second round trip: the same, once
     assert main(["export", str(back), "--chrome", str(again)]) == 0
@@ -99,11 +105,7 @@ def test_merge_still_names_the_damaged_rank_and_why(damaged, tmp_path, capsys):
     assert said.err == f"ddltrace: warning: {why_a}\n"  # (as before)
     assert said.out.strip() == f"ddltrace: wrote {out}: 2 ranks; left out, damaged (its notes say why): rank 1"
     note = unread_note([1], f"left out of the merge: {why_a}")
-    merged = TraceStore.open(out)
-    assert merged.ranks == [0, 2] and merged.world_size == world
-    assert merged.missing() == {1: note}
-    info = _info(capsys, out)
-    assert info["not listed"] == [f"rank 1 of the world of {world}: the run's note: {note}, so no timeline here"]
+    assert_rank_1_named(capsys, out, world, note)
 
 
 def test_export_missing_of_the_wrong_kind_is_named_not_kept(damaged, tmp_path):
