@@ -197,7 +197,7 @@ print(json.dumps({"value": m.value, "values": m.values}))
 
 def test_a_byte_over_a_shaped_veth_costs_far_more_cpu_than_over_loopback(netns_pair):
     """The CPU a byte sent and received costs (net_cpu_per_byte) over a veth between namespaces shaped as the net B
-    (tbf, 200 Mbit/s, a 32 KiB bucket): 4-6 ns here, 11-16 ns between two nodes of the simulated cluster (a bridge
+    (tbf, 200 Mbit/s, a 32 KiB bucket): 3.7-5.6 ns here, 11-16 ns between two nodes of the simulated cluster (a bridge
     and a tbf queue more on the way), against 0.3-0.5 ns over loopback (64 KiB packets). The kernel's packet work,
     which the simulated nodes' ranks share the machine's cores with (docs/MODELS.md)."""
     host, port = netns_pair

@@ -29,7 +29,7 @@ What the client measures:
 - The CPU a byte costs (a version 2 server, loopback too): this process's CPU time (``time.process_time``: user and
   system, and the kernel's packet work where the kernel charges it to the process running when it comes, as it does
   without ``CONFIG_IRQ_TIME_ACCOUNTING``) over streaming ``DUPLEX_SIZE`` bytes each way at once, per byte: one byte
-  sent and one received (``net_cpu_per_byte``). On this machine 0.3-0.5 ns over loopback, 4-6 ns over a veth pair
+  sent and one received (``net_cpu_per_byte``). On this machine 0.3-0.5 ns over loopback, 3.7-5.6 ns over a veth pair
   between two network namespaces shaped to 200 Mbit/s (tbf, 32 KiB bucket), 11-16 ns between two nodes of the
   simulated cluster so shaped (docs/MODELS.md).
 """
