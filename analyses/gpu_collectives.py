@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 from ddltrace.analyses.gpu_lanes import union_ns
+from ddltrace.enclosing import innermost_enclosing
 
 #: Collectives in the order their names are looked for (a longer name before the one it contains).
 COLLECTIVES = ("reducescatter", "allreduce", "allgather", "alltoall", "broadcast", "sendrecv", "reduce", "send",
@@ -141,18 +142,12 @@ def host_collectives(timeline: pd.DataFrame, correlations: pd.Series) -> np.ndar
     said = names.map(lambda n: parse_name(n)[0])
     named = dict(zip(names[said != "unknown"], said[said != "unknown"], strict=True))
     ops = host[host["name"].isin(named)]
-    found = {}
-    for lane, at in launches.groupby("lane", sort=False):
-        mine = ops[ops["lane"] == lane].sort_values("start_ns", kind="stable")
-        start = mine["start_ns"].to_numpy(np.int64)
-        end = start + mine["dur_ns"].to_numpy(np.int64)
-        what = mine["name"].map(named).to_numpy(object)
-        for corr, t0, dur in zip(at["correlation"], at["start_ns"], at["dur_ns"], strict=True):
-            i = int(np.searchsorted(start, t0, side="right")) - 1
-            for j in range(i, max(i - _DEPTH, -1), -1):
-                if end[j] >= t0 + dur:
-                    found[int(corr)] = what[j]
-                    break
+    lanes = pd.factorize(pd.concat([ops["lane"], launches["lane"]]).astype(str))[0]
+    op_start, at = ops["start_ns"].to_numpy(np.int64), launches["start_ns"].to_numpy(np.int64)
+    around = innermost_enclosing(lanes[:len(ops)], op_start, op_start + ops["dur_ns"].to_numpy(np.int64),
+                                 lanes[len(ops):], at, at + launches["dur_ns"].to_numpy(np.int64), _DEPTH)
+    what = ops["name"].map(named).to_numpy(object)
+    found = {int(corr): what[j] for corr, j in zip(launches["correlation"], around.tolist(), strict=True) if j >= 0}
     for i, corr in enumerate(ids):
         if corr is not pd.NA and int(corr) in found:
             out[i] = found[int(corr)]

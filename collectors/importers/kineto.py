@@ -24,6 +24,7 @@ from ddltrace.arrow_timeline import ANNOTATION_LANE_SUFFIX
 from ddltrace.collectors.importers.base import ImportContext, Importer, rank_from_path, register
 from ddltrace.collectors.importers.chrome import read_chrome
 from ddltrace.collectors.importers.convert import chrome_part, record
+from ddltrace.enclosing import innermost_enclosing
 
 #: Header keys, or a cat only Kineto writes (PyTorch 1.8/1.9's capitalised ones too; files of that age may have
 #: no header keys).
@@ -547,19 +548,14 @@ def sizes_from_host(trace, gpu_lane: np.ndarray, correlation: np.ndarray, op_siz
     found = ids[at] == correlation[rows]
     rows, launch = rows[found], host[first[at[found]]]
     ops = np.fromiter(op_sizes, np.int64, len(op_sizes))
-    ops = ops[np.lexsort((-end[ops], ts[ops], trace.lane_key[ops]))]  # by lane, start, outer before inner
-    op_lane, op_start, op_end = trace.lane_key[ops], ts[ops], end[ops]
+    around = innermost_enclosing(trace.lane_key[ops], ts[ops], end[ops], trace.lane_key[launch], ts[launch],
+                                 end[launch], _OP_DEPTH)
     chosen: dict[int, tuple] = {}  # operation's row -> (launch start, kernel start, kernel row) of its first kernel
-    for row, call in zip(rows.tolist(), launch.tolist(), strict=True):
-        lane, t0, t1 = trace.lane_key[call], ts[call], end[call]
-        lo = int(np.searchsorted(op_lane, lane, side="left"))
-        i = lo + int(np.searchsorted(op_start[lo:np.searchsorted(op_lane, lane, side="right")], t0, side="right"))
-        for j in range(i - 1, max(i - 1 - _OP_DEPTH, lo - 1), -1):
-            if op_end[j] >= t1:  # the latest-starting span around the launch: the innermost
-                op, here = int(ops[j]), (int(t0), int(ts[row]), row)
-                if op not in chosen or here < chosen[op]:
-                    chosen[op] = here
-                break
+    for row, call, j in zip(rows.tolist(), launch.tolist(), around.tolist(), strict=True):
+        if j >= 0:
+            op, here = int(ops[j]), (int(ts[call]), int(ts[row]), row)
+            if op not in chosen or here < chosen[op]:
+                chosen[op] = here
     return {row: op_sizes[op] for op, (_t0, _start, row) in chosen.items()}
 
 
