@@ -199,8 +199,13 @@ def summarize(store: TraceStore) -> StoreSummary:
     """Summarise ``store`` rank by rank."""
     sampled = SAMPLED_STACKS in (store.run.get("collectors") or [])
     stopped = stopped_at(store.run)
-    ranks = [_rank_summary(rank, table, store.rank_info(rank), sampled, stopped)
-             for rank, table in store.iter_timeline_tables()]
+    infos = _rank_infos(store)
+    abrupt = any(info.get("ended") == "abrupt" for info in infos.values())
+    ranks, ends = [], {}
+    for rank, table in store.iter_timeline_tables():
+        ranks.append(_rank_summary(rank, table, infos.get(rank, {}), sampled, stopped))
+        if abrupt and _needs_records(infos.get(rank, {})):  # (read here once, not again by ended_first)
+            ends[rank] = records_end(table, _open_calls(infos[rank]))
     starts = [r.start_ns for r in ranks if r.start_ns is not None]
     ends = [r.end_ns for r in ranks if r.end_ns is not None]
     counters = store.counter_tables()
@@ -219,7 +224,7 @@ def summarize(store: TraceStore) -> StoreSummary:
         damaged=dict(store.damaged),
         unlisted={r: why for r, why in store.missing().items() if r not in store.damaged},
         workload=store.manifest.get("workload") if isinstance(store.manifest.get("workload"), dict) else {},
-        ended_first=ended_first(store),
+        ended_first=ended_first(store, ends) if abrupt else None,
     )
 
 
@@ -350,23 +355,39 @@ def _drift_ppm(clock: dict) -> float:
     return max(found, default=0.0)
 
 
-def ended_first(store: TraceStore) -> EndedFirst | None:
+def _rank_infos(store: TraceStore) -> dict[int, dict]:
+    """Each rank's manifest entry ({} where it is not an object)."""
+    return {rank: info if isinstance(info := store.rank_info(rank), dict) else {} for rank in store.ranks}
+
+
+def _open_calls(info: dict) -> list[str]:
+    calls = info.get("open_calls")
+    return [str(c) for c in calls] if isinstance(calls, list) else []
+
+
+def _needs_records(info: dict) -> bool:
+    """Whether where a rank's records end must be read from its timeline: it ended inside a call (its stored end is
+    the job's), or its manifest entry records no end."""
+    last = info.get("end_ns")
+    return bool(_open_calls(info)) or not isinstance(last, int) or isinstance(last, bool)
+
+
+def ended_first(store: TraceStore, read: dict[int, int | None] | None = None) -> EndedFirst | None:
     """Which rank's records end first (:class:`EndedFirst`), where at least one rank ended abruptly and two ranks hold
     records (None elsewhere). Read from each rank's manifest entry (``ended``, ``open_calls``, ``end_ns``) and, for a
-    rank that ended inside a call, its timeline; the clock entry gives the uncertainty. A rank's records end at its
-    last call's exit (or its last call's entry, when it never left it), not at its death: the words say so."""
-    infos = {}
-    for rank in store.ranks:
-        info = store.rank_info(rank)
-        infos[rank] = info if isinstance(info, dict) else {}
+    rank that ended inside a call, its timeline (``read``: where :func:`records_end` of those ranks was already
+    read, by rank); the clock entry gives the uncertainty. A rank's records end at its last call's exit (or its
+    last call's entry, when it never left it), not at its death: the words say so."""
+    infos = _rank_infos(store)
     if not any(info.get("ended") == "abrupt" for info in infos.values()):
         return None
     ends = []
+    read = read or {}
     for rank, info in infos.items():
-        calls = info.get("open_calls")
-        calls = [str(c) for c in calls] if isinstance(calls, list) else []
-        last = info.get("end_ns")
-        if calls or not isinstance(last, int) or isinstance(last, bool):
+        calls, last = _open_calls(info), info.get("end_ns")
+        if rank in read:
+            last = read[rank]
+        elif _needs_records(info):
             try:
                 last = records_end(next(iter(store.iter_timeline_tables([rank])))[1], calls)
             except (StoreError, StopIteration):
