@@ -131,7 +131,7 @@ def test_a_profile_with_the_bandwidth_but_no_r_net_gives_r_net_from_it(series, t
     for profile in (b_path, bare):
         assert main(["model", "predict", str(model), "--workers", "1,4,16", "--profile", str(profile), "--json"]) == 0
         out = json.loads(capsys.readouterr().out)
-        assert not any("r_net" in note for note in out["transfer"]["notes"]), out["transfer"]["notes"]
+        assert not any(note.startswith("r_net") for note in out["transfer"]["notes"]), out["transfer"]["notes"]
         rows.append([r[key] for r in out["rows"] for key in ("profile_s", "profile_low_s", "profile_high_s")])
     assert rows[1] == pytest.approx(rows[0], rel=1e-9)
     refit = tmp_path / "refit.json"

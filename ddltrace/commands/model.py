@@ -769,7 +769,9 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
                        profile_mem_s=wl.epochs * on_b_terms["mem"], profile_net_s=wl.epochs * on_b_terms["net"],
                        profile_c_p_factor=factors_w["c_p"], profile_c_u_factor=factors_w["c_u"],
                        profile_quota_wait_s=factors_w.get("c_b_quota_wait_s", 0.0),
-                       share_a=shares["share_a"], share_b=shares["share_b"], share_a_from=shares["share_a_from"])
+                       share_a=shares["share_a"], share_b=shares["share_b"], share_a_from=shares["share_a_from"],
+                       link_cores_a=shares["link_cores_a"], link_cores_b=shares["link_cores_b"],
+                       link_note=factors_w.get("link_note"))
         if what_if:
             changed = at(w, on_b=bool(moved), changed=True)
             row["what_if_s"] = changed["phase_s"]
@@ -820,6 +822,7 @@ def _predict_table(model: dict, source: str, workers: list[int], batch: float | 
                                    "factors": moved["factors"], "server_split": moved["server_split"],
                                    "notes": moved["notes"], "confidence": confidence,
                                    "best_w": int(best), "draws": transfer.DRAWS, "serial_comm": serial,
+                                   "closed_loop": wl.serial,
                                    "fit_draws": FIT_DRAWS[covariance is not None] + _measured_covers(model),
                                    "best_past_knee": _past_knee(table, knees["profile"][0], best)}
     table.attrs["knees"] = knees
@@ -911,8 +914,12 @@ def _describe_transfer(table: pd.DataFrame) -> list[str]:
              f"core (alone: calibrate's own, A {info['alone'][0]:.3g}, B {info['alone'][1]:.3g}; 1 where its curves "
              "are in CPU seconds); per w:",
              *[f"    w={row['w']}: share on A {row['share_a']:.3g} ({row['share_a_from']}), on B {row['share_b']:.3g}; "
-               f"c_p x{row['profile_c_p_factor']:.4g}, c_u x{row['profile_c_u_factor']:.4g}; B's quota makes each "
-               f"batch wait {1e3 * row['profile_quota_wait_s']:.3g} ms more for throttled receivers"
+               f"c_p x{row['profile_c_p_factor']:.4g}, c_u x{row['profile_c_u_factor']:.4g}; c_b gains "
+               f"{1e3 * row['profile_quota_wait_s']:.3g} ms a batch of waits for receivers off their cores (B's "
+               "quota, or the scheduler's round)"
+               + (f"; the network's packets take {row['link_cores_a']:.3g} cores on A, {row['link_cores_b']:.3g} "
+                  "on B from a worker's compute" if row['link_cores_a'] or row['link_cores_b'] else "")
+               + (f" ({row['link_note']})" if isinstance(row.get("link_note"), str) else "")
                for row in table.to_dict("records")],
              f"  memory r_m x{f['r_m']:.4g}, w_m x{f['w_m']:.4g}; network r_net x{f['r_net']:.4g}, "
              f"lat_net x{f['lat_net']:.4g}; storage r_d x{f['r_d']:.4g}",

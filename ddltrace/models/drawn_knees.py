@@ -54,7 +54,7 @@ def phases_at(k: Constants, wl: Workload, w: int, a: Mapping, runs: Sequence[Map
     else:
         if wl.cpu_shares and transfer.quota_holds(wl, b, runs, transfer.cpu_shares(a, b, runs, w), w):
             return None
-        at = transfer.carry(k, wl, a, b, ratios, serial, w, runs, server)[0]
+        at = transfer.carry(k, wl, a, b, ratios, serial, w, runs, server, change)[0]
     return wl.epochs * hashemi.t_phase(w, wl, at.scaled(change) if change else at)
 
 

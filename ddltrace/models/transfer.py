@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ddltrace.errors import DdltraceError
-from ddltrace.models import hashemi
+from ddltrace.models import hashemi, link_cpu
 from ddltrace.models.hashemi import Constants, Workload
 from ddltrace.models.quantities import check_profile_format, profile_constants
 from ddltrace.units import format_count
@@ -43,6 +43,8 @@ CPU = ("C_muladd", "C_act", "C_err")
 HELD = ("r_m", "w_m", "r_net", "lat_net", "r_d")
 #: Profile constants B's profile gives as they are (a share, not a cost: no ratio to A's); A's kept without one.
 TAKEN = ("net_duplex",)
+#: Profile constants kept for the transfer's own use (:mod:`ddltrace.models.link_cpu`), no model constant's.
+KEPT = (link_cpu.NAME,)
 #: Costs carried by the per-sample work (c_p) and by a pass over the weights (c_b, c_u).
 PER_SAMPLE = ("c_p", "t_phase_min")
 PER_UPDATE = ("c_b", "c_u")
@@ -64,8 +66,9 @@ def _number(raw: Any, where: str, *, zero: bool = False) -> float:
 
 
 def _constant(raw: Any, where: str, name: str) -> float:
-    """A profile constant's value: a finite number > 0, or for a share of :data:`TAKEN` one from 0 to 1."""
-    value = _number(raw, where, zero=name in TAKEN)
+    """A profile constant's value: a finite number > 0, for one of :data:`KEPT` >= 0, for a share of :data:`TAKEN`
+    one from 0 to 1."""
+    value = _number(raw, where, zero=name in TAKEN or name in KEPT)
     if name in TAKEN and value > 1:
         raise DdltraceError(f"{where} = {raw!r}: a share, must be at most 1")
     return value
@@ -141,7 +144,7 @@ def profile_record(profile: Any, source: str, s: float) -> dict:
     if isinstance(machine, Mapping):
         record["machine"] = " ".join(str(machine[k]) for k in ("hostname", "cpu_model") if machine.get(k))
         record["allowance"] = _allowance(machine, source)
-    for name in (*CPU, *HELD, *TAKEN):
+    for name in (*CPU, *HELD, *TAKEN, *KEPT):
         entry = table.get(name)
         if entry is None:
             continue
@@ -320,23 +323,31 @@ def _cores_seen(runs: Sequence[Mapping]) -> float | None:
     return statistics.median(seen) if seen else None
 
 
-def cpu_shares(a: Mapping, b: Mapping, runs: Sequence[Mapping], w: float) -> dict:
+def cpu_shares(a: Mapping, b: Mapping, runs: Sequence[Mapping], w: float,
+               link: tuple[float, float] = (0.0, 0.0)) -> dict:
     """A rank's share of a core on A and on B at ``w`` workers, and what it does to a CPU-bound cost.
 
-    On B a rank gets ``share_B = min(q_B, share_A * cores_B / cores_A)``: B's quota (at most a core) caps it, and
-    B's cores shared by the same ranks (and the same load beside them) as A's. The calibrated constants were
-    measured by one thread with ``alone`` of a core (the CPU time of its one-thread curves over their wall time,
-    else min(1, quota)), so a CPU-bound cost carries by the calibrated ratio times ``multiplier = (alone_B /
-    alone_A) * share_A / share_B``: the cores' own speed ratio, and the share the rank has on each machine.
-    Without quotas, with as many cores and calibrations that had a core each, the multiplier is 1."""
+    On B a rank gets ``share_B = min(q_B, share_A * (cores_B - L_B) / (cores_A - L_A))``: B's quota (at most a
+    core) caps it, and B's cores shared by the same ranks (and the same load beside them) as A's, less the cores of
+    packet work ``link`` = (L_A, L_B) its compute meets on each (:mod:`ddltrace.models.link_cpu`; 0 where not
+    known). The calibrated constants were measured by one thread with ``alone`` of a core (the CPU time of its
+    one-thread curves over their wall time, else min(1, quota)), so a CPU-bound cost carries by the calibrated ratio
+    times ``multiplier = (alone_B / alone_A) * share_A / share_B``: the cores' own speed ratio, and the share the
+    rank has on each machine. Without quotas, with as many cores, no packet work and calibrations that had a core
+    each, the multiplier is 1."""
     share_a, how = share_on_a(a, runs, w)
-    cores_a = (a.get("allowance") or {}).get("cores")
-    cores_b = (b.get("allowance") or {}).get("cores")
+    cores_a, cores_b = link_cores(a, b)
     ratio = cores_b / cores_a if cores_a and cores_b else 1.0
-    share_b = min(_cap(b), share_a * ratio)
+    packets = (cores_b - link[1]) / cores_b / ((cores_a - link[0]) / cores_a) if cores_a and cores_b else 1.0
+    share_b = min(_cap(b), share_a * ratio * packets)
     return {"w": float(w), "share_a": share_a, "share_a_from": how, "share_b": share_b, "cores_ratio": ratio,
-            "alone_a": _alone(a), "alone_b": _alone(b),
+            "alone_a": _alone(a), "alone_b": _alone(b), "link_cores_a": link[0], "link_cores_b": link[1],
             "multiplier": (_alone(b) / _alone(a)) * share_a / share_b if share_b > 0 else 1.0}
+
+
+def link_cores(a: Mapping, b: Mapping) -> tuple[float | None, float | None]:
+    """The cores A's and B's calibrations ran on (None where a profile does not say)."""
+    return (a.get("allowance") or {}).get("cores"), (b.get("allowance") or {}).get("cores")
 
 
 def quota_wait(record: Mapping, wanted: float) -> float:
@@ -411,8 +422,8 @@ def constants_at(k: Constants, wl: Workload, w: float, a: Mapping, runs: Sequenc
         if wl.cpu_shares:
             at = hashemi.at_share(k, share_on_a(a, runs, w)[0], messages_per_batch(runs, w))
     else:
-        at, factors, _ = transfer(k, wl, counts or {"muladds": 1.0}, a, b, z_a, z_b, serial=serial, w=w, runs=runs,
-                                  server=server)
+        at, factors, _ = carry(k, wl, a, b, profile_ratios(wl, counts or {"muladds": 1.0}, a, b, z_a or {}, z_b or {}),
+                               serial, w, runs, server, what_if)
     return (at.scaled(what_if) if what_if else at), factors
 
 
@@ -425,9 +436,10 @@ def phase_at(k: Constants, wl: Workload, w: int, a: Mapping, runs: Sequence[Mapp
     :func:`cpu_shares`) and ``loop`` (None where not played)."""
     k_w, factors = constants_at(k, wl, w, a, runs, b, counts, serial, what_if, z_a, z_b, server)
     analytic = wl.epochs * hashemi.t_phase(w, wl, k_w)
-    shares = cpu_shares(a, b, runs, w) if b is not None else None
+    shares = cpu_shares(a, b, runs, w, factors.get("link_cores", (0.0, 0.0))) if b is not None else None
     loop = None
-    if b is not None and wl.cpu_shares:
+    if b is not None and wl.cpu_shares and quota_holds(wl, b, runs, cpu_shares(a, b, runs, w), w):
+        # (decided without the packet work, as carry and the knee draws decide it: carry left it out here)
         loop = quota_loop(k_w, wl, b, runs, shares, server_split(k.c_u, a, runs), w,
                           factors.get("c_b_quota_wait_s", 0.0))
     return {"phase_s": loop["phase_s"] if loop else analytic, "analytic_s": analytic, "constants": k_w,
@@ -602,17 +614,83 @@ def profile_ratios(wl: Workload, counts: Mapping, a: Mapping, b: Mapping, z_a: M
 
 
 def carry(k: Constants, wl: Workload, a: Mapping, b: Mapping, ratios: Mapping, serial: bool = False,
-          w: float | None = None, runs: Sequence[Mapping] = (), server: Mapping | None = None
-          ) -> tuple[Constants, dict, list[str]]:
+          w: float | None = None, runs: Sequence[Mapping] = (), server: Mapping | None = None,
+          what_if: Mapping | None = None) -> tuple[Constants, dict, list[str]]:
     """:func:`transfer` from the profiles' :func:`profile_ratios` (computed once for every w of a search): the
     same arguments and result. ``k``'s fields and the ratios may be arrays of draws (:mod:`ddltrace.models.
-    drawn_knees`): then each draw's constants on B, the same numbers as one draw at a time (the notes are of the
-    constants that are numbers)."""
-    t_slice = k.t_slice
+    drawn_knees`): then each draw's constants on B, the same numbers as one draw at a time but for the packet work
+    below (the notes are of the constants that are numbers).
+
+    Where both profiles measured ``net_cpu_per_byte`` and their cores, the packet work a worker's compute meets on
+    each (:mod:`ddltrace.models.link_cpu`) is taken from the ranks' cores (:func:`cpu_shares`): A's at A's phase at
+    w (as :func:`constants_at` makes it), B's the fixed point of B's own phase with ``what_if``'s changes (which the
+    caller then makes to the constants returned); for draws, every draw takes the median of the draws' loads (so a
+    draw's constants are then not quite those it would have carried alone; the constant's own uncertainty is not
+    drawn). Not where B's quota holds every rank (:func:`quota_holds`, decided without the packet work, as
+    :func:`phase_at` and the knee draws decide it): the quota loop plays the ranks' periods out and knows no
+    packet work. ``factors["link_cores"]``: (A's, B's) cores of it at w, and ``factors["link_note"]``: why it is 0
+    or capped at w (None where neither)."""
+    t_slice, fitted = k.t_slice, k
     if wl.cpu_shares:  # c_p, c_b in CPU seconds: A's wall time at its share at w; the waits are B's own (below)
         k = hashemi.at_share(k, share_on_a(a, runs, w)[0] if w is not None else 1.0)
+    per_byte = [link_cpu.per_byte(record) for record in (a, b)]
+    cores_a, cores_b = link_cores(a, b)
+    missing, held = _no_link_note(a, b, per_byte, (cores_a, cores_b)), None
+    if missing is None and w is not None and wl.cpu_shares and quota_holds(wl, b, runs, cpu_shares(a, b, runs, w), w):
+        held = "B's quota holds every rank: the quota loop plays its periods out, without packet work"
+    if w is None or missing or held:
+        on_b, factors, notes = _carried(k, t_slice, wl, a, b, ratios, serial, w, runs, server, (0.0, 0.0))
+        if w is not None:
+            factors.update(link_cores=(0.0, 0.0), link_note=held)
+        return on_b, factors, notes + ([missing] if missing else [])
+    workers_serial = serial or wl.serial
+    on_a = fitted
+    if wl.cpu_shares:  # A's phase at w as constants_at has it, the messages' waits for ranks off their cores in
+        on_a = hashemi.at_share(fitted, share_on_a(a, runs, w)[0], messages_per_batch(runs, w))
+    wanted_a = float(np.median(link_cpu.load(wl, per_byte[0], on_a.r_net, hashemi.t_phase(w, wl, on_a), w,
+                                             workers_serial)))
+    link_a = min(wanted_a, link_cpu.MOST * cores_a)
+
+    def load_b(link_b: float) -> float:  # the packet work B's phase leaves with link_b cores of it
+        on_b = _carried(k, t_slice, wl, a, b, ratios, serial, w, runs, server, (link_a, link_b))[0]
+        on_b = on_b.scaled(what_if) if what_if else on_b
+        return float(np.median(link_cpu.load(wl, per_byte[1], on_b.r_net, hashemi.t_phase(w, wl, on_b), w,
+                                             workers_serial)))
+
+    link_b = link_cpu.fixed_point(load_b, link_cpu.MOST * cores_b)
+    on_b, factors, notes = _carried(k, t_slice, wl, a, b, ratios, serial, w, runs, server, (link_a, link_b))
+    capped = [f"{name}'s packets would take {wanted():.3g} cores at its phase, more than {link_cpu.MOST:g} of its "
+              f"{cores:g}: taken as {taken:.3g}, and its phase is then too short"
+              for name, wanted, taken, cores in (("A", lambda: wanted_a, link_a, cores_a),
+                                                 ("B", lambda: load_b(link_b), link_b, cores_b))
+              if taken >= link_cpu.MOST * cores - 2 * link_cpu.TOLERANCE_CORES and wanted() > taken]
+    factors.update(link_cores=(link_a, link_b), link_note="; ".join(capped) or None)
+    return on_b, factors, notes
+
+
+def _no_link_note(a: Mapping, b: Mapping, per_byte: Sequence[float | None],
+                  cores: Sequence[float | None]) -> str | None:
+    """Why :func:`carry` leaves out the CPU of the network's packets (:mod:`ddltrace.models.link_cpu`), None where
+    both profiles have what it needs."""
+    names = [record.get("source") or f"{label}'s profile" for record, label in ((a, "A"), (b, "B"))]
+    lacking = [name for name, value in zip(names, per_byte, strict=True) if value is None]
+    if lacking:
+        return (f"{' and '.join(lacking)}: no {link_cpu.NAME} (calibrate's network section measures it): the CPU "
+                "the network's packets cost the ranks is left out")
+    lacking = [name for name, value in zip(names, cores, strict=True) if not value]
+    if lacking:
+        return (f"{' and '.join(lacking)}: the cores its calibration ran on are not recorded: the CPU the network's "
+                "packets cost the ranks is left out")
+    return None
+
+
+def _carried(k: Constants, t_slice: float, wl: Workload, a: Mapping, b: Mapping, ratios: Mapping, serial: bool,
+             w: float | None, runs: Sequence[Mapping], server: Mapping | None, link: tuple[float, float]
+             ) -> tuple[Constants, dict, list[str]]:
+    """:func:`carry` with A's constants at w (``k``; ``t_slice`` the fitted round) and ``link`` cores of packet
+    work a worker's compute meets on A and on B (:func:`cpu_shares`)."""
     sample, update = ratios["sample"], ratios["update"]
-    shares = cpu_shares(a, b, runs, w) if w is not None else None
+    shares = cpu_shares(a, b, runs, w, link) if w is not None else None
     m = shares["multiplier"] if shares else 1.0
     factors = dict.fromkeys(PER_SAMPLE, sample * m)
     factors["c_b"] = update * m
@@ -811,12 +889,10 @@ def interval(drawn: Constants, wl: Workload, counts: Mapping, a: Mapping, b: Map
     slices = [change.pop("t_slice", None) for change in changes]
     out = np.empty((len(what_ifs), draws, len(workers)))
     for j, w in enumerate(workers):
-        carried = {}
         for m, (change, t_slice) in enumerate(zip(changes, slices, strict=True)):
-            if t_slice not in carried:
-                start = drawn.scaled({"t_slice": t_slice}) if t_slice else drawn
-                carried[t_slice] = carry(start, wl, a, b, ratios, serial, w, runs, server)[0]
-            on_b = carried[t_slice].scaled(change) if change else carried[t_slice]
+            start = drawn.scaled({"t_slice": t_slice}) if t_slice else drawn
+            on_b = carry(start, wl, a, b, ratios, serial, w, runs, server, change)[0]
+            on_b = on_b.scaled(change) if change else on_b
             out[m, :, j] = wl.epochs * hashemi.t_phase(w, wl, on_b)
     tail = 50.0 * (1.0 - confidence)
     return [tuple(np.percentile(phases, [tail, 100.0 - tail], axis=0)) for phases in out]
