@@ -117,7 +117,7 @@ class GpuAnalysis:
                 self.stream_idle_launched.append(gpu_stream_idle.stream_idle(rank, work[keep], timeline))
         if len(pairs):
             self.launch_ranks.append(rank)
-            self.launches.append(gpu_launch.launch_stats(rank, pairs))
+            self.launches.append(gpu_launch.launch_stats(rank, pairs, gpu_launch.left_out(with_graphs)))
             self.worst.append(gpu_launch.worst_launches(rank, pairs))
             window = int((timeline["start_ns"] + timeline["dur_ns"]).max() - timeline["start_ns"].min())
             series = gpu_queue.queue_length_series(pairs)

@@ -27,7 +27,10 @@ store names no peer for them): they are instances of one rank. Per instance, tim
 * ``ranks``: how many ranks ran it; ``skew_ns`` = latest start - earliest start; ``late_rank``: the rank that
   started last (the late arriver every other rank's kernel waits for); ``lead_ns``: latest start - the second
   latest, how much later than every other rank the late one came (what the instance lost to it alone);
-  ``wait_ns``: the sum over ranks of (latest start - own start), the time the early ranks' kernels spent waiting;
+  ``wait_ns``: the sum over ranks of (the earlier of own end and the latest start - own start), the time the early
+  ranks' kernels spent before the last rank arrived (all of it from own start to the latest start, but for a
+  :data:`ROOTED` collective's kernel that ended before: NCCL runs those down a chain, each rank waiting only for
+  the one before it);
 * ``duration_ns``: the shortest kernel of the instance, the late arriver's (it starts when all have arrived, so it
   is the time the data took to move); ``max_duration_ns``: the longest (an early arriver's, waiting included);
   on a one-rank instance both are its kernel's duration, waiting included;
@@ -53,6 +56,12 @@ from ddltrace.enclosing import innermost_enclosing
 COLLECTIVES = ("reducescatter", "allreduce", "allgather", "alltoall", "broadcast", "sendrecv", "reduce", "send",
                "recv")
 POINT_TO_POINT = frozenset({"sendrecv", "send", "recv"})
+#: Collectives with a root, whose kernels may end before the last rank's starts: NCCL runs them down a chain from
+#: (or to) the root, each rank waiting only for the one before it (TraceLens' fused NCCL trace: a 424-byte
+#: broadcast's four 8 us kernels over 1.5 ms, none overlapping the last's; a 212 KB one's root kernel of 15 us
+#: ending 1.5 ms before the last rank's started). Where no other collective ties the ranks' clocks together, the
+#: kernels of such an instance are not matched (gloo's broadcasts in files of separate runs, 12.9 s apart).
+ROOTED = frozenset({"broadcast", "reduce"})
 ALGORITHMS = frozenset({"RING", "TREE", "COLLNET", "COLLNETDIRECT", "COLLNETCHAIN", "NVLS", "NVLSTREE", "PAT"})
 PROTOCOLS = frozenset({"LL", "LL128", "SIMPLE"})
 #: nccl-tests' bus-bandwidth factor of each collective for n ranks (doc/PERFORMANCE.md of nccl-tests).
@@ -181,7 +190,8 @@ def match_instances(kernels: pd.DataFrame, world_size: int, link_bytes_per_s: fl
         "group": heads["group"].array, "collective": heads["collective"].array,
         "step": pd.array(heads["step_key"].to_numpy(), dtype="Int64") if use_steps else None,
         "seq": heads["seq"].array, "ranks": ranks, "first_start_ns": earliest, "skew_ns": latest - earliest,
-        "late_rank": late_rank, "lead_ns": latest - second, "wait_ns": ranks * latest - np.add.reduceat(start, first),
+        "late_rank": late_rank, "lead_ns": latest - second,
+        "wait_ns": np.add.reduceat(np.minimum(start + dur, np.repeat(latest, ranks)) - start, first),
         "duration_ns": np.minimum.reduceat(dur, first), "max_duration_ns": np.maximum.reduceat(dur, first),
         "bytes": _largest(k["bytes"], first)})
     for column in carry:  # (instances in the order of their first row, as ``first``)
@@ -198,7 +208,9 @@ def matched(kernels: pd.DataFrame) -> pd.DataFrame:
     kernel's place among its rank's of that group, collective and step) and ``instance``: the instance it is
     matched into (one id per (group, collective, step, seq) on every rank; a negative id of its own for
     point-to-point and ``unknown`` kernels, which are not matched, and for the kernels of an instance one of
-    which ended before its last started: no collective's, whose kernels all wait for the last rank)."""
+    which ended before its last started: no collective's, whose kernels all wait for the last rank, but a
+    :data:`ROOTED` one's, whose ranks wait only for the rank before them in NCCL's chain, where other collectives
+    whose kernels did all overlap tie its ranks' clocks together: files of separate runs have none)."""
     k = kernels.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
     use_steps = bool(k["step"].notna().all())
     step = k["step"].astype("Int64").fillna(-1).to_numpy(np.int64) if use_steps else np.full(len(k), -1)
@@ -216,8 +228,34 @@ def matched(kernels: pd.DataFrame) -> pd.DataFrame:
     latest = k.groupby("instance")["start_ns"].transform("max").to_numpy(np.int64)
     early_end = (k["start_ns"] + k["dur_ns"]).to_numpy(np.int64) < latest
     apart = (instance >= 0) & pd.Series(early_end).groupby(instance).transform("any").to_numpy(bool)
+    rooted = k["collective"].isin(ROOTED).to_numpy(bool)
+    if (apart & rooted).any():  # kept where collectives that overlapped tie the ranks' clocks together
+        tied = _tied_ranks(k[(instance >= 0) & ~apart])
+        chained = np.flatnonzero(apart & rooted)
+        clock = pd.Series([tied.get(int(r), -1 - int(r)) for r in k["rank"].to_numpy()[chained]])
+        one_clock = clock.groupby(instance[chained]).transform("nunique").to_numpy() == 1
+        apart[chained[one_clock]] = False
     k.loc[apart, "instance"] = -1 - len(k) - np.flatnonzero(apart)
     return k
+
+
+def _tied_ranks(overlapping: pd.DataFrame) -> dict[int, int]:
+    """Each rank of the instances of ``overlapping`` (kernels of matched instances whose kernels all overlap the
+    last one's start) mapped to one rank of its set: ranks that some such instance holds together, directly or
+    through others, share a clock (union-find)."""
+    parent: dict[int, int] = {}
+
+    def root(r: int) -> int:
+        while parent.setdefault(r, r) != r:
+            parent[r] = parent[parent[r]]
+            r = parent[r]
+        return r
+
+    for ranks in overlapping.groupby("instance")["rank"]:
+        first, *rest = (int(r) for r in ranks[1])
+        for r in rest:
+            parent[root(r)] = root(first)
+    return {r: root(r) for r in list(parent)}
 
 
 def bandwidth(instances: pd.DataFrame, world_size: int, link_bytes_per_s: float | None = None) -> None:
@@ -278,7 +316,8 @@ LATE_COLUMNS = ["rank", "late", "instances", "lead_ns", "lead_median_ns", "cause
 
 def waits_for(kernels: pd.DataFrame) -> pd.DataFrame:
     """Who waited for whom, in wall time: for every pair (late rank L, waiting rank r), the time rank r's spans of
-    the matched instances L started last at spent before L arrived (from r's own start to L's, per instance), the
+    the matched instances L started last at spent before L arrived (from r's own start to L's, or to its own end
+    where a :data:`ROOTED` collective's ended before, per instance), the
     union of those intervals on r's clock in ns, so collectives that wait at once (two of gloo's worker threads,
     two NCCL streams) count once. Columns ``late_rank``, ``rank``, ``instances`` (how many L was last at with r in
     them), ``wait_ns``; ``kernels`` as :func:`match_instances` takes them."""
@@ -287,14 +326,16 @@ def waits_for(kernels: pd.DataFrame) -> pd.DataFrame:
 
 def waited(kernels: pd.DataFrame) -> pd.DataFrame:
     """Each rank's own wait at the matched instances, in wall time: the union over them of the intervals from its
-    start to the last rank's (Scalasca's Wait at N x N, the collectives' early arrivers). Columns ``rank``,
+    start to the last rank's, or to its own end where a :data:`ROOTED` collective's ended before (Scalasca's Wait at
+    N x N, the collectives' early arrivers). Columns ``rank``,
     ``instances`` (those it was not last at), ``wait_ns``."""
     return _union_waits(wait_intervals(kernels), ["rank"])
 
 
 def wait_intervals(kernels: pd.DataFrame) -> pd.DataFrame:
     """Per span of a matched instance other than its late arriver's: ``late_rank``, ``rank``, ``start_ns`` (the
-    span's) and ``end_ns`` (the late arriver's start)."""
+    span's) and ``end_ns`` (the late arriver's start, or the span's end where it ended before: a
+    :data:`ROOTED` collective's)."""
     columns = ["late_rank", "rank", "start_ns", "end_ns"]
     if not len(kernels):
         return pd.DataFrame(columns=columns)
@@ -303,8 +344,9 @@ def wait_intervals(kernels: pd.DataFrame) -> pd.DataFrame:
                                           kind="stable")
     first = k.groupby("instance", sort=False)["rank"].transform("first").to_numpy()
     latest = k.groupby("instance", sort=False)["start_ns"].transform("max").to_numpy(np.int64)
+    end = np.minimum((k["start_ns"] + k["dur_ns"]).to_numpy(np.int64), latest)  # a rooted one's may end before
     waits = pd.DataFrame({"late_rank": first, "rank": k["rank"].to_numpy(), "start_ns": k["start_ns"].to_numpy(),
-                          "end_ns": latest}, columns=columns)
+                          "end_ns": end}, columns=columns)
     return waits[waits["rank"] != waits["late_rank"]]
 
 

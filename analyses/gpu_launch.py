@@ -64,7 +64,7 @@ PAIR_COLUMNS = ["device", "stream", "launch", "kernel", "correlation", "launch_s
 COLUMNS = ["rank", "runtime", "launches", "cpu_duration_mean_ns", "cpu_duration_median_ns", "cpu_duration_max_ns",
            "gpu_duration_mean_ns", "gpu_duration_median_ns", "gpu_duration_max_ns", "launch_delay_mean_ns",
            "launch_delay_median_ns", "launch_delay_p95_ns", "launch_delay_max_ns", "runtime_outliers",
-           "launch_delay_outliers", "short_kernels"]
+           "launch_delay_outliers", "short_kernels", "left_out_calls", "left_out_activities"]
 
 
 def launch_pairs(timeline: pd.DataFrame, work: pd.DataFrame, graphs: bool = False) -> pd.DataFrame:
@@ -112,6 +112,16 @@ def without_graphs(pairs: pd.DataFrame) -> pd.DataFrame:
     return pairs[~extra].reset_index(drop=True) if extra.any() else pairs
 
 
+def left_out(pairs: pd.DataFrame) -> tuple[int, int]:
+    """The graph launches and blocking copies of ``pairs`` (:func:`launch_pairs` with ``graphs``) that HTA's set
+    and so :func:`launch_stats` leave out: (calls, the device activities they launched)."""
+    extra = len(pairs) - len(without_graphs(pairs))
+    if not extra:
+        return 0, 0
+    kept = set(without_graphs(pairs)["launch_row"].tolist())
+    return len(set(pairs["launch_row"].tolist()) - kept), extra
+
+
 def _inner_join(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Positions (i, j) of every pair with ``left[i] == right[j]``, in the order of ``left``, then of ``right``
     among the rows of one key (the rows of pandas' inner ``merge``), by a sort of ``right`` and a binary search."""
@@ -124,9 +134,10 @@ def _inner_join(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.nda
     return i, order[first + np.arange(len(i))]
 
 
-def launch_stats(rank: int, pairs: pd.DataFrame) -> pd.DataFrame:
+def launch_stats(rank: int, pairs: pd.DataFrame, left: tuple[int, int] = (0, 0)) -> pd.DataFrame:
     """One row of :data:`COLUMNS` for the rank's launch ``pairs`` (empty when it has none): counts, and the
-    mean, median and maximum of each duration in ns (and the 95th percentile of the launch delay)."""
+    mean, median and maximum of each duration in ns (and the 95th percentile of the launch delay); ``left``: the
+    graph launches and blocking copies left out of them (:func:`left_out`: calls, device activities)."""
     if not len(pairs):
         return pd.DataFrame(columns=COLUMNS)
     cpu, gpu, delay = (pairs[c].to_numpy(np.int64) for c in ("cpu_duration_ns", "gpu_duration_ns",
@@ -141,6 +152,7 @@ def launch_stats(rank: int, pairs: pd.DataFrame) -> pd.DataFrame:
     row["runtime_outliers"] = int((cpu > RUNTIME_CUTOFF_NS).sum())
     row["launch_delay_outliers"] = int((delay > LAUNCH_DELAY_CUTOFF_NS).sum())
     row["short_kernels"] = int(((cpu <= RUNTIME_CUTOFF_NS) & (gpu < cpu)).sum())
+    row["left_out_calls"], row["left_out_activities"] = left
     return pd.DataFrame([row], columns=COLUMNS)
 
 

@@ -44,7 +44,17 @@ def launches_title(runtime: str) -> str:
             "fill of the same correlation id; CPU: the call's duration; GPU: the activity's; delay: the activity's "
             "start minus the call's end, 0 where negative; "
             f"outliers: CPU above {format_ns(RUNTIME_CUTOFF_NS)}, delay above {format_ns(LAUNCH_DELAY_CUTOFF_NS)}; "
-            f"short: CPU at most {format_ns(RUNTIME_CUTOFF_NS)} and GPU below CPU)")
+            f"short: CPU at most {format_ns(RUNTIME_CUTOFF_NS)} and GPU below CPU; left out, as HTA's list has "
+            "none: graph launches and blocking copies, their calls and the device activities they launched)")
+
+
+def _left_out(row: dict) -> str:
+    """A launch row's graph launches and blocking copies left out: "N calls, M activities", or "-"."""
+    calls = row.get("left_out_calls")
+    if not calls or calls != calls:  # none, or a table made before the columns (NaN)
+        return "-"
+    activities = int(row["left_out_activities"])
+    return f"{int(calls)} call{'s' if calls != 1 else ''}, {activities} activit{'ies' if activities != 1 else 'y'}"
 
 
 def _runtime(launches: pd.DataFrame) -> str:
@@ -54,7 +64,8 @@ def _runtime(launches: pd.DataFrame) -> str:
 
 
 QUEUES = ("Queue length per stream (HTA's definition: operations launched and not yet started, +1 at a launch "
-          "call's start, -1 at its activity's start; mean over the changes as HTA, and weighted by time over the "
+          "call's start, -1 at its activity's start, the launches the launch statistics count (graph launches and "
+          "blocking copies left out); mean over the changes as HTA, and weighted by time over the "
           f"stream's first to last change; full: time at {MAX_QUEUE_LENGTH} or more, the host blocked in the "
           "launch call; share of the rank's window)")
 IDLE = ("GPU idle time waiting for the host (each idle gap of the device, up to the end of the launch call of the "
@@ -74,7 +85,8 @@ COLLECTIVES = ("Collectives by kind (communication kernels, matched across ranks
                "bus bandwidth (nccl-tests): bytes / duration x 2(n-1)/n for all-reduce, (n-1)/n for all-gather, "
                "reduce-scatter and all-to-all, 1 for broadcast, reduce and point-to-point, n the world size; skew: "
                "latest minus earliest start of a matched instance; wait: the early arrivers' summed wait; skew and "
-               "wait '-' where no instance was matched)")
+               "wait '-' where no instance was matched; bytes '-' where the trace gives no size nccl-tests' can take: "
+               "c10d's nccl:_all_gather_base span gives one rank's share, not its group's size)")
 LATE = ("Late arrivals at the collectives (per rank: the matched instances it started last at, and the wait of the "
         "other ranks' kernels for it, summed over the instances: collectives that wait at once count each, so it "
         "can exceed the wall time)")
@@ -232,9 +244,10 @@ def gpu_tables(run, top: int = TOP_SHOWN) -> list[tuple[str, pd.DataFrame]]:
                                           f"{format_ns(x[f'{k}_max_ns'])}"
                                           for k in ("cpu_duration", "gpu_duration", "launch_delay")],
               format_ns(x["launch_delay_p95_ns"]), x["runtime_outliers"], x["launch_delay_outliers"],
-              x["short_kernels"]] for x in launches.to_dict("records")],
+              x["short_kernels"], _left_out(x)] for x in launches.to_dict("records")],
             columns=["rank", "launches", "CPU mean / median / max", "GPU mean / median / max",
-                     "delay mean / median / max", "delay p95", "CPU outliers", "delay outliers", "short"])))
+                     "delay mean / median / max", "delay p95", "CPU outliers", "delay outliers", "short",
+                     "left out"])))
         operators = gpu.operator_table().groupby("rank", sort=False).head(top)
         tables.append((OPERATORS.replace(f"top {TOP_SHOWN}", f"top {top}", 1), pd.DataFrame(
             [[o["rank"], _cut(o["name"]), o["calls"], o["self_work"], format_ns(o["self_ns"]), format_ns(o["total_ns"]),

@@ -376,3 +376,40 @@ def test_hip_ext_launches_are_launches(tmp_path):
     (row,) = run.gpu.launch_table().to_dict("records")
     assert row["launches"] == len(launched)
     assert "stream 4" in set(run.gpu.queue_table()["stream"])
+
+
+def test_a_broadcast_runs_down_a_chain_its_kernels_need_not_overlap_and_wait_only_until_they_end():
+    """QA s21 on TraceLens' fused NCCL trace: each of its 4 ranks ran 6 broadcasts (same group, order and sizes),
+    yet 24 unmatched instances were printed, 2.44 MiB where the 6 moved 0.61 MiB: a broadcast's root kernel (15 us)
+    ended 1.5 ms before the last rank's started, which split the instance as if its ranks' clocks were apart. The
+    times below (us) are that trace's first 212 KB broadcast, and an all-reduce of the same ranks whose kernels all
+    overlap the last one's start (the trace's all-reduces do): it shows the ranks' clocks agree."""
+    from analyses.gpu_collectives import RANK_COLUMNS, match_instances
+
+    def kernels(collective, spans, group="0"):
+        return pd.DataFrame([{"rank": r, "device": f"gpu:{r}", "stream": "7", "name": f"ncclDevKernel_{collective}",
+                              "collective": collective, "algorithm": None, "protocol": None, "group": group,
+                              "step": None, "start_ns": round(s * 1e3), "dur_ns": round(e * 1e3) - round(s * 1e3),
+                              "bytes": 212480} for r, (s, e) in spans.items()]).reindex(columns=RANK_COLUMNS)
+
+    chain = {0: (221.428, 236.771), 1: (389.918, 1709.355), 2: (0.0, 1710.699), 3: (1688.215, 1703.838)}
+    tie = kernels("allreduce", {r: (5000.0 + 100 * r, 6000.0) for r in range(4)})
+    found = match_instances(pd.concat([kernels("broadcast", chain), tie], ignore_index=True), 4)
+    one = found[found["collective"] == "broadcast"].iloc[0]
+    assert len(found) == 2 and one["ranks"] == 4 and one["late_rank"] == 3
+    assert one["bytes"] == 212480 and one["duration_ns"] == 15_343  # the root's kernel, the shortest
+    # each early rank waits until the last arrives or its kernel ends: the root's 15.3 us, not 1,467 us
+    assert one["wait_ns"] == 15_343 + (1_688_215 - 389_918) + 1_688_215
+    # an all-reduce whose kernel ended before the last rank's started is no one collective (clocks apart)
+    assert len(match_instances(kernels("allreduce", chain), 4)) == 4
+    # and without a collective that ties the ranks' clocks (files of separate runs), neither is the broadcast
+    assert len(match_instances(kernels("broadcast", chain), 4)) == 4
+    # a tie among ranks 0-1 and another among 2-3 does not tie 0 to 2
+    halves = pd.concat([kernels("allreduce", {0: (5000.0, 6000.0), 1: (5100.0, 6000.0)}, "a"),
+                        kernels("allreduce", {2: (5000.0, 6000.0), 3: (5100.0, 6000.0)}, "b")], ignore_index=True)
+    found = match_instances(pd.concat([kernels("broadcast", chain), halves], ignore_index=True), 4)
+    assert (found.loc[found["collective"] == "broadcast", "ranks"] == 1).all()
+    # a broadcast whose kernels did all overlap ties the ranks' clocks as well as an all-reduce
+    overlapped = kernels("broadcast", {r: (5000.0 + 100 * r, 6000.0) for r in range(4)})
+    found = match_instances(pd.concat([kernels("broadcast", chain), overlapped], ignore_index=True), 4)
+    assert list(found["ranks"]) == [4, 4]

@@ -580,3 +580,15 @@ def test_bytes_of_every_collective_and_copy_of_a_real_file(tmp_path, capsys):
     assert len(want) == 21 + 27 + 960 + 114 and got == want
     collective = tl["name"].str.startswith("nccl") | (tl["name"] == "record_param_comms")
     assert (tl["comm"].notna() == tl["bytes"].notna() & collective & (tl["bytes"] > 0)).all()
+
+
+def test_a_kernel_named_for_a_copy_or_fill_from_the_start_is_one_and_a_kernel_ending_in_the_word_is_compute():
+    """QA s21: vLLM's Triton kernel ``_combined_routing_memset`` (24 of them, 123 us, cat kernel, no gpu_memset in
+    the trace) read as 24 fills; a CUDA graph's memset node, the kernel ``memset32`` (sample_traces/h200-graphs),
+    is one."""
+    from collectors.importers.categories import explain
+
+    names = ["memset32", "Memcpy HtoD (Pageable -> Device)", "dma_request", "_combined_routing_memset"]
+    got = {row["name"]: row["category"] for row in explain(names, "kineto", "kernel")}
+    assert got == {"memset32": "memcpy", "Memcpy HtoD (Pageable -> Device)": "memcpy", "dma_request": "memcpy",
+                   "_combined_routing_memset": "compute"}

@@ -154,3 +154,20 @@ def test_written_fused_file_split_into_its_ranks(tmp_path, capsys):
         assert wait["lane"] == "cpu/tid 12" and int(wait["dur_ns"]) == 7000
     starts = timeline.groupby("rank")["start_ns"].min()
     assert int(starts[1] - starts[0]) == 300_500  # one timeline, as fused: the ranks' times as written
+    # and said so: one clock for both (QA s21: info read "each rank's times are relative to its own start")
+    assert store.manifest["clock"]["method"].startswith("single clock: all ranks from one archive or file")
+
+
+def test_a_fused_file_beside_a_rank_on_the_wall_clock_is_an_import_problem(tmp_path, capsys):
+    """The fused file's ranks share its own clock, not the wall clock: beside a rank on the wall clock, the mix is
+    named as a problem of the fused file, as a relative file's is (review s21: marking its clock one for all ranks
+    had silenced the check, which looked for relative times only)."""
+    fused = tmp_path / "merged_trace.json.gz"
+    with gzip.open(fused, "wt") as fh:
+        json.dump(_fuse([_rank_trace(0, 4242, 1_000_000.0), _rank_trace(1, 4343, 1_000_300.5)]), fh)
+    wall = tmp_path / "rank2.json"  # (its rank from its name: by order it would be the fused file's rank 1)
+    wall.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "work", "cat": "cpu", "pid": 1, "tid": 1,
+                                                 "ts": 1_790_000_000_000_000, "dur": 50}]}))
+    assert main(["import", str(fused), str(wall), "--out", str(tmp_path / "store")]) == 0
+    assert (f"{fused}: its times are on its own clock, not the wall clock (ranks 0-1), while ranks 2 are on the wall "
+            "clock" in capsys.readouterr().out)

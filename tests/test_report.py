@@ -864,3 +864,31 @@ def test_a_run_that_cannot_be_read_among_several_is_left_out_and_named(tmp_path)
     doc = json.loads((out / "findings.json").read_text())
     assert [x["input"] for x in doc["left_out"]] == [str(tmp_path / "empty"), str(tmp_path / "gone")]
     assert sorted(doc["stores"]) == sorted(good)
+
+
+def test_the_initialisation_zoom_is_drawn_only_where_a_rank_initialises_and_marks_each_ranks_end(monkeypatch):
+    """QA s21: on HTA's trace_filter (both ranks' first event is a ProfilerStep: init 0 ns in the breakdown) the
+    report drew 0.2 ms of "Initialisation", the ranks' first events apart; on the DLRM trace its window ran to the
+    last rank's first step, and 7 ms of rank 1's step read as its initialisation. The zoom is drawn only where a rank
+    has one, and ticks each rank's own end."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    import ddltrace.report as report
+    from ddltrace.report import figures
+
+    def phase(start, init_end, end):
+        return SimpleNamespace(start_ns=start, init_end_ns=init_end, end_ns=end)
+
+    monkeypatch.setattr(report, "_steady_steps", lambda run: None)
+    run = SimpleNamespace(phases={0: phase(0, 0, 20_000), 1: phase(200, 200, 19_000)}, can=lambda what: True)
+    assert set(report.timeline_windows(run)) == {"whole"}
+    run.phases = {0: phase(0, 100, 20_000), 1: phase(200, 7_700, 21_000)}
+    assert report.timeline_windows(run)["init"] == (0, 7_700 + 7_700 // 20)
+    rows = {rank: np.zeros(figures.PIXEL_COLUMNS, dtype=np.int8) for rank in run.phases}
+    fig = figures.timeline_figure(rows, (0, 8_085), "Initialisation", row_marks={0: 100, 1: 7_700})
+    segments = [seg for c in fig.axes[0].collections for seg in c.get_segments()]
+    ticks = sorted(seg[0][0] for seg in segments if seg[0][0] == seg[1][0])  # the vertical ones
+    assert ticks == [100 / 1e6, 7_700 / 1e6]  # ms since the window's start
+    figures.plt.close(fig)

@@ -15,6 +15,7 @@ from pathlib import Path
 from ddltrace.collectors.importers.base import ImportContext, Importer, rank_from_path, register
 from ddltrace.collectors.importers.chrome import read_chrome
 from ddltrace.collectors.importers.convert import chrome_part, record
+from ddltrace.store import rank_ranges
 
 _SNIFF = re.compile(rb'start_time_since_epoch_in_micros|"NEGOTIATE_[A-Z]+"|"CYCLE_START"')
 
@@ -36,7 +37,7 @@ def read(path: Path, ctx: ImportContext):
     if named:
         info["world_size"] = named[-1] + 1
         info["view"] = (f"rank 0's view of a {named[-1] + 1}-rank job: the negotiation ticks name ranks "
-                        f"{_ranges(named)}; only rank 0's timeline is recorded")
+                        f"{rank_ranges(named)}; only rank 0's timeline is recorded")
 
     def lane(pid, tid):
         name = trace.process_names.get(pid) or f"tensor {pid}"
@@ -45,17 +46,6 @@ def read(path: Path, ctx: ImportContext):
     yield chrome_part(trace, fmt="horovod", rank=rank, ctx=ctx, lane_name=lane,
                       offset_ns=(start_us or 0) * 1000, clock="epoch" if start_us else "relative",
                       info=info)
-
-
-def _ranges(ranks: list[int]) -> str:
-    """Sorted ranks as ranges: [0, 1, 2, 5] -> "0-2, 5"."""
-    runs: list[list[int]] = []
-    for r in ranks:
-        if runs and r == runs[-1][1] + 1:
-            runs[-1][1] = r
-        else:
-            runs.append([r, r])
-    return ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in runs)
 
 
 register(Importer("horovod", "Horovod timeline JSON (HOROVOD_TIMELINE), also never-closed arrays", sniff, read))

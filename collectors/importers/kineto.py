@@ -25,6 +25,7 @@ from ddltrace.collectors.importers.base import ImportContext, Importer, rank_fro
 from ddltrace.collectors.importers.chrome import read_chrome
 from ddltrace.collectors.importers.convert import chrome_part, record
 from ddltrace.enclosing import innermost_enclosing
+from ddltrace.store import rank_ranges
 
 #: Header keys, or a cat only Kineto writes (PyTorch 1.8/1.9's capitalised ones too; files of that age may have
 #: no header keys).
@@ -631,6 +632,8 @@ def read(path: Path, ctx: ImportContext):
     gpu_lane = np.array([(lane_name(pid, tid) or "").startswith("gpu:") for pid, tid in trace.lanes], dtype=bool)
     correlation = device_args.row_correlation(len(trace.ts_ns))
     row_rank = _fused_ranks(trace, device_args) if device_args.pid_rank else None
+    if row_rank is not None and clock == "relative":  # a TraceFusion file's ranks: on the one clock it was written
+        clock = "shared"
     for rows in [None] if row_rank is None else [row_rank == r for r in sorted(device_args.rank_offset)]:
         device_args.sizes.update(sizes_from_host(  # (a TraceFusion file: each rank's own, its ids its own)
             trace, gpu_lane, correlation if rows is None else np.where(rows, correlation, -1),
@@ -676,7 +679,7 @@ def _fused_parts(trace, device_args: DeviceArgs, ctx: ImportContext, row_rank: n
     for pid in set(trace.counter_arrays()[0].tolist()):
         counter_pids.setdefault(_rank_of(pid, device_args.pid_rank, offsets), set()).add(pid)
     if ctx.report is not None:
-        ctx.report.format += f" (a TraceFusion file of {len(ranks)} ranks, split into ranks {_listed(ranks)})"
+        ctx.report.format += f" (a TraceFusion file of {len(ranks)} ranks, split into ranks {rank_ranges(ranks)})"
     for rank in ranks:
         lane_name = _lane_namer(trace, device_args.lanes, offsets[rank])
         gpu_lane = np.array([(lane_name(pid, tid) or "").startswith("gpu:") for pid, tid in trace.lanes], dtype=bool)
@@ -686,17 +689,6 @@ def _fused_parts(trace, device_args: DeviceArgs, ctx: ImportContext, row_rank: n
                           row_steps=row_steps(trace, gpu_lane, correlation, rows),
                           drop_reason="profiler bookkeeping spans", row_correlation=correlation, row_columns=columns,
                           counter_pid=frozenset(counter_pids.get(rank, ())))
-
-
-def _listed(ranks: list[int]) -> str:
-    """Ranks as ranges: 0-3, 5."""
-    runs: list[list[int]] = []
-    for rank in ranks:
-        if runs and rank == runs[-1][1] + 1:
-            runs[-1][1] = rank
-        else:
-            runs.append([rank, rank])
-    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in runs)
 
 
 register(Importer("kineto", "PyTorch profiler / Kineto trace JSON (.json, .json.gz)", sniff, read))

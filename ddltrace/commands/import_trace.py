@@ -182,7 +182,7 @@ _CLOCK_METHODS = {
     "epoch": "wall clock: each host's time since the Unix epoch as the trace recorded it; "
              "skew between hosts not corrected",
     "relative": "none: each rank's times are relative to its own start (the format records no absolute time)",
-    "shared": "single clock: all ranks from one archive on the tracer's global clock",
+    "shared": "single clock: all ranks from one archive or file on the clock it was written with",
 }
 
 
@@ -530,23 +530,28 @@ def _align_clocks(store, mode: str, messages, exchanging: set[int]) -> None:
 
 
 def _name_mixed_clocks(store, reports, clocks: dict) -> None:
-    """Where some ranks are on the wall clock and others' times are relative to their own start, a problem of the
-    first file of a relative rank: no span or alignment across the two sets means anything (QA: a TensorBoard folder
-    of two such hosts read as a run of 492,109 h)."""
+    """Where some ranks are on the wall clock and others' times are not (relative to their own start, or on one
+    file's or archive's own clock: a TraceFusion file, an OTF2 archive), a problem of the first file of such a
+    rank: no span or alignment across the two sets means anything (QA: a TensorBoard folder of two such hosts read
+    as a run of 492,109 h)."""
     from ddltrace.store import rank_ranges
 
     def timed(kind: str) -> list[int]:  # the ranks of that clock with events (an empty rank has no times)
         return sorted(r for r in clocks.get(kind, ()) if store.rank_info(r).get("events"))
 
-    relative, wall = timed("relative"), timed("epoch")
-    if not relative or not wall:
+    wall = timed("epoch")
+    for kind, theirs in (("relative", "relative to its own start"), ("shared", "on its own clock, not the wall "
+                                                                                 "clock")):
+        other = timed(kind)
+        if not other or not wall:
+            continue
+        path = store.rank_info(other[0]).get("file")
+        report = next((r for r in reports if r.path == path), None)
+        if report is not None:
+            report.problems.append(f"{path}: its times are {theirs} (ranks {rank_ranges(other)}), while ranks "
+                                   f"{rank_ranges(wall)} are on the wall clock: their times cannot be put on one "
+                                   "clock, and a span or a wait across the two is not the run's")
         return
-    path = store.rank_info(relative[0]).get("file")
-    report = next((r for r in reports if r.path == path), None)
-    if report is not None:
-        report.problems.append(f"{path}: its times are relative to its own start (ranks {rank_ranges(relative)}), "
-                               f"while ranks {rank_ranges(wall)} are on the wall clock: their times cannot be put on "
-                               "one clock, and a span or a wait across the two is not the run's")
 
 
 def _kept_nothing(report) -> str:

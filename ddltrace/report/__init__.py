@@ -265,7 +265,7 @@ def timeline_windows(run) -> dict[str, tuple[int, int]]:
     hi = max(p.end_ns for p in run.phases.values())
     init_end = max(p.init_end_ns for p in run.phases.values())
     windows = {"whole": (lo, hi)}
-    if init_end > lo:
+    if any(p.init_end_ns > p.start_ns for p in run.phases.values()):  # some rank initialises before its first step
         windows["init"] = (lo, init_end + max((init_end - lo) // 20, 1))
     steps = _steady_window(run)
     if steps:
@@ -356,21 +356,28 @@ def _run_figures(run, pixels: dict[str, dict[int, np.ndarray]], label: str) -> l
                           "Share of each rank's time per category over the whole run, as IPM shows it "
                           "(Hashemi et al., figure 5): each rank's own window, from its first event to the end of "
                           "its last (initialisation, steady state and finalisation)."
-                          + (f" The {run.workers} workers: {run.workers_inferred}." if run.workers_inferred else ""),
+                          + (f" The {run.workers} workers: {run.workers_inferred}." if run.workers_inferred else "")
+                          + (" An instant is compute where any of the rank's lanes computes, its host's CPU "
+                             "operators included: a device's own shares are the GPU section's temporal breakdown."
+                             if "device_ranks" in run.capabilities else ""),
                           figures.png_bytes(figures.shares_figure(table, title))))
     windows = timeline_windows(run)
     if pixels.get("whole"):
-        init_end = max(p.init_end_ns for p in run.phases.values())
+        ends = {rank: p.init_end_ns for rank, p in run.phases.items()}
         out.append(Figure(f"timeline{label}", "Per-rank timeline, whole run",
                           "Every instant of every rank in one category (TAU / Vampir's view, Hashemi et al. "
-                          "figures 6-8); the dashed line ends initialisation.",
-                          figures.png_bytes(figures.timeline_figure(pixels["whole"], windows["whole"], "Whole run",
-                                                                    {"end of init": init_end}))))
+                          "figures 6-8)" + ("; the dashed line is where the last rank's initialisation ends."
+                                            if "init" in windows else "; no rank initialises before its first step."),
+                          figures.png_bytes(figures.timeline_figure(
+                              pixels["whole"], windows["whole"], "Whole run",
+                              {"end of init, last rank": max(ends.values())} if "init" in windows else None))))
         if "init" in windows:
             out.append(Figure(f"timeline_init{label}", "Initialisation, zoomed",
-                              "The initialisation phase of every rank.",
+                              "From the first rank's first event to the last rank's end of initialisation; each "
+                              "rank's own end (its first step) is the black tick on its row, and what lies right "
+                              "of it is that rank's steady state already.",
                               figures.png_bytes(figures.timeline_figure(pixels["init"], windows["init"],
-                                                                        "Initialisation"))))
+                                                                        "Initialisation", row_marks=ends))))
         if "steps" in windows:
             rank, chosen = _steady_steps(run)
             where = "in the middle of the steady state" if len(chosen) == 3 else "the rank's only steps"

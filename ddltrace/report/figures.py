@@ -99,13 +99,14 @@ def category_columns(edges: np.ndarray, codes: np.ndarray, grid: np.ndarray) -> 
 
 
 def timeline_figure(rank_rows: dict[int, np.ndarray], window: tuple[int, int], title: str,
-                    marks: dict[str, float] | None = None) -> Figure:
+                    marks: dict[str, float] | None = None, row_marks: dict[int, float] | None = None) -> Figure:
     """Per-rank timeline (TAU / Vampir's view, paper 002 figures 6-8) over ``window`` (ns).
 
     ``rank_rows`` maps a rank to its row of :data:`PIXEL_COLUMNS` columns over ``window``, each the category
     (index into CATEGORIES; -1: nothing recorded) that filled most of its time (:func:`category_columns` of the
     rank's segments from :func:`ddltrace.analyses.breakdown.classify`), so 64+ ranks of dense traces stay readable
-    and cheap to draw, and a rank's events need not be held to draw it. ``marks`` draws labelled vertical lines (ns).
+    and cheap to draw, and a rank's events need not be held to draw it. ``marks`` draws labelled vertical lines (ns),
+    ``row_marks`` a black tick on each rank's own row (ns, by rank).
     """
     lo, hi = window
     ranks = sorted(rank_rows)
@@ -124,6 +125,9 @@ def timeline_figure(rank_rows: dict[int, np.ndarray], window: tuple[int, int], t
         ax.axvline((t - lo) / 1e6, color="black", linestyle="--", linewidth=0.8)
         ax.text((t - lo) / 1e6, -0.5, f" {label}", fontsize=8, va="top",  # inside the axes, clear of the title
                 bbox={"facecolor": "white", "alpha": 0.8, "linewidth": 0, "pad": 1})
+    for row, rank in enumerate(ranks):
+        if rank in (row_marks or {}):
+            ax.vlines((row_marks[rank] - lo) / 1e6, row - 0.45, row + 0.45, colors="black", linewidth=2)
     ax.set_xlim(0, span_ms)
     ax.set_ylim(len(ranks) - 0.5, -0.5)
     step = max(1, len(ranks) // 24)
