@@ -248,7 +248,8 @@ def test_gpu_sampler_names_and_units(monkeypatch):
 
 # Rank 0 writes 16 MB with fsync to a file system on a loop device whose file is on a real disk, and logs when.
 # The loop device's writes reach that disk: both were summed, and the machine's disk_write_bytes_per_s over the
-# write read twice the bytes written (40 MB for 20 MB).
+# write read twice the bytes written (40 MB for 20 MB). The job syncs first, so that what earlier tests left to write
+# back (a CI machine's disk read 28.8 MB here) is on the disk before the write it times.
 LOOP_WRITE_JOB = """
 import json, os, sys, time
 from mpi4py import MPI
@@ -256,6 +257,7 @@ comm = MPI.COMM_WORLD
 comm.Barrier()
 if comm.Get_rank() == 0:
     data = os.urandom(16_000_000)
+    os.sync()
     time.sleep(0.3)
     start = time.time_ns()
     fd = os.open(os.path.join(sys.argv[1], "data.bin"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
