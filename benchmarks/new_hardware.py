@@ -2,7 +2,7 @@
 
 Run (root, cgroup v1, iproute2, MPICH; about 10 minutes on an idle 2-core machine):
 ``.venv/bin/python benchmarks/new_hardware.py [--out DIR] [--b quota,net] [--shapes compute,server]
-[--workers 1,2,4] [--repeats 1] [--b-runs 3]``
+[--workers 1,2,4] [--repeats 1] [--b-runs 3] [--fit-a both]``
 
 A is this machine as it is; each B is the same machine made slower in a known way:
 
@@ -39,9 +39,12 @@ interval (95 %), the measured phase, the error, the term that binds on B (predic
 whether the knee predicted on B is on the side of each w that the runs show. B's measured phase at a w is the
 median of ``--b-runs`` runs of the job on B (default 3: one run of B is one draw, and on a quota its w = 1 phase moves
 by tens of per cent between runs); below each row, B's runs, their range and each model's error against each run
-(:func:`b_median`). After B's runs at a w, A runs once more (not fitted): how far A's phase and compute per sample
-moved meanwhile is printed below the row and in the summary (:func:`drift`), the machine's own drift, against which
-to read an error. The load average (1 min) before and after each run says how busy the shared machine was.
+(:func:`b_median`). After B's runs at a w, A runs once more: how far A's phase and compute per sample moved
+meanwhile is printed below the row and in the summary (:func:`drift`), the machine's own drift, against which to
+read an error. The model is fitted on both of A's runs at each w, which bracket B's in time (``--fit-a both``, the
+default since 2026-11-26; one run of A is one draw as one of B is), and the errors of the fit on A's first runs
+alone are printed beside (``--fit-a first``: that fit only). The load average (1 min) before and after each run says
+how busy the shared machine was.
 ``--repeats N`` repeats everything and prints the errors' spread.
 
 On two real machines: run the job at several w on A under ``ddltrace run`` and calibrate both machines, then
@@ -374,6 +377,13 @@ def run_series(machine, shape: str, workers: list[int], folder: Path, samples: i
     return out
 
 
+def first_only(result: dict) -> dict[int, dict]:
+    """Per w, each model's error against B's median (``error``, ``serial_error``, ``shares_error``) from a
+    :func:`compare` of the fit on A's first runs alone."""
+    keys = ("error", "serial_error", "shares_error")
+    return {r["w"]: {key: r[key] for key in keys if key in r} for r in result["rows"]}
+
+
 def drift(first: dict[int, dict], again: dict[int, dict]) -> dict[int, dict]:
     """Per w, A's run before B's runs and its run after them (not fitted): their phases (s), compute per sample (s)
     and how much each moved (after / before - 1). On this VM A's phase moved by up to a third between two runs at one
@@ -571,9 +581,15 @@ def print_comparison(title: str, result: dict) -> None:
         print(f"  {r['w']:<3d} {measured}     {'   '.join(cells)}  {ratio}")
         if len(r.get("measured_runs_s") or []) > 1:
             print("      " + runs_text(r))
+        alone = (result.get("first_only") or {}).get(r["w"])
+        if alone:
+            print("      fitted on A's first run at each w alone: " + ", ".join(
+                f"{label} {100 * alone[key]:+.1f} %" for label, key in
+                (("max", "error"), ("closed loop", "serial_error"), ("CPU shares", "shares_error")) if key in alone))
         moved = (result.get("a_again") or {}).get(r["w"])
         if moved:
-            print(f"      A again after B's runs (not fitted): phase {moved['phase_s'][1]:.3f} s against "
+            fitted = "fitted too" if result.get("fit_a") == "both" else "not fitted"
+            print(f"      A again after B's runs ({fitted}): phase {moved['phase_s'][1]:.3f} s against "
                   f"{moved['phase_s'][0]:.3f} s before them ({100 * moved['phase_moved']:+.1f} %), compute "
                   f"{1e6 * moved['compute_per_sample_s'][1]:.0f} against {1e6 * moved['compute_per_sample_s'][0]:.0f} "
                   f"us/sample ({100 * moved['compute_moved']:+.1f} %)")
@@ -630,18 +646,26 @@ def simulated(args) -> list[dict]:
                         runs_a.update(run_series(a, shape, [w], folder, args.samples, data))
                         runs_b[w] = b_median([run_series(machine_b, shape, [w], folder, args.samples, data, n)[w]
                                               for n in range(1, args.b_runs + 1)])
-                        # again, not fitted: how far the machine itself moved while B's runs ran
+                        # again (fitted with the first by --fit-a both): how far the machine moved while B's ran
                         a_again[w] = run_series(a, shape, [w], folder, args.samples, data, run=2)[w]
                     throttled = machine_b.quota.throttled() if b_name == "quota" else None
                     if b_name == "disk":  # bytes the throttled cgroup read and wrote on the disk
                         throttled = machine_b.throttle.bytes_done()
                 disks = (folder / "A-disk.json", folder / "B-disk.json") if b_name == "disk" else None
-                prediction, serial, shares = fit_and_predict(folder / "A.json",
-                                                             [runs_a[w]["store"] for w in workers],
-                                                             folder / "B.json", workers, folder, disks=disks)
+                first = [runs_a[w]["store"] for w in workers]
+                both = [*first, *[a_again[w]["store"] for w in workers]] if args.fit_a == "both" else first
+                prediction, serial, shares = fit_and_predict(folder / "A.json", both, folder / "B.json", workers,
+                                                             folder, disks=disks)
                 result = compare(prediction, serial, runs_a, runs_b, shares)
+                if args.fit_a == "both":  # the same prediction from A's first runs alone, as before 2026-11-26
+                    alone = folder / "fit-first"
+                    alone.mkdir(exist_ok=True)
+                    result["first_only"] = first_only(compare(*fit_and_predict(folder / "A.json", first,
+                                                                               folder / "B.json", workers, alone,
+                                                                               disks=disks), runs_a, runs_b))
                 result.update({"repeat": repeat, "b": b_name, "b_description": machine_b.description,
                                "shape": shape, "job": job_args(shape, args.samples), "a_runs": runs_a, "b_runs": runs_b,
+                               "fit_a": args.fit_a,
                                "throttled": throttled, "a_again": drift(runs_a, a_again),
                                "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
                                "host": socket.gethostname(), "cores": os.cpu_count()})
@@ -692,6 +716,11 @@ def summary(results: list[dict]) -> None:
             print(f"  {label}: {sum(e <= 0.10 for e in errors)} of {len(errors)} predictions within 10 % of B's median"
                   f", {sum(e <= 0.05 for e in errors)} within 5 %; of B's single runs {sum(e <= 0.10 for e in runs)} "
                   f"of {len(runs)} within 10 %, {sum(e <= 0.05 for e in runs)} within 5 %")
+        alone = [abs(row[key]) for r in results for row in (r.get("first_only") or {}).values() if key in row]
+        if alone:
+            print(f"  {label}, fitted on A's first run at each w alone: {sum(e <= 0.10 for e in alone)} of "
+                  f"{len(alone)} within 10 %, {sum(e <= 0.05 for e in alone)} within 5 %; mean absolute error "
+                  f"{100 * statistics.mean(alone):.1f} % against {100 * statistics.mean(errors):.1f} % fitted on both")
 
 
 def init_summary(results: list[dict]) -> None:
@@ -777,6 +806,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--b-runs", type=int, default=3,
                         help="run the job on B this many times at each w and compare the predictions with the median "
                              "of B's phases, each run's error printed too (default 3: one run of B is one draw)")
+    parser.add_argument("--fit-a", choices=("both", "first"), default="both",
+                        help="fit the model on A's two runs at each w, the one before B's runs and the one after "
+                             "them, which bracket B's in time (both, the default; the fit on the first alone is "
+                             "printed beside it), or on the first alone (first)")
     parser.add_argument("--share", type=float, default=0.5, help="quota: share of a core per process (default 0.5)")
     parser.add_argument("--period", type=float, default=0.010, help="quota: CFS period in s (default 0.010)")
     parser.add_argument("--rate", type=float, default=200.0, help="net: link rate in Mbit/s (default 200)")

@@ -89,6 +89,19 @@ def test_b_runs_are_compared_through_their_median_with_each_runs_error_kept(tmp_
     assert f"A's phase moved {100 * moved:+.1f} .. {100 * moved:+.1f} %" in printed
     assert (f"max: {int(abs(row['error']) <= 0.10)} of 1 predictions within 10 % of B's median" in printed
             and f"of B's single runs {within} of 3 within 10 %" in printed), printed
+    # --fit-a both: beside each row and in the summary, the errors of the fit on A's first runs alone (here the
+    # same fit stands for it: the figures printed are first_only's, taken from compare's rows)
+    alone = nh.first_only(result)
+    assert alone[1] == {"error": row["error"], "serial_error": row["serial_error"]} and alone[2] == {}
+    result.update(first_only=alone, fit_a="both")
+    nh.print_comparison("quota B", result)
+    printed = capsys.readouterr().out
+    assert (f"fitted on A's first run at each w alone: max {100 * row['error']:+.1f} %, closed loop "
+            f"{100 * row['serial_error']:+.1f} %") in printed
+    assert "A again after B's runs (fitted too)" in printed
+    nh.summary([result])
+    assert (f"max, fitted on A's first run at each w alone: {int(abs(row['error']) <= 0.10)} of 1 within 10 %"
+            in capsys.readouterr().out)
     # the knee is judged on the medians (B's w = 2 here is A's run, only to give the knee a second w)
     b2 = {**b, 2: nh.b_median([{"phase_s": a[2]["phase_s"], "store": a[2]["store"]}])}
     sides = nh.compare(prediction, prediction, a, b2)["knee_sides"]
