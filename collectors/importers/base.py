@@ -139,6 +139,10 @@ class FileReport:
     #: the ranks of the run the file says are not in it, each with why (ddltrace's own export: ``ddltrace_missing``,
     #: a rank its store found damaged, ...), which ``ddltrace import`` notes for each rank the store does not hold
     missing: dict[int, str] = field(default_factory=dict)
+    #: the rank the file was numbered by its place among the traces because it gives none of its own (``--rank-from
+    #: auto``: none in the format, in its name or its folder's; :func:`rank_from_path`), None where it gives one:
+    #: ``ddltrace import`` keeps that number only where no other file gives the rank
+    placed_rank: int | None = None
 
 
 @dataclass
@@ -205,7 +209,8 @@ _NUMBER = re.compile(r"(\d+)")
 def rank_from_path(path: Path, mode: str, ctx: ImportContext, default: int | None = None) -> int:
     """A rank number from the file: ``name`` (rank12 / worker3 / last number in the file name), ``dir``
     (the same in the parent folder's name), ``order`` (position on the command line), ``auto`` (the
-    format's own ``default`` when given, else name, then dir, then order)."""
+    format's own ``default`` when given, else name, then dir, then order: the position, noted in the file's
+    report as :attr:`FileReport.placed_rank`)."""
     if mode == "order":
         return ctx.file_index
     if mode == "auto" and default is not None:
@@ -221,6 +226,8 @@ def rank_from_path(path: Path, mode: str, ctx: ImportContext, default: int | Non
             if numbers:
                 return int(numbers[-1])
     if mode == "auto":
+        if ctx.report is not None:  # (a guess: the command moves it where another file gives that rank)
+            ctx.report.placed_rank = ctx.file_index
         return ctx.file_index
     raise DdltraceError(f"{path}: no rank number in the {'file' if mode == 'name' else 'folder'} name "
                         f"(try --rank-from order)")

@@ -594,9 +594,12 @@ def read(path: Path, ctx: ImportContext):
     trace = read_chrome(path, amend=device_args, x_args=DeviceArgsFields, processes=ctx.processes)
     info = trace.header.get("distributedInfo")
     default, wrong = distributed_rank(info)
-    rank = rank_from_path(path, ctx.rank_from, ctx, default)
+    fused = bool(device_args.pid_rank)  # a TraceFusion file: its ranks are its events' (args.rank), not the file's
+    rank = None if fused else rank_from_path(path, ctx.rank_from, ctx, default)
     if wrong:
-        trace.problems.append(f"{path}: {wrong}; rank {rank} taken from the file's name or position instead")
+        trace.problems.append(f"{path}: {wrong}; " + ("ignored: the file's ranks are its events' args.rank" if fused
+                                                      else f"rank {rank} taken from the file's name or position "
+                                                           "instead"))
     info = info if isinstance(info, dict) else {}
     world_size = info.get("world_size")
     if world_size is not None and not (_is_int(world_size) and 0 < world_size <= MAX_RANK + 1):

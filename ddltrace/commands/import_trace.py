@@ -23,9 +23,10 @@ FORMAT_HELP = """formats (recognised by content; --format forces one):
 
 Rank numbers: each format's own (Kineto distributedInfo.rank, TF1 /job:worker/task:k, OTF2/IPM ranks, CNTK
 file suffix, MXNet file name, Horovod = rank 0, TensorBoard plugins/profile/<run>/ = the hosts, in TF_CONFIG's
-cluster order or by name); --rank-from name|dir|order overrides it with the number in the file name, the folder
-name, or the position on the command line. Of a TensorBoard profile folder the newest run is read, one session
-file per host (the .xplane.pb).
+cluster order or by name); a file that gives none (none in it, its name or its folder's) takes its place among the
+traces where no other file gives that rank, else the first rank no file gives, said in one line; --rank-from
+name|dir|order overrides it with the number in the file name, the folder name, or the position on the command
+line. Of a TensorBoard profile folder the newest run is read, one session file per host (the .xplane.pb).
 
 Categories come from rules in ddltrace/collectors/importers/categories.toml; --rules FILE adds yours in front
 (or replaces them: 'replace = true'); --explain prints which rule put each event name in which category."""
@@ -253,6 +254,7 @@ def _import(args, out: Path) -> int:
                 mapper = DaskMapper(args.scheduler, progress.tasks, on_failure=given_up)
                 mapper.check_visible([path for *_, path, _, _ in plan])
             clocks, formats, deferred, detailed, messages = {}, Counter(), [], set(), []
+            placed = []  # (task, part) of files that give no rank of their own: numbered once the others are read
             exchanging: set[int] = set()  # ranks with MPI sends/receives naming a peer: alignment reads only these
             world_sizes = []
             aggregate = {index for is_aggregate, index, *_ in plan if is_aggregate}
@@ -269,6 +271,9 @@ def _import(args, out: Path) -> int:
                             part.info["host"] = session_ranks[path][1]
                         if isinstance(part.rank, tuple):
                             deferred.append(part)
+                            continue
+                        if part.rank == report.placed_rank and path not in session_ranks:
+                            placed.append((task, part))  # (its place among the files: another may give that rank)
                             continue
                         if is_aggregate and part.rank in detailed:
                             rows = part.table.num_rows  # counted kept as the file was read
@@ -289,6 +294,19 @@ def _import(args, out: Path) -> int:
                     report.problems.append(str(exc))
                     unread.append((path, task.index, str(exc)))
                 progress.file_done(path)
+            claimed = _claimed_ranks(store, reports, unread, args.rank_from, session_ranks)
+            world = max([*world_sizes, *(r.world_size for r in reports if r.world_size)], default=0)
+            for (task, part), (rank, line) in zip(placed, _place(placed, claimed, world), strict=True):
+                if line and rank >= world > 0:  # (not a rank of the world the other files give: a problem)
+                    task.report.problems.append(line)
+                elif line:
+                    folder_notes.append(line)
+                if rank != part.rank:
+                    _set_rank(part, rank)
+                _add(store, part, clocks, exchanging, task.report)
+                formats[task.importer.name] += 1
+                if part.info.get("world_size"):
+                    world_sizes.append(int(part.info["world_size"]))
             next_rank = max(store.ranks, default=-1) + 1
             numbered: dict[tuple, int] = {}
             for part in sorted(deferred, key=lambda p: p.rank):
@@ -338,6 +356,58 @@ def _while_readers_read(categorizer, formats: set[str]) -> None:
     importlib.import_module("pyarrow._compute")
     for fmt in formats:
         categorizer.prepare(fmt)
+
+
+def _claimed_ranks(store, reports, unread: list[tuple[Path, int | None, str]], rank_from: str,
+                   session_ranks: dict) -> dict[int, str]:
+    """The ranks the files give of their own, each with the file that gives it: those read (a TraceFusion file's
+    ranks, a Kineto trace's ``distributedInfo.rank``, a rank in a file's name), those of files that did not read
+    whose rank is known (:func:`_rank_of_unread`; its note names the file), and those an export says its run has
+    but it does not hold (``ddltrace_missing``): no file without a rank of its own is numbered as one of them."""
+    claimed = {}
+    for path, index, _ in unread:
+        rank, _how = _rank_of_unread(path, index, rank_from, session_ranks)
+        if rank is not None:
+            claimed[rank] = f"the rank of {path}, which did not read"
+    for report in reports:
+        for rank in report.missing:
+            claimed.setdefault(rank, f"a rank {report.path} says its run has and it does not hold")
+    for rank, entry in store.manifest["ranks"].items():
+        files = (entry.get("files") or [entry.get("file")]) if isinstance(entry, dict) else []
+        claimed[int(rank)] = f"given by {files[0]}" if files and files[0] else "given by another file"
+    return claimed
+
+
+def _place(placed: list, claimed: dict[int, str], world: int) -> list[tuple[int, str | None]]:
+    """The rank each part of a file that gives no rank of its own gets (``placed``: (task, part), in the files'
+    order), and the line that says so where it is not the file's place among the traces: its place where no other
+    file gives that rank (as before), else the first rank no file gives, the files in their order; ``world``: the
+    world size the other files give (0: none), past which the line says the file may be of another run. Was: its
+    place whatever another file gave, so a plain Kineto trace beside a TraceFusion file of 4 ranks was merged into
+    the fused file's rank 1 (two processes' events on one rank, its span both files')."""
+    taken = set(claimed)
+    got: dict[int, int] = {}  # task index -> rank
+    for task, part in placed:  # first the files whose place is free, so that a file moved takes none of theirs
+        if task.index not in got and part.rank not in taken:
+            got[task.index] = part.rank
+            taken.add(part.rank)
+    lines: dict[int, str] = {}
+    candidate = 0
+    for task, part in placed:
+        if task.index in got:
+            continue
+        while candidate in taken:
+            candidate += 1
+        got[task.index] = candidate
+        taken.add(candidate)
+        lines[task.index] = (f"{task.path}: gives no rank of its own (none in the file, its name or its folder's): "
+                             f"imported as rank {candidate}, the first rank no other file gives (by its place among "
+                             f"the traces it would be rank {part.rank}, "
+                             f"{claimed.get(part.rank, 'given by another file')})")
+        if candidate >= world > 0:
+            lines[task.index] += (f"; the other files give a world of {world} ranks, so it may be of another run "
+                                  "(a rank in its name, rank<N>, says which rank it is)")
+    return [(got[task.index], lines.pop(task.index, None)) for task, _ in placed]
 
 
 def _set_rank(part, rank: int) -> None:
