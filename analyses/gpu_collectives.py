@@ -32,8 +32,16 @@ store names no peer for them): they are instances of one rank. Per instance, tim
   :data:`ROOTED` collective's kernel that ended before: NCCL runs those down a chain, each rank waiting only for
   the one before it);
 * ``duration_ns``: the shortest kernel of the instance, the late arriver's (it starts when all have arrived, so it
-  is the time the data took to move); ``max_duration_ns``: the longest (an early arriver's, waiting included);
-  on a one-rank instance both are its kernel's duration, waiting included;
+  is the time the data took to move); but for a :data:`ROOTED` collective's instance one of whose kernels ended
+  before the last rank's started (NCCL's chain: its kernels need not all overlap), the latest end - the latest
+  start: the data had reached every rank only when the last kernel ended, and the root's, the shortest, ended
+  once it had pushed its data into the next rank's buffer (TraceLens' fused NCCL trace: a 212 KB broadcast's root
+  kernel of 15.3 us, its data at the last rank 22.5 us after the last had arrived). That is nccl-tests' time with
+  ``-a 3``: every rank's timer starts after a barrier (all have arrived) and stops when its own stream is done,
+  the largest over the ranks reported; from the latest start, as a hop of the chain done before the last rank came
+  overlapped the wait for it. ``duration_from`` says which: :data:`SHORTEST` or :data:`CHAIN`;
+  ``max_duration_ns``: the longest kernel (an early arriver's, waiting included); on a one-rank instance both are
+  its kernel's duration, waiting included;
 * ``algbw`` = bytes / duration (bytes/s) and ``busbw`` = algbw x the nccl-tests factor of the collective
   (:data:`BUS_FACTORS`) for a group of n ranks: all-reduce 2(n-1)/n, all-gather, reduce-scatter, all-to-all,
   gather and scatter (n-1)/n, broadcast, reduce and point-to-point 1. n is the store's world size (the default
@@ -62,6 +70,10 @@ POINT_TO_POINT = frozenset({"sendrecv", "send", "recv"})
 #: ending 1.5 ms before the last rank's started). Where no other collective ties the ranks' clocks together, the
 #: kernels of such an instance are not matched (gloo's broadcasts in files of separate runs, 12.9 s apart).
 ROOTED = frozenset({"broadcast", "reduce"})
+#: ``duration_from`` of an instance: its duration is its shortest kernel's (all its kernels overlap the last one's
+#: start), or the latest end - the latest start (a :data:`ROOTED` collective's chain, see the module docstring).
+SHORTEST = "shortest kernel"
+CHAIN = "chain: latest end - latest start"
 ALGORITHMS = frozenset({"RING", "TREE", "COLLNET", "COLLNETDIRECT", "COLLNETCHAIN", "NVLS", "NVLSTREE", "PAT"})
 PROTOCOLS = frozenset({"LL", "LL128", "SIMPLE"})
 #: nccl-tests' bus-bandwidth factor of each collective for n ranks (doc/PERFORMANCE.md of nccl-tests).
@@ -81,8 +93,8 @@ BUS_FACTORS = {
 RANK_COLUMNS = ["rank", "device", "stream", "name", "collective", "algorithm", "protocol", "group", "step",
                 "start_ns", "dur_ns", "bytes"]
 COLUMNS = ["group", "collective", "step", "seq", "algorithm", "protocol", "ranks", "first_start_ns", "skew_ns",
-           "late_rank", "lead_ns", "wait_ns", "duration_ns", "max_duration_ns", "bytes", "algbw", "busbw",
-           "busbw_vs_link"]
+           "late_rank", "lead_ns", "wait_ns", "duration_ns", "duration_from", "max_duration_ns", "bytes", "algbw",
+           "busbw", "busbw_vs_link"]
 _TOKENS = re.compile(r"[^A-Za-z0-9]+")
 
 
@@ -185,14 +197,19 @@ def match_instances(kernels: pd.DataFrame, world_size: int, link_bytes_per_s: fl
     late_rank = pd.array(k["rank"].to_numpy()[first], dtype="Int64")
     late_rank[ranks < 2] = pd.NA
     earliest = np.minimum.reduceat(start, first)
+    end = start + dur
+    # a kernel ended before the last started: a ROOTED collective's chain (matched() splits any other such instance)
+    chain = (ranks > 1) & (np.minimum.reduceat(end, first) < latest)
+    duration = np.where(chain, np.maximum.reduceat(end, first) - latest, np.minimum.reduceat(dur, first))
     heads = k.iloc[first]
     out = pd.DataFrame({
         "group": heads["group"].array, "collective": heads["collective"].array,
         "step": pd.array(heads["step_key"].to_numpy(), dtype="Int64") if use_steps else None,
         "seq": heads["seq"].array, "ranks": ranks, "first_start_ns": earliest, "skew_ns": latest - earliest,
         "late_rank": late_rank, "lead_ns": latest - second,
-        "wait_ns": np.add.reduceat(np.minimum(start + dur, np.repeat(latest, ranks)) - start, first),
-        "duration_ns": np.minimum.reduceat(dur, first), "max_duration_ns": np.maximum.reduceat(dur, first),
+        "wait_ns": np.add.reduceat(np.minimum(end, np.repeat(latest, ranks)) - start, first),
+        "duration_ns": duration, "duration_from": np.where(chain, CHAIN, SHORTEST).astype(object),
+        "max_duration_ns": np.maximum.reduceat(dur, first),
         "bytes": _largest(k["bytes"], first)})
     for column in carry:  # (instances in the order of their first row, as ``first``)
         out[column] = k.groupby("instance", sort=False)[column].max().array
@@ -292,22 +309,25 @@ def _agreed(values: np.ndarray, first: np.ndarray) -> list[str]:
 
 
 SUMMARY_COLUMNS = ["collective", "algorithm", "instances", "matched", "time_ns", "bytes", "busbw_median",
-                   "busbw_max", "busbw_vs_link_median", "skew_median_ns", "skew_max_ns", "wait_ns"]
+                   "busbw_max", "busbw_vs_link_median", "skew_median_ns", "skew_max_ns", "wait_ns", "chain"]
 
 
 def summary(instances: pd.DataFrame) -> pd.DataFrame:
     """Per collective and algorithm: instances (matched on two or more ranks), summed duration (ns), bytes,
     median and maximum bus bandwidth (bytes/s; NaN where no size is known), median busbw against the link, median
-    and maximum skew (ns, over the matched instances) and the summed wait of the early arrivers (ns)."""
+    and maximum skew (ns, over the matched instances), the summed wait of the early arrivers (ns) and ``chain``: how
+    many of the instances' durations are their chain's (``duration_from`` :data:`CHAIN`), the others' their shortest
+    kernel's."""
     rows = []
     for (collective, algorithm), part in instances.groupby(["collective", "algorithm"], sort=True):
         matched = part[part["ranks"] >= 2]
         bw = part["busbw"].astype(float)
+        chain = int((part["duration_from"] == CHAIN).sum()) if "duration_from" in part else 0
         rows.append([collective, algorithm, len(part), len(matched), int(part["duration_ns"].sum()),
                      int(part["bytes"].dropna().sum()) if part["bytes"].notna().any() else None,
                      float(bw.median()), float(bw.max()), float(part["busbw_vs_link"].astype(float).median()),
                      float(matched["skew_ns"].median()) if len(matched) else float("nan"),
-                     int(matched["skew_ns"].max()) if len(matched) else None, int(part["wait_ns"].sum())])
+                     int(matched["skew_ns"].max()) if len(matched) else None, int(part["wait_ns"].sum()), chain])
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 

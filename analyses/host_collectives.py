@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from ddltrace.analyses.breakdown import host_lanes
-from ddltrace.analyses.gpu_collectives import COLUMNS, RANK_COLUMNS, bandwidth, match_instances, parse_name
+from ddltrace.analyses.gpu_collectives import COLUMNS, RANK_COLUMNS, SHORTEST, bandwidth, match_instances, parse_name
 
 #: The prefix of a host backend's collective spans.
 BACKEND_PREFIX = "gloo:"
@@ -47,6 +47,8 @@ SHARED = frozenset({"allgather", "gather"})
 SPAN_COLUMNS = RANK_COLUMNS + ["share_bytes"]
 #: The instances: :data:`~ddltrace.analyses.gpu_collectives.COLUMNS`, then ``share_bytes``, ``group_size`` (the n
 #: the share was multiplied by) and ``size_from`` (where the bytes come from, "" where they are not known).
+#: ``duration_from`` of an instance whose duration is its shortest span (the late arriver's)
+SHORTEST_SPAN = "shortest span"
 INSTANCE_COLUMNS = COLUMNS + ["share_bytes", "group_size", "size_from"]
 
 
@@ -90,6 +92,7 @@ def instances(spans: pd.DataFrame, world_size: int, group_sizes: list[int] | Non
     if not len(spans):  # (most stores: the steps below cost 5 ms of CPU on no rows)
         return pd.DataFrame(columns=INSTANCE_COLUMNS)
     out = match_instances(spans, world_size, link_bytes_per_s, carry=("share_bytes",))
+    out["duration_from"] = out["duration_from"].replace(SHORTEST, SHORTEST_SPAN)  # spans, not kernels
     out["share_bytes"] = out["share_bytes"].astype("Int64")
     out["size_from"] = np.where(out["bytes"].notna(), "input tensors", "")
     n, source = pd.Series(pd.NA, index=out.index, dtype="Int64"), ""

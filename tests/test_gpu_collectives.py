@@ -397,7 +397,8 @@ def test_a_broadcast_runs_down_a_chain_its_kernels_need_not_overlap_and_wait_onl
     found = match_instances(pd.concat([kernels("broadcast", chain), tie], ignore_index=True), 4)
     one = found[found["collective"] == "broadcast"].iloc[0]
     assert len(found) == 2 and one["ranks"] == 4 and one["late_rank"] == 3
-    assert one["bytes"] == 212480 and one["duration_ns"] == 15_343  # the root's kernel, the shortest
+    assert one["bytes"] == 212480 and one["duration_ns"] == 1_710_699 - 1_688_215  # the chain: latest end - start
+    assert one["duration_from"] == "chain: latest end - latest start"  # not the root's kernel, 15,343 ns
     # each early rank waits until the last arrives or its kernel ends: the root's 15.3 us, not 1,467 us
     assert one["wait_ns"] == 15_343 + (1_688_215 - 389_918) + 1_688_215
     # an all-reduce whose kernel ended before the last rank's started is no one collective (clocks apart)

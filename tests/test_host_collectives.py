@@ -81,11 +81,13 @@ def test_bandwidth_of_the_all_reduces(stores, runs, capsys):
     host = json.loads(capsys.readouterr().out)["stores"][0]["host_collectives"]
     assert [c["busbw"] for c in host["collectives"]] == pytest.approx(list(instances["busbw"]))
     assert [c["bytes"] for c in host["collectives"]] == [PARAMETERS * 4] * 3
+    assert [c["duration_from"] for c in host["collectives"]] == ["shortest span"] * 3  # spans, not kernels
     assert main(["analyze", str(stores["shapes"])]) == 0
     text = capsys.readouterr().out
     assert "Collectives of the host backend (gloo)" in text
     row = next(line.split() for line in text.splitlines() if line.strip().startswith("allreduce"))
     assert row[1:4] == ["-", "3", "3"] and " ".join(row[6:8]) == "113 KiB"  # 3 x 38,440 bytes
+    assert row[-2:] == ["shortest", "span"]
 
 
 def test_without_record_shapes_the_bandwidth_is_not_made_and_says_why(stores, runs, capsys):
