@@ -63,6 +63,7 @@ def detect(runs, th) -> list[Finding]:
         if median < th["gpu.host_wait_min"]:
             continue
         launches = run.gpu.launch_table()
+        launches = launches[launches["launches"] > 0]  # (a rank of graph launches only: 0 launches, no medians)
         cpu = float(launches["cpu_duration_median_ns"].median())
         gpu = float(launches["gpu_duration_median_ns"].median())
         short = float(idle["host_wait_short_ns"].sum()) / max(1.0, float(idle["host_wait_ns"].sum()))

@@ -111,13 +111,14 @@ class GpuAnalysis:
             self.linked_ranks.append(rank)
             # every launch has an operator around it, a graph's and a blocking copy's too (HTA's list has neither)
             self.operators.append(gpu_operators.by_operator(rank, timeline, with_graphs))
+            # HTA's set, and what it leaves out: a rank of graph launches only gets a row of 0 launches (JAX's)
+            self.launches.append(gpu_launch.launch_stats(rank, pairs, gpu_launch.left_out(with_graphs), with_graphs))
         if streams:
             self.stream_idle.append(gpu_stream_idle.stream_idle(rank, work, timeline))
             if keep is not None and not keep.all():
                 self.stream_idle_launched.append(gpu_stream_idle.stream_idle(rank, work[keep], timeline))
         if len(pairs):
             self.launch_ranks.append(rank)
-            self.launches.append(gpu_launch.launch_stats(rank, pairs, gpu_launch.left_out(with_graphs)))
             self.worst.append(gpu_launch.worst_launches(rank, pairs))
             window = int((timeline["start_ns"] + timeline["dur_ns"]).max() - timeline["start_ns"].min())
             series = gpu_queue.queue_length_series(pairs)
@@ -167,8 +168,8 @@ class GpuAnalysis:
         return self._frame(self.launched, gpu_launched.COLUMNS)
 
     def launch_table(self) -> pd.DataFrame:
-        """Launch statistics (CUDA's or HIP's), one row per rank with correlated launches
-        (:mod:`~ddltrace.analyses.gpu_launch`)."""
+        """Launch statistics (CUDA's or HIP's), one row per rank with correlated launches, 0 launches where they are
+        all graph launches or blocking copies (:mod:`~ddltrace.analyses.gpu_launch`)."""
         return self._frame(self.launches, gpu_launch.COLUMNS)
 
     def worst_launch_table(self) -> pd.DataFrame:

@@ -12,7 +12,10 @@ with the same correlation id and the same name as the device work is its launch 
 runs every jitted step as a graph on GPUs) carries the correlation id of every kernel of the graph: with
 ``graphs=True`` (what the idle analysis takes, :mod:`~ddltrace.analyses.gpu_idle`: a gap a graph's first kernel
 ends waited for that launch) one pair per kernel; the launch statistics, queue length and operators keep HTA's set,
-whose list has no graph launch (its negative_queue_length_values_check trace: 70 cudaGraphLaunch).
+whose list has no graph launch (its negative_queue_length_values_check trace: 70 cudaGraphLaunch). The statistics
+count what they leave out (``left_out_calls``, ``left_out_activities``): a rank whose launches are all graph
+launches or blocking copies (JAX's, every jitted step a graph) gets a row of 0 launches and no duration figures
+with those counts (sample_traces/h200-jax: 10 cuGraphLaunch calls, 200 kernels), not no row.
 For each pair, all in ns:
 
 * ``cpu_duration_ns``: the runtime call's duration;
@@ -54,6 +57,7 @@ GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")
 #: The blocking copies and fills (a name that begins with one and is not in LAUNCH_NAMES: ``cudaMemcpy``,
 #: ``cudaMemcpy2D``, ``hipMemset``): the host puts the work on the device and waits for it; not in HTA's list.
 BLOCKING_COPIES = ("cudaMemcpy", "cudaMemset", "cuMemcpy", "cuMemset", "hipMemcpy", "hipMemset")
+_LEFT_OUT_PREFIXES = (*GRAPH_LAUNCHES, *BLOCKING_COPIES)
 #: HTA's cut-offs (ns): a runtime call longer than this is a runtime outlier.
 RUNTIME_CUTOFF_NS = 50_000
 #: HTA's cut-offs (ns): a launch delay longer than this is a launch-delay outlier.
@@ -134,12 +138,19 @@ def _inner_join(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.nda
     return i, order[first + np.arange(len(i))]
 
 
-def launch_stats(rank: int, pairs: pd.DataFrame, left: tuple[int, int] = (0, 0)) -> pd.DataFrame:
-    """One row of :data:`COLUMNS` for the rank's launch ``pairs`` (empty when it has none): counts, and the
-    mean, median and maximum of each duration in ns (and the 95th percentile of the launch delay); ``left``: the
-    graph launches and blocking copies left out of them (:func:`left_out`: calls, device activities)."""
+def launch_stats(rank: int, pairs: pd.DataFrame, left: tuple[int, int] = (0, 0),
+                 launched: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row of :data:`COLUMNS` for the rank's launch ``pairs``: counts, and the mean, median and maximum of each
+    duration in ns (and the 95th percentile of the launch delay); ``left``: the graph launches and blocking copies
+    left out of them (:func:`left_out`: calls, device activities). Where ``pairs`` is empty but ``left`` is not
+    (every launch of the rank a graph's or a blocking copy's: JAX runs each jitted step as a CUDA graph), a row of
+    0 launches, no duration figures (missing: an empty set has no mean), 0 outliers and the left-out counts, its
+    ``runtime`` that of the left-out calls in ``launched`` (:func:`launch_pairs` with ``graphs``); empty where the
+    rank has no launch at all."""
     if not len(pairs):
-        return pd.DataFrame(columns=COLUMNS)
+        if not left[0]:
+            return pd.DataFrame(columns=COLUMNS)
+        return _left_out_only(rank, left, launched)
     cpu, gpu, delay = (pairs[c].to_numpy(np.int64) for c in ("cpu_duration_ns", "gpu_duration_ns",
                                                                "launch_delay_ns"))
     row = {"rank": rank, "runtime": runtime_of(pairs["launch"]), "launches": len(pairs)}
@@ -156,10 +167,25 @@ def launch_stats(rank: int, pairs: pd.DataFrame, left: tuple[int, int] = (0, 0))
     return pd.DataFrame([row], columns=COLUMNS)
 
 
+def _left_out_only(rank: int, left: tuple[int, int], launched: pd.DataFrame | None) -> pd.DataFrame:
+    """The row of a rank all of whose launches are left out (:func:`launch_stats`): the durations' figures missing
+    (NaN, and <NA> in the integer maxima), the counts of an empty set 0."""
+    row = {"rank": rank, "runtime": runtime_of(launched["launch"]) if launched is not None and len(launched) else "",
+           "launches": 0, "runtime_outliers": 0, "launch_delay_outliers": 0, "short_kernels": 0,
+           "left_out_calls": int(left[0]), "left_out_activities": int(left[1])}
+    frame = pd.DataFrame([{c: row.get(c, np.nan) for c in COLUMNS}], columns=COLUMNS)
+    maxima = [c for c in COLUMNS if c.endswith("_max_ns")]
+    frame[maxima] = frame[maxima].astype("Int64")  # (an int column, as the other ranks' rows have it)
+    return frame
+
+
 def runtime_of(launches: pd.Series) -> str:
     """The runtime whose calls ``launches`` (launch call names) are: "CUDA", "HIP", "CUDA and HIP", or "" where
-    none is a runtime call (XPlane's host events, named after the work they launched)."""
-    calls = set(launches.unique()) & LAUNCH_NAMES  # (the names once each: a set of 22,000 Arrow strings took 13 ms)
+    none is a runtime call (XPlane's host events, named after the work they launched). The graph launches and
+    blocking copies count too (``cuGraphLaunch (CudaGraph:18)`` is CUDA's): a rank whose launches are all left
+    out of the statistics is still named by its runtime."""
+    names = launches.unique()  # (the names once each: a set of 22,000 Arrow strings took 13 ms)
+    calls = {n for n in names if isinstance(n, str) and (n in LAUNCH_NAMES or n.startswith(_LEFT_OUT_PREFIXES))}
     return " and ".join(sorted({"HIP" if name.startswith("hip") else "CUDA" for name in calls}))
 
 

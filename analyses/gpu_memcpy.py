@@ -4,8 +4,9 @@ and over time (HTA's ``get_memory_bw_summary`` and ``get_memory_bw_time_series``
 The copies are the device work of class ``memcpy`` (:mod:`ddltrace.analyses.gpu_lanes`; the importers' rule
 files put copies and fills there). Their direction is what their name says (:func:`direction`): ``H2D``
 (Kineto's ``Memcpy HtoD (Pinned -> Device)``, XPlane's ``MemcpyH2D``, nsys' ``[CUDA memcpy Host-to-Device]``,
-MXNet's ``CopyCPU2GPU``), ``D2H``, ``D2D``, ``P2P`` (between devices), ``fill`` (a memset: no transfer) or
-``other``. Their payload is the timeline's ``bytes`` where the importer gives it.
+MXNet's ``CopyCPU2GPU``), ``D2H``, ``D2D``, ``P2P`` (between devices), ``fill`` (a memset, or ROCm's blit kernel
+``__amd_rocclr_fillBuffer...``: no transfer) or ``other`` (ROCm's blit copies ``__amd_rocclr_copyBuffer...``, whose
+name does not say between which memories). Their payload is the timeline's ``bytes`` where the importer gives it.
 
 Per rank, device and direction (:func:`copy_summary`): copies, their summed duration (ns), the union of their
 intervals (ns, concurrent copies counted once), ``sized`` (the copies whose size the trace gives, with a
@@ -33,7 +34,7 @@ from ddltrace.analyses.gpu_lanes import union_ns
 
 DIRECTIONS = ("H2D", "D2H", "D2D", "P2P", "fill", "other")
 #: What a copy's name says of its direction, looked for in order in the name lower-cased without separators.
-_SAID = (("fill", ("memset",)), ("H2D", ("htod", "h2d", "hosttodevice", "cpu2gpu")),
+_SAID = (("fill", ("memset", "rocclrfill")), ("H2D", ("htod", "h2d", "hosttodevice", "cpu2gpu")),
          ("D2H", ("dtoh", "d2h", "devicetohost", "gpu2cpu")), ("P2P", ("ptop", "p2p", "peertopeer")),
          ("D2D", ("dtod", "d2d", "devicetodevice", "gpu2gpu")))
 _SEPARATORS = re.compile(r"[^a-z0-9]+")

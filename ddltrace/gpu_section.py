@@ -33,10 +33,11 @@ _CALLS = {"CUDA": "cudaLaunchKernel, cudaMemcpyAsync, cudaMemsetAsync", "HIP": "
           "hipMemsetAsync"}
 
 
-def launches_title(runtime: str) -> str:
+def launches_title(runtime: str, none_in_set: bool = False) -> str:
     """The launch statistics' title and definition, named by the ``runtime`` the trace's launch calls are of
     (:func:`~ddltrace.analyses.gpu_launch.runtime_of`: "CUDA", "HIP", "CUDA and HIP"; "" for XPlane's launches,
-    host events named after the work they launched)."""
+    host events named after the work they launched); ``none_in_set``: some rank has no launch in HTA's set, only
+    left-out ones (:data:`NONE_IN_SET` is added)."""
     calls = ", ".join(_CALLS[r] for r in runtime.split(" and ") if r in _CALLS)
     launch = (f"each runtime launch call ({calls}, ...)" if calls
               else "each launch (the host event named after the kernel or copy it launched)")
@@ -45,7 +46,30 @@ def launches_title(runtime: str) -> str:
             "start minus the call's end, 0 where negative; "
             f"outliers: CPU above {format_ns(RUNTIME_CUTOFF_NS)}, delay above {format_ns(LAUNCH_DELAY_CUTOFF_NS)}; "
             f"short: CPU at most {format_ns(RUNTIME_CUTOFF_NS)} and GPU below CPU; left out, as HTA's list has "
-            "none: graph launches and blocking copies, their calls and the device activities they launched)")
+            "none: graph launches and blocking copies, their calls and the device activities they launched"
+            + (NONE_IN_SET if none_in_set else "") + ")")
+
+
+#: Added to the launch statistics' definition where a rank has no launch in HTA's set.
+NONE_IN_SET = ("; 0 launches: every launch of the rank is a graph launch or a blocking copy (JAX runs each jitted "
+               "step as a CUDA graph), so there are no CPU, GPU or delay figures (none), only what is left out")
+
+
+def _none_in_set(launches: pd.DataFrame) -> bool:
+    """Whether some rank of the launch statistics has 0 launches of HTA's set (only left-out ones)."""
+    return bool(len(launches)) and bool((launches["launches"] == 0).any())
+
+
+def _launch_row(x: dict) -> list:
+    """A rank's launch statistics as the table's cells; a rank of 0 launches (all left out) reads "none" where the
+    figures of its launches would be, not the NaN of an empty set's mean."""
+    if not x["launches"]:
+        return [x["rank"], 0, "none", "none", "none", "-", "-", "-", "-", _left_out(x)]
+    return [x["rank"], x["launches"], *[f"{format_ns(x[f'{k}_mean_ns'])} / {format_ns(x[f'{k}_median_ns'])} / "
+                                        f"{format_ns(x[f'{k}_max_ns'])}"
+                                        for k in ("cpu_duration", "gpu_duration", "launch_delay")],
+            format_ns(x["launch_delay_p95_ns"]), x["runtime_outliers"], x["launch_delay_outliers"],
+            x["short_kernels"], _left_out(x)]
 
 
 def _left_out(row: dict) -> str:
@@ -81,7 +105,9 @@ STREAM_IDLE = ("Idle time per stream (HTA's idle-time breakdown: each gap betwee
 STREAM_IDLE_LAUNCHED = ("The same over the work launched in the trace (HTA's set: the device work a host event's "
                         "correlation id names, on the ranks where some has no launch in the trace)")
 COLLECTIVES = ("Collectives by kind (communication kernels, matched across ranks by process group, step and order; "
-               "time: the instances' durations summed, each the shortest kernel of the instance, the late arriver's; "
+               "time: the instances' durations summed, each the shortest kernel of the instance, the late arriver's, "
+               "but a broadcast's or reduce's whose kernels did not all overlap (NCCL's chain from or to the root): "
+               "latest end minus latest start, when the data had reached every rank (duration from); "
                "bus bandwidth (nccl-tests): bytes / duration x 2(n-1)/n for all-reduce, (n-1)/n for all-gather, "
                "reduce-scatter and all-to-all, 1 for broadcast, reduce and point-to-point, n the world size; skew: "
                "latest minus earliest start of a matched instance; wait: the early arrivers' summed wait; skew and "
@@ -135,6 +161,18 @@ def _rate(bytes_per_s: float) -> str:
     return "-" if bytes_per_s != bytes_per_s else f"{three_digits(bytes_per_s / 1e9)} GB/s"
 
 
+def _duration_from(definitions: pd.Series) -> str:
+    """The definition of a kind's instances' durations (``duration_from``), or where they have two, each with its
+    count, the chain's last: 'shortest kernel (2), chain (6)'."""
+    from ddltrace.analyses.gpu_collectives import CHAIN
+
+    counts = definitions.value_counts()
+    if len(counts) == 1:
+        return str(counts.index[0])
+    return ", ".join(f"{'chain' if name == CHAIN else name} ({n})"
+                     for name, n in sorted(counts.items(), key=lambda item: item[0] == CHAIN))
+
+
 def collective_tables(instances: pd.DataFrame, title: str = COLLECTIVES,
                       late_title: str = LATE) -> list[tuple[str, pd.DataFrame]]:
     """The collectives' summary by kind and the late arrivals of the ``instances`` (:func:`~ddltrace.analyses.
@@ -144,6 +182,7 @@ def collective_tables(instances: pd.DataFrame, title: str = COLLECTIVES,
     if not len(instances):
         return []
     rows = []
+    definitions = instances.groupby(["collective", "algorithm"], sort=True)["duration_from"].agg(_duration_from)
     for _, c in summary(instances).iterrows():
         rows.append([c["collective"], c["algorithm"] or "-", c["instances"], c["matched"], format_ns(c["time_ns"]),
                      "-" if c["bytes"] is None or c["bytes"] != c["bytes"] else format_bytes(c["bytes"]),
@@ -151,10 +190,11 @@ def collective_tables(instances: pd.DataFrame, title: str = COLLECTIVES,
                      "-" if c["busbw_vs_link_median"] != c["busbw_vs_link_median"]
                      else format_percent(c["busbw_vs_link_median"]),
                      "-" if not c["matched"] else f"{format_ns(c['skew_median_ns'])} / {format_ns(c['skew_max_ns'])}",
-                     format_ns(c["wait_ns"]) if c["matched"] else "-"])  # no instance matched: no wait measured
+                     format_ns(c["wait_ns"]) if c["matched"] else "-",  # no instance matched: no wait measured
+                     definitions[(c["collective"], c["algorithm"])]])
     tables = [(title, pd.DataFrame(rows, columns=[
         "collective", "algorithm", "instances", "matched", "time", "bytes", "busbw median / max", "busbw vs link",
-        "skew median / max", "wait"]))]
+        "skew median / max", "wait", "duration from"]))]
     late = late_arrivals(instances)
     if len(late):
         tables.append((late_title, pd.DataFrame(
@@ -239,12 +279,8 @@ def gpu_tables(run, top: int = TOP_SHOWN) -> list[tuple[str, pd.DataFrame]]:
             columns=["class", "kernel", "ranks", "min", "median", "max", "rank of min / max"])))
     launches = gpu.launch_table()
     if len(launches):
-        tables.append((launches_title(_runtime(launches)), pd.DataFrame(
-            [[x["rank"], x["launches"], *[f"{format_ns(x[f'{k}_mean_ns'])} / {format_ns(x[f'{k}_median_ns'])} / "
-                                          f"{format_ns(x[f'{k}_max_ns'])}"
-                                          for k in ("cpu_duration", "gpu_duration", "launch_delay")],
-              format_ns(x["launch_delay_p95_ns"]), x["runtime_outliers"], x["launch_delay_outliers"],
-              x["short_kernels"], _left_out(x)] for x in launches.to_dict("records")],
+        tables.append((launches_title(_runtime(launches), _none_in_set(launches)), pd.DataFrame(
+            [_launch_row(x) for x in launches.to_dict("records")],
             columns=["rank", "launches", "CPU mean / median / max", "GPU mean / median / max",
                      "delay mean / median / max", "delay p95", "CPU outliers", "delay outliers", "short",
                      "left out"])))
@@ -254,12 +290,13 @@ def gpu_tables(run, top: int = TOP_SHOWN) -> list[tuple[str, pd.DataFrame]]:
               format_percent(o["self_share"])] for o in operators.to_dict("records")],
             columns=["rank", "operator", "calls", "launched", "self", "total", "share"])))
         queues = gpu.queue_table()
-        tables.append((QUEUES, pd.DataFrame(
-            [[q["rank"], q["device"], q["stream"], q["changes"], f"{q['mean_hta']:.1f}",
-              f"{q['mean_time_weighted']:.1f}", q["max"], q["min"],
-              f"{format_ns(q['time_at_max_queue_ns'])} ({format_percent(q['share_at_max_queue'])})"]
-             for q in queues.to_dict("records")],
-            columns=["rank", "device", "stream", "changes", "mean (HTA)", "mean (time)", "max", "min", "full"])))
+        if len(queues):  # (none where every rank's launches are left out of HTA's set)
+            tables.append((QUEUES, pd.DataFrame(
+                [[q["rank"], q["device"], q["stream"], q["changes"], f"{q['mean_hta']:.1f}",
+                  f"{q['mean_time_weighted']:.1f}", q["max"], q["min"],
+                  f"{format_ns(q['time_at_max_queue_ns'])} ({format_percent(q['share_at_max_queue'])})"]
+                 for q in queues.to_dict("records")],
+                columns=["rank", "device", "stream", "changes", "mean (HTA)", "mean (time)", "max", "min", "full"])))
     if gpu.linked_ranks:
         idle = gpu.idle_table()
         tables.append((IDLE, pd.DataFrame(
@@ -344,7 +381,8 @@ def gpu_json(run) -> dict:
                         "streams": STREAMS, "classes": CLASSES,
                         "kernels": "top 10 kernels per rank and device by summed duration, the rest as (others)",
                         "across_ranks": ACROSS, "overlap": OVERLAP,
-                        "launches": launches_title(_runtime(gpu.launch_table())), "queues": QUEUES,
+                        "launches": launches_title(_runtime(gpu.launch_table()), _none_in_set(gpu.launch_table())),
+                        "queues": QUEUES,
                         "worst_launches": "per rank, the 10 launches with the longest launch delay (by: launch_delay) "
                                           "and the 10 with the longest CPU duration (by: cpu_duration), in ns",
                         "idle": IDLE, "idle_streams": STREAM_IDLE + "; times in ns, shares as fractions",
