@@ -660,9 +660,9 @@ def simulated(args) -> list[dict]:
                 if args.fit_a == "both":  # the same prediction from A's first runs alone, as before 2026-11-26
                     alone = folder / "fit-first"
                     alone.mkdir(exist_ok=True)
-                    result["first_only"] = first_only(compare(*fit_and_predict(folder / "A.json", first,
-                                                                               folder / "B.json", workers, alone,
-                                                                               disks=disks), runs_a, runs_b))
+                    paper, closed, cpu = fit_and_predict(folder / "A.json", first, folder / "B.json", workers, alone,
+                                                         disks=disks)
+                    result["first_only"] = first_only(compare(paper, closed, runs_a, runs_b, cpu))
                 result.update({"repeat": repeat, "b": b_name, "b_description": machine_b.description,
                                "shape": shape, "job": job_args(shape, args.samples), "a_runs": runs_a, "b_runs": runs_b,
                                "fit_a": args.fit_a,
