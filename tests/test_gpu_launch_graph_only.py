@@ -15,7 +15,6 @@ import pandas as pd
 import pytest
 from xplane_wire import xplane_lines
 
-from ddltrace.analyses.gpu_lanes import WORK
 from ddltrace.analyses.run_analysis import analyze_store
 from ddltrace.cli import main
 from ddltrace.collectors.importers import protowire as pw
@@ -84,15 +83,15 @@ def test_a_rank_of_graph_launches_only_gets_a_row_with_what_is_left_out(store):
     launched = [n for c in graphs for n in device[c]]
     memsets = [n for n in launched if n.startswith("Memset")]
     assert (len(launched), len(memsets)) == (210, 10)  # 200 kernels and 10 "Memset 0" on the graphs' stream
-    # the store's device work: the kernels, and the memsets where the XPlane rules class them as device work
-    # (they class "Memset 0" as other now: the step-name rule ^\w+ \d+$ takes it)
+    # the store's device work: the kernels and the memsets, a fill each (until 2026-11-26 the step-name rule
+    # ^\w+ \d+$ took "Memset 0" for a step, class other: 200 activities)
     timeline = TraceStore.open(store).timeline([0])
-    memset_is_work = bool(timeline.loc[timeline["name"] == "Memset 0", "category"].isin(WORK).all())
-    activities = len(launched) - (0 if memset_is_work else len(memsets))
+    assert (timeline.loc[timeline["name"] == "Memset 0", "category"] == "memcpy").sum() == len(memsets)
+    activities = len(launched)
 
     (row,) = analyze_store(store).gpu.launch_table().to_dict("records")  # before: no row (an empty table)
     assert (row["rank"], row["launches"]) == (0, 0)
-    assert (row["left_out_calls"], row["left_out_activities"]) == (len(graphs), activities) == (10, 200)
+    assert (row["left_out_calls"], row["left_out_activities"]) == (len(graphs), activities) == (10, 210)
     assert row["runtime"] == "CUDA"  # cuGraphLaunch: the CUDA driver's call
     # an empty set has no mean, median or maximum: missing, not 0; and no outlier
     assert all(pd.isna(row[f"{key}_{s}_ns"]) for key in ("cpu_duration", "gpu_duration", "launch_delay")
@@ -108,7 +107,7 @@ def test_the_text_and_json_say_there_are_none(store, capsys):
     assert "0 launches: every launch of the rank is a graph launch or a blocking copy" in text[title]
     header, row = text[title + 1].split(), text[title + 2].split()
     assert header[:2] == ["rank", "launches"] and row[:2] == ["0", "0"]
-    assert row[2:5] == ["none", "none", "none"] and "10 calls, 200 activities" in text[title + 2]
+    assert row[2:5] == ["none", "none", "none"] and "10 calls, 210 activities" in text[title + 2]
     assert not any(w in text[title + 2] for w in ("nan", "n/a"))
     assert not any(line.startswith("  Queue length per stream") for line in text)  # no launch of HTA's set: no queue
 
@@ -116,7 +115,7 @@ def test_the_text_and_json_say_there_are_none(store, capsys):
     out = json.loads(capsys.readouterr().out)
     gpu = out["stores"][0]["gpu"]
     (row,) = gpu["launches"]
-    assert (row["launches"], row["left_out_calls"], row["left_out_activities"]) == (0, 10, 200)
+    assert (row["launches"], row["left_out_calls"], row["left_out_activities"]) == (0, 10, 210)
     assert row["cpu_duration_mean_ns"] is None and row["launch_delay_max_ns"] is None
     assert "0 launches" in gpu["definitions"]["launches"] and gpu["queues"] == []
     # the launch-bound finding's evidence names no launch figures: none of HTA's set to take a median of
