@@ -127,7 +127,7 @@ def test_the_reports_event_names_leave_the_receive_halves_out(ring):
     rows = ring_rows()
     _, table = scan(ring)
     assert SENDRECV_RECEIVED not in table.index
-    assert table.loc["MPI_Sendrecv_c", "calls"] == sum(r["name"] == "MPI_Sendrecv_c" for r in rows) == 9
+    assert table.loc["MPI_Sendrecv_c", "calls"] == str(sum(r["name"] == "MPI_Sendrecv_c" for r in rows)) == "9"
     assert sum(r["name"] == SENDRECV_RECEIVED for r in rows) > 0
 
 

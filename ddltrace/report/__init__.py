@@ -318,8 +318,9 @@ def scan(run, limit: int = 15, mapper=map) -> tuple[dict[str, dict[int, np.ndarr
     rank_summary.keep_open(run.store)
     spans = {r: (p.start_ns, p.end_ns) for r, p in run.phases.items()}
     pixels: dict[str, dict[int, np.ndarray]] = {key: {} for key in windows}
-    totals: dict[tuple[str, str, str], list[int]] = {}
+    totals: dict[tuple[str, str, str], list] = {}
     ranks = run.store.ranks
+    kinds = {r: rows_are(run.store.rank_info(r)) for r in ranks}
     for result in mapper(partial(scan_rank, str(run.store.path), windows), [spans.get(r) for r in ranks], ranks):
         if not isinstance(result, tuple):  # a rank that cannot be read, or whose task was given up
             continue
@@ -328,15 +329,57 @@ def scan(run, limit: int = 15, mapper=map) -> tuple[dict[str, dict[int, np.ndarr
             pixels[key][rank] = row
         for (name, category, on_device), count, total in zip(grouped.index, grouped["count"], grouped["sum"],
                                                              strict=True):
-            entry = totals.setdefault((name, str(category), "device" if on_device else "host"), [0, 0])
+            entry = totals.setdefault((name, str(category), "device" if on_device else "host"), [0, 0, set()])
             entry[0] += int(count)
             entry[1] += int(total)
-    rows = sorted(((n, c, w, k, t) for (n, c, w), (k, t) in totals.items()), key=lambda r: -r[4])[:limit]
-    table = pd.DataFrame(rows, columns=["name", "category", "on", "calls", "total_ns"])
-    table["total"] = table["total_ns"].map(format_ns)
-    table["mean per call"] = (table["total_ns"] / table["calls"].clip(lower=1)).map(format_ns)
+            entry[2].add(kinds[rank])
+    rows = sorted(((n, c, w, k, t, how) for (n, c, w), (k, t, how) in totals.items()), key=lambda r: -r[4])[:limit]
+    table = pd.DataFrame([(n, c, w, _calls_cell(k, how), format_ns(t), _mean_cell(k, t, how))
+                          for n, c, w, k, t, how in rows],
+                         columns=["name", "category", "on", "calls", "total", "mean per call"])
     table["name"] = table["name"].map(_cut_name)
-    return pixels, table.drop(columns="total_ns").set_index("name")
+    table = table.set_index("name")
+    table.attrs["rows_are"] = set().union(*(how for *_, how in rows)) if rows else set()
+    return pixels, table
+
+
+#: What a rank's timeline rows of one name are (:func:`rows_are`): each a call; per-call totals (an IPM profile, a
+#: CNTK summary: a row per call kind, and partner, the number of calls not kept); exclusive pieces (an OTF2
+#: archive: a region's call cut around the calls inside it, its rows summing to its exclusive time).
+CALLS, TOTALS, PIECES = "calls", "per-call totals", "exclusive pieces"
+
+
+def rows_are(info: dict) -> str:
+    """:data:`CALLS`, :data:`TOTALS` or :data:`PIECES`: what a rank's rows are, from its manifest entry."""
+    if info.get("aggregate"):
+        return TOTALS
+    return PIECES if info.get("format") == "otf2" else CALLS
+
+
+def _calls_cell(count: int, how: set[str]) -> str:
+    """The calls of a name: its rows where each is a call; '-' where some are per-call totals (the count is not
+    kept); 'N pieces' where some are a call's exclusive pieces (a call cut around those inside it is several)."""
+    if TOTALS in how:
+        return "-"
+    return f"{count:,} pieces" if PIECES in how else f"{count:,}"
+
+
+def _mean_cell(count: int, total_ns: int, how: set[str]) -> str:
+    """The mean per call (ns, formatted), '-' where the rows are not each a call (:func:`_calls_cell`)."""
+    return format_ns(total_ns / max(count, 1)) if how == {CALLS} else "-"
+
+
+def _rows_said(how: set[str]) -> str:
+    """What the by-name table's caption adds where its rows are not each a call (:func:`rows_are`)."""
+    said = ""
+    if TOTALS in how:
+        said += ("; calls and mean '-': a rank's profile holds per-call totals (IPM, a CNTK summary: a row per call "
+                 "kind and partner, the number of calls not kept), its total the calls' summed time")
+    if PIECES in how:
+        said += ("; 'N pieces': an OTF2 archive's rows are exclusive, a region's call cut around the calls inside "
+                 "it, so a name's total is its exclusive time (less the regions inside it) and its rows are not "
+                 "its calls")
+    return said
 
 
 #: An event name in the report's tables is cut to this many characters (a C++ kernel's is thousands long).
@@ -768,8 +811,8 @@ def assemble(runs: list, findings: list, profile: str | None = None, model: str 
     tables.append((f"Where the time goes by event name, largest first (the {main.workers}-worker run, all its ranks, "
                    f"whole run; on: the host's lanes or a device's, apart, as a host's launch may bear its kernel's "
                    f"or copy's name; total: the calls' summed durations, a device stream's copies of the host's "
-                   f"region marks left out; a name longer than {NAME_CHARS} characters cut)",
-                   top))
+                   f"region marks left out; a name longer than {NAME_CHARS} characters cut"
+                   f"{_rows_said(top.attrs.get('rows_are', set()))})", top))
     if series is not None:
         notes = "".join(f"; {note}" for note in series.attrs.get("notes", []))
         tables.insert(0, (f"Scaling series {series.attrs.get('series')} (one job at one batch size; phase times: "
