@@ -60,3 +60,14 @@ def test_a_timelines_names_keep_their_calls_and_means(tmp_path):
     _, table = scan(analyze_store(write_store(tmp_path / "store", make_timeline(rows))))
     assert (table.loc["step", "calls"], table.loc["step", "mean per call"]) == ("4", "300 ns")
     assert table.attrs["rows_are"] == {"calls"}
+
+
+@pytest.mark.skipif(not CNTK.exists(), reason="shared CNTK traces absent")
+def test_diff_names_a_cntk_summary_as_such(tmp_path, capsys):
+    """`diff` of the CNTK summary against its detailed trace said the summary was "an IPM profile"."""
+    summary = _imported(sorted(CNTK.glob("*_summary_*.txt")), tmp_path / "summary")
+    detail = _imported(sorted(CNTK.glob("*_detail_*.json")), tmp_path / "detail")
+    capsys.readouterr()
+    assert main(["diff", summary, detail]) == 0
+    out = capsys.readouterr().out
+    assert "holds per-call totals (a CNTK summary: a row per profiled name" in out and "IPM" not in out

@@ -89,8 +89,18 @@ def _side(store_path: str, label: str, rank: int | None, step: str | None, devic
     rows = trace_diff.window(timeline, chosen, device)
     span = int((rows["start_ns"] + rows["dur_ns"]).max() - rows["start_ns"].min()) if len(rows) else 0
     return {"label": label, "rank": rank, "step": chosen, "steps": len(steps), "rows": len(rows), "span_ns": span,
-            "aggregate": bool(store.rank_info(rank).get("aggregate")), "import_problems": store.import_problems,
+            "aggregate": bool(store.rank_info(rank).get("aggregate")), "format": store.rank_info(rank).get("format"),
+            "import_problems": store.import_problems,
             "summary": trace_diff.summary(rows)}
+
+
+def _totals_kind(fmt: str | None) -> str:
+    """What a profile of per-call totals holds a row for, by its format."""
+    if fmt == "ipm":
+        return "an IPM profile: a row per call and partner"
+    if fmt == "cntk-summary":
+        return "a CNTK summary: a row per profiled name"
+    return "a row per call kind"
 
 
 def _listed(values: list[int]) -> str:
@@ -136,8 +146,8 @@ def render(table, sides: list[dict], changes: dict, device: str, top: int) -> st
     lines += ["", "count: rows of the name in the window; time: their durations summed (a row nested in another "
                   "counts in both, as in HTA's TraceDiff); c: control, t: test; diff: test minus control"]
     lines += list(dict.fromkeys(
-        f"rank {side['rank']} of {side['label']} holds per-call totals (an IPM profile: a row per call and partner, "
-        "the number of calls not kept): its counts are rows, not calls; its times are the calls' totals"
+        f"rank {side['rank']} of {side['label']} holds per-call totals ({_totals_kind(side.get('format'))}, the "
+        "number of calls not kept): its counts are rows, not calls; its times are the calls' totals"
         for side in sides if side["aggregate"]))
     return "\n".join(lines) + "\n"
 
