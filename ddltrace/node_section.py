@@ -10,11 +10,13 @@ import pandas as pd
 
 from ddltrace.units import format_bytes, format_ns, three_digits
 
-TITLE = ("Per node (whole run; compute, comm, wait: mean over the node's ranks; point-to-point: its ranks' calls "
-         "within the node (bytes sent in call time) and with other nodes (bytes sent / received in call time); "
+TITLE = ("Per node (whole run; compute, comm, wait: mean over the node's ranks; point-to-point: its ranks' send "
+         "and receive calls within the node (the bytes sent, in the summed time of the sends and the receives: not "
+         "a send bandwidth) and with other nodes (bytes sent / received, in the same calls' time); "
          "collectives: its ranks' calls in instances within the node or spanning nodes (their bytes in call "
          "time); partner unknown: its ranks' point-to-point calls that name no partner (IPM's per-call totals), "
-         "bytes sent in call time, counted neither within nor across ('-' there where no call names its partner); "
+         "the bytes sent in the sends' and receives' time, counted neither within nor across ('-' there where no "
+         "call names its partner); "
          "bandwidth: bytes / transfer time of the matched messages of {min_bytes} or more between it and other "
          "nodes)")
 
