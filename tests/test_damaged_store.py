@@ -295,3 +295,6 @@ def test_consecutive_ranks_missing_for_one_reason_are_one_entry_of_the_missing_l
     line = next(line for line in out.splitlines() if line.startswith("Missing ranks"))
     assert code == 0 and line == (f"Missing ranks in {trace}: ranks 1-127 ({trace}: rank N of the world of 128 is "
                                   "not in the trace). Everything below is of the other 1 of 128 ranks.")
+    # and the first line says so beside the findings' counts (it said "0 error(s), 0 warning(s)" alone)
+    assert out.splitlines()[0].startswith("ddltrace analyze: 1 store; findings: ")
+    assert out.splitlines()[0].endswith("; 127 of 128 ranks not analysed (below)")

@@ -272,8 +272,11 @@ def render(runs: list[RunAnalysis], findings: list[Finding], scaling: pd.DataFra
            skipped: list[Skipped] = ()) -> str:
     lines = []
     counts = {s: sum(f.severity == s for f in findings) for s in SEVERITIES}
-    lines.append(f"ddltrace analyze: {len(runs)} store{'s' if len(runs) > 1 else ''}; "
-                 f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} note(s)")
+    missing = sum(r.store.missing_count() for r in runs)
+    world = sum(r.store.world_size for r in runs)
+    lines.append(f"ddltrace analyze: {len(runs)} store{'s' if len(runs) > 1 else ''}; findings: "
+                 f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} note(s)"
+                 + (f"; {missing} of {world} ranks not analysed (below)" if missing else ""))
     lines.extend(render_missing(r) for r in runs if r.store.missing_count())
     lines.extend(render_import_problems(r) for r in runs if r.store.import_problems)
     lines.extend(filter(None, (render_job_end(r) for r in runs)))
