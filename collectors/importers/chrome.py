@@ -141,6 +141,8 @@ def _fast_decoder(x_args: type | None) -> msgspec.json.Decoder:
 
 #: Why an event the file ends inside is skipped (counted read too: docs/IMPORTERS.md).
 TRUNCATED = "truncated event at the end of the file"
+#: The reader's count of the events decoded from a corrupt gzip stream after its first malformed JSON (dropped).
+DROPPED_AFTER_DAMAGE = "decoded from the corrupt gzip stream after its first malformed JSON (dropped: may be wrong)"
 #: What a decoder raises on text that is not (UTF-8) JSON, or nested deeper than msgspec follows.
 _MALFORMED = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
 _DECODE_EVENTS = msgspec.json.Decoder(list[Event], float_hook=exact_time.float_text)
@@ -742,6 +744,10 @@ class _Reader:
         self.events_at = 0  # decoded-byte offset where the events array's content begins
         self.strings_cut = 0  # strings of oversized events cut by the skimmer
         self.trace = builder.trace
+        #: Once malformed JSON showed where a corrupt gzip stream's text goes wrong (:meth:`_drop_rest`): the builder
+        #: of what was read before it, the decoded byte and the decoder's error; what follows goes to a builder of its
+        #: own, counted and dropped (:meth:`_account_damage`).
+        self.dropped: tuple[_Builder, int, Exception] | None = None
 
     def _decode_piece(self, piece: bytes) -> bool:
         """Decode ``[piece]``; False when it is not well-formed JSON (the cut was wrong or data damaged)."""
@@ -834,6 +840,61 @@ class _Reader:
         finally:
             self.builder, self.trace = root
 
+    def _corrupt_gzip(self) -> bool:
+        """Whether malformed JSON met now is to end what is kept: the first met, by one reader, in a gzip stream
+        that is corrupt (data that does not inflate, a wrong CRC or length; not one that only ends early: found by
+        inflating the file once more, only here). What a corrupted byte inflates to is garbage that can still
+        decode as events: ``aten::add_`` at a time no event of the original has."""
+        return self.dropped is None and self.share is None and self.source.gzip_damage() is not None
+
+    def _drop_rest(self, where: int, error: Exception) -> None:
+        """From here on (malformed JSON at decoded byte ``where``) decode into a builder that is dropped at the end,
+        counted (:meth:`_account_damage`)."""
+        rest = _Builder(self.trace.path)
+        rest.decoder = self.builder.decoder  # (the same structs: counted alike)
+        self.dropped = (self.builder, where, error)
+        self.builder, self.trace = rest, rest.trace
+
+    def _kept_trace(self) -> ChromeTrace:
+        """The trace whose events are kept (not the one after a corrupt gzip stream's damage)."""
+        return self.trace if self.dropped is None else self.dropped[0].trace
+
+    def _account_damage(self) -> None:
+        """Say what a corrupt gzip stream cost, in its one line (the source's, replaced): the events decoded after
+        its first malformed JSON dropped (:meth:`_drop_rest`), or, none met, that the last ones may be wrong."""
+        damage = self.source.damage
+        if self.dropped is None and damage is None:
+            return
+        t = self._kept_trace()
+        path = t.path
+        if self.dropped is None:
+            at, error = damage
+            line = (f"{path}: corrupt gzip data at compressed byte {at} ({error}); kept the {t.read} events decoded "
+                    "before it (no malformed JSON among them), but those from the stream's last part may be wrong: "
+                    "a damaged byte can inflate to well-formed events that are not the file's, up to where the "
+                    "inflater notices")
+        else:
+            rest = self.builder.finish()
+            root, where, json_error = self.dropped
+            self.builder, self.trace, self.dropped = root, t, None
+            at, error = damage if damage is not None else self.source.gzip_damage()
+            undecodable = sum(n for reason, n in rest.skipped.items() if reason.startswith(("undecodable JSON",
+                                                                                            "event nested")))
+            if rest.read:
+                t.skipped[DROPPED_AFTER_DAMAGE] += rest.read
+            why = _MALFORMED_AT.sub("", str(json_error)).removeprefix("JSON is malformed: ").strip()
+            skipped_too = f"{undecodable} undecodable pieces skipped" if undecodable else ""
+            after = (f"dropped the {rest.read} events decoded after it ({len(rest.ts_ns)} intervals"
+                     + (f"; {skipped_too} too" if skipped_too else "") + ")" if rest.read else
+                     "no event decoded after it" + (f" ({skipped_too})" if skipped_too else ""))
+            line = (f"{path}: corrupt gzip data at compressed byte {at} ({error}); its text is malformed JSON from "
+                    f"decoded byte {where} ({why}): kept the {t.read} events before that, {after}, as a damaged gzip "
+                    "stream inflates to text that can decode to events the file does not hold")
+        if self.source.damage_line in t.problems:
+            t.problems[t.problems.index(self.source.damage_line)] = line
+        else:
+            t.problems.append(line)
+
     def _cut(self, buf: bytes, window: int) -> int | None:
         """Decode the longest prefix of ``buf`` ending at an event boundary (searching its last
         ``window`` bytes); return the offset where the next event starts, None if no cut decodes."""
@@ -873,6 +934,11 @@ class _Reader:
                 self.trace.problems.append(f"{self.trace.path}: JSON truncated at byte {self.offset + len(buf)}: "
                                            f"the last {e - s} bytes (an incomplete event) were skipped")
                 continue
+            where = self.offset + s + (max(pos - 2, 0) if pos else len(piece))
+            if self._corrupt_gzip():  # keep the events before it, drop what follows
+                self.builder.add(good)
+                good = []
+                self._drop_rest(where, error)
             deep = isinstance(error, RecursionError)
             self.trace.skipped["event nested too deep to decode" if deep else "undecodable JSON (event skipped)"] += 1
             bad += 1
@@ -881,7 +947,6 @@ class _Reader:
             if deep:
                 self.trace.problems.append(_too_deep(self.trace.path, self.offset + s, e - s))
                 continue
-            where = self.offset + s + (max(pos - 2, 0) if pos else len(piece))
             what = "malformed" if pos else "truncated"
             self.trace.problems.append(f"{self.trace.path}: {what} JSON at byte {where} ({error}); "
                                        f"{e - s} bytes skipped")
@@ -957,7 +1022,7 @@ class _Reader:
                 if len(buf) > EVENT_LIMIT:
                     buf = self._skip_space(self._skim(buf, chunks))
         buf += b"".join(pending)
-        self.trace.problems.extend(self.source.problems)
+        self._kept_trace().problems.extend(self.source.problems)
         if self.strings_cut:
             self.trace.problems.append(f"{self.trace.path}: {self.strings_cut} string(s) of events larger than "
                                        f"{EVENT_LIMIT >> 20} MiB cut to their first {STRING_KEEP} bytes")
@@ -967,6 +1032,7 @@ class _Reader:
             self._whole_document(buf)
         elif self.share is None:
             self._finish(buf, container)
+            self._account_damage()
         else:
             if self.trace.problems:
                 raise Unshared(self.trace.problems[0])
@@ -1095,6 +1161,8 @@ class _Reader:
             self.trace.skipped["event nested too deep to decode"] += 1
             self.trace.problems.append(_too_deep(self.trace.path, start, skimmer.consumed))
         elif error is not None:
+            if self._corrupt_gzip():
+                self._drop_rest(start, error)
             self.trace.skipped["undecodable JSON (event skipped)"] += 1
             self.trace.problems.append(f"{self.trace.path}: the event at byte {start} ({size}) could not be "
                                        f"decoded ({error}); it was skipped")
@@ -1160,8 +1228,10 @@ class _Reader:
                 f"{self.trace.path}: JSON truncated at byte {self.offset + len(body)}: the last "
                 f"{len(rest)} bytes (an incomplete event) were skipped")
         else:
-            self.trace.skipped["undecodable JSON (event skipped)"] += 1
             where = self.offset + len(body) - len(body[consumed:].lstrip()) + max(pos - 2, 0)
+            if self._corrupt_gzip():
+                self._drop_rest(where, error)
+            self.trace.skipped["undecodable JSON (event skipped)"] += 1
             self.trace.problems.append(f"{self.trace.path}: malformed JSON at byte {where} ({error}); "
                                        f"the last {len(rest)} bytes were skipped")
 

@@ -70,6 +70,12 @@ class ByteSource:
             raise DdltraceError(f"{self.path}: cannot read ({exc.strerror})") from exc
         self.consumed = 0
         self.problems: list[str] = []
+        #: (compressed byte, inflater's error) of a corrupt gzip stream once :meth:`chunks` met it, as its line in
+        #: ``problems`` says it (``damage_line``); a stream that only ends early is not corrupt.
+        self.damage: tuple[int, str] | None = None
+        self.damage_line: str | None = None
+        self._scanned = False  # whether gzip_damage inflated the file itself (its finding in _scanned_damage)
+        self._scanned_damage: tuple[int, str] | None = None
 
     def head(self, size: int = 65536) -> bytes:
         """The first ``size`` decompressed bytes (fewer when the file is shorter or damaged)."""
@@ -120,8 +126,11 @@ class ByteSource:
                         # member again up to the damage, in small steps, and keep what it gives past member_out
                         where, error = yield from _inflate_up_to_damage(self.path, member_start, member_out,
                                                                     offset - len(block))
-                        problem(f"corrupt gzip data at compressed byte {where} ({error}); kept what was decoded "
-                                "before it")
+                        if keep_problems:
+                            self.damage = where, error
+                            self.damage_line = (f"{self.path}: corrupt gzip data at compressed byte {where} ({error}); "
+                                                "kept what was decoded before it")
+                            self.problems.append(self.damage_line)
                         return
                     if out:
                         member_out += len(out)
@@ -134,6 +143,39 @@ class ByteSource:
                             return
                         inflater = _zlib.decompressobj(16 + zlib.MAX_WBITS)
                         member_start, member_out = offset - len(block), 0
+
+    def gzip_damage(self) -> tuple[int, str] | None:
+        """Where the gzip stream is corrupt (a compressed byte about where the inflater failed, its error: data that
+        is not deflate, a wrong CRC or length), or None: not gzip, whole, or only cut short (or trailing garbage).
+        What :meth:`chunks` met already, else the whole file inflated once (output discarded) and remembered."""
+        if not self.compressed:
+            return None
+        if self.damage is not None:
+            return self.damage
+        if not self._scanned:
+            self._scanned, self._scanned_damage = True, _gzip_damage(self.path)
+        return self._scanned_damage
+
+
+def _gzip_damage(path: Path) -> tuple[int, str] | None:
+    """:meth:`ByteSource.gzip_damage` of the file at ``path``, inflated from its start (every member)."""
+    inflater = _zlib.decompressobj(16 + zlib.MAX_WBITS)
+    offset = 0
+    with open(path, "rb") as fh:
+        while block := fh.read(READ_SIZE):
+            offset += len(block)
+            while block:
+                try:
+                    inflater.decompress(block, READ_SIZE)
+                except (zlib.error, _zlib.error) as exc:
+                    return offset - len(block), str(exc)
+                block = inflater.unconsumed_tail
+                if inflater.eof and inflater.unused_data:  # concatenated gzip members
+                    block = inflater.unused_data
+                    if not block.startswith(GZIP_MAGIC):
+                        return None  # trailing garbage: the stream itself is whole
+                    inflater = _zlib.decompressobj(16 + zlib.MAX_WBITS)
+    return None
 
 
 def _inflate_up_to_damage(path: Path, start: int, given: int, damaged_step: int) -> Iterator[bytes]:
