@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from xplane_wire import xplane_lines
+from xplane_wire import map_entries, metadata_name, xplane_lines
 
 from ddltrace.analyses.run_analysis import analyze_store
 from ddltrace.cli import main
@@ -23,18 +23,6 @@ from ddltrace.store import TraceStore
 TRACE = Path(__file__).resolve().parent.parent / "sample_traces" / "h200-jax" / "vm.xplane.pb"
 
 
-def _map(fields, number) -> dict:
-    """{key: value message} of a map field of an XPlane (entry: key = 1, value = 2)."""
-    out = {}
-    for n, _k, v in fields:
-        if n == number:
-            entry = {en: ev for en, _ek, ev in pw.fields(pw.message(v))}
-            out[pw.signed(entry.get(1, 0))] = pw.message(entry.get(2, b""))
-    return out
-
-
-def _name(meta: bytes) -> str:
-    return next((pw.text(v) for n, _k, v in pw.fields(meta) if n == 2), "")
 
 
 def file_launches(path: Path) -> tuple[dict, dict]:
@@ -47,8 +35,8 @@ def file_launches(path: Path) -> tuple[dict, dict]:
             continue
         fields = list(pw.fields(pw.message(plane)))
         plane_name = next((pw.text(v) for n, _k, v in fields if n == 2), "")
-        names = {k: _name(m) for k, m in _map(fields, 4).items()}
-        corr_ids = {k for k, m in _map(fields, 5).items() if _name(m) == "correlation_id"}
+        names = {k: metadata_name(m) for k, m in map_entries(fields, 4).items()}
+        corr_ids = {k for k, m in map_entries(fields, 5).items() if metadata_name(m) == "correlation_id"}
         for _line, _base, events in xplane_lines(fields):
             for event in events:
                 corr = None

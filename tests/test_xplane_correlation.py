@@ -15,7 +15,7 @@ from statistics import mean, median
 
 import pytest
 from shared_data import SHARED, corpus
-from xplane_wire import xplane_lines
+from xplane_wire import map_entries, metadata_name, xplane_lines
 
 from ddltrace.analyses.gpu_launch import LAUNCH_NAMES
 from ddltrace.analyses.run_analysis import analyze_store
@@ -35,18 +35,6 @@ DERIVED = {"Steps", "TensorFlow Ops", "TensorFlow Name Scope", "XLA Ops", "XLA M
            "Framework Name Scope", "Source code", "Async XLA Ops", "Launch Stats"}
 
 
-def _entries(plane_fields, number):
-    """{key: value message} of a map field of an XPlane (entry: key = 1, value = 2)."""
-    out = {}
-    for n, _k, v in plane_fields:
-        if n == number:
-            entry = {en: ev for en, _ek, ev in pw.fields(pw.message(v))}
-            out[pw.signed(entry.get(1, 0))] = pw.message(entry.get(2, b""))
-    return out
-
-
-def _name(meta: bytes) -> str:
-    return next((pw.text(v) for n, _k, v in pw.fields(meta) if n == 2), "")
 
 
 def events_with_correlation(path: Path) -> tuple[dict, dict]:
@@ -59,8 +47,8 @@ def events_with_correlation(path: Path) -> tuple[dict, dict]:
             continue
         fields = list(pw.fields(pw.message(plane)))
         plane_name = next((pw.text(v) for n, _k, v in fields if n == 2), "")
-        names = {k: _name(m) for k, m in _entries(fields, 4).items()}
-        corr_ids = {k for k, m in _entries(fields, 5).items() if _name(m) == "correlation_id"}
+        names = {k: metadata_name(m) for k, m in map_entries(fields, 4).items()}
+        corr_ids = {k for k, m in map_entries(fields, 5).items() if metadata_name(m) == "correlation_id"}
         for line_name, base_ns, events in xplane_lines(fields):
             if plane_name.startswith("/device:") and line_name in DERIVED:
                 continue
@@ -176,7 +164,7 @@ def copy_bytes(path: Path) -> dict[str, int]:
         plane_name = next((pw.text(v) for n, _k, v in fields if n == 2), "")
         if not plane_name.startswith("/device:"):
             continue
-        stat_names = {k: _name(m) for k, m in _entries(fields, 5).items()}
+        stat_names = {k: metadata_name(m) for k, m in map_entries(fields, 5).items()}
         details = {k for k, name in stat_names.items() if name == "memcpy_details"}
         for line_name, _base, events in xplane_lines(fields):
             if line_name in DERIVED:

@@ -24,3 +24,19 @@ def xplane_lines(plane_fields: list) -> Iterator[tuple[str, int, list[list]]]:
             elif n == 4:
                 events.append(list(pw.fields(pw.message(v))))
         yield display or name, base_ns, events
+
+
+def map_entries(plane_fields: list, number: int) -> dict:
+    """{key: value message} of a map field of an XPlane (entry: key = 1, value = 2): its event_metadata (4) or
+    stat_metadata (5)."""
+    out = {}
+    for n, _k, v in plane_fields:
+        if n == number:
+            entry = {en: ev for en, _ek, ev in pw.fields(pw.message(v))}
+            out[pw.signed(entry.get(1, 0))] = pw.message(entry.get(2, b""))
+    return out
+
+
+def metadata_name(meta: bytes) -> str:
+    """The name (field 2) of an XEventMetadata or XStatMetadata."""
+    return next((pw.text(v) for n, _k, v in pw.fields(meta) if n == 2), "")
