@@ -8,16 +8,14 @@ file's own fields (a bare protobuf wire walk, as tests/test_xplane_correlation.p
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from xplane_wire import map_entries, metadata_name, xplane_lines
+from test_xplane_correlation import events_with_correlation
 
 from ddltrace.analyses.run_analysis import analyze_store
 from ddltrace.cli import main
-from ddltrace.collectors.importers import protowire as pw
 from ddltrace.store import TraceStore
 
 TRACE = Path(__file__).resolve().parent.parent / "sample_traces" / "h200-jax" / "vm.xplane.pb"
@@ -26,33 +24,11 @@ TRACE = Path(__file__).resolve().parent.parent / "sample_traces" / "h200-jax" / 
 
 
 def file_launches(path: Path) -> tuple[dict, dict]:
-    """(host {correlation: [names]}, device {correlation: [names]}): the events of the file's /host: and /device:
-    planes that carry a ``correlation_id`` stat (XPlane.event_metadata = 4, stat_metadata = 5; XStat.metadata_id = 1,
-    uint64 = 3, int64 = 4)."""
-    host, device = defaultdict(list), defaultdict(list)
-    for number, _kind, plane in pw.fields(path.read_bytes()):
-        if number != 1:
-            continue
-        fields = list(pw.fields(pw.message(plane)))
-        plane_name = next((pw.text(v) for n, _k, v in fields if n == 2), "")
-        names = {k: metadata_name(m) for k, m in map_entries(fields, 4).items()}
-        corr_ids = {k for k, m in map_entries(fields, 5).items() if metadata_name(m) == "correlation_id"}
-        for _line, _base, events in xplane_lines(fields):
-            for event in events:
-                corr = None
-                for n, _k, v in event:
-                    if n == 4:
-                        stat = {sn: sv for sn, _sk, sv in pw.fields(pw.message(v))}
-                        if pw.number(stat.get(1, 0)) in corr_ids:
-                            corr = pw.number(stat[3]) if 3 in stat else pw.signed(stat[4])
-                if corr is None:
-                    continue
-                name = names.get(pw.signed(next((v for n, _k, v in event if n == 1), 0)), "")
-                if plane_name.startswith("/host:"):
-                    host[corr].append(name)
-                elif plane_name.startswith("/device:"):
-                    device[corr].append(name)
-    return host, device
+    """(host {correlation: [names]}, device {correlation: [names]}) of the file's events that carry a
+    ``correlation_id`` stat (:func:`test_xplane_correlation.events_with_correlation`)."""
+    host, device = events_with_correlation(path)
+    return ({c: [row[0] for row in rows] for c, rows in host.items()},
+            {c: [row[2] for row in rows] for c, rows in device.items()})
 
 
 @pytest.fixture(scope="module")
