@@ -70,8 +70,8 @@ class ByteSource:
             raise DdltraceError(f"{self.path}: cannot read ({exc.strerror})") from exc
         self.consumed = 0
         self.problems: list[str] = []
-        #: (compressed byte, inflater's error) of a corrupt gzip stream once :meth:`chunks` met it, as its line in
-        #: ``problems`` says it (``damage_line``); a stream that only ends early is not corrupt.
+        #: (compressed byte, inflater's error) of a corrupt gzip stream once a read met it (:meth:`chunks`: as its line
+        #: in ``problems`` says it, ``damage_line``); a stream that only ends early is not corrupt.
         self.damage: tuple[int, str] | None = None
         self.damage_line: str | None = None
         self._scanned = False  # whether gzip_damage inflated the file itself (its finding in _scanned_damage)
@@ -126,8 +126,8 @@ class ByteSource:
                         # member again up to the damage, in small steps, and keep what it gives past member_out
                         where, error = yield from _inflate_up_to_damage(self.path, member_start, member_out,
                                                                     offset - len(block))
+                        self.damage = where, error
                         if keep_problems:
-                            self.damage = where, error
                             self.damage_line = (f"{self.path}: corrupt gzip data at compressed byte {where} ({error}); "
                                                 "kept what was decoded before it")
                             self.problems.append(self.damage_line)
@@ -157,26 +157,14 @@ class ByteSource:
         return self._scanned_damage
 
 
-def _gzip_damage(path: Path) -> tuple[int, str] | None:
-    """:meth:`ByteSource.gzip_damage` of the file at ``path``, inflated from its start (every member)."""
-    inflater = _zlib.decompressobj(16 + zlib.MAX_WBITS)
-    offset = 0
-    with open(path, "rb") as fh:
-        while block := fh.read(READ_SIZE):
-            offset += len(block)
-            while block:
-                try:
-                    inflater.decompress(block, READ_SIZE)
-                except (zlib.error, _zlib.error) as exc:
-                    return offset - len(block), str(exc)
-                block = inflater.unconsumed_tail
-                if inflater.eof and inflater.unused_data:  # concatenated gzip members
-                    block = inflater.unused_data
-                    if not block.startswith(GZIP_MAGIC):
-                        return None  # trailing garbage: the stream itself is whole
-                    inflater = _zlib.decompressobj(16 + zlib.MAX_WBITS)
-    return None
 
+def _gzip_damage(path: Path) -> tuple[int, str] | None:
+    """:meth:`ByteSource.gzip_damage` of the file at ``path``: a source of its own read through (output discarded,
+    no progress or problems), the damage it met."""
+    whole = ByteSource(path)
+    for _ in whole._iter(keep_problems=False):
+        pass
+    return whole.damage
 
 def _inflate_up_to_damage(path: Path, start: int, given: int, damaged_step: int) -> Iterator[bytes]:
     """Inflate the gzip member at file offset ``start`` again: in large steps up to ``damaged_step`` (the file
