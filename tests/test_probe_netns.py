@@ -141,7 +141,11 @@ def test_rate_limit_is_recovered_after_the_goodput_factor(netns_pair, gbit):
         if res["ci"] / res["r_net"] >= 0.05:  # (a CI run read 8.32 Gbit/s, its r_net uncertain by 9.3 %)
             pytest.skip(f"the shaped run's r_net is uncertain by {res['ci'] / res['r_net']:.1%} on this machine "
                         f"(CPU-bound at {gbit} Gbit/s): too noisy to check a 5 % tolerance")
-    assert abs(measured / expected - 1) < 0.05, (
+    # the tolerance: 5 %, or twice the shaped run's own uncertainty where that is wider (under 10 %: wider is skipped
+    # above at 10 Gbit/s; a CI run read -6.9 % with r_net uncertain by 4.1 %); a run the limit did not shape reads
+    # at least +10 % (the pair carries 1.1 x the limit unshaped, checked above)
+    tolerance = max(0.05, 2 * res["ci"] / res["r_net"]) if gbit > 1 else 0.05
+    assert abs(measured / expected - 1) < tolerance, (
         f"{gbit} Gbit/s tbf: measured {measured * 8 / 1e9:.4f} Gbit/s of payload, expected "
         f"{expected * 8 / 1e9:.4f} (r_net CI ± {res['ci'] / res['r_net']:.1%})")
 
